@@ -1,0 +1,81 @@
+"""perm_circuits: train tiny transformers on in-context permutation lookup and take them apart.
+
+Built on TransformerLens 4 (``TransformerBridge.boot_native``).  The data path:
+task -> models -> train -> evaluate -> analyses -> views.
+"""
+
+from perm_circuits.evaluate import (
+    Evaluation,
+    RecallGeneralisation,
+    StepMetrics,
+    SubgroupMetrics,
+    evaluate,
+    probe_probabilities,
+    recall_generalisation,
+)
+from perm_circuits.hooks import check_hooks, hook_count, run_logits
+from perm_circuits.models import (
+    PRESETS,
+    Checkpoint,
+    ModelConfig,
+    build_model,
+    fast_forward,
+    list_pretrained,
+    load_checkpoint,
+    load_model,
+    load_pretrained,
+    save_model,
+)
+from perm_circuits.posterior import Posterior, bayes_posterior
+from perm_circuits.task import (
+    PROBE_SEQUENCE,
+    Batch,
+    TaskConfig,
+    all_permutations,
+    make_batch,
+    make_sequence,
+    make_test_set,
+    probe_sequence,
+    split_permutations,
+)
+from perm_circuits.train import TrainConfig, TrainingHistory, TrainResult, train
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PRESETS",
+    "PROBE_SEQUENCE",
+    "Batch",
+    "Checkpoint",
+    "Evaluation",
+    "ModelConfig",
+    "Posterior",
+    "RecallGeneralisation",
+    "StepMetrics",
+    "SubgroupMetrics",
+    "TaskConfig",
+    "TrainConfig",
+    "TrainResult",
+    "TrainingHistory",
+    "all_permutations",
+    "bayes_posterior",
+    "build_model",
+    "check_hooks",
+    "evaluate",
+    "fast_forward",
+    "hook_count",
+    "list_pretrained",
+    "load_checkpoint",
+    "load_model",
+    "load_pretrained",
+    "make_batch",
+    "make_sequence",
+    "make_test_set",
+    "probe_sequence",
+    "probe_probabilities",
+    "recall_generalisation",
+    "run_logits",
+    "save_model",
+    "split_permutations",
+    "train",
+]

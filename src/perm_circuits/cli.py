@@ -1,0 +1,201 @@
+"""``perm-circuits``: train | evaluate | info | report.
+
+Exit codes: 0 success, 2 bad arguments (argparse and validation errors), 1 other failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {value}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="perm-circuits", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    tr = sub.add_parser("train", help="train a model and save a checkpoint folder")
+    tr.add_argument("--preset", choices=["d16h1", "d32h1", "d32h2"], help="architecture preset")
+    tr.add_argument("--d-model", type=_positive_int, help="residual width (instead of --preset)")
+    tr.add_argument("--heads", type=_positive_int, help="attention heads (with --d-model)")
+    tr.add_argument("--layers", type=_positive_int, default=1, help="transformer blocks (default 1)")
+    tr.add_argument("--V", type=int, default=5, help="number of values (2..8, default 5)")
+    tr.add_argument("--seed", type=int, default=0, help="init and data seed (default 0)")
+    tr.add_argument("--epochs", type=_positive_int, default=50)
+    tr.add_argument("--samples", type=_positive_int, default=100_000, help="samples per epoch")
+    tr.add_argument("--batch-size", type=_positive_int, default=128)
+    tr.add_argument("--lr", type=float, default=1e-3)
+    tr.add_argument("--repeat-ratio", type=_ratio, default=0.3, help="P(last query repeats x1), default 0.3")
+    tr.add_argument("--early-stop", type=_positive_int, metavar="PATIENCE", help="stop once converged")
+    tr.add_argument("--checkpoint-every", type=_positive_int, metavar="N")
+    tr.add_argument("--resume", type=Path, metavar="CHECKPOINT", help="resume a training checkpoint")
+    tr.add_argument("--out", type=Path, required=True, help="output checkpoint folder")
+    tr.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    ev = sub.add_parser("evaluate", help="print the per-step evaluation table")
+    ev.add_argument("model", help="pretrained name (d16h1, d32h1, d32h2) or checkpoint folder")
+    ev.add_argument("--samples", type=_positive_int, default=5000)
+    ev.add_argument("--seed", type=int, default=1234, help="test-set seed")
+    ev.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    sub.add_parser("info", help="versions, presets and shipped models")
+
+    rp = sub.add_parser("report", help="write the HTML report for one or more models")
+    rp.add_argument("models", nargs="+", help="pretrained names or checkpoint folders")
+    rp.add_argument("--out", type=Path, required=True, help="output folder")
+    rp.add_argument("--samples", type=_positive_int, default=5000)
+    rp.add_argument("--quiet", action="store_true")
+    return parser
+
+
+def load_any(name: str):
+    """A model from a pretrained name or a checkpoint folder."""
+    from perm_circuits.models import list_pretrained, load_model, load_pretrained
+
+    if name in list_pretrained():
+        return load_pretrained(name)
+    if Path(name).is_dir():
+        return load_model(name)
+    raise ValueError(f"{name!r} is neither a pretrained model {list_pretrained()} nor a checkpoint folder")
+
+
+def _train(args: argparse.Namespace, argv: list[str]) -> int:
+    from perm_circuits.models import ModelConfig, save_model
+    from perm_circuits.task import TaskConfig
+    from perm_circuits.train import TrainConfig, train
+
+    if args.resume is None:
+        if (args.preset is None) == (args.d_model is None):
+            raise ValueError("give either --preset or --d-model/--heads")
+        if args.preset:
+            from perm_circuits.models import PRESETS
+
+            base = PRESETS[args.preset].to_dict()
+            model_config = ModelConfig.from_dict({**base, "seed": args.seed, "V": args.V, "n_layers": args.layers})
+        else:
+            if args.heads is None:
+                raise ValueError("--d-model needs --heads")
+            model_config = ModelConfig(d_model=args.d_model, n_heads=args.heads, n_layers=args.layers, V=args.V, seed=args.seed)
+        task_config = TaskConfig(V=args.V, repeat_ratio=args.repeat_ratio)
+    else:
+        model_config = task_config = None
+    train_config = TrainConfig(
+        epochs=args.epochs,
+        samples_per_epoch=args.samples,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        seed=args.seed,
+        early_stop_patience=args.early_stop,
+        checkpoint_every=args.checkpoint_every,
+        checkpoint_dir=str(args.out / "checkpoints") if args.checkpoint_every else None,
+    )
+    result = train(
+        model_config or "d32h2", task_config, train_config, resume_from=args.resume, progress=not args.quiet
+    )
+    import torch
+    import transformer_lens
+
+    metadata = {
+        "command": "perm-circuits " + " ".join(shlex.quote(a) for a in argv),
+        "seed": result.model_config.seed,
+        "train_config": result.train_config.to_dict(),
+        "epochs_run": result.epochs_run,
+        "stopped_early": result.stopped_early,
+        "train_seconds": round(result.seconds, 1),
+        "metrics": result.evaluation.summary(),
+        "history": list(result.history.rows),
+        "versions": {"torch": torch.__version__, "transformer_lens": transformer_lens.__version__},
+    }
+    save_model(result.model, args.out, task_config=result.task_config, metadata=metadata)
+    print(result.evaluation.to_markdown())
+    print(f"\nsaved {args.out} ({result.epochs_run} epochs, {result.seconds:.1f} s)")
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from perm_circuits.evaluate import evaluate, recall_generalisation
+
+    model = load_any(args.model)
+    result = evaluate(model, n=args.samples, seed=args.seed)
+    if args.json:
+        print(json.dumps(result.summary(), indent=2))
+        return 0
+    print(result.to_markdown())
+    general = recall_generalisation(model)
+    cells = ", ".join(f"x{k}: {100 * a:.1f}%" for k, a in enumerate(general.recall, start=1))
+    print(f"\nRecall generalisation (last query repeats x_k): {cells}")
+    return 0
+
+
+def _info() -> int:
+    import torch
+    import transformer_lens
+
+    from perm_circuits import __version__
+    from perm_circuits.models import PRESETS, describe, list_pretrained, load_checkpoint, PRETRAINED_DIR
+
+    print(f"perm_circuits {__version__}, torch {torch.__version__}, transformer_lens {transformer_lens.__version__}")
+    print("presets: " + ", ".join(f"{n} ({c.d_model}d, {c.n_heads}h)" for n, c in PRESETS.items()))
+    for name in list_pretrained():
+        checkpoint = load_checkpoint(PRETRAINED_DIR / name)
+        metrics = checkpoint.metadata.get("metrics", {})
+        print(
+            f"pretrained {describe(checkpoint.model)}; seed {checkpoint.metadata.get('seed')}, "
+            f"repeat_ratio {checkpoint.task_config.repeat_ratio}, "
+            f"elimination {metrics.get('elimination_accuracy', float('nan')):.4f}, "
+            f"recall {metrics.get('recall_accuracy', float('nan')):.4f}"
+        )
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from perm_circuits.views.report import write_report
+
+    paths = write_report(args.models, args.out, n=args.samples, progress=not args.quiet)
+    for path in paths:
+        print(path)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "train":
+            return _train(args, argv)
+        if args.command == "evaluate":
+            return _evaluate(args)
+        if args.command == "info":
+            return _info()
+        return _report(args)
+    except (ValueError, TypeError) as error:
+        print(f"perm-circuits {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

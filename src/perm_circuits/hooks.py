@@ -1,0 +1,61 @@
+"""Running a model under a TransformerLens hook list, with validation and no leaks.
+
+A hook list is ``[(hook_name, fn), ...]`` exactly as ``model.hooks(fwd_hooks=...)`` and
+``model.run_with_hooks`` take it, so interventions compose with ``+``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from perm_circuits.models import model_config_of
+from perm_circuits.task import validate_tokens
+
+__all__ = ["HookList", "check_hooks", "run_logits", "hook_count"]
+
+HookList = list[tuple[str, Callable]]
+
+
+def check_hooks(model, hooks: Sequence[tuple[str, Callable]] | None) -> HookList:
+    """Validate a hook list against ``model`` before anything runs; returns it as a list."""
+    if hooks is None:
+        return []
+    if not isinstance(hooks, (list, tuple)):
+        raise TypeError(f"hooks must be a list of (hook_name, fn) pairs, got {type(hooks).__name__}")
+    names = model.hook_dict
+    for index, item in enumerate(hooks):
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise TypeError(f"hooks[{index}] must be a (hook_name, fn) tuple, got {item!r}")
+        name, fn = item
+        if not isinstance(name, str):
+            raise TypeError(f"hooks[{index}] name must be a str, got {type(name).__name__}")
+        if name not in names:
+            raise ValueError(f"hooks[{index}] names unknown hook point {name!r}")
+        if not callable(fn):
+            raise TypeError(f"hooks[{index}] fn for {name!r} is not callable")
+    return list(hooks)
+
+
+def hook_count(model) -> int:
+    """Number of forward/backward hooks attached anywhere on ``model`` (0 when clean)."""
+    total = 0
+    for hook_point in {id(h): h for h in model.hook_dict.values()}.values():
+        total += len(hook_point._forward_hooks) + len(hook_point._backward_hooks)
+    return total
+
+
+def run_logits(
+    model, tokens: Int[Tensor, "batch seq"], hooks: Sequence[tuple[str, Callable]] | None = None
+) -> Float[Tensor, "batch seq vocab"]:
+    """Logits of ``model`` on validated ``tokens`` under ``hooks`` (removed afterwards, always)."""
+    tokens = validate_tokens(tokens, model_config_of(model).V)
+    hooks = check_hooks(model, hooks)
+    with torch.no_grad():
+        if not hooks:
+            return model(tokens)
+        with model.hooks(fwd_hooks=hooks):
+            return model(tokens)

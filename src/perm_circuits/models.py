@@ -1,0 +1,429 @@
+"""Tiny transformers as TransformerLens 4 configs, and their checkpoints.
+
+Models are ``TransformerBridge.boot_native(TransformerBridgeConfig(...))`` bridges: the same hook
+names as the old ``HookedTransformer`` (``blocks.0.attn.hook_pattern``, ``hook_z``,
+``mlp.hook_post``...).  Architecture: token + learned positional embedding, ``n_layers``
+pre-LayerNorm blocks of causal multi-head attention and a ReLU MLP of width ``2 d_model``, a final
+LayerNorm and an unembedding to ``V + 1`` logits.  There is no dropout (the study's PyTorch model
+had torch's default 0.1, with which recall fails to form).
+
+Checkpoints are a folder with ``model.safetensors`` (the bridge's clean ``state_dict`` keys) and
+``config.json`` (model and task config, training metadata and the weights' SHA-256), each written
+atomically.  Loading checks the JSON, the hash, every key and shape, and never unpickles.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from jaxtyping import Float, Int
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+
+from perm_circuits.task import TaskConfig
+
+__all__ = [
+    "PRESETS",
+    "Checkpoint",
+    "ModelConfig",
+    "build_model",
+    "fast_forward",
+    "list_pretrained",
+    "load_checkpoint",
+    "load_model",
+    "load_pretrained",
+    "model_config_of",
+    "save_model",
+    "task_config_of",
+]
+
+FORMAT_VERSION = 1
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+PRETRAINED_DIR = Path(__file__).parent / "pretrained"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of a tiny transformer for a task over ``V`` values.
+
+    ``d_mlp`` defaults to ``2 * d_model``, ``d_head`` to ``d_model // n_heads`` and ``n_ctx`` to
+    ``2V - 1``.  ``seed`` seeds the initialization (TransformerLens' scoped, RNG-forking init).
+    """
+
+    d_model: int = 32
+    n_heads: int = 2
+    n_layers: int = 1
+    V: int = 5
+    d_mlp: int | None = None
+    d_head: int | None = None
+    n_ctx: int | None = None
+    act_fn: str = "relu"
+    normalization_type: str | None = "LN"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "n_heads", "n_layers", "V", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        for name in ("d_model", "n_heads", "n_layers"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        TaskConfig(V=self.V)  # validates V
+        for name in ("d_mlp", "d_head", "n_ctx"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+        if self.d_head is None and self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; pass d_head"
+            )
+        if self.resolved_n_ctx < 2 * self.V - 1:
+            raise ValueError(f"n_ctx={self.n_ctx} is shorter than the task's 2V-1={2 * self.V - 1}")
+        if self.act_fn not in ("relu", "gelu", "gelu_new", "silu"):
+            raise ValueError(f"act_fn must be relu/gelu/gelu_new/silu, got {self.act_fn!r}")
+        if self.normalization_type not in ("LN", "LNPre", "RMS", "RMSPre", None):
+            raise ValueError(f"normalization_type must be LN/LNPre/RMS/RMSPre/None, got {self.normalization_type!r}")
+
+    @property
+    def resolved_d_mlp(self) -> int:
+        return self.d_mlp if self.d_mlp is not None else 2 * self.d_model
+
+    @property
+    def resolved_d_head(self) -> int:
+        return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    @property
+    def resolved_n_ctx(self) -> int:
+        return self.n_ctx if self.n_ctx is not None else 2 * self.V - 1
+
+    @property
+    def name(self) -> str:
+        layers = f"l{self.n_layers}" if self.n_layers != 1 else ""
+        return f"d{self.d_model}h{self.n_heads}{layers}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown ModelConfig fields {sorted(unknown)}")
+        return cls(**data)
+
+    def to_tl_config(self):
+        """The ``TransformerBridgeConfig`` this architecture boots from."""
+        from transformer_lens.config import TransformerBridgeConfig
+
+        return TransformerBridgeConfig(
+            d_model=self.d_model,
+            d_head=self.resolved_d_head,
+            n_heads=self.n_heads,
+            n_layers=self.n_layers,
+            n_ctx=self.resolved_n_ctx,
+            d_vocab=self.V + 1,
+            d_mlp=self.resolved_d_mlp,
+            act_fn=self.act_fn,
+            normalization_type=self.normalization_type,
+            positional_embedding_type="standard",
+            seed=self.seed,
+            tokenizer_prepends_bos=False,
+            model_name=self.name,
+        )
+
+
+PRESETS: dict[str, ModelConfig] = {
+    "d16h1": ModelConfig(d_model=16, n_heads=1),
+    "d32h1": ModelConfig(d_model=32, n_heads=1),
+    "d32h2": ModelConfig(d_model=32, n_heads=2),
+}
+
+
+def resolve_config(config: ModelConfig | str, seed: int | None = None) -> ModelConfig:
+    """A ``ModelConfig`` from a config or a preset name, optionally with another seed."""
+    if isinstance(config, str):
+        if config not in PRESETS:
+            raise ValueError(f"unknown preset {config!r}; expected one of {sorted(PRESETS)}")
+        config = PRESETS[config]
+    if not isinstance(config, ModelConfig):
+        raise TypeError(f"config must be a ModelConfig or preset name, got {type(config).__name__}")
+    if seed is not None:
+        config = ModelConfig.from_dict({**config.to_dict(), "seed": seed})
+    return config
+
+
+def build_model(config: ModelConfig | str = "d32h2", *, seed: int | None = None):
+    """Boot a freshly initialized bridge (seeded, in eval mode) from a config or preset name."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    config = resolve_config(config, seed)
+    model = TransformerBridge.boot_native(config.to_tl_config())
+    model.eval()
+    model.perm_config = config  # type: ignore[attr-defined]
+    return model
+
+
+def model_config_of(model) -> ModelConfig:
+    """The ``ModelConfig`` a bridge was built from (rebuilt from its TL config if needed)."""
+    config = getattr(model, "perm_config", None)
+    if isinstance(config, ModelConfig):
+        return config
+    cfg = model.cfg
+    return ModelConfig(
+        d_model=cfg.d_model,
+        n_heads=cfg.n_heads,
+        n_layers=cfg.n_layers,
+        V=cfg.d_vocab - 1,
+        d_mlp=cfg.d_mlp,
+        d_head=cfg.d_head,
+        n_ctx=cfg.n_ctx,
+        act_fn=cfg.act_fn,
+        normalization_type=cfg.normalization_type,
+        seed=cfg.seed or 0,
+    )
+
+
+def _weights(model) -> dict[str, Tensor]:
+    return model.state_dict(keep_vars=True)
+
+
+def fast_forward(
+    model, tokens: Int[Tensor, "batch seq"], weights: dict[str, Tensor] | None = None
+) -> Float[Tensor, "batch seq vocab"]:
+    """The bridge's forward pass in plain PyTorch, on the bridge's own parameters.
+
+    Used by training: the bridge's per-call hook and wrapper machinery costs several times the
+    arithmetic of a model this small.  Gradients flow to the same ``Parameter`` objects, and
+    ``tests/test_models.py`` checks the logits equal ``model(tokens)``.  Supports the
+    configurations :class:`ModelConfig` builds with LayerNorm or no normalization.  Pass
+    ``weights=model.state_dict(keep_vars=True)`` to skip re-collecting them on every call.
+    """
+    config = model_config_of(model)
+    if config.normalization_type not in ("LN", None):
+        return model(tokens)
+    w = _weights(model) if weights is None else weights
+    n_heads, d_head = config.n_heads, config.resolved_d_head
+    batch, seq = tokens.shape
+    act = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}.get(
+        config.act_fn, lambda x: torch.nn.functional.gelu(x, approximate="tanh")
+    )
+
+    def norm(x: Tensor, name: str) -> Tensor:
+        if config.normalization_type is None:
+            return x
+        return torch.nn.functional.layer_norm(x, (config.d_model,), w[f"{name}.weight"], w[f"{name}.bias"], 1e-5)
+
+    def linear(x: Tensor, name: str) -> Tensor:
+        return torch.nn.functional.linear(x, w[f"{name}.weight"], w[f"{name}.bias"])
+
+    resid = w["embed.weight"][tokens] + w["pos_embed.weight"][:seq]
+    for layer in range(config.n_layers):
+        b = f"blocks.{layer}"
+        h = norm(resid, f"{b}.ln1")
+        q, k, v = (
+            linear(h, f"{b}.attn.{n}").view(batch, seq, n_heads, d_head).transpose(1, 2) for n in "qkv"
+        )
+        z = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        resid = resid + linear(z.transpose(1, 2).reshape(batch, seq, n_heads * d_head), f"{b}.attn.o")
+        resid = resid + linear(act(linear(norm(resid, f"{b}.ln2"), f"{b}.mlp.in")), f"{b}.mlp.out")
+    out = torch.nn.functional.linear(norm(resid, "ln_final"), w["unembed.weight"])
+    if "unembed.bias" in w:
+        out = out + w["unembed.bias"]
+    return out
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A loaded checkpoint: the model plus everything stored beside its weights."""
+
+    model: Any
+    model_config: ModelConfig
+    task_config: TaskConfig
+    metadata: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+
+def _atomic_write(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def save_model(
+    model,
+    path: str | os.PathLike,
+    task_config: TaskConfig | None = None,
+    metadata: dict[str, Any] | None = None,
+    extra_tensors: dict[str, Tensor] | None = None,
+) -> Path:
+    """Write ``model.safetensors`` + ``config.json`` into folder ``path`` (atomically).
+
+    ``metadata`` must be JSON-serializable (training config, command, metrics...).
+    ``extra_tensors`` (optimizer state, RNG state) are stored in the same safetensors file under
+    an ``extra.`` prefix.
+    """
+    path = Path(path)
+    config = model_config_of(model)
+    tensors = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+    for key, value in (extra_tensors or {}).items():
+        tensors[f"extra.{key}"] = value.detach().contiguous().clone()
+    json.dumps(metadata or {})  # fail before writing anything if not serializable
+    _atomic_write(path / WEIGHTS_FILE, lambda tmp: save_file(tensors, tmp))
+    document = {
+        "format": "perm_circuits.checkpoint",
+        "format_version": FORMAT_VERSION,
+        "model": config.to_dict(),
+        "task": (task_config or TaskConfig(V=config.V)).to_dict(),
+        "weights_sha256": _sha256(path / WEIGHTS_FILE),
+        "metadata": metadata or {},
+    }
+    text = json.dumps(document, indent=2, sort_keys=True)
+    _atomic_write(path / CONFIG_FILE, lambda tmp: Path(tmp).write_text(text + "\n"))
+    return path
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, corrupted or does not match its config."""
+
+
+def read_checkpoint_files(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """Validated JSON document and tensors of a checkpoint folder (no model built)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint folder {str(path)!r} does not exist")
+    for name in (CONFIG_FILE, WEIGHTS_FILE):
+        if not (path / name).is_file():
+            raise CheckpointError(f"checkpoint {str(path)!r} has no {name}")
+    try:
+        document = json.loads((path / CONFIG_FILE).read_text())
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"{path / CONFIG_FILE} is not valid JSON: {error}") from None
+    if not isinstance(document, dict) or document.get("format") != "perm_circuits.checkpoint":
+        raise CheckpointError(f"{path / CONFIG_FILE} is not a perm_circuits checkpoint config")
+    if document.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint format_version {document.get('format_version')!r} is not supported "
+            f"(expected {FORMAT_VERSION})"
+        )
+    actual = _sha256(path / WEIGHTS_FILE)
+    if actual != document.get("weights_sha256"):
+        raise CheckpointError(
+            f"{path / WEIGHTS_FILE} does not match the SHA-256 stored in config.json "
+            f"(stored {document.get('weights_sha256')!r}, file {actual!r}): corrupted or replaced"
+        )
+    try:
+        tensors = load_file(path / WEIGHTS_FILE)
+    except Exception as error:  # safetensors raises its own error types
+        raise CheckpointError(f"cannot read {path / WEIGHTS_FILE}: {error}") from None
+    return document, tensors
+
+
+def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
+    """Load and validate a checkpoint folder written by :func:`save_model`."""
+    document, tensors = read_checkpoint_files(path)
+    try:
+        config = ModelConfig.from_dict(document["model"])
+        task_config = TaskConfig.from_dict(document["task"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise CheckpointError(f"invalid model/task config in {path}: {error}") from None
+    if task_config.V != config.V:
+        raise CheckpointError(f"task V={task_config.V} does not match model V={config.V}")
+    model = build_model(config)
+    expected = model.state_dict()
+    weights = {k: v for k, v in tensors.items() if not k.startswith("extra.")}
+    missing, unexpected = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(f"checkpoint keys do not match {config.name}: missing {missing}, unexpected {unexpected}")
+    for key, value in weights.items():
+        if value.shape != expected[key].shape:
+            raise CheckpointError(
+                f"{key} has shape {tuple(value.shape)} but {config.name} expects {tuple(expected[key].shape)}"
+            )
+        if value.dtype != expected[key].dtype:
+            raise CheckpointError(f"{key} has dtype {value.dtype}, expected {expected[key].dtype}")
+        if not torch.isfinite(value).all():
+            raise CheckpointError(f"{key} has non-finite values")
+    model.load_state_dict(weights, strict=True)
+    model.eval()
+    metadata = document.get("metadata", {})
+    model.task_config = task_config  # type: ignore[attr-defined]
+    model.metadata = metadata  # type: ignore[attr-defined]
+    return Checkpoint(model, config, task_config, metadata, Path(path))
+
+
+def load_model(path: str | os.PathLike):
+    """Load the model of a checkpoint folder (validated, eval mode).
+
+    The bridge carries ``perm_config``, ``task_config`` and ``metadata`` attributes, so analyses
+    know the task it was trained on.
+    """
+    return load_checkpoint(path).model
+
+
+def task_config_of(model) -> TaskConfig:
+    """The task a model was trained on (stored on loaded models), else the plain task for its V."""
+    config = getattr(model, "task_config", None)
+    if isinstance(config, TaskConfig):
+        return config
+    return TaskConfig(V=model_config_of(model).V)
+
+
+def list_pretrained() -> list[str]:
+    """Names of the pretrained models shipped inside the package."""
+    if not PRETRAINED_DIR.is_dir():
+        return []
+    return sorted(p.name for p in PRETRAINED_DIR.iterdir() if (p / CONFIG_FILE).is_file())
+
+
+def load_pretrained(name: str = "d32h2"):
+    """A shipped pretrained model, offline, in eval mode.
+
+    Each was trained by ``scripts/train_pretrained.py`` on the study's recipe (repeat_ratio 0.3);
+    the command, seed and final metrics are in ``model.metadata``, the task in
+    ``model.task_config``.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}")
+    available = list_pretrained()
+    if name not in available:
+        raise ValueError(f"unknown pretrained model {name!r}; available: {available}")
+    return load_model(PRETRAINED_DIR / name)
+
+
+def _n_params(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def describe(model) -> str:
+    config = model_config_of(model)
+    return (
+        f"{config.name}: d_model={config.d_model} n_heads={config.n_heads} d_head={config.resolved_d_head} "
+        f"n_layers={config.n_layers} d_mlp={config.resolved_d_mlp} V={config.V} "
+        f"params={_n_params(model)} ({math.ceil(_n_params(model) * 4 / 1024)} KiB)"
+    )

@@ -1,0 +1,82 @@
+"""Exact Bayesian posteriors over the next y at every y-prediction step.
+
+Given the pairs revealed before step ``k`` and the query ``x_k``, the posterior over ``y_k`` is
+
+    P(y_k = v | context) = #{p in prior support consistent with context, p(x_k) = v} / #{p consistent}
+
+with a uniform prior over a set of permutations.  Two priors matter:
+
+* ``"uniform"``: all ``V!`` permutations.  For a new x this is uniform over the unused values
+  (pure elimination); for a repeated x it is a point mass on the earlier y.
+* ``"train"``: the train split only (96 of 120 for V=5).  A model trained on the train split can
+  at best learn this posterior, and on test permutations it is *not* uniform: it favours
+  completions that are train permutations.  When no train permutation is consistent with the
+  context (always the case at the last step of a test permutation, often at step ``V - 1``), the
+  train prior says nothing and we fall back to the uniform posterior; ``fallback`` reports where.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from perm_circuits.task import TaskConfig, _all_permutations, check_consistent, split_permutations, validate_tokens
+
+__all__ = ["Posterior", "bayes_posterior", "prior_permutations"]
+
+
+@dataclass(frozen=True)
+class Posterior:
+    """Posterior over values ``1..V`` at each step.
+
+    Attributes:
+        probs: ``probs[b, k, v - 1] = P(y_{k+1} = v | context)``.
+        fallback: where the requested prior had no consistent permutation and the uniform
+            posterior was used instead.
+        n_consistent: number of prior permutations consistent with the context at each step.
+    """
+
+    probs: Float[Tensor, "batch step value"]
+    fallback: Bool[Tensor, "batch step"]
+    n_consistent: Int[Tensor, "batch step"]
+
+
+def prior_permutations(config: TaskConfig, prior: str) -> Int[Tensor, "n V"]:
+    """The support of a named prior: ``"uniform"`` (all permutations) or ``"train"``."""
+    if prior == "uniform":
+        return _all_permutations(config.V)
+    if prior == "train":
+        return split_permutations(config)[0]
+    raise ValueError(f"prior must be 'uniform' or 'train', got {prior!r}")
+
+
+def _posterior_from(
+    perms: Int[Tensor, "n V"], xs: Int[Tensor, "batch V"], ys: Int[Tensor, "batch Vm1"]
+) -> tuple[Tensor, Tensor]:
+    V = perms.shape[1]
+    # values[b, p, k] = p(x_k) for sample b and prior permutation p
+    values = perms[:, xs - 1].permute(1, 0, 2)  # [batch, n, V]
+    matches = values[:, :, :-1] == ys[:, None, :]  # [batch, n, V-1]
+    ones = torch.ones_like(matches[:, :, :1])
+    consistent = torch.cat([ones, matches], dim=2).cumprod(dim=2).to(torch.float64)  # before step k
+    counts = torch.stack([(consistent * (values == v)).sum(dim=1) for v in range(1, V + 1)], dim=2)
+    total = consistent.sum(dim=1)  # [batch, V]
+    return counts, total
+
+
+def bayes_posterior(inputs: Int[Tensor, "batch seq"], config: TaskConfig, prior: str = "uniform") -> Posterior:
+    """Exact posterior at every y-prediction position of ``inputs`` (see module docstring)."""
+    inputs = validate_tokens(inputs, config.V)
+    check_consistent(inputs)
+    xs, ys = inputs[:, 0::2], inputs[:, 1::2]
+    counts, total = _posterior_from(_all_permutations(config.V), xs, ys)
+    uniform = counts / total[..., None]
+    if prior == "uniform":
+        return Posterior(uniform.float(), torch.zeros_like(total, dtype=torch.bool), total.long())
+    counts_p, total_p = _posterior_from(prior_permutations(config, prior), xs, ys)
+    fallback = total_p == 0
+    probs = torch.where(fallback[..., None], uniform, counts_p / total_p.clamp(min=1)[..., None])
+    return Posterior(probs.float(), fallback, total_p.long())

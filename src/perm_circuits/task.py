@@ -1,0 +1,316 @@
+"""The in-context permutation-lookup task.
+
+Each sample is a permutation ``p`` of ``1..V`` drawn from a fixed train/test split of all ``V!``
+permutations, revealed as interleaved pairs ``x1 y1 x2 y2 ... xV yV`` with ``y_k = p(x_k)`` and the
+x order shuffled.  The model reads the first ``2V - 1`` tokens and predicts the next token at every
+position; only the y predictions (the even input positions ``0, 2, ..., 2V - 2``) carry loss.
+
+In the *repeated* variant (the study's "memorization probe" training set) the last query repeats
+an earlier query (``x1`` by default) with probability ``repeat_ratio``; its target is then that
+query's earlier y, which pure elimination gets wrong.
+
+Token 0 is never used (vocabulary ``0..V``).  Everything here is vectorized over a batch and driven
+by an explicit ``torch.Generator``, so the same seed gives the same batches on every run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+
+import torch
+from jaxtyping import Bool, Int
+from torch import Tensor
+
+__all__ = [
+    "PROBE_SEQUENCE",
+    "Batch",
+    "TaskConfig",
+    "all_permutations",
+    "make_batch",
+    "make_sequence",
+    "make_test_set",
+    "probe_sequence",
+    "split_permutations",
+    "validate_tokens",
+    "y_positions",
+]
+
+MIN_V, MAX_V = 2, 8
+
+PROBE_SEQUENCE: tuple[int, ...] = (2, 4, 5, 3, 4, 5, 3, 2, 2)
+"""The study's probe (section 07): x5 = x1 = 2, so recall answers 4 while elimination answers 1."""
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """Settings that define the data distribution.
+
+    Attributes:
+        V: number of values; tokens are ``1..V`` and token 0 is unused.
+        repeat_ratio: probability that the last query repeats an earlier query.
+        train_fraction: share of the ``V!`` permutations in the train split (0.8 -> 96 of 120).
+        split_seed: seed of the one shuffle that splits the permutations.
+    """
+
+    V: int = 5
+    repeat_ratio: float = 0.0
+    train_fraction: float = 0.8
+    split_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.V, bool) or not isinstance(self.V, int):
+            raise TypeError(f"V must be an int, got {type(self.V).__name__} {self.V!r}")
+        if not MIN_V <= self.V <= MAX_V:
+            raise ValueError(f"V must be in [{MIN_V}, {MAX_V}], got {self.V}")
+        _check_ratio("repeat_ratio", self.repeat_ratio)
+        _check_ratio("train_fraction", self.train_fraction)
+        n_train = round(self.train_fraction * math.factorial(self.V))
+        if not 0 < n_train < math.factorial(self.V):
+            raise ValueError(
+                f"train_fraction={self.train_fraction} leaves an empty split for V={self.V} "
+                f"({n_train} of {math.factorial(self.V)} permutations in train)"
+            )
+        if isinstance(self.split_seed, bool) or not isinstance(self.split_seed, int):
+            raise TypeError(f"split_seed must be an int, got {self.split_seed!r}")
+
+    @property
+    def seq_len(self) -> int:
+        """Model input length: ``2V - 1`` (the last y is only ever a target)."""
+        return 2 * self.V - 1
+
+    @property
+    def d_vocab(self) -> int:
+        """Vocabulary size ``V + 1`` (token 0 unused)."""
+        return self.V + 1
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TaskConfig:
+        unknown = set(data) - {"V", "repeat_ratio", "train_fraction", "split_seed"}
+        if unknown:
+            raise ValueError(f"unknown TaskConfig fields {sorted(unknown)}")
+        return cls(**data)
+
+
+def _check_ratio(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float in [0, 1], got {type(value).__name__} {value!r}")
+    if not 0.0 <= float(value) <= 1.0 or math.isnan(value):
+        raise ValueError(f"{name} must be in [0, 1], got {value}")
+
+
+def _check_positive_int(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+
+
+@lru_cache(maxsize=None)
+def _all_permutations(V: int) -> Tensor:
+    return torch.tensor(list(itertools.permutations(range(1, V + 1))), dtype=torch.long)
+
+
+def all_permutations(V: int) -> Int[Tensor, "n_perms V"]:
+    """All ``V!`` permutations of ``1..V`` in lexicographic order; row ``i`` maps ``x -> row[x-1]``."""
+    TaskConfig(V=V)  # validates V
+    return _all_permutations(V).clone()
+
+
+@lru_cache(maxsize=None)
+def _split(V: int, train_fraction: float, split_seed: int) -> tuple[Tensor, Tensor]:
+    perms = _all_permutations(V)
+    n_train = round(train_fraction * len(perms))
+    order = torch.randperm(len(perms), generator=torch.Generator().manual_seed(split_seed))
+    return perms[order[:n_train]], perms[order[n_train:]]
+
+
+def split_permutations(config: TaskConfig) -> tuple[Int[Tensor, "n_train V"], Int[Tensor, "n_test V"]]:
+    """The fixed, disjoint train/test split of all permutations (one seeded shuffle)."""
+    train, test = _split(config.V, float(config.train_fraction), config.split_seed)
+    return train.clone(), test.clone()
+
+
+def y_positions(V: int) -> list[int]:
+    """Input positions where a y is predicted: ``0, 2, ..., 2V - 2`` (one per step)."""
+    return list(range(0, 2 * V - 1, 2))
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A batch of task sequences.
+
+    Attributes:
+        inputs: the first ``2V - 1`` tokens.
+        targets: the next token at every input position.
+        mask: 1.0 at y-prediction positions (loss positions), 0.0 elsewhere.
+        xs, ys: the V queries and their answers (``ys[:, k]`` is the target of step ``k + 1``).
+        perms: the permutation of each sample.
+        repeated: whether the last query repeats an earlier one.
+        repeat_source: index of the repeated earlier query (-1 where not repeated).
+    """
+
+    inputs: Int[Tensor, "batch seq"]
+    targets: Int[Tensor, "batch seq"]
+    mask: Tensor
+    xs: Int[Tensor, "batch V"]
+    ys: Int[Tensor, "batch V"]
+    perms: Int[Tensor, "batch V"]
+    repeated: Bool[Tensor, " batch"]
+    repeat_source: Int[Tensor, " batch"]
+
+    def __len__(self) -> int:
+        return self.inputs.shape[0]
+
+    @property
+    def V(self) -> int:
+        return self.xs.shape[1]
+
+    def subset(self, index: Tensor) -> Batch:
+        """Rows selected by a boolean mask or an index tensor."""
+        return Batch(**{name: getattr(self, name)[index] for name in self.__dataclass_fields__})
+
+
+def make_batch(
+    config: TaskConfig,
+    n: int,
+    *,
+    split: str = "train",
+    generator: torch.Generator | None = None,
+    seed: int | None = None,
+    repeat_ratio: float | None = None,
+    repeat_source: int | None = 0,
+) -> Batch:
+    """Draw ``n`` sequences, vectorized.
+
+    Args:
+        config: the task; its ``repeat_ratio`` is used unless ``repeat_ratio`` overrides it.
+        n: number of sequences.
+        split: ``"train"`` or ``"test"`` permutations (``"all"`` draws from every permutation).
+        generator / seed: the randomness (pass one, not both; a fresh ``seed=0`` if neither).
+        repeat_source: which earlier query the last query repeats (0 = x1, the study's
+            variant); ``None`` draws it uniformly from ``0..V-2`` per sample.
+    """
+    _check_positive_int("n", n)
+    ratio = config.repeat_ratio if repeat_ratio is None else repeat_ratio
+    _check_ratio("repeat_ratio", ratio)
+    if repeat_source is not None:
+        if isinstance(repeat_source, bool) or not isinstance(repeat_source, int):
+            raise TypeError(f"repeat_source must be an int or None, got {repeat_source!r}")
+        if not 0 <= repeat_source <= config.V - 2:
+            raise ValueError(f"repeat_source must be in [0, {config.V - 2}], got {repeat_source}")
+    if generator is not None and seed is not None:
+        raise ValueError("pass either generator or seed, not both")
+    if generator is None:
+        generator = torch.Generator().manual_seed(0 if seed is None else seed)
+    pool = _pool(config, split)
+    V = config.V
+
+    perms = pool[torch.randint(len(pool), (n,), generator=generator)]
+    xs = torch.rand(n, V, generator=generator).argsort(dim=1) + 1
+    repeated = torch.rand(n, generator=generator) < ratio
+    if repeat_source is None:
+        source = torch.randint(V - 1, (n,), generator=generator)
+    else:
+        source = torch.full((n,), repeat_source, dtype=torch.long)
+    xs[:, -1] = torch.where(repeated, xs.gather(1, source[:, None])[:, 0], xs[:, -1])
+    ys = perms.gather(1, xs - 1)
+    return _assemble(xs, ys, perms, repeated, torch.where(repeated, source, -1))
+
+
+def _pool(config: TaskConfig, split: str) -> Tensor:
+    if split == "all":
+        return _all_permutations(config.V)
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}")
+    train, test = _split(config.V, float(config.train_fraction), config.split_seed)
+    return train if split == "train" else test
+
+
+def _assemble(xs: Tensor, ys: Tensor, perms: Tensor, repeated: Tensor, source: Tensor) -> Batch:
+    seq = torch.stack([xs, ys], dim=2).flatten(1)  # x1 y1 x2 y2 ...
+    mask = torch.zeros(seq.shape[1] - 1)
+    mask[0::2] = 1.0
+    return Batch(
+        inputs=seq[:, :-1].contiguous(),
+        targets=seq[:, 1:].contiguous(),
+        mask=mask.expand(len(xs), -1).contiguous(),
+        xs=xs,
+        ys=ys,
+        perms=perms,
+        repeated=repeated,
+        repeat_source=source,
+    )
+
+
+def make_test_set(config: TaskConfig, n: int = 5000, seed: int = 1234) -> Batch:
+    """The fixed evaluation set: ``n`` sequences from the test permutations (seeded)."""
+    return make_batch(config, n, split="test", seed=seed)
+
+
+def validate_tokens(tokens: object, V: int) -> Int[Tensor, "batch seq"]:
+    """Check a model input and return it as a 2-D long tensor.
+
+    Raises ``TypeError`` for non-integer tensors and ``ValueError`` for a wrong length (must be
+    ``2V - 1``) or tokens outside ``1..V``.  A 1-D sequence becomes a batch of one.
+    """
+    if not isinstance(tokens, Tensor):
+        raise TypeError(f"tokens must be a torch.Tensor of integer token ids, got {type(tokens).__name__}")
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise TypeError(f"tokens must have an integer dtype, got {tokens.dtype}")
+    if tokens.ndim == 1:
+        tokens = tokens[None]
+    if tokens.ndim != 2:
+        raise ValueError(f"tokens must be [batch, {2 * V - 1}], got shape {tuple(tokens.shape)}")
+    if tokens.shape[1] != 2 * V - 1:
+        raise ValueError(
+            f"sequence length must be 2V-1 = {2 * V - 1} for V={V}, got {tokens.shape[1]}"
+        )
+    if tokens.numel() == 0:
+        raise ValueError("tokens is empty")
+    bad = (tokens < 1) | (tokens > V)
+    if bad.any():
+        value = tokens[bad][0].item()
+        raise ValueError(f"tokens must be in 1..{V} (0 is unused), found {value}")
+    return tokens.long()
+
+
+def make_sequence(tokens: list[int] | tuple[int, ...] | Tensor, V: int = 5) -> Int[Tensor, "1 seq"]:
+    """Build a custom input sequence ``[x1, y1, ..., xV]`` with validation.
+
+    Besides the token checks of :func:`validate_tokens`, the revealed pairs must be consistent
+    with a permutation: one x never maps to two ys, and two xs never share a y.
+    """
+    if isinstance(tokens, (list, tuple)):
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+            raise TypeError(f"tokens must be ints, got {tokens!r}")
+        tokens = torch.tensor(tokens, dtype=torch.long)
+    seq = validate_tokens(tokens, V)
+    check_consistent(seq)
+    return seq
+
+
+def check_consistent(inputs: Int[Tensor, "batch seq"]) -> None:
+    """Raise ``ValueError`` if any sequence's revealed pairs contradict a permutation."""
+    xs, ys = inputs[:, 0::2], inputs[:, 1::2]
+    n_pairs = ys.shape[1]
+    px, py = xs[:, :n_pairs], ys
+    same_x = px[:, :, None] == px[:, None, :]
+    same_y = py[:, :, None] == py[:, None, :]
+    conflict = same_x != same_y
+    if conflict.any():
+        row = int(conflict.flatten(1).any(1).nonzero()[0])
+        raise ValueError(
+            f"sequence {row} {inputs[row].tolist()} is not consistent with a permutation: "
+            "an x maps to two ys or two xs share a y"
+        )
+
+
+def probe_sequence() -> Int[Tensor, "1 seq"]:
+    """The study's probe ``[2,4,5,3,4,5,3,2,2]``: recall answers 4, elimination answers 1."""
+    return make_sequence(list(PROBE_SEQUENCE), V=5)

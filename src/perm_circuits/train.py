@@ -1,0 +1,306 @@
+"""Training: Adam on the masked next-token loss, evaluated on the fixed test set every epoch.
+
+The recipe defaults are the study's: 50 epochs x 100,000 samples, batch 128, Adam (lr 1e-3),
+cross-entropy on the y positions only.  Batches are drawn vectorized from a seeded
+``torch.Generator``; the step runs :func:`~perm_circuits.models.fast_forward` (plain PyTorch on the
+bridge's own parameters) with fused Adam.  Same seeds -> bit-identical weights and history on CPU.
+A checkpoint stores the model, the optimizer state and the data generator's state, so resuming
+gives the same result as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from perm_circuits.evaluate import Evaluation, evaluate_logits
+from perm_circuits.models import (
+    ModelConfig,
+    build_model,
+    fast_forward,
+    load_checkpoint,
+    read_checkpoint_files,
+    resolve_config,
+    save_model,
+)
+from perm_circuits.posterior import bayes_posterior
+from perm_circuits.task import Batch, TaskConfig, make_batch, make_test_set, probe_sequence
+
+__all__ = ["EpochState", "TrainConfig", "TrainResult", "TrainingHistory", "masked_loss", "train"]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimization settings (defaults: the study's recipe).
+
+    Attributes:
+        epochs, samples_per_epoch, batch_size, lr: the recipe.
+        seed: seeds the data stream (the model's init seed is ``ModelConfig.seed``).
+        test_size, test_seed: the fixed evaluation set.
+        checkpoint_every: save a resumable checkpoint every N epochs into ``checkpoint_dir``.
+        early_stop_patience: stop once the last-step subgroup accuracies are >= ``early_stop_accuracy``
+            and the test loss improved by less than ``early_stop_min_delta`` over that many epochs.
+    """
+
+    epochs: int = 50
+    samples_per_epoch: int = 100_000
+    batch_size: int = 128
+    lr: float = 1e-3
+    seed: int = 0
+    test_size: int = 5000
+    test_seed: int = 1234
+    checkpoint_every: int | None = None
+    checkpoint_dir: str | None = None
+    early_stop_patience: int | None = None
+    early_stop_accuracy: float = 0.999
+    early_stop_min_delta: float = 1e-3
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "samples_per_epoch", "batch_size", "test_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not isinstance(self.lr, (int, float)) or not 0 < self.lr < 1:
+            raise ValueError(f"lr must be in (0, 1), got {self.lr!r}")
+        for name in ("checkpoint_every", "early_stop_patience"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+        if self.checkpoint_every is not None and not self.checkpoint_dir:
+            raise ValueError("checkpoint_every needs checkpoint_dir")
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return math.ceil(self.samples_per_epoch / self.batch_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown TrainConfig fields {sorted(unknown)}")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class TrainingHistory:
+    """One row per evaluated epoch (``epoch``, ``train_loss``, :meth:`Evaluation.summary` fields)."""
+
+    rows: tuple[dict[str, float], ...] = ()
+
+    def to_dataframe(self) -> pd.DataFrame:
+        return pd.DataFrame(list(self.rows)).set_index("epoch") if self.rows else pd.DataFrame()
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+@dataclass(frozen=True)
+class EpochState:
+    """What a callback sees after each epoch."""
+
+    epoch: int
+    model: Any
+    evaluation: Evaluation
+    history: TrainingHistory
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    model: Any
+    history: TrainingHistory
+    evaluation: Evaluation
+    model_config: ModelConfig
+    task_config: TaskConfig
+    train_config: TrainConfig
+    epochs_run: int
+    stopped_early: bool
+    seconds: float = field(compare=False)
+
+
+def masked_loss(
+    logits: Float[Tensor, "batch seq vocab"], targets: Int[Tensor, "batch seq"], mask: Float[Tensor, "batch seq"]
+) -> Float[Tensor, ""]:
+    """Cross-entropy averaged over masked-in (y-prediction) positions, as in the study."""
+    per_token = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+    return (per_token * mask.flatten()).sum() / mask.sum()
+
+
+def _optimizer(model, lr: float) -> torch.optim.Adam:
+    try:
+        return torch.optim.Adam(model.parameters(), lr=lr, fused=True)
+    except (RuntimeError, TypeError):  # fused unsupported on this device/build
+        return torch.optim.Adam(model.parameters(), lr=lr)
+
+
+def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> dict[str, Tensor]:
+    out = {}
+    for index, state in optimizer.state_dict()["state"].items():
+        for key, value in state.items():
+            out[f"optim.{index}.{key}"] = value if isinstance(value, Tensor) else torch.tensor(value)
+    return out
+
+
+def _restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, Tensor]) -> None:
+    state: dict[int, dict[str, Tensor]] = {}
+    for key, value in tensors.items():
+        if key.startswith("extra.optim."):
+            _, _, index, name = key.split(".", 3)
+            state.setdefault(int(index), {})[name] = value
+    document = optimizer.state_dict()
+    document["state"] = state
+    optimizer.load_state_dict(document)
+
+
+class _Evaluator:
+    """Evaluates on the fixed test set with posteriors computed once."""
+
+    def __init__(self, task_config: TaskConfig, train_config: TrainConfig, name: str):
+        self.config = task_config
+        self.test_set: Batch = make_test_set(task_config, n=train_config.test_size, seed=train_config.test_seed)
+        self.posteriors = (
+            bayes_posterior(self.test_set.inputs, task_config, "uniform"),
+            bayes_posterior(self.test_set.inputs, task_config, "train"),
+        )
+        self.probe = probe_sequence() if task_config.V == 5 else None
+        self.name = name
+
+    def __call__(self, model, weights: dict[str, Tensor] | None = None) -> Evaluation:
+        with torch.no_grad():
+            logits = fast_forward(model, self.test_set.inputs, weights)
+            probe = None
+            if self.probe is not None:
+                probe = fast_forward(model, self.probe, weights)[0, -1].softmax(-1)[1:].tolist()
+        return evaluate_logits(logits, self.test_set, self.config, self.posteriors, self.name, probe)
+
+
+def _converged(history: TrainingHistory, config: TrainConfig, has_recall: bool) -> bool:
+    patience = config.early_stop_patience
+    if patience is None or len(history) <= patience:
+        return False
+    last = history.rows[-1]
+    if last["elimination_accuracy"] < config.early_stop_accuracy:
+        return False
+    if has_recall and not last["recall_accuracy"] >= config.early_stop_accuracy:
+        return False
+    return history.rows[-1 - patience]["test_loss"] - last["test_loss"] < config.early_stop_min_delta
+
+
+def train(
+    model_config: ModelConfig | str = "d32h2",
+    task_config: TaskConfig | None = None,
+    train_config: TrainConfig | None = None,
+    *,
+    callbacks: Sequence[Callable[[EpochState], Any]] = (),
+    resume_from: str | Path | None = None,
+    progress: bool = True,
+) -> TrainResult:
+    """Train a model from scratch (or resume a checkpoint written by this function).
+
+    Args:
+        model_config: a :class:`ModelConfig` or preset name (``"d16h1"``, ``"d32h1"``, ``"d32h2"``).
+        task_config: the data; default the plain task (``repeat_ratio=0``).
+        train_config: the recipe; default the study's.
+        callbacks: called with an :class:`EpochState` after every epoch's evaluation; returning
+            ``True`` stops training (probes over training use this).
+        resume_from: a checkpoint folder from ``checkpoint_every``; configs are taken from it.
+        progress: show a tqdm bar.
+    """
+    start = time.perf_counter()
+    generator = torch.Generator()
+    history = TrainingHistory()
+    first_epoch = 1
+    if resume_from is not None:
+        checkpoint = load_checkpoint(resume_from)
+        meta = checkpoint.metadata
+        if "train_config" not in meta or "epoch" not in meta:
+            raise ValueError(f"{resume_from} is not a resumable training checkpoint")
+        model, model_config, task_config = checkpoint.model, checkpoint.model_config, checkpoint.task_config
+        saved = TrainConfig.from_dict(meta["train_config"])
+        train_config = saved if train_config is None else replace(train_config, seed=saved.seed)
+        _, tensors = read_checkpoint_files(resume_from)
+        generator.set_state(tensors["extra.generator"])
+        history = TrainingHistory(tuple(meta["history"]))
+        first_epoch = int(meta["epoch"]) + 1
+    else:
+        model_config = resolve_config(model_config)
+        task_config = task_config or TaskConfig(V=model_config.V)
+        train_config = train_config or TrainConfig()
+        if task_config.V != model_config.V:
+            raise ValueError(f"task V={task_config.V} does not match model V={model_config.V}")
+        model = build_model(model_config)
+        generator.manual_seed(train_config.seed)
+    if not isinstance(task_config, TaskConfig) or not isinstance(train_config, TrainConfig):
+        raise TypeError("task_config must be a TaskConfig and train_config a TrainConfig")
+
+    optimizer = _optimizer(model, train_config.lr)
+    if resume_from is not None:
+        _restore_optimizer(optimizer, tensors)
+    evaluator = _Evaluator(task_config, train_config, model_config.name)
+    weights = model.state_dict(keep_vars=True)
+    evaluation = evaluator(model, weights)
+    stopped_early = False
+    epoch = first_epoch - 1
+    bar = tqdm(range(first_epoch, train_config.epochs + 1), disable=not progress, desc=f"train {model_config.name}")
+    for epoch in bar:
+        model.train()
+        running = torch.zeros(())
+        remaining = train_config.samples_per_epoch
+        for _ in range(train_config.steps_per_epoch):
+            batch = make_batch(task_config, min(train_config.batch_size, remaining), generator=generator)
+            remaining -= len(batch)
+            loss = masked_loss(fast_forward(model, batch.inputs, weights), batch.targets, batch.mask)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            running += loss.detach()
+        model.eval()
+        evaluation = evaluator(model, weights)
+        row = {"epoch": epoch, "train_loss": float(running) / train_config.steps_per_epoch, **evaluation.summary()}
+        history = TrainingHistory(history.rows + (row,))
+        bar.set_postfix(loss=f"{row['test_loss']:.4f}", elim=f"{row['elimination_accuracy']:.3f}", recall=f"{row['recall_accuracy']:.3f}")
+        if train_config.checkpoint_every and epoch % train_config.checkpoint_every == 0:
+            save_training_checkpoint(
+                Path(train_config.checkpoint_dir) / f"epoch_{epoch:04d}", model, optimizer, generator,
+                task_config, train_config, history, epoch,
+            )
+        stop = [callback(EpochState(epoch, model, evaluation, history)) for callback in callbacks]
+        if any(s is True for s in stop) or _converged(history, train_config, task_config.repeat_ratio > 0):
+            stopped_early = epoch < train_config.epochs
+            break
+    bar.close()
+    model.eval()
+    return TrainResult(
+        model=model,
+        history=history,
+        evaluation=evaluation,
+        model_config=model_config,
+        task_config=task_config,
+        train_config=train_config,
+        epochs_run=epoch,
+        stopped_early=stopped_early,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def save_training_checkpoint(
+    path: Path, model, optimizer, generator: torch.Generator, task_config: TaskConfig,
+    train_config: TrainConfig, history: TrainingHistory, epoch: int,
+) -> Path:
+    """A resumable checkpoint: weights, optimizer and data-generator state, history so far."""
+    extra = {"generator": generator.get_state(), **_optimizer_tensors(optimizer)}
+    metadata = {"epoch": epoch, "train_config": train_config.to_dict(), "history": list(history.rows)}
+    model.task_config = task_config
+    return save_model(model, path, task_config=task_config, metadata=metadata, extra_tensors=extra)

@@ -1,0 +1,254 @@
+"""Offline HTML page assembly for circuitsvis views and plotly figures.
+
+Everything produced here works with no internet:
+
+* the circuitsvis React bundle comes from the installed wheel
+  (``circuitsvis/dist/cdn/iife.js``) and is inlined into the page, once;
+* plotly.js comes from the installed ``plotly`` package and is inlined, once;
+* no ``<script src=...>`` or ``<link href=...>`` to a remote host is emitted.
+
+We never call circuitsvis' ``RenderedHTML._repr_html_`` (it probes
+``http://google.com`` to pick between local and CDN HTML) nor ``str()`` on a
+``RenderedHTML`` (CDN HTML loading from unpkg), nor its ``render_local`` (which
+re-reads the bundle per view and may shell out to ``yarn`` in dev mode).
+"""
+
+from __future__ import annotations
+
+import html as _html
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Protocol, Sequence, Union, runtime_checkable
+
+__all__ = [
+    "MountableView",
+    "Section",
+    "circuitsvis_bundle_js",
+    "html_page",
+    "mount_html",
+    "plotly_js_inline",
+    "remote_resource_refs",
+    "script_json",
+]
+
+#: Name of the global the circuitsvis IIFE bundle defines.
+CIRCUITSVIS_GLOBAL = "CircuitsVis"
+
+#: HTML attribute marking a div that a circuitsvis component is mounted into.
+VIEW_ATTR = "data-circuitsvis"
+
+_SOURCE_MAP_RE = re.compile(r"^\s*//# sourceMappingURL=.*$", re.MULTILINE)
+_IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DIV_ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+_REMOTE_REF_RE = re.compile(
+    r"<(?:script|link|img|iframe|source)\b[^>]*\b(?:src|href)\s*=\s*[\"']?"
+    r"(?:https?:)?//[^\"'\s>]*",
+    re.IGNORECASE,
+)
+_REMOTE_IMPORT_RE = re.compile(
+    r"(?:\bfrom|\bimport\s*\()\s*[\"'`](?:https?:)?//[^\"'`]*", re.IGNORECASE
+)
+_UNPKG_RE = re.compile(r"unpkg\.com", re.IGNORECASE)
+
+
+@runtime_checkable
+class MountableView(Protocol):
+    """Anything ``html_page`` can mount: a circuitsvis component plus props."""
+
+    title: str
+
+    def mount_html(self, div_id: str) -> str:
+        """Return a ``<div>`` plus a script rendering the view into it.
+
+        The script assumes the circuitsvis bundle is already loaded.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class Section:
+    """One headed section of a page: a circuitsvis view or raw HTML.
+
+    Attributes:
+        heading: Text of the ``<h2>`` above the body (escaped; empty for none).
+        body: A view (e.g. ``OfflineView``) or an HTML fragment such as
+            ``fig.to_html(full_html=False, include_plotlyjs=False)``.
+    """
+
+    heading: str
+    body: Union[MountableView, str]
+
+
+SectionLike = Union[Section, MountableView, str]
+
+
+def _escape_script_text(js: str) -> str:
+    """Make JavaScript safe to inline between ``<script>`` and ``</script>``.
+
+    ``</script`` only occurs inside string/regex/template literals or comments in
+    real code, where ``<\\/script`` means exactly the same thing; ``<!--`` is
+    neutralised the same way.
+    """
+    js = re.sub(r"</(script)", r"<\\/\1", js, flags=re.IGNORECASE)
+    return js.replace("<!--", "<\\!--")
+
+
+@lru_cache(maxsize=1)
+def circuitsvis_bundle_js() -> str:
+    """The prebuilt circuitsvis browser bundle, ready to inline in a ``<script>``.
+
+    Read from the installed wheel (``circuitsvis/dist/cdn/iife.js``); no
+    node/npm/yarn is involved. The ``sourceMappingURL`` comment is dropped so
+    devtools never asks for the (unshipped-in-page) map.
+
+    Raises:
+        FileNotFoundError: if the installed circuitsvis has no prebuilt bundle.
+    """
+    bundle = resources.files("circuitsvis").joinpath("dist", "cdn", "iife.js")
+    if not bundle.is_file():
+        raise FileNotFoundError(
+            f"circuitsvis prebuilt bundle not found at {bundle}; "
+            "reinstall circuitsvis from PyPI (the wheel ships dist/cdn/iife.js)"
+        )
+    js = bundle.read_text(encoding="utf-8")
+    return _escape_script_text(_SOURCE_MAP_RE.sub("", js))
+
+
+@lru_cache(maxsize=1)
+def plotly_js_inline() -> str:
+    """plotly.js from the installed ``plotly`` package, ready to inline."""
+    from plotly.offline import get_plotlyjs
+
+    return _escape_script_text(get_plotlyjs())
+
+
+def script_json(value: object) -> str:
+    """JSON-encode ``value`` for embedding as a literal inside a ``<script>``.
+
+    ``<``, ``>`` and ``&`` are written as ``\\u`` escapes (they can only occur
+    inside JSON strings), so token text like ``</script>`` cannot end the
+    script. NaN/Infinity stay as the JavaScript literals ``NaN``/``Infinity``.
+    """
+    text = json.dumps(value)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def mount_html(div_id: str, component: str, props_json: str, *, title: str = "") -> str:
+    """A container ``<div>`` and a classic script rendering ``component`` into it.
+
+    Args:
+        div_id: Unique element id (letters, digits, ``-``, ``_``).
+        component: circuitsvis React component name, e.g. ``"AttentionHeads"``.
+        props_json: Script-safe JSON object of props (see ``script_json``).
+        title: Optional ``title`` attribute of the container.
+
+    Returns:
+        HTML that expects the global ``CircuitsVis`` (the bundle) to be loaded.
+    """
+    if not _DIV_ID_RE.match(div_id):
+        raise ValueError(f"div_id must match {_DIV_ID_RE.pattern}, got {div_id!r}")
+    if not _IDENTIFIER_RE.match(component):
+        raise ValueError(f"component must be a JS identifier, got {component!r}")
+    title_attr = f' title="{_html.escape(title)}"' if title else ""
+    return (
+        f'<div id="{div_id}" class="pc-view" {VIEW_ATTR}="{component}"{title_attr}></div>\n'
+        f"<script>{CIRCUITSVIS_GLOBAL}.render({json.dumps(div_id)}, "
+        f"{CIRCUITSVIS_GLOBAL}.{component}, {props_json});</script>"
+    )
+
+
+def _as_section(item: SectionLike, index: int) -> Section:
+    """Normalise one ``html_page`` section argument."""
+    if isinstance(item, Section):
+        return item
+    if isinstance(item, str):
+        return Section("", item)
+    if isinstance(item, MountableView):
+        return Section(item.title, item)
+    raise TypeError(
+        f"sections[{index}] must be a Section, an OfflineView or an HTML str, "
+        f"got {type(item).__name__}"
+    )
+
+
+def _section_html(section: Section, index: int) -> str:
+    """Render one normalised section."""
+    heading = f"<h2>{_html.escape(section.heading)}</h2>\n" if section.heading else ""
+    if isinstance(section.body, str):
+        body = section.body
+    elif isinstance(section.body, MountableView):
+        body = section.body.mount_html(f"pc-view-{index}")
+    else:
+        raise TypeError(
+            f"sections[{index}].body must be an OfflineView or an HTML str, "
+            f"got {type(section.body).__name__}"
+        )
+    return f'<section class="pc-section">\n{heading}{body}\n</section>'
+
+
+_PAGE_CSS = """
+body { font-family: system-ui, sans-serif; margin: 24px; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
+.pc-section { margin-bottom: 24px; }
+"""
+
+
+def html_page(
+    title: str,
+    sections: Sequence[SectionLike],
+    *,
+    include_plotlyjs: bool = False,
+) -> str:
+    """Assemble one self-contained, offline HTML page.
+
+    The circuitsvis bundle is inlined once (only when a view is present) and
+    each view is mounted in its own div; plotly.js is inlined once when
+    ``include_plotlyjs`` is true, for figures embedded as
+    ``fig.to_html(full_html=False, include_plotlyjs=False)``.
+
+    Args:
+        title: Page ``<title>`` and ``<h1>``.
+        sections: ``Section``s, views (headed by their title) or raw HTML strings.
+        include_plotlyjs: Inline plotly.js in ``<head>``.
+
+    Returns:
+        The full HTML document.
+    """
+    if not isinstance(title, str):
+        raise TypeError(f"title must be a str, got {type(title).__name__}")
+    if isinstance(sections, (str, Section)) or not isinstance(sections, Sequence):
+        raise TypeError(f"sections must be a list, got {type(sections).__name__}")
+    normalised = [_as_section(item, i) for i, item in enumerate(sections)]
+    has_views = any(isinstance(s.body, MountableView) for s in normalised)
+    head_scripts = []
+    if include_plotlyjs:
+        head_scripts.append(f'<script type="text/javascript">{plotly_js_inline()}</script>')
+    if has_views:
+        head_scripts.append(f"<script>{circuitsvis_bundle_js()}</script>")
+    body = "\n".join(_section_html(s, i) for i, s in enumerate(normalised))
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        f"<title>{_html.escape(title)}</title>\n<style>{_PAGE_CSS}</style>\n"
+        + "\n".join(head_scripts)
+        + f"\n</head>\n<body>\n<h1>{_html.escape(title)}</h1>\n{body}\n</body>\n</html>\n"
+    )
+
+
+def remote_resource_refs(page: str) -> list[str]:
+    """Remote fetches a page would make on load, found by scanning its text.
+
+    Reports ``<script|link|img|iframe|source>`` tags whose ``src``/``href`` is
+    ``http(s)://`` or protocol-relative, ES-module imports from such URLs (the
+    form circuitsvis' CDN HTML uses) and any ``unpkg.com`` mention. URL strings
+    that merely sit inside inlined library code (plotly.js mentions
+    ``cdn.plot.ly`` for geo/map traces) are not reported; the browser harness
+    is the ground truth for actual requests.
+
+    Returns:
+        The offending snippets; empty for an offline page.
+    """
+    patterns = (_REMOTE_REF_RE, _REMOTE_IMPORT_RE, _UNPKG_RE)
+    return [m.group(0) for pattern in patterns for m in pattern.finditer(page)]
