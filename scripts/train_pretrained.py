@@ -29,7 +29,11 @@ def command(preset: str) -> list[str]:
 
 
 if __name__ == "__main__":
-    for preset in sys.argv[1:] or ["d32h2", "d16h1", "d32h1"]:
-        code = main(command(preset))
-        if code:
-            sys.exit(code)
+    presets = sys.argv[1:] or ["d32h2", "d16h1", "d32h1"]
+    if len(presets) == 1:
+        sys.exit(main(command(presets[0])))
+    # one single-threaded process per preset, in parallel
+    import subprocess
+
+    procs = [subprocess.Popen([sys.executable, __file__, preset]) for preset in presets]
+    sys.exit(max(p.wait() for p in procs))

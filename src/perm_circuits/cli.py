@@ -54,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--checkpoint-every", type=_positive_int, metavar="N")
     tr.add_argument("--resume", type=Path, metavar="CHECKPOINT", help="resume a training checkpoint")
     tr.add_argument("--out", type=Path, required=True, help="output checkpoint folder")
+    tr.add_argument("--threads", type=_positive_int, default=1, help="torch CPU threads (default 1: fastest for these sizes, and reproducible)")
     tr.add_argument("--quiet", action="store_true", help="no progress bar")
 
     ev = sub.add_parser("evaluate", help="print the per-step evaluation table")
@@ -88,6 +89,9 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
     from perm_circuits.task import TaskConfig
     from perm_circuits.train import TrainConfig, train
 
+    import torch
+
+    torch.set_num_threads(args.threads)
     if args.resume is None:
         if (args.preset is None) == (args.d_model is None):
             raise ValueError("give either --preset or --d-model/--heads")
@@ -116,9 +120,6 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
     result = train(
         model_config or "d32h2", task_config, train_config, resume_from=args.resume, progress=not args.quiet
     )
-    import torch
-    import transformer_lens
-
     metadata = {
         "command": "perm-circuits " + " ".join(shlex.quote(a) for a in argv),
         "seed": result.model_config.seed,
@@ -128,7 +129,7 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
         "train_seconds": round(result.seconds, 1),
         "metrics": result.evaluation.summary(),
         "history": list(result.history.rows),
-        "versions": {"torch": torch.__version__, "transformer_lens": transformer_lens.__version__},
+        "versions": _versions(),
     }
     save_model(result.model, args.out, task_config=result.task_config, metadata=metadata)
     print(result.evaluation.to_markdown())
@@ -151,14 +152,16 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    return {name: version(name) for name in ("perm_circuits", "torch", "transformer-lens")}
+
+
 def _info() -> int:
-    import torch
-    import transformer_lens
+    from perm_circuits.models import PRESETS, PRETRAINED_DIR, describe, list_pretrained, load_checkpoint
 
-    from perm_circuits import __version__
-    from perm_circuits.models import PRESETS, describe, list_pretrained, load_checkpoint, PRETRAINED_DIR
-
-    print(f"perm_circuits {__version__}, torch {torch.__version__}, transformer_lens {transformer_lens.__version__}")
+    print(", ".join(f"{name} {v}" for name, v in _versions().items()))
     print("presets: " + ", ".join(f"{n} ({c.d_model}d, {c.n_heads}h)" for n, c in PRESETS.items()))
     for name in list_pretrained():
         checkpoint = load_checkpoint(PRETRAINED_DIR / name)

@@ -51,7 +51,8 @@ class TaskConfig:
     Attributes:
         V: number of values; tokens are ``1..V`` and token 0 is unused.
         repeat_ratio: probability that the last query repeats an earlier query.
-        train_fraction: share of the ``V!`` permutations in the train split (0.8 -> 96 of 120).
+        train_fraction: share of the ``V!`` permutations in the train split (0.8 -> 96 of 120;
+            rounded, keeping at least one permutation on each side).
         split_seed: seed of the one shuffle that splits the permutations.
     """
 
@@ -67,12 +68,8 @@ class TaskConfig:
             raise ValueError(f"V must be in [{MIN_V}, {MAX_V}], got {self.V}")
         _check_ratio("repeat_ratio", self.repeat_ratio)
         _check_ratio("train_fraction", self.train_fraction)
-        n_train = round(self.train_fraction * math.factorial(self.V))
-        if not 0 < n_train < math.factorial(self.V):
-            raise ValueError(
-                f"train_fraction={self.train_fraction} leaves an empty split for V={self.V} "
-                f"({n_train} of {math.factorial(self.V)} permutations in train)"
-            )
+        if not 0.0 < self.train_fraction < 1.0:
+            raise ValueError(f"train_fraction must be strictly between 0 and 1, got {self.train_fraction}")
         if isinstance(self.split_seed, bool) or not isinstance(self.split_seed, int):
             raise TypeError(f"split_seed must be an int, got {self.split_seed!r}")
 
@@ -125,7 +122,8 @@ def all_permutations(V: int) -> Int[Tensor, "n_perms V"]:
 @lru_cache(maxsize=None)
 def _split(V: int, train_fraction: float, split_seed: int) -> tuple[Tensor, Tensor]:
     perms = _all_permutations(V)
-    n_train = round(train_fraction * len(perms))
+    # at least one permutation on each side (V=2 has only two)
+    n_train = min(max(round(train_fraction * len(perms)), 1), len(perms) - 1)
     order = torch.randperm(len(perms), generator=torch.Generator().manual_seed(split_seed))
     return perms[order[:n_train]], perms[order[n_train:]]
 

@@ -68,8 +68,10 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("epochs", "samples_per_epoch", "batch_size", "test_size"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+            if value <= 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
         if not isinstance(self.lr, (int, float)) or not 0 < self.lr < 1:
             raise ValueError(f"lr must be in (0, 1), got {self.lr!r}")
         for name in ("checkpoint_every", "early_stop_patience"):
@@ -98,7 +100,7 @@ class TrainConfig:
 class TrainingHistory:
     """One row per evaluated epoch (``epoch``, ``train_loss``, :meth:`Evaluation.summary` fields)."""
 
-    rows: tuple[dict[str, float], ...] = ()
+    rows: tuple[dict[str, Any], ...] = ()
 
     def to_dataframe(self) -> pd.DataFrame:
         return pd.DataFrame(list(self.rows)).set_index("epoch") if self.rows else pd.DataFrame()

@@ -1,0 +1,619 @@
+"""Ablations: zero, mean and resample interventions as TransformerLens hook lists.
+
+An ablation replaces one activation by a value that carries no information about the current
+sample and measures what the model loses (Wang et al. 2022, "Interpretability in the Wild", the IOI
+paper, sections 3 and A; Chan et al. 2022 on resample ablation):
+
+- ``"zero"``: the activation is set to 0.  For a head (``blocks.L.attn.hook_z``) this removes the
+  head's whole contribution ``z_h W_O^h`` to the residual stream (the output bias ``b_O`` stays,
+  as it belongs to no head).
+- ``"mean"``: the activation is set to its mean over a *reference* batch, per position (and per
+  head / neuron, i.e. the whole activation vector is averaged over the reference samples at each
+  position).  This keeps the activation in its usual range but removes everything that varies
+  from sample to sample.
+- ``"resample"``: each sample's activation is replaced by the activation the same component
+  computes on a reference sample: a random one (drawn once per forward from a ``torch.Generator``
+  seeded with ``seed``, so the same seed gives the same replacement), or, with
+  ``pairing="row"``, reference row ``i`` for sample ``i``.  One reference sample replaces the
+  activation at every ablated position of a sample, so the replacement is a coherent activation
+  of one real sequence.
+
+Per-head interventions act on ``blocks.L.attn.hook_z`` ``[batch, pos, head, d_head]``: TL4's
+native bridges have no per-head ``hook_result``.  The whole MLP is ablated on
+``blocks.L.hook_mlp_out`` (so zero ablation also removes ``b_out``); groups of neurons on
+``blocks.L.mlp.hook_post``.  ``positions`` restricts any ablation to some sequence positions
+(for attention patterns: to some destination / query positions).
+
+Every function validates all indices, modes and tokens before any forward pass, and builds its
+hooks as closures (inside a TL4 hook ``hook.name`` may be an internal alias such as
+``blocks.0.attn.o.hook_in``, so nothing keys on it).  :func:`ablation_table` runs every head and
+MLP under every mode through :func:`~perm_circuits.evaluate.evaluate_logits` (the numbers of
+:func:`~perm_circuits.evaluate.evaluate` with the posteriors computed once).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from perm_circuits.evaluate import evaluate_logits
+from perm_circuits.hooks import HookList, check_hooks
+from perm_circuits.models import model_config_of, task_config_of
+from perm_circuits.posterior import bayes_posterior
+from perm_circuits.task import Batch, TaskConfig, make_batch, make_test_set, validate_tokens
+
+__all__ = [
+    "HOWS",
+    "AblationRow",
+    "AblationTable",
+    "ablate",
+    "ablate_head",
+    "ablate_mlp",
+    "ablation_table",
+    "binding_free_reference",
+    "reference_activations",
+]
+
+HOWS: tuple[str, ...] = ("zero", "mean", "resample")
+"""The ablation modes."""
+
+PAIRINGS: tuple[str, ...] = ("random", "row")
+
+# Suffix of a hook name -> (size of the indexed axis as a function of the model config, layout).
+# Layout "pos": [batch, pos, index, ...]; layout "pattern": [batch, head, dest, src].
+_INDEXED: dict[str, tuple[Callable, str]] = {
+    "attn.hook_q": (lambda c: c.n_heads, "pos"),
+    "attn.hook_k": (lambda c: c.n_heads, "pos"),
+    "attn.hook_v": (lambda c: c.n_heads, "pos"),
+    "attn.hook_z": (lambda c: c.n_heads, "pos"),
+    "attn.hook_pattern": (lambda c: c.n_heads, "pattern"),
+    "mlp.hook_pre": (lambda c: c.resolved_d_mlp, "pos"),
+    "mlp.hook_post": (lambda c: c.resolved_d_mlp, "pos"),
+    "hook_resid_pre": (lambda c: c.d_model, "pos"),
+    "hook_resid_mid": (lambda c: c.d_model, "pos"),
+    "hook_resid_post": (lambda c: c.d_model, "pos"),
+    "hook_attn_out": (lambda c: c.d_model, "pos"),
+    "hook_mlp_out": (lambda c: c.d_model, "pos"),
+    "hook_embed": (lambda c: c.d_model, "pos"),
+    "hook_pos_embed": (lambda c: c.d_model, "pos"),
+}
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> int:
+    """``value`` as an int in ``[low, high)``; TypeError for non-ints, ValueError out of range."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if not low <= value < high:
+        raise ValueError(f"{name} must be in [{low}, {high - 1}], got {value}")
+    return value
+
+
+def _check_how(how: object) -> str:
+    if not isinstance(how, str):
+        raise TypeError(f"how must be a str, one of {HOWS}, got {type(how).__name__} {how!r}")
+    if how not in HOWS:
+        raise ValueError(f"how must be one of {HOWS}, got {how!r}")
+    return how
+
+
+def _check_pairing(pairing: object) -> str:
+    if not isinstance(pairing, str) or pairing not in PAIRINGS:
+        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    return pairing
+
+
+def _check_index_list(name: str, value: object, size: int) -> list[int] | None:
+    """``None`` (everything), an int, or a non-empty sequence of distinct ints in ``[0, size)``."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, int) and not isinstance(value, bool) else value
+    if isinstance(items, Tensor):
+        if items.dtype.is_floating_point or items.dtype == torch.bool or items.ndim > 1:
+            raise TypeError(f"{name} must be ints, got a {items.dtype} tensor of shape {tuple(items.shape)}")
+        items = items.tolist()
+    if not isinstance(items, (list, tuple, range)):
+        raise TypeError(f"{name} must be an int or a sequence of ints, got {type(value).__name__} {value!r}")
+    if len(items) == 0:
+        raise ValueError(f"{name} must not be empty")
+    out = [_check_int(f"{name} entry", item, 0, size) for item in items]
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name} has repeated entries: {list(items)}")
+    return out
+
+
+def _check_positions(positions: object, seq_len: int) -> list[int] | None:
+    """Positions as non-negative ints (negative ones count from the end, like Python indices)."""
+    if positions is None:
+        return None
+    items = [positions] if isinstance(positions, int) and not isinstance(positions, bool) else positions
+    if not isinstance(items, (list, tuple, range)):
+        raise TypeError(f"positions must be an int or a sequence of ints, got {type(positions).__name__}")
+    if len(items) == 0:
+        raise ValueError("positions must not be empty")
+    out = [_check_int("position", p, -seq_len, seq_len) % seq_len for p in items]
+    if len(set(out)) != len(out):
+        raise ValueError(f"positions has repeated entries: {list(items)}")
+    return out
+
+
+def _check_reference(reference: object, V: int) -> Batch | None:
+    if reference is None:
+        return None
+    if not isinstance(reference, Batch):
+        raise TypeError(f"reference must be a perm_circuits.Batch or None, got {type(reference).__name__}")
+    validate_tokens(reference.inputs, V)
+    return reference
+
+
+def _hook_suffix(hook_name: str) -> str | None:
+    for suffix in _INDEXED:
+        if hook_name.endswith(suffix):
+            return suffix
+    return None
+
+
+def _check_hook_name(model, hook_name: object) -> str:
+    if not isinstance(hook_name, str):
+        raise TypeError(f"hook_name must be a str, got {type(hook_name).__name__}")
+    if hook_name.endswith("hook_attn_scores"):
+        raise ValueError(
+            f"{hook_name!r}: in TransformerLens 4 hook_attn_scores is post-softmax and edits to it are "
+            "ignored; ablate 'hook_pattern' instead"
+        )
+    if hook_name not in model.hook_dict:
+        raise ValueError(f"unknown hook point {hook_name!r}")
+    return hook_name
+
+
+# ----------------------------------------------------------------------------- reference data
+
+
+def binding_free_reference(
+    task_config: TaskConfig,
+    n: int = 5000,
+    seed: int = 1234,
+    *,
+    queries: Batch | None = None,
+    split: str = "test",
+) -> Batch:
+    """Reference sequences with the queries of one sample and the answers of an independent permutation.
+
+    The IOI paper (Wang et al. 2022, section 3) ablates with the mean over the "ABC" distribution,
+    which keeps a prompt's template but destroys the information the circuit uses.  The analogue
+    here keeps every query and the repeat structure and destroys the (x, y) binding:
+
+    - queries: ``xs`` (the query order, including ``x_V = x_1`` on repeated rows) and
+      ``repeated`` / ``repeat_source`` are copied from ``queries``; by default from
+      ``make_batch(task_config, n, split=split, seed=seed)``, which for the default ``n`` and
+      ``seed`` is exactly the fixed test set ``make_test_set(task_config)``, row for row;
+    - answers: an independent permutation ``q`` is drawn per row from the same split (generator
+      seeded with ``seed + 1``) and each answer is ``y_k = q(x_k)``; ``perms`` holds ``q``.
+
+    So row ``i`` shows the same queries at the same positions as ``queries`` row ``i`` (tokens,
+    positions and repeat structure are unchanged, and every row is still a valid sequence of
+    the task), but which y is bound to which x is independent of the original sample: with
+    ``pairing="row"`` resample ablation replaces a component's activation on sample ``i`` by its
+    activation on the same queries with other answers.  As a distribution (for mean ablation)
+    the batch equals the task's; only the row-to-row pairing differs.  With a pool of ``m``
+    permutations a row keeps its own answers with probability ``1/m`` (1/24 on the test split).
+    """
+    if not isinstance(task_config, TaskConfig):
+        raise TypeError(f"task_config must be a TaskConfig, got {type(task_config).__name__}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {seed!r}")
+    if queries is None:
+        queries = make_batch(task_config, n, split=split, seed=seed)
+    elif not isinstance(queries, Batch):
+        raise TypeError(f"queries must be a Batch or None, got {type(queries).__name__}")
+    elif queries.V != task_config.V:
+        raise ValueError(f"queries have V={queries.V}, task_config has V={task_config.V}")
+    answers = make_batch(task_config, len(queries), split=split, seed=seed + 1, repeat_ratio=0.0)
+    return _with_permutation(queries, answers.perms)
+
+
+def _with_permutation(queries: Batch, perms: Tensor) -> Batch:
+    """``queries`` with every answer re-read from ``perms`` (``y_k = perms[x_k - 1]``)."""
+    xs = queries.xs
+    ys = perms.gather(1, xs - 1)
+    seq = torch.stack([xs, ys], dim=2).flatten(1)
+    return Batch(
+        inputs=seq[:, :-1].contiguous(),
+        targets=seq[:, 1:].contiguous(),
+        mask=queries.mask.clone(),
+        xs=xs.clone(),
+        ys=ys,
+        perms=perms.clone(),
+        repeated=queries.repeated.clone(),
+        repeat_source=queries.repeat_source.clone(),
+    )
+
+
+def _capture(model, tokens: Tensor, names: Sequence[str], hooks: HookList | None = None) -> dict[str, Tensor]:
+    """Activations at ``names`` on ``tokens`` (after ``hooks``, which run first), one forward."""
+    store: dict[str, Tensor] = {}
+
+    def make(name: str) -> Callable:
+        def capture(activation: Tensor, hook) -> None:
+            store[name] = activation.detach().clone()
+
+        return capture
+
+    fwd = list(hooks or []) + [(name, make(name)) for name in dict.fromkeys(names)]
+    with torch.no_grad(), model.hooks(fwd_hooks=fwd):
+        model(tokens)
+    return store
+
+
+def reference_activations(
+    model,
+    reference: Batch | None,
+    hook_names: Sequence[str],
+    *,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+) -> dict[str, Tensor]:
+    """Activations at ``hook_names`` on ``reference`` (default: the model's fixed test set).
+
+    One forward under ``hooks``; the dict is keyed by the names asked for (aliases included).
+    """
+    V = model_config_of(model).V
+    reference = _check_reference(reference, V)
+    names = [_check_hook_name(model, name) for name in hook_names]
+    hooks = check_hooks(model, hooks)
+    if reference is None:
+        reference = make_test_set(task_config_of(model))
+    return _capture(model, reference.inputs, names, hooks)
+
+
+# ----------------------------------------------------------------------------- hooks
+
+
+def _ablation_fn(
+    how: str,
+    layout: str,
+    index: list[int] | None,
+    positions: list[int] | None,
+    reference_activation: Tensor | None,
+    seed: int,
+    pairing: str,
+) -> Callable:
+    """The hook closure: replace the selected entries of the activation."""
+    pos_dim, index_dim = (1, 2) if layout == "pos" else (2, 1)
+    replacement_mean = None
+    if how == "mean":
+        assert reference_activation is not None
+        replacement_mean = reference_activation.mean(dim=0, keepdim=True)
+
+    def selection(shape: torch.Size, device: torch.device) -> Tensor:
+        mask = torch.ones(shape[1:], dtype=torch.bool, device=device)
+        for dim, chosen in ((pos_dim, positions), (index_dim, index)):
+            if chosen is None:
+                continue
+            if dim >= len(shape):
+                raise ValueError(f"activation of shape {tuple(shape)} has no axis {dim} to index")
+            keep = torch.zeros(shape[dim], dtype=torch.bool, device=device)
+            keep[chosen] = True
+            view = [1] * (len(shape) - 1)
+            view[dim - 1] = shape[dim]
+            mask = mask & keep.view(view)
+        return mask
+
+    def check_shape(activation: Tensor, reference: Tensor) -> None:
+        if activation.shape[1:] != reference.shape[1:]:
+            raise ValueError(
+                f"activation shape {tuple(activation.shape)} does not match the reference activation "
+                f"shape {tuple(reference.shape)} beyond the batch axis"
+            )
+
+    def hook_fn(activation: Tensor, hook) -> Tensor:
+        mask = selection(activation.shape, activation.device)
+        if how == "zero":
+            replacement = torch.zeros((), dtype=activation.dtype, device=activation.device)
+        elif how == "mean":
+            assert replacement_mean is not None
+            check_shape(activation, replacement_mean)
+            replacement = replacement_mean.to(activation.dtype)
+        else:
+            assert reference_activation is not None
+            check_shape(activation, reference_activation)
+            batch = activation.shape[0]
+            if pairing == "row":
+                if reference_activation.shape[0] != batch:
+                    raise ValueError(
+                        f"pairing='row' needs a reference of the batch's size {batch}, "
+                        f"got {reference_activation.shape[0]} reference samples"
+                    )
+                replacement = reference_activation
+            else:
+                generator = torch.Generator().manual_seed(seed)
+                rows = torch.randint(reference_activation.shape[0], (batch,), generator=generator)
+                replacement = reference_activation[rows.to(reference_activation.device)]
+            replacement = replacement.to(activation.dtype)
+        return torch.where(mask, replacement, activation)
+
+    return hook_fn
+
+
+def ablate(
+    model,
+    hook_name: str,
+    how: str = "zero",
+    *,
+    reference: Batch | None = None,
+    index: int | Sequence[int] | None = None,
+    positions: int | Sequence[int] | None = None,
+    seed: int = 0,
+    pairing: str = "random",
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+) -> HookList:
+    """A one-hook list ablating ``hook_name`` (``"zero"``, ``"mean"`` or ``"resample"``).
+
+    Args:
+        model: the bridge; indices are validated against its config.
+        hook_name: any hook point of the model except ``hook_attn_scores`` (edits to it are
+            ignored in TL4).
+        how: the mode (see the module docstring).
+        reference: batch for ``"mean"`` / ``"resample"`` (default: the model's fixed test set
+            ``make_test_set(task_config_of(model))``; see :func:`binding_free_reference`); not
+            used by ``"zero"``.
+        index: entries of the axis after ``pos`` to ablate (heads for ``hook_q/k/v/z``, neurons
+            for ``mlp.hook_pre/post``, residual dimensions for d_model-wide hooks; heads for
+            ``hook_pattern``); ``None`` ablates the whole activation.
+        positions: sequence positions to ablate (destination positions for ``hook_pattern``);
+            ``None`` = all.  Negative positions count from the end.
+        seed: seeds the choice of reference samples for ``"resample"`` (each forward redraws
+            from the same seed, so repeated runs are identical).
+        pairing: ``"random"`` (a seeded random reference sample per sample) or ``"row"``
+            (reference row ``i`` for sample ``i``; the batch must be as long as the reference).
+        hooks: interventions applied while the reference activations are computed.
+    """
+    config = model_config_of(model)
+    hook_name = _check_hook_name(model, hook_name)
+    how = _check_how(how)
+    pairing = _check_pairing(pairing)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {seed!r}")
+    suffix = _hook_suffix(hook_name)
+    layout = "pattern" if suffix == "attn.hook_pattern" else "pos"
+    if index is not None and suffix is None:
+        raise ValueError(f"index is not supported for hook {hook_name!r}; ablate it whole or pick another hook")
+    index_list = _check_index_list("index", index, _INDEXED[suffix][0](config)) if suffix else None
+    position_list = _check_positions(positions, 2 * config.V - 1)
+    reference = _check_reference(reference, config.V)
+    hooks = check_hooks(model, hooks)
+    activation = None
+    if how != "zero":
+        activation = reference_activations(model, reference, [hook_name], hooks=hooks)[hook_name]
+    return [(hook_name, _ablation_fn(how, layout, index_list, position_list, activation, seed, pairing))]
+
+
+def ablate_head(
+    model,
+    layer: int,
+    head: int,
+    how: str = "zero",
+    *,
+    reference: Batch | None = None,
+    positions: int | Sequence[int] | None = None,
+    seed: int = 0,
+    pairing: str = "random",
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+) -> HookList:
+    """Ablate head ``head`` of layer ``layer`` on ``blocks.{layer}.attn.hook_z``.
+
+    Zero ablation equals deleting the head's columns of ``W_O``
+    (``blocks.L.attn.o.weight[:, head*d_head:(head+1)*d_head] = 0``).  See :func:`ablate` for the
+    other arguments.
+    """
+    config = model_config_of(model)
+    _check_int("layer", layer, 0, config.n_layers)
+    _check_int("head", head, 0, config.n_heads)
+    return ablate(
+        model,
+        f"blocks.{layer}.attn.hook_z",
+        how,
+        reference=reference,
+        index=head,
+        positions=positions,
+        seed=seed,
+        pairing=pairing,
+        hooks=hooks,
+    )
+
+
+def ablate_mlp(
+    model,
+    layer: int,
+    how: str = "zero",
+    *,
+    neurons: int | Sequence[int] | None = None,
+    reference: Batch | None = None,
+    positions: int | Sequence[int] | None = None,
+    seed: int = 0,
+    pairing: str = "random",
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+) -> HookList:
+    """Ablate the MLP of layer ``layer``: whole on ``hook_mlp_out``, or ``neurons`` on ``mlp.hook_post``.
+
+    Zero-ablating the whole MLP removes its output including ``b_out``; zero-ablating all
+    neurons would leave ``b_out``.  See :func:`ablate` for the other arguments.
+    """
+    config = model_config_of(model)
+    _check_int("layer", layer, 0, config.n_layers)
+    if neurons is None:
+        hook_name, index = f"blocks.{layer}.hook_mlp_out", None
+    else:
+        hook_name = f"blocks.{layer}.mlp.hook_post"
+        index = _check_index_list("neurons", neurons, config.resolved_d_mlp)
+    return ablate(
+        model,
+        hook_name,
+        how,
+        reference=reference,
+        index=index,
+        positions=positions,
+        seed=seed,
+        pairing=pairing,
+        hooks=hooks,
+    )
+
+
+# ----------------------------------------------------------------------------- table
+
+
+@dataclass(frozen=True)
+class AblationRow:
+    """Metrics of the model on the test set with one component ablated.
+
+    ``component`` is ``"none"`` (baseline), ``"L{layer}H{head}"`` or ``"L{layer}MLP"``;
+    ``recall_accuracy`` is the last-step accuracy on the memorization subgroup (the last query
+    repeats ``x1``; nan without such rows), ``elimination_accuracy`` the last-step accuracy on
+    the others, ``early_mae_train`` the mean over steps ``1..V-1`` of the MAE against the
+    train-prior posterior, ``loss`` the mean cross-entropy over all steps and samples.
+    """
+
+    component: str
+    how: str
+    layer: int | None
+    head: int | None
+    elimination_accuracy: float
+    recall_accuracy: float
+    early_mae_train: float
+    loss: float
+    elimination_loss: float
+    recall_loss: float
+
+
+@dataclass(frozen=True)
+class AblationTable:
+    """Result of :func:`ablation_table`: one row per (component, how), plus the baseline."""
+
+    model_name: str
+    reference: str
+    n_samples: int
+    n_recall: int
+    rows: tuple[AblationRow, ...]
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """Tidy: one row per (component, how), columns as in :class:`AblationRow`."""
+        return pd.DataFrame([asdict(row) for row in self.rows])
+
+    def get(self, component: str, how: str) -> AblationRow:
+        for row in self.rows:
+            if row.component == component and row.how == how:
+                return row
+        raise KeyError(f"no row for component={component!r}, how={how!r}")
+
+    @property
+    def baseline(self) -> AblationRow:
+        return self.get("none", "none")
+
+
+def _row(component: str, how: str, layer, head, evaluation) -> AblationRow:
+    memorization = evaluation.memorization
+    return AblationRow(
+        component=component,
+        how=how,
+        layer=layer,
+        head=head,
+        elimination_accuracy=evaluation.elimination.accuracy,
+        recall_accuracy=evaluation.recall_accuracy,
+        early_mae_train=evaluation.early_mae_train,
+        loss=evaluation.test_loss,
+        elimination_loss=evaluation.elimination.loss,
+        recall_loss=memorization.loss if memorization is not None else math.nan,
+    )
+
+
+def ablation_table(
+    model,
+    hows: Sequence[str] = HOWS,
+    test_set: Batch | None = None,
+    *,
+    reference: Batch | str = "test",
+    task_config: TaskConfig | None = None,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+    seed: int = 0,
+) -> AblationTable:
+    """Ablate every head and every MLP under each mode in ``hows`` and evaluate on ``test_set``.
+
+    Measures, per (component, how) and for an unablated ``"none"`` baseline, the last-step
+    elimination and recall (memorization-subgroup) accuracies, the steps ``1..V-1`` MAE against
+    the train-prior posterior and the loss, exactly as :func:`~perm_circuits.evaluate.evaluate`
+    with the ablation's hooks (plus ``hooks``, applied in every run including the reference one).
+
+    Args:
+        hows: modes among ``"zero"``, ``"mean"``, ``"resample"``.
+        test_set: default ``make_test_set(task_config)`` (the model's training task, so with its
+            ``repeat_ratio`` there is a memorization subgroup).
+        reference: ``"test"`` (mean / resample over the test set itself, random pairing),
+            ``"binding_free"`` (:func:`binding_free_reference` built on the test set's queries,
+            resample paired by row: same queries, independent answers) or a Batch (random
+            pairing).
+        seed: resample seed (and the binding-free answers' seed).
+    """
+    config = task_config or task_config_of(model)
+    model_config = model_config_of(model)
+    if isinstance(hows, str) or not isinstance(hows, (list, tuple)):
+        raise TypeError(f"hows must be a sequence of modes, got {hows!r}")
+    hows = [_check_how(how) for how in hows]
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {seed!r}")
+    if test_set is None:
+        test_set = make_test_set(config)
+    if not isinstance(test_set, Batch):
+        raise TypeError(f"test_set must be a perm_circuits.Batch, got {type(test_set).__name__}")
+    validate_tokens(test_set.inputs, model_config.V)
+    pairing = "random"
+    if isinstance(reference, str):
+        if reference == "test":
+            reference_batch, label = test_set, "test set"
+        elif reference == "binding_free":
+            reference_batch = binding_free_reference(config, seed=seed, queries=test_set)
+            label, pairing = "binding-free (same queries, independent answers; row-paired)", "row"
+        else:
+            raise ValueError(f"reference must be 'test', 'binding_free' or a Batch, got {reference!r}")
+    else:
+        reference_batch = _check_reference(reference, model_config.V)
+        label = f"batch of {len(reference)}"
+    hooks = check_hooks(model, hooks)
+
+    components: list[tuple[str, int, int | None, str, list[int] | None]] = []
+    for layer in range(model_config.n_layers):
+        for head in range(model_config.n_heads):
+            components.append((f"L{layer}H{head}", layer, head, f"blocks.{layer}.attn.hook_z", [head]))
+        components.append((f"L{layer}MLP", layer, None, f"blocks.{layer}.hook_mlp_out", None))
+
+    posteriors = (
+        bayes_posterior(test_set.inputs, config, "uniform"),
+        bayes_posterior(test_set.inputs, config, "train"),
+    )
+
+    def run(extra: HookList):
+        with torch.no_grad(), model.hooks(fwd_hooks=hooks + extra):
+            logits = model(test_set.inputs)
+        return evaluate_logits(logits, test_set, config, posteriors=posteriors, model_name=model_config.name)
+
+    activations: dict[str, Tensor] = {}
+    if any(how != "zero" for how in hows):
+        activations = _capture(model, reference_batch.inputs, [c[3] for c in components], hooks)
+    rows = [_row("none", "none", None, None, run([]))]
+    for component, layer, head, hook_name, index in components:
+        for how in hows:
+            fn = _ablation_fn(how, "pos", index, None, activations.get(hook_name), seed, pairing)
+            rows.append(_row(component, how, layer, head, run([(hook_name, fn)])))
+    return AblationTable(
+        model_name=model_config.name,
+        reference=label,
+        n_samples=len(test_set),
+        n_recall=int(test_set.repeated.sum()),
+        rows=tuple(rows),
+    )

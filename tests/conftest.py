@@ -1,0 +1,47 @@
+"""Test set-up: runtime shape/type checking of perm_circuits with jaxtyping + beartype.
+
+The import hook must be installed before anything imports perm_circuits, which is why it lives
+at the top of the root conftest.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+from jaxtyping import install_import_hook  # noqa: E402
+
+with install_import_hook("perm_circuits", "beartype.beartype"):
+    import perm_circuits  # noqa: F401,E402
+    import perm_circuits.evaluate  # noqa: F401,E402
+    import perm_circuits.posterior  # noqa: F401,E402
+    import perm_circuits.task  # noqa: F401,E402
+    import perm_circuits.train  # noqa: F401,E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def task():
+    from perm_circuits import TaskConfig
+
+    return TaskConfig(repeat_ratio=0.3)
+
+
+@pytest.fixture(scope="session")
+def pretrained():
+    """Loader for shipped models, cached per session (skips nothing: they ship with the package)."""
+    from perm_circuits import load_pretrained
+
+    cache = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = load_pretrained(name)
+        return cache[name]
+
+    return get

@@ -1,0 +1,61 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from perm_circuits.cli import main
+
+
+def test_train_then_evaluate_checkpoint(tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["train", "--preset", "d16h1", "--epochs", "1", "--samples", "1024", "--repeat-ratio", "0.3", "--out", str(out), "--quiet"])
+    assert code == 0
+    document = json.loads((out / "config.json").read_text())
+    assert document["metadata"]["command"].startswith("perm-circuits train --preset d16h1")
+    assert document["metadata"]["seed"] == 0 and document["task"]["repeat_ratio"] == 0.3
+    capsys.readouterr()
+    assert main(["evaluate", str(out), "--samples", "200"]) == 0
+    text = capsys.readouterr().out
+    assert "memorization" in text and "Recall generalisation" in text
+    assert main(["evaluate", str(out), "--samples", "200", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert 0.0 <= summary["elimination_accuracy"] <= 1.0
+
+
+def test_custom_architecture(tmp_path):
+    out = tmp_path / "custom"
+    assert main(["train", "--d-model", "8", "--heads", "2", "--layers", "2", "--V", "4", "--epochs", "1", "--samples", "256", "--out", str(out), "--quiet"]) == 0
+    document = json.loads((out / "config.json").read_text())
+    assert document["model"]["n_layers"] == 2 and document["model"]["V"] == 4
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--preset", "d16h1", "--epochs", "0", "--out", "x"],
+        ["train", "--preset", "d99h1", "--out", "x"],
+        ["train", "--preset", "d16h1", "--repeat-ratio", "2", "--out", "x"],
+        ["train", "--preset", "d16h1"],
+        ["nonsense"],
+    ],
+)
+def test_bad_arguments_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_validation_errors_exit_2(tmp_path, capsys):
+    assert main(["train", "--out", str(tmp_path / "x"), "--quiet"]) == 2
+    assert "--preset or --d-model" in capsys.readouterr().err
+    assert main(["train", "--d-model", "30", "--heads", "4", "--out", str(tmp_path / "y"), "--quiet"]) == 2
+    assert main(["evaluate", str(tmp_path / "missing")]) == 2
+    assert "neither a pretrained model" in capsys.readouterr().err
+
+
+def test_console_script_info():
+    result = subprocess.run([sys.executable, "-m", "perm_circuits.cli", "info"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "presets: d16h1" in result.stdout and "transformer-lens" in result.stdout

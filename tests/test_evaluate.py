@@ -1,0 +1,76 @@
+import math
+
+import pytest
+import torch
+
+from perm_circuits import TaskConfig, build_model, evaluate, make_test_set, recall_generalisation
+from perm_circuits.evaluate import evaluate_logits
+from perm_circuits.posterior import bayes_posterior
+
+
+def _oracle_logits(batch, probs):
+    """Logits whose value-token softmax equals ``probs`` exactly at the y positions (token 0 at -inf)."""
+    logits = torch.full((len(batch), 9, 6), -1e4)
+    logits[:, 0::2, 1:] = probs.clamp_min(1e-30).log()
+    return logits
+
+
+def test_bayes_oracle_has_zero_error_and_bayes_accuracy():
+    config = TaskConfig(repeat_ratio=0.3)
+    batch = make_test_set(config, n=2000)
+    uniform = bayes_posterior(batch.inputs, config).probs
+    result = evaluate_logits(_oracle_logits(batch, uniform), batch, config)
+    for step, expected in zip(result.steps, [1 / 5, 1 / 4, 1 / 3, 1 / 2, 1.0]):
+        assert step.mae_uniform < 1e-6 and step.max_ae_uniform < 1e-6
+        assert step.bayes_accuracy == pytest.approx(expected, abs=1e-6)
+    assert result.elimination.accuracy == 1.0 and result.memorization.accuracy == 1.0
+    assert result.memorization.n + result.elimination.n == 2000
+    assert abs(result.memorization.n / 2000 - 0.3) < 0.03
+    expected_loss = (math.log(5) + math.log(4) + math.log(3) + math.log(2)) / 5
+    assert result.test_loss == pytest.approx(expected_loss, abs=1e-4)
+
+
+def test_elimination_only_oracle_fails_memorization():
+    """A pure elimination predictor: perfect on new queries, 0% on repeated ones (the study's trap)."""
+    config = TaskConfig(repeat_ratio=0.3)
+    batch = make_test_set(config, n=1000)
+    probs = bayes_posterior(batch.inputs, config).probs.clone()
+    used = torch.zeros(len(batch), 5, dtype=torch.bool)
+    used.scatter_(1, batch.ys[:, :4] - 1, True)
+    probs[:, 4] = (~used).float()
+    result = evaluate_logits(_oracle_logits(batch, probs), batch, config)
+    assert result.elimination.accuracy == 1.0 and result.memorization.accuracy == 0.0
+    assert result.memorization.max_ae == pytest.approx(1.0)
+
+
+def test_evaluate_untrained_model_and_tables():
+    model = build_model("d16h1")
+    result = evaluate(model, task_config=TaskConfig(repeat_ratio=0.3), n=500)
+    frame = result.to_dataframe()
+    assert list(frame.index) == [1, 2, 3, 4, 5] and "mae_train" in frame.columns
+    assert set(result.subgroup_dataframe().index) == {"elimination", "memorization"}
+    text = str(result)
+    assert "| step" in text.replace("|   step", "| step") and "memorization" in text and "Probe" in text
+    assert len(result.probe) == 5 and 0.5 < sum(result.probe) <= 1.0 + 1e-6  # token 0 holds the rest
+    assert 1.3 < result.test_loss < 2.2  # untrained: about ln 6
+
+
+def test_hooks_change_the_evaluation():
+    model = build_model("d16h1")
+    zero_all = [("blocks.0.hook_resid_post", lambda x, hook: torch.zeros_like(x))]
+    result = evaluate(model, task_config=TaskConfig(), n=300, hooks=zero_all)
+    # zero residual -> LayerNorm of zeros -> logits equal the unembedding bias (zero): uniform over 6 tokens
+    assert result.test_loss == pytest.approx(math.log(6), abs=1e-4)
+
+
+def test_evaluate_rejects_bad_inputs():
+    model = build_model("d16h1")
+    with pytest.raises(TypeError, match="Batch"):
+        evaluate(model, test_set=torch.ones(3, 9, dtype=torch.long))
+    with pytest.raises(ValueError, match="unknown hook point"):
+        evaluate(model, n=10, hooks=[("blocks.0.hook_nothing", lambda x, hook: x)])
+
+
+def test_recall_generalisation_shape():
+    result = recall_generalisation(build_model("d16h1"), task_config=TaskConfig(), n=100)
+    assert len(result.recall) == 4 and list(result.to_dataframe().index) == ["x1", "x2", "x3", "x4"]

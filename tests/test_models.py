@@ -1,0 +1,121 @@
+import json
+
+import pytest
+import torch
+
+from perm_circuits import ModelConfig, TaskConfig, build_model, fast_forward, load_checkpoint, load_model, make_batch, save_model
+from perm_circuits.models import PRESETS, CheckpointError, model_config_of
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_presets_shapes_and_eval_mode(name):
+    model = build_model(name)
+    config = PRESETS[name]
+    assert not model.training
+    assert model.cfg.d_model == config.d_model and model.cfg.n_heads == config.n_heads
+    assert model.cfg.d_mlp == 2 * config.d_model and model.cfg.d_vocab == 6 and model.cfg.n_ctx == 9
+    assert model.cfg.act_fn == "relu" and model.cfg.normalization_type == "LN"
+    logits = model(make_batch(TaskConfig(), 3).inputs)
+    assert logits.shape == (3, 9, 6)
+
+
+def test_no_dropout_eval_equals_train_mode():
+    model = build_model("d32h2")
+    tokens = make_batch(TaskConfig(), 16).inputs
+    eval_logits = model(tokens)
+    model.train()
+    assert torch.equal(model(tokens), eval_logits)
+
+
+def test_seeded_init():
+    a, b = build_model("d16h1", seed=3), build_model("d16h1", seed=3)
+    c = build_model("d16h1", seed=4)
+    for key, value in a.state_dict().items():
+        assert torch.equal(value, b.state_dict()[key])
+    assert not torch.equal(a.state_dict()["blocks.0.attn.q.weight"], c.state_dict()["blocks.0.attn.q.weight"])
+
+
+@pytest.mark.parametrize(
+    "config",
+    [PRESETS["d16h1"], PRESETS["d32h2"], ModelConfig(d_model=24, n_heads=3, n_layers=2), ModelConfig(d_model=16, n_heads=2, V=4)],
+)
+def test_fast_forward_matches_bridge(config):
+    model = build_model(config)
+    with torch.no_grad():
+        sd = model.state_dict()
+        for key in sd:  # non-trivial LayerNorm/bias values so every term is exercised
+            sd[key] += 0.05 * torch.randn(sd[key].shape, generator=torch.Generator().manual_seed(len(key)))
+        model.load_state_dict(sd)
+    tokens = make_batch(TaskConfig(V=config.V), 32).inputs
+    torch.testing.assert_close(fast_forward(model, tokens), model(tokens), atol=2e-6, rtol=1e-5)
+
+
+def test_save_load_round_trip_identical_logits(tmp_path):
+    model = build_model("d32h2", seed=5)
+    task = TaskConfig(repeat_ratio=0.3)
+    save_model(model, tmp_path / "ck", task_config=task, metadata={"note": "x"})
+    checkpoint = load_checkpoint(tmp_path / "ck")
+    tokens = make_batch(task, 64).inputs
+    assert torch.equal(checkpoint.model(tokens), model(tokens))
+    assert checkpoint.task_config == task and checkpoint.metadata == {"note": "x"}
+    assert model_config_of(checkpoint.model) == model_config_of(model)
+    assert not checkpoint.model.training
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["config.json", "model.safetensors"]
+
+
+def test_corrupted_weights_rejected(tmp_path):
+    save_model(build_model("d16h1"), tmp_path / "ck")
+    weights = tmp_path / "ck" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-5] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="SHA-256"):
+        load_model(tmp_path / "ck")
+
+
+def test_mismatched_config_rejected(tmp_path):
+    save_model(build_model("d16h1"), tmp_path / "ck")
+    config_path = tmp_path / "ck" / "config.json"
+    document = json.loads(config_path.read_text())
+    document["model"]["d_model"] = 32
+    config_path.write_text(json.dumps(document))
+    with pytest.raises(CheckpointError, match="shape"):
+        load_model(tmp_path / "ck")
+    document["model"]["d_model"] = "big"
+    config_path.write_text(json.dumps(document))
+    with pytest.raises(CheckpointError, match="invalid model/task config"):
+        load_model(tmp_path / "ck")
+    config_path.write_text("{not json")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        load_model(tmp_path / "ck")
+
+
+def test_missing_checkpoint_and_unknown_names(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_model(tmp_path / "nothing")
+    with pytest.raises(ValueError, match="unknown preset"):
+        build_model("d64h8")
+    from perm_circuits import load_pretrained
+
+    with pytest.raises(ValueError, match="unknown pretrained"):
+        load_pretrained("gpt2")
+
+
+def test_save_is_atomic_on_failure(tmp_path):
+    model = build_model("d16h1")
+    save_model(model, tmp_path / "ck")
+    before = (tmp_path / "ck" / "config.json").read_text()
+    with pytest.raises(TypeError):
+        save_model(model, tmp_path / "ck", metadata={"bad": object()})
+    assert (tmp_path / "ck" / "config.json").read_text() == before
+    assert not [p for p in (tmp_path / "ck").iterdir() if p.name.endswith(".tmp")]
+    load_model(tmp_path / "ck")
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [({"d_model": 30, "n_heads": 4}, ValueError), ({"d_model": 0}, ValueError), ({"n_heads": 1.5}, TypeError), ({"V": 12}, ValueError), ({"act_fn": "tanh"}, ValueError)],
+)
+def test_bad_model_config(kwargs, error):
+    with pytest.raises(error):
+        ModelConfig(**kwargs)

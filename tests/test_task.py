@@ -1,0 +1,138 @@
+import math
+
+import pytest
+import torch
+
+from perm_circuits import TaskConfig, make_batch, make_sequence, make_test_set, probe_sequence, split_permutations
+from perm_circuits.task import all_permutations, validate_tokens, y_positions
+
+
+def test_split_sizes_and_disjoint():
+    train, test = split_permutations(TaskConfig())
+    assert train.shape == (96, 5) and test.shape == (24, 5)
+    as_set = lambda t: {tuple(r) for r in t.tolist()}  # noqa: E731
+    assert not as_set(train) & as_set(test)
+    assert as_set(train) | as_set(test) == as_set(all_permutations(5))
+
+
+def test_split_is_fixed_by_seed():
+    a, _ = split_permutations(TaskConfig(split_seed=3))
+    b, _ = split_permutations(TaskConfig(split_seed=3))
+    c, _ = split_permutations(TaskConfig(split_seed=4))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+@pytest.mark.parametrize("V", [2, 3, 5, 6])
+def test_every_sample_is_a_valid_permutation_sequence(V):
+    config = TaskConfig(V=V)
+    batch = make_batch(config, 2000, seed=1)
+    seq = torch.cat([batch.inputs, batch.targets[:, -1:]], dim=1)
+    xs, ys = seq[:, 0::2], seq[:, 1::2]
+    assert torch.equal(xs.sort(1).values, torch.arange(1, V + 1).expand_as(xs))
+    assert torch.equal(ys.sort(1).values, torch.arange(1, V + 1).expand_as(ys))
+    assert torch.equal(ys, batch.perms.gather(1, xs - 1))
+    assert torch.equal(batch.targets[:, :-1], batch.inputs[:, 1:])
+    train = {tuple(r) for r in split_permutations(config)[0].tolist()}
+    assert {tuple(r) for r in batch.perms.tolist()} <= train
+
+
+def test_test_split_batches_use_test_permutations():
+    config = TaskConfig()
+    test = {tuple(r) for r in split_permutations(config)[1].tolist()}
+    batch = make_test_set(config, n=500)
+    assert {tuple(r) for r in batch.perms.tolist()} <= test
+    assert len(make_test_set(config)) == 5000
+
+
+def test_repeat_ratio_within_two_percent():
+    batch = make_batch(TaskConfig(repeat_ratio=0.3), 10_000, seed=7)
+    assert abs(batch.repeated.float().mean().item() - 0.3) < 0.02
+    rep = batch.subset(batch.repeated)
+    assert torch.equal(rep.xs[:, -1], rep.xs[:, 0]) and torch.equal(rep.ys[:, -1], rep.ys[:, 0])
+    assert torch.equal(rep.targets[:, -1], rep.ys[:, 0])
+    assert (rep.repeat_source == 0).all() and (batch.repeat_source[~batch.repeated] == -1).all()
+
+
+def test_repeat_source_other_queries():
+    batch = make_batch(TaskConfig(), 1000, repeat_ratio=1.0, repeat_source=2, seed=3)
+    assert torch.equal(batch.xs[:, -1], batch.xs[:, 2]) and torch.equal(batch.targets[:, -1], batch.ys[:, 2])
+    mixed = make_batch(TaskConfig(), 4000, repeat_ratio=1.0, repeat_source=None, seed=3)
+    assert set(mixed.repeat_source.tolist()) == {0, 1, 2, 3}
+
+
+def test_mask_positions():
+    batch = make_batch(TaskConfig(), 4)
+    assert y_positions(5) == [0, 2, 4, 6, 8]
+    assert batch.mask[0].tolist() == [1, 0, 1, 0, 1, 0, 1, 0, 1]
+    assert batch.inputs.shape == (4, 9) and batch.inputs.dtype == torch.long
+
+
+def test_same_seed_same_batch_and_generator_stream():
+    a = make_batch(TaskConfig(repeat_ratio=0.3), 64, seed=5)
+    b = make_batch(TaskConfig(repeat_ratio=0.3), 64, seed=5)
+    assert torch.equal(a.inputs, b.inputs) and torch.equal(a.repeated, b.repeated)
+    g = torch.Generator().manual_seed(5)
+    c, d = make_batch(TaskConfig(), 64, generator=g), make_batch(TaskConfig(), 64, generator=g)
+    assert not torch.equal(c.inputs, d.inputs)
+
+
+def test_probe_sequence():
+    assert probe_sequence().tolist() == [[2, 4, 5, 3, 4, 5, 3, 2, 2]]
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"V": 1}, ValueError),
+        ({"V": 9}, ValueError),
+        ({"V": 5.0}, TypeError),
+        ({"repeat_ratio": 1.5}, ValueError),
+        ({"repeat_ratio": -0.1}, ValueError),
+        ({"repeat_ratio": "0.3"}, TypeError),
+        ({"train_fraction": 0.0}, ValueError),
+        ({"train_fraction": 1.0}, ValueError),
+    ],
+)
+def test_bad_task_config(kwargs, error):
+    with pytest.raises(error):
+        TaskConfig(**kwargs)
+
+
+def test_bad_batch_arguments():
+    with pytest.raises(ValueError, match="n must be > 0"):
+        make_batch(TaskConfig(), 0)
+    with pytest.raises(ValueError, match="split"):
+        make_batch(TaskConfig(), 4, split="valid")
+    with pytest.raises(ValueError, match="repeat_source"):
+        make_batch(TaskConfig(), 4, repeat_source=4)
+    with pytest.raises(ValueError, match="repeat_ratio"):
+        make_batch(TaskConfig(), 4, repeat_ratio=2.0)
+
+
+@pytest.mark.parametrize(
+    "tokens, error, match",
+    [
+        (torch.tensor([[2, 4, 5, 3, 4, 5, 3, 2, 0]]), ValueError, "1..5"),
+        (torch.tensor([[2, 4, 5, 3, 4, 5, 3, 2, 6]]), ValueError, "1..5"),
+        (torch.tensor([[2, 4, 5, 3, 4, 5, 3, 2]]), ValueError, "length"),
+        (torch.tensor([[2.0, 4, 5, 3, 4, 5, 3, 2, 2]]), TypeError, "integer"),
+        ([2, 4, 5, 3, 4, 5, 3, 2, 2], TypeError, "Tensor"),
+    ],
+)
+def test_validate_tokens_rejects(tokens, error, match):
+    with pytest.raises(error, match=match):
+        validate_tokens(tokens, 5)
+
+
+def test_make_sequence_checks_consistency():
+    assert make_sequence([1, 2, 3, 4, 1, 2, 5, 1, 4]).shape == (1, 9)
+    with pytest.raises(ValueError, match="not consistent"):
+        make_sequence([1, 2, 3, 2, 4, 5, 5, 1, 4])  # y=2 twice
+    with pytest.raises(ValueError, match="not consistent"):
+        make_sequence([1, 2, 3, 4, 1, 3, 5, 1, 4])  # x=1 maps to 2 and 3
+    with pytest.raises(TypeError):
+        make_sequence([1.0, 2, 3, 4, 1, 2, 5, 1, 4])
+
+
+def test_permutation_count():
+    assert len(all_permutations(6)) == math.factorial(6)

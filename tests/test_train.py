@@ -1,0 +1,84 @@
+import pytest
+import torch
+
+from perm_circuits import TaskConfig, TrainConfig, train
+from perm_circuits.train import masked_loss
+
+SMALL = TrainConfig(epochs=2, samples_per_epoch=2048, batch_size=128, test_size=500)
+
+
+def _weights(model):
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_masked_loss_only_counts_y_positions():
+    logits = torch.zeros(2, 9, 6)
+    logits[:, 1::2, 0] = 100.0  # garbage at x positions must not matter
+    targets = torch.ones(2, 9, dtype=torch.long)
+    mask = torch.zeros(2, 9)
+    mask[:, 0::2] = 1
+    assert masked_loss(logits, targets, mask).item() == pytest.approx(torch.log(torch.tensor(6.0)).item())
+
+
+def test_same_seed_bit_identical_weights_and_history():
+    a = train("d16h1", TaskConfig(repeat_ratio=0.3), SMALL, progress=False)
+    b = train("d16h1", TaskConfig(repeat_ratio=0.3), SMALL, progress=False)
+    wa, wb = _weights(a.model), _weights(b.model)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert a.history.rows == b.history.rows
+    c = train("d16h1", TaskConfig(repeat_ratio=0.3), TrainConfig(**{**SMALL.to_dict(), "seed": 1}), progress=False)
+    assert not torch.equal(wa["blocks.0.attn.q.weight"], c.model.state_dict()["blocks.0.attn.q.weight"])
+
+
+def test_learns_elimination_quickly():
+    result = train("d32h2", TaskConfig(), TrainConfig(epochs=4, samples_per_epoch=25_600, test_size=1000), progress=False)
+    assert result.history.to_dataframe()["test_loss"].iloc[-1] < 1.0  # ln5 = 1.609 at chance
+    assert result.evaluation.elimination_accuracy > 0.95
+    assert not result.model.training
+
+
+def test_resume_equals_uninterrupted(tmp_path):
+    config = TrainConfig(**{**SMALL.to_dict(), "epochs": 3, "checkpoint_every": 1, "checkpoint_dir": str(tmp_path)})
+    full = train("d16h1", TaskConfig(repeat_ratio=0.3), config, progress=False)
+    resumed = train(resume_from=tmp_path / "epoch_0001", progress=False)
+    wf, wr = _weights(full.model), _weights(resumed.model)
+    assert all(torch.equal(wf[k], wr[k]) for k in wf)
+    assert resumed.history.rows == full.history.rows and resumed.epochs_run == 3
+
+
+def test_callbacks_see_every_epoch_and_can_stop():
+    seen = []
+
+    def callback(state):
+        seen.append((state.epoch, state.evaluation.test_loss))
+        return state.epoch == 2
+
+    result = train("d16h1", TaskConfig(), TrainConfig(**{**SMALL.to_dict(), "epochs": 5}), callbacks=[callback], progress=False)
+    assert [e for e, _ in seen] == [1, 2] and result.epochs_run == 2 and result.stopped_early
+
+
+def test_early_stop_needs_convergence():
+    config = TrainConfig(**{**SMALL.to_dict(), "epochs": 3, "early_stop_patience": 1, "early_stop_accuracy": 0.0, "early_stop_min_delta": 10.0})
+    result = train("d16h1", TaskConfig(), config, progress=False)
+    assert result.stopped_early and result.epochs_run == 2
+    strict = TrainConfig(**{**config.to_dict(), "early_stop_accuracy": 1.01})
+    assert train("d16h1", TaskConfig(), strict, progress=False).epochs_run == 3
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"epochs": 0}, {"batch_size": -1}, {"lr": 0.0}, {"checkpoint_every": 2}],
+)
+def test_bad_train_config(kwargs):
+    with pytest.raises(ValueError):
+        TrainConfig(**kwargs)
+
+
+def test_wrong_type_in_train_config():
+    with pytest.raises(TypeError, match="samples_per_epoch"):
+        TrainConfig(samples_per_epoch=1.5)
+
+
+def test_mismatched_task_and_model():
+    with pytest.raises(ValueError, match="does not match"):
+        train("d16h1", TaskConfig(V=4), SMALL, progress=False)
