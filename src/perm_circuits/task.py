@@ -190,7 +190,8 @@ def make_batch(
         config: the task; its ``repeat_ratio`` is used unless ``repeat_ratio`` overrides it.
         n: number of sequences.
         split: ``"train"`` or ``"test"`` permutations (``"all"`` draws from every permutation).
-        generator / seed: the randomness (pass one, not both; a fresh ``seed=0`` if neither).
+        generator: the random stream to draw from (pass this or ``seed``, not both).
+        seed: seed of a fresh generator (``0`` if neither is given).
         repeat_source: which earlier query the last query repeats (0 = x1, the study's
             variant); ``None`` draws it uniformly from ``0..V-2`` per sample.
     """

@@ -39,7 +39,6 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 import torch
-from jaxtyping import Float
 from torch import Tensor
 
 from perm_circuits.evaluate import evaluate_logits
@@ -76,7 +75,6 @@ _INDEXED: dict[str, tuple[Callable, str]] = {
     "mlp.hook_pre": (lambda c: c.resolved_d_mlp, "pos"),
     "mlp.hook_post": (lambda c: c.resolved_d_mlp, "pos"),
     "hook_resid_pre": (lambda c: c.d_model, "pos"),
-    "hook_resid_mid": (lambda c: c.d_model, "pos"),
     "hook_resid_post": (lambda c: c.d_model, "pos"),
     "hook_attn_out": (lambda c: c.d_model, "pos"),
     "hook_mlp_out": (lambda c: c.d_model, "pos"),
@@ -171,6 +169,14 @@ def _check_hook_name(model, hook_name: object) -> str:
         )
     if hook_name not in model.hook_dict:
         raise ValueError(f"unknown hook point {hook_name!r}")
+    point = model.hook_dict[hook_name]
+    for layer in range(model_config_of(model).n_layers):
+        if point is model.hook_dict.get(f"blocks.{layer}.hook_resid_mid"):
+            raise ValueError(
+                f"{hook_name!r}: in TransformerLens 4.3 native bridges blocks.{layer}.hook_resid_mid is the "
+                "MLP's input (ln2.hook_in); edits there do not reach the residual stream. Ablate "
+                f"'blocks.{layer}.hook_attn_out' (or the MLP's input on purpose via 'blocks.{layer}.ln2.hook_normalized')"
+            )
     return hook_name
 
 

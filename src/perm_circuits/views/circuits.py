@@ -15,10 +15,11 @@ import math
 import numbers
 import threading
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import circuitsvis.activations
 import circuitsvis.attention
@@ -232,7 +233,8 @@ def colored_tokens_view(
         tokens: One label per position.
         values: One value per position (``len(values) == len(tokens)``).
         title: View title.
-        min_value, max_value: Colour-scale bounds (circuitsvis picks if None).
+        min_value: lower colour-scale bound (circuitsvis picks if None).
+        max_value: upper colour-scale bound (circuitsvis picks if None).
     """
     title = _check_title(title)
     tokens = _check_tokens(tokens)
@@ -325,5 +327,6 @@ def token_labels(tokens: Sequence[int] | Int[Tensor, "pos"]) -> list[str]:
             raise TypeError(f"tokens must be ints; tokens[{bad[0]}] is {kind}")
         ids = [int(t) for t in tokens]
     else:
-        raise TypeError(f"tokens must be a list of int or a 1-D tensor, got {type(tokens).__name__}")
+        kind = type(tokens).__name__
+        raise TypeError(f"tokens must be a list of int or a 1-D tensor, got {kind}")
     return [f"{pos}: {'x' if pos % 2 == 0 else 'y'}={tok}" for pos, tok in enumerate(ids)]

@@ -18,10 +18,11 @@ from __future__ import annotations
 import html as _html
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Protocol, Sequence, Union, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 __all__ = [
     "MountableView",
@@ -79,10 +80,10 @@ class Section:
     """
 
     heading: str
-    body: Union[MountableView, str]
+    body: MountableView | str
 
 
-SectionLike = Union[Section, MountableView, str]
+SectionLike = Section | MountableView | str
 
 
 def _escape_script_text(js: str) -> str:
@@ -230,7 +231,7 @@ def html_page(
         head_scripts.append(f"<script>{circuitsvis_bundle_js()}</script>")
     body = "\n".join(_section_html(s, i) for i, s in enumerate(normalised))
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f"<title>{_html.escape(title)}</title>\n<style>{_PAGE_CSS}</style>\n"
         + "\n".join(head_scripts)
         + f"\n</head>\n<body>\n<h1>{_html.escape(title)}</h1>\n{body}\n</body>\n</html>\n"

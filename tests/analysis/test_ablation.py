@@ -1,0 +1,288 @@
+"""Ablations on hand-built models whose exact answers are known."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from perm_circuits import ModelConfig, TaskConfig, build_model, evaluate, hook_count, make_test_set, run_logits
+from perm_circuits.analysis import (
+    ablate,
+    ablate_head,
+    ablate_mlp,
+    ablation_table,
+    binding_free_reference,
+    reference_activations,
+)
+from perm_circuits.evaluate import evaluate_logits
+from perm_circuits.task import make_batch
+
+CONFIG = ModelConfig(d_model=16, n_heads=2, seed=3)  # d_head 8, d_mlp 32
+TASK = TaskConfig(repeat_ratio=0.3)
+Z = "blocks.0.attn.hook_z"
+
+
+@pytest.fixture(scope="module")
+def model():
+    m = build_model(CONFIG)
+    m.task_config = TASK
+    return m
+
+
+@pytest.fixture(scope="module")
+def batch():
+    return make_test_set(TASK, n=300, seed=7)
+
+
+def edited(**changes):
+    """A copy of the fixture model with some state_dict entries edited in place by functions."""
+    m = build_model(CONFIG)
+    m.task_config = TASK
+    sd = m.state_dict()
+    for key, fn in changes.items():
+        fn(sd[key.replace("__", ".")])
+    m.load_state_dict(sd)
+    return m
+
+
+def capture(model, tokens, hooks, name=Z):
+    store = {}
+
+    def grab(activation, hook):
+        store["act"] = activation.detach().clone()
+
+    run_logits(model, tokens, list(hooks) + [(name, grab)])
+    return store["act"]
+
+
+# ----------------------------------------------------------------------------- zero
+
+
+@pytest.mark.parametrize("head", [0, 1])
+def test_zero_head_equals_deleting_its_W_O_columns(model, batch, head):
+    d_head = CONFIG.resolved_d_head
+
+    def cut(w):
+        w[:, head * d_head : (head + 1) * d_head] = 0
+
+    reference = edited(blocks__0__attn__o__weight=cut)
+    ablated = run_logits(model, batch.inputs, ablate_head(model, 0, head))
+    assert torch.allclose(ablated, run_logits(reference, batch.inputs), atol=1e-5)
+    assert not torch.allclose(ablated, run_logits(model, batch.inputs), atol=1e-3)
+    assert hook_count(model) == 0
+
+
+def test_zero_head_at_one_position_only_changes_that_position(model, batch):
+    d_head = CONFIG.resolved_d_head
+
+    def cut(w):
+        w[:, d_head : 2 * d_head] = 0
+
+    plain = run_logits(model, batch.inputs)
+    ablated = run_logits(model, batch.inputs, ablate_head(model, 0, 1, positions=[-1]))
+    without_head = run_logits(edited(blocks__0__attn__o__weight=cut), batch.inputs)
+    # 1 layer: the head's output at position p only reaches position p's logits.
+    assert torch.equal(ablated[:, :-1], plain[:, :-1])
+    assert torch.allclose(ablated[:, -1], without_head[:, -1], atol=1e-5)
+
+
+def test_zero_mlp_equals_deleting_it(model, batch):
+    def zero(w):
+        w.zero_()
+
+    no_mlp = edited(blocks__0__mlp__out__weight=zero, blocks__0__mlp__out__bias=zero)
+    ablated = run_logits(model, batch.inputs, ablate_mlp(model, 0))
+    assert torch.allclose(ablated, run_logits(no_mlp, batch.inputs), atol=1e-5)
+
+
+def test_zero_neurons_equal_deleting_their_W_out_columns(model, batch):
+    neurons = [0, 5, 31]
+
+    def cut(w):
+        w[:, neurons] = 0
+
+    ablated = run_logits(model, batch.inputs, ablate_mlp(model, 0, neurons=neurons))
+    assert torch.allclose(ablated, run_logits(edited(blocks__0__mlp__out__weight=cut), batch.inputs), atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- mean
+
+
+def test_mean_ablation_of_a_position_constant_activation_is_a_no_op(batch):
+    # W_V = 0: every value vector is b_V, so z = sum_s A[d, s] b_V = b_V at every position and sample.
+    m = edited(blocks__0__attn__v__weight=lambda w: w.zero_())
+    plain = run_logits(m, batch.inputs)
+    for head in (0, 1):
+        hooks = ablate_head(m, 0, head, "mean", reference=batch)
+        assert torch.allclose(run_logits(m, batch.inputs, hooks), plain, atol=1e-6)
+
+
+def test_mean_ablation_writes_the_reference_mean_per_position_and_head(model, batch):
+    reference = make_batch(TASK, 200, split="test", seed=11)
+    ref_z = reference_activations(model, reference, [Z])[Z]
+    plain_z = capture(model, batch.inputs, [])
+    z = capture(model, batch.inputs, ablate_head(model, 0, 1, "mean", reference=reference, positions=[6, 8]))
+    assert torch.allclose(z[:, [6, 8], 1], ref_z[:, [6, 8], 1].mean(0).expand(len(batch), -1, -1), atol=1e-6)
+    assert torch.equal(z[:, :, 0], plain_z[:, :, 0])  # other head untouched
+    assert torch.equal(z[:, :6, 1], plain_z[:, :6, 1])  # other positions untouched
+    assert torch.equal(z[:, 7, 1], plain_z[:, 7, 1])
+
+
+def test_default_reference_is_the_models_test_set(model):
+    default = ablate_head(model, 0, 0, "mean")
+    explicit = ablate_head(model, 0, 0, "mean", reference=make_test_set(TASK))
+    tokens = make_batch(TASK, 50, seed=2).inputs
+    assert torch.equal(run_logits(model, tokens, default), run_logits(model, tokens, explicit))
+
+
+# ----------------------------------------------------------------------------- resample
+
+
+def test_resample_is_deterministic_per_seed(model, batch):
+    reference = make_batch(TASK, 100, split="test", seed=5)
+    run = lambda seed: run_logits(model, batch.inputs, ablate_head(model, 0, 0, "resample", reference=reference, seed=seed))
+    assert torch.equal(run(0), run(0))
+    assert not torch.equal(run(0), run(1))
+
+
+def test_resample_copies_a_real_reference_samples_activation(model, batch):
+    one = make_batch(TASK, 1, split="test", seed=9)
+    ref_z = reference_activations(model, one, [Z])[Z]
+    z = capture(model, batch.inputs, ablate_head(model, 0, 1, "resample", reference=one))
+    assert torch.allclose(z[:, :, 1], ref_z[:, :, 1].expand(len(batch), -1, -1), atol=0)
+
+    reference = make_batch(TASK, 40, split="test", seed=5)
+    ref_z = reference_activations(model, reference, [Z])[Z]
+    z = capture(model, batch.inputs, ablate_head(model, 0, 0, "resample", reference=reference, seed=3))
+    # every sample's head-0 output is exactly one reference row's, at all positions at once
+    match = (z[:, None, :, 0] == ref_z[None, :, :, 0]).flatten(2).all(-1)  # [batch, ref]
+    assert bool(match.any(1).all())
+
+
+def test_row_paired_resample_with_the_batch_itself_is_a_no_op(model, batch):
+    hooks = ablate_head(model, 0, 0, "resample", reference=batch, pairing="row")
+    assert torch.equal(run_logits(model, batch.inputs, hooks), run_logits(model, batch.inputs))
+
+
+def test_binding_free_reference_keeps_queries_and_breaks_answers(batch):
+    ref = binding_free_reference(TASK, queries=batch, seed=0)
+    assert torch.equal(ref.xs, batch.xs)
+    assert torch.equal(ref.inputs[:, 0::2], batch.inputs[:, 0::2])  # the same query tokens
+    assert torch.equal(ref.repeated, batch.repeated) and torch.equal(ref.repeat_source, batch.repeat_source)
+    assert torch.equal(ref.ys, ref.perms.gather(1, ref.xs - 1))  # a valid sequence of its permutation
+    assert torch.equal(ref.targets[:, 0::2], ref.ys)
+    same = (ref.perms == batch.perms).all(1).float().mean()
+    assert same < 0.15  # independent permutations: 1/24 expected on the test split
+    # default: the queries of the fixed test set, row for row
+    default = binding_free_reference(TASK)
+    assert torch.equal(default.xs, make_test_set(TASK).xs)
+
+
+def test_binding_free_row_resample_replaces_by_the_same_queries_activation(model, batch):
+    ref = binding_free_reference(TASK, queries=batch, seed=0)
+    ref_z = reference_activations(model, ref, [Z])[Z]
+    z = capture(model, batch.inputs, ablate_head(model, 0, 1, "resample", reference=ref, pairing="row"))
+    assert torch.equal(z[:, :, 1], ref_z[:, :, 1])
+
+
+# ----------------------------------------------------------------------------- table
+
+
+def test_ablation_table_matches_evaluate(model, batch):
+    table = ablation_table(model, test_set=batch)
+    frame = table.to_dataframe()
+    assert len(frame) == 1 + 3 * 3
+    assert not frame.duplicated(["component", "how"]).any()
+    assert set(frame.component) == {"none", "L0H0", "L0H1", "L0MLP"}
+    base, plain = table.baseline, evaluate(model, batch)
+    assert base.recall_accuracy == plain.recall_accuracy
+    assert base.elimination_accuracy == plain.elimination_accuracy
+    assert base.early_mae_train == plain.early_mae_train
+    assert base.loss == plain.test_loss
+    row = table.get("L0H1", "zero")
+    ablated = evaluate(model, batch, hooks=ablate_head(model, 0, 1))
+    assert (row.recall_accuracy, row.loss, row.early_mae_train) == (
+        ablated.recall_accuracy,
+        ablated.test_loss,
+        ablated.early_mae_train,
+    )
+    row = table.get("L0MLP", "mean")
+    ablated = evaluate(model, batch, hooks=ablate_mlp(model, 0, "mean", reference=batch))
+    assert row.loss == pytest.approx(ablated.test_loss, abs=1e-6)
+    assert table.n_recall == int(batch.repeated.sum())
+
+
+def test_ablation_table_binding_free_reference(model, batch):
+    table = ablation_table(model, hows=("resample",), test_set=batch, reference="binding_free")
+    ref = binding_free_reference(TASK, queries=batch, seed=0)
+    row = table.get("L0H0", "resample")
+    # row-paired hooks only fit a batch of the reference's size, so not evaluate()'s 1-row probe
+    hooks = ablate_head(model, 0, 0, "resample", reference=ref, pairing="row")
+    ablated = evaluate_logits(run_logits(model, batch.inputs, hooks), batch, TASK)
+    assert row.loss == pytest.approx(ablated.test_loss, abs=1e-6)
+    assert "binding-free" in table.reference
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+@pytest.fixture
+def no_forward(model, monkeypatch):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a forward pass ran before validation")
+
+    monkeypatch.setattr(model, "forward", forbidden)
+    return model
+
+
+def float_batch(batch):
+    bad = make_batch(TASK, 4, seed=0)
+    object.__setattr__(bad, "inputs", bad.inputs.float())
+    return bad
+
+
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        (lambda m, b: ablate_head(m, 1, 0), ValueError),
+        (lambda m, b: ablate_head(m, -1, 0), ValueError),
+        (lambda m, b: ablate_head(m, 0, 2), ValueError),
+        (lambda m, b: ablate_head(m, 0, 0, "bogus"), ValueError),
+        (lambda m, b: ablate_head(m, 0, 0, "mean", positions=[9]), ValueError),
+        (lambda m, b: ablate_head(m, 0, 0, "mean", positions=[1, 1]), ValueError),
+        (lambda m, b: ablate_head(m, 0, 0, "mean", pairing="sideways"), ValueError),
+        (lambda m, b: ablate_mlp(m, 0, "mean", neurons=[32]), ValueError),
+        (lambda m, b: ablate_mlp(m, 0, "mean", neurons=[3, 3]), ValueError),
+        (lambda m, b: ablate_mlp(m, 0, "mean", neurons=[]), ValueError),
+        (lambda m, b: ablate_mlp(m, 0, "mean", neurons=torch.tensor([1.0])), TypeError),
+        (lambda m, b: ablate(m, "blocks.0.attn.hook_nope"), ValueError),
+        (lambda m, b: ablate(m, "blocks.0.attn.hook_attn_scores"), ValueError),
+        (lambda m, b: ablate(m, "blocks.0.hook_resid_mid", "mean"), ValueError),
+        (lambda m, b: ablate(m, "ln_final.hook_scale", index=0), ValueError),
+        (lambda m, b: ablate(m, Z, "mean", reference=float_batch(b)), TypeError),
+        (lambda m, b: ablate(m, Z, "mean", reference=b.inputs), TypeError),
+        (lambda m, b: ablation_table(m, hows=("zero", "bogus"), test_set=b), ValueError),
+        (lambda m, b: ablation_table(m, test_set=b, reference="elsewhere"), ValueError),
+        (lambda m, b: ablation_table(m, test_set=float_batch(b)), TypeError),
+    ],
+)
+def test_validation_errors_come_before_any_forward(no_forward, batch, call, error):
+    with pytest.raises(error):
+        call(no_forward, batch)
+
+
+def test_no_hooks_left_after_an_exception_inside_a_hook(model, batch):
+    def boom(activation, hook):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        ablation_table(model, test_set=batch, hooks=[("blocks.0.hook_resid_pre", boom)])
+    assert hook_count(model) == 0
+    with pytest.raises(RuntimeError, match="boom"):
+        ablate_head(model, 0, 0, "mean", reference=batch, hooks=[("hook_embed", boom)])
+    assert hook_count(model) == 0
+    short = make_batch(TASK, 10, seed=1)
+    hooks = ablate_head(model, 0, 0, "resample", reference=short, pairing="row")
+    with pytest.raises(ValueError, match="pairing='row'"):
+        run_logits(model, batch.inputs, hooks)
+    assert hook_count(model) == 0

@@ -1,0 +1,230 @@
+"""Memory-recall probes (Bietti et al. 2023): exact answers on hand-built matrices and models."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from jaxtyping import install_import_hook
+
+with install_import_hook(
+    ["perm_circuits.analysis.memory", "perm_circuits.analysis.attribution", "perm_circuits.analysis.ffn"],
+    "beartype.beartype",
+):
+    from perm_circuits.analysis import memory
+
+from perm_circuits import ModelConfig, TaskConfig, TrainConfig, build_model, train
+
+BAD = (ValueError, TypeError)
+
+
+# ----------------------------------------------------------------------------- generic probe
+
+
+def test_identity_memory_recalls_everything():
+    u = torch.eye(6)
+    assert memory.memory_recall(torch.eye(6), u, u, memory.identity_map(6)) == 1.0
+
+
+def test_random_embeddings_identity_memory():
+    gen = torch.Generator().manual_seed(0)
+    u = torch.randn(10, 64, generator=gen)
+    v = torch.randn(10, 32, generator=gen)
+    W = torch.linalg.pinv(u) @ torch.linalg.pinv(v).T  # u W v^T = I
+    assert memory.memory_recall(W, u, v, memory.identity_map(10)) == 1.0
+
+
+def test_partial_permutation_recall_is_fraction_of_correct_rows():
+    perm = [3, 0, 4, 1, 2, 5, 7, 6]
+    targets = [(i, j) for i, j in enumerate(perm)]
+    W = torch.zeros(8, 8)
+    stored = [0, 2, 3, 6, 7]  # rows that store their target
+    for i in stored:
+        W[i, perm[i]] = 1.0
+    W[1, 5] = 1.0  # a wrong association: row 1 -> 5 instead of 0
+    # rows 4, 5 are empty: all candidates tie, which counts as not recalled
+    assert memory.memory_recall(W, torch.eye(8), torch.eye(8), targets) == pytest.approx(5 / 8)
+
+
+def test_argmin_variant_on_negated_identity():
+    u = torch.eye(5)
+    assert memory.memory_recall(-torch.eye(5), u, u, memory.identity_map(5), mode="argmin") == 1.0
+    assert memory.memory_recall(-torch.eye(5), u, u, memory.identity_map(5), mode="argmax") == 0.0
+    assert memory.memory_recall(torch.eye(5), u, u, memory.identity_map(5), mode="argmin") == 0.0
+
+
+def test_ties_count_as_failures_and_allowed_mask():
+    scores = torch.tensor([[1.0, 1.0, 0.0], [0.0, 2.0, 5.0]])
+    assert memory.recall_rate(scores, [(0, 0), (1, 1)]) == 0.0
+    allowed = torch.tensor([[True, False, True], [True, True, False]])
+    assert memory.recall_rate(scores, [(0, 0), (1, 1)], allowed=allowed) == 1.0
+    with pytest.raises(ValueError, match="masked out"):
+        memory.recall_rate(scores, [(0, 1)], allowed=allowed)
+
+
+def test_generic_validation():
+    u = torch.eye(4)
+    with pytest.raises(BAD):
+        memory.memory_recall(torch.eye(3), u, u, memory.identity_map(3))  # d_in mismatch
+    with pytest.raises(BAD):
+        memory.memory_recall(torch.eye(4), u, torch.eye(3), memory.identity_map(4))  # d_out mismatch
+    with pytest.raises(ValueError, match="outside"):
+        memory.memory_recall(torch.eye(4), u, u, [(0, 4)])
+    with pytest.raises(ValueError, match="mode"):
+        memory.memory_recall(torch.eye(4), u, u, memory.identity_map(4), mode="max")
+    with pytest.raises(BAD):
+        memory.memory_recall(torch.eye(4), u, u, [])
+    with pytest.raises(BAD):
+        memory.recall_rate(torch.eye(4), torch.ones(4, 2))  # float targets
+    with pytest.raises(ValueError, match="non-finite"):
+        memory.recall_rate(torch.full((2, 2), float("nan")), [(0, 0)])
+    with pytest.raises(ValueError):
+        memory.identity_map(0)
+
+
+# ----------------------------------------------------------------------------- hand-built models
+
+
+def _hand_model(config: ModelConfig, edit) -> object:
+    model = build_model(config)
+    sd = {k: torch.zeros_like(v) for k, v in model.state_dict().items()}
+    for key in sd:
+        if key.endswith("ln1.weight") or key.endswith("ln2.weight") or key == "ln_final.weight":
+            sd[key] = torch.ones_like(sd[key])
+    edit(sd)
+    model.load_state_dict(sd)
+    return model
+
+
+def _one_hot_tokens(sd, d):
+    sd["embed.weight"] = torch.eye(6, d)
+    sd["unembed.weight"] = torch.eye(6, d)  # W_U[:, t] = e_t
+
+
+def test_copying_head_ov_probe():
+    def edit(sd):
+        _one_hot_tokens(sd, 8)
+        sd["blocks.0.attn.v.weight"] = torch.eye(8)
+        sd["blocks.0.attn.o.weight"] = torch.eye(8)
+
+    model = _hand_model(ModelConfig(d_model=8, n_heads=1), edit)
+    copy = memory.ov_memory_probe(model, 0)
+    assert (copy.component, copy.circuit, copy.map, copy.recall, copy.n_pairs) == ("L0H0", "OV", "copy", 1.0, 5)
+    assert memory.ov_memory_probe(model, 0, position=1).recall == 1.0
+    assert memory.ov_memory_probe(model, 0, mode="argmin").recall == 0.0
+    scores = memory.ov_scores(model, 0)
+    assert torch.equal(scores.argmax(-1), torch.arange(5))
+
+
+def test_suppressing_head_ov_probe():
+    def edit(sd):
+        _one_hot_tokens(sd, 8)
+        sd["blocks.0.attn.v.weight"] = torch.eye(8)
+        sd["blocks.0.attn.o.weight"] = -torch.eye(8)
+
+    model = _hand_model(ModelConfig(d_model=8, n_heads=1), edit)
+    assert memory.ov_memory_probe(model, 0, mode="argmin").recall == 1.0
+    assert memory.ov_memory_probe(model, 0, mode="argmax").recall == 0.0
+
+
+def _qk_model(shift: int):
+    """d=16: tokens in dims 0..5, positions one-hot in dims 6..14; QK maps query position q to key
+    position q - shift; the token dims do not enter QK."""
+
+    def edit(sd):
+        _one_hot_tokens(sd, 16)
+        pos = torch.zeros(9, 16)
+        pos[torch.arange(9), 6 + torch.arange(9)] = 1.0  # position p -> dim 6 + p
+        sd["pos_embed.weight"] = pos
+        W_Q = torch.zeros(16, 16)  # row convention [d_model, d_head]
+        for q in range(shift, 9):
+            W_Q[6 + q, 6 + q - shift] = 1.0
+        W_K = torch.zeros(16, 16)
+        W_K[6:15, 6:15] = torch.eye(9)
+        sd["blocks.0.attn.q.weight"] = W_Q.T.contiguous()
+        sd["blocks.0.attn.k.weight"] = W_K.T.contiguous()
+
+    return _hand_model(ModelConfig(d_model=16, n_heads=1), edit)
+
+
+def test_qk_positional_maps():
+    prev = _qk_model(shift=1)
+    assert memory.qk_memory_probe(prev, 0, "prev_y").recall == 1.0
+    assert memory.qk_memory_probe(prev, 0, "self_y").recall == 0.0
+    assert memory.qk_memory_probe(prev, 0, "last_to_y1").recall == 0.0
+    assert memory.qk_memory_probe(prev, 0, "x_match").recall == 0.0  # all keys tie
+    self_model = _qk_model(shift=0)
+    assert memory.qk_memory_probe(self_model, 0, "self_y").recall == 1.0
+    assert memory.qk_memory_probe(self_model, 0, "prev_y").recall == 0.0
+
+
+def test_qk_token_match():
+    def edit(sd):
+        _one_hot_tokens(sd, 8)
+        sd["blocks.0.attn.q.weight"] = torch.eye(8)
+        sd["blocks.0.attn.k.weight"] = torch.eye(8)
+
+    model = _hand_model(ModelConfig(d_model=8, n_heads=1), edit)
+    probe = memory.qk_memory_probe(model, 0, "x_match")
+    assert (probe.recall, probe.n_pairs, probe.chance) == (1.0, 5, 0.2)
+
+
+def test_mlp_map_probe():
+    def edit(sd, sign):
+        _one_hot_tokens(sd, 8)
+        W_in = torch.zeros(8, 16)  # neuron j reads token j + 1
+        W_in[torch.arange(1, 6), torch.arange(5)] = 1.0
+        sd["blocks.0.mlp.in.weight"] = W_in.T.contiguous()
+        W_out = torch.zeros(16, 8)  # neuron j writes token j + 1
+        W_out[torch.arange(5), torch.arange(1, 6)] = sign
+        sd["blocks.0.mlp.out.weight"] = W_out.T.contiguous()
+
+    copy = _hand_model(ModelConfig(d_model=8, n_heads=1), lambda sd: edit(sd, 1.0))
+    assert memory.mlp_memory_probe(copy).recall == 1.0
+    assert memory.mlp_memory_probe(copy, mode="argmin").recall == 0.0
+    suppress = _hand_model(ModelConfig(d_model=8, n_heads=1), lambda sd: edit(sd, -1.0))
+    assert memory.mlp_memory_probe(suppress, mode="argmin").recall == 1.0
+    # custom inputs and target map: token 2's embedding should retrieve value index 1
+    inputs = copy.W_E.detach()[[2, 3]]
+    assert memory.mlp_memory_probe(copy, inputs=inputs, targets=[(0, 1), (1, 2)]).recall == 1.0
+
+
+def test_model_probes_table_and_validation():
+    model = build_model("d32h2")
+    probes = memory.model_memory_probes(model)
+    frame = probes.to_dataframe()
+    assert len(frame) == 2 * (2 + len(memory.QK_MAPS)) + 2
+    assert set(frame["component"]) == {"L0H0", "L0H1", "L0MLP"}
+    assert frame["recall"].between(0, 1).all()
+    assert probes.get("L0H1", "copy") == memory.ov_memory_probe(model, 1).recall
+    with pytest.raises(ValueError, match="head 2 out of range"):
+        memory.ov_memory_probe(model, 2)
+    with pytest.raises(ValueError, match="layer 1 out of range"):
+        memory.qk_memory_probe(model, 0, layer=1)
+    with pytest.raises(ValueError, match="map"):
+        memory.qk_memory_probe(model, 0, "induction")
+    with pytest.raises(ValueError, match="position 9"):
+        memory.ov_memory_probe(model, 0, position=9)
+    with pytest.raises(BAD):
+        memory.mlp_memory_probe(model, inputs=torch.zeros(3, 16))
+    with pytest.raises(BAD):
+        memory.ov_memory_probe(model, True)
+
+
+def test_tracker_records_probes_every_epoch():
+    tracker = memory.memory_probe_tracker()
+    result = train(
+        "d16h1",
+        TaskConfig(repeat_ratio=0.3),
+        TrainConfig(epochs=2, samples_per_epoch=256, batch_size=128, test_size=100),
+        callbacks=[tracker],
+        progress=False,
+    )
+    frame = tracker.to_dataframe()
+    assert list(frame["epoch"].unique()) == [1, 2]
+    assert len(frame) == 2 * (2 + len(memory.QK_MAPS) + 2)
+    final = memory.model_memory_probes(result.model).to_dataframe()
+    assert frame[frame["epoch"] == 2]["recall"].tolist() == final["recall"].tolist()
+    every_other = memory.memory_probe_tracker(every=2)
+    with pytest.raises(ValueError):
+        memory.memory_probe_tracker(every=0)
+    assert every_other.to_dataframe().empty

@@ -1,0 +1,254 @@
+"""Activation patching on hand-built models: identities that must hold exactly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformer_lens.patching as tl_patching
+
+from perm_circuits import ModelConfig, TaskConfig, build_model, hook_count, run_logits
+from perm_circuits.analysis import (
+    ablate_head,
+    find_recall_head,
+    generic_patch,
+    logit_diff,
+    patch_attn_out,
+    patch_head_outputs,
+    patch_head_patterns,
+    patch_head_sources,
+    patch_mlp,
+    patch_residual,
+    patching_pair,
+    recall_patching,
+)
+from perm_circuits.analysis.patching import set_head, set_pattern
+
+CONFIG = ModelConfig(d_model=16, n_heads=2, seed=5)
+TASK = TaskConfig(repeat_ratio=0.3)
+LAST = 2 * TASK.V - 2
+
+
+@pytest.fixture(scope="module")
+def model():
+    m = build_model(CONFIG)
+    m.task_config = TASK
+    return m
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return patching_pair(TASK, n=300, seed=0)
+
+
+def test_patching_pair_differs_only_in_the_last_query(pair):
+    clean, corrupted, answer, wrong = pair
+    assert torch.equal(clean.inputs[:, :-1], corrupted.inputs[:, :-1])
+    assert torch.equal(clean.xs[:, -1], clean.xs[:, 0]) and bool(clean.repeated.all())
+    used = (corrupted.xs[:, :-1, None] == corrupted.xs[:, -1, None, None]).any(1)[:, 0]
+    assert not used.any()  # the corrupted last query is the unused x
+    assert torch.equal(answer, clean.ys[:, 0]) and torch.equal(answer, clean.targets[:, -1])
+    assert torch.equal(wrong, corrupted.targets[:, -1])
+    assert not (corrupted.ys[:, :-1] == wrong[:, None]).any()  # the unused y: what elimination answers
+    assert not (answer == wrong).any()
+    assert torch.equal(corrupted.ys, corrupted.perms.gather(1, corrupted.xs - 1))
+
+
+def test_logit_diff(pair):
+    clean, _, answer, wrong = pair
+    logits = torch.zeros(len(clean), LAST + 1, TASK.d_vocab)
+    logits[torch.arange(len(clean)), -1, answer] = 2.0
+    logits[torch.arange(len(clean)), -1, wrong] = -0.5
+    assert torch.equal(logit_diff(logits, answer, wrong), torch.full((len(clean),), 2.5))
+
+
+def test_clean_into_clean_is_one_and_corrupted_into_corrupted_is_zero(model, pair):
+    same = patch_head_outputs(model, pair, source="clean", target="clean")
+    none = patch_head_outputs(model, pair, source="corrupted", target="corrupted")
+    for cell in same.cells:
+        assert cell.mean == pytest.approx(1.0, abs=1e-5)
+        assert cell.ci_low == pytest.approx(1.0, abs=1e-5) and cell.ci_high == pytest.approx(1.0, abs=1e-5)
+    for cell in none.cells:
+        assert cell.mean == pytest.approx(0.0, abs=1e-5)
+    assert same.clean_logit_diff != pytest.approx(same.corrupted_logit_diff)
+
+
+@pytest.mark.parametrize("site", ["resid_pre", "resid_mid", "resid_post"])
+def test_residual_stream_at_the_last_position_restores_everything(model, pair, site):
+    sweep = patch_residual(model, pair, site=site)
+    assert sweep.get(position=LAST).mean == pytest.approx(1.0, abs=1e-4)
+    assert torch.allclose(sweep.per_sample[LAST].mean(), torch.tensor(1.0), atol=1e-4)
+    for position in range(LAST):  # both runs share every earlier token
+        assert sweep.get(position=position).mean == 0.0
+
+
+def test_noising_the_whole_last_position_gives_the_corrupted_answer(model, pair):
+    sweep = patch_residual(model, pair, site="resid_pre", positions=[LAST], source="corrupted", target="clean")
+    assert sweep.cells[0].mean == pytest.approx(0.0, abs=1e-4)
+
+
+def test_values_before_the_last_position_are_shared_so_their_patches_are_zero(model, pair):
+    sweep = patch_head_sources(model, pair, component="value")
+    for cell in sweep.cells:
+        if cell.source_position < LAST:
+            assert cell.mean == 0.0
+    assert any(cell.mean != 0.0 for cell in sweep.cells if cell.source_position == LAST)
+
+
+def test_pattern_edits_change_z_exactly_and_per_source_edits_add_up(model, pair):
+    clean, corrupted, _, _ = pair
+    store = {}
+
+    def grab(name):
+        def fn(activation, hook):
+            store[name] = activation.detach().clone()
+
+        return fn
+
+    names = ["blocks.0.attn.hook_pattern", "blocks.0.attn.hook_v", "blocks.0.attn.hook_z"]
+    run_logits(model, clean.inputs, [(n, grab("clean " + n)) for n in names])
+    clean_pattern = store["clean blocks.0.attn.hook_pattern"]
+
+    def patched_z(sources):
+        def patch(activation, hook):
+            out = activation.clone()
+            out[:, 0, LAST, sources] = clean_pattern[:, 0, LAST, sources]
+            return out
+
+        hooks = [("blocks.0.attn.hook_pattern", patch)] + [(n, grab(n)) for n in names]
+        run_logits(model, corrupted.inputs, hooks)
+        return store["blocks.0.attn.hook_z"], store["blocks.0.attn.hook_pattern"], store["blocks.0.attn.hook_v"]
+
+    z, pattern, v = patched_z(list(range(LAST + 1)))
+    # TL4 bridges do apply hook_pattern edits: z is the edited pattern times the values
+    expected = torch.einsum("bqk,bkd->bqd", pattern[:, 0], v[:, :, 0])
+    assert torch.allclose(z[:, :, 0], expected, atol=1e-5)
+    assert torch.allclose(pattern[:, 0, LAST], clean_pattern[:, 0, LAST])
+    base, _, _ = patched_z([])
+    per_source = sum(patched_z([s])[0][:, LAST, 0] - base[:, LAST, 0] for s in range(LAST + 1))
+    assert torch.allclose(per_source, z[:, LAST, 0] - base[:, LAST, 0], atol=1e-5)
+
+
+def test_whole_pattern_patch_equals_a_generic_patch(model, pair):
+    a = patch_head_patterns(model, pair)
+    b = generic_patch(model, pair, patch_setter=set_pattern, activation_name="pattern", index_rows=[{"layer": 0, "head": 0}, {"layer": 0, "head": 1}])
+    assert [c.mean for c in a.cells] == [c.mean for c in b.cells]
+
+
+def test_head_patches_match_transformer_lens_patching(model, pair):
+    clean, corrupted, answer, wrong = pair
+    model.eval()
+    with torch.no_grad():
+        _, cache = model.run_with_cache(clean.inputs)
+        theirs = tl_patching.get_act_patch_attn_head_out_all_pos(
+            model, corrupted.inputs, cache, lambda logits: logit_diff(logits, answer, wrong).mean()
+        )
+    ours = patch_head_outputs(model, pair)
+    assert torch.allclose(torch.tensor([c.logit_diff for c in ours.cells], dtype=torch.float64), theirs[0].double(), atol=1e-5)
+    generic = generic_patch(model, pair, patch_setter=set_head, activation_name="z", index_axes=("layer", "head"))
+    assert [c.mean for c in generic.cells] == [c.mean for c in ours.cells]
+
+
+def test_find_recall_head_on_a_model_whose_head_0_is_silent(pair):
+    m = build_model(CONFIG)
+    sd = m.state_dict()
+    sd["blocks.0.attn.o.weight"][:, : CONFIG.resolved_d_head] = 0
+    m.load_state_dict(sd)
+    found = find_recall_head(m, pair)
+    assert (found.layer, found.head) == (0, 1)
+    assert found.sweep.get(head=0).mean == pytest.approx(0.0, abs=1e-6)
+    assert found.effect == found.sweep.get(head=1).mean != 0.0
+    assert found.ci_low <= found.effect <= found.ci_high
+    assert found.runner_up == found.sweep.get(head=0).mean
+
+
+def test_extra_hooks_apply_in_both_runs(model, pair):
+    clean, corrupted, answer, wrong = pair
+    hooks = ablate_head(model, 0, 1)
+    sweep = patch_head_outputs(model, pair, hooks=hooks)
+    expected = logit_diff(run_logits(model, clean.inputs, hooks), answer, wrong).double().mean()
+    assert sweep.clean_logit_diff == pytest.approx(float(expected), abs=1e-6)
+    assert sweep.get(head=1).mean == 0.0  # head 1 is zero in the clean run too
+    assert hook_count(model) == 0
+
+
+def test_mlp_sweeps_and_report(model, pair):
+    whole = patch_mlp(model, pair)
+    by_position = patch_mlp(model, pair, by_position=True)
+    assert whole.cells[0].mean == pytest.approx(by_position.get(position=LAST).mean, abs=1e-6)
+    groups = patch_mlp(model, pair, neuron_groups=8)
+    assert [c.neurons for c in groups.cells] == [tuple(range(i, i + 8)) for i in range(0, 32, 8)]
+    attn = patch_attn_out(model, pair)
+    assert attn.get(position=0).mean == 0.0
+
+    report = recall_patching(model, pair)
+    frame = report.to_dataframe()
+    assert set(frame.activation) == {
+        "z", "pattern_source", "pattern", "mlp_out", "mlp_neurons", "resid_pre", "resid_mid", "resid_post"
+    }
+    assert len(frame) == 2 + 2 * 9 + 2 + 1 + 4 + 3 * 9
+    assert report.sweep("z").cells[1].mean == pytest.approx(patch_head_outputs(model, pair).cells[1].mean)
+    assert ((frame.ci_low <= frame["mean"] + 1e-9) & (frame["mean"] <= frame.ci_high + 1e-9)).all()
+    again = recall_patching(model, pair)
+    assert again.to_dataframe().equals(frame)  # seeded bootstrap
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+@pytest.fixture
+def no_forward(model, monkeypatch):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a forward pass ran before validation")
+
+    monkeypatch.setattr(model, "forward", forbidden)
+    return model
+
+
+def with_answer(pair, answer):
+    return (pair[0], pair[1], answer, pair[3])
+
+
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        (lambda m, p: patch_head_outputs(m, with_answer(p, p[2].float())), TypeError),
+        (lambda m, p: patch_head_outputs(m, with_answer(p, p[2] * 0)), ValueError),
+        (lambda m, p: patch_head_outputs(m, with_answer(p, p[2][:5])), ValueError),
+        (lambda m, p: patch_head_outputs(m, (p[0], p[1].subset(torch.arange(5)), p[2], p[3])), ValueError),
+        (lambda m, p: patch_head_outputs(m, p, source="dirty"), ValueError),
+        (lambda m, p: patch_head_outputs(m, p, n_boot=0), ValueError),
+        (lambda m, p: patch_head_sources(m, p, dest_position=9), ValueError),
+        (lambda m, p: patch_head_sources(m, p, component="key"), ValueError),
+        (lambda m, p: patch_mlp(m, p, neuron_groups=[[0, 40]]), ValueError),
+        (lambda m, p: patch_mlp(m, p, neuron_groups=[[1, 1]]), ValueError),
+        (lambda m, p: patch_residual(m, p, site="resid_elsewhere"), ValueError),
+        (lambda m, p: patch_residual(m, p, positions=[-10]), ValueError),
+        (lambda m, p: generic_patch(m, p, patch_setter=set_head, activation_name="z", index_rows=[{"layer": 1, "head": 0}]), ValueError),
+        (lambda m, p: generic_patch(m, p, patch_setter=set_head, activation_name="z", index_rows=[{"layer": 0, "head": 2}]), ValueError),
+        (lambda m, p: generic_patch(m, p, patch_setter=set_head, activation_name="q", index_axes=("layer",)), ValueError),
+        (lambda m, p: recall_patching(m, p, neuron_groups=0), ValueError),
+    ],
+)
+def test_validation_errors_come_before_any_forward(no_forward, pair, call, error):
+    with pytest.raises(error):
+        call(no_forward, pair)
+
+
+def test_float_tokens_raise_type_error(no_forward, pair):
+    bad = pair[1].subset(torch.arange(len(pair[1])))
+    object.__setattr__(bad, "inputs", bad.inputs.float())
+    with pytest.raises(TypeError):
+        patch_head_outputs(no_forward, (pair[0], bad, pair[2], pair[3]))
+
+
+def test_no_hooks_left_after_an_exception_inside_a_hook(model, pair):
+    calls = {"n": 0}
+
+    def boom_later(activation, hook):
+        calls["n"] += 1
+        if calls["n"] == 4:  # inside a patched forward, after the two cached runs
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        recall_patching(model, pair, hooks=[("hook_embed", boom_later)])
+    assert hook_count(model) == 0
