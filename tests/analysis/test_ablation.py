@@ -140,7 +140,9 @@ def test_default_reference_is_the_models_test_set(model):
 
 def test_resample_is_deterministic_per_seed(model, batch):
     reference = make_batch(TASK, 100, split="test", seed=5)
-    run = lambda seed: run_logits(model, batch.inputs, ablate_head(model, 0, 0, "resample", reference=reference, seed=seed))
+    def run(seed):
+        return run_logits(model, batch.inputs, ablate_head(model, 0, 0, "resample", reference=reference, seed=seed))
+
     assert torch.equal(run(0), run(0))
     assert not torch.equal(run(0), run(1))
 
@@ -212,6 +214,15 @@ def test_ablation_table_matches_evaluate(model, batch):
     assert table.n_recall == int(batch.repeated.sum())
 
 
+def test_ablation_table_at_the_last_position_leaves_earlier_steps_alone(model, batch):
+    table = ablation_table(model, hows=("zero",), test_set=batch, positions=[-1])
+    assert table.positions == (8,)
+    for row in table.rows:
+        assert row.early_mae_train == table.baseline.early_mae_train
+    ablated = evaluate(model, batch, hooks=ablate_head(model, 0, 0, positions=[8]))
+    assert table.get("L0H0", "zero").recall_accuracy == ablated.recall_accuracy
+
+
 def test_ablation_table_binding_free_reference(model, batch):
     table = ablation_table(model, hows=("resample",), test_set=batch, reference="binding_free")
     ref = binding_free_reference(TASK, queries=batch, seed=0)
@@ -264,6 +275,7 @@ def float_batch(batch):
         (lambda m, b: ablation_table(m, hows=("zero", "bogus"), test_set=b), ValueError),
         (lambda m, b: ablation_table(m, test_set=b, reference="elsewhere"), ValueError),
         (lambda m, b: ablation_table(m, test_set=float_batch(b)), TypeError),
+        (lambda m, b: ablation_table(m, test_set=b, positions=[12]), ValueError),
     ],
 )
 def test_validation_errors_come_before_any_forward(no_forward, batch, call, error):

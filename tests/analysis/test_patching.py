@@ -130,7 +130,8 @@ def test_pattern_edits_change_z_exactly_and_per_source_edits_add_up(model, pair)
 
 def test_whole_pattern_patch_equals_a_generic_patch(model, pair):
     a = patch_head_patterns(model, pair)
-    b = generic_patch(model, pair, patch_setter=set_pattern, activation_name="pattern", index_rows=[{"layer": 0, "head": 0}, {"layer": 0, "head": 1}])
+    rows = [{"layer": 0, "head": 0}, {"layer": 0, "head": 1}]
+    b = generic_patch(model, pair, patch_setter=set_pattern, activation_name="pattern", index_rows=rows)
     assert [c.mean for c in a.cells] == [c.mean for c in b.cells]
 
 
@@ -143,22 +144,41 @@ def test_head_patches_match_transformer_lens_patching(model, pair):
             model, corrupted.inputs, cache, lambda logits: logit_diff(logits, answer, wrong).mean()
         )
     ours = patch_head_outputs(model, pair)
-    assert torch.allclose(torch.tensor([c.logit_diff for c in ours.cells], dtype=torch.float64), theirs[0].double(), atol=1e-5)
+    ours_raw = torch.tensor([c.logit_diff for c in ours.cells], dtype=torch.float64)
+    assert torch.allclose(ours_raw, theirs[0].double(), atol=1e-5)
     generic = generic_patch(model, pair, patch_setter=set_head, activation_name="z", index_axes=("layer", "head"))
     assert [c.mean for c in generic.cells] == [c.mean for c in ours.cells]
 
 
-def test_find_recall_head_on_a_model_whose_head_0_is_silent(pair):
-    m = build_model(CONFIG)
+def only_head_1_reaches_the_logits():
+    """No LayerNorm, no MLP; tokens and positions live in dims 0-7, head 1 writes dims 8-15, the
+    unembedding reads dims 8-15 only and head 0 writes nothing: logits = W_U (head 1's output)."""
+    m = build_model(ModelConfig(d_model=16, n_heads=2, normalization_type=None, seed=5))
     sd = m.state_dict()
-    sd["blocks.0.attn.o.weight"][:, : CONFIG.resolved_d_head] = 0
+    sd["embed.weight"][:, 8:] = 0
+    sd["pos_embed.weight"][:, 8:] = 0
+    sd["blocks.0.attn.o.weight"][:, :8] = 0  # head 0 (d_head 8) silent
+    sd["blocks.0.attn.o.weight"][:8] = 0
+    sd["blocks.0.attn.o.bias"].zero_()
+    sd["blocks.0.mlp.out.weight"].zero_()
+    sd["blocks.0.mlp.out.bias"].zero_()
+    sd["unembed.weight"][:, :8] = 0
+    sd["unembed.weight"] *= 1000  # random-init logit differences are ~1e-3: make the two runs differ clearly
     m.load_state_dict(sd)
+    return m
+
+
+def test_find_recall_head_names_the_only_head_that_reaches_the_logits(pair):
+    m = only_head_1_reaches_the_logits()
     found = find_recall_head(m, pair)
     assert (found.layer, found.head) == (0, 1)
-    assert found.sweep.get(head=0).mean == pytest.approx(0.0, abs=1e-6)
-    assert found.effect == found.sweep.get(head=1).mean != 0.0
-    assert found.ci_low <= found.effect <= found.ci_high
-    assert found.runner_up == found.sweep.get(head=0).mean
+    assert found.effect == pytest.approx(1.0, abs=1e-5)
+    assert found.ci_low == pytest.approx(1.0, abs=1e-4) and found.ci_high == pytest.approx(1.0, abs=1e-4)
+    assert found.runner_up == found.sweep.get(head=0).mean == 0.0
+    assert abs(found.sweep.clean_logit_diff - found.sweep.corrupted_logit_diff) > 0.05
+    # the MLP writes nothing and the residual at the last position restores everything
+    assert patch_mlp(m, pair).cells[0].mean == 0.0
+    assert patch_residual(m, pair, positions=[LAST]).cells[0].mean == pytest.approx(1.0, abs=1e-5)
 
 
 def test_extra_hooks_apply_in_both_runs(model, pair):
@@ -204,6 +224,10 @@ def no_forward(model, monkeypatch):
     return model
 
 
+def heads(model, pair, **kwargs):
+    return generic_patch(model, pair, patch_setter=set_head, activation_name="z", **kwargs)
+
+
 def with_answer(pair, answer):
     return (pair[0], pair[1], answer, pair[3])
 
@@ -223,8 +247,11 @@ def with_answer(pair, answer):
         (lambda m, p: patch_mlp(m, p, neuron_groups=[[1, 1]]), ValueError),
         (lambda m, p: patch_residual(m, p, site="resid_elsewhere"), ValueError),
         (lambda m, p: patch_residual(m, p, positions=[-10]), ValueError),
-        (lambda m, p: generic_patch(m, p, patch_setter=set_head, activation_name="z", index_rows=[{"layer": 1, "head": 0}]), ValueError),
-        (lambda m, p: generic_patch(m, p, patch_setter=set_head, activation_name="z", index_rows=[{"layer": 0, "head": 2}]), ValueError),
+        (lambda m, p: heads(m, p, index_rows=[{"layer": 1, "head": 0}]), ValueError),
+        (lambda m, p: heads(m, p, index_rows=[{"layer": 0, "head": 2}]), ValueError),
+        (lambda m, p: heads(m, p, index_rows=[{"layer": 0, "head": 0, "neuron": 3}]), ValueError),
+        (lambda m, p: heads(m, p, index_axes=("head",)), ValueError),
+        (lambda m, p: heads(m, p, index_axes=("layer",), index_rows=[{"layer": 0}]), ValueError),
         (lambda m, p: generic_patch(m, p, patch_setter=set_head, activation_name="q", index_axes=("layer",)), ValueError),
         (lambda m, p: recall_patching(m, p, neuron_groups=0), ValueError),
     ],

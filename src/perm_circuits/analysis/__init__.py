@@ -55,3 +55,83 @@ __all__ = [
     "recall_patching",
     "reference_activations",
 ]
+
+# --- FFN key-value memories, memory-recall probes, direct logit attribution (ffn/memory/attribution)
+from perm_circuits.analysis.attribution import (  # noqa: E402
+    LogitAttribution,
+    LogitDiffDecomposition,
+    decompose_logit_diff,
+    direct_logit_attribution,
+)
+from perm_circuits.analysis.ffn import (  # noqa: E402
+    FFNKeyValueProbe,
+    MLPFlips,
+    enumerate_sequences,
+    ffn_key_value_probe,
+    mlp_prediction_flips,
+)
+from perm_circuits.analysis.memory import (  # noqa: E402
+    MemoryProbes,
+    identity_map,
+    memory_probe_tracker,
+    memory_recall,
+    mlp_memory_probe,
+    model_memory_probes,
+    ov_memory_probe,
+    qk_memory_probe,
+    recall_rate,
+)
+
+__all__ += [
+    "FFNKeyValueProbe",
+    "LogitAttribution",
+    "LogitDiffDecomposition",
+    "MLPFlips",
+    "MemoryProbes",
+    "decompose_logit_diff",
+    "direct_logit_attribution",
+    "enumerate_sequences",
+    "ffn_key_value_probe",
+    "identity_map",
+    "memory_probe_tracker",
+    "memory_recall",
+    "mlp_memory_probe",
+    "mlp_prediction_flips",
+    "model_memory_probes",
+    "ov_memory_probe",
+    "qk_memory_probe",
+    "recall_rate",
+]
+
+# --- head roles: attention by source, head scores, verdict on the study's story (roles)
+from perm_circuits.analysis.roles import (  # noqa: E402
+    AttentionBySource,
+    Claim,
+    ClaimTable,
+    HeadRole,
+    HeadScore,
+    HeadScores,
+    MlpRole,
+    RoleThresholds,
+    RoleVerdict,
+    attention_by_source,
+    head_roles,
+    head_scores,
+    judge_roles,
+)
+
+__all__ += [
+    "AttentionBySource",
+    "Claim",
+    "ClaimTable",
+    "HeadRole",
+    "HeadScore",
+    "HeadScores",
+    "MlpRole",
+    "RoleThresholds",
+    "RoleVerdict",
+    "attention_by_source",
+    "head_roles",
+    "head_scores",
+    "judge_roles",
+]

@@ -175,7 +175,8 @@ def _check_hook_name(model, hook_name: object) -> str:
             raise ValueError(
                 f"{hook_name!r}: in TransformerLens 4.3 native bridges blocks.{layer}.hook_resid_mid is the "
                 "MLP's input (ln2.hook_in); edits there do not reach the residual stream. Ablate "
-                f"'blocks.{layer}.hook_attn_out' (or the MLP's input on purpose via 'blocks.{layer}.ln2.hook_normalized')"
+                f"'blocks.{layer}.hook_attn_out' (or, to edit only the MLP's input, "
+                f"'blocks.{layer}.ln2.hook_normalized')"
             )
     return hook_name
 
@@ -504,6 +505,7 @@ class AblationTable:
 
     model_name: str
     reference: str
+    positions: tuple[int, ...] | None
     n_samples: int
     n_recall: int
     rows: tuple[AblationRow, ...]
@@ -545,6 +547,7 @@ def ablation_table(
     test_set: Batch | None = None,
     *,
     reference: Batch | str = "test",
+    positions: int | Sequence[int] | None = None,
     task_config: TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
     seed: int = 0,
@@ -564,6 +567,9 @@ def ablation_table(
             ``"binding_free"`` (:func:`binding_free_reference` built on the test set's queries,
             resample paired by row: same queries, independent answers) or a Batch (random
             pairing).
+        positions: ablate only at these positions (e.g. ``[-1]``: the last query only, so
+            steps ``1..V-1`` are untouched and the last step's elimination and recall subgroups
+            can be compared); default all.
         seed: resample seed (and the binding-free answers' seed).
     """
     config = task_config or task_config_of(model)
@@ -578,6 +584,7 @@ def ablation_table(
     if not isinstance(test_set, Batch):
         raise TypeError(f"test_set must be a perm_circuits.Batch, got {type(test_set).__name__}")
     validate_tokens(test_set.inputs, model_config.V)
+    position_list = _check_positions(positions, 2 * model_config.V - 1)
     pairing = "random"
     if isinstance(reference, str):
         if reference == "test":
@@ -614,11 +621,12 @@ def ablation_table(
     rows = [_row("none", "none", None, None, run([]))]
     for component, layer, head, hook_name, index in components:
         for how in hows:
-            fn = _ablation_fn(how, "pos", index, None, activations.get(hook_name), seed, pairing)
+            fn = _ablation_fn(how, "pos", index, position_list, activations.get(hook_name), seed, pairing)
             rows.append(_row(component, how, layer, head, run([(hook_name, fn)])))
     return AblationTable(
         model_name=model_config.name,
         reference=label,
+        positions=tuple(position_list) if position_list is not None else None,
         n_samples=len(test_set),
         n_recall=int(test_set.repeated.sum()),
         rows=tuple(rows),

@@ -22,11 +22,14 @@ Key-value view of neuron ``n`` of layer ``l``: its *key* is column ``W_in[l][:, 
 4. **Agreement** (Geva et al. 2021, section 4): the fraction of a neuron's top triggers whose correct
    y equals the value's top token; chance is ``1/V``.  Before the last step a prefix does not
    determine its y, so each trigger counts with ``P(correct y = value top | prefix)`` over the
-   enumerated sequences sharing it (:attr:`TriggerSet.target_probs`; 0 or 1 at the last step).  ``suppress_used`` is the elimination analogue:
-   the fraction of top triggers for which the value's *bottom* token is a value already used.
-   For neurons whose top triggers are repeated queries (``fires_on_repeated``: more than half
-   of them), ``recall_agreement`` / ``trap_agreement`` say whether the value writes the recalled y or
-   the elimination answer — the study's (section 09) "the FFN does the lookup" hypothesis.
+   enumerated sequences sharing it (:attr:`TriggerSet.target_probs`; 0 or 1 at the last step).
+   ``suppress_used`` is the elimination analogue: the fraction of top triggers for which the
+   value's *bottom* token is a value already used.  For neurons whose top triggers are repeated
+   queries (``fires_on_repeated``: more than half of them), ``recall_agreement`` /
+   ``trap_agreement`` say whether the value writes the recalled y or the elimination answer, and
+   ``trap_suppressed`` whether its most negative token is the elimination answer (recall by vetoing
+   the trap rather than by writing y1) — the study's (section 09) "the FFN does the lookup"
+   hypothesis.
 
 :func:`mlp_prediction_flips` is the layer-level view: the logit lens (``ln_final`` then ``W_U``, each
 residual with its own LayerNorm scale) of ``resid_mid`` (before the MLP) versus ``resid_post``
@@ -268,6 +271,7 @@ class NeuronKeyValue:
     repeated_selectivity: float
     recall_agreement: float
     trap_agreement: float
+    trap_suppressed: float
     top_triggers: tuple[int, ...]
 
 
@@ -322,7 +326,13 @@ class FFNKeyValueProbe:
             "fraction_above_chance": self.fraction_above_chance,
             "top1_agreement_rate": self.top1_agreement_rate,
             "n_repeated_neurons": float(len(self.repeated_neurons)),
+            "repeated_recall_agreement": self._repeated_mean("recall_agreement"),
+            "repeated_trap_suppressed": self._repeated_mean("trap_suppressed"),
         }
+
+    def _repeated_mean(self, field: str) -> float:
+        values = [getattr(n, field) for n in self.neurons if n.fires_on_repeated]
+        return sum(values) / len(values) if values else float("nan")
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per neuron (``value_probs`` and ``top_triggers`` left out)."""
@@ -455,10 +465,12 @@ def ffn_key_value_probe(
         selectivity = float("nan")
         if last_rep.any() and last_new.any() and max_act > 0:
             selectivity = float((act[last_rep, n].mean() - act[last_new, n].mean()) / max_act)
-        recall_agreement = trap_agreement = float("nan")
+        recall_agreement = trap_agreement = trap_suppressed = float("nan")
         if rep.any():
+            trap = triggers.elimination[idx][rep]
             recall_agreement = float((targets[rep] == value_top).float().mean())
-            trap_agreement = float((triggers.elimination[idx][rep] == value_top).float().mean())
+            trap_agreement = float((trap == value_top).float().mean())
+            trap_suppressed = float((trap == value_bottom).float().mean())
         results.append(
             NeuronKeyValue(
                 layer=layer,
@@ -484,6 +496,7 @@ def ffn_key_value_probe(
                 repeated_selectivity=selectivity,
                 recall_agreement=recall_agreement,
                 trap_agreement=trap_agreement,
+                trap_suppressed=trap_suppressed,
                 top_triggers=tuple(int(i) for i in idx),
             )
         )
@@ -505,7 +518,7 @@ def _dead_neuron(layer: int, neuron: int, max_act: float, V: int) -> NeuronKeyVa
         top1_agreement=nan, suppress_used=nan, top_pattern="", top_pattern_share=nan, top_position=-1,
         top_position_share=nan, top_query=-1, top_query_share=nan, repeated_share=nan,
         fires_on_repeated=False, repeated_selectivity=nan, recall_agreement=nan, trap_agreement=nan,
-        top_triggers=(),
+        trap_suppressed=nan, top_triggers=(),
     )
 
 
@@ -601,7 +614,7 @@ def mlp_prediction_flips(
             continue
 
         def rate(x: Tensor) -> float:
-            return float(x[mask].float().mean())
+            return float(x[mask].double().mean())
 
         ok_mid, ok_post = mid == target, post == target
         recall = name == SUBGROUPS[2]

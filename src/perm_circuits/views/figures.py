@@ -159,8 +159,10 @@ def _style(
         title={"text": title, "x": 0.01, "xanchor": "left"},
         font={"size": 12},
         hoverlabel={"namelength": -1},
-        margin={"t": 90, "l": 80, "r": 30, "b": 70},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 1, "xanchor": "right"},
+        margin={"t": 100, "l": 80, "r": 30, "b": 130},
+        legend={
+            "orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0.01, "x": 0.5, "xanchor": "center"
+        },
     )
     if height is not None:
         fig.update_layout(height=height)
@@ -470,18 +472,18 @@ def step_accuracy(*evaluations: Evaluation, prior: str = "uniform") -> go.Figure
         )
     # the Bayesian targets depend on the test set only: draw each distinct one once
     keys = [_bayes_key(e) for e in evaluations]
-    for name, key in zip(names, keys):
-        if key in keys[: names.index(name)]:
+    for index, (name, evaluation) in enumerate(zip(names, evaluations)):
+        if keys[index] in keys[:index]:
             continue
         suffix = "" if len(set(keys)) == 1 else f" ({name} test set)"
         for values, label, color, dash in (
-            (key[0], "uniform prior", BAYES_COLOR, "dash"),
-            (key[1], "train prior", BAYES_TRAIN_COLOR, "dashdot"),
+            ([s.bayes_accuracy for s in evaluation.steps], "uniform prior", BAYES_COLOR, "dash"),
+            ([s.bayes_accuracy_train for s in evaluation.steps], "train prior", BAYES_TRAIN_COLOR, "dashdot"),
         ):
             fig.add_trace(
                 go.Scatter(
                     x=x,
-                    y=list(values),
+                    y=values,
                     name=f"Bayesian target, {label}{suffix}",
                     mode="lines+markers",
                     line={"color": color, "dash": dash, "width": 2},
@@ -542,9 +544,9 @@ def walkthrough(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"] | None 
 
     titles = []
     for k in range(V):
-        seen = _format_sequence(ids[: 2 * k + 1])
-        titles.append(f"Step {k + 1}: {seen} → ?<br>target y={targets[k]}")
-    fig = make_subplots(rows=1, cols=V, subplot_titles=titles, shared_yaxes=True, horizontal_spacing=0.03)
+        used = ",".join(str(y) for y in ys[:k]) or "none"
+        titles.append(f"<b>Step {k + 1}</b>: {_format_sequence(ids[: 2 * k + 1])} → ?<br>used y: {used} · target y={targets[k]}")
+    fig = make_subplots(rows=1, cols=V, subplot_titles=titles, shared_yaxes=True, horizontal_spacing=0.025)
     for k in range(V):
         used = set(ys[:k])
         repeated = xs[k] in xs[:k]
@@ -581,21 +583,24 @@ def walkthrough(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"] | None 
                                  "width": 2},
                     text=[f"{p:.3f}" for p in probs.tolist()] if labelled else None,
                     textposition="outside",
-                    textfont={"size": 9},
+                    textfont={"size": 10, "color": MODEL_COLOR},
+                    textangle=0,
+                    cliponaxis=False,
                     hovertemplate=f"step {k + 1}, {name}<br>P(%{{x}}) = %{{y:.4f}}<extra></extra>",
                 ),
                 row=1,
                 col=k + 1,
             )
         fig.update_xaxes(type="category", tickfont={"size": 10}, row=1, col=k + 1)
-    fig.update_layout(barmode="group", bargap=0.2)
+    fig.update_layout(barmode="group", bargap=0.15, bargroupgap=0.0, uniformtext={"minsize": 8, "mode": "show"})
+    fig.update_annotations(font_size=12)
     fig.update_yaxes(range=[0, 1.1], title_text="P(y = v)", row=1, col=1)
     fig.update_xaxes(title_text="value v")
     title = (
         f"{model_config_of(model).name}: predicted distribution vs exact Bayesian posterior, "
         f"step by step on {_format_sequence(ids)}"
     )
-    return _style(fig, title, height=500, width=max(900, 300 * V))
+    return _style(fig, title, height=560, width=max(900, 320 * V))
 
 
 def probe_distribution(models: Mapping[str, Any]) -> go.Figure:
@@ -939,12 +944,12 @@ def ffn_table(
             header={"values": [f"<b>{_FFN_HEADERS.get(c, c)}</b>" for c in columns], "fill_color": "#e9ecef",
                     "align": "left"},
             cells={"values": cells, "fill_color": [tint] * len(columns), "align": "left", "height": 24},
-            columnwidth=[2 if c == "top_pattern" else 1 for c in columns],
+            columnwidth=[2.4 if c == "top_pattern" else 1 for c in columns],
         )
     )
     model = getattr(result, "model_name", None)
     title = f"{model + ': ' if model else ''}FFN neurons as key-value memories ({len(frame)} neurons)"
-    return _style(fig, title, height=min(1400, 160 + 26 * (len(frame) + 1)), width=max(900, 95 * len(columns)))
+    return _style(fig, title, height=200 + 46 * (len(frame) + 1), width=max(900, 100 * len(columns)))
 
 
 # ----------------------------------------------------------------------------- curves
