@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -13,6 +15,7 @@ from perm_circuits.analysis import (
     ablation_table,
     binding_free_reference,
     reference_activations,
+    resample_rows,
 )
 from perm_circuits.evaluate import evaluate_logits
 from perm_circuits.task import make_batch
@@ -212,6 +215,17 @@ def test_ablation_table_matches_evaluate(model, batch):
     ablated = evaluate(model, batch, hooks=ablate_mlp(model, 0, "mean", reference=batch))
     assert row.loss == pytest.approx(ablated.test_loss, abs=1e-6)
     assert table.n_recall == int(batch.repeated.sum())
+
+
+def test_follows_reference_counts_answers_taken_from_the_resampled_row(model, batch):
+    reference = make_batch(TASK, 80, split="test", seed=4)
+    table = ablation_table(model, hows=("zero", "resample"), test_set=batch, reference=reference, seed=2)
+    hooks = ablate_head(model, 0, 1, "resample", reference=reference, seed=2)
+    predictions = run_logits(model, batch.inputs, hooks)[:, -1].argmax(-1)
+    rows = resample_rows(len(reference), len(batch), 2)
+    expected = (predictions == reference.ys[rows, -1]).float().mean()
+    assert table.get("L0H1", "resample").follows_reference == pytest.approx(float(expected))
+    assert math.isnan(table.get("L0H1", "zero").follows_reference)
 
 
 def test_ablation_table_at_the_last_position_leaves_earlier_steps_alone(model, batch):

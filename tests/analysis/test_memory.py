@@ -228,3 +228,21 @@ def test_tracker_records_probes_every_epoch():
     with pytest.raises(ValueError):
         memory.memory_probe_tracker(every=0)
     assert every_other.to_dataframe().empty
+
+
+def test_apply_norm_matches_the_forward_pass():
+    """The probes' LayerNorms are the model's: compare with the cached ln1/ln2/ln_final outputs."""
+    from perm_circuits import make_test_set
+    from perm_circuits.analysis.attribution import run_cache
+
+    model = build_model("d32h2", seed=1)
+    sd = model.state_dict()
+    gen = torch.Generator().manual_seed(0)
+    for key in ("blocks.0.ln1.weight", "blocks.0.ln2.bias", "ln_final.weight", "ln_final.bias"):
+        sd[key] = sd[key] + 0.5 * torch.randn(sd[key].shape, generator=gen)
+    model.load_state_dict(sd)
+    names = ["blocks.0.hook_resid_pre", "blocks.0.ln1.hook_out", "blocks.0.hook_resid_mid", "blocks.0.ln2.hook_out",
+             "blocks.0.hook_resid_post", "ln_final.hook_out"]
+    _, acts, _ = run_cache(model, make_test_set(TaskConfig(), n=50).inputs, names)
+    for source, target, norm in [(0, 1, "blocks.0.ln1"), (2, 3, "blocks.0.ln2"), (4, 5, "ln_final")]:
+        torch.testing.assert_close(memory.apply_norm(model, acts[names[source]], norm), acts[names[target]])

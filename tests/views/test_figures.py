@@ -163,7 +163,11 @@ def test_step_accuracy_compares_models(evaluations):
     names = [t.name for t in fig.data]
     assert "d32h2 accuracy" in names and "Bayesian target, uniform prior" in names
     twice = F.step_accuracy(evaluations[0], evaluations[0])
-    assert [t.name for t in twice.data][:3] == ["d16h1 accuracy", "d16h1 MAE vs uniform-prior posterior", "d16h1 (2) accuracy"]
+    assert [t.name for t in twice.data][:3] == [
+        "d16h1 accuracy",
+        "d16h1 MAE vs uniform-prior posterior",
+        "d16h1 (2) accuracy",
+    ]
 
 
 def test_step_accuracy_bad_inputs(evaluations):
@@ -362,7 +366,8 @@ def test_patching_heatmap_from_analysis(small):
     sweep = patch_head_sources(small, n=60, n_boot=20)
     fig = F.patching_heatmap(sweep)
     frame = sweep.to_dataframe()
-    assert list(fig.data[0].x) == [f"{p}: {'x' if p % 2 == 0 else 'y'}{p // 2 + 1}" for p in sorted(frame.source_position)]
+    assert list(fig.data[0].x) == F.position_labels(9)
+    assert sorted(frame.source_position) == list(range(9))
     np.testing.assert_allclose(_z(fig.data[0])[0], frame.sort_values("source_position")["mean"], equal_nan=True)
 
 
@@ -512,6 +517,7 @@ def test_write_html_bad_inputs(tmp_path):
         F.write_html(go.Figure(), tmp_path)
 
 
+@pytest.mark.browser
 def test_pages_render_in_chromium(tmp_path, wide, test_set):
     from tests.views.browser import open_page, require_chromium
 

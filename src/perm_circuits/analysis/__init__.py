@@ -10,6 +10,7 @@ from perm_circuits.analysis.ablation import (
     ablation_table,
     binding_free_reference,
     reference_activations,
+    resample_rows,
 )
 from perm_circuits.analysis.patching import (
     PatchCell,
@@ -54,6 +55,7 @@ __all__ = [
     "patching_pair",
     "recall_patching",
     "reference_activations",
+    "resample_rows",
 ]
 
 # --- FFN key-value memories, memory-recall probes, direct logit attribution (ffn/memory/attribution)

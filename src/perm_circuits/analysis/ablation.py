@@ -57,6 +57,7 @@ __all__ = [
     "ablation_table",
     "binding_free_reference",
     "reference_activations",
+    "resample_rows",
 ]
 
 HOWS: tuple[str, ...] = ("zero", "mean", "resample")
@@ -283,6 +284,11 @@ def reference_activations(
 # ----------------------------------------------------------------------------- hooks
 
 
+def resample_rows(n_reference: int, batch: int, seed: int) -> Tensor:
+    """The reference row that replaces each sample's activation under random-pairing resample."""
+    return torch.randint(n_reference, (batch,), generator=torch.Generator().manual_seed(seed))
+
+
 def _ablation_fn(
     how: str,
     layout: str,
@@ -340,8 +346,7 @@ def _ablation_fn(
                     )
                 replacement = reference_activation
             else:
-                generator = torch.Generator().manual_seed(seed)
-                rows = torch.randint(reference_activation.shape[0], (batch,), generator=generator)
+                rows = resample_rows(reference_activation.shape[0], batch, seed)
                 replacement = reference_activation[rows.to(reference_activation.device)]
             replacement = replacement.to(activation.dtype)
         return torch.where(mask, replacement, activation)
@@ -485,6 +490,9 @@ class AblationRow:
     repeats ``x1``; nan without such rows), ``elimination_accuracy`` the last-step accuracy on
     the others, ``early_mae_train`` the mean over steps ``1..V-1`` of the MAE against the
     train-prior posterior, ``loss`` the mean cross-entropy over all steps and samples.
+    ``follows_reference`` (resample only, else nan): the share of samples whose last-step
+    prediction is the last-step target of the reference sample that replaced the activation;
+    1 means the component's output decides the answer and carries it from the reference.
     """
 
     component: str
@@ -497,6 +505,7 @@ class AblationRow:
     loss: float
     elimination_loss: float
     recall_loss: float
+    follows_reference: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -525,7 +534,7 @@ class AblationTable:
         return self.get("none", "none")
 
 
-def _row(component: str, how: str, layer, head, evaluation) -> AblationRow:
+def _row(component: str, how: str, layer, head, evaluation, follows: float = math.nan) -> AblationRow:
     memorization = evaluation.memorization
     return AblationRow(
         component=component,
@@ -538,6 +547,7 @@ def _row(component: str, how: str, layer, head, evaluation) -> AblationRow:
         loss=evaluation.test_loss,
         elimination_loss=evaluation.elimination.loss,
         recall_loss=memorization.loss if memorization is not None else math.nan,
+        follows_reference=follows,
     )
 
 
@@ -610,19 +620,31 @@ def ablation_table(
         bayes_posterior(test_set.inputs, config, "train"),
     )
 
-    def run(extra: HookList):
+    def run(extra: HookList) -> tuple[Tensor, object]:
         with torch.no_grad(), model.hooks(fwd_hooks=hooks + extra):
             logits = model(test_set.inputs)
-        return evaluate_logits(logits, test_set, config, posteriors=posteriors, model_name=model_config.name)
+        evaluation = evaluate_logits(logits, test_set, config, posteriors=posteriors, model_name=model_config.name)
+        return logits, evaluation
+
+    if pairing == "row":
+        if len(reference_batch) != len(test_set):
+            raise ValueError(f"a row-paired reference needs {len(test_set)} rows, got {len(reference_batch)}")
+        reference_answers = reference_batch.ys[:, -1]
+    else:
+        reference_answers = reference_batch.ys[resample_rows(len(reference_batch), len(test_set), seed), -1]
 
     activations: dict[str, Tensor] = {}
     if any(how != "zero" for how in hows):
         activations = _capture(model, reference_batch.inputs, [c[3] for c in components], hooks)
-    rows = [_row("none", "none", None, None, run([]))]
+    rows = [_row("none", "none", None, None, run([])[1])]
     for component, layer, head, hook_name, index in components:
         for how in hows:
             fn = _ablation_fn(how, "pos", index, position_list, activations.get(hook_name), seed, pairing)
-            rows.append(_row(component, how, layer, head, run([(hook_name, fn)])))
+            logits, evaluation = run([(hook_name, fn)])
+            follows = math.nan
+            if how == "resample":
+                follows = float((logits[:, -1].argmax(-1) == reference_answers).float().mean())
+            rows.append(_row(component, how, layer, head, evaluation, follows))
     return AblationTable(
         model_name=model_config.name,
         reference=label,

@@ -74,7 +74,7 @@ no hooks on the model.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 
 import pandas as pd
@@ -82,7 +82,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from perm_circuits.analysis.ablation import HOWS, AblationRow, AblationTable, ablate_head, ablation_table
+from perm_circuits.analysis.ablation import HOWS, AblationRow, AblationTable, ablate_head, ablate_mlp, ablation_table
 from perm_circuits.analysis.patching import PatchingSweep, patch_head_outputs, patch_mlp
 from perm_circuits.evaluate import evaluate_logits, probe_probabilities
 from perm_circuits.hooks import HookList, check_hooks
@@ -106,6 +106,7 @@ __all__ = [
     "head_roles",
     "head_scores",
     "judge_roles",
+    "recall_signal",
     "repeat_source_of",
 ]
 
@@ -235,6 +236,33 @@ def _resolve_tokens(model, test_set: object, task_config: TaskConfig | None, n: 
         _default_task(model, task_config)
         return validate_tokens(test_set, model_config_of(model).V)
     return _resolve_batch(model, test_set, task_config, n, seed)[0].inputs
+
+
+def recall_signal(logits: Float[Tensor, "batch seq vocab"], inputs: Int[Tensor, "batch seq"]) -> float:
+    """How much more the model favours the repeated query's earlier answer when the query repeats.
+
+    At the last position, per sequence, the margin of each used value ``y_k`` (``k < V``) is its
+    logit minus the mean logit of the other used values.  The signal is the mean margin of the
+    recall answer ``y_{s+1}`` on repeated sequences (``s`` = the repeated query's index) minus the
+    mean margin of the same index on sequences whose last query is new (weighted like the
+    repeated ones' sources).  It measures recall in logits, independently of elimination (which
+    only separates used from unused values): an ablation that breaks elimination but leaves the
+    recall mechanism intact keeps the signal; one that breaks recall removes it.  nan without
+    both kinds of sequence or with ``V < 3``.
+    """
+    source = repeat_source_of(inputs)
+    repeated = source >= 0
+    n_used = inputs.shape[1] // 2
+    if n_used < 2 or not repeated.any() or repeated.all():
+        return math.nan
+    last = logits[:, -1, 1:].double()
+    used = last.gather(1, inputs[:, 1::2] - 1)  # logits of y_1..y_{V-1}
+    margin = used - (used.sum(dim=1, keepdim=True) - used) / (n_used - 1)
+    k = source[repeated]
+    on_repeated = margin[repeated].gather(1, k[:, None]).mean()
+    weights = torch.bincount(k, minlength=n_used).double() / len(k)
+    on_new = (margin[~repeated].mean(dim=0) * weights).sum()
+    return float(on_repeated - on_new)
 
 
 def _position_label(position: int) -> str:
@@ -587,7 +615,10 @@ class HeadRole:
     ablated; ``*_retention`` their chance-corrected retention (nan where the baseline lacks the
     capability); ``patch_effect`` the normalised recall restored by patching its clean output
     (nan when not measured); ``joint_elimination_retention`` the elimination retention when every
-    head with the eliminator pattern is ablated together (nan unless at least two share it).
+    head with the eliminator pattern is ablated together (nan unless at least two share it);
+    ``recall_signal_retention`` the ablated :func:`recall_signal` over the baseline one (used
+    when an ablation breaks elimination and recall together, to tell whether the recall
+    mechanism itself is broken).
     """
 
     layer: int
@@ -606,6 +637,7 @@ class HeadRole:
     patch_ci_low: float
     patch_ci_high: float
     joint_elimination_retention: float
+    recall_signal_retention: float
     reason: str
 
 
@@ -625,6 +657,7 @@ class MlpRole:
     patch_effect: float
     patch_ci_low: float
     patch_ci_high: float
+    recall_signal_retention: float
     reason: str
 
 
@@ -701,6 +734,7 @@ class RoleVerdict:
     elimination_accuracy: float
     recall_accuracy: float
     probe: tuple[float, ...] | None
+    recall_signal: float
     heads: tuple[HeadRole, ...]
     mlps: tuple[MlpRole, ...]
     claims: ClaimTable
@@ -710,6 +744,7 @@ class RoleVerdict:
     head_patching: PatchingSweep | None = field(default=None, repr=False)
     mlp_patching: PatchingSweep | None = field(default=None, repr=False)
     joint: tuple[AblationRow, ...] = field(default=(), repr=False)
+    recall_signals: tuple[tuple[str, str, float], ...] = field(default=(), repr=False)
 
     def role(self, component: str) -> str:
         """Role of ``"L0H1"`` or ``"L0MLP"``."""
@@ -812,12 +847,24 @@ class _Context:
     base: AblationRow
     recall_present: bool
     elimination_present: bool
+    signals: dict[tuple[str, str], float]
 
     def retention(self, ablated: float, baseline: float) -> float:
         chance = 1 / self.V
         if math.isnan(baseline) or baseline < self.t.incapable:
             return math.nan
         return (ablated - chance) / (baseline - chance)
+
+    def signal_retention(self, component: str) -> float:
+        baseline = self.signals.get(("none", "none"), math.nan)
+        ablated = self.signals.get((component, self.how), math.nan)
+        if not self.recall_present or math.isnan(baseline) or baseline < MIN_RECALL_SIGNAL:
+            return math.nan
+        return ablated / baseline
+
+
+MIN_RECALL_SIGNAL = 1.0
+"""Baseline :func:`recall_signal` (logits) below which signal retentions are not computed."""
 
 
 def _effect(sweep: PatchingSweep | None, **where: int) -> tuple[float, float, float]:
@@ -830,13 +877,16 @@ def _effect(sweep: PatchingSweep | None, **where: int) -> tuple[float, float, fl
     return cell.mean, cell.ci_low, cell.ci_high
 
 
-def _ablation_sentence(ctx: _Context, row: AblationRow) -> str:
+def _ablation_sentence(ctx: _Context, row: AblationRow, signal_retention: float) -> str:
     base = ctx.base
-    return (
+    text = (
         f"{ctx.how.capitalize()}-ablating it: elimination {_pct(base.elimination_accuracy)} -> "
         f"{_pct(row.elimination_accuracy)}, recall {_pct(base.recall_accuracy)} -> {_pct(row.recall_accuracy)}, "
         f"steps 1-{ctx.V - 1} MAE {row.early_mae_train - base.early_mae_train:+.3f}, loss {row.loss - base.loss:+.3f}"
     )
+    if not math.isnan(signal_retention):
+        text += f", recall signal kept {_num(signal_retention)}"
+    return text
 
 
 def _attention_sentence(score: HeadScore) -> str:
@@ -848,6 +898,26 @@ def _attention_sentence(score: HeadScore) -> str:
     )
 
 
+def _recall_needed(ctx: _Context, r_ret: float, elim_harmed: bool, signal_ret: float, effect: float) -> tuple[bool, str]:
+    """Whether the component is needed for recall, and a note when the call needed the recall signal."""
+    t = ctx.t
+    if not ctx.recall_present:
+        return False, ""
+    if _lt(r_ret, t.survives) and not elim_harmed:
+        return True, ""
+    if _lt(r_ret, t.survives):
+        # both capabilities fall: the accuracy cannot tell a broken recall from a broken output
+        if math.isnan(signal_ret):
+            return True, "Recall and elimination fall together and the recall signal was not measured."
+        if signal_ret < t.survives:
+            return True, f"The recall signal falls too (kept {_num(signal_ret)}): the recall mechanism needs it."
+        return False, (
+            f"The recall signal survives (kept {_num(signal_ret)}): the recall accuracy falls only because the "
+            "output breaks."
+        )
+    return _ge(effect, t.patch_restores), ""
+
+
 def _judge_head(
     ctx: _Context, score: HeadScore, row: AblationRow, patching: PatchingSweep | None, joint: AblationRow | None
 ) -> HeadRole:
@@ -856,13 +926,14 @@ def _judge_head(
     r_ret = ctx.retention(row.recall_accuracy, base.recall_accuracy) if ctx.recall_present else math.nan
     mae_up = row.early_mae_train - base.early_mae_train
     loss_up = row.loss - base.loss
+    signal_ret = ctx.signal_retention(score.component)
     effect, low, high = _effect(patching, layer=score.layer, head=score.head) if ctx.recall_present else (math.nan,) * 3
     joint_ret = math.nan
     if joint is not None:
         joint_ret = ctx.retention(joint.elimination_accuracy, base.elimination_accuracy)
     needs_elim = _lt(e_ret, t.survives) or _ge(mae_up, t.mae_increase)
     redundant = not needs_elim and _lt(joint_ret, t.survives)
-    needs_recall = _lt(r_ret, t.survives) or _ge(effect, t.patch_restores)
+    needs_recall, note = _recall_needed(ctx, r_ret, needs_elim or redundant, signal_ret, effect)
     if (needs_elim or redundant) and needs_recall:
         causal = "both"
     elif needs_elim or redundant:
@@ -880,7 +951,9 @@ def _judge_head(
         role = "duplicate/recall" if "duplicate" in matched else "binder" if "binder" in matched else "other"
     else:
         role = "unused" if loss_up < t.loss_increase else "minor"
-    parts = [_attention_sentence(score), _ablation_sentence(ctx, row) + "."]
+    parts = [_attention_sentence(score), _ablation_sentence(ctx, row, signal_ret) + "."]
+    if note:
+        parts.append(note)
     if not math.isnan(effect):
         parts.append(f"Patching its clean output restores {_num(effect)} [{_num(low)}, {_num(high)}] of recall.")
     if joint is not None:
@@ -895,36 +968,40 @@ def _judge_head(
         elimination_accuracy=row.elimination_accuracy, recall_accuracy=row.recall_accuracy,
         elimination_retention=e_ret, recall_retention=r_ret, early_mae_increase=mae_up, loss_increase=loss_up,
         patch_effect=effect, patch_ci_low=low, patch_ci_high=high, joint_elimination_retention=joint_ret,
-        reason=" ".join(parts),
+        recall_signal_retention=signal_ret, reason=" ".join(parts),
     )
 
 
 def _judge_mlp(ctx: _Context, layer: int, row: AblationRow, patching: PatchingSweep | None) -> MlpRole:
     t, base = ctx.t, ctx.base
+    component = _component(layer, None)
     e_ret = ctx.retention(row.elimination_accuracy, base.elimination_accuracy)
     r_ret = ctx.retention(row.recall_accuracy, base.recall_accuracy) if ctx.recall_present else math.nan
     mae_up = row.early_mae_train - base.early_mae_train
     loss_up = row.loss - base.loss
+    signal_ret = ctx.signal_retention(component)
     effect, low, high = _effect(patching, layer=layer) if ctx.recall_present else (math.nan,) * 3
     elim_harmed = _lt(e_ret, t.survives) or _ge(mae_up, t.mae_increase)
-    if _le(r_ret, t.destroyed) and _ge(e_ret, t.survives):
-        role = "completes recall"
-    elif _lt(r_ret, t.survives) and elim_harmed:
+    needs_recall, note = _recall_needed(ctx, r_ret, elim_harmed, signal_ret, math.nan)
+    if needs_recall and not elim_harmed:
+        role = "completes recall" if _le(r_ret, t.destroyed) else "contributes to recall"
+    elif needs_recall:
         role = "needed for both"
-    elif _lt(r_ret, t.survives):
-        role = "contributes to recall"
     elif elim_harmed:
         role = "needed for elimination"
     else:
         role = "unused" if loss_up < t.loss_increase else "minor"
-    reason = _ablation_sentence(ctx, row) + "."
+    reason = _ablation_sentence(ctx, row, signal_ret) + "."
+    if note:
+        reason += " " + note
     if not math.isnan(effect):
         reason += f" Patching its clean output restores {_num(effect)} [{_num(low)}, {_num(high)}] of recall."
     return MlpRole(
-        layer=layer, component=_component(layer, None), role=role,
+        layer=layer, component=component, role=role,
         elimination_accuracy=row.elimination_accuracy, recall_accuracy=row.recall_accuracy,
         elimination_retention=e_ret, recall_retention=r_ret, early_mae_increase=mae_up, loss_increase=loss_up,
-        patch_effect=effect, patch_ci_low=low, patch_ci_high=high, reason=reason,
+        patch_effect=effect, patch_ci_low=low, patch_ci_high=high, recall_signal_retention=signal_ret,
+        reason=reason,
     )
 
 
@@ -1022,7 +1099,7 @@ def _eliminator_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, He
         values = [v for v in (h.elimination_retention, h.joint_elimination_retention) if not math.isnan(v)]
         return min(values) if values else 2.0
 
-    alone = [h for h in pattern if h.role == "eliminator" and _le(h.elimination_retention, t.destroyed)]
+    alone = [h for h in pattern if _le(h.elimination_retention, t.destroyed)]
     chosen = min(alone, key=lambda h: h.elimination_retention) if alone else min(pattern, key=strongest)
     score = scores[chosen.component]
     numbers.update({
@@ -1040,6 +1117,11 @@ def _eliminator_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, He
         f"MAE {chosen.early_mae_increase:+.3f}"
     )
     if alone:
+        if chosen.causal_role == "both":
+            description += (
+                f"; it is needed for recall too (recall {_pct(chosen.recall_accuracy)}, recall signal kept "
+                f"{_num(chosen.recall_signal_retention)})"
+            )
         return _claim(claim, statement, "supported", description + ".", numbers)
     if _le(chosen.joint_elimination_retention, t.destroyed):
         group = "+".join(h.component for h in pattern)
@@ -1049,7 +1131,7 @@ def _eliminator_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, He
             f"together does (retention {_num(chosen.joint_elimination_retention)}).",
             numbers,
         )
-    if chosen.role == "eliminator":
+    if _lt(chosen.elimination_retention, t.survives) or _ge(chosen.early_mae_increase, t.mae_increase):
         return _claim(claim, statement, "inconclusive", description + ": elimination is damaged, not destroyed.", numbers)
     return _claim(
         claim, statement, "inconclusive",
@@ -1079,8 +1161,12 @@ def _binding_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadS
         else:
             evidence = (
                 f"No binding head (closest: {best.component}, x->preceding y {_num(best_score.x_prev_y)}, y->itself "
-                f"{_num(best_score.y_self)}; needs >= {t.binder_x_prev_y} and >= {t.binder_y_self})."
+                f"{_num(best_score.y_self)}; needs >= {t.binder_x_prev_y} and >= {t.binder_y_self})"
             )
+            duplicates = [h.component for h in heads if h.role == "duplicate/recall"]
+            if duplicates:
+                evidence += f"; recall runs through {', '.join(duplicates)}, a duplicate-token head, instead"
+            evidence += "."
         return _claim("binding_head", statement, "contradicted", evidence, numbers)
     chosen = max(pattern, key=lambda h: (h.role == "binder", -(h.recall_retention if not math.isnan(h.recall_retention) else 2.0)))
     score = scores[chosen.component]
@@ -1142,20 +1228,22 @@ def _division_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, Head
 def _ffn_claim(ctx: _Context, mlps: list[MlpRole]) -> Claim:
     t = ctx.t
     statement = (
-        "The FFN does the lookup: ablating the MLP destroys recall while elimination survives (study section 09; "
-        "section 10, finding 5)."
+        "The FFN completes recall: without the MLP the model cannot recall, while attention alone keeps "
+        "eliminating (study section 09; section 10, finding 5)."
     )
     mlp = min(mlps, key=lambda m: m.recall_retention if not math.isnan(m.recall_retention) else 2.0)
     numbers = {
         "ablated_recall_accuracy": mlp.recall_accuracy, "recall_retention": mlp.recall_retention,
         "ablated_elimination_accuracy": mlp.elimination_accuracy, "elimination_retention": mlp.elimination_retention,
-        "patch_effect": mlp.patch_effect,
+        "recall_signal_retention": mlp.recall_signal_retention, "patch_effect": mlp.patch_effect,
     }
     base = ctx.base
     text = (
         f"{ctx.how.capitalize()}-ablating {mlp.component}: recall {_pct(base.recall_accuracy)} -> "
         f"{_pct(mlp.recall_accuracy)}, elimination {_pct(base.elimination_accuracy)} -> {_pct(mlp.elimination_accuracy)}"
     )
+    if not math.isnan(mlp.recall_signal_retention):
+        text += f", recall signal kept {_num(mlp.recall_signal_retention)}"
     if not math.isnan(mlp.patch_effect):
         text += f"; patching its clean output restores {_num(mlp.patch_effect)} of recall"
     if not ctx.recall_present:
@@ -1164,12 +1252,18 @@ def _ffn_claim(ctx: _Context, mlps: list[MlpRole]) -> Claim:
                       numbers)
     if mlp.role == "completes recall":
         return _claim("ffn_completes_recall", statement, "supported", text + ".", numbers)
-    if all(_ge(m.recall_retention, t.survives) for m in mlps):
+    if mlp.role == "needed for both" and _le(mlp.recall_signal_retention, t.destroyed):
+        return _claim(
+            "ffn_completes_recall", statement, "supported",
+            text + ": recall needs the MLP (its signal is gone), though elimination needs it too.", numbers,
+        )
+    if not any(m.role in ("completes recall", "contributes to recall", "needed for both") for m in mlps):
         return _claim("ffn_completes_recall", statement, "contradicted",
                       f"Recall survives MLP ablation: the FFN does not decode ({text}).", numbers)
     if mlp.role == "needed for both":
         return _claim("ffn_completes_recall", statement, "inconclusive",
-                      text + ": the MLP is needed for elimination too, so its ablation cannot single out recall.", numbers)
+                      text + ": the MLP is needed for elimination too, and the recall signal was not shown to vanish.",
+                      numbers)
     return _claim("ffn_completes_recall", statement, "inconclusive", text + ": recall is damaged, not destroyed.", numbers)
 
 
@@ -1217,12 +1311,14 @@ def _assess(
     head_patching: PatchingSweep | None,
     mlp_patching: PatchingSweep | None,
     joint: tuple[AblationRow, ...],
+    signals: dict[tuple[str, str], float],
 ) -> tuple[list[HeadRole], list[MlpRole], list[Claim]]:
     base = ablation.baseline
     ctx = _Context(
         V=config.V, how=how, t=t, base=base,
         recall_present=_ge(base.recall_accuracy, t.incapable),
         elimination_present=_ge(base.elimination_accuracy, t.incapable),
+        signals=signals,
     )
     joint_row = next((row for row in joint if row.how == how), None)
     joint_members = set(joint_row.component.split("+")) if joint_row is not None else set()
@@ -1256,6 +1352,7 @@ def judge_roles(
     head_patching: PatchingSweep | None = None,
     mlp_patching: PatchingSweep | None = None,
     joint: Sequence[AblationRow] = (),
+    recall_signals: Mapping[tuple[str, str], float] | None = None,
     probe: Sequence[float] | None = None,
     thresholds: RoleThresholds | None = None,
 ) -> RoleVerdict:
@@ -1271,6 +1368,9 @@ def judge_roles(
         mlp_patching: per-layer MLP recall patching (``patch_mlp``); None = not measured.
         joint: ablation rows of several heads ablated together, ``component`` = their names
             joined by ``+`` (used for heads sharing the eliminator pattern), one per mode.
+        recall_signals: :func:`recall_signal` per ``(component, how)``, with the baseline under
+            ``("none", "none")``; missing entries count as not measured (an ablation that breaks
+            elimination and recall together is then taken to break recall).
         probe: P(y = 1..V) on the study's probe, quoted in the summary.
     """
     t = _check_thresholds(thresholds)
@@ -1288,6 +1388,12 @@ def judge_roles(
     joint = tuple(joint)
     if not all(isinstance(row, AblationRow) for row in joint):
         raise TypeError("joint must be a sequence of AblationRow")
+    signals = dict(recall_signals or {})
+    for key, value in signals.items():
+        if not (isinstance(key, tuple) and len(key) == 2 and all(isinstance(k, str) for k in key)):
+            raise TypeError(f"recall_signals keys must be (component, how) pairs, got {key!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"recall_signals[{key!r}] must be a float, got {value!r}")
     expected = {(l, h) for l in range(model_config.n_layers) for h in range(model_config.n_heads)}
     if {(s.layer, s.head) for s in scores.heads} != expected:
         raise ValueError(f"scores cover heads {sorted((s.layer, s.head) for s in scores.heads)}, "
@@ -1303,10 +1409,11 @@ def judge_roles(
     except KeyError as error:
         raise ValueError(f"the ablation table lacks a row the verdict needs: {error}") from None
 
-    heads, mlps, claims = _assess(scores, ablation, model_config, how, t, head_patching, mlp_patching, joint)
+    heads, mlps, claims = _assess(scores, ablation, model_config, how, t, head_patching, mlp_patching, joint, signals)
     by_how: dict[str, dict[str, str]] = {}
     for other in hows:
-        _, _, other_claims = _assess(scores, ablation, model_config, other, t, head_patching, mlp_patching, joint)
+        _, _, other_claims = _assess(scores, ablation, model_config, other, t, head_patching, mlp_patching, joint,
+                                     signals)
         by_how[other] = {c.claim: c.status for c in other_claims}
     claims = [
         replace(c, status_by_how=tuple((h, by_how[h].get(c.claim, "inconclusive")) for h in hows)) for c in claims
@@ -1324,6 +1431,7 @@ def judge_roles(
         elimination_accuracy=base.elimination_accuracy,
         recall_accuracy=base.recall_accuracy,
         probe=tuple(float(p) for p in probe) if probe is not None else None,
+        recall_signal=float(signals.get(("none", "none"), math.nan)),
         heads=tuple(heads),
         mlps=tuple(mlps),
         claims=ClaimTable(model_config.name, tuple(claims)),
@@ -1333,28 +1441,34 @@ def judge_roles(
         head_patching=head_patching,
         mlp_patching=mlp_patching,
         joint=joint,
+        recall_signals=tuple((c, h, float(v)) for (c, h), v in signals.items()),
     )
 
 
 # ----------------------------------------------------------------------------- head_roles
 
 
+def _ablated_logits(model, batch: Batch, hooks: HookList, extra: HookList) -> Tensor:
+    with torch.no_grad(), model.hooks(fwd_hooks=list(hooks) + list(extra)):
+        return model(batch.inputs)
+
+
 def _joint_rows(
     model, scores: HeadScores, batch: Batch, config: TaskConfig, hows: Sequence[str], hooks: HookList, seed: int
-) -> tuple[AblationRow, ...]:
+) -> tuple[tuple[AblationRow, ...], dict[tuple[str, str], float]]:
     """Ablate every head with the eliminator pattern together, under each mode (if >= 2 share it)."""
     group = [s for s in scores.heads if "eliminator" in s.patterns]
     if len(group) < 2:
-        return ()
+        return (), {}
     posteriors = (bayes_posterior(batch.inputs, config, "uniform"), bayes_posterior(batch.inputs, config, "train"))
     component = "+".join(s.component for s in group)
-    rows = []
+    rows, signals = [], {}
     for how in hows:
         extra: HookList = []
         for s in group:
             extra += ablate_head(model, s.layer, s.head, how, reference=batch, seed=seed, hooks=hooks)
-        with torch.no_grad(), model.hooks(fwd_hooks=list(hooks) + extra):
-            logits = model(batch.inputs)
+        logits = _ablated_logits(model, batch, hooks, extra)
+        signals[(component, how)] = recall_signal(logits, batch.inputs)
         evaluation = evaluate_logits(logits, batch, config, posteriors=posteriors)
         memorization = evaluation.memorization
         rows.append(AblationRow(
@@ -1364,7 +1478,27 @@ def _joint_rows(
             elimination_loss=evaluation.elimination.loss,
             recall_loss=memorization.loss if memorization is not None else math.nan,
         ))
-    return tuple(rows)
+    return tuple(rows), signals
+
+
+def _recall_signals(
+    model, batch: Batch, hows: Sequence[str], hooks: HookList, seed: int
+) -> dict[tuple[str, str], float]:
+    """:func:`recall_signal` of the baseline and of every head / MLP ablation (the ablation table's hooks)."""
+    config = model_config_of(model)
+    signals = {("none", "none"): recall_signal(_ablated_logits(model, batch, hooks, []), batch.inputs)}
+    for how in hows:
+        for layer in range(config.n_layers):
+            for head in range(config.n_heads):
+                extra = ablate_head(model, layer, head, how, reference=batch, seed=seed, hooks=hooks)
+                signals[(_component(layer, head), how)] = recall_signal(
+                    _ablated_logits(model, batch, hooks, extra), batch.inputs
+                )
+            extra = ablate_mlp(model, layer, how, reference=batch, seed=seed, hooks=hooks)
+            signals[(_component(layer, None), how)] = recall_signal(
+                _ablated_logits(model, batch, hooks, extra), batch.inputs
+            )
+    return signals
 
 
 def head_roles(
@@ -1395,7 +1529,8 @@ def head_roles(
        :func:`~perm_circuits.analysis.patching.patch_head_outputs` and
        :func:`~perm_circuits.analysis.patching.patch_mlp` (clean -> corrupted recall patching on
        ``n_pair`` pairs from ``patching_pair(task, n_pair, pair_seed)``, ``n_boot`` bootstrap
-       resamples);
+       resamples) and the :func:`recall_signal` of the baseline and of every ablation (the
+       ablation table's hooks again, one forward each);
     4. the probe's probabilities (V = 5);
 
     then :func:`judge_roles` under ``how``.  Works for any model (1-head models get the study's
@@ -1429,14 +1564,16 @@ def head_roles(
     scores = _scores(attention, thresholds)
     ablation = ablation_table(model, hows=tuple(hows), test_set=batch, task_config=config, hooks=hooks,
                               seed=ablation_seed)
-    joint = _joint_rows(model, scores, batch, config, hows, hooks, ablation_seed)
+    joint, joint_signals = _joint_rows(model, scores, batch, config, hows, hooks, ablation_seed)
     head_patching = mlp_patching = None
+    signals: dict[tuple[str, str], float] = {}
     if _ge(ablation.baseline.recall_accuracy, thresholds.incapable):
         options = dict(hooks=hooks, n=n_pair, seed=pair_seed, n_boot=n_boot)
         head_patching = patch_head_outputs(model, **options)
         mlp_patching = patch_mlp(model, **options)
+        signals = {**_recall_signals(model, batch, hows, hooks, ablation_seed), **joint_signals}
     probe = probe_probabilities(model, hooks).tolist() if model_config.V == 5 else None
     return judge_roles(
         scores, ablation, model_config=model_config, how=how, head_patching=head_patching,
-        mlp_patching=mlp_patching, joint=joint, probe=probe, thresholds=thresholds,
+        mlp_patching=mlp_patching, joint=joint, recall_signals=signals, probe=probe, thresholds=thresholds,
     )

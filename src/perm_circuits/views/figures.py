@@ -445,6 +445,8 @@ def step_accuracy(*evaluations: Evaluation, prior: str = "uniform") -> go.Figure
                 marker_color=color,
                 text=[f"{a:.1%}" for a in accuracy],
                 textposition="outside",
+                textfont={"size": 10},
+                textangle=0,
                 customdata=extra,
                 hovertemplate=f"{name}<br>%{{x}}<br>accuracy %{{y:.2%}}%{{customdata}}<extra></extra>",
                 legendgroup=name,
@@ -494,7 +496,10 @@ def step_accuracy(*evaluations: Evaluation, prior: str = "uniform") -> go.Figure
             )
     fig.update_layout(barmode="group")
     fig.update_yaxes(title_text="accuracy", tickformat=".0%", range=[0, 1.12], secondary_y=False)
-    fig.update_yaxes(title_text=f"MAE vs {prior}-prior posterior", showgrid=False, rangemode="tozero", secondary_y=True)
+    fig.update_yaxes(
+        title_text=f"MAE vs {prior}-prior posterior", showgrid=False, rangemode="tozero", tickformat=".3f",
+        secondary_y=True,
+    )
     n = evaluations[0].n_samples
     title = f"Per-step accuracy vs the Bayesian target ({', '.join(names)}; {n} test sequences)"
     return _style(fig, title, x_title="y-prediction step", height=520, width=max(760, 260 + 160 * len(steps)))
@@ -545,7 +550,8 @@ def walkthrough(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"] | None 
     titles = []
     for k in range(V):
         used = ",".join(str(y) for y in ys[:k]) or "none"
-        titles.append(f"<b>Step {k + 1}</b>: {_format_sequence(ids[: 2 * k + 1])} → ?<br>used y: {used} · target y={targets[k]}")
+        seen = _format_sequence(ids[: 2 * k + 1])
+        titles.append(f"<b>Step {k + 1}</b>: {seen} → ?<br>used y: {used} · target y={targets[k]}")
     fig = make_subplots(rows=1, cols=V, subplot_titles=titles, shared_yaxes=True, horizontal_spacing=0.025)
     for k in range(V):
         used = set(ys[:k])
@@ -949,7 +955,7 @@ def ffn_table(
     )
     model = getattr(result, "model_name", None)
     title = f"{model + ': ' if model else ''}FFN neurons as key-value memories ({len(frame)} neurons)"
-    return _style(fig, title, height=200 + 46 * (len(frame) + 1), width=max(900, 100 * len(columns)))
+    return _style(fig, title, height=220 + 34 * (len(frame) + 1), width=max(900, 100 * len(columns)))
 
 
 # ----------------------------------------------------------------------------- curves
