@@ -18,6 +18,9 @@ with install_import_hook("perm_circuits", "beartype.beartype"):
     import perm_circuits.posterior  # noqa: F401,E402
     import perm_circuits.task  # noqa: F401,E402
     import perm_circuits.train  # noqa: F401,E402
+    import perm_circuits.analysis  # noqa: F401,E402
+    import perm_circuits.views  # noqa: F401,E402
+    import perm_circuits.views.figures  # noqa: F401,E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

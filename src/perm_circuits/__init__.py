@@ -4,6 +4,24 @@ Built on TransformerLens 4 (``TransformerBridge.boot_native``).  The data path:
 task -> models -> train -> evaluate -> analyses -> views.
 """
 
+from perm_circuits import analysis
+from perm_circuits.analysis import (
+    ablate,
+    ablate_head,
+    ablate_mlp,
+    ablation_table,
+    attention_by_source,
+    direct_logit_attribution,
+    ffn_key_value_probe,
+    find_recall_head,
+    head_roles,
+    head_scores,
+    memory_probe_tracker,
+    memory_recall,
+    mlp_prediction_flips,
+    model_memory_probes,
+    recall_patching,
+)
 from perm_circuits.evaluate import (
     Evaluation,
     RecallGeneralisation,
@@ -43,6 +61,22 @@ from perm_circuits.train import TrainConfig, TrainingHistory, TrainResult, train
 __version__ = "0.1.0"
 
 __all__ = [
+    "analysis",
+    "ablate",
+    "ablate_head",
+    "ablate_mlp",
+    "ablation_table",
+    "attention_by_source",
+    "direct_logit_attribution",
+    "ffn_key_value_probe",
+    "find_recall_head",
+    "head_roles",
+    "head_scores",
+    "memory_probe_tracker",
+    "memory_recall",
+    "mlp_prediction_flips",
+    "model_memory_probes",
+    "recall_patching",
     "PRESETS",
     "PROBE_SEQUENCE",
     "Batch",

@@ -228,6 +228,7 @@ def evaluate(
     hooks: Sequence[tuple[str, Callable]] | None = None,
     n: int = 5000,
     seed: int = 1234,
+    probe: bool = True,
 ) -> Evaluation:
     """Evaluate ``model`` per step against the Bayesian posteriors.
 
@@ -237,6 +238,8 @@ def evaluate(
             test permutations, ``seed``) with the model's training ``repeat_ratio``.
         task_config: the task; default: the one stored with the model.
         hooks: a TransformerLens hook list applied during the forward pass (ablation, patching...).
+        probe: also run the study's probe sequence (a batch of one) under ``hooks``; turn off
+            for hooks tied to the test set's batch size (row-paired resampling).
     """
     config = task_config or task_config_of(model)
     if test_set is None:
@@ -244,8 +247,8 @@ def evaluate(
     if not isinstance(test_set, Batch):
         raise TypeError(f"test_set must be a perm_circuits.Batch, got {type(test_set).__name__}")
     logits = run_logits(model, test_set.inputs, hooks)
-    probe = probe_probabilities(model, hooks).tolist() if config.V == 5 else None
-    return evaluate_logits(logits, test_set, config, model_name=model_config_of(model).name, probe=probe)
+    probs = probe_probabilities(model, hooks).tolist() if probe and config.V == 5 else None
+    return evaluate_logits(logits, test_set, config, model_name=model_config_of(model).name, probe=probs)
 
 
 @dataclass(frozen=True)

@@ -200,7 +200,7 @@ def test_model_probes_table_and_validation():
         memory.ov_memory_probe(model, 2)
     with pytest.raises(ValueError, match="layer 1 out of range"):
         memory.qk_memory_probe(model, 0, layer=1)
-    with pytest.raises(ValueError, match="map"):
+    with pytest.raises(ValueError, match="target_map"):
         memory.qk_memory_probe(model, 0, "induction")
     with pytest.raises(ValueError, match="position 9"):
         memory.ov_memory_probe(model, 0, position=9)

@@ -447,3 +447,38 @@ def test_judge_validates_its_evidence():
         judge_roles(scores, table, model_config=ModelConfig(d_model=32, n_heads=2))
     with pytest.raises(ValueError, match="how must be one of"):
         judge_roles(scores, table, model_config=ModelConfig(d_model=16, n_heads=1), how="max")
+
+
+def test_recall_signal_exact():
+    batch = make_test_set(TaskConfig(repeat_ratio=0.3), n=300)
+    ys, source = batch.inputs[:, 1::2], repeat_source_of(batch.inputs)
+    rows = torch.arange(len(batch))
+    recall_answer = ys[rows, source.clamp_min(0)]
+    # +10 on the recall answer, only when the last query repeats: signal 10 (margin 10 vs 0)
+    logits = torch.zeros(len(batch), 2 * V - 1, V + 1)
+    logits[rows, -1, recall_answer] = 10.0 * (source >= 0).float()
+    assert roles.recall_signal(logits, batch.inputs) == pytest.approx(10.0)
+    # favouring y1 on every sequence is a position bias, not recall: signal 0
+    logits = torch.zeros(len(batch), 2 * V - 1, V + 1)
+    logits[rows, -1, ys[:, 0]] = 10.0
+    assert roles.recall_signal(logits, batch.inputs) == pytest.approx(0.0, abs=1e-9)
+    assert math.isnan(roles.recall_signal(logits[~batch.repeated], batch.inputs[~batch.repeated]))
+
+
+@pytest.mark.parametrize("kept, role, division", [(0.9, "eliminator", "supported"), (0.0, "mixed", "contradicted")])
+def test_judge_uses_the_recall_signal_when_both_capabilities_fall(kept, role, division):
+    """Ablating L0H0 breaks elimination and recall; whether recall itself needed it is the signal's call."""
+    scores = _scores(_score(0, 0, ("eliminator",)), _score(0, 1, ("duplicate",), duplicate_score=0.6))
+    table = _table([
+        _row("none", 1.0, 1.0, how="none"),
+        _row("L0H0", 0.2, 0.2, mae=0.2), _row("L0H1", 1.0, 0.0), _row("L0MLP", 0.2, 0.2, mae=0.1),
+    ])
+    signals = {("none", "none"): 7.0, ("L0H0", "mean"): 7.0 * kept, ("L0H1", "mean"): 0.0, ("L0MLP", "mean"): 0.0}
+    v = judge_roles(scores, table, model_config=ModelConfig(d_model=32, n_heads=2), recall_signals=signals)
+    assert v.role("L0H0") == role and v.role("L0H1") == "duplicate/recall"
+    assert v.heads[0].recall_signal_retention == pytest.approx(kept)
+    assert v.claims.status("division_of_labour") == division
+    assert v.claims.status("eliminator_head") == "supported"
+    # the MLP breaks both and its recall signal is gone: recall needs the FFN (elimination too)
+    assert v.role("L0MLP") == "needed for both" and v.claims.status("ffn_completes_recall") == "supported"
+    assert v.claims.status("no_attention_lookup") == "contradicted" and v.recall_signal == 7.0

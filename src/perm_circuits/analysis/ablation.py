@@ -29,6 +29,12 @@ hooks as closures (inside a TL4 hook ``hook.name`` may be an internal alias such
 ``blocks.0.attn.o.hook_in``, so nothing keys on it).  :func:`ablation_table` runs every head and
 MLP under every mode through :func:`~perm_circuits.evaluate.evaluate_logits` (the numbers of
 :func:`~perm_circuits.evaluate.evaluate` with the posteriors computed once).
+
+TL 4.3 traps handled here: ``hook_attn_scores`` edits are ignored (rejected); and
+``blocks.L.hook_resid_mid`` is an alias of ``ln2.hook_in``, so an edit there changes the MLP's
+input but not the residual stream that reaches ``resid_post`` (rejected, with the alternative).
+Row-paired resample hooks fit only batches of the reference's size; ``evaluate(hooks=...)`` also
+runs the 1-row probe, so evaluate such hooks with ``evaluate_logits(run_logits(...))``.
 """
 
 from __future__ import annotations
@@ -213,6 +219,11 @@ def binding_free_reference(
     activation on the same queries with other answers.  As a distribution (for mean ablation)
     the batch equals the task's; only the row-to-row pairing differs.  With a pool of ``m``
     permutations a row keeps its own answers with probability ``1/m`` (1/24 on the test split).
+    ``n`` is ignored when ``queries`` is given.
+
+    Why not a reference without any binding: every sequence of distinct (x, y) pairs is
+    consistent with some permutation, so a token-level reference cannot lack a binding of its
+    own; what it can lack is the *sample's* binding, which is what this construction removes.
     """
     if not isinstance(task_config, TaskConfig):
         raise TypeError(f"task_config must be a TaskConfig, got {type(task_config).__name__}")
@@ -581,6 +592,9 @@ def ablation_table(
             steps ``1..V-1`` are untouched and the last step's elimination and recall subgroups
             can be compared); default all.
         seed: resample seed (and the binding-free answers' seed).
+
+    Resample rows also report ``follows_reference``: how often the last-step prediction is the
+    answer of the reference sample whose activation was swapped in.
     """
     config = task_config or task_config_of(model)
     model_config = model_config_of(model)

@@ -344,9 +344,7 @@ class MemoryProbe:
         return pd.DataFrame([asdict(self)])
 
 
-def _chance(n_pairs: int, candidates: Tensor | int) -> float:
-    if isinstance(candidates, int):
-        return 1.0 / candidates
+def _chance(candidates: Tensor) -> float:
     return float((1.0 / candidates.double()).mean())
 
 
@@ -427,38 +425,39 @@ def _positional_qk(
 
 
 def qk_memory_probe(
-    model, head: int, map: str = "x_match", *, layer: int = 0, include_bias: bool = False
+    model, head: int, target_map: str = "x_match", *, layer: int = 0, include_bias: bool = False
 ) -> MemoryProbe:
     """R of head ``head``'s QK circuit on one of :data:`QK_MAPS` (defined in the module docstring)."""
-    if map not in QK_MAPS:
-        raise ValueError(f"map must be one of {QK_MAPS}, got {map!r}")
+    if target_map not in QK_MAPS:
+        raise ValueError(f"target_map must be one of {QK_MAPS}, got {target_map!r}")
     layer = check_layer(model, layer)
     head = _check_head(model, head)
     config = model_config_of(model)
     V, n_ctx = config.V, 2 * config.V - 1
     last = n_ctx - 1
-    if map == "x_match":
+    if target_map == "x_match":
         E, P = model.W_E.detach()[1 : V + 1], model.W_pos.detach()
         scores = qk_scores(model, head, E + P[last], E + P[0], layer=layer, include_bias=include_bias)
-        return MemoryProbe(f"L{layer}H{head}", "QK", map, "argmax", recall_rate(scores, identity_map(V)), V, 1.0 / V)
+        return MemoryProbe(f"L{layer}H{head}", "QK", target_map, "argmax", recall_rate(scores, identity_map(V)), V, 1.0 / V)
     token_scores = _positional_qk(model, head, layer, include_bias)
     causal = torch.ones(n_ctx, n_ctx).tril().bool()
-    if map == "last_to_y1":
+    if target_map == "last_to_y1":
         scores = token_scores[:, last]  # [query token, key pos]
         allowed = causal[last].expand(V, n_ctx)
         pairs = torch.tensor([[t, 1] for t in range(V)])
         return MemoryProbe(
-            f"L{layer}H{head}", "QK", map, "argmax", recall_rate(scores, pairs, allowed=allowed), V, 1.0 / n_ctx
+            f"L{layer}H{head}", "QK", target_map, "argmax", recall_rate(scores, pairs, allowed=allowed), V,
+            1.0 / n_ctx,
         )
     scores = token_scores.mean(0)  # [query pos, key pos]
-    if map == "prev_y":
+    if target_map == "prev_y":
         pairs = torch.tensor([[q, q - 1] for q in range(2, n_ctx, 2)])
     else:  # self_y
         pairs = torch.tensor([[q, q] for q in range(1, n_ctx, 2)])
     candidates = pairs[:, 0] + 1
     return MemoryProbe(
-        f"L{layer}H{head}", "QK", map, "argmax", recall_rate(scores, pairs, allowed=causal), len(pairs),
-        _chance(len(pairs), candidates),
+        f"L{layer}H{head}", "QK", target_map, "argmax", recall_rate(scores, pairs, allowed=causal), len(pairs),
+        _chance(candidates),
     )
 
 
@@ -531,12 +530,12 @@ class MemoryProbes:
         """One row per probe: component, circuit, map, mode, recall, n_pairs, chance."""
         return pd.DataFrame([asdict(p) for p in self.probes])
 
-    def get(self, component: str, map: str) -> float:
-        """R of ``component``'s probe ``map`` (e.g. ``get("L0H1", "copy")``)."""
+    def get(self, component: str, target_map: str) -> float:
+        """R of ``component``'s probe ``target_map`` (e.g. ``get("L0H1", "copy")``)."""
         for p in self.probes:
-            if p.component == component and p.map == map:
+            if p.component == component and p.map == target_map:
                 return p.recall
-        raise KeyError(f"no probe {map!r} for {component!r}")
+        raise KeyError(f"no probe {target_map!r} for {component!r}")
 
 
 def model_memory_probes(

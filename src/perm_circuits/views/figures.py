@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -1084,7 +1085,7 @@ def probe_curves(frame: pd.DataFrame, *, title: str = "Memory-recall probes over
 
 # ----------------------------------------------------------------------------- output
 
-_TOPOJSON_CDN = "https://cdn.plot.ly/un/"
+_TOPOJSON_CDN = re.compile(r"https://cdn\.plot\.ly/un/")  # plotly.js's default topojsonURL
 _TOPOJSON_LOCAL = "./topojson/"
 
 
@@ -1094,7 +1095,7 @@ def write_html(fig: go.Figure, path: str | os.PathLike) -> Path:
     plotly.js is inlined (``include_plotlyjs=True``, never ``"cdn"``) and the page has no
     ``<script src=...>``.  The one CDN address inside plotly.js (the default ``topojsonURL``,
     used only by geo traces, which these figures never draw) is pointed at a local folder so
-    nothing in the page refers to ``cdn.plot.ly``.
+    nothing in the page refers to plotly's CDN.
     """
     if not isinstance(fig, go.Figure):
         raise TypeError(f"fig must be a plotly.graph_objects.Figure, got {type(fig).__name__}")
@@ -1110,6 +1111,6 @@ def write_html(fig: go.Figure, path: str | os.PathLike) -> Path:
         include_plotlyjs=True,
         config={"displaylogo": False, "topojsonURL": _TOPOJSON_LOCAL},
     )
-    page = page.replace(_TOPOJSON_CDN, _TOPOJSON_LOCAL)
+    page = _TOPOJSON_CDN.sub(_TOPOJSON_LOCAL, page)
     path.write_text(page, encoding="utf-8")
     return path

@@ -245,7 +245,7 @@ def remote_resource_refs(page: str) -> list[str]:
     ``http(s)://`` or protocol-relative, ES-module imports from such URLs (the
     form circuitsvis' CDN HTML uses) and any ``unpkg.com`` mention. URL strings
     that merely sit inside inlined library code (plotly.js mentions
-    ``cdn.plot.ly`` for geo/map traces) are not reported; the browser harness
+    plotly's CDN for geo/map traces) are not reported; the browser harness
     is the ground truth for actual requests.
 
     Returns:
