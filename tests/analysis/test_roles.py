@@ -268,6 +268,9 @@ def test_scores_see_interventions_and_leave_no_hooks():
     with pytest.raises(RuntimeError, match="boom"):
         attention_by_source(model, n=50, hooks=[("blocks.0.hook_resid_pre", boom)])
     assert hook_count(model) == 0
+    with pytest.raises(RuntimeError, match="boom"):
+        head_roles(model, n=50, hooks=[("blocks.0.hook_mlp_out", boom)])
+    assert hook_count(model) == 0
 
 
 def test_validation_before_any_forward():

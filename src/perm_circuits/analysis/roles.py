@@ -38,7 +38,10 @@ This module measures each piece and says, per model (any seed, any size), whethe
    ``how="mean"`` by default, the others are reported as a sensitivity check), a joint ablation of
    heads that share the eliminator pattern (redundant accumulators survive single ablations), and
    the recall patching of :mod:`perm_circuits.analysis.patching` (how much of the clean logit
-   difference each head's / the MLP's clean output restores).  It returns a :class:`RoleVerdict`
+   difference each head's / the MLP's clean output restores), and the :func:`recall_signal` under
+   every ablation (does the model still favour the recall answer among the used values when the
+   query repeats? -- this separates "recall broken" from "output broken" when an ablation kills
+   elimination and recall together).  It returns a :class:`RoleVerdict`
    with a role per head and per MLP, a claims table (supported / contradicted / inconclusive, with
    the numbers) and a plain-text :meth:`RoleVerdict.summary`.  :func:`judge_roles` is the pure
    decision step, usable on precomputed or hand-made evidence.
@@ -49,10 +52,13 @@ Decision rules (all thresholds are fields of :class:`RoleThresholds`):
   ``(acc_ablated - 1/V) / (acc_baseline - 1/V)``; defined only where the baseline has the
   capability (baseline accuracy >= ``incapable`` = 0.5).  ``<= destroyed`` (0.25) destroys it,
   ``>= survives`` (0.75) leaves it, in between damages it.
-- a head is *needed for elimination* if ablating it drops elimination retention below
+- a component is *needed for elimination* if ablating it drops elimination retention below
   ``survives`` or raises the steps 1..V-1 MAE (vs the train-prior posterior) by ``mae_increase``
-  (0.05); *needed for recall* if recall retention falls below ``survives`` or patching its clean
-  output restores ``>= patch_restores`` (0.5) of the clean logit difference.
+  (0.05).  It is *needed for recall* if ablating it drops recall retention below ``survives``
+  while elimination survives; if elimination falls too, only if the recall signal also falls
+  (signal retention ``< survives``; taken as yes when the signal was not measured); a head whose
+  ablation leaves recall is still needed for it if patching its clean output restores
+  ``>= patch_restores`` (0.5) of the clean logit difference (a redundant carrier).
 - attention patterns: *eliminator* if ``elim_y_mass >= 0.7`` and ``elim_entropy >= 0.8``;
   *binder* if ``x_prev_y >= 0.6`` and ``y_self >= 0.6`` (a uniform accumulator has
   ``x_prev_y = 25/48 ~ 0.52``); *duplicate* if ``duplicate_score >= 0.3``.
@@ -60,10 +66,18 @@ Decision rules (all thresholds are fields of :class:`RoleThresholds`):
   the eliminator pattern, else ``"other"``; for recall only -> ``"duplicate/recall"`` with the
   duplicate pattern, ``"binder"`` with the binder pattern, else ``"other"``; for neither ->
   ``"unused"`` (loss rises by < ``loss_increase`` = 0.05 nats) or ``"minor"``.
-- MLP role: recall destroyed while elimination survives -> ``"completes recall"``; recall and
-  elimination both harmed -> ``"needed for both"``; recall damaged only ->
-  ``"contributes to recall"``; elimination only -> ``"needed for elimination"``; else
-  ``"unused"`` / ``"minor"``.
+- MLP role: needed for recall while elimination survives -> ``"completes recall"`` (recall
+  retention ``<= destroyed``) or ``"contributes to recall"``; needed for recall and elimination
+  -> ``"needed for both"``; elimination only -> ``"needed for elimination"``; else ``"unused"`` /
+  ``"minor"``.
+- claims (multi-head models: eliminates, recalls, eliminator_head, binding_head,
+  division_of_labour, ffn_completes_recall, no_attention_lookup; one-head models: eliminates,
+  no_recall, single_head_accumulates): each is supported / contradicted / inconclusive by the
+  rules in its ``_*_claim`` function, quoted in its evidence.  E.g. the FFN claim is supported
+  when the MLP "completes recall", or is "needed for both" with its recall signal destroyed
+  (``<= destroyed``), and contradicted when no MLP is needed for recall ("recall survives MLP
+  ablation: the FFN does not decode").  The story holds when every claim is supported and does
+  not when any is contradicted.
 - model capabilities: accuracy ``>= capable`` (0.9) has it, ``< incapable`` (0.5) lacks it;
   "cannot recall" holds for recall accuracy ``<= recall_absent`` (0.2, chance).
 
@@ -1005,6 +1019,15 @@ def _judge_mlp(ctx: _Context, layer: int, row: AblationRow, patching: PatchingSw
     )
 
 
+def _or(value: float, default: float) -> float:
+    return default if math.isnan(value) else value
+
+
+def _best(heads: list[HeadRole], scores: dict[str, HeadScore], name: str) -> HeadRole:
+    """The head with the largest score ``name`` (nan counts as lowest)."""
+    return max(heads, key=lambda h: _or(getattr(scores[h.component], name), -math.inf))
+
+
 def _claim(claim: str, statement: str, status: str, evidence: str, numbers: dict[str, float]) -> Claim:
     assert status in STATUSES
     return Claim(claim, statement, status, evidence, tuple((k, float(v)) for k, v in numbers.items()), ())
@@ -1077,7 +1100,7 @@ def _eliminator_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, He
             "ablating it destroys elimination (study section 08, head 1).",
         )
     pattern = [h for h in heads if "eliminator" in scores[h.component].patterns]
-    best = max(heads, key=lambda h: -1.0 if math.isnan(scores[h.component].elimination_score) else scores[h.component].elimination_score)
+    best = _best(heads, scores, "elimination_score")
     best_score = scores[best.component]
     numbers = {"best_elim_y_mass": best_score.elim_y_mass, "best_elim_entropy": best_score.elim_entropy}
     if not pattern:
@@ -1147,7 +1170,7 @@ def _binding_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadS
     )
     eliminators = {h.component for h in heads if h.role == "eliminator"}
     pattern = [h for h in heads if "binder" in scores[h.component].patterns and h.component not in eliminators]
-    best = max(heads, key=lambda h: -1.0 if math.isnan(scores[h.component].binding_score) else scores[h.component].binding_score)
+    best = _best(heads, scores, "binding_score")
     best_score = scores[best.component]
     numbers = {"best_x_prev_y": best_score.x_prev_y, "best_y_self": best_score.y_self}
     if not pattern:
@@ -1168,7 +1191,7 @@ def _binding_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadS
                 evidence += f"; recall runs through {', '.join(duplicates)}, a duplicate-token head, instead"
             evidence += "."
         return _claim("binding_head", statement, "contradicted", evidence, numbers)
-    chosen = max(pattern, key=lambda h: (h.role == "binder", -(h.recall_retention if not math.isnan(h.recall_retention) else 2.0)))
+    chosen = max(pattern, key=lambda h: (h.role == "binder", -_or(h.recall_retention, 2.0)))
     score = scores[chosen.component]
     numbers.update({
         "x_prev_y": score.x_prev_y, "y_self": score.y_self, "ablated_recall_accuracy": chosen.recall_accuracy,
@@ -1273,7 +1296,7 @@ def _lookup_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadSc
         "Attention does not look up the repeated query: x tokens attend to the preceding y, not to the earlier x1; "
         "the lookup happens in the FFN (study section 09)."
     )
-    best = max(heads, key=lambda h: -9.0 if math.isnan(scores[h.component].duplicate_score) else scores[h.component].duplicate_score)
+    best = _best(heads, scores, "duplicate_score")
     score = scores[best.component]
     numbers = {"max_duplicate_score": score.duplicate_score, "dup_repeated": score.dup_repeated,
                "dup_baseline": score.dup_baseline}
@@ -1516,6 +1539,7 @@ def head_roles(
     n_boot: int = 1000,
     ablation_seed: int = 0,
     thresholds: RoleThresholds | None = None,
+    probe: bool = True,
 ) -> RoleVerdict:
     """Assign every head and MLP a role and judge the study's story on ``model``.
 
@@ -1542,6 +1566,8 @@ def head_roles(
         how: the ablation mode the decisions use; must be in ``hows``.
         hooks: an intervention applied in every run (the verdict of the intervened model).
         ablation_seed: resample-ablation seed.
+        probe: also run the study's probe sequence (a batch of one) under ``hooks``; turn off for
+            hooks tied to the test set's batch size.
     """
     thresholds = _check_thresholds(thresholds)
     if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:
@@ -1553,6 +1579,8 @@ def head_roles(
         raise ValueError(f"how must be one of {HOWS}, got {how!r}")
     if how not in hows:
         raise ValueError(f"how={how!r} must be one of hows={tuple(hows)}")
+    if not isinstance(probe, bool):
+        raise TypeError(f"probe must be a bool, got {probe!r}")
     for name, value, minimum in (("n_pair", n_pair, 2), ("pair_seed", pair_seed, 0), ("n_boot", n_boot, 10),
                                  ("ablation_seed", ablation_seed, 0)):
         _check_count(name, value, minimum)
@@ -1572,8 +1600,8 @@ def head_roles(
         head_patching = patch_head_outputs(model, **options)
         mlp_patching = patch_mlp(model, **options)
         signals = {**_recall_signals(model, batch, hows, hooks, ablation_seed), **joint_signals}
-    probe = probe_probabilities(model, hooks).tolist() if model_config.V == 5 else None
+    probs = probe_probabilities(model, hooks).tolist() if probe and model_config.V == 5 else None
     return judge_roles(
         scores, ablation, model_config=model_config, how=how, head_patching=head_patching,
-        mlp_patching=mlp_patching, joint=joint, recall_signals=signals, probe=probe, thresholds=thresholds,
+        mlp_patching=mlp_patching, joint=joint, recall_signals=signals, probe=probs, thresholds=thresholds,
     )

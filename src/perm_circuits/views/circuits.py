@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, no_type_check
 
 import circuitsvis.activations
 import circuitsvis.attention
@@ -171,6 +171,7 @@ def _capture_view(
 # public views
 
 
+@no_type_check  # validates its own inputs (lists, numpy, tensors) with precise messages
 def attention_view(
     pattern: Float[Tensor, "head q k"],
     tokens: list[str],
@@ -217,6 +218,7 @@ def attention_view(
     )
 
 
+@no_type_check  # validates its own inputs (lists, numpy, tensors) with precise messages
 def colored_tokens_view(
     tokens: list[str],
     values: Float[Tensor, "pos"],
@@ -257,6 +259,7 @@ def colored_tokens_view(
     )
 
 
+@no_type_check  # validates its own inputs (lists, numpy, tensors) with precise messages
 def neuron_activations_view(
     tokens: list[str],
     activations: Float[Tensor, "pos neurons"],
@@ -298,6 +301,7 @@ def neuron_activations_view(
     )
 
 
+@no_type_check  # validates its own inputs (lists, numpy, tensors) with precise messages
 def token_labels(tokens: Sequence[int] | Int[Tensor, "pos"]) -> list[str]:
     """Readable labels for a permutation-lookup sequence ``x1 y1 x2 y2 ...``.
 
