@@ -1564,7 +1564,8 @@ def head_roles(
         test_set: default ``make_test_set`` of the model's task, ``n`` samples, ``seed``, with
             the study's repeat ratio 0.3 when the task has none.
         how: the ablation mode the decisions use; must be in ``hows``.
-        hooks: an intervention applied in every run (the verdict of the intervened model).
+        hooks: an intervention applied in every run (the verdict of the intervened model); it
+            must work on any batch, as it also runs on the patching pairs (and the probe).
         ablation_seed: resample-ablation seed.
         probe: also run the study's probe sequence (a batch of one) under ``hooks``; turn off for
             hooks tied to the test set's batch size.
