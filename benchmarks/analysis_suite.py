@@ -1,0 +1,74 @@
+"""Time the full analysis suite on the 5,000-sample test set (target < 10 s on a 2-core CPU).
+
+    python benchmarks/analysis_suite.py [d32h2 d16h1 ...]
+
+Runs every analysis a researcher would run on a shipped model — evaluation, recall generalisation,
+ablation table (zero/mean/resample), recall patching, head scores, the head-role verdict, FFN key-value
+probing, MLP flips, memory-recall probes, direct logit attribution — and prints each one's time.
+The baseline, timed side by side, is one plain-PyTorch forward pass of the same 5,000 sequences
+(``fast_forward``), so the suite's cost is also given in "plain forwards".
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+
+from perm_circuits import evaluate, fast_forward, load_pretrained, make_test_set, recall_generalisation
+from perm_circuits.analysis import (
+    ablation_table,
+    direct_logit_attribution,
+    ffn_key_value_probe,
+    head_roles,
+    head_scores,
+    mlp_prediction_flips,
+    model_memory_probes,
+    recall_patching,
+)
+
+
+def suite(model, test_set) -> dict[str, float]:
+    steps = {
+        "evaluate": lambda: evaluate(model, test_set),
+        "recall_generalisation": lambda: recall_generalisation(model),
+        "ablation_table": lambda: ablation_table(model, test_set=test_set),
+        "recall_patching": lambda: recall_patching(model, n=5000),
+        "head_scores": lambda: head_scores(model, test_set),
+        "head_roles": lambda: head_roles(model, test_set),
+        "ffn_key_value_probe": lambda: ffn_key_value_probe(model),
+        "mlp_prediction_flips": lambda: mlp_prediction_flips(model, test_set),
+        "model_memory_probes": lambda: model_memory_probes(model),
+        "direct_logit_attribution": lambda: direct_logit_attribution(model, test_set),
+    }
+    times = {}
+    for name, step in steps.items():
+        start = time.perf_counter()
+        step()
+        times[name] = time.perf_counter() - start
+    return times
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    for name in sys.argv[1:] or ["d32h2", "d16h1"]:
+        model = load_pretrained(name)
+        test_set = make_test_set(model.task_config)
+        with torch.no_grad():
+            fast_forward(model, test_set.inputs)
+            start = time.perf_counter()
+            for _ in range(10):
+                fast_forward(model, test_set.inputs)
+            plain = (time.perf_counter() - start) / 10
+        suite(model, make_test_set(model.task_config, n=200))  # warm-up (lazy imports, caches)
+        times = suite(model, test_set)
+        total = sum(times.values())
+        print(f"{name}: analysis suite on {len(test_set)} samples: {total:.2f} s (target < 10 s); "
+              f"= {total / plain:.0f} plain forwards ({1000 * plain:.1f} ms each)")
+        for step, seconds in sorted(times.items(), key=lambda kv: -kv[1]):
+            print(f"  {step:<26} {seconds:6.2f} s")
+
+
+if __name__ == "__main__":
+    main()
