@@ -32,6 +32,7 @@ import html as _html
 import math
 import os
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -169,6 +170,7 @@ class _Entry:
     verdict: Any = None
     sizes: dict[str, str] = field(default_factory=dict)
     probe_views: list[tuple[str, OfflineView]] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 def _is_model(item: object) -> bool:
@@ -558,7 +560,6 @@ def _model_page(entry: _Entry, n: int, step: Any) -> str:
     step("figures")
     history = _history_frame(getattr(model, "metadata", None) or {})
     smaller = n_roles != n or n_patch != n
-    add("Summary", _summary_html(entry, n, smaller))
     add("Head-role verdict", _verdict_html(verdict.summary()))
     add("Head-role verdict", "<h3>Claims of the study, judged on this model</h3>\n" + _claims_table(verdict))
     add("Head-role verdict", "<h3>Roles of the heads and MLPs (decision mode: "
@@ -625,6 +626,7 @@ def _model_page(entry: _Entry, n: int, step: Any) -> str:
     add("Training provenance", _provenance_html(entry, getattr(model, "metadata", None) or {}, task))
 
     step("write")
+    add("Summary", _summary_html(entry, n, smaller))
     sections: list[Section] = [Section("", f"<style>{_CSS}</style>\n" + _toc(MODEL_SECTIONS))]
     for title in MODEL_SECTIONS:
         sections.append(Section("", _h2(title)))
@@ -648,6 +650,9 @@ def _summary_html(entry: _Entry, n: int, smaller: bool) -> str:
     facts["study's story holds"] = {True: "yes", False: "no", None: "undecided"}[verdict.story_holds]
     facts["roles"] = ", ".join(f"{c.component} = {c.role}" for c in (*verdict.heads, *verdict.mlps))
     out = [_kv_table(facts), "<h3>Sample sizes</h3>", _kv_table(entry.sizes)]
+    if entry.timings:
+        steps = ", ".join(f"{label} {seconds:.1f} s" for label, seconds in entry.timings.items())
+        out.append(_note(f"Computed in {sum(entry.timings.values()):.1f} s ({steps})."))
     if smaller:
         out.append(_note(
             f"The head-role verdict uses at most {ROLES_MAX_N} test sequences and the patching sweeps at most "
@@ -781,6 +786,8 @@ def write_report(
     several = len(models) > 1
     total = len(models) * (1 + len(_MODEL_STEPS)) + (1 if several else 0)
     bar = tqdm(total=total, desc="report", unit="step", disable=not progress, dynamic_ncols=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # these models are tiny: one thread is fastest, and steady on a busy CPU
     try:
         entries: list[_Entry] = []
         taken = {INDEX_PAGE.removesuffix(".html")} if several else set()
@@ -794,12 +801,14 @@ def write_report(
             entry.page = out / f"{_file_stem(entry.name, taken)}.html"
         written: list[Path] = []
         for entry in entries:
-            state = {"started": False}
+            state: dict[str, Any] = {"started": False}
 
             def step(label: str, entry: _Entry = entry, state: dict = state) -> None:
+                now = time.perf_counter()
                 if state["started"]:
+                    entry.timings[state["label"]] = now - state["since"]
                     bar.update(1)
-                state["started"] = True
+                state.update(started=True, label=label, since=now)
                 bar.set_postfix_str(f"{entry.name}: {label}")
 
             page = _model_page(entry, n, step)
@@ -816,4 +825,5 @@ def write_report(
         bar.set_postfix_str("done")
         return written
     finally:
+        torch.set_num_threads(threads)
         bar.close()
