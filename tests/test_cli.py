@@ -59,3 +59,25 @@ def test_console_script_info():
     result = subprocess.run([sys.executable, "-m", "perm_circuits.cli", "info"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "presets: d16h1" in result.stdout and "transformer-lens" in result.stdout
+
+
+def test_resume_flags_and_out_checks(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--preset", "d16h1", "--epochs", "1", "--samples", "512", "--checkpoint-every", "1", "--out", str(out), "--quiet"]) == 0
+    checkpoint = out / "checkpoints" / "epoch_0001"
+    assert main(["train", "--resume", str(checkpoint), "--preset", "d16h1", "--out", str(out), "--quiet"]) == 2
+    assert "cannot be given with --resume" in capsys.readouterr().err
+    assert main(["train", "--resume", str(checkpoint), "--epochs", "2", "--out", str(tmp_path / "more"), "--quiet"]) == 0
+    document = json.loads((tmp_path / "more" / "config.json").read_text())
+    assert document["metadata"]["epochs_run"] == 2 and document["metadata"]["train_config"]["samples_per_epoch"] == 512
+    (tmp_path / "file").write_text("x")
+    assert main(["train", "--preset", "d16h1", "--out", str(tmp_path / "file"), "--quiet"]) == 2
+
+
+def test_json_output_has_no_nan(tmp_path, capsys):
+    out = tmp_path / "plain"
+    assert main(["train", "--preset", "d16h1", "--epochs", "1", "--samples", "256", "--repeat-ratio", "0", "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(out), "--samples", "100", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["recall_accuracy"] is None

@@ -119,3 +119,30 @@ def test_save_is_atomic_on_failure(tmp_path):
 def test_bad_model_config(kwargs, error):
     with pytest.raises(error):
         ModelConfig(**kwargs)
+
+
+def test_incomplete_or_undecodable_config_rejected(tmp_path):
+    save_model(build_model("d16h1"), tmp_path / "ck", task_config=TaskConfig(repeat_ratio=0.3))
+    config_path = tmp_path / "ck" / "config.json"
+    document = json.loads(config_path.read_text())
+    partial = {**document, "task": {}}
+    config_path.write_text(json.dumps(partial))
+    with pytest.raises(CheckpointError, match="missing"):
+        load_model(tmp_path / "ck")
+    config_path.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        load_model(tmp_path / "ck")
+    document["model"]["d_model"] = 10**6  # must be rejected from the file header, not by allocating
+    config_path.write_text(json.dumps(document))
+    with pytest.raises(CheckpointError, match="embed.weight has shape"):
+        load_model(tmp_path / "ck")
+
+
+def test_saving_a_loaded_model_keeps_its_task(tmp_path):
+    model = build_model("d16h1")
+    save_model(model, tmp_path / "a", task_config=TaskConfig(repeat_ratio=0.3))
+    again = load_model(tmp_path / "a")
+    save_model(again, tmp_path / "b")
+    assert load_checkpoint(tmp_path / "b").task_config.repeat_ratio == 0.3
+    with pytest.raises(TypeError, match="metadata"):
+        save_model(again, tmp_path / "c", metadata=[1, 2])

@@ -82,3 +82,30 @@ def test_wrong_type_in_train_config():
 def test_mismatched_task_and_model():
     with pytest.raises(ValueError, match="does not match"):
         train("d16h1", TaskConfig(V=4), SMALL, progress=False)
+
+
+def test_resume_may_extend_epochs_but_not_change_the_recipe(tmp_path):
+    config = TrainConfig(**{**SMALL.to_dict(), "epochs": 1, "checkpoint_every": 1, "checkpoint_dir": str(tmp_path)})
+    train("d16h1", TaskConfig(repeat_ratio=0.3), config, progress=False)
+    longer = train(resume_from=tmp_path / "epoch_0001", train_config=TrainConfig(**{**config.to_dict(), "epochs": 2}), progress=False)
+    assert longer.epochs_run == 2 and len(longer.history) == 2
+    with pytest.raises(ValueError, match="samples_per_epoch"):
+        train(resume_from=tmp_path / "epoch_0001", train_config=TrainConfig(**{**config.to_dict(), "samples_per_epoch": 4096}), progress=False)
+
+
+def test_resume_rejects_checkpoints_without_optimizer_state(tmp_path):
+    from perm_circuits import build_model, save_model
+    from perm_circuits.models import CheckpointError
+
+    model = build_model("d16h1")
+    save_model(model, tmp_path / "plain", metadata={"epoch": 1, "train_config": SMALL.to_dict(), "history": []})
+    with pytest.raises(CheckpointError, match="generator"):
+        train(resume_from=tmp_path / "plain", progress=False)
+    save_model(build_model("d16h1"), tmp_path / "final")
+    with pytest.raises(CheckpointError, match="not a resumable"):
+        train(resume_from=tmp_path / "final", progress=False)
+
+
+def test_callbacks_must_be_callable():
+    with pytest.raises(TypeError, match="callbacks"):
+        train("d16h1", TaskConfig(), SMALL, callbacks=[42], progress=False)

@@ -44,12 +44,12 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--heads", type=_positive_int, help="attention heads (with --d-model)")
     tr.add_argument("--layers", type=_positive_int, default=1, help="transformer blocks (default 1)")
     tr.add_argument("--V", type=int, default=5, help="number of values (2..8, default 5)")
-    tr.add_argument("--seed", type=int, default=0, help="init and data seed (default 0)")
-    tr.add_argument("--epochs", type=_positive_int, default=50)
-    tr.add_argument("--samples", type=_positive_int, default=100_000, help="samples per epoch")
-    tr.add_argument("--batch-size", type=_positive_int, default=128)
-    tr.add_argument("--lr", type=float, default=1e-3)
-    tr.add_argument("--repeat-ratio", type=_ratio, default=0.3, help="P(last query repeats x1), default 0.3")
+    tr.add_argument("--seed", type=int, help="init and data seed (default 0)")
+    tr.add_argument("--epochs", type=_positive_int, help="epochs (default 50; with --resume: the new total)")
+    tr.add_argument("--samples", type=_positive_int, help="samples per epoch (default 100000)")
+    tr.add_argument("--batch-size", type=_positive_int, help="default 128")
+    tr.add_argument("--lr", type=float, help="Adam learning rate (default 1e-3)")
+    tr.add_argument("--repeat-ratio", type=_ratio, help="P(last query repeats x1), default 0.3")
     tr.add_argument("--early-stop", type=_positive_int, metavar="PATIENCE", help="stop once converged")
     tr.add_argument("--checkpoint-every", type=_positive_int, metavar="N")
     tr.add_argument("--resume", type=Path, metavar="CHECKPOINT", help="resume a training checkpoint")
@@ -74,9 +74,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def load_any(name: str):
-    """A model from a pretrained name or a checkpoint folder."""
-    from perm_circuits.models import list_pretrained, load_model, load_pretrained
+    """A model from a checkpoint folder or, when no such folder exists, a pretrained name."""
+    from perm_circuits.models import CONFIG_FILE, list_pretrained, load_model, load_pretrained
 
+    if Path(name).is_dir() and (Path(name) / CONFIG_FILE).is_file():
+        return load_model(name)
     if name in list_pretrained():
         return load_pretrained(name)
     if Path(name).is_dir():
@@ -85,38 +87,47 @@ def load_any(name: str):
 
 
 def _train(args: argparse.Namespace, argv: list[str]) -> int:
-    from perm_circuits.models import ModelConfig, save_model
-    from perm_circuits.task import TaskConfig
-    from perm_circuits.train import TrainConfig, train
-
     import torch
 
+    from perm_circuits.models import PRESETS, ModelConfig, save_model
+    from perm_circuits.task import TaskConfig
+    from perm_circuits.train import TrainConfig, _load_resumable, train
+
+    if args.out.exists() and not args.out.is_dir():
+        raise ValueError(f"--out {str(args.out)!r} exists and is not a folder")
     torch.set_num_threads(args.threads)
-    if args.resume is None:
+    recipe = {"seed": args.seed, "epochs": args.epochs, "samples_per_epoch": args.samples,
+              "batch_size": args.batch_size, "lr": args.lr}
+    given = {k: v for k, v in recipe.items() if v is not None}
+    schedule = {
+        "early_stop_patience": args.early_stop,
+        "checkpoint_every": args.checkpoint_every,
+        "checkpoint_dir": str(args.out / "checkpoints") if args.checkpoint_every else None,
+    }
+    if args.resume is not None:
+        fixed = {"--preset": args.preset, "--d-model": args.d_model, "--heads": args.heads,
+                 "--repeat-ratio": args.repeat_ratio, "--seed": args.seed, "--samples": args.samples,
+                 "--batch-size": args.batch_size, "--lr": args.lr}
+        clash = [flag for flag, value in fixed.items() if value is not None]
+        if clash:
+            raise ValueError(f"{clash} cannot be given with --resume: the checkpoint fixes them")
+        saved = _load_resumable(args.resume)[3]
+        train_config = TrainConfig.from_dict({**saved.to_dict(), **given, **schedule})
+        model_config = task_config = None
+    else:
+        seed = 0 if args.seed is None else args.seed
         if (args.preset is None) == (args.d_model is None):
             raise ValueError("give either --preset or --d-model/--heads")
         if args.preset:
-            from perm_circuits.models import PRESETS
-
             base = PRESETS[args.preset].to_dict()
-            model_config = ModelConfig.from_dict({**base, "seed": args.seed, "V": args.V, "n_layers": args.layers})
+            model_config = ModelConfig.from_dict({**base, "seed": seed, "V": args.V, "n_layers": args.layers})
         else:
             if args.heads is None:
                 raise ValueError("--d-model needs --heads")
-            model_config = ModelConfig(d_model=args.d_model, n_heads=args.heads, n_layers=args.layers, V=args.V, seed=args.seed)
-        task_config = TaskConfig(V=args.V, repeat_ratio=args.repeat_ratio)
-    else:
-        model_config = task_config = None
-    train_config = TrainConfig(
-        epochs=args.epochs,
-        samples_per_epoch=args.samples,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        seed=args.seed,
-        early_stop_patience=args.early_stop,
-        checkpoint_every=args.checkpoint_every,
-        checkpoint_dir=str(args.out / "checkpoints") if args.checkpoint_every else None,
-    )
+            model_config = ModelConfig(d_model=args.d_model, n_heads=args.heads, n_layers=args.layers, V=args.V, seed=seed)
+        ratio = 0.3 if args.repeat_ratio is None else args.repeat_ratio
+        task_config = TaskConfig(V=args.V, repeat_ratio=ratio)
+        train_config = TrainConfig(**{"seed": seed, **given, **schedule})
     result = train(
         model_config or "d32h2", task_config, train_config, resume_from=args.resume, progress=not args.quiet
     )
@@ -143,7 +154,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     model = load_any(args.model)
     result = evaluate(model, n=args.samples, seed=args.seed)
     if args.json:
-        print(json.dumps(result.summary(), indent=2))
+        from perm_circuits._util import json_safe
+
+        print(json.dumps(json_safe(result.summary()), indent=2, allow_nan=False))
         return 0
     print(result.to_markdown())
     general = recall_generalisation(model)

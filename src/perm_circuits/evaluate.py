@@ -7,7 +7,8 @@ and each posterior (uniform prior over all permutations, and the train-split pri
 loss.  The last step is split into the elimination subgroup (a new query) and the memorization
 subgroup (the query repeats an earlier one: recall must beat elimination), as in the study's
 section 07.  Distributions are the softmax over the full vocabulary restricted to tokens ``1..V``
-(mass on the unused token 0 counts as error).
+(mass on the unused token 0 counts as error).  Accuracy everywhere is the argmax over the full
+vocabulary equal to the target, so a model that prefers token 0 is wrong.
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ def _value_probs(logits: Float[Tensor, "batch seq vocab"], V: int) -> Float[Tens
     return logits[:, 0::2].softmax(dim=-1)[..., 1 : V + 1]
 
 
-def _subgroup(name: str, rows: Tensor, probs, targets, posterior, losses) -> SubgroupMetrics | None:
+def _subgroup(name: str, rows: Tensor, probs, correct, posterior, losses) -> SubgroupMetrics | None:
     n = int(rows.sum())
     if n == 0:
         return None
@@ -148,7 +149,7 @@ def _subgroup(name: str, rows: Tensor, probs, targets, posterior, losses) -> Sub
     return SubgroupMetrics(
         name=name,
         n=n,
-        accuracy=float((probs[rows].argmax(-1) + 1 == targets[rows]).float().mean()),
+        accuracy=float(correct[rows].float().mean()),
         mae=float(err.mean()),
         max_ae=float(err.max()),
         loss=float(losses[rows].mean()),
@@ -193,7 +194,7 @@ def evaluate_logits(
                 loss=float(losses[:, k].mean()),
             )
         )
-    last = (probs[:, -1], targets[:, -1], uniform[:, -1], losses[:, -1])
+    last = (probs[:, -1], correct[:, -1], uniform[:, -1], losses[:, -1])
     elimination = _subgroup("elimination", ~batch.repeated, *last)
     memorization = _subgroup("memorization", batch.repeated, *last)
     if elimination is None:

@@ -28,6 +28,7 @@ from jaxtyping import Float, Int
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from perm_circuits._util import dataclass_from_dict, json_safe
 from perm_circuits.task import TaskConfig
 
 __all__ = [
@@ -115,11 +116,9 @@ class ModelConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown ModelConfig fields {sorted(unknown)}")
-        return cls(**data)
+    def from_dict(cls, data: dict[str, Any], *, complete: bool = False) -> ModelConfig:
+        """From :meth:`to_dict` output; unknown fields (and missing ones if ``complete``) are errors."""
+        return dataclass_from_dict(cls, data, complete=complete)
 
     def to_tl_config(self):
         """The ``TransformerBridgeConfig`` this architecture boots from."""
@@ -284,7 +283,8 @@ def save_model(
 ) -> Path:
     """Write ``model.safetensors`` + ``config.json`` into folder ``path`` (atomically).
 
-    ``metadata`` must be JSON-serializable (training config, command, metrics...).
+    ``metadata`` must be a JSON-serializable dict (training config, command, metrics...); NaN
+    becomes ``null``.  The task defaults to the one the model carries (:func:`task_config_of`).
     ``extra_tensors`` (optimizer state, RNG state) are stored in the same safetensors file under
     an ``extra.`` prefix.
     """
@@ -293,17 +293,20 @@ def save_model(
     tensors = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
     for key, value in (extra_tensors or {}).items():
         tensors[f"extra.{key}"] = value.detach().contiguous().clone()
-    json.dumps(metadata or {})  # fail before writing anything if not serializable
+    if metadata is not None and not isinstance(metadata, dict):
+        raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
+    metadata = json_safe(metadata or {})
+    json.dumps(metadata, allow_nan=False)  # fail before writing anything if not serializable
     _atomic_write(path / WEIGHTS_FILE, lambda tmp: save_file(tensors, tmp))
     document = {
         "format": "perm_circuits.checkpoint",
         "format_version": FORMAT_VERSION,
         "model": config.to_dict(),
-        "task": (task_config or TaskConfig(V=config.V)).to_dict(),
+        "task": (task_config or task_config_of(model)).to_dict(),
         "weights_sha256": _sha256(path / WEIGHTS_FILE),
-        "metadata": metadata or {},
+        "metadata": metadata,
     }
-    text = json.dumps(document, indent=2, sort_keys=True)
+    text = json.dumps(document, indent=2, sort_keys=True, allow_nan=False)
     _atomic_write(path / CONFIG_FILE, lambda tmp: Path(tmp).write_text(text + "\n"))
     return path
 
@@ -321,8 +324,8 @@ def read_checkpoint_files(path: str | os.PathLike) -> tuple[dict[str, Any], dict
         if not (path / name).is_file():
             raise CheckpointError(f"checkpoint {str(path)!r} has no {name}")
     try:
-        document = json.loads((path / CONFIG_FILE).read_text())
-    except json.JSONDecodeError as error:
+        document = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise CheckpointError(f"{path / CONFIG_FILE} is not valid JSON: {error}") from None
     if not isinstance(document, dict) or document.get("format") != "perm_circuits.checkpoint":
         raise CheckpointError(f"{path / CONFIG_FILE} is not a perm_circuits checkpoint config")
@@ -348,12 +351,24 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """Load and validate a checkpoint folder written by :func:`save_model`."""
     document, tensors = read_checkpoint_files(path)
     try:
-        config = ModelConfig.from_dict(document["model"])
-        task_config = TaskConfig.from_dict(document["task"])
+        config = ModelConfig.from_dict(document["model"], complete=True)
+        task_config = TaskConfig.from_dict(document["task"], complete=True)
     except (KeyError, TypeError, ValueError) as error:
         raise CheckpointError(f"invalid model/task config in {path}: {error}") from None
     if task_config.V != config.V:
         raise CheckpointError(f"task V={task_config.V} does not match model V={config.V}")
+    if not isinstance(document.get("metadata", {}), dict):
+        raise CheckpointError(f"metadata in {path / CONFIG_FILE} must be a JSON object")
+    # cheap shape checks before building anything (a wrong d_model could allocate a huge model)
+    for key, shape in {
+        "embed.weight": (config.V + 1, config.d_model),
+        "pos_embed.weight": (config.resolved_n_ctx, config.d_model),
+        "blocks.0.mlp.in.weight": (config.resolved_d_mlp, config.d_model),
+    }.items():
+        if key in tensors and tuple(tensors[key].shape) != shape:
+            raise CheckpointError(
+                f"{key} has shape {tuple(tensors[key].shape)} but {config.name} expects {shape}"
+            )
     model = build_model(config)
     expected = model.state_dict()
     weights = {k: v for k, v in tensors.items() if not k.startswith("extra.")}

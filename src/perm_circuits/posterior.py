@@ -69,6 +69,8 @@ def _posterior_from(
 
 def bayes_posterior(inputs: Int[Tensor, "batch seq"], config: TaskConfig, prior: str = "uniform") -> Posterior:
     """Exact posterior at every y-prediction position of ``inputs`` (see module docstring)."""
+    if prior not in ("uniform", "train"):
+        raise ValueError(f"prior must be 'uniform' or 'train', got {prior!r}")
     inputs = validate_tokens(inputs, config.V)
     check_consistent(inputs)
     xs, ys = inputs[:, 0::2], inputs[:, 1::2]

@@ -24,6 +24,8 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
+from perm_circuits._util import dataclass_from_dict
+
 __all__ = [
     "PROBE_SEQUENCE",
     "Batch",
@@ -87,11 +89,9 @@ class TaskConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> TaskConfig:
-        unknown = set(data) - {"V", "repeat_ratio", "train_fraction", "split_seed"}
-        if unknown:
-            raise ValueError(f"unknown TaskConfig fields {sorted(unknown)}")
-        return cls(**data)
+    def from_dict(cls, data: dict, *, complete: bool = False) -> TaskConfig:
+        """From :meth:`to_dict` output; unknown fields (and missing ones if ``complete``) are errors."""
+        return dataclass_from_dict(cls, data, complete=complete)
 
 
 def _check_ratio(name: str, value: float) -> None:

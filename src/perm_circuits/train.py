@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,10 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from perm_circuits._util import dataclass_from_dict
 from perm_circuits.evaluate import Evaluation, evaluate_logits
 from perm_circuits.models import (
+    CheckpointError,
     ModelConfig,
     build_model,
     fast_forward,
@@ -89,11 +91,9 @@ class TrainConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown TrainConfig fields {sorted(unknown)}")
-        return cls(**data)
+    def from_dict(cls, data: dict[str, Any], *, complete: bool = False) -> TrainConfig:
+        """From :meth:`to_dict` output; unknown fields (and missing ones if ``complete``) are errors."""
+        return dataclass_from_dict(cls, data, complete=complete)
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> dict[str, Tensor]:
     out = {}
     for index, state in optimizer.state_dict()["state"].items():
         for key, value in state.items():
-            out[f"optim.{index}.{key}"] = value if isinstance(value, Tensor) else torch.tensor(value)
+            out[f"optim.{index}.{key}"] = value if isinstance(value, Tensor) else torch.tensor(float(value))
     return out
 
 
@@ -217,22 +217,21 @@ def train(
         train_config: the recipe; default the study's.
         callbacks: called with an :class:`EpochState` after every epoch's evaluation; returning
             ``True`` stops training (probes over training use this).
-        resume_from: a checkpoint folder from ``checkpoint_every``; configs are taken from it.
+        resume_from: a checkpoint folder from ``checkpoint_every``.  Model, task and recipe are
+            taken from it; a ``train_config`` passed with it may change only
+            :data:`RESUMABLE_FIELDS` (more epochs, checkpointing, early stopping).
         progress: show a tqdm bar.
     """
     start = time.perf_counter()
+    for callback in callbacks:
+        if not callable(callback):
+            raise TypeError(f"callbacks must be callables taking an EpochState, got {callback!r}")
     generator = torch.Generator()
     history = TrainingHistory()
     first_epoch = 1
     if resume_from is not None:
-        checkpoint = load_checkpoint(resume_from)
-        meta = checkpoint.metadata
-        if "train_config" not in meta or "epoch" not in meta:
-            raise ValueError(f"{resume_from} is not a resumable training checkpoint")
-        model, model_config, task_config = checkpoint.model, checkpoint.model_config, checkpoint.task_config
-        saved = TrainConfig.from_dict(meta["train_config"])
-        train_config = saved if train_config is None else replace(train_config, seed=saved.seed)
-        _, tensors = read_checkpoint_files(resume_from)
+        model, model_config, task_config, saved, tensors, meta = _load_resumable(resume_from)
+        train_config = saved if train_config is None else _resume_config(saved, train_config)
         generator.set_state(tensors["extra.generator"])
         history = TrainingHistory(tuple(meta["history"]))
         first_epoch = int(meta["epoch"]) + 1
@@ -295,6 +294,51 @@ def train(
         stopped_early=stopped_early,
         seconds=time.perf_counter() - start,
     )
+
+
+RESUMABLE_FIELDS = frozenset(
+    {"epochs", "checkpoint_every", "checkpoint_dir", "early_stop_patience", "early_stop_accuracy", "early_stop_min_delta"}
+)
+"""The :class:`TrainConfig` fields a resumed run may change; the rest must match the checkpoint."""
+
+
+def _resume_config(saved: TrainConfig, requested: TrainConfig) -> TrainConfig:
+    changed = sorted(
+        name for name in saved.to_dict() if name not in RESUMABLE_FIELDS and getattr(saved, name) != getattr(requested, name)
+    )
+    if changed:
+        raise ValueError(
+            f"cannot change {changed} when resuming (checkpoint has "
+            f"{ {name: getattr(saved, name) for name in changed} }); only {sorted(RESUMABLE_FIELDS)} may change"
+        )
+    return requested
+
+
+def _load_resumable(path) -> tuple:
+    """Load and validate everything a resumed run needs, before any training starts."""
+    checkpoint = load_checkpoint(path)
+    meta = checkpoint.metadata
+    missing = [key for key in ("train_config", "epoch", "history") if key not in meta]
+    if missing:
+        raise CheckpointError(f"{path} is not a resumable training checkpoint (metadata lacks {missing})")
+    try:
+        saved = TrainConfig.from_dict(meta["train_config"])
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"invalid train_config in {path}: {error}") from None
+    _, tensors = read_checkpoint_files(path)
+    state = tensors.get("extra.generator")
+    reference = torch.Generator().get_state()
+    if state is None or state.dtype != torch.uint8 or state.shape != reference.shape:
+        raise CheckpointError(f"{path} has no valid data-generator state (extra.generator)")
+    for index, param in enumerate(checkpoint.model.parameters()):
+        for name, shape in (("step", None), ("exp_avg", param.shape), ("exp_avg_sq", param.shape)):
+            value = tensors.get(f"extra.optim.{index}.{name}")
+            if value is None or (shape is not None and value.shape != shape):
+                raise CheckpointError(
+                    f"{path} lacks a valid optimizer state extra.optim.{index}.{name} "
+                    f"(expected shape {tuple(shape) if shape is not None else '()'})"
+                )
+    return checkpoint.model, checkpoint.model_config, checkpoint.task_config, saved, tensors, meta
 
 
 def save_training_checkpoint(

@@ -151,6 +151,10 @@ p, li { max-width: 1100px; }
 .pc-inconclusive { background: #fff3bf; color: #e67700; }
 pre.pc-command { background: #f1f3f5; padding: 8px 12px; white-space: pre-wrap; max-width: 1200px; }
 .pc-view { margin-bottom: 8px; }
+.pc-view[data-circuitsvis="AttentionHeads"] { max-width: 820px; }
+.pc-scroll { overflow-x: auto; max-width: 100%; }
+.pc-grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(560px, 1fr)); gap: 18px; }
+.pc-grid .pc-verdict { font-size: 0.92em; }
 """
 
 
@@ -256,7 +260,10 @@ def _fmt(value: object) -> str:
 def _table(frame: pd.DataFrame, *, index: bool = True, digits: int = 4, wide: bool = False) -> str:
     """A DataFrame as an HTML table (``DataFrame.to_html``, escaped)."""
     classes = ["pc-table"] + (["pc-wide"] if wide else [])
-    return frame.to_html(
+    frame = frame.rename(columns=lambda c: str(c).replace("_", " "))
+    if index and frame.index.name is not None and frame.columns.nlevels == 1:
+        frame.columns.name, frame.index.name = frame.index.name, None  # one header row
+    table = frame.to_html(
         classes=classes,
         border=0,
         index=index,
@@ -265,6 +272,7 @@ def _table(frame: pd.DataFrame, *, index: bool = True, digits: int = 4, wide: bo
         escape=True,
         justify="center",
     )
+    return f'<div class="pc-scroll">{table}</div>\n'
 
 
 def _kv_table(items: dict[str, object]) -> str:
@@ -445,18 +453,27 @@ def _views(model: Any, task: TaskConfig, test_set: Batch) -> list[tuple[str, Off
             views.append((title, attention_view(pattern, labels, names, title=title)))
         targets = ids[1::2] + [_last_target(seq, task)]
         correct = torch.tensor([float(probs[i, k, t]) for k, t in enumerate(targets)])
-        step_labels = [f"{2 * k}: x={ids[2 * k]} → y={t}" for k, t in enumerate(targets)]
+        step_labels = [f"\u00a0{2 * k}: x={ids[2 * k]} → y={t}\u00a0" for k, t in enumerate(targets)]
         title = f"P(correct y) at each prediction position of the {label}"
         views.append((title, colored_tokens_view(step_labels, correct, title=title, min_value=0.0, max_value=1.0)))
     label = examples[0][0]
     labels = token_labels(examples[0][1][0].tolist())
     for layer in layers:
         post = cache[f"blocks.{layer}.mlp.hook_post"][0].detach().float().cpu()
-        title = f"MLP neuron activations (blocks.{layer}.mlp.hook_post) on the {label}"
-        views.append((title, neuron_activations_view(
-            labels, post, title=title, neuron_labels=[f"n{j}" for j in range(post.shape[1])],
-            layer_label=f"L{layer} mlp.hook_post",
-        )))
+        # neurons that fire somewhere on the sequence, most active first (circuitsvis shows the
+        # first one; an all-zero neuron would render as blank tokens)
+        peak = post.max(dim=0).values
+        order = [j for j in torch.argsort(peak, descending=True, stable=True).tolist() if peak[j] > 0]
+        silent = post.shape[1] - len(order)
+        title = (
+            f"MLP neuron activations (blocks.{layer}.mlp.hook_post) on the {label}: the {len(order)} neurons that "
+            f"fire on it, most active first ({silent} silent neurons left out)"
+        )
+        if order:
+            views.append((title, neuron_activations_view(
+                [f"\u00a0{t}\u00a0" for t in labels], post[:, order], title=title, neuron_labels=[f"n{j} (max {peak[j]:.2f})" for j in order],
+                layer_label=f"L{layer} mlp.hook_post",
+            )))
     return views
 
 
@@ -683,27 +700,32 @@ def _comparison_page(entries: Sequence[_Entry]) -> str:
     add(f"<ul>{links}</ul>\n")
 
     add(_h2("Summary table"))
-    rows = []
+    columns: dict[str, dict[str, object]] = {}
     for e in entries:
         ev, verdict, gen = e.evaluation, e.verdict, e.generalisation
-        row = {
-            "model": e.name,
-            "params": sum(p.numel() for p in e.model.parameters()),
-            "test loss": ev.test_loss,
-            "elimination acc": ev.elimination_accuracy,
-            "recall acc": ev.recall_accuracy,
-            "probe P(4)": ev.probe[3] if ev.probe else math.nan,
-            "probe P(1)": ev.probe[0] if ev.probe else math.nan,
-            "recall x1..x4": " / ".join(f"{100 * a:.0f}%" for a in gen.recall),
-            "story holds": {True: "yes", False: "no", None: "undecided"}[verdict.story_holds],
-            "roles": ", ".join(f"{c.component} = {c.role}" for c in (*verdict.heads, *verdict.mlps)),
+        column: dict[str, object] = {
+            "parameters": str(sum(p.numel() for p in e.model.parameters())),
+            "test loss": _fmt(ev.test_loss),
+            "elimination accuracy": f"{100 * ev.elimination_accuracy:.2f}%",
+            "recall accuracy": "–" if math.isnan(ev.recall_accuracy) else f"{100 * ev.recall_accuracy:.2f}%",
+            "probe P(4) recall / P(1) trap": f"{ev.probe[3]:.4f} / {ev.probe[0]:.4f}" if ev.probe else "–",
+            "recall when the last query repeats x1 / x2 / ...": " / ".join(f"{100 * a:.0f}%" for a in gen.recall),
+            "study's story holds": {True: "yes", False: "no", None: "undecided"}[verdict.story_holds],
         }
+        for item in (*verdict.heads, *verdict.mlps):
+            column[f"role of {item.component}"] = item.role
         for claim in verdict.claims:
-            row[claim.claim] = claim.status
-        rows.append(row)
-    frame = pd.DataFrame(rows).set_index("model")
-    add(_note("Evaluation on each model's test set; claims under the verdict's decision mode (mean ablation).")
-        + _status_cells(_table(frame)))
+            column[f"claim: {claim.claim}"] = claim.status
+        columns[e.name] = column
+    frame = pd.DataFrame(columns)  # rows: metrics, roles, claims; one column per model
+    order = [r for r in frame.index if not r.startswith(("role of", "claim:"))]
+    order += [r for r in frame.index if r.startswith("role of")] + [r for r in frame.index if r.startswith("claim:")]
+    frame = frame.loc[order]
+    frame.index.name = "model"
+    add(_note("Evaluation on each model's test set; roles and claims of the head-role verdict under its decision "
+              "mode (mean ablation); '–': not measured or not a claim for this architecture (1-head models are "
+              "judged on the study's d16h1 claims, multi-head models on the d32h2 ones).")
+        + _status_cells(_table(frame.fillna("–"), wide=True)))
 
     add(_h2("Step accuracy"))
     evaluations = [e.evaluation for e in entries]
@@ -728,8 +750,11 @@ def _comparison_page(entries: Sequence[_Entry]) -> str:
     add(_note("Last-step accuracy when the last query repeats x_k (training repeats only x1).") + _table(recall))
 
     add(_h2("Verdicts"))
-    for e in entries:
-        add(f'<h3><a href="{_html.escape(e.page.name)}">{_esc(e.name)}</a></h3>\n' + _verdict_html(e.verdict.summary()))
+    cells = "".join(
+        f'<div><h3><a href="{_html.escape(e.page.name)}">{_esc(e.name)}</a></h3>\n{_verdict_html(e.verdict.summary())}</div>'
+        for e in entries
+    )
+    add(f'<div class="pc-grid">{cells}</div>\n')
 
     add(_h2("Attention on the probe"))
     for e in entries:

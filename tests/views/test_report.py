@@ -1,0 +1,194 @@
+"""Tests of perm_circuits.views.report (no browser): files, sections, numbers, offline, validation."""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import io
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from perm_circuits import evaluate, hook_count, load_pretrained, make_test_set
+from perm_circuits.views.html import circuitsvis_bundle_js, plotly_js_inline, remote_resource_refs
+
+if "perm_circuits.views.report" not in sys.modules:  # check annotations at runtime, like conftest
+    from jaxtyping import install_import_hook
+
+    with install_import_hook("perm_circuits.views.report", "beartype.beartype"):
+        import perm_circuits.views.report  # noqa: F401
+from perm_circuits.views.report import (  # noqa: E402
+    COMPARISON_SECTIONS,
+    INDEX_PAGE,
+    MODEL_SECTIONS,
+    write_report,
+)
+
+N = 500
+MODEL_FIGURES = 9  # step accuracy, walkthrough, probe, attention, ablation, 2 x patching, FFN, training
+MODEL_VIEWS = 5  # attention on probe / walkthrough, P(correct) on both, MLP neurons on the probe
+_CACHE: dict[str, object] = {}
+
+
+@pytest.fixture(scope="session")
+def report_pages(tmp_path_factory) -> list[Path]:
+    """The report of d16h1 (by name) and d32h2 (a model object), n = 500, written once per session.
+
+    Shared with ``test_report_browser.py`` (it imports this fixture).
+    """
+    if "pages" not in _CACHE:
+        out = tmp_path_factory.mktemp("report")
+        d32h2 = load_pretrained("d32h2")
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            pages = write_report(["d16h1", d32h2], out, n=N, progress=False)
+        _CACHE.update(pages=pages, out=out, d32h2=d32h2, stderr=stderr.getvalue())
+    return _CACHE["pages"]  # type: ignore[return-value]
+
+
+def _text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def test_one_page_per_model_and_a_comparison(report_pages):
+    out = _CACHE["out"]
+    assert report_pages == [out / "d16h1.html", out / "d32h2.html", out / INDEX_PAGE]
+    for page in report_pages:
+        assert page.stat().st_size > 1_000_000  # plotly.js and the circuitsvis bundle are inlined
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in report_pages)
+    assert _CACHE["stderr"] == ""  # progress=False: no bar
+    assert hook_count(_CACHE["d32h2"]) == 0
+
+
+def test_every_section_heading_is_on_the_page(report_pages):
+    for page in report_pages[:2]:
+        text = _text(page)
+        headings = re.findall(r"<h2 id=\"[^\"]+\">([^<]+)</h2>", text)
+        assert headings == [html.escape(h, quote=False) for h in MODEL_SECTIONS]
+        for heading in MODEL_SECTIONS:  # and the table of contents links to each
+            assert f'>{html.escape(heading, quote=False)}</a></li>' in text
+    index = _text(report_pages[2])
+    assert re.findall(r"<h2 id=\"[^\"]+\">([^<]+)</h2>", index) == list(COMPARISON_SECTIONS)
+
+
+def test_pages_are_offline_with_each_bundle_once(report_pages):
+    bundle, plotly_js = circuitsvis_bundle_js(), plotly_js_inline()
+    for page in report_pages:
+        text = _text(page)
+        assert remote_resource_refs(text) == []
+        assert "unpkg" not in text
+        assert re.search(r"<script[^>]*\bsrc\s*=", text) is None
+        assert text.count(bundle[:300]) == 1, page.name
+        assert text.count(plotly_js[:300]) == 1, page.name
+    for page in report_pages[:2]:
+        text = _text(page)
+        assert text.count('class="plotly-graph-div"') == MODEL_FIGURES
+        assert text.count('class="pc-view" data-circuitsvis=') == MODEL_VIEWS
+        for component in ("AttentionHeads", "ColoredTokens", "TextNeuronActivations"):
+            assert f'data-circuitsvis="{component}"' in text
+    index = _text(report_pages[2])
+    assert index.count('class="plotly-graph-div"') == 2
+    assert index.count('class="pc-view" data-circuitsvis="AttentionHeads"') == 2  # the probe, one per model
+
+
+def test_verdict_summary_and_claims_are_on_the_page(report_pages):
+    from perm_circuits.analysis import head_roles
+    from perm_circuits.views.report import N_BOOT, _sizes
+
+    model = load_pretrained("d16h1")
+    n_roles, n_patch, _ = _sizes(N)
+    verdict = head_roles(model, n=n_roles, n_pair=n_patch, n_boot=N_BOOT)
+    text = _text(report_pages[0])
+    for line in verdict.summary().splitlines():
+        line = re.sub(r"^- (\[(supported|contradicted|inconclusive)\] )?", "", line)
+        assert html.escape(line, quote=False) in text, line
+    for claim in verdict.claims:  # the claims table: one row per claim, with its status badge
+        assert f"<th>{claim.claim}</th>" in text
+    assert text.count('class="pc-status pc-') >= 2 * len(verdict.claims)
+    index = _text(report_pages[2])
+    assert "Verdict: the study" in index and index.count('class="pc-verdict"') == 2
+
+
+def test_evaluation_table_numbers(report_pages):
+    model = load_pretrained("d16h1")
+    result = evaluate(model, make_test_set(model.task_config, n=N))
+    text = _text(report_pages[0])
+    assert f"{N} test samples, test loss {result.test_loss:.4f}" in text
+    for step in result.steps:
+        assert f"<td>{100 * step.accuracy:.2f}%</td>" in text
+        assert f"<td>{step.mae_uniform:.6f}</td>" in text
+    assert f"<td>{100 * result.elimination_accuracy:.2f}%</td>" in text
+    probs = ", ".join(f"p({v})={p:.4f}" for v, p in enumerate(result.probe, start=1))
+    assert probs in text
+
+
+def test_provenance_and_training_history(report_pages):
+    for page, name in zip(report_pages[:2], ("d16h1", "d32h2")):
+        metadata = load_pretrained(name).metadata
+        text = _text(page)
+        assert html.escape(metadata["command"], quote=False) in text
+        assert f"{len(metadata['history'])} epochs" in text  # training curves from the history
+        assert f"{metadata['metrics']['test_loss']:.4f}" in text
+    assert "pretrained model &#x27;d16h1&#x27;" in _text(report_pages[0]) or "pretrained model 'd16h1'" in _text(
+        report_pages[0]
+    )
+    assert "model object passed to write_report" in _text(report_pages[1])
+    index = _text(report_pages[2])
+    assert 'href="d16h1.html"' in index and 'href="d32h2.html"' in index
+
+
+@pytest.mark.parametrize(
+    "models, n, error",
+    [
+        (["no_such_model"], N, ValueError),
+        (["d16h1", "no_such_model"], N, ValueError),
+        (["d16h1"], 0, ValueError),
+        (["d16h1"], -5, ValueError),
+        ([], N, ValueError),
+        ([42], N, TypeError),
+    ],
+)
+def test_bad_inputs_raise_before_writing(tmp_path, models, n, error):
+    out = tmp_path / "out"
+    with pytest.raises(error):
+        write_report(models, out, n=n, progress=False)
+    assert not out.exists()
+
+
+def test_bad_output_and_checkpoint_folder(tmp_path):
+    file = tmp_path / "file.html"
+    file.write_text("x")
+    with pytest.raises(ValueError, match="not a folder"):
+        write_report(["d16h1"], file, n=N, progress=False)
+    empty = tmp_path / "not_a_checkpoint"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="config.json"):
+        write_report([str(empty)], tmp_path / "out", n=N, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_progress_bar_goes_to_stderr_and_is_silenced(tmp_path, capsys):
+    for progress in (True, False):
+        with pytest.raises(ValueError):
+            write_report(["d16h1", "no_such_model"], tmp_path / "out", n=N, progress=progress)
+        err = capsys.readouterr().err
+        assert ("report" in err) is progress
+
+
+def test_cli_rejects_unknown_model(tmp_path, capsys):
+    from perm_circuits.cli import main
+
+    assert main(["report", "no_such_model", "--out", str(tmp_path / "out")]) == 2
+    assert "no_such_model" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_page_names_are_unique_and_safe():
+    from perm_circuits.views.report import _file_stem
+
+    taken = {"index"}
+    assert [_file_stem(n, taken) for n in ("d16h1", "d16h1", "index", "a b/c")] == [
+        "d16h1", "d16h1-2", "index-2", "a_b_c",
+    ]

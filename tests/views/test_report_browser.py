@@ -1,0 +1,44 @@
+"""Real-browser test of the HTML report: every page renders in Debian's chromium, offline.
+
+Screenshots are saved to ``artifacts/report_NAME.png`` at the repository root (gitignored).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .browser import open_page, require_chromium
+from .test_report import MODEL_FIGURES, MODEL_VIEWS, report_pages  # noqa: F401  (shared, written once)
+
+pytestmark = pytest.mark.browser
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
+EXPECTED = {  # page -> (circuitsvis views, plotly figures)
+    "d16h1.html": (MODEL_VIEWS, MODEL_FIGURES),
+    "d32h2.html": (MODEL_VIEWS, MODEL_FIGURES),
+    "index.html": (2, 2),
+}
+
+
+@pytest.fixture(autouse=True)
+def _need_chromium() -> None:
+    require_chromium()
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_report_page_renders_offline(report_pages, name):  # noqa: F811
+    (page,) = [p for p in report_pages if p.name == name]
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / f"report_{page.stem}.png"
+
+    report = open_page(page, shot, timeout_s=30)
+
+    views, figures = EXPECTED[name]
+    assert report.remote_requests == []
+    assert report.console_errors == [] and report.page_errors == []
+    assert (report.views_total, report.views_mounted) == (views, views)
+    assert (report.plotly_total, report.plotly_rendered) == (figures, figures)
+    assert report.rendered_in_time and report.ok
+    assert shot.stat().st_size > 50_000
