@@ -233,3 +233,11 @@ def test_remote_resource_refs_flags_cdn_html():
     assert remote_resource_refs(cdn_html)
     assert remote_resource_refs('<script src="https://x.org/a.js"></script>')
     assert remote_resource_refs("<link rel=stylesheet href=//x.org/a.css>")
+
+
+def test_inlined_plotly_has_no_cdn_address():
+    import re
+
+    from perm_circuits.views.html import plotly_js_inline
+
+    assert not re.search(r"cdn\.plot\.ly", plotly_js_inline())

@@ -131,9 +131,7 @@ def test_provenance_and_training_history(report_pages):
         assert html.escape(metadata["command"], quote=False) in text
         assert f"{len(metadata['history'])} epochs" in text  # training curves from the history
         assert f"{metadata['metrics']['test_loss']:.4f}" in text
-    assert "pretrained model &#x27;d16h1&#x27;" in _text(report_pages[0]) or "pretrained model 'd16h1'" in _text(
-        report_pages[0]
-    )
+    assert "pretrained model 'd16h1'" in _text(report_pages[0])
     assert "model object passed to write_report" in _text(report_pages[1])
     index = _text(report_pages[2])
     assert 'href="d16h1.html"' in index and 'href="d32h2.html"' in index
@@ -192,3 +190,35 @@ def test_page_names_are_unique_and_safe():
     assert [_file_stem(n, taken) for n in ("d16h1", "d16h1", "index", "a b/c")] == [
         "d16h1", "d16h1-2", "index-2", "a_b_c",
     ]
+
+
+def test_models_resolve_from_names_folders_and_objects():
+    from perm_circuits.models import PRETRAINED_DIR
+    from perm_circuits.views.report import _resolve
+
+    name, source, model = _resolve(str(PRETRAINED_DIR / "d16h1"), 0)
+    assert name == "d16h1" and source.startswith("checkpoint folder") and model.metadata["command"]
+    name, source, same = _resolve(model, 1)
+    assert (name, source, same) == ("d16h1", "model object passed to write_report", model)
+    with pytest.raises(ValueError, match="neither a pretrained model"):
+        _resolve("d64h8", 0)
+
+
+def test_untrained_models_without_metadata_and_another_V(tmp_path):
+    from perm_circuits import ModelConfig, build_model
+
+    v4 = build_model(ModelConfig(d_model=16, n_heads=2, V=4))
+    fresh = build_model("d16h1")
+    pages = write_report([v4, fresh], tmp_path, n=100, progress=False)
+    assert [p.name for p in pages] == ["d16h2.html", "d16h1.html", INDEX_PAGE]
+    bundle = circuitsvis_bundle_js()[:300]
+    for page in pages:
+        text = _text(page)
+        assert text.count(bundle) == 1 and remote_resource_refs(text) == []
+    v4_text, fresh_text = _text(pages[0]), _text(pages[1])
+    assert "The study's probe is defined for V = 5; this model has V = 4." in v4_text
+    assert "test sequence [" in v4_text  # views on test sequences instead of the study's V = 5 ones
+    for text in (v4_text, fresh_text):
+        assert "No training metadata is stored with this model" in text
+        assert "No per-epoch training history is stored with this model" in text
+    assert hook_count(v4) == 0 and hook_count(fresh) == 0

@@ -20,3 +20,14 @@ __all__ = [
     "remote_resource_refs",
     "token_labels",
 ]
+
+# --- the HTML report (views.report); imported lazily: it pulls in the analyses and plotly
+__all__ += ["write_report"]
+
+
+def __getattr__(name: str):
+    if name == "write_report":
+        from perm_circuits.views.report import write_report
+
+        return write_report
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

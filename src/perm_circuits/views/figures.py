@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -40,6 +39,7 @@ from perm_circuits.posterior import bayes_posterior
 from perm_circuits.task import PROBE_SEQUENCE, Batch, make_sequence, make_test_set, validate_tokens
 from perm_circuits.train import TrainingHistory
 from perm_circuits.views.circuits import token_labels
+from perm_circuits.views.html import TOPOJSON_LOCAL, offline_plotly
 
 __all__ = [
     "BAYES_COLOR",
@@ -1085,8 +1085,6 @@ def probe_curves(frame: pd.DataFrame, *, title: str = "Memory-recall probes over
 
 # ----------------------------------------------------------------------------- output
 
-_TOPOJSON_CDN = re.compile(r"https://cdn\.plot\.ly/un/")  # plotly.js's default topojsonURL
-_TOPOJSON_LOCAL = "./topojson/"
 
 
 def write_html(fig: go.Figure, path: str | os.PathLike) -> Path:
@@ -1109,8 +1107,8 @@ def write_html(fig: go.Figure, path: str | os.PathLike) -> Path:
     page = fig.to_html(
         full_html=True,
         include_plotlyjs=True,
-        config={"displaylogo": False, "topojsonURL": _TOPOJSON_LOCAL},
+        config={"displaylogo": False, "topojsonURL": TOPOJSON_LOCAL},
     )
-    page = _TOPOJSON_CDN.sub(_TOPOJSON_LOCAL, page)
+    page = offline_plotly(page)
     path.write_text(page, encoding="utf-8")
     return path

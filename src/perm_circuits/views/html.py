@@ -118,12 +118,23 @@ def circuitsvis_bundle_js() -> str:
     return _escape_script_text(_SOURCE_MAP_RE.sub("", js))
 
 
+TOPOJSON_LOCAL = "./topojson/"
+"""Where inlined plotly.js looks for map data (geo traces only, which we never draw), instead of its CDN."""
+
+_TOPOJSON_CDN = re.compile(r"https://cdn\.plot\.ly/un/")  # plotly.js's default topojsonURL
+
+
+def offline_plotly(text: str) -> str:
+    """Point plotly.js's one built-in CDN address (map data for geo traces) at a local folder."""
+    return _TOPOJSON_CDN.sub(TOPOJSON_LOCAL, text)
+
+
 @lru_cache(maxsize=1)
 def plotly_js_inline() -> str:
-    """plotly.js from the installed ``plotly`` package, ready to inline."""
+    """plotly.js from the installed ``plotly`` package, ready to inline, with no CDN address."""
     from plotly.offline import get_plotlyjs
 
-    return _escape_script_text(get_plotlyjs())
+    return _escape_script_text(offline_plotly(get_plotlyjs()))
 
 
 def script_json(value: object) -> str:

@@ -64,7 +64,7 @@ from perm_circuits.views.circuits import (
     neuron_activations_view,
     token_labels,
 )
-from perm_circuits.views.html import Section, html_page
+from perm_circuits.views.html import TOPOJSON_LOCAL, Section, html_page
 
 __all__ = [
     "COMPARISON_SECTIONS",
@@ -124,7 +124,7 @@ COMPARISON_SECTIONS: tuple[str, ...] = (
 )
 """The ``<h2>`` headings of the comparison page, in order."""
 
-_PLOTLY_CONFIG = {"displaylogo": False, "responsive": False}
+_PLOTLY_CONFIG = {"displaylogo": False, "responsive": False, "topojsonURL": TOPOJSON_LOCAL}
 _MODEL_STEPS = ("evaluate", "head roles", "patching", "FFN and memory", "figures", "views", "write")
 _NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -203,16 +203,17 @@ def _check_out(out: object) -> Path:
 def _resolve(item: object, index: int) -> tuple[str, str, Any]:
     """(name, where it came from, model) of one ``models`` entry; raises before any writing."""
     from perm_circuits.cli import load_any
-    from perm_circuits.models import list_pretrained
+    from perm_circuits.models import CONFIG_FILE, list_pretrained
 
     if isinstance(item, (str, os.PathLike)):
         text = os.fspath(item)
         if not isinstance(text, str) or not text:
             raise ValueError(f"models[{index}] must be a pretrained name or a checkpoint folder, got {item!r}")
-        model = load_any(text)
-        if text in list_pretrained():
+        model = load_any(text)  # a checkpoint folder wins over a pretrained name
+        folder = Path(text)
+        if text in list_pretrained() and not (folder.is_dir() and (folder / CONFIG_FILE).is_file()):
             return text, f"pretrained model {text!r} (shipped with perm_circuits)", model
-        folder = Path(text).resolve()
+        folder = folder.resolve()
         return folder.name, f"checkpoint folder {str(folder)!r}", model
     if _is_model(item):
         return model_config_of(item).name, "model object passed to write_report", item
@@ -253,7 +254,7 @@ def _fmt(value: object) -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return "–"
-        return f"{value:.4f}" if abs(value) < 1e4 else f"{value:.4g}"
+        return f"{value:.4f}" if abs(value) < 1e4 else f"{value:.6g}"
     return str(value)
 
 
@@ -566,7 +567,8 @@ def _model_page(entry: _Entry, n: int, step: Any) -> str:
     dla = direct_logit_attribution(model, test_set)
 
     entry.sizes = {
-        "evaluation, attention maps, MLP flips, DLA": f"{n} test sequences ({int(test_set.repeated.sum())} repeated)",
+        "evaluation, MLP flips, DLA": f"{n} test sequences ({int(test_set.repeated.sum())} repeated)",
+        "attention maps": f"{max(n, MIN_SECTION_N)} test sequences",
         "head-role verdict and its ablation table": f"{verdict.n_samples} test sequences ({verdict.n_repeated} repeated)",
         "recall patching (per head, per head x source)": f"{n_patch} clean/corrupted pairs, {N_BOOT} bootstrap resamples",
         "recall generalisation": f"{generalisation.n_per_source} sequences per repeated position",
@@ -592,7 +594,9 @@ def _model_page(entry: _Entry, n: int, step: Any) -> str:
         if example:
             add("Walkthrough", fig(F.walkthrough(model, example[0][1])))
         add("Probe distribution", _note(f"The study's probe is defined for V = 5; this model has V = {config.V}."))
-    add("Attention patterns", fig(F.attention_heatmaps(model, test_set, repeated="split")))
+    attention_set = test_set if n >= MIN_SECTION_N else make_test_set(analysis_task, n=MIN_SECTION_N)
+    both = bool(attention_set.repeated.any()) and bool((~attention_set.repeated).any())
+    add("Attention patterns", fig(F.attention_heatmaps(model, attention_set, repeated="split" if both else None)))
     add("Ablation", _note(
         f"Last-step accuracies with each head / MLP ablated (zero, mean, resample over the test set), "
         f"on the verdict's {verdict.n_samples} test sequences."
