@@ -270,7 +270,10 @@ def float_batch(batch):
     "call, error",
     [
         (lambda m, b: ablate_head(m, 1, 0), ValueError),
-        (lambda m, b: ablate_head(m, -1, 0), ValueError),
+        (lambda m, b: ablate_head(m, -2, 0), ValueError),  # -1 is the last layer; -2 is out of range
+        (lambda m, b: ablate_head(m, 0, -3), ValueError),
+        (lambda m, b: ablate_head(m, True, 0), TypeError),
+        (lambda m, b: ablate_mlp(m, 1, "zero"), ValueError),
         (lambda m, b: ablate_head(m, 0, 2), ValueError),
         (lambda m, b: ablate_head(m, 0, 0, "bogus"), ValueError),
         (lambda m, b: ablate_head(m, 0, 0, "mean", positions=[9]), ValueError),
@@ -312,3 +315,32 @@ def test_no_hooks_left_after_an_exception_inside_a_hook(model, batch):
     with pytest.raises(ValueError, match="pairing='row'"):
         run_logits(model, batch.inputs, hooks)
     assert hook_count(model) == 0
+
+
+# ----------------------------------------------------------------------------- regressions
+
+
+def test_negative_layers_heads_and_neurons_count_from_the_end(model, batch):
+    """Regression: memory/ffn functions accepted negative layers (mlp_prediction_flips defaults to
+    layer=-1) but ablate_head / ablate_mlp rejected them.  One rule now: Python-style indices."""
+    plain = run_logits(model, batch.inputs, ablate_head(model, 0, 1))
+    assert torch.equal(run_logits(model, batch.inputs, ablate_head(model, -1, -1)), plain)
+    hooks = ablate_head(model, -1, 1, "mean", reference=batch)
+    assert hooks[0][0] == "blocks.0.attn.hook_z"
+    assert torch.equal(run_logits(model, batch.inputs, hooks),
+                       run_logits(model, batch.inputs, ablate_head(model, 0, 1, "mean", reference=batch)))
+    assert ablate_mlp(model, -1)[0][0] == "blocks.0.hook_mlp_out"
+    assert torch.equal(run_logits(model, batch.inputs, ablate_mlp(model, -1, neurons=[-1, 0])),
+                       run_logits(model, batch.inputs, ablate_mlp(model, 0, neurons=[31, 0])))
+    with pytest.raises(ValueError, match="repeated"):
+        ablate_mlp(model, 0, neurons=[31, -1])  # the same neuron twice
+    assert hook_count(model) == 0
+
+
+def test_seed_is_only_the_resample_seed(model, batch):
+    """ablation_table's seed seeds the resample draw; it does not change the zero / mean rows."""
+    a = ablation_table(model, hows=("zero", "mean", "resample"), test_set=batch, seed=0).to_dataframe()
+    b = ablation_table(model, hows=("zero", "mean", "resample"), test_set=batch, seed=1).to_dataframe()
+    fixed = a["how"] != "resample"
+    assert a[fixed].equals(b[fixed])
+    assert not a[~fixed].equals(b[~fixed])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from jaxtyping import install_import_hook
@@ -94,15 +96,19 @@ def test_exact_under_hooks(model, batch):
     logits = _value_logits(model, batch, hooks)
     target = logits.gather(2, (batch.ys - 1)[..., None])[..., 0]
     torch.testing.assert_close(dec.actual[:, 0].double(), target[:, 0] - (logits[:, 0].sum(-1) - target[:, 0]) / 4, atol=1e-5, rtol=1e-5)
-    # a hook writing into the residual stream outside the components shows up as "other" and the sum stays exact
+    # a hook editing the attention output shows up in that layer's "attn_edit" (the attention total is the
+    # cached hook_attn_out); one editing the residual stream itself shows up as "other"; the sum stays exact
     # (a uniform shift is centred away by ln_final, so push one direction instead)
     direction = torch.zeros(32)
     direction[:5] = torch.tensor([1.0, -2.0, 0.5, 3.0, -1.0])
-    shifted = attribution.decompose_logit_diff(
-        model, batch, hooks=[("blocks.0.hook_attn_out", lambda out, hook: out + direction)]
-    )
-    assert shifted.contributions[..., shifted.components.index("other")].abs().max() > 1e-3
-    torch.testing.assert_close(shifted.contributions.sum(-1), shifted.actual, atol=1e-4, rtol=1e-4)
+    for hook_name, where in (("blocks.0.hook_attn_out", "L0attn_edit"), ("blocks.0.hook_resid_post", "other")):
+        shifted = attribution.decompose_logit_diff(model, batch, hooks=[(hook_name, lambda out, hook: out + direction)])
+        column = shifted.contributions[..., shifted.components.index(where)]
+        assert column.abs().max() > 1e-3, where
+        for name in {"L0attn_edit", "other"} - {where}:
+            assert shifted.contributions[..., shifted.components.index(name)].abs().max() < 1e-4, name
+        torch.testing.assert_close(shifted.contributions.sum(-1), shifted.actual, atol=1e-4, rtol=1e-4)
+        assert shifted.max_residual_error < 1e-4 and bool(shifted.neuron_split_exact.all())
     assert hook_count(model) == 0
 
 
@@ -152,3 +158,96 @@ def test_validation_before_work_and_no_hook_leak(model, batch):
     with pytest.raises(RuntimeError, match="boom"):
         attribution.direct_logit_attribution(model, batch, hooks=[("blocks.0.mlp.hook_post", boom)])
     assert hook_count(model) == 0
+
+
+# ----------------------------------------------------------------------------- regressions: totals from the cache
+
+
+def test_zero_ablated_mlp_is_attributed_as_ablated(model, batch):
+    """Regression: the MLP column was rebuilt from mlp.hook_post @ W_out, so under the package's own
+    ablate_mlp(model, 0, "zero") (which zeroes hook_mlp_out) L0mlp showed the un-ablated contribution and
+    "other" carried minus that.  The layer's total now comes from the cached hook_mlp_out."""
+    from perm_circuits.analysis import ablate_mlp
+
+    clean = attribution.decompose_logit_diff(model, batch)
+    ablated = attribution.decompose_logit_diff(model, batch, hooks=ablate_mlp(model, 0, "zero"))
+    column = {name: ablated.contributions[..., k] for k, name in enumerate(ablated.components)}
+    # the ablated MLP writes nothing: its two columns cancel exactly, nothing leaks into "other"
+    both = column["L0mlp"] + column["L0mlp_bias"]
+    torch.testing.assert_close(both, torch.zeros_like(both), atol=1e-5, rtol=0)
+    assert column["other"].abs().max() < 1e-4 and column["L0attn_edit"].abs().max() < 1e-4
+    # there was something to remove
+    assert clean.contributions[..., clean.components.index("L0mlp")].abs().mean() > 0.1
+    torch.testing.assert_close(ablated.contributions.sum(-1), ablated.actual, atol=1e-4, rtol=1e-4)
+    expected = _diff(model, batch, ablate_mlp(model, 0, "zero"))
+    torch.testing.assert_close(ablated.actual.double(), expected, atol=1e-4, rtol=1e-4)
+    # the neurons (which still fire) no longer add up to the MLP's output: their split is nan, flagged
+    exact = ablated.neuron_split_exact[..., 0]
+    assert not bool(exact.all())
+    assert torch.equal(ablated.neuron_contributions.isnan().all(-1), ~exact)
+    assert not ablated.neuron_contributions[exact].isnan().any()
+    summary = attribution.direct_logit_attribution(model, batch, hooks=ablate_mlp(model, 0, "zero"))
+    assert summary.neuron_mean.isnan().any() and summary.max_residual_error < 1e-4
+    assert abs(summary.component("L0mlp", "steps 1-4") + summary.component("L0mlp_bias", "steps 1-4")) < 1e-5
+
+
+def test_neuron_ablation_keeps_an_exact_neuron_split(model, batch):
+    from perm_circuits.analysis import ablate_mlp
+
+    dec = attribution.decompose_logit_diff(model, batch, hooks=ablate_mlp(model, 0, "zero", neurons=[0, 5, -1]))
+    assert bool(dec.neuron_split_exact.all())
+    assert dec.neuron_contributions[..., [0, 5, 63]].abs().max() == 0.0
+    torch.testing.assert_close(
+        dec.neuron_contributions.sum(-1).double(),
+        dec.contributions[..., dec.components.index("L0mlp")].double(), atol=1e-5, rtol=1e-5,
+    )
+
+
+def _diff(model, batch, hooks):
+    """The documented logit difference (mean baseline at steps 1-4, elimination answer at a repeat)."""
+    logits = _value_logits(model, batch, hooks)
+    target = logits.gather(2, (batch.ys - 1)[..., None])[..., 0]
+    expected = target - (logits.sum(-1) - target) / 4
+    elim = attribution.elimination_answers(batch.inputs, 5)[:, -1]
+    r = batch.repeated
+    expected[r, -1] = target[r, -1] - logits[r, -1].gather(1, (elim[r] - 1)[:, None])[:, 0]
+    return expected
+
+
+def test_a_hook_after_the_residual_stream_is_recorded_and_warned(model, batch):
+    """Regression: a hook on ln_final.hook_normalized broke sum == actual silently.  The gap is now
+    recorded in residual_error (and the dataframe) and a RuntimeWarning names it."""
+    hooks = [("ln_final.hook_normalized", lambda x, hook: 2.0 * x)]
+    with pytest.warns(RuntimeWarning, match="do not add up"):
+        dec = attribution.decompose_logit_diff(model, batch, hooks=hooks)
+    torch.testing.assert_close(dec.actual.double(), _diff(model, batch, hooks), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(dec.residual_error, dec.actual - dec.contributions.sum(-1), atol=1e-5, rtol=1e-5)
+    # logits = 2 (normalised @ W_U) + b_U: the gap is everything but the unembedding bias, once more
+    bias = dec.contributions[..., dec.components.index("unembed_bias")]
+    torch.testing.assert_close(dec.residual_error, dec.contributions.sum(-1) - bias, atol=1e-4, rtol=1e-4)
+    assert dec.max_residual_error > 0.1
+    with pytest.warns(RuntimeWarning, match="residual_error"):
+        dla = attribution.direct_logit_attribution(model, batch, hooks=hooks)
+    frame = dla.to_dataframe()
+    gap = (frame.loc["actual"] - frame.loc["total"]).tolist()
+    assert frame.loc["residual_error"].tolist() == pytest.approx(gap, abs=1e-4)
+    assert dla.max_residual_error == pytest.approx(dec.max_residual_error)
+    # a tolerance above the gap silences the warning; no hooks: no warning, no gap
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        attribution.decompose_logit_diff(model, batch, hooks=hooks, tolerance=10 * dec.max_residual_error)
+        clean = attribution.direct_logit_attribution(model, batch)
+    assert clean.max_residual_error < 1e-4 and clean.tolerance == 1e-3
+    assert hook_count(model) == 0
+
+
+@pytest.mark.parametrize("tolerance, error", [(0.0, ValueError), (-1e-3, ValueError), (float("nan"), ValueError),
+                                              ("1e-3", TypeError), (True, TypeError)])
+def test_tolerance_is_validated_before_work(model, batch, tolerance, error):
+    calls = []
+    hooks = [("blocks.0.attn.hook_z", lambda x, hook: calls.append(1))]
+    with pytest.raises(error, match="tolerance"):
+        attribution.direct_logit_attribution(model, batch, hooks=hooks, tolerance=tolerance)
+    with pytest.raises(error, match="tolerance"):
+        attribution.decompose_logit_diff(model, batch, hooks=hooks, tolerance=tolerance)
+    assert calls == []

@@ -244,3 +244,17 @@ def test_flips_validation(hand):
         ffn.mlp_prediction_flips(hand, layer=2)
     with pytest.raises(TypeError):
         ffn.mlp_prediction_flips(hand, test_set=torch.ones(3, 9, dtype=torch.long))
+
+
+def test_negative_layer_and_neurons_count_from_the_end(hand):
+    """One index rule for the package: layer=-1 (mlp_prediction_flips' default) is the last layer,
+    here layer 0, in every analysis; negative neurons count from d_mlp."""
+    assert ffn.mlp_prediction_flips(hand, make_batch(TASK, 200, seed=1)).layer == 0
+    a = ffn.ffn_key_value_probe(hand, layer=-1, neurons=[-8, -1], top_k=5, task_config=TASK)
+    b = ffn.ffn_key_value_probe(hand, layer=0, neurons=[0, 7], top_k=5, task_config=TASK)
+    assert [n.neuron for n in a.neurons] == [0, 7]
+    assert a.to_dataframe().equals(b.to_dataframe())
+    for kwargs, error in [({"layer": -2}, ValueError), ({"neurons": [-9]}, ValueError),
+                          ({"neurons": [0, -8]}, ValueError), ({"neurons": 3}, TypeError)]:
+        with pytest.raises(error):
+            ffn.ffn_key_value_probe(hand, task_config=TASK, **kwargs)

@@ -246,3 +246,26 @@ def test_apply_norm_matches_the_forward_pass():
     _, acts, _ = run_cache(model, make_test_set(TaskConfig(), n=50).inputs, names)
     for source, target, norm in [(0, 1, "blocks.0.ln1"), (2, 3, "blocks.0.ln2"), (4, 5, "ln_final")]:
         torch.testing.assert_close(memory.apply_norm(model, acts[names[source]], norm), acts[names[target]])
+
+
+def test_negative_indices_count_from_the_end():
+    """One index rule for the package: layer=-1 is the last layer, head=-1 the last head, position=-1
+    the last row of W_pos; labels show the normalised indices."""
+    model = build_model("d32h2")
+    last = memory.ov_memory_probe(model, -1, layer=-1, position=-1)
+    assert last.component == "L0H1"
+    assert last == memory.ov_memory_probe(model, 1, layer=0, position=8)
+    assert torch.equal(memory.ov_scores(model, -2, layer=-1), memory.ov_scores(model, 0))
+    assert memory.qk_memory_probe(model, -1, "prev_y", layer=-1) == memory.qk_memory_probe(model, 1, "prev_y")
+    assert memory.mlp_memory_probe(model, layer=-1, position=-9) == memory.mlp_memory_probe(model, position=0)
+    probes = memory.model_memory_probes(model, layer=-1).to_dataframe()
+    assert probes.equals(memory.model_memory_probes(model).to_dataframe())
+    with pytest.raises(ValueError, match="layer -2 out of range"):
+        memory.ov_memory_probe(model, 0, layer=-2)
+    with pytest.raises(ValueError, match="head -3 out of range"):
+        memory.ov_memory_probe(model, -3)
+    with pytest.raises(ValueError, match="position -10 out of range"):
+        memory.mlp_memory_probe(model, position=-10)
+    assert memory.memory_probe_tracker(layer=-1, position=-1).layer == -1
+    with pytest.raises(TypeError):
+        memory.memory_probe_tracker(layer=0.0)

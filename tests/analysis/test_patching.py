@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 import torch
 import transformer_lens.patching as tl_patching
@@ -279,3 +282,88 @@ def test_no_hooks_left_after_an_exception_inside_a_hook(model, pair):
     with pytest.raises(RuntimeError, match="boom"):
         recall_patching(model, pair, hooks=[("hook_embed", boom_later)])
     assert hook_count(model) == 0
+
+
+# ----------------------------------------------------------------------------- regressions
+
+
+def test_runs_that_do_not_differ_give_nan_means_and_no_recall_head(model, pair):
+    """Regression: with |mean clean LD - mean corrupted LD| < 1e-6 the per-sample values and CIs were nan
+    but cell.mean was still computed (dividing by ~0) and find_recall_head named a head."""
+    flat = [("ln_final.hook_normalized", lambda x, hook: x * 1e-8)]
+    sweep = patch_head_outputs(model, pair, hooks=flat, n_boot=20)
+    assert abs(sweep.clean_logit_diff - sweep.corrupted_logit_diff) < 1e-6 and not sweep.runs_differ
+    for cell in sweep.cells:
+        assert math.isnan(cell.mean) and math.isnan(cell.ci_low) and math.isnan(cell.ci_high)
+        assert not math.isnan(cell.logit_diff)  # the raw logit difference is still reported
+    assert sweep.per_sample.isnan().all()
+    with pytest.raises(ValueError, match="no cell .* finite"):
+        sweep.best()
+    with pytest.raises(ValueError, match="do not differ"):
+        find_recall_head(model, pair, hooks=flat, n_boot=20)
+    assert hook_count(model) == 0
+    assert patch_head_outputs(model, pair, n_boot=20).runs_differ
+
+
+def test_best_is_direction_aware(pair):
+    """Regression: best() took the largest normalised value even for noising sweeps, where a *low*
+    value means the patch destroys recall; it named the least important head."""
+    m = only_head_1_reaches_the_logits()
+    denoising = patch_head_outputs(m, pair, n_boot=20)
+    noising = patch_head_outputs(m, pair, source="corrupted", target="clean", n_boot=20)
+    assert not denoising.noising and noising.noising
+    assert noising.get(head=1).mean == pytest.approx(0.0, abs=1e-5)  # head 1's corrupted output: all lost
+    assert noising.get(head=0).mean == pytest.approx(1.0, abs=1e-5)  # head 0's: nothing lost
+    assert noising.best().head == 1 and denoising.best().head == 1
+    # nan cells are skipped
+    nan_cell = dataclasses.replace(noising.cells[1], mean=math.nan)
+    assert dataclasses.replace(noising, cells=(noising.cells[0], nan_cell)).best().head == 0
+
+
+def test_task_config_builds_the_default_pair(model):
+    """Regression: the patching functions had no task_config, so callers (head_roles) silently got pairs
+    from the model's stored task."""
+    other = TaskConfig(repeat_ratio=0.3, split_seed=7)
+    explicit = patch_head_outputs(model, patching_pair(other, n=200, seed=3), seed=3, n_boot=20)
+    via_config = patch_head_outputs(model, n=200, seed=3, n_boot=20, task_config=other)
+    stored = patch_head_outputs(model, n=200, seed=3, n_boot=20)
+    assert [c.logit_diff for c in via_config.cells] == [c.logit_diff for c in explicit.cells]
+    assert [c.mean for c in via_config.cells] == [c.mean for c in explicit.cells]
+    assert via_config.clean_logit_diff != stored.clean_logit_diff  # another split: other pairs
+    for fn in (patch_head_patterns, patch_attn_out, patch_mlp, patch_residual, patch_head_sources):
+        sweep = fn(model, n=200, seed=3, n_boot=20, task_config=other)
+        assert sweep.clean_logit_diff == explicit.clean_logit_diff, fn
+    report = recall_patching(model, n=200, seed=3, n_boot=20, neuron_groups=None, task_config=other)
+    assert report.clean_logit_diff == explicit.clean_logit_diff
+    found = find_recall_head(model, n=200, seed=3, n_boot=20, task_config=other)
+    assert found.sweep.clean_logit_diff == explicit.clean_logit_diff
+
+
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        (lambda m: patch_head_outputs(m, task_config=TaskConfig(V=4)), ValueError),
+        (lambda m: patch_mlp(m, task_config="task"), TypeError),
+        (lambda m: find_recall_head(m, task_config=TaskConfig(V=6)), ValueError),
+        (lambda m: recall_patching(m, task_config=TaskConfig(V=4)), ValueError),
+        (lambda m: patch_attn_out(m, task_config=TaskConfig(V=4)), ValueError),
+        (lambda m: find_recall_head(m, seed=1.5), TypeError),
+    ],
+)
+def test_task_config_is_validated_before_any_forward(no_forward, call, error):
+    with pytest.raises(error):
+        call(no_forward)
+
+
+def test_negative_indices_count_from_the_end(model, pair):
+    """One index rule for the package: negative layers, heads, positions and neurons are normalised."""
+    rows = [{"layer": -1, "head": -1}, {"layer": 0, "head": 1}]
+    sweep = heads(model, pair, index_rows=rows, n_boot=20)
+    assert [(c.layer, c.head) for c in sweep.cells] == [(0, 1), (0, 1)]
+    assert sweep.cells[0].mean == sweep.cells[1].mean
+    a = patch_residual(model, pair, positions=[-1], n_boot=20)
+    b = patch_residual(model, pair, positions=[LAST], n_boot=20)
+    assert a.cells[0].position == LAST and a.cells[0].mean == b.cells[0].mean
+    g = patch_mlp(model, pair, neuron_groups=[[-1, -2]], n_boot=20)
+    assert g.cells[0].neurons == (31, 30)
+    assert patch_head_sources(model, pair, dest_position=-1, n_boot=20).cells[-1].position == LAST

@@ -485,3 +485,44 @@ def test_judge_uses_the_recall_signal_when_both_capabilities_fall(kept, role, di
     # the MLP breaks both and its recall signal is gone: recall needs the FFN (elimination too)
     assert v.role("L0MLP") == "needed for both" and v.claims.status("ffn_completes_recall") == "supported"
     assert v.claims.status("no_attention_lookup") == "contradicted" and v.recall_signal == 7.0
+
+
+# ----------------------------------------------------------------------------- regressions
+
+
+def test_head_roles_builds_patching_pairs_from_its_task_config(monkeypatch):
+    """Regression: head_roles(task_config=...) built its patching pairs from the model's stored task,
+    because the patching functions had no task_config; it is now passed through."""
+    from perm_circuits.analysis import patching
+
+    seen = []
+    original = patching.patching_pair
+
+    def spy(task_config, *args, **kwargs):
+        seen.append(task_config)
+        return original(task_config, *args, **kwargs)
+
+    monkeypatch.setattr(patching, "patching_pair", spy)
+    model = full_circuit_model()
+    model.task_config = TaskConfig(repeat_ratio=0.3)  # the stored task: split_seed 0
+    task = TaskConfig(repeat_ratio=0.3, split_seed=7, train_fraction=0.5)
+    small = dict(n=200, n_pair=100, n_boot=20)
+    verdict = head_roles(model, how="zero", hows=("zero",), task_config=task, probe=False, **small)
+    assert verdict.head_patching is not None and verdict.mlp_patching is not None  # the model recalls
+    assert len(seen) == 2 and all(t == task for t in seen)
+    expected = patching.patch_head_outputs(model, n=small["n_pair"], n_boot=small["n_boot"], task_config=task)
+    assert [c.logit_diff for c in verdict.head_patching.cells] == [c.logit_diff for c in expected.cells]
+
+
+def test_attention_pattern_accepts_negative_indices_and_seed_is_the_test_set_seed():
+    model = accumulator_model(2)
+    batch = make_batch(TaskConfig(repeat_ratio=0.3), 40, seed=2)
+    attention = attention_by_source(model, batch)
+    assert torch.equal(attention.pattern(-1, -1), attention.pattern(0, 1))
+    with pytest.raises(ValueError, match="head -3 out of range"):
+        attention.pattern(0, -3)
+    # seed seeds the default test set only: with a test_set it changes nothing
+    assert torch.equal(attention_by_source(model, batch, seed=5).patterns, attention.patterns)
+    default = attention_by_source(model, n=40, seed=5)
+    assert torch.equal(default.patterns, attention_by_source(model, make_test_set(
+        dataclasses.replace(TaskConfig(), repeat_ratio=0.3), n=40, seed=5)).patterns)

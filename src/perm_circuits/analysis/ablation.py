@@ -24,7 +24,9 @@ native bridges have no per-head ``hook_result``.  The whole MLP is ablated on
 ``blocks.L.mlp.hook_post``.  ``positions`` restricts any ablation to some sequence positions
 (for attention patterns: to some destination / query positions).
 
-Every function validates all indices, modes and tokens before any forward pass, and builds its
+Every function validates all indices, modes and tokens before any forward pass (with the
+package's shared rule, :mod:`perm_circuits.analysis._checks`: layer, head, position and neuron
+indices accept Python-style negative values, ``layer=-1`` being the last layer), and builds its
 hooks as closures (inside a TL4 hook ``hook.name`` may be an internal alias such as
 ``blocks.0.attn.o.hook_in``, so nothing keys on it).  :func:`ablation_table` runs every head and
 MLP under every mode through :func:`~perm_circuits.evaluate.evaluate_logits` (the numbers of
@@ -47,6 +49,14 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from perm_circuits.analysis._checks import (
+    check_head,
+    check_index_list,
+    check_layer,
+    check_positions,
+    check_seed,
+    check_task_config,
+)
 from perm_circuits.evaluate import evaluate_logits
 from perm_circuits.hooks import HookList, check_hooks
 from perm_circuits.models import model_config_of, task_config_of
@@ -93,15 +103,6 @@ _INDEXED: dict[str, tuple[Callable, str]] = {
 # ----------------------------------------------------------------------------- validation
 
 
-def _check_int(name: str, value: object, low: int, high: int) -> int:
-    """``value`` as an int in ``[low, high)``; TypeError for non-ints, ValueError out of range."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if not low <= value < high:
-        raise ValueError(f"{name} must be in [{low}, {high - 1}], got {value}")
-    return value
-
-
 def _check_how(how: object) -> str:
     if not isinstance(how, str):
         raise TypeError(f"how must be a str, one of {HOWS}, got {type(how).__name__} {how!r}")
@@ -114,40 +115,6 @@ def _check_pairing(pairing: object) -> str:
     if not isinstance(pairing, str) or pairing not in PAIRINGS:
         raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
     return pairing
-
-
-def _check_index_list(name: str, value: object, size: int) -> list[int] | None:
-    """``None`` (everything), an int, or a non-empty sequence of distinct ints in ``[0, size)``."""
-    if value is None:
-        return None
-    items = [value] if isinstance(value, int) and not isinstance(value, bool) else value
-    if isinstance(items, Tensor):
-        if items.dtype.is_floating_point or items.dtype == torch.bool or items.ndim > 1:
-            raise TypeError(f"{name} must be ints, got a {items.dtype} tensor of shape {tuple(items.shape)}")
-        items = items.tolist()
-    if not isinstance(items, (list, tuple, range)):
-        raise TypeError(f"{name} must be an int or a sequence of ints, got {type(value).__name__} {value!r}")
-    if len(items) == 0:
-        raise ValueError(f"{name} must not be empty")
-    out = [_check_int(f"{name} entry", item, 0, size) for item in items]
-    if len(set(out)) != len(out):
-        raise ValueError(f"{name} has repeated entries: {list(items)}")
-    return out
-
-
-def _check_positions(positions: object, seq_len: int) -> list[int] | None:
-    """Positions as non-negative ints (negative ones count from the end, like Python indices)."""
-    if positions is None:
-        return None
-    items = [positions] if isinstance(positions, int) and not isinstance(positions, bool) else positions
-    if not isinstance(items, (list, tuple, range)):
-        raise TypeError(f"positions must be an int or a sequence of ints, got {type(positions).__name__}")
-    if len(items) == 0:
-        raise ValueError("positions must not be empty")
-    out = [_check_int("position", p, -seq_len, seq_len) % seq_len for p in items]
-    if len(set(out)) != len(out):
-        raise ValueError(f"positions has repeated entries: {list(items)}")
-    return out
 
 
 def _check_reference(reference: object, V: int) -> Batch | None:
@@ -227,8 +194,7 @@ def binding_free_reference(
     """
     if not isinstance(task_config, TaskConfig):
         raise TypeError(f"task_config must be a TaskConfig, got {type(task_config).__name__}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {seed!r}")
+    check_seed(seed)
     if queries is None:
         queries = make_batch(task_config, n, split=split, seed=seed)
     elif not isinstance(queries, Batch):
@@ -389,11 +355,13 @@ def ablate(
             used by ``"zero"``.
         index: entries of the axis after ``pos`` to ablate (heads for ``hook_q/k/v/z``, neurons
             for ``mlp.hook_pre/post``, residual dimensions for d_model-wide hooks; heads for
-            ``hook_pattern``); ``None`` ablates the whole activation.
+            ``hook_pattern``); ``None`` ablates the whole activation.  Negative entries count
+            from the end.
         positions: sequence positions to ablate (destination positions for ``hook_pattern``);
             ``None`` = all.  Negative positions count from the end.
-        seed: seeds the choice of reference samples for ``"resample"`` (each forward redraws
-            from the same seed, so repeated runs are identical).
+        seed: seeds only the choice of reference samples for ``"resample"`` with
+            ``pairing="random"`` (each forward redraws from the same seed, so repeated runs are
+            identical); unused by ``"zero"``, ``"mean"`` and ``pairing="row"``.
         pairing: ``"random"`` (a seeded random reference sample per sample) or ``"row"``
             (reference row ``i`` for sample ``i``; the batch must be as long as the reference).
         hooks: interventions applied while the reference activations are computed.
@@ -402,14 +370,13 @@ def ablate(
     hook_name = _check_hook_name(model, hook_name)
     how = _check_how(how)
     pairing = _check_pairing(pairing)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {seed!r}")
+    check_seed(seed)
     suffix = _hook_suffix(hook_name)
     layout = "pattern" if suffix == "attn.hook_pattern" else "pos"
     if index is not None and suffix is None:
         raise ValueError(f"index is not supported for hook {hook_name!r}; ablate it whole or pick another hook")
-    index_list = _check_index_list("index", index, _INDEXED[suffix][0](config)) if suffix else None
-    position_list = _check_positions(positions, 2 * config.V - 1)
+    index_list = check_index_list("index", index, _INDEXED[suffix][0](config)) if suffix else None
+    position_list = check_positions(positions, 2 * config.V - 1)
     reference = _check_reference(reference, config.V)
     hooks = check_hooks(model, hooks)
     activation = None
@@ -433,12 +400,12 @@ def ablate_head(
     """Ablate head ``head`` of layer ``layer`` on ``blocks.{layer}.attn.hook_z``.
 
     Zero ablation equals deleting the head's columns of ``W_O``
-    (``blocks.L.attn.o.weight[:, head*d_head:(head+1)*d_head] = 0``).  See :func:`ablate` for the
-    other arguments.
+    (``blocks.L.attn.o.weight[:, head*d_head:(head+1)*d_head] = 0``).  ``layer`` and ``head``
+    accept Python-style negative indices (``layer=-1`` is the last layer).  See :func:`ablate`
+    for the other arguments (``seed`` seeds the ``"resample"`` draw of reference samples).
     """
-    config = model_config_of(model)
-    _check_int("layer", layer, 0, config.n_layers)
-    _check_int("head", head, 0, config.n_heads)
+    layer = check_layer(model, layer)
+    head = check_head(model, head)
     return ablate(
         model,
         f"blocks.{layer}.attn.hook_z",
@@ -467,15 +434,17 @@ def ablate_mlp(
     """Ablate the MLP of layer ``layer``: whole on ``hook_mlp_out``, or ``neurons`` on ``mlp.hook_post``.
 
     Zero-ablating the whole MLP removes its output including ``b_out``; zero-ablating all
-    neurons would leave ``b_out``.  See :func:`ablate` for the other arguments.
+    neurons would leave ``b_out``.  ``layer`` (and ``neurons``) accept Python-style negative
+    indices (``layer=-1`` is the last layer).  See :func:`ablate` for the other arguments
+    (``seed`` seeds the ``"resample"`` draw of reference samples).
     """
     config = model_config_of(model)
-    _check_int("layer", layer, 0, config.n_layers)
+    layer = check_layer(model, layer)
     if neurons is None:
         hook_name, index = f"blocks.{layer}.hook_mlp_out", None
     else:
         hook_name = f"blocks.{layer}.mlp.hook_post"
-        index = _check_index_list("neurons", neurons, config.resolved_d_mlp)
+        index = check_index_list("neurons", neurons, config.resolved_d_mlp)
     return ablate(
         model,
         hook_name,
@@ -591,24 +560,26 @@ def ablation_table(
         positions: ablate only at these positions (e.g. ``[-1]``: the last query only, so
             steps ``1..V-1`` are untouched and the last step's elimination and recall subgroups
             can be compared); default all.
-        seed: resample seed (and the binding-free answers' seed).
+        seed: the resample seed: which reference sample replaces each test sample under
+            ``"resample"`` with random pairing, and, with ``reference="binding_free"``, the seed
+            of :func:`binding_free_reference` (its answers are drawn with ``seed + 1``).  It does
+            not choose the test set (pass ``test_set`` for that).
 
     Resample rows also report ``follows_reference``: how often the last-step prediction is the
     answer of the reference sample whose activation was swapped in.
     """
-    config = task_config or task_config_of(model)
+    config = check_task_config(model, task_config)
     model_config = model_config_of(model)
     if isinstance(hows, str) or not isinstance(hows, (list, tuple)):
         raise TypeError(f"hows must be a sequence of modes, got {hows!r}")
     hows = [_check_how(how) for how in hows]
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {seed!r}")
+    check_seed(seed)
     if test_set is None:
         test_set = make_test_set(config)
     if not isinstance(test_set, Batch):
         raise TypeError(f"test_set must be a perm_circuits.Batch, got {type(test_set).__name__}")
     validate_tokens(test_set.inputs, model_config.V)
-    position_list = _check_positions(positions, 2 * model_config.V - 1)
+    position_list = check_positions(positions, 2 * model_config.V - 1)
     pairing = "random"
     if isinstance(reference, str):
         if reference == "test":

@@ -56,9 +56,16 @@ from perm_circuits.analysis.attribution import (
     subgroup_masks,
     used_values,
 )
-from perm_circuits.analysis.memory import apply_norm, check_layer, effective_unembed
+from perm_circuits.analysis._checks import (
+    check_int,
+    check_layer,
+    check_neurons,
+    check_positive_int,
+    check_task_config,
+)
+from perm_circuits.analysis.memory import apply_norm, effective_unembed
 from perm_circuits.hooks import check_hooks
-from perm_circuits.models import model_config_of, task_config_of
+from perm_circuits.models import model_config_of
 from perm_circuits.task import Batch, TaskConfig, split_permutations
 
 __all__ = [
@@ -127,8 +134,7 @@ def _check_sources(repeat_sources: object, V: int) -> tuple[int, ...]:
     if not isinstance(repeat_sources, (list, tuple)):
         raise TypeError(f"repeat_sources must be a list/tuple of ints, got {type(repeat_sources).__name__}")
     for s in repeat_sources:
-        if isinstance(s, bool) or not isinstance(s, int):
-            raise TypeError(f"repeat_sources must hold ints, got {s!r}")
+        check_int("repeat_sources entry", s)
         if not 0 <= s <= V - 2:
             raise ValueError(f"repeat source {s} out of range [0, {V - 2}]")
     if len(set(repeat_sources)) != len(repeat_sources):
@@ -354,29 +360,6 @@ class FFNKeyValueProbe:
         raise KeyError(f"neuron {neuron} was not probed")
 
 
-def _check_neurons(neurons: object, d_mlp: int) -> list[int]:
-    if neurons is None:
-        return list(range(d_mlp))
-    if not isinstance(neurons, (list, tuple)):
-        raise TypeError(f"neurons must be a list/tuple of ints or None, got {type(neurons).__name__}")
-    if len(neurons) == 0:
-        raise ValueError("neurons is empty")
-    for n in neurons:
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise TypeError(f"neurons must hold ints, got {n!r}")
-        if not 0 <= n < d_mlp:
-            raise ValueError(f"neuron {n} out of range [0, {d_mlp - 1}] (d_mlp={d_mlp})")
-    return list(neurons)
-
-
-def _check_positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
-    return value
-
-
 def _mode_share(values: list) -> tuple[object, float]:
     if not values:
         return None, float("nan")
@@ -402,8 +385,9 @@ def ffn_key_value_probe(
 
     Args:
         model: a bridge.
-        layer: the MLP layer.
-        neurons: neuron indices to summarise (default: all).
+        layer: the MLP layer (negative values count from the end: ``-1`` is the last layer).
+        neurons: distinct neuron indices to summarise (default: all; negative ones count from
+            the end).
         top_k: top triggers per neuron (Geva et al. use 25).
         split: permutations to enumerate (``"test"``, ``"train"`` or ``"all"``).
         repeat_sources: which earlier x the repeated variants repeat (``()``: none).
@@ -413,13 +397,13 @@ def ffn_key_value_probe(
     config = model_config_of(model)
     layer = check_layer(model, layer)
     d_mlp = config.resolved_d_mlp
-    selected = _check_neurons(neurons, d_mlp)
-    top_k = _check_positive_int("top_k", top_k)
-    task = task_config or task_config_of(model)
-    if not isinstance(task, TaskConfig):
-        raise TypeError(f"task_config must be a TaskConfig, got {type(task).__name__}")
-    if task.V != config.V:
-        raise ValueError(f"task V={task.V} does not match model V={config.V}")
+    if neurons is not None and not isinstance(neurons, (list, tuple)):
+        raise TypeError(f"neurons must be a list/tuple of ints or None, got {type(neurons).__name__}")
+    selected = check_neurons(model, neurons)
+    if selected is None:
+        selected = list(range(d_mlp))
+    top_k = check_positive_int("top_k", top_k)
+    task = check_task_config(model, task_config)
     check_hooks(model, hooks)
     batch = enumerate_sequences(task, split, repeat_sources)
 
@@ -585,6 +569,8 @@ def mlp_prediction_flips(
     its own LayerNorm scale) at the y positions of ``test_set`` (default: the model's fixed
     5,000-sample test set) under ``hooks``.  For the last layer ``resid_post`` *is* the model's
     prediction.  Subgroups: ``steps 1-4``, ``last-step elimination``, ``last-step recall``.
+    ``layer`` defaults to the last layer (``-1``; negative values count from the end, as for every
+    layer argument of the package); the result reports the normalised layer.
     """
     layer = check_layer(model, layer)
     batch = check_batch(model, test_set)

@@ -18,6 +18,9 @@ Conventions (all functions in this module):
   other candidate's (a matrix that cannot tell its target apart has not stored it), so an
   all-zero matrix has R = 0.
 * ``allowed`` restricts the candidates ``j'`` per input (e.g. causal attention: no future keys).
+* ``layer``, ``head`` and ``position`` arguments follow the package's index rule (negative values
+  count from the end, ``layer=-1`` is the last layer; :mod:`perm_circuits.analysis._checks`);
+  component labels show the normalised indices.
 
 Concrete probes for our 1-layer models (weights only, no forward pass, so no ``hooks``):
 
@@ -69,6 +72,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from perm_circuits.analysis._checks import check_head, check_index, check_int, check_layer, check_positive_int
 from perm_circuits.models import model_config_of
 
 __all__ = [
@@ -102,8 +106,7 @@ QK_MAPS = ("x_match", "prev_y", "self_y", "last_to_y1")
 
 def identity_map(n: int) -> Int[Tensor, "n 2"]:
     """The target map ``{(i, i)}`` for ``i = 0..n-1`` (a copying memory)."""
-    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+    n = check_positive_int("n", n)
     index = torch.arange(n)
     return torch.stack([index, index], dim=1)
 
@@ -226,34 +229,12 @@ def memory_recall(
 # ----------------------------------------------------------------------------- model weights
 
 
-def check_layer(model, layer: int) -> int:
-    """Validate a layer index of ``model`` (negative indices count from the end)."""
-    n_layers = model_config_of(model).n_layers
-    if isinstance(layer, bool) or not isinstance(layer, int):
-        raise TypeError(f"layer must be an int, got {type(layer).__name__} {layer!r}")
-    if not -n_layers <= layer < n_layers:
-        raise ValueError(f"layer {layer} out of range for a model with {n_layers} layer(s)")
-    return layer % n_layers
-
-
-def _check_head(model, head: int) -> int:
-    n_heads = model_config_of(model).n_heads
-    if isinstance(head, bool) or not isinstance(head, int):
-        raise TypeError(f"head must be an int, got {type(head).__name__} {head!r}")
-    if not 0 <= head < n_heads:
-        raise ValueError(f"head {head} out of range: the model has {n_heads} head(s) (0..{n_heads - 1})")
-    return head
-
-
-def _check_position(model, position: int | None) -> int | None:
+def _check_position(model, position: object) -> int | None:
+    """``None`` (no positional embedding) or a row of ``W_pos`` (negative rows count from the end)."""
     if position is None:
         return None
     n_ctx = model_config_of(model).resolved_n_ctx
-    if isinstance(position, bool) or not isinstance(position, int):
-        raise TypeError(f"position must be an int or None, got {type(position).__name__} {position!r}")
-    if not 0 <= position < n_ctx:
-        raise ValueError(f"position {position} out of range [0, {n_ctx - 1}]")
-    return position
+    return check_index("position", position, n_ctx, f"W_pos has {n_ctx} positions")
 
 
 def _params(model) -> dict[str, Tensor]:
@@ -310,7 +291,7 @@ def ov_scores(
 ) -> Float[Tensor, "value value"]:
     """``ln1(W_E[t] (+ W_pos[p])) @ W_V[h] W_O[h] @ effective_unembed``: value token in, value logits out."""
     layer = check_layer(model, layer)
-    head = _check_head(model, head)
+    head = check_head(model, head)
     position = _check_position(model, position)
     with torch.no_grad():
         u = apply_norm(model, _token_inputs(model, position), f"blocks.{layer}.ln1")
@@ -369,9 +350,8 @@ def ov_memory_probe(
     name = "copy" if mode == "argmax" else "suppress"
     if targets is not None:
         name = "custom"
-    return MemoryProbe(
-        f"L{check_layer(model, layer)}H{head}", "OV", name, mode, recall_rate(scores, pairs, mode), len(pairs), 1.0 / V
-    )
+    component = f"L{check_layer(model, layer)}H{check_head(model, head)}"
+    return MemoryProbe(component, "OV", name, mode, recall_rate(scores, pairs, mode), len(pairs), 1.0 / V)
 
 
 def qk_scores(
@@ -386,7 +366,7 @@ def qk_scores(
     """Attention logits ``(ln1(q) W_Q + b_Q) . (ln1(k) W_K + b_K) / sqrt(d_head)`` between
     residual vectors ``queries`` and ``keys`` (biases only with ``include_bias``)."""
     layer = check_layer(model, layer)
-    head = _check_head(model, head)
+    head = check_head(model, head)
     d_model = model_config_of(model).d_model
     for x, name in ((queries, "queries"), (keys, "keys")):
         _check_matrix(x, name)
@@ -411,7 +391,7 @@ def _positional_qk(
     P = model.W_pos.detach()[:n_ctx]
     grid = (E[:, None, :] + P[None, :, :]).reshape(-1, config.d_model)  # [tok * pos, d]
     layer = check_layer(model, layer)
-    head = _check_head(model, head)
+    head = check_head(model, head)
     with torch.no_grad():
         h = apply_norm(model, grid, f"blocks.{layer}.ln1")
         q = h @ model.W_Q.detach()[layer, head]
@@ -431,7 +411,7 @@ def qk_memory_probe(
     if target_map not in QK_MAPS:
         raise ValueError(f"target_map must be one of {QK_MAPS}, got {target_map!r}")
     layer = check_layer(model, layer)
-    head = _check_head(model, head)
+    head = check_head(model, head)
     config = model_config_of(model)
     V, n_ctx = config.V, 2 * config.V - 1
     last = n_ctx - 1
@@ -583,11 +563,13 @@ def memory_probe_tracker(
     *, layer: int = 0, position: int | None = None, include_bias: bool = False, every: int = 1
 ) -> MemoryProbeTracker:
     """A callback for :func:`perm_circuits.train.train` that tracks the memory probes over training
-    (Bietti et al. 2023, Fig. 3: which memory forms first)."""
-    if isinstance(layer, bool) or not isinstance(layer, int):
-        raise TypeError(f"layer must be an int, got {layer!r}")
-    if position is not None and (isinstance(position, bool) or not isinstance(position, int) or position < 0):
-        raise ValueError(f"position must be a non-negative int or None, got {position!r}")
-    if isinstance(every, bool) or not isinstance(every, int) or every <= 0:
-        raise ValueError(f"every must be a positive int, got {every!r}")
+    (Bietti et al. 2023, Fig. 3: which memory forms first).
+
+    ``layer`` and ``position`` follow the package's index rule (negative values count from the
+    end); their range is checked against the model at each record, their type here.
+    """
+    check_int("layer", layer)
+    if position is not None:
+        check_int("position", position)
+    every = check_positive_int("every", every)
     return MemoryProbeTracker(layer=layer, position=position, include_bias=bool(include_bias), every=every)

@@ -17,8 +17,17 @@ mean logit difference.  Confidence intervals are percentile bootstraps over samp
 one resample of sample indices recomputes the clean, corrupted and patched means together, so
 the uncertainty of the normalising constants is included); ``n_boot`` resamples, seeded.  Where
 ``|mean LD_clean - mean LD_corrupted| < 1e-6`` (a model that answers both runs the same way)
-the normalised values are nan.  ``source`` / ``target`` choose the runs: the default clean ->
-corrupted, corrupted -> clean is "noising" (what the clean run loses).
+the normalised values are nan: the per-sample values, the confidence interval *and* the cell's
+``mean`` (and :func:`find_recall_head` raises a ValueError).  ``source`` / ``target`` choose the
+runs: the default clean -> corrupted is "denoising" (what a patch restores; large = important),
+corrupted -> clean is "noising" (what the clean run loses; *small* = important, 0 = all of the
+recall lost); :meth:`PatchingSweep.best` follows that direction.
+
+Pairs and seeds: every function builds its default pair with ``patching_pair(task_config, n,
+seed)``, where ``task_config`` defaults to the model's training task (``task_config_of(model)``)
+and is ignored when ``pair`` is given; ``seed`` seeds both that pair and the bootstrap resamples.
+Layer, head and position indices follow the package's rule (negative values count from the end,
+see :mod:`perm_circuits.analysis._checks`).
 
 "Per head and source position" patches (:func:`patch_head_sources`):
 
@@ -52,9 +61,19 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from perm_circuits.analysis.ablation import _check_int, _check_positions
+from perm_circuits.analysis._checks import (
+    check_head,
+    check_index_list,
+    check_int,
+    check_layer,
+    check_position,
+    check_positions,
+    check_seed,
+    check_task_config,
+    seq_len,
+)
 from perm_circuits.hooks import HookList, check_hooks
-from perm_circuits.models import model_config_of, task_config_of
+from perm_circuits.models import model_config_of
 from perm_circuits.task import Batch, TaskConfig, make_batch, validate_tokens
 
 __all__ = [
@@ -226,9 +245,37 @@ class PatchingSweep:
         frame["label"] = [cell.label for cell in self.cells]
         return frame
 
+    @property
+    def runs_differ(self) -> bool:
+        """Whether the unpatched clean and corrupted mean logit differences differ by at least
+        ``MIN_DENOMINATOR`` (1e-6); when they do not, every normalised value is nan."""
+        return abs(self.clean_logit_diff - self.corrupted_logit_diff) >= MIN_DENOMINATOR
+
+    @property
+    def noising(self) -> bool:
+        """True for a noising sweep (``source="corrupted"``): low normalised values matter most."""
+        return self.source == "corrupted"
+
     def best(self) -> PatchCell:
-        """The cell with the largest mean effect."""
-        return max(self.cells, key=lambda cell: -math.inf if math.isnan(cell.mean) else cell.mean)
+        """The cell whose patch matters most, in the sweep's direction.
+
+        Denoising (``source="clean"``, the default): the cell with the *largest* normalised
+        mean, the patch that restores the most of the clean logit difference.  Noising
+        (``source="corrupted"``): the cell with the *smallest* normalised mean, the patch whose
+        corrupted activation takes the most away from the clean run (1 = nothing lost, 0 = all
+        lost).  Cells with a nan mean are skipped; a ValueError when every mean is nan (e.g. the
+        clean and corrupted runs do not differ, see :attr:`runs_differ`).
+        """
+        finite = [cell for cell in self.cells if not math.isnan(cell.mean)]
+        if not finite:
+            raise ValueError(
+                f"no cell of the {self.activation!r} sweep has a finite normalised effect: the clean and "
+                f"corrupted mean logit differences ({self.clean_logit_diff:.6g}, {self.corrupted_logit_diff:.6g}) "
+                f"differ by less than {MIN_DENOMINATOR:g}"
+            )
+        if self.noising:
+            return min(finite, key=lambda cell: cell.mean)
+        return max(finite, key=lambda cell: cell.mean)
 
     def get(self, **where: int | str | None) -> PatchCell:
         """The one cell whose fields equal ``where`` (e.g. ``get(layer=0, head=1)``)."""
@@ -352,17 +399,19 @@ def _check_options(source: object, target: object, n_boot: object, seed: object,
     for name, run in (("source", source), ("target", target)):
         if run not in RUNS:
             raise ValueError(f"{name} must be one of {RUNS}, got {run!r}")
-    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 10:
-        raise ValueError(f"n_boot must be an int >= 10, got {n_boot!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {seed!r}")
+    check_int("n_boot", n_boot, 10)
+    check_seed(seed)
     if isinstance(confidence, bool) or not isinstance(confidence, float) or not 0 < confidence < 1:
         raise ValueError(f"confidence must be a float in (0, 1), got {confidence!r}")
 
 
-def _resolve_pair(model, pair: PatchingPair | None, n: int, seed: int) -> PatchingPair:
+def _resolve_pair(
+    model, pair: PatchingPair | None, n: int, seed: int, task_config: TaskConfig | None = None
+) -> PatchingPair:
+    """``pair`` validated, else ``patching_pair(task_config or the model's task, n, seed)``."""
+    config = check_task_config(model, task_config)
     if pair is None:
-        return patching_pair(task_config_of(model), n=n, seed=seed)
+        return patching_pair(config, n=n, seed=seed)
     return _check_pair(model, pair)
 
 
@@ -379,17 +428,28 @@ def _rows_from_axes(model, axes: Sequence[str]) -> list[dict[str, int]]:
     return [dict(zip(axes, combo)) for combo in itertools.product(*(range(ranges[a]) for a in axes))]
 
 
-def _check_row(row: Mapping, config) -> None:
-    _check_int("layer", row.get("layer"), 0, config.n_layers)
-    seq_len = 2 * config.V - 1
-    if row.get("head") is not None:
-        _check_int("head", row["head"], 0, config.n_heads)
-    for key in ("position", "source_position"):
-        if row.get(key) is not None:
-            _check_int(key, row[key], 0, seq_len)
+def _check_row(model, row: object) -> dict:
+    """One index row validated, as a new dict with every index normalised (negative indices
+    count from the end, as everywhere in the package)."""
+    if not isinstance(row, Mapping):
+        raise TypeError(f"each index row must be a mapping, got {type(row).__name__} {row!r}")
     unknown = set(row) - {"layer", "head", "position", "source_position", "neurons"}
     if unknown:
         raise ValueError(f"unknown index keys {sorted(unknown)}")
+    if "layer" not in row:
+        raise ValueError(f"index row {dict(row)} has no 'layer'")
+    out: dict = {"layer": check_layer(model, row["layer"])}
+    if row.get("head") is not None:
+        out["head"] = check_head(model, row["head"])
+    for key in ("position", "source_position"):
+        if row.get(key) is not None:
+            out[key] = check_position(row[key], seq_len(model), key)
+    if row.get("neurons") is not None:
+        neurons = row["neurons"]
+        if isinstance(neurons, int) and not isinstance(neurons, bool):
+            raise TypeError(f"an index row's neurons must be a sequence of ints, got {neurons!r}")
+        out["neurons"] = tuple(check_index_list("neurons", neurons, model_config_of(model).resolved_d_mlp))
+    return out
 
 
 def _resid_mid_hooks(layer: int, row: Mapping, source_activation: Tensor) -> HookList:
@@ -431,6 +491,7 @@ def generic_patch(
     seed: int = 0,
     n_boot: int = 1000,
     confidence: float = 0.95,
+    task_config: TaskConfig | None = None,
     _ctx: _Context | None = None,
 ) -> PatchingSweep:
     """Patch ``activation_name`` from the ``source`` run into the ``target`` run, once per cell.
@@ -440,9 +501,18 @@ def generic_patch(
     of) the target activation and returns it.  The cells are either ``index_axes`` (every
     combination of ``layer``, ``head``, ``position``, ``source_position`` over the model's
     ranges, like TL's ``index_axis_names``) or explicit ``index_rows`` (dicts with ``layer`` and
-    any of ``head``, ``position``, ``source_position``, ``neurons``).  ``hooks`` run in every
-    forward (both cached runs and every patched run), before the patch.  ``pair`` defaults to
-    ``patching_pair(task_config_of(model), n, seed)``; ``seed`` also seeds the bootstrap.
+    any of ``head``, ``position``, ``source_position``, ``neurons``; negative indices count
+    from the end and cells report the normalised ones).  ``hooks`` run in every forward (both
+    cached runs and every patched run), before the patch.
+
+    ``pair`` defaults to ``patching_pair(task_config, n, seed)`` with ``task_config`` defaulting
+    to the model's training task (``task_config_of(model)``); ``task_config`` and ``n`` are not
+    used when ``pair`` is given.  ``seed`` seeds that default pair *and* the bootstrap
+    resamples of the confidence intervals (``n_boot`` of them, at level ``confidence``).
+
+    When the unpatched clean and corrupted mean logit differences differ by less than 1e-6,
+    the normalisation is undefined: every cell's ``mean``, ``ci_low``, ``ci_high`` and
+    ``per_sample`` value is nan (see :attr:`PatchingSweep.runs_differ`).
 
     A cell whose patched activation equals the target's own (e.g. any position before the last
     in a 1-layer model: both runs share those tokens) is not run: its patched forward would be
@@ -453,18 +523,20 @@ def generic_patch(
     if activation_name not in ACTIVATIONS:
         raise ValueError(f"activation_name must be one of {sorted(ACTIVATIONS)}, got {activation_name!r}")
     _check_options(source, target, n_boot, seed, confidence)
+    check_task_config(model, task_config)
     config = model_config_of(model)
     if (index_axes is None) == (index_rows is None):
         raise ValueError("pass exactly one of index_axes and index_rows")
     if index_axes is not None:
         index_rows = _rows_from_axes(model, index_axes)
+    if isinstance(index_rows, (str, Mapping)) or not isinstance(index_rows, Sequence):
+        raise TypeError(f"index_rows must be a sequence of mappings, got {type(index_rows).__name__}")
     if not index_rows:
         raise ValueError("index_rows is empty")
-    for row in index_rows:
-        _check_row(row, config)
+    index_rows = [_check_row(model, row) for row in index_rows]
     names = sorted({ACTIVATIONS[activation_name].format(layer=row["layer"]) for row in index_rows})
     if _ctx is None:
-        pair = _resolve_pair(model, pair, n, seed)
+        pair = _resolve_pair(model, pair, n, seed, task_config)
         hooks = check_hooks(model, hooks)
         _ctx = _context(model, pair, hooks, names)
     else:
@@ -494,11 +566,12 @@ def generic_patch(
     raw = torch.stack(results)
     clean, corrupted = _ctx.logit_diffs["clean"], _ctx.logit_diffs["corrupted"]
     denominator = clean.mean() - corrupted.mean()
-    if abs(float(denominator)) < MIN_DENOMINATOR:
+    if abs(float(denominator)) < MIN_DENOMINATOR:  # the runs do not differ: nothing to normalise by
         per_sample = torch.full_like(raw, math.nan)
-        low = high = torch.full((len(cells),), math.nan, dtype=torch.float64)
+        means = low = high = torch.full((len(cells),), math.nan, dtype=torch.float64)
     else:
         per_sample = (raw - corrupted.mean()) / denominator
+        means = torch.stack([(row.mean() - corrupted.mean()) / denominator for row in raw])
         low, high = _bootstrap(_ctx.bootstrap_weights(n_boot, seed), raw, clean, corrupted, confidence)
     patch_cells = []
     for c, (row, hook_name) in enumerate(cells):
@@ -512,7 +585,7 @@ def generic_patch(
                 position=row.get("position"),
                 source_position=row.get("source_position"),
                 neurons=tuple(neurons) if neurons is not None else None,
-                mean=float((raw[c].mean() - corrupted.mean()) / denominator),
+                mean=float(means[c]),
                 ci_low=float(low[c]),
                 ci_high=float(high[c]),
                 logit_diff=float(raw[c].mean()),
@@ -595,10 +668,6 @@ def _heads(model) -> range:
     return range(model_config_of(model).n_heads)
 
 
-def _seq_len(model) -> int:
-    return 2 * model_config_of(model).V - 1
-
-
 def patch_head_outputs(
     model,
     pair: PatchingPair | None = None,
@@ -611,15 +680,21 @@ def patch_head_outputs(
     seed: int = 0,
     n_boot: int = 1000,
     confidence: float = 0.95,
+    task_config: TaskConfig | None = None,
     _ctx: _Context | None = None,
 ) -> PatchingSweep:
-    """Patch each head's ``hook_z`` (its whole output), at all positions or per position."""
+    """Patch each head's ``hook_z`` (its whole output), at all positions or per position.
+
+    Shared arguments (``hooks``, ``source``, ``target``, ``n``, ``seed``, ``n_boot``,
+    ``confidence``, ``task_config``) as in :func:`generic_patch`: ``seed`` seeds the default
+    pair ``patching_pair(task_config or task_config_of(model), n, seed)`` and the bootstrap.
+    """
     if by_position:
         rows = [
             {"layer": l, "head": h, "position": p}
             for l in _layers(model)
             for h in _heads(model)
-            for p in range(_seq_len(model))
+            for p in range(seq_len(model))
         ]
         setter, label = set_head_pos, "z_by_pos"
     else:
@@ -628,7 +703,7 @@ def patch_head_outputs(
     return generic_patch(
         model, pair, patch_setter=setter, activation_name="z", index_rows=rows, label=label,
         hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot,
-        confidence=confidence, _ctx=_ctx,
+        confidence=confidence, task_config=task_config, _ctx=_ctx,
     )
 
 
@@ -645,17 +720,20 @@ def patch_head_sources(
     seed: int = 0,
     n_boot: int = 1000,
     confidence: float = 0.95,
+    task_config: TaskConfig | None = None,
     _ctx: _Context | None = None,
 ) -> PatchingSweep:
     """Per head and source position: one attention weight (``"pattern"``) or one value vector (``"value"``).
 
     ``"pattern"`` patches the weight from ``dest_position`` (default the last position) to each
     causal source position ``s <= dest``; ``"value"`` patches ``hook_v`` at each source
-    position.  See the module docstring for what these measure.
+    position.  See the module docstring for what these measure.  ``dest_position`` accepts a
+    negative index (counted from the end).  Shared arguments as in :func:`generic_patch`
+    (``seed`` seeds the default pair and the bootstrap; ``task_config`` is the default pair's task).
     """
     if component not in ("pattern", "value"):
         raise ValueError(f"component must be 'pattern' or 'value', got {component!r}")
-    (dest,) = _check_positions(dest_position, _seq_len(model))
+    dest = check_position(dest_position, seq_len(model), "dest_position")
     if component == "pattern":
         rows = [
             {"layer": l, "head": h, "position": dest, "source_position": s}
@@ -666,18 +744,18 @@ def patch_head_sources(
         return generic_patch(
             model, pair, patch_setter=set_pattern_entry, activation_name="pattern", index_rows=rows,
             label="pattern_source", hooks=hooks, source=source, target=target, n=n, seed=seed,
-            n_boot=n_boot, confidence=confidence, _ctx=_ctx,
+            n_boot=n_boot, confidence=confidence, task_config=task_config, _ctx=_ctx,
         )
     rows = [
         {"layer": l, "head": h, "source_position": s}
         for l in _layers(model)
         for h in _heads(model)
-        for s in range(_seq_len(model))
+        for s in range(seq_len(model))
     ]
     return generic_patch(
         model, pair, patch_setter=set_head_pos, activation_name="v", index_rows=rows,
         label="value_source", hooks=hooks, source=source, target=target, n=n, seed=seed,
-        n_boot=n_boot, confidence=confidence, _ctx=_ctx,
+        n_boot=n_boot, confidence=confidence, task_config=task_config, _ctx=_ctx,
     )
 
 
@@ -687,17 +765,22 @@ patch_head_patterns = partial(
 patch_head_patterns.__doc__ = """Patch each head's whole attention pattern (``hook_pattern``, all destinations).
 
 ``patch_head_patterns(model, pair=None, **kwargs)``; keyword arguments as :func:`generic_patch`
-(``hooks``, ``source``, ``target``, ``n``, ``seed``, ``n_boot``, ``confidence``)."""
+(``hooks``, ``source``, ``target``, ``n``, ``seed`` (the default pair's and the bootstrap's seed),
+``n_boot``, ``confidence``, ``task_config`` (the task of the default pair))."""
 
 patch_attn_out = partial(
     generic_patch, patch_setter=set_pos, activation_name="attn_out", index_axes=("layer", "position")
 )
-patch_attn_out.__doc__ = """Patch the attention layer's output (``hook_attn_out``) per layer and position."""
+patch_attn_out.__doc__ = """Patch the attention layer's output (``hook_attn_out``) per layer and position.
+
+``patch_attn_out(model, pair=None, **kwargs)``; keyword arguments as :func:`generic_patch`
+(``hooks``, ``source``, ``target``, ``n``, ``seed`` (the default pair's and the bootstrap's seed),
+``n_boot``, ``confidence``, ``task_config`` (the task of the default pair))."""
 
 
 def _neuron_groups(groups: int | Sequence[Sequence[int]], d_mlp: int) -> list[tuple[int, ...]]:
     if isinstance(groups, int) and not isinstance(groups, bool):
-        size = _check_int("neuron_groups", groups, 1, d_mlp + 1)
+        size = check_int("neuron_groups", groups, 1, d_mlp + 1)
         return [tuple(range(start, min(start + size, d_mlp))) for start in range(0, d_mlp, size)]
     if not isinstance(groups, (list, tuple)) or not groups:
         raise TypeError("neuron_groups must be a group size (int) or a non-empty sequence of neuron lists")
@@ -705,10 +788,7 @@ def _neuron_groups(groups: int | Sequence[Sequence[int]], d_mlp: int) -> list[tu
     for group in groups:
         if not isinstance(group, (list, tuple, range)) or len(group) == 0:
             raise ValueError(f"each neuron group must be a non-empty sequence of ints, got {group!r}")
-        neurons = tuple(_check_int("neuron", neuron, 0, d_mlp) for neuron in group)
-        if len(set(neurons)) != len(neurons):
-            raise ValueError(f"neuron group {list(group)} repeats a neuron")
-        out.append(neurons)
+        out.append(tuple(check_index_list("neuron group", group, d_mlp)))
     return out
 
 
@@ -725,15 +805,18 @@ def patch_mlp(
     seed: int = 0,
     n_boot: int = 1000,
     confidence: float = 0.95,
+    task_config: TaskConfig | None = None,
     _ctx: _Context | None = None,
 ) -> PatchingSweep:
     """Patch the MLP output (``hook_mlp_out``, all positions or per position), or neuron groups.
 
-    With ``neuron_groups`` (a group size, or explicit lists of neurons) the sweep patches
-    ``mlp.hook_post`` for each group at every position instead.
+    With ``neuron_groups`` (a group size, or explicit lists of neurons; negative neurons count
+    from the end) the sweep patches ``mlp.hook_post`` for each group at every position instead.
+    Shared arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the
+    bootstrap; ``task_config`` is the default pair's task).
     """
     kwargs = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot,
-                  confidence=confidence, _ctx=_ctx)
+                  confidence=confidence, task_config=task_config, _ctx=_ctx)
     if neuron_groups is not None:
         groups = _neuron_groups(neuron_groups, model_config_of(model).resolved_d_mlp)
         rows = [{"layer": l, "neurons": g} for l in _layers(model) for g in groups]
@@ -742,7 +825,7 @@ def patch_mlp(
             label="mlp_neurons", **kwargs,
         )
     if by_position:
-        rows = [{"layer": l, "position": p} for l in _layers(model) for p in range(_seq_len(model))]
+        rows = [{"layer": l, "position": p} for l in _layers(model) for p in range(seq_len(model))]
         return generic_patch(
             model, pair, patch_setter=set_pos, activation_name="mlp_out", index_rows=rows,
             label="mlp_out_by_pos", **kwargs,
@@ -766,16 +849,23 @@ def patch_residual(
     seed: int = 0,
     n_boot: int = 1000,
     confidence: float = 0.95,
+    task_config: TaskConfig | None = None,
     _ctx: _Context | None = None,
 ) -> PatchingSweep:
-    """Patch the residual stream (``site`` = resid_pre / resid_mid / resid_post) per layer and position."""
+    """Patch the residual stream (``site`` = resid_pre / resid_mid / resid_post) per layer and position.
+
+    ``positions`` (default all; negative ones count from the end) restricts the cells.  Shared
+    arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap;
+    ``task_config`` is the default pair's task).
+    """
     if site not in ("resid_pre", "resid_mid", "resid_post"):
         raise ValueError(f"site must be resid_pre, resid_mid or resid_post, got {site!r}")
-    chosen = _check_positions(positions, _seq_len(model)) or list(range(_seq_len(model)))
+    chosen = check_positions(positions, seq_len(model)) or list(range(seq_len(model)))
     rows = [{"layer": l, "position": p} for l in _layers(model) for p in chosen]
     return generic_patch(
         model, pair, patch_setter=set_pos, activation_name=site, index_rows=rows, hooks=hooks,
-        source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence, _ctx=_ctx,
+        source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
+        task_config=task_config, _ctx=_ctx,
     )
 
 
@@ -788,15 +878,37 @@ def find_recall_head(
     seed: int = 0,
     n_boot: int = 1000,
     confidence: float = 0.95,
+    task_config: TaskConfig | None = None,
 ) -> RecallHead:
     """The head whose clean output (``hook_z``, all positions) restores the most recall.
 
-    Runs :func:`patch_head_outputs` (clean -> corrupted) and names the head with the largest
-    normalised effect, with its bootstrap CI and the runner-up's effect.
+    Runs :func:`patch_head_outputs` (clean -> corrupted, denoising) and names the head with the
+    largest normalised effect, with its bootstrap CI and the runner-up's effect.  ``pair``
+    defaults to ``patching_pair(task_config or task_config_of(model), n, seed)``; ``seed`` seeds
+    that pair and the bootstrap.
+
+    Raises:
+        ValueError: when the clean and corrupted runs (under ``hooks``) have mean logit
+            differences closer than 1e-6: nothing is recalled that a head could restore, so no
+            head can be named (checked after the two unpatched runs, before any patch).
     """
-    sweep = patch_head_outputs(model, pair, hooks=hooks, n=n, seed=seed, n_boot=n_boot, confidence=confidence)
+    _check_options("clean", "corrupted", n_boot, seed, confidence)
+    pair = _resolve_pair(model, pair, n, seed, task_config)
+    hooks = check_hooks(model, hooks)
+    names = [ACTIVATIONS["z"].format(layer=layer) for layer in _layers(model)]
+    ctx = _context(model, pair, hooks, names)
+    clean, corrupted = float(ctx.logit_diffs["clean"].mean()), float(ctx.logit_diffs["corrupted"].mean())
+    if not abs(clean - corrupted) >= MIN_DENOMINATOR:
+        raise ValueError(
+            "find_recall_head: the clean and corrupted runs do not differ (mean logit differences "
+            f"{clean:.6g} and {corrupted:.6g}, |difference| < {MIN_DENOMINATOR:g}), so no head's patch can "
+            "restore recall; check the model recalls at all and that hooks do not erase the logits"
+        )
+    sweep = patch_head_outputs(
+        model, pair, hooks=hooks, seed=seed, n_boot=n_boot, confidence=confidence, _ctx=ctx
+    )
     best = sweep.best()
-    others = [cell.mean for cell in sweep.cells if cell is not best]
+    others = [cell.mean for cell in sweep.cells if cell is not best and not math.isnan(cell.mean)]
     assert best.head is not None
     return RecallHead(
         layer=best.layer,
@@ -821,16 +933,18 @@ def recall_patching(
     seed: int = 0,
     n_boot: int = 1000,
     confidence: float = 0.95,
+    task_config: TaskConfig | None = None,
 ) -> PatchingReport:
     """Every sweep on one pair, sharing the two cached runs.
 
     Heads (``hook_z`` all positions), heads x source position (attention weight from the last
     position), whole attention patterns per head, MLP output, MLP neuron groups (skipped when
     ``neuron_groups`` is None) and the residual stream per position at resid_pre, resid_mid and
-    resid_post.
+    resid_post.  ``pair`` defaults to ``patching_pair(task_config or task_config_of(model), n,
+    seed)``; ``seed`` seeds that pair and the bootstrap (see :func:`generic_patch`).
     """
     _check_options(source, target, n_boot, seed, confidence)
-    pair = _resolve_pair(model, pair, n, seed)
+    pair = _resolve_pair(model, pair, n, seed, task_config)
     hooks = check_hooks(model, hooks)
     groups = None
     if neuron_groups is not None:

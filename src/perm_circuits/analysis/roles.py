@@ -96,11 +96,12 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from perm_circuits.analysis._checks import check_index, check_int, check_task_config
 from perm_circuits.analysis.ablation import HOWS, AblationRow, AblationTable, ablate_head, ablate_mlp, ablation_table
 from perm_circuits.analysis.patching import PatchingSweep, patch_head_outputs, patch_mlp
 from perm_circuits.evaluate import evaluate_logits, probe_probabilities
 from perm_circuits.hooks import HookList, check_hooks
-from perm_circuits.models import ModelConfig, model_config_of, task_config_of
+from perm_circuits.models import ModelConfig, model_config_of
 from perm_circuits.posterior import bayes_posterior
 from perm_circuits.task import Batch, TaskConfig, make_test_set, validate_tokens
 
@@ -201,14 +202,6 @@ def _check_thresholds(thresholds: object) -> RoleThresholds:
 # ----------------------------------------------------------------------------- inputs
 
 
-def _check_count(name: str, value: object, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
 def repeat_source_of(inputs: Int[Tensor, "batch seq"]) -> Int[Tensor, " batch"]:
     """Index ``k`` (0-based) of the earlier query ``x_{k+1}`` that the last query repeats, else -1.
 
@@ -223,11 +216,7 @@ def repeat_source_of(inputs: Int[Tensor, "batch seq"]) -> Int[Tensor, " batch"]:
 
 
 def _default_task(model, task_config: TaskConfig | None) -> TaskConfig:
-    if task_config is not None and not isinstance(task_config, TaskConfig):
-        raise TypeError(f"task_config must be a TaskConfig or None, got {type(task_config).__name__}")
-    config = task_config or task_config_of(model)
-    if config.V != model_config_of(model).V:
-        raise ValueError(f"task_config has V={config.V} but the model has V={model_config_of(model).V}")
+    config = check_task_config(model, task_config)
     if config.repeat_ratio == 0:
         config = replace(config, repeat_ratio=STUDY_REPEAT_RATIO)
     return config
@@ -235,8 +224,8 @@ def _default_task(model, task_config: TaskConfig | None) -> TaskConfig:
 
 def _resolve_batch(model, test_set: object, task_config: TaskConfig | None, n: int, seed: int) -> tuple[Batch, TaskConfig]:
     config = _default_task(model, task_config)
-    _check_count("n", n, 1)
-    _check_count("seed", seed)
+    check_int("n", n, 1)
+    check_int("seed", seed, 0)
     if test_set is None:
         return make_test_set(config, n=n, seed=seed), config
     if not isinstance(test_set, Batch):
@@ -325,11 +314,8 @@ class AttentionBySource:
     def pattern(self, layer: int, head: int, group: str = "all") -> Float[Tensor, "q k"]:
         """Mean pattern ``[q, k]`` of one head for ``group`` (see :meth:`mean`)."""
         n_layers, n_heads = self.mean_not_repeated.shape[:2]
-        for name, value, size in (("layer", layer, n_layers), ("head", head, n_heads)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-            if not 0 <= value < size:
-                raise ValueError(f"{name} must be in [0, {size - 1}], got {value}")
+        layer = check_index("layer", layer, n_layers, f"the model has {n_layers} layer(s)")
+        head = check_index("head", head, n_heads, f"the model has {n_heads} head(s) per layer")
         return self.mean(group)[layer, head]
 
     def to_dataframe(self) -> pd.DataFrame:
@@ -391,7 +377,11 @@ def attention_by_source(
         test_set: a Batch or a token tensor ``[batch, 2V-1]``; default ``make_test_set`` of the
             model's task (with the study's repeat ratio 0.3 when that task has none), ``n``
             samples, ``seed``.
+        task_config: the task of the default test set (default: the model's task).
         hooks: a TransformerLens hook list applied during the forward pass.
+        n: size of the default test set (unused when ``test_set`` is given).
+        seed: the seed of the default test set only (``make_test_set(task, n=n, seed=seed)``);
+            unused when ``test_set`` is given.  Nothing else here is random.
     """
     tokens = _resolve_tokens(model, test_set, task_config, n, seed)
     hooks = check_hooks(model, hooks)
@@ -600,7 +590,10 @@ def head_scores(
     al. 2022 score induction / previous-token heads: attention mass on the hypothesised source).
     Pass ``attention`` (from :func:`attention_by_source`) to reuse a forward pass; otherwise one
     forward over ``test_set`` under ``hooks``.  ``thresholds`` only sets which patterns each
-    head is said to match.
+    head is said to match.  ``task_config``, ``n`` and ``seed`` choose the default test set as in
+    :func:`attention_by_source`: ``seed`` is the test-set seed (``make_test_set(task, n=n,
+    seed=seed)``) and nothing else; all three are unused when ``test_set`` or ``attention`` is
+    given.
     """
     thresholds = _check_thresholds(thresholds)
     if attention is not None:
@@ -1552,8 +1545,9 @@ def head_roles(
     3. when the model recalls (baseline recall >= ``thresholds.incapable``):
        :func:`~perm_circuits.analysis.patching.patch_head_outputs` and
        :func:`~perm_circuits.analysis.patching.patch_mlp` (clean -> corrupted recall patching on
-       ``n_pair`` pairs from ``patching_pair(task, n_pair, pair_seed)``, ``n_boot`` bootstrap
-       resamples) and the :func:`recall_signal` of the baseline and of every ablation (the
+       ``n_pair`` pairs from ``patching_pair(task, n_pair, pair_seed)`` -- ``task`` being
+       ``task_config`` when given, else the model's task -- and ``n_boot`` bootstrap resamples
+       seeded with ``pair_seed``) and the :func:`recall_signal` of the baseline and of every ablation (the
        ablation table's hooks again, one forward each);
     4. the probe's probabilities (V = 5);
 
@@ -1561,12 +1555,22 @@ def head_roles(
     d16h1 claims, multi-head models the d32h2 ones).
 
     Args:
-        test_set: default ``make_test_set`` of the model's task, ``n`` samples, ``seed``, with
-            the study's repeat ratio 0.3 when the task has none.
+        test_set: default ``make_test_set(task, n=n, seed=seed)`` of ``task_config`` (default:
+            the model's task), with the study's repeat ratio 0.3 when the task has none.
         how: the ablation mode the decisions use; must be in ``hows``.
+        task_config: the task of the default test set *and* of the patching pairs (default:
+            ``task_config_of(model)``); must have the model's V.
+        seed: the seed of the default test set only (``make_test_set(task, n=n, seed=seed)``);
+            unused when ``test_set`` is given.  The other measurements have their own seeds.
+        n_pair: number of patching pairs.
+        pair_seed: the seed of the patching pairs (``patching_pair(task, n_pair, pair_seed)``)
+            and of the patching bootstrap.
+        n_boot: bootstrap resamples of the patching confidence intervals.
         hooks: an intervention applied in every run (the verdict of the intervened model); it
             must work on any batch, as it also runs on the patching pairs (and the probe).
-        ablation_seed: resample-ablation seed.
+        ablation_seed: the resample-ablation seed (which reference sample replaces each test
+            sample under ``"resample"``), used by the ablation table, the joint ablation and the
+            recall signals; the ``"mean"`` reference is the test set itself.
         probe: also run the study's probe sequence (a batch of one) under ``hooks``; turn off for
             hooks tied to the test set's batch size.
     """
@@ -1584,7 +1588,7 @@ def head_roles(
         raise TypeError(f"probe must be a bool, got {probe!r}")
     for name, value, minimum in (("n_pair", n_pair, 2), ("pair_seed", pair_seed, 0), ("n_boot", n_boot, 10),
                                  ("ablation_seed", ablation_seed, 0)):
-        _check_count(name, value, minimum)
+        check_int(name, value, minimum)
     batch, config = _resolve_batch(model, test_set, task_config, n, seed)
     hooks = check_hooks(model, hooks)
     model_config = model_config_of(model)
@@ -1597,7 +1601,7 @@ def head_roles(
     head_patching = mlp_patching = None
     signals: dict[tuple[str, str], float] = {}
     if _ge(ablation.baseline.recall_accuracy, thresholds.incapable):
-        options = dict(hooks=hooks, n=n_pair, seed=pair_seed, n_boot=n_boot)
+        options = dict(hooks=hooks, n=n_pair, seed=pair_seed, n_boot=n_boot, task_config=config)
         head_patching = patch_head_outputs(model, **options)
         mlp_patching = patch_mlp(model, **options)
         signals = {**_recall_signals(model, batch, hows, hooks, ablation_seed), **joint_signals}
