@@ -78,7 +78,7 @@ def test_repr_html_fragments_render(tmp_path):
 def test_harness_detects_network_and_unmounted_views(tmp_path):
     page = tmp_path / "bad.html"
     page.write_text(
-        '<html><head><script src="https://unpkg.com/x.js"></script></head>'
+        '<html><head><script src="https://cdn.example.invalid/x.js"></script></head>'
         '<body><img src="http://example.com/i.png"><div data-circuitsvis="X"></div>'
         "<script>throw new Error('boom')</script></body></html>",
         encoding="utf-8",
@@ -88,7 +88,7 @@ def test_harness_detects_network_and_unmounted_views(tmp_path):
 
     assert sorted(report.remote_requests) == [
         "http://example.com/i.png",
-        "https://unpkg.com/x.js",
+        "https://cdn.example.invalid/x.js",
     ]
     assert report.page_errors and "boom" in report.page_errors[0]
     assert (report.views_total, report.views_mounted) == (1, 0)

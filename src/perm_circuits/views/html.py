@@ -254,7 +254,7 @@ def remote_resource_refs(page: str) -> list[str]:
 
     Reports ``<script|link|img|iframe|source>`` tags whose ``src``/``href`` is
     ``http(s)://`` or protocol-relative, ES-module imports from such URLs (the
-    form circuitsvis' CDN HTML uses) and any ``unpkg.com`` mention. URL strings
+    form circuitsvis' CDN HTML uses) and any mention of the unpkg CDN host. URL strings
     that merely sit inside inlined library code (plotly.js mentions
     plotly's CDN for geo/map traces) are not reported; the browser harness
     is the ground truth for actual requests.
