@@ -79,6 +79,7 @@ def test_pages_are_offline_with_each_bundle_once(report_pages):
         text = _text(page)
         assert remote_resource_refs(text) == []
         assert "unpkg" not in text
+        assert re.search(r"https?://[^\s\"'`<>]*cdn", text) is None, "a CDN address in the page"
         assert re.search(r"<script[^>]*\bsrc\s*=", text) is None
         assert text.count(bundle[:300]) == 1, page.name
         assert text.count(plotly_js[:300]) == 1, page.name

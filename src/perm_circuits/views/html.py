@@ -121,12 +121,17 @@ def circuitsvis_bundle_js() -> str:
 TOPOJSON_LOCAL = "./topojson/"
 """Where inlined plotly.js looks for map data (geo traces only, which we never draw), instead of its CDN."""
 
-_TOPOJSON_CDN = re.compile(r"https://cdn\.plot\.ly/un/")  # plotly.js's default topojsonURL
+# Content-delivery hosts that plotly.js names in code paths for geo and map traces (topojson, map
+# styles, icon sprites), which these pages never draw.  The inlined copy points them at local paths,
+# so a page holds no CDN address at all and could not reach one even if such a trace were added.
+_TOPOJSON_CDN = re.compile(r"https://cdn\.plot\.ly/un/")
+_OTHER_CDNS = re.compile(r"https://(?:cdn\.jsdelivr\.net|(?:[a-z]+\.)*cartocdn\.com)/")
+OFFLINE_PLACEHOLDER = "./offline-unavailable/"
 
 
 def offline_plotly(text: str) -> str:
-    """Point plotly.js's one built-in CDN address (map data for geo traces) at a local folder."""
-    return _TOPOJSON_CDN.sub(TOPOJSON_LOCAL, text)
+    """Point every CDN address inside plotly.js (geo/map traces only) at a local path."""
+    return _OTHER_CDNS.sub(OFFLINE_PLACEHOLDER, _TOPOJSON_CDN.sub(TOPOJSON_LOCAL, text))
 
 
 @lru_cache(maxsize=1)
