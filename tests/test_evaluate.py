@@ -74,3 +74,19 @@ def test_evaluate_rejects_bad_inputs():
 def test_recall_generalisation_shape():
     result = recall_generalisation(build_model("d16h1"), task_config=TaskConfig(), n=100)
     assert len(result.recall) == 4 and list(result.to_dataframe().index) == ["x1", "x2", "x3", "x4"]
+
+
+def test_no_hooks_left_after_a_hook_raises():
+    from perm_circuits import hook_count
+
+    model = build_model("d16h1")
+
+    def boom(x, hook):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        evaluate(model, n=20, hooks=[("blocks.0.attn.hook_z", boom)])
+    assert hook_count(model) == 0
+    with pytest.raises(ValueError):  # a bad second hook: nothing is attached at all
+        evaluate(model, n=20, hooks=[("blocks.0.attn.hook_z", lambda x, hook: x), ("nope", boom)])
+    assert hook_count(model) == 0
