@@ -51,8 +51,11 @@ def test_evaluate_untrained_model_and_tables():
     assert set(result.subgroup_dataframe().index) == {"elimination", "memorization"}
     text = str(result)
     assert "| step" in text.replace("|   step", "| step") and "memorization" in text and "Probe" in text
-    assert len(result.probe) == 5 and 0.5 < sum(result.probe) <= 1.0 + 1e-6  # token 0 holds the rest
-    assert 1.3 < result.test_loss < 2.2  # untrained: about ln 6
+    from perm_circuits import probe_sequence
+
+    token0 = model(probe_sequence())[0, 8].softmax(-1)[0].item()
+    assert len(result.probe) == 5 and sum(result.probe) == pytest.approx(1.0 - token0, abs=1e-6)
+    assert result.test_loss == pytest.approx(2.0217, abs=1e-3)  # seeded init, fixed test set
 
 
 def test_hooks_change_the_evaluation():
@@ -74,6 +77,14 @@ def test_evaluate_rejects_bad_inputs():
 def test_recall_generalisation_shape():
     result = recall_generalisation(build_model("d16h1"), task_config=TaskConfig(), n=100)
     assert len(result.recall) == 4 and list(result.to_dataframe().index) == ["x1", "x2", "x3", "x4"]
+
+
+@pytest.mark.parametrize("name", ["d16h1", "d32h2"])
+def test_shipped_models_recall_only_a_repeated_x1(name, pretrained):
+    """Training only repeats x1: the shipped models learned that position, not general recall."""
+    result = recall_generalisation(pretrained(name), n=500)
+    assert result.recall == (1.0, 0.0, 0.0, 0.0)
+    assert result.elimination == 1.0
 
 
 def test_no_hooks_left_after_a_hook_raises():

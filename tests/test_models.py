@@ -113,11 +113,17 @@ def test_save_is_atomic_on_failure(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "kwargs, error",
-    [({"d_model": 30, "n_heads": 4}, ValueError), ({"d_model": 0}, ValueError), ({"n_heads": 1.5}, TypeError), ({"V": 12}, ValueError), ({"act_fn": "tanh"}, ValueError)],
+    "kwargs, error, match",
+    [
+        ({"d_model": 30, "n_heads": 4}, ValueError, "not divisible by n_heads=4"),
+        ({"d_model": 0}, ValueError, "d_model must be > 0"),
+        ({"n_heads": 1.5}, TypeError, "n_heads"),
+        ({"V": 12}, ValueError, r"V must be in \[2, 8\]"),
+        ({"act_fn": "tanh"}, ValueError, "act_fn must be"),
+    ],
 )
-def test_bad_model_config(kwargs, error):
-    with pytest.raises(error):
+def test_bad_model_config(kwargs, error, match):
+    with pytest.raises(error, match=match):
         ModelConfig(**kwargs)
 
 

@@ -1,4 +1,8 @@
-"""Every notebook in notebooks/ executes top to bottom (nbclient) and is stored without outputs."""
+"""Every notebook in notebooks/ executes top to bottom (nbclient) and is stored without outputs.
+
+The notebooks carry their own ``assert`` cells on the numbers they show, so executing them checks
+the results too.
+"""
 
 from pathlib import Path
 
@@ -7,6 +11,10 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+
+
+def test_the_three_notebooks_are_there():
+    assert [p.name for p in NOTEBOOKS] == ["01_reproduce.ipynb", "02_dissect_recall.ipynb", "03_dynamics.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])

@@ -81,20 +81,20 @@ def test_probe_sequence():
 
 
 @pytest.mark.parametrize(
-    "kwargs, error",
+    "kwargs, error, match",
     [
-        ({"V": 1}, ValueError),
-        ({"V": 9}, ValueError),
-        ({"V": 5.0}, TypeError),
-        ({"repeat_ratio": 1.5}, ValueError),
-        ({"repeat_ratio": -0.1}, ValueError),
-        ({"repeat_ratio": "0.3"}, TypeError),
-        ({"train_fraction": 0.0}, ValueError),
-        ({"train_fraction": 1.0}, ValueError),
+        ({"V": 1}, ValueError, r"V must be in \[2, 8\], got 1"),
+        ({"V": 9}, ValueError, r"V must be in \[2, 8\], got 9"),
+        ({"V": 5.0}, TypeError, "V"),
+        ({"repeat_ratio": 1.5}, ValueError, r"repeat_ratio must be in \[0, 1\]"),
+        ({"repeat_ratio": -0.1}, ValueError, r"repeat_ratio must be in \[0, 1\]"),
+        ({"repeat_ratio": "0.3"}, TypeError, "repeat_ratio"),
+        ({"train_fraction": 0.0}, ValueError, "train_fraction must be strictly between 0 and 1"),
+        ({"train_fraction": 1.0}, ValueError, "train_fraction must be strictly between 0 and 1"),
     ],
 )
-def test_bad_task_config(kwargs, error):
-    with pytest.raises(error):
+def test_bad_task_config(kwargs, error, match):
+    with pytest.raises(error, match=match):
         TaskConfig(**kwargs)
 
 

@@ -66,11 +66,16 @@ def test_early_stop_needs_convergence():
 
 
 @pytest.mark.parametrize(
-    "kwargs",
-    [{"epochs": 0}, {"batch_size": -1}, {"lr": 0.0}, {"checkpoint_every": 2}],
+    "kwargs, match",
+    [
+        ({"epochs": 0}, "epochs must be > 0"),
+        ({"batch_size": -1}, "batch_size must be > 0"),
+        ({"lr": 0.0}, r"lr must be in \(0, 1\)"),
+        ({"checkpoint_every": 2}, "checkpoint_every needs checkpoint_dir"),
+    ],
 )
-def test_bad_train_config(kwargs):
-    with pytest.raises(ValueError):
+def test_bad_train_config(kwargs, match):
+    with pytest.raises(ValueError, match=match):
         TrainConfig(**kwargs)
 
 
