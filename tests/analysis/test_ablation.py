@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from jaxtyping import TypeCheckError
 
 from perm_circuits import ModelConfig, TaskConfig, build_model, evaluate, hook_count, make_test_set, run_logits
 from perm_circuits.analysis import (
@@ -266,38 +267,60 @@ def float_batch(batch):
     return bad
 
 
+LAYER_RANGE = r"must be in \[-1, 0\] \(the model has 1 layer\(s\)\)"
+HEAD_RANGE = r"must be in \[-2, 1\] \(the model has 2 head\(s\) per layer\)"
+FLOAT_TOKENS = "tokens must have an integer dtype, got torch.float32"
+
+
 @pytest.mark.parametrize(
-    "call, error",
+    "call, error, match",
     [
-        (lambda m, b: ablate_head(m, 1, 0), ValueError),
-        (lambda m, b: ablate_head(m, -2, 0), ValueError),  # -1 is the last layer; -2 is out of range
-        (lambda m, b: ablate_head(m, 0, -3), ValueError),
-        (lambda m, b: ablate_head(m, True, 0), TypeError),
-        (lambda m, b: ablate_mlp(m, 1, "zero"), ValueError),
-        (lambda m, b: ablate_head(m, 0, 2), ValueError),
-        (lambda m, b: ablate_head(m, 0, 0, "bogus"), ValueError),
-        (lambda m, b: ablate_head(m, 0, 0, "mean", positions=[9]), ValueError),
-        (lambda m, b: ablate_head(m, 0, 0, "mean", positions=[1, 1]), ValueError),
-        (lambda m, b: ablate_head(m, 0, 0, "mean", pairing="sideways"), ValueError),
-        (lambda m, b: ablate_mlp(m, 0, "mean", neurons=[32]), ValueError),
-        (lambda m, b: ablate_mlp(m, 0, "mean", neurons=[3, 3]), ValueError),
-        (lambda m, b: ablate_mlp(m, 0, "mean", neurons=[]), ValueError),
-        (lambda m, b: ablate_mlp(m, 0, "mean", neurons=torch.tensor([1.0])), TypeError),
-        (lambda m, b: ablate(m, "blocks.0.attn.hook_nope"), ValueError),
-        (lambda m, b: ablate(m, "blocks.0.attn.hook_attn_scores"), ValueError),
-        (lambda m, b: ablate(m, "blocks.0.hook_resid_mid", "mean"), ValueError),
-        (lambda m, b: ablate(m, "ln_final.hook_scale", index=0), ValueError),
-        (lambda m, b: ablate(m, Z, "mean", reference=float_batch(b)), TypeError),
-        (lambda m, b: ablate(m, Z, "mean", reference=b.inputs), TypeError),
-        (lambda m, b: ablation_table(m, hows=("zero", "bogus"), test_set=b), ValueError),
-        (lambda m, b: ablation_table(m, test_set=b, reference="elsewhere"), ValueError),
-        (lambda m, b: ablation_table(m, test_set=float_batch(b)), TypeError),
-        (lambda m, b: ablation_table(m, test_set=b, positions=[12]), ValueError),
+        (lambda m, b: ablate_head(m, 1, 0), ValueError, "layer 1 out of range: layer " + LAYER_RANGE),
+        # -1 is the last layer; -2 is out of range
+        (lambda m, b: ablate_head(m, -2, 0), ValueError, "layer -2 out of range: layer " + LAYER_RANGE),
+        (lambda m, b: ablate_head(m, 0, -3), ValueError, "head -3 out of range: head " + HEAD_RANGE),
+        (lambda m, b: ablate_head(m, True, 0), TypeError, "layer must be an int, got bool True"),
+        (lambda m, b: ablate_mlp(m, 1, "zero"), ValueError, "layer 1 out of range: layer " + LAYER_RANGE),
+        (lambda m, b: ablate_head(m, 0, 2), ValueError, "head 2 out of range: head " + HEAD_RANGE),
+        (lambda m, b: ablate_head(m, 0, 0, "bogus"), ValueError,
+         r"how must be one of \('zero', 'mean', 'resample'\), got 'bogus'"),
+        (lambda m, b: ablate_head(m, 0, 0, "mean", positions=[9]), ValueError,
+         r"position 9 out of range: position must be in \[-9, 8\]"),
+        (lambda m, b: ablate_head(m, 0, 0, "mean", positions=[1, 1]), ValueError,
+         r"positions has repeated entries: \[1, 1\]"),
+        (lambda m, b: ablate_head(m, 0, 0, "mean", pairing="sideways"), ValueError,
+         r"pairing must be one of \('random', 'row'\), got 'sideways'"),
+        (lambda m, b: ablate_mlp(m, 0, "mean", neurons=[32]), ValueError,
+         r"neurons entry 32 out of range: neurons entry must be in \[-32, 31\]"),
+        (lambda m, b: ablate_mlp(m, 0, "mean", neurons=[3, 3]), ValueError,
+         r"neurons has repeated entries: \[3, 3\]"),
+        (lambda m, b: ablate_mlp(m, 0, "mean", neurons=[]), ValueError, "neurons must not be empty"),
+        # a float tensor is not ``int | Sequence[int] | None``: the runtime type check stops it
+        (lambda m, b: ablate_mlp(m, 0, "mean", neurons=torch.tensor([1.0])), TypeCheckError, "parameter 'neurons'"),
+        # a bool passes the annotation and reaches the package's own check
+        (lambda m, b: ablate_mlp(m, 0, "mean", neurons=[True]), TypeError, "neurons entry must be an int, got bool True"),
+        (lambda m, b: ablate(m, "blocks.0.attn.hook_nope"), ValueError, "unknown hook point 'blocks.0.attn.hook_nope'"),
+        (lambda m, b: ablate(m, "blocks.0.attn.hook_attn_scores"), ValueError,
+         "hook_attn_scores is post-softmax and edits to it are ignored; ablate 'hook_pattern' instead"),
+        (lambda m, b: ablate(m, "blocks.0.hook_resid_mid", "mean"), ValueError,
+         r"blocks.0.hook_resid_mid is the MLP's input \(ln2.hook_in\); edits there do not reach the residual"),
+        (lambda m, b: ablate(m, "ln_final.hook_scale", index=0), ValueError,
+         "index is not supported for hook 'ln_final.hook_scale'"),
+        (lambda m, b: ablate(m, Z, "mean", reference=float_batch(b)), TypeError, FLOAT_TOKENS),
+        (lambda m, b: ablate(m, Z, "mean", reference=b.inputs), TypeCheckError, "parameter 'reference'"),
+        (lambda m, b: ablation_table(m, hows=("zero", "bogus"), test_set=b), ValueError,
+         r"how must be one of \('zero', 'mean', 'resample'\), got 'bogus'"),
+        (lambda m, b: ablation_table(m, test_set=b, reference="elsewhere"), ValueError,
+         "reference must be 'test', 'binding_free' or a Batch, got 'elsewhere'"),
+        (lambda m, b: ablation_table(m, test_set=float_batch(b)), TypeError, FLOAT_TOKENS),
+        (lambda m, b: ablation_table(m, test_set=b, positions=[12]), ValueError,
+         r"position 12 out of range: position must be in \[-9, 8\]"),
     ],
 )
-def test_validation_errors_come_before_any_forward(no_forward, batch, call, error):
-    with pytest.raises(error):
+def test_validation_errors_come_before_any_forward(no_forward, batch, call, error, match):
+    with pytest.raises(error, match=match) as info:
         call(no_forward, batch)
+    assert type(info.value) is error
 
 
 def test_no_hooks_left_after_an_exception_inside_a_hook(model, batch):

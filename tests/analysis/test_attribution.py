@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 import torch
-from jaxtyping import install_import_hook
+from jaxtyping import TypeCheckError, install_import_hook
 
 with install_import_hook(
     ["perm_circuits.analysis.memory", "perm_circuits.analysis.attribution", "perm_circuits.analysis.ffn"],
@@ -15,9 +15,6 @@ with install_import_hook(
     from perm_circuits.analysis import attribution
 
 from perm_circuits import TaskConfig, build_model, hook_count, make_batch, run_logits
-
-BAD = (ValueError, TypeError)
-
 
 @pytest.fixture(scope="module")
 def model():
@@ -144,12 +141,17 @@ def test_validation_before_work_and_no_hook_leak(model, batch):
         calls.append(1)
 
     good = [("blocks.0.attn.hook_z", count)]
-    with pytest.raises(ValueError, match="recall_baseline"):
-        attribution.direct_logit_attribution(model, batch, hooks=good, recall_baseline="unused")
-    with pytest.raises(BAD):
-        attribution.direct_logit_attribution(model, batch.inputs, hooks=good)
-    with pytest.raises(ValueError, match="unknown hook point"):
-        attribution.direct_logit_attribution(model, batch, hooks=[("blocks.0.hook_nope", count)])
+    cases = [
+        (ValueError, r"recall_baseline must be one of \('elimination', 'mean'\), got 'unused'", dict(test_set=batch, hooks=good, recall_baseline="unused")),
+        # a token tensor is not a Batch | None: the runtime type check (conftest's import hook) stops it
+        (TypeCheckError, "parameter 'test_set'", dict(test_set=batch.inputs, hooks=good)),
+        (ValueError, r"hooks\[0\] names unknown hook point 'blocks.0.hook_nope'",
+         dict(test_set=batch, hooks=[("blocks.0.hook_nope", count)])),
+    ]
+    for error, match, kwargs in cases:
+        with pytest.raises(error, match=match) as info:
+            attribution.direct_logit_attribution(model, **kwargs)
+        assert type(info.value) is error
     assert calls == []
 
     def boom(x, hook):

@@ -32,10 +32,18 @@ def test_positions_and_index_lists():
     assert _checks.check_positions([0, -1, 3], 9) == [0, 8, 3]
     assert _checks.check_positions(torch.tensor([1, -2]), 9) == [1, 7]
     assert _checks.check_position(-9, 9) == 0
-    for bad, error in (([9], ValueError), ([-10], ValueError), ([], ValueError), ([8, -1], ValueError),
-                       ([1.0], TypeError), ("8", TypeError), (torch.tensor([1.0]), TypeError)):
-        with pytest.raises(error):
+    for bad, error, match in (
+        ([9], ValueError, r"position 9 out of range: position must be in \[-9, 8\] \(sequences have 9 positions\)"),
+        ([-10], ValueError, r"position -10 out of range: position must be in \[-9, 8\]"),
+        ([], ValueError, "positions must not be empty"),
+        ([8, -1], ValueError, r"positions has repeated entries: \[8, -1\]"),
+        ([1.0], TypeError, "position must be an int, got float 1.0"),
+        ("8", TypeError, "positions must be an int or a sequence of ints, got str '8'"),
+        (torch.tensor([1.0]), TypeError, r"positions must be ints, got a torch.float32 tensor of shape \(1,\)"),
+    ):
+        with pytest.raises(error, match=match) as info:
             _checks.check_positions(bad, 9)
+        assert type(info.value) is error, bad
     assert _checks.check_index_list("neurons", [-1, 0], 32) == [31, 0]
     assert _checks.check_neurons(MODEL, None) is None and _checks.check_neurons(MODEL, -32) == [0]
     with pytest.raises(ValueError, match="repeated"):
@@ -91,13 +99,13 @@ def test_negative_layers_everywhere_on_a_two_layer_model():
 @pytest.mark.parametrize(
     "fn",
     [
-        attribution.decompose_logit_diff,
-        attribution.direct_logit_attribution,
         roles.attention_by_source,
         roles.head_scores,
         roles.head_roles,
         ablation.ablation_table,
         ablation.ablate,
+        ablation.ablate_head,
+        ablation.ablate_mlp,
         patching.generic_patch,
         patching.patch_head_outputs,
         patching.patch_head_sources,
@@ -109,7 +117,6 @@ def test_negative_layers_everywhere_on_a_two_layer_model():
 )
 def test_every_seed_argument_says_what_it_seeds(fn):
     """``seed`` means different things in different functions: each docstring must say which."""
-    if "seed" not in inspect.signature(fn).parameters:
-        return
+    assert "seed" in inspect.signature(fn).parameters, fn.__name__
     doc = inspect.getdoc(fn) or ""
     assert any(phrase in doc for phrase in ("seeds", "seed of", "test-set seed", "resample seed")), fn.__name__

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from jaxtyping import install_import_hook
+from jaxtyping import TypeCheckError, install_import_hook
 
 with install_import_hook(
     ["perm_circuits.analysis.memory", "perm_circuits.analysis.attribution", "perm_circuits.analysis.ffn"],
@@ -15,7 +15,6 @@ with install_import_hook(
 from perm_circuits import ModelConfig, TaskConfig, build_model, hook_count, make_batch, split_permutations
 from perm_circuits.task import check_consistent
 
-BAD = (ValueError, TypeError)
 TASK = TaskConfig(repeat_ratio=0.3)
 D = 16
 IS_X, POS0, DET, POS8 = 6, 7, 8, 9  # residual dims: tokens 0..5, then these flags
@@ -126,7 +125,7 @@ def test_enumeration_validation():
         ffn.enumerate_sequences(TASK, repeat_sources=(0, 0))
     with pytest.raises(ValueError, match="split"):
         ffn.enumerate_sequences(TASK, split="val")
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeCheckError, match="parameter 'repeat_sources'"):  # an int is no Sequence[int]
         ffn.enumerate_sequences(TASK, repeat_sources=0)
 
 
@@ -181,19 +180,20 @@ def test_probe_validation_before_work_and_no_leak():
     model = build_model("d32h2")
     calls = []
     good = [("blocks.0.mlp.hook_post", lambda x, hook: calls.append(1))]
-    for kwargs, error in [
-        ({"layer": 1}, ValueError),
-        ({"neurons": [64]}, ValueError),
-        ({"neurons": []}, ValueError),
-        ({"neurons": [True]}, TypeError),
-        ({"top_k": 0}, ValueError),
-        ({"repeat_sources": (4,)}, ValueError),
-        ({"split": "val"}, ValueError),
-        ({"task_config": TaskConfig(V=4)}, ValueError),
-        ({"hooks": [("blocks.0.hook_nope", print)]}, ValueError),
+    for kwargs, error, match in [
+        ({"layer": 1}, ValueError, r"layer 1 out of range: layer must be in \[-1, 0\]"),
+        ({"neurons": [64]}, ValueError, r"neurons entry 64 out of range: neurons entry must be in \[-64, 63\]"),
+        ({"neurons": []}, ValueError, "neurons must not be empty"),
+        ({"neurons": [True]}, TypeError, "neurons entry must be an int, got bool True"),
+        ({"top_k": 0}, ValueError, "top_k must be >= 1, got 0"),
+        ({"repeat_sources": (4,)}, ValueError, r"repeat source 4 out of range \[0, 3\]"),
+        ({"split": "val"}, ValueError, "split must be 'train', 'test' or 'all', got 'val'"),
+        ({"task_config": TaskConfig(V=4)}, ValueError, "task_config has V=4 but the model has V=5"),
+        ({"hooks": [("blocks.0.hook_nope", print)]}, ValueError, r"hooks\[0\] names unknown hook point 'blocks.0.hook_nope'"),
     ]:
-        with pytest.raises(error):
+        with pytest.raises(error, match=match) as info:
             ffn.ffn_key_value_probe(model, hooks=kwargs.pop("hooks", good), **kwargs)
+        assert type(info.value) is error, kwargs
     assert calls == []
 
     def boom(x, hook):
@@ -205,12 +205,20 @@ def test_probe_validation_before_work_and_no_leak():
         assert hook_count(model) == 0
 
 
-def test_random_model_probe_shapes():
+def test_random_model_probe_values():
+    """The seeded, untrained d16h1: measured numbers, and the summaries recomputed from the table."""
     probe = ffn.ffn_key_value_probe(build_model("d16h1"), task_config=TASK)
     frame = probe.to_dataframe()
-    assert frame.shape[0] == 32 and frame["agreement"].dropna().between(0, 1).all()
-    assert probe.n_sequences == 5760
-    assert 0.0 <= probe.mean_agreement <= 1.0
+    assert frame.shape[0] == 32 and probe.n_sequences == 5760
+    assert frame["live"].all() and len(probe.live) == 32  # every neuron fires on some trigger
+    assert (frame["n_triggers"] == 25).all()  # the default top_k
+    # measured: mean agreement 0.15832 (below chance 0.2), 9 of 32 neurons above chance
+    assert probe.mean_agreement == pytest.approx(0.158322, abs=1e-6)
+    assert probe.fraction_above_chance == 9 / 32
+    live = frame[frame["live"]]
+    assert probe.mean_agreement == pytest.approx(float(live["agreement"].mean()), abs=1e-12)
+    assert int((live["agreement"] > 0.2 + 1e-6).sum()) == 9
+    assert probe.summary()["mean_agreement"] == probe.mean_agreement
 
 
 # ----------------------------------------------------------------------------- flips
@@ -235,14 +243,22 @@ def test_mlp_flips_exact(hand):
     assert elim.accuracy_post == pytest.approx(
         float(torch.where(last_q, batch.ys[:, -1] == W, batch.xs[:, -1] == batch.ys[:, -1])[~rep].float().mean())
     )
-    assert recall.trap_mid >= 0.0 and frame["trap_mid"].isna().tolist() == [True, True, False]
+    # before the MLP a repeated last query predicts itself (x5 = x1): a trap whenever x1 is the unused y
+    values = torch.arange(1, TASK.V + 1)
+    unused = (batch.ys[:, :4, None] != values).all(1)  # [batch, V]: the one value no earlier y took
+    assert bool((unused.sum(1) == 1).all())
+    elimination = values.expand(len(batch), -1)[unused]
+    expected_trap_mid = float((batch.xs[rep, -1] == elimination[rep]).double().mean())
+    assert 0.0 < expected_trap_mid < 1.0
+    assert recall.trap_mid == pytest.approx(expected_trap_mid, abs=1e-12)
+    assert frame["trap_mid"].isna().tolist() == [True, True, False]
     assert elim.fixed_rate - elim.broken_rate == pytest.approx(elim.accuracy_post - elim.accuracy_mid, abs=1e-9)
 
 
 def test_flips_validation(hand):
     with pytest.raises(ValueError, match="layer"):
         ffn.mlp_prediction_flips(hand, layer=2)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeCheckError, match="parameter 'test_set'"):  # a tensor is not a Batch | None
         ffn.mlp_prediction_flips(hand, test_set=torch.ones(3, 9, dtype=torch.long))
 
 
@@ -254,7 +270,12 @@ def test_negative_layer_and_neurons_count_from_the_end(hand):
     b = ffn.ffn_key_value_probe(hand, layer=0, neurons=[0, 7], top_k=5, task_config=TASK)
     assert [n.neuron for n in a.neurons] == [0, 7]
     assert a.to_dataframe().equals(b.to_dataframe())
-    for kwargs, error in [({"layer": -2}, ValueError), ({"neurons": [-9]}, ValueError),
-                          ({"neurons": [0, -8]}, ValueError), ({"neurons": 3}, TypeError)]:
-        with pytest.raises(error):
+    for kwargs, error, match in [
+        ({"layer": -2}, ValueError, r"layer -2 out of range: layer must be in \[-1, 0\]"),
+        ({"neurons": [-9]}, ValueError, r"neurons entry -9 out of range: neurons entry must be in \[-8, 7\]"),
+        ({"neurons": [0, -8]}, ValueError, r"neurons has repeated entries: \[0, -8\]"),
+        ({"neurons": 3}, TypeCheckError, "parameter 'neurons'"),  # an int is not Sequence[int] | None
+    ]:
+        with pytest.raises(error, match=match) as info:
             ffn.ffn_key_value_probe(hand, task_config=TASK, **kwargs)
+        assert type(info.value) is error, kwargs

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from jaxtyping import install_import_hook
+from jaxtyping import TypeCheckError, install_import_hook
 
 with install_import_hook(
     ["perm_circuits.analysis.memory", "perm_circuits.analysis.attribution", "perm_circuits.analysis.ffn"],
@@ -13,9 +13,6 @@ with install_import_hook(
     from perm_circuits.analysis import memory
 
 from perm_circuits import ModelConfig, TaskConfig, TrainConfig, build_model, train
-
-BAD = (ValueError, TypeError)
-
 
 # ----------------------------------------------------------------------------- generic probe
 
@@ -61,24 +58,34 @@ def test_ties_count_as_failures_and_allowed_mask():
         memory.recall_rate(scores, [(0, 1)], allowed=allowed)
 
 
+def _raises(error, match, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` raises exactly ``error`` (not a subclass) with ``match`` in its message."""
+    with pytest.raises(error, match=match) as info:
+        fn(*args, **kwargs)
+    assert type(info.value) is error
+    return info.value
+
+
 def test_generic_validation():
     u = torch.eye(4)
-    with pytest.raises(BAD):
-        memory.memory_recall(torch.eye(3), u, u, memory.identity_map(3))  # d_in mismatch
-    with pytest.raises(BAD):
-        memory.memory_recall(torch.eye(4), u, torch.eye(3), memory.identity_map(4))  # d_out mismatch
-    with pytest.raises(ValueError, match="outside"):
-        memory.memory_recall(torch.eye(4), u, u, [(0, 4)])
-    with pytest.raises(ValueError, match="mode"):
-        memory.memory_recall(torch.eye(4), u, u, memory.identity_map(4), mode="max")
-    with pytest.raises(BAD):
-        memory.memory_recall(torch.eye(4), u, u, [])
-    with pytest.raises(BAD):
-        memory.recall_rate(torch.eye(4), torch.ones(4, 2))  # float targets
-    with pytest.raises(ValueError, match="non-finite"):
-        memory.recall_rate(torch.full((2, 2), float("nan")), [(0, 0)])
-    with pytest.raises(ValueError):
-        memory.identity_map(0)
+    # shape mismatches between the annotated dims (d_in, d_out) are caught by the runtime type check
+    # (conftest's jaxtyping import hook), before the package's own shape check
+    _raises(TypeCheckError, "parameter 'inputs'", memory.memory_recall, torch.eye(3), u, u, memory.identity_map(3))
+    _raises(TypeCheckError, "parameter 'outputs'", memory.memory_recall, torch.eye(4), u, torch.eye(3),
+            memory.identity_map(4))
+    _raises(ValueError, r"targets has output index 4 outside \[0, 3\]", memory.memory_recall, torch.eye(4), u, u,
+            [(0, 4)])
+    _raises(ValueError, r"mode must be one of \('argmax', 'argmin'\), got 'max'", memory.memory_recall,
+            torch.eye(4), u, u, memory.identity_map(4), mode="max")
+    _raises(ValueError, "targets is empty: the target map M needs at least one", memory.memory_recall,
+            torch.eye(4), u, u, [])
+    _raises(TypeCheckError, "parameter 'targets'", memory.recall_rate, torch.eye(4), torch.ones(4, 2))  # float
+    # a bool passes the ``tuple[int, int]`` annotation and reaches the package's own check
+    _raises(TypeError, r"targets\[0\] must be an \(input, output\) pair of ints, got \(0, True\)",
+            memory.recall_rate, torch.eye(4), [(0, True)])
+    _raises(ValueError, "scores has non-finite values", memory.recall_rate, torch.full((2, 2), float("nan")),
+            [(0, 0)])
+    _raises(ValueError, "n must be >= 1, got 0", memory.identity_map, 0)
 
 
 # ----------------------------------------------------------------------------- hand-built models
@@ -188,46 +195,76 @@ def test_mlp_map_probe():
     assert memory.mlp_memory_probe(copy, inputs=inputs, targets=[(0, 1), (1, 2)]).recall == 1.0
 
 
+def _strict_recall(scores, mode="argmax"):
+    """R of the identity map computed by hand: row t recalls t when its score is the strict extreme."""
+    signed = scores if mode == "argmax" else -scores
+    hits = 0
+    for t, row in enumerate(signed.tolist()):
+        hits += all(row[t] > other for j, other in enumerate(row) if j != t)
+    return hits / len(signed)
+
+
+# measured on the seeded, untrained d32h2 (build_model("d32h2"))
+D32H2_PROBES = [
+    ("L0H0", "OV", "copy", 0.4), ("L0H0", "OV", "suppress", 0.0), ("L0H0", "QK", "x_match", 0.2),
+    ("L0H0", "QK", "prev_y", 0.25), ("L0H0", "QK", "self_y", 0.25), ("L0H0", "QK", "last_to_y1", 0.0),
+    ("L0H1", "OV", "copy", 0.4), ("L0H1", "OV", "suppress", 0.0), ("L0H1", "QK", "x_match", 0.2),
+    ("L0H1", "QK", "prev_y", 0.0), ("L0H1", "QK", "self_y", 0.0), ("L0H1", "QK", "last_to_y1", 0.0),
+    ("L0MLP", "MLP", "copy", 0.6), ("L0MLP", "MLP", "suppress", 0.0),
+]
+
+
 def test_model_probes_table_and_validation():
     model = build_model("d32h2")
     probes = memory.model_memory_probes(model)
     frame = probes.to_dataframe()
-    assert len(frame) == 2 * (2 + len(memory.QK_MAPS)) + 2
-    assert set(frame["component"]) == {"L0H0", "L0H1", "L0MLP"}
-    assert frame["recall"].between(0, 1).all()
-    assert probes.get("L0H1", "copy") == memory.ov_memory_probe(model, 1).recall
-    with pytest.raises(ValueError, match="head 2 out of range"):
-        memory.ov_memory_probe(model, 2)
-    with pytest.raises(ValueError, match="layer 1 out of range"):
-        memory.qk_memory_probe(model, 0, layer=1)
-    with pytest.raises(ValueError, match="target_map"):
-        memory.qk_memory_probe(model, 0, "induction")
-    with pytest.raises(ValueError, match="position 9"):
-        memory.ov_memory_probe(model, 0, position=9)
-    with pytest.raises(BAD):
-        memory.mlp_memory_probe(model, inputs=torch.zeros(3, 16))
-    with pytest.raises(BAD):
-        memory.ov_memory_probe(model, True)
+    assert list(zip(frame["component"], frame["circuit"], frame["map"], frame["recall"])) == D32H2_PROBES
+    assert frame["mode"].tolist() == ["argmax", "argmin"] + ["argmax"] * 4 + ["argmax", "argmin"] + ["argmax"] * 4 + [
+        "argmax", "argmin"]
+    assert frame["n_pairs"].tolist() == [5, 5, 5, 4, 4, 5] * 2 + [5, 5]
+    assert probes.get("L0H0", "prev_y") == 0.25 and probes.get("L0MLP", "copy") == 0.6
+    # the OV and MLP rows recomputed from the raw score matrices (argmax / argmin, ties = miss)
+    for head in (0, 1):
+        scores = memory.ov_scores(model, head)
+        assert probes.get(f"L0H{head}", "copy") == _strict_recall(scores) == 0.4
+        assert probes.get(f"L0H{head}", "suppress") == _strict_recall(scores, "argmin") == 0.0
+    mlp = memory.mlp_scores(model, model.W_E.detach()[1:6])
+    assert probes.get("L0MLP", "copy") == _strict_recall(mlp) == 0.6
+    with pytest.raises(KeyError, match="no probe 'copy' for 'L0H2'"):
+        probes.get("L0H2", "copy")
+    _raises(ValueError, r"head 2 out of range: head must be in \[-2, 1\]", memory.ov_memory_probe, model, 2)
+    _raises(ValueError, r"layer 1 out of range: layer must be in \[-1, 0\]", memory.qk_memory_probe, model, 0,
+            layer=1)
+    _raises(ValueError, r"target_map must be one of \('x_match', .*\), got 'induction'", memory.qk_memory_probe,
+            model, 0, "induction")
+    _raises(ValueError, r"position 9 out of range: position must be in \[-9, 8\] \(W_pos has 9 positions\)",
+            memory.ov_memory_probe, model, 0, position=9)
+    _raises(ValueError, r"inputs must be \[n, d_model=32\], got \(3, 16\)", memory.mlp_memory_probe, model,
+            inputs=torch.zeros(3, 16))
+    _raises(TypeError, "head must be an int, got bool True", memory.ov_memory_probe, model, True)
 
 
 def test_tracker_records_probes_every_epoch():
     tracker = memory.memory_probe_tracker()
+    every_other = memory.memory_probe_tracker(every=2)
+    assert every_other.to_dataframe().empty  # nothing recorded before training
     result = train(
         "d16h1",
         TaskConfig(repeat_ratio=0.3),
         TrainConfig(epochs=2, samples_per_epoch=256, batch_size=128, test_size=100),
-        callbacks=[tracker],
+        callbacks=[tracker, every_other],
         progress=False,
     )
     frame = tracker.to_dataframe()
-    assert list(frame["epoch"].unique()) == [1, 2]
+    assert frame["epoch"].tolist() == [1] * 8 + [2] * 8
     assert len(frame) == 2 * (2 + len(memory.QK_MAPS) + 2)
     final = memory.model_memory_probes(result.model).to_dataframe()
     assert frame[frame["epoch"] == 2]["recall"].tolist() == final["recall"].tolist()
-    every_other = memory.memory_probe_tracker(every=2)
-    with pytest.raises(ValueError):
-        memory.memory_probe_tracker(every=0)
-    assert every_other.to_dataframe().empty
+    # every=2: only epoch 2 is recorded, with the same probes as the every-epoch tracker's epoch 2
+    sparse = every_other.to_dataframe()
+    assert sparse["epoch"].tolist() == [2] * 8
+    assert sparse.reset_index(drop=True).equals(frame[frame["epoch"] == 2].reset_index(drop=True))
+    _raises(ValueError, "every must be >= 1, got 0", memory.memory_probe_tracker, every=0)
 
 
 def test_apply_norm_matches_the_forward_pass():
@@ -267,5 +304,5 @@ def test_negative_indices_count_from_the_end():
     with pytest.raises(ValueError, match="position -10 out of range"):
         memory.mlp_memory_probe(model, position=-10)
     assert memory.memory_probe_tracker(layer=-1, position=-1).layer == -1
-    with pytest.raises(TypeError):
-        memory.memory_probe_tracker(layer=0.0)
+    _raises(TypeCheckError, "parameter 'layer'", memory.memory_probe_tracker, layer=0.0)  # a float is no int
+    _raises(TypeError, "layer must be an int, got bool True", memory.memory_probe_tracker, layer=True)

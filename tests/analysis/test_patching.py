@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import transformer_lens.patching as tl_patching
+from jaxtyping import TypeCheckError
 
 from perm_circuits import ModelConfig, TaskConfig, build_model, hook_count, run_logits
 from perm_circuits.analysis import (
@@ -24,7 +25,7 @@ from perm_circuits.analysis import (
     patching_pair,
     recall_patching,
 )
-from perm_circuits.analysis.patching import set_head, set_pattern
+from perm_circuits.analysis.patching import set_head
 
 CONFIG = ModelConfig(d_model=16, n_heads=2, seed=5)
 TASK = TaskConfig(repeat_ratio=0.3)
@@ -131,26 +132,53 @@ def test_pattern_edits_change_z_exactly_and_per_source_edits_add_up(model, pair)
     assert torch.allclose(per_source, z[:, LAST, 0] - base[:, LAST, 0], atol=1e-5)
 
 
-def test_whole_pattern_patch_equals_a_generic_patch(model, pair):
-    a = patch_head_patterns(model, pair)
-    rows = [{"layer": 0, "head": 0}, {"layer": 0, "head": 1}]
-    b = generic_patch(model, pair, patch_setter=set_pattern, activation_name="pattern", index_rows=rows)
-    assert [c.mean for c in a.cells] == [c.mean for c in b.cells]
-
-
-def test_head_patches_match_transformer_lens_patching(model, pair):
+def _transformer_lens_sweep(model, pair, tl_function):
+    """TransformerLens' own patching of the same pair: ``[layer, head]`` mean logit differences."""
     clean, corrupted, answer, wrong = pair
     model.eval()
     with torch.no_grad():
         _, cache = model.run_with_cache(clean.inputs)
-        theirs = tl_patching.get_act_patch_attn_head_out_all_pos(
+        return tl_function(
             model, corrupted.inputs, cache, lambda logits: logit_diff(logits, answer, wrong).mean()
-        )
+        ).double()
+
+
+def _normalised(sweep, raw):
+    return (raw - sweep.corrupted_logit_diff) / (sweep.clean_logit_diff - sweep.corrupted_logit_diff)
+
+
+def test_whole_pattern_patches_match_transformer_lens_patching(model, pair):
+    theirs = _transformer_lens_sweep(model, pair, tl_patching.get_act_patch_attn_head_pattern_all_pos)
+    ours = patch_head_patterns(model, pair)
+    assert [(c.layer, c.head) for c in ours.cells] == [(0, 0), (0, 1)]
+    ours_raw = torch.tensor([c.logit_diff for c in ours.cells], dtype=torch.float64)
+    assert torch.allclose(ours_raw, theirs[0], atol=1e-5)
+    ours_mean = torch.tensor([c.mean for c in ours.cells], dtype=torch.float64)
+    assert torch.allclose(ours_mean, _normalised(ours, theirs[0]), atol=1e-4)
+    # the two heads' pattern patches differ: the comparison is not between two constant sweeps
+    assert abs(ours.cells[0].mean - ours.cells[1].mean) > 0.1
+
+
+def test_a_silent_heads_pattern_patch_is_exactly_zero(pair):
+    """Head 0 writes nothing: patching its pattern cannot change the logits (exactly 0), head 1's can."""
+    m = only_head_1_reaches_the_logits()
+    sweep = patch_head_patterns(m, pair, n_boot=50)
+    silent = sweep.get(head=0)
+    assert silent.mean == 0.0 and silent.logit_diff == sweep.corrupted_logit_diff
+    assert silent.ci_low == pytest.approx(0.0, abs=1e-9) and silent.ci_high == pytest.approx(0.0, abs=1e-9)
+    assert sweep.get(head=1).mean != 0.0
+    theirs = _transformer_lens_sweep(m, pair, tl_patching.get_act_patch_attn_head_pattern_all_pos)
+    assert float(theirs[0, 0]) == pytest.approx(sweep.corrupted_logit_diff, abs=1e-5)
+    assert float(theirs[0, 1]) == pytest.approx(sweep.get(head=1).logit_diff, abs=1e-5)
+
+
+def test_head_patches_match_transformer_lens_patching(model, pair):
+    theirs = _transformer_lens_sweep(model, pair, tl_patching.get_act_patch_attn_head_out_all_pos)
     ours = patch_head_outputs(model, pair)
     ours_raw = torch.tensor([c.logit_diff for c in ours.cells], dtype=torch.float64)
-    assert torch.allclose(ours_raw, theirs[0].double(), atol=1e-5)
-    generic = generic_patch(model, pair, patch_setter=set_head, activation_name="z", index_axes=("layer", "head"))
-    assert [c.mean for c in generic.cells] == [c.mean for c in ours.cells]
+    assert torch.allclose(ours_raw, theirs[0], atol=1e-5)
+    ours_mean = torch.tensor([c.mean for c in ours.cells], dtype=torch.float64)
+    assert torch.allclose(ours_mean, _normalised(ours, theirs[0]), atol=1e-4)
 
 
 def only_head_1_reaches_the_logits():
@@ -236,38 +264,57 @@ def with_answer(pair, answer):
 
 
 @pytest.mark.parametrize(
-    "call, error",
+    "call, error, match",
     [
-        (lambda m, p: patch_head_outputs(m, with_answer(p, p[2].float())), TypeError),
-        (lambda m, p: patch_head_outputs(m, with_answer(p, p[2] * 0)), ValueError),
-        (lambda m, p: patch_head_outputs(m, with_answer(p, p[2][:5])), ValueError),
-        (lambda m, p: patch_head_outputs(m, (p[0], p[1].subset(torch.arange(5)), p[2], p[3])), ValueError),
-        (lambda m, p: patch_head_outputs(m, p, source="dirty"), ValueError),
-        (lambda m, p: patch_head_outputs(m, p, n_boot=0), ValueError),
-        (lambda m, p: patch_head_sources(m, p, dest_position=9), ValueError),
-        (lambda m, p: patch_head_sources(m, p, component="key"), ValueError),
-        (lambda m, p: patch_mlp(m, p, neuron_groups=[[0, 40]]), ValueError),
-        (lambda m, p: patch_mlp(m, p, neuron_groups=[[1, 1]]), ValueError),
-        (lambda m, p: patch_residual(m, p, site="resid_elsewhere"), ValueError),
-        (lambda m, p: patch_residual(m, p, positions=[-10]), ValueError),
-        (lambda m, p: heads(m, p, index_rows=[{"layer": 1, "head": 0}]), ValueError),
-        (lambda m, p: heads(m, p, index_rows=[{"layer": 0, "head": 2}]), ValueError),
-        (lambda m, p: heads(m, p, index_rows=[{"layer": 0, "head": 0, "neuron": 3}]), ValueError),
-        (lambda m, p: heads(m, p, index_axes=("head",)), ValueError),
-        (lambda m, p: heads(m, p, index_axes=("layer",), index_rows=[{"layer": 0}]), ValueError),
-        (lambda m, p: generic_patch(m, p, patch_setter=set_head, activation_name="q", index_axes=("layer",)), ValueError),
-        (lambda m, p: recall_patching(m, p, neuron_groups=0), ValueError),
+        (lambda m, p: patch_head_outputs(m, with_answer(p, p[2].float())), TypeError,
+         "pair's answer must be an integer tensor of token ids"),
+        (lambda m, p: patch_head_outputs(m, with_answer(p, p[2] * 0)), ValueError,
+         r"pair's answer tokens must be in 1\.\.5"),
+        (lambda m, p: patch_head_outputs(m, with_answer(p, p[2][:5])), ValueError,
+         r"pair's answer must have shape \(300,\), got \(5,\)"),
+        (lambda m, p: patch_head_outputs(m, (p[0], p[1].subset(torch.arange(5)), p[2], p[3])), ValueError,
+         r"clean \(300, 9\) and corrupted \(5, 9\) shapes differ"),
+        (lambda m, p: patch_head_outputs(m, p, source="dirty"), ValueError,
+         r"source must be one of \('clean', 'corrupted'\), got 'dirty'"),
+        (lambda m, p: patch_head_outputs(m, p, n_boot=0), ValueError, "n_boot must be >= 10, got 0"),
+        (lambda m, p: patch_head_sources(m, p, dest_position=9), ValueError,
+         r"dest_position 9 out of range: dest_position must be in \[-9, 8\]"),
+        (lambda m, p: patch_head_sources(m, p, component="key"), ValueError,
+         "component must be 'pattern' or 'value', got 'key'"),
+        (lambda m, p: patch_mlp(m, p, neuron_groups=[[0, 40]]), ValueError,
+         r"neuron group entry 40 out of range: neuron group entry must be in \[-32, 31\]"),
+        (lambda m, p: patch_mlp(m, p, neuron_groups=[[1, 1]]), ValueError,
+         r"neuron group has repeated entries: \[1, 1\]"),
+        (lambda m, p: patch_residual(m, p, site="resid_elsewhere"), ValueError,
+         "site must be resid_pre, resid_mid or resid_post, got 'resid_elsewhere'"),
+        (lambda m, p: patch_residual(m, p, positions=[-10]), ValueError,
+         r"position -10 out of range: position must be in \[-9, 8\]"),
+        (lambda m, p: heads(m, p, index_rows=[{"layer": 1, "head": 0}]), ValueError,
+         r"layer 1 out of range: layer must be in \[-1, 0\]"),
+        (lambda m, p: heads(m, p, index_rows=[{"layer": 0, "head": 2}]), ValueError,
+         r"head 2 out of range: head must be in \[-2, 1\]"),
+        (lambda m, p: heads(m, p, index_rows=[{"layer": 0, "head": 0, "neuron": 3}]), ValueError,
+         r"unknown index keys \['neuron'\]"),
+        (lambda m, p: heads(m, p, index_axes=("head",)), ValueError,
+         r"index_axes must start with 'layer' .* got \('head',\)"),
+        (lambda m, p: heads(m, p, index_axes=("layer",), index_rows=[{"layer": 0}]), ValueError,
+         "pass exactly one of index_axes and index_rows"),
+        (lambda m, p: generic_patch(m, p, patch_setter=set_head, activation_name="q", index_axes=("layer",)),
+         ValueError, r"activation_name must be one of \[.*\], got 'q'"),
+        (lambda m, p: recall_patching(m, p, neuron_groups=0), ValueError,
+         r"neuron_groups must be in \[1, 32\], got 0"),
     ],
 )
-def test_validation_errors_come_before_any_forward(no_forward, pair, call, error):
-    with pytest.raises(error):
+def test_validation_errors_come_before_any_forward(no_forward, pair, call, error, match):
+    with pytest.raises(error, match=match) as info:
         call(no_forward, pair)
+    assert type(info.value) is error
 
 
 def test_float_tokens_raise_type_error(no_forward, pair):
     bad = pair[1].subset(torch.arange(len(pair[1])))
     object.__setattr__(bad, "inputs", bad.inputs.float())
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="tokens must have an integer dtype, got torch.float32"):
         patch_head_outputs(no_forward, (pair[0], bad, pair[2], pair[3]))
 
 
@@ -340,19 +387,27 @@ def test_task_config_builds_the_default_pair(model):
 
 
 @pytest.mark.parametrize(
-    "call, error",
+    "call, error, match",
     [
-        (lambda m: patch_head_outputs(m, task_config=TaskConfig(V=4)), ValueError),
-        (lambda m: patch_mlp(m, task_config="task"), TypeError),
-        (lambda m: find_recall_head(m, task_config=TaskConfig(V=6)), ValueError),
-        (lambda m: recall_patching(m, task_config=TaskConfig(V=4)), ValueError),
-        (lambda m: patch_attn_out(m, task_config=TaskConfig(V=4)), ValueError),
-        (lambda m: find_recall_head(m, seed=1.5), TypeError),
+        (lambda m: patch_head_outputs(m, task_config=TaskConfig(V=4)), ValueError,
+         "task_config has V=4 but the model has V=5"),
+        # a str is not a TaskConfig | None: the runtime type check (conftest's import hook) stops it
+        (lambda m: patch_mlp(m, task_config="task"), TypeCheckError, "parameter 'task_config'"),
+        (lambda m: find_recall_head(m, task_config=TaskConfig(V=6)), ValueError,
+         "task_config has V=6 but the model has V=5"),
+        (lambda m: recall_patching(m, task_config=TaskConfig(V=4)), ValueError,
+         "task_config has V=4 but the model has V=5"),
+        (lambda m: patch_attn_out(m, task_config=TaskConfig(V=4)), ValueError,
+         "task_config has V=4 but the model has V=5"),
+        (lambda m: find_recall_head(m, seed=1.5), TypeCheckError, "parameter 'seed'"),
+        # a bool passes the ``int`` annotation and reaches the package's own seed check
+        (lambda m: find_recall_head(m, seed=True), TypeError, "seed must be an int, got bool True"),
     ],
 )
-def test_task_config_is_validated_before_any_forward(no_forward, call, error):
-    with pytest.raises(error):
+def test_task_config_is_validated_before_any_forward(no_forward, call, error, match):
+    with pytest.raises(error, match=match) as info:
         call(no_forward)
+    assert type(info.value) is error
 
 
 def test_negative_indices_count_from_the_end(model, pair):

@@ -9,7 +9,6 @@ the test says so.
 from __future__ import annotations
 
 import pytest
-import torch
 
 from perm_circuits import make_test_set, run_logits
 from perm_circuits.analysis import (
@@ -162,7 +161,6 @@ def test_one_head_models_recall_through_the_head_attending_to_x1_and_the_mlp(mea
     for how in ("zero", "mean", "resample"):  # the single head is needed for both answers
         row = table.get("L0H0", how)
         assert row.elimination_accuracy < 0.3 and row.recall_accuracy < 0.3
-    assert table.get("L0H0", "resample").recall_accuracy < 0.3
     report = data["patching"]
     assert report.sweep("z").get(head=0).mean == pytest.approx(z_effect, abs=0.06)
     # the clean attention weight from the last query to x1 alone restores more than a third
@@ -171,11 +169,3 @@ def test_one_head_models_recall_through_the_head_attending_to_x1_and_the_mlp(mea
     # makes the model give the other sequence's answer
     assert data["binding_free"].get("L0H0", "resample").follows_reference > 0.99
 
-
-def test_residual_at_the_last_position_restores_everything_in_every_model(measured):
-    for name in ALL:
-        report = measured(name)["patching"]
-        for site in ("resid_pre", "resid_mid", "resid_post"):
-            sweep = report.sweep(site)
-            assert sweep.get(position=8).mean == pytest.approx(1.0, abs=1e-4)
-            assert torch.tensor([sweep.get(position=p).mean for p in range(8)]).abs().max() == 0

@@ -107,8 +107,11 @@ def test_views_hold_components_and_props(views):
 
 def test_views_accept_grad_and_int_tensors():
     pattern = _pattern().requires_grad_()
-    attention_view(pattern, TOKENS)
-    colored_tokens_view(TOKENS, torch.tensor([1, 2, 3, 4]))
+    props = json.loads(attention_view(pattern, TOKENS).props_json)
+    assert props["tokens"] == TOKENS
+    np.testing.assert_allclose(np.array(props["attention"]), pattern.detach().numpy(), rtol=0, atol=1e-7)
+    values = json.loads(colored_tokens_view(TOKENS, torch.tensor([1, 2, 3, 4])).props_json)["values"]
+    assert values == [1.0, 2.0, 3.0, 4.0] and all(isinstance(v, float) for v in values)
 
 
 def test_props_are_script_safe():

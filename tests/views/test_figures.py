@@ -489,10 +489,17 @@ def test_probe_curves_from_memory_tracker(small):
 
     tracker = memory_probe_tracker()
     tracker.record(small, 0)
+    tracker.record(build_model("d16h1", seed=1), 1)  # another d16h1 as "epoch 1": other recall values
     frame = tracker.to_dataframe()
     fig = F.probe_curves(frame)
-    assert len(fig.data) == len(frame)
-    assert all(len(t.y) == 1 for t in fig.data)
+    first = frame[frame["epoch"] == 0]
+    names = (first["component"] + " " + first["circuit"] + " " + first["map"]).tolist()
+    assert [t.name for t in fig.data] == names and len(names) == 8
+    for trace, (_, row) in zip(fig.data, first.iterrows()):
+        probe = frame[(frame["component"] == row["component"]) & (frame["map"] == row["map"])]
+        assert list(trace.x) == [0, 1]
+        assert list(trace.y) == probe.sort_values("epoch")["recall"].tolist(), trace.name
+    assert first["recall"].tolist() != frame[frame["epoch"] == 1]["recall"].tolist()  # the two epochs differ
 
 
 # ----------------------------------------------------------------------------- HTML

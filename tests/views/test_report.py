@@ -138,21 +138,25 @@ def test_provenance_and_training_history(report_pages):
     assert 'href="d16h1.html"' in index and 'href="d32h2.html"' in index
 
 
+UNKNOWN = r"'no_such_model' is neither a pretrained model \['d16h1', 'd32h1', 'd32h2'\] nor a checkpoint folder"
+
+
 @pytest.mark.parametrize(
-    "models, n, error",
+    "models, n, error, match",
     [
-        (["no_such_model"], N, ValueError),
-        (["d16h1", "no_such_model"], N, ValueError),
-        (["d16h1"], 0, ValueError),
-        (["d16h1"], -5, ValueError),
-        ([], N, ValueError),
-        ([42], N, TypeError),
+        (["no_such_model"], N, ValueError, UNKNOWN),
+        (["d16h1", "no_such_model"], N, ValueError, UNKNOWN),
+        (["d16h1"], 0, ValueError, r"n must be a positive int \(test sequences\), got 0"),
+        (["d16h1"], -5, ValueError, r"n must be a positive int \(test sequences\), got -5"),
+        ([], N, ValueError, "models is empty: give at least one pretrained name, checkpoint folder or model"),
+        ([42], N, TypeError, r"models\[0\] must be a pretrained name, a checkpoint folder or a model, got int"),
     ],
 )
-def test_bad_inputs_raise_before_writing(tmp_path, models, n, error):
+def test_bad_inputs_raise_before_writing(tmp_path, models, n, error, match):
     out = tmp_path / "out"
-    with pytest.raises(error):
+    with pytest.raises(error, match=match) as info:
         write_report(models, out, n=n, progress=False)
+    assert type(info.value) is error
     assert not out.exists()
 
 
@@ -170,7 +174,7 @@ def test_bad_output_and_checkpoint_folder(tmp_path):
 
 def test_progress_bar_goes_to_stderr_and_is_silenced(tmp_path, capsys):
     for progress in (True, False):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=UNKNOWN):
             write_report(["d16h1", "no_such_model"], tmp_path / "out", n=N, progress=progress)
         err = capsys.readouterr().err
         assert ("report" in err) is progress
