@@ -168,6 +168,9 @@ def binding_free_reference(
 ) -> Batch:
     """Reference sequences with the queries of one sample and the answers of an independent permutation.
 
+    ``seed`` seeds the reference batch (the test-set seed by default, 1234) and, plus one, the draw
+    of the independent permutations.
+
     The IOI paper (Wang et al. 2022, section 3) ablates with the mean over the "ABC" distribution,
     which keeps a prompt's template but destroys the information the circuit uses.  The analogue
     here keeps every query and the repeat structure and destroys the (x, y) binding:
@@ -262,7 +265,10 @@ def reference_activations(
 
 
 def resample_rows(n_reference: int, batch: int, seed: int) -> Tensor:
-    """The reference row that replaces each sample's activation under random-pairing resample."""
+    """The reference row that replaces each sample's activation under random-pairing resample.
+
+    ``seed`` seeds the draw of rows (the resample seed), ``torch.Generator().manual_seed(seed)``.
+    """
     return torch.randint(n_reference, (batch,), generator=torch.Generator().manual_seed(seed))
 
 

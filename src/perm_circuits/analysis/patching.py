@@ -126,6 +126,7 @@ def patching_pair(
     repeat_source=0)``, every last query repeats ``x1`` (target ``y1``).  ``corrupted``: the same
     rows with the last query replaced by the unused x (target: the unused y, ``repeated`` False).
     ``answer`` = ``y1`` (recall), ``wrong`` = the unused y (elimination); they always differ.
+    ``seed`` seeds the clean batch (the corrupted one is derived from it, with no randomness).
     """
     if not isinstance(task_config, TaskConfig):
         raise TypeError(f"task_config must be a TaskConfig, got {type(task_config).__name__}")
