@@ -36,6 +36,7 @@ __all__ = [
     "evaluate_logits",
     "probe_probabilities",
     "recall_generalisation",
+    "value_probs",
 ]
 
 
@@ -137,7 +138,8 @@ class Evaluation:
         return self.to_markdown()
 
 
-def _value_probs(logits: Float[Tensor, "batch seq vocab"], V: int) -> Float[Tensor, "batch step value"]:
+def value_probs(logits: Float[Tensor, "batch seq vocab"], V: int) -> Float[Tensor, "batch step value"]:
+    """P(y = v), v = 1..V, at every y-prediction position: softmax over the full vocabulary, restricted."""
     return logits[:, 0::2].softmax(dim=-1)[..., 1 : V + 1]
 
 
@@ -173,7 +175,7 @@ def evaluate_logits(
     targets = batch.ys  # [batch, V]: the target of each step
     log_probs = logits[:, 0::2].log_softmax(dim=-1)
     losses = -log_probs.gather(2, targets[..., None])[..., 0]  # [batch, step]
-    probs = _value_probs(logits, V)
+    probs = value_probs(logits, V)
     correct = logits[:, 0::2].argmax(-1) == targets
     target_index = (targets - 1)[..., None]
     steps = []
@@ -218,7 +220,7 @@ def probe_probabilities(
     if V != 5:
         raise ValueError(f"the study's probe sequence is defined for V=5, model has V={V}")
     logits = run_logits(model, probe_sequence(), hooks)
-    return _value_probs(logits, V)[0, -1]
+    return value_probs(logits, V)[0, -1]
 
 
 def evaluate(

@@ -15,7 +15,7 @@ from torch import Tensor
 from perm_circuits.models import model_config_of
 from perm_circuits.task import validate_tokens
 
-__all__ = ["HookList", "check_hooks", "run_logits", "hook_count"]
+__all__ = ["HookList", "check_hooks", "hook_count", "run_capture", "run_logits"]
 
 HookList = list[tuple[str, Callable]]
 
@@ -59,3 +59,25 @@ def run_logits(
             return model(tokens)
         with model.hooks(fwd_hooks=hooks):
             return model(tokens)
+
+
+def run_capture(
+    model, tokens: Int[Tensor, "batch seq"], names: Sequence[str], hooks: Sequence[tuple[str, Callable]] | None = None
+) -> tuple[Float[Tensor, "batch seq vocab"], dict[str, Tensor]]:
+    """Logits and the activations at ``names`` as they are after ``hooks`` (which run first).
+
+    One no-grad forward; the hooks (and the capturing ones) are removed afterwards, always.
+    Callers validate ``tokens``, ``names`` and ``hooks``.
+    """
+    store: dict[str, Tensor] = {}
+
+    def make(name: str) -> Callable:
+        def capture(activation: Tensor, hook) -> None:
+            store[name] = activation.detach().clone()
+
+        return capture
+
+    fwd = list(hooks or []) + [(name, make(name)) for name in dict.fromkeys(names)]
+    with torch.no_grad(), model.hooks(fwd_hooks=fwd):
+        logits = model(tokens)
+    return logits, store

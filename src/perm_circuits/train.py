@@ -24,7 +24,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from perm_circuits._util import dataclass_from_dict
-from perm_circuits.evaluate import Evaluation, evaluate_logits
+from perm_circuits.evaluate import Evaluation, evaluate_logits, value_probs
 from perm_circuits.models import (
     CheckpointError,
     ModelConfig,
@@ -184,7 +184,7 @@ class _Evaluator:
             logits = fast_forward(model, self.test_set.inputs, weights)
             probe = None
             if self.probe is not None:
-                probe = fast_forward(model, self.probe, weights)[0, -1].softmax(-1)[1:].tolist()
+                probe = value_probs(fast_forward(model, self.probe, weights), self.config.V)[0, -1].tolist()
         return evaluate_logits(logits, self.test_set, self.config, self.posteriors, self.name, probe)
 
 

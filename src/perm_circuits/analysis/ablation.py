@@ -58,7 +58,7 @@ from perm_circuits.analysis._checks import (
     check_task_config,
 )
 from perm_circuits.evaluate import evaluate_logits
-from perm_circuits.hooks import HookList, check_hooks
+from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.posterior import bayes_posterior
 from perm_circuits.task import Batch, TaskConfig, make_batch, make_test_set, validate_tokens
@@ -225,22 +225,6 @@ def _with_permutation(queries: Batch, perms: Tensor) -> Batch:
     )
 
 
-def _capture(model, tokens: Tensor, names: Sequence[str], hooks: HookList | None = None) -> dict[str, Tensor]:
-    """Activations at ``names`` on ``tokens`` (after ``hooks``, which run first), one forward."""
-    store: dict[str, Tensor] = {}
-
-    def make(name: str) -> Callable:
-        def capture(activation: Tensor, hook) -> None:
-            store[name] = activation.detach().clone()
-
-        return capture
-
-    fwd = list(hooks or []) + [(name, make(name)) for name in dict.fromkeys(names)]
-    with torch.no_grad(), model.hooks(fwd_hooks=fwd):
-        model(tokens)
-    return store
-
-
 def reference_activations(
     model,
     reference: Batch | None,
@@ -258,7 +242,7 @@ def reference_activations(
     hooks = check_hooks(model, hooks)
     if reference is None:
         reference = make_test_set(task_config_of(model))
-    return _capture(model, reference.inputs, names, hooks)
+    return run_capture(model, reference.inputs, names, hooks)[1]
 
 
 # ----------------------------------------------------------------------------- hooks
@@ -626,7 +610,7 @@ def ablation_table(
 
     activations: dict[str, Tensor] = {}
     if any(how != "zero" for how in hows):
-        activations = _capture(model, reference_batch.inputs, [c[3] for c in components], hooks)
+        activations = run_capture(model, reference_batch.inputs, [c[3] for c in components], hooks)[1]
     rows = [_row("none", "none", None, None, run([])[1])]
     for component, layer, head, hook_name, index in components:
         for how in hows:

@@ -72,7 +72,7 @@ from perm_circuits.analysis._checks import (
     check_task_config,
     seq_len,
 )
-from perm_circuits.hooks import HookList, check_hooks
+from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.models import model_config_of
 from perm_circuits.task import Batch, TaskConfig, make_batch, validate_tokens
 
@@ -342,7 +342,7 @@ class _Context:
         missing = [name for name in dict.fromkeys(names) if name not in self.caches["clean"]]
         if missing:
             for run, batch in zip(RUNS, self.pair[:2]):
-                _, store = _run(self.model, batch.inputs, self.hooks, missing)
+                _, store = run_capture(self.model, batch.inputs, missing, self.hooks)
                 self.caches[run].update(store)
 
     def bootstrap_weights(self, n_boot: int, seed: int) -> Tensor:
@@ -355,27 +355,11 @@ class _Context:
         return self.weights[(n_boot, seed)]
 
 
-def _run(model, tokens: Tensor, hooks: HookList, capture: Sequence[str]) -> tuple[Tensor, dict[str, Tensor]]:
-    """Logits and the activations at ``capture`` (as they are after ``hooks``), one forward."""
-    store: dict[str, Tensor] = {}
-
-    def make(name: str) -> Callable:
-        def capture_fn(activation: Tensor, hook) -> None:
-            store[name] = activation.detach().clone()
-
-        return capture_fn
-
-    fwd = list(hooks) + [(name, make(name)) for name in capture]
-    with torch.no_grad(), model.hooks(fwd_hooks=fwd):
-        logits = model(tokens)
-    return logits, store
-
-
 def _context(model, pair: PatchingPair, hooks: HookList, names: Sequence[str]) -> _Context:
     clean, corrupted, answer, wrong = pair
     caches, diffs = {}, {}
     for run, batch in zip(RUNS, (clean, corrupted)):
-        logits, caches[run] = _run(model, batch.inputs, hooks, list(dict.fromkeys(names)))
+        logits, caches[run] = run_capture(model, batch.inputs, names, hooks)
         diffs[run] = logit_diff(logits, answer, wrong).double()
     return _Context(model, pair, hooks, caches, diffs)
 

@@ -100,7 +100,7 @@ from perm_circuits.analysis._checks import check_index, check_int, check_task_co
 from perm_circuits.analysis.ablation import HOWS, AblationRow, AblationTable, ablate_head, ablate_mlp, ablation_table
 from perm_circuits.analysis.patching import PatchingSweep, patch_head_outputs, patch_mlp
 from perm_circuits.evaluate import evaluate_logits, probe_probabilities
-from perm_circuits.hooks import HookList, check_hooks
+from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.models import ModelConfig, model_config_of
 from perm_circuits.posterior import bayes_posterior
 from perm_circuits.task import Batch, TaskConfig, make_test_set, validate_tokens
@@ -342,19 +342,9 @@ class AttentionBySource:
 
 
 def _capture_patterns(model, tokens: Tensor, hooks: HookList) -> Tensor:
-    n_layers = model_config_of(model).n_layers
-    store: dict[int, Tensor] = {}
-
-    def make(layer: int) -> Callable:
-        def capture(pattern: Tensor, hook) -> None:
-            store[layer] = pattern.detach().float().clone()
-
-        return capture
-
-    fwd = list(hooks) + [(f"blocks.{layer}.attn.hook_pattern", make(layer)) for layer in range(n_layers)]
-    with torch.no_grad(), model.hooks(fwd_hooks=fwd):
-        model(tokens)
-    return torch.stack([store[layer] for layer in range(n_layers)], dim=1)  # [batch, layer, head, q, k]
+    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(model_config_of(model).n_layers)]
+    store = run_capture(model, tokens, names, hooks)[1]
+    return torch.stack([store[name].float() for name in names], dim=1)  # [batch, layer, head, q, k]
 
 
 def attention_by_source(

@@ -32,7 +32,7 @@ from jaxtyping import Float, Int
 from plotly.subplots import make_subplots
 from torch import Tensor
 
-from perm_circuits.evaluate import Evaluation, probe_probabilities
+from perm_circuits.evaluate import Evaluation, probe_probabilities, value_probs
 from perm_circuits.hooks import run_logits
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.posterior import bayes_posterior
@@ -232,10 +232,8 @@ def _format_sequence(tokens: Sequence[int]) -> str:
 
 
 def _value_probs(model, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch step value"]:
-    """P(y = v), v = 1..V, at every y-prediction position (softmax over the full vocabulary)."""
-    V = model_config_of(model).V
-    logits = run_logits(model, tokens)
-    return logits[:, 0::2].float().softmax(dim=-1)[..., 1 : V + 1].cpu()
+    """P(y = v), v = 1..V, at every y-prediction position of ``model`` on ``tokens``."""
+    return value_probs(run_logits(model, tokens).float(), model_config_of(model).V).cpu()
 
 
 def _attention_patterns(model, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch layer head q k"]:
@@ -1084,7 +1082,6 @@ def probe_curves(frame: pd.DataFrame, *, title: str = "Memory-recall probes over
 
 
 # ----------------------------------------------------------------------------- output
-
 
 
 def write_html(fig: go.Figure, path: str | os.PathLike) -> Path:
