@@ -61,6 +61,8 @@ def config_columns(run_id: str, config: dict[str, Any]) -> dict[str, Any]:
         "lr": float(train_cfg["lr"]),
         "early_stop": train_cfg["early_stop_patience"],
         "seed": model_config.seed,
+        # a list field is one hashable cell ("1" or "1,2,3,4") so tables can group by it
+        "repeat_sources": ",".join(map(str, TaskConfig.from_dict({"V": model_config.V, **task}).repeat_sources)),
     }
     for name, value in config["model"].items():  # any other model field (act_fn, ...)
         row.setdefault(name, value)

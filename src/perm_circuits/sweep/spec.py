@@ -158,7 +158,15 @@ def _resolve(values: dict[str, Any], analysis: dict[str, int]) -> RunConfig:
     return RunConfig(run_id_of(config), config)
 
 
+LIST_KEYS = frozenset({"repeat_sources"})
+"""Config fields whose value is itself a list (a grid axis over them is a list of lists)."""
+
+
 def _check_value(key: str, value: Any, where: str) -> None:
+    if key in LIST_KEYS:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise ValueError(f"{where} {key!r} must be a list of ints (e.g. [1, 2, 3, 4]), got {value!r}")
+        return
     if isinstance(value, (dict, list, tuple)):
         raise ValueError(f"{where} {key!r} must be a scalar (int, float, str, bool), got {value!r}")
 
