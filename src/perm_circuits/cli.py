@@ -102,7 +102,23 @@ def _parser() -> argparse.ArgumentParser:
     sr.add_argument("--out", type=Path, required=True, metavar="PAGE.html", help="page to write")
     sr.add_argument("--force", action="store_true", help="overwrite an existing page")
     sr.add_argument("--title", help="page title")
+    rr = sub.add_parser("reproduce", help="run a seed paper's headline experiment and print paper vs ours")
+    rr.add_argument("name", help="birth, forner or factual")
+    rr.add_argument("--quick", action="store_true", help="the CPU-sized run (minutes)")
+    rr.add_argument("--out", type=Path, help="also write comparison.csv, numbers.json and an offline HTML page here")
+    rr.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    from perm_circuits.reproduce import reproduce
+
+    result = reproduce(args.name, quick=args.quick, progress=not args.quiet)
+    print(result.to_text())
+    if args.out is not None:
+        for path in result.write(args.out):
+            print(f"wrote {path}")
+    return 0
 
 
 def _train(args: argparse.Namespace, argv: list[str]) -> int:
@@ -283,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
             return _sweep_reanalyse(args)
         if args.command == "sweep-report":
             return _sweep_report(args)
+        if args.command == "reproduce":
+            return _reproduce(args)
         return _report(args)
     except (ValueError, TypeError) as error:
         print(f"perm-circuits {args.command}: error: {error}", file=sys.stderr)

@@ -1,0 +1,113 @@
+"""``perm-circuits reproduce NAME [--quick]``: a seed paper's headline experiment, "paper vs ours".
+
+Each reproduction is a function ``run(quick: bool, progress: bool) -> Reproduction`` that lives with
+its system (``perm_circuits.systems.<name>``) and is found here by name, imported only when asked
+for.  A :class:`Reproduction` holds one :class:`Comparison` row per claim (the paper's number or
+statement beside ours, and whether ours supports it), the figures, and the command for the
+paper-size run that this CPU cannot afford.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["REPRODUCTIONS", "Comparison", "Reproduction", "reproduce"]
+
+REPRODUCTIONS: dict[str, tuple[str, str]] = {
+    "birth": ("perm_circuits.systems.birth", "Birth of a Transformer: a memory viewpoint (Bietti et al. 2023)"),
+    "forner": ("perm_circuits.systems.forner", "Permutation-chain state tracking (Forner et al. 2026)"),
+    "factual": ("perm_circuits.systems.factual", "Factual recall and storage capacity (Nichani, Lee, Bietti 2024)"),
+}
+"""name -> (module defining ``run(quick, progress) -> Reproduction``, title)."""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One claim: the paper's value beside ours, and whether ours supports it (None: no verdict)."""
+
+    claim: str
+    paper: str
+    ours: str
+    holds: bool | None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """A reproduction's outcome: the comparison rows, figures, measured numbers and commands."""
+
+    name: str
+    title: str
+    quick: bool
+    rows: tuple[Comparison, ...]
+    numbers: Mapping[str, Any] = field(default_factory=dict)
+    figures: Mapping[str, Any] = field(default_factory=dict)  # name -> plotly Figure
+    full_command: str = ""
+    seconds: float = 0.0
+
+    def to_dataframe(self) -> pd.DataFrame:
+        return pd.DataFrame([vars(row) for row in self.rows], columns=["claim", "paper", "ours", "holds", "note"])
+
+    def to_text(self) -> str:
+        """The side-by-side table printed by the CLI."""
+        mark = {True: "yes", False: "NO", None: "-"}
+        header = ("claim", "paper", "ours", "holds")
+        body = [(r.claim, r.paper, r.ours, mark[r.holds]) for r in self.rows]
+        widths = [max(len(str(line[i])) for line in (header, *body)) for i in range(4)]
+        lines = [f"{self.title}  ({'--quick' if self.quick else 'full'} run, {self.seconds:.0f} s)", ""]
+        for line in (header, tuple("-" * w for w in widths), *body):
+            lines.append("  ".join(str(cell).ljust(w) for cell, w in zip(line, widths)).rstrip())
+        notes = [f"* {r.claim}: {r.note}" for r in self.rows if r.note]
+        if notes:
+            lines += ["", *notes]
+        if self.full_command:
+            lines += ["", f"paper-size run: {self.full_command}"]
+        return "\n".join(lines)
+
+    def write(self, out: str | Path) -> list[Path]:
+        """Write ``comparison.csv``, ``numbers.json`` and ``index.html`` (the table and every figure,
+        offline: plotly.js saved beside the page) into ``out``; returns the paths written."""
+        import html
+        import json
+
+        from perm_circuits._util import atomic_write_text
+        from perm_circuits.views.html import Section, html_page, plotly_js_file_name, write_plotly_js
+
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        table = self.to_dataframe().to_html(index=False, escape=True, classes="pc-table")
+        sections = [Section("Paper vs ours", table)]
+        sections += [Section(name, figure.to_html(full_html=False, include_plotlyjs=False))
+                     for name, figure in self.figures.items()]
+        if self.full_command:
+            sections.append(Section("Paper-size run", f"<pre>{html.escape(self.full_command)}</pre>"))
+        written = [out / "comparison.csv", out / "numbers.json", out / "index.html"]
+        atomic_write_text(written[0], self.to_dataframe().to_csv(index=False))
+        atomic_write_text(written[1], json.dumps(dict(self.numbers), indent=2, default=float))
+        atomic_write_text(written[2], html_page(self.title, sections, include_plotlyjs=plotly_js_file_name()))
+        written.append(write_plotly_js(out))
+        return written
+
+
+def reproduce(name: str, *, quick: bool = False, progress: bool = True) -> Reproduction:
+    """Run reproduction ``name`` (one of :data:`REPRODUCTIONS`); ``quick`` is the CPU-sized run."""
+    if name not in REPRODUCTIONS:
+        raise ValueError(f"unknown reproduction {name!r}; choose one of {sorted(REPRODUCTIONS)}")
+    if not isinstance(quick, bool):
+        raise TypeError(f"quick must be a bool, got {quick!r}")
+    module_name, _ = REPRODUCTIONS[name]
+    run: Callable[..., Reproduction] = importlib.import_module(module_name).run
+    start = time.perf_counter()
+    result = run(quick=quick, progress=progress)
+    if not isinstance(result, Reproduction):
+        raise TypeError(f"{module_name}.run returned {type(result).__name__}, expected a Reproduction")
+    from dataclasses import replace
+
+    return replace(result, seconds=time.perf_counter() - start)

@@ -1,0 +1,17 @@
+"""Tasks behind one interface (:class:`~perm_circuits.tasks.base.Task`) and the generic :func:`fit` loop."""
+
+from perm_circuits.tasks.base import (
+    TASKS,
+    FitResult,
+    StepState,
+    Task,
+    TaskBatch,
+    fit,
+    log_spaced_steps,
+    masked_cross_entropy,
+    register_task,
+    task_from_dict,
+)
+
+__all__ = ["TASKS", "FitResult", "StepState", "Task", "TaskBatch", "fit", "log_spaced_steps",
+           "masked_cross_entropy", "register_task", "task_from_dict"]
