@@ -150,3 +150,29 @@ def test_missing_ray_is_a_clear_error(tmp_path, tiny, monkeypatch):
     with pytest.raises(ImportError, match=r'pip install -e "\.\[ray\]"'):
         run_sweep(tiny, tmp_path / "out", backend="ray")
     assert not (tmp_path / "out").exists()
+
+
+def test_repeat_sources_is_a_list_valued_axis():
+    spec = SweepSpec.from_dict({"grid": {"repeat_sources": [[1], [1, 2, 3, 4]]}, "fixed": {"repeat_ratio": 0.3}})
+    tasks = [run.configs()[1] for run in spec.runs]
+    assert [t.repeat_sources for t in tasks] == [(1,), (1, 2, 3, 4)]
+    # the default (1,) hashes like a spec that never names it: old sweeps keep their run ids
+    plain = SweepSpec.from_dict({"fixed": {"repeat_ratio": 0.3}})
+    assert spec.runs[0].run_id == plain.runs[0].run_id != spec.runs[1].run_id
+    from perm_circuits.sweep.run import config_columns
+
+    cells = [config_columns(run.run_id, run.config)["repeat_sources"] for run in spec.runs]
+    assert cells == ["1", "1,2,3,4"]
+
+
+@pytest.mark.parametrize("value", [3, ["1"], [1.5], [True]])
+def test_repeat_sources_values_must_be_int_lists(value):
+    with pytest.raises(ValueError, match=r"'repeat_sources' must be a list of ints"):
+        SweepSpec.from_dict({"grid": {"repeat_sources": [value]}})
+    with pytest.raises(ValueError, match=r"'repeat_sources' must be a list of ints"):
+        SweepSpec.from_dict({"fixed": {"repeat_sources": value}})
+
+
+def test_a_bad_source_list_is_refused_with_the_task_message():
+    with pytest.raises(ValueError, match=r"repeat_sources must be in 1\.\.4"):
+        SweepSpec.from_dict({"grid": {"repeat_sources": [[1], [5]]}})
