@@ -84,9 +84,15 @@ def test_recall_generalisation_shape():
 @pytest.mark.parametrize("name", ["d16h1", "d32h2"])
 def test_shipped_models_recall_only_a_repeated_x1(name, pretrained):
     """Training only repeats x1: the shipped models learned that position, not general recall."""
-    result = recall_generalisation(pretrained(name), n=500)
+    result = recall_generalisation(pretrained(name), n=None)  # exhaustive: 24 test perms x 120 orders per k
+    assert result.n_per_source == 24 * 120
     assert result.recall == (1.0, 0.0, 0.0, 0.0)
     assert result.elimination == 1.0
+
+
+def test_recall_generalisation_n_is_checked():
+    with pytest.raises(ValueError, match=r"n must be a positive int or None \(exhaustive\), got 0"):
+        recall_generalisation(build_model("d16h1"), n=0)
 
 
 def test_no_hooks_left_after_a_hook_raises():

@@ -279,3 +279,24 @@ def test_cli_train_repeat_sources(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--preset", "d16h1", "--repeat-sources", "x1", "--out", str(tmp_path / "z")])
     assert exit_info.value.code == 2 and "comma-separated integers" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("source", [None, 0, 3])
+def test_exhaustive_batch_is_every_sequence_once(source):
+    from perm_circuits.task import exhaustive_batch, split_permutations
+
+    config = TaskConfig()
+    batch = exhaustive_batch(config, repeat_source=source)
+    test_perms = split_permutations(config)[1]
+    assert len(batch) == len(test_perms) * 120
+    assert len({tuple(row) for row in batch.inputs.tolist()}) == len(batch)  # no sequence twice
+    # every sequence is consistent: y = perm(x), and queries 1..4 are distinct
+    assert torch.equal(batch.ys, batch.perms.gather(1, batch.xs - 1))
+    assert all(len(set(row[:4])) == 4 for row in batch.xs.tolist())
+    if source is None:
+        assert not batch.repeated.any() and (batch.repeat_source == -1).all()
+        assert all(len(set(row)) == 5 for row in batch.xs.tolist())
+    else:
+        assert batch.repeated.all() and torch.equal(batch.xs[:, -1], batch.xs[:, source])
+    with pytest.raises(ValueError, match=r"repeat_source must be in \[0, 3\], got 4"):
+        exhaustive_batch(config, repeat_source=4)

@@ -26,7 +26,7 @@ from torch import Tensor
 from perm_circuits.hooks import run_logits
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.posterior import Posterior, bayes_posterior
-from perm_circuits.task import Batch, TaskConfig, make_batch, make_test_set, probe_sequence
+from perm_circuits.task import Batch, TaskConfig, exhaustive_batch, make_batch, make_test_set, probe_sequence
 
 __all__ = [
     "Evaluation",
@@ -307,22 +307,33 @@ def recall_generalisation(
     *,
     task_config: TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
-    n: int = 2000,
+    n: int | None = 2000,
     seed: int = 99,
 ) -> RecallGeneralisation:
     """Measure recall when the repeated query is ``x_k`` for every ``k`` (test permutations).
 
     Batch ``k`` repeats ``x_k`` in every sample (an explicit source, so the task's own
     ``repeat_sources`` do not restrict which ``k`` are measured; the batches are the same for
-    every ``repeat_sources``).
+    every ``repeat_sources``).  ``n=None`` measures exhaustively: every test permutation with
+    every order of the queries (:func:`~perm_circuits.task.exhaustive_batch`; ``n_per_source``
+    is then that count, 2,880 for the study's split).
     """
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"n must be a positive int or None (exhaustive), got {n!r}")
     config = task_config or task_config_of(model)
+
+    def batch_of(source: int | None, offset: int):
+        if n is None:
+            return exhaustive_batch(config, split="test", repeat_source=source)
+        ratio = 0.0 if source is None else 1.0
+        return make_batch(config, n, split="test", seed=seed + offset, repeat_ratio=ratio, repeat_source=source)
+
     recall = []
     for source in range(config.V - 1):
-        batch = make_batch(config, n, split="test", seed=seed + source, repeat_ratio=1.0, repeat_source=source)
+        batch = batch_of(source, source)
         logits = run_logits(model, batch.inputs, hooks)
         recall.append(float((logits[:, -1].argmax(-1) == batch.ys[:, -1]).float().mean()))
-    plain = make_batch(config, n, split="test", seed=seed - 1, repeat_ratio=0.0)
+    plain = batch_of(None, -1)
     logits = run_logits(model, plain.inputs, hooks)
     elimination = float((logits[:, -1].argmax(-1) == plain.ys[:, -1]).float().mean())
-    return RecallGeneralisation(model_config_of(model).name, tuple(recall), elimination, n, config.repeat_sources)
+    return RecallGeneralisation(model_config_of(model).name, tuple(recall), elimination, len(batch), config.repeat_sources)

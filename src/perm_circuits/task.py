@@ -304,6 +304,35 @@ def _assemble(xs: Tensor, ys: Tensor, perms: Tensor, repeated: Tensor, source: T
     )
 
 
+def exhaustive_batch(config: TaskConfig, *, split: str = "test", repeat_source: int | None = None) -> Batch:
+    """Every sequence of a split: each permutation of ``split`` x every order of the queries.
+
+    ``repeat_source=None``: the plain task (``|split| * V!`` sequences, the last query new);
+    an int ``j`` (0-based): the last query repeats ``x_{j+1}`` in every sequence (each order of the
+    first ``V - 1`` queries once, ``|split| * V!`` sequences).  Used to check recall claims
+    exhaustively instead of on a sample.
+    """
+    if repeat_source is not None:
+        if isinstance(repeat_source, bool) or not isinstance(repeat_source, int):
+            raise TypeError(f"repeat_source must be an int or None, got {repeat_source!r}")
+        if not 0 <= repeat_source <= config.V - 2:
+            raise ValueError(f"repeat_source must be in [0, {config.V - 2}], got {repeat_source}")
+    pool = _pool(config, split)
+    orders = _all_permutations(config.V).clone()
+    perms = pool.repeat_interleave(len(orders), dim=0)
+    xs = orders.repeat(len(pool), 1)
+    n = len(xs)
+    if repeat_source is None:
+        repeated = torch.zeros(n, dtype=torch.bool)
+        source = torch.full((n,), -1, dtype=torch.long)
+    else:
+        xs[:, -1] = xs[:, repeat_source]
+        repeated = torch.ones(n, dtype=torch.bool)
+        source = torch.full((n,), repeat_source, dtype=torch.long)
+    ys = perms.gather(1, xs - 1)
+    return _assemble(xs, ys, perms, repeated, source)
+
+
 def make_test_set(config: TaskConfig, n: int = 5000, seed: int = 1234) -> Batch:
     """The fixed evaluation set: ``n`` sequences from the test permutations (seeded).
 

@@ -1,0 +1,157 @@
+"""The generalisation section of the results page (issue 9): does recall hold for *every* repeated x_k?
+
+Rendered from a committed sweep table (``sweeps/generalisation.toml``; one row per run, the sweep's
+row schema).  Each run's ``recall_gen_x{k}`` columns hold its recall accuracy when the last query
+repeats ``x_k``, measured exhaustively over the test permutations and every x order
+(:func:`perm_circuits.evaluate.recall_generalisation`).  A run *generalises* when every one of them
+is at least :data:`GENERALISES`; it has the *x1 shortcut* when it recalls ``x1`` at that level but
+not every other ``x_k``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from perm_circuits.results.capacity import RECIPE, _number, _values
+
+__all__ = ["GENERALISATION_COLUMNS", "GENERALISES", "GROUP", "generalisation_markdown", "generalisation_numbers",
+           "generalises", "load_generalisation_table"]
+
+GROUP: tuple[str, ...] = ("n_layers", "d_model", "n_heads", "repeat_sources")
+"""One summary row per architecture and training distribution."""
+
+GENERALISATION_COLUMNS: tuple[str, ...] = (*GROUP, "status", "seed", "recall_accuracy", "elimination_accuracy")
+
+GENERALISES = 0.99
+"""A run generalises when its recall accuracy for every repeated ``x_k`` is at least this."""
+
+
+def _recall_columns(frame: pd.DataFrame) -> list[str]:
+    columns = sorted((c for c in frame.columns if c.startswith("recall_gen_x")), key=lambda c: int(c.removeprefix("recall_gen_x")))
+    if not columns:
+        raise ValueError(f"sweep table has no recall_gen_x<k> columns; it has {list(frame.columns)}")
+    return columns
+
+
+def _check(frame: object) -> None:
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(f"frame must be a pandas DataFrame, got {type(frame).__name__}")
+    missing = [c for c in GENERALISATION_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"sweep table lacks column(s) {missing}; it has {list(frame.columns)}")
+    if frame.empty:
+        raise ValueError("sweep table has no rows")
+    _recall_columns(frame)
+
+
+def load_generalisation_table(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a sweep table (``.csv``) with the generalisation columns; ``repeat_sources`` stays text."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no sweep table at {str(path)!r}")
+    frame = pd.read_csv(path, dtype={"repeat_sources": str})
+    _check(frame)
+    return frame
+
+
+def generalises(frame: pd.DataFrame) -> pd.Series:
+    """Per row: True when every ``recall_gen_x{k}`` is >= :data:`GENERALISES` (failed runs: False)."""
+    _check(frame)
+    columns = _recall_columns(frame)
+    return (frame[columns] >= GENERALISES).all(axis=1) & (frame["status"] == "done")
+
+
+def _shortcut(frame: pd.DataFrame) -> pd.Series:
+    columns = _recall_columns(frame)
+    return (frame["status"] == "done") & (frame[columns[0]] >= GENERALISES) & ~generalises(frame)
+
+
+def _label(n_layers, d_model, n_heads) -> str:
+    return f"d{int(d_model)}h{int(n_heads)}l{int(n_layers)}"
+
+
+def _sources_key(sources: str) -> str:
+    return "x" + str(sources).replace(",", "")
+
+
+def generalisation_markdown(frame: pd.DataFrame) -> str:
+    """One row per (n_layers, d_model, n_heads, repeat_sources): runs, seeds, how many seeds
+    generalise (``k/n``), how many have only the x1 shortcut, the mean recall accuracy per repeated
+    ``x_k`` over the done runs with its range, and the mean elimination accuracy."""
+    _check(frame)
+    columns = _recall_columns(frame)
+    ok, short = generalises(frame), _shortcut(frame)
+    header = ["layers", "d_model", "heads", "trained on repeats of", "runs done", "seeds",
+              f"generalise (every x_k >= {GENERALISES:g})", "x1 shortcut only",
+              *[f"recall x{c.removeprefix('recall_gen_x')}: mean [min, max]" for c in columns], "elimination (mean)"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for key, runs in frame.groupby(list(GROUP), sort=True):
+        done = runs[runs["status"] == "done"]
+        cells = [_number(float(key[0])), _number(float(key[1])), _number(float(key[2])),
+                 ", ".join(f"x{k}" for k in str(key[3]).split(","))]
+        failed = len(runs) - len(done)
+        cells.append(f"{len(done)}" + (f" ({failed} failed)" if failed else ""))
+        cells.append(",".join(str(int(s)) for s in sorted(runs["seed"].unique())))
+        cells.append(f"{int(ok[runs.index].sum())}/{len(done)}")
+        cells.append(f"{int(short[runs.index].sum())}/{len(done)}")
+        for column in columns:
+            values = done[column]
+            cells.append(f"{values.mean():.3f} [{values.min():.3f}, {values.max():.3f}]" if len(done) else "–")
+        cells.append(f"{done['elimination_accuracy'].mean():.3f}" if len(done) else "–")
+        lines.append("| " + " | ".join(cells) + " |")
+    n_done = int((frame["status"] == "done").sum())
+    recipe = "; ".join(f"{c} {_values(frame, c)}" for c in RECIPE if c in frame.columns)
+    intro = (f"{len(frame)} runs ({n_done} done, {len(frame) - n_done} failed); recipe: {recipe}. "
+             f"Recall per repeated x_k is measured exhaustively over the test permutations and every x order.")
+    return intro + "\n\n" + "\n".join(lines) + "\n"
+
+
+def generalisation_numbers(frame: pd.DataFrame) -> dict[str, object]:
+    """The numbers the results page quotes, as flat ``generalisation.*`` keys.
+
+    Per configuration (``generalisation.d{d}h{h}l{L}.{x1|x1234}.*``): ``done``, ``generalise``
+    (seeds whose recall holds for every x_k), ``shortcut`` (x1 only) and the mean recall per x_k.
+    Totals per layer count and training distribution (``generalisation.l{L}.{x1|x1234}.*``), and
+    the smallest generalising configuration (fewest parameters... approximated by (n_layers, d_model,
+    n_heads) order): ``generalisation.smallest`` (e.g. ``"d16h1l2"``) with its share of seeds, or
+    ``"none"``.
+    """
+    _check(frame)
+    columns = _recall_columns(frame)
+    ok, short = generalises(frame), _shortcut(frame)
+    done_all = frame[frame["status"] == "done"]
+    out: dict[str, object] = {"generalisation.runs": len(frame), "generalisation.done": len(done_all),
+                              "generalisation.seeds": int(frame["seed"].nunique()),
+                              "generalisation.generalise": int(ok.sum())}
+    for column in RECIPE:
+        if column in frame.columns and frame[column].nunique() == 1:
+            value = frame[column].iloc[0]
+            out[f"generalisation.recipe.{column}"] = value.item() if hasattr(value, "item") else value
+    candidates = []
+    for (n_layers, d_model, n_heads, sources), runs in frame.groupby(list(GROUP), sort=True):
+        done = runs[runs["status"] == "done"]
+        key = f"generalisation.{_label(n_layers, d_model, n_heads)}.{_sources_key(sources)}"
+        out[f"{key}.done"] = len(done)
+        out[f"{key}.generalise"] = int(ok[runs.index].sum())
+        out[f"{key}.shortcut"] = int(short[runs.index].sum())
+        for column in columns:
+            out[f"{key}.{column.removeprefix('recall_gen_')}"] = float(done[column].mean()) if len(done) else math.nan
+        if len(done) and ok[runs.index].sum() > 0:
+            candidates.append(((int(n_layers), int(d_model), int(n_heads)), key, int(ok[runs.index].sum()), len(done)))
+    for (n_layers, sources), runs in frame.groupby(["n_layers", "repeat_sources"], sort=True):
+        key = f"generalisation.l{int(n_layers)}.{_sources_key(sources)}"
+        out[f"{key}.done"] = int((runs["status"] == "done").sum())
+        out[f"{key}.generalise"] = int(ok[runs.index].sum())
+        out[f"{key}.shortcut"] = int(short[runs.index].sum())
+    if candidates:
+        size, key, hit, n = min(candidates, key=lambda c: (c[0][0], c[0][1], c[0][2], -c[2]))
+        out["generalisation.smallest"] = _label(*size)
+        out["generalisation.smallest.generalise"] = hit
+        out["generalisation.smallest.done"] = n
+    else:
+        out["generalisation.smallest"] = "none"
+    return out
