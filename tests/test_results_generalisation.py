@@ -1,0 +1,80 @@
+"""The generalisation section (issue 9, item 5): counts and tables from a hand-built sweep table."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from perm_circuits.results.generalisation import (
+    generalisation_markdown,
+    generalisation_numbers,
+    generalises,
+    load_generalisation_table,
+)
+
+
+def _row(n_layers, d_model, n_heads, sources, seed, recall, status="done"):
+    row = {"run_id": f"r{n_layers}{d_model}{n_heads}{sources}{seed}", "status": status, "n_layers": n_layers,
+           "d_model": d_model, "n_heads": n_heads, "repeat_sources": sources, "seed": seed,
+           "recall_accuracy": recall[0], "elimination_accuracy": 1.0, "epochs": 25, "samples": 40000}
+    row.update({f"recall_gen_x{k}": value for k, value in enumerate(recall, start=1)})
+    return row
+
+
+@pytest.fixture
+def frame():
+    return pd.DataFrame([
+        _row(1, 16, 1, "1", 0, (1.0, 0.0, 0.0, 0.0)),  # the x1 shortcut
+        _row(1, 16, 1, "1", 1, (0.2, 0.0, 0.0, 0.0)),  # nothing
+        _row(2, 16, 1, "1,2,3,4", 0, (1.0, 0.995, 0.99, 1.0)),  # generalises (0.99 counts)
+        _row(2, 16, 1, "1,2,3,4", 1, (1.0, 1.0, 0.989, 1.0)),  # just misses x3
+        _row(2, 32, 2, "1,2,3,4", 0, (1.0, 1.0, 1.0, 1.0)),
+        _row(2, 32, 2, "1,2,3,4", 1, (math.nan,) * 4, status="failed"),
+    ])
+
+
+def test_generalises_needs_every_k(frame):
+    assert generalises(frame).tolist() == [False, False, True, False, True, False]
+
+
+def test_numbers_count_seeds_per_configuration(frame):
+    numbers = generalisation_numbers(frame)
+    assert numbers["generalisation.d16h1l1.x1.shortcut"] == 1
+    assert numbers["generalisation.d16h1l1.x1.generalise"] == 0
+    assert numbers["generalisation.d16h1l2.x1234.generalise"] == 1
+    assert numbers["generalisation.d16h1l2.x1234.done"] == 2
+    assert numbers["generalisation.d16h1l2.x1234.x3"] == pytest.approx((0.99 + 0.989) / 2)
+    assert numbers["generalisation.d32h2l2.x1234.done"] == 1  # the failed run is not counted as done
+    assert numbers["generalisation.l2.x1234.generalise"] == 2
+    assert numbers["generalisation.generalise"] == 2
+    assert numbers["generalisation.smallest"] == "d16h1l2"
+    assert (numbers["generalisation.smallest.generalise"], numbers["generalisation.smallest.done"]) == (1, 2)
+
+
+def test_no_generalising_run_says_none(frame):
+    assert generalisation_numbers(frame.iloc[:2])["generalisation.smallest"] == "none"
+
+
+def test_markdown_rows(frame):
+    lines = generalisation_markdown(frame).splitlines()
+    assert lines[0].startswith("6 runs (5 done, 1 failed)")
+    body = [line for line in lines if line.startswith("| 1 ") or line.startswith("| 2 ")]
+    assert body[0].startswith("| 1 | 16 | 1 | x1 | 2 | 0,1 | 0/2 | 1/2 | 0.600 [0.200, 1.000]")
+    assert body[1].startswith("| 2 | 16 | 1 | x1, x2, x3, x4 | 2 | 0,1 | 1/2 | 0/2 |")
+    assert body[2].startswith("| 2 | 32 | 2 | x1, x2, x3, x4 | 1 (1 failed) | 0,1 | 1/1 |")
+
+
+def test_bad_tables_are_refused(frame, tmp_path):
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['repeat_sources'\]"):
+        generalisation_numbers(frame.drop(columns="repeat_sources"))
+    with pytest.raises(ValueError, match="no recall_gen_x<k> columns"):
+        generalisation_markdown(frame.drop(columns=[f"recall_gen_x{k}" for k in range(1, 5)]))
+    with pytest.raises(TypeError, match="must be a pandas DataFrame"):
+        generalisation_numbers([1])
+    with pytest.raises(FileNotFoundError, match="no sweep table"):
+        load_generalisation_table(tmp_path / "absent.csv")
+    path = tmp_path / "t.csv"
+    frame.to_csv(path, index=False)
+    assert load_generalisation_table(path)["repeat_sources"].tolist()[0] == "1"  # text, not the int 1
