@@ -210,3 +210,12 @@ __all__ += [
     "path_patching_table",
     "sender_delta",
 ]
+
+# --- multi-layer circuits: the induction story judged from scores, composition and path patching
+from perm_circuits.analysis.induction_story import (  # noqa: E402
+    InductionStory,
+    induction_story,
+    judge_induction_story,
+)
+
+__all__ += ["InductionStory", "induction_story", "judge_induction_story"]
