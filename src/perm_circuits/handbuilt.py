@@ -11,15 +11,13 @@ induction head in layer 1 whose *key* reads what the previous-token head wrote (
 Residual stream layout (``n = 2V - 1`` positions; ``d_model`` at least ``5V + 3``, default 32 for
 V = 5; every other dimension stays 0):
 
-====================  =============================  ==========================================
-subspace              dimensions                     written by
-====================  =============================  ==========================================
-``TOK``               ``0 .. V`` (token ``t`` -> t)  token embedding (one-hot)
-``POS``               ``V+1 .. V+n``                 positional embedding (one-hot)
-``IS_X``              ``V+1+n``                      positional embedding: 1 at x slots (even)
-``PREV``              next ``V + 1``                 L0H0: one-hot of the *previous* token
-``OUT``               next ``V + 1``                 layer 1; the unembedding reads only this
-====================  =============================  ==========================================
+| subspace | dimensions | written by |
+|---|---|---|
+| ``TOK`` | ``0 .. V`` (token ``t`` -> ``t``) | token embedding (one-hot) |
+| ``POS`` | ``V+1 .. V+n`` | positional embedding (one-hot) |
+| ``IS_X`` | ``V+1+n`` | positional embedding: 1 at x slots (even positions) |
+| ``PREV`` | the next ``V + 1`` | L0H0: one-hot of the *previous* token |
+| ``OUT`` | the next ``V + 1`` | layer 1; the unembedding reads only this |
 
 The heads (``s = sharpness``; the attention scores quoted are after TransformerLens' division by
 ``sqrt(d_head)``, which the key weights undo):
@@ -27,9 +25,9 @@ The heads (``s = sharpness``; the attention scores quoted are after TransformerL
 - **L0H0, previous-token head.**  Query ``POS_p -> e_p``, key ``POS_j -> s e_{j+1}``: the score of
   key ``j`` for query ``p`` is ``s [j = p - 1]``, so every position ``p >= 1`` attends to ``p - 1``
   with weight ``>= 1 - p e^-s`` (position 0 can only attend to itself).  Its OV circuit copies
-  ``TOK`` into ``PREV``: after layer 0, position ``j`` holds its own token in ``TOK`` and the token
+  ``TOK_t`` into ``PREV_t`` (``t = 1..V``; token 0 never occurs): after layer 0, position ``j`` holds its own token in ``TOK`` and the token
   before it in ``PREV``.
-- **L1H0, induction head.**  Query ``TOK_t -> e_t`` and ``IS_X -> e_{V+1}``; key ``PREV_t -> s e_t``
+- **L1H0, induction head.**  Query ``TOK_t -> e_t`` (``t = 1..V``) and ``IS_X -> e_{V+1}``; key ``PREV_t -> s e_t``
   and ``IS_X -> -2s e_{V+1}``.  For the last query (token ``x5``, an x slot) the score of key ``j``
   is ``s [prev(j) = x5] - 2s [j is an x slot]``: it is ``s`` exactly at ``y_k`` (the position
   whose previous token is the earlier ``x_k = x5``), 0 at the other y slots and ``<= -s`` at the x

@@ -421,8 +421,9 @@ def path_patch(
     """Path-patch one edge ``sender -> receiver.input`` (module docstring); a one-row table.
 
     Args:
-        sender, receiver: ``(layer, head)``; the sender's layer must be before the receiver's
-            (negative indices count from the end).
+        sender: ``(layer, head)`` of the head whose output is patched; its layer must be before
+            the receiver's (negative indices count from the end).
+        receiver: ``(layer, head)`` of the head whose input gets it.
         input: ``"q"``, ``"k"`` or ``"v"``: which input of the receiver gets the sender's
             clean-minus-corrupted output.
         pair: ``(clean, corrupted, answer, wrong)``; default ``induction_patching_pair(task_config,
