@@ -349,13 +349,14 @@ def _measure(
     _, _, answer, wrong = ctx.pair
     tokens = ctx.pair[1].inputs
     clean_cache, corrupted_cache = ctx.caches["clean"], ctx.caches["corrupted"]
-    results = []
+    results, carried = [], []
     for (sl, sh), (rl, rh), input in edges:
         z = f"blocks.{sl}.attn.hook_z"
         delta = sender_delta(model, (sl, sh), clean_cache[z], corrupted_cache[z])
         resid = corrupted_cache.get(f"blocks.{rl}.hook_resid_pre")
         change = _input_change(model, (rl, rh), input, delta, resid)
-        if not bool(change.any()):  # the edge carries nothing: the corrupted run, without a forward
+        carried.append(bool(change.any()))
+        if not carried[-1]:  # the edge carries nothing: the corrupted run, without a forward
             results.append(ctx.logit_diffs["corrupted"])
             continue
         with torch.no_grad(), model.hooks(fwd_hooks=ctx.hooks + _add_hooks((rl, rh), input, change)):
@@ -371,6 +372,8 @@ def _measure(
         per_sample = (raw - corrupted.mean()) / denominator
         means = (raw.mean(dim=1) - corrupted.mean()) / denominator
         low, high = _bootstrap(ctx.bootstrap_weights(n_boot, seed), raw, clean, corrupted, confidence)
+        idle = ~torch.tensor(carried)  # exactly the corrupted run: 0, not 0 plus the bootstrap's rounding
+        means, low, high = means.masked_fill(idle, 0.0), low.masked_fill(idle, 0.0), high.masked_fill(idle, 0.0)
     effects = tuple(
         PathPatchEffect(
             sender=f"L{sl}H{sh}", sender_layer=sl, sender_head=sh,
