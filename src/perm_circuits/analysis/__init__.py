@@ -189,3 +189,33 @@ __all__ += [
     "composition_baseline",
     "composition_scores",
 ]
+
+# --- multi-layer circuits: path patching sender head -> receiver head's q/k/v (path_patching)
+from perm_circuits.analysis.path_patching import (  # noqa: E402
+    PathPatchEffect,
+    PathPatchingTable,
+    induction_patching_pair,
+    path_patch,
+    path_patch_hooks,
+    path_patching_table,
+    sender_delta,
+)
+
+__all__ += [
+    "PathPatchEffect",
+    "PathPatchingTable",
+    "induction_patching_pair",
+    "path_patch",
+    "path_patch_hooks",
+    "path_patching_table",
+    "sender_delta",
+]
+
+# --- multi-layer circuits: the induction story judged from scores, composition and path patching
+from perm_circuits.analysis.induction_story import (  # noqa: E402
+    InductionStory,
+    induction_story,
+    judge_induction_story,
+)
+
+__all__ += ["InductionStory", "induction_story", "judge_induction_story"]

@@ -39,6 +39,7 @@ from torch import Tensor
 from perm_circuits.analysis._checks import check_int
 from perm_circuits.analysis.ablation import HOWS, AblationRow, AblationTable, _ablation_runs, ablate
 from perm_circuits.analysis.claims import Claim, ClaimTable, study_claims
+from perm_circuits.analysis.induction_story import InductionStory, induction_story
 from perm_circuits.analysis.patching import PatchingSweep, patch_head_outputs, patch_mlp
 from perm_circuits.analysis.roles import HeadRole, MlpRole, _Context, _ge, _judge_head, _judge_mlp, _pct, mode_label
 from perm_circuits.analysis.scores import (
@@ -117,6 +118,7 @@ class RoleVerdict:
     hows: tuple[str, ...] = ()
     verdict_by_how: tuple[tuple[str, bool | None], ...] = ()
     circuits: tuple[SkillCircuit, ...] = ()
+    induction: InductionStory | None = None  # n_layers >= 2 only (analysis/induction_story.py)
 
     @property
     def how_reason(self) -> str:
@@ -221,6 +223,8 @@ class RoleVerdict:
         lines += [f"- {head.component} = {head.role} [{head.mode_note()}]. {head.reason}" for head in self.heads]
         lines.append("MLP:")
         lines += [f"- {mlp.component} = {mlp.role} [{mlp.mode_note()}]. {mlp.reason}" for mlp in self.mlps]
+        if self.induction is not None:
+            lines.append(f"Induction: {self.induction.summary()}")
         contradicted = [c for c in self.claims if c.status == "contradicted"]
         if self.story_holds is True:
             lines.append(f"Verdict: the study's story holds for {self.model_name}: every claim below is supported.")
@@ -484,6 +488,7 @@ def head_roles(
     thresholds: RoleThresholds | None = None,
     probe: bool = True,
     circuits: bool = True,
+    induction: bool = True,
 ) -> RoleVerdict:
     """Assign every head and MLP a role and judge the study's story on ``model``.
 
@@ -513,6 +518,10 @@ def head_roles(
        :data:`CIRCUIT_MAX_N` sequences of the test set (all of them when fewer) and the same
        ``ablation_seed``; two skills with the same proposed nodes share one measurement; a skill
        with no rows in that sub-batch, or a model F of exactly 0 on it, gets no circuit;
+
+    6. when ``induction`` (default) and ``n_layers >= 2``: the induction story
+       (:func:`~perm_circuits.analysis.induction_story.induction_story` on ``n_pair`` sequences,
+       ``pair_seed``, ``n_boot``; ``RoleVerdict.induction``, a line of the summary);
 
     then :func:`judge_roles` under ``how``, and under every other mode in ``hows``: each role
     carries its role in every mode and whether it is robust, each claim its status in every mode,
@@ -565,8 +574,9 @@ def head_roles(
         raise ValueError(f"how={how!r} must be one of hows={tuple(hows)}")
     if not isinstance(probe, bool):
         raise TypeError(f"probe must be a bool, got {probe!r}")
-    if not isinstance(circuits, bool):
-        raise TypeError(f"circuits must be a bool, got {circuits!r}")
+    for name, flag in (("circuits", circuits), ("induction", induction)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {flag!r}")
     for name, value, minimum in (("n_pair", n_pair, 2), ("pair_seed", pair_seed, 0), ("n_boot", n_boot, 10),
                                  ("ablation_seed", ablation_seed, 0)):
         check_int(name, value, minimum)
@@ -592,6 +602,9 @@ def head_roles(
         scores, ablation, model_config=model_config, how=how, head_patching=head_patching,
         mlp_patching=mlp_patching, joint=joint, recall_signals=signals, probe=probs, thresholds=thresholds,
     )
+    if induction and model_config.n_layers >= 2:
+        verdict = replace(verdict, induction=induction_story(model, task_config=config, n=n_pair, n_pair=n_pair,
+                                                             pair_seed=pair_seed, n_boot=n_boot, hooks=hooks))
     if not circuits:
         return verdict
     skills = ("elimination", "recall") if head_patching is not None else ("elimination",)
