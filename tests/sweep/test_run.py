@@ -43,3 +43,11 @@ def test_run_one_never_raises():
     assert "ValueError: epochs must be > 0, got -1" in row["error"]
     assert row["run_id"] == run.run_id and row["d_model"] == 16 and "recall_accuracy" not in row
     assert row["wall_seconds"] >= 0 and row["version_torch"]
+
+
+def test_lean_analysis_measures_recall_exhaustively_and_skips_roles(pretrained):
+    from perm_circuits.sweep.run import analysis_columns
+
+    model = pretrained("d16h1")
+    row = analysis_columns(model, model.task_config, {"n": 100, "n_pair": 10, "n_boot": 10, "recall_n": 0, "roles": 0})
+    assert row == {"recall_gen_x1": 1.0, "recall_gen_x2": 0.0, "recall_gen_x3": 0.0, "recall_gen_x4": 0.0}

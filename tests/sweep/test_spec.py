@@ -176,3 +176,16 @@ def test_repeat_sources_values_must_be_int_lists(value):
 def test_a_bad_source_list_is_refused_with_the_task_message():
     with pytest.raises(ValueError, match=r"repeat_sources must be in 1\.\.4"):
         SweepSpec.from_dict({"grid": {"repeat_sources": [[1], [5]]}})
+
+
+def test_analysis_roles_and_exhaustive_recall_options():
+    base = SweepSpec.from_dict({"fixed": {"repeat_ratio": 0.3}})
+    same = SweepSpec.from_dict({"fixed": {"repeat_ratio": 0.3}, "analysis": {"roles": 1}})
+    assert base.runs[0].run_id == same.runs[0].run_id  # the default is not hashed: old run ids hold
+    lean = SweepSpec.from_dict({"fixed": {"repeat_ratio": 0.3}, "analysis": {"roles": 0, "recall_n": 0}})
+    assert lean.runs[0].run_id != base.runs[0].run_id
+    assert lean.runs[0].config["analysis"]["roles"] == 0 and lean.runs[0].config["analysis"]["recall_n"] == 0
+    with pytest.raises(ValueError, match=r"\[analysis\] roles must be 0 \(skip head_roles\) or 1, got 2"):
+        SweepSpec.from_dict({"analysis": {"roles": 2}})
+    with pytest.raises(ValueError, match=r"\[analysis\] recall_n must be an int >= 0, got -1"):
+        SweepSpec.from_dict({"analysis": {"recall_n": -1}})

@@ -112,10 +112,16 @@ ANALYSIS_PREFIXES = ("recall_gen_x", "verdict_", "role_", "claim_")
 
 
 def analysis_columns(model, task_config: TaskConfig, analysis: dict[str, int]) -> dict[str, Any]:
-    """The analysis part of a row, from a trained model alone: recall generalisation and roles."""
-    general = recall_generalisation(model, task_config=task_config, n=analysis["recall_n"])
+    """The analysis part of a row, from a trained model alone: recall generalisation and roles.
+
+    ``recall_n`` 0 measures recall per repeated x_k exhaustively (``recall_generalisation(n=None)``);
+    ``roles`` 0 skips the ``head_roles`` columns.
+    """
+    recall_n = analysis["recall_n"] or None
+    general = recall_generalisation(model, task_config=task_config, n=recall_n)
     row: dict[str, Any] = {f"recall_gen_x{k}": accuracy for k, accuracy in enumerate(general.recall, start=1)}
-    row.update(roles_columns(model, task_config, n=analysis["n"], n_pair=analysis["n_pair"], n_boot=analysis["n_boot"]))
+    if analysis.get("roles", 1):
+        row.update(roles_columns(model, task_config, n=analysis["n"], n_pair=analysis["n_pair"], n_boot=analysis["n_boot"]))
     return row
 
 

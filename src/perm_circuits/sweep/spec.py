@@ -71,9 +71,13 @@ ANALYSIS_DEFAULTS: dict[str, int] = {
     "n": 2000,  # head_roles test sequences
     "n_pair": 1000,  # head_roles patching pairs
     "n_boot": 200,  # head_roles patching bootstrap resamples
-    "recall_n": 2000,  # recall_generalisation sequences per source position
+    "recall_n": 2000,  # recall_generalisation sequences per source position (0: exhaustive)
+    "roles": 1,  # 1: head_roles columns (verdict_/role_/claim_) under every mode; 0: skip them
 }
 """Sizes of the per-run analysis (a few seconds per run); ``[analysis]`` in a spec overrides them."""
+
+ANALYSIS_ADDED: dict[str, int] = {"roles": 1}
+"""Analysis keys added after the first sweeps: hashed into run ids only when they differ from this."""
 
 SECTIONS = ("grid", "fixed", "analysis")
 
@@ -153,7 +157,7 @@ def _resolve(values: dict[str, Any], analysis: dict[str, int]) -> RunConfig:
         "model": without_added_defaults(model_config.to_dict(), MODEL_ADDED_FIELDS),
         "task": without_added_defaults(task_config.to_dict(), TASK_ADDED_FIELDS),
         "train": train_dict,
-        "analysis": dict(analysis),
+        "analysis": without_added_defaults(dict(analysis), ANALYSIS_ADDED),
     }
     return RunConfig(run_id_of(config), config)
 
@@ -227,10 +231,12 @@ class SweepSpec:
         if bad:
             raise ValueError(f"unknown key(s) {bad} in [analysis]; allowed keys: {sorted(ANALYSIS_DEFAULTS)}")
         analysis = {**ANALYSIS_DEFAULTS, **analysis_in}
-        minimum = {"n": 10, "n_pair": 2, "n_boot": 10, "recall_n": 1}
+        minimum = {"n": 10, "n_pair": 2, "n_boot": 10, "recall_n": 0, "roles": 0}
         for key, value in analysis.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum[key]:
                 raise ValueError(f"[analysis] {key} must be an int >= {minimum[key]}, got {value!r}")
+        if analysis["roles"] not in (0, 1):
+            raise ValueError(f"[analysis] roles must be 0 (skip head_roles) or 1, got {analysis['roles']!r}")
 
         runs, seen = [], set()
         keys = list(grid)
