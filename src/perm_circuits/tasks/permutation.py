@@ -121,6 +121,10 @@ class PermutationTask:
         probs[:, 0::2, 1:] = posterior
         return probs
 
+    def token_labels(self, tokens: list[int]) -> list[str]:
+        """``["x=2", "y=4", "x=5", ...]``: queries at even positions, answers at odd ones (for views)."""
+        return [f"{'x' if pos % 2 == 0 else 'y'}={token}" for pos, token in enumerate(tokens)]
+
     def to_dict(self) -> dict[str, Any]:
         """``{"task": "permutation", **config.to_dict()}``."""
         return {"task": self.name, **self.config.to_dict()}
