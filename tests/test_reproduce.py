@@ -13,7 +13,7 @@ import types
 import plotly.graph_objects as go
 import pytest
 
-from perm_circuits import reproduce as reproduce_module
+import perm_circuits
 from perm_circuits.cli import main
 from perm_circuits.reproduce import REPRODUCTIONS, Comparison, Reproduction, reproduce
 from perm_circuits.views.html import local_script_refs, remote_resource_refs
@@ -105,8 +105,9 @@ def test_reproduce_errors(fake_system, monkeypatch):
 
 
 def test_registry_names_the_three_papers():
-    assert set(reproduce_module.REPRODUCTIONS) >= {"birth", "forner", "factual"}
-    for module, title in reproduce_module.REPRODUCTIONS.values():
+    assert set(REPRODUCTIONS) >= {"birth", "forner", "factual"}
+    assert perm_circuits.reproduce is reproduce and perm_circuits.Reproduction is Reproduction  # exported
+    for module, title in REPRODUCTIONS.values():
         assert module.startswith("perm_circuits.systems.") or module == "fake_system_for_tests"
         assert title
 

@@ -22,6 +22,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from perm_circuits.models import ModelConfig, fast_forward
 from perm_circuits.tasks.base import FitResult, StepState, Task, TaskBatch, fit, masked_cross_entropy
 
 __all__ = ["TaskEvaluation", "evaluate_task", "reference_agreement", "task_logits", "train_task"]
@@ -69,9 +70,15 @@ def train_task(
     Checks first that the model's vocabulary equals ``task.d_vocab`` and its context holds
     ``task.n_ctx`` tokens (where the model has a TransformerLens ``cfg``).  ``fit_options`` are
     :func:`fit`'s other keywords (``optimizer``, ``weight_decay``, ``momentum``, ``forward``).
+    A bridge from :func:`~perm_circuits.models.build_model` without dropout trains through
+    :func:`~perm_circuits.models.fast_forward` unless ``forward`` is given (same logits, faster);
+    any other module through ``model(tokens)``.
     A fixed ``seed`` gives bit-identical weights, losses and records on CPU.
     """
     _check_fit(model, task)
+    config = getattr(model, "perm_config", None)
+    if fit_options.get("forward") is None and isinstance(config, ModelConfig) and config.dropout == 0:
+        fit_options["forward"] = fast_forward  # a build_model bridge: the same logits, several times faster
     return fit(model, task, steps=steps, batch_size=batch_size, lr=lr, seed=seed, callbacks=callbacks,
                progress=progress, **fit_options)
 
