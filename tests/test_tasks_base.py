@@ -116,6 +116,16 @@ def test_task_batch_validates_shapes_and_subsets():
         bad.__post_init__()
     with pytest.raises(ValueError, match=r"extras\['ids'\] has batch size"):
         TaskBatch(tokens, tokens, mask, {"ids": torch.zeros(2)})
+    with pytest.raises(TypeError, match=r"extras\['ids'\] must be a tensor, got list|parameter 'extras'"):
+        TaskBatch(tokens, tokens, mask, {"ids": [1, 2, 3]})
+    for name, value, message in (("targets", tokens.float(), "targets must be integer token ids, got dtype torch.float32"),
+                                 ("mask", mask.long(), "mask must be a float tensor of loss weights, got dtype torch.int64")):
+        with pytest.raises(TypeError, match=f"{message}|parameter '{name}'"):
+            TaskBatch(**{"tokens": tokens, "targets": tokens, "mask": mask, name: value})
+        object.__setattr__(bad, name, value)
+        object.__setattr__(bad, "targets" if name == "mask" else "mask", tokens if name == "mask" else mask)
+        with pytest.raises(TypeError, match=message):
+            bad.__post_init__()
 
 
 # ----------------------------------------------------------------------------- registry

@@ -58,7 +58,15 @@ class TaskBatch:
                 f"tokens, targets and mask must share a shape, got {tuple(self.tokens.shape)}, "
                 f"{tuple(self.targets.shape)}, {tuple(self.mask.shape)}"
             )
+        for name in ("tokens", "targets"):
+            value = getattr(self, name)
+            if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+                raise TypeError(f"{name} must be integer token ids, got dtype {value.dtype}")
+        if not self.mask.dtype.is_floating_point:
+            raise TypeError(f"mask must be a float tensor of loss weights, got dtype {self.mask.dtype}")
         for name, value in self.extras.items():
+            if not isinstance(value, Tensor):
+                raise TypeError(f"extras[{name!r}] must be a tensor, got {type(value).__name__}")
             if value.shape[:1] != self.tokens.shape[:1]:
                 raise ValueError(f"extras[{name!r}] has batch size {value.shape[:1]}, tokens have {self.tokens.shape[0]}")
 
