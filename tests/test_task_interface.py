@@ -202,7 +202,7 @@ def test_train_and_evaluate_any_task_on_a_hooked_root_module():
 def test_train_task_on_a_bridge_with_fast_forward():
     task = PermutationTask(TaskConfig())
     model = build_model("d16h1", seed=0)
-    result = train_task(model, task, steps=40, batch_size=64, lr=3e-3, seed=0, progress=False)
+    result = train_task(model, task, steps=25, batch_size=64, lr=3e-3, seed=0, progress=False)
     assert result.losses[-1] < result.losses[0] - 0.1
     # the default for a build_model bridge is fast_forward: the same run as passing it
     calls = []
@@ -211,9 +211,9 @@ def test_train_task_on_a_bridge_with_fast_forward():
         calls.append(1)
         return fast_forward(m, tokens)
 
-    same = train_task(build_model("d16h1", seed=0), task, steps=40, batch_size=64, lr=3e-3, seed=0, progress=False,
+    same = train_task(build_model("d16h1", seed=0), task, steps=25, batch_size=64, lr=3e-3, seed=0, progress=False,
                       forward=counted)
-    assert same.losses == result.losses and len(calls) == 40
+    assert same.losses == result.losses and len(calls) == 25
     assert evaluate_task(model, task, n=200).metrics["step1_accuracy"] > 0
 
 
