@@ -166,6 +166,8 @@ def test_evaluate_task_on_the_study(pretrained):
     assert (result.task, result.model_name, result.n_samples) == ("permutation", "d32h2", 500)
     study = evaluate(model, make_test_set(REPEATED, n=500), task_config=REPEATED)
     assert result.test_loss == pytest.approx(study.test_loss, abs=1e-6)
+    # the study's evaluate accepts the task and its TaskBatch too: the same evaluation
+    assert evaluate(model, task.test_set(500), task_config=task).summary() == study.summary()
     assert result.metrics["step1_accuracy"] == study.steps[0].accuracy == pytest.approx(0.136)
     # total variation vs the exact posterior: half the summed absolute errors over the 5 values
     # (evaluate's MAE is their mean) plus the mass on the unused token 0

@@ -19,7 +19,6 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from perm_circuits.evaluate import evaluate_logits
 from perm_circuits.posterior import bayes_posterior
 from perm_circuits.task import Batch, TaskConfig, make_batch, make_test_set, repeat_source_of
 from perm_circuits.tasks.base import TaskBatch, register_task
@@ -105,6 +104,8 @@ class PermutationTask:
     def metrics(self, logits: Float[Tensor, "batch seq vocab"], batch: TaskBatch) -> dict[str, float]:
         """:func:`~perm_circuits.evaluate.evaluate_logits` on ``batch``, read off as :attr:`metric_names`
         (``recall_accuracy`` is nan when no last query repeats)."""
+        from perm_circuits.evaluate import evaluate_logits  # evaluate accepts a PermutationTask: no cycle
+
         evaluation = evaluate_logits(logits, as_batch(batch), self.config)
         summary = evaluation.summary()
         return {name: float(summary[name]) for name in self.metric_names}
