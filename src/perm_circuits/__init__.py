@@ -133,3 +133,24 @@ from perm_circuits import sweep  # noqa: E402
 from perm_circuits.sweep import SweepResult, SweepSpec, export_parquet, load_sweep, run_sweep  # noqa: E402
 
 __all__ += ["sweep", "SweepResult", "SweepSpec", "export_parquet", "load_sweep", "run_sweep"]
+
+# --- tasks: one interface for every system (tasks/), the generic fit loop, task evaluation, reproductions
+from perm_circuits import tasks  # noqa: E402
+from perm_circuits.reproduce import Comparison, Reproduction, reproduce  # noqa: E402
+from perm_circuits.task_eval import TaskEvaluation, evaluate_task, train_task  # noqa: E402
+from perm_circuits.tasks import (  # noqa: E402
+    FitResult,
+    PermutationTask,
+    StepState,
+    Task,
+    TaskBatch,
+    fit,
+    log_spaced_steps,
+    masked_cross_entropy,
+    register_task,
+    task_from_dict,
+)
+
+__all__ += ["tasks", "Comparison", "FitResult", "PermutationTask", "Reproduction", "StepState", "Task", "TaskBatch",
+            "TaskEvaluation", "evaluate_task", "fit", "log_spaced_steps", "masked_cross_entropy", "register_task",
+            "reproduce", "task_from_dict", "train_task"]

@@ -27,6 +27,8 @@ from perm_circuits.hooks import run_logits
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.posterior import Posterior, bayes_posterior
 from perm_circuits.task import Batch, TaskConfig, exhaustive_batch, make_batch, make_test_set, probe_sequence
+from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.permutation import PermutationTask, as_batch
 
 __all__ = [
     "Evaluation",
@@ -250,9 +252,9 @@ def probe_probabilities(
 
 def evaluate(
     model,
-    test_set: Batch | None = None,
+    test_set: Batch | TaskBatch | None = None,
     *,
-    task_config: TaskConfig | None = None,
+    task_config: TaskConfig | PermutationTask | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
     n: int = 5000,
     seed: int = 1234,
@@ -265,11 +267,17 @@ def evaluate(
         test_set: the batch to evaluate on; default: the fixed test set (``n`` samples from the
             test permutations, ``seed``) with the model's training ``repeat_ratio`` and
             ``repeat_sources``.
-        task_config: the task; default: the one stored with the model.
+        task_config: the task; default: the one stored with the model.  A
+            :class:`~perm_circuits.tasks.PermutationTask` (and a ``TaskBatch`` test set from it)
+            is unwrapped: the same evaluation.
         hooks: a TransformerLens hook list applied during the forward pass (ablation, patching...).
         probe: also run the study's probe sequence (a batch of one) under ``hooks``; turn off
             for hooks tied to the test set's batch size (row-paired resampling).
     """
+    if isinstance(task_config, PermutationTask):  # the Task interface's wrapper of the study's task
+        task_config = task_config.config
+    if isinstance(test_set, TaskBatch):
+        test_set = as_batch(test_set)
     config = task_config or task_config_of(model)
     if test_set is None:
         test_set = make_test_set(config, n=n, seed=seed)

@@ -41,6 +41,7 @@ from perm_circuits.models import (
 )
 from perm_circuits.posterior import bayes_posterior
 from perm_circuits.task import Batch, TaskConfig, make_batch, make_test_set, probe_sequence
+from perm_circuits.tasks.permutation import PermutationTask
 
 __all__ = ["EpochState", "TrainConfig", "TrainResult", "TrainingHistory", "dropout_seed", "masked_loss", "train"]
 
@@ -217,7 +218,7 @@ def _converged(history: TrainingHistory, config: TrainConfig, has_recall: bool) 
 
 def train(
     model_config: ModelConfig | str = "d32h2",
-    task_config: TaskConfig | None = None,
+    task_config: TaskConfig | PermutationTask | None = None,
     train_config: TrainConfig | None = None,
     *,
     callbacks: Sequence[Callable[[EpochState], Any]] = (),
@@ -228,7 +229,9 @@ def train(
 
     Args:
         model_config: a :class:`ModelConfig` or preset name (``"d16h1"``, ``"d32h1"``, ``"d32h2"``).
-        task_config: the data; default the plain task (``repeat_ratio=0``).
+        task_config: the data; default the plain task (``repeat_ratio=0``).  A
+            :class:`~perm_circuits.tasks.PermutationTask` is unwrapped to its ``TaskConfig``
+            (the same run bit for bit).
         train_config: the recipe; default the study's.
         callbacks: called with an :class:`EpochState` after every epoch's evaluation; returning
             ``True`` stops training (probes over training use this).
@@ -238,6 +241,8 @@ def train(
         progress: show a tqdm bar.
     """
     start = time.perf_counter()
+    if isinstance(task_config, PermutationTask):  # the Task interface's wrapper of the study's task
+        task_config = task_config.config
     for callback in callbacks:
         if not callable(callback):
             raise TypeError(f"callbacks must be callables taking an EpochState, got {callback!r}")

@@ -58,7 +58,15 @@ class TaskBatch:
                 f"tokens, targets and mask must share a shape, got {tuple(self.tokens.shape)}, "
                 f"{tuple(self.targets.shape)}, {tuple(self.mask.shape)}"
             )
+        for name in ("tokens", "targets"):
+            value = getattr(self, name)
+            if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+                raise TypeError(f"{name} must be integer token ids, got dtype {value.dtype}")
+        if not self.mask.dtype.is_floating_point:
+            raise TypeError(f"mask must be a float tensor of loss weights, got dtype {self.mask.dtype}")
         for name, value in self.extras.items():
+            if not isinstance(value, Tensor):
+                raise TypeError(f"extras[{name!r}] must be a tensor, got {type(value).__name__}")
             if value.shape[:1] != self.tokens.shape[:1]:
                 raise ValueError(f"extras[{name!r}] has batch size {value.shape[:1]}, tokens have {self.tokens.shape[0]}")
 
@@ -92,7 +100,15 @@ class Task(Protocol):
 
     def metrics(self, logits: Tensor, batch: TaskBatch) -> dict[str, float]: ...
 
-    def reference(self, batch: TaskBatch) -> Tensor | None: ...
+    def reference(self, batch: TaskBatch) -> Tensor | None:
+        """The exact or analytic answer on ``batch``, or ``None`` where the task has none.
+
+        Either the reference's next-token distribution over the full vocabulary,
+        ``Float[batch, seq, vocab]`` (e.g. the Bayesian posterior), or its next token,
+        ``Int[batch, seq]``; only positions where ``batch.mask`` > 0 are compared
+        (:func:`perm_circuits.task_eval.evaluate_task`).
+        """
+        ...
 
     def to_dict(self) -> dict[str, Any]: ...
 
@@ -103,19 +119,38 @@ TASKS: dict[str, type] = {}
 
 def register_task(name: str, cls: type) -> type:
     """Register ``cls`` under ``name`` for :func:`task_from_dict` (a new task's one line of wiring)."""
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str):
+        raise TypeError(f"task name must be a non-empty string, got {type(name).__name__} {name!r}")
+    if not name:
         raise ValueError(f"task name must be a non-empty string, got {name!r}")
+    if not isinstance(cls, type) or not callable(getattr(cls, "from_dict", None)):
+        raise TypeError(f"a task class needs a from_dict classmethod (for task_from_dict), got {cls!r}")
     if name in TASKS and TASKS[name] is not cls:
         raise ValueError(f"task name {name!r} is already registered to {TASKS[name].__name__}")
     TASKS[name] = cls
     return cls
 
 
+def _import_task_modules() -> None:
+    """Import every module of :mod:`perm_circuits.tasks`, so the built-in tasks are registered."""
+    import importlib
+    import pkgutil
+
+    import perm_circuits.tasks as package
+
+    for module in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{module.name}")
+
+
 def task_from_dict(data: Mapping[str, Any]) -> Task:
     """Rebuild a task from its :meth:`Task.to_dict` (which carries ``"task": name``)."""
-    if not isinstance(data, Mapping) or "task" not in data:
+    if not isinstance(data, Mapping):
+        raise TypeError(f"a task dict must be a mapping with a 'task' key, got {type(data).__name__}")
+    if "task" not in data:
         raise ValueError(f"a task dict needs a 'task' key naming one of {sorted(TASKS)}, got {data!r}")
     name = data["task"]
+    if name not in TASKS:
+        _import_task_modules()
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; registered tasks: {sorted(TASKS)}")
     cls = TASKS[name]
@@ -188,8 +223,14 @@ def fit(
     is kept in ``FitResult.records`` (a callback decides its own cadence, e.g. with
     :func:`log_spaced_steps`).  The model is left in eval mode.
     """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module mapping tokens to logits, got {type(model).__name__}")
     if not isinstance(task, Task):
         raise TypeError(f"task must implement perm_circuits.tasks.Task, got {type(task).__name__}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
+    if forward is not None and not callable(forward):
+        raise TypeError(f"forward must be a callable (model, tokens) -> logits, got {forward!r}")
     for name, value in (("steps", steps), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")

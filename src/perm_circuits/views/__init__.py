@@ -41,6 +41,7 @@ _SWEEP_NAMES = {
     "roles_frequency": "sweep_figures",
     "sweep_summary": "sweep_report",
     "write_sweep_report": "sweep_report",
+    "task_report": "task_report",  # the generic "task model" page (views.task_report)
 }
 __all__ += list(_SWEEP_NAMES)
 

@@ -1,0 +1,60 @@
+"""docs/tasks.md: its code runs as written, and the numbers the page states are the ones it produces."""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from perm_circuits.tasks import TASKS, task_from_dict
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "tasks.md"
+
+
+def _blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.DOTALL)
+
+
+def test_page_is_in_the_nav():
+    nav = (DOC.parent.parent / "mkdocs.yml").read_text(encoding="utf-8")
+    assert "tasks.md" in nav
+
+
+def test_worked_example_runs_and_states_its_numbers(tmp_path, monkeypatch):
+    blocks = _blocks()
+    assert len(blocks) == 3
+    monkeypatch.chdir(tmp_path)
+    module = types.ModuleType("docs_tasks_example")  # the page's code as one module, as a task file is
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    namespace = module.__dict__
+    try:
+        for block in blocks[1:]:  # the one-file task, then training it
+            exec(compile(block, str(DOC), "exec"), namespace)
+        task = namespace["task"]
+        assert TASKS["previous_token"] is type(task)
+        assert task_from_dict(task.to_dict()) == task
+        records = namespace["result"].records
+        by_step = {r["step"]: r["accuracy"] for r in records}
+        assert sorted(by_step) == [1, 2, 4, 7, 14, 27, 52, 100]
+        assert by_step[1] == pytest.approx(0.26, abs=0.005) and by_step[14] == pytest.approx(0.87, abs=0.005)
+        assert all(by_step[step] == 1.0 for step in (27, 52, 100))
+        evaluation = namespace["evaluation"]
+        assert evaluation.metrics["accuracy"] == 1.0 and evaluation.reference["reference_agreement"] == 1.0
+        assert namespace["previous"] == pytest.approx(0.97, abs=0.005)
+        page = namespace["page"]
+        assert page == Path("previous_token_report") / "previous_token.html" and (tmp_path / page).is_file()
+    finally:
+        TASKS.pop("previous_token", None)
+
+
+def test_study_example_numbers(pretrained):
+    from perm_circuits import PermutationTask, TaskConfig, evaluate_task
+
+    block = _blocks()[0]
+    assert "evaluate_task(load_pretrained(\"d32h2\"), PermutationTask(TaskConfig(repeat_ratio=0.3)), n=500)" in block
+    result = evaluate_task(pretrained("d32h2"), PermutationTask(TaskConfig(repeat_ratio=0.3)), n=500)
+    assert result.metrics["elimination_accuracy"] == result.metrics["recall_accuracy"] == 1.0
+    assert round(result.test_loss, 3) == 1.015 and round(result.reference["reference_tv"], 3) == 0.042
