@@ -129,3 +129,10 @@ from perm_circuits import sweep  # noqa: E402
 from perm_circuits.sweep import SweepResult, SweepSpec, export_parquet, load_sweep, run_sweep  # noqa: E402
 
 __all__ += ["sweep", "SweepResult", "SweepSpec", "export_parquet", "load_sweep", "run_sweep"]
+
+# --- training dynamics: step-level recording, which signal moves first, the LLC (dynamics/)
+from perm_circuits import dynamics  # noqa: E402
+from perm_circuits.dynamics import DynamicsRecord, DynamicsRecorder, load_dynamics, save_dynamics, which_first  # noqa: E402
+from perm_circuits.train import StepInfo  # noqa: E402
+
+__all__ += ["dynamics", "DynamicsRecord", "DynamicsRecorder", "StepInfo", "load_dynamics", "save_dynamics", "which_first"]

@@ -132,6 +132,8 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
 
     if args.out.exists() and not args.out.is_dir():
         raise ValueError(f"--out {str(args.out)!r} exists and is not a folder")
+    if args.record_dynamics is not None and args.resume is not None:
+        raise ValueError("--record-dynamics cannot be combined with --resume (the record would miss the steps before the checkpoint)")
     if args.out.is_dir() and not (args.force or args.resume is not None):
         from perm_circuits.models import CONFIG_FILE, WEIGHTS_FILE
 
@@ -185,8 +187,6 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
         train_config = TrainConfig(**{"seed": seed, **given, **schedule})
     recorders = []
     if args.record_dynamics is not None:
-        if args.resume is not None:
-            raise ValueError("--record-dynamics cannot be combined with --resume (the record would miss the steps before the checkpoint)")
         from perm_circuits.dynamics import DEFAULT_POINTS, DynamicsRecorder, default_steps
 
         total = train_config.epochs * train_config.steps_per_epoch

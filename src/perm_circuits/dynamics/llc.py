@@ -15,9 +15,10 @@ of ``n`` training sequences).  The loop is devinterp's ``sample_single_chain`` w
 ``LLCConfig.seed``, so an estimate is deterministic for a fixed seed on CPU and never touches the
 global RNG.  The model's weights are not modified (chains run on copies).
 
-devinterp is an optional dependency: ``pip install -e ".[dynamics]"``.  The defaults are cheap (2
-chains x 50 draws of 64 sequences, about 100 training steps' worth of compute), enough to follow the LLC's trend over training at a
-consistent setting, not a converged absolute value; raise ``draws`` and ``chains`` for that.
+devinterp is an optional dependency: ``pip install -e ".[dynamics]"``.  The defaults are cheap
+(2 chains x 50 draws of 64 sequences, about 100 training steps' worth of compute), enough to
+follow the LLC's trend over training at one fixed setting, not a converged absolute value (raise
+``draws`` and ``chains`` for that).
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ def emergence_figure(
     order = which_first(record, names, threshold)
     fig = go.Figure()
     colors = {}
-    palette = [c for c in MODEL_PALETTE]
+    palette = list(MODEL_PALETTE)
     for index, name in enumerate(names):
         norm, first, last, status = normalised(record.series(name).tolist())
         color = _FIXED_COLORS.get(name, palette[index % len(palette)])
@@ -65,8 +65,13 @@ def emergence_figure(
             go.Scatter(
                 x=[crossing.step], y=[y], mode="markers", name=f"{crossing.signal} crosses",
                 legendgroup=crossing.signal, showlegend=False,
-                marker={"color": colors[crossing.signal], "size": 10, "symbol": "diamond", "line": {"width": 1, "color": "white"}},
-                hovertemplate=f"{crossing.signal} crosses {threshold:g} at step {crossing.step} (rank {crossing.rank})<extra></extra>",
+                marker={
+                    "color": colors[crossing.signal], "size": 10, "symbol": "diamond",
+                    "line": {"width": 1, "color": "white"},
+                },
+                hovertemplate=(
+                    f"{crossing.signal} crosses {threshold:g} at step {crossing.step} (rank {crossing.rank})<extra></extra>"
+                ),
             )
         )
     fig.add_hline(y=threshold, line={"color": "#adb5bd", "dash": "dot", "width": 1})
@@ -74,4 +79,7 @@ def emergence_figure(
     fig.update_yaxes(range=[-0.1, 1.15])
     model = record.settings.get("model") or "model"
     default_title = f"{model}: emergence of each signal (normalised change; diamonds: first crossing of {threshold:g})"
-    return _style(fig, title or default_title, x_title="optimiser step (log)", y_title="change so far (0 = first, 1 = last value)", height=520)
+    return _style(
+        fig, title or default_title, x_title="optimiser step (log)",
+        y_title="change so far (0 = first, 1 = last value)", height=520,
+    )
