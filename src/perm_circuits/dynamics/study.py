@@ -94,15 +94,27 @@ class StudyDynamics:
         table: per signal of :data:`TABLE_SIGNALS` present: initial and final value and the steps
             where it crosses 10%, 50% and 90% of its change.
         recall_99_step: the first recorded step with recall accuracy >= 0.99.
-        probe_before_recall, attention_before_recall: whether the match probe / L0H0's duplicate
-            score crosses half its change strictly before recall accuracy does (None: same
-            recorded step or no crossing).
+        recall_off_floor_step: recall starts at chance and falls to about 0 while elimination forms
+            (the model eliminates x1's answer); this is the recorded step after the last one,
+            before recall's half-crossing, where recall accuracy is <= 0.02.
+        probe_first_rise_step: the first recorded step where the match probe exceeds its
+            initial value.
+        probe_starts_before_recall: whether the match probe crosses 10% of its change strictly
+            before recall accuracy does (None: same recorded step or no crossing).
+        probe_before_recall, attention_before_recall: the same at 50%, for the match probe and
+            for L0H0's duplicate score.
         probe_at_recall_half: the match probe's value at recall's half-crossing step.
         llc_recorded: whether the record has the LLC.
-        llc_biggest_change_step: the step ending the largest change of the LLC between
-            consecutive recorded steps; llc_biggest_change: that change.
-        llc_marks_transition: whether that step lies within recall's transition, from the recorded
-            step before its 10% crossing to its 90% crossing.
+        llc_trough_step, llc_trough: the lowest LLC between elimination's 90% crossing and
+            recall's 50% crossing (the stretch between the two skills).
+        llc_plateau: the median LLC from ``recall_99_step`` on; llc_noise: the median absolute
+            change between consecutive records there (the estimator's jitter).
+        llc_half_rise_step: the first step after the trough where the LLC is at least halfway
+            from the trough to the plateau.
+        llc_marks_transition: the LLC marks recall's transition when its rise (plateau - trough)
+            exceeds 3 x llc_noise and its half-rise step lies within recall's transition, from
+            the recorded step before recall's 10% crossing to its 90% crossing.
+        window: the recorded values of the key signals around the transition.
         epochs: per-epoch test loss / accuracies of this run and of the shipped history.
     """
 
@@ -111,13 +123,20 @@ class StudyDynamics:
     steps_per_epoch: int
     table: tuple[dict, ...]
     recall_99_step: int | None
+    recall_off_floor_step: int | None
+    probe_first_rise_step: int | None
+    probe_starts_before_recall: bool | None
     probe_before_recall: bool | None
     attention_before_recall: bool | None
     probe_at_recall_half: float
     llc_recorded: bool
-    llc_biggest_change_step: int | None
-    llc_biggest_change: float
+    llc_trough_step: int | None
+    llc_trough: float
+    llc_plateau: float
+    llc_noise: float
+    llc_half_rise_step: int | None
     llc_marks_transition: bool | None
+    window: tuple[dict, ...]
     epochs: tuple[dict, ...]
 
     def to_dataframe(self) -> pd.DataFrame:
@@ -148,23 +167,35 @@ class StudyDynamics:
             "",
             f"* **Recall** (x5 repeats x1) crosses half its change at step {_fmt(recall['step_50'])} and first reaches "
             f"99% at step {_fmt(self.recall_99_step)}; recall of x2 stays at {_fmt(self.row('recall_x2_accuracy')['final'])} "
-            "(the shortcut forms, not general recall).",
+            "(the shortcut forms, not general recall). Before that, recall falls from chance to about 0 while "
+            f"elimination forms and leaves that floor at step {_fmt(self.recall_off_floor_step)} (the 10% crossing "
+            "is measured from the value at step 1, so it comes later).",
             f"* **L0H0's QK match probe** (`{MATCH_PROBE}`, R from {_fmt(probe['initial'], 1)} to {_fmt(probe['final'], 1)}) "
-            f"crosses half its change at step {_fmt(probe['step_50'])}: **{word[self.probe_before_recall]}** recall "
-            f"(its value at recall's half-crossing: {_fmt(self.probe_at_recall_half, 1)}). Its attention counterpart "
-            f"`{MATCH_ATTENTION}` crosses at step {_fmt(attention['step_50'])}: {word[self.attention_before_recall]} recall.",
+            f"first rises above its initial value at step {_fmt(self.probe_first_rise_step)} and "
+            f"crosses 10% of its change at step {_fmt(probe['step_10'])}, **{word[self.probe_starts_before_recall]}** "
+            f"recall (10% at step {_fmt(recall['step_10'])}), and crosses half its change at step {_fmt(probe['step_50'])}, "
+            f"**{word[self.probe_before_recall]}** recall (its value at recall's half-crossing: "
+            f"{_fmt(self.probe_at_recall_half, 1)}). Its attention counterpart `{MATCH_ATTENTION}` crosses half its change "
+            f"at step {_fmt(attention['step_50'])}: {word[self.attention_before_recall]} recall.",
         ]
         if self.llc_recorded:
-            llc = self.row("llc")
-            verdict = {True: "inside", False: "outside", None: "undefined relative to"}[self.llc_marks_transition]
+            verdict = {True: "marks", False: "does not mark", None: "cannot tell about"}[self.llc_marks_transition]
             lines.append(
-                f"* **LLC**: from {_fmt(llc['initial'], 1)} to {_fmt(llc['final'], 1)}; its largest change between "
-                f"recorded steps ({_fmt(self.llc_biggest_change, 1)}) ends at step {_fmt(self.llc_biggest_change_step)}, "
-                f"**{verdict}** recall's transition (steps {_fmt(recall['before_10'])} to {_fmt(recall['step_90'])}); "
-                f"it crosses half its change at step {_fmt(llc['step_50'])}."
+                f"* **LLC**: between the two skills it falls to {_fmt(self.llc_trough, 1)} (step "
+                f"{_fmt(self.llc_trough_step)}), then rises to a plateau of {_fmt(self.llc_plateau, 1)} (median from step "
+                f"{_fmt(self.recall_99_step)}; jitter between records {_fmt(self.llc_noise, 1)}); it is halfway up at step "
+                f"{_fmt(self.llc_half_rise_step)}, recall's transition runs from step {_fmt(recall['before_10'])} to "
+                f"{_fmt(recall['step_90'])}: the LLC **{verdict}** the transition."
             )
         else:
             lines.append("* **LLC**: not recorded (devinterp was not installed when the record was made).")
+        if self.window:
+            keys = [k for k in self.window[0] if k != "step"]
+            lines += ["", "Around the transition (recorded values):", "",
+                      "| step | " + " | ".join(f"`{k}`" for k in keys) + " |", "|---" * (len(keys) + 1) + "|"]
+            for row in self.window:
+                lines.append(f"| {row['step']} | " + " | ".join(_fmt(row[k]) for k in keys) + " |")
+            lines.append("")
         if self.epochs:
             diff = max(abs(e["run_test_loss"] - e["shipped_test_loss"]) for e in self.epochs)
             first = [e["epoch"] for e in self.epochs if e["run_recall_accuracy"] >= 0.99]
@@ -211,16 +242,39 @@ def study_dynamics(record: DynamicsRecord, epochs: pd.DataFrame | None = None) -
     half = which_first(record, [RECALL, MATCH_PROBE, MATCH_ATTENTION])
     recall_half = half.step_of(RECALL)
     probe_at = float(record.series(MATCH_PROBE)[recall_half]) if recall_half is not None else math.nan
+    recall_row = next(r for r in table if r["signal"] == RECALL)
     llc_recorded = "llc" in record.signals
-    big_step, big, marks = None, math.nan, None
-    if llc_recorded:
+    trough_step, trough, plateau, noise, half_step, marks = None, math.nan, math.nan, math.nan, None, None
+    elim_90 = crossings[0.9].get("elimination_accuracy")
+    if llc_recorded and recall_half is not None and recall_99 is not None and elim_90 is not None:
         llc = record.series("llc").dropna()
-        changes = llc.diff().abs().iloc[1:]
-        if len(changes):
-            big_step, big = int(changes.idxmax()), float(changes.max())
-            recall_row = next(r for r in table if r["signal"] == RECALL)
-            if recall_row["before_10"] is not None and recall_row["step_90"] is not None:
-                marks = recall_row["before_10"] <= big_step <= recall_row["step_90"]
+        between = llc[(llc.index >= elim_90) & (llc.index <= recall_half)]
+        after = llc[llc.index >= recall_99]
+        if len(between) and len(after) >= 2:
+            trough_step, trough = int(between.idxmin()), float(between.min())
+            plateau, noise = float(after.median()), float(after.diff().abs().iloc[1:].median())
+            rising = llc[(llc.index > trough_step) & (llc >= trough + (plateau - trough) / 2)]
+            half_step = int(rising.index[0]) if len(rising) else None
+            if half_step is not None and recall_row["before_10"] is not None and recall_row["step_90"] is not None:
+                marks = bool(plateau - trough > 3 * noise and recall_row["before_10"] <= half_step <= recall_row["step_90"])
+    off_floor = None
+    if recall_half is not None:
+        index = record.steps.index(recall_half)
+        floor = [i for i in range(index) if recall_series.iloc[i] <= 0.02]
+        off_floor = record.steps[floor[-1] + 1] if floor else None
+    probe_series = record.series(MATCH_PROBE)
+    rises = probe_series.index[probe_series > probe_series.iloc[0]]
+    first_rise = int(rises[0]) if len(rises) else None
+    window = ()
+    probe_10 = crossings[0.1][MATCH_PROBE]
+    if recall_99 is not None and probe_10 is not None and recall_row["step_10"] is not None:
+        first = min(probe_10, recall_row["step_10"])
+        start = max(0, record.steps.index(first) - 3)
+        stop = record.steps.index(recall_99) + 1
+        keys = [k for k in (RECALL, MATCH_PROBE, MATCH_ATTENTION, "test_loss", "llc") if k in record.signals]
+        window = tuple(
+            {"step": step, **{k: float(record.series(k)[step]) for k in keys}} for step in record.steps[start:stop]
+        )
     rows = tuple(epochs.to_dict("records")) if epochs is not None else ()
     return StudyDynamics(
         n_recorded=len(record),
@@ -228,13 +282,20 @@ def study_dynamics(record: DynamicsRecord, epochs: pd.DataFrame | None = None) -
         steps_per_epoch=STEPS_PER_EPOCH,
         table=tuple(table),
         recall_99_step=recall_99,
+        recall_off_floor_step=off_floor,
+        probe_first_rise_step=first_rise,
+        probe_starts_before_recall=which_first(record, [RECALL, MATCH_PROBE], 0.1).before(MATCH_PROBE, RECALL),
         probe_before_recall=half.before(MATCH_PROBE, RECALL),
         attention_before_recall=half.before(MATCH_ATTENTION, RECALL),
         probe_at_recall_half=probe_at,
         llc_recorded=llc_recorded,
-        llc_biggest_change_step=big_step,
-        llc_biggest_change=big,
+        llc_trough_step=trough_step,
+        llc_trough=trough,
+        llc_plateau=plateau,
+        llc_noise=noise,
+        llc_half_rise_step=half_step,
         llc_marks_transition=marks,
+        window=window,
         epochs=rows,
     )
 
