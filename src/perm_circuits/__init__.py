@@ -154,3 +154,10 @@ from perm_circuits.tasks import (  # noqa: E402
 __all__ += ["tasks", "Comparison", "FitResult", "PermutationTask", "Reproduction", "StepState", "Task", "TaskBatch",
             "TaskEvaluation", "evaluate_task", "fit", "log_spaced_steps", "masked_cross_entropy", "register_task",
             "reproduce", "task_from_dict", "train_task"]
+
+# --- training dynamics: step-level recording, which signal moves first, the LLC (dynamics/)
+from perm_circuits import dynamics  # noqa: E402
+from perm_circuits.dynamics import DynamicsRecord, DynamicsRecorder, load_dynamics, save_dynamics, which_first  # noqa: E402
+from perm_circuits.train import StepInfo  # noqa: E402
+
+__all__ += ["dynamics", "DynamicsRecord", "DynamicsRecorder", "StepInfo", "load_dynamics", "save_dynamics", "which_first"]

@@ -65,6 +65,8 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--early-stop", type=_positive_int, metavar="PATIENCE", help="stop once converged")
     tr.add_argument("--checkpoint-every", type=_positive_int, metavar="N")
     tr.add_argument("--resume", type=Path, metavar="CHECKPOINT", help="resume a training checkpoint")
+    tr.add_argument("--record-dynamics", type=_positive_int, nargs="?", const=0, metavar="N",
+                    help="record the training dynamics at N log-spaced steps (default 32) into OUT/dynamics.json")
     tr.add_argument("--out", type=Path, required=True, help="output checkpoint folder (new or empty, unless --force)")
     tr.add_argument("--force", action="store_true", help="overwrite a checkpoint (or other files) already in --out")
     tr.add_argument("--threads", type=_positive_int, default=1, help="torch CPU threads (default 1: fastest for these sizes, and reproducible)")
@@ -130,6 +132,8 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
 
     if args.out.exists() and not args.out.is_dir():
         raise ValueError(f"--out {str(args.out)!r} exists and is not a folder")
+    if args.record_dynamics is not None and args.resume is not None:
+        raise ValueError("--record-dynamics cannot be combined with --resume (the record would miss the steps before the checkpoint)")
     if args.out.is_dir() and not (args.force or args.resume is not None):
         from perm_circuits.models import CONFIG_FILE, WEIGHTS_FILE
 
@@ -181,8 +185,15 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
         ratio = 0.3 if args.repeat_ratio is None else args.repeat_ratio
         task_config = TaskConfig(V=args.V, repeat_ratio=ratio, repeat_sources=args.repeat_sources or (1,))
         train_config = TrainConfig(**{"seed": seed, **given, **schedule})
+    recorders = []
+    if args.record_dynamics is not None:
+        from perm_circuits.dynamics import DEFAULT_POINTS, DynamicsRecorder, default_steps
+
+        total = train_config.epochs * train_config.steps_per_epoch
+        recorders.append(DynamicsRecorder(task_config, default_steps(total, args.record_dynamics or DEFAULT_POINTS)))
     result = train(
-        model_config or "d32h2", task_config, train_config, resume_from=args.resume, progress=not args.quiet
+        model_config or "d32h2", task_config, train_config, resume_from=args.resume, progress=not args.quiet,
+        step_callbacks=recorders,
     )
     metadata = {
         "command": "perm-circuits " + " ".join(shlex.quote(a) for a in argv),
@@ -196,6 +207,10 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
         "versions": _versions(),
     }
     save_model(result.model, args.out, task_config=result.task_config, metadata=metadata)
+    if recorders:
+        from perm_circuits.dynamics import save_dynamics
+
+        print(f"recorded dynamics: {save_dynamics(recorders[0].result(), args.out)}")
     print(result.evaluation.to_markdown())
     print(f"\nsaved {args.out} ({result.epochs_run} epochs, {result.seconds:.1f} s)")
     return 0

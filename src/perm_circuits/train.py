@@ -43,7 +43,7 @@ from perm_circuits.posterior import bayes_posterior
 from perm_circuits.task import Batch, TaskConfig, make_batch, make_test_set, probe_sequence
 from perm_circuits.tasks.permutation import PermutationTask
 
-__all__ = ["EpochState", "TrainConfig", "TrainResult", "TrainingHistory", "dropout_seed", "masked_loss", "train"]
+__all__ = ["EpochState", "StepInfo", "TrainConfig", "TrainResult", "TrainingHistory", "dropout_seed", "masked_loss", "train"]
 
 
 def dropout_seed(seed: int) -> int:
@@ -136,6 +136,22 @@ class EpochState:
 
 
 @dataclass(frozen=True)
+class StepInfo:
+    """What a step callback sees after each optimiser step.
+
+    ``step`` is the global step (1-based, counted over all epochs, also across a resume), ``loss``
+    the step's training loss (a detached 0-d tensor), ``model`` the bridge, still in train mode:
+    a callback that evaluates must switch to eval mode and back, use ``torch.no_grad()`` and leave
+    the parameters and every RNG it did not create untouched.
+    """
+
+    step: int
+    epoch: int
+    model: Any
+    loss: Tensor
+
+
+@dataclass(frozen=True)
 class TrainResult:
     model: Any
     history: TrainingHistory
@@ -222,6 +238,7 @@ def train(
     train_config: TrainConfig | None = None,
     *,
     callbacks: Sequence[Callable[[EpochState], Any]] = (),
+    step_callbacks: Sequence[Callable[[StepInfo], Any]] = (),
     resume_from: str | Path | None = None,
     progress: bool = True,
 ) -> TrainResult:
@@ -235,6 +252,8 @@ def train(
         train_config: the recipe; default the study's.
         callbacks: called with an :class:`EpochState` after every epoch's evaluation; returning
             ``True`` stops training (probes over training use this).
+        step_callbacks: called with a :class:`StepInfo` after every optimiser step (their return
+            value is ignored); e.g. :class:`perm_circuits.dynamics.DynamicsRecorder`.
         resume_from: a checkpoint folder from ``checkpoint_every``.  Model, task and recipe are
             taken from it; a ``train_config`` passed with it may change only
             :data:`RESUMABLE_FIELDS` (more epochs, checkpointing, early stopping).
@@ -246,6 +265,9 @@ def train(
     for callback in callbacks:
         if not callable(callback):
             raise TypeError(f"callbacks must be callables taking an EpochState, got {callback!r}")
+    for callback in step_callbacks:
+        if not callable(callback):
+            raise TypeError(f"step_callbacks must be callables taking a StepInfo, got {callback!r}")
     generator = torch.Generator()
     dropout_generator = torch.Generator()
     history = TrainingHistory()
@@ -281,6 +303,7 @@ def train(
     stopped_early = False
     epoch = first_epoch - 1
     bar = tqdm(range(first_epoch, train_config.epochs + 1), disable=not progress, desc=f"train {model_config.name}")
+    global_step = (first_epoch - 1) * train_config.steps_per_epoch
     for epoch in bar:
         model.train()
         running = torch.zeros(())
@@ -294,6 +317,9 @@ def train(
             loss.backward()
             optimizer.step()
             running += loss.detach()
+            global_step += 1
+            for callback in step_callbacks:
+                callback(StepInfo(global_step, epoch, model, loss.detach()))
         model.eval()
         evaluation = evaluator(model, weights)
         row = {"epoch": epoch, "train_loss": float(running) / train_config.steps_per_epoch, **evaluation.summary()}

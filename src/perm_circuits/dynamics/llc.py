@@ -1,0 +1,189 @@
+"""The local learning coefficient (LLC) of a model, by SGLD (Lau et al. 2023, "Quantifying
+degeneracy in singular models via the learning coefficient"; used as a developmental signal by
+Hoogland et al. 2024, "The developmental landscape of in-context learning").
+
+The estimator is devinterp's: SGLD chains localised at the current weights ``w*`` sample
+``w ~ exp(-n_beta L_n(w) - gamma/2 |w - w*|^2)`` with devinterp's own optimiser
+(``devinterp.optim.SGMCMC.sgld``), and
+
+    LLC_hat = n_beta * (E_chain[L_n(w)] - L_n(w*))
+
+where ``L_n`` is the training loss (here the task's masked next-token cross-entropy on a fixed set
+of ``n`` training sequences).  The loop is devinterp's ``sample_single_chain`` with our loss and
+``fast_forward``, without its zarr output (which costs seconds per estimate): every random draw
+(mini-batch indices, SGLD noise) comes from one ``torch.Generator`` per chain seeded from
+``LLCConfig.seed``, so an estimate is deterministic for a fixed seed on CPU and never touches the
+global RNG.  The model's weights are not modified (chains run on copies).
+
+devinterp is an optional dependency: ``pip install -e ".[dynamics]"``.  The defaults are cheap
+(2 chains x 50 draws of 64 sequences, about 100 training steps' worth of compute), enough to
+follow the LLC's trend over training at one fixed setting, not a converged absolute value (raise
+``draws`` and ``chains`` for that).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import statistics
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+import torch
+
+from perm_circuits.models import fast_forward, model_config_of
+from perm_circuits.task import TaskConfig, make_batch
+from perm_circuits.train import masked_loss
+
+__all__ = ["LLCConfig", "LLCEstimate", "local_learning_coefficient", "require_devinterp"]
+
+INSTALL_HINT = 'pip install -e ".[dynamics]"'
+
+
+def require_devinterp():
+    """devinterp's SGLD optimiser factory; ImportError naming the extra when it is not installed."""
+    try:
+        from devinterp.optim import SGMCMC
+    except ImportError:
+        try:  # devinterp 1.x
+            from devinterp.optim import SGLD
+        except ImportError:
+            raise ImportError(
+                f"the local learning coefficient needs devinterp (an optional extra): {INSTALL_HINT}"
+            ) from None
+        return SGLD
+    return SGMCMC.sgld
+
+
+@dataclass(frozen=True)
+class LLCConfig:
+    """SGLD settings of an LLC estimate.
+
+    Attributes:
+        chains: independent SGLD chains.
+        draws: SGLD steps per chain that enter the estimate (after ``burnin``).
+        burnin: SGLD steps per chain discarded first.
+        batch_size: sequences per SGLD step (drawn with replacement from the ``n`` sequences).
+        lr: SGLD step size epsilon.
+        n_beta: inverse temperature n * beta.
+        localization: gamma, the pull towards the weights being measured.
+        n: training sequences defining L_n (a fixed sample of the task's train split).
+        seed: seeds the sequences and every chain.
+    """
+
+    chains: int = 2
+    draws: int = 50
+    burnin: int = 0
+    batch_size: int = 64
+    lr: float = 3e-4
+    n_beta: float = 100.0
+    localization: float = 100.0
+    n: int = 1024
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("chains", "draws", "batch_size", "n"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"LLCConfig.{name} must be an int >= 1, got {value!r}")
+        for name in ("burnin", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"LLCConfig.{name} must be an int >= 0, got {value!r}")
+        for name in ("lr", "n_beta"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+                raise ValueError(f"LLCConfig.{name} must be a positive number, got {value!r}")
+        value = self.localization
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"LLCConfig.localization must be a number >= 0, got {value!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LLCEstimate:
+    """An LLC estimate: the mean over chains, their spread, and the losses it comes from."""
+
+    llc: float
+    llc_std: float
+    per_chain: tuple[float, ...]
+    init_loss: float
+    mean_chain_loss: float
+    config: LLCConfig
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per chain."""
+        return pd.DataFrame({"chain": range(len(self.per_chain)), "llc": self.per_chain})
+
+
+def _chain_seed(seed: int, chain: int) -> int:
+    digest = hashlib.sha256(f"perm_circuits.llc:{seed}:{chain}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def local_learning_coefficient(
+    model, task_config: TaskConfig | None = None, config: LLCConfig | None = None
+) -> LLCEstimate:
+    """Estimate the LLC of ``model`` at its current weights on ``task_config``'s training loss.
+
+    Args:
+        model: a perm_circuits bridge (LayerNorm or no normalization, as :func:`fast_forward`).
+        task_config: the task whose train split defines the loss (default: the model's own).
+        config: SGLD settings (default :class:`LLCConfig`).
+
+    Raises ImportError (naming ``pip install -e ".[dynamics]"``) without devinterp.
+    """
+    config = LLCConfig() if config is None else config
+    if not isinstance(config, LLCConfig):
+        raise TypeError(f"config must be an LLCConfig or None, got {type(config).__name__}")
+    model_config = model_config_of(model)
+    if task_config is None:
+        from perm_circuits.models import task_config_of
+
+        task_config = task_config_of(model)
+    if not isinstance(task_config, TaskConfig):
+        raise TypeError(f"task_config must be a TaskConfig or None, got {type(task_config).__name__}")
+    if task_config.V != model_config.V:
+        raise ValueError(f"task V={task_config.V} does not match model V={model_config.V}")
+    sgld = require_devinterp()
+
+    data = make_batch(task_config, config.n, generator=torch.Generator().manual_seed(config.seed))
+    state = model.state_dict(keep_vars=True)
+    sampled = [k for k, v in state.items() if isinstance(v, torch.nn.Parameter) and v.requires_grad]
+    base = {k: v.detach().clone() for k, v in state.items()}
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            init_loss = float(masked_loss(fast_forward(model, data.inputs, base), data.targets, data.mask))
+        per_chain, chain_means = [], []
+        for chain in range(config.chains):
+            generator = torch.Generator().manual_seed(_chain_seed(config.seed, chain))
+            params = [base[k].clone().requires_grad_(True) for k in sampled]
+            weights = {**base, **dict(zip(sampled, params))}
+            optimizer = sgld(params, lr=config.lr, nbeta=config.n_beta, localization=config.localization)
+            losses = []
+            for t in range(config.burnin + config.draws):
+                index = torch.randint(config.n, (config.batch_size,), generator=generator)
+                loss = masked_loss(fast_forward(model, data.inputs[index], weights), data.targets[index], data.mask[index])
+                grads = torch.autograd.grad(loss, params)
+                for param, grad in zip(params, grads):
+                    param.grad = grad
+                optimizer.step(noise_generator=generator)
+                if t >= config.burnin:
+                    losses.append(float(loss.detach()))
+            mean = sum(losses) / len(losses)
+            chain_means.append(mean)
+            per_chain.append(config.n_beta * (mean - init_loss))
+    finally:
+        model.train(was_training)
+    return LLCEstimate(
+        llc=sum(per_chain) / len(per_chain),
+        llc_std=statistics.stdev(per_chain) if len(per_chain) > 1 else 0.0,
+        per_chain=tuple(per_chain),
+        init_loss=init_loss,
+        mean_chain_loss=sum(chain_means) / len(chain_means),
+        config=config,
+    )
