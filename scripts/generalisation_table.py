@@ -43,10 +43,28 @@ def induction_columns(model, task_config) -> dict[str, float]:
     return out
 
 
+def story_columns(model, task_config) -> dict[str, object]:
+    """The induction story of a multi-layer model (scores + K-composition + path patching, with CI)."""
+    from perm_circuits.analysis.induction_story import induction_story
+
+    story = induction_story(model, task_config=task_config, n=2000, n_pair=2000, n_boot=200)
+    return {
+        "story_holds": bool(story.holds), "story_previous_head": story.previous_head,
+        "story_induction_head": story.induction_head, "story_previous_token": story.previous_token,
+        "story_induction": story.induction, "story_k_composition": story.k_composition,
+        "story_q_composition": story.q_composition, "story_v_composition": story.v_composition,
+        "story_k_baseline": story.k_baseline, "story_path_k": story.path_k,
+        "story_path_k_ci_low": story.path_k_ci_low, "story_path_k_ci_high": story.path_k_ci_high,
+        "story_path_q": story.path_q, "story_path_v": story.path_v, "story_missing": "; ".join(story.missing),
+    }
+
+
 def table(sweep_dir: Path, progress: bool = True) -> pd.DataFrame:
     frame = load_sweep(sweep_dir)
     frame["repeat_sources"] = frame["repeat_sources"].astype(str)
     rows = []
+    if "recall_gen_n" in frame:
+        frame = frame.drop(columns="recall_gen_n")
     for row in tqdm(frame.to_dict("records"), disable=not progress, desc="exhaustive recall"):
         out = {k: row.get(k) for k in KEEP}
         folder = sweep_dir / MODELS_DIR / str(row["run_id"])
@@ -60,18 +78,21 @@ def table(sweep_dir: Path, progress: bool = True) -> pd.DataFrame:
             out["recall_gen_n"] = general.n_per_source
             out["elimination_exhaustive"] = general.elimination
             out.update(induction_columns(model, checkpoint.task_config))
+            if checkpoint.model_config.n_layers >= 2:
+                out.update(story_columns(model, checkpoint.task_config))
         rows.append(out)
     return pd.DataFrame(rows).sort_values(["n_layers", "d_model", "n_heads", "repeat_sources", "seed"]).reset_index(drop=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sweep_dir", type=Path)
+    parser.add_argument("sweep_dir", type=Path, nargs="+", help="sweep folder(s); rows are concatenated")
     parser.add_argument("--out", type=Path, default=Path("results/generalisation_sweep.csv"))
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    result = table(args.sweep_dir, progress=not args.quiet)
+    result = pd.concat([table(d, progress=not args.quiet) for d in args.sweep_dir], ignore_index=True)
+    result = result.sort_values(["n_layers", "d_model", "n_heads", "repeat_sources", "seed"]).reset_index(drop=True)
     result.to_csv(args.out, index=False)
     print(f"wrote {args.out}: {len(result)} runs")
     return 0
