@@ -5,8 +5,15 @@ and ablation / patching evidence -> a :class:`HeadRole` per head and an :class:`
 module) -> the study's claims (:mod:`~perm_circuits.analysis.claims`) -> the verdict
 (:mod:`~perm_circuits.analysis.verdict`).
 
+Components are named ``L{layer}H{head}`` and ``L{layer}MLP`` in every layer; the same rules judge
+the heads and MLPs of every layer (in a multi-layer model a head in layer 1 is ablated and patched
+on its own ``blocks.1.attn.hook_z``, like a head in layer 0).
+
 Decision rules (all thresholds are fields of :class:`~perm_circuits.analysis.scores.RoleThresholds`):
 
+- *retention* of a capability under an ablation is chance-corrected,
+  ``(acc_ablated - 1/V) / (acc_baseline - 1/V)``; defined only where the baseline has the
+  capability (baseline accuracy >= ``incapable`` = 0.5).  ``<= destroyed`` (0.25) destroys it,
   ``>= survives`` (0.75) leaves it, in between damages it.
 - a component is *needed for elimination* if ablating it drops elimination retention below
   ``survives`` or raises the steps 1..V-1 MAE (vs the train-prior posterior) by ``mae_increase``
@@ -21,15 +28,13 @@ Decision rules (all thresholds are fields of :class:`~perm_circuits.analysis.sco
 - head role: needed for both -> ``"mixed"``; for elimination only -> ``"eliminator"`` if it has
   the eliminator pattern, else ``"other"``; for recall only -> ``"duplicate/recall"`` with the
   duplicate pattern, ``"binder"`` with the binder pattern, else ``"other"``; for neither ->
+  ``"unused"`` (loss rises by < ``loss_increase`` = 0.05 nats) or ``"minor"``.
+- MLP role: needed for recall while elimination survives -> ``"completes recall"`` (recall
+  retention ``<= destroyed``) or ``"contributes to recall"``; needed for recall and elimination
   -> ``"needed for both"``; elimination only -> ``"needed for elimination"``; else ``"unused"`` /
   ``"minor"``.
-- claims (multi-head models: eliminates, recalls, eliminator_head, binding_head,
-  division_of_labour, ffn_completes_recall, no_attention_lookup; one-head models: eliminates,
-  no_recall, single_head_accumulates): each is supported / contradicted / inconclusive by the
-  rules in its ``_*_claim`` function, quoted in its evidence.  E.g. the FFN claim is supported
-  when the MLP "completes recall", or is "needed for both" with its recall signal destroyed
-  (``<= destroyed``), and contradicted when no MLP is needed for recall ("recall survives MLP
-  ablation: the FFN does not decode").  The story holds when every claim is supported and does
+
+The study's claims built from these roles are in :mod:`~perm_circuits.analysis.claims`.
 
 Nothing here prints; every function validates its arguments before any forward pass and leaves
 no hooks on the model.

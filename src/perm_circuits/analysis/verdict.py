@@ -134,7 +134,7 @@ class RoleVerdict:
         return [item.component for item in (*self.heads, *self.mlps) if not item.robust]
 
     def role(self, component: str) -> str:
-        """Role of ``"L0H1"`` or ``"L0MLP"``."""
+        """Role of a component: ``"L0H1"``, ``"L1H0"``, ``"L0MLP"``, ``"L1MLP"``..."""
         for item in (*self.heads, *self.mlps):
             if item.component == component:
                 return item.role
@@ -443,6 +443,7 @@ def _joint_rows(
         return (), {}
     posteriors = (bayes_posterior(batch.inputs, config, "uniform"), bayes_posterior(batch.inputs, config, "train"))
     component = "+".join(s.component for s in group)
+    layers = list(dict.fromkeys(s.layer for s in group))  # AblationRow.layer: None when they span layers
     rows, signals = [], {}
     for how in hows:
         extra: HookList = []
@@ -458,7 +459,7 @@ def _joint_rows(
         evaluation = evaluate_logits(logits, batch, config, posteriors=posteriors)
         memorization = evaluation.memorization
         rows.append(AblationRow(
-            component=component, how=how, layer=group[0].layer, head=None,
+            component=component, how=how, layer=layers[0] if len(layers) == 1 else None, head=None,
             elimination_accuracy=evaluation.elimination.accuracy, recall_accuracy=evaluation.recall_accuracy,
             early_mae_train=evaluation.early_mae_train, loss=evaluation.test_loss,
             elimination_loss=evaluation.elimination.loss,
@@ -516,8 +517,10 @@ def head_roles(
 
     then :func:`judge_roles` under ``how``, and under every other mode in ``hows``: each role
     carries its role in every mode and whether it is robust, each claim its status in every mode,
-    and the verdict its outcome in every mode (``verdict_by_how``).  Works for any model (1-head
-    models get the study's d16h1 claims, multi-head models the d32h2 ones).
+    and the verdict its outcome in every mode (``verdict_by_how``).  Works for any model, any
+    number of layers (components ``L{layer}H{head}`` / ``L{layer}MLP``; a model with one head in
+    all gets the study's d16h1 claims, every other model the d32h2 ones, see
+    :func:`~perm_circuits.analysis.claims.single_head`).
 
     Decision mode: mean ablation (``DECISION_MODE``), unchanged from earlier versions and not
     chosen for the story it tells.  It is the IOI convention (Wang et al. 2022) and keeps every
