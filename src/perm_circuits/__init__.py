@@ -35,6 +35,7 @@ from perm_circuits.evaluate import (
     probe_probabilities,
     recall_generalisation,
 )
+from perm_circuits.handbuilt import build_induction_model
 from perm_circuits.hooks import check_hooks, hook_count, run_logits
 from perm_circuits.models import (
     PRESETS,
@@ -102,6 +103,7 @@ __all__ = [
     "TrainingHistory",
     "all_permutations",
     "bayes_posterior",
+    "build_induction_model",
     "build_model",
     "check_hooks",
     "evaluate",
