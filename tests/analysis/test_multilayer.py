@@ -33,6 +33,7 @@ from perm_circuits.analysis import (
     ablation_table,
     decompose_logit_diff,
     direct_logit_attribution,
+    find_recall_head,
     head_roles,
     head_scores,
     model_memory_probes,
@@ -165,6 +166,8 @@ def test_patching_a_layer_one_head_restores_exactly_the_clean_run(induction):
     for s in range(2 * V - 1):
         expected = 1.0 if s == 1 else 0.0
         assert sources.get(layer=1, head=0, position=2 * V - 2, source_position=s).mean == pytest.approx(expected, abs=1e-5)
+    best = find_recall_head(induction, pair, n_boot=20)
+    assert (best.layer, best.head) == (1, 0)
     mlps = patch_mlp(induction, pair, n_boot=20)
     assert [cell.layer for cell in mlps.cells] == [0, 1]
     assert all(cell.mean == 0.0 for cell in mlps.cells)
