@@ -212,7 +212,14 @@ def test_head_roles_judge_the_heads_of_layer_one(induction):
     assert verdict.role("L1H1") == "eliminator"
     assert verdict.role("L0H1") == "unused" and verdict.role("L1MLP") == "unused"
     assert verdict.heads[0].causal_role == "recall"  # L0H0: recall needs the previous token
-    assert verdict.heads[2].patch_effect == pytest.approx(1.0, abs=1e-5)  # L1H0's output is all of recall
+    induction_head = verdict.heads[2]
+    assert induction_head.patch_effect == pytest.approx(1.0, abs=1e-5)  # L1H0's output is all of recall
+    # L1H0 shares the eliminator pattern with L1H1 (unmatched x queries spread over the ys), and
+    # ablating both breaks elimination; but L1H1 alone does that, so L1H0 is not a redundant eliminator
+    assert induction_head.elimination_retention == pytest.approx(1.0)
+    assert induction_head.joint_elimination_retention < 0.25
+    assert induction_head.causal_role == "recall" and induction_head.role == "other"
+    assert "which L1H1 alone already breaks" in induction_head.reason
     assert verdict.claims.status("recalls") == "supported"
     eliminator = verdict.claims.get("eliminator_head")
     assert eliminator.status == "supported" and eliminator.evidence.startswith("L1H1:")

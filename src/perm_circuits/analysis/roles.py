@@ -17,7 +17,8 @@ Decision rules (all thresholds are fields of :class:`~perm_circuits.analysis.sco
   ``>= survives`` (0.75) leaves it, in between damages it.
 - a component is *needed for elimination* if ablating it drops elimination retention below
   ``survives`` or raises the steps 1..V-1 MAE (vs the train-prior posterior) by ``mae_increase``
-  (0.05).  It is *needed for recall* if ablating it drops recall retention below ``survives``
+  (0.05); a head with the eliminator pattern is needed *redundantly* if only the joint ablation of
+  every head with that pattern drops it, and no other of those heads breaks elimination alone.  It is *needed for recall* if ablating it drops recall retention below ``survives``
   while elimination survives; if elimination falls too, only if the recall signal also falls
   (signal retention ``< survives``; taken as yes when the signal was not measured); a head whose
   ablation leaves recall is still needed for it if patching its clean output restores
@@ -237,8 +238,12 @@ def _recall_needed(ctx: _Context, r_ret: float, elim_harmed: bool, signal_ret: f
 
 
 def _judge_head(
-    ctx: _Context, score: HeadScore, row: AblationRow, patching: PatchingSweep | None, joint: AblationRow | None
+    ctx: _Context, score: HeadScore, row: AblationRow, patching: PatchingSweep | None, joint: AblationRow | None,
+    explained: str = "",
 ) -> HeadRole:
+    """The role of one head.  ``explained``: another head of the joint group (``joint``) whose own
+    ablation already breaks elimination; the joint ablation's loss is then put down to it, and this
+    head is not called redundant for elimination."""
     t, base = ctx.t, ctx.base
     e_ret = ctx.retention(row.elimination_accuracy, base.elimination_accuracy)
     r_ret = ctx.retention(row.recall_accuracy, base.recall_accuracy) if ctx.recall_present else math.nan
@@ -250,7 +255,7 @@ def _judge_head(
     if joint is not None:
         joint_ret = ctx.retention(joint.elimination_accuracy, base.elimination_accuracy)
     needs_elim = _lt(e_ret, t.survives) or _ge(mae_up, t.mae_increase)
-    redundant = not needs_elim and _lt(joint_ret, t.survives)
+    redundant = not needs_elim and _lt(joint_ret, t.survives) and not explained
     needs_recall, note = _recall_needed(ctx, r_ret, needs_elim or redundant, signal_ret, effect)
     if (needs_elim or redundant) and needs_recall:
         causal = "both"
@@ -277,7 +282,8 @@ def _judge_head(
     if joint is not None:
         parts.append(
             f"Ablating every head with the eliminator pattern together ({joint.component}): elimination "
-            f"{_pct(joint.elimination_accuracy)}."
+            f"{_pct(joint.elimination_accuracy)}"
+            + (f", which {explained} alone already breaks." if explained and not needs_elim else ".")
         )
     parts.append(f"Causally needed for: {causal}.")
     return HeadRole(

@@ -40,7 +40,8 @@ from perm_circuits.analysis._checks import check_int
 from perm_circuits.analysis.ablation import HOWS, AblationRow, AblationTable, _ablation_runs, ablate
 from perm_circuits.analysis.claims import Claim, ClaimTable, study_claims
 from perm_circuits.analysis.patching import PatchingSweep, patch_head_outputs, patch_mlp
-from perm_circuits.analysis.roles import HeadRole, MlpRole, _Context, _ge, _judge_head, _judge_mlp, _pct, mode_label
+from perm_circuits.analysis.roles import HeadRole, MlpRole, _Context, _ge, _judge_head, _judge_mlp, _lt, _pct
+from perm_circuits.analysis.roles import mode_label
 from perm_circuits.analysis.scores import (
     HeadScores,
     RoleThresholds,
@@ -285,9 +286,16 @@ def _assess(
     )
     joint_row = next((row for row in joint if row.how == how), None)
     joint_members = set(joint_row.component.split("+")) if joint_row is not None else set()
+    def breaks_elimination(component: str) -> bool:
+        row = ablation.get(component, how)
+        retention = ctx.retention(row.elimination_accuracy, base.elimination_accuracy)
+        return _lt(retention, t.survives) or _ge(row.early_mae_train - base.early_mae_train, t.mae_increase)
+
+    alone = [c for c in joint_members if breaks_elimination(c)] if joint_row is not None else []
     heads = [
         _judge_head(ctx, score, ablation.get(score.component, how), head_patching,
-                    joint_row if score.component in joint_members else None)
+                    joint_row if score.component in joint_members else None,
+                    explained=", ".join(sorted(c for c in alone if c != score.component)))
         for score in scores.heads
     ]
     mlps = [_judge_mlp(ctx, layer, ablation.get(_component(layer, None), how), mlp_patching)
