@@ -444,7 +444,9 @@ def _joint_rows(
     """Ablate every head with the eliminator pattern together, under each mode (if >= 2 share it).
 
     The single-head hooks of the ablation table (``single``) compose exactly for every mode but
-    ``"optimal"``, whose constant is re-optimised jointly for the heads of each layer.
+    ``"optimal"``, whose constant is re-optimised jointly for the heads of each layer (in a
+    multi-layer model, layer by layer from the first, each search with the earlier layers' group
+    already ablated).
     """
     group = [s for s in scores.heads if "eliminator" in s.patterns]
     if len(group) < 2:
@@ -455,10 +457,11 @@ def _joint_rows(
     rows, signals = [], {}
     for how in hows:
         extra: HookList = []
-        if how == "optimal":
-            for layer in dict.fromkeys(s.layer for s in group):
+        if how == "optimal":  # layer by layer, each layer's constant searched with the earlier layers' in place
+            for layer in sorted(dict.fromkeys(s.layer for s in group)):
                 heads = [s.head for s in group if s.layer == layer]
-                extra += ablate(model, f"blocks.{layer}.attn.hook_z", how, reference=batch, index=heads, hooks=hooks)
+                extra += ablate(model, f"blocks.{layer}.attn.hook_z", how, reference=batch, index=heads,
+                                hooks=list(hooks) + extra)
         else:
             for s in group:
                 extra += single[(s.component, how)]
