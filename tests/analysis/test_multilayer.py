@@ -42,7 +42,9 @@ from perm_circuits.analysis import (
     patch_mlp,
     patching_pair,
 )
+from perm_circuits.analysis.attribution import elimination_answers
 from perm_circuits.analysis.claims import single_head
+from perm_circuits.analysis.scores import repeat_source_of
 from perm_circuits.models import save_model, task_config_of
 
 from .handbuilt import without
@@ -114,6 +116,12 @@ def test_ablation_table_covers_every_head_and_mlp_of_both_layers_under_every_mod
     for how in HOWS:
         row = table.get("L0H1", how)
         assert row.loss == pytest.approx(base.loss, abs=1e-6), how
+    # without the induction head, x5 = x_k gets the elimination answer for every k, not only k = 1
+    predictions = _logits(induction, batch.inputs, ablate_head(induction, 1, 0))[:, -1].argmax(-1)
+    sources = repeat_source_of(batch.inputs)
+    assert set(sources[batch.repeated].tolist()) == {0, 1, 2, 3}
+    expected = elimination_answers(batch.inputs, V)[:, -1]
+    assert torch.equal(predictions[batch.repeated], expected[batch.repeated])
     assert hook_count(induction) == 0
 
 
@@ -236,6 +244,20 @@ def test_one_head_per_layer_in_two_layers_gets_the_multi_head_claims():
     assert "recalls" in claims and "binding_head" in claims
     assert "no_recall" not in claims and "single_head_accumulates" not in claims
     assert [h.component for h in verdict.heads] == ["L0H0", "L1H0"]
+
+
+def test_figures_have_a_panel_or_row_per_head_of_every_layer(induction, batch):
+    from perm_circuits.views import figures as F
+
+    attention = F.attention_heatmaps(induction, batch)
+    titles = [a.text for a in attention.layout.annotations]
+    assert all(any(name in t for t in titles) for name in ("L0H0", "L0H1", "L1H0", "L1H1"))
+    table = ablation_table(induction, hows=("zero",), test_set=batch)
+    ablation = F.ablation_heatmap(table)
+    assert set(COMPONENTS) <= {str(y) for trace in ablation.data for y in trace.y}
+    sweep = patch_head_outputs(induction, patching_pair(task_config_of(induction), 100, 0), n_boot=20)
+    patching = F.patching_heatmap(sweep)
+    assert {"L1H0", "L1H1"} <= {str(y) for trace in patching.data for y in trace.y}
 
 
 def test_report_of_a_two_layer_checkpoint_renders_offline(induction, tmp_path):
