@@ -108,6 +108,7 @@ __all__ = [
     "class_positions",
     "parse_circuit",
     "propose_circuit",
+    "shared_ablations",
     "skill_logit_diff",
 ]
 

@@ -10,8 +10,10 @@ analyses of :mod:`perm_circuits.analysis` and writes ``DIR/NAME.html`` with:
   subgroup, against the exact Bayesian posteriors) and the recall generalisation;
 * plotly figures: per-step accuracy, the study's walkthrough, the probe distribution, the mean
   attention patterns (new vs repeated last query), the ablation heatmap, per-head and per-head x
-  source-position recall patching, the FFN key-value table and the training curves;
-* the memory-probe table (Bietti et al. 2023) and the MLP-flip / direct-logit-attribution tables;
+  source-position recall patching, the FFN key-value table (one per layer's MLP) and the training
+  curves;
+* the memory-probe table (Bietti et al. 2023, every layer) and the MLP-flip (per layer) /
+  direct-logit-attribution tables;
 * circuitsvis views of one forward pass over the study's probe and walkthrough sequences:
   attention of every head, P(correct) per prediction position, ``mlp.hook_post`` on the probe;
 * the command, seed, training configuration and final metrics stored with the model.
