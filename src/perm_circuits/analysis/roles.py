@@ -18,8 +18,9 @@ Decision rules (all thresholds are fields of :class:`~perm_circuits.analysis.sco
 - a component is *needed for elimination* if ablating it drops elimination retention below
   ``survives`` or raises the steps 1..V-1 MAE (vs the train-prior posterior) by ``mae_increase``
   (0.05); a head with the eliminator pattern is needed *redundantly* if only the joint ablation of
-  every head with that pattern drops it, and no other of those heads breaks elimination alone.  It is *needed for recall* if ablating it drops recall retention below ``survives``
-  while elimination survives; if elimination falls too, only if the recall signal also falls
+  every head with that pattern drops it, and no other of those heads breaks elimination alone.
+  It is *needed for recall* if ablating it drops recall retention below ``survives`` while
+  elimination survives; if elimination falls too, only if the recall signal also falls
   (signal retention ``< survives``; taken as yes when the signal was not measured); a head whose
   ablation leaves recall is still needed for it if patching its clean output restores
   ``>= patch_restores`` (0.5) of the clean logit difference (a redundant carrier).

@@ -286,6 +286,7 @@ def _assess(
     )
     joint_row = next((row for row in joint if row.how == how), None)
     joint_members = set(joint_row.component.split("+")) if joint_row is not None else set()
+
     def breaks_elimination(component: str) -> bool:
         row = ablation.get(component, how)
         retention = ctx.retention(row.elimination_accuracy, base.elimination_accuracy)
