@@ -33,9 +33,12 @@ from perm_circuits.analysis import (
     ablation_table,
     decompose_logit_diff,
     direct_logit_attribution,
+    ffn_key_value_probe,
     find_recall_head,
     head_roles,
     head_scores,
+    memory_probe_tracker,
+    mlp_prediction_flips,
     model_memory_probes,
     patch_head_outputs,
     patch_head_sources,
@@ -208,6 +211,19 @@ def test_head_scores_and_memory_probes_name_and_read_layer_one(induction, batch)
     assert probes.get("L1H0", "x_match") == 0.0
     only = model_memory_probes(induction, layer=-1).to_dataframe()
     assert set(only["component"]) == {"L1H0", "L1H1", "L1MLP"}
+    tracker = memory_probe_tracker()  # every layer by default
+    tracker.record(induction, epoch=0)
+    assert list(dict.fromkeys(tracker.to_dataframe()["component"])) == COMPONENTS
+
+
+def test_ffn_probes_and_flips_of_each_layer(induction, batch, deep):
+    # both MLPs of the induction model are zero: resid_mid == resid_post, no prediction ever flips
+    for layer in (0, 1):
+        flips = mlp_prediction_flips(induction, batch, layer=layer)
+        assert flips.layer == layer
+        assert all(stats.flip_rate == 0.0 for stats in flips.subgroups if stats.n)
+    probe = ffn_key_value_probe(deep, layer=-1)
+    assert probe.layer == 1 and {row.layer for row in probe.neurons} == {1}
 
 
 # ----------------------------------------------------------------------------- roles, claims, report
