@@ -50,16 +50,18 @@ def _is_y(p: int) -> float:
     return float(p % 2 == 1)
 
 
-def _eliminator(sd, head: int, d_head: int, out: int | None = None) -> None:
-    """Key C * is_y: uniform attention over prior ys; copies y tokens to dims out..out+4."""
-    s, o = math.sqrt(d_head), head * d_head
-    sd["blocks.0.attn.q.bias"][o] = 1.0
+def _eliminator(sd, head: int, d_head: int, out: int | None = None, layer: int = 0) -> None:
+    """Key C * is_y: uniform attention over prior ys; copies y tokens to dims out..out+4.
+
+    In ``layer`` 1 it reads the same embedding dims (nothing in layer 0 writes there)."""
+    s, o, b = math.sqrt(d_head), head * d_head, f"blocks.{layer}.attn"
+    sd[f"{b}.q.bias"][o] = 1.0
     for p in range(2 * V - 1):
-        sd["blocks.0.attn.k.weight"][o, V + 1 + p] = C * _is_y(p) * s
+        sd[f"{b}.k.weight"][o, V + 1 + p] = C * _is_y(p) * s
     if out is not None:
         for t in range(1, V + 1):
-            sd["blocks.0.attn.v.weight"][o + t - 1, t] = 1.0
-            sd["blocks.0.attn.o.weight"][out + t - 1, o + t - 1] = 1.0
+            sd[f"{b}.v.weight"][o + t - 1, t] = 1.0
+            sd[f"{b}.o.weight"][out + t - 1, o + t - 1] = 1.0
 
 
 def _last_y(sd, head: int, d_head: int) -> None:
@@ -125,12 +127,14 @@ def full_circuit_model():
     return model
 
 
-def accumulator_model(n_heads: int):
-    """Every head is a perfect eliminator writing the full signal; nothing recalls."""
+def accumulator_model(n_heads: int, n_layers: int = 1):
+    """Every head (of every layer) is a perfect eliminator writing the full signal; nothing recalls."""
     d_head = 8
-    model, sd = blank_model(ModelConfig(d_model=32, n_heads=n_heads, d_head=d_head, normalization_type=None))
-    for head in range(n_heads):
-        _eliminator(sd, head, d_head, out=ELIM)
+    model, sd = blank_model(ModelConfig(d_model=32, n_heads=n_heads, n_layers=n_layers, d_head=d_head,
+                                        normalization_type=None))
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            _eliminator(sd, head, d_head, out=ELIM, layer=layer)
     _unembed_elimination(sd)
     model.load_state_dict(sd)
     return model
@@ -325,6 +329,22 @@ def test_verdict_on_the_full_hand_built_circuit(full_verdict):
     roles_frame = v.to_dataframe()
     assert list(roles_frame["component"]) == ["L0H0", "L0H1", "L0H2", "L0MLP"]
     assert v.probe is not None and v.probe[3] == pytest.approx(1.0, abs=1e-4)  # the probe answers 4
+
+
+def test_verdict_accumulators_in_two_layers_are_ablated_jointly_across_layers():
+    model = accumulator_model(1, n_layers=2)
+    v = head_roles(model, hows=("mean", "optimal"), circuits=False, **FAST)
+    assert [h.component for h in v.heads] == ["L0H0", "L1H0"]
+    assert v.elimination_accuracy == 1.0
+    assert [(row.component, row.how, row.layer) for row in v.joint] == [("L0H0+L1H0", "mean", None),
+                                                                        ("L0H0+L1H0", "optimal", None)]
+    # one layer's accumulator suffices; ablating both layers' (the optimal constants searched layer by
+    # layer, layer 1's with layer 0's in place) destroys elimination
+    for how in ("mean", "optimal"):
+        assert next(row for row in v.joint if row.how == how).elimination_accuracy < 0.3, how
+    assert all(h.causal_role == "elimination (redundant)" and h.role == "eliminator" for h in v.heads)
+    assert all(role == "eliminator" for h in v.heads for _, role in h.role_by_how)
+    assert hook_count(model) == 0
 
 
 def test_verdict_both_heads_accumulate():

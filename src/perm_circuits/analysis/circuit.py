@@ -65,7 +65,8 @@ A subgroup without rows has nan metrics.  Relative values are nan where the deno
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor
@@ -88,7 +89,8 @@ from perm_circuits.analysis.circuit_results import (
     NodeMinimality,
     SubgroupCircuitMetrics,
 )
-from perm_circuits.hooks import HookList, check_hooks
+from perm_circuits.analysis.optimal import optimise_constant, upstream_hooks
+from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.models import model_config_of
 from perm_circuits.task import Batch, TaskConfig, make_test_set, validate_tokens
 
@@ -106,6 +108,7 @@ __all__ = [
     "class_positions",
     "parse_circuit",
     "propose_circuit",
+    "shared_ablations",
     "skill_logit_diff",
 ]
 
@@ -127,6 +130,28 @@ def _restricted(fn: Callable, mask: Tensor) -> Callable:
         return torch.where(view, fn(activation, hook), activation)
 
     return hook
+
+
+_SHARED: list[dict] = []  # a stack of ablation caches; the top one is active (see shared_ablations)
+
+
+@contextmanager
+def shared_ablations() -> Iterator[None]:
+    """Inside the block, circuit runs on the same model, reference batch and hooks share their ablations.
+
+    :func:`propose_circuit`, :func:`circuit_metrics` and :func:`faithfulness_by_mode` each build
+    every component's ablation hook per mode (:func:`ablation.ablate`, one reference forward per
+    component, an optimal-ablation search each).  Inside this block a hook built once is reused,
+    and the zero / mean / resample / optimal modes read one reference forward that captures every
+    component (and what the optimal search needs upstream): the same hooks, the same numbers.
+    Only for callers that do not change the model's weights inside the block
+    (:func:`~perm_circuits.analysis.skill_circuits.skill_circuits`).
+    """
+    _SHARED.append({})
+    try:
+        yield
+    finally:
+        _SHARED.pop()
 
 
 class _Runner:
@@ -162,12 +187,43 @@ class _Runner:
     def _fn(self, component: str) -> Callable:
         if component not in self.fns:
             _, hook_name, head = self.components[self.index[component]]
-            hooks = ablation.ablate(
-                self.model, hook_name, self.how, reference=self.reference, index=head,
-                seed=self.ablation_seed, hooks=self.hooks, **self.ablate_kwargs,
-            )
-            self.fns[component] = hooks[0][1]
+            if _SHARED and not self.ablate_kwargs:
+                self.fns[component] = self._shared_fn(_SHARED[-1], hook_name, head)
+            else:
+                self.fns[component] = self._ablate(hook_name, head)
         return self.fns[component]
+
+    def _ablate(self, hook_name: str, head: int | None) -> Callable:
+        hooks = ablation.ablate(
+            self.model, hook_name, self.how, reference=self.reference, index=head,
+            seed=self.ablation_seed, hooks=self.hooks, **self.ablate_kwargs,
+        )
+        return hooks[0][1]
+
+    def _shared_fn(self, cache: dict, hook_name: str, head: int | None) -> Callable:
+        """:meth:`_ablate` through the active :func:`shared_ablations` cache (what ``ablate`` does, once)."""
+        base = (id(self.model), id(self.reference), tuple((name, id(fn)) for name, fn in self.hooks), self.ablation_seed)
+        key = (*base, hook_name, self.how, head)
+        if key in cache:
+            return cache[key]
+        if self.how not in ("mean", "resample", "optimal"):
+            cache[key] = self._ablate(hook_name, head)
+            return cache[key]
+        if (*base, "acts") not in cache:  # one reference forward for every component (+ optimal's upstream)
+            names = [name for _, name, _ in self.components]
+            names += [u for name in names for u in upstream_hooks(self.model, name)]
+            cache[(*base, "acts")] = run_capture(self.model, self.reference.inputs, list(dict.fromkeys(names)),
+                                                 self.hooks)[1]
+        acts = cache[(*base, "acts")]
+        index = None if head is None else [head]
+        activation, constant = acts[hook_name], None
+        if self.how == "optimal":
+            mask = ablation._selection(activation.shape, "pos", index, None, activation.device)
+            constant = optimise_constant(self.model, hook_name, mask, self.reference, self.hooks, activation,
+                                         upstream=acts)
+        cache[key] = ablation._ablation_fn(self.how, "pos", index, None, activation, self.ablation_seed, "random",
+                                           constant)
+        return cache[key]
 
     def _hooks(self, key: tuple) -> HookList:
         out = list(self.hooks)

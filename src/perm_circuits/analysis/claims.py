@@ -20,12 +20,20 @@ of :mod:`~perm_circuits.analysis.roles` and the attention scores of
 
 Rules:
 
-  not when any is contradicted.
+- which claims: a model with a single head in all (one layer, one head) gets the study's d16h1
+  claims (eliminates, no_recall, single_head_accumulates); every other model, multi-layer
+  one-head models included (their heads in different layers can split the work), the d32h2
+  ones (eliminates, recalls, eliminator_head, binding_head, division_of_labour,
+  ffn_completes_recall, no_attention_lookup).  Heads are compared across every layer, named
+  ``L{layer}H{head}``; the FFN claim looks at the MLP of every layer.
+- each claim is supported / contradicted / inconclusive by the rules in its ``_*_claim``
+  function, quoted in its evidence.  E.g. the FFN claim is supported when an MLP "completes
+  recall", or is "needed for both" with its recall signal destroyed (``<= destroyed``), and
+  contradicted when no MLP is needed for recall ("recall survives MLP ablation: the FFN does not
+  decode").  The story holds when every claim is supported and does not when any is
+  contradicted.
 - model capabilities: accuracy ``>= capable`` (0.9) has it, ``< incapable`` (0.5) lacks it;
   "cannot recall" holds for recall accuracy ``<= recall_absent`` (0.2, chance).
-
-Nothing here prints; every function validates its arguments before any forward pass and leaves
-no hooks on the model.
 
 Nothing here prints; every function validates its arguments before any forward pass and leaves
 no hooks on the model.
@@ -43,7 +51,7 @@ from perm_circuits.analysis.roles import HeadRole, MlpRole, _Context, _ge, _le, 
 from perm_circuits.analysis.scores import HeadScore
 from perm_circuits.models import ModelConfig
 
-__all__ = ["STATUSES", "Claim", "ClaimTable", "study_claims"]
+__all__ = ["STATUSES", "Claim", "ClaimTable", "single_head", "study_claims"]
 
 STATUSES: tuple[str, ...] = ("supported", "contradicted", "inconclusive")
 
@@ -132,6 +140,11 @@ def _capability(ctx: _Context, accuracy: float, skill: str, failure: str, missin
     return "inconclusive", f"{skill} accuracy {_pct(accuracy)} (partial)."
 
 
+def single_head(config: ModelConfig) -> bool:
+    """True for a model with one head in all (one layer, one head): it gets the study's d16h1 claims."""
+    return config.n_heads * config.n_layers == 1
+
+
 def _capability_claims(ctx: _Context, config: ModelConfig, name: str) -> list[Claim]:
     t, base = ctx.t, ctx.base
     e_acc, r_acc = base.elimination_accuracy, base.recall_accuracy
@@ -142,7 +155,7 @@ def _capability_claims(ctx: _Context, config: ModelConfig, name: str) -> list[Cl
         "The model eliminates: at the last step it answers the one unused value (study sections 07, 10: 100%).",
         status, evidence, {"elimination_accuracy": e_acc},
     ))
-    if config.n_heads >= 2:
+    if not single_head(config):
         status, evidence = _capability(ctx, r_acc, "Recall", f"{name} does not recall",
                                        missing="No repeated sequences in the test set.")
         claims.append(_claim(
@@ -419,12 +432,13 @@ def study_claims(
     """The study's claims for a model of ``config``, judged from its per-component roles under ``ctx.how``.
 
     One-head one-layer models get the study's d16h1 claims (eliminates, no_recall,
-    single_head_accumulates), every other model the d32h2 ones.
+    single_head_accumulates), every other model (one head per layer in several layers included)
+    the d32h2 ones.
     """
     heads, mlps = list(heads), list(mlps)
     by_name = {score.component: score for score in scores}
     claims = _capability_claims(ctx, config, config.name)
-    if config.n_heads == 1 and config.n_layers == 1:
+    if single_head(config):
         claims.append(_eliminator_claim(ctx, heads, by_name, single=True))
     else:
         claims.append(_eliminator_claim(ctx, heads, by_name, single=False))

@@ -22,9 +22,19 @@ Conventions (all functions in this module):
   count from the end, ``layer=-1`` is the last layer; :mod:`perm_circuits.analysis._checks`);
   component labels show the normalised indices.
 
-Concrete probes for our 1-layer models (weights only, no forward pass, so no ``hooks``):
+Concrete probes of one layer's heads and MLP (weights only, no forward pass, so no ``hooks``;
+:func:`model_memory_probes` runs them for every layer).  In layer 0 the inputs are exactly what the
+component reads.  **In a later layer** (``layer >= 1``) the residual stream the component reads is
+the embedding *plus* everything the earlier layers wrote; the probes still feed it the token (and
+position) embeddings alone, through that layer's own ``ln1`` / ``ln2``.  There R measures the
+memory stored on the *direct path* from the embeddings (e.g. does layer 1's OV circuit copy the
+token it attends to), not on what earlier heads write (an induction head's key reads the
+previous-token head's output, which these probes do not see; the K-composition scores of
+:mod:`~perm_circuits.analysis.composition` measure that path), and the LayerNorm scale is that of
+the embedding alone, not of the full residual.  Passing residual vectors as ``inputs`` to
+:func:`mlp_memory_probe` / :func:`qk_scores` probes any other input.
 
-* **OV** of head ``h`` (:func:`ov_memory_probe`): inputs are the y-token embeddings exactly as the
+* **OV** of head ``h`` (:func:`ov_memory_probe`): inputs are the y-token embeddings as the
   head's value side sees them in layer 0, ``ln1(W_E[t] + W_pos[p])`` for ``t = 1..V`` (the full
   LayerNorm: centring, division by the vector's own scale, weight and bias; ``position=None``
   drops ``W_pos``); the matrix is ``W_V[h] @ W_O[h]``; outputs are the value tokens' *effective
@@ -304,7 +314,7 @@ class MemoryProbe:
     """One memory-recall probe of one component.
 
     Attributes:
-        component: ``"L0H1"`` (a head) or ``"L0MLP"``.
+        component: ``"L{layer}H{head}"`` (a head, e.g. ``"L1H0"``) or ``"L{layer}MLP"``.
         circuit: ``"OV"``, ``"QK"`` or ``"MLP"``.
         map: the target map (``"copy"``, ``"suppress"``, one of :data:`QK_MAPS`...).
         mode: ``"argmax"`` or ``"argmin"``.
@@ -519,21 +529,24 @@ class MemoryProbes:
 
 
 def model_memory_probes(
-    model, *, layer: int = 0, position: int | None = None, include_bias: bool = False
+    model, *, layer: int | None = None, position: int | None = None, include_bias: bool = False
 ) -> MemoryProbes:
-    """All concrete probes of ``layer``: per head OV copy/suppress and the four QK maps, and the
-    MLP copy/suppress map (``position`` is passed to the OV and MLP probes)."""
-    layer = check_layer(model, layer)
-    position = _check_position(model, position)
+    """All concrete probes of ``layer`` (default ``None``: of every layer, layer by layer): per head
+    OV copy/suppress and the four QK maps, and the MLP copy/suppress map (``position`` is passed to
+    the OV and MLP probes).  Components are labelled ``L{layer}H{head}`` / ``L{layer}MLP``; for
+    ``layer >= 1`` the probes read the embeddings only (module docstring)."""
     config = model_config_of(model)
+    layers = range(config.n_layers) if layer is None else [check_layer(model, layer)]
+    position = _check_position(model, position)
     probes: list[MemoryProbe] = []
-    for head in range(config.n_heads):
+    for index in layers:
+        for head in range(config.n_heads):
+            for mode in MODES:
+                probes.append(ov_memory_probe(model, head, layer=index, position=position, mode=mode))
+            for name in QK_MAPS:
+                probes.append(qk_memory_probe(model, head, name, layer=index, include_bias=include_bias))
         for mode in MODES:
-            probes.append(ov_memory_probe(model, head, layer=layer, position=position, mode=mode))
-        for name in QK_MAPS:
-            probes.append(qk_memory_probe(model, head, name, layer=layer, include_bias=include_bias))
-    for mode in MODES:
-        probes.append(mlp_memory_probe(model, layer=layer, position=position, mode=mode))
+            probes.append(mlp_memory_probe(model, layer=index, position=position, mode=mode))
     return MemoryProbes(config.name, tuple(probes))
 
 
@@ -542,7 +555,7 @@ class MemoryProbeTracker:
     ``every`` epochs; never stops training.  ``tracker.to_dataframe()`` has one row per (epoch,
     probe); ``tracker.record(model, epoch=0)`` adds a row set by hand (e.g. at initialization)."""
 
-    def __init__(self, *, layer: int, position: int | None, include_bias: bool, every: int):
+    def __init__(self, *, layer: int | None, position: int | None, include_bias: bool, every: int):
         self.layer, self.position, self.include_bias, self.every = layer, position, include_bias, every
         self._rows: list[dict[str, Any]] = []
 
@@ -560,15 +573,17 @@ class MemoryProbeTracker:
 
 
 def memory_probe_tracker(
-    *, layer: int = 0, position: int | None = None, include_bias: bool = False, every: int = 1
+    *, layer: int | None = None, position: int | None = None, include_bias: bool = False, every: int = 1
 ) -> MemoryProbeTracker:
     """A callback for :func:`perm_circuits.train.train` that tracks the memory probes over training
     (Bietti et al. 2023, Fig. 3: which memory forms first).
 
-    ``layer`` and ``position`` follow the package's index rule (negative values count from the
-    end); their range is checked against the model at each record, their type here.
+    ``layer`` (default ``None``: every layer) and ``position`` follow the package's index rule
+    (negative values count from the end); their range is checked against the model at each
+    record, their type here.
     """
-    check_int("layer", layer)
+    if layer is not None:
+        check_int("layer", layer)
     if position is not None:
         check_int("position", position)
     every = check_positive_int("every", every)

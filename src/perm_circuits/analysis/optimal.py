@@ -26,7 +26,12 @@ search runs in plain PyTorch on the bridge's weights from the ablated activation
 activations upstream are captured once with the bridge): ``blocks.L.attn.hook_z``,
 ``blocks.L.mlp.hook_post`` and ``blocks.L.hook_mlp_out`` of LayerNorm / unnormalised models, with
 no extra ``hooks``.  Any other hook point, normalisation or an intervention in ``hooks`` uses the
-bridge itself (same result, slower).
+bridge itself (same result, slower).  Only the answers' x positions are scored, so the last
+layer's queries, MLP and unembedding run at those positions only; and rows that repeat a
+(sequence, answers) pair count once, weighted by how often they occur (the same mean loss).  A
+component in the last layer needs only each x position's own prefix (one term per distinct
+prefix and answer); a component in an earlier layer needs whole sequences, as the later layers'
+attention reads every position.
 """
 
 from __future__ import annotations
@@ -62,10 +67,14 @@ def _act(name: str) -> Callable[[Tensor], Tensor]:
     )
 
 
-def _downstream(model, w: dict[str, Tensor], layer: int, stage: str, value: Tensor, cache: dict[str, Tensor]) -> Tensor:
+def _downstream(model, w: dict[str, Tensor], layer: int, stage: str, value: Tensor, cache: dict[str, Tensor],
+                keep: Tensor | None = None) -> Tensor:
     """Logits from the (replaced) activation ``value`` at ``stage`` of ``layer`` onwards, as the bridge computes them.
 
     Mirrors :func:`perm_circuits.models.fast_forward` (checked against the bridge in the tests).
+    ``keep`` (sequence positions, for ``layer`` below the last): the logits of those positions
+    only, ``[batch, len(keep), vocab]``; the last layer's queries, MLP and unembedding then run at
+    those positions only (its keys and values, and every earlier layer, at all of them).
     """
     config = model_config_of(model)
     act = _act(config.act_fn)
@@ -94,9 +103,16 @@ def _downstream(model, w: dict[str, Tensor], layer: int, stage: str, value: Tens
         batch, seq = resid.shape[:2]
         b = f"blocks.{later}"
         h = norm(resid, f"{b}.ln1")
-        q, k, v = (linear(h, f"{b}.attn.{n}").view(batch, seq, n_heads, d_head).transpose(1, 2) for n in "qkv")
-        z = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        resid = resid + linear(z.transpose(1, 2).reshape(batch, seq, n_heads * d_head), f"{b}.attn.o")
+        k, v = (linear(h, f"{b}.attn.{n}").view(batch, seq, n_heads, d_head).transpose(1, 2) for n in "kv")
+        if keep is not None and later == config.n_layers - 1:  # the last layer: only the kept queries
+            resid, h = resid[:, keep], h[:, keep]
+            q = linear(h, f"{b}.attn.q").view(batch, len(keep), n_heads, d_head).transpose(1, 2)
+            causal = keep[:, None] >= torch.arange(seq, device=keep.device)[None, :]
+            z = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=causal)
+        else:
+            q = linear(h, f"{b}.attn.q").view(batch, seq, n_heads, d_head).transpose(1, 2)
+            z = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        resid = resid + linear(z.transpose(1, 2).reshape(batch, -1, n_heads * d_head), f"{b}.attn.o")
         resid = resid + mlp(resid, b)
     out = torch.nn.functional.linear(norm(resid, "ln_final"), w["unembed.weight"])
     if "unembed.bias" in w:
@@ -130,6 +146,15 @@ def upstream_hooks(model, hook_name: str) -> list[str]:
     if match.group(2) == "attn.hook_z":
         return [f"blocks.{layer}.hook_resid_pre"]
     return [f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.hook_attn_out"]
+
+
+def _distinct_rows(reference: Batch) -> tuple[Tensor, Tensor]:
+    """(first row, count) of every distinct (sequence, answers) pair of ``reference``."""
+    key = torch.cat([reference.inputs, reference.ys], dim=1)
+    n = len(key)
+    _, inverse, count = torch.unique(key, dim=0, return_inverse=True, return_counts=True)
+    first = torch.full((len(count),), n, dtype=torch.long).scatter_reduce(0, inverse, torch.arange(n), "amin")
+    return first, count
 
 
 def _distinct_x_rows(reference: Batch) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -205,9 +230,19 @@ def optimise_constant(
                         losses = -logits.float().log_softmax(dim=-1).gather(1, targets[:, None])[:, 0]
                         return (losses * weights).sum()
                 else:
+                    # an earlier layer: whole sequences (later attention reads every position), each
+                    # distinct (sequence, answers) once, weighted by its count; logits of the x positions only
+                    rows, counts = _distinct_rows(reference)
+                    cache = {key: value[rows] for key, value in cache.items()}
+                    captured, answers = captured[rows], reference.ys[rows]
+                    weights = counts.float() / (counts.sum() * answers.shape[1])
+                    keep = torch.arange(0, 2 * answers.shape[1] - 1, 2)
+
                     def loss_of(constant: Tensor) -> Tensor:
                         value = torch.where(mask, constant, captured)
-                        return answer_loss(_downstream(model, w, layer, stage, value, cache), reference)
+                        logits = _downstream(model, w, layer, stage, value, cache, keep)
+                        losses = -logits.float().log_softmax(dim=-1).gather(2, answers[..., None])[..., 0]
+                        return (losses * weights[:, None]).sum()
             else:
                 def loss_of(constant: Tensor) -> Tensor:
                     def replace(act: Tensor, hook) -> Tensor:

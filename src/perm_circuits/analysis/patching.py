@@ -35,12 +35,17 @@ see :mod:`perm_circuits.analysis._checks`).
   position by default) to one source position ``s`` is set to its clean value, other weights
   unchanged (the row is not renormalised).  As ``z_dest = sum_s A[dest, s] v_s``, this patches
   the head's per-source term ``A[dest, s] v_s`` whenever ``v_s`` is the same in both runs (every
-  ``s`` before the last position in a 1-layer model), and the per-source edits of ``z`` add up
+  ``s`` before the last position, in every layer: attention is causal, so no activation before
+  the last position sees the one token the runs differ in), and the per-source edits of ``z`` add up
   to the whole-row patch.  TL4 native bridges do apply ``hook_pattern`` edits to the output
   (checked in the tests: the patched ``hook_z`` equals the edited pattern times ``hook_v``).
 - ``component="value"``: the head's value vector ``hook_v`` at source ``s`` (all destinations).
-  In a 1-layer model values before the last position are the same in both runs, so these
-  patches are exactly 0 there: a check, not a finding.
+  Values before the last position are the same in both runs (in every layer, by causality), so
+  these patches are exactly 0 there: a check, not a finding.
+
+Every sweep covers the heads (``L{layer}H{head}``) and MLPs of every layer.  In a multi-layer
+model a patch of an early layer reaches the logits through the later layers too (the total
+effect); patching one head's output into one later head's input is path patching.
 
 TransformerLens' own ``transformer_lens.patching`` functions run on TL 4.3 bridges (in eval
 mode) and give the same numbers (a test compares them), but they cannot apply extra hooks in
@@ -266,8 +271,8 @@ def generic_patch(
     the normalisation is undefined: every cell's ``mean``, ``ci_low``, ``ci_high`` and
     ``per_sample`` value is nan (see :attr:`PatchingSweep.runs_differ`).
 
-    A cell whose patched activation equals the target's own (e.g. any position before the last
-    in a 1-layer model: both runs share those tokens) is not run: its patched forward would be
+    A cell whose patched activation equals the target's own (e.g. any position before the last,
+    in any layer: both runs share those tokens) is not run: its patched forward would be
     the unpatched target run, whose logit differences are reused exactly.
     ``activation_name="resid_mid"`` is patched through ``hook_attn_out`` (see
     :func:`_resid_mid_hooks`).

@@ -5,13 +5,22 @@ and ablation / patching evidence -> a :class:`HeadRole` per head and an :class:`
 module) -> the study's claims (:mod:`~perm_circuits.analysis.claims`) -> the verdict
 (:mod:`~perm_circuits.analysis.verdict`).
 
+Components are named ``L{layer}H{head}`` and ``L{layer}MLP`` in every layer; the same rules judge
+the heads and MLPs of every layer (in a multi-layer model a head in layer 1 is ablated and patched
+on its own ``blocks.1.attn.hook_z``, like a head in layer 0).
+
 Decision rules (all thresholds are fields of :class:`~perm_circuits.analysis.scores.RoleThresholds`):
 
+- *retention* of a capability under an ablation is chance-corrected,
+  ``(acc_ablated - 1/V) / (acc_baseline - 1/V)``; defined only where the baseline has the
+  capability (baseline accuracy >= ``incapable`` = 0.5).  ``<= destroyed`` (0.25) destroys it,
   ``>= survives`` (0.75) leaves it, in between damages it.
 - a component is *needed for elimination* if ablating it drops elimination retention below
   ``survives`` or raises the steps 1..V-1 MAE (vs the train-prior posterior) by ``mae_increase``
-  (0.05).  It is *needed for recall* if ablating it drops recall retention below ``survives``
-  while elimination survives; if elimination falls too, only if the recall signal also falls
+  (0.05); a head with the eliminator pattern is needed *redundantly* if only the joint ablation of
+  every head with that pattern drops it, and no other of those heads breaks elimination alone.
+  It is *needed for recall* if ablating it drops recall retention below ``survives`` while
+  elimination survives; if elimination falls too, only if the recall signal also falls
   (signal retention ``< survives``; taken as yes when the signal was not measured); a head whose
   ablation leaves recall is still needed for it if patching its clean output restores
   ``>= patch_restores`` (0.5) of the clean logit difference (a redundant carrier).
@@ -21,15 +30,13 @@ Decision rules (all thresholds are fields of :class:`~perm_circuits.analysis.sco
 - head role: needed for both -> ``"mixed"``; for elimination only -> ``"eliminator"`` if it has
   the eliminator pattern, else ``"other"``; for recall only -> ``"duplicate/recall"`` with the
   duplicate pattern, ``"binder"`` with the binder pattern, else ``"other"``; for neither ->
+  ``"unused"`` (loss rises by < ``loss_increase`` = 0.05 nats) or ``"minor"``.
+- MLP role: needed for recall while elimination survives -> ``"completes recall"`` (recall
+  retention ``<= destroyed``) or ``"contributes to recall"``; needed for recall and elimination
   -> ``"needed for both"``; elimination only -> ``"needed for elimination"``; else ``"unused"`` /
   ``"minor"``.
-- claims (multi-head models: eliminates, recalls, eliminator_head, binding_head,
-  division_of_labour, ffn_completes_recall, no_attention_lookup; one-head models: eliminates,
-  no_recall, single_head_accumulates): each is supported / contradicted / inconclusive by the
-  rules in its ``_*_claim`` function, quoted in its evidence.  E.g. the FFN claim is supported
-  when the MLP "completes recall", or is "needed for both" with its recall signal destroyed
-  (``<= destroyed``), and contradicted when no MLP is needed for recall ("recall survives MLP
-  ablation: the FFN does not decode").  The story holds when every claim is supported and does
+
+The study's claims built from these roles are in :mod:`~perm_circuits.analysis.claims`.
 
 Nothing here prints; every function validates its arguments before any forward pass and leaves
 no hooks on the model.
@@ -232,8 +239,12 @@ def _recall_needed(ctx: _Context, r_ret: float, elim_harmed: bool, signal_ret: f
 
 
 def _judge_head(
-    ctx: _Context, score: HeadScore, row: AblationRow, patching: PatchingSweep | None, joint: AblationRow | None
+    ctx: _Context, score: HeadScore, row: AblationRow, patching: PatchingSweep | None, joint: AblationRow | None,
+    explained: str = "",
 ) -> HeadRole:
+    """The role of one head.  ``explained``: another head of the joint group (``joint``) whose own
+    ablation already breaks elimination; the joint ablation's loss is then put down to it, and this
+    head is not called redundant for elimination."""
     t, base = ctx.t, ctx.base
     e_ret = ctx.retention(row.elimination_accuracy, base.elimination_accuracy)
     r_ret = ctx.retention(row.recall_accuracy, base.recall_accuracy) if ctx.recall_present else math.nan
@@ -245,7 +256,7 @@ def _judge_head(
     if joint is not None:
         joint_ret = ctx.retention(joint.elimination_accuracy, base.elimination_accuracy)
     needs_elim = _lt(e_ret, t.survives) or _ge(mae_up, t.mae_increase)
-    redundant = not needs_elim and _lt(joint_ret, t.survives)
+    redundant = not needs_elim and _lt(joint_ret, t.survives) and not explained
     needs_recall, note = _recall_needed(ctx, r_ret, needs_elim or redundant, signal_ret, effect)
     if (needs_elim or redundant) and needs_recall:
         causal = "both"
@@ -272,7 +283,8 @@ def _judge_head(
     if joint is not None:
         parts.append(
             f"Ablating every head with the eliminator pattern together ({joint.component}): elimination "
-            f"{_pct(joint.elimination_accuracy)}."
+            f"{_pct(joint.elimination_accuracy)}"
+            + (f", which {explained} alone already breaks." if explained and not needs_elim else ".")
         )
     parts.append(f"Causally needed for: {causal}.")
     return HeadRole(

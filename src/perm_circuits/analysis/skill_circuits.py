@@ -26,6 +26,7 @@ from perm_circuits.analysis.circuit import (
     circuit_metrics,
     faithfulness_by_mode,
     propose_circuit,
+    shared_ablations,
     skill_logit_diff,
 )
 from perm_circuits.hooks import HookList
@@ -128,15 +129,16 @@ def skill_circuits(
     options = dict(task_config=config, hooks=hooks, ablation_seed=ablation_seed)
     measured: dict[tuple[Node, ...], tuple[CircuitMetrics, FaithfulnessByMode]] = {}
     out = []
-    for skill in skills:
-        values = f_model[skill]
-        if len(values) == 0 or float(values.mean()) == 0:  # no rows, or nothing to explain
-            continue
-        nodes = propose_circuit(model, skill, sub, how=how, tolerance=CIRCUIT_TOLERANCE, **options)
-        if nodes not in measured:
-            measured[nodes] = (circuit_metrics(model, nodes, sub, how=how, **options),
-                               faithfulness_by_mode(model, nodes, sub, hows=hows, **options))
-        metrics, by_mode = measured[nodes]
-        out.append(SkillCircuit(skill=skill, how=how, nodes=tuple(v.name for v in nodes), metrics=metrics,
-                                by_mode=by_mode))
+    with shared_ablations():  # each component's ablation is built once for every skill and measurement
+        for skill in skills:
+            values = f_model[skill]
+            if len(values) == 0 or float(values.mean()) == 0:  # no rows, or nothing to explain
+                continue
+            nodes = propose_circuit(model, skill, sub, how=how, tolerance=CIRCUIT_TOLERANCE, **options)
+            if nodes not in measured:
+                measured[nodes] = (circuit_metrics(model, nodes, sub, how=how, **options),
+                                   faithfulness_by_mode(model, nodes, sub, hows=hows, **options))
+            metrics, by_mode = measured[nodes]
+            out.append(SkillCircuit(skill=skill, how=how, nodes=tuple(v.name for v in nodes), metrics=metrics,
+                                    by_mode=by_mode))
     return tuple(out)

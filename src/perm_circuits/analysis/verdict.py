@@ -41,7 +41,8 @@ from perm_circuits.analysis.ablation import HOWS, AblationRow, AblationTable, _a
 from perm_circuits.analysis.claims import Claim, ClaimTable, study_claims
 from perm_circuits.analysis.induction_story import InductionStory, induction_story
 from perm_circuits.analysis.patching import PatchingSweep, patch_head_outputs, patch_mlp
-from perm_circuits.analysis.roles import HeadRole, MlpRole, _Context, _ge, _judge_head, _judge_mlp, _pct, mode_label
+from perm_circuits.analysis.roles import HeadRole, MlpRole, _Context, _ge, _judge_head, _judge_mlp, _lt, _pct
+from perm_circuits.analysis.roles import mode_label
 from perm_circuits.analysis.scores import (
     HeadScores,
     RoleThresholds,
@@ -136,7 +137,7 @@ class RoleVerdict:
         return [item.component for item in (*self.heads, *self.mlps) if not item.robust]
 
     def role(self, component: str) -> str:
-        """Role of ``"L0H1"`` or ``"L0MLP"``."""
+        """Role of a component: ``"L0H1"``, ``"L1H0"``, ``"L0MLP"``, ``"L1MLP"``..."""
         for item in (*self.heads, *self.mlps):
             if item.component == component:
                 return item.role
@@ -289,9 +290,17 @@ def _assess(
     )
     joint_row = next((row for row in joint if row.how == how), None)
     joint_members = set(joint_row.component.split("+")) if joint_row is not None else set()
+
+    def breaks_elimination(component: str) -> bool:
+        row = ablation.get(component, how)
+        retention = ctx.retention(row.elimination_accuracy, base.elimination_accuracy)
+        return _lt(retention, t.survives) or _ge(row.early_mae_train - base.early_mae_train, t.mae_increase)
+
+    alone = [c for c in joint_members if breaks_elimination(c)] if joint_row is not None else []
     heads = [
         _judge_head(ctx, score, ablation.get(score.component, how), head_patching,
-                    joint_row if score.component in joint_members else None)
+                    joint_row if score.component in joint_members else None,
+                    explained=", ".join(sorted(c for c in alone if c != score.component)))
         for score in scores.heads
     ]
     mlps = [_judge_mlp(ctx, layer, ablation.get(_component(layer, None), how), mlp_patching)
@@ -440,20 +449,24 @@ def _joint_rows(
     """Ablate every head with the eliminator pattern together, under each mode (if >= 2 share it).
 
     The single-head hooks of the ablation table (``single``) compose exactly for every mode but
-    ``"optimal"``, whose constant is re-optimised jointly for the heads of each layer.
+    ``"optimal"``, whose constant is re-optimised jointly for the heads of each layer (in a
+    multi-layer model, layer by layer from the first, each search with the earlier layers' group
+    already ablated).
     """
     group = [s for s in scores.heads if "eliminator" in s.patterns]
     if len(group) < 2:
         return (), {}
     posteriors = (bayes_posterior(batch.inputs, config, "uniform"), bayes_posterior(batch.inputs, config, "train"))
     component = "+".join(s.component for s in group)
+    layers = list(dict.fromkeys(s.layer for s in group))  # AblationRow.layer: None when they span layers
     rows, signals = [], {}
     for how in hows:
         extra: HookList = []
-        if how == "optimal":
-            for layer in dict.fromkeys(s.layer for s in group):
+        if how == "optimal":  # layer by layer, each layer's constant searched with the earlier layers' in place
+            for layer in sorted(dict.fromkeys(s.layer for s in group)):
                 heads = [s.head for s in group if s.layer == layer]
-                extra += ablate(model, f"blocks.{layer}.attn.hook_z", how, reference=batch, index=heads, hooks=hooks)
+                extra += ablate(model, f"blocks.{layer}.attn.hook_z", how, reference=batch, index=heads,
+                                hooks=list(hooks) + extra)
         else:
             for s in group:
                 extra += single[(s.component, how)]
@@ -462,7 +475,7 @@ def _joint_rows(
         evaluation = evaluate_logits(logits, batch, config, posteriors=posteriors)
         memorization = evaluation.memorization
         rows.append(AblationRow(
-            component=component, how=how, layer=group[0].layer, head=None,
+            component=component, how=how, layer=layers[0] if len(layers) == 1 else None, head=None,
             elimination_accuracy=evaluation.elimination.accuracy, recall_accuracy=evaluation.recall_accuracy,
             early_mae_train=evaluation.early_mae_train, loss=evaluation.test_loss,
             elimination_loss=evaluation.elimination.loss,
@@ -525,8 +538,10 @@ def head_roles(
 
     then :func:`judge_roles` under ``how``, and under every other mode in ``hows``: each role
     carries its role in every mode and whether it is robust, each claim its status in every mode,
-    and the verdict its outcome in every mode (``verdict_by_how``).  Works for any model (1-head
-    models get the study's d16h1 claims, multi-head models the d32h2 ones).
+    and the verdict its outcome in every mode (``verdict_by_how``).  Works for any model, any
+    number of layers (components ``L{layer}H{head}`` / ``L{layer}MLP``; a model with one head in
+    all gets the study's d16h1 claims, every other model the d32h2 ones, see
+    :func:`~perm_circuits.analysis.claims.single_head`).
 
     Decision mode: mean ablation (``DECISION_MODE``), unchanged from earlier versions and not
     chosen for the story it tells.  It is the IOI convention (Wang et al. 2022) and keeps every

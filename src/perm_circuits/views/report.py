@@ -10,8 +10,10 @@ analyses of :mod:`perm_circuits.analysis` and writes ``DIR/NAME.html`` with:
   subgroup, against the exact Bayesian posteriors) and the recall generalisation;
 * plotly figures: per-step accuracy, the study's walkthrough, the probe distribution, the mean
   attention patterns (new vs repeated last query), the ablation heatmap, per-head and per-head x
-  source-position recall patching, the FFN key-value table and the training curves;
-* the memory-probe table (Bietti et al. 2023) and the MLP-flip / direct-logit-attribution tables;
+  source-position recall patching, the FFN key-value table (one per layer's MLP) and the training
+  curves;
+* the memory-probe table (Bietti et al. 2023, every layer) and the MLP-flip (per layer) /
+  direct-logit-attribution tables;
 * circuitsvis views of one forward pass over the study's probe and walkthrough sequences:
   attention of every head, P(correct) per prediction position, ``mlp.hook_post`` on the probe;
 * the command, seed, training configuration and final metrics stored with the model.
@@ -235,10 +237,12 @@ def _model_page(entry: _Entry, n: int, step: Any, plotly_js: bool | str = True) 
 
     # 4. FFN key-value probe, memory probes, MLP flips, direct logit attribution
     step("FFN and memory")
-    ffn = ffn_key_value_probe(model, task_config=task)
-    memory = model_memory_probes(model)
-    flips = mlp_prediction_flips(model, test_set)
+    layers = range(config.n_layers)
+    ffns = [ffn_key_value_probe(model, layer=layer, task_config=task) for layer in layers]
+    memory = model_memory_probes(model)  # every layer
+    flips = [mlp_prediction_flips(model, test_set, layer=layer) for layer in layers]
     dla = direct_logit_attribution(model, test_set)
+    ffn = ffns[0]
 
     entry.sizes = {
         "evaluation, MLP flips, DLA": f"{n} test sequences ({int(test_set.repeated.sum())} repeated)",
@@ -248,7 +252,8 @@ def _model_page(entry: _Entry, n: int, step: Any, plotly_js: bool | str = True) 
            if verdict.circuits else {}),
         "recall patching (per head, per head x source)": f"{n_patch} clean/corrupted pairs, {N_BOOT} bootstrap resamples",
         "recall generalisation": f"{generalisation.n_per_source} sequences per repeated position",
-        "FFN key-value probe": f"{ffn.n_sequences} enumerated sequences ({len(ffn.triggers)} distinct prefixes)",
+        "FFN key-value probe": f"{ffn.n_sequences} enumerated sequences ({len(ffn.triggers)} distinct prefixes)"
+                               + (f", the MLP of each of the {config.n_layers} layers" if config.n_layers > 1 else ""),
     }
 
     # 5. figures
@@ -290,19 +295,29 @@ def _model_page(entry: _Entry, n: int, step: Any, plotly_js: bool | str = True) 
                                                       title=f"{config.name}: patching each head's whole output (hook_z)")))
     add("Activation patching", fig(F.patching_heatmap(
         source_sweep, title=f"{config.name}: patching one attention weight of the last query, per head x source position")))
-    live = [row.neuron for row in ffn.neurons if row.live]
-    summary = ffn.summary()
-    add("FFN neurons as key-value memories", _note(
-        f"Geva et al. (2021) key-value view of the MLP of layer {ffn.layer}: {len(live)} of {len(ffn.neurons)} neurons "
-        f"fire on some enumerated input; mean agreement {_fmt(summary['mean_agreement'])} (chance {1 / config.V:.2f}), "
-        f"{int(summary['n_repeated_neurons'])} neurons fire mostly on repeated queries (tinted)."
-    ) + fig(F.ffn_table(ffn, live_only=bool(live))))
+    for probe in ffns:  # the MLP of every layer
+        live = [row.neuron for row in probe.neurons if row.live]
+        summary = probe.summary()
+        add("FFN neurons as key-value memories", _note(
+            f"Geva et al. (2021) key-value view of the MLP of layer {probe.layer} (L{probe.layer}MLP): {len(live)} of "
+            f"{len(probe.neurons)} neurons fire on some enumerated input; mean agreement "
+            f"{_fmt(summary['mean_agreement'])} (chance {1 / config.V:.2f}), {int(summary['n_repeated_neurons'])} "
+            "neurons fire mostly on repeated queries (tinted)."
+            + (" Values are read through the unembedding directly (the neuron's direct effect on the logits); "
+               "later layers can still transform them." if probe.layer < config.n_layers - 1 else "")
+        ) + fig(F.ffn_table(probe, live_only=bool(live))))
     add("Memory probes", _note(
         "Bietti et al. (2023) recall R of the associative memories stored in the weights (no forward pass): per head "
-        "OV copy / suppress and QK maps, and the MLP; chance in the last column."
+        "OV copy / suppress and QK maps, and the MLP, of every layer; chance in the last column."
+        + (" In layers after the first the probes feed the token embeddings alone (the direct path), not what "
+           "earlier layers write into the residual stream." if config.n_layers > 1 else "")
     ) + _table(memory.to_dataframe(), index=False, digits=3))
-    add("MLP prediction flips and direct logit attribution", "<h3>Logit lens before vs after the MLP (top-1 over values)</h3>\n"
-        + _table(flips.to_dataframe(), digits=3)
+    flip_html = "".join(
+        f"<h3>Logit lens before vs after the MLP of layer {item.layer} (L{item.layer}MLP; top-1 over values)</h3>\n"
+        + _table(item.to_dataframe(), digits=3)
+        for item in flips
+    )
+    add("MLP prediction flips and direct logit attribution", flip_html
         + "<h3>Direct logit attribution (mean logit difference per component and subgroup)</h3>\n"
         + _note(f"Recall subgroup baseline: the {dla.recall_baseline} answer; rows sum to 'total' = 'actual'.")
         + _table(dla.to_dataframe(), digits=3))

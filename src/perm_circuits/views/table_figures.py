@@ -359,5 +359,7 @@ def ffn_table(
         )
     )
     model = getattr(result, "model_name", None)
-    title = f"{model + ': ' if model else ''}FFN neurons as key-value memories ({len(frame)} neurons)"
+    layer = getattr(result, "layer", None)
+    where = f"layer {layer}, " if isinstance(layer, int) else ""
+    title = f"{model + ': ' if model else ''}FFN neurons as key-value memories ({where}{len(frame)} neurons)"
     return _style(fig, title, height=220 + 34 * (len(frame) + 1), width=max(900, 100 * len(columns)))
