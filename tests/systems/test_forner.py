@@ -26,7 +26,11 @@ from perm_circuits.systems.forner import (
     train_chain,
 )
 from perm_circuits.tasks import task_from_dict
-from perm_circuits.tasks.perm_chain import PermutationChainTask, permutation_matrices, rollout
+from perm_circuits.tasks.perm_chain import (
+    PermutationChainTask,
+    permutation_matrices,
+    rollout,
+)
 
 SMALL = FornerConfig(N=5, d_g=4, L=4, d_h=16)
 
@@ -166,9 +170,11 @@ def test_zero_ablating_the_head_output_leaves_chance_accuracy_and_no_hooks():
         logits = model(batch.tokens)
     assert logits.abs().max() == 0  # no action retrieved: M~ = 0, every logit 0
     assert hook_count(model) == 0
-    with pytest.raises(RuntimeError, match="boom"):
-        with model.hooks(fwd_hooks=[("blocks.0.attn.hook_pattern", lambda p, hook: (_ for _ in ()).throw(RuntimeError("boom")))]):
-            model(batch.tokens)
+    def fail(pattern, hook):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"), model.hooks(fwd_hooks=[("blocks.0.attn.hook_pattern", fail)]):
+        model(batch.tokens)
     assert hook_count(model) == 0
 
 
@@ -222,7 +228,7 @@ def test_c_omega_matches_eq_14_and_skips_multiples_of_two_pi():
 def test_mean_logits_and_ode_fixed_points():
     correct, other = mean_logits(1.0, 2.0, 0.5, N=5, d_g=4, zeta=0.3)
     assert correct == pytest.approx(2.0) and other == pytest.approx((0.3 - 2.0) / 4)
-    kw = dict(eta=0.5, N=8, d_g=8, L=10, c_w=0.2)
+    kw = {"eta": 0.5, "N": 8, "d_g": 8, "L": 10, "c_w": 0.2}
     assert order_parameter_rhs(np.array([1.0, 3.0, 0.2]), **kw)[0] == 0  # A = 1 is fixed
     assert order_parameter_rhs(np.array([0.0, 3.0, 0.2]), **kw)[0] == 0  # A = 0 is fixed
     dS = order_parameter_rhs(np.array([1.0, 3.0, 0.2]), **kw)[2]

@@ -23,10 +23,16 @@ from torch import Tensor
 
 from perm_circuits.systems.forner_model import FornerConfig, FornerModel, fast_forward
 from perm_circuits.systems.forner_theory import rollout_accuracy
-from perm_circuits.tasks.base import StepState, TaskBatch, fit, log_spaced_steps, masked_cross_entropy
+from perm_circuits.tasks.base import (
+    StepState,
+    TaskBatch,
+    fit,
+    log_spaced_steps,
+    masked_cross_entropy,
+)
 from perm_circuits.tasks.perm_chain import rollout
 
-__all__ = ["ChainRun", "OrderParameters", "chain_snapshot", "order_parameters", "overlaps", "train_chain"]
+__all__ = ["ChainRun", "OrderParameters", "chain_snapshot", "crossing", "order_parameters", "overlaps", "train_chain"]
 
 
 def overlaps(teacher: Float[Tensor, "d_g N N"], student: Float[Tensor, "d_g N N"]) -> Float[Tensor, "d_g d_g"]:
@@ -80,7 +86,7 @@ def order_parameters(model: FornerModel, batch: TaskBatch | None = None) -> Orde
     )
 
 
-def chain_snapshot(model: FornerModel, batch: TaskBatch, *, step: int = 0, lr: float = 0.5) -> dict[str, float]:
+def chain_snapshot(model: FornerModel, batch: TaskBatch, *, step: int = 0, lr: float = 0.5) -> dict[str, float | int]:
     """One row of the training log: order parameters, loss, one-step accuracy ``rho``, measured
     final rollout accuracy and eq. 18's prediction from ``rho``, and the correct / other logits'
     means and variances over ``batch`` (at the ``L`` predicting positions)."""

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from perm_circuits.tasks.base import TaskBatch, register_task
 
-__all__ = ["PermutationChainTask", "chain_states", "permutation_matrices", "rollout", "RolloutResult"]
+__all__ = ["PermutationChainTask", "RolloutResult", "chain_states", "permutation_matrices", "rollout"]
 
 
 def _check_int(name: str, value: object, low: int) -> int:
