@@ -67,7 +67,10 @@ FULL_COMMAND = (
 
 def compare_with_ode(log: pd.DataFrame, cfg: FornerConfig, lr: float) -> pd.DataFrame:
     """The seed-mean of ``A, R, S`` at each logged ``alpha`` beside the ODE (eq. 15) integrated from the
-    measured mean initial values ``A(0), R(0), S(0)`` and ``zeta``; columns ``*_sim``, ``*_sd``, ``*_ode``."""
+    measured mean initial values ``A(0), R(0), S(0)`` and ``zeta``; columns ``*_sim``, ``*_sd``, ``*_ode``;
+    the measured ``rho``, rollout accuracy and eq. 18 from ``rho``; and the paper's fig. 3 theory
+    (``rho_ode``: eq. 17 with the ODE's mean logits and the measured initial logit variances held
+    fixed; ``rollout_ode``: eq. 18 of it)."""
     mean = log.groupby("alpha")[["A", "R", "S", "zeta", "rho", "rollout", "rollout_eq18"]].mean()
     sd = log.groupby("alpha")[["A", "R", "S"]].std(ddof=0)
     start = mean.iloc[0]
@@ -83,6 +86,11 @@ def compare_with_ode(log: pd.DataFrame, cfg: FornerConfig, lr: float) -> pd.Data
         table[f"{name}_ode"] = getattr(ode, name)
     for name in ("rho", "rollout", "rollout_eq18"):
         table[name] = mean[name].to_numpy()
+    # the paper's fig. 3 theory: eq. 17 with the ODE's mean logits and the initial logit variances, then eq. 18
+    variances = log[log["step"] == 0][["var_correct", "var_other"]].mean()
+    table["rho_ode"] = step_accuracy_gaussian(ode.mu_correct, ode.mu_other, float(variances["var_correct"]),
+                                              float(variances["var_other"]), cfg.N)
+    table["rollout_ode"] = rollout_accuracy(np.clip(table["rho_ode"].to_numpy(), 0, 1), cfg.N, cfg.L)
     return table
 
 
@@ -107,6 +115,9 @@ def figures(log: pd.DataFrame, ode: pd.DataFrame) -> dict:
     roll.add_trace(go.Scatter(x=ode["alpha"], y=ode["rollout"], mode="lines+markers", name="final rollout accuracy (measured)"))
     roll.add_trace(go.Scatter(x=ode["alpha"], y=ode["rollout_eq18"], mode="lines", line={"dash": "dash"},
                               name="eq. 18 from measured rho"))
+    if "rollout_ode" in ode:
+        roll.add_trace(go.Scatter(x=ode["alpha"], y=ode["rollout_ode"], mode="lines", line={"dash": "dot"},
+                                  name="ODE + eqs. 17-18 (initial variances)"))
     roll.update_layout(title="Final rollout accuracy vs eq. 18 (Forner et al. 2026, fig. 3)",
                        xaxis_title="alpha = steps / (d_g N)", yaxis_title="accuracy", height=380)
     return {"order_parameters": fig, "rollout": roll}
