@@ -140,8 +140,9 @@ def test_frozen_parts_come_from_the_config():
 def test_fast_forward_equals_the_hooked_forward_and_seed_is_deterministic():
     model = FornerModel(SMALL)
     batch = SMALL.task.test_set(64)
-    torch.testing.assert_close(fast_forward(model, batch.tokens), model(batch.tokens), atol=1e-5, rtol=0)
-    torch.testing.assert_close(fast_forward(model, batch.tokens[:, :6]), model(batch.tokens[:, :6]), atol=1e-5, rtol=0)
+    with torch.no_grad():
+        assert (fast_forward(model, batch.tokens) - model(batch.tokens)).abs().max() < 1e-5
+        assert (fast_forward(model, batch.tokens[:, :6]) - model(batch.tokens[:, :6])).abs().max() < 1e-5
     assert torch.equal(FornerModel(SMALL).M, model.M)
     with pytest.raises(ValueError, match="token ids must lie in"):
         model(torch.full((1, 3), 9))
