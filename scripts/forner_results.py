@@ -12,7 +12,7 @@ Writes, for NAME = forner_quick or forner_full:
 * ``results/NAME_comparison.csv``: the "paper vs ours" rows;
 * ``results/NAME_numbers.json``: the measured headline numbers and the run's settings.
 
-The quick run also rewrites the generated block of docs/forner.md from the comparison table
+Each run also rewrites its generated block of docs/forner.md from the comparison table
 (tests/systems/test_forner_results.py checks the page against the committed table) and
 notebooks/06_forner.ipynb plots them.
 """
@@ -39,8 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rerender:
         rerender("forner_full" if args.full else "forner_quick")
-        if not args.full:
-            write_docs()
+        write_docs(quick=not args.full)
         return 0
     torch.set_num_threads(1)
     from perm_circuits._util import atomic_write_text
@@ -56,8 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_text(out / f"{name}_ode.csv", ode.to_csv(index=False))
     atomic_write_text(out / f"{name}_comparison.csv", result.to_dataframe().to_csv(index=False))
     atomic_write_text(out / f"{name}_numbers.json", json.dumps(numbers, indent=2, default=float) + "\n")
-    if not args.full:
-        write_docs()
+    write_docs(quick=not args.full)
     print(result.to_text())
     return 0
 
@@ -65,7 +63,11 @@ def main(argv: list[str] | None = None) -> int:
 def rerender(name: str) -> None:
     """Recompute everything after the training log from ``results/NAME.csv`` (deterministic)."""
     from perm_circuits._util import atomic_write_text
-    from perm_circuits.systems.forner import FornerConfig, compare_with_ode, comparison_rows
+    from perm_circuits.systems.forner import (
+        FornerConfig,
+        compare_with_ode,
+        comparison_rows,
+    )
 
     out = ROOT / "results"
     log = pd.read_csv(out / f"{name}.csv")
@@ -80,17 +82,19 @@ def rerender(name: str) -> None:
     atomic_write_text(out / f"{name}_numbers.json", json.dumps(numbers, indent=2, default=float) + "\n")
 
 
-def write_docs() -> None:
-    """Rewrite the generated block of docs/forner.md from results/forner_quick_comparison.csv."""
+def write_docs(quick: bool = True) -> None:
+    """Rewrite docs/forner.md's generated block for the run kind from results/forner_KIND_comparison.csv."""
     from perm_circuits._util import atomic_write_text
-    from perm_circuits.systems.forner import DOCS_BEGIN, DOCS_END, comparison_markdown
+    from perm_circuits.systems.forner import comparison_markdown, docs_markers
 
-    table = pd.read_csv(ROOT / "results" / "forner_quick_comparison.csv", keep_default_na=False)
-    seconds = json.loads((ROOT / "results" / "forner_quick_numbers.json").read_text())["seconds"]
+    name = "forner_quick" if quick else "forner_full"
+    table = pd.read_csv(ROOT / "results" / f"{name}_comparison.csv", keep_default_na=False)
+    seconds = json.loads((ROOT / "results" / f"{name}_numbers.json").read_text())["seconds"]
     page = ROOT / "docs" / "forner.md"
     text = page.read_text()
-    start, end = text.index(DOCS_BEGIN), text.index(DOCS_END) + len(DOCS_END)
-    atomic_write_text(page, text[:start] + comparison_markdown(table, seconds, quick=True) + text[end:])
+    begin, end = docs_markers(quick)
+    start, stop = text.index(begin), text.index(end) + len(end)
+    atomic_write_text(page, text[:start] + comparison_markdown(table, seconds, quick=quick) + text[stop:])
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """docs/forner.md and the committed Forner tables agree with each other and with the code that made them.
 
-``scripts/forner_results.py`` writes ``results/forner_quick*.csv`` from one ``--quick`` run; here
+``scripts/forner_results.py [--full]`` writes ``results/forner_{quick,full}*.csv`` from one run; here
 the comparison rows are recomputed from the committed training log (the ODE integrated again), and
-the docs page's generated block must equal the rendering of the committed comparison table.
+each generated block of the docs page must equal the rendering of its committed comparison table.
 """
 
 from __future__ import annotations
@@ -15,41 +15,48 @@ import pandas as pd
 import pytest
 
 from perm_circuits.systems.forner import (
-    DOCS_BEGIN,
-    DOCS_END,
+    FULL,
+    QUICK,
     FornerConfig,
     compare_with_ode,
     comparison_markdown,
     comparison_rows,
+    docs_markers,
     rollout_accuracy,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results"
+KINDS = ("quick",)
 
 
-@pytest.fixture(scope="module")
-def committed():
-    log = pd.read_csv(RESULTS / "forner_quick.csv")
-    ode = pd.read_csv(RESULTS / "forner_quick_ode.csv")
-    table = pd.read_csv(RESULTS / "forner_quick_comparison.csv", keep_default_na=False)
-    numbers = json.loads((RESULTS / "forner_quick_numbers.json").read_text())
+def committed(kind: str):
+    name = f"forner_{kind}"
+    log = pd.read_csv(RESULTS / f"{name}.csv")
+    ode = pd.read_csv(RESULTS / f"{name}_ode.csv")
+    table = pd.read_csv(RESULTS / f"{name}_comparison.csv", keep_default_na=False)
+    numbers = json.loads((RESULTS / f"{name}_numbers.json").read_text())
     return log, ode, table, numbers
 
 
-def test_docs_page_quotes_the_committed_table(committed):
-    _, _, table, numbers = committed
+@pytest.mark.parametrize("kind", KINDS)
+def test_docs_page_quotes_the_committed_table(kind):
+    _, _, table, numbers = committed(kind)
     text = (ROOT / "docs" / "forner.md").read_text()
-    block = text[text.index(DOCS_BEGIN): text.index(DOCS_END) + len(DOCS_END)]
-    assert block == comparison_markdown(table, numbers["seconds"], quick=True)
+    begin, end = docs_markers(quick=kind == "quick")
+    block = text[text.index(begin): text.index(end) + len(end)]
+    assert block == comparison_markdown(table, numbers["seconds"], quick=kind == "quick")
     assert "| yes |" in block
 
 
-def test_comparison_rows_and_ode_table_follow_from_the_training_log(committed):
-    log, ode, table, numbers = committed
+@pytest.mark.parametrize("kind", KINDS)
+def test_comparison_rows_and_ode_table_follow_from_the_training_log(kind):
+    log, ode, table, numbers = committed(kind)
+    settings = QUICK if kind == "quick" else FULL
+    assert numbers["settings"]["seeds"] == list(settings["seeds"]) == sorted(log["seed"].unique().tolist())
+    assert numbers["settings"]["steps"] == settings["steps"] == log["step"].max()
     cfg = FornerConfig(**numbers["config"])
-    lr = numbers["settings"]["lr"]
-    again = compare_with_ode(log, cfg, lr)
+    again = compare_with_ode(log, cfg, numbers["settings"]["lr"])
     pd.testing.assert_frame_equal(again, ode, check_exact=False, rtol=1e-6, atol=1e-9)
     rows, measured = comparison_rows(log, ode, cfg, n_seeds=log["seed"].nunique())
     recomputed = pd.DataFrame([vars(r) for r in rows])
@@ -58,4 +65,3 @@ def test_comparison_rows_and_ode_table_follow_from_the_training_log(committed):
     for key in ("A_final", "rollout_accuracy_final", "eq18_max_gap", "A_half_alpha_ode"):
         assert measured[key] == pytest.approx(numbers[key], rel=1e-9)
     np.testing.assert_allclose(log["rollout_eq18"], rollout_accuracy(log["rho"].to_numpy(), cfg.N, cfg.L))
-    assert numbers["settings"]["seeds"] == [0] and log["seed"].unique().tolist() == [0]
