@@ -27,7 +27,7 @@ from perm_circuits.systems.forner import (
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results"
-KINDS = ("quick",)
+KINDS = ("quick", "full")
 
 
 def committed(kind: str):
