@@ -281,3 +281,24 @@ def test_reduced_training_moves_a_off_its_plateau_and_aligns_the_logic():
     assert last["rho"] > 0.9 and last["rollout"] > first["rollout"]
     snapshot = chain_snapshot(run.model, cfg.task.test_set(256), step=150)
     assert snapshot["rollout_eq18"] == pytest.approx(float(rollout_accuracy(snapshot["rho"], 4, 4)))
+
+
+def test_run_glue_on_a_tiny_budget(monkeypatch, tmp_path):
+    """``run`` wires training, the ODE, the five comparison rows and the figures (tiny budget: the
+    claims need not hold here; the committed tables check the real run)."""
+    from perm_circuits.reproduce import Reproduction
+    from perm_circuits.systems import forner
+
+    monkeypatch.setitem(forner.QUICK, "steps", 12)
+    monkeypatch.setitem(forner.QUICK, "batch_size", 32)
+    monkeypatch.setitem(forner.QUICK, "n_test", 64)
+    result = forner.run(quick=True, progress=False)
+    assert isinstance(result, Reproduction) and len(result.rows) == 5 and result.quick
+    assert set(result.figures) == {"order_parameters", "rollout"}
+    assert result.numbers["settings"]["steps"] == 12 and len(result.numbers["log"]) == len(result.numbers["ode"])
+    assert not result.rows[2].holds  # 12 steps do not solve the task
+    assert "N=32, d_g=32" in result.full_command
+    written = result.write(tmp_path)
+    assert all(path.exists() for path in written)
+    with pytest.raises(TypeError, match="quick must be a bool"):
+        forner.run(quick=1)

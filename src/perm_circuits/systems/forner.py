@@ -188,7 +188,8 @@ def comparison_rows(log: pd.DataFrame, ode: pd.DataFrame, cfg: FornerConfig, n_s
     on_plateau = ode[ode["alpha"] <= plateau_end] if np.isfinite(plateau_end) else ode
     plateau_gap = {name: float(np.max(np.abs(on_plateau[f"{name}_sim"] - on_plateau[f"{name}_ode"])))
                    for name in ("A", "R", "S")}
-    half_mean = float(np.nanmean(half_sim))
+    finite = [value for value in half_sim if np.isfinite(value)]
+    half_mean = float(np.mean(finite)) if finite else float("nan")
     numbers = {
         **{k: v for k, v in first.items() if k not in ("plateau", "S_first", "perfect", "logged", "steps")},
         "n_seeds": n_seeds, "one_over_L": 1 / L, "per_seed": per_seed,
