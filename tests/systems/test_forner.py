@@ -215,6 +215,28 @@ def test_patching_the_retrieved_action_moves_the_prediction():
     assert int(patched) == int(task.perms[0, 0]) and int(unpatched) == int(task.perms[1, 0])
 
 
+def test_transformer_lens_own_activation_patching_runs_on_the_model():
+    """``transformer_lens.patching`` (per-position head-output patching) localises the action lookup."""
+    import transformer_lens.patching as tl_patching
+
+    model = teacher_model(SMALL)
+    task, L = SMALL.task, SMALL.L
+    clean = task.batch_from(torch.zeros(3, L, dtype=torch.long), torch.tensor([0, 1, 2]))
+    corrupt = task.batch_from(torch.ones(3, L, dtype=torch.long), torch.tensor([0, 1, 2]))
+    _, cache = model.run_with_cache(clean.tokens)
+
+    def metric(logits):  # the clean answer's logit for s_1, at the position holding s_0
+        return logits[torch.arange(3), L, clean.targets[:, L]].mean()
+
+    with torch.no_grad():
+        assert float(metric(model(clean.tokens))) == 1.0 and float(metric(model(corrupt.tokens))) == 0.0
+    effect = tl_patching.get_act_patch_attn_head_out_by_pos(model, corrupt.tokens, cache, metric)
+    assert effect.shape == (1, 2 * L, 1)
+    expected = torch.zeros(1, 2 * L, 1)
+    expected[0, L, 0] = 1.0  # only the head output at that position carries the action
+    assert torch.equal(effect, expected)
+
+
 # ----------------------------------------------------------------------------- theory
 
 

@@ -99,6 +99,28 @@ class FornerConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    # what TransformerLens' own patching helpers read from ``model.cfg`` (``transformer_lens.patching``)
+    @property
+    def n_layers(self) -> int:
+        return 1
+
+    @property
+    def n_heads(self) -> int:
+        return 1
+
+    @property
+    def d_head(self) -> int:
+        """Width of the head output ``o_i`` (``hook_z``): one weight per action."""
+        return self.d_g
+
+    @property
+    def n_ctx(self) -> int:
+        return 2 * self.L + 1
+
+    @property
+    def device(self) -> str:
+        return "cpu"
+
 
 def rope_frequencies(d_h: int, theta: float = 10000.0, two_pi: bool = True) -> Float[Tensor, " half"]:
     """``omega_n = (2 pi) theta^{-2(n-1)/d_h}``, ``n = 1..d_h/2`` (appendix A; appendix J without 2 pi)."""
