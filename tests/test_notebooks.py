@@ -13,8 +13,9 @@ from nbclient import NotebookClient
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 
 
-def test_the_three_notebooks_are_there():
-    assert [p.name for p in NOTEBOOKS] == ["01_reproduce.ipynb", "02_dissect_recall.ipynb", "03_dynamics.ipynb"]
+def test_the_notebooks_are_there():
+    assert [p.name for p in NOTEBOOKS] == ["01_reproduce.ipynb", "02_dissect_recall.ipynb", "03_dynamics.ipynb",
+                                           "06_forner.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
