@@ -16,10 +16,10 @@ from perm_circuits.systems.factual import (
     FactualTransformer,
     LinearAttentionConfig,
     LinearAttentionModel,
+    StorageResult,
     hallucination_phase,
     n_trainable,
     storage_rows,
-    StorageResult,
 )
 from perm_circuits.tasks import fit, task_from_dict
 from perm_circuits.tasks.factual import FactualRecallTask, fact_table

@@ -26,8 +26,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -206,8 +206,8 @@ class StorageResult:
 
     Attributes:
         runs: every training run (one row per model size and table size tried).
-        capacity: one row per model size: ``params`` and ``facts_stored`` (the largest ``S R``
-            stored at >= ``target``; 0 if none on the ladder).
+        capacity: one row per seed and model size: ``params`` and ``facts_stored`` (the largest
+            ``S R`` stored at >= ``target``; 0 if none on the ladder) and the number of ``runs``.
         exponent: slope of ``log facts_stored`` on ``log params`` (linear scaling: 1).
         facts_per_param: least-squares slope of ``facts_stored = c * params`` through the origin.
         bits_per_param: ``facts_per_param * log2 D``.
@@ -238,7 +238,7 @@ def storage_capacity(
     lr: float = 0.02,
     batch_size: int = 512,
     target: float = 0.99,
-    seed: int = 0,
+    seeds: Sequence[int] = (0,),
     progress: bool = True,
 ) -> StorageResult:
     """For each ``(d_model, d_mlp)`` in ``sizes`` (one head of width ``d_model``), the largest rung
@@ -249,30 +249,41 @@ def storage_capacity(
     predecessor's capacity scaled by the parameter ratio, then climbs while it stores or descends
     while it fails, so every capacity is bracketed by a stored rung and a failed one (or the
     ladder's end): the start only saves runs, it does not decide the answer (stored tables are
-    assumed monotone in ``S``).  Fits the log-log exponent of facts stored vs parameters."""
+    assumed monotone in ``S``).  Each seed (fact table, initialisation, batches) repeats the whole
+    search.  Fits the log-log exponent of facts stored vs parameters over every (seed, size) point."""
     if not sizes or not subjects:
         raise ValueError("sizes and subjects must be non-empty")
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct and non-empty, got {list(seeds)}")
     if list(subjects) != sorted(set(subjects)):
         raise ValueError(f"subjects must be strictly increasing, got {list(subjects)}")
     from tqdm.auto import tqdm
 
     runs: list[dict[str, Any]] = []
     capacity = []
+    plan = [(seed, size) for seed in seeds for size in sizes]
     previous: tuple[int, int] | None = None  # (params, facts stored) of the last size
-    for d_model, d_mlp in tqdm(list(sizes), disable=not progress, desc="storage capacity"):
+    measured: dict[tuple[int, int], int] = {}
+    for seed, (d_model, d_mlp) in tqdm(plan, disable=not progress, desc="storage capacity"):
+        if (d_model, d_mlp) == tuple(sizes[0]):
+            previous = None
         outcome: dict[int, dict[str, Any]] = {}
 
-        def tried(index: int) -> bool:
+        def tried(index: int, outcome: dict = outcome, seed: int = seed, d_model: int = d_model,
+                  d_mlp: int = d_mlp) -> bool:
             if index not in outcome:
                 task = FactualRecallTask(S=subjects[index], R=R, D=D, n_noise=n_noise, seq_len=seq_len,
                                          fact_seed=seed)
-                outcome[index] = storage_run(task, d_model=d_model, d_mlp=d_mlp, steps=steps, lr=lr,
-                                             batch_size=batch_size, target=target, seed=seed)
+                outcome[index] = {"seed": seed, **storage_run(task, d_model=d_model, d_mlp=d_mlp, steps=steps,
+                                                              lr=lr, batch_size=batch_size, target=target,
+                                                              seed=seed)}
                 runs.append(outcome[index])
             return outcome[index]["stored"]
 
         index = 0
-        if previous is not None and previous[1] > 0:
+        if (d_model, d_mlp) in measured:  # another seed measured this size: start at its capacity
+            index = max(0, min(range(len(subjects)), key=lambda i: abs(subjects[i] * R - measured[(d_model, d_mlp)])))
+        elif previous is not None and previous[1] > 0:
             params = n_trainable(build_factual_model(FactualRecallTask(S=1, R=R, D=D, n_noise=n_noise,
                                                                        seq_len=seq_len), d_model=d_model,
                                                      d_mlp=d_mlp, d_head=d_model))
@@ -287,9 +298,10 @@ def storage_capacity(
             index -= 1
         stored = subjects[index] * R if index >= 0 else 0
         params = next(iter(outcome.values()))["params"]
-        capacity.append({"d_model": d_model, "d_mlp": d_mlp, "params": params, "facts_stored": stored,
-                         "runs": len(outcome)})
+        capacity.append({"seed": seed, "d_model": d_model, "d_mlp": d_mlp, "params": params,
+                         "facts_stored": stored, "runs": len(outcome)})
         previous = (params, stored)
+        measured.setdefault((d_model, d_mlp), stored)
     runs_df, cap = pd.DataFrame(runs), pd.DataFrame(capacity)
     ok = cap[cap["facts_stored"] > 0]
     if len(ok) >= 2:
@@ -299,7 +311,7 @@ def storage_capacity(
         exponent = float("nan")
     per_param = float((cap["params"] * cap["facts_stored"]).sum() / (cap["params"] ** 2).sum())
     settings = {"R": R, "D": D, "n_noise": n_noise, "seq_len": seq_len, "steps": steps, "lr": lr,
-                "batch_size": batch_size, "subjects": list(subjects), "seed": seed}
+                "batch_size": batch_size, "subjects": list(subjects), "seeds": list(seeds)}
     return StorageResult(runs_df, cap, exponent, per_param, per_param * math.log2(D), target, settings)
 
 
@@ -308,13 +320,15 @@ def storage_capacity(
 LADDER = (4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320)
 """Subject counts tried (about x1.2 apart); with ``R = 4`` a rung stores ``4 S`` facts."""
 
-QUICK = {"hallucination": {"steps": 1500, "alpha": 0.01}, "sizes": ((16, 16), (16, 64)),
-         "subjects": LADDER[3:], "steps": 1500}
-FULL = {"hallucination": {"steps": 2500, "alpha": 0.001}, "sizes": ((16, 16), (16, 32), (16, 64), (16, 128), (16, 256)),
-        "subjects": LADDER, "steps": 1500}
-"""The two run sizes.  ``--quick`` drops the MLP widths 32, 128 and 256 (two sizes, 2x apart in
-parameters, instead of five, 6x apart), starts the ladder at S = 8, and trains the hallucination
-model from ``alpha = 0.01`` for 1500 steps instead of ``alpha = 0.001`` for 2500 (a shorter plateau)."""
+QUICK = {"hallucination": {"steps": 1500, "alpha": 0.01}, "sizes": ((16, 32), (16, 128)),
+         "subjects": LADDER[3:], "steps": 1500, "seeds": (0,)}
+FULL = {"hallucination": {"steps": 2500, "alpha": 0.001},
+        "sizes": ((16, 16), (16, 32), (16, 64), (16, 128), (16, 256)), "subjects": LADDER, "steps": 1500,
+        "seeds": (0, 1)}
+"""The two run sizes.  ``--quick`` keeps two MLP widths of the full run's five (32 and 128: 2.5x apart
+in parameters, against 6x for the full run), one seed instead of two, starts the subject ladder at
+S = 8, and trains the hallucination model from ``alpha = 0.01`` for 1500 steps instead of
+``alpha = 0.001`` for 2500 (a shorter plateau)."""
 
 KL_PLATEAU = 0.1
 """Largest ``KL(p(.|r) || p_model)`` (nats) on the stage for "the model outputs p(a|r)"."""
@@ -347,9 +361,11 @@ def storage_rows(result: StorageResult) -> list[Comparison]:
     """The storage-capacity claims of section 4.4 as comparison rows."""
     cap = result.capacity
     pairs = ", ".join(f"{int(p)}->{int(f)}" for p, f in zip(cap["params"], cap["facts_stored"]))
+    seeds = cap["seed"].nunique() if "seed" in cap else 1
     return [
         Comparison("facts stored at 99% grow linearly with parameters",
-                   "linear: log-log slope 1 (figure 3 left)", f"slope {result.exponent:.2f} (params->facts: {pairs})",
+                   "linear: log-log slope 1 (figure 3 left)",
+                   f"slope {result.exponent:.2f} (params->facts: {pairs}; {seeds} seed{'s' if seeds > 1 else ''})",
                    bool(0.75 <= result.exponent <= 1.25) if math.isfinite(result.exponent) else False,
                    "holds if the fitted log-log slope is in [0.75, 1.25]"),
         Comparison("storage constant (guide line)", "facts ~ params up to log factors; 'capacity ~ #params' (seed 002)",
@@ -367,7 +383,8 @@ def run(quick: bool = False, progress: bool = True) -> Reproduction:
     start = time.perf_counter()
     halluc = hallucination_phase(progress=progress, **plan["hallucination"])
     t_halluc = time.perf_counter() - start
-    storage = storage_capacity(plan["sizes"], subjects=plan["subjects"], steps=plan["steps"], progress=progress)
+    storage = storage_capacity(plan["sizes"], subjects=plan["subjects"], steps=plan["steps"], seeds=plan["seeds"],
+                               progress=progress)
     t_storage = time.perf_counter() - start - t_halluc
     numbers = {
         "log_answers": halluc.log_answers, "log_D": halluc.log_D,
@@ -422,3 +439,66 @@ def write_tables(result: Reproduction, out: str | Path, prefix: str = "factual_q
     for suffix, frame in frames.items():
         paths.append(atomic_write_text(out / f"{prefix}{suffix}.csv", frame.to_csv(index=False)))
     return paths
+
+
+DOCS_BEGIN = "<!-- factual-table:begin (generated by `python -m perm_circuits.systems.factual`) -->"
+DOCS_END = "<!-- factual-table:end -->"
+
+
+def results_markdown(comparison: pd.DataFrame, capacity: pd.DataFrame) -> str:
+    """The "paper vs ours" table and the capacity table as Markdown (what docs/factual.md shows)."""
+    mark = {True: "yes", False: "**no**"}
+
+    def cell(value: Any) -> str:
+        if isinstance(value, float) and math.isnan(value):
+            return "-"
+        return mark.get(value, str(value)) if isinstance(value, bool) else str(value).replace("|", "\\|")
+
+    seconds = comparison["seconds"].iloc[0] if "seconds" in comparison else float("nan")
+    lines = [f"Quick run (`perm-circuits reproduce factual --quick`), {seconds:.0f} s on one CPU core.", "",
+             "| claim | paper | ours | holds |", "|---|---|---|---|"]
+    for row in comparison.itertuples(index=False):
+        holds = row.holds if isinstance(row.holds, bool) else {"True": True, "False": False}.get(str(row.holds))
+        lines.append(f"| {cell(row.claim)} | {cell(row.paper)} | {cell(row.ours)} | {cell(holds) if holds is not None else '-'} |")
+    lines += ["", "| seed | d_model | d_mlp | trainable params | facts stored at 99% | runs |", "|---|---|---|---|---|---|"]
+    for row in capacity.itertuples(index=False):
+        lines.append(f"| {row.seed} | {row.d_model} | {row.d_mlp} | {row.params} | {row.facts_stored} | {row.runs} |")
+    return "\n".join(lines)
+
+
+def replace_docs_block(page: str, block: str) -> str:
+    """``page`` with the text between :data:`DOCS_BEGIN` and :data:`DOCS_END` replaced by ``block``."""
+    if DOCS_BEGIN not in page or DOCS_END not in page:
+        raise ValueError("the page has no factual-table markers")
+    head, rest = page.split(DOCS_BEGIN, 1)
+    _, tail = rest.split(DOCS_END, 1)
+    return f"{head}{DOCS_BEGIN}\n{block}\n{DOCS_END}{tail}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m perm_circuits.systems.factual [--full] [--out results] [--docs docs/factual.md]``:
+    run the reproduction, write its tables, and regenerate the docs page's table from them."""
+    import argparse
+
+    from perm_circuits._util import atomic_write_text
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--full", action="store_true", help="the full run (default: --quick)")
+    parser.add_argument("--out", default="results")
+    parser.add_argument("--docs", default=None, help="a page with the factual-table markers to regenerate")
+    args = parser.parse_args(argv)
+    from perm_circuits.reproduce import reproduce
+
+    result = reproduce("factual", quick=not args.full)
+    print(result.to_text())
+    prefix = "factual_full" if args.full else "factual_quick"
+    paths = write_tables(result, args.out, prefix)
+    if args.docs:
+        frames = [pd.read_csv(paths[0]), pd.read_csv(paths[1])]
+        page = Path(args.docs).read_text()
+        atomic_write_text(args.docs, replace_docs_block(page, results_markdown(*frames)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

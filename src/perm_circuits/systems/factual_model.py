@@ -37,8 +37,14 @@ from transformer_lens.hook_points import HookPoint
 
 from perm_circuits._util import dataclass_from_dict
 
-__all__ = ["FactualConfig", "FactualTransformer", "LinearAttentionConfig", "LinearAttentionModel",
-           "n_trainable", "build_factual_model"]
+__all__ = [
+    "FactualConfig",
+    "FactualTransformer",
+    "LinearAttentionConfig",
+    "LinearAttentionModel",
+    "build_factual_model",
+    "n_trainable",
+]
 
 PARAMS = ("W_E", "W_Q", "W_K", "W_V", "W_O", "W_in", "b_in", "W_out", "W_U")
 
@@ -160,7 +166,7 @@ class FactualTransformer(HookedRootModule):
         scores = (k * q).sum(-1).transpose(1, 2)[:, :, None, :] / math.sqrt(e)  # [b, h, 1, T]
         pattern = block.attn.hook_pattern(scores.softmax(dim=-1))
         z = block.attn.hook_z((pattern[:, :, 0, :, None] * v.transpose(1, 2)).sum(2)[:, None])  # [b, 1, h, e]
-        attn_out = block.hook_attn_out((z.reshape(b, 1, h * e) @ self.W_O.reshape(h * e, c.d_model)))
+        attn_out = block.hook_attn_out(z.reshape(b, 1, h * e) @ self.W_O.reshape(h * e, c.d_model))
         resid = block.hook_resid_mid(x[:, -1:] + attn_out)
         if c.d_mlp:
             pre = block.mlp.hook_pre(resid @ self.W_in + self.b_in)

@@ -12,6 +12,7 @@ from perm_circuits.tasks.base import (
     register_task,
     task_from_dict,
 )
+from perm_circuits.tasks.factual import FactualRecallTask
 
-__all__ = ["TASKS", "FitResult", "StepState", "Task", "TaskBatch", "fit", "log_spaced_steps",
+__all__ = ["TASKS", "FactualRecallTask", "FitResult", "StepState", "Task", "TaskBatch", "fit", "log_spaced_steps",
            "masked_cross_entropy", "register_task", "task_from_dict"]
