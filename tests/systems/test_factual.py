@@ -251,3 +251,46 @@ def test_linear_attention_model_matches_its_formula():
     expected = torch.stack([sum(model.W_OV[z] * model.w_KQ[z] for z in row) for row in batch.tokens])
     assert torch.allclose(logits[:, -1], expected, atol=1e-6)
     assert (logits[:, :-1] == 0).all()
+
+
+def test_storage_search_brackets_a_known_capacity(monkeypatch):
+    """With a fake trainer that stores a table iff facts <= params / 10, the search finds that
+    capacity on the ladder (stored rung, next rung failed) whatever rung it starts from."""
+    from perm_circuits.systems import factual
+
+    def fake_run(task, *, d_model, d_mlp, seed, **kwargs):
+        params = n_trainable(factual.build_factual_model(task, d_model=d_model, d_mlp=d_mlp, d_head=d_model))
+        stored = task.n_facts <= params / 10
+        return {"d_model": d_model, "d_mlp": d_mlp, "n_heads": 1, "params": params, "S": task.S, "R": task.R,
+                "facts": task.n_facts, "accuracy": 1.0 if stored else 0.5, "stored": stored, "steps": 1}
+
+    monkeypatch.setattr(factual, "storage_run", fake_run)
+    ladder = tuple(range(1, 200))
+    result = factual.storage_capacity(((16, 16), (16, 64), (16, 32)), subjects=ladder, seeds=(0, 1), progress=False)
+    cap = result.capacity
+    expected = [4 * int(p / 10 // 4) for p in cap["params"]]
+    assert list(cap["facts_stored"]) == expected
+    assert result.exponent == pytest.approx(1.0, abs=0.05)
+    assert (cap["runs"] < len(ladder)).all()  # the search does not climb from the bottom every time
+    with pytest.raises(ValueError, match="seeds must be distinct"):
+        factual.storage_capacity(((16, 16),), seeds=(0, 0))
+
+
+def test_run_assembles_the_reproduction(monkeypatch, tmp_path):
+    """``run`` end to end on a tiny plan (a fake capacity trainer, 60 hallucination steps)."""
+    from perm_circuits.systems import factual
+
+    monkeypatch.setattr(factual, "QUICK", {"hallucination": {"steps": 60, "alpha": 0.01}, "sizes": ((16, 8), (16, 16)),
+                                           "subjects": (2, 4, 8, 16, 32, 64), "steps": 10, "seeds": (0,)})
+    monkeypatch.setattr(factual, "storage_run", lambda task, *, d_model, d_mlp, seed, **kw: {
+        "d_model": d_model, "d_mlp": d_mlp, "n_heads": 1, "params": 100 * d_mlp, "S": task.S, "R": task.R,
+        "facts": task.n_facts, "accuracy": 1.0, "stored": task.n_facts <= 4 * d_mlp, "steps": 1})
+    result = factual.run(quick=True, progress=False)
+    assert [row.holds for row in result.rows][-2:] == [True, None]  # facts = 4 m, params = 100 m: slope 1
+    assert "slope 1.00" in result.rows[-2].ours
+    assert result.rows[0].holds is True  # the loss starts at log |A|
+    written = result.write(tmp_path)
+    assert all(path.exists() for path in written)
+    paths = factual.write_tables(result, tmp_path, "t")
+    assert [p.name for p in paths] == ["t.csv", "t_capacity.csv", "t_runs.csv", "t_trajectory.csv"]
+    assert len(pd.read_csv(paths[3])) == len(result.numbers["trajectory"])
