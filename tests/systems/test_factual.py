@@ -282,6 +282,7 @@ def test_run_assembles_the_reproduction(monkeypatch, tmp_path):
 
     monkeypatch.setattr(factual, "QUICK", {"hallucination": {"steps": 60, "alpha": 0.01}, "sizes": ((16, 8), (16, 16)),
                                            "subjects": (2, 4, 8, 16, 32, 64), "steps": 10, "seeds": (0,)})
+    monkeypatch.setattr(factual, "SOFTMAX", {**factual.SOFTMAX, "steps": 30})
     monkeypatch.setattr(factual, "storage_run", lambda task, *, d_model, d_mlp, seed, **kw: {
         "d_model": d_model, "d_mlp": d_mlp, "n_heads": 1, "params": 100 * d_mlp, "S": task.S, "R": task.R,
         "facts": task.n_facts, "accuracy": 1.0, "stored": task.n_facts <= 4 * d_mlp, "steps": 1})
@@ -289,6 +290,7 @@ def test_run_assembles_the_reproduction(monkeypatch, tmp_path):
     assert [row.holds for row in result.rows][-2:] == [True, None]  # facts = 4 m, params = 100 m: slope 1
     assert "slope 1.00" in result.rows[-2].ours
     assert result.rows[0].holds is True  # the loss starts at log |A|
+    assert len(result.rows) == 7 and set(result.figures) == {"hallucination", "hallucination (softmax)", "storage capacity"}
     written = result.write(tmp_path)
     assert all(path.exists() for path in written)
     paths = factual.write_tables(result, tmp_path, "t")

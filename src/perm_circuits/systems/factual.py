@@ -358,6 +358,25 @@ def hallucination_rows(result: HallucinationResult) -> list[Comparison]:
     ]
 
 
+SOFTMAX = {"model": "softmax", "steps": 600, "lr": 0.003, "d_model": 64, "d_head": 64, "d_mlp": 0}
+"""Figure 5 (right) at CPU scale: one softmax head over random embeddings (d = 64, no MLP), Adam."""
+
+
+def softmax_row(result: HallucinationResult) -> Comparison:
+    """The softmax model's hallucination stage (the paper's figure 5 right) as a comparison row."""
+    stage = result.summary()
+    if result.has_stage:
+        row = result.stage.loc[result.stage["relation_only_loss"].idxmin()]
+        ours = (f"relation-only loss {row['relation_only_loss']:.3f}, subject-only loss {row['subject_only_loss']:.3f} "
+                f"at steps {stage['first_step']}-{stage['last_step']} (log D = {result.log_D:.3f})")
+    else:
+        ours = "no step with the relation known and the subject unknown"
+    return Comparison("softmax attention, random embeddings: the same stage (figure 5 right)",
+                      "relation-only loss ~ 0 while subject-only loss is still high", ours, result.has_stage,
+                      f"one head, d = 64, no MLP, Adam; stage rule as above; final accuracy "
+                      f"{result.final['fact_accuracy']:.3f}")
+
+
 def storage_rows(result: StorageResult) -> list[Comparison]:
     """The storage-capacity claims of section 4.4 as comparison rows."""
     cap = result.capacity
@@ -383,6 +402,7 @@ def run(quick: bool = False, progress: bool = True) -> Reproduction:
     plan = QUICK if quick else FULL
     start = time.perf_counter()
     halluc = hallucination_phase(progress=progress, **plan["hallucination"])
+    softmax = hallucination_phase(progress=progress, **SOFTMAX)
     t_halluc = time.perf_counter() - start
     storage = storage_capacity(plan["sizes"], subjects=plan["subjects"], steps=plan["steps"], seeds=plan["seeds"],
                                progress=progress)
@@ -390,6 +410,7 @@ def run(quick: bool = False, progress: bool = True) -> Reproduction:
     numbers = {
         "log_answers": halluc.log_answers, "log_D": halluc.log_D,
         **{f"stage_{key}": value for key, value in halluc.summary().items()},
+        **{f"softmax_stage_{key}": value for key, value in softmax.summary().items()},
         "final_accuracy": halluc.final["fact_accuracy"], "exponent": storage.exponent,
         "facts_per_param": storage.facts_per_param, "bits_per_param": storage.bits_per_param,
         "seconds_hallucination": t_halluc, "seconds_storage": t_storage,
@@ -399,22 +420,29 @@ def run(quick: bool = False, progress: bool = True) -> Reproduction:
     }
     return Reproduction(
         name="factual", title="Factual recall and storage capacity (Nichani, Lee, Bietti 2024)", quick=quick,
-        rows=tuple(hallucination_rows(halluc) + storage_rows(storage)), numbers=numbers,
-        figures=_figures(halluc, storage), full_command=FULL_COMMAND,
+        rows=(*hallucination_rows(halluc), softmax_row(softmax), *storage_rows(storage)), numbers=numbers,
+        figures=_figures(halluc, softmax, storage), full_command=FULL_COMMAND,
     )
 
 
-def _figures(halluc: HallucinationResult, storage: StorageResult) -> dict[str, Any]:
+def _loss_figure(result: HallucinationResult, title: str):
     import plotly.graph_objects as go
 
-    traj = halluc.trajectory
-    loss = go.Figure()
+    traj = result.trajectory
+    figure = go.Figure()
     for column in ("loss", "relation_only_loss", "subject_only_loss", "kl_to_relation_prior"):
-        loss.add_trace(go.Scatter(x=traj["step"], y=traj[column], mode="lines+markers", name=column))
-    for value, label in ((halluc.log_answers, "log |A|"), (halluc.log_D, "log D")):
-        loss.add_hline(y=value, line_dash="dot", annotation_text=label)
-    loss.update_layout(title="Hallucination stage (linear attention, S=16, R=4, D=8)", xaxis_type="log",
-                       xaxis_title="step", yaxis_title="nats")
+        figure.add_trace(go.Scatter(x=traj["step"], y=traj[column], mode="lines+markers", name=column))
+    for value, label in ((result.log_answers, "log |A|"), (result.log_D, "log D")):
+        figure.add_hline(y=value, line_dash="dot", annotation_text=label)
+    figure.update_layout(title=title, xaxis_type="log", xaxis_title="step", yaxis_title="nats")
+    return figure
+
+
+def _figures(halluc: HallucinationResult, softmax: HallucinationResult, storage: StorageResult) -> dict[str, Any]:
+    import plotly.graph_objects as go
+
+    loss = _loss_figure(halluc, "Hallucination stage (linear attention, S=16, R=4, D=8)")
+    soft = _loss_figure(softmax, "The same task, one softmax head over random embeddings (figure 5 right)")
     cap = storage.capacity
     scale = go.Figure(go.Scatter(x=cap["params"], y=cap["facts_stored"], mode="markers", name="ours"))
     xs = [float(cap["params"].min()), float(cap["params"].max())]
@@ -422,7 +450,7 @@ def _figures(halluc: HallucinationResult, storage: StorageResult) -> dict[str, A
                                name=f"linear fit: {storage.facts_per_param:.3f} facts/param"))
     scale.update_layout(title="Facts stored at 99% accuracy vs trainable parameters", xaxis_type="log",
                         yaxis_type="log", xaxis_title="trainable parameters", yaxis_title="facts stored")
-    return {"hallucination": loss, "storage capacity": scale}
+    return {"hallucination": loss, "hallucination (softmax)": soft, "storage capacity": scale}
 
 
 def write_tables(result: Reproduction, out: str | Path, prefix: str = "factual_quick") -> list[Path]:
