@@ -14,7 +14,8 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("
 
 
 def test_the_three_notebooks_are_there():
-    assert [p.name for p in NOTEBOOKS] == ["01_reproduce.ipynb", "02_dissect_recall.ipynb", "03_dynamics.ipynb"]
+    assert [p.name for p in NOTEBOOKS] == ["01_reproduce.ipynb", "02_dissect_recall.ipynb", "03_dynamics.ipynb",
+                                          "05_birth.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])

@@ -12,6 +12,7 @@ from perm_circuits.tasks.base import (
     register_task,
     task_from_dict,
 )
+from perm_circuits.tasks.bigram import BigramTriggerTask  # registers "bigram_triggers"
 
-__all__ = ["TASKS", "FitResult", "StepState", "Task", "TaskBatch", "fit", "log_spaced_steps",
+__all__ = ["TASKS", "BigramTriggerTask", "FitResult", "StepState", "Task", "TaskBatch", "fit", "log_spaced_steps",
            "masked_cross_entropy", "register_task", "task_from_dict"]
