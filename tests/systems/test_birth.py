@@ -118,6 +118,26 @@ def test_frozen_set_is_declared_and_stays_frozen_after_fit():
         assert torch.equal(model.W_Q[layer, 0], torch.eye(8))
 
 
+def test_same_seed_same_weights():
+    def train():
+        model = build_birth_model(BirthModelConfig(N=8, T=8, d_model=8, seed=2))
+        fit(model, BigramTriggerTask(N=8, T=8, K=2), steps=2, batch_size=4, lr=0.5, optimizer="sgd",
+            momentum=0.9, seed=5, forward=plain_forward, progress=False)
+        return model.state_dict()
+
+    first, second = train(), train()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_settings_validation():
+    from perm_circuits.systems.birth import BirthSettings
+
+    with pytest.raises(ValueError, match="BirthSettings.steps must be an int >= 1"):
+        BirthSettings(steps=0)
+    with pytest.raises(ValueError, match="BirthSettings.seeds must be a non-empty tuple"):
+        BirthSettings(seeds=())
+
+
 def test_model_config_validation():
     with pytest.raises(ValueError, match="unknown frozen entry 'W_Z'"):
         BirthModelConfig(frozen=("W_Z",))

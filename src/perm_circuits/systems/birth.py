@@ -89,6 +89,20 @@ class BirthSettings:
     n_logged: int = 30
     eval_size: int = 512
 
+    def __post_init__(self) -> None:
+        for name in ("N", "T", "K", "d_model", "full_d_model", "batch_size", "steps", "full_steps", "n_logged",
+                     "eval_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"BirthSettings.{name} must be an int >= 1, got {value!r}")
+        for name in ("lr", "full_lr"):
+            if not isinstance(getattr(self, name), (int, float)) or not getattr(self, name) > 0:
+                raise ValueError(f"BirthSettings.{name} must be a positive number, got {getattr(self, name)!r}")
+        if isinstance(self.seeds, (str, bytes)) or not self.seeds or \
+                not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in self.seeds):
+            raise ValueError(f"BirthSettings.seeds must be a non-empty tuple of ints >= 0, got {self.seeds!r}")
+        object.__setattr__(self, "seeds", tuple(self.seeds))
+
     def task(self) -> BigramTriggerTask:
         return BigramTriggerTask(N=self.N, T=self.T, K=self.K)
 
