@@ -166,7 +166,8 @@ ANY_HOWS: tuple[str, ...] = ("zero", "mean", "resample")
 """Ablation modes under which the generalising model's circuit is checked (every one is reported)."""
 
 
-def any_model_numbers(model, *, prefix: str = "any", n_pair: int = 2000, n_boot: int = 200) -> dict[str, object]:
+def any_model_numbers(model, *, prefix: str = "any", n_pair: int = 2000, n_boot: int = 200,
+                      hows: tuple[str, ...] = ANY_HOWS) -> dict[str, object]:
     """The numbers the docs quote about a model with general recall, as flat ``<prefix>.*`` keys.
 
     * ``recall.x{k}`` / ``elimination``: exhaustive recall per repeated ``x_k`` and elimination
@@ -174,7 +175,7 @@ def any_model_numbers(model, *, prefix: str = "any", n_pair: int = 2000, n_boot:
     * ``story.*``: the induction story (:func:`~perm_circuits.analysis.induction_story.induction_story`:
       scores, Q/K/V composition, path patching A -> B with its CI, ``holds`` and what is missing);
     * ``ablate.<how>.<component>.x{k}`` / ``.elimination``: exhaustive recall per ``x_k`` with one
-      head of the story ablated, under every mode of :data:`ANY_HOWS`.
+      head of the story ablated, under every mode of ``hows`` (default :data:`ANY_HOWS`).
     """
     from perm_circuits.analysis import ablate_head
     from perm_circuits.analysis.induction_story import induction_story
@@ -196,7 +197,7 @@ def any_model_numbers(model, *, prefix: str = "any", n_pair: int = 2000, n_boot:
                  "v_composition", "k_baseline", "path_k", "path_k_ci_low", "path_k_ci_high", "path_q", "path_v"):
         value = getattr(story, name)
         out[f"{prefix}.story.{name}"] = value if isinstance(value, str) else float(value)
-    for how in ANY_HOWS:
+    for how in hows:
         for role, component in (("previous", story.previous_head), ("induction", story.induction_head)):
             layer, head = int(component[1]), int(component[3:])
             hooks = ablate_head(model, layer, head, how)
@@ -209,27 +210,32 @@ def any_model_numbers(model, *, prefix: str = "any", n_pair: int = 2000, n_boot:
     return out
 
 
-def dynamics_numbers(records: dict[int, object], previous_head: str, induction_head: str, *,
+def dynamics_numbers(records: dict[int, object], signals: dict[str, str], *, target: str = "recall_x2_accuracy",
                      prefix: str = "any.dynamics", threshold: float = 0.5) -> dict[str, object]:
-    """When the circuit's parts form, per seed: the step at which the previous-token score of A,
-    the induction score of B, and recall of x2..x4 each cross ``threshold`` of their change
-    (:func:`~perm_circuits.dynamics.which_first`), and whether A's score crosses before B's and B's
-    before recall, counted over the seeds (``<prefix>.prev_first`` = ``k``/``n``)."""
+    """When the parts form, per seed and across seeds.
+
+    For each seed's record and each ``label -> signal`` of ``signals`` (plus ``target``, recall of a
+    repeated x2 by default): the step at which the signal crosses ``threshold`` of its change
+    (:func:`~perm_circuits.dynamics.which_first`; ``<prefix>.seed{s}.{label}``, NaN if it never
+    does), and over the seeds how many cross no later than the target
+    (``<prefix>.{label}.before_target``) out of ``<prefix>.seeds``.
+    """
     from perm_circuits.dynamics import which_first
 
-    out: dict[str, object] = {}
-    prev_first = ind_first = 0
-    signals = {"previous": f"{previous_head}.previous_token", "induction": f"{induction_head}.induction",
-               "recall": "recall_x2"}
+    if not records:
+        raise ValueError("records is empty: give {seed: DynamicsRecord}")
+    out: dict[str, object] = {f"{prefix}.seeds": len(records), f"{prefix}.seed_list": ",".join(map(str, sorted(records)))}
+    before = dict.fromkeys(signals, 0)
     for seed, record in sorted(records.items()):
-        order = which_first(record, list(signals.values()), threshold=threshold)
-        steps = {name: order.step_of(signal) for name, signal in signals.items()}
-        for name, step in steps.items():
-            out[f"{prefix}.seed{seed}.{name}"] = math.nan if step is None else int(step)
-        if None not in steps.values():
-            prev_first += steps["previous"] <= steps["induction"]
-            ind_first += steps["induction"] <= steps["recall"]
-    out[f"{prefix}.seeds"] = len(records)
-    out[f"{prefix}.prev_before_induction"] = int(prev_first)
-    out[f"{prefix}.induction_before_recall"] = int(ind_first)
+        order = which_first(record, [*signals.values(), target], threshold=threshold)
+        target_step = order.step_of(target)
+        out[f"{prefix}.seed{seed}.target"] = math.nan if target_step is None else int(target_step)
+        out[f"{prefix}.seed{seed}.last_step"] = int(record.steps[-1])
+        for label, signal in signals.items():
+            step = order.step_of(signal)
+            out[f"{prefix}.seed{seed}.{label}"] = math.nan if step is None else int(step)
+            if step is not None and target_step is not None and step <= target_step:
+                before[label] += 1
+    for label, count in before.items():
+        out[f"{prefix}.{label}.before_target"] = count
     return out
