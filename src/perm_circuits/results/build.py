@@ -6,10 +6,14 @@ Inputs, all in the repository:
   refreshed by ``--recompute``;
 * ``results/study_quotes.json``: numbers the study reports (quoted for comparison, not measured);
 * ``results/capacity_sweep.csv``: the capacity sweep, one row per run;
-* ``docs/templates/results.md`` and ``docs/templates/readme_results.md``.
+* ``results/generalisation_sweep.csv``: the generalisation sweep (issue 9), one row per run;
+* ``results/general_recall_numbers.json``: the shipped ``d16h1l2-any`` model's numbers
+  (``scripts/general_recall_numbers.py``);
+* ``docs/templates/results.md``, ``docs/templates/readme_results.md`` and
+  ``docs/templates/general_recall*.md``.
 
-Outputs: ``docs/results.md`` and the section of ``README.md`` between :data:`README_BEGIN` and
-:data:`README_END`.
+Outputs: ``docs/results.md``, ``docs/general_recall.md`` and the section of ``README.md`` between
+:data:`README_BEGIN` and :data:`README_END`.
 """
 
 from __future__ import annotations
@@ -22,10 +26,17 @@ from pathlib import Path
 
 from perm_circuits._util import atomic_write_text
 from perm_circuits.results.capacity import capacity_markdown, capacity_numbers, load_capacity_table
+from perm_circuits.results.generalisation import (
+    generalisation_markdown,
+    generalisation_numbers,
+    load_generalisation_table,
+)
 from perm_circuits.results.render import format_value, render, replace_section
 
 __all__ = [
     "CAPACITY_TABLE",
+    "GENERAL_NUMBERS",
+    "GENERALISATION_TABLE",
     "NUMBERS",
     "README_BEGIN",
     "README_END",
@@ -41,6 +52,10 @@ __all__ = [
 NUMBERS = Path("results/shipped_numbers.json")
 STUDY_QUOTES = Path("results/study_quotes.json")
 CAPACITY_TABLE = Path("results/capacity_sweep.csv")
+GENERALISATION_TABLE = Path("results/generalisation_sweep.csv")
+GENERAL_NUMBERS = Path("results/general_recall_numbers.json")
+GENERAL_TEMPLATES = (Path("docs/templates/general_recall.md"), Path("docs/templates/general_recall_circuit.md"))
+GENERAL_PAGE = Path("docs/general_recall.md")
 RESULTS_TEMPLATE = Path("docs/templates/results.md")
 README_TEMPLATE = Path("docs/templates/readme_results.md")
 RESULTS_PAGE = Path("docs/results.md")
@@ -173,10 +188,19 @@ def build_pages(root: str | os.PathLike, numbers: Mapping[str, object] | None = 
     blocks.update({f"modes.{model}": mode_table(numbers, model) for model in models})
     circuit_models = sorted({k.split(".")[0] for k in numbers if ".circuit." in k})
     blocks.update({f"circuits.{model}": circuit_table(numbers, model) for model in circuit_models})
+    general = load_generalisation_table(root / GENERALISATION_TABLE)
+    blocks["generalisation"] = generalisation_markdown(general)
+    table.update(generalisation_numbers(general))
+    any_numbers = read_numbers(root / GENERAL_NUMBERS)
+    overlap = sorted(set(any_numbers) & set(table))
+    if overlap:
+        raise ValueError(f"{GENERAL_NUMBERS} shares keys with the other tables: {overlap[:5]}")
+    table.update(any_numbers)
+    general_template = "\n".join((root / t).read_text(encoding="utf-8") for t in GENERAL_TEMPLATES if (root / t).is_file())
     page = render((root / RESULTS_TEMPLATE).read_text(encoding="utf-8"), table, blocks)
     section = render((root / README_TEMPLATE).read_text(encoding="utf-8"), table, blocks)
     readme = replace_section((root / README).read_text(encoding="utf-8"), section, README_BEGIN, README_END)
-    return {RESULTS_PAGE: page, README: readme}
+    return {RESULTS_PAGE: page, GENERAL_PAGE: render(general_template, table, blocks), README: readme}
 
 
 def write_pages(root: str | os.PathLike, numbers: Mapping[str, object] | None = None) -> list[Path]:

@@ -239,3 +239,34 @@ def dynamics_numbers(records: dict[int, object], signals: dict[str, str], *, tar
     for label, count in before.items():
         out[f"{prefix}.{label}.before_target"] = count
     return out
+
+
+ANY_MODEL = "d16h1l2-any"
+"""The shipped model whose recall generalises (the smallest configuration of the sweep that does)."""
+
+DYNAMICS_SIGNALS: dict[str, str] = {
+    "elimination": "elimination_accuracy",
+    "dup_L0H0": "L0H0.duplicate_token",
+    "dup_L1H0": "L1H0.duplicate_token",
+    "xmatch_L0H0": "L0H0.QK.x_match",
+    "xmatch_L1H0": "L1H0.QK.x_match",
+    "prev_L0H0": "L0H0.previous_token",
+    "ind_L1H0": "L1H0.induction",
+}
+"""The recorded signals whose timing the general-recall page reports (label -> signal name)."""
+
+
+def general_recall_numbers(model, records: dict[int, object], *, circuit: bool = True) -> dict[str, object]:
+    """Every number of ``docs/general_recall.md`` about the shipped model: :func:`any_model_numbers`,
+    the circuit numbers (``any.circuit.*``, when :mod:`perm_circuits.results.any_circuit` exists and
+    ``circuit``), and :func:`dynamics_numbers` over the generalising seeds' records."""
+    out = any_model_numbers(model)
+    if circuit:
+        try:
+            from perm_circuits.results.any_circuit import any_circuit_numbers
+        except ImportError:  # pragma: no cover - the circuit module is optional while it is being written
+            pass
+        else:
+            out.update(any_circuit_numbers(model))
+    out.update(dynamics_numbers(records, DYNAMICS_SIGNALS))
+    return out
