@@ -206,7 +206,14 @@ def model_config_of(model) -> ModelConfig:
     config = getattr(model, "perm_config", None)
     if isinstance(config, ModelConfig):
         return config
-    cfg = model.cfg
+    cfg = getattr(model, "cfg", None)
+    missing = [name for name in ("d_model", "n_heads", "n_layers", "d_vocab") if not hasattr(cfg, name)]
+    if missing:
+        raise TypeError(
+            f"{type(model).__name__} is not a permutation-lookup model (its cfg lacks {missing}); on any other "
+            "model use the task-agnostic analyses (ablate/ablate_head with reference=TaskBatch, "
+            "perm_circuits.analysis.task_patching, task_ablation_table, evaluate_task)"
+        )
     return ModelConfig(
         d_model=cfg.d_model,
         n_heads=cfg.n_heads,

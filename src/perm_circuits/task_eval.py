@@ -183,6 +183,7 @@ def evaluate_task(
     n: int = 2000,
     seed: int = 1234,
     forward: Forward | None = None,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> TaskEvaluation:
     """Measure ``model`` on ``task``: its metrics, the test loss and the agreement with its reference.
 
@@ -191,15 +192,27 @@ def evaluate_task(
         task: any :class:`~perm_circuits.tasks.base.Task`.
         test_set: default ``task.test_set(n, seed)``.
         forward: ``forward(model, tokens) -> logits``; default ``model(tokens)``.
+        hooks: a TransformerLens hook list (e.g. an ablation) run during the forward pass and
+            removed afterwards, always; needs the model's own forward (not ``forward``).
     """
     _check_fit(model, task)
+    if hooks is not None:
+        from perm_circuits.hooks import check_hooks
+
+        if forward is not None:
+            raise ValueError("hooks= need the model's own forward pass; pass forward=None (a custom forward skips hook points)")
+        hooks = check_hooks(model, hooks)
     if test_set is None:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be an int >= 1, got {n!r}")
         test_set = task.test_set(n, seed)
     if not isinstance(test_set, TaskBatch):
         raise TypeError(f"test_set must be a TaskBatch (task.test_set(...)), got {type(test_set).__name__}")
-    logits = task_logits(model, test_set.tokens, forward)
+    if hooks:
+        with model.hooks(fwd_hooks=hooks):
+            logits = task_logits(model, test_set.tokens)
+    else:
+        logits = task_logits(model, test_set.tokens, forward)
     metrics = task.metrics(logits, test_set)
     missing = [name for name in task.metric_names if name not in metrics]
     if missing:
