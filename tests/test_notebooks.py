@@ -15,7 +15,8 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("
 
 def test_the_notebooks_are_there():
     assert [p.name for p in NOTEBOOKS] == ["01_reproduce.ipynb", "02_dissect_recall.ipynb", "03_dynamics.ipynb",
-                                           "06_forner.ipynb"]
+                                           "04_general_recall.ipynb", "05_birth.ipynb", "06_forner.ipynb",
+                                           "07_factual.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])

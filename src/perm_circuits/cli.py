@@ -237,7 +237,12 @@ def _evaluate(args: argparse.Namespace) -> int:
 def _versions() -> dict[str, str]:
     from importlib.metadata import version
 
-    return {name: version(name) for name in ("perm_circuits", "torch", "transformer-lens")}
+    import torch
+
+    out = {name: version(name) for name in ("perm_circuits", "torch", "transformer-lens")}
+    # bit-identity holds per torch build AND CPU kernel set (AVX2 vs AVX512 round softmax differently)
+    out["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    return out
 
 
 def _info() -> int:

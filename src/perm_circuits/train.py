@@ -3,7 +3,12 @@
 The recipe defaults are the study's: 50 epochs x 100,000 samples, batch 128, Adam (lr 1e-3),
 cross-entropy on the y positions only.  Batches are drawn vectorized from a seeded
 ``torch.Generator``; the step runs :func:`~perm_circuits.models.fast_forward` (plain PyTorch on the
-bridge's own parameters) with fused Adam.  Same seeds -> bit-identical weights and history on CPU.
+bridge's own parameters) with fused Adam.  Same seeds -> bit-identical weights and history on CPU,
+for the same torch build and ATen CPU capability (``torch.backends.cpu.get_cpu_capability()``):
+the AVX2 and AVX512 kernels of ``scaled_dot_product_attention``, ``softmax`` and ``log_softmax``
+round differently in the last bit, and training amplifies that.  The shipped pretrained models were
+trained with AVX2 kernels; on an AVX512 host, ``ATEN_CPU_CAPABILITY=avx2`` (set before starting
+Python) reproduces their first epoch bit for bit (tests/test_reproduce_shipped.py).
 With ``ModelConfig.dropout > 0`` the dropout masks come from a second, dedicated generator seeded
 with :func:`dropout_seed` of ``TrainConfig.seed`` (never the global RNG), so dropout runs are just
 as reproducible; evaluation runs in eval mode, without dropout.  A checkpoint stores the model, the

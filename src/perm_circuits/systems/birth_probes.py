@@ -1,0 +1,208 @@
+"""Memory-recall probes of the simplified Birth model (Bietti et al. 2023, eq. 9), logged over training.
+
+Every probe is :func:`perm_circuits.analysis.memory.memory_recall` (``R(W_hat, W*)``: the fraction of
+target pairs ``(i, j)`` whose input ``u_i`` scores highest on its output ``v_j`` through ``W_hat``)
+on one trained matrix of the model built by :func:`~perm_circuits.systems.birth_model.build_birth_model`,
+with the paper's target memories (its eq. 8; row-vector convention ``u @ W_hat @ v``):
+
+* ``W_O2``: ``W_hat = W_O^2``, inputs ``w_E(k) W_V^2``, outputs the unembedding ``w_U(k)``,
+  target ``k -> k`` (the induction head copies the attended token to the output);
+* ``W_K2``: ``W_hat = W_Q^2 W_K^2ᵀ``, queries ``w_E(k)``, keys the remapped previous tokens
+  ``w_1(k) = w_E(k) W_V^1 W_O^1``, target ``k -> k`` (all ``N`` tokens: the triggers are random,
+  ``pi_q = pi_u``); ``W_K2_frequent`` scores only the frequent half of the queries (rare tokens
+  are rarely triggers, so their memories form last);
+* ``W_K1``: ``W_hat = W_Q^1 W_K^1ᵀ``, queries ``p_t``, keys ``p_s`` for every ``s`` in the window
+  (no causal mask, as in the paper's probe), target ``t -> t-1`` (the previous-token head).
+  ``window=c`` restricts queries and keys to the first ``c`` positions (the paper's "t < 64" at
+  ``T = 256``); ``queries=(a, b)`` keeps all keys but scores only query positions ``a <= t < b``
+  (``W_K1_early``/``W_K1_late``: the first and second half of the context, same candidates, so the
+  two are comparable).
+
+Chance level is ``1/N`` for the token probes and ``1/(number of keys)`` for the positional ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from perm_circuits.analysis.memory import identity_map, memory_recall
+from perm_circuits.tasks.base import StepState, TaskBatch
+
+__all__ = [
+    "PROBE_NAMES",
+    "BirthProbeTracker",
+    "BirthProbes",
+    "birth_probes",
+    "half_crossing",
+    "wk1_recall",
+    "wk2_recall",
+    "wo2_recall",
+]
+
+PROBE_NAMES = ("W_O2", "W_K2", "W_K2_frequent", "W_K1", "W_K1_window", "W_K1_early", "W_K1_late")
+
+
+def _matrices(model) -> dict[str, Tensor]:
+    cfg = model.cfg
+    if cfg.n_layers != 2 or cfg.n_heads != 1 or cfg.d_head != cfg.d_model:
+        raise ValueError(
+            f"the Birth probes need the simplified model (2 layers, 1 head, d_head = d_model), got "
+            f"n_layers={cfg.n_layers}, n_heads={cfg.n_heads}, d_head={cfg.d_head}, d_model={cfg.d_model}"
+        )
+    return {
+        "W_E": model.W_E.detach(), "W_pos": model.W_pos.detach(), "W_U": model.W_U.detach(),
+        "W_Q": model.W_Q.detach()[:, 0], "W_K": model.W_K.detach()[:, 0],
+        "W_V": model.W_V.detach()[:, 0], "W_O": model.W_O.detach()[:, 0],
+    }
+
+
+def wo2_recall(model) -> float:
+    """R of ``W_O^2`` for ``w_E(k) W_V^2 -> w_U(k)`` (module docstring)."""
+    m = _matrices(model)
+    inputs = m["W_E"] @ m["W_V"][1]
+    return memory_recall(m["W_O"][1], inputs, m["W_U"].T.contiguous(), identity_map(inputs.shape[0]))
+
+
+def wk2_recall(model, tokens: Sequence[int] | None = None) -> float:
+    """R of ``W_Q^2 W_K^2ᵀ`` for query ``w_E(k)`` -> key ``w_E(k) W_V^1 W_O^1`` (module docstring),
+    over all tokens or only the queries ``tokens`` (every token stays a candidate key)."""
+    m = _matrices(model)
+    keys = m["W_E"] @ m["W_V"][0] @ m["W_O"][0]
+    pairs = identity_map(keys.shape[0])
+    if tokens is not None:
+        index = torch.as_tensor(list(tokens), dtype=torch.long)
+        if index.numel() == 0 or index.min() < 0 or index.max() >= keys.shape[0]:
+            raise ValueError(f"tokens must be a non-empty list of token ids in [0, {keys.shape[0] - 1}], got {tokens!r}")
+        pairs = pairs[index]
+    return memory_recall(m["W_Q"][1] @ m["W_K"][1].T, m["W_E"], keys, pairs)
+
+
+def wk1_recall(model, *, window: int | None = None, queries: tuple[int, int] | None = None) -> float:
+    """R of ``W_Q^1 W_K^1ᵀ`` for query ``p_t`` -> key ``p_{t-1}`` among the window's keys.
+
+    ``window``: positions ``0 .. window-1`` only (default all ``T``); ``queries=(a, b)``: score
+    query positions ``max(a, 1) <= t < b`` of the window against all its keys.
+    """
+    m = _matrices(model)
+    T = m["W_pos"].shape[0]
+    c = T if window is None else window
+    if isinstance(c, bool) or not isinstance(c, int) or not 2 <= c <= T:
+        raise ValueError(f"window must be an int in [2, T={T}], got {window!r}")
+    a, b = (1, c) if queries is None else queries
+    if not (isinstance(a, int) and isinstance(b, int)) or not 0 <= a < b <= c:
+        raise ValueError(f"queries must be (a, b) ints with 0 <= a < b <= {c}, got {queries!r}")
+    a = max(a, 1)
+    if a >= b:
+        raise ValueError(f"queries {queries!r} contain no position >= 1 (position 0 has no previous token)")
+    P = m["W_pos"][:c]
+    positions = torch.arange(a, b)
+    targets = torch.stack([torch.arange(len(positions)), positions - 1], dim=1)
+    return memory_recall(m["W_Q"][0] @ m["W_K"][0].T, P[positions], P, targets)
+
+
+@dataclass(frozen=True)
+class BirthProbes:
+    """The probes of one model at one training step (``nan`` where not measured)."""
+
+    step: int
+    W_O2: float
+    W_K2: float
+    W_K2_frequent: float
+    W_K1: float
+    W_K1_window: float
+    W_K1_early: float
+    W_K1_late: float
+    loss: float = float("nan")
+    in_context_acc: float = float("nan")
+
+    def to_dataframe(self) -> pd.DataFrame:
+        return pd.DataFrame([asdict(self)])
+
+
+def birth_probes(model, *, step: int = 0, window: int | None = None,
+                 frequent: Sequence[int] | None = None) -> BirthProbes:
+    """Every probe of :data:`PROBE_NAMES` for ``model``; ``window`` defaults to ``T // 2`` (the
+    paper's 64 of 256 is a quarter; at CPU scale ``T`` is short, so we take half), early/late
+    are the first and second half of the context, and ``W_K2_frequent`` scores only the query
+    tokens ``frequent`` (default: the first half of the vocabulary, the frequent half under the
+    task's Zipf marginal)."""
+    T, N = model.cfg.n_ctx, model.cfg.d_vocab
+    window = T // 2 if window is None else window
+    frequent = range(max(1, N // 2)) if frequent is None else frequent
+    return BirthProbes(
+        step=step,
+        W_O2=wo2_recall(model),
+        W_K2=wk2_recall(model),
+        W_K2_frequent=wk2_recall(model, frequent),
+        W_K1=wk1_recall(model),
+        W_K1_window=wk1_recall(model, window=window),
+        W_K1_early=wk1_recall(model, queries=(1, T // 2)),
+        W_K1_late=wk1_recall(model, queries=(T // 2, T)),
+    )
+
+
+class BirthProbeTracker:
+    """A :func:`perm_circuits.tasks.fit` callback: :func:`birth_probes` (plus the step's loss and,
+    if an ``eval_batch`` is given, its in-context accuracy) at each step in ``steps``.
+
+    ``fit`` keeps the returned :class:`BirthProbes` in ``FitResult.records``; the tracker also keeps
+    its own list (``tracker.to_dataframe()``), and ``tracker.record(model, 0)`` adds the state at
+    initialisation.
+    """
+
+    def __init__(self, steps: Sequence[int], *, eval_batch: TaskBatch | None = None, window: int | None = None,
+                 forward: Any = None):
+        steps = tuple(steps)
+        if not steps or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in steps):
+            raise ValueError(f"steps must be a non-empty sequence of ints >= 0, got {steps!r}")
+        if eval_batch is not None and not isinstance(eval_batch, TaskBatch):
+            raise TypeError(f"eval_batch must be a TaskBatch, got {type(eval_batch).__name__}")
+        self.steps = frozenset(steps)
+        self.eval_batch = eval_batch
+        self.window = window
+        self.forward = forward
+        self.rows: list[BirthProbes] = []
+
+    def record(self, model, step: int, loss: float = float("nan"), task: Any = None) -> BirthProbes:
+        probes = birth_probes(model, step=step, window=self.window)
+        acc = float("nan")
+        if self.eval_batch is not None and task is not None:
+            with torch.no_grad():
+                logits = (self.forward or (lambda m, t: m(t)))(model, self.eval_batch.tokens)
+            acc = task.metrics(logits, self.eval_batch)["in_context_acc"]
+        from dataclasses import replace
+
+        probes = replace(probes, loss=loss, in_context_acc=acc)
+        self.rows.append(probes)
+        return probes
+
+    def __call__(self, state: StepState) -> BirthProbes | None:
+        if state.step not in self.steps:
+            return None
+        return self.record(state.model, state.step, state.loss, state.task)
+
+    def to_dataframe(self) -> pd.DataFrame:
+        columns = ["step", *PROBE_NAMES, "loss", "in_context_acc"]
+        return pd.DataFrame([asdict(r) for r in self.rows], columns=columns)
+
+
+def half_crossing(steps: Sequence[float], values: Sequence[float]) -> float:
+    """First logged step at which ``values`` has made half its rise: ``v >= v_0 + (v_final - v_0)/2``
+    (with ``v_0 = 0``, the step at which it reaches half its final value); ``nan`` if it never
+    rises (``v_final <= v_0``)."""
+    steps, values = list(steps), list(values)
+    if len(steps) != len(values) or not steps:
+        raise ValueError(f"steps and values must be non-empty and of one length, got {len(steps)} and {len(values)}")
+    first, final = values[0], values[-1]
+    if not final > first:
+        return float("nan")
+    for step, value in zip(steps, values):
+        if value >= first + 0.5 * (final - first):
+            return float(step)
+    return float(steps[-1])

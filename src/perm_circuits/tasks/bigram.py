@@ -1,0 +1,214 @@
+"""The bigram-with-triggers task of Bietti et al. (2023), "Birth of a Transformer: A Memory Viewpoint".
+
+Each sequence ``z_1 .. z_{T+1}`` over ``N`` tokens is a Markov chain that follows a *global* bigram
+model ``pi_b`` except after ``K`` sequence-specific *trigger* tokens (paper section 3):
+
+* triggers ``q_1 .. q_K`` are drawn per sequence, without replacement, from the unigram
+  distribution (``pi_q = pi_u``, the paper's "random triggers");
+* each trigger's output ``o_k`` is drawn uniformly from ``[N]`` (``pi_o`` uniform), per sequence;
+* ``z_1 ~ pi_u``; ``z_{t+1} = o_k`` if ``z_t = q_k``, else ``z_{t+1} ~ pi_b(. | z_t)``.
+
+The output after a trigger's *first* occurrence is unpredictable; from the *second* occurrence on
+it can be copied from the context (an induction head).  The loss mask (``loss_on="outputs"``, the
+paper's "loss on predictable tokens after trigger", as in its Figure 3) is 1 exactly at the input
+positions holding the second-or-later occurrence of a trigger, whose target is that trigger's
+output; ``loss_on="all"`` trains on every next token (the full language-modelling loss) while the
+metrics still read the in-context positions.
+
+**The global bigram model is synthetic.**  The paper estimates ``pi_b`` from Karpathy's
+character-level tiny-Shakespeare (``N = 65``), which cannot be downloaded here.  We use a seeded
+random Markov chain with a Zipf marginal instead: row ``i`` is ``pi_b(j | i) ∝ w_j g_ij`` with
+``w_j = (j + 1)^(-zipf_exponent)`` (token 0 the most frequent) and ``g_ij`` i.i.d. Gamma(1)
+noise drawn from ``torch.Generator().manual_seed(chain_seed)``, so each row is a different noisy
+Zipf profile and the stationary distribution ``pi_u`` is close to Zipf.  ``pi_u`` is computed
+exactly (power iteration) and is the distribution of ``z_1`` and of the triggers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from functools import cached_property
+from typing import Any, ClassVar
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from perm_circuits.tasks.base import TaskBatch, register_task
+
+__all__ = ["BigramTriggerTask", "zipf_bigram_table"]
+
+LOSS_ON = ("outputs", "all")
+
+
+def zipf_bigram_table(N: int, zipf_exponent: float = 1.0, seed: int = 0) -> Float[Tensor, "N N"]:
+    """A seeded random bigram table ``pi_b[i, j] = p(j | i)`` with a Zipf-shaped marginal.
+
+    Row ``i`` is ``w_j g_ij`` normalised, ``w_j = (j+1)^-zipf_exponent``, ``g_ij ~ Gamma(1)``
+    from ``torch.Generator().manual_seed(seed)`` (see the module docstring).
+    """
+    if isinstance(N, bool) or not isinstance(N, int) or N < 2:
+        raise ValueError(f"N must be an int >= 2, got {N!r}")
+    if not isinstance(zipf_exponent, (int, float)) or not zipf_exponent >= 0:
+        raise ValueError(f"zipf_exponent must be a number >= 0, got {zipf_exponent!r}")
+    generator = torch.Generator().manual_seed(int(seed))
+    w = (torch.arange(N, dtype=torch.float64) + 1.0) ** (-float(zipf_exponent))
+    noise = -torch.rand(N, N, generator=generator, dtype=torch.float64).clamp_min(1e-12).log()  # Exp(1) = Gamma(1)
+    table = w[None, :] * noise
+    return (table / table.sum(1, keepdim=True)).float()
+
+
+def _stationary(table: Float[Tensor, "N N"]) -> Float[Tensor, " N"]:
+    p = torch.full((table.shape[0],), 1.0 / table.shape[0], dtype=torch.float64)
+    t = table.double()
+    for _ in range(2000):
+        q = p @ t
+        if (q - p).abs().max() < 1e-13:
+            p = q
+            break
+        p = q
+    return (p / p.sum()).float()
+
+
+@dataclass(frozen=True)
+class BigramTriggerTask:
+    """Bigram sequences with in-context trigger -> output rules (module docstring; Bietti et al. 2023 §3).
+
+    Attributes:
+        N: vocabulary size (the paper's tiny-Shakespeare has 65 characters).
+        T: sequence length fed to the model (the paper uses 256); ``T + 1`` tokens are drawn.
+        K: triggers per sequence (drawn from ``pi_u`` without replacement).
+        zipf_exponent: exponent of the synthetic bigram table's Zipf profile.
+        chain_seed: seed of the synthetic bigram table (fixed for the task, not per batch).
+        loss_on: ``"outputs"`` (loss on second-and-later trigger outputs) or ``"all"``.
+    """
+
+    name: ClassVar[str] = "bigram_triggers"
+
+    N: int = 65
+    T: int = 256
+    K: int = 5
+    zipf_exponent: float = 1.0
+    chain_seed: int = 0
+    loss_on: str = "outputs"
+
+    def __post_init__(self) -> None:
+        for field_name in ("N", "T", "K", "chain_seed"):
+            value = getattr(self, field_name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{field_name} must be an int, got {type(value).__name__} {value!r}")
+        if self.N < 2:
+            raise ValueError(f"N must be >= 2, got {self.N}")
+        if self.T < 2:
+            raise ValueError(f"T must be >= 2, got {self.T}")
+        if not 1 <= self.K <= self.N:
+            raise ValueError(f"K must be in [1, N={self.N}], got {self.K}")
+        if isinstance(self.zipf_exponent, bool) or not isinstance(self.zipf_exponent, (int, float)) \
+                or not self.zipf_exponent >= 0:
+            raise ValueError(f"zipf_exponent must be a number >= 0, got {self.zipf_exponent!r}")
+        object.__setattr__(self, "zipf_exponent", float(self.zipf_exponent))
+        if self.loss_on not in LOSS_ON:
+            raise ValueError(f"loss_on must be one of {LOSS_ON}, got {self.loss_on!r}")
+
+    # ------------------------------------------------------------------ distributions
+
+    @cached_property
+    def bigram(self) -> Float[Tensor, "N N"]:
+        """The global bigram table ``pi_b[i, j] = p(z_{t+1} = j | z_t = i)``."""
+        return zipf_bigram_table(self.N, self.zipf_exponent, self.chain_seed)
+
+    @cached_property
+    def unigram(self) -> Float[Tensor, " N"]:
+        """``pi_u``: the stationary distribution of :attr:`bigram` (first token and triggers)."""
+        return _stationary(self.bigram)
+
+    # ------------------------------------------------------------------ Task protocol
+
+    @property
+    def d_vocab(self) -> int:
+        return self.N
+
+    @property
+    def n_ctx(self) -> int:
+        return self.T
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        return ("in_context_acc", "in_context_loss", "bigram_loss")
+
+    def sample(self, n: int, generator: torch.Generator, split: str = "train") -> TaskBatch:
+        """``n`` fresh sequences (train and test come from the same distribution; ``split`` is
+        accepted for the protocol).  ``extras``: ``triggers`` [n, K], ``outputs`` [n, K] and
+        ``occurrence`` [n, T] (k >= 1 where the input token is the k-th occurrence of a trigger,
+        0 elsewhere)."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be an int >= 1, got {n!r}")
+        if not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+        if split not in ("train", "test"):
+            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        N, T, K = self.N, self.T, self.K
+        triggers = torch.multinomial(self.unigram.expand(n, N), K, replacement=False, generator=generator)
+        outputs = torch.randint(N, (n, K), generator=generator)
+        seq = torch.empty(n, T + 1, dtype=torch.long)
+        occurrence = torch.zeros(n, T + 1, dtype=torch.long)
+        counts = torch.zeros(n, K, dtype=torch.long)
+        seq[:, 0] = torch.multinomial(self.unigram.expand(n, N), 1, generator=generator)[:, 0]
+        cdf = self.bigram.double().cumsum(1)
+        cdf[:, -1] = 1.0 + 1e-9  # inverse-CDF sampling never runs off the end
+        uniform = torch.rand(T, n, 1, generator=generator, dtype=torch.float64)
+        for t in range(T):
+            current = seq[:, t]
+            hit = current[:, None] == triggers  # [n, K], at most one True per row
+            is_trigger = hit.any(1)
+            counts += hit.long()
+            occurrence[:, t] = (counts * hit.long()).sum(1)
+            drawn = torch.searchsorted(cdf[current], uniform[t], right=True)[:, 0]
+            forced = (outputs * hit.long()).sum(1)
+            seq[:, t + 1] = torch.where(is_trigger, forced, drawn)
+        tokens, targets, occurrence = seq[:, :T], seq[:, 1:], occurrence[:, :T]
+        in_context = (occurrence >= 2).float()
+        mask = in_context if self.loss_on == "outputs" else torch.ones(n, T)
+        return TaskBatch(tokens, targets, mask, {"triggers": triggers, "outputs": outputs, "occurrence": occurrence})
+
+    def test_set(self, n: int = 2000, seed: int = 1234) -> TaskBatch:
+        return self.sample(n, torch.Generator().manual_seed(seed), "test")
+
+    def metrics(self, logits: Float[Tensor, "batch seq vocab"], batch: TaskBatch) -> dict[str, float]:
+        """In-context accuracy and loss (second-and-later trigger occurrences, the paper's
+        "in-context accuracy"), and the mean loss on the other positions (its "global loss" reads
+        non-trigger tokens; here every position not following a trigger)."""
+        if logits.shape[:2] != batch.tokens.shape or logits.shape[-1] != self.N:
+            raise ValueError(f"logits must be [batch, {self.T}, {self.N}], got {tuple(logits.shape)}")
+        occurrence = batch.extras["occurrence"]
+        logits = logits.detach().float()
+        in_context = occurrence >= 2
+        bigram = occurrence == 0
+        losses = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), reduction="none")
+        losses = losses.view_as(batch.targets.float())
+        correct = (logits.argmax(-1) == batch.targets).float()
+        nan = float("nan")
+        return {
+            "in_context_acc": float(correct[in_context].mean()) if in_context.any() else nan,
+            "in_context_loss": float(losses[in_context].mean()) if in_context.any() else nan,
+            "bigram_loss": float(losses[bigram].mean()) if bigram.any() else nan,
+        }
+
+    def reference(self, batch: TaskBatch) -> Tensor | None:
+        """No closed-form reference: the first occurrence of a trigger is unpredictable without
+        knowing the triggers (see :attr:`bigram` for the global model)."""
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task": self.name, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BigramTriggerTask:
+        known = {"N", "T", "K", "zipf_exponent", "chain_seed", "loss_on"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown BigramTriggerTask fields {unknown}; expected a subset of {sorted(known)}")
+        return cls(**data)
+
+
+register_task(BigramTriggerTask.name, BigramTriggerTask)
