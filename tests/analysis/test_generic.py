@@ -18,7 +18,8 @@ from perm_circuits.analysis.task_patching import patch_activation, patch_head, t
 from perm_circuits.evaluate import evaluate
 from perm_circuits.hooks import hook_count, run_capture, run_logits
 from perm_circuits.model_shape import model_shape
-from perm_circuits.systems.forner_model import teacher_model
+from perm_circuits.analysis.memory import memory_recall
+from perm_circuits.systems.forner_model import FornerConfig, FornerModel, teacher_model
 from perm_circuits.task_eval import evaluate_task
 from perm_circuits.tasks import PermutationTask
 from perm_circuits.tasks.permutation import as_batch
@@ -260,3 +261,63 @@ def test_study_bridge_with_a_task_batch_reference_matches_the_batch_reference():
     assert torch.equal(via_task, via_batch)
     table = task_ablation_table(model, task, ("zero",), n=100)
     assert [row.component for row in table.rows] == ["none", "L0H0", "L0H1", "L0MLP"]
+
+
+def test_memory_recall_reads_the_forner_logic_module():
+    """R(W_hat, W*) of Bietti et al. (2023) on each M_a: the teacher stores sigma_a, a random init does not."""
+    teacher = teacher_model()
+    task = teacher.task
+    identity = torch.eye(task.N)
+    for a in range(task.d_g):
+        targets = [(s, int(task.perms[a, s])) for s in range(task.N)]
+        # z = M_a e_s (column convention) is e_s @ M_a^T in the row convention of memory_recall
+        assert memory_recall(teacher.M[a].T, identity, identity, targets) == 1.0
+    student = FornerModel(FornerConfig(seed=3))
+    rates = [memory_recall(student.M[a].detach().T, identity, identity,
+                           [(s, int(task.perms[a, s])) for s in range(task.N)]) for a in range(task.d_g)]
+    assert sum(rates) / len(rates) < 0.4
+
+
+# ----------------------------------------------------------------------------- Bietti et al. 2023 (birth)
+
+
+@pytest.fixture(scope="module")
+def birth():
+    from perm_circuits.systems.birth_model import BirthModelConfig, handbuilt_induction_model
+    from perm_circuits.tasks.bigram import BigramTriggerTask
+
+    return handbuilt_induction_model(BirthModelConfig(N=16, T=32, d_model=128, seed=0)), BigramTriggerTask(N=16, T=32)
+
+
+def test_birth_ablation_table_finds_the_induction_head(birth):
+    model, task = birth
+    shape = model_shape(model)
+    assert (shape.n_layers, shape.n_heads, shape.d_mlp, shape.mlp(0)) == (2, 1, None, False)
+    table = task_ablation_table(model, task, ("zero", "mean"), n=200)
+    assert [row.component for row in table.rows] == ["none", "L0H0", "L1H0", "L0H0", "L1H0"]
+    assert table.primary_metric == "in_context_acc"
+    base = table.baseline.metrics["in_context_acc"]
+    assert base > 0.9  # the eq. 8 memories solve the in-context task
+    # removing the induction head (layer 2) or the previous-token head (layer 1) breaks it
+    assert table.get("L1H0", "zero").metrics["in_context_acc"] < 0.15
+    assert table.get("L1H0", "mean").metrics["in_context_acc"] < 0.15
+    assert table.get("L0H0", "zero").metrics["in_context_acc"] < 0.6
+    assert hook_count(model) == 0
+
+
+def test_birth_patching_the_induction_head_restores_the_in_context_answers(birth):
+    model, task = birth
+    clean = task.test_set(200, 3)
+    clean = clean.subset(clean.mask.sum(1) > 0)
+    corrupted = clean.tokens.clone()  # each trigger's first output replaced: the memory to recall is wrong
+    first_output = torch.zeros_like(corrupted, dtype=torch.bool)
+    first_output[:, 1:] = clean.extras["occurrence"][:, :-1] == 1
+    corrupted[first_output] = (corrupted[first_output] + 1) % task.N
+    metric = target_logprob(clean)
+    induction = patch_head(model, clean, corrupted, metric, 1, 0, n_boot=100)
+    assert induction.clean - induction.corrupted > 5.0
+    assert induction.effect == pytest.approx(1.0, abs=1e-3) and induction.ci_low > 0.99
+    previous = patch_head(model, clean, corrupted, metric, 0, 0, n_boot=100)
+    assert previous.effect < 0.05  # the previous-token head reads the trigger, which is unchanged
+    with pytest.raises(ValueError, match="needs a position with mask > 0"):
+        target_logprob(task.test_set(50, 3))

@@ -49,7 +49,11 @@ def target_logprob(batch: TaskBatch) -> Metric:
         raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
     weights = batch.mask.double()
     if bool((weights.sum(1) <= 0).any()):
-        raise ValueError("every sequence of the batch needs a position with mask > 0")
+        empty = int((weights.sum(1) <= 0).sum())
+        raise ValueError(
+            f"every sequence of the batch needs a position with mask > 0 ({empty} have none); keep the others "
+            "with batch.subset(batch.mask.sum(1) > 0)"
+        )
 
     def metric(logits: Float[Tensor, "batch seq vocab"]) -> Float[Tensor, " batch"]:
         if logits.shape[:2] != batch.tokens.shape:
