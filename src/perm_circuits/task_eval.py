@@ -103,11 +103,20 @@ def reference_agreement(
     absolute error of one probability), ``reference_loss`` (the reference's own masked
     cross-entropy: the loss a perfect match would have) and ``reference_agreement`` (share of
     positions where the model's top token has the reference's top probability, ties included).
+    A distribution ``[batch, vocab]`` is the reference at the last position, for tasks whose loss
+    mask selects only that position (e.g. factual recall's EOS readout).
     Token ids ``[batch, seq]`` give ``reference_agreement`` (share of positions where the model's
     top token is the reference's token) and ``reference_accuracy`` (the reference's accuracy on
     the targets).
     """
     rows = batch.mask > 0
+    if reference.ndim == 2 and reference.shape == (logits.shape[0], logits.shape[2]) and reference.dtype.is_floating_point:
+        if bool(rows[:, :-1].any()):
+            raise ValueError("a reference [batch, vocab] is the distribution at the last position only, but the loss "
+                             "mask selects earlier positions too")
+        full = torch.zeros(logits.shape, dtype=reference.dtype)
+        full[:, -1] = reference
+        reference = full
     if reference.shape == logits.shape:
         if not reference.dtype.is_floating_point:
             raise TypeError(f"a reference distribution must be a float tensor, got {reference.dtype}")

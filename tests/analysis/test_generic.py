@@ -321,3 +321,51 @@ def test_birth_patching_the_induction_head_restores_the_in_context_answers(birth
     assert previous.effect < 0.05  # the previous-token head reads the trigger, which is unchanged
     with pytest.raises(ValueError, match="needs a position with mask > 0"):
         target_logprob(task.test_set(50, 3))
+
+
+# ----------------------------------------------------------------------------- Nichani, Lee & Bietti 2024 (factual)
+
+
+@pytest.fixture(scope="module")
+def factual():
+    from systems.test_factual import TASK, hand_built  # the hand-built associative memory (accuracy 1)
+
+    return hand_built(TASK), TASK
+
+
+def test_factual_ablations_remove_every_fact(factual):
+    model, task = factual
+    assert model_shape(model).mlp(0) and model_shape(model).n_heads == 1
+    table = task_ablation_table(model, task, ("zero", "mean"), n=300)
+    assert [row.component for row in table.rows] == ["none", "L0H0", "L0MLP", "L0H0", "L0MLP"]
+    assert table.baseline.metrics["fact_accuracy"] == 1.0
+    answers = task.test_set(300).extras["answer"]
+    share = float((answers == 0).float().mean())  # every logit 0: the argmax is answer 0
+    for component in ("L0H0", "L0MLP"):  # without the head the EOS reads nothing; without the MLP nothing is recalled
+        row = table.get(component, "zero")
+        assert row.metrics["fact_accuracy"] == pytest.approx(share, abs=1e-7)
+        assert row.metrics["loss"] == pytest.approx(math.log(task.n_answers), abs=1e-6)
+    assert table.get("L0H0", "mean").metrics["fact_accuracy"] < 0.2
+
+
+def test_factual_patching_and_memory_recall(factual):
+    model, task = factual
+    clean = task.test_set(200, 3)
+    corrupted = clean.tokens.clone()  # another subject at the subject's slot
+    rows = torch.arange(len(clean))
+    corrupted[rows, clean.extras["subject_position"]] = task.subject_offset + (clean.extras["subject"] + 1) % task.S
+    metric = target_logprob(clean)
+    head = patch_head(model, clean, corrupted, metric, 0, 0, n_boot=100)
+    assert head.clean - head.corrupted > 5.0 and head.effect == 1.0  # hook_z has one position: the EOS query
+    mlp = patch_activation(model, clean, corrupted, metric, "blocks.0.hook_mlp_out", n_boot=100)
+    assert mlp.effect == 1.0
+    # the MLP's output matrix stores fact n -> answer a*(s, r) (R of Bietti et al. 2023 on W_out)
+    targets = [(s * task.R + r, int(task.facts()[s, r])) for s in range(task.S) for r in range(task.R)]
+    assert memory_recall(model.W_out.detach(), torch.eye(task.n_facts), model.W_U.detach().T, targets) == 1.0
+
+
+def test_factual_task_report_renders_offline(factual, tmp_path):
+    model, task = factual
+    html = task_report(model, task, tmp_path, n=60, n_sequences=1, ablation_hows=("zero",)).read_text()
+    assert "<h2>Ablation</h2>" in html and "delta fact accuracy" in html and "reference_tv" in html
+    assert remote_resource_refs(html) == []

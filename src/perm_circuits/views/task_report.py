@@ -262,6 +262,11 @@ def task_report(
         labels = _labels(task, shown.tokens[0].tolist())
         for index, (name, pattern) in enumerate(patterns.items()):
             heads = [f"L{index}H{head}" for head in range(pattern.shape[1])]
+            if pattern.shape[-2] != pattern.shape[-1]:  # e.g. a query at the last position only
+                sections.append(Section(f"Layer {index} ({name})", _note(
+                    f"{pattern.shape[-2]} query position(s) over {pattern.shape[-1]} keys: no circuitsvis view "
+                    "(it needs a square pattern); the heatmaps above show it.")))
+                continue
             sections.append(attention_view(pattern[0], labels, heads, f"Layer {index} ({name}), test sequence 0"))
 
     if ablation_hows:
