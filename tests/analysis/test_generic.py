@@ -13,7 +13,7 @@ from transformer_lens.hook_points import HookPoint
 
 from perm_circuits import ModelConfig, TaskConfig, build_model
 from perm_circuits.analysis import ablate, ablate_head, ablate_mlp
-from perm_circuits.analysis.task_ablation import ablate_tokens, task_ablation_table
+from perm_circuits.analysis.task_ablation import ablate_tokens, reference_tokens, task_ablation_table
 from perm_circuits.analysis.task_patching import patch_activation, patch_head, target_logprob
 from perm_circuits.evaluate import evaluate
 from perm_circuits.hooks import hook_count, run_capture, run_logits
@@ -149,7 +149,7 @@ def test_bad_inputs_raise_clear_errors_before_any_work():
     with pytest.raises(ValueError, match="head 2 out of range"):
         ablate_head(model, 0, 2)
     with pytest.raises(TypeError, match="reference must be a TaskBatch"):
-        ablate_tokens(model, "blocks.0.attn.hook_z", "mean", reference=[[1, 2]])
+        reference_tokens(model, [[1, 2]])  # (ablate_* annotate it: beartype rejects it at the call in tests)
     with pytest.raises(ValueError, match=r"token ids must be \[0, 7\)"):
         ablate_tokens(model, "blocks.0.attn.hook_z", "mean", reference=torch.tensor([[1, 9]]))
     with pytest.raises(ValueError, match="unknown hook point 'blocks.0.nope'"):
@@ -369,3 +369,24 @@ def test_factual_task_report_renders_offline(factual, tmp_path):
     html = task_report(model, task, tmp_path, n=60, n_sequences=1, ablation_hows=("zero",)).read_text()
     assert "<h2>Ablation</h2>" in html and "delta fact accuracy" in html and "reference_tv" in html
     assert remote_resource_refs(html) == []
+
+
+# ----------------------------------------------------------------------------- docs/tasks.md
+
+
+def test_docs_section_runs_and_states_its_numbers():
+    from pathlib import Path
+    import re
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "tasks.md").read_text(encoding="utf-8")
+    section = doc.split("## Analyses on any task", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    namespace: dict = {}
+    exec(compile(block, "docs/tasks.md", "exec"), namespace)
+    zero, mean, table, patch = (namespace[k] for k in ("zero", "mean", "table", "patch"))
+    assert round(zero.metrics["teacher_forced_accuracy"], 4) == 0.1338 and "0.1338" in section
+    assert round(zero.test_loss, 4) == 2.0794 and "2.0794" in section
+    assert round(mean.metrics["teacher_forced_accuracy"], 4) == 0.3354 and "0.3354" in section
+    assert table.get("L0H0", "mean").metrics == mean.metrics  # the table's reference is task.test_set(500, 1235)
+    assert round(table.get("L0H0", "resample").metrics["teacher_forced_accuracy"], 4) == 0.2448 and "0.2448" in section
+    assert (patch.effect, patch.ci_low, patch.ci_high) == (1.0, 1.0, 1.0) and "CI [1.0, 1.0]" in section
