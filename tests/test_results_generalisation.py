@@ -78,3 +78,38 @@ def test_bad_tables_are_refused(frame, tmp_path):
     path = tmp_path / "t.csv"
     frame.to_csv(path, index=False)
     assert load_generalisation_table(path)["repeat_sources"].tolist()[0] == "1"  # text, not the int 1
+
+
+def test_dynamics_numbers_on_a_hand_built_record():
+    from perm_circuits.dynamics import DynamicsRecord
+    from perm_circuits.results.generalisation import dynamics_numbers
+
+    steps = (1, 10, 100, 1000)
+    # early rises at step 10, late at 1000, recall (the target) at 100; flat never crosses
+    values = tuple(zip((0.0, 1.0, 1.0, 1.0), (0.0, 0.0, 0.0, 1.0), (0.2, 0.2, 1.0, 1.0), (0.5, 0.5, 0.5, 0.5)))
+    record = DynamicsRecord(steps, ("early", "late", "recall_x2_accuracy", "flat"), values, {})
+    numbers = dynamics_numbers({0: record, 3: record}, {"early": "early", "late": "late", "flat": "flat"})
+    assert numbers["any.dynamics.seed_list"] == "0,3" and numbers["any.dynamics.seeds"] == 2
+    assert numbers["any.dynamics.seed3.early"] == 10 and numbers["any.dynamics.seed3.late"] == 1000
+    assert numbers["any.dynamics.seed0.target"] == 100 and math.isnan(numbers["any.dynamics.seed0.flat"])
+    assert numbers["any.dynamics.early.before_target"] == 2
+    assert numbers["any.dynamics.late.before_target"] == 0 and numbers["any.dynamics.flat.before_target"] == 0
+    with pytest.raises(ValueError, match="records is empty"):
+        dynamics_numbers({}, {"early": "early"})
+
+
+def test_any_model_numbers_on_the_hand_built_induction_circuit():
+    """The weight-built circuit generalises exactly, the story holds, and zero-ablating either
+    of its heads removes recall of every x_k while elimination (L1H1) stays exact."""
+    from perm_circuits import build_induction_model
+    from perm_circuits.results.generalisation import any_model_numbers
+
+    numbers = any_model_numbers(build_induction_model(), n_pair=200, n_boot=20, hows=("zero",))
+    assert [numbers[f"any.recall.x{k}"] for k in range(1, 5)] == [1.0] * 4 and numbers["any.elimination"] == 1.0
+    assert numbers["any.recall.n_per_source"] == 24 * 120
+    assert numbers["any.story.holds"] == "holds" and numbers["any.story.missing"] == "nothing"
+    assert (numbers["any.story.previous_head"], numbers["any.story.induction_head"]) == ("L0H0", "L1H0")
+    assert numbers["any.story.path_k"] == pytest.approx(1.0) and numbers["any.story.path_q"] == 0.0
+    for role in ("previous", "induction"):
+        assert numbers[f"any.ablate.zero.{role}.recall.max"] == 0.0
+        assert numbers[f"any.ablate.zero.{role}.elimination"] == 1.0

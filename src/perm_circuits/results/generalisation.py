@@ -160,3 +160,82 @@ def generalisation_numbers(frame: pd.DataFrame) -> dict[str, object]:
     else:
         out["generalisation.smallest"] = "none"
     return out
+
+
+ANY_HOWS: tuple[str, ...] = ("zero", "mean", "resample")
+"""Ablation modes under which the generalising model's circuit is checked (every one is reported)."""
+
+
+def any_model_numbers(model, *, prefix: str = "any", n_pair: int = 2000, n_boot: int = 200,
+                      hows: tuple[str, ...] = ANY_HOWS) -> dict[str, object]:
+    """The numbers the docs quote about a model with general recall, as flat ``<prefix>.*`` keys.
+
+    * ``recall.x{k}`` / ``elimination``: exhaustive recall per repeated ``x_k`` and elimination
+      (:func:`~perm_circuits.evaluate.recall_generalisation` with ``n=None``);
+    * ``story.*``: the induction story (:func:`~perm_circuits.analysis.induction_story.induction_story`:
+      scores, Q/K/V composition, path patching A -> B with its CI, ``holds`` and what is missing);
+    * ``ablate.<how>.<component>.x{k}`` / ``.elimination``: exhaustive recall per ``x_k`` with one
+      head of the story ablated, under every mode of ``hows`` (default :data:`ANY_HOWS`).
+    """
+    from perm_circuits.analysis import ablate_head
+    from perm_circuits.analysis.induction_story import induction_story
+    from perm_circuits.evaluate import recall_generalisation
+    from perm_circuits.models import task_config_of
+
+    task = task_config_of(model)
+    out: dict[str, object] = {}
+    general = recall_generalisation(model, task_config=task, n=None)
+    for k, value in enumerate(general.recall, start=1):
+        out[f"{prefix}.recall.x{k}"] = value
+    out[f"{prefix}.recall.min"] = min(general.recall)
+    out[f"{prefix}.elimination"] = general.elimination
+    out[f"{prefix}.recall.n_per_source"] = general.n_per_source
+    story = induction_story(model, task_config=task, n_pair=n_pair, n_boot=n_boot)
+    out[f"{prefix}.story.holds"] = "holds" if story.holds else "does not hold"
+    out[f"{prefix}.story.missing"] = "; ".join(story.missing) or "nothing"
+    for name in ("previous_head", "induction_head", "previous_token", "induction", "k_composition", "q_composition",
+                 "v_composition", "k_baseline", "path_k", "path_k_ci_low", "path_k_ci_high", "path_q", "path_v"):
+        value = getattr(story, name)
+        out[f"{prefix}.story.{name}"] = value if isinstance(value, str) else float(value)
+    for how in hows:
+        for role, component in (("previous", story.previous_head), ("induction", story.induction_head)):
+            layer, head = int(component[1]), int(component[3:])
+            hooks = ablate_head(model, layer, head, how)
+            ablated = recall_generalisation(model, task_config=task, n=None, hooks=hooks)
+            key = f"{prefix}.ablate.{how}.{role}"
+            for k, value in enumerate(ablated.recall, start=1):
+                out[f"{key}.x{k}"] = value
+            out[f"{key}.recall.max"] = max(ablated.recall)
+            out[f"{key}.elimination"] = ablated.elimination
+    return out
+
+
+def dynamics_numbers(records: dict[int, object], signals: dict[str, str], *, target: str = "recall_x2_accuracy",
+                     prefix: str = "any.dynamics", threshold: float = 0.5) -> dict[str, object]:
+    """When the parts form, per seed and across seeds.
+
+    For each seed's record and each ``label -> signal`` of ``signals`` (plus ``target``, recall of a
+    repeated x2 by default): the step at which the signal crosses ``threshold`` of its change
+    (:func:`~perm_circuits.dynamics.which_first`; ``<prefix>.seed{s}.{label}``, NaN if it never
+    does), and over the seeds how many cross no later than the target
+    (``<prefix>.{label}.before_target``) out of ``<prefix>.seeds``.
+    """
+    from perm_circuits.dynamics import which_first
+
+    if not records:
+        raise ValueError("records is empty: give {seed: DynamicsRecord}")
+    out: dict[str, object] = {f"{prefix}.seeds": len(records), f"{prefix}.seed_list": ",".join(map(str, sorted(records)))}
+    before = dict.fromkeys(signals, 0)
+    for seed, record in sorted(records.items()):
+        order = which_first(record, [*signals.values(), target], threshold=threshold)
+        target_step = order.step_of(target)
+        out[f"{prefix}.seed{seed}.target"] = math.nan if target_step is None else int(target_step)
+        out[f"{prefix}.seed{seed}.last_step"] = int(record.steps[-1])
+        for label, signal in signals.items():
+            step = order.step_of(signal)
+            out[f"{prefix}.seed{seed}.{label}"] = math.nan if step is None else int(step)
+            if step is not None and target_step is not None and step <= target_step:
+                before[label] += 1
+    for label, count in before.items():
+        out[f"{prefix}.{label}.before_target"] = count
+    return out
