@@ -117,15 +117,18 @@ def patch_activation(
 
     Args:
         model: any model with TransformerLens hook points.
-        clean, corrupted: token ids ``[batch, seq]`` of the same shape (or :class:`TaskBatch` es),
-            row ``i`` of one paired with row ``i`` of the other.
+        clean: token ids ``[batch, seq]`` (or a :class:`TaskBatch`), row ``i`` paired with row
+            ``i`` of ``corrupted``.
+        corrupted: token ids of the same shape (or a :class:`TaskBatch`).
         metric: ``metric(logits) -> [batch]`` (e.g. ``target_logprob(clean_batch)``).
         index: entries of the axis after ``pos`` (heads for ``attn.hook_*``; heads for
             ``hook_pattern``); ``None`` patches the whole activation.
         positions: positions of the activation's own position axis (destination positions for
             ``hook_pattern``); ``None`` = all.
         layer: reported in the result only.
-        n_boot, seed, confidence: the paired bootstrap (``seed`` seeds the resamples).
+        n_boot: resamples of the paired bootstrap.
+        seed: seeds the bootstrap resamples.
+        confidence: level of the percentile interval.
         hooks: interventions active in all three runs.
     """
     from perm_circuits.analysis.ablation import _selection
