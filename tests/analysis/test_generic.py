@@ -7,25 +7,33 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from test_tasks_base import Successor
 from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from perm_circuits import ModelConfig, TaskConfig, build_model
 from perm_circuits.analysis import ablate, ablate_head, ablate_mlp
-from perm_circuits.analysis.task_ablation import ablate_tokens, reference_tokens, task_ablation_table
-from perm_circuits.analysis.task_patching import patch_activation, patch_head, target_logprob
+from perm_circuits.analysis.memory import memory_recall
+from perm_circuits.analysis.task_ablation import (
+    ablate_tokens,
+    reference_tokens,
+    task_ablation_table,
+)
+from perm_circuits.analysis.task_patching import (
+    patch_activation,
+    patch_head,
+    target_logprob,
+)
 from perm_circuits.evaluate import evaluate
 from perm_circuits.hooks import hook_count, run_capture, run_logits
 from perm_circuits.model_shape import model_shape
-from perm_circuits.analysis.memory import memory_recall
 from perm_circuits.systems.forner_model import FornerConfig, FornerModel, teacher_model
 from perm_circuits.task_eval import evaluate_task
 from perm_circuits.tasks import PermutationTask
 from perm_circuits.tasks.permutation import as_batch
 from perm_circuits.views.html import remote_resource_refs
 from perm_circuits.views.task_report import task_report
-from test_tasks_base import Successor
 
 
 class _Attn(nn.Module):
@@ -283,7 +291,10 @@ def test_memory_recall_reads_the_forner_logic_module():
 
 @pytest.fixture(scope="module")
 def birth():
-    from perm_circuits.systems.birth_model import BirthModelConfig, handbuilt_induction_model
+    from perm_circuits.systems.birth_model import (
+        BirthModelConfig,
+        handbuilt_induction_model,
+    )
     from perm_circuits.tasks.bigram import BigramTriggerTask
 
     return handbuilt_induction_model(BirthModelConfig(N=16, T=32, d_model=128, seed=0)), BigramTriggerTask(N=16, T=32)
@@ -303,6 +314,13 @@ def test_birth_ablation_table_finds_the_induction_head(birth):
     assert table.get("L1H0", "mean").metrics["in_context_acc"] < 0.15
     assert table.get("L0H0", "zero").metrics["in_context_acc"] < 0.6
     assert hook_count(model) == 0
+
+
+def test_birth_task_report_renders_offline(birth, tmp_path):
+    model, task = birth
+    html = task_report(model, task, tmp_path, n=40, n_sequences=1, ablation_hows=("zero",)).read_text()
+    assert "<h2>Ablation</h2>" in html and "delta in context acc" in html and html.count(".AttentionHeads, {") == 2
+    assert remote_resource_refs(html) == []
 
 
 def test_birth_patching_the_induction_head_restores_the_in_context_answers(birth):
@@ -328,7 +346,10 @@ def test_birth_patching_the_induction_head_restores_the_in_context_answers(birth
 
 @pytest.fixture(scope="module")
 def factual():
-    from systems.test_factual import TASK, hand_built  # the hand-built associative memory (accuracy 1)
+    from systems.test_factual import (  # the hand-built associative memory (accuracy 1)
+        TASK,
+        hand_built,
+    )
 
     return hand_built(TASK), TASK
 
@@ -375,8 +396,8 @@ def test_factual_task_report_renders_offline(factual, tmp_path):
 
 
 def test_docs_section_runs_and_states_its_numbers():
-    from pathlib import Path
     import re
+    from pathlib import Path
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "tasks.md").read_text(encoding="utf-8")
     section = doc.split("## Analyses on any task", 1)[1].split("\n## ", 1)[0]

@@ -34,11 +34,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
-import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from perm_circuits.analysis._checks import check_index_list, check_int, check_positions, check_seed
+from perm_circuits.analysis._checks import (
+    check_index_list,
+    check_int,
+    check_positions,
+    check_seed,
+)
 from perm_circuits.hooks import HookList, check_hooks, check_token_ids, run_capture
 from perm_circuits.model_shape import model_shape
 from perm_circuits.tasks.base import Task, TaskBatch

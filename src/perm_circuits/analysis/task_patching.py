@@ -27,9 +27,20 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from perm_circuits.analysis._checks import check_head, check_index_list, check_int, check_layer, check_positions, check_seed
+from perm_circuits.analysis._checks import (
+    check_head,
+    check_index_list,
+    check_int,
+    check_layer,
+    check_positions,
+    check_seed,
+)
 from perm_circuits.analysis.patching_core import MIN_DENOMINATOR, _bootstrap
-from perm_circuits.analysis.task_ablation import _axes, check_hook_point, reference_tokens
+from perm_circuits.analysis.task_ablation import (
+    _axes,
+    check_hook_point,
+    reference_tokens,
+)
 from perm_circuits.hooks import check_hooks, run_capture
 from perm_circuits.tasks.base import TaskBatch
 
