@@ -262,7 +262,7 @@ def test_task_report_study_model(pretrained, tmp_path):
     assert html.count("Test sequence ") >= 2 and "Test sequence 2<" not in html
     assert "elimination_accuracy" in html and "reference_tv" in html and "task.repeat_ratio" in html
     assert html.count(".AttentionHeads, {") == 1  # one circuitsvis view per layer
-    assert html.count('class="plotly-graph-div"') == 2  # one figure per shown sequence
+    assert html.count('class="plotly-graph-div"') == 3  # one figure per shown sequence, one ablation heatmap
     first = PermutationTask(REPEATED).test_set(100).tokens[0].tolist()
     assert f"0: x={first[0]}" in html and f"1: y={first[1]}" in html
     # a second report may rewrite the folder (it holds the report marker); a foreign folder is refused

@@ -161,3 +161,11 @@ from perm_circuits.dynamics import DynamicsRecord, DynamicsRecorder, load_dynami
 from perm_circuits.train import StepInfo  # noqa: E402
 
 __all__ += ["dynamics", "DynamicsRecord", "DynamicsRecorder", "StepInfo", "load_dynamics", "save_dynamics", "which_first"]
+
+# --- analyses on any task and hooked model (issue 10 item 4)
+from perm_circuits.analysis.task_ablation import TaskAblationTable, task_ablation_table  # noqa: E402
+from perm_circuits.analysis.task_patching import TaskPatch, patch_head, target_logprob  # noqa: E402
+from perm_circuits.model_shape import ModelShape, model_shape  # noqa: E402
+
+__all__ += ["ModelShape", "TaskAblationTable", "TaskPatch", "model_shape", "patch_head", "target_logprob",
+            "task_ablation_table"]

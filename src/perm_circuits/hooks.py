@@ -12,10 +12,11 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from perm_circuits.model_shape import is_permutation_model, model_shape
 from perm_circuits.models import model_config_of
 from perm_circuits.task import validate_tokens
 
-__all__ = ["HookList", "check_hooks", "hook_count", "run_capture", "run_logits"]
+__all__ = ["HookList", "check_hooks", "check_token_ids", "hook_count", "run_capture", "run_logits"]
 
 HookList = list[tuple[str, Callable]]
 
@@ -40,6 +41,25 @@ def check_hooks(model, hooks: Sequence[tuple[str, Callable]] | None) -> HookList
     return list(hooks)
 
 
+def check_token_ids(tokens: object, d_vocab: int | None = None) -> Tensor:
+    """``tokens`` as an integer ``[batch, seq]`` tensor of ids in ``[0, d_vocab)`` (any task's tokens).
+
+    TypeError for a non-tensor or a non-integer dtype, ValueError for a wrong rank, an empty batch
+    or an id out of range (``d_vocab=None``: only non-negative).
+    """
+    if not isinstance(tokens, Tensor):
+        raise TypeError(f"tokens must be an integer torch.Tensor [batch, seq], got {type(tokens).__name__}")
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise TypeError(f"tokens must be integer token ids, got dtype {tokens.dtype}")
+    if tokens.ndim != 2 or tokens.shape[0] < 1 or tokens.shape[1] < 1:
+        raise ValueError(f"tokens must have shape [batch >= 1, seq >= 1], got {tuple(tokens.shape)}")
+    low, high = int(tokens.min()), int(tokens.max())
+    if low < 0 or (d_vocab is not None and high >= d_vocab):
+        bound = f"[0, {d_vocab})" if d_vocab is not None else ">= 0"
+        raise ValueError(f"token ids must be {bound}, got values {low}..{high}")
+    return tokens
+
+
 def hook_count(model) -> int:
     """Number of forward/backward hooks attached anywhere on ``model`` (0 when clean)."""
     total = 0
@@ -51,8 +71,15 @@ def hook_count(model) -> int:
 def run_logits(
     model, tokens: Int[Tensor, "batch seq"], hooks: Sequence[tuple[str, Callable]] | None = None
 ) -> Float[Tensor, "batch seq vocab"]:
-    """Logits of ``model`` on validated ``tokens`` under ``hooks`` (removed afterwards, always)."""
-    tokens = validate_tokens(tokens, model_config_of(model).V)
+    """Logits of ``model`` on validated ``tokens`` under ``hooks`` (removed afterwards, always).
+
+    The study's bridges check the tokens against the permutation task; any other hooked model
+    (:func:`~perm_circuits.model_shape.model_shape`) against its vocabulary, where it declares one.
+    """
+    if is_permutation_model(model):
+        tokens = validate_tokens(tokens, model_config_of(model).V)
+    else:
+        tokens = check_token_ids(tokens, model_shape(model).d_vocab)
     hooks = check_hooks(model, hooks)
     with torch.no_grad():
         if not hooks:

@@ -206,7 +206,19 @@ def model_config_of(model) -> ModelConfig:
     config = getattr(model, "perm_config", None)
     if isinstance(config, ModelConfig):
         return config
-    cfg = model.cfg
+    cfg = getattr(model, "cfg", None)
+    missing = [name for name in ("d_model", "n_heads", "n_layers", "d_vocab") if not hasattr(cfg, name)]
+    hint = ("on any other model use the task-agnostic analyses (ablate/ablate_head with reference=TaskBatch, "
+            "patch_head, task_ablation_table, evaluate_task; docs/tasks.md 'Analyses on any task')")
+    if missing:
+        raise TypeError(f"{type(model).__name__} is not a permutation-lookup model (its cfg lacks {missing}); {hint}")
+    try:
+        return _config_from_tl(cfg)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{type(model).__name__} is not a permutation-lookup model ({error}); {hint}") from error
+
+
+def _config_from_tl(cfg) -> ModelConfig:
     return ModelConfig(
         d_model=cfg.d_model,
         n_heads=cfg.n_heads,

@@ -103,11 +103,20 @@ def reference_agreement(
     absolute error of one probability), ``reference_loss`` (the reference's own masked
     cross-entropy: the loss a perfect match would have) and ``reference_agreement`` (share of
     positions where the model's top token has the reference's top probability, ties included).
+    A distribution ``[batch, vocab]`` is the reference at the last position, for tasks whose loss
+    mask selects only that position (e.g. factual recall's EOS readout).
     Token ids ``[batch, seq]`` give ``reference_agreement`` (share of positions where the model's
     top token is the reference's token) and ``reference_accuracy`` (the reference's accuracy on
     the targets).
     """
     rows = batch.mask > 0
+    if reference.ndim == 2 and reference.shape == (logits.shape[0], logits.shape[2]) and reference.dtype.is_floating_point:
+        if bool(rows[:, :-1].any()):
+            raise ValueError("a reference [batch, vocab] is the distribution at the last position only, but the loss "
+                             "mask selects earlier positions too")
+        full = torch.zeros(logits.shape, dtype=reference.dtype)
+        full[:, -1] = reference
+        reference = full
     if reference.shape == logits.shape:
         if not reference.dtype.is_floating_point:
             raise TypeError(f"a reference distribution must be a float tensor, got {reference.dtype}")
@@ -183,6 +192,7 @@ def evaluate_task(
     n: int = 2000,
     seed: int = 1234,
     forward: Forward | None = None,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> TaskEvaluation:
     """Measure ``model`` on ``task``: its metrics, the test loss and the agreement with its reference.
 
@@ -191,15 +201,27 @@ def evaluate_task(
         task: any :class:`~perm_circuits.tasks.base.Task`.
         test_set: default ``task.test_set(n, seed)``.
         forward: ``forward(model, tokens) -> logits``; default ``model(tokens)``.
+        hooks: a TransformerLens hook list (e.g. an ablation) run during the forward pass and
+            removed afterwards, always; needs the model's own forward (not ``forward``).
     """
     _check_fit(model, task)
+    if hooks is not None:
+        from perm_circuits.hooks import check_hooks
+
+        if forward is not None:
+            raise ValueError("hooks= need the model's own forward pass; pass forward=None (a custom forward skips hook points)")
+        hooks = check_hooks(model, hooks)
     if test_set is None:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be an int >= 1, got {n!r}")
         test_set = task.test_set(n, seed)
     if not isinstance(test_set, TaskBatch):
         raise TypeError(f"test_set must be a TaskBatch (task.test_set(...)), got {type(test_set).__name__}")
-    logits = task_logits(model, test_set.tokens, forward)
+    if hooks:
+        with model.hooks(fwd_hooks=hooks):
+            logits = task_logits(model, test_set.tokens)
+    else:
+        logits = task_logits(model, test_set.tokens, forward)
     metrics = task.metrics(logits, test_set)
     missing = [name for name in task.metric_names if name not in metrics]
     if missing:

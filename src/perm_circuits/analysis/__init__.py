@@ -219,3 +219,16 @@ from perm_circuits.analysis.induction_story import (  # noqa: E402
 )
 
 __all__ += ["InductionStory", "induction_story", "judge_induction_story"]
+
+# --- any task, any hooked model (issue 10 item 4): ablation table and activation patching over task tokens
+from perm_circuits.analysis.task_ablation import (  # noqa: E402
+    TASK_HOWS,
+    TaskAblationRow,
+    TaskAblationTable,
+    ablate_tokens,
+    task_ablation_table,
+)
+from perm_circuits.analysis.task_patching import TaskPatch, patch_activation, patch_head, target_logprob  # noqa: E402
+
+__all__ += ["TASK_HOWS", "TaskAblationRow", "TaskAblationTable", "TaskPatch", "ablate_tokens", "patch_activation",
+            "patch_head", "target_logprob", "task_ablation_table"]

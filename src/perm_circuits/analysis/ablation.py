@@ -80,8 +80,10 @@ from perm_circuits.analysis._checks import (
 from perm_circuits.analysis.references import binding_free_reference, resample_rows
 from perm_circuits.analysis.optimal import OPTIMAL_STEPS, optimise_constant
 from perm_circuits.hooks import HookList, check_hooks, run_capture
+from perm_circuits.model_shape import is_permutation_model, model_shape
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.task import Batch, TaskConfig, make_test_set, validate_tokens
+from perm_circuits.tasks.base import TaskBatch
 
 if TYPE_CHECKING:  # re-exported lazily (module ``__getattr__`` below): ablation_sweep imports this module
     from perm_circuits.analysis.ablation_sweep import AblationRow, AblationTable, _ablation_runs, ablation_table
@@ -148,6 +150,11 @@ def _check_reference(reference: object, V: int) -> Batch | None:
         raise TypeError(f"reference must be a perm_circuits.Batch or None, got {type(reference).__name__}")
     validate_tokens(reference.inputs, V)
     return reference
+
+
+def _any_task(model, reference: object) -> bool:
+    """Whether :func:`ablate` goes task-agnostic: not a study bridge, or a TaskBatch as the reference."""
+    return not is_permutation_model(model) or isinstance(reference, TaskBatch)
 
 
 def _hook_suffix(hook_name: str) -> str | None:
@@ -319,7 +326,7 @@ def ablate(
     hook_name: str,
     how: str = "zero",
     *,
-    reference: Batch | None = None,
+    reference: Batch | TaskBatch | None = None,
     index: int | Sequence[int] | None = None,
     positions: int | Sequence[int] | None = None,
     seed: int = 0,
@@ -327,6 +334,11 @@ def ablate(
     hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> HookList:
     """A one-hook list ablating ``hook_name`` under mode ``how`` (one of :data:`HOWS`).
+
+    Any other hooked model (not one of the study's bridges), or a ``reference`` that is a
+    :class:`~perm_circuits.tasks.base.TaskBatch`, goes to
+    :func:`~perm_circuits.analysis.task_ablation.ablate_tokens` (which also takes a token tensor):
+    modes ``"zero"``, ``"mean"``, ``"resample"``, with the reference required for the last two.
 
     Args:
         model: the bridge; indices are validated against its config.
@@ -355,6 +367,11 @@ def ablate(
         hooks: interventions applied while the reference activations (and the optimal constant)
             are computed.
     """
+    if _any_task(model, reference):
+        from perm_circuits.analysis.task_ablation import ablate_tokens
+
+        return ablate_tokens(model, hook_name, how, reference=reference, index=index, positions=positions,
+                             seed=seed, pairing=pairing, hooks=hooks)
     config = model_config_of(model)
     hook_name = _check_hook_name(model, hook_name)
     how = _check_how(how)
@@ -425,7 +442,7 @@ def ablate_head(
     head: int,
     how: str = "zero",
     *,
-    reference: Batch | None = None,
+    reference: Batch | TaskBatch | None = None,
     positions: int | Sequence[int] | None = None,
     seed: int = 0,
     pairing: str = "random",
@@ -459,7 +476,7 @@ def ablate_mlp(
     how: str = "zero",
     *,
     neurons: int | Sequence[int] | None = None,
-    reference: Batch | None = None,
+    reference: Batch | TaskBatch | None = None,
     positions: int | Sequence[int] | None = None,
     seed: int = 0,
     pairing: str = "random",
@@ -472,13 +489,13 @@ def ablate_mlp(
     indices (``layer=-1`` is the last layer).  See :func:`ablate` for the other arguments
     (``seed`` seeds the ``"resample"`` draw of reference samples).
     """
-    config = model_config_of(model)
     layer = check_layer(model, layer)
     if neurons is None:
         hook_name, index = f"blocks.{layer}.hook_mlp_out", None
     else:
         hook_name = f"blocks.{layer}.mlp.hook_post"
-        index = check_index_list("neurons", neurons, config.resolved_d_mlp)
+        d_mlp = model_config_of(model).resolved_d_mlp if is_permutation_model(model) else model_shape(model).d_mlp
+        index = check_index_list("neurons", neurons, d_mlp) if d_mlp is not None else neurons
     return ablate(
         model,
         hook_name,

@@ -9,7 +9,11 @@ which stays the study's permutation-lookup report) writes ``OUT/<task name>.html
 * a few test sequences, position by position: token, target, loss weight, the model's top token
   and its probability of the target;
 * the attention pattern of every layer and head on each of those sequences (plotly heatmaps, and
-  one circuitsvis view per layer for the first sequence).
+  one circuitsvis view per layer for the first sequence);
+* an "Ablation" section: every head (``blocks.L.attn.hook_z``) and MLP (``blocks.L.hook_mlp_out``)
+  ablated under each of ``ablation_hows`` and the task's metrics measured
+  (:func:`~perm_circuits.analysis.task_ablation.task_ablation_table`), as a table and a plotly
+  heatmap of the change in the primary metric (``ablation_hows=()`` leaves it out).
 
 Attention is read from every hook point whose name ends in ``hook_pattern`` (``[batch, head, q,
 k]``, or ``[batch, q, k]`` for one head), so a TransformerLens bridge and a ``HookedRootModule``
@@ -29,10 +33,12 @@ from typing import Any
 
 import pandas as pd
 import torch
+import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from torch import Tensor
 
 from perm_circuits._util import atomic_write_text
+from perm_circuits.analysis.task_ablation import TASK_HOWS, TaskAblationTable, _components, task_ablation_table
 from perm_circuits.task_eval import TaskEvaluation, _check_fit, evaluate_task, task_logits
 from perm_circuits.tasks.base import Task, TaskBatch
 from perm_circuits.views.attention_figures import _attention_layout, _attention_trace
@@ -42,7 +48,7 @@ from perm_circuits.views.html import Section, html_page, write_plotly_js
 from perm_circuits.views.report import _check_out, _check_overwrite, _write_marker
 from perm_circuits.views.report_html import _CSS, _Figures, _kv_table, _note, _table
 
-__all__ = ["attention_patterns", "task_report"]
+__all__ = ["attention_patterns", "task_ablation_figure", "task_report"]
 
 _LAYER_RE = re.compile(r"blocks\.(\d+)\.")
 
@@ -127,6 +133,50 @@ def _attention_figure(patterns: dict[str, Tensor], row: int, labels: list[str], 
     return _style(fig, title, height=150 + 420 * len(layers), width=max(620, 520 * n_heads))
 
 
+def task_ablation_figure(table: TaskAblationTable, metric: str | None = None):
+    """Heatmap: component x ablation mode, coloured by the change in ``metric`` vs the unablated model.
+
+    ``metric`` defaults to the table's :attr:`~TaskAblationTable.primary_metric`.
+    """
+    if not isinstance(table, TaskAblationTable):
+        raise TypeError(f"table must be a TaskAblationTable, got {type(table).__name__}")
+    metric = table.primary_metric if metric is None else metric
+    if metric not in table.metric_names:
+        raise ValueError(f"metric must be one of {table.metric_names}, got {metric!r}")
+    frame = table.to_dataframe()
+    frame = frame[frame["component"] != "none"]
+    grid = frame.pivot(index="component", columns="how", values=f"delta_{metric}")
+    grid = grid.reindex(index=list(dict.fromkeys(frame["component"])), columns=list(dict.fromkeys(frame["how"])))
+    values = grid.to_numpy()
+    bound = float(abs(values).max()) if values.size else 1.0
+    heatmap = go.Heatmap(
+        z=values, x=list(grid.columns), y=list(grid.index), colorscale="RdBu", zmid=0.0,
+        zmin=-bound or -1.0, zmax=bound or 1.0, colorbar={"title": f"Δ {metric}"},
+        text=[[f"{v:+.3f}" for v in row] for row in values], texttemplate="%{text}",
+        hovertemplate="%{y} under %{x} ablation: Δ " + metric + " = %{z:.4f}<extra></extra>",
+    )
+    fig = go.Figure(heatmap)
+    fig.update_yaxes(autorange="reversed")
+    base = table.baseline.metrics[metric]
+    return _style(fig, f"{table.model_name} on {table.task}: change in {metric} (unablated {base:.4f})",
+                  x_title="ablation", y_title="component", height=220 + 40 * len(grid.index), width=620)
+
+
+def _ablation_section(model: Any, task: Task, hows: tuple[str, ...], n: int, seed: int, fig: _Figures) -> Section:
+    if not isinstance(getattr(model, "hook_dict", None), dict) or not _components(model):
+        return Section("Ablation", _note(
+            "The model has no blocks.L.attn.hook_z or blocks.L.hook_mlp_out hook point: nothing to ablate."))
+    table = task_ablation_table(model, task, hows, n=n, seed=seed, n_reference=n)
+    body = _note(
+        f"Each head (blocks.L.attn.hook_z) and MLP (blocks.L.hook_mlp_out) ablated under {', '.join(hows)} "
+        f"(Wang et al. 2022), measured on the same {n} test sequences; mean and resample use task.test_set({n}, "
+        f"seed={seed + 1}) as the reference. 'delta' columns: change from the unablated model (row 'none')."
+    )
+    body += fig(task_ablation_figure(table))
+    body += _table(table.to_dataframe().set_index(["component", "how"]), digits=4, wide=True)
+    return Section("Ablation", body)
+
+
 def _check_int(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
@@ -146,6 +196,7 @@ def task_report(
     forward: Callable[[Any, Tensor], Tensor] | None = None,
     title: str | None = None,
     force: bool = False,
+    ablation_hows: tuple[str, ...] | list[str] = TASK_HOWS,
 ) -> Path:
     """Write the offline "task model" page ``out/<task name>.html`` (see the module docstring).
 
@@ -158,6 +209,8 @@ def task_report(
         n_sequences: how many of them are shown position by position with their attention.
         forward: ``forward(model, tokens) -> logits``; default ``model(tokens)``.
         title: page title; default ``"<model> on <task>"``.
+        ablation_hows: ablation modes of the "Ablation" section (from ``("zero", "mean",
+            "resample")``); empty: no ablation section.  Ablation runs the model's own forward.
 
     Returns:
         The page's path (``plotly-<version>.min.js`` is written beside it).
@@ -167,6 +220,11 @@ def task_report(
     n_sequences = _check_int("n_sequences", n_sequences, 1)
     if title is not None and not isinstance(title, str):
         raise TypeError(f"title must be a str or None, got {type(title).__name__}")
+    if isinstance(ablation_hows, str) or not isinstance(ablation_hows, (tuple, list)):
+        raise TypeError(f"ablation_hows must be a tuple or list of modes from {TASK_HOWS}, got {ablation_hows!r}")
+    bad = [how for how in ablation_hows if how not in TASK_HOWS]
+    if bad:
+        raise ValueError(f"ablation_hows entries must be in {TASK_HOWS}, got {bad}")
     path = _check_out(out)
     _check_overwrite(path, force)
 
@@ -204,7 +262,15 @@ def task_report(
         labels = _labels(task, shown.tokens[0].tolist())
         for index, (name, pattern) in enumerate(patterns.items()):
             heads = [f"L{index}H{head}" for head in range(pattern.shape[1])]
+            if pattern.shape[-2] != pattern.shape[-1]:  # e.g. a query at the last position only
+                sections.append(Section(f"Layer {index} ({name})", _note(
+                    f"{pattern.shape[-2]} query position(s) over {pattern.shape[-1]} keys: no circuitsvis view "
+                    "(it needs a square pattern); the heatmaps above show it.")))
+                continue
             sections.append(attention_view(pattern[0], labels, heads, f"Layer {index} ({name}), test sequence 0"))
+
+    if ablation_hows:
+        sections.append(_ablation_section(model, task, tuple(ablation_hows), n, seed, fig))
 
     path.mkdir(parents=True, exist_ok=True)
     plotly_js = write_plotly_js(path).name

@@ -1,0 +1,113 @@
+"""The shape of any model with TransformerLens hook points: layers, heads, widths, hook names.
+
+The permutation-lookup analyses read a :class:`~perm_circuits.models.ModelConfig` (through
+:func:`~perm_circuits.models.model_config_of`); the task-agnostic ones (issue 10 item 4) need only
+what every hooked model exposes, which :func:`model_shape` reads:
+
+* a bridge built by :func:`~perm_circuits.models.build_model` (it carries ``perm_config``): the
+  numbers of its ``ModelConfig``, so nothing changes for the study's models;
+* any other TransformerLens bridge or ``HookedRootModule``: ``model.cfg``'s ``n_layers``,
+  ``n_heads``, ``d_head``, ``d_model``, ``d_mlp``, ``d_vocab`` and ``n_ctx`` where present
+  (duck-typed: a missing one is ``None``), the number of layers otherwise counted from the
+  ``blocks.L.`` hook names, and the hook names from ``model.hook_dict``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from perm_circuits.models import ModelConfig
+
+__all__ = ["ModelShape", "is_permutation_model", "model_shape"]
+
+_BLOCK_RE = re.compile(r"^blocks\.(\d+)\.")
+
+
+def is_permutation_model(model: object) -> bool:
+    """Whether ``model`` is one of the study's permutation-lookup bridges (it carries ``perm_config``)."""
+    return isinstance(getattr(model, "perm_config", None), ModelConfig)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the task-agnostic analyses need to know about a hooked model.
+
+    ``None`` marks a size the model does not declare (e.g. ``d_model`` of a model without a
+    residual stream, ``d_mlp`` of an attention-only one).  ``permutation`` is True for the
+    study's permutation-lookup bridges.
+    """
+
+    n_layers: int
+    n_heads: int | None
+    d_head: int | None
+    d_model: int | None
+    d_mlp: int | None
+    d_vocab: int | None
+    n_ctx: int | None
+    hook_names: tuple[str, ...]
+    permutation: bool = False
+
+    def has_hook(self, name: str) -> bool:
+        return name in self.hook_names
+
+    def heads(self, layer: int) -> bool:
+        """Whether layer ``layer`` has per-head outputs to intervene on (``blocks.L.attn.hook_z``)."""
+        return self.has_hook(f"blocks.{layer}.attn.hook_z")
+
+    def mlp(self, layer: int) -> bool:
+        """Whether layer ``layer`` has an MLP output hook (``blocks.L.hook_mlp_out``)."""
+        return self.has_hook(f"blocks.{layer}.hook_mlp_out")
+
+
+def _positive(cfg: object, name: str) -> int | None:
+    value = getattr(cfg, name, None)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return None
+    return value
+
+
+def model_shape(model: object) -> ModelShape:
+    """The :class:`ModelShape` of a bridge or ``HookedRootModule`` (see the module docstring).
+
+    TypeError for an object without TransformerLens hook points (``hook_dict``).
+    """
+    hook_dict = getattr(model, "hook_dict", None)
+    if not isinstance(hook_dict, dict):
+        raise TypeError(
+            f"model must expose TransformerLens hook points (a bridge or a HookedRootModule with a hook_dict), "
+            f"got {type(model).__name__}"
+        )
+    names = tuple(hook_dict)
+    config = getattr(model, "perm_config", None)
+    if isinstance(config, ModelConfig):
+        return ModelShape(
+            n_layers=config.n_layers,
+            n_heads=config.n_heads,
+            d_head=config.resolved_d_head,
+            d_model=config.d_model,
+            d_mlp=config.resolved_d_mlp,
+            d_vocab=config.V + 1,
+            n_ctx=config.n_ctx,
+            hook_names=names,
+            permutation=True,
+        )
+    cfg = getattr(model, "cfg", None)
+    n_layers = _positive(cfg, "n_layers")
+    if n_layers is None:
+        layers = {int(m.group(1)) for name in names if (m := _BLOCK_RE.match(name))}
+        n_layers = max(layers) + 1 if layers else 0
+    d_mlp = _positive(cfg, "d_mlp")
+    if getattr(cfg, "attn_only", False):
+        d_mlp = None
+    return ModelShape(
+        n_layers=n_layers,
+        n_heads=_positive(cfg, "n_heads"),
+        d_head=_positive(cfg, "d_head"),
+        d_model=_positive(cfg, "d_model"),
+        d_mlp=d_mlp,
+        d_vocab=_positive(cfg, "d_vocab"),
+        n_ctx=_positive(cfg, "n_ctx"),
+        hook_names=names,
+        permutation=False,
+    )
