@@ -7,7 +7,12 @@ import pytest
 import torch
 from jaxtyping import install_import_hook
 
-from perm_circuits import build_induction_model, hook_count, list_pretrained, load_pretrained
+from perm_circuits import (
+    build_induction_model,
+    hook_count,
+    list_pretrained,
+    load_pretrained,
+)
 from perm_circuits.analysis.path_patching import induction_patching_pair, path_patch
 from perm_circuits.handbuilt import induction_layout
 
@@ -62,7 +67,6 @@ def test_direct_route_model_has_nothing_through_its_zero_mlp(induction, pair):
 
 
 def test_rerouted_model_carries_everything_through_mlp0(rerouted, pair):
-    clean, corrupted, answer, wrong = pair
     assert path_patch(rerouted, (0, 0), (1, 0), "k", pair, n_boot=50).effects[0].mean == pytest.approx(0.0, abs=1e-6)
     assert ac.path_patch_through_mlp(rerouted, (0, 0), 0, (1, 0), "k", pair) == pytest.approx(1.0, abs=0.01)
     assert ac.path_patch_through_mlp(rerouted, (0, 0), 0, (1, 0), "q", pair) == pytest.approx(0.0, abs=1e-6)
@@ -93,7 +97,7 @@ def test_value_swap_pair_moves_the_answer_by_changing_two_ys_only(induction):
 
 
 def test_any_circuit_numbers_rejects_one_layer_models():
-    from perm_circuits import build_model, ModelConfig
+    from perm_circuits import ModelConfig, build_model
 
     with pytest.raises(ValueError, match="2-layer, 1-head"):
         ac.any_circuit_numbers(build_model(ModelConfig(d_model=16, n_heads=1, n_layers=1, V=5, seed=0)))
@@ -122,14 +126,29 @@ def test_shipped_any_model_circuit(numbers):
     assert numbers[f"{p}.patch.swap.resid1_last"] > 0.95
     assert abs(numbers[f"{p}.patch.swap.resid1_x"]) < 0.05 and abs(numbers[f"{p}.patch.swap.resid1_y"]) < 0.05
     # ... and reaches L1H0's query mostly through MLP0, not directly; no K-composition
-    assert numbers[f"{p}.path.swap.via_mlp0_q"] > 0.3 > 0.15 > numbers[f"{p}.path.swap.direct_q"]
+    assert numbers[f"{p}.path.swap.via_mlp0_q"] > 0.3
+    assert numbers[f"{p}.path.swap.direct_q"] < 0.15
     assert abs(numbers[f"{p}.path.swap.both_k"]) < 0.05
     # which value: L0H0 copies y's forward, read by L1H0's value (direct path mostly)
     assert numbers[f"{p}.path.yswap.both_v"] > 0.9
     assert numbers[f"{p}.path.yswap.direct_v"] > 0.6
     assert numbers[f"{p}.patch.yswap.L1H0_last"] > 0.95
     assert numbers[f"{p}.patch.yswap.L0H0_x.k1"] > 0.9 and numbers[f"{p}.patch.yswap.L0H0_y.k4"] > 0.5
+    # MLP1 reads the match both from L1H0 and, bypassing it, from L0H0 + MLP0
+    assert numbers[f"{p}.path.swap.into_MLP1_L1H0"] > 0.5 and numbers[f"{p}.path.swap.into_MLP1_L0H0_MLP0"] > 0.25
+    assert numbers[f"{p}.path.swap.into_MLP1_all"] > 0.8
     # ablations: L0H0 at the last position alone destroys recall in every mode
     for how in ac.ABLATION_MODES:
         assert numbers[f"{p}.abl.{how}.L0H0_last.mean"] < 0.2
         assert numbers[f"{p}.abl.{how}.MLP0_all.mean"] < 0.3
+
+
+def test_template_names_only_measured_keys(numbers):
+    from pathlib import Path
+
+    from perm_circuits.results import render, template_keys
+
+    template = (Path(__file__).parents[1] / "docs" / "templates" / "general_recall_circuit.md").read_text()
+    keys = set(template_keys(template))
+    assert keys and keys <= set(numbers), sorted(keys - set(numbers))
+    assert "{{" not in render(template, numbers)

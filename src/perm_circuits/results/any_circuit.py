@@ -35,6 +35,7 @@ from torch import Tensor
 from perm_circuits.analysis._checks import check_layer
 from perm_circuits.analysis.ablation import ablate_head, ablate_mlp
 from perm_circuits.analysis.attribution import direct_logit_attribution
+from perm_circuits.analysis.patching_core import PatchingPair, logit_diff
 from perm_circuits.analysis.path_patching import (
     INPUTS,
     _add_hooks,
@@ -44,13 +45,12 @@ from perm_circuits.analysis.path_patching import (
     path_patch,
     sender_delta,
 )
-from perm_circuits.analysis.patching_core import PatchingPair, logit_diff
 from perm_circuits.evaluate import recall_generalisation
 from perm_circuits.hooks import run_capture
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.task import Batch, TaskConfig, exhaustive_batch
 
-__all__ = ["ABLATION_MODES", "any_circuit_numbers", "path_patch_through_mlp", "patch_positions", "value_swap_pair"]
+__all__ = ["ABLATION_MODES", "any_circuit_numbers", "patch_positions", "path_patch_through_mlp", "value_swap_pair"]
 
 ABLATION_MODES = ("zero", "mean", "resample")
 
@@ -68,7 +68,7 @@ def value_swap_pair(task_config: TaskConfig, n: int = 1000, seed: int = 0) -> Pa
     permutation changed to match), so its answer is the clean ``y_j`` (``wrong``); ``answer`` is
     ``y_k``.  Only the two y tokens differ: what carries an answer's *value* to the last position.
     """
-    clean, swapped, answer, wrong = induction_patching_pair(task_config, n=n, seed=seed, corruption="swap")
+    clean, swapped, answer, _ = induction_patching_pair(task_config, n=n, seed=seed, corruption="swap")
     rows, k = torch.arange(len(clean)), clean.repeat_source
     j = swapped.repeat_source
     perms = clean.perms.clone()
@@ -177,11 +177,55 @@ def _attention(model, numbers: dict, prefix: str) -> None:
                 numbers[f"{prefix}.attn.L0H0_x{j + 1}_to_prev_y"] = float(p0[:, 2 * j, 2 * j - 1].mean())
                 numbers[f"{prefix}.attn.L0H0_x{j + 1}_to_ys"] = float(p0[:, 2 * j, 1 : 2 * j : 2].sum(-1).mean())
     numbers[f"{prefix}.attn.L0H0_x_to_prev_y"] = float(torch.stack(prev_y).mean())
+    numbers.update(_variance_shares(model, prefix))
+
+
+def _variance_shares(model, prefix: str) -> dict[str, float]:
+    """L1H0's key over the context (share of its variance that the position explains) and its query
+    at the last position (share that the repeated source ``k`` explains), on every exhaustive batch."""
+    config = task_config_of(model)
+    last = 2 * config.V - 2
+    batches = [exhaustive_batch(config, split="test", repeat_source=k) for k in range(config.V - 1)]
+    tokens = torch.cat([b.inputs for b in batches])
+    source = torch.cat([b.repeat_source for b in batches])
+    _, cache = run_capture(model, tokens, ["blocks.1.attn.hook_k", "blocks.1.attn.hook_q"])
+    keys = cache["blocks.1.attn.hook_k"][:, :last, 0]  # [batch, pos, d_head]
+    centred = keys - keys.mean((0, 1))
+    key_share = (keys.mean(0) - keys.mean((0, 1))).pow(2).sum(-1).mean() / centred.pow(2).sum(-1).mean()
+    query = cache["blocks.1.attn.hook_q"][:, last, 0]
+    total = (query - query.mean(0)).pow(2).sum(-1).mean()
+    between = sum((query[source == k].mean(0) - query.mean(0)).pow(2).sum() * (source == k).double().mean()
+                  for k in range(config.V - 1))
+    return {f"{prefix}.attn.L1H0_key_position_share": float(key_share),
+            f"{prefix}.attn.L1H0_query_source_share": float(between / total)}
 
 
 def _positions(site: str, V: int) -> list[int] | None:
     last = 2 * V - 2
     return {"last": [last], "x": list(range(0, last, 2)), "y": list(range(1, last, 2)), "all": None}[site]
+
+
+def _into_last_mlp(model, pair: PatchingPair, key: str) -> dict[str, float]:
+    """What reaches MLP1's input: the clean-minus-corrupted change of L0H0, MLP0, L1H0 (and sums),
+    added to ``blocks.1.ln2.hook_in`` only (the MLP's input; the residual stream itself and the
+    logits' direct paths stay corrupted).  Normalised logit difference as in path patching."""
+    clean, corrupted, answer, wrong = pair
+    names = ["blocks.0.attn.hook_z", "blocks.0.hook_mlp_out", "blocks.1.attn.hook_z"]
+    clean_logits, cc = run_capture(model, clean.inputs, names)
+    corr_logits, cx = run_capture(model, corrupted.inputs, names)
+    ld_clean, ld_corr = logit_diff(clean_logits, answer, wrong), logit_diff(corr_logits, answer, wrong)
+    l0 = sender_delta(model, (0, 0), cc[names[0]], cx[names[0]])
+    mlp0 = cc[names[1]] - cx[names[1]]
+    l1 = sender_delta(model, (1, 0), cc[names[2]], cx[names[2]])
+    out = {}
+    for name, delta in (("L0H0", l0), ("MLP0", mlp0), ("L0H0_MLP0", l0 + mlp0), ("L1H0", l1), ("all", l0 + mlp0 + l1)):
+        def add(activation: Tensor, hook, delta=delta) -> Tensor:
+            return activation + delta.to(activation.dtype)
+
+        with torch.no_grad(), model.hooks(fwd_hooks=[("blocks.1.ln2.hook_in", add)]):
+            logits = model(corrupted.inputs)
+        out[f"{key}_{name}"] = _normalised(logit_diff(logits, answer, wrong), ld_clean, ld_corr)
+    return out
 
 
 def _ablations(model, numbers: dict, prefix: str, n: int) -> None:
@@ -229,6 +273,7 @@ def _paths(model, numbers: dict, prefix: str, n: int) -> None:
             numbers[f"{prefix}.patch.{name}.MLP0_{site}"] = patch_positions(model, "blocks.0.hook_mlp_out", pos, pair)
         numbers[f"{prefix}.patch.{name}.L1H0_last"] = patch_positions(model, "blocks.1.attn.hook_z", [2 * V - 2], pair, index=0)
         numbers[f"{prefix}.patch.{name}.MLP1_last"] = patch_positions(model, "blocks.1.hook_mlp_out", [2 * V - 2], pair)
+    numbers.update(_into_last_mlp(model, pairs["swap"], f"{prefix}.path.swap.into_MLP1"))
     clean, corrupted, answer, wrong = pairs["yswap"]
     for k in range(V - 1):
         rows = clean.repeat_source == k
