@@ -152,3 +152,15 @@ def test_template_names_only_measured_keys(numbers):
     keys = set(template_keys(template))
     assert keys and keys <= set(numbers), sorted(keys - set(numbers))
     assert "{{" not in render(template, numbers)
+
+
+def test_template_prose_quotes_no_hand_typed_result():
+    """As tests/test_results_docs.py checks the results templates: no decimal or percent outside
+    placeholders and code."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "docs" / "templates" / "general_recall_circuit.md").read_text()
+    prose = re.sub(r"`[^`]*`", " ", re.sub(r"\{\{.*?\}\}", " ", text))
+    assert re.findall(r"(?<![\w.])(?:x?\d+(?:[.-]\d+)+|\d+%)", prose) == []
+    assert text.startswith("## The circuit of d16h1l2-any\n")

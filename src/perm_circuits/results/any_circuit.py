@@ -53,6 +53,8 @@ from perm_circuits.task import Batch, TaskConfig, exhaustive_batch
 __all__ = ["ABLATION_MODES", "any_circuit_numbers", "patch_positions", "path_patch_through_mlp", "value_swap_pair"]
 
 ABLATION_MODES = ("zero", "mean", "resample")
+RESAMPLE_SEED = 0
+"""Seed of the resample ablations' draw of reference sequences."""
 
 
 def _normalised(value: Tensor, clean: Tensor, corrupted: Tensor) -> float:
@@ -238,8 +240,8 @@ def _ablations(model, numbers: dict, prefix: str, n: int) -> None:
             for site in sites:
                 pos = _positions(site, V)
                 layer = int(part[-1]) if part.startswith("MLP") else int(part[1])
-                hooks = (ablate_mlp(model, layer, how, positions=pos) if part.startswith("MLP")
-                         else ablate_head(model, layer, 0, how, positions=pos))
+                hooks = (ablate_mlp(model, layer, how, positions=pos, seed=RESAMPLE_SEED) if part.startswith("MLP")
+                         else ablate_head(model, layer, 0, how, positions=pos, seed=RESAMPLE_SEED))
                 result = recall_generalisation(model, hooks=hooks, n=n)
                 for k, value in enumerate(result.recall, start=1):
                     numbers[f"{prefix}.abl.{how}.{part}_{site}.k{k}"] = float(value)
@@ -297,7 +299,10 @@ def any_circuit_numbers(model, *, prefix: str = "any.circuit", n: int = 300, n_p
     if not isinstance(prefix, str) or not prefix:
         raise TypeError(f"prefix must be a non-empty str, got {prefix!r}")
     numbers: dict[str, float | str] = {f"{prefix}.model": config.name, f"{prefix}.seed": float(config.seed),
-                                       f"{prefix}.settings.n": float(n), f"{prefix}.settings.n_pair": float(n_pair)}
+                                       f"{prefix}.n_layers": float(config.n_layers), f"{prefix}.d_model": float(config.d_model),
+                                       f"{prefix}.d_mlp": float(model.cfg.d_mlp),
+                                       f"{prefix}.settings.n": float(n), f"{prefix}.settings.n_pair": float(n_pair),
+                                       f"{prefix}.settings.resample_seed": float(RESAMPLE_SEED)}
     torch.manual_seed(0)
     recall = recall_generalisation(model, n=None)
     for k, value in enumerate(recall.recall, start=1):
