@@ -9,7 +9,8 @@ measures what it does instead, as flat numbers for the results template
 - ``attn.*``: where the two heads attend on repeated sequences (exhaustive test batches, one per
   repeated source ``k``): L0H0 at the last position on the matching ``x_k`` (a duplicate-token
   match), L0H0 at ``x_{j+1}`` on the ``y_j`` before it, L1H0 at the last position on ``x_k``,
-  ``y_k`` and ``x_{k+1}``;
+  ``y_k`` and ``x_{k+1}``; the share of L1H0's key variance (context) explained by position and
+  of its query variance (last position) explained by ``k``;
 - ``abl.*``: recall per ``k`` when one component is ablated at some positions only (the last
   position, the x positions ``x1..x4``, the y positions, or all), under the zero, mean and
   resample modes (:func:`~perm_circuits.analysis.ablation.ablate_head` /
@@ -17,9 +18,11 @@ measures what it does instead, as flat numbers for the results template
 - ``dla.*``: direct logit attribution of the last-step recall logit difference (answer minus the
   mean of the other values) per component and ``k``;
 - ``path.*``: path patching on the swap pair (:func:`~perm_circuits.analysis.path_patching.
-  induction_patching_pair`): the direct edge L0H0 -> L1H0's q/k/v (the library's
+  induction_patching_pair`, ``path.swap.*``: which slot) and on the value-swap pair
+  (:func:`value_swap_pair`, ``path.yswap.*``: which value): the direct edge L0H0 -> L1H0's q/k/v (the library's
   :func:`~perm_circuits.analysis.path_patching.path_patch`) and the edge *through* MLP0
-  (:func:`path_patch_through_mlp`); ``patch.*``: activation patching of MLP0's and L0H0's
+  (:func:`path_patch_through_mlp`), and ``path.swap.into_MLP1_*``: the change of L0H0 / MLP0 / L1H0
+  added to MLP1's input only; ``patch.*``: activation patching of MLP0's and L0H0's
   output at chosen positions (clean into corrupted; 1 = restores the clean run).
 
 Everything is deterministic (fixed seeds, exhaustive batches where cheap).
