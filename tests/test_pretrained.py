@@ -8,10 +8,28 @@ from perm_circuits import TaskConfig, evaluate, list_pretrained, load_pretrained
 from perm_circuits.models import PRETRAINED_DIR, load_checkpoint
 
 NAMES = ["d16h1", "d32h1", "d32h2"]
+"""The study's models (its recipe); ``d16h1l2-any`` is issue 9's general-recall model."""
+ANY = "d16h1l2-any"
 
 
 def test_all_presets_are_shipped():
-    assert list_pretrained() == NAMES
+    assert list_pretrained() == ["d16h1", "d16h1l2-any", "d32h1", "d32h2"]
+
+
+def test_the_any_model_meets_its_claimed_generalisation_exhaustively(pretrained):
+    """Recall >= 0.99 for EVERY repeated x_k over all 24 test permutations x 120 query orders."""
+    from perm_circuits import recall_generalisation
+
+    checkpoint = load_checkpoint(PRETRAINED_DIR / ANY)
+    meta = checkpoint.metadata
+    assert meta["command"].startswith("perm-circuits train --d-model 16 --heads 1 --layers 2 --repeat-sources 1,2,3,4")
+    assert checkpoint.task_config == TaskConfig(repeat_ratio=0.3, repeat_sources=(1, 2, 3, 4))
+    assert (checkpoint.model_config.n_layers, checkpoint.model_config.d_model, checkpoint.model_config.n_heads) == (2, 16, 1)
+    assert meta["versions"]["cpu_capability"] in ("AVX512", "AVX2", "DEFAULT")
+    result = recall_generalisation(pretrained(ANY), n=None)
+    assert result.n_per_source == 24 * 120
+    assert min(result.recall) >= 0.99 and result.elimination == 1.0
+    assert result.recall[0] == 1.0 and result.recall[1] == 1.0
 
 
 @pytest.mark.parametrize("name", NAMES)
