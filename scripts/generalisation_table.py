@@ -6,8 +6,10 @@
 The sweep rows measure recall per repeated x_k on a sample (``recall_n`` sequences per k).  This
 script re-measures it EXHAUSTIVELY from each kept model (every test permutation x every order of
 the queries, ``recall_generalisation(n=None)``), replacing the ``recall_gen_x{k}`` columns and
-adding ``recall_gen_n`` (the sequences per k), and adds the induction-circuit columns for
-multi-layer models (previous-token / induction scores of every head).  The results page
+adding ``recall_gen_n`` (the sequences per k); adds every head's previous-token / induction
+scores, the induction story of multi-layer models (scores + composition + path patching), and
+the exhaustive recall / elimination with each head and MLP ablated under zero, mean and resample
+ablation (``abl_<how>_<component>_recall`` / ``_elim``).  The results page
 (``python scripts/build_results.py``) renders its generalisation section from the CSV.
 """
 
@@ -59,6 +61,27 @@ def story_columns(model, task_config) -> dict[str, object]:
     }
 
 
+ABLATION_HOWS = ("zero", "mean", "resample")
+
+
+def ablation_columns(model, task_config) -> dict[str, float]:
+    """Exhaustive recall (mean over x_k) and elimination with each head / MLP ablated, per mode:
+    ``abl_<how>_<component>_recall`` and ``abl_<how>_<component>_elim`` (components L{l}H{h}, L{l}MLP)."""
+    from perm_circuits.analysis import ablate_head, ablate_mlp
+
+    config = model.perm_config
+    out = {}
+    for how in ABLATION_HOWS:
+        for layer in range(config.n_layers):
+            parts = [(f"L{layer}H{h}", ablate_head(model, layer, h, how)) for h in range(config.n_heads)]
+            parts.append((f"L{layer}MLP", ablate_mlp(model, layer, how)))
+            for name, hooks in parts:
+                result = recall_generalisation(model, task_config=task_config, n=None, hooks=hooks)
+                out[f"abl_{how}_{name}_recall"] = sum(result.recall) / len(result.recall)
+                out[f"abl_{how}_{name}_elim"] = result.elimination
+    return out
+
+
 def table(sweep_dir: Path, progress: bool = True) -> pd.DataFrame:
     frame = load_sweep(sweep_dir)
     frame["repeat_sources"] = frame["repeat_sources"].astype(str)
@@ -78,6 +101,7 @@ def table(sweep_dir: Path, progress: bool = True) -> pd.DataFrame:
             out["recall_gen_n"] = general.n_per_source
             out["elimination_exhaustive"] = general.elimination
             out.update(induction_columns(model, checkpoint.task_config))
+            out.update(ablation_columns(model, checkpoint.task_config))
             if checkpoint.model_config.n_layers >= 2:
                 out.update(story_columns(model, checkpoint.task_config))
         rows.append(out)

@@ -253,8 +253,9 @@ def test_checkpoint_keeps_dropout_and_old_checkpoints_load_as_zero(tmp_path):
 def test_shipped_pretrained_load_without_dropout_key():
     from perm_circuits.models import PRETRAINED_DIR, list_pretrained
 
-    for name in list_pretrained():
+    for name in ("d16h1", "d32h1", "d32h2"):  # written before the field existed (d16h1l2-any came later)
         assert "dropout" not in json.loads((PRETRAINED_DIR / name / "config.json").read_text())["model"]
+    for name in list_pretrained():
         assert load_checkpoint(PRETRAINED_DIR / name).model_config.dropout == 0.0
 
 
@@ -272,7 +273,7 @@ def test_load_any_names_and_folders(tmp_path, monkeypatch):
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="has no config.json"):
         load_any("empty")
-    with pytest.raises(ValueError, match=r"'d64h8' is neither a pretrained model \['d16h1', 'd32h1', 'd32h2'\] nor a checkpoint folder"):
+    with pytest.raises(ValueError, match=r"'d64h8' is neither a pretrained model \['d16h1', 'd16h1l2-any', 'd32h1', 'd32h2'\] nor a checkpoint folder"):
         load_any("d64h8")
     with pytest.raises(TypeError, match="name"):
         load_any(3)

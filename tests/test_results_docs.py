@@ -309,7 +309,7 @@ def test_the_script_checks_the_committed_pages(capsys):
 def test_bad_arguments_are_refused_before_any_work(tmp_path):
     with pytest.raises(TypeError, match=r"models must be a non-empty sequence of shipped model names, got 'd32h2'"):
         shipped_numbers("d32h2")
-    with pytest.raises(ValueError, match=r"unknown model\(s\) \['d99h9'\]; shipped: \['d16h1', 'd32h1', 'd32h2'\]"):
+    with pytest.raises(ValueError, match=r"unknown model\(s\) \['d99h9'\]; the study's shipped models: \['d16h1', 'd32h1', 'd32h2'\]"):
         shipped_numbers(["d32h2", "d99h9"])
     with pytest.raises(ValueError, match=r"is not the repository root: it has no docs/templates/results.md"):
         build_pages(tmp_path)

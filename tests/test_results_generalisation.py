@@ -113,3 +113,21 @@ def test_any_model_numbers_on_the_hand_built_induction_circuit():
     for role in ("previous", "induction"):
         assert numbers[f"any.ablate.zero.{role}.recall.max"] == 0.0
         assert numbers[f"any.ablate.zero.{role}.elimination"] == 1.0
+
+
+def test_smallest_is_by_parameters_not_by_layers(frame):
+    from perm_circuits.results.generalisation import parameters
+
+    assert parameters(2, 16, 1) == 2 * (4 * 16 * 16 + 2 * 16 * 32) == 4096
+    assert parameters(1, 32, 2) == 4 * 32 * 2 * 16 + 2 * 32 * 64 == 8192
+    one_layer = pd.DataFrame([_row(1, 32, 2, "1,2,3,4", 0, (1.0,) * 4), _row(2, 16, 1, "1,2,3,4", 0, (1.0,) * 4)])
+    numbers = generalisation_numbers(one_layer)
+    assert numbers["generalisation.smallest"] == "d16h1l2" and numbers["generalisation.smallest.parameters"] == 4096
+
+
+def test_necessary_components_are_counted_over_generalising_seeds(frame):
+    frame = frame.assign(abl_mean_L1H0_recall=[0.9, 0.9, 0.2, 0.1, 0.6, math.nan], story_holds=[math.nan] * 2 + ["False", "True", "False", "False"])
+    numbers = generalisation_numbers(frame)
+    assert numbers["generalisation.d16h1l2.x1234.necessary.mean.L1H0"] == 1  # seed 1 does not generalise
+    assert numbers["generalisation.d32h2l2.x1234.necessary.mean.L1H0"] == 0
+    assert (numbers["generalisation.story.runs"], numbers["generalisation.story.holds"]) == (3, 1)

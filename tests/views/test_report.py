@@ -189,7 +189,7 @@ def test_provenance_and_training_history(report_pages):
     assert 'href="d16h1.html"' in index and 'href="d32h2.html"' in index
 
 
-UNKNOWN = r"'no_such_model' is neither a pretrained model \['d16h1', 'd32h1', 'd32h2'\] nor a checkpoint folder"
+UNKNOWN = r"'no_such_model' is neither a pretrained model \['d16h1', 'd16h1l2-any', 'd32h1', 'd32h2'\] nor a checkpoint folder"
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ import pandas as pd
 from perm_circuits.results.capacity import RECIPE, _number, _values
 
 __all__ = ["GENERALISATION_COLUMNS", "GENERALISES", "GROUP", "generalisation_markdown", "generalisation_numbers",
-           "generalises", "load_generalisation_table", "SHORTCUT_OTHERS"]
+           "generalises", "load_generalisation_table", "parameters", "SHORTCUT_OTHERS"]
 
 GROUP: tuple[str, ...] = ("n_layers", "d_model", "n_heads", "repeat_sources")
 """One summary row per architecture and training distribution."""
@@ -121,9 +121,12 @@ def generalisation_numbers(frame: pd.DataFrame) -> dict[str, object]:
     Per configuration (``generalisation.d{d}h{h}l{L}.{x1|x1234}.*``): ``done``, ``generalise``
     (seeds whose recall holds for every x_k), ``shortcut`` (x1 only) and the mean recall per x_k.
     Totals per layer count and training distribution (``generalisation.l{L}.{x1|x1234}.*``), and
-    the smallest generalising configuration (fewest parameters... approximated by (n_layers, d_model,
-    n_heads) order): ``generalisation.smallest`` (e.g. ``"d16h1l2"``) with its share of seeds, or
-    ``"none"``.
+    the smallest generalising configuration by non-embedding parameters (:func:`parameters`):
+    ``generalisation.smallest`` (e.g. ``"d16h1l2"``) with its share of seeds, or ``"none"``.  When
+    the table has them: how many multi-layer runs the induction story holds in
+    (``generalisation.story.*``), and for every generalising configuration, per ablation mode and
+    component, in how many generalising seeds ablating it drops mean recall below one half
+    (``generalisation.<config>.<sources>.necessary.<how>.<component>``).
     """
     _check(frame)
     columns = _recall_columns(frame)
@@ -153,13 +156,33 @@ def generalisation_numbers(frame: pd.DataFrame) -> dict[str, object]:
         out[f"{key}.generalise"] = int(ok[runs.index].sum())
         out[f"{key}.shortcut"] = int(short[runs.index].sum())
     if candidates:
-        size, key, hit, n = min(candidates, key=lambda c: (c[0][0], c[0][1], c[0][2], -c[2]))
+        size, key, hit, n = min(candidates, key=lambda c: (parameters(*c[0]), c[0], -c[2]))
         out["generalisation.smallest"] = _label(*size)
+        out["generalisation.smallest.parameters"] = parameters(*size)
         out["generalisation.smallest.generalise"] = hit
         out["generalisation.smallest.done"] = n
     else:
         out["generalisation.smallest"] = "none"
+    general = frame[ok]
+    if "story_holds" in frame.columns:
+        multi = done_all[done_all["n_layers"] >= 2]
+        out["generalisation.story.runs"] = len(multi)
+        out["generalisation.story.holds"] = int(multi["story_holds"].astype(str).str.lower().eq("true").sum())
+        out["generalisation.story.general_runs"] = int((general["n_layers"] >= 2).sum())
+    for (n_layers, d_model, n_heads, sources), runs in general.groupby(list(GROUP), sort=True):
+        key = f"generalisation.{_label(n_layers, d_model, n_heads)}.{_sources_key(sources)}.necessary"
+        for column in [c for c in runs.columns if c.startswith("abl_") and c.endswith("_recall")]:
+            how, component = column.removeprefix("abl_").removesuffix("_recall").split("_", 1)
+            out[f"{key}.{how}.{component}"] = int((runs[column] < 0.5).sum())
     return out
+
+
+def parameters(n_layers: int, d_model: int, n_heads: int, d_head: int | None = None, d_mlp: int | None = None) -> int:
+    """Non-embedding parameters (weights only): per layer 4 d_model n_heads d_head (Q, K, V, O) plus
+    2 d_model d_mlp (the MLP); defaults d_head = d_model / n_heads, d_mlp = 2 d_model (the study's)."""
+    d_head = d_model // n_heads if d_head is None else d_head
+    d_mlp = 2 * d_model if d_mlp is None else d_mlp
+    return int(n_layers * (4 * d_model * n_heads * d_head + 2 * d_model * d_mlp))
 
 
 ANY_HOWS: tuple[str, ...] = ("zero", "mean", "resample")
