@@ -52,6 +52,9 @@ def test_the_prose_claims_hold(numbers):
     # "trained on repeats of x1 only, no run generalises"; the two-layer runs learn the shortcut
     assert numbers["generalisation.l1.x1.generalise"] == 0 and numbers["generalisation.l2.x1.generalise"] == 0
     assert numbers["generalisation.l2.x1.shortcut"] > numbers["generalisation.l2.x1.done"] / 2
+    # "for the study's d32h2 the training distribution is all that stands between it and general recall"
+    assert numbers["generalisation.d32h2l1.x1234.generalise"] == numbers["generalisation.d32h2l1.x1234.done"] == 5
+    assert numbers["generalisation.d32h2l1.x1.generalise"] == 0
     # "two layers are not required": the one-layer d32h2 generalises; one-layer d16 / one-head never do
     assert numbers["generalisation.d32h2l1.x1234.generalise"] > 0
     for config in ("d16h1l1", "d16h2l1", "d32h1l1"):

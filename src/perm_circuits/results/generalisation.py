@@ -171,7 +171,7 @@ def generalisation_numbers(frame: pd.DataFrame) -> dict[str, object]:
         out["generalisation.story.general_runs"] = int((general["n_layers"] >= 2).sum())
     for (n_layers, d_model, n_heads, sources), runs in general.groupby(list(GROUP), sort=True):
         key = f"generalisation.{_label(n_layers, d_model, n_heads)}.{_sources_key(sources)}.necessary"
-        for column in [c for c in runs.columns if c.startswith("abl_") and c.endswith("_recall")]:
+        for column in [c for c in runs.columns if c.startswith("abl_") and c.endswith("_recall") and runs[c].notna().any()]:
             how, component = column.removeprefix("abl_").removesuffix("_recall").split("_", 1)
             out[f"{key}.{how}.{component}"] = int((runs[column] < 0.5).sum())
     return out
