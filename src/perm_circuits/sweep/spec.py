@@ -13,7 +13,8 @@ A spec is a TOML file or the same dict in Python::
     [analysis]             # optional: sizes of the per-run analysis (defaults: ANALYSIS_DEFAULTS)
     n = 2000
 
-Keys are :class:`~perm_circuits.models.ModelConfig` fields (``d_model``, ``n_heads``,
+``task = "NAME"`` in ``[fixed]`` sweeps a seed paper's task instead (its own keys; see
+:mod:`perm_circuits.sweep.task_sweep`).  Otherwise keys are :class:`~perm_circuits.models.ModelConfig` fields (``d_model``, ``n_heads``,
 ``n_layers``, ``dropout``, ``d_head``...), :class:`~perm_circuits.task.TaskConfig` fields
 (``repeat_ratio``...), :class:`~perm_circuits.train.TrainConfig` fields with two short names
 (``samples`` = ``samples_per_epoch``, ``early_stop`` = ``early_stop_patience``), and ``seed``,
@@ -96,8 +97,9 @@ def _train_keys() -> list[str]:
 
 
 def allowed_keys() -> list[str]:
-    """Every key a spec's ``[grid]`` / ``[fixed]`` may hold."""
-    return sorted({*_model_keys(), *_task_keys(), *_train_keys(), "seed"})
+    """Every key a spec's ``[grid]`` / ``[fixed]`` may hold (for the permutation task; a spec with
+    ``task = "NAME"`` in ``[fixed]`` takes :func:`~perm_circuits.sweep.task_sweep.task_keys`)."""
+    return sorted({*_model_keys(), *_task_keys(), *_train_keys(), "seed", "task"})
 
 
 def _float_fields(cls) -> set[str]:
@@ -143,6 +145,7 @@ class RunConfig:
 
 def _resolve(values: dict[str, Any], analysis: dict[str, int]) -> RunConfig:
     """Build and validate the configs of one grid point (raises the configs' own errors)."""
+    values = {k: v for k, v in values.items() if k != "task"}  # task = "permutation": the default
     model_keys, task_keys = set(_model_keys()), set(_task_keys())
     seed = values.get("seed", 0)
     model = {k: v for k, v in values.items() if k in model_keys}
@@ -159,6 +162,13 @@ def _resolve(values: dict[str, Any], analysis: dict[str, int]) -> RunConfig:
         "train": train_dict,
         "analysis": without_added_defaults(dict(analysis), ANALYSIS_ADDED),
     }
+    return RunConfig(run_id_of(config), config)
+
+
+def _resolve_task(values: dict[str, Any]) -> RunConfig:
+    from perm_circuits.sweep.task_sweep import resolve_task_run
+
+    config = resolve_task_run(values)
     return RunConfig(run_id_of(config), config)
 
 
@@ -205,7 +215,19 @@ class SweepSpec:
         for name, section in (("grid", grid_in), ("fixed", fixed_in), ("analysis", analysis_in)):
             if not isinstance(section, Mapping):
                 raise TypeError(f"spec section [{name}] must be a table/dict, got {type(section).__name__}")
+        if "task" in grid_in:
+            raise ValueError("'task' must be in [fixed] (a sweep runs one task), not a [grid] axis")
+        task_name = fixed_in.get("task", "permutation")
         allowed = allowed_keys()
+        if task_name != "permutation":  # a seed paper's task (sweep/task_sweep.py)
+            from perm_circuits.sweep.task_sweep import task_keys
+
+            try:
+                allowed = task_keys(task_name)
+            except (KeyError, ValueError) as error:
+                raise ValueError(f"[fixed] task: {error}") from None
+            if analysis_in:
+                raise ValueError(f"[analysis] applies to the permutation task only, not to task {task_name!r}")
         for name, section in (("grid", grid_in), ("fixed", fixed_in)):
             bad = sorted(set(section) - set(allowed))
             if bad:
@@ -243,7 +265,7 @@ class SweepSpec:
         for combo in itertools.product(*(grid[k] for k in keys)):
             values = {**fixed, **dict(zip(keys, combo))}
             try:
-                run = _resolve(values, analysis)
+                run = _resolve(values, analysis) if task_name == "permutation" else _resolve_task(values)
             except (TypeError, ValueError) as error:
                 point = ", ".join(f"{k}={v!r}" for k, v in zip(keys, combo)) or "the fixed values"
                 raise ValueError(f"invalid run ({point}): {error}") from None

@@ -168,6 +168,13 @@ def write_sweep_report(
         frame, origin = load_sweep(folder), folder.name or str(folder)
     else:
         raise TypeError(f"source must be a sweep DataFrame or a sweep folder path, got {type(source).__name__}")
+    if "task" in frame.columns:
+        tasks = sorted(set(frame["task"].dropna().astype(str)) - {"permutation"})
+        if tasks:
+            raise ValueError(
+                f"the sweep page draws the permutation study's figures; this sweep is of task(s) {tasks}: "
+                "read its rows with perm_circuits.sweep.load_sweep (one row per run, the task's metrics as columns)"
+            )
     # build everything (validating the table) before writing anything
     summary = sweep_summary(frame, threshold)
     figures = [
