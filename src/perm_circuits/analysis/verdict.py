@@ -33,11 +33,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 import pandas as pd
-import torch
-from torch import Tensor
 
 from perm_circuits.analysis._checks import check_int
-from perm_circuits.analysis.ablation import HOWS, AblationRow, AblationTable, _ablation_runs, ablate
+from perm_circuits.analysis.ablation import HOWS, AblationRow, AblationTable, _ablation_runs
+from perm_circuits.analysis.ablation_sweep import joint_eliminator_rows
 from perm_circuits.analysis.claims import Claim, ClaimTable, study_claims
 from perm_circuits.analysis.induction_story import InductionStory, induction_story
 from perm_circuits.analysis.patching import PatchingSweep, patch_head_outputs, patch_mlp
@@ -54,10 +53,9 @@ from perm_circuits.analysis.scores import (
     recall_signal,
 )
 from perm_circuits.analysis.skill_circuits import CIRCUIT_MAX_N, CIRCUIT_TOLERANCE, SkillCircuit, skill_circuits
-from perm_circuits.evaluate import evaluate_logits, probe_probabilities
-from perm_circuits.hooks import HookList, check_hooks
+from perm_circuits.evaluate import probe_probabilities
+from perm_circuits.hooks import check_hooks
 from perm_circuits.models import ModelConfig, model_config_of
-from perm_circuits.posterior import bayes_posterior
 from perm_circuits.task import Batch, TaskConfig
 
 __all__ = ["CIRCUIT_MAX_N", "CIRCUIT_TOLERANCE", "DECISION_MODE", "MODE_REASONS", "RoleVerdict", "SkillCircuit",
@@ -432,58 +430,6 @@ def _story(claims: Sequence[Claim]) -> bool | None:
 # ----------------------------------------------------------------------------- head_roles
 
 
-def _ablated_logits(model, batch: Batch, hooks: HookList, extra: HookList) -> Tensor:
-    with torch.no_grad(), model.hooks(fwd_hooks=list(hooks) + list(extra)):
-        return model(batch.inputs)
-
-
-def _joint_rows(
-    model,
-    scores: HeadScores,
-    batch: Batch,
-    config: TaskConfig,
-    hows: Sequence[str],
-    hooks: HookList,
-    single: Mapping[tuple[str, str], HookList],
-) -> tuple[tuple[AblationRow, ...], dict[tuple[str, str], float]]:
-    """Ablate every head with the eliminator pattern together, under each mode (if >= 2 share it).
-
-    The single-head hooks of the ablation table (``single``) compose exactly for every mode but
-    ``"optimal"``, whose constant is re-optimised jointly for the heads of each layer (in a
-    multi-layer model, layer by layer from the first, each search with the earlier layers' group
-    already ablated).
-    """
-    group = [s for s in scores.heads if "eliminator" in s.patterns]
-    if len(group) < 2:
-        return (), {}
-    posteriors = (bayes_posterior(batch.inputs, config, "uniform"), bayes_posterior(batch.inputs, config, "train"))
-    component = "+".join(s.component for s in group)
-    layers = list(dict.fromkeys(s.layer for s in group))  # AblationRow.layer: None when they span layers
-    rows, signals = [], {}
-    for how in hows:
-        extra: HookList = []
-        if how == "optimal":  # layer by layer, each layer's constant searched with the earlier layers' in place
-            for layer in sorted(dict.fromkeys(s.layer for s in group)):
-                heads = [s.head for s in group if s.layer == layer]
-                extra += ablate(model, f"blocks.{layer}.attn.hook_z", how, reference=batch, index=heads,
-                                hooks=list(hooks) + extra)
-        else:
-            for s in group:
-                extra += single[(s.component, how)]
-        logits = _ablated_logits(model, batch, hooks, extra)
-        signals[(component, how)] = recall_signal(logits, batch.inputs)
-        evaluation = evaluate_logits(logits, batch, config, posteriors=posteriors)
-        memorization = evaluation.memorization
-        rows.append(AblationRow(
-            component=component, how=how, layer=layers[0] if len(layers) == 1 else None, head=None,
-            elimination_accuracy=evaluation.elimination.accuracy, recall_accuracy=evaluation.recall_accuracy,
-            early_mae_train=evaluation.early_mae_train, loss=evaluation.test_loss,
-            elimination_loss=evaluation.elimination.loss,
-            recall_loss=memorization.loss if memorization is not None else math.nan,
-        ))
-    return tuple(rows), signals
-
-
 def head_roles(
     model,
     test_set: Batch | None = None,
@@ -603,7 +549,7 @@ def head_roles(
     scores = _scores(attention, thresholds)
     ablation, single, logits = _ablation_runs(model, tuple(hows), batch, task_config=config, hooks=hooks,
                                               seed=ablation_seed)
-    joint, joint_signals = _joint_rows(model, scores, batch, config, hows, hooks, single)
+    joint, joint_signals = joint_eliminator_rows(model, scores, batch, config, hows, hooks, single)
     head_patching = mlp_patching = None
     signals: dict[tuple[str, str], float] = {}
     if _ge(ablation.baseline.recall_accuracy, thresholds.incapable):
