@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -37,8 +38,8 @@ RECIPE: tuple[str, ...] = ("epochs", "samples", "batch_size", "lr", "early_stop"
 VERDICTS: tuple[str, ...] = ("holds", "fails", "open")
 
 
-def load_capacity_table(path: str | os.PathLike) -> pd.DataFrame:
-    """Read a sweep table (``.csv`` or ``.parquet``) and check it has the capacity columns."""
+def read_sweep_table(path: str | os.PathLike, dtype: dict[str, type] | None = None) -> pd.DataFrame:
+    """Read a committed sweep table (``.csv`` or ``.parquet``; one row per run)."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or path, got {type(path).__name__}")
     path = Path(path)
@@ -46,18 +47,17 @@ def load_capacity_table(path: str | os.PathLike) -> pd.DataFrame:
         raise FileNotFoundError(f"no sweep table at {str(path)!r}")
     if path.suffix == ".parquet":
         frame = pd.read_parquet(path)
-    elif path.suffix == ".csv":
-        frame = pd.read_csv(path)
-    else:
-        raise ValueError(f"sweep table must be .csv or .parquet, got {path.name!r}")
-    _check(frame)
-    return frame
+        return frame.astype(dtype) if dtype else frame
+    if path.suffix == ".csv":
+        return pd.read_csv(path, dtype=dtype)
+    raise ValueError(f"sweep table must be .csv or .parquet, got {path.name!r}")
 
 
-def _check(frame: object) -> None:
+def check_sweep_frame(frame: object, required: Sequence[str]) -> None:
+    """A sweep table: a non-empty DataFrame with the ``required`` columns and statuses done/failed."""
     if not isinstance(frame, pd.DataFrame):
         raise TypeError(f"frame must be a pandas DataFrame, got {type(frame).__name__}")
-    missing = [c for c in CAPACITY_COLUMNS if c not in frame.columns]
+    missing = [c for c in required if c not in frame.columns]
     if missing:
         raise ValueError(f"sweep table lacks column(s) {missing}; it has {list(frame.columns)}")
     if frame.empty:
@@ -65,6 +65,17 @@ def _check(frame: object) -> None:
     bad = sorted(set(frame["status"].astype(str)) - {"done", "failed"})
     if bad:
         raise ValueError(f"status must be 'done' or 'failed', got {bad}")
+
+
+def load_capacity_table(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a sweep table (``.csv`` or ``.parquet``) and check it has the capacity columns."""
+    frame = read_sweep_table(path)
+    _check(frame)
+    return frame
+
+
+def _check(frame: object) -> None:
+    check_sweep_frame(frame, CAPACITY_COLUMNS)
 
 
 def verdict_modes(frame: pd.DataFrame) -> list[str]:

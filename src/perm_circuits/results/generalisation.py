@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 
 import pandas as pd
 
-from perm_circuits.results.capacity import RECIPE, _number, _values
+from perm_circuits.results.capacity import RECIPE, _number, _values, check_sweep_frame, read_sweep_table
 
 __all__ = ["GENERALISATION_COLUMNS", "GENERALISES", "GROUP", "generalisation_markdown", "generalisation_numbers",
            "generalises", "load_generalisation_table", "parameters", "SHORTCUT_OTHERS"]
@@ -38,22 +37,13 @@ def _recall_columns(frame: pd.DataFrame) -> list[str]:
 
 
 def _check(frame: object) -> None:
-    if not isinstance(frame, pd.DataFrame):
-        raise TypeError(f"frame must be a pandas DataFrame, got {type(frame).__name__}")
-    missing = [c for c in GENERALISATION_COLUMNS if c not in frame.columns]
-    if missing:
-        raise ValueError(f"sweep table lacks column(s) {missing}; it has {list(frame.columns)}")
-    if frame.empty:
-        raise ValueError("sweep table has no rows")
+    check_sweep_frame(frame, GENERALISATION_COLUMNS)
     _recall_columns(frame)
 
 
 def load_generalisation_table(path: str | os.PathLike) -> pd.DataFrame:
-    """Read a sweep table (``.csv``) with the generalisation columns; ``repeat_sources`` stays text."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no sweep table at {str(path)!r}")
-    frame = pd.read_csv(path, dtype={"repeat_sources": str})
+    """Read a sweep table (``.csv`` or ``.parquet``) with the generalisation columns; ``repeat_sources`` stays text."""
+    frame = read_sweep_table(path, dtype={"repeat_sources": str})
     _check(frame)
     return frame
 
