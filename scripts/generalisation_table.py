@@ -9,7 +9,8 @@ the queries, ``recall_generalisation(n=None)``), replacing the ``recall_gen_x{k}
 adding ``recall_gen_n`` (the sequences per k); adds every head's previous-token / induction
 scores, the induction story of multi-layer models (scores + composition + path patching), and
 the exhaustive recall / elimination with each head and MLP ablated under zero, mean and resample
-ablation (``abl_<how>_<component>_recall`` / ``_elim``).  The results page
+ablation (``abl_<how>_<component>_recall`` / ``_elim``), and where each head attends from the
+last position on repeated queries (``att_L{l}H{h}_{xk,yk,other_x,other_y}``).  The results page
 (``python scripts/build_results.py``) renders its generalisation section from the CSV.
 """
 
@@ -82,6 +83,34 @@ def ablation_columns(model, task_config) -> dict[str, float]:
     return out
 
 
+def attention_columns(model, task_config) -> dict[str, float]:
+    """Where each head attends from the last position when it repeats ``x_k`` (exhaustive, mean over k):
+    ``att_L{l}H{h}_xk`` (the matching earlier query), ``_yk`` (its answer), ``_other_x`` (every other
+    earlier query, summed) and ``_other_y`` (every other answer, summed)."""
+    from perm_circuits.hooks import run_capture
+    from perm_circuits.task import exhaustive_batch
+
+    config = model.perm_config
+    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(config.n_layers)]
+    V = task_config.V
+    sums: dict[str, float] = {}
+    for source in range(V - 1):
+        batch = exhaustive_batch(task_config, repeat_source=source)
+        _, acts = run_capture(model, batch.inputs, names)
+        x_pos, y_pos = list(range(0, 2 * V - 2, 2)), list(range(1, 2 * V - 2, 2))
+        for layer, name in enumerate(names):
+            last = acts[name][:, :, -1, :].mean(0)  # [head, key]
+            for head in range(config.n_heads):
+                row = last[head]
+                parts = {"xk": float(row[x_pos[source]]), "yk": float(row[y_pos[source]]),
+                         "other_x": float(sum(row[p] for p in x_pos if p != x_pos[source])),
+                         "other_y": float(sum(row[p] for p in y_pos if p != y_pos[source]))}
+                for part, value in parts.items():
+                    key = f"att_L{layer}H{head}_{part}"
+                    sums[key] = sums.get(key, 0.0) + value / (V - 1)
+    return sums
+
+
 def table(sweep_dir: Path, progress: bool = True) -> pd.DataFrame:
     frame = load_sweep(sweep_dir)
     frame["repeat_sources"] = frame["repeat_sources"].astype(str)
@@ -102,6 +131,7 @@ def table(sweep_dir: Path, progress: bool = True) -> pd.DataFrame:
             out["elimination_exhaustive"] = general.elimination
             out.update(induction_columns(model, checkpoint.task_config))
             out.update(ablation_columns(model, checkpoint.task_config))
+            out.update(attention_columns(model, checkpoint.task_config))
             if checkpoint.model_config.n_layers >= 2:
                 out.update(story_columns(model, checkpoint.task_config))
         rows.append(out)

@@ -64,6 +64,12 @@ def test_the_prose_claims_hold(numbers):
     from perm_circuits.results.generalisation import parameters
 
     assert parameters(1, 32, 2) == 2 * numbers["generalisation.smallest.parameters"]
+    # "the one-layer d32h2 splits the work between its two heads ... in every generalising seed"; "about a quarter"
+    assert numbers["generalisation.d32h2l1.x1234.split_heads"] == numbers["generalisation.d32h2l1.x1234.generalise"]
+    assert 0.15 < numbers["generalisation.d32h2l1.x1234.y_head_yk.min"] <= numbers["generalisation.d32h2l1.x1234.y_head_yk.max"] < 0.35
+    for how in ("zero", "mean", "resample"):  # "both heads and the MLP are necessary"
+        for component in ("L0H0", "L0H1", "L0MLP"):
+            assert numbers[f"generalisation.d32h2l1.x1234.necessary.{how}.{component}"] == 5
     # "no model uses the induction circuit"
     assert numbers["generalisation.story.holds"] == 0 and numbers["generalisation.story.runs"] == 40
     # the induction story does not hold on the shipped model, and both heads are necessary in every mode

@@ -131,3 +131,17 @@ def test_necessary_components_are_counted_over_generalising_seeds(frame):
     assert numbers["generalisation.d16h1l2.x1234.necessary.mean.L1H0"] == 1  # seed 1 does not generalise
     assert numbers["generalisation.d32h2l2.x1234.necessary.mean.L1H0"] == 0
     assert (numbers["generalisation.story.runs"], numbers["generalisation.story.holds"]) == (3, 1)
+
+
+def test_split_heads_of_one_layer_two_head_generalisers():
+    rows = [_row(1, 32, 2, "1,2,3,4", seed, (1.0,) * 4) for seed in (0, 1)]
+    frame = pd.DataFrame(rows).assign(
+        att_L0H0_xk=[0.8, 0.0], att_L0H0_yk=[0.0, 0.25], att_L0H0_other_y=[0.0, 0.6],
+        att_L0H1_xk=[0.0, 0.6], att_L0H1_yk=[0.25, 0.0], att_L0H1_other_y=[0.74, 0.0],
+    )
+    numbers = generalisation_numbers(frame)
+    key = "generalisation.d32h2l1.x1234"
+    assert numbers[f"{key}.split_heads"] == 1  # seed 1's answer head puts only 0.85 on the y's (< 0.9)
+    assert numbers[f"{key}.match_xk.min"] == 0.6 and numbers[f"{key}.match_xk.max"] == 0.8
+    assert numbers[f"{key}.y_mass.min"] == pytest.approx(0.85)
+    assert numbers[f"{key}.y_head_yk.min"] == 0.25

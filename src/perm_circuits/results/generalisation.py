@@ -160,11 +160,29 @@ def generalisation_numbers(frame: pd.DataFrame) -> dict[str, object]:
         out["generalisation.story.holds"] = int(multi["story_holds"].astype(str).str.lower().eq("true").sum())
         out["generalisation.story.general_runs"] = int((general["n_layers"] >= 2).sum())
     for (n_layers, d_model, n_heads, sources), runs in general.groupby(list(GROUP), sort=True):
+        if int(n_layers) == 1 and int(n_heads) == 2 and "att_L0H0_xk" in runs.columns:
+            out.update(_split_heads(runs, f"generalisation.{_label(n_layers, d_model, n_heads)}.{_sources_key(sources)}"))
         key = f"generalisation.{_label(n_layers, d_model, n_heads)}.{_sources_key(sources)}.necessary"
         for column in [c for c in runs.columns if c.startswith("abl_") and c.endswith("_recall") and runs[c].notna().any()]:
             how, component = column.removeprefix("abl_").removesuffix("_recall").split("_", 1)
             out[f"{key}.{how}.{component}"] = int((runs[column] < 0.5).sum())
     return out
+
+
+def _split_heads(runs: pd.DataFrame, key: str) -> dict[str, object]:
+    """One-layer, two-head generalisers: does one head match (attend to ``x_k`` from the last
+    position) while the other reads the answers (attention on the y's)?  Per run the *match head*
+    is the head with more attention on ``x_k``; counted, with the extremes over the runs."""
+    match, y_mass, y_k = [], [], []
+    for _, row in runs.iterrows():
+        heads = sorted(range(2), key=lambda h: -row[f"att_L0H{h}_xk"])
+        m, o = heads
+        match.append(float(row[f"att_L0H{m}_xk"]))
+        y_mass.append(float(row[f"att_L0H{o}_yk"] + row[f"att_L0H{o}_other_y"]))
+        y_k.append(float(row[f"att_L0H{o}_yk"]))
+    split = sum(a >= 0.5 and b >= 0.9 for a, b in zip(match, y_mass))
+    return {f"{key}.split_heads": int(split), f"{key}.match_xk.min": min(match), f"{key}.match_xk.max": max(match),
+            f"{key}.y_mass.min": min(y_mass), f"{key}.y_head_yk.min": min(y_k), f"{key}.y_head_yk.max": max(y_k)}
 
 
 def parameters(n_layers: int, d_model: int, n_heads: int, d_head: int | None = None, d_mlp: int | None = None) -> int:
