@@ -300,3 +300,15 @@ def test_exhaustive_batch_is_every_sequence_once(source):
         assert batch.repeated.all() and torch.equal(batch.xs[:, -1], batch.xs[:, source])
     with pytest.raises(ValueError, match=r"repeat_source must be in \[0, 3\], got 4"):
         exhaustive_batch(config, repeat_source=4)
+
+
+def test_batch_from_queries_rebuilds_a_batch_and_unused_query_finds_the_new_value():
+    from perm_circuits.task import batch_from_queries, unused_query
+
+    batch = make_batch(TaskConfig(repeat_ratio=0.5), 200, seed=3)
+    rebuilt = batch_from_queries(batch.xs, batch.perms, batch.repeat_source)
+    for name in ("inputs", "targets", "mask", "xs", "ys", "perms", "repeated", "repeat_source"):
+        assert torch.equal(getattr(rebuilt, name), getattr(batch, name)), name
+    new = unused_query(batch.xs)
+    assert all(v not in row[:4] for v, row in zip(new.tolist(), batch.xs.tolist()))
+    assert all(sorted([*row[:4], v]) == [1, 2, 3, 4, 5] for v, row in zip(new.tolist(), batch.xs.tolist()))

@@ -304,6 +304,26 @@ def _assemble(xs: Tensor, ys: Tensor, perms: Tensor, repeated: Tensor, source: T
     )
 
 
+def batch_from_queries(
+    xs: Int[Tensor, "batch V"], perms: Int[Tensor, "batch V"], repeat_source: Int[Tensor, " batch"]
+) -> Batch:
+    """The batch asking queries ``xs`` of permutations ``perms`` (answers ``y = perm(x)``).
+
+    ``repeat_source`` is the 0-based earlier query each last query repeats, -1 where it is new.
+    For building clean/corrupted pairs by editing a batch's queries or permutations.
+    """
+    ys = perms.gather(1, xs - 1)
+    return _assemble(xs, ys, perms, repeat_source >= 0, repeat_source)
+
+
+def unused_query(xs: Int[Tensor, "batch V"]) -> Int[Tensor, " batch"]:
+    """Per row, the one value that none of the first ``V - 1`` queries uses (a new last query)."""
+    V = xs.shape[1]
+    values = torch.arange(1, V + 1)
+    seen = (xs[:, : V - 1, None] == values).any(dim=1)
+    return values.expand(len(xs), V)[~seen]
+
+
 def exhaustive_batch(config: TaskConfig, *, split: str = "test", repeat_source: int | None = None) -> Batch:
     """Every sequence of a split: each permutation of ``split`` x every order of the queries.
 

@@ -100,7 +100,7 @@ from perm_circuits.analysis.patching_core import (  # the setters are re-exporte
 )
 from perm_circuits.hooks import check_hooks
 from perm_circuits.models import model_config_of
-from perm_circuits.task import Batch, TaskConfig, make_batch, validate_tokens
+from perm_circuits.task import Batch, TaskConfig, batch_from_queries, make_batch, unused_query, validate_tokens
 
 __all__ = [
     "ACTIVATIONS",
@@ -139,24 +139,10 @@ def patching_pair(
     if not isinstance(task_config, TaskConfig):
         raise TypeError(f"task_config must be a TaskConfig, got {type(task_config).__name__}")
     clean = make_batch(task_config, n, split=split, seed=seed, repeat_ratio=1.0, repeat_source=0)
-    V = task_config.V
-    values = torch.arange(1, V + 1)
-    seen = (clean.xs[:, : V - 1, None] == values).any(dim=1)  # [batch, V]
-    unused_x = values.expand(len(clean), V)[~seen]
     xs = clean.xs.clone()
-    xs[:, -1] = unused_x
-    ys = clean.perms.gather(1, xs - 1)
-    seq = torch.stack([xs, ys], dim=2).flatten(1)
-    corrupted = Batch(
-        inputs=seq[:, :-1].contiguous(),
-        targets=seq[:, 1:].contiguous(),
-        mask=clean.mask.clone(),
-        xs=xs,
-        ys=ys,
-        perms=clean.perms.clone(),
-        repeated=torch.zeros(len(clean), dtype=torch.bool),
-        repeat_source=torch.full((len(clean),), -1, dtype=torch.long),
-    )
+    xs[:, -1] = unused_query(clean.xs)
+    corrupted = batch_from_queries(xs, clean.perms.clone(), torch.full((len(clean),), -1, dtype=torch.long))
+    ys = corrupted.ys
     return clean, corrupted, clean.ys[:, -1].clone(), ys[:, -1].clone()
 
 

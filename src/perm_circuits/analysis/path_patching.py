@@ -72,7 +72,7 @@ from perm_circuits.analysis.patching_core import (
 )
 from perm_circuits.hooks import HookList, check_hooks
 from perm_circuits.models import model_config_of
-from perm_circuits.task import Batch, TaskConfig, make_batch
+from perm_circuits.task import TaskConfig, batch_from_queries, make_batch, unused_query
 
 __all__ = [
     "CORRUPTIONS",
@@ -133,23 +133,10 @@ def induction_patching_pair(
         xs[:, -1] = clean.xs[rows, j]
         source = j
     else:
-        values = torch.arange(1, V + 1)
-        seen = (clean.xs[:, : V - 1, None] == values).any(dim=1)
-        xs[:, -1] = values.expand(n, V)[~seen]
+        xs[:, -1] = unused_query(clean.xs)
         source = torch.full((n,), -1, dtype=torch.long)
-    ys = perms.gather(1, xs - 1)
-    seq = torch.stack([xs, ys], dim=2).flatten(1)
-    corrupted = Batch(
-        inputs=seq[:, :-1].contiguous(),
-        targets=seq[:, 1:].contiguous(),
-        mask=clean.mask.clone(),
-        xs=xs,
-        ys=ys,
-        perms=perms,
-        repeated=source >= 0,
-        repeat_source=source,
-    )
-    return clean, corrupted, clean.ys[:, -1].clone(), ys[:, -1].clone()
+    corrupted = batch_from_queries(xs, perms, source)
+    return clean, corrupted, clean.ys[:, -1].clone(), corrupted.ys[:, -1].clone()
 
 
 # ----------------------------------------------------------------------------- results

@@ -51,7 +51,7 @@ from perm_circuits.analysis.path_patching import (
 from perm_circuits.evaluate import recall_generalisation
 from perm_circuits.hooks import run_capture
 from perm_circuits.models import model_config_of, task_config_of
-from perm_circuits.task import Batch, TaskConfig, exhaustive_batch
+from perm_circuits.task import TaskConfig, batch_from_queries, exhaustive_batch
 
 __all__ = ["ABLATION_MODES", "any_circuit_numbers", "patch_positions", "path_patch_through_mlp", "value_swap_pair"]
 
@@ -79,11 +79,8 @@ def value_swap_pair(task_config: TaskConfig, n: int = 1000, seed: int = 0) -> Pa
     perms = clean.perms.clone()
     perms[rows, clean.xs[rows, k] - 1] = clean.ys[rows, j]
     perms[rows, clean.xs[rows, j] - 1] = clean.ys[rows, k]
-    ys = perms.gather(1, clean.xs - 1)
-    seq = torch.stack([clean.xs, ys], dim=2).flatten(1)
-    corrupted = Batch(inputs=seq[:, :-1].contiguous(), targets=seq[:, 1:].contiguous(), mask=clean.mask.clone(),
-                      xs=clean.xs.clone(), ys=ys, perms=perms, repeated=clean.repeated.clone(), repeat_source=k.clone())
-    return clean, corrupted, answer, ys[:, -1].clone()
+    corrupted = batch_from_queries(clean.xs.clone(), perms, k.clone())
+    return clean, corrupted, answer, corrupted.ys[:, -1].clone()
 
 
 def path_patch_through_mlp(
