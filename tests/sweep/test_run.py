@@ -51,3 +51,27 @@ def test_lean_analysis_measures_recall_exhaustively_and_skips_roles(pretrained):
     model = pretrained("d16h1")
     row = analysis_columns(model, model.task_config, {"n": 100, "n_pair": 10, "n_boot": 10, "recall_n": 0, "roles": 0})
     assert row == {"recall_gen_x1": 1.0, "recall_gen_x2": 0.0, "recall_gen_x3": 0.0, "recall_gen_x4": 0.0}
+
+
+def test_history_curves_round_trip_and_match_the_first_epoch():
+    from perm_circuits.sweep.run import history_curve, parse_curve
+
+    rows = [{"epoch": 1, "recall_accuracy": 0.1234567890123}, {"epoch": 2}, {"epoch": 3, "recall_accuracy": 0.995}]
+    cell = history_curve(rows, "recall_accuracy")
+    assert cell == "0.1234567890123,nan,0.995"
+    values = parse_curve(cell)
+    assert values[0] == 0.1234567890123 and math.isnan(values[1]) and values[2] == 0.995
+    assert parse_curve("") == [] and parse_curve(None) == [] and parse_curve(float("nan")) == []
+
+
+def test_a_row_keeps_its_per_epoch_curves():
+    spec = {**TINY, "fixed": {**TINY["fixed"], "epochs": 2}, "analysis": {**TINY["analysis"], "roles": 0}}
+    run = SweepSpec.from_dict(spec).runs[0]
+    row, _ = run_one(run.run_id, run.config)
+    assert row["status"] == "done", row["error"]
+    from perm_circuits.sweep.run import parse_curve
+
+    recall = parse_curve(row["recall_curve"])
+    elimination = parse_curve(row["elimination_curve"])
+    assert len(recall) == len(elimination) == row["epochs_run"] == 2
+    assert recall[-1] == row["recall_accuracy"] and elimination[-1] == row["elimination_accuracy"]

@@ -3,7 +3,7 @@
 :func:`run_one` is a pure function of the resolved config (every seed comes from it; torch runs
 on one thread), so the same config gives the same row bit for bit in any process, on any
 backend.  It never raises: a failure becomes a ``status="failed"`` row with the traceback.
-The row's columns are the sweep schema's (``/work/sweep_schema.md``; see :mod:`perm_circuits.sweep`).
+The row's columns are described in :mod:`perm_circuits.sweep` and ``docs/sweeps.md``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,10 @@ from perm_circuits.models import CONFIG_FILE, WEIGHTS_FILE, ModelConfig, save_mo
 from perm_circuits.task import TaskConfig
 from perm_circuits.train import TrainConfig, TrainResult, train
 
-__all__ = ["ANALYSIS_PREFIXES", "analysis_columns", "config_columns", "first_epoch", "roles_columns", "run_one", "versions"]
+__all__ = [
+    "ANALYSIS_PREFIXES", "CURVE_COLUMNS", "analysis_columns", "config_columns", "first_epoch", "history_curve",
+    "parse_curve", "roles_columns", "run_one", "versions",
+]
 
 VERDICT = {True: "holds", False: "fails", None: "open"}
 
@@ -85,6 +88,29 @@ def first_epoch(history_rows, column: str, threshold: float = 0.99) -> float:
     return math.nan
 
 
+CURVE_COLUMNS = {"recall_curve": "recall_accuracy", "elimination_curve": "elimination_accuracy"}
+"""Row columns holding a per-epoch history column as comma-joined floats (epoch 1 first)."""
+
+
+def history_curve(history_rows, column: str) -> str:
+    """``column`` of every epoch, comma-joined at full precision (``repr``), so curves need no retraining.
+
+    An epoch without the column (or with NaN) is written ``nan``; :func:`parse_curve` reads it back.
+    """
+    values = []
+    for row in history_rows:
+        value = row.get(column)
+        values.append("nan" if value is None else repr(float(value)))
+    return ",".join(values)
+
+
+def parse_curve(cell: Any) -> list[float]:
+    """The floats of a :func:`history_curve` cell (``[]`` for an empty or missing cell)."""
+    if cell is None or (isinstance(cell, float) and math.isnan(cell)) or cell == "":
+        return []
+    return [float(value) for value in str(cell).split(",")]
+
+
 def roles_columns(model, task_config: TaskConfig, *, n: int, n_pair: int, n_boot: int,
                   hows=None) -> dict[str, Any]:
     """``verdict_<how>``, ``role_<how>_<component>``, ``claim_<how>_<claim>`` for every ablation mode.
@@ -141,6 +167,8 @@ def _metrics(result: TrainResult, model, task_config: TaskConfig, analysis: dict
             row[f"probe_p{value}"] = summary[f"probe_p{value}"]
     row["epoch_recall_99"] = first_epoch(result.history.rows, "recall_accuracy")
     row["epoch_elimination_99"] = first_epoch(result.history.rows, "elimination_accuracy")
+    for name, column in CURVE_COLUMNS.items():
+        row[name] = history_curve(result.history.rows, column)
     row.update(analysis_columns(model, task_config, analysis))
     return row
 

@@ -29,7 +29,7 @@ __all__ = ["clean_stale", "export_parquet", "finished_runs", "load_rows", "load_
 
 RUNS_DIR = "runs"
 MODELS_DIR = "models"
-TEXT_COLUMNS = ("run_id", "status", "error")
+TEXT_COLUMNS = ("run_id", "status", "error", "recall_curve", "elimination_curve")
 
 
 def _write_text(path: Path, text: str) -> None:
