@@ -41,6 +41,7 @@ from perm_circuits.results.build import (
     README_TEMPLATE,
     RESULTS_TEMPLATE,
     circuit_table,
+    full_grid_numbers,
     mode_table,
 )
 
@@ -98,6 +99,7 @@ def test_the_slips_of_issue_11_are_fixed_by_construction(committed):
 def test_every_placeholder_names_a_number_and_the_readme_section_sits_between_markers(committed):
     quotes = read_numbers(ROOT / "results/study_quotes.json")
     quotes.update(capacity_numbers(load_capacity_table(ROOT / "results" / "capacity_sweep.csv")))
+    quotes.update(full_grid_numbers(ROOT))
     for template in (RESULTS_TEMPLATE, README_TEMPLATE):
         keys = template_keys((ROOT / template).read_text(encoding="utf-8"))
         assert len(keys) > 20

@@ -80,7 +80,8 @@ def test_summary_numbers(table):
 def test_page_has_sections_figures_table_and_errors(written, table):
     text = written.read_text(encoding="utf-8")
     assert re.findall(r"<h2>([^<]+)</h2>", text) == [html.escape(s, quote=False) for s in SWEEP_SECTIONS]
-    assert text.count('class="plotly-graph-div"') == 3
+    assert text.count('class="plotly-graph-div"') == 4
+    assert 'id="pc-sweep-survival"' in text  # the time-to-recall curves
     assert "<title>perm_circuits sweep: 36 runs</title>" in text
     assert "36 runs: 31 finished, 5 failed." in text
     assert "<td>67% (2/3)</td>" in text and "<td>50% (1/2)</td>" in text  # d16h1 p0, d16h2 p0.1
@@ -147,7 +148,7 @@ def test_folder_source_uses_load_sweep_and_the_cli(fake_sweep, tmp_path):
     assert stdout.getvalue().splitlines() == [str(page), str(page)]
     assert "sweep-report: error: out" in stderr.getvalue() and "--force" in stderr.getvalue()
     text = page.read_text(encoding="utf-8")
-    assert "<title>grid</title>" in text and text.count('class="plotly-graph-div"') == 3
+    assert "<title>grid</title>" in text and text.count('class="plotly-graph-div"') == 4
     assert (page.parent / plotly_js_file_name()).is_file()
 
 
@@ -191,5 +192,5 @@ def test_sweep_page_renders_in_chromium(written):
     report = open_page(written, timeout_s=30)
     assert report.remote_requests == []
     assert report.console_errors == [] and report.page_errors == []
-    assert (report.plotly_total, report.plotly_rendered) == (3, 3)
+    assert (report.plotly_total, report.plotly_rendered) == (4, 4)
     assert report.rendered_in_time and report.ok

@@ -5,7 +5,9 @@ Inputs, all in the repository:
 * ``results/shipped_numbers.json``: :func:`~perm_circuits.results.numbers.shipped_numbers`,
   refreshed by ``--recompute``;
 * ``results/study_quotes.json``: numbers the study reports (quoted for comparison, not measured);
-* ``results/capacity_sweep.csv``: the capacity sweep, one row per run;
+* ``results/capacity_sweep.csv``: the capacity sweep at the cut budget, one row per run;
+* ``results/capacity_full_sweep.csv``: the same grid at the study's full recipe
+  (``sweeps/capacity_full.toml``, ``scripts/capacity_full_table.py``), one row per finished run;
 * ``results/generalisation_sweep.csv``: the generalisation sweep (issue 9), one row per run;
 * ``results/general_recall_numbers.json``: the shipped ``d16h1l2-any`` model's numbers
   (``scripts/general_recall_numbers.py``);
@@ -25,7 +27,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from perm_circuits._util import atomic_write_text
-from perm_circuits.results.capacity import capacity_markdown, capacity_numbers, load_capacity_table
+from perm_circuits.results.capacity import (
+    budget_comparison_markdown,
+    capacity_markdown,
+    capacity_numbers,
+    full_recipe_numbers,
+    load_capacity_table,
+)
 from perm_circuits.results.generalisation import (
     generalisation_markdown,
     generalisation_numbers,
@@ -34,6 +42,8 @@ from perm_circuits.results.generalisation import (
 from perm_circuits.results.render import format_value, render, replace_section
 
 __all__ = [
+    "CAPACITY_FULL_SPEC",
+    "CAPACITY_FULL_TABLE",
     "CAPACITY_TABLE",
     "GENERAL_NUMBERS",
     "GENERALISATION_TABLE",
@@ -43,6 +53,7 @@ __all__ = [
     "STUDY_QUOTES",
     "build_pages",
     "circuit_table",
+    "full_grid_numbers",
     "mode_table",
     "read_numbers",
     "write_numbers",
@@ -52,6 +63,8 @@ __all__ = [
 NUMBERS = Path("results/shipped_numbers.json")
 STUDY_QUOTES = Path("results/study_quotes.json")
 CAPACITY_TABLE = Path("results/capacity_sweep.csv")
+CAPACITY_FULL_TABLE = Path("results/capacity_full_sweep.csv")
+CAPACITY_FULL_SPEC = Path("sweeps/capacity_full.toml")
 GENERALISATION_TABLE = Path("results/generalisation_sweep.csv")
 GENERAL_NUMBERS = Path("results/general_recall_numbers.json")
 GENERAL_TEMPLATES = (Path("docs/templates/general_recall.md"), Path("docs/templates/general_recall_circuit.md"))
@@ -157,6 +170,20 @@ def circuit_table(numbers: Mapping[str, object], model: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def full_grid_numbers(root: str | os.PathLike) -> dict[str, object]:
+    """``capacity_full.*`` from the committed full-recipe table, with every configuration of its spec's grid
+    (0 runs where none has finished yet) and ``capacity_full.planned``, the grid's size."""
+    from perm_circuits.sweep.spec import load_spec  # the grid: how many runs the full table will hold
+
+    root = Path(root)
+    grid = load_spec(root / CAPACITY_FULL_SPEC).runs
+    configurations = sorted({(run.config["model"]["d_model"], run.config["model"]["n_heads"],
+                              float(run.config["model"].get("dropout", 0.0))) for run in grid})
+    numbers = full_recipe_numbers(load_capacity_table(root / CAPACITY_FULL_TABLE), configurations=configurations)
+    numbers["capacity_full.planned"] = len(grid)
+    return numbers
+
+
 def _root(root: str | os.PathLike) -> Path:
     if not isinstance(root, (str, os.PathLike)):
         raise TypeError(f"root must be a str or path, got {type(root).__name__}")
@@ -184,6 +211,10 @@ def build_pages(root: str | os.PathLike, numbers: Mapping[str, object] | None = 
     sweep = load_capacity_table(root / CAPACITY_TABLE)
     blocks = {"capacity": capacity_markdown(sweep)}
     table.update(capacity_numbers(sweep))
+    full = load_capacity_table(root / CAPACITY_FULL_TABLE)
+    blocks["capacity_full"] = capacity_markdown(full)
+    blocks["capacity_compare"] = budget_comparison_markdown(sweep, full)
+    table.update(full_grid_numbers(root))
     models = sorted({k.split(".")[0] for k in numbers if ".roles." in k})
     blocks.update({f"modes.{model}": mode_table(numbers, model) for model in models})
     circuit_models = sorted({k.split(".")[0] for k in numbers if ".circuit." in k})

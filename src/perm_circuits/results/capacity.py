@@ -18,7 +18,8 @@ from pathlib import Path
 import pandas as pd
 
 __all__ = [
-    "CAPACITY_COLUMNS", "GROUP", "LEARNED", "capacity_markdown", "capacity_numbers", "load_capacity_table", "verdict_modes",
+    "CAPACITY_COLUMNS", "GROUP", "LEARNED", "SAMPLE_MARKS", "budget_comparison_markdown", "capacity_markdown",
+    "capacity_numbers", "full_recipe_numbers", "load_capacity_table", "verdict_modes",
 ]
 
 GROUP: tuple[str, ...] = ("d_model", "n_heads", "dropout")
@@ -170,7 +171,7 @@ def _role_counts(done: pd.DataFrame, how: str) -> str:
     return ", ".join(f"{combo}: {count}" for combo, count in combos.items())
 
 
-def capacity_numbers(frame: pd.DataFrame) -> dict[str, object]:
+def capacity_numbers(frame: pd.DataFrame, prefix: str = "capacity") -> dict[str, object]:
     """The numbers the results page quotes about the capacity sweep, as flat ``capacity.*`` keys.
 
     Per architecture (``capacity.d{d_model}h{n_heads}.drop{100 p}.*``): runs ``done``, how many
@@ -184,57 +185,138 @@ def capacity_numbers(frame: pd.DataFrame) -> dict[str, object]:
     is supported (``capacity.binding_supported.<how>``), and the runs where some head has the
     ``binder`` role (``capacity.binder_runs.<how>``); for the two-head runs that learn recall, each
     head-role combination and its count (``capacity.h2.recall.roles.<how>``).
+    ``prefix`` replaces ``capacity`` in every key (e.g. ``capacity_full`` for the full-recipe table).
     """
     _check(frame)
     done = frame[frame["status"] == "done"]
     out: dict[str, object] = {
-        "capacity.runs": len(frame),
-        "capacity.done": len(done),
-        "capacity.failed": len(frame) - len(done),
-        "capacity.seeds": int(frame["seed"].nunique()),
+        f"{prefix}.runs": len(frame),
+        f"{prefix}.done": len(done),
+        f"{prefix}.failed": len(frame) - len(done),
+        f"{prefix}.seeds": int(frame["seed"].nunique()),
     }
     for column in RECIPE:
         if column in frame.columns and frame[column].nunique() == 1:
             value = frame[column].iloc[0]
-            out[f"capacity.recipe.{column}"] = value.item() if hasattr(value, "item") else value
+            out[f"{prefix}.recipe.{column}"] = value.item() if hasattr(value, "item") else value
     learned = done["recall_accuracy"] >= LEARNED
     for (d_model, n_heads, dropout), runs in done.groupby(list(GROUP)):
-        key = f"capacity.d{int(d_model)}h{int(n_heads)}.{_drop_key(dropout)}"
+        key = f"{prefix}.d{int(d_model)}h{int(n_heads)}.{_drop_key(dropout)}"
         hit = runs["recall_accuracy"] >= LEARNED
         out[f"{key}.done"] = len(runs)
         out[f"{key}.learned"] = int(hit.sum())
         out[f"{key}.epoch_recall_99.median"] = float(runs.loc[hit, "epoch_recall_99"].median()) if hit.any() else math.nan
         out[f"{key}.elimination_accuracy"] = float(runs["elimination_accuracy"].mean())
     for (dropout, n_heads), runs in done.groupby(["dropout", "n_heads"]):
-        key = f"capacity.{_drop_key(dropout)}.h{int(n_heads)}"
+        key = f"{prefix}.{_drop_key(dropout)}.h{int(n_heads)}"
         out[f"{key}.done"] = len(runs)
         out[f"{key}.learned"] = int(learned[runs.index].sum())
         every = [int(d) for d, g in runs.groupby("d_model") if bool((g["recall_accuracy"] >= LEARNED).all())]
         out[f"{key}.smallest_all_learn"] = min(every) if every else math.nan
     for dropout, runs in done.groupby("dropout"):
-        out[f"capacity.{_drop_key(dropout)}.done"] = len(runs)
-        out[f"capacity.{_drop_key(dropout)}.learned"] = int(learned[runs.index].sum())
-        out[f"capacity.{_drop_key(dropout)}.recall_accuracy.max"] = float(runs["recall_accuracy"].max())
-        out[f"capacity.{_drop_key(dropout)}.elimination_accuracy.mean"] = float(runs["elimination_accuracy"].mean())
-        out[f"capacity.{_drop_key(dropout)}.elimination_accuracy.min"] = float(runs["elimination_accuracy"].min())
+        out[f"{prefix}.{_drop_key(dropout)}.done"] = len(runs)
+        out[f"{prefix}.{_drop_key(dropout)}.learned"] = int(learned[runs.index].sum())
+        out[f"{prefix}.{_drop_key(dropout)}.recall_accuracy.max"] = float(runs["recall_accuracy"].max())
+        out[f"{prefix}.{_drop_key(dropout)}.elimination_accuracy.mean"] = float(runs["elimination_accuracy"].mean())
+        out[f"{prefix}.{_drop_key(dropout)}.elimination_accuracy.min"] = float(runs["elimination_accuracy"].min())
     two_heads = done[(done["n_heads"] == 2) & learned]
-    out["capacity.h2.recall.runs"] = len(two_heads)
+    out[f"{prefix}.h2.recall.runs"] = len(two_heads)
     for how in verdict_modes(frame):
         counts = done[f"verdict_{how}"].fillna("open").astype(str).value_counts()
         for verdict in VERDICTS:
-            out[f"capacity.verdict.{how}.{verdict}"] = int(counts.get(verdict, 0))
+            out[f"{prefix}.verdict.{how}.{verdict}"] = int(counts.get(verdict, 0))
         for n_heads, runs in done.groupby("n_heads"):
-            out[f"capacity.h{int(n_heads)}.done"] = len(runs)
+            out[f"{prefix}.h{int(n_heads)}.done"] = len(runs)
             per_heads = runs[f"verdict_{how}"].fillna("open").astype(str).value_counts()
             for verdict in VERDICTS:
-                out[f"capacity.h{int(n_heads)}.verdict.{how}.{verdict}"] = int(per_heads.get(verdict, 0))
+                out[f"{prefix}.h{int(n_heads)}.verdict.{how}.{verdict}"] = int(per_heads.get(verdict, 0))
             claim = f"claim_{how}_binding_head"
             if claim in runs and runs[claim].notna().any():
                 for status, count in runs[claim].value_counts().items():
-                    out[f"capacity.h{int(n_heads)}.binding_head.{how}.{status}"] = int(count)
+                    out[f"{prefix}.h{int(n_heads)}.binding_head.{how}.{status}"] = int(count)
         claim = f"claim_{how}_binding_head"
-        out[f"capacity.binding_supported.{how}"] = int((done[claim] == "supported").sum()) if claim in done else 0
+        out[f"{prefix}.binding_supported.{how}"] = int((done[claim] == "supported").sum()) if claim in done else 0
         roles = [c for c in done.columns if c.startswith(f"role_{how}_") and "MLP" not in c]
-        out[f"capacity.binder_runs.{how}"] = int((done[roles] == "binder").any(axis=1).sum()) if roles else 0
-        out[f"capacity.h2.recall.roles.{how}"] = _role_counts(two_heads, how)
+        out[f"{prefix}.binder_runs.{how}"] = int((done[roles] == "binder").any(axis=1).sum()) if roles else 0
+        out[f"{prefix}.h2.recall.roles.{how}"] = _role_counts(two_heads, how)
     return out
+
+
+SAMPLE_MARKS: tuple[int, ...] = (1_000_000, 2_500_000, 5_000_000)
+"""Training sequences at which the comparison reads the time-to-recall curves (the cut budget, half
+and all of the study's recipe)."""
+
+
+def _samples(value: float) -> str:
+    if isinstance(value, float) and math.isnan(value):
+        return "–"
+    return f"{value / 1e6:.1f}M"
+
+
+def budget_comparison_markdown(cut: pd.DataFrame, full: pd.DataFrame) -> str:
+    """Markdown: the capacity grid at the cut budget and at the study's recipe, side by side.
+
+    One row per (d_model, n_heads, dropout): at each budget how many finished seeds learn recall
+    (final recall accuracy >= :data:`LEARNED`) as ``k/n``, the median training sequences to reach
+    it (over the seeds that do), and, from the full-recipe table, the Kaplan-Meier share of seeds
+    with recall by each of :data:`SAMPLE_MARKS` sequences (:func:`perm_circuits.survival.time_to_recall`;
+    ``–`` past a configuration's budget).
+    """
+    from perm_circuits.survival import recall_by, time_to_recall
+
+    _check(cut)
+    _check(full)
+    read = recall_by(time_to_recall(full), SAMPLE_MARKS).set_index(list(GROUP))
+    header = ["d_model", "heads", "dropout", "cut budget: learn recall", "cut: median samples to recall",
+              "study's recipe: runs done", "learn recall", "median samples to recall",
+              *(f"share with recall by {_samples(float(n))}" for n in SAMPLE_MARKS)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    keys = sorted(set(map(tuple, cut[list(GROUP)].to_numpy().tolist())) | set(map(tuple, full[list(GROUP)].to_numpy().tolist())))
+    for key in keys:
+        cells = [_number(float(v)) for v in key]
+        for frame in (cut, full):
+            runs = frame[(frame[list(GROUP)] == pd.Series(key, index=list(GROUP))).all(axis=1) & (frame["status"] == "done")]
+            hit = runs["recall_accuracy"] >= LEARNED
+            if frame is full:
+                cells.append(f"{len(runs)}")
+            cells.append(f"{int(hit.sum())}/{len(runs)}" if len(runs) else "–")
+            seen = runs.loc[hit, "epoch_recall_99"].astype(float) * runs.loc[hit, "samples"].astype(float)
+            cells.append(_samples(float(seen.median())) if len(seen) else ("never" if len(runs) else "–"))
+        index = tuple(float(v) for v in key)
+        row = read.loc[index] if index in read.index else None
+        cells += ["–" if row is None or math.isnan(row[f"by_{n}"]) else f"{row[f'by_{n}']:.0%}" for n in SAMPLE_MARKS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def full_recipe_numbers(
+    full: pd.DataFrame, seeds: int = 5, architectures: int = 10,
+    configurations: Sequence[tuple[float, float, float]] = (),
+) -> dict[str, object]:
+    """``capacity_full.*``: :func:`capacity_numbers` of the full-recipe table, plus the study's two claims judged.
+
+    ``capacity_full.claim.d16h1_cannot_recall`` is ``"holds"`` when all ``seeds`` seeds of d16h1
+    (dropout 0) finished and none learns recall, ``"fails"`` when any seed learns it, ``"open"``
+    otherwise; ``capacity_full.claim.dropout_prevents_recall`` likewise over every dropout-0.1 run
+    of the grid (``"holds"`` only once all ``architectures x seeds`` dropout runs have finished).
+    Every ``(d_model, n_heads, dropout)`` of ``configurations`` (the grid) gets its ``.done`` and
+    ``.learned`` counts, 0 for one that has no finished run yet, and each dropout value its totals.
+    """
+    numbers = capacity_numbers(full, prefix="capacity_full")
+    for d_model, n_heads, dropout in configurations:
+        key = f"capacity_full.d{int(d_model)}h{int(n_heads)}.{_drop_key(dropout)}"
+        numbers.setdefault(f"{key}.done", 0)
+        numbers.setdefault(f"{key}.learned", 0)
+        for suffix in ("done", "learned"):
+            numbers.setdefault(f"capacity_full.{_drop_key(dropout)}.{suffix}", 0)
+        numbers.setdefault(f"capacity_full.{_drop_key(dropout)}.recall_accuracy.max", math.nan)
+    done = full[full["status"] == "done"]
+    d16 = done[(done["d_model"] == 16) & (done["n_heads"] == 1) & (done["dropout"] == 0)]
+    learned = int((d16["recall_accuracy"] >= LEARNED).sum())
+    numbers["capacity_full.claim.d16h1_cannot_recall"] = (
+        "fails" if learned else ("holds" if len(d16) >= seeds else "open"))
+    dropout = done[done["dropout"] > 0]
+    learned = int((dropout["recall_accuracy"] >= LEARNED).sum())
+    numbers["capacity_full.claim.dropout_prevents_recall"] = (
+        "fails" if learned else ("holds" if len(dropout) >= architectures * seeds else "open"))
+    return numbers

@@ -38,6 +38,7 @@ SWEEP_SECTIONS: tuple[str, ...] = (
     "Summary per configuration",
     "Phase diagram: who learns recall",
     "Epoch to recall",
+    "Time to recall (survival across seeds)",
     "Head roles and claims across seeds",
     "Failed runs",
 )
@@ -112,6 +113,17 @@ def _figure_html(fig, div_id: str) -> str:
     return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=_PLOTLY_CONFIG)
 
 
+def _survival_html(frame: pd.DataFrame) -> str:
+    """The time-to-recall figure (Kaplan-Meier share of seeds with recall by N samples), or why it is absent."""
+    from perm_circuits.survival import time_to_recall  # the table's analysis; this module only draws
+    from perm_circuits.views.survival_figures import time_to_recall_figure
+
+    needed = ("epoch_recall_99", "samples", "epochs_run")
+    if any(c not in frame.columns for c in needed):
+        return "<p>The table lacks " + _html.escape(", ".join(needed)) + ": no time-to-recall curve.</p>"
+    return _figure_html(time_to_recall_figure(time_to_recall(frame)), "pc-sweep-survival")
+
+
 def _check_out(out: object, force: object) -> Path:
     if not isinstance(out, (str, os.PathLike)):
         raise TypeError(f"out must be a page path (str or Path), got {type(out).__name__}")
@@ -182,6 +194,7 @@ def write_sweep_report(
         _figure_html(epoch_to_recall(frame), "pc-sweep-epochs"),
         _figure_html(roles_frequency(frame), "pc-sweep-roles") if sweep_modes(frame) else
         "<p>The table has no head-role columns (role_&lt;how&gt;_&lt;component&gt;).</p>",
+        _survival_html(frame),
     ]
     n_done, n_failed = int((frame["status"] == "done").sum()), int((frame["status"] == "failed").sum())
     intro = (
@@ -196,8 +209,9 @@ def write_sweep_report(
         Section(SWEEP_SECTIONS[0], _table_html(summary)),
         Section(SWEEP_SECTIONS[1], figures[0]),
         Section(SWEEP_SECTIONS[2], figures[1]),
-        Section(SWEEP_SECTIONS[3], figures[2]),
-        Section(SWEEP_SECTIONS[4], _errors_html(frame)),
+        Section(SWEEP_SECTIONS[3], figures[3]),
+        Section(SWEEP_SECTIONS[4], figures[2]),
+        Section(SWEEP_SECTIONS[5], _errors_html(frame)),
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
     shared = write_plotly_js(path.parent).name

@@ -1,0 +1,105 @@
+"""Time to recall across seeds: a survival curve per configuration, censored at the training budget.
+
+A sweep row records ``epoch_recall_99``, the first epoch whose test recall accuracy reaches 0.99
+(NaN if it never does), with ``samples`` training sequences per epoch.  The *event* of a run is
+learning recall, at ``epoch_recall_99 x samples`` training sequences; a run that never learns
+it is *censored* at the data it saw (``epochs_run x samples``, the budget).  For each
+configuration, :func:`time_to_recall` gives the Kaplan-Meier estimate (Kaplan & Meier 1958,
+"Nonparametric estimation from incomplete observations") of the fraction of seeds that have
+learned recall by ``N`` training sequences.  When every run of a configuration has the same budget
+(a sweep grid), this is simply the share of its seeds whose event came by ``N``; the estimator
+matters only when budgets differ.  A learned run is never censored, even when early stopping
+ended it before the budget: it stops only after recall has been reached.
+
+:func:`recall_by` reads the curve at chosen sample counts (e.g. the cut budget and the study's).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import pandas as pd
+
+__all__ = ["SURVIVAL_KEYS", "recall_by", "time_to_recall"]
+
+SURVIVAL_KEYS: tuple[str, ...] = ("d_model", "n_heads", "dropout")
+"""One curve per (d_model, n_heads, dropout); any other config axis that varies splits the curves too."""
+
+_OTHER_AXES = ("n_layers", "repeat_ratio", "epochs", "samples", "batch_size", "lr")
+_REQUIRED = ("status", "epoch_recall_99", "samples", "epochs_run")
+
+
+def _check(frame: object) -> pd.DataFrame:
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(f"frame must be a pandas DataFrame (a sweep table), got {type(frame).__name__}")
+    missing = [c for c in (*_REQUIRED, *SURVIVAL_KEYS) if c not in frame.columns]
+    if missing:
+        raise ValueError(f"the sweep table lacks column(s) {missing} needed for time to recall")
+    done = frame[frame["status"] == "done"]
+    if done.empty:
+        raise ValueError("the sweep table has no finished run (status == 'done')")
+    return done
+
+
+def _keys(done: pd.DataFrame) -> list[str]:
+    others = [c for c in _OTHER_AXES if c in done.columns]
+    grouped = done.groupby(list(SURVIVAL_KEYS), dropna=False)
+    return [*SURVIVAL_KEYS, *(c for c in others if (grouped[c].nunique(dropna=False) > 1).any())]
+
+
+def time_to_recall(frame: pd.DataFrame) -> pd.DataFrame:
+    """Kaplan-Meier curves of "has learned recall (>= 0.99) by N training sequences", per configuration.
+
+    Returns a tidy table, one row per configuration and step of its curve: the configuration
+    columns, ``samples_seen`` (N; the first row of each configuration is N = 0), ``learned``
+    (the estimated fraction of seeds that have learned recall by N), ``events`` (runs learning
+    at N), ``at_risk`` (runs not yet learned nor censored just before N), ``censored`` (runs
+    whose budget ends at N without recall), ``seeds`` (finished runs of the configuration) and
+    ``budget`` (the largest N any of its runs saw).  Failed runs are left out.
+    """
+    done = _check(frame).copy()
+    keys = _keys(done)
+    done["_event"] = done["epoch_recall_99"].astype(float) * done["samples"].astype(float)
+    done["_end"] = done["epochs_run"].astype(float) * done["samples"].astype(float)
+    rows = []
+    for key, runs in done.groupby(keys, sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        config = dict(zip(keys, key))
+        learned = runs["_event"].notna()
+        times = sorted(set(runs.loc[learned, "_event"]) | set(runs.loc[~learned, "_end"]))
+        base = {**config, "seeds": len(runs), "budget": float(runs["_end"].max())}
+        rows.append({**base, "samples_seen": 0.0, "learned": 0.0, "events": 0, "at_risk": len(runs), "censored": 0})
+        surviving = 1.0
+        for t in times:
+            at_risk = int(((runs["_event"].fillna(math.inf) >= t) & ((runs["_end"] >= t) | learned)).sum())
+            events = int((runs["_event"] == t).sum())
+            censored = int(((~learned) & (runs["_end"] == t)).sum())
+            if at_risk and events:
+                surviving *= 1.0 - events / at_risk
+            rows.append({**base, "samples_seen": float(t), "learned": 1.0 - surviving, "events": events,
+                         "at_risk": at_risk, "censored": censored})
+    columns = [*keys, "samples_seen", "learned", "events", "at_risk", "censored", "seeds", "budget"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def recall_by(curves: pd.DataFrame, samples: Sequence[float]) -> pd.DataFrame:
+    """The curves of :func:`time_to_recall` read at each of ``samples`` (one column ``by_<N>`` each).
+
+    A configuration whose budget is below N gets NaN there (its curve is censored before N).
+    """
+    if not isinstance(curves, pd.DataFrame) or "samples_seen" not in curves or "learned" not in curves:
+        raise TypeError("curves must be the table time_to_recall returns")
+    points = [float(n) for n in samples]
+    if not points or any(not (n > 0) for n in points):
+        raise ValueError(f"samples must be positive sample counts, got {list(samples)!r}")
+    keys = [c for c in curves.columns if c not in ("samples_seen", "learned", "events", "at_risk", "censored", "budget")]
+    rows = []
+    for key, curve in curves.groupby(keys, sort=True, dropna=False):
+        row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        budget = float(curve["budget"].max())
+        for n in points:
+            seen = curve[curve["samples_seen"] <= n]
+            row[f"by_{int(n)}"] = float(seen["learned"].iloc[-1]) if n <= budget else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows)

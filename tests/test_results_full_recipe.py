@@ -1,0 +1,57 @@
+"""The full-recipe capacity section: both budgets side by side and the study's two claims judged from the table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from perm_circuits.results.capacity import budget_comparison_markdown, full_recipe_numbers, load_capacity_table
+
+TINY = Path(__file__).resolve().parent / "data" / "capacity_tiny.csv"
+
+
+def _full(tiny: pd.DataFrame) -> pd.DataFrame:
+    full = tiny.copy()
+    full["epochs"], full["samples"] = 50, 100_000
+    return full
+
+
+def test_comparison_quotes_both_tables_per_configuration():
+    tiny = load_capacity_table(TINY)
+    text = budget_comparison_markdown(tiny, _full(tiny))
+    rows = [line for line in text.splitlines()[2:] if line.startswith("|")]
+    assert len(rows) == len(tiny.groupby(["d_model", "n_heads", "dropout"]))
+    first = rows[0].split(" | ")
+    # d8 h1 dropout 0 of the tiny table: seeds 0 and 1 done, seed 0 learns at epoch 12
+    done = tiny[(tiny.d_model == 8) & (tiny.n_heads == 1) & (tiny.dropout == 0) & (tiny.status == "done")]
+    learned = int((done.recall_accuracy >= 0.99).sum())
+    assert first[3] == f"{learned}/{len(done)}"
+    assert first[4] == f"{12 * 20_000 / 1e6:.1f}M"  # cut: epoch 12 x 20,000 samples
+    assert first[6] == f"{learned}/{len(done)}" and first[7] == f"{12 * 100_000 / 1e6:.1f}M"
+
+
+def test_claims_are_judged_from_counts():
+    tiny = load_capacity_table(TINY)
+    full = _full(tiny)
+    full.loc[full.d_model == 8, "d_model"] = 16  # the tiny table's one-head rows stand in for d16h1
+    full = full[~((full.d_model == 16) & (full.n_heads == 2))]
+    d16 = (full.d_model == 16) & (full.n_heads == 1) & (full.dropout == 0) & (full.status == "done")
+    assert d16.sum() >= 2
+    full.loc[d16, "recall_accuracy"] = 0.2
+    numbers = full_recipe_numbers(full, seeds=int(d16.sum()))
+    assert numbers["capacity_full.claim.d16h1_cannot_recall"] == "holds"
+    full.loc[d16 & (full.seed == full.loc[d16, "seed"].min()), "recall_accuracy"] = 1.0
+    numbers = full_recipe_numbers(full, seeds=int(d16.sum()))
+    assert numbers["capacity_full.claim.d16h1_cannot_recall"] == "fails"
+    assert numbers["capacity_full.d16h1.drop0.learned"] == 1
+    # too few seeds finished: neither holds nor fails
+    full.loc[d16, "recall_accuracy"] = 0.2
+    assert full_recipe_numbers(full, seeds=int(d16.sum()) + 1)["capacity_full.claim.d16h1_cannot_recall"] == "open"
+    drop = full.dropout > 0
+    full.loc[drop, "recall_accuracy"] = 0.5
+    n_drop = int((drop & (full.status == "done")).sum())
+    assert full_recipe_numbers(full, seeds=n_drop, architectures=1)["capacity_full.claim.dropout_prevents_recall"] == "holds"
+    assert full_recipe_numbers(full, seeds=n_drop + 1, architectures=1)["capacity_full.claim.dropout_prevents_recall"] == "open"
+    full.loc[drop & (full.status == "done"), "recall_accuracy"] = 1.0
+    assert full_recipe_numbers(full)["capacity_full.claim.dropout_prevents_recall"] == "fails"
