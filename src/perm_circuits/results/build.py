@@ -14,8 +14,9 @@ Inputs, all in the repository:
 * ``docs/templates/results.md``, ``docs/templates/readme_results.md`` and
   ``docs/templates/general_recall*.md``.
 
-Outputs: ``docs/results.md``, ``docs/general_recall.md`` and the section of ``README.md`` between
-:data:`README_BEGIN` and :data:`README_END`.
+Outputs: ``docs/results.md``, ``docs/general_recall.md``, the section of ``README.md`` between
+:data:`README_BEGIN` and :data:`README_END`, and the SVG figures in ``docs/figures/``
+(:mod:`perm_circuits.results.figures`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+import pandas as pd
+
 from perm_circuits._util import atomic_write_text
 from perm_circuits.results.capacity import (
     budget_comparison_markdown,
@@ -34,6 +37,7 @@ from perm_circuits.results.capacity import (
     full_recipe_numbers,
     load_capacity_table,
 )
+from perm_circuits.results.figures import docs_figures
 from perm_circuits.results.generalisation import (
     generalisation_markdown,
     generalisation_numbers,
@@ -65,6 +69,7 @@ STUDY_QUOTES = Path("results/study_quotes.json")
 CAPACITY_TABLE = Path("results/capacity_sweep.csv")
 CAPACITY_FULL_TABLE = Path("results/capacity_full_sweep.csv")
 CAPACITY_FULL_SPEC = Path("sweeps/capacity_full.toml")
+STUDY_DYNAMICS = Path("results/study_dynamics.csv")
 GENERALISATION_TABLE = Path("results/generalisation_sweep.csv")
 GENERAL_NUMBERS = Path("results/general_recall_numbers.json")
 GENERAL_TEMPLATES = (Path("docs/templates/general_recall.md"), Path("docs/templates/general_recall_circuit.md"))
@@ -231,7 +236,9 @@ def build_pages(root: str | os.PathLike, numbers: Mapping[str, object] | None = 
     page = render((root / RESULTS_TEMPLATE).read_text(encoding="utf-8"), table, blocks)
     section = render((root / README_TEMPLATE).read_text(encoding="utf-8"), table, blocks)
     readme = replace_section((root / README).read_text(encoding="utf-8"), section, README_BEGIN, README_END)
-    return {RESULTS_PAGE: page, GENERAL_PAGE: render(general_template, table, blocks), README: readme}
+    dynamics = root / STUDY_DYNAMICS
+    figures = docs_figures(sweep, full, pd.read_csv(dynamics) if dynamics.is_file() else None)
+    return {RESULTS_PAGE: page, GENERAL_PAGE: render(general_template, table, blocks), README: readme, **figures}
 
 
 def write_pages(root: str | os.PathLike, numbers: Mapping[str, object] | None = None) -> list[Path]:
@@ -240,6 +247,7 @@ def write_pages(root: str | os.PathLike, numbers: Mapping[str, object] | None = 
     changed = []
     for path, text in build_pages(root, numbers).items():
         target = root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
         if not target.is_file() or target.read_text(encoding="utf-8") != text:
             atomic_write_text(target, text)
             changed.append(path)
