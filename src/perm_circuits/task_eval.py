@@ -39,7 +39,7 @@ from perm_circuits.tasks.base import (
     task_entry,
 )
 
-__all__ = ["DEFAULT_MODEL", "TaskEvaluation", "check_fit", "default_model", "evaluate_task", "fit_task", "measure_task",
+__all__ = ["DEFAULT_MODEL", "TaskEvaluation", "check_fit", "check_model_fields", "default_model", "evaluate_task", "fit_task", "measure_task",
            "model_name", "reference_agreement", "task_logits", "task_model", "train_task"]
 
 Forward = Callable[[torch.nn.Module, Tensor], Tensor]
@@ -76,13 +76,7 @@ _check_fit = check_fit  # the names analyses and views import (kept for them)
 _model_name = model_name
 
 
-def default_model(task: Task, *, seed: int = 0, d_model: int = 32, n_heads: int = 2, n_layers: int = 1):
-    """A fresh ``boot_native`` transformer for ``task``: vocabulary ``task.d_vocab``, context
-    ``task.n_ctx``, ``n_layers`` blocks of ``n_heads`` heads on a residual of ``d_model`` (the study's
-    block: LayerNorm, a ReLU MLP of width ``2 d_model``), seeded init, in eval mode."""
-    from transformer_lens.config import TransformerBridgeConfig
-    from transformer_lens.model_bridge import TransformerBridge
-
+def _default_config(task: Task, *, seed: int, d_model: int, n_heads: int, n_layers: int) -> dict[str, Any]:
     if not isinstance(task, Task):
         raise TypeError(f"task must implement perm_circuits.tasks.Task, got {type(task).__name__}")
     for name, value in (("seed", seed), ("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers)):
@@ -90,15 +84,38 @@ def default_model(task: Task, *, seed: int = 0, d_model: int = 32, n_heads: int 
             raise ValueError(f"{name} must be an int >= {0 if name == 'seed' else 1}, got {value!r}")
     if d_model % n_heads:
         raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
-    config = TransformerBridgeConfig(
+    return dict(
         d_model=d_model, d_head=d_model // n_heads, n_heads=n_heads, n_layers=n_layers, n_ctx=task.n_ctx,
         d_vocab=task.d_vocab, d_mlp=2 * d_model, act_fn="relu", normalization_type="LN",
         positional_embedding_type="standard", seed=seed, tokenizer_prepends_bos=False,
         model_name=f"{task.name}_d{d_model}h{n_heads}" + (f"l{n_layers}" if n_layers != 1 else ""),
     )
-    model = TransformerBridge.boot_native(config)
+
+
+def default_model(task: Task, *, seed: int = 0, d_model: int = 32, n_heads: int = 2, n_layers: int = 1):
+    """A fresh ``boot_native`` transformer for ``task``: vocabulary ``task.d_vocab``, context
+    ``task.n_ctx``, ``n_layers`` blocks of ``n_heads`` heads on a residual of ``d_model`` (the study's
+    block: LayerNorm, a ReLU MLP of width ``2 d_model``), seeded init, in eval mode."""
+    config = _default_config(task, seed=seed, d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge import TransformerBridge
+
+    model = TransformerBridge.boot_native(TransformerBridgeConfig(**config))
     model.eval()
     return model
+
+
+def _entry_fields(task: Task, fields: Mapping[str, Any]):
+    if not isinstance(task, Task):
+        raise TypeError(f"task must implement perm_circuits.tasks.Task, got {type(task).__name__}")
+    entry = task_entry(task.name)
+    bad = sorted(set(fields) - set(entry.model_keys))
+    if bad:
+        raise ValueError(f"unknown model field(s) {bad} for task {task.name!r}; allowed: {list(entry.model_keys)}")
+    builder = entry.builder()
+    if builder is None:
+        fields = {**{k: v for k, v in DEFAULT_MODEL.items() if k in DEFAULT_MODEL_KEYS}, **fields}
+    return entry, builder, dict(fields)
 
 
 def task_model(task: Task, *, seed: int = 0, **fields: Any) -> tuple[torch.nn.Module, Forward | None]:
@@ -109,17 +126,20 @@ def task_model(task: Task, *, seed: int = 0, **fields: Any) -> tuple[torch.nn.Mo
     ``n_layers`` (defaults :data:`DEFAULT_MODEL`) and ``forward=None`` (``model(tokens)``).
     Unknown fields raise a ValueError naming the allowed ones.
     """
-    if not isinstance(task, Task):
-        raise TypeError(f"task must implement perm_circuits.tasks.Task, got {type(task).__name__}")
-    entry = task_entry(task.name)
-    bad = sorted(set(fields) - set(entry.model_keys))
-    if bad:
-        raise ValueError(f"unknown model field(s) {bad} for task {task.name!r}; allowed: {list(entry.model_keys)}")
-    builder = entry.builder()
+    entry, builder, fields = _entry_fields(task, fields)
     if builder is None:
-        fields = {**{k: v for k, v in DEFAULT_MODEL.items() if k in DEFAULT_MODEL_KEYS}, **fields}
         return default_model(task, seed=seed, **fields), None
     return builder(task, seed=seed, **fields), entry.forward_fn()
+
+
+def check_model_fields(task: Task, *, seed: int = 0, **fields: Any) -> None:
+    """Raise the error :func:`task_model` would raise for these fields (a task's own builder is
+    called; the default transformer's settings are checked without booting it)."""
+    _, builder, fields = _entry_fields(task, fields)
+    if builder is None:
+        _default_config(task, seed=seed, **fields)
+    else:
+        builder(task, seed=seed, **fields)
 
 
 def fit_task(
