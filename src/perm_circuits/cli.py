@@ -105,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     sr.add_argument("--force", action="store_true", help="overwrite an existing page")
     sr.add_argument("--title", help="page title")
     rr = sub.add_parser("reproduce", help="run a seed paper's headline experiment and print paper vs ours")
-    rr.add_argument("name", help="birth, forner or factual")
+    rr.add_argument("name", help="a registered reproduction (birth, forner, factual, ...)")
     rr.add_argument("--quick", action="store_true", help="the CPU-sized run (minutes)")
     rr.add_argument("--out", type=Path, help="also write comparison.csv, numbers.json and an offline HTML page here")
     rr.add_argument("--quiet", action="store_true", help="no progress bar")
