@@ -51,7 +51,8 @@ def test_worked_example_runs_and_states_its_numbers(tmp_path, monkeypatch):
 
 
 def test_study_example_numbers(pretrained):
-    from perm_circuits import PermutationTask, TaskConfig, evaluate_task
+    from perm_circuits import PermutationTask, TaskConfig
+    from perm_circuits.task_eval import evaluate_task
 
     block = _blocks()[0]
     assert "evaluate_task(load_pretrained(\"d32h2\"), PermutationTask(TaskConfig(repeat_ratio=0.3)), n=500)" in block

@@ -47,7 +47,7 @@ from perm_circuits.models import (
 )
 from perm_circuits.posterior import bayes_posterior
 from perm_circuits.task import Batch, TaskConfig, make_batch, make_test_set, probe_sequence
-from perm_circuits.task_eval import default_model, fit_task, task_model
+from perm_circuits.task_eval import fit_task, task_model
 from perm_circuits.tasks.base import FitConfig, FitResult, Task, task_entry
 from perm_circuits.tasks.permutation import PermutationTask
 
@@ -346,8 +346,8 @@ def _train_steps(model, task, recipe, *, callbacks, forward, progress) -> FitRes
         if config.V + 1 == task.d_vocab and config.resolved_n_ctx >= task.n_ctx:
             model = build_model(config)
         elif task_entry(task.name).builder() is None:
-            model = default_model(task, seed=config.seed, d_model=config.d_model, n_heads=config.n_heads,
-                                  n_layers=config.n_layers)
+            model, own_forward = task_model(task, seed=config.seed, d_model=config.d_model, n_heads=config.n_heads,
+                                            n_layers=config.n_layers)
         else:
             raise TypeError(f"task {task.name!r} builds its own model: pass model=None or a dict of its fields "
                             f"{list(task_entry(task.name).model_keys)}, not {model!r}")
