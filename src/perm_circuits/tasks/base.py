@@ -385,17 +385,10 @@ def fit(
         raise TypeError(f"model must be a torch.nn.Module mapping tokens to logits, got {type(model).__name__}")
     if not isinstance(task, Task):
         raise TypeError(f"task must implement perm_circuits.tasks.Task, got {type(task).__name__}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
     if forward is not None and not callable(forward):
         raise TypeError(f"forward must be a callable (model, tokens) -> logits, got {forward!r}")
-    for name, value in (("steps", steps), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    if not (isinstance(lr, (int, float)) and lr > 0):
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
-    if optimizer not in ("adam", "adamw", "sgd"):
-        raise ValueError(f"optimizer must be 'adam', 'adamw' or 'sgd', got {optimizer!r}")
+    FitConfig(steps=steps, batch_size=batch_size, lr=lr, optimizer=optimizer, momentum=momentum,
+              weight_decay=weight_decay, seed=seed)  # the recipe's checks
     for callback in callbacks:
         if not callable(callback):
             raise TypeError(f"callbacks must be callables taking a StepState, got {callback!r}")
