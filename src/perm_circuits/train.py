@@ -304,8 +304,9 @@ def train(
             task's registered forward for its own model, ``fast_forward`` for a ``build_model``
             bridge, else ``model(tokens)``).
         progress: show a tqdm bar.
-        model_config, task_config, train_config: the old names of ``model``, ``task`` and
-            ``recipe``, deprecated (a ``DeprecationWarning``).
+        model_config: the old name of ``model`` (deprecated: a ``DeprecationWarning``).
+        task_config: the old name of ``task`` (deprecated).
+        train_config: the old name of ``recipe`` (deprecated).
     """
     legacy = {"model_config": model_config, "task_config": task_config, "train_config": train_config}
     for (old, value), new in zip(legacy.items(), ("model", "task", "recipe")):
