@@ -250,6 +250,12 @@ def test_the_old_names_warn_and_give_the_same_results(pretrained):
         train("d16h1", task, TrainConfig(epochs=1))
     with pytest.raises(TypeError, match="the study's loop builds its model from a ModelConfig"):
         train(TinyAttention(), REPEATED, TrainConfig(epochs=1))
+    with pytest.raises(TypeError, match="resume_from resumes the study's epoch loop"):
+        train(resume_from="nowhere", recipe=FitConfig(steps=1))
+    with pytest.raises(ValueError, match="forward= belongs to the step loop"):
+        train("d16h1", REPEATED, TrainConfig(epochs=1), forward=fast_forward)
+    with pytest.raises(TypeError, match="the step loop needs a task"):
+        train(TinyAttention(), None, FitConfig(steps=1))
 
 
 # ----------------------------------------------------------------------------- the task report

@@ -321,6 +321,8 @@ def train(
     ):
         if forward is not None:
             raise ValueError("forward= belongs to the step loop (a FitConfig recipe); the study's loop runs fast_forward")
+        if isinstance(recipe, FitConfig):
+            raise TypeError("resume_from resumes the study's epoch loop: pass a TrainConfig recipe (or none)")
         if not study_task:
             raise TypeError(f"a TrainConfig (epochs) is the study's recipe for the permutation task; train task "
                             f"{getattr(task, 'name', task)!r} with a FitConfig (steps)")
