@@ -7,12 +7,8 @@ import pytest
 import torch
 from jaxtyping import install_import_hook
 
-from perm_circuits import (
-    build_induction_model,
-    hook_count,
-    list_pretrained,
-    load_pretrained,
-)
+from perm_circuits import build_induction_model, list_pretrained, load_pretrained
+from perm_circuits.hooks import hook_count
 from perm_circuits.analysis.path_patching import induction_patching_pair, path_patch
 from perm_circuits.handbuilt import induction_layout
 

@@ -20,7 +20,8 @@ def test_train_then_evaluate_checkpoint(tmp_path, capsys):
     assert "memorization" in text and "Recall generalisation" in text
     assert main(["evaluate", str(out), "--samples", "200", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    from perm_circuits import evaluate, load_model, make_test_set
+    from perm_circuits import evaluate, make_test_set
+    from perm_circuits.models import load_model
 
     model = load_model(out)
     expected = evaluate(model, make_test_set(model.task_config, n=200, seed=1234)).summary()

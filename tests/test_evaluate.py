@@ -96,7 +96,7 @@ def test_recall_generalisation_n_is_checked():
 
 
 def test_no_hooks_left_after_a_hook_raises():
-    from perm_circuits import hook_count
+    from perm_circuits.hooks import hook_count
 
     model = build_model("d16h1")
 

@@ -89,7 +89,7 @@ def test_the_prose_claims_hold(numbers):
 
 def test_committed_numbers_equal_a_fresh_measurement(pretrained):
     """The shipped model's story and ablations, and the dynamics from the committed records."""
-    from perm_circuits import load_dynamics
+    from perm_circuits.dynamics import load_dynamics
     from perm_circuits.models import PRETRAINED_DIR
 
     committed = read_numbers(ROOT / GENERAL_NUMBERS)

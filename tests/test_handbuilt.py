@@ -9,12 +9,9 @@ import math
 import pytest
 import torch
 
-from perm_circuits import (
-    build_induction_model,
-    fast_forward,
-    hook_count,
-    recall_generalisation,
-)
+from perm_circuits import build_induction_model, recall_generalisation
+from perm_circuits.hooks import hook_count
+from perm_circuits.models import fast_forward
 from perm_circuits.analysis import composition_scores, induction_scores
 from perm_circuits.handbuilt import elimination_weight, induction_layout
 from perm_circuits.hooks import run_capture

@@ -5,7 +5,9 @@ from fractions import Fraction
 import pytest
 import torch
 
-from perm_circuits import TaskConfig, bayes_posterior, make_batch, make_sequence, split_permutations
+from perm_circuits import TaskConfig
+from perm_circuits.posterior import bayes_posterior
+from perm_circuits.task import make_batch, make_sequence, split_permutations
 from perm_circuits.posterior import _posterior_from, prior_permutations
 
 

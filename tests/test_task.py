@@ -4,7 +4,8 @@ import math
 import pytest
 import torch
 
-from perm_circuits import TaskConfig, make_batch, make_sequence, make_test_set, probe_sequence, split_permutations
+from perm_circuits import TaskConfig, make_test_set, probe_sequence
+from perm_circuits.task import make_batch, make_sequence, split_permutations
 from perm_circuits.task import ADDED_FIELDS, all_permutations, repeat_source_of, validate_tokens, y_positions
 
 

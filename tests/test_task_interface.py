@@ -14,20 +14,12 @@ from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from perm_circuits import (
-    PROBE_SEQUENCE,
-    TaskConfig,
-    TrainConfig,
-    bayes_posterior,
-    build_model,
-    evaluate,
-    fast_forward,
-    make_batch,
-    make_test_set,
-    train,
-)
-from perm_circuits.task_eval import TaskEvaluation, evaluate_task, reference_agreement, train_task
-from perm_circuits.tasks import TASKS, PermutationTask, Task, TaskBatch, task_from_dict
+from perm_circuits import TaskConfig, TrainConfig, build_model, evaluate, make_test_set, train
+from perm_circuits.models import fast_forward
+from perm_circuits.posterior import bayes_posterior
+from perm_circuits.task import PROBE_SEQUENCE, make_batch
+from perm_circuits.task_eval import TaskEvaluation, evaluate_task, measure_task, reference_agreement, train_task
+from perm_circuits.tasks import TASKS, FitConfig, PermutationTask, Task, TaskBatch, task_from_dict
 from perm_circuits.tasks.permutation import as_batch, as_task_batch
 from perm_circuits.views.html import local_script_refs, remote_resource_refs
 from perm_circuits.views.task_report import attention_patterns, task_report
@@ -161,7 +153,7 @@ def test_train_accepts_a_permutation_task_bit_identically():
 def test_evaluate_task_on_the_study(pretrained):
     model = pretrained("d32h2")
     task = PermutationTask(REPEATED)
-    result = evaluate_task(model, task, n=500)
+    result = evaluate(model, task=task, n=500)
     assert isinstance(result, TaskEvaluation)
     assert (result.task, result.model_name, result.n_samples) == ("permutation", "d32h2", 500)
     study = evaluate(model, make_test_set(REPEATED, n=500), task_config=REPEATED)
@@ -188,23 +180,23 @@ def test_train_and_evaluate_any_task_on_a_hooked_root_module():
     task = Successor()
     model = TinyAttention()
     frozen = model.W_Q.clone()
-    before = evaluate_task(model, task, n=400)
+    before = evaluate(model, task=task, n=400)
     assert before.reference["reference_agreement"] == before.metrics["accuracy"] < 0.5
     assert before.reference["reference_accuracy"] == 1.0  # the reference is the targets themselves
-    result = train_task(model, task, steps=80, batch_size=32, lr=0.05, seed=0, progress=False)
+    result = train(model, task, FitConfig(steps=80, batch_size=32, lr=0.05, seed=0), progress=False)
     assert result.losses[-1] < 0.1 * result.losses[0]
     assert torch.equal(model.W_Q, frozen)
-    after = evaluate_task(model, task, n=400)
+    after = evaluate(model, task=task, n=400)
     assert after.metrics["accuracy"] == after.reference["reference_agreement"] == 1.0
     assert after.test_loss == pytest.approx(result.losses[-1], rel=0.5)
-    again = train_task(TinyAttention(), task, steps=80, batch_size=32, lr=0.05, seed=0, progress=False)
+    again = train(TinyAttention(), task, FitConfig(steps=80, batch_size=32, lr=0.05, seed=0), progress=False)
     assert again.losses == result.losses
 
 
 def test_train_task_on_a_bridge_with_fast_forward():
     task = PermutationTask(TaskConfig())
     model = build_model("d16h1", seed=0)
-    result = train_task(model, task, steps=25, batch_size=64, lr=3e-3, seed=0, progress=False)
+    result = train(model, task, FitConfig(steps=25, batch_size=64, lr=3e-3, seed=0), progress=False)
     assert result.losses[-1] < result.losses[0] - 0.1
     # the default for a build_model bridge is fast_forward: the same run as passing it
     calls = []
@@ -213,30 +205,57 @@ def test_train_task_on_a_bridge_with_fast_forward():
         calls.append(1)
         return fast_forward(m, tokens)
 
-    same = train_task(build_model("d16h1", seed=0), task, steps=25, batch_size=64, lr=3e-3, seed=0, progress=False,
-                      forward=counted)
+    same = train(build_model("d16h1", seed=0), task, FitConfig(steps=25, batch_size=64, lr=3e-3, seed=0), progress=False,
+                 forward=counted)
     assert same.losses == result.losses and len(calls) == 25
-    assert evaluate_task(model, task, n=200).metrics["step1_accuracy"] > 0
+    assert evaluate(model, task=task, n=200).metrics["step1_accuracy"] > 0
 
 
 def test_task_eval_errors(pretrained):
     model = pretrained("d32h2")
     with pytest.raises(ValueError, match=r"the model's vocabulary \(6\) does not match task 'permutation' \(d_vocab=5\)"):
-        evaluate_task(model, PermutationTask(TaskConfig(V=4)))
+        evaluate(model, task=PermutationTask(TaskConfig(V=4)))
     with pytest.raises(ValueError, match="vocabulary"):
-        train_task(model, PermutationTask(TaskConfig(V=4)), steps=1)
+        train(model, PermutationTask(TaskConfig(V=4)), FitConfig(steps=1))
     with pytest.raises(TypeError, match="task must implement perm_circuits.tasks.Task, got TaskConfig|parameter 'task'"):
-        evaluate_task(model, REPEATED)
+        measure_task(model, REPEATED)
     with pytest.raises(TypeError, match="test_set must be a TaskBatch|parameter 'test_set'"):
-        evaluate_task(model, PermutationTask(REPEATED), make_test_set(REPEATED, n=10))
+        measure_task(model, PermutationTask(REPEATED), make_test_set(REPEATED, n=10))
     with pytest.raises(ValueError, match=r"n must be an int >= 1, got 0"):
-        evaluate_task(model, PermutationTask(REPEATED), n=0)
+        evaluate(model, task=PermutationTask(REPEATED), n=0)
     batch = Successor().test_set(4)
     logits = torch.zeros(4, 6, 7)
     with pytest.raises(ValueError, match=r"a task reference must be a distribution \(4, 6, 7\) or token ids \(4, 6\), got shape \(4, 6\, 3\)"):
         reference_agreement(logits, batch, torch.zeros(4, 6, 3))
     with pytest.raises(TypeError, match="a reference answer must be an integer tensor"):
         reference_agreement(logits, batch, torch.zeros(4, 6))
+
+
+def test_the_old_names_warn_and_give_the_same_results(pretrained):
+    task = Successor()
+    with pytest.warns(DeprecationWarning, match=r"train_task is deprecated; use perm_circuits.train"):
+        old = train_task(TinyAttention(), task, steps=20, batch_size=32, lr=0.05, seed=0, progress=False)
+    new = train(TinyAttention(), task, FitConfig(steps=20, batch_size=32, lr=0.05, seed=0), progress=False)
+    assert old.losses == new.losses and old.losses[-1] < old.losses[0]
+    with pytest.warns(DeprecationWarning, match=r"evaluate_task is deprecated; use perm_circuits.evaluate"):
+        before = evaluate_task(old.model, task, n=300)
+    assert before.summary() == evaluate(new.model, task=task, n=300).summary()
+    # the study's evaluation is unchanged by task=: a TaskConfig means its PermutationTask
+    model = pretrained("d16h1")
+    study = evaluate(model, task=REPEATED, n=200)
+    assert isinstance(study, TaskEvaluation) and study.summary() == evaluate(model, task=PermutationTask(REPEATED), n=200).summary()
+    with pytest.raises(ValueError, match="not both"):
+        evaluate(model, task=REPEATED, task_config=REPEATED)
+    with pytest.raises(TypeError, match="train task 'test_successor' with a FitConfig"):
+        train("d16h1", task, TrainConfig(epochs=1))
+    with pytest.raises(TypeError, match="the study's loop builds its model from a ModelConfig"):
+        train(TinyAttention(), REPEATED, TrainConfig(epochs=1))
+    with pytest.raises(TypeError, match="resume_from resumes the study's epoch loop"):
+        train(resume_from="nowhere", recipe=FitConfig(steps=1))
+    with pytest.raises(ValueError, match="forward= belongs to the step loop"):
+        train("d16h1", REPEATED, TrainConfig(epochs=1), forward=fast_forward)
+    with pytest.raises(TypeError, match="the step loop needs a task"):
+        train(TinyAttention(), None, FitConfig(steps=1))
 
 
 # ----------------------------------------------------------------------------- the task report

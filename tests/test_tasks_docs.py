@@ -51,10 +51,36 @@ def test_worked_example_runs_and_states_its_numbers(tmp_path, monkeypatch):
 
 
 def test_study_example_numbers(pretrained):
-    from perm_circuits import PermutationTask, TaskConfig, evaluate_task
+    from perm_circuits import PermutationTask, TaskConfig, evaluate
 
     block = _blocks()[0]
-    assert "evaluate_task(load_pretrained(\"d32h2\"), PermutationTask(TaskConfig(repeat_ratio=0.3)), n=500)" in block
-    result = evaluate_task(pretrained("d32h2"), PermutationTask(TaskConfig(repeat_ratio=0.3)), n=500)
+    assert "evaluate(load_pretrained(\"d32h2\"), task=PermutationTask(TaskConfig(repeat_ratio=0.3)), n=500)" in block
+    result = evaluate(pretrained("d32h2"), task=PermutationTask(TaskConfig(repeat_ratio=0.3)), n=500)
     assert result.metrics["elimination_accuracy"] == result.metrics["recall_accuracy"] == 1.0
     assert round(result.test_loss, 3) == 1.015 and round(result.reference["reference_tv"], 3) == 0.042
+
+
+def test_the_walk_through_sweeps_the_new_task(monkeypatch):
+    """The page's spec of the new task is a valid sweep of it (keys, run ids), and the page names
+    the one path only (no deprecated name in its code)."""
+    import tomllib
+
+    from perm_circuits.sweep import SweepSpec
+
+    page = DOC.read_text(encoding="utf-8")
+    walk = page[page.index("## A new task, from an empty file to a swept model"):page.index("## Analyses on any task")]
+    module = types.ModuleType("previous_token")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    try:
+        exec(compile(_blocks()[1], str(DOC), "exec"), module.__dict__)
+        spec = SweepSpec.from_dict(tomllib.loads(re.search(r"```toml\n(.*?)```", walk, re.S).group(1)))
+        assert len(spec) == 6 and {run.config["model"]["d_model"] for run in spec.runs} == {8, 16}
+        run = spec.runs[0].config
+        assert run["task"] == {"task": "previous_token", "V": 5, "length": 10} and run["model"]["n_heads"] == 1
+        assert run["fit"]["steps"] == 100 and run["fit"]["lr"] == 0.01
+        assert "--import previous_token" in walk
+    finally:
+        TASKS.pop("previous_token", None)
+    code = "".join(_blocks())
+    for old in ("evaluate_task", "train_task", "fit("):
+        assert old not in code, old

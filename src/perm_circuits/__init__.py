@@ -1,12 +1,25 @@
-"""perm_circuits: train tiny transformers on in-context permutation lookup and take them apart.
+"""perm_circuits: train tiny transformers on in-context permutation lookup (and any other task) and take them apart.
 
 Built on TransformerLens 4 (``TransformerBridge.boot_native``).  The data path:
 task -> models -> train -> evaluate -> analyses -> views.
+
+The top level holds what the README and the notebooks use: the tasks, the models, the one
+:func:`train` and the one :func:`evaluate`, the main analyses, sweeps and reproductions.  Everything
+else is public in its subpackage (``perm_circuits.analysis``, ``perm_circuits.tasks``,
+``perm_circuits.task``, ``perm_circuits.models``, ``perm_circuits.sweep``, ``perm_circuits.dynamics``,
+...).  Names that used to sit here still resolve, with a ``DeprecationWarning`` naming their module.
 """
 
-from perm_circuits import analysis
+import importlib as _importlib
+import warnings as _warnings
+
+# every module is imported eagerly (its names are bound below or served by __getattr__)
+from perm_circuits import analysis, dynamics, sweep, tasks  # noqa: F401
+from perm_circuits import hooks as _hooks  # noqa: F401
+from perm_circuits import model_shape as _model_shape  # noqa: F401
+from perm_circuits import posterior as _posterior  # noqa: F401
+from perm_circuits import task_eval as _task_eval  # noqa: F401
 from perm_circuits.analysis import (
-    ablate,
     ablate_head,
     ablate_mlp,
     ablation_table,
@@ -14,62 +27,64 @@ from perm_circuits.analysis import (
     circuit_metrics,
     direct_logit_attribution,
     faithfulness_by_mode,
-    ffn_key_value_probe,
     find_recall_head,
     head_roles,
     head_scores,
     memory_probe_tracker,
-    memory_recall,
-    mlp_prediction_flips,
     model_memory_probes,
+    patch_head,
     propose_circuit,
-    optimal_constant,
     recall_patching,
+    task_ablation_table,
 )
-from perm_circuits.evaluate import (
-    Evaluation,
-    RecallGeneralisation,
-    StepMetrics,
-    SubgroupMetrics,
-    evaluate,
-    probe_probabilities,
-    recall_generalisation,
-)
+from perm_circuits.dynamics import DynamicsRecorder
+from perm_circuits.evaluate import evaluate, recall_generalisation
 from perm_circuits.handbuilt import build_induction_model
-from perm_circuits.hooks import check_hooks, hook_count, run_logits
 from perm_circuits.models import (
     PRESETS,
-    Checkpoint,
     ModelConfig,
     build_model,
-    fast_forward,
     list_pretrained,
     load_any,
     load_checkpoint,
-    load_model,
     load_pretrained,
     save_model,
 )
-from perm_circuits.posterior import Posterior, bayes_posterior
-from perm_circuits.task import (
-    PROBE_SEQUENCE,
-    Batch,
-    TaskConfig,
-    all_permutations,
-    exhaustive_batch,
-    make_batch,
-    make_sequence,
-    make_test_set,
-    probe_sequence,
-    split_permutations,
-)
-from perm_circuits.train import TrainConfig, TrainingHistory, TrainResult, train
+from perm_circuits.reproduce import reproduce
+from perm_circuits.sweep import load_sweep, run_sweep
+from perm_circuits.task import TaskConfig, make_test_set, probe_sequence
+from perm_circuits.tasks import FitConfig, PermutationTask, Task, TaskBatch, register_task
+from perm_circuits.train import TrainConfig, TrainingHistory, train
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "analysis",
-    "ablate",
+    # tasks: the study's and any other (one file + register_task)
+    "FitConfig",
+    "PermutationTask",
+    "Task",
+    "TaskBatch",
+    "TaskConfig",
+    "make_test_set",
+    "probe_sequence",
+    "register_task",
+    # models
+    "PRESETS",
+    "ModelConfig",
+    "build_induction_model",
+    "build_model",
+    "list_pretrained",
+    "load_any",
+    "load_checkpoint",
+    "load_pretrained",
+    "save_model",
+    # the one training and the one evaluation
+    "TrainConfig",
+    "TrainingHistory",
+    "evaluate",
+    "recall_generalisation",
+    "train",
+    # analyses
     "ablate_head",
     "ablate_mlp",
     "ablation_table",
@@ -77,95 +92,47 @@ __all__ = [
     "circuit_metrics",
     "direct_logit_attribution",
     "faithfulness_by_mode",
-    "ffn_key_value_probe",
     "find_recall_head",
     "head_roles",
     "head_scores",
     "memory_probe_tracker",
-    "memory_recall",
-    "mlp_prediction_flips",
     "model_memory_probes",
+    "patch_head",
     "propose_circuit",
-    "optimal_constant",
     "recall_patching",
-    "PRESETS",
-    "PROBE_SEQUENCE",
-    "Batch",
-    "Checkpoint",
-    "Evaluation",
-    "ModelConfig",
-    "Posterior",
-    "RecallGeneralisation",
-    "StepMetrics",
-    "SubgroupMetrics",
-    "TaskConfig",
-    "TrainConfig",
-    "TrainResult",
-    "TrainingHistory",
-    "all_permutations",
-    "bayes_posterior",
-    "build_induction_model",
-    "build_model",
-    "check_hooks",
-    "evaluate",
-    "exhaustive_batch",
-    "fast_forward",
-    "hook_count",
-    "list_pretrained",
-    "load_any",
-    "load_checkpoint",
-    "load_model",
-    "load_pretrained",
-    "make_batch",
-    "make_sequence",
-    "make_test_set",
-    "probe_sequence",
-    "probe_probabilities",
-    "recall_generalisation",
-    "run_logits",
-    "save_model",
-    "split_permutations",
-    "train",
+    "task_ablation_table",
+    # training dynamics, sweeps, reproductions
+    "DynamicsRecorder",
+    "load_sweep",
+    "reproduce",
+    "run_sweep",
 ]
 
-# --- sweeps: grids of runs on a process pool or Ray, one row per run (sweep/)
-from perm_circuits import sweep  # noqa: E402
-from perm_circuits.sweep import SweepResult, SweepSpec, export_parquet, load_sweep, run_sweep  # noqa: E402
+MOVED: dict[str, str] = {
+    **dict.fromkeys(("ablate", "ffn_key_value_probe", "memory_recall", "mlp_prediction_flips", "optimal_constant",
+                     "TaskAblationTable", "TaskPatch", "target_logprob"), "perm_circuits.analysis"),
+    **dict.fromkeys(("Evaluation", "RecallGeneralisation", "StepMetrics", "SubgroupMetrics", "probe_probabilities"),
+                    "perm_circuits.evaluate"),
+    **dict.fromkeys(("check_hooks", "hook_count", "run_logits"), "perm_circuits.hooks"),
+    **dict.fromkeys(("Checkpoint", "fast_forward", "load_model"), "perm_circuits.models"),
+    **dict.fromkeys(("Posterior", "bayes_posterior"), "perm_circuits.posterior"),
+    **dict.fromkeys(("PROBE_SEQUENCE", "Batch", "all_permutations", "exhaustive_batch", "make_batch", "make_sequence",
+                     "split_permutations"), "perm_circuits.task"),
+    **dict.fromkeys(("StepInfo", "TrainResult"), "perm_circuits.train"),
+    **dict.fromkeys(("SweepResult", "SweepSpec", "export_parquet"), "perm_circuits.sweep"),
+    **dict.fromkeys(("FitResult", "StepState", "fit", "log_spaced_steps", "masked_cross_entropy", "task_from_dict"),
+                    "perm_circuits.tasks"),
+    **dict.fromkeys(("DynamicsRecord", "load_dynamics", "save_dynamics", "which_first"), "perm_circuits.dynamics"),
+    **dict.fromkeys(("Comparison", "Reproduction"), "perm_circuits.reproduce"),
+    **dict.fromkeys(("TaskEvaluation", "evaluate_task", "train_task"), "perm_circuits.task_eval"),
+    **dict.fromkeys(("ModelShape", "model_shape"), "perm_circuits.model_shape"),
+}
+"""Names that were exported here before, and the module that exports them now."""
 
-__all__ += ["sweep", "SweepResult", "SweepSpec", "export_parquet", "load_sweep", "run_sweep"]
 
-# --- tasks: one interface for every system (tasks/), the generic fit loop, task evaluation, reproductions
-from perm_circuits import tasks  # noqa: E402
-from perm_circuits.reproduce import Comparison, Reproduction, reproduce  # noqa: E402
-from perm_circuits.task_eval import TaskEvaluation, evaluate_task, train_task  # noqa: E402
-from perm_circuits.tasks import (  # noqa: E402
-    FitResult,
-    PermutationTask,
-    StepState,
-    Task,
-    TaskBatch,
-    fit,
-    log_spaced_steps,
-    masked_cross_entropy,
-    register_task,
-    task_from_dict,
-)
-
-__all__ += ["tasks", "Comparison", "FitResult", "PermutationTask", "Reproduction", "StepState", "Task", "TaskBatch",
-            "TaskEvaluation", "evaluate_task", "fit", "log_spaced_steps", "masked_cross_entropy", "register_task",
-            "reproduce", "task_from_dict", "train_task"]
-
-# --- training dynamics: step-level recording, which signal moves first, the LLC (dynamics/)
-from perm_circuits import dynamics  # noqa: E402
-from perm_circuits.dynamics import DynamicsRecord, DynamicsRecorder, load_dynamics, save_dynamics, which_first  # noqa: E402
-from perm_circuits.train import StepInfo  # noqa: E402
-
-__all__ += ["dynamics", "DynamicsRecord", "DynamicsRecorder", "StepInfo", "load_dynamics", "save_dynamics", "which_first"]
-
-# --- analyses on any task and hooked model (issue 10 item 4)
-from perm_circuits.analysis.task_ablation import TaskAblationTable, task_ablation_table  # noqa: E402
-from perm_circuits.analysis.task_patching import TaskPatch, patch_head, target_logprob  # noqa: E402
-from perm_circuits.model_shape import ModelShape, model_shape  # noqa: E402
-
-__all__ += ["ModelShape", "TaskAblationTable", "TaskPatch", "model_shape", "patch_head", "target_logprob",
-            "task_ablation_table"]
+def __getattr__(name: str):
+    if name in MOVED:
+        module = MOVED[name]
+        _warnings.warn(f"perm_circuits.{name} moved: import it from {module}", DeprecationWarning, stacklevel=2)
+        return getattr(_importlib.import_module(module), name)
+    raise AttributeError(f"module 'perm_circuits' has no attribute {name!r}")

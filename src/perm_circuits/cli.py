@@ -96,6 +96,9 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--keep-models", action="store_true", help="also save each run's checkpoint in DIR/models/")
     sw.add_argument("--retry-failed", action="store_true", help="re-run the runs stored as failed")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
+    sw.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                    help="import MODULE first (from the current folder too), e.g. the file defining and registering "
+                         "a task of your own that the spec names (repeatable)")
     ra = sub.add_parser("sweep-reanalyse", help="recompute a sweep's analysis columns from its kept models")
     ra.add_argument("sweep_dir", type=Path, metavar="DIR", help="sweep folder run with --keep-models")
     ra.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -105,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     sr.add_argument("--force", action="store_true", help="overwrite an existing page")
     sr.add_argument("--title", help="page title")
     rr = sub.add_parser("reproduce", help="run a seed paper's headline experiment and print paper vs ours")
-    rr.add_argument("name", help="birth, forner or factual")
+    rr.add_argument("name", help="a registered reproduction (birth, forner, factual, ...)")
     rr.add_argument("--quick", action="store_true", help="the CPU-sized run (minutes)")
     rr.add_argument("--out", type=Path, help="also write comparison.csv, numbers.json and an offline HTML page here")
     rr.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -271,9 +274,24 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _import_modules(modules: list[str]) -> None:
+    """Import each module (the current folder on the path), e.g. a task file whose register_task line must run."""
+    import importlib
+    import os
+
+    if modules and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for module in modules:
+        try:
+            importlib.import_module(module.removesuffix(".py"))
+        except ImportError as error:
+            raise ValueError(f"--import {module}: {error}") from None
+
+
 def _sweep(args: argparse.Namespace) -> int:
     from perm_circuits.sweep import load_sweep, run_sweep, summary_table
 
+    _import_modules(args.imports)
     try:
         result = run_sweep(args.spec, args.out, backend=args.backend, workers=args.workers, address=args.address,
                            keep_models=args.keep_models, retry_failed=args.retry_failed, progress=not args.quiet)

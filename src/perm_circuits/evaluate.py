@@ -1,6 +1,11 @@
-"""Per-step evaluation against the exact Bayesian posterior.
+"""The one evaluation: :func:`evaluate` measures any model on any task.
 
-For every y-prediction step ``1..V`` of a fixed test set, :func:`evaluate` measures the model's
+``evaluate(model, task=task)`` runs the task's own metrics, the masked test loss and the agreement
+with the task's reference (:func:`perm_circuits.task_eval.measure_task`) on any ``tokens -> logits``
+module.  ``evaluate(model)`` on one of the study's permutation-lookup models gives the study's
+per-step evaluation against the exact Bayesian posterior:
+
+for every y-prediction step ``1..V`` of a fixed test set, :func:`evaluate` measures the model's
 accuracy, the accuracy a Bayesian predictor would reach (its mean probability on the target),
 the mean and max absolute error between the model's distribution over the ``V`` value tokens
 and each posterior (uniform prior over all permutations, and the train-split prior), and the
@@ -15,9 +20,8 @@ vocabulary equal to the target, so a model that prefers token 0 is wrong.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import pandas as pd
 from jaxtyping import Float
@@ -25,218 +29,32 @@ from torch import Tensor
 
 from perm_circuits.hooks import run_logits
 from perm_circuits.models import model_config_of, task_config_of
-from perm_circuits.posterior import Posterior, bayes_posterior
 from perm_circuits.task import Batch, TaskConfig, exhaustive_batch, make_batch, make_test_set, probe_sequence
-from perm_circuits.tasks.base import TaskBatch
-from perm_circuits.tasks.permutation import PermutationTask, as_batch
+from perm_circuits.task_eval import TaskEvaluation, measure_task
+from perm_circuits.tasks.base import Task, TaskBatch
+from perm_circuits.tasks.permutation import (
+    Evaluation,
+    PermutationTask,
+    StepMetrics,
+    SubgroupMetrics,
+    as_batch,
+    as_task_batch,
+    evaluate_logits,
+    value_probs,
+)
 
 __all__ = [
     "Evaluation",
     "RecallGeneralisation",
     "StepMetrics",
     "SubgroupMetrics",
+    "TaskEvaluation",
     "evaluate",
     "evaluate_logits",
     "probe_probabilities",
     "recall_generalisation",
     "value_probs",
 ]
-
-
-@dataclass(frozen=True)
-class StepMetrics:
-    """Metrics of one y-prediction step over the test set."""
-
-    step: int
-    n: int
-    accuracy: float
-    bayes_accuracy: float
-    bayes_accuracy_train: float
-    mae_uniform: float
-    max_ae_uniform: float
-    mae_train: float
-    max_ae_train: float
-    loss: float
-
-
-@dataclass(frozen=True)
-class SubgroupMetrics:
-    """Last-step metrics of a subgroup (errors against the uniform-prior posterior)."""
-
-    name: str
-    n: int
-    accuracy: float
-    mae: float
-    max_ae: float
-    loss: float
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """Result of :func:`evaluate`; ``str()`` renders the study's tables."""
-
-    model_name: str
-    steps: tuple[StepMetrics, ...]
-    elimination: SubgroupMetrics
-    memorization: SubgroupMetrics | None
-    test_loss: float
-    probe: tuple[float, ...] | None
-    n_samples: int
-    recall_by_source: tuple[SubgroupMetrics, ...] = ()
-    """One subgroup ``recall_x{k}`` per earlier query ``x_k`` that some last query of the test set
-    repeats (sorted by ``k``); together they are the memorization subgroup."""
-
-    @property
-    def recall_accuracy(self) -> float:
-        """Memorization-subgroup accuracy over every repeated sample, whichever ``x_k`` it repeats
-        (nan when the test set has no repeated query)."""
-        return self.memorization.accuracy if self.memorization else math.nan
-
-    @property
-    def recall_accuracy_by_source(self) -> dict[int, float]:
-        """``{k: accuracy}`` of the last step where the last query repeats ``x_k`` (1-based ``k``)."""
-        return {int(g.name.removeprefix("recall_x")): g.accuracy for g in self.recall_by_source}
-
-    @property
-    def elimination_accuracy(self) -> float:
-        return self.elimination.accuracy
-
-    @property
-    def early_mae_train(self) -> float:
-        """Mean over steps ``1..V-1`` of the MAE against the train-prior posterior."""
-        return sum(s.mae_train for s in self.steps[:-1]) / (len(self.steps) - 1)
-
-    def to_dataframe(self) -> pd.DataFrame:
-        """One row per step."""
-        return pd.DataFrame([asdict(s) for s in self.steps]).set_index("step")
-
-    def subgroup_dataframe(self) -> pd.DataFrame:
-        """One row per last-step subgroup: elimination, memorization, then ``recall_x{k}`` per source."""
-        groups = (self.elimination, self.memorization, *self.recall_by_source)
-        rows = [asdict(g) for g in groups if g is not None]
-        return pd.DataFrame(rows).set_index("name")
-
-    def summary(self) -> dict[str, float]:
-        """Flat dict of headline numbers (used in training history and checkpoint metadata).
-
-        Per-source recall accuracies ``recall_x{k}_accuracy`` are included unless the only
-        repeated query is ``x1`` (the study, where it equals ``recall_accuracy``), so the study's
-        summaries keep the keys stored with the shipped checkpoints.
-        """
-        out: dict[str, float] = {
-            "test_loss": self.test_loss,
-            "elimination_accuracy": self.elimination.accuracy,
-            "recall_accuracy": self.recall_accuracy,
-            "early_mae_train": self.early_mae_train,
-        }
-        by_source = self.recall_accuracy_by_source
-        if set(by_source) - {1}:
-            out.update({f"recall_x{k}_accuracy": acc for k, acc in by_source.items()})
-        for s in self.steps:
-            out[f"step{s.step}_accuracy"] = s.accuracy
-            out[f"step{s.step}_mae_uniform"] = s.mae_uniform
-            out[f"step{s.step}_mae_train"] = s.mae_train
-        if self.probe is not None:
-            for value, p in enumerate(self.probe, start=1):
-                out[f"probe_p{value}"] = p
-        return out
-
-    def to_markdown(self) -> str:
-        steps = self.to_dataframe()
-        pct = ["accuracy", "bayes_accuracy", "bayes_accuracy_train"]
-        steps[pct] = steps[pct].map(lambda v: f"{100 * v:.2f}%")
-        lines = [f"## {self.model_name}: {self.n_samples} test samples, test loss {self.test_loss:.4f}", ""]
-        lines.append(steps.to_markdown(floatfmt=".6f"))
-        lines += ["", "Last step by subgroup (errors vs the uniform-prior posterior):", ""]
-        groups = self.subgroup_dataframe()
-        groups["accuracy"] = groups["accuracy"].map(lambda v: f"{100 * v:.2f}%")
-        lines.append(groups.to_markdown(floatfmt=".6f"))
-        if self.probe is not None:
-            probs = ", ".join(f"p({v})={p:.4f}" for v, p in enumerate(self.probe, start=1))
-            lines += ["", f"Probe [2,4,5,3,4,5,3,2,2] (recall 4, elimination 1): {probs}"]
-        return "\n".join(lines)
-
-    def __str__(self) -> str:
-        return self.to_markdown()
-
-
-def value_probs(logits: Float[Tensor, "batch seq vocab"], V: int) -> Float[Tensor, "batch step value"]:
-    """P(y = v), v = 1..V, at every y-prediction position: softmax over the full vocabulary, restricted."""
-    return logits[:, 0::2].softmax(dim=-1)[..., 1 : V + 1]
-
-
-def _subgroup(name: str, rows: Tensor, probs, correct, posterior, losses) -> SubgroupMetrics | None:
-    n = int(rows.sum())
-    if n == 0:
-        return None
-    err = (probs[rows] - posterior[rows]).abs()
-    return SubgroupMetrics(
-        name=name,
-        n=n,
-        accuracy=float(correct[rows].float().mean()),
-        mae=float(err.mean()),
-        max_ae=float(err.max()),
-        loss=float(losses[rows].mean()),
-    )
-
-
-def evaluate_logits(
-    logits: Float[Tensor, "batch seq vocab"],
-    batch: Batch,
-    config: TaskConfig,
-    posteriors: tuple[Posterior, Posterior] | None = None,
-    model_name: str = "model",
-    probe: Sequence[float] | None = None,
-) -> Evaluation:
-    """Metrics from precomputed logits (``posteriors`` = (uniform, train) may be cached)."""
-    V = config.V
-    if posteriors is None:
-        posteriors = (bayes_posterior(batch.inputs, config, "uniform"), bayes_posterior(batch.inputs, config, "train"))
-    uniform, train = posteriors[0].probs, posteriors[1].probs
-    logits = logits.detach().float()
-    targets = batch.ys  # [batch, V]: the target of each step
-    log_probs = logits[:, 0::2].log_softmax(dim=-1)
-    losses = -log_probs.gather(2, targets[..., None])[..., 0]  # [batch, step]
-    probs = value_probs(logits, V)
-    correct = logits[:, 0::2].argmax(-1) == targets
-    target_index = (targets - 1)[..., None]
-    steps = []
-    for k in range(V):
-        err_u = (probs[:, k] - uniform[:, k]).abs()
-        err_t = (probs[:, k] - train[:, k]).abs()
-        steps.append(
-            StepMetrics(
-                step=k + 1,
-                n=len(batch),
-                accuracy=float(correct[:, k].float().mean()),
-                bayes_accuracy=float(uniform[:, k].gather(1, target_index[:, k]).mean()),
-                bayes_accuracy_train=float(train[:, k].gather(1, target_index[:, k]).mean()),
-                mae_uniform=float(err_u.mean()),
-                max_ae_uniform=float(err_u.max()),
-                mae_train=float(err_t.mean()),
-                max_ae_train=float(err_t.max()),
-                loss=float(losses[:, k].mean()),
-            )
-        )
-    last = (probs[:, -1], correct[:, -1], uniform[:, -1], losses[:, -1])
-    elimination = _subgroup("elimination", ~batch.repeated, *last)
-    memorization = _subgroup("memorization", batch.repeated, *last)
-    sources = batch.repeat_source[batch.repeated].unique().tolist()  # 0-based, sorted
-    by_source = tuple(
-        _subgroup(f"recall_x{s + 1}", batch.repeated & (batch.repeat_source == s), *last) for s in sources
-    )
-    if elimination is None:
-        elimination = SubgroupMetrics("elimination", 0, math.nan, math.nan, math.nan, math.nan)
-    return Evaluation(
-        model_name=model_name,
-        steps=tuple(steps),
-        elimination=elimination,
-        memorization=memorization,
-        test_loss=float(losses.mean()),
-        probe=tuple(float(p) for p in probe) if probe is not None else None,
-        n_samples=len(batch),
-        recall_by_source=by_source,
-    )
 
 
 def probe_probabilities(
@@ -254,33 +72,62 @@ def evaluate(
     model,
     test_set: Batch | TaskBatch | None = None,
     *,
+    task: Task | TaskConfig | None = None,
     task_config: TaskConfig | PermutationTask | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
-    n: int = 5000,
+    n: int | None = None,
     seed: int = 1234,
     probe: bool = True,
-) -> Evaluation:
-    """Evaluate ``model`` per step against the Bayesian posteriors.
+    forward: Callable | None = None,
+) -> Evaluation | TaskEvaluation:
+    """Evaluate ``model``: the one evaluation of every task and model.
+
+    * ``evaluate(model)`` (or ``task_config=``) on a permutation-lookup model: the study's
+      per-step :class:`Evaluation` against the Bayesian posteriors.
+    * ``evaluate(model, task=task)``: any model (a bridge, a ``HookedRootModule``, any
+      ``tokens -> logits`` module) on any registered :class:`~perm_circuits.tasks.Task`
+      (a ``TaskConfig`` means its ``PermutationTask``): a :class:`TaskEvaluation` with the task's
+      own metrics, the masked test loss and the agreement with the task's reference.
 
     Args:
-        model: a bridge from :func:`~perm_circuits.build_model` / :func:`~perm_circuits.load_pretrained`.
-        test_set: the batch to evaluate on; default: the fixed test set (``n`` samples from the
-            test permutations, ``seed``) with the model's training ``repeat_ratio`` and
-            ``repeat_sources``.
-        task_config: the task; default: the one stored with the model.  A
+        model: the model.
+        test_set: the batch to evaluate on; default: the task's fixed test set of ``n`` samples
+            drawn with ``seed`` (the study's: from the test permutations, with the model's training
+            ``repeat_ratio`` and ``repeat_sources``).
+        task: any task; gives a :class:`TaskEvaluation`.
+        task_config: the study's task; default: the one stored with the model.  A
             :class:`~perm_circuits.tasks.PermutationTask` (and a ``TaskBatch`` test set from it)
-            is unwrapped: the same evaluation.
-        hooks: a TransformerLens hook list applied during the forward pass (ablation, patching...).
+            is unwrapped: the same :class:`Evaluation`.
+        hooks: a TransformerLens hook list applied during the forward pass (ablation, patching...)
+            and removed afterwards, always.
+        n: test-set size; default 5000 for the study's evaluation, 2000 with ``task=``.
         probe: also run the study's probe sequence (a batch of one) under ``hooks``; turn off
             for hooks tied to the test set's batch size (row-paired resampling).
+        forward: with ``task=``: ``forward(model, tokens) -> logits`` instead of ``model(tokens)``
+            (e.g. a hook-free fast path; not with ``hooks``).
     """
+    if task is not None:
+        if task_config is not None:
+            raise ValueError("pass task= (any task) or task_config= (the study's evaluation), not both")
+        if isinstance(task, TaskConfig):
+            task = PermutationTask(task)
+        if isinstance(test_set, Batch):
+            test_set = as_task_batch(test_set)
+        return measure_task(model, task, test_set, n=2000 if n is None else n, seed=seed, forward=forward, hooks=hooks)
+    if forward is not None:
+        raise ValueError("forward= applies to evaluate(model, task=task); the study's evaluation runs the model itself")
     if isinstance(task_config, PermutationTask):  # the Task interface's wrapper of the study's task
         task_config = task_config.config
     if isinstance(test_set, TaskBatch):
         test_set = as_batch(test_set)
-    config = task_config or task_config_of(model)
+    if task_config is None:
+        try:
+            task_config = task_config_of(model)
+        except TypeError as error:
+            raise TypeError(f"{error}. evaluate(model, task=task) measures a model of any task") from None
+    config = task_config
     if test_set is None:
-        test_set = make_test_set(config, n=n, seed=seed)
+        test_set = make_test_set(config, n=5000 if n is None else n, seed=seed)
     if not isinstance(test_set, Batch):
         raise TypeError(f"test_set must be a perm_circuits.Batch, got {type(test_set).__name__}")
     logits = run_logits(model, test_set.inputs, hooks)

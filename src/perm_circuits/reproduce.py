@@ -1,7 +1,8 @@
 """``perm-circuits reproduce NAME [--quick]``: a seed paper's headline experiment, "paper vs ours".
 
 Each reproduction is a function ``run(quick: bool, progress: bool) -> Reproduction`` that lives with
-its system (``perm_circuits.systems.<name>``) and is found here by name, imported only when asked
+its system (``perm_circuits.systems.<name>``); its task's registry entry names it
+(``register_task(..., reproduction=(name, module, title))``), and it is imported only when asked
 for.  A :class:`Reproduction` holds one :class:`Comparison` row per claim (the paper's number or
 statement beside ours, and whether ours supports it), the figures, and the command for the
 paper-size run that this CPU cannot afford.
@@ -18,14 +19,20 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["REPRODUCTIONS", "Comparison", "Reproduction", "reproduce"]
+from perm_circuits.tasks.base import task_entries
 
-REPRODUCTIONS: dict[str, tuple[str, str]] = {
-    "birth": ("perm_circuits.systems.birth", "Birth of a Transformer: a memory viewpoint (Bietti et al. 2023)"),
-    "forner": ("perm_circuits.systems.forner", "Permutation-chain state tracking (Forner et al. 2026)"),
-    "factual": ("perm_circuits.systems.factual", "Factual recall and storage capacity (Nichani, Lee, Bietti 2024)"),
-}
-"""name -> (module defining ``run(quick, progress) -> Reproduction``, title)."""
+__all__ = ["REPRODUCTIONS", "Comparison", "Reproduction", "registered_reproductions", "reproduce"]
+
+def registered_reproductions() -> dict[str, tuple[str, str]]:
+    """``name -> (module, title)`` of every registered task's reproduction (its registry entry's
+    ``reproduction``, :func:`perm_circuits.tasks.register_task`)."""
+    return {entry.reproduction[0]: (entry.reproduction[1], entry.reproduction[2])
+            for entry in task_entries() if entry.reproduction is not None}
+
+
+REPRODUCTIONS: dict[str, tuple[str, str]] = registered_reproductions()
+"""name -> (module defining ``run(quick, progress) -> Reproduction``, title): the registered tasks'
+reproductions (tasks registered later are looked up when asked for)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,8 @@ class Reproduction:
 
 def reproduce(name: str, *, quick: bool = False, progress: bool = True) -> Reproduction:
     """Run reproduction ``name`` (one of :data:`REPRODUCTIONS`); ``quick`` is the CPU-sized run."""
+    if name not in REPRODUCTIONS:
+        REPRODUCTIONS.update({k: v for k, v in registered_reproductions().items() if k not in REPRODUCTIONS})
     if name not in REPRODUCTIONS:
         raise ValueError(f"unknown reproduction {name!r}; choose one of {sorted(REPRODUCTIONS)}")
     if not isinstance(quick, bool):

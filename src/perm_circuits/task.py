@@ -34,6 +34,7 @@ __all__ = [
     "Batch",
     "TaskConfig",
     "all_permutations",
+    "exhaustive_batch",
     "make_batch",
     "make_sequence",
     "make_test_set",

@@ -1,18 +1,22 @@
-"""Train and evaluate any model on any task (the :class:`~perm_circuits.tasks.base.Task` interface).
+"""The generic halves of :func:`perm_circuits.train` and :func:`perm_circuits.evaluate`: any model,
+any task (the :class:`~perm_circuits.tasks.base.Task` interface).
 
-:func:`train_task` is the generic :func:`~perm_circuits.tasks.base.fit` loop after checking that
-the model and the task fit together; :func:`evaluate_task` measures a trained model on the task's
-fixed test set: the task's own metrics, the masked test loss, and, where the task has an exact or
-analytic reference (:meth:`Task.reference`), how far the model's next-token distribution is from
-it.  Both work for any ``tokens -> logits`` module: a TransformerLens bridge or a
-``HookedRootModule``.  (The study's permutation-specific :func:`~perm_circuits.train.train` and
-:func:`~perm_circuits.evaluate.evaluate` are unchanged; :class:`PermutationTask` runs through
-both.)
+:func:`fit_task` is the :func:`~perm_circuits.tasks.base.fit` loop after checking that the model
+and the task fit together; :func:`measure_task` measures a model on the task's fixed test set:
+the task's own metrics, the masked test loss and, where the task has an exact or analytic
+reference (:meth:`Task.reference`), how far the model's next-token distribution is from it.  Both
+work for any ``tokens -> logits`` module: a TransformerLens bridge or a ``HookedRootModule``.
+:func:`task_model` builds a task's model from its registry entry: the task's own builder, or a
+default ``boot_native`` transformer sized from ``task.d_vocab`` and ``task.n_ctx``.
+
+``train_task`` and ``evaluate_task`` are deprecated aliases of ``train(model, task, FitConfig(...))``
+and ``evaluate(model, task=task)``.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,20 +27,35 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from perm_circuits.models import ModelConfig, fast_forward
-from perm_circuits.tasks.base import FitResult, StepState, Task, TaskBatch, fit, masked_cross_entropy
+from perm_circuits.tasks.base import (
+    DEFAULT_MODEL_KEYS,
+    FitConfig,
+    FitResult,
+    StepState,
+    Task,
+    TaskBatch,
+    fit,
+    masked_cross_entropy,
+    task_entry,
+)
 
-__all__ = ["TaskEvaluation", "evaluate_task", "reference_agreement", "task_logits", "train_task"]
+__all__ = ["DEFAULT_MODEL", "TaskEvaluation", "check_fit", "check_model_fields", "default_model", "evaluate_task", "fit_task", "measure_task",
+           "model_name", "reference_agreement", "task_logits", "task_model", "train_task"]
 
 Forward = Callable[[torch.nn.Module, Tensor], Tensor]
 
+DEFAULT_MODEL: dict[str, Any] = {"d_model": 32, "n_heads": 2, "n_layers": 1}
+"""The default transformer's size when a task has no model builder and the caller names none."""
 
-def _model_name(model: torch.nn.Module) -> str:
+
+def model_name(model: torch.nn.Module) -> str:
+    """The model's preset-style name (``"d32h2"``) where it has a ``ModelConfig``, else its class name."""
     config = getattr(model, "perm_config", None)
     name = getattr(config, "name", None)
     return name if isinstance(name, str) else type(model).__name__
 
 
-def _check_fit(model: object, task: object) -> None:
+def check_fit(model: object, task: object) -> None:
     """TypeError / ValueError before any work when the model and the task do not fit together."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module mapping tokens to logits, got {type(model).__name__}")
@@ -53,6 +72,107 @@ def _check_fit(model: object, task: object) -> None:
         raise ValueError(f"the model's context ({n_ctx}) is shorter than task {task.name!r}'s sequences ({task.n_ctx})")
 
 
+_check_fit = check_fit  # the names analyses and views import (kept for them)
+_model_name = model_name
+
+
+def _default_config(task: Task, *, seed: int, d_model: int, n_heads: int, n_layers: int) -> dict[str, Any]:
+    if not isinstance(task, Task):
+        raise TypeError(f"task must implement perm_circuits.tasks.Task, got {type(task).__name__}")
+    for name, value in (("seed", seed), ("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "seed" else 1):
+            raise ValueError(f"{name} must be an int >= {0 if name == 'seed' else 1}, got {value!r}")
+    if d_model % n_heads:
+        raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+    return dict(
+        d_model=d_model, d_head=d_model // n_heads, n_heads=n_heads, n_layers=n_layers, n_ctx=task.n_ctx,
+        d_vocab=task.d_vocab, d_mlp=2 * d_model, act_fn="relu", normalization_type="LN",
+        positional_embedding_type="standard", seed=seed, tokenizer_prepends_bos=False,
+        model_name=f"{task.name}_d{d_model}h{n_heads}" + (f"l{n_layers}" if n_layers != 1 else ""),
+    )
+
+
+def default_model(task: Task, *, seed: int = 0, d_model: int = 32, n_heads: int = 2, n_layers: int = 1):
+    """A fresh ``boot_native`` transformer for ``task``: vocabulary ``task.d_vocab``, context
+    ``task.n_ctx``, ``n_layers`` blocks of ``n_heads`` heads on a residual of ``d_model`` (the study's
+    block: LayerNorm, a ReLU MLP of width ``2 d_model``), seeded init, in eval mode."""
+    config = _default_config(task, seed=seed, d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge import TransformerBridge
+
+    model = TransformerBridge.boot_native(TransformerBridgeConfig(**config))
+    model.eval()
+    return model
+
+
+def _entry_fields(task: Task, fields: Mapping[str, Any]):
+    if not isinstance(task, Task):
+        raise TypeError(f"task must implement perm_circuits.tasks.Task, got {type(task).__name__}")
+    entry = task_entry(task.name)
+    bad = sorted(set(fields) - set(entry.model_keys))
+    if bad:
+        raise ValueError(f"unknown model field(s) {bad} for task {task.name!r}; allowed: {list(entry.model_keys)}")
+    builder = entry.builder()
+    if builder is None:
+        fields = {**{k: v for k, v in DEFAULT_MODEL.items() if k in DEFAULT_MODEL_KEYS}, **fields}
+    return entry, builder, dict(fields)
+
+
+def task_model(task: Task, *, seed: int = 0, **fields: Any) -> tuple[torch.nn.Module, Forward | None]:
+    """``(model, forward)`` for ``task`` from its registry entry (:func:`~perm_circuits.tasks.register_task`).
+
+    The task's own builder ``builder(task, seed=seed, **fields)`` and forward where it registered
+    one; otherwise :func:`default_model` with ``fields`` among ``d_model``, ``n_heads``,
+    ``n_layers`` (defaults :data:`DEFAULT_MODEL`) and ``forward=None`` (``model(tokens)``).
+    Unknown fields raise a ValueError naming the allowed ones.
+    """
+    entry, builder, fields = _entry_fields(task, fields)
+    if builder is None:
+        return default_model(task, seed=seed, **fields), None
+    return builder(task, seed=seed, **fields), entry.forward_fn()
+
+
+def check_model_fields(task: Task, *, seed: int = 0, **fields: Any) -> None:
+    """Raise the error :func:`task_model` would raise for these fields (a task's own builder is
+    called; the default transformer's settings are checked without booting it)."""
+    _, builder, fields = _entry_fields(task, fields)
+    if builder is None:
+        _default_config(task, seed=seed, **fields)
+    else:
+        builder(task, seed=seed, **fields)
+
+
+def fit_task(
+    model: torch.nn.Module,
+    task: Task,
+    recipe: FitConfig,
+    *,
+    forward: Forward | None = None,
+    callbacks: Sequence[Callable[[StepState], Any]] = (),
+    progress: bool = True,
+) -> FitResult:
+    """Train ``model`` on ``task`` with :func:`~perm_circuits.tasks.base.fit` and ``recipe``.
+
+    Checks first that the model's vocabulary equals ``task.d_vocab`` and its context holds
+    ``task.n_ctx`` tokens (where the model has a TransformerLens ``cfg``).  A bridge from
+    :func:`~perm_circuits.models.build_model` without dropout trains through
+    :func:`~perm_circuits.models.fast_forward` unless ``forward`` is given (same logits, faster);
+    any other module through ``model(tokens)``.  A fixed ``recipe.seed`` gives bit-identical
+    weights, losses and records on CPU.
+    """
+    check_fit(model, task)
+    if not isinstance(recipe, FitConfig):
+        raise TypeError(f"recipe must be a FitConfig, got {type(recipe).__name__}")
+    config = getattr(model, "perm_config", None)
+    run = forward
+    if run is None and isinstance(config, ModelConfig) and config.dropout == 0:
+        run = fast_forward  # a build_model bridge: the same logits, several times faster
+    result = fit(model, task, steps=recipe.steps, batch_size=recipe.batch_size, lr=recipe.lr,
+                 optimizer=recipe.optimizer, weight_decay=recipe.weight_decay, momentum=recipe.momentum,
+                 seed=recipe.seed, forward=run, callbacks=callbacks, progress=progress)
+    return FitResult(result.model, result.losses, result.records, task, forward)
+
+
 def train_task(
     model: torch.nn.Module,
     task: Task,
@@ -65,22 +185,15 @@ def train_task(
     progress: bool = True,
     **fit_options: Any,
 ) -> FitResult:
-    """Train ``model`` on ``task`` with :func:`~perm_circuits.tasks.base.fit` (masked next-token loss).
-
-    Checks first that the model's vocabulary equals ``task.d_vocab`` and its context holds
-    ``task.n_ctx`` tokens (where the model has a TransformerLens ``cfg``).  ``fit_options`` are
-    :func:`fit`'s other keywords (``optimizer``, ``weight_decay``, ``momentum``, ``forward``).
-    A bridge from :func:`~perm_circuits.models.build_model` without dropout trains through
-    :func:`~perm_circuits.models.fast_forward` unless ``forward`` is given (same logits, faster);
-    any other module through ``model(tokens)``.
-    A fixed ``seed`` gives bit-identical weights, losses and records on CPU.
-    """
-    _check_fit(model, task)
-    config = getattr(model, "perm_config", None)
-    if fit_options.get("forward") is None and isinstance(config, ModelConfig) and config.dropout == 0:
-        fit_options["forward"] = fast_forward  # a build_model bridge: the same logits, several times faster
-    return fit(model, task, steps=steps, batch_size=batch_size, lr=lr, seed=seed, callbacks=callbacks,
-               progress=progress, **fit_options)
+    """Deprecated: ``perm_circuits.train(model, task, FitConfig(steps=..., ...), forward=...)``."""
+    warnings.warn("train_task is deprecated; use perm_circuits.train(model, task, FitConfig(steps=..., batch_size=..., "
+                  "lr=..., seed=...))", DeprecationWarning, stacklevel=2)
+    forward = fit_options.pop("forward", None)
+    unknown = sorted(set(fit_options) - {"optimizer", "weight_decay", "momentum"})
+    if unknown:
+        raise TypeError(f"unknown keyword(s) {unknown}; expected optimizer, weight_decay, momentum or forward")
+    recipe = FitConfig(steps=steps, batch_size=batch_size, lr=lr, seed=seed, **fit_options)
+    return fit_task(model, task, recipe, forward=forward, callbacks=callbacks, progress=progress)
 
 
 def task_logits(model: torch.nn.Module, tokens: Int[Tensor, "batch seq"], forward: Forward | None = None) -> Tensor:
@@ -148,7 +261,7 @@ def reference_agreement(
 
 @dataclass(frozen=True)
 class TaskEvaluation:
-    """A model measured on a task's test set (:func:`evaluate_task`).
+    """A model measured on a task's test set (``evaluate(model, task=task)``).
 
     Attributes:
         task: the task's name; ``task_dict`` its full settings (:meth:`Task.to_dict`).
@@ -184,7 +297,7 @@ class TaskEvaluation:
         return "\n".join(lines)
 
 
-def evaluate_task(
+def measure_task(
     model: torch.nn.Module,
     task: Task,
     test_set: TaskBatch | None = None,
@@ -194,7 +307,8 @@ def evaluate_task(
     forward: Forward | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> TaskEvaluation:
-    """Measure ``model`` on ``task``: its metrics, the test loss and the agreement with its reference.
+    """Measure ``model`` on ``task``: its metrics, the test loss and the agreement with its reference
+    (what ``evaluate(model, test_set, task=task)`` returns).
 
     Args:
         model: any ``tokens -> logits`` module (a bridge, a ``HookedRootModule``).
@@ -204,7 +318,7 @@ def evaluate_task(
         hooks: a TransformerLens hook list (e.g. an ablation) run during the forward pass and
             removed afterwards, always; needs the model's own forward (not ``forward``).
     """
-    _check_fit(model, task)
+    check_fit(model, task)
     if hooks is not None:
         from perm_circuits.hooks import check_hooks
 
@@ -231,10 +345,26 @@ def evaluate_task(
     agreement = {} if reference is None else reference_agreement(logits, test_set, reference)
     return TaskEvaluation(
         task=task.name,
-        model_name=_model_name(model),
+        model_name=model_name(model),
         metrics={name: float(metrics[name]) for name in task.metric_names},
         test_loss=test_loss,
         reference=agreement,
         n_samples=len(test_set),
         task_dict=task.to_dict(),
     )
+
+
+def evaluate_task(
+    model: torch.nn.Module,
+    task: Task,
+    test_set: TaskBatch | None = None,
+    *,
+    n: int = 2000,
+    seed: int = 1234,
+    forward: Forward | None = None,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+) -> TaskEvaluation:
+    """Deprecated: ``perm_circuits.evaluate(model, test_set, task=task, ...)``."""
+    warnings.warn("evaluate_task is deprecated; use perm_circuits.evaluate(model, test_set, task=task)",
+                  DeprecationWarning, stacklevel=2)
+    return measure_task(model, task, test_set, n=n, seed=seed, forward=forward, hooks=hooks)

@@ -1,6 +1,11 @@
-"""Training: Adam on the masked next-token loss, evaluated on the fixed test set every epoch.
+"""Training: the one :func:`train` of every task and model.
 
-The recipe defaults are the study's: 50 epochs x 100,000 samples, batch 128, Adam (lr 1e-3),
+With a :class:`~perm_circuits.tasks.FitConfig` recipe (or any task other than the permutation
+lookup) :func:`train` runs the generic step loop (:func:`perm_circuits.task_eval.fit_task`) on any
+``tokens -> logits`` module; with a :class:`TrainConfig` it runs the study's epoch loop described
+here: Adam on the masked next-token loss, evaluated on the fixed test set every epoch.
+
+The study's recipe defaults are: 50 epochs x 100,000 samples, batch 128, Adam (lr 1e-3),
 cross-entropy on the y positions only.  Batches are drawn vectorized from a seeded
 ``torch.Generator``; the step runs :func:`~perm_circuits.models.fast_forward` (plain PyTorch on the
 bridge's own parameters) with fused Adam.  Same seeds -> bit-identical weights and history on CPU,
@@ -21,7 +26,8 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +39,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from perm_circuits._util import dataclass_from_dict
-from perm_circuits.evaluate import Evaluation, evaluate_logits, value_probs
+from perm_circuits.tasks.permutation import Evaluation, evaluate_logits, value_probs
 from perm_circuits.models import (
     CheckpointError,
     ModelConfig,
@@ -46,9 +52,12 @@ from perm_circuits.models import (
 )
 from perm_circuits.posterior import bayes_posterior
 from perm_circuits.task import Batch, TaskConfig, make_batch, make_test_set, probe_sequence
+from perm_circuits.task_eval import fit_task, task_model
+from perm_circuits.tasks.base import FitConfig, FitResult, Task, task_entry
 from perm_circuits.tasks.permutation import PermutationTask
 
-__all__ = ["EpochState", "StepInfo", "TrainConfig", "TrainResult", "TrainingHistory", "dropout_seed", "masked_loss", "train"]
+__all__ = ["EpochState", "FitConfig", "FitResult", "StepInfo", "TrainConfig", "TrainResult", "TrainingHistory", "dropout_seed",
+           "masked_loss", "train"]
 
 
 def dropout_seed(seed: int) -> int:
@@ -238,32 +247,133 @@ def _converged(history: TrainingHistory, config: TrainConfig, has_recall: bool) 
 
 
 def train(
-    model_config: ModelConfig | str = "d32h2",
+    model: ModelConfig | str | torch.nn.Module | Mapping[str, Any] | None = "d32h2",
+    task: TaskConfig | Task | None = None,
+    recipe: TrainConfig | FitConfig | None = None,
+    *,
+    callbacks: Sequence[Callable[[Any], Any]] = (),
+    step_callbacks: Sequence[Callable[[Any], Any]] = (),
+    resume_from: str | Path | None = None,
+    forward: Callable[[torch.nn.Module, Tensor], Tensor] | None = None,
+    progress: bool = True,
+    model_config: ModelConfig | str | None = None,
     task_config: TaskConfig | PermutationTask | None = None,
     train_config: TrainConfig | None = None,
-    *,
-    callbacks: Sequence[Callable[[EpochState], Any]] = (),
-    step_callbacks: Sequence[Callable[[StepInfo], Any]] = (),
-    resume_from: str | Path | None = None,
-    progress: bool = True,
-) -> TrainResult:
-    """Train a model from scratch (or resume a checkpoint written by this function).
+) -> TrainResult | FitResult:
+    """Train a model on a task: the one training function of every task and model.
+
+    The recipe picks the loop:
+
+    * **The study's epoch loop** (a :class:`TrainConfig`, or no recipe with a permutation task):
+      ``train("d16h1", TaskConfig(repeat_ratio=0.3), TrainConfig(epochs=5))`` builds the preset's
+      bridge, trains it for ``epochs`` x ``samples_per_epoch`` samples, evaluates it on the fixed
+      test set every epoch (:class:`TrainingHistory`), checkpoints, stops early, resumes, and
+      returns a :class:`TrainResult`.  Same seeds -> bit-identical weights (module docstring).
+    * **The step loop** (a :class:`~perm_circuits.tasks.FitConfig`, or any task other than the
+      permutation lookup): ``train(model, task, FitConfig(steps=500, lr=1e-2))`` trains on
+      ``task.sample`` batches with masked next-token loss (:func:`~perm_circuits.tasks.fit`) and
+      returns a :class:`~perm_circuits.tasks.FitResult` (``model``, per-step ``losses``, the
+      callbacks' ``records``, ``task``, ``forward``); evaluate it with
+      ``evaluate(result.model, task=task, forward=result.forward)``.
 
     Args:
-        model_config: a :class:`ModelConfig` or preset name (``"d16h1"``, ``"d32h1"``, ``"d32h2"``).
-        task_config: the data; default the plain task (``repeat_ratio=0``).  A
-            :class:`~perm_circuits.tasks.PermutationTask` is unwrapped to its ``TaskConfig``
-            (the same run bit for bit).
-        train_config: the recipe; default the study's.
-        callbacks: called with an :class:`EpochState` after every epoch's evaluation; returning
-            ``True`` stops training (probes over training use this).
-        step_callbacks: called with a :class:`StepInfo` after every optimiser step (their return
-            value is ignored); e.g. :class:`perm_circuits.dynamics.DynamicsRecorder`.
-        resume_from: a checkpoint folder from ``checkpoint_every``.  Model, task and recipe are
-            taken from it; a ``train_config`` passed with it may change only
+        model: the study's loop: a :class:`ModelConfig` or preset name (``"d16h1"``, ``"d32h1"``,
+            ``"d32h2"``).  The step loop also takes a built ``tokens -> logits`` module (trained in
+            place), ``None`` (the task's own model from its registry entry, else a default
+            ``boot_native`` transformer sized from ``task.d_vocab`` and ``task.n_ctx``), or a dict
+            of that model's fields (e.g. ``{"d_model": 64, "n_layers": 2}``).  A preset or
+            ``ModelConfig`` whose vocabulary and context do not fit the task names the
+            architecture (``d_model``, ``n_heads``, ``n_layers``) of that default transformer.
+            Built models are seeded with the recipe's ``seed``, a ``ModelConfig`` with its own.
+        task: a :class:`TaskConfig` (the study's task; default the plain task, ``repeat_ratio=0``)
+            or any registered :class:`~perm_circuits.tasks.Task`.  A ``PermutationTask`` in the
+            study's loop is unwrapped to its ``TaskConfig`` (the same run bit for bit).
+        recipe: a :class:`TrainConfig` (the study's loop; default the study's recipe) or a
+            :class:`~perm_circuits.tasks.FitConfig` (the step loop; default ``FitConfig()``).
+        callbacks: the study's loop: called with an :class:`EpochState` after every epoch's
+            evaluation, returning ``True`` stops training.  The step loop: called with a
+            :class:`~perm_circuits.tasks.StepState` after every step; returns other than ``None``
+            are kept in ``FitResult.records``.
+        step_callbacks: the study's loop: called with a :class:`StepInfo` after every optimiser
+            step (their return value is ignored); e.g. :class:`perm_circuits.dynamics.DynamicsRecorder`.
+            The step loop: as ``callbacks``.
+        resume_from: the study's loop: a checkpoint folder from ``checkpoint_every``.  Model, task
+            and recipe are taken from it; a ``recipe`` passed with it may change only
             :data:`RESUMABLE_FIELDS` (more epochs, checkpointing, early stopping).
+        forward: the step loop: ``forward(model, tokens) -> logits`` for training (default: the
+            task's registered forward for its own model, ``fast_forward`` for a ``build_model``
+            bridge, else ``model(tokens)``).
         progress: show a tqdm bar.
+        model_config: the old name of ``model`` (deprecated: a ``DeprecationWarning``).
+        task_config: the old name of ``task`` (deprecated).
+        train_config: the old name of ``recipe`` (deprecated).
     """
+    legacy = {"model_config": model_config, "task_config": task_config, "train_config": train_config}
+    for (old, value), new in zip(legacy.items(), ("model", "task", "recipe")):
+        if value is not None:
+            warnings.warn(f"train({old}=...) is deprecated; pass {new}=", DeprecationWarning, stacklevel=2)
+    model = model if model_config is None else model_config
+    task = task if task_config is None else task_config
+    recipe = recipe if train_config is None else train_config
+    study_task = task is None or isinstance(task, (TaskConfig, PermutationTask))
+    if resume_from is not None or isinstance(recipe, TrainConfig) or (
+        recipe is None and study_task and isinstance(model, (str, ModelConfig))
+    ):
+        if forward is not None:
+            raise ValueError("forward= belongs to the step loop (a FitConfig recipe); the study's loop runs fast_forward")
+        if isinstance(recipe, FitConfig):
+            raise TypeError("resume_from resumes the study's epoch loop: pass a TrainConfig recipe (or none)")
+        if not study_task:
+            raise TypeError(f"a TrainConfig (epochs) is the study's recipe for the permutation task; train task "
+                            f"{getattr(task, 'name', task)!r} with a FitConfig (steps)")
+        if resume_from is None and not isinstance(model, (str, ModelConfig)):
+            raise TypeError(f"the study's loop builds its model from a ModelConfig or preset name, got "
+                            f"{type(model).__name__}; train a built model with a FitConfig recipe")
+        return _train_study(model, task, recipe, callbacks=callbacks, step_callbacks=step_callbacks,
+                            resume_from=resume_from, progress=progress)
+    return _train_steps(model, task, recipe, callbacks=[*callbacks, *step_callbacks], forward=forward,
+                        progress=progress)
+
+
+def _train_steps(model, task, recipe, *, callbacks, forward, progress) -> FitResult:
+    """The step loop of :func:`train` (its docstring): resolve the task, the recipe and the model."""
+    if task is None:
+        raise TypeError("the step loop needs a task: train(model, task, FitConfig(...))")
+    if isinstance(task, TaskConfig):
+        task = PermutationTask(task)
+    if not isinstance(task, Task):
+        raise TypeError(f"task must be a TaskConfig or implement perm_circuits.tasks.Task, got {type(task).__name__}")
+    recipe = FitConfig() if recipe is None else recipe
+    if not isinstance(recipe, FitConfig):
+        raise TypeError(f"recipe must be a TrainConfig or a FitConfig, got {type(recipe).__name__}")
+    own_forward = None
+    if model is None or isinstance(model, Mapping):
+        model, own_forward = task_model(task, seed=recipe.seed, **dict(model or {}))
+    elif isinstance(model, (str, ModelConfig)):
+        config = resolve_config(model)
+        if config.V + 1 == task.d_vocab and config.resolved_n_ctx >= task.n_ctx:
+            model = build_model(config)
+        elif task_entry(task.name).builder() is None:
+            model, own_forward = task_model(task, seed=config.seed, d_model=config.d_model, n_heads=config.n_heads,
+                                            n_layers=config.n_layers)
+        else:
+            raise TypeError(f"task {task.name!r} builds its own model: pass model=None or a dict of its fields "
+                            f"{list(task_entry(task.name).model_keys)}, not {model!r}")
+    forward = own_forward if forward is None else forward
+    return fit_task(model, task, recipe, forward=forward, callbacks=callbacks, progress=progress)
+
+
+def _train_study(
+    model_config: ModelConfig | str | None,
+    task_config: TaskConfig | PermutationTask | None,
+    train_config: TrainConfig | None,
+    *,
+    callbacks: Sequence[Callable[[EpochState], Any]],
+    step_callbacks: Sequence[Callable[[StepInfo], Any]],
+    resume_from: str | Path | None,
+    progress: bool,
+) -> TrainResult:
+    """The study's epoch loop (:func:`train`), from scratch or from a checkpoint."""
     start = time.perf_counter()
     if isinstance(task_config, PermutationTask):  # the Task interface's wrapper of the study's task
         task_config = task_config.config

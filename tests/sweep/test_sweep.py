@@ -14,7 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perm_circuits import evaluate, load_model, make_test_set
+from perm_circuits import evaluate, make_test_set
+from perm_circuits.models import load_model
 from perm_circuits.analysis import HOWS
 from perm_circuits.cli import main
 from perm_circuits.sweep import SweepSpec, load_sweep, reanalyse_sweep, run_sweep

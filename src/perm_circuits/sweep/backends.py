@@ -24,7 +24,7 @@ from typing import Any
 from perm_circuits.sweep.run import config_columns, run_one, versions
 from perm_circuits.sweep.spec import RunConfig
 
-__all__ = ["BACKENDS", "default_workers", "run_local", "run_ray", "run_serial"]
+__all__ = ["BACKENDS", "default_workers", "run_local", "run_ray", "run_serial", "task_modules"]
 
 BACKENDS = ("local", "ray", "serial")
 
@@ -79,13 +79,31 @@ def _exit_with(driver: int) -> None:
     os._exit(1)
 
 
-def _init_worker(driver: int) -> None:
-    """One torch thread, a watchdog on the driver, and TransformerLens' bridge imported up front."""
+def _init_worker(driver: int, task_modules: Sequence[str] = ()) -> None:
+    """One torch thread, a watchdog on the driver, TransformerLens' bridge imported up front, and
+    the modules that define (and register) the swept tasks imported, so a user's task is found."""
+    import importlib
+
     import torch
 
     threading.Thread(target=_exit_with, args=(driver,), daemon=True).start()
     torch.set_num_threads(1)
     import transformer_lens.model_bridge  # noqa: F401
+
+    for module in task_modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:  # the run fails with the registry's "unknown task" message, as a row
+            pass
+
+
+def task_modules(runs: Sequence[RunConfig]) -> tuple[str, ...]:
+    """The modules (outside this package) whose task classes the runs sweep, for the workers to import."""
+    from perm_circuits.tasks import TASKS
+
+    names = {run.config["task"].get("task") for run in runs if "fit" in run.config}
+    modules = {TASKS[name].__module__ for name in names if name in TASKS}
+    return tuple(sorted(m for m in modules if not m.startswith("perm_circuits.") and m != "__main__"))
 
 
 PRELOAD = ["torch", "transformer_lens.model_bridge", "perm_circuits.sweep.run"]
@@ -110,7 +128,7 @@ def run_local(runs: Sequence[RunConfig], on_result: OnResult, on_running: OnStar
     """
     context = _pool_context()
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
-                               initargs=(os.getpid(),))
+                               initargs=(os.getpid(), task_modules(runs)))
     try:
         futures = {pool.submit(run_one, run.run_id, run.config, keep_models): run for run in runs}
         pending = len(futures)

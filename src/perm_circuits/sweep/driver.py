@@ -45,6 +45,8 @@ def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
     """
     if frame.empty:
         return pd.DataFrame()
+    if "task" in frame.columns and frame["task"].notna().any():
+        return _task_summary(frame)
     keys = [c for c in CONFIG_COLUMNS if c in frame.columns and frame[c].nunique(dropna=False) > 1] or ["d_model"]
     done = frame["status"] == "done"
     recall = frame.get("recall_accuracy", pd.Series(float("nan"), index=frame.index))
@@ -57,6 +59,30 @@ def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
     )
     table["learned_recall"] = table["learned"] / table["done"].where(table["done"] > 0)
     return table.drop(columns="learned").reset_index()
+
+
+def _task_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """A task sweep's summary: per config (everything but the seed), runs, done, failed and the mean
+    over done runs of each metric (the task's metrics, ``test_loss``, ``final_train_loss``...)."""
+    from perm_circuits.sweep.task_sweep import task_keys
+
+    config: set[str] = {"task", "seed"}
+    for name in frame["task"].dropna().unique():
+        try:
+            config |= set(task_keys(str(name)))
+        except ValueError:  # a task not registered in this process: group by task only
+            pass
+    keys = [c for c in sorted(config - {"seed"}) if c in frame.columns and frame[c].nunique(dropna=False) > 1]
+    keys = keys or ["task"]
+    skip = config | {"run_id", "status", "error", "wall_seconds"}
+    metrics = [c for c in frame.columns if c not in skip and not c.startswith("version_")
+               and pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c])]
+    done = frame["status"] == "done"
+    table = frame.assign(_done=done, _failed=~done).groupby(keys, dropna=False).agg(
+        runs=("run_id", "size"), done=("_done", "sum"), failed=("_failed", "sum"))
+    if metrics:
+        table = table.join(frame[done].groupby(keys, dropna=False)[metrics].mean())
+    return table.reset_index()
 
 
 def _check_args(backend: str, workers: int | None, address: str | None, out_dir: Path) -> None:

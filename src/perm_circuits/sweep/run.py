@@ -20,6 +20,7 @@ import torch
 from perm_circuits.analysis import HOWS, head_roles
 from perm_circuits.evaluate import recall_generalisation
 from perm_circuits.models import CONFIG_FILE, WEIGHTS_FILE, ModelConfig, save_model
+from perm_circuits.sweep.store import versions
 from perm_circuits.task import TaskConfig
 from perm_circuits.train import TrainConfig, TrainResult, train
 
@@ -29,19 +30,6 @@ __all__ = [
 ]
 
 VERDICT = {True: "holds", False: "fails", None: "open"}
-
-
-def versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for column, package in (("version_perm_circuits", "perm_circuits"), ("version_torch", "torch"),
-                            ("version_transformer_lens", "transformer-lens")):
-        try:
-            out[column] = version(package)
-        except PackageNotFoundError:  # pragma: no cover
-            out[column] = ""
-    return out
 
 
 def config_columns(run_id: str, config: dict[str, Any]) -> dict[str, Any]:
@@ -203,7 +191,7 @@ def run_one(run_id: str, config: dict[str, Any], keep_model: bool = False) -> tu
     (metrics absent, i.e. NaN in :func:`~perm_circuits.sweep.load_sweep`).  The checkpoint comes
     back as ``{file name: bytes}`` (the driver writes it; workers may not share its disk).
     """
-    if "fit" in config:  # a seed paper's task (sweep/task_sweep.py): no checkpoint is kept
+    if "fit" in config:  # any task but the study's (sweep/task_sweep.py): no checkpoint is kept
         from perm_circuits.sweep.task_sweep import run_task
 
         return run_task(run_id, config), None

@@ -13,7 +13,7 @@ A spec is a TOML file or the same dict in Python::
     [analysis]             # optional: sizes of the per-run analysis (defaults: ANALYSIS_DEFAULTS)
     n = 2000
 
-``task = "NAME"`` in ``[fixed]`` sweeps a seed paper's task instead (its own keys; see
+``task = "NAME"`` in ``[fixed]`` sweeps any registered task instead (its own keys; see
 :mod:`perm_circuits.sweep.task_sweep`).  Otherwise keys are :class:`~perm_circuits.models.ModelConfig` fields (``d_model``, ``n_heads``,
 ``n_layers``, ``dropout``, ``d_head``...), :class:`~perm_circuits.task.TaskConfig` fields
 (``repeat_ratio``...), :class:`~perm_circuits.train.TrainConfig` fields with two short names
@@ -219,7 +219,7 @@ class SweepSpec:
             raise ValueError("'task' must be in [fixed] (a sweep runs one task), not a [grid] axis")
         task_name = fixed_in.get("task", "permutation")
         allowed = allowed_keys()
-        if task_name != "permutation":  # a seed paper's task (sweep/task_sweep.py)
+        if task_name != "permutation":  # any other registered task (sweep/task_sweep.py)
             from perm_circuits.sweep.task_sweep import task_keys
 
             try:

@@ -25,11 +25,27 @@ import pandas as pd
 from perm_circuits._util import json_safe
 from perm_circuits._util import atomic_write, atomic_write_text
 
-__all__ = ["clean_stale", "export_parquet", "finished_runs", "load_rows", "load_sweep", "write_checkpoint", "write_row"]
+__all__ = ["clean_stale", "export_parquet", "finished_runs", "load_rows", "load_sweep", "versions", "write_checkpoint",
+           "write_row"]
 
 RUNS_DIR = "runs"
 MODELS_DIR = "models"
 TEXT_COLUMNS = ("run_id", "status", "error", "recall_curve", "elimination_curve")
+
+
+def versions() -> dict[str, str]:
+    """The package versions every row records (``version_perm_circuits``, ``version_torch``,
+    ``version_transformer_lens``; empty where not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for column, package in (("version_perm_circuits", "perm_circuits"), ("version_torch", "torch"),
+                            ("version_transformer_lens", "transformer-lens")):
+        try:
+            out[column] = version(package)
+        except PackageNotFoundError:  # pragma: no cover
+            out[column] = ""
+    return out
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -1,17 +1,22 @@
-"""Sweeps over the seed papers' tasks: ``task = "NAME"`` in a spec (issue 10).
+"""Sweeps over any registered task: ``task = "NAME"`` in a spec's ``[fixed]``.
 
-A spec whose ``[fixed]`` (or ``[grid]``) names a registered task other than ``"permutation"``
-sweeps that task instead of the study's.  Its keys are then
+A spec whose ``[fixed]`` names a registered task other than ``"permutation"`` sweeps that task
+instead of the study's.  Everything task-specific comes from the task's registry entry
+(:func:`perm_circuits.tasks.register_task`), so a new task is swept with no code here.  A spec's
+keys are then
 
-* the task's own fields (e.g. ``S``, ``R``, ``D`` of ``factual_recall``),
-* the fields of the system's model (:data:`SYSTEMS`: e.g. ``d_model``, ``d_mlp``),
-* the fit recipe (:data:`FIT_DEFAULTS`: ``steps``, ``batch_size``, ``lr``, ``optimizer``,
-  ``momentum``, ``weight_decay``), and ``seed`` (the model's initialisation and the data stream).
+* the task's own dataclass fields (e.g. ``S``, ``R``, ``D`` of ``factual_recall``),
+* its model's fields (the entry's ``model_keys``: e.g. ``d_model``, ``d_mlp`` of the factual
+  model; for a task without a model builder, the default transformer's ``d_model``, ``n_heads``,
+  ``n_layers``),
+* the fit recipe (:class:`~perm_circuits.tasks.FitConfig`: ``steps``, ``batch_size``, ``lr``,
+  ``optimizer``, ``momentum``, ``weight_decay``; defaults :data:`FIT_DEFAULTS` updated by the
+  entry's ``fit_defaults``), and ``seed`` (the model's initialisation and the data stream).
 
-Each run builds the system's model, trains it with :func:`~perm_circuits.task_eval.train_task`
-(the generic :func:`~perm_circuits.tasks.base.fit` loop) and evaluates it with
-:func:`~perm_circuits.task_eval.evaluate_task`; its row holds the config columns, the task's
-metrics and the final training loss.  Run ids hash the resolved configuration as for the study.
+Each run builds the task's model (:func:`~perm_circuits.task_eval.task_model`), trains it with
+:func:`~perm_circuits.train` and evaluates it with :func:`~perm_circuits.evaluate`; its row holds
+the config columns, the task's metrics and the final training loss.  Run ids hash the resolved
+configuration as for the study.
 """
 
 from __future__ import annotations
@@ -19,90 +24,79 @@ from __future__ import annotations
 import dataclasses
 import time
 import traceback
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
-__all__ = ["FIT_DEFAULTS", "SYSTEMS", "is_task_spec", "resolve_task_run", "run_task", "task_keys"]
+from perm_circuits.sweep.store import versions
+
+__all__ = ["FIT_DEFAULTS", "is_task_spec", "resolve_task_run", "run_task", "task_keys"]
 
 FIT_DEFAULTS: dict[str, Any] = {"steps": 1000, "batch_size": 64, "lr": 1e-3, "optimizer": "adam",
                                 "momentum": 0.0, "weight_decay": 0.0}
-"""The fit recipe of a task run (any of them may be set in a spec)."""
-
-
-def _factual(task, seed: int, fields: dict[str, Any]):
-    from perm_circuits.systems.factual_model import build_factual_model
-
-    return build_factual_model(task, seed=seed, **fields), None
-
-
-def _birth(task, seed: int, fields: dict[str, Any]):
-    from perm_circuits.systems.birth_model import BirthModelConfig, build_birth_model, plain_forward
-
-    return build_birth_model(BirthModelConfig(N=task.N, T=task.T, seed=seed, **fields)), plain_forward
-
-
-def _forner(task, seed: int, fields: dict[str, Any]):
-    from perm_circuits.systems.forner_model import FornerConfig, FornerModel, fast_forward
-
-    config = FornerConfig(N=task.N, d_g=task.d_g, L=task.L, perm_seed=task.perm_seed, seed=seed, **fields)
-    return FornerModel(config), fast_forward
-
-
-SYSTEMS: dict[str, tuple[Callable, tuple[str, ...]]] = {
-    "factual_recall": (_factual, ("d_model", "n_heads", "d_head", "d_mlp")),
-    "bigram_triggers": (_birth, ("d_model",)),
-    "perm_chain": (_forner, ("d_h", "rope_theta", "logic_init")),
-}
-"""task name -> (builder ``(task, seed, model fields) -> (model, forward or None)``, model keys)."""
+"""The fit recipe of a task run (any of them may be set in a spec; ``seed`` is the run's seed)."""
 
 
 def is_task_spec(values: dict[str, Any]) -> bool:
-    """Whether a grid point names a non-study task."""
+    """Whether a grid point names a task other than the study's."""
     return values.get("task", "permutation") != "permutation"
 
 
-def _task_class(name: str):
-    from perm_circuits.tasks import TASKS
+def _entry(name: str):
+    from perm_circuits.tasks import task_entries, task_entry
 
-    if name not in SYSTEMS:
-        raise ValueError(f"task {name!r} cannot be swept; sweepable tasks: ['permutation', {', '.join(map(repr, sorted(SYSTEMS)))}]")
-    return TASKS[name]
+    try:
+        return task_entry(name)
+    except ValueError:
+        names = [entry.name for entry in task_entries()]
+        raise ValueError(f"task {name!r} cannot be swept; sweepable tasks: {names}") from None
 
 
 def _task_fields(name: str) -> list[str]:
-    return [f.name for f in dataclasses.fields(_task_class(name)) if f.init]
+    cls = _entry(name).cls
+    if not dataclasses.is_dataclass(cls):
+        raise ValueError(f"task {name!r} cannot be swept: its class {cls.__name__} is not a dataclass of its settings")
+    return [f.name for f in dataclasses.fields(cls) if f.init]
+
+
+def _fit_defaults(name: str) -> dict[str, Any]:
+    return {**FIT_DEFAULTS, **{k: v for k, v in _entry(name).fit_defaults.items() if k != "seed"}}
 
 
 def task_keys(name: str) -> list[str]:
     """Every key a spec of task ``name`` may hold."""
-    return sorted({"task", "seed", *_task_fields(name), *SYSTEMS[name][1], *FIT_DEFAULTS})
+    return sorted({"task", "seed", *_task_fields(name), *_entry(name).model_keys, *FIT_DEFAULTS})
 
 
 def resolve_task_run(values: dict[str, Any]) -> dict[str, Any]:
     """The resolved config of one grid point (raises the task's and the model's own errors)."""
+    from perm_circuits.tasks import FitConfig
+    from perm_circuits.task_eval import check_model_fields
+
     name = values["task"]
     allowed = set(task_keys(name))
     bad = sorted(set(values) - allowed)
     if bad:
         raise ValueError(f"unknown key(s) {bad} for task {name!r}; allowed keys: {sorted(allowed)}")
+    entry = _entry(name)
     task_fields = set(_task_fields(name))
-    task = _task_class(name)(**{k: v for k, v in values.items() if k in task_fields})
+    task = entry.cls(**{k: v for k, v in values.items() if k in task_fields})
     seed = values.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {seed!r}")
-    model_fields = {k: v for k, v in values.items() if k in SYSTEMS[name][1]}
-    fit = {**FIT_DEFAULTS, **{k: v for k, v in values.items() if k in FIT_DEFAULTS}}
-    SYSTEMS[name][0](task, seed, model_fields)  # validates the model's fields now, before anything runs
+    model_fields = {k: v for k, v in values.items() if k in entry.model_keys}
+    fit = {**_fit_defaults(name), **{k: v for k, v in values.items() if k in FIT_DEFAULTS}}
+    FitConfig(**fit, seed=seed)  # validates the recipe
+    check_model_fields(task, seed=seed, **model_fields)  # validates the model's fields now, before anything runs
     return {"task": task.to_dict(), "model": model_fields, "fit": fit, "seed": seed}
 
 
 def run_task(run_id: str, config: dict[str, Any]) -> dict[str, Any]:
     """Train and evaluate one task run; never raises (a failure is a ``status="failed"`` row)."""
-    from perm_circuits.sweep.run import versions
-    from perm_circuits.task_eval import evaluate_task, train_task
-    from perm_circuits.tasks import task_from_dict
+    from perm_circuits.evaluate import evaluate
+    from perm_circuits.task_eval import task_model
+    from perm_circuits.tasks import FitConfig, task_from_dict
+    from perm_circuits.train import train
 
     start = time.perf_counter()
     threads = torch.get_num_threads()
@@ -111,16 +105,9 @@ def run_task(run_id: str, config: dict[str, Any]) -> dict[str, Any]:
     try:
         task = task_from_dict(config["task"])
         row.update({**config["task"], "task": task.name, "seed": config["seed"], **config["model"], **config["fit"]})
-        fit = dict(config["fit"])
-        model, forward = SYSTEMS[task.name][0](task, config["seed"], config["model"])
-        options = {"optimizer": fit.pop("optimizer"), "momentum": fit.pop("momentum"),
-                   "weight_decay": fit.pop("weight_decay")}
-        if forward is not None:
-            options["forward"] = forward
-        result = train_task(model, task, steps=fit["steps"], batch_size=fit["batch_size"], lr=fit["lr"],
-                            seed=config["seed"], progress=False, **options)
-        evaluation = evaluate_task(result.model, task, forward=forward)
-        row.update(evaluation.summary())
+        model, forward = task_model(task, seed=config["seed"], **config["model"])
+        result = train(model, task, FitConfig(**config["fit"], seed=config["seed"]), forward=forward, progress=False)
+        row.update(evaluate(result.model, task=task, forward=forward).summary())
         row["final_train_loss"] = result.losses[-1]
         row["status"] = "done"
     except Exception:  # noqa: BLE001 - a failed run is a row, the sweep goes on

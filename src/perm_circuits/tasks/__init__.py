@@ -1,15 +1,24 @@
-"""Tasks behind one interface (:class:`~perm_circuits.tasks.base.Task`) and the generic :func:`fit` loop."""
+"""Tasks behind one interface (:class:`~perm_circuits.tasks.base.Task`), their registry and the generic step loop.
+
+A new task is one file: a class satisfying :class:`Task` and one :func:`register_task` line.
+"""
 
 from perm_circuits.tasks.base import (
+    DEFAULT_MODEL_KEYS,
     TASKS,
+    FitConfig,
     FitResult,
     StepState,
     Task,
     TaskBatch,
+    TaskEntry,
     fit,
+    load_object,
     log_spaced_steps,
     masked_cross_entropy,
     register_task,
+    task_entries,
+    task_entry,
     task_from_dict,
 )
 from perm_circuits.tasks.bigram import BigramTriggerTask  # registers "bigram_triggers"
@@ -17,6 +26,7 @@ from perm_circuits.tasks.factual import FactualRecallTask  # registers "factual_
 from perm_circuits.tasks.perm_chain import PermutationChainTask, rollout  # registers "perm_chain"
 from perm_circuits.tasks.permutation import PermutationTask
 
-__all__ = ["TASKS", "BigramTriggerTask", "FactualRecallTask", "FitResult", "PermutationTask", "StepState", "Task",
-           "TaskBatch", "fit", "log_spaced_steps", "masked_cross_entropy", "register_task", "task_from_dict",
-           "PermutationChainTask", "rollout"]
+__all__ = ["DEFAULT_MODEL_KEYS", "TASKS", "BigramTriggerTask", "FactualRecallTask", "FitConfig", "FitResult",
+           "PermutationChainTask", "PermutationTask", "StepState", "Task", "TaskBatch", "TaskEntry", "fit", "load_object",
+           "log_spaced_steps", "masked_cross_entropy", "register_task", "rollout", "task_entries", "task_entry",
+           "task_from_dict"]

@@ -14,8 +14,13 @@ The permutation lookup of the study is one task behind this interface
 (induction-head bigrams, permutation-chain state tracking, factual recall) are others.  A new task
 is one file: a class satisfying :class:`Task` plus ``register_task(name, cls)``.
 
-:func:`fit` is the generic training loop for any ``tokens -> logits`` module (a TransformerLens
-bridge or a ``HookedRootModule``): masked next-token cross-entropy, Adam or SGD on the parameters
+The registry (:func:`register_task`, :class:`TaskEntry`) also carries what the rest of the
+library needs from a task (its own model builder, its sweep keys, its reproduction), so no other
+module holds per-task code.
+
+:func:`fit` is the generic loop under :func:`perm_circuits.train` for any ``tokens -> logits``
+module (a TransformerLens bridge or a ``HookedRootModule``), with the recipe of a
+:class:`FitConfig`: masked next-token cross-entropy, Adam or SGD on the parameters
 that require grad (frozen parameters are declared by the model's config, never patched in here),
 step callbacks, a silenceable tqdm bar, and bit-identical results for a fixed seed on CPU.
 """
@@ -31,8 +36,9 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-__all__ = ["FitResult", "StepState", "Task", "TaskBatch", "fit", "log_spaced_steps", "masked_cross_entropy",
-           "register_task", "task_from_dict", "TASKS"]
+__all__ = ["DEFAULT_MODEL_KEYS", "FitConfig", "FitResult", "StepState", "TASKS", "Task", "TaskBatch", "TaskEntry", "fit",
+           "load_object", "log_spaced_steps", "masked_cross_entropy", "register_task", "task_entries", "task_entry",
+           "task_from_dict"]
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,7 @@ class Task(Protocol):
         Either the reference's next-token distribution over the full vocabulary,
         ``Float[batch, seq, vocab]`` (e.g. the Bayesian posterior), or its next token,
         ``Int[batch, seq]``; only positions where ``batch.mask`` > 0 are compared
-        (:func:`perm_circuits.task_eval.evaluate_task`).
+        (:func:`perm_circuits.evaluate`).
         """
         ...
 
@@ -116,9 +122,84 @@ class Task(Protocol):
 TASKS: dict[str, type] = {}
 """Registered task classes by name (``to_dict()["task"]`` names the class)."""
 
+Builder = Callable[..., Any]
+"""``builder(task, *, seed, **fields)`` -> a ``tokens -> logits`` module: a task's own model."""
 
-def register_task(name: str, cls: type) -> type:
-    """Register ``cls`` under ``name`` for :func:`task_from_dict` (a new task's one line of wiring)."""
+
+@dataclass(frozen=True)
+class TaskEntry:
+    """What the registry knows about a task besides its class: everything the rest of the library
+    (training, sweeps, reproductions) needs, so that no other module holds per-task code.
+
+    Attributes:
+        name, cls: the registry name and the task class.
+        model: the task's own model builder ``builder(task, *, seed, **fields)``, or a
+            ``"module:function"`` string naming one (imported on first use, so a task file never
+            imports the model module that imports it), or ``None``: the task trains a default
+            ``boot_native`` transformer sized from ``task.d_vocab`` and ``task.n_ctx``
+            (:func:`perm_circuits.task_eval.task_model`).
+        model_keys: the builder's keyword fields a sweep spec may set (with ``model=None``: the
+            default transformer's ``d_model``, ``n_heads``, ``n_layers``).
+        forward: the ``forward(model, tokens) -> logits`` that trains and evaluates the builder's
+            models (a callable, a ``"module:function"`` string, or ``None``: ``model(tokens)``).
+        fit_defaults: the task's own defaults for the fit recipe (:class:`FitConfig` fields) in a sweep.
+        reproduction: ``(name, "module", title)`` of the seed paper's headline experiment, whose
+            module defines ``run(quick, progress) -> Reproduction`` (``perm-circuits reproduce NAME``).
+    """
+
+    name: str
+    cls: type
+    model: Builder | str | None = None
+    model_keys: tuple[str, ...] = ()
+    forward: Callable[..., Any] | str | None = None
+    fit_defaults: Mapping[str, Any] = field(default_factory=dict)
+    reproduction: tuple[str, str, str] | None = None
+
+    def builder(self) -> Builder | None:
+        """The model builder, imported if it was named by a string."""
+        return load_object(self.model) if isinstance(self.model, str) else self.model
+
+    def forward_fn(self) -> Callable[..., Any] | None:
+        """The training/evaluation forward, imported if it was named by a string."""
+        return load_object(self.forward) if isinstance(self.forward, str) else self.forward
+
+
+_ENTRIES: dict[str, TaskEntry] = {}
+
+DEFAULT_MODEL_KEYS = ("d_model", "n_heads", "n_layers")
+"""The fields of the default transformer of a task without a model builder of its own."""
+
+
+def load_object(reference: str) -> Any:
+    """The object ``"package.module:attribute"`` names (imports the module)."""
+    import importlib
+
+    if not isinstance(reference, str) or reference.count(":") != 1:
+        raise ValueError(f"expected a 'package.module:attribute' reference, got {reference!r}")
+    module, attribute = reference.split(":")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"cannot load {reference!r}: {error}") from None
+
+
+def register_task(
+    name: str,
+    cls: type,
+    *,
+    model: Builder | str | None = None,
+    model_keys: Sequence[str] | None = None,
+    forward: Callable[..., Any] | str | None = None,
+    fit_defaults: Mapping[str, Any] | None = None,
+    reproduction: tuple[str, str, str] | None = None,
+) -> type:
+    """Register ``cls`` under ``name`` (a new task's one line of wiring); returns ``cls``.
+
+    With only ``name`` and ``cls`` the task gets everything: :func:`task_from_dict`, training and
+    evaluation (:func:`perm_circuits.train`, :func:`perm_circuits.evaluate`) and sweeps
+    (``task = "NAME"`` in a spec) on a default transformer sized from the task.  The keywords
+    describe a task's own model, sweep defaults and reproduction (:class:`TaskEntry`).
+    """
     if not isinstance(name, str):
         raise TypeError(f"task name must be a non-empty string, got {type(name).__name__} {name!r}")
     if not name:
@@ -127,19 +208,50 @@ def register_task(name: str, cls: type) -> type:
         raise TypeError(f"a task class needs a from_dict classmethod (for task_from_dict), got {cls!r}")
     if name in TASKS and TASKS[name] is not cls:
         raise ValueError(f"task name {name!r} is already registered to {TASKS[name].__name__}")
+    for label, value in (("model", model), ("forward", forward)):
+        if value is not None and not (callable(value) or isinstance(value, str)):
+            raise TypeError(f"{label} must be a callable, a 'module:function' string or None, got {value!r}")
+    keys = DEFAULT_MODEL_KEYS if model is None and model_keys is None else tuple(model_keys or ())
+    if not all(isinstance(key, str) for key in keys):
+        raise TypeError(f"model_keys must be strings, got {keys!r}")
+    if fit_defaults is not None and not isinstance(fit_defaults, Mapping):
+        raise TypeError(f"fit_defaults must be a mapping of FitConfig fields, got {fit_defaults!r}")
+    unknown = sorted(set(fit_defaults or {}) - set(FitConfig.__dataclass_fields__))
+    if unknown:
+        raise ValueError(f"unknown fit_defaults {unknown}; FitConfig fields: {sorted(FitConfig.__dataclass_fields__)}")
+    if reproduction is not None and (len(reproduction) != 3 or not all(isinstance(x, str) for x in reproduction)):
+        raise TypeError(f"reproduction must be (name, 'module', title), got {reproduction!r}")
     TASKS[name] = cls
+    _ENTRIES[name] = TaskEntry(name, cls, model, keys, forward, dict(fit_defaults or {}), reproduction)
     return cls
 
 
+def task_entry(name: str) -> TaskEntry:
+    """The registry entry of task ``name`` (ValueError listing the registered tasks if unknown)."""
+    if not isinstance(name, str):
+        raise TypeError(f"a task name must be a string, got {type(name).__name__} {name!r}")
+    if name not in _ENTRIES:
+        _import_task_modules()
+    if name not in _ENTRIES:
+        raise ValueError(f"unknown task {name!r}; registered tasks: {sorted(_ENTRIES)}")
+    return _ENTRIES[name]
+
+
+def task_entries() -> tuple[TaskEntry, ...]:
+    """Every registered task's entry (the built-in tasks included), sorted by name."""
+    _import_task_modules()
+    return tuple(_ENTRIES[name] for name in sorted(_ENTRIES))
+
+
 def _import_task_modules() -> None:
-    """Import every module of :mod:`perm_circuits.tasks`, so the built-in tasks are registered."""
+    """Import every module beside this one (the built-in tasks), so that they are registered."""
     import importlib
     import pkgutil
+    from pathlib import Path
 
-    import perm_circuits.tasks as package
-
-    for module in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package.__name__}.{module.name}")
+    package = __name__.rsplit(".", 1)[0]
+    for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        importlib.import_module(f"{package}.{module.name}")
 
 
 def task_from_dict(data: Mapping[str, Any]) -> Task:
@@ -180,6 +292,48 @@ def log_spaced_steps(total: int, n: int = 40, first: int = 1) -> tuple[int, ...]
 
 
 @dataclass(frozen=True)
+class FitConfig:
+    """The recipe of the generic loop (:func:`fit`): ``steps`` optimiser steps on batches of
+    ``batch_size``, ``optimizer`` (``"adam"``, ``"adamw"`` or ``"sgd"``) with ``lr``,
+    ``momentum`` (SGD) and ``weight_decay``; ``seed`` seeds the data stream (and, in
+    :func:`perm_circuits.train`, a model it builds).  The defaults are a sweep's."""
+
+    steps: int = 1000
+    batch_size: int = 64
+    lr: float = 1e-3
+    optimizer: str = "adam"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise TypeError(f"seed must be an int, got {type(self.seed).__name__} {self.seed!r}")
+        if isinstance(self.lr, bool) or not (isinstance(self.lr, (int, float)) and self.lr > 0):
+            raise ValueError(f"lr must be a positive number, got {self.lr!r}")
+        if self.optimizer not in ("adam", "adamw", "sgd"):
+            raise ValueError(f"optimizer must be 'adam', 'adamw' or 'sgd', got {self.optimizer!r}")
+        for name in ("momentum", "weight_decay"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FitConfig:
+        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"unknown FitConfig field(s) {unknown}; fields: {sorted(cls.__dataclass_fields__)}")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
 class StepState:
     """What a :func:`fit` callback sees after an optimiser step (``step`` counts from 1)."""
 
@@ -196,6 +350,10 @@ class FitResult:
     model: torch.nn.Module
     losses: tuple[float, ...]
     records: tuple[Any, ...]
+    task: Task | None = None
+    """The task trained on (set by :func:`perm_circuits.train`)."""
+    forward: Callable[[torch.nn.Module, Tensor], Tensor] | None = None
+    """The forward pass training used (``None``: ``model(tokens)``); evaluate with the same one."""
 
 
 def fit(
@@ -227,17 +385,10 @@ def fit(
         raise TypeError(f"model must be a torch.nn.Module mapping tokens to logits, got {type(model).__name__}")
     if not isinstance(task, Task):
         raise TypeError(f"task must implement perm_circuits.tasks.Task, got {type(task).__name__}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
     if forward is not None and not callable(forward):
         raise TypeError(f"forward must be a callable (model, tokens) -> logits, got {forward!r}")
-    for name, value in (("steps", steps), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    if not (isinstance(lr, (int, float)) and lr > 0):
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
-    if optimizer not in ("adam", "adamw", "sgd"):
-        raise ValueError(f"optimizer must be 'adam', 'adamw' or 'sgd', got {optimizer!r}")
+    FitConfig(steps=steps, batch_size=batch_size, lr=lr, optimizer=optimizer, momentum=momentum,
+              weight_decay=weight_decay, seed=seed)  # the recipe's checks
     for callback in callbacks:
         if not callable(callback):
             raise TypeError(f"callbacks must be callables taking a StepState, got {callback!r}")

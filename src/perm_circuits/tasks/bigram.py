@@ -34,9 +34,9 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from perm_circuits.tasks.base import TaskBatch, register_task
+from perm_circuits.tasks.base import TaskBatch, load_object, register_task
 
-__all__ = ["BigramTriggerTask", "zipf_bigram_table"]
+__all__ = ["BigramTriggerTask", "build_birth_model", "zipf_bigram_table"]
 
 LOSS_ON = ("outputs", "all")
 
@@ -211,4 +211,18 @@ class BigramTriggerTask:
         return cls(**data)
 
 
-register_task(BigramTriggerTask.name, BigramTriggerTask)
+def build_birth_model(task: BigramTriggerTask, *, seed: int = 0, **fields: Any):
+    """The simplified two-layer model of Bietti et al. (2023) for ``task`` (vocabulary ``N``, context
+    ``T``): :func:`perm_circuits.systems.birth_model.build_birth_model`; ``fields`` are the other
+    ``BirthModelConfig`` fields (``d_model``)."""
+    birth = load_object("perm_circuits.systems.birth_model:BirthModelConfig")
+    build = load_object("perm_circuits.systems.birth_model:build_birth_model")
+    return build(birth(N=task.N, T=task.T, seed=seed, **fields))
+
+
+register_task(
+    BigramTriggerTask.name, BigramTriggerTask,
+    model=build_birth_model, model_keys=("d_model",), forward="perm_circuits.systems.birth_model:plain_forward",
+    reproduction=("birth", "perm_circuits.systems.birth",
+                  "Birth of a Transformer: a memory viewpoint (Bietti et al. 2023)"),
+)

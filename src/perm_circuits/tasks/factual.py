@@ -266,4 +266,9 @@ class FactualRecallTask:
         return dataclass_from_dict(cls, dict(data))
 
 
-register_task(FactualRecallTask.name, FactualRecallTask)
+register_task(
+    FactualRecallTask.name, FactualRecallTask,
+    model="perm_circuits.systems.factual_model:build_factual_model", model_keys=("d_model", "n_heads", "d_head", "d_mlp"),
+    reproduction=("factual", "perm_circuits.systems.factual",
+                  "Factual recall and storage capacity (Nichani, Lee, Bietti 2024)"),
+)

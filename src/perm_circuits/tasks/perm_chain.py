@@ -31,9 +31,9 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from perm_circuits.tasks.base import TaskBatch, register_task
+from perm_circuits.tasks.base import TaskBatch, load_object, register_task
 
-__all__ = ["PermutationChainTask", "RolloutResult", "chain_states", "permutation_matrices", "rollout"]
+__all__ = ["PermutationChainTask", "RolloutResult", "build_chain_model", "chain_states", "permutation_matrices", "rollout"]
 
 
 def _check_int(name: str, value: object, low: int) -> int:
@@ -179,7 +179,21 @@ class PermutationChainTask:
         return dataclass_from_dict(cls, dict(data))
 
 
-register_task(PermutationChainTask.name, PermutationChainTask)
+def build_chain_model(task: PermutationChainTask, *, seed: int = 0, **fields: Any):
+    """The solvable model of Forner et al. (2026) for ``task``
+    (:class:`perm_circuits.systems.forner_model.FornerModel`); ``fields`` are the other
+    ``FornerConfig`` fields (``d_h``, ``rope_theta``, ``logic_init``)."""
+    config = load_object("perm_circuits.systems.forner_model:FornerConfig")
+    model = load_object("perm_circuits.systems.forner_model:FornerModel")
+    return model(config(N=task.N, d_g=task.d_g, L=task.L, perm_seed=task.perm_seed, seed=seed, **fields))
+
+
+register_task(
+    PermutationChainTask.name, PermutationChainTask,
+    model=build_chain_model, model_keys=("d_h", "rope_theta", "logic_init"),
+    forward="perm_circuits.systems.forner_model:fast_forward",
+    reproduction=("forner", "perm_circuits.systems.forner", "Permutation-chain state tracking (Forner et al. 2026)"),
+)
 
 
 @dataclass(frozen=True)

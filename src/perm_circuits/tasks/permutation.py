@@ -12,18 +12,22 @@ adapter, not a second implementation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+import pandas as pd
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from perm_circuits.posterior import bayes_posterior
+from perm_circuits.posterior import Posterior, bayes_posterior
 from perm_circuits.task import Batch, TaskConfig, make_batch, make_test_set, repeat_source_of
 from perm_circuits.tasks.base import TaskBatch, register_task
 
-__all__ = ["PermutationTask", "as_batch", "as_task_batch"]
+__all__ = ["Evaluation", "PermutationTask", "StepMetrics", "SubgroupMetrics", "as_batch", "as_task_batch", "evaluate_logits",
+           "value_probs"]
 
 _EXTRAS = ("xs", "ys", "perms", "repeated", "repeat_source")
 
@@ -57,6 +61,202 @@ def as_batch(batch: TaskBatch) -> Batch:
     perms = torch.where(perms == 0, left[:, None].expand_as(perms), perms)
     source = repeat_source_of(inputs)
     return Batch(inputs, targets, batch.mask, xs, ys, perms, source >= 0, source)
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    """Metrics of one y-prediction step over the test set."""
+
+    step: int
+    n: int
+    accuracy: float
+    bayes_accuracy: float
+    bayes_accuracy_train: float
+    mae_uniform: float
+    max_ae_uniform: float
+    mae_train: float
+    max_ae_train: float
+    loss: float
+
+
+@dataclass(frozen=True)
+class SubgroupMetrics:
+    """Last-step metrics of a subgroup (errors against the uniform-prior posterior)."""
+
+    name: str
+    n: int
+    accuracy: float
+    mae: float
+    max_ae: float
+    loss: float
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Result of :func:`evaluate`; ``str()`` renders the study's tables."""
+
+    model_name: str
+    steps: tuple[StepMetrics, ...]
+    elimination: SubgroupMetrics
+    memorization: SubgroupMetrics | None
+    test_loss: float
+    probe: tuple[float, ...] | None
+    n_samples: int
+    recall_by_source: tuple[SubgroupMetrics, ...] = ()
+    """One subgroup ``recall_x{k}`` per earlier query ``x_k`` that some last query of the test set
+    repeats (sorted by ``k``); together they are the memorization subgroup."""
+
+    @property
+    def recall_accuracy(self) -> float:
+        """Memorization-subgroup accuracy over every repeated sample, whichever ``x_k`` it repeats
+        (nan when the test set has no repeated query)."""
+        return self.memorization.accuracy if self.memorization else math.nan
+
+    @property
+    def recall_accuracy_by_source(self) -> dict[int, float]:
+        """``{k: accuracy}`` of the last step where the last query repeats ``x_k`` (1-based ``k``)."""
+        return {int(g.name.removeprefix("recall_x")): g.accuracy for g in self.recall_by_source}
+
+    @property
+    def elimination_accuracy(self) -> float:
+        return self.elimination.accuracy
+
+    @property
+    def early_mae_train(self) -> float:
+        """Mean over steps ``1..V-1`` of the MAE against the train-prior posterior."""
+        return sum(s.mae_train for s in self.steps[:-1]) / (len(self.steps) - 1)
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per step."""
+        return pd.DataFrame([asdict(s) for s in self.steps]).set_index("step")
+
+    def subgroup_dataframe(self) -> pd.DataFrame:
+        """One row per last-step subgroup: elimination, memorization, then ``recall_x{k}`` per source."""
+        groups = (self.elimination, self.memorization, *self.recall_by_source)
+        rows = [asdict(g) for g in groups if g is not None]
+        return pd.DataFrame(rows).set_index("name")
+
+    def summary(self) -> dict[str, float]:
+        """Flat dict of headline numbers (used in training history and checkpoint metadata).
+
+        Per-source recall accuracies ``recall_x{k}_accuracy`` are included unless the only
+        repeated query is ``x1`` (the study, where it equals ``recall_accuracy``), so the study's
+        summaries keep the keys stored with the shipped checkpoints.
+        """
+        out: dict[str, float] = {
+            "test_loss": self.test_loss,
+            "elimination_accuracy": self.elimination.accuracy,
+            "recall_accuracy": self.recall_accuracy,
+            "early_mae_train": self.early_mae_train,
+        }
+        by_source = self.recall_accuracy_by_source
+        if set(by_source) - {1}:
+            out.update({f"recall_x{k}_accuracy": acc for k, acc in by_source.items()})
+        for s in self.steps:
+            out[f"step{s.step}_accuracy"] = s.accuracy
+            out[f"step{s.step}_mae_uniform"] = s.mae_uniform
+            out[f"step{s.step}_mae_train"] = s.mae_train
+        if self.probe is not None:
+            for value, p in enumerate(self.probe, start=1):
+                out[f"probe_p{value}"] = p
+        return out
+
+    def to_markdown(self) -> str:
+        steps = self.to_dataframe()
+        pct = ["accuracy", "bayes_accuracy", "bayes_accuracy_train"]
+        steps[pct] = steps[pct].map(lambda v: f"{100 * v:.2f}%")
+        lines = [f"## {self.model_name}: {self.n_samples} test samples, test loss {self.test_loss:.4f}", ""]
+        lines.append(steps.to_markdown(floatfmt=".6f"))
+        lines += ["", "Last step by subgroup (errors vs the uniform-prior posterior):", ""]
+        groups = self.subgroup_dataframe()
+        groups["accuracy"] = groups["accuracy"].map(lambda v: f"{100 * v:.2f}%")
+        lines.append(groups.to_markdown(floatfmt=".6f"))
+        if self.probe is not None:
+            probs = ", ".join(f"p({v})={p:.4f}" for v, p in enumerate(self.probe, start=1))
+            lines += ["", f"Probe [2,4,5,3,4,5,3,2,2] (recall 4, elimination 1): {probs}"]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.to_markdown()
+
+
+def value_probs(logits: Float[Tensor, "batch seq vocab"], V: int) -> Float[Tensor, "batch step value"]:
+    """P(y = v), v = 1..V, at every y-prediction position: softmax over the full vocabulary, restricted."""
+    return logits[:, 0::2].softmax(dim=-1)[..., 1 : V + 1]
+
+
+def _subgroup(name: str, rows: Tensor, probs, correct, posterior, losses) -> SubgroupMetrics | None:
+    n = int(rows.sum())
+    if n == 0:
+        return None
+    err = (probs[rows] - posterior[rows]).abs()
+    return SubgroupMetrics(
+        name=name,
+        n=n,
+        accuracy=float(correct[rows].float().mean()),
+        mae=float(err.mean()),
+        max_ae=float(err.max()),
+        loss=float(losses[rows].mean()),
+    )
+
+
+def evaluate_logits(
+    logits: Float[Tensor, "batch seq vocab"],
+    batch: Batch,
+    config: TaskConfig,
+    posteriors: tuple[Posterior, Posterior] | None = None,
+    model_name: str = "model",
+    probe: Sequence[float] | None = None,
+) -> Evaluation:
+    """Metrics from precomputed logits (``posteriors`` = (uniform, train) may be cached)."""
+    V = config.V
+    if posteriors is None:
+        posteriors = (bayes_posterior(batch.inputs, config, "uniform"), bayes_posterior(batch.inputs, config, "train"))
+    uniform, train = posteriors[0].probs, posteriors[1].probs
+    logits = logits.detach().float()
+    targets = batch.ys  # [batch, V]: the target of each step
+    log_probs = logits[:, 0::2].log_softmax(dim=-1)
+    losses = -log_probs.gather(2, targets[..., None])[..., 0]  # [batch, step]
+    probs = value_probs(logits, V)
+    correct = logits[:, 0::2].argmax(-1) == targets
+    target_index = (targets - 1)[..., None]
+    steps = []
+    for k in range(V):
+        err_u = (probs[:, k] - uniform[:, k]).abs()
+        err_t = (probs[:, k] - train[:, k]).abs()
+        steps.append(
+            StepMetrics(
+                step=k + 1,
+                n=len(batch),
+                accuracy=float(correct[:, k].float().mean()),
+                bayes_accuracy=float(uniform[:, k].gather(1, target_index[:, k]).mean()),
+                bayes_accuracy_train=float(train[:, k].gather(1, target_index[:, k]).mean()),
+                mae_uniform=float(err_u.mean()),
+                max_ae_uniform=float(err_u.max()),
+                mae_train=float(err_t.mean()),
+                max_ae_train=float(err_t.max()),
+                loss=float(losses[:, k].mean()),
+            )
+        )
+    last = (probs[:, -1], correct[:, -1], uniform[:, -1], losses[:, -1])
+    elimination = _subgroup("elimination", ~batch.repeated, *last)
+    memorization = _subgroup("memorization", batch.repeated, *last)
+    sources = batch.repeat_source[batch.repeated].unique().tolist()  # 0-based, sorted
+    by_source = tuple(
+        _subgroup(f"recall_x{s + 1}", batch.repeated & (batch.repeat_source == s), *last) for s in sources
+    )
+    if elimination is None:
+        elimination = SubgroupMetrics("elimination", 0, math.nan, math.nan, math.nan, math.nan)
+    return Evaluation(
+        model_name=model_name,
+        steps=tuple(steps),
+        elimination=elimination,
+        memorization=memorization,
+        test_loss=float(losses.mean()),
+        probe=tuple(float(p) for p in probe) if probe is not None else None,
+        n_samples=len(batch),
+        recall_by_source=by_source,
+    )
 
 
 @dataclass(frozen=True)
@@ -104,8 +304,6 @@ class PermutationTask:
     def metrics(self, logits: Float[Tensor, "batch seq vocab"], batch: TaskBatch) -> dict[str, float]:
         """:func:`~perm_circuits.evaluate.evaluate_logits` on ``batch``, read off as :attr:`metric_names`
         (``recall_accuracy`` is nan when no last query repeats)."""
-        from perm_circuits.evaluate import evaluate_logits  # evaluate accepts a PermutationTask: no cycle
-
         evaluation = evaluate_logits(logits, as_batch(batch), self.config)
         summary = evaluation.summary()
         return {name: float(summary[name]) for name in self.metric_names}
