@@ -39,6 +39,7 @@ from torch import Tensor
 
 from perm_circuits._util import atomic_write_text
 from perm_circuits.analysis.task_ablation import TASK_HOWS, TaskAblationTable, _components, task_ablation_table
+from perm_circuits.checks import check_int
 from perm_circuits.task_eval import TaskEvaluation, _check_fit, evaluate_task, task_logits
 from perm_circuits.tasks.base import Task, TaskBatch
 from perm_circuits.views.attention_figures import _attention_layout, _attention_trace
@@ -177,13 +178,6 @@ def _ablation_section(model: Any, task: Task, hows: tuple[str, ...], n: int, see
     return Section("Ablation", body)
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
 
 def task_report(
     model: Any,
@@ -216,8 +210,8 @@ def task_report(
         The page's path (``plotly-<version>.min.js`` is written beside it).
     """
     _check_fit(model, task)
-    n = _check_int("n", n, 1)
-    n_sequences = _check_int("n_sequences", n_sequences, 1)
+    n = check_int("n", n, 1)
+    n_sequences = check_int("n_sequences", n_sequences, 1)
     if title is not None and not isinstance(title, str):
         raise TypeError(f"title must be a str or None, got {type(title).__name__}")
     if isinstance(ablation_hows, str) or not isinstance(ablation_hows, (tuple, list)):
