@@ -8,7 +8,7 @@ indices against a model) live in :mod:`perm_circuits.analysis` beside the code t
 
 from __future__ import annotations
 
-__all__ = ["check_int", "check_positive_int", "check_seed"]
+__all__ = ["check_fraction", "check_int", "check_positive_int", "check_seed"]
 
 
 def check_int(name: str, value: object, low: int | None = None, high: int | None = None) -> int:
@@ -36,3 +36,10 @@ def check_positive_int(name: str, value: object) -> int:
 def check_seed(seed: object, name: str = "seed") -> int:
     """A seed: any int (not a bool)."""
     return check_int(name, seed)
+
+
+def check_fraction(value: object, name: str = "threshold") -> float:
+    """``value`` as a float in ``(0, 1]`` (a threshold or a share of something)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(f"{name} must be a number in (0, 1], got {value!r}")
+    return float(value)

@@ -30,13 +30,14 @@ __all__ = ["TaskEvaluation", "evaluate_task", "reference_agreement", "task_logit
 Forward = Callable[[torch.nn.Module, Tensor], Tensor]
 
 
-def _model_name(model: torch.nn.Module) -> str:
+def model_name(model: torch.nn.Module) -> str:
+    """The model's preset name (``model.perm_config.name``) where it has one, else its class name."""
     config = getattr(model, "perm_config", None)
     name = getattr(config, "name", None)
     return name if isinstance(name, str) else type(model).__name__
 
 
-def _check_fit(model: object, task: object) -> None:
+def check_fit(model: object, task: object) -> None:
     """TypeError / ValueError before any work when the model and the task do not fit together."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module mapping tokens to logits, got {type(model).__name__}")
@@ -75,7 +76,7 @@ def train_task(
     any other module through ``model(tokens)``.
     A fixed ``seed`` gives bit-identical weights, losses and records on CPU.
     """
-    _check_fit(model, task)
+    check_fit(model, task)
     config = getattr(model, "perm_config", None)
     if fit_options.get("forward") is None and isinstance(config, ModelConfig) and config.dropout == 0:
         fit_options["forward"] = fast_forward  # a build_model bridge: the same logits, several times faster
@@ -204,7 +205,7 @@ def evaluate_task(
         hooks: a TransformerLens hook list (e.g. an ablation) run during the forward pass and
             removed afterwards, always; needs the model's own forward (not ``forward``).
     """
-    _check_fit(model, task)
+    check_fit(model, task)
     if hooks is not None:
         from perm_circuits.hooks import check_hooks
 
@@ -231,10 +232,15 @@ def evaluate_task(
     agreement = {} if reference is None else reference_agreement(logits, test_set, reference)
     return TaskEvaluation(
         task=task.name,
-        model_name=_model_name(model),
+        model_name=model_name(model),
         metrics={name: float(metrics[name]) for name in task.metric_names},
         test_loss=test_loss,
         reference=agreement,
         n_samples=len(test_set),
         task_dict=task.to_dict(),
     )
+
+
+# former private names, kept as aliases for callers not yet renamed
+_model_name = model_name
+_check_fit = check_fit

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from perm_circuits.dynamics.emergence import _check_record, _check_signals, _check_threshold, normalised, which_first
+from perm_circuits.checks import check_fraction
+from perm_circuits.dynamics.emergence import check_record, check_signals, normalised, which_first
 from perm_circuits.dynamics.record import DynamicsRecord
 from perm_circuits.views.figure_style import ELIMINATION_COLOR, MODEL_PALETTE, RECALL_COLOR, _check_str, _style
 
@@ -35,9 +36,9 @@ def emergence_figure(
     normalised to [0, 1] between its first and last value, with a marker at its crossing of
     ``threshold``.  Traces: the lines first (``name`` = signal, one per signal, in order), then
     one marker trace per crossing signal (``name`` = ``"{signal} crosses"``)."""
-    record = _check_record(record)
-    names = _check_signals(record, signals)
-    threshold = _check_threshold(threshold)
+    record = check_record(record)
+    names = check_signals(record, signals)
+    threshold = check_fraction(threshold)
     if title is not None:
         _check_str("title", title)
     order = which_first(record, names, threshold)

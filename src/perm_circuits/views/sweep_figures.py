@@ -29,6 +29,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from perm_circuits.checks import check_fraction
 from perm_circuits.views.figures import (
     ELIMINATION_COLOR,
     MODEL_COLOR,
@@ -137,12 +138,6 @@ def _matches(frame: pd.DataFrame, column: str, value: object) -> pd.Series:
     return frame[column] == value
 
 
-def _check_threshold(threshold: object) -> float:
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
-        raise ValueError(f"threshold must be a number in (0, 1], got {threshold!r}")
-    return float(threshold)
-
-
 # ----------------------------------------------------------------------------- phase diagram
 
 
@@ -153,7 +148,7 @@ def phase_cells(frame: pd.DataFrame, threshold: float = 0.99) -> pd.DataFrame:
     ``done``, ``failed``, ``learned`` (done seeds with ``recall_accuracy >= threshold``) and
     ``share`` = learned / done (NaN when no seed finished).
     """
-    threshold = _check_threshold(threshold)
+    threshold = check_fraction(threshold)
     _check_frame(frame, ["status", "recall_accuracy", *PHASE_KEYS])
     keys = [*PHASE_KEYS, *config_axes(frame)]
     work = frame.assign(

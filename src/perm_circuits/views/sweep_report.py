@@ -18,11 +18,11 @@ from pathlib import Path
 import pandas as pd
 
 from perm_circuits._util import atomic_write_text
+from perm_circuits.checks import check_fraction
 from perm_circuits.views.html import TOPOJSON_LOCAL, Section, html_page, write_plotly_js
 from perm_circuits.views.sweep_figures import (
     PHASE_KEYS,
     _check_frame,
-    _check_threshold,
     _config_label,
     config_axes,
     epoch_to_recall,
@@ -61,7 +61,7 @@ def sweep_summary(frame: pd.DataFrame, threshold: float = 0.99) -> pd.DataFrame:
     none did) and, for every ablation mode found in the columns, ``verdict_<how>``: counts of the
     verdicts over finished seeds, e.g. ``"fails 2, holds 1"``.
     """
-    threshold = _check_threshold(threshold)
+    threshold = check_fraction(threshold)
     _check_frame(frame, ["status", "recall_accuracy", "epoch_recall_99", *PHASE_KEYS])
     cells = phase_cells(frame, threshold).rename(columns={"share": "share_learned"})
     keys = [*PHASE_KEYS, *config_axes(frame)]
@@ -154,7 +154,7 @@ def write_sweep_report(
         TypeError: arguments of the wrong type.
     """
     path = _check_out(out, force)
-    threshold = _check_threshold(threshold)
+    threshold = check_fraction(threshold)
     if title is not None and not isinstance(title, str):
         raise TypeError(f"title must be a str or None, got {type(title).__name__}")
     if isinstance(source, pd.DataFrame):

@@ -38,9 +38,9 @@ from plotly.subplots import make_subplots
 from torch import Tensor
 
 from perm_circuits._util import atomic_write_text
-from perm_circuits.analysis.task_ablation import TASK_HOWS, TaskAblationTable, _components, task_ablation_table
+from perm_circuits.analysis.task_ablation import TASK_HOWS, TaskAblationTable, model_components, task_ablation_table
 from perm_circuits.checks import check_int
-from perm_circuits.task_eval import TaskEvaluation, _check_fit, evaluate_task, task_logits
+from perm_circuits.task_eval import TaskEvaluation, check_fit, evaluate_task, task_logits
 from perm_circuits.tasks.base import Task, TaskBatch
 from perm_circuits.views.attention_figures import _attention_layout, _attention_trace
 from perm_circuits.views.circuits import OfflineView, attention_view
@@ -164,7 +164,7 @@ def task_ablation_figure(table: TaskAblationTable, metric: str | None = None):
 
 
 def _ablation_section(model: Any, task: Task, hows: tuple[str, ...], n: int, seed: int, fig: _Figures) -> Section:
-    if not isinstance(getattr(model, "hook_dict", None), dict) or not _components(model):
+    if not isinstance(getattr(model, "hook_dict", None), dict) or not model_components(model):
         return Section("Ablation", _note(
             "The model has no blocks.L.attn.hook_z or blocks.L.hook_mlp_out hook point: nothing to ablate."))
     table = task_ablation_table(model, task, hows, n=n, seed=seed, n_reference=n)
@@ -209,7 +209,7 @@ def task_report(
     Returns:
         The page's path (``plotly-<version>.min.js`` is written beside it).
     """
-    _check_fit(model, task)
+    check_fit(model, task)
     n = check_int("n", n, 1)
     n_sequences = check_int("n_sequences", n_sequences, 1)
     if title is not None and not isinstance(title, str):
