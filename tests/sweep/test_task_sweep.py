@@ -1,4 +1,4 @@
-"""Sweeps over the seed papers' tasks (issue 10): spec keys, run ids, rows, backends."""
+"""Sweeps over the seed papers' tasks: spec keys, run ids, rows, backends."""
 
 from __future__ import annotations
 

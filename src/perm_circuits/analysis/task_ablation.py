@@ -1,4 +1,4 @@
-"""Ablations on any task and any hooked model (issue 10 item 4): hooks and the task ablation table.
+"""Ablations on any task and any hooked model: hooks and the task ablation table.
 
 The permutation-lookup ablations of :mod:`perm_circuits.analysis.ablation` read the permutation
 task (its test set, its binding-free reference, its loss).  On any other model (a TransformerLens

@@ -1,4 +1,4 @@
-"""How the generalising 2-layer model ``d16h1l2-any`` recalls ``y_k`` for every ``k`` (issue 9).
+"""How the generalising 2-layer model ``d16h1l2-any`` recalls ``y_k`` for every ``k``.
 
 The Birth-of-a-Transformer story (a previous-token head feeding an induction head through
 K-composition; Bietti et al. 2023) does not describe this model

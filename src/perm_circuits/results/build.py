@@ -6,7 +6,7 @@ Inputs, all in the repository:
   refreshed by ``--recompute``;
 * ``results/study_quotes.json``: numbers the study reports (quoted for comparison, not measured);
 * ``results/capacity_sweep.csv``: the capacity sweep, one row per run;
-* ``results/generalisation_sweep.csv``: the generalisation sweep (issue 9), one row per run;
+* ``results/generalisation_sweep.csv``: the generalisation sweep (does recall hold for every repeated x_k), one row per run;
 * ``results/general_recall_numbers.json``: the shipped ``d16h1l2-any`` model's numbers
   (``scripts/general_recall_numbers.py``);
 * ``docs/templates/results.md``, ``docs/templates/readme_results.md`` and

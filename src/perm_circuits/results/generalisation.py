@@ -1,4 +1,4 @@
-"""The generalisation section of the results page (issue 9): does recall hold for *every* repeated x_k?
+"""The generalisation section of the results page: does recall hold for *every* repeated x_k?
 
 Rendered from a committed sweep table (``sweeps/generalisation.toml``; one row per run, the sweep's
 row schema).  Each run's ``recall_gen_x{k}`` columns hold its recall accuracy when the last query

@@ -1,4 +1,4 @@
-"""Sweeps over the seed papers' tasks: ``task = "NAME"`` in a spec (issue 10).
+"""Sweeps over the seed papers' tasks: ``task = "NAME"`` in a spec.
 
 A spec whose ``[fixed]`` (or ``[grid]``) names a registered task other than ``"permutation"``
 sweeps that task instead of the study's.  Its keys are then

@@ -6,7 +6,7 @@ in :data:`RECALL_COLOR`; the model's own distribution in :data:`MODEL_COLOR` and
 Bayesian posterior in :data:`BAYES_COLOR` (uniform prior) / :data:`BAYES_TRAIN_COLOR` (train
 prior).  :func:`write_html` writes a page with plotly.js inlined (no CDN, works offline).
 
-Figures of the study (``/work/shared/seeds/001_study_presentation.txt``):
+Figures of the study ("Can a Tiny Transformer Learn to Remember?", its presentation's sections):
 
 * :func:`walkthrough`: section 06's five-step walkthrough (predicted distribution vs posterior).
 * :func:`step_accuracy`: section 06's table (per-step accuracy vs the Bayesian target, MAE).
