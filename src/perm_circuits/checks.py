@@ -8,7 +8,7 @@ indices against a model) live in :mod:`perm_circuits.analysis` beside the code t
 
 from __future__ import annotations
 
-__all__ = ["check_fraction", "check_int", "check_positive_int", "check_seed"]
+__all__ = ["check_fraction", "check_int", "check_positive_int", "check_seed", "check_str"]
 
 
 def check_int(name: str, value: object, low: int | None = None, high: int | None = None) -> int:
@@ -43,3 +43,10 @@ def check_fraction(value: object, name: str = "threshold") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise ValueError(f"{name} must be a number in (0, 1], got {value!r}")
     return float(value)
+
+
+def check_str(name: str, value: object) -> str:
+    """``value`` if it is a str, else TypeError."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__} {value!r}")
+    return value

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from perm_circuits.checks import check_fraction
 from perm_circuits.dynamics.emergence import check_record, check_signals, normalised, which_first
 from perm_circuits.dynamics.record import DynamicsRecord
-from perm_circuits.views.figure_style import ELIMINATION_COLOR, MODEL_PALETTE, RECALL_COLOR, _check_str, _style
+from perm_circuits.views.figure_style import ELIMINATION_COLOR, MODEL_PALETTE, RECALL_COLOR, check_str, house_style
 
 __all__ = ["emergence_figure"]
 
@@ -40,7 +40,7 @@ def emergence_figure(
     names = check_signals(record, signals)
     threshold = check_fraction(threshold)
     if title is not None:
-        _check_str("title", title)
+        check_str("title", title)
     order = which_first(record, names, threshold)
     fig = go.Figure()
     colors = {}
@@ -80,7 +80,7 @@ def emergence_figure(
     fig.update_yaxes(range=[-0.1, 1.15])
     model = record.settings.get("model") or "model"
     default_title = f"{model}: emergence of each signal (normalised change; diamonds: first crossing of {threshold:g})"
-    return _style(
+    return house_style(
         fig, title or default_title, x_title="optimiser step (log)",
         y_title="change so far (0 = first, 1 = last value)", height=520,
     )

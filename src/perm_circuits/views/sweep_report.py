@@ -22,9 +22,9 @@ from perm_circuits.checks import check_fraction
 from perm_circuits.views.html import TOPOJSON_LOCAL, Section, html_page, write_plotly_js
 from perm_circuits.views.sweep_figures import (
     PHASE_KEYS,
-    _check_frame,
-    _config_label,
+    check_frame,
     config_axes,
+    config_label,
     epoch_to_recall,
     phase_cells,
     phase_diagram,
@@ -62,7 +62,7 @@ def sweep_summary(frame: pd.DataFrame, threshold: float = 0.99) -> pd.DataFrame:
     verdicts over finished seeds, e.g. ``"fails 2, holds 1"``.
     """
     threshold = check_fraction(threshold)
-    _check_frame(frame, ["status", "recall_accuracy", "epoch_recall_99", *PHASE_KEYS])
+    check_frame(frame, ["status", "recall_accuracy", "epoch_recall_99", *PHASE_KEYS])
     cells = phase_cells(frame, threshold).rename(columns={"share": "share_learned"})
     keys = [*PHASE_KEYS, *config_axes(frame)]
     done = frame[frame["status"] == "done"]
@@ -101,7 +101,7 @@ def _errors_html(frame: pd.DataFrame) -> str:
         error = "" if not isinstance(error, str) else error
         run_id = row.get("run_id", "")
         out.append(
-            f"<h3>{_html.escape(_config_label(row, others, dropout=True))}, seed {_html.escape(str(row['seed']))}"
+            f"<h3>{_html.escape(config_label(row, others, dropout=True))}, seed {_html.escape(str(row['seed']))}"
             + (f" (run {_html.escape(str(run_id))})" if isinstance(run_id, str) and run_id else "")
             + f'</h3>\n<pre class="pc-error">{_html.escape(error.strip() or "no error text recorded")}</pre>'
         )
