@@ -8,7 +8,7 @@ import time
 start = time.perf_counter()
 from perm_circuits import list_pretrained, load_pretrained  # noqa: E402
 
-print(f"import perm_circuits (TransformerLens included): {time.perf_counter() - start:.2f} s")
+print(f"import perm_circuits + load_pretrained (torch included): {time.perf_counter() - start:.2f} s")
 for name in list_pretrained():
     start = time.perf_counter()
     load_pretrained(name)

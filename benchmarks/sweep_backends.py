@@ -1,6 +1,6 @@
 """Sweep backends side by side: the same small grid serially, on the local pool (2 workers), on Ray (2 CPUs).
 
-Targets (issue 8): local with 2 workers >= 1.8x the runs/hour of serial; Ray within 1.15x of the
+Targets: local with 2 workers >= 1.8x the runs/hour of serial; Ray within 1.15x of the
 local backend's wall time, start-up excluded.  Each backend runs in a fresh Python process and
 times ``run_sweep`` in steady state: start-up happens before the clock starts (serial: one tiny
 untimed run imports TransformerLens' bridge; local: the pool's forkserver imports torch and the

@@ -1,4 +1,5 @@
-"""Write results/general_recall_numbers.json: the numbers docs/general_recall.md quotes (issue 9).
+"""Write results/general_recall_numbers.json: the numbers docs/general_recall.md quotes
+(does a small model recall every repeated x_k, and with what circuit).
 
     python scripts/general_recall_numbers.py
 

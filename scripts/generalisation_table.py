@@ -1,4 +1,5 @@
-"""Write results/generalisation_sweep.csv from a generalisation sweep folder (issue 9, item 5).
+"""Write results/generalisation_sweep.csv from a generalisation sweep folder (the table
+behind the results page's generalisation section).
 
     perm-circuits sweep sweeps/generalisation.toml --out runs/generalisation --keep-models
     python scripts/generalisation_table.py runs/generalisation [--out results/generalisation_sweep.csv]

@@ -1,7 +1,7 @@
 """Regenerate the shipped pretrained models with the project's own training command.
 
     python scripts/train_pretrained.py [d32h2 d16h1 d32h1]
-    python scripts/train_pretrained.py d16h1l2-any      # issue 9's general-recall model
+    python scripts/train_pretrained.py d16h1l2-any      # the general-recall model
 
 Each model is trained by ``perm-circuits train`` on the study's full recipe (50 epochs x 100,000
 samples, batch 128, Adam 1e-3, repeat_ratio 0.3) with seed 0 — the same seed for every preset, not
@@ -30,7 +30,7 @@ def command(preset: str) -> list[str]:
     ]
 
 
-ANY_ARGS = {  # issue 9: the smallest configuration whose recall generalises to every repeated x_k (sweeps/generalisation.toml)
+ANY_ARGS = {  # the smallest configuration whose recall generalises to every repeated x_k (sweeps/generalisation.toml)
     "d16h1l2-any": ["--d-model", "16", "--heads", "1", "--layers", "2", "--repeat-sources", "1,2,3,4",
                     "--epochs", "15", "--samples", "40000", "--early-stop", "3", "--record-dynamics"],
 }

@@ -1,4 +1,4 @@
-"""The general-recall circuit of d16h1l2-any (issue 9): the through-MLP path patching on hand-built
+"""The general-recall circuit of d16h1l2-any: the through-MLP path patching on hand-built
 models with exact answers, the value-swap pair, and the key numbers on the shipped checkpoint."""
 
 from __future__ import annotations

@@ -123,11 +123,11 @@ def test_recorder_rejects_bad_inputs():
         DynamicsRecorder(TASK, [])
     with pytest.raises(ValueError, match="strictly increasing"):
         DynamicsRecorder(TASK, (1, 5, 5))
-    with pytest.raises(ValueError, match="every step must be an int >= 1"):
+    with pytest.raises(ValueError, match="every step must be >= 1, got 0"):
         DynamicsRecorder(TASK, (0, 5))
     with pytest.raises(ValueError, match=r"unknown signal groups \['attention'\]"):
         DynamicsRecorder(TASK, (1,), signals=("accuracy", "attention"))
-    with pytest.raises(ValueError, match="test_n must be an int >= 1"):
+    with pytest.raises(ValueError, match="test_n must be >= 1, got 0"):
         DynamicsRecorder(TASK, (1,), test_n=0)
     with pytest.raises(TypeError, match="task_config"):  # beartype's check at test time, ours otherwise
         DynamicsRecorder({"V": 5}, (1,))

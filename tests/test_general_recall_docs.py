@@ -1,4 +1,4 @@
-"""docs/general_recall.md (issue 9): its numbers come from the committed tables, and its prose claims hold."""
+"""docs/general_recall.md: its numbers come from the committed tables, and its prose claims hold."""
 
 from __future__ import annotations
 

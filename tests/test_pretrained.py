@@ -8,7 +8,7 @@ from perm_circuits import TaskConfig, evaluate, list_pretrained, load_pretrained
 from perm_circuits.models import PRETRAINED_DIR, load_checkpoint
 
 NAMES = ["d16h1", "d32h1", "d32h2"]
-"""The study's models (its recipe); ``d16h1l2-any`` is issue 9's general-recall model."""
+"""The study's models (its recipe); ``d16h1l2-any`` is the general-recall model."""
 ANY = "d16h1l2-any"
 
 

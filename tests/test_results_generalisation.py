@@ -1,4 +1,4 @@
-"""The generalisation section (issue 9, item 5): counts and tables from a hand-built sweep table."""
+"""The generalisation section: counts and tables from a hand-built sweep table."""
 
 from __future__ import annotations
 

@@ -10,51 +10,51 @@ else is public in its subpackage (``perm_circuits.analysis``, ``perm_circuits.ta
 ...).  Names that used to sit here still resolve, with a ``DeprecationWarning`` naming their module.
 """
 
-import importlib as _importlib
-import warnings as _warnings
+from typing import TYPE_CHECKING
 
-# every module is imported eagerly (its names are bound below or served by __getattr__)
-from perm_circuits import analysis, dynamics, sweep, tasks  # noqa: F401
-from perm_circuits import hooks as _hooks  # noqa: F401
-from perm_circuits import model_shape as _model_shape  # noqa: F401
-from perm_circuits import posterior as _posterior  # noqa: F401
-from perm_circuits import task_eval as _task_eval  # noqa: F401
-from perm_circuits.analysis import (
-    ablate_head,
-    ablate_mlp,
-    ablation_table,
-    attention_by_source,
-    circuit_metrics,
-    direct_logit_attribution,
-    faithfulness_by_mode,
-    find_recall_head,
-    head_roles,
-    head_scores,
-    memory_probe_tracker,
-    model_memory_probes,
-    patch_head,
-    propose_circuit,
-    recall_patching,
-    task_ablation_table,
-)
-from perm_circuits.dynamics import DynamicsRecorder
-from perm_circuits.evaluate import evaluate, recall_generalisation
-from perm_circuits.handbuilt import build_induction_model
-from perm_circuits.models import (
-    PRESETS,
-    ModelConfig,
-    build_model,
-    list_pretrained,
-    load_any,
-    load_checkpoint,
-    load_pretrained,
-    save_model,
-)
-from perm_circuits.reproduce import reproduce
-from perm_circuits.sweep import load_sweep, run_sweep
-from perm_circuits.task import TaskConfig, make_test_set, probe_sequence
-from perm_circuits.tasks import FitConfig, PermutationTask, Task, TaskBatch, register_task
-from perm_circuits.train import TrainConfig, TrainingHistory, train
+from perm_circuits._lazy import attach
+
+# Re-exports, loaded on first use (so `import perm_circuits` does not import torch): each name
+# below becomes an attribute of the package through `attach` at the end of this file; a name of
+# MOVED resolves too, with a DeprecationWarning naming its module.
+if TYPE_CHECKING:
+    from perm_circuits import analysis, dynamics, sweep, tasks
+    from perm_circuits.analysis import (
+        ablate_head,
+        ablate_mlp,
+        ablation_table,
+        attention_by_source,
+        circuit_metrics,
+        direct_logit_attribution,
+        faithfulness_by_mode,
+        find_recall_head,
+        head_roles,
+        head_scores,
+        memory_probe_tracker,
+        model_memory_probes,
+        patch_head,
+        propose_circuit,
+        recall_patching,
+        task_ablation_table,
+    )
+    from perm_circuits.dynamics import DynamicsRecorder
+    from perm_circuits.evaluate import evaluate, recall_generalisation
+    from perm_circuits.handbuilt import build_induction_model
+    from perm_circuits.models import (
+        PRESETS,
+        ModelConfig,
+        build_model,
+        list_pretrained,
+        load_any,
+        load_checkpoint,
+        load_pretrained,
+        save_model,
+    )
+    from perm_circuits.reproduce import reproduce
+    from perm_circuits.sweep import load_sweep, run_sweep
+    from perm_circuits.task import TaskConfig, make_test_set, probe_sequence
+    from perm_circuits.tasks import FitConfig, PermutationTask, Task, TaskBatch, register_task
+    from perm_circuits.train import TrainConfig, TrainingHistory, train
 
 __version__ = "0.1.0"
 
@@ -129,10 +129,4 @@ MOVED: dict[str, str] = {
 }
 """Names that were exported here before, and the module that exports them now."""
 
-
-def __getattr__(name: str):
-    if name in MOVED:
-        module = MOVED[name]
-        _warnings.warn(f"perm_circuits.{name} moved: import it from {module}", DeprecationWarning, stacklevel=2)
-        return getattr(_importlib.import_module(module), name)
-    raise AttributeError(f"module 'perm_circuits' has no attribute {name!r}")
+attach(__name__, __file__)

@@ -131,7 +131,7 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
 
     from perm_circuits.models import PRESETS, ModelConfig, save_model
     from perm_circuits.task import TaskConfig
-    from perm_circuits.train import TrainConfig, _load_resumable, train
+    from perm_circuits.train import TrainConfig, load_resumable, train
 
     if args.out.exists() and not args.out.is_dir():
         raise ValueError(f"--out {str(args.out)!r} exists and is not a folder")
@@ -167,7 +167,7 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
         clash = [flag for flag, value in fixed.items() if value is not None]
         if clash:
             raise ValueError(f"{clash} cannot be given with --resume: the checkpoint fixes them")
-        saved = _load_resumable(args.resume)[3]
+        saved = load_resumable(args.resume)[3]
         train_config = TrainConfig.from_dict({**saved.to_dict(), **given, **schedule})
         model_config = task_config = None
     else:

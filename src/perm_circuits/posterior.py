@@ -39,7 +39,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from perm_circuits.task import TaskConfig, _all_permutations, check_consistent, split_permutations, validate_tokens
+from perm_circuits.task import TaskConfig, all_permutations, check_consistent, split_permutations, validate_tokens
 
 __all__ = ["Posterior", "bayes_posterior", "prior_permutations"]
 
@@ -63,7 +63,7 @@ class Posterior:
 def prior_permutations(config: TaskConfig, prior: str) -> Int[Tensor, "n V"]:
     """The support of a named prior: ``"uniform"`` (all permutations) or ``"train"``."""
     if prior == "uniform":
-        return _all_permutations(config.V)
+        return all_permutations(config.V)
     if prior == "train":
         return split_permutations(config)[0]
     raise ValueError(f"prior must be 'uniform' or 'train', got {prior!r}")
@@ -90,7 +90,7 @@ def bayes_posterior(inputs: Int[Tensor, "batch seq"], config: TaskConfig, prior:
     inputs = validate_tokens(inputs, config.V)
     check_consistent(inputs)
     xs, ys = inputs[:, 0::2], inputs[:, 1::2]
-    counts, total = _posterior_from(_all_permutations(config.V), xs, ys)
+    counts, total = _posterior_from(all_permutations(config.V), xs, ys)
     uniform = counts / total[..., None]
     if prior == "uniform":
         return Posterior(uniform.float(), torch.zeros_like(total, dtype=torch.bool), total.long())

@@ -388,7 +388,7 @@ def _train_study(
     history = TrainingHistory()
     first_epoch = 1
     if resume_from is not None:
-        model, model_config, task_config, saved, tensors, meta = _load_resumable(resume_from)
+        model, model_config, task_config, saved, tensors, meta = load_resumable(resume_from)
         train_config = saved if train_config is None else _resume_config(saved, train_config)
         generator.set_state(tensors["extra.generator"])
         if "extra.dropout_generator" in tensors:
@@ -482,7 +482,7 @@ def _resume_config(saved: TrainConfig, requested: TrainConfig) -> TrainConfig:
     return requested
 
 
-def _load_resumable(path) -> tuple:
+def load_resumable(path) -> tuple:
     """Load and validate everything a resumed run needs, before any training starts."""
     checkpoint = load_checkpoint(path)
     meta = checkpoint.metadata
@@ -526,3 +526,7 @@ def save_training_checkpoint(
     metadata = {"epoch": epoch, "train_config": train_config.to_dict(), "history": list(history.rows)}
     model.task_config = task_config
     return save_model(model, path, task_config=task_config, metadata=metadata, extra_tensors=extra)
+
+
+# former private names, kept as aliases for callers not yet renamed
+_load_resumable = load_resumable

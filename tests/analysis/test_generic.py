@@ -1,4 +1,4 @@
-"""The core analyses on any hooked model and any task (issue 10 item 4): ablation, patching, report."""
+"""The core analyses on any hooked model and any task: ablation, patching, report."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every analysis on two-layer models, with exact answers (issue 9 item 2).
+"""Every analysis on two-layer models, with exact answers.
 
 Two kinds of model:
 

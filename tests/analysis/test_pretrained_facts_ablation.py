@@ -2,7 +2,7 @@
 
 Numbers were measured on the full test set (5000 samples) and 5000 patching pairs; the tests
 rerun them on smaller batches (1500 test samples, 600 pairs) with tolerances around those values.
-Where they contradict the study (/work/shared/seeds/001_study_presentation.txt, sections 07-10),
+Where they contradict the study ("Can a Tiny Transformer Learn to Remember?", sections 07-10),
 the test says so.
 """
 

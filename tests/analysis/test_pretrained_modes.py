@@ -1,4 +1,4 @@
-"""The ablation mode changes d32h2's L0H0 role (issue 11), measured on the shipped checkpoint.
+"""The ablation mode changes d32h2's L0H0 role, measured on the shipped checkpoint.
 
 ``head_roles(d32h2)`` with every mode (zero, mean, resample, binding-free, optimal) on the fixed
 test set (5000 sequences, 1534 repeated), ablation seed 0, decisions under mean ablation:

@@ -220,7 +220,7 @@ from perm_circuits.analysis.induction_story import (  # noqa: E402
 
 __all__ += ["InductionStory", "induction_story", "judge_induction_story"]
 
-# --- any task, any hooked model (issue 10 item 4): ablation table and activation patching over task tokens
+# --- any task, any hooked model: ablation table and activation patching over task tokens
 from perm_circuits.analysis.task_ablation import (  # noqa: E402
     TASK_HOWS,
     TaskAblationRow,

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from perm_circuits.checks import check_int, check_positive_int, check_seed
 from perm_circuits.model_shape import is_permutation_model, model_shape
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.task import TaskConfig
@@ -35,33 +36,6 @@ __all__ = [
     "check_task_config",
     "seq_len",
 ]
-
-
-def check_int(name: str, value: object, low: int | None = None, high: int | None = None) -> int:
-    """``value`` as an int in ``[low, high)`` (either bound optional).
-
-    TypeError for a non-int (``bool`` included), ValueError out of range.
-    """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if low is not None and high is not None:
-        if not low <= value < high:
-            raise ValueError(f"{name} must be in [{low}, {high - 1}], got {value}")
-    elif low is not None and value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    elif high is not None and value >= high:
-        raise ValueError(f"{name} must be < {high}, got {value}")
-    return value
-
-
-def check_positive_int(name: str, value: object) -> int:
-    """``value`` as an int >= 1."""
-    return check_int(name, value, low=1)
-
-
-def check_seed(seed: object, name: str = "seed") -> int:
-    """A seed: any int (not a bool)."""
-    return check_int(name, seed)
 
 
 def check_index(name: str, value: object, size: int, what: str = "") -> int:

@@ -462,8 +462,8 @@ def faithfulness_by_mode(
     by each mode in turn (see :func:`circuit_metrics` for the arguments; ``seed`` is the
     test-set seed, ``ablation_seed`` the resample seed).  ``ablate_kwargs`` maps a mode to the
     extra ``ablate`` arguments it needs.  A circuit that is faithful under one mode only is a
-    claim about that mode, not about the model (issue 11: the role of d32h2's L0H0 flips between
-    zero and mean ablation).
+    claim about that mode, not about the model (the role of d32h2's L0H0 flips between zero and
+    mean ablation).
     """
     if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:
         raise TypeError(f"hows must be a non-empty sequence of modes, got {hows!r}")

@@ -79,17 +79,17 @@ from perm_circuits.analysis.patching_core import (  # the setters are re-exporte
     ACTIVATIONS,
     MIN_DENOMINATOR,
     PatchCell,
+    PatchingCache,
     PatchingPair,
     PatchingSweep,
     _check_options,
-    _Context,
-    _context,
     _heads,
     _index_rows,
     _layers,
     _neuron_groups,
     _run_sweep,
     logit_diff,
+    patching_cache,
     set_all,
     set_head,
     set_head_pos,
@@ -105,6 +105,7 @@ from perm_circuits.task import Batch, TaskConfig, batch_from_queries, make_batch
 __all__ = [
     "ACTIVATIONS",
     "PatchCell",
+    "PatchingCache",
     "PatchingReport",
     "PatchingSweep",
     "RecallHead",
@@ -117,6 +118,7 @@ __all__ = [
     "patch_head_sources",
     "patch_mlp",
     "patch_residual",
+    "patching_cache",
     "patching_pair",
     "recall_patching",
 ]
@@ -235,7 +237,7 @@ def generic_patch(
     n_boot: int = 1000,
     confidence: float = 0.95,
     task_config: TaskConfig | None = None,
-    _ctx: _Context | None = None,
+    cache: PatchingCache | None = None,
 ) -> PatchingSweep:
     """Patch ``activation_name`` from the ``source`` run into the ``target`` run, once per cell.
 
@@ -262,21 +264,30 @@ def generic_patch(
     the unpatched target run, whose logit differences are reused exactly.
     ``activation_name="resid_mid"`` is patched through ``hook_attn_out`` (see
     :func:`_resid_mid_hooks`).
+
+    ``cache`` (a :class:`PatchingCache` from :func:`patching_cache`) reuses the two unpatched
+    runs of an earlier sweep of the same model; ``pair``, ``hooks``, ``n`` and ``task_config`` are
+    then taken from it.  Every sweep below (``patch_head_outputs``, ``patch_head_sources``,
+    ``patch_mlp``, ``patch_residual``) passes ``cache`` through to here.
     """
+    if cache is not None and not isinstance(cache, PatchingCache):
+        raise TypeError(f"cache must be a PatchingCache from patching_cache(...), got {type(cache).__name__}")
+    if cache is not None and cache.model is not model:
+        raise ValueError("cache was built on a different model than the one being patched")
     if activation_name not in ACTIVATIONS:
         raise ValueError(f"activation_name must be one of {sorted(ACTIVATIONS)}, got {activation_name!r}")
     _check_options(source, target, n_boot, seed, confidence)
     check_task_config(model, task_config)
     index_rows = _index_rows(model, index_axes, index_rows)
     names = sorted({ACTIVATIONS[activation_name].format(layer=row["layer"]) for row in index_rows})
-    if _ctx is None:
+    if cache is None:
         pair = _resolve_pair(model, pair, n, seed, task_config)
         hooks = check_hooks(model, hooks)
-        _ctx = _context(model, pair, hooks, names)
+        cache = patching_cache(model, pair, hooks, names)
     else:
-        _ctx.add(names)
+        cache.add(names)
     return _run_sweep(
-        model, _ctx, patch_setter=patch_setter, activation_name=activation_name, index_rows=index_rows,
+        model, cache, patch_setter=patch_setter, activation_name=activation_name, index_rows=index_rows,
         label=label, source=source, target=target, n_boot=n_boot, seed=seed, confidence=confidence,
     )
 
@@ -297,12 +308,12 @@ def patch_head_outputs(
     n_boot: int = 1000,
     confidence: float = 0.95,
     task_config: TaskConfig | None = None,
-    _ctx: _Context | None = None,
+    cache: PatchingCache | None = None,
 ) -> PatchingSweep:
     """Patch each head's ``hook_z`` (its whole output), at all positions or per position.
 
     Shared arguments (``hooks``, ``source``, ``target``, ``n``, ``seed``, ``n_boot``,
-    ``confidence``, ``task_config``) as in :func:`generic_patch`: ``seed`` seeds the default
+    ``confidence``, ``task_config``, ``cache``) as in :func:`generic_patch`: ``seed`` seeds the default
     pair ``patching_pair(task_config or task_config_of(model), n, seed)`` and the bootstrap.
     """
     if by_position:
@@ -319,7 +330,7 @@ def patch_head_outputs(
     return generic_patch(
         model, pair, patch_setter=setter, activation_name="z", index_rows=rows, label=label,
         hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot,
-        confidence=confidence, task_config=task_config, _ctx=_ctx,
+        confidence=confidence, task_config=task_config, cache=cache,
     )
 
 
@@ -337,7 +348,7 @@ def patch_head_sources(
     n_boot: int = 1000,
     confidence: float = 0.95,
     task_config: TaskConfig | None = None,
-    _ctx: _Context | None = None,
+    cache: PatchingCache | None = None,
 ) -> PatchingSweep:
     """Per head and source position: one attention weight (``"pattern"``) or one value vector (``"value"``).
 
@@ -360,7 +371,7 @@ def patch_head_sources(
         return generic_patch(
             model, pair, patch_setter=set_pattern_entry, activation_name="pattern", index_rows=rows,
             label="pattern_source", hooks=hooks, source=source, target=target, n=n, seed=seed,
-            n_boot=n_boot, confidence=confidence, task_config=task_config, _ctx=_ctx,
+            n_boot=n_boot, confidence=confidence, task_config=task_config, cache=cache,
         )
     rows = [
         {"layer": l, "head": h, "source_position": s}
@@ -371,7 +382,7 @@ def patch_head_sources(
     return generic_patch(
         model, pair, patch_setter=set_head_pos, activation_name="v", index_rows=rows,
         label="value_source", hooks=hooks, source=source, target=target, n=n, seed=seed,
-        n_boot=n_boot, confidence=confidence, task_config=task_config, _ctx=_ctx,
+        n_boot=n_boot, confidence=confidence, task_config=task_config, cache=cache,
     )
 
 
@@ -408,7 +419,7 @@ def patch_mlp(
     n_boot: int = 1000,
     confidence: float = 0.95,
     task_config: TaskConfig | None = None,
-    _ctx: _Context | None = None,
+    cache: PatchingCache | None = None,
 ) -> PatchingSweep:
     """Patch the MLP output (``hook_mlp_out``, all positions or per position), or neuron groups.
 
@@ -418,7 +429,7 @@ def patch_mlp(
     bootstrap; ``task_config`` is the default pair's task).
     """
     kwargs = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot,
-                  confidence=confidence, task_config=task_config, _ctx=_ctx)
+                  confidence=confidence, task_config=task_config, cache=cache)
     if neuron_groups is not None:
         groups = _neuron_groups(neuron_groups, model_config_of(model).resolved_d_mlp)
         rows = [{"layer": l, "neurons": g} for l in _layers(model) for g in groups]
@@ -452,7 +463,7 @@ def patch_residual(
     n_boot: int = 1000,
     confidence: float = 0.95,
     task_config: TaskConfig | None = None,
-    _ctx: _Context | None = None,
+    cache: PatchingCache | None = None,
 ) -> PatchingSweep:
     """Patch the residual stream (``site`` = resid_pre / resid_mid / resid_post) per layer and position.
 
@@ -467,7 +478,7 @@ def patch_residual(
     return generic_patch(
         model, pair, patch_setter=set_pos, activation_name=site, index_rows=rows, hooks=hooks,
         source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
-        task_config=task_config, _ctx=_ctx,
+        task_config=task_config, cache=cache,
     )
 
 
@@ -498,7 +509,7 @@ def find_recall_head(
     pair = _resolve_pair(model, pair, n, seed, task_config)
     hooks = check_hooks(model, hooks)
     names = [ACTIVATIONS["z"].format(layer=layer) for layer in _layers(model)]
-    ctx = _context(model, pair, hooks, names)
+    ctx = patching_cache(model, pair, hooks, names)
     clean, corrupted = float(ctx.logit_diffs["clean"].mean()), float(ctx.logit_diffs["corrupted"].mean())
     if not abs(clean - corrupted) >= MIN_DENOMINATOR:
         raise ValueError(
@@ -507,7 +518,7 @@ def find_recall_head(
             "restore recall; check the model recalls at all and that hooks do not erase the logits"
         )
     sweep = patch_head_outputs(
-        model, pair, hooks=hooks, seed=seed, n_boot=n_boot, confidence=confidence, _ctx=ctx
+        model, pair, hooks=hooks, seed=seed, n_boot=n_boot, confidence=confidence, cache=ctx
     )
     best = sweep.best()
     others = [cell.mean for cell in sweep.cells if cell is not best and not math.isnan(cell.mean)]
@@ -556,8 +567,8 @@ def recall_patching(
         for layer in _layers(model)
         for kind in ("z", "pattern", "mlp_out", "post", "resid_pre", "resid_mid", "resid_post")
     ]
-    ctx = _context(model, pair, hooks, names)
-    kwargs = dict(source=source, target=target, seed=seed, n_boot=n_boot, confidence=confidence, _ctx=ctx)
+    ctx = patching_cache(model, pair, hooks, names)
+    kwargs = dict(source=source, target=target, seed=seed, n_boot=n_boot, confidence=confidence, cache=ctx)
     sweeps = [
         patch_head_outputs(model, pair, **kwargs),
         patch_head_sources(model, pair, **kwargs),

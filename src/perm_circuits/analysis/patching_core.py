@@ -5,7 +5,7 @@ clean/corrupted pair of Wang et al. 2022's denoising patching, see its docstring
 :func:`~perm_circuits.analysis.patching.generic_patch` and the named sweeps.  Here live the
 parts that know nothing about recall: the logit-difference metric, the result dataclasses
 (:class:`PatchCell`, :class:`PatchingSweep`), the cache of the two unpatched runs
-(``_Context``), the paired bootstrap, the validation of index rows, the loop that runs one
+(:class:`PatchingCache`), the paired bootstrap, the validation of index rows, the loop that runs one
 forward per cell and normalises, and the patch setters (``patch_setter(target, index, source)``
 in the style of TransformerLens' ``generic_activation_patch``).
 """
@@ -40,9 +40,11 @@ __all__ = [
     "MIN_DENOMINATOR",
     "RUNS",
     "PatchCell",
+    "PatchingCache",
     "PatchingPair",
     "PatchingSweep",
     "logit_diff",
+    "patching_cache",
     "set_all",
     "set_head",
     "set_head_pos",
@@ -187,8 +189,12 @@ class PatchingSweep:
 
 
 @dataclass
-class _Context:
+class PatchingCache:
     """Cached clean/corrupted activations and logit differences of one pair under ``hooks``.
+
+    Built by :func:`patching_cache`; the sweeps of :mod:`perm_circuits.analysis.patching` take
+    it as ``cache=`` to share the two unpatched forward passes (and the bootstrap resamples)
+    across several sweeps of the same pair.
 
     ``weights`` (the bootstrap's resample weights) are drawn once per (n_boot, seed), so every
     sweep of a report uses the same resamples.
@@ -219,13 +225,24 @@ class _Context:
         return self.weights[(n_boot, seed)]
 
 
-def _context(model, pair: PatchingPair, hooks: HookList, names: Sequence[str]) -> _Context:
+def patching_cache(model, pair: PatchingPair, hooks: HookList, names: Sequence[str]) -> PatchingCache:
+    """Run ``pair``'s clean and corrupted inputs once under ``hooks``, caching activations ``names``.
+
+    ``hooks`` is a checked hook list (:func:`perm_circuits.hooks.check_hooks`); ``names`` are the
+    hook names to cache (more are added on demand by :meth:`PatchingCache.add`).  Pass the result
+    as ``cache=`` to several sweeps of the same model, pair and hooks to run the two unpatched
+    forwards once.
+    """
     clean, corrupted, answer, wrong = pair
     caches, diffs = {}, {}
     for run, batch in zip(RUNS, (clean, corrupted)):
         logits, caches[run] = run_capture(model, batch.inputs, names, hooks)
         diffs[run] = logit_diff(logits, answer, wrong).double()
-    return _Context(model, pair, hooks, caches, diffs)
+    return PatchingCache(model, pair, hooks, caches, diffs)
+
+
+_Context = PatchingCache  # former private names, kept for callers not yet renamed
+_context = patching_cache
 
 
 def _bootstrap(
@@ -331,7 +348,7 @@ def _index_rows(
 
 def _run_sweep(
     model,
-    _ctx: _Context,
+    cache: PatchingCache,
     *,
     patch_setter: Callable[[Tensor, Mapping, Tensor], Tensor],
     activation_name: str,
@@ -346,20 +363,20 @@ def _run_sweep(
     """One patched forward per validated cell on the cached pair, normalised and bootstrapped.
 
     The loop of :func:`~perm_circuits.analysis.patching.generic_patch` (whose docstring says what
-    it measures); ``_ctx`` already holds the activations of ``activation_name`` at every layer
+    it measures); ``cache`` already holds the activations of ``activation_name`` at every layer
     the cells name.  ``seed`` seeds the bootstrap resamples.
     """
     config = model_config_of(model)
-    _, _, answer, wrong = _ctx.pair
-    tokens = (_ctx.pair[0] if target == "clean" else _ctx.pair[1]).inputs
+    _, _, answer, wrong = cache.pair
+    tokens = (cache.pair[0] if target == "clean" else cache.pair[1]).inputs
     results, cells = [], []
     for row in index_rows:
         hook_name = ACTIVATIONS[activation_name].format(layer=row["layer"])
-        source_activation = _ctx.caches[source][hook_name]
-        target_activation = _ctx.caches[target][hook_name]
+        source_activation = cache.caches[source][hook_name]
+        target_activation = cache.caches[target][hook_name]
         cells.append((row, hook_name))
         if torch.equal(patch_setter(target_activation.clone(), row, source_activation), target_activation):
-            results.append(_ctx.logit_diffs[target])
+            results.append(cache.logit_diffs[target])
             continue
         if activation_name == "resid_mid":
             patch_hooks = _resid_mid_hooks(row["layer"], row, source_activation)
@@ -369,11 +386,11 @@ def _run_sweep(
                 return patch_setter(activation.clone(), row, source_activation)
 
             patch_hooks = [(hook_name, patch_hook)]
-        with torch.no_grad(), model.hooks(fwd_hooks=_ctx.hooks + patch_hooks):
+        with torch.no_grad(), model.hooks(fwd_hooks=cache.hooks + patch_hooks):
             logits = model(tokens)
         results.append(logit_diff(logits, answer, wrong).double())
     raw = torch.stack(results)
-    clean, corrupted = _ctx.logit_diffs["clean"], _ctx.logit_diffs["corrupted"]
+    clean, corrupted = cache.logit_diffs["clean"], cache.logit_diffs["corrupted"]
     denominator = clean.mean() - corrupted.mean()
     if abs(float(denominator)) < MIN_DENOMINATOR:  # the runs do not differ: nothing to normalise by
         per_sample = torch.full_like(raw, math.nan)
@@ -381,7 +398,7 @@ def _run_sweep(
     else:
         per_sample = (raw - corrupted.mean()) / denominator
         means = torch.stack([(row.mean() - corrupted.mean()) / denominator for row in raw])
-        low, high = _bootstrap(_ctx.bootstrap_weights(n_boot, seed), raw, clean, corrupted, confidence)
+        low, high = _bootstrap(cache.bootstrap_weights(n_boot, seed), raw, clean, corrupted, confidence)
     patch_cells = []
     for c, (row, hook_name) in enumerate(cells):
         neurons = row.get("neurons")

@@ -217,14 +217,15 @@ class PathPatchingTable:
 # ----------------------------------------------------------------------------- the parts
 
 
-def _check_head_pair(model, name: str, value: object) -> tuple[int, int]:
+def check_head_pair(model, name: str, value: object) -> tuple[int, int]:
+    """``value`` as a normalised ``(layer, head)`` of ``model``; TypeError/ValueError naming ``name``."""
     if not (isinstance(value, (tuple, list)) and len(value) == 2):
         raise TypeError(f"{name} must be a (layer, head) pair of ints, got {value!r}")
     return check_layer(model, value[0]), check_head(model, value[1])
 
 
 def _check_edge(model, sender: object, receiver: object, input: object) -> tuple[tuple[int, int], tuple[int, int], str]:
-    s, r = _check_head_pair(model, "sender", sender), _check_head_pair(model, "receiver", receiver)
+    s, r = check_head_pair(model, "sender", sender), check_head_pair(model, "receiver", receiver)
     if s[0] >= r[0]:
         raise ValueError(
             f"sender layer must be < receiver layer (a head reads only earlier layers' outputs), got sender "
@@ -258,14 +259,19 @@ def sender_delta(
 
     ``clean_z`` / ``corrupted_z`` are the sender layer's ``blocks.{l}.attn.hook_z``.
     """
-    layer, head = _check_head_pair(model, "sender", sender)
+    layer, head = check_head_pair(model, "sender", sender)
     with torch.no_grad():
         return (clean_z[:, :, head] - corrupted_z[:, :, head]) @ model.W_O[layer, head].detach()
 
 
-def _input_change(
+def input_change(
     model, receiver: tuple[int, int], input: str, delta: Tensor, resid_pre: Tensor | None
 ) -> Float[Tensor, "batch pos d_head"]:
+    """How ``delta`` (a change to the residual stream before ``receiver``'s layer) changes that head's ``input``.
+
+    ``input`` is ``"q"``, ``"k"`` or ``"v"``; the change goes through the layer's LayerNorm
+    (evaluated at ``resid_pre`` and ``resid_pre + delta``) where the model has one.
+    """
     layer, head = receiver
     W = {"q": model.W_Q, "k": model.W_K, "v": model.W_V}[input][layer, head].detach()
     with torch.no_grad():
@@ -289,15 +295,16 @@ def path_patch_hooks(
     where ``resid_pre`` is not needed); ``resid_pre`` is the run's ``blocks.{l}.hook_resid_pre``.
     Run it inside ``model.hooks(...)`` on the run whose ``resid_pre`` was given.
     """
-    layer, head = _check_head_pair(model, "receiver", receiver)
+    layer, head = check_head_pair(model, "receiver", receiver)
     if input not in INPUTS:
         raise ValueError(f"input must be one of {INPUTS}, got {input!r}")
     if model_config_of(model).normalization_type is not None and resid_pre is None:
         raise ValueError("resid_pre is needed with normalization (the receiver's LayerNorm is recomputed on it)")
-    return _add_hooks((layer, head), input, _input_change(model, (layer, head), input, delta, resid_pre))
+    return input_change_hooks((layer, head), input, input_change(model, (layer, head), input, delta, resid_pre))
 
 
-def _add_hooks(receiver: tuple[int, int], input: str, change: Tensor) -> HookList:
+def input_change_hooks(receiver: tuple[int, int], input: str, change: Tensor) -> HookList:
+    """Hooks adding ``change`` to ``receiver``'s ``hook_q``/``hook_k``/``hook_v`` (``input``) in every forward."""
     layer, head = receiver
 
     def add(activation: Tensor, hook) -> Tensor:
@@ -341,12 +348,12 @@ def _measure(
         z = f"blocks.{sl}.attn.hook_z"
         delta = sender_delta(model, (sl, sh), clean_cache[z], corrupted_cache[z])
         resid = corrupted_cache.get(f"blocks.{rl}.hook_resid_pre")
-        change = _input_change(model, (rl, rh), input, delta, resid)
+        change = input_change(model, (rl, rh), input, delta, resid)
         carried.append(bool(change.any()))
         if not carried[-1]:  # the edge carries nothing: the corrupted run, without a forward
             results.append(ctx.logit_diffs["corrupted"])
             continue
-        with torch.no_grad(), model.hooks(fwd_hooks=ctx.hooks + _add_hooks((rl, rh), input, change)):
+        with torch.no_grad(), model.hooks(fwd_hooks=ctx.hooks + input_change_hooks((rl, rh), input, change)):
             logits = model(tokens)
         results.append(logit_diff(logits, answer, wrong).double())
     raw = torch.stack(results)
@@ -463,3 +470,9 @@ def path_patching_table(
     ctx = _context(model, pair, hooks, _names(model))
     _check_norms(model, ctx)
     return _measure(model, ctx, edges, n_boot, seed, confidence)
+
+
+# former private names, kept as aliases for callers not yet renamed
+_check_head_pair = check_head_pair
+_input_change = input_change
+_add_hooks = input_change_hooks

@@ -1,4 +1,4 @@
-"""Ablations on any task and any hooked model (issue 10 item 4): hooks and the task ablation table.
+"""Ablations on any task and any hooked model: hooks and the task ablation table.
 
 The permutation-lookup ablations of :mod:`perm_circuits.analysis.ablation` read the permutation
 task (its test set, its binding-free reference, its loss).  On any other model (a TransformerLens
@@ -243,7 +243,8 @@ class TaskAblationTable:
         raise KeyError(f"no row for component {component!r} under how={how!r}")
 
 
-def _components(model) -> list[tuple[str, int, int | None]]:
+def model_components(model) -> list[tuple[str, int, int | None]]:
+    """``(label, layer, head)`` of every head (``head`` an int) and every MLP (``head`` None) of ``model``, layer by layer."""
     shape = model_shape(model)
     out: list[tuple[str, int, int | None]] = []
     for layer in range(shape.n_layers):
@@ -275,9 +276,9 @@ def task_ablation_table(
     (``resample_seed`` seeds the draw).  Same arguments, same numbers.
     """
     from perm_circuits.analysis.ablation import ablate_head, ablate_mlp
-    from perm_circuits.task_eval import _check_fit, _model_name, evaluate_task
+    from perm_circuits.task_eval import check_fit, evaluate_task, model_name
 
-    _check_fit(model, task)
+    check_fit(model, task)
     shape = model_shape(model)
     if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:
         raise TypeError(f"hows must be a non-empty list or tuple of modes from {TASK_HOWS}, got {hows!r}")
@@ -290,7 +291,7 @@ def task_ablation_table(
     check_seed(resample_seed, "resample_seed")
     if reference is not None and not isinstance(reference, TaskBatch):
         raise TypeError(f"reference must be a TaskBatch or None, got {type(reference).__name__}")
-    components = _components(model)
+    components = model_components(model)
     if not components:
         raise ValueError(
             f"{type(model).__name__} has no blocks.L.attn.hook_z or blocks.L.hook_mlp_out hook point "
@@ -310,4 +311,8 @@ def task_ablation_table(
             hooks = ablate_head(model, layer, head, how, reference=ref, seed=resample_seed)
         result = evaluate_task(model, task, test_set, hooks=hooks)
         rows.append(TaskAblationRow(label, how, layer, head, dict(result.metrics), result.test_loss))
-    return TaskAblationTable(task.name, _model_name(model), tuple(task.metric_names), tuple(rows), n, seed)
+    return TaskAblationTable(task.name, model_name(model), tuple(task.metric_names), tuple(rows), n, seed)
+
+
+# former private names, kept as aliases for callers not yet renamed
+_components = model_components

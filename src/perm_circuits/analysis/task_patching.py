@@ -1,4 +1,4 @@
-"""Activation patching on any task and any hooked model (issue 10 item 4).
+"""Activation patching on any task and any hooked model.
 
 Denoising activation patching (Wang et al. 2022, the IOI paper, section 3; Meng et al. 2022) on a
 clean/corrupted pair of token sequences of any task: run the corrupted tokens with one

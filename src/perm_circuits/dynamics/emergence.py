@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
+from perm_circuits.checks import check_fraction
 from perm_circuits.dynamics.record import DynamicsRecord
 
 __all__ = ["Crossing", "WhichFirst", "half_crossing", "normalised", "which_first"]
@@ -29,13 +30,8 @@ __all__ = ["Crossing", "WhichFirst", "half_crossing", "normalised", "which_first
 FLAT_TOLERANCE = 1e-12
 
 
-def _check_threshold(threshold: object) -> float:
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
-        raise ValueError(f"threshold must be a number in (0, 1], got {threshold!r}")
-    return float(threshold)
-
-
-def _check_record(record: object) -> DynamicsRecord:
+def check_record(record: object) -> DynamicsRecord:
+    """``record`` if it is a non-empty :class:`DynamicsRecord`, else TypeError/ValueError."""
     if not isinstance(record, DynamicsRecord):
         raise TypeError(f"record must be a DynamicsRecord, got {type(record).__name__}")
     if len(record) == 0:
@@ -43,7 +39,8 @@ def _check_record(record: object) -> DynamicsRecord:
     return record
 
 
-def _check_signals(record: DynamicsRecord, signals: object) -> tuple[str, ...]:
+def check_signals(record: DynamicsRecord, signals: object) -> tuple[str, ...]:
+    """``signals`` as a tuple of names ``record`` holds (all of them for ``None``)."""
     if signals is None:
         return record.signals
     if isinstance(signals, str) or not isinstance(signals, Sequence):
@@ -72,7 +69,7 @@ def normalised(values: Sequence[float]) -> tuple[list[float], float, float, str]
 
 def half_crossing(steps: Sequence[int], values: Sequence[float], threshold: float = 0.5) -> int | None:
     """The first step where the normalised value reaches ``threshold`` (None if flat or no data)."""
-    threshold = _check_threshold(threshold)
+    threshold = check_fraction(threshold)
     if len(steps) != len(values):
         raise ValueError(f"steps ({len(steps)}) and values ({len(values)}) differ in length")
     norm, _, _, status = normalised(values)
@@ -146,9 +143,9 @@ class WhichFirst:
 def which_first(record: DynamicsRecord, signals: Sequence[str] | None = None, threshold: float = 0.5) -> WhichFirst:
     """Order ``signals`` (default all) of ``record`` by the step each crosses ``threshold`` of its
     normalised change (module docstring)."""
-    record = _check_record(record)
-    threshold = _check_threshold(threshold)
-    names = _check_signals(record, signals)
+    record = check_record(record)
+    threshold = check_fraction(threshold)
+    names = check_signals(record, signals)
     found = []
     for name in names:
         values = record.series(name).tolist()

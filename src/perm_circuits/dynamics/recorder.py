@@ -39,6 +39,7 @@ import torch
 from perm_circuits.analysis.induction import induction_scores, induction_test_set
 from perm_circuits.analysis.memory import model_memory_probes
 from perm_circuits.analysis.scores import STUDY_REPEAT_RATIO, head_scores
+from perm_circuits.checks import check_int
 from perm_circuits.dynamics.llc import LLCConfig, local_learning_coefficient, require_devinterp
 from perm_circuits.dynamics.record import DynamicsRecord
 from perm_circuits.evaluate import evaluate_logits
@@ -88,11 +89,6 @@ def default_steps(total_steps: int, n: int = DEFAULT_POINTS) -> tuple[int, ...]:
     return log_spaced_steps(total_steps, n=n)
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
-
 
 class DynamicsRecorder:
     """A ``train(..., step_callbacks=[recorder])`` callback recording signals at ``steps``.
@@ -126,7 +122,7 @@ class DynamicsRecorder:
         if isinstance(steps, (str, bytes)) or not isinstance(steps, Sequence) or not steps:
             raise ValueError(f"steps must be a non-empty sequence of positive ints, got {steps!r}")
         for step in steps:
-            _check_int("every step", step, 1)
+            check_int("every step", step, 1)
         if any(b <= a for a, b in zip(steps, steps[1:])):
             raise ValueError(f"steps must be strictly increasing, got {list(steps)}")
         if isinstance(signals, str) or not isinstance(signals, Sequence) or not signals:
@@ -134,8 +130,8 @@ class DynamicsRecorder:
         unknown = [s for s in signals if s not in SIGNAL_GROUPS]
         if unknown:
             raise ValueError(f"unknown signal groups {unknown}; choose from {SIGNAL_GROUPS}")
-        self.test_n = _check_int("test_n", test_n, 1)
-        self.seed = _check_int("seed", seed, 0)
+        self.test_n = check_int("test_n", test_n, 1)
+        self.seed = check_int("seed", seed, 0)
         if not isinstance(llc, bool):
             raise TypeError(f"llc must be a bool, got {llc!r}")
         if llc_config is not None and not isinstance(llc_config, LLCConfig):
@@ -175,7 +171,7 @@ class DynamicsRecorder:
 
         The model's train/eval mode is restored afterwards; its weights are not touched.
         """
-        _check_int("step", step, 0)
+        check_int("step", step, 0)
         if self._rows and step <= self._rows[-1][0]:
             raise ValueError(f"step {step} is not after the last recorded step {self._rows[-1][0]}")
         config = model_config_of(model)

@@ -1,4 +1,4 @@
-"""How the generalising 2-layer model ``d16h1l2-any`` recalls ``y_k`` for every ``k`` (issue 9).
+"""How the generalising 2-layer model ``d16h1l2-any`` recalls ``y_k`` for every ``k``.
 
 The Birth-of-a-Transformer story (a previous-token head feeding an induction head through
 K-composition; Bietti et al. 2023) does not describe this model
@@ -41,10 +41,10 @@ from perm_circuits.analysis.attribution import direct_logit_attribution
 from perm_circuits.analysis.patching_core import PatchingPair, logit_diff
 from perm_circuits.analysis.path_patching import (
     INPUTS,
-    _add_hooks,
-    _check_head_pair,
-    _input_change,
+    check_head_pair,
     induction_patching_pair,
+    input_change,
+    input_change_hooks,
     path_patch,
     sender_delta,
 )
@@ -100,8 +100,8 @@ def path_patch_through_mlp(
     delta_mlp``: both routes into the receiver's input at once).  Needs ``sender layer <= mlp_layer
     < receiver layer``.
     """
-    s_layer, s_head = _check_head_pair(model, "sender", sender)
-    r_layer, r_head = _check_head_pair(model, "receiver", receiver)
+    s_layer, s_head = check_head_pair(model, "sender", sender)
+    r_layer, r_head = check_head_pair(model, "receiver", receiver)
     mlp_layer = check_layer(model, mlp_layer)
     if input not in INPUTS:
         raise ValueError(f"input must be one of {INPUTS}, got {input!r}")
@@ -122,8 +122,8 @@ def path_patch_through_mlp(
     _, patched = run_capture(model, corrupted.inputs, [out], [(mid, add_delta)])
     delta_mlp = patched[out] - corr_cache[out]
     carried = delta_mlp + delta if direct else delta_mlp
-    change = _input_change(model, (r_layer, r_head), input, carried, corr_cache.get(pre))
-    with torch.no_grad(), model.hooks(fwd_hooks=_add_hooks((r_layer, r_head), input, change)):
+    change = input_change(model, (r_layer, r_head), input, carried, corr_cache.get(pre))
+    with torch.no_grad(), model.hooks(fwd_hooks=input_change_hooks((r_layer, r_head), input, change)):
         logits = model(corrupted.inputs)
     return _normalised(logit_diff(logits, answer, wrong), logit_diff(clean_logits, answer, wrong),
                        logit_diff(corr_logits, answer, wrong))

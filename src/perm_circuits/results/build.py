@@ -8,7 +8,7 @@ Inputs, all in the repository:
 * ``results/capacity_sweep.csv``: the capacity sweep at the cut budget, one row per run;
 * ``results/capacity_full_sweep.csv``: the same grid at the study's full recipe
   (``sweeps/capacity_full.toml``, ``scripts/capacity_full_table.py``), one row per finished run;
-* ``results/generalisation_sweep.csv``: the generalisation sweep (issue 9), one row per run;
+* ``results/generalisation_sweep.csv``: the generalisation sweep (does recall hold for every repeated x_k), one row per run;
 * ``results/general_recall_numbers.json``: the shipped ``d16h1l2-any`` model's numbers
   (``scripts/general_recall_numbers.py``);
 * ``docs/templates/results.md``, ``docs/templates/readme_results.md`` and

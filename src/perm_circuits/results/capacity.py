@@ -84,7 +84,8 @@ def verdict_modes(frame: pd.DataFrame) -> list[str]:
     return [c.removeprefix("verdict_") for c in frame.columns if c.startswith("verdict_")]
 
 
-def _number(value: float) -> str:
+def format_number(value: float) -> str:
+    """A table cell: ``"–"`` for nan, ``"3"`` for a whole number, else the shortest ``g`` form."""
     if isinstance(value, float) and math.isnan(value):
         return "–"
     if float(value).is_integer():
@@ -92,18 +93,19 @@ def _number(value: float) -> str:
     return f"{value:g}"
 
 
-def _values(frame: pd.DataFrame, column: str) -> str:
+def column_values(frame: pd.DataFrame, column: str) -> str:
+    """The distinct values of ``frame[column]``, sorted and comma-separated (``"none"`` for missing)."""
     values = sorted({v for v in frame[column].tolist() if not (isinstance(v, float) and math.isnan(v))})
     if frame[column].isna().any():
         values.append("none")
-    return ", ".join(_number(v) if not isinstance(v, str) else v for v in values)
+    return ", ".join(format_number(v) if not isinstance(v, str) else v for v in values)
 
 
 def _epochs(done: pd.DataFrame) -> str:
     reached = done["epoch_recall_99"].dropna()
     if reached.empty:
         return "never"
-    text = f"{_number(float(reached.median()))} [{_number(float(reached.min()))}, {_number(float(reached.max()))}]"
+    text = f"{format_number(float(reached.median()))} [{format_number(float(reached.min()))}, {format_number(float(reached.max()))}]"
     return text if len(reached) == len(done) else f"{text} ({len(reached)} of {len(done)} runs)"
 
 
@@ -139,7 +141,7 @@ def capacity_markdown(frame: pd.DataFrame) -> str:
         done = runs[runs["status"] == "done"]
         failed = len(runs) - len(done)
         learned = int((done["recall_accuracy"] >= LEARNED).sum())
-        cells = [_number(float(v)) for v in key]
+        cells = [format_number(float(v)) for v in key]
         cells.append(f"{len(done)}" + (f" ({failed} failed)" if failed else ""))
         cells.append(",".join(str(int(s)) for s in sorted(runs["seed"].unique())))
         cells.append(f"{learned}/{len(done)}" if len(done) else "–")
@@ -148,7 +150,7 @@ def capacity_markdown(frame: pd.DataFrame) -> str:
         cells += [_verdicts(done, how) if len(done) else "–" for how in modes]
         lines.append("| " + " | ".join(cells) + " |")
     n_done = int((frame["status"] == "done").sum())
-    recipe = "; ".join(f"{c} {_values(frame, c)}" for c in RECIPE if c in frame.columns)
+    recipe = "; ".join(f"{c} {column_values(frame, c)}" for c in RECIPE if c in frame.columns)
     intro = (
         f"{len(frame)} runs ({n_done} done, {len(frame) - n_done} failed)"
         + (f"; recipe: {recipe}" if recipe else "")

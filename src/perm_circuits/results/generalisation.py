@@ -1,4 +1,4 @@
-"""The generalisation section of the results page (issue 9): does recall hold for *every* repeated x_k?
+"""The generalisation section of the results page: does recall hold for *every* repeated x_k?
 
 Rendered from a committed sweep table (``sweeps/generalisation.toml``; one row per run, the sweep's
 row schema).  Each run's ``recall_gen_x{k}`` columns hold its recall accuracy when the last query
@@ -15,7 +15,7 @@ import os
 
 import pandas as pd
 
-from perm_circuits.results.capacity import RECIPE, _number, _values, check_sweep_frame, read_sweep_table
+from perm_circuits.results.capacity import RECIPE, check_sweep_frame, column_values, format_number, read_sweep_table
 
 __all__ = ["GENERALISATION_COLUMNS", "GENERALISES", "GROUP", "generalisation_markdown", "generalisation_numbers",
            "generalises", "load_generalisation_table", "parameters", "SHORTCUT_OTHERS"]
@@ -86,7 +86,7 @@ def generalisation_markdown(frame: pd.DataFrame) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for key, runs in frame.groupby(list(GROUP), sort=True):
         done = runs[runs["status"] == "done"]
-        cells = [_number(float(key[0])), _number(float(key[1])), _number(float(key[2])),
+        cells = [format_number(float(key[0])), format_number(float(key[1])), format_number(float(key[2])),
                  ", ".join(f"x{k}" for k in str(key[3]).split(","))]
         failed = len(runs) - len(done)
         cells.append(f"{len(done)}" + (f" ({failed} failed)" if failed else ""))
@@ -99,7 +99,7 @@ def generalisation_markdown(frame: pd.DataFrame) -> str:
         cells.append(f"{done['elimination_accuracy'].mean():.3f}" if len(done) else "–")
         lines.append("| " + " | ".join(cells) + " |")
     n_done = int((frame["status"] == "done").sum())
-    recipe = "; ".join(f"{c} {_values(frame, c)}" for c in RECIPE if c in frame.columns)
+    recipe = "; ".join(f"{c} {column_values(frame, c)}" for c in RECIPE if c in frame.columns)
     intro = (f"{len(frame)} runs ({n_done} done, {len(frame) - n_done} failed); recipe: {recipe}. "
              f"Recall per repeated x_k is measured exhaustively over the test permutations and every x order.")
     return intro + "\n\n" + "\n".join(lines) + "\n"

@@ -147,7 +147,8 @@ def run_local(runs: Sequence[RunConfig], on_result: OnResult, on_running: OnStar
     pool.shutdown(wait=True)
 
 
-def _import_ray():
+def import_ray():
+    """The ``ray`` module, or ImportError with the install command when Ray is missing."""
     try:
         import ray
     except ImportError:
@@ -163,7 +164,7 @@ def run_ray(runs: Sequence[RunConfig], on_result: OnResult, on_running: OnStart,
     instance with ``workers`` CPUs and no dashboard (shut down afterwards).  An already
     initialised Ray (``ray.init`` in the caller) is used as is.
     """
-    ray = _import_ray()
+    ray = import_ray()
     started = False
     if not ray.is_initialized():
         if address:
@@ -196,3 +197,6 @@ def run_ray(runs: Sequence[RunConfig], on_result: OnResult, on_running: OnStart,
     finally:
         if started:
             ray.shutdown()
+
+
+_import_ray = import_ray  # former private name, kept for callers not yet renamed

@@ -124,9 +124,9 @@ def run_sweep(
     _check_args(backend, workers, address, out_dir)
     spec = load_spec(spec)
     if backend == "ray":
-        from perm_circuits.sweep.backends import _import_ray
+        from perm_circuits.sweep.backends import import_ray
 
-        _import_ray()  # a clear error before anything starts
+        import_ray()  # a clear error before anything starts
     out_dir.mkdir(parents=True, exist_ok=True)
     clean_stale(out_dir)
     stored = finished_runs(out_dir)

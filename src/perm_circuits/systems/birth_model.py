@@ -33,6 +33,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from perm_circuits.checks import check_int
+
 __all__ = [
     "FROZEN_NAMES",
     "BirthModelConfig",
@@ -50,13 +52,6 @@ FROZEN_NAMES = ("embed", "pos_embed", "unembed", "W_Q", "W_K", "W_V", "W_O", "bi
 
 _MATRIX = {"W_Q": "q", "W_K": "k", "W_V": "v", "W_O": "o"}
 
-
-def _check_int(name: str, value: object, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -80,10 +75,10 @@ class BirthModelConfig:
     frozen: tuple[str, ...] = ("embed", "pos_embed", "unembed", "W_Q", "W_V", "W_O.0", "biases")
 
     def __post_init__(self) -> None:
-        _check_int("N", self.N, 2)
-        _check_int("T", self.T, 2)
-        _check_int("d_model", self.d_model, 1)
-        _check_int("seed", self.seed, 0)
+        check_int("N", self.N, 2)
+        check_int("T", self.T, 2)
+        check_int("d_model", self.d_model, 1)
+        check_int("seed", self.seed, 0)
         if isinstance(self.frozen, str) or not isinstance(self.frozen, (tuple, list)):
             raise TypeError(f"frozen must be a tuple of names, got {self.frozen!r}")
         object.__setattr__(self, "frozen", tuple(self.frozen))
@@ -123,7 +118,7 @@ class FullModelConfig:
 
     def __post_init__(self) -> None:
         for name, low in (("N", 2), ("T", 2), ("d_model", 1), ("n_layers", 1), ("n_heads", 1), ("seed", 0)):
-            _check_int(name, getattr(self, name), low)
+            check_int(name, getattr(self, name), low)
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
 

@@ -36,6 +36,7 @@ from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from perm_circuits._util import dataclass_from_dict
+from perm_circuits.checks import check_int
 
 __all__ = [
     "FactualConfig",
@@ -48,12 +49,6 @@ __all__ = [
 
 PARAMS = ("W_E", "W_Q", "W_K", "W_V", "W_O", "W_in", "b_in", "W_out", "W_U")
 
-
-def _check_int(name: str, value: object, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -84,7 +79,7 @@ class FactualConfig:
     def __post_init__(self) -> None:
         for name, low in (("d_vocab", 2), ("n_out", 2), ("n_ctx", 1), ("d_model", 1), ("n_heads", 1),
                           ("d_head", 1), ("d_mlp", 0), ("seed", 0)):
-            _check_int(name, getattr(self, name), low)
+            check_int(name, getattr(self, name), low)
         if isinstance(self.frozen, list):
             object.__setattr__(self, "frozen", tuple(self.frozen))
         if not isinstance(self.frozen, tuple) or any(name not in PARAMS for name in self.frozen):
@@ -227,7 +222,7 @@ class LinearAttentionConfig:
 
     def __post_init__(self) -> None:
         for name, low in (("d_vocab", 2), ("n_out", 2), ("n_ctx", 1)):
-            _check_int(name, getattr(self, name), low)
+            check_int(name, getattr(self, name), low)
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not self.alpha > 0:
             raise ValueError(f"alpha must be a positive number (the paper's initialisation), got {self.alpha!r}")
 

@@ -31,17 +31,11 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from perm_circuits.checks import check_int
 from perm_circuits.tasks.base import TaskBatch, load_object, register_task
 
 __all__ = ["PermutationChainTask", "RolloutResult", "build_chain_model", "chain_states", "permutation_matrices", "rollout"]
 
-
-def _check_int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    return value
 
 
 def chain_states(
@@ -82,10 +76,10 @@ class PermutationChainTask:
     name: ClassVar[str] = "perm_chain"
 
     def __post_init__(self) -> None:
-        _check_int("N", self.N, 2)
-        _check_int("d_g", self.d_g, 1)
-        _check_int("L", self.L, 1)
-        _check_int("perm_seed", self.perm_seed, 0)
+        check_int("N", self.N, 2)
+        check_int("d_g", self.d_g, 1)
+        check_int("L", self.L, 1)
+        check_int("perm_seed", self.perm_seed, 0)
         import math
 
         if self.d_g > math.factorial(min(self.N, 20)):
@@ -124,7 +118,7 @@ class PermutationChainTask:
 
     def sample(self, n: int, generator: torch.Generator, split: str = "train") -> TaskBatch:
         """``n`` chains from ``generator`` (the split does not change the distribution)."""
-        _check_int("n", n, 1)
+        check_int("n", n, 1)
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
         actions = torch.randint(self.d_g, (n, self.L), generator=generator)

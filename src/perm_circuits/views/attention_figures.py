@@ -16,7 +16,7 @@ from perm_circuits.hooks import run_logits
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.task import Batch, make_test_set, validate_tokens
 from perm_circuits.views.circuits import token_labels
-from perm_circuits.views.figure_style import _check_model, _format_sequence, _style, position_labels
+from perm_circuits.views.figure_style import check_model, format_sequence, house_style, position_labels
 
 __all__ = ["attention_heatmaps", "sequence_attention"]
 
@@ -38,7 +38,7 @@ def _attention_patterns(model, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor
     return torch.stack([store[layer] for layer in range(n_layers)], dim=1)
 
 
-def _attention_trace(
+def attention_trace(
     pattern: Float[Tensor, "q k"], labels: list[str], head: str, *, cell_text: bool = True
 ) -> go.Heatmap:
     """One head's pattern as a heatmap (queries down, keys across; the causal upper triangle blank)."""
@@ -60,7 +60,8 @@ def _attention_trace(
     )
 
 
-def _attention_layout(fig: go.Figure, rows: int, cols: int) -> None:
+def attention_layout(fig: go.Figure, rows: int, cols: int) -> None:
+    """Axes of a ``rows`` x ``cols`` grid of attention heatmaps: one 0-1 color axis, keys across, queries down."""
     fig.update_layout(
         coloraxis={"colorscale": "Blues", "cmin": 0.0, "cmax": 1.0, "colorbar": {"title": {"text": "attention"}}}
     )
@@ -99,7 +100,7 @@ def attention_heatmaps(
             subplots each.
         n: size of the default test set.
     """
-    _check_model(model)
+    check_model(model)
     config = model_config_of(model)
     if repeated is not None and not isinstance(repeated, bool) and repeated != "split":
         raise ValueError(f"repeated must be None, True, False or 'split', got {repeated!r}")
@@ -134,13 +135,13 @@ def attention_heatmaps(
             for head in range(config.n_heads):
                 name = f"L{layer}H{head}"
                 titles.append(f"{name}: {label} (n={int(rows.sum())})")
-                traces.append(_attention_trace(mean[layer, head], labels, name))
+                traces.append(attention_trace(mean[layer, head], labels, name))
     fig = make_subplots(rows=n_rows, cols=n_cols, subplot_titles=titles, horizontal_spacing=0.12, vertical_spacing=0.18)
     for index, trace in enumerate(traces):
         fig.add_trace(trace, row=index // n_cols + 1, col=index % n_cols + 1)
-    _attention_layout(fig, n_rows, n_cols)
+    attention_layout(fig, n_rows, n_cols)
     title = f"{config.name}: mean attention pattern per head over {len(test_set)} test sequences"
-    return _style(fig, title, height=150 + 420 * n_rows, width=max(620, 520 * n_cols))
+    return house_style(fig, title, height=150 + 420 * n_rows, width=max(620, 520 * n_cols))
 
 
 def sequence_attention(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"]) -> go.Figure:
@@ -150,7 +151,7 @@ def sequence_attention(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"])
         model: a bridge.
         tokens: one sequence ``[x1, y1, ..., xV]`` (a list of ints, a 1-D tensor or ``[1, seq]``).
     """
-    _check_model(model)
+    check_model(model)
     config = model_config_of(model)
     if isinstance(tokens, (list, tuple)):
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
@@ -166,7 +167,12 @@ def sequence_attention(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"])
     fig = make_subplots(rows=n_rows, cols=n_cols, subplot_titles=names, horizontal_spacing=0.12, vertical_spacing=0.18)
     for index, name in enumerate(names):
         layer, head = divmod(index, n_cols)
-        fig.add_trace(_attention_trace(pattern[layer, head], labels, name), row=layer + 1, col=head + 1)
-    _attention_layout(fig, n_rows, n_cols)
-    title = f"{config.name}: attention on {_format_sequence(seq[0].tolist())}"
-    return _style(fig, title, height=150 + 420 * n_rows, width=max(620, 520 * n_cols))
+        fig.add_trace(attention_trace(pattern[layer, head], labels, name), row=layer + 1, col=head + 1)
+    attention_layout(fig, n_rows, n_cols)
+    title = f"{config.name}: attention on {format_sequence(seq[0].tolist())}"
+    return house_style(fig, title, height=150 + 420 * n_rows, width=max(620, 520 * n_cols))
+
+
+# former private names, kept as aliases for callers not yet renamed
+_attention_layout = attention_layout
+_attention_trace = attention_trace

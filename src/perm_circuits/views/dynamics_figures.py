@@ -15,9 +15,10 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from perm_circuits.dynamics.emergence import _check_record, _check_signals, _check_threshold, normalised, which_first
+from perm_circuits.checks import check_fraction
+from perm_circuits.dynamics.emergence import check_record, check_signals, normalised, which_first
 from perm_circuits.dynamics.record import DynamicsRecord
-from perm_circuits.views.figure_style import ELIMINATION_COLOR, MODEL_PALETTE, RECALL_COLOR, _check_str, _style
+from perm_circuits.views.figure_style import ELIMINATION_COLOR, MODEL_PALETTE, RECALL_COLOR, check_str, house_style
 
 __all__ = ["emergence_figure"]
 
@@ -35,11 +36,11 @@ def emergence_figure(
     normalised to [0, 1] between its first and last value, with a marker at its crossing of
     ``threshold``.  Traces: the lines first (``name`` = signal, one per signal, in order), then
     one marker trace per crossing signal (``name`` = ``"{signal} crosses"``)."""
-    record = _check_record(record)
-    names = _check_signals(record, signals)
-    threshold = _check_threshold(threshold)
+    record = check_record(record)
+    names = check_signals(record, signals)
+    threshold = check_fraction(threshold)
     if title is not None:
-        _check_str("title", title)
+        check_str("title", title)
     order = which_first(record, names, threshold)
     fig = go.Figure()
     colors = {}
@@ -79,7 +80,7 @@ def emergence_figure(
     fig.update_yaxes(range=[-0.1, 1.15])
     model = record.settings.get("model") or "model"
     default_title = f"{model}: emergence of each signal (normalised change; diamonds: first crossing of {threshold:g})"
-    return _style(
+    return house_style(
         fig, title or default_title, x_title="optimiser step (log)",
         y_title="change so far (0 = first, 1 = last value)", height=520,
     )

@@ -24,10 +24,10 @@ from perm_circuits.views.figure_style import (
     MODEL_PALETTE,
     NEUTRAL_COLORS,
     RECALL_COLOR,
-    _check_model,
-    _check_str,
-    _format_sequence,
-    _style,
+    check_model,
+    check_str,
+    format_sequence,
+    house_style,
 )
 
 __all__ = ["STUDY_SEQUENCE", "probe_distribution", "step_accuracy", "walkthrough"]
@@ -152,7 +152,7 @@ def step_accuracy(*evaluations: Evaluation, prior: str = "uniform") -> go.Figure
     )
     n = evaluations[0].n_samples
     title = f"Per-step accuracy vs the Bayesian target ({', '.join(names)}; {n} test sequences)"
-    return _style(fig, title, x_title="y-prediction step", height=520, width=max(760, 260 + 160 * len(steps)))
+    return house_style(fig, title, x_title="y-prediction step", height=520, width=max(760, 260 + 160 * len(steps)))
 
 
 def _bayes_key(evaluation: Evaluation) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -177,7 +177,7 @@ def walkthrough(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"] | None 
         tokens: one sequence ``[x1, y1, ..., xV]``; default :data:`STUDY_SEQUENCE`
             ``[2,3, 1,5, 4,4, 3,2, 5]`` (target 1).  ``probe_sequence()`` shows recall vs the trap.
     """
-    _check_model(model)
+    check_model(model)
     V = model_config_of(model).V
     task = task_config_of(model)
     if tokens is None:
@@ -200,7 +200,7 @@ def walkthrough(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"] | None 
     titles = []
     for k in range(V):
         used = ",".join(str(y) for y in ys[:k]) or "none"
-        seen = _format_sequence(ids[: 2 * k + 1])
+        seen = format_sequence(ids[: 2 * k + 1])
         titles.append(f"<b>Step {k + 1}</b>: {seen} → ?<br>used y: {used} · target y={targets[k]}")
     fig = make_subplots(rows=1, cols=V, subplot_titles=titles, shared_yaxes=True, horizontal_spacing=0.025)
     for k in range(V):
@@ -254,9 +254,9 @@ def walkthrough(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"] | None 
     fig.update_xaxes(title_text="value v")
     title = (
         f"{model_config_of(model).name}: predicted distribution vs exact Bayesian posterior, "
-        f"step by step on {_format_sequence(ids)}"
+        f"step by step on {format_sequence(ids)}"
     )
-    return _style(fig, title, height=560, width=max(900, 320 * V))
+    return house_style(fig, title, height=560, width=max(900, 320 * V))
 
 
 def probe_distribution(models: Mapping[str, Any]) -> go.Figure:
@@ -273,8 +273,8 @@ def probe_distribution(models: Mapping[str, Any]) -> go.Figure:
     if not models:
         raise ValueError("models is empty")
     for name, model in models.items():
-        _check_str("model name", name)
-        _check_model(model)
+        check_str("model name", name)
+        check_model(model)
         V = model_config_of(model).V
         if V != 5:
             raise ValueError(f"the probe is defined for V=5, model {name!r} has V={V}")
@@ -299,6 +299,6 @@ def probe_distribution(models: Mapping[str, Any]) -> go.Figure:
         )
     fig.update_layout(barmode="group")
     fig.update_yaxes(range=[0, 1.12])
-    title = f"Probe {_format_sequence(list(PROBE_SEQUENCE))} → ?: recall answer 4 vs elimination trap 1"
-    return _style(fig, title, x_title="model", y_title="P(y = v) at the last query", height=480,
+    title = f"Probe {format_sequence(list(PROBE_SEQUENCE))} → ?: recall answer 4 vs elimination trap 1"
+    return house_style(fig, title, x_title="model", y_title="P(y = v) at the last query", height=480,
                   width=max(640, 300 + 200 * len(names)))

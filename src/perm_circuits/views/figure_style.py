@@ -13,6 +13,8 @@ from typing import Protocol, runtime_checkable
 import pandas as pd
 import plotly.graph_objects as go
 
+from perm_circuits.checks import check_str
+
 __all__ = [
     "BAYES_COLOR",
     "BAYES_TRAIN_COLOR",
@@ -47,7 +49,7 @@ class Tabular(Protocol):
 # ----------------------------------------------------------------------------- shared helpers
 
 
-def _style(
+def house_style(
     fig: go.Figure,
     title: str,
     *,
@@ -78,13 +80,8 @@ def _style(
     return fig
 
 
-def _check_str(name: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, got {type(value).__name__} {value!r}")
-    return value
-
-
-def _check_model(model: object) -> None:
+def check_model(model: object) -> None:
+    """TypeError unless ``model`` is a hooked model (has ``cfg`` and ``hook_dict`` and is callable)."""
     if not (hasattr(model, "cfg") and hasattr(model, "hook_dict") and callable(model)):
         raise TypeError(
             f"model must be a TransformerBridge from perm_circuits.build_model/load_pretrained, "
@@ -92,7 +89,7 @@ def _check_model(model: object) -> None:
         )
 
 
-def _frame_of(result: object, name: str) -> pd.DataFrame:
+def frame_of(result: object, name: str) -> pd.DataFrame:
     """A DataFrame, or an analysis result's ``to_dataframe()`` (a copy either way)."""
     if isinstance(result, pd.DataFrame):
         frame = result.copy()
@@ -110,7 +107,8 @@ def _frame_of(result: object, name: str) -> pd.DataFrame:
     return frame
 
 
-def _require_columns(frame: pd.DataFrame, columns: Sequence[str], name: str) -> None:
+def require_columns(frame: pd.DataFrame, columns: Sequence[str], name: str) -> None:
+    """ValueError naming the missing ones unless ``frame`` has every column in ``columns``."""
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise ValueError(f"{name} has no column(s) {missing}; available: {list(frame.columns)}")
@@ -120,14 +118,25 @@ def position_labels(n_positions: int) -> list[str]:
     """Role labels of the sequence positions: ``["0: x1", "1: y1", "2: x2", ...]``."""
     if isinstance(n_positions, bool) or not isinstance(n_positions, int) or n_positions <= 0:
         raise ValueError(f"n_positions must be a positive int, got {n_positions!r}")
-    return [_position_label(p) for p in range(n_positions)]
+    return [position_label(p) for p in range(n_positions)]
 
 
-def _position_label(position: int) -> str:
+def position_label(position: int) -> str:
+    """``"2: x2"``: a sequence position and the token role it holds (x at even, y at odd positions)."""
     return f"{position}: {'x' if position % 2 == 0 else 'y'}{position // 2 + 1}"
 
 
-def _format_sequence(tokens: Sequence[int]) -> str:
+def format_sequence(tokens: Sequence[int]) -> str:
     """``[2,3, 1,5, 4]``: pairs separated by spaces, as the study writes them."""
     pairs = [",".join(str(t) for t in tokens[i : i + 2]) for i in range(0, len(tokens), 2)]
     return "[" + ", ".join(pairs) + "]"
+
+
+# former private names, kept as aliases for callers not yet renamed
+_style = house_style
+_check_str = check_str
+_check_model = check_model
+_frame_of = frame_of
+_require_columns = require_columns
+_position_label = position_label
+_format_sequence = format_sequence

@@ -6,7 +6,7 @@ in :data:`RECALL_COLOR`; the model's own distribution in :data:`MODEL_COLOR` and
 Bayesian posterior in :data:`BAYES_COLOR` (uniform prior) / :data:`BAYES_TRAIN_COLOR` (train
 prior).  :func:`write_html` writes a page with plotly.js inlined (no CDN, works offline).
 
-Figures of the study (``/work/shared/seeds/001_study_presentation.txt``):
+Figures of the study ("Can a Tiny Transformer Learn to Remember?", its presentation's sections):
 
 * :func:`walkthrough`: section 06's five-step walkthrough (predicted distribution vs posterior).
 * :func:`step_accuracy`: section 06's table (per-step accuracy vs the Bayesian target, MAE).
@@ -29,23 +29,9 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from perm_circuits.views.attention_figures import (  # noqa: F401
-    _attention_layout,
-    _attention_patterns,
-    _attention_trace,
-    attention_heatmaps,
-    sequence_attention,
-)
-from perm_circuits.views.evaluation_figures import (  # noqa: F401
-    STUDY_SEQUENCE,
-    _bayes_key,
-    _unique_names,
-    _value_probs,
-    probe_distribution,
-    step_accuracy,
-    walkthrough,
-)
-from perm_circuits.views.figure_style import (  # noqa: F401
+from perm_circuits.views.attention_figures import attention_heatmaps, sequence_attention
+from perm_circuits.views.evaluation_figures import STUDY_SEQUENCE, probe_distribution, step_accuracy, walkthrough
+from perm_circuits.views.figure_style import (
     BAYES_COLOR,
     BAYES_TRAIN_COLOR,
     ELIMINATION_COLOR,
@@ -54,38 +40,11 @@ from perm_circuits.views.figure_style import (  # noqa: F401
     NEUTRAL_COLORS,
     RECALL_COLOR,
     Tabular,
-    _check_model,
-    _check_str,
-    _format_sequence,
-    _frame_of,
-    _position_label,
-    _require_columns,
-    _style,
     position_labels,
 )
 from perm_circuits.views.html import TOPOJSON_LOCAL, offline_plotly, write_plotly_js
-from perm_circuits.views.table_figures import (  # noqa: F401
-    _FFN_HEADERS,
-    FFN_COLUMNS,
-    _categories,
-    _cell,
-    _component_label,
-    _heatmap_trace,
-    _label,
-    ablation_heatmap,
-    ffn_table,
-    heatmap,
-    patching_heatmap,
-)
-from perm_circuits.views.training_figures import (  # noqa: F401
-    _CURVE_COLORS,
-    _PANEL_TITLES,
-    DEFAULT_CURVES,
-    _epoch_frame,
-    _panel,
-    probe_curves,
-    training_curves,
-)
+from perm_circuits.views.table_figures import FFN_COLUMNS, ablation_heatmap, ffn_table, heatmap, patching_heatmap
+from perm_circuits.views.training_figures import DEFAULT_CURVES, probe_curves, training_curves
 
 __all__ = [
     "BAYES_COLOR",
@@ -94,8 +53,11 @@ __all__ = [
     "ELIMINATION_COLOR",
     "FFN_COLUMNS",
     "MODEL_COLOR",
+    "MODEL_PALETTE",
+    "NEUTRAL_COLORS",
     "RECALL_COLOR",
     "STUDY_SEQUENCE",
+    "Tabular",
     "ablation_heatmap",
     "attention_heatmaps",
     "ffn_table",

@@ -29,14 +29,15 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from perm_circuits.views.figures import (
+from perm_circuits.checks import check_fraction
+from perm_circuits.views.figure_style import (
     ELIMINATION_COLOR,
     MODEL_COLOR,
     MODEL_PALETTE,
     NEUTRAL_COLORS,
     RECALL_COLOR,
-    _require_columns,
-    _style,
+    house_style,
+    require_columns,
 )
 
 __all__ = [
@@ -76,7 +77,8 @@ _COMPONENT_RE = re.compile(r"^L\d+(?:H\d+|MLP)$")
 # ----------------------------------------------------------------------------- table helpers
 
 
-def _check_frame(frame: object, columns: Sequence[str], name: str = "frame") -> pd.DataFrame:
+def check_frame(frame: object, columns: Sequence[str], name: str = "frame") -> pd.DataFrame:
+    """``frame`` if it is a sweep table (a DataFrame) with every column in ``columns``."""
     if not isinstance(frame, pd.DataFrame):
         raise TypeError(f"{name} must be a pandas DataFrame (a sweep table), got {type(frame).__name__}")
     if frame.empty:
@@ -100,7 +102,7 @@ def config_axes(frame: pd.DataFrame, keys: Sequence[str] = PHASE_KEYS) -> list[s
     Derived columns (``d_head`` = d_model / n_heads, ``d_mlp``) are constant within a cell and so
     never listed; NaN counts as a value (``early_stop`` may be null).
     """
-    _require_columns(frame, list(keys), "frame")
+    require_columns(frame, list(keys), "frame")
     others = [c for c in CONFIG_AXES if c in frame.columns and c not in keys]
     if not others:
         return []
@@ -118,7 +120,7 @@ def _fmt_value(value: object) -> str:
     return str(value)
 
 
-def _config_label(row: pd.Series | dict, others: Sequence[str], *, dropout: bool = False) -> str:
+def config_label(row: pd.Series | dict, others: Sequence[str], *, dropout: bool = False) -> str:
     """``"d16 h2"`` (+ ``" p0.1"`` with ``dropout``) + ``", n_layers=2"`` for every other varying axis."""
     label = f"d{_fmt_value(row['d_model'])} h{_fmt_value(row['n_heads'])}"
     if dropout:
@@ -137,12 +139,6 @@ def _matches(frame: pd.DataFrame, column: str, value: object) -> pd.Series:
     return frame[column] == value
 
 
-def _check_threshold(threshold: object) -> float:
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
-        raise ValueError(f"threshold must be a number in (0, 1], got {threshold!r}")
-    return float(threshold)
-
-
 # ----------------------------------------------------------------------------- phase diagram
 
 
@@ -153,8 +149,8 @@ def phase_cells(frame: pd.DataFrame, threshold: float = 0.99) -> pd.DataFrame:
     ``done``, ``failed``, ``learned`` (done seeds with ``recall_accuracy >= threshold``) and
     ``share`` = learned / done (NaN when no seed finished).
     """
-    threshold = _check_threshold(threshold)
-    _check_frame(frame, ["status", "recall_accuracy", *PHASE_KEYS])
+    threshold = check_fraction(threshold)
+    check_frame(frame, ["status", "recall_accuracy", *PHASE_KEYS])
     keys = [*PHASE_KEYS, *config_axes(frame)]
     work = frame.assign(
         _done=frame["status"] == "done",
@@ -244,7 +240,7 @@ def phase_diagram(frame: pd.DataFrame, threshold: float = 0.99) -> go.Figure:
     })
     n_done = int(cells["done"].sum())
     title = f"Share of seeds that learn recall (accuracy >= {threshold:g}); {n_done} finished runs"
-    return _style(fig, title, height=200 + 260 * len(combos), width=max(760, 380 * len(dropouts) + 150))
+    return house_style(fig, title, height=200 + 260 * len(combos), width=max(760, 380 * len(dropouts) + 150))
 
 
 # ----------------------------------------------------------------------------- epoch to recall
@@ -258,7 +254,7 @@ def epoch_to_recall(frame: pd.DataFrame) -> go.Figure:
     NaN) are drawn separately on a "never" row above the epochs, so they are neither dropped nor
     mistaken for late learners.  Failed runs are left out (the title counts them).
     """
-    _check_frame(frame, ["status", "epoch_recall_99", "seed", *PHASE_KEYS])
+    check_frame(frame, ["status", "epoch_recall_99", "seed", *PHASE_KEYS])
     others = config_axes(frame)
     done = _done(frame)
     if done.empty:
@@ -268,12 +264,12 @@ def epoch_to_recall(frame: pd.DataFrame) -> go.Figure:
     never_y = math.ceil(top * 1.15) + 2
     order_keys = ["d_model", "n_heads", *others]
     configs = done[order_keys].drop_duplicates().sort_values(order_keys, na_position="last")
-    labels = [_config_label(row, others) for _, row in configs.iterrows()]
+    labels = [config_label(row, others) for _, row in configs.iterrows()]
     fig = go.Figure()
     for index, dropout in enumerate(_sorted_values(done["dropout"])):
         color = MODEL_PALETTE[index % len(MODEL_PALETTE)]
         group = done[_matches(done, "dropout", dropout)]
-        x = [_config_label(row, others) for _, row in group.iterrows()]
+        x = [config_label(row, others) for _, row in group.iterrows()]
         run_ids = group["run_id"] if "run_id" in group else [None] * len(group)
         hover = [f"seed {s}" + (f", run {r}" if isinstance(r, str) else "") for s, r in zip(group["seed"], run_ids)]
         learned = group["epoch_recall_99"].notna().to_numpy()
@@ -299,7 +295,7 @@ def epoch_to_recall(frame: pd.DataFrame) -> go.Figure:
                      range=[-0.5, never_y + 1], zeroline=False)
     failed = int((frame["status"] == "failed").sum())
     title = "Epoch at which recall first reaches 0.99, across seeds" + (f" ({failed} failed runs left out)" if failed else "")
-    return _style(fig, title, x_title="configuration (d_model, n_heads)", y_title="epoch",
+    return house_style(fig, title, x_title="configuration (d_model, n_heads)", y_title="epoch",
                   height=480, width=max(700, 90 * len(labels) + 200))
 
 
@@ -365,7 +361,7 @@ def role_counts(frame: pd.DataFrame, how: str | None = None) -> pd.DataFrame:
     configuration).  A component absent from a configuration (``L0H1`` of a one-head model:
     NaN role) is not counted.
     """
-    _check_frame(frame, ["status", *PHASE_KEYS])
+    check_frame(frame, ["status", *PHASE_KEYS])
     modes = sweep_modes(frame)
     if not modes:
         raise ValueError(
@@ -381,7 +377,7 @@ def role_counts(frame: pd.DataFrame, how: str | None = None) -> pd.DataFrame:
     done = _done(frame)
     if done.empty:
         raise ValueError("frame has no finished runs (status == 'done'): nothing to count")
-    labels = pd.Series([_config_label(row, others, dropout=True) for _, row in done.iterrows()], index=done.index)
+    labels = pd.Series([config_label(row, others, dropout=True) for _, row in done.iterrows()], index=done.index)
     seeds = labels.value_counts()
     records = []
     for mode in modes:
@@ -402,7 +398,7 @@ def role_counts(frame: pd.DataFrame, how: str | None = None) -> pd.DataFrame:
 def _ordered_labels(done: pd.DataFrame, others: Sequence[str]) -> list[str]:
     keys = [*PHASE_KEYS, *others]
     configs = done[keys].drop_duplicates().sort_values(keys, na_position="last")
-    return [_config_label(row, others, dropout=True) for _, row in configs.iterrows()]
+    return [config_label(row, others, dropout=True) for _, row in configs.iterrows()]
 
 
 def roles_frequency(frame: pd.DataFrame, how: str | None = None) -> go.Figure:
@@ -471,7 +467,7 @@ def roles_frequency(frame: pd.DataFrame, how: str | None = None) -> go.Figure:
                 for mode in modes
             ],
         }])
-    return _style(fig, f"{title} ({modes[0]} ablation)", height=180 + 300 * rows, width=1100)
+    return house_style(fig, f"{title} ({modes[0]} ablation)", height=180 + 300 * rows, width=1100)
 
 
 def _value_colors(counts: pd.DataFrame) -> dict[str, str]:

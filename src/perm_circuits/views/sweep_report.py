@@ -18,13 +18,13 @@ from pathlib import Path
 import pandas as pd
 
 from perm_circuits._util import atomic_write_text
+from perm_circuits.checks import check_fraction
 from perm_circuits.views.html import TOPOJSON_LOCAL, Section, html_page, write_plotly_js
 from perm_circuits.views.sweep_figures import (
     PHASE_KEYS,
-    _check_frame,
-    _check_threshold,
-    _config_label,
+    check_frame,
     config_axes,
+    config_label,
     epoch_to_recall,
     phase_cells,
     phase_diagram,
@@ -62,8 +62,8 @@ def sweep_summary(frame: pd.DataFrame, threshold: float = 0.99) -> pd.DataFrame:
     none did) and, for every ablation mode found in the columns, ``verdict_<how>``: counts of the
     verdicts over finished seeds, e.g. ``"fails 2, holds 1"``.
     """
-    threshold = _check_threshold(threshold)
-    _check_frame(frame, ["status", "recall_accuracy", "epoch_recall_99", *PHASE_KEYS])
+    threshold = check_fraction(threshold)
+    check_frame(frame, ["status", "recall_accuracy", "epoch_recall_99", *PHASE_KEYS])
     cells = phase_cells(frame, threshold).rename(columns={"share": "share_learned"})
     keys = [*PHASE_KEYS, *config_axes(frame)]
     done = frame[frame["status"] == "done"]
@@ -102,7 +102,7 @@ def _errors_html(frame: pd.DataFrame) -> str:
         error = "" if not isinstance(error, str) else error
         run_id = row.get("run_id", "")
         out.append(
-            f"<h3>{_html.escape(_config_label(row, others, dropout=True))}, seed {_html.escape(str(row['seed']))}"
+            f"<h3>{_html.escape(config_label(row, others, dropout=True))}, seed {_html.escape(str(row['seed']))}"
             + (f" (run {_html.escape(str(run_id))})" if isinstance(run_id, str) and run_id else "")
             + f'</h3>\n<pre class="pc-error">{_html.escape(error.strip() or "no error text recorded")}</pre>'
         )
@@ -166,7 +166,7 @@ def write_sweep_report(
         TypeError: arguments of the wrong type.
     """
     path = _check_out(out, force)
-    threshold = _check_threshold(threshold)
+    threshold = check_fraction(threshold)
     if title is not None and not isinstance(title, str):
         raise TypeError(f"title must be a str or None, got {type(title).__name__}")
     if isinstance(source, pd.DataFrame):

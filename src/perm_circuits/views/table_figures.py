@@ -13,11 +13,11 @@ from plotly.subplots import make_subplots
 
 from perm_circuits.views.figure_style import (
     Tabular,
-    _check_str,
-    _frame_of,
-    _position_label,
-    _require_columns,
-    _style,
+    check_str,
+    frame_of,
+    house_style,
+    position_label,
+    require_columns,
 )
 
 __all__ = ["FFN_COLUMNS", "ablation_heatmap", "ffn_table", "heatmap", "patching_heatmap"]
@@ -92,12 +92,12 @@ def _heatmap_trace(
     if not isinstance(frame, pd.DataFrame):
         raise TypeError(f"frame must be a pandas DataFrame, got {type(frame).__name__}")
     for name, column in (("x", x), ("y", y), ("value", value)):
-        _check_str(name, column)
+        check_str(name, column)
     if isinstance(hover_columns, str) or not all(isinstance(c, str) for c in hover_columns):
         raise TypeError(f"hover_columns must be a list of column names, got {hover_columns!r}")
     if len({x, y, value}) != 3:
         raise ValueError(f"x, y and value must be three different columns, got {x!r}, {y!r}, {value!r}")
-    _require_columns(frame, [x, y, value, *hover_columns], "frame")
+    require_columns(frame, [x, y, value, *hover_columns], "frame")
     if frame.empty:
         raise ValueError("frame has no rows")
     column = frame[value]
@@ -163,7 +163,7 @@ def heatmap(
         ValueError: missing columns, an empty frame, missing labels, or several rows per cell.
         TypeError: a non-numeric value column.
     """
-    _check_str("title", title)
+    check_str("title", title)
     trace = _heatmap_trace(
         frame, x, y, value, hover_columns=hover_columns, text_format=text_format,
         colorscale=colorscale, zmin=zmin, zmax=zmax, zmid=zmid, colorbar={"title": {"text": value}},
@@ -171,7 +171,7 @@ def heatmap(
     fig = go.Figure(trace)
     fig.update_xaxes(type="category")
     fig.update_yaxes(type="category", autorange="reversed")
-    return _style(fig, title, x_title=x, y_title=y, height=max(380, 160 + 36 * len(trace.y)),
+    return house_style(fig, title, x_title=x, y_title=y, height=max(380, 160 + 36 * len(trace.y)),
                   width=max(520, 260 + 70 * len(trace.x)))
 
 
@@ -191,11 +191,11 @@ def ablation_heatmap(
     (``component == "none"``) is left out of the grid and quoted in the panel title.
     Accuracy panels share one 0..1 color scale.
     """
-    frame = _frame_of(table, "table")
+    frame = frame_of(table, "table")
     values = [value] if isinstance(value, str) else list(value)
     if not values or not all(isinstance(v, str) for v in values):
         raise TypeError(f"value must be a column name or a list of them, got {value!r}")
-    _require_columns(frame, [x, y, *values], "table")
+    require_columns(frame, [x, y, *values], "table")
     baseline = frame[frame[y] == "none"]
     grid = frame[frame[y] != "none"]
     if grid.empty:
@@ -218,9 +218,9 @@ def ablation_heatmap(
     fig.update_yaxes(title_text=y, row=1, col=1)
     if title is None:
         title = f"{model_name + ': ' if model_name else ''}metrics with each component ablated"
-    _check_str("title", title)
+    check_str("title", title)
     n_y = grid[y].nunique()
-    return _style(fig, title, height=max(380, 180 + 40 * n_y), width=max(560, 200 + 330 * len(values)))
+    return house_style(fig, title, height=max(380, 180 + 40 * n_y), width=max(560, 200 + 330 * len(values)))
 
 
 def _component_label(row: pd.Series, with_activation: bool) -> str:
@@ -253,13 +253,13 @@ def patching_heatmap(
     (``3: y2``).  Colors diverge around 0 (1 = the patch restores the full clean behaviour);
     hover shows the bootstrap CI and the raw logit difference.
     """
-    frame = _frame_of(result, "result")
-    _check_str("value", value)
-    _require_columns(frame, ["activation", "layer", value], "result")
+    frame = frame_of(result, "result")
+    check_str("value", value)
+    require_columns(frame, ["activation", "layer", value], "result")
     if x is None:
         x = next((c for c in ("source_position", "position") if c in frame and frame[c].notna().any()), "activation")
-    _check_str("x", x)
-    _require_columns(frame, [x], "result")
+    check_str("x", x)
+    require_columns(frame, [x], "result")
     with_activation = frame["activation"].nunique() > 1 and x != "activation"
     hover = [c for c in ("ci_low", "ci_high", "logit_diff") if c in frame.columns and c != value]
     plot = pd.DataFrame({"component": [_component_label(row, with_activation) for _, row in frame.iterrows()]})
@@ -272,8 +272,8 @@ def patching_heatmap(
         if positions.dropna().lt(0).any():
             raise ValueError(f"result has negative {x} values; expected positions 0..seq_len-1")
         order = sorted(int(p) for p in positions.dropna().unique())
-        categories = [_position_label(p) for p in order] + (["all"] if positions.isna().any() else [])
-        plot[x_title] = [_position_label(int(p)) if pd.notna(p) else "all" for p in positions]
+        categories = [position_label(p) for p in order] + (["all"] if positions.isna().any() else [])
+        plot[x_title] = [position_label(int(p)) if pd.notna(p) else "all" for p in positions]
     else:
         plot[x_title] = frame[x].map(_label).to_numpy()
         categories = list(pd.unique(plot[x_title]))
@@ -288,8 +288,8 @@ def patching_heatmap(
         model = frame["model"].iloc[0] + ": " if "model" in frame else ""
         kinds = ", ".join(str(a) for a in pd.unique(frame["activation"]))
         title = f"{model}activation patching ({kinds}): normalised effect ({value})"
-    _check_str("title", title)
-    return _style(fig, title, x_title=x_title, y_title="component",
+    check_str("title", title)
+    return house_style(fig, title, x_title=x_title, y_title="component",
                   height=max(380, 180 + 40 * len(trace.y)), width=max(560, 260 + 70 * len(trace.x)))
 
 
@@ -326,7 +326,7 @@ def ffn_table(
         sort_by: a column to sort by, descending (NaN last); ``None`` keeps neuron order.
         live_only: drop neurons that never fire.
     """
-    frame = _frame_of(result, "result")
+    frame = frame_of(result, "result")
     if "neuron" not in frame.columns and frame.index.name == "neuron":
         frame = frame.reset_index()
     if columns is None:  # the default columns this version of the analysis provides
@@ -335,15 +335,15 @@ def ffn_table(
             raise ValueError(f"result has none of the FFN columns {list(FFN_COLUMNS)}; got {list(frame.columns)}")
     if isinstance(columns, str) or not all(isinstance(c, str) for c in columns) or not columns:
         raise TypeError(f"columns must be a non-empty list of column names, got {columns!r}")
-    _require_columns(frame, list(columns), "result")
+    require_columns(frame, list(columns), "result")
     if live_only:
-        _require_columns(frame, ["live"], "result")
+        require_columns(frame, ["live"], "result")
         frame = frame[frame["live"].astype(bool)]
         if frame.empty:
             raise ValueError("no live neurons to show")
     if sort_by is not None:
-        _check_str("sort_by", sort_by)
-        _require_columns(frame, [sort_by], "result")
+        check_str("sort_by", sort_by)
+        require_columns(frame, [sort_by], "result")
         frame = frame.sort_values(sort_by, ascending=False, na_position="last", kind="stable")
     if "fires_on_repeated" in frame.columns:
         tint = ["#fff4e6" if bool(r) else "white" for r in frame["fires_on_repeated"]]
@@ -362,4 +362,4 @@ def ffn_table(
     layer = getattr(result, "layer", None)
     where = f"layer {layer}, " if isinstance(layer, int) else ""
     title = f"{model + ': ' if model else ''}FFN neurons as key-value memories ({where}{len(frame)} neurons)"
-    return _style(fig, title, height=220 + 34 * (len(frame) + 1), width=max(900, 100 * len(columns)))
+    return house_style(fig, title, height=220 + 34 * (len(frame) + 1), width=max(900, 100 * len(columns)))

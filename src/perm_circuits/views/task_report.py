@@ -38,8 +38,9 @@ from plotly.subplots import make_subplots
 from torch import Tensor
 
 from perm_circuits._util import atomic_write_text
-from perm_circuits.analysis.task_ablation import TASK_HOWS, TaskAblationTable, _components, task_ablation_table
-from perm_circuits.task_eval import TaskEvaluation, _check_fit, evaluate_task, task_logits
+from perm_circuits.analysis.task_ablation import TASK_HOWS, TaskAblationTable, model_components, task_ablation_table
+from perm_circuits.checks import check_int
+from perm_circuits.task_eval import TaskEvaluation, check_fit, evaluate_task, task_logits
 from perm_circuits.tasks.base import Task, TaskBatch
 from perm_circuits.views.attention_figures import _attention_layout, _attention_trace
 from perm_circuits.views.circuits import OfflineView, attention_view
@@ -163,7 +164,7 @@ def task_ablation_figure(table: TaskAblationTable, metric: str | None = None):
 
 
 def _ablation_section(model: Any, task: Task, hows: tuple[str, ...], n: int, seed: int, fig: _Figures) -> Section:
-    if not isinstance(getattr(model, "hook_dict", None), dict) or not _components(model):
+    if not isinstance(getattr(model, "hook_dict", None), dict) or not model_components(model):
         return Section("Ablation", _note(
             "The model has no blocks.L.attn.hook_z or blocks.L.hook_mlp_out hook point: nothing to ablate."))
     table = task_ablation_table(model, task, hows, n=n, seed=seed, n_reference=n)
@@ -176,13 +177,6 @@ def _ablation_section(model: Any, task: Task, hows: tuple[str, ...], n: int, see
     body += _table(table.to_dataframe().set_index(["component", "how"]), digits=4, wide=True)
     return Section("Ablation", body)
 
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
 
 
 def task_report(
@@ -215,9 +209,9 @@ def task_report(
     Returns:
         The page's path (``plotly-<version>.min.js`` is written beside it).
     """
-    _check_fit(model, task)
-    n = _check_int("n", n, 1)
-    n_sequences = _check_int("n_sequences", n_sequences, 1)
+    check_fit(model, task)
+    n = check_int("n", n, 1)
+    n_sequences = check_int("n_sequences", n_sequences, 1)
     if title is not None and not isinstance(title, str):
         raise TypeError(f"title must be a str or None, got {type(title).__name__}")
     if isinstance(ablation_hows, str) or not isinstance(ablation_hows, (tuple, list)):

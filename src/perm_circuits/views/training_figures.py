@@ -15,10 +15,10 @@ from perm_circuits.views.figure_style import (
     ELIMINATION_COLOR,
     MODEL_PALETTE,
     RECALL_COLOR,
-    _check_str,
-    _frame_of,
-    _require_columns,
-    _style,
+    check_str,
+    frame_of,
+    house_style,
+    require_columns,
 )
 
 __all__ = ["DEFAULT_CURVES", "probe_curves", "training_curves"]
@@ -81,12 +81,12 @@ def training_curves(
         if frame.empty:
             raise ValueError("history has no epochs")
     else:
-        frame = _frame_of(history, "history")
+        frame = frame_of(history, "history")
     frame = _epoch_frame(frame, "history")
     if isinstance(columns, str) or not columns or not all(isinstance(c, str) for c in columns):
         raise TypeError(f"columns must be a non-empty list of column names, got {columns!r}")
-    _require_columns(frame, list(columns), "history")
-    _check_str("title", title)
+    require_columns(frame, list(columns), "history")
+    check_str("title", title)
     panels = [p for p in ("loss", "accuracy", "probe", "other") if any(_panel(c) == p for c in columns)]
     fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.06)
     others = iter(MODEL_PALETTE * 4)
@@ -112,7 +112,7 @@ def training_curves(
         if panel in ("accuracy", "probe"):
             fig.update_yaxes(range=[-0.03, 1.03], row=row, col=1)
     fig.update_xaxes(title_text="epoch", row=len(panels), col=1)
-    return _style(fig, title, height=160 + 260 * len(panels), width=900)
+    return house_style(fig, title, height=160 + 260 * len(panels), width=900)
 
 
 def probe_curves(frame: pd.DataFrame, *, title: str = "Memory-recall probes over training") -> go.Figure:
@@ -127,7 +127,7 @@ def probe_curves(frame: pd.DataFrame, *, title: str = "Memory-recall probes over
         raise TypeError(f"frame must be a pandas DataFrame, got {type(frame).__name__}")
     if frame.empty:
         raise ValueError("frame has no rows")
-    _check_str("title", title)
+    check_str("title", title)
     frame = _epoch_frame(frame, "frame")
     tidy = {"component", "map", "recall"} <= set(frame.columns)
     if tidy:
@@ -163,4 +163,4 @@ def probe_curves(frame: pd.DataFrame, *, title: str = "Memory-recall probes over
                 hovertemplate=f"epoch %{{x}}<br>{probe} = %{{y:.4f}}<extra></extra>",
             )
         )
-    return _style(fig, title, x_title="epoch", y_title=y_title, height=480, width=900)
+    return house_style(fig, title, x_title="epoch", y_title=y_title, height=480, width=900)

@@ -1,0 +1,52 @@
+"""Argument checks shared by every part of the package (standard library only).
+
+Each check raises ``TypeError`` for a value of the wrong type and ``ValueError`` for one out of
+range, with a message naming the argument, the bad value and what was expected, and returns the
+checked value.  ``bool`` is never an int.  The analysis-specific checks (layer, head, position
+indices against a model) live in :mod:`perm_circuits.analysis` beside the code that uses them.
+"""
+
+from __future__ import annotations
+
+__all__ = ["check_fraction", "check_int", "check_positive_int", "check_seed", "check_str"]
+
+
+def check_int(name: str, value: object, low: int | None = None, high: int | None = None) -> int:
+    """``value`` as an int in ``[low, high)`` (either bound optional).
+
+    TypeError for a non-int (``bool`` included), ValueError out of range.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if low is not None and high is not None:
+        if not low <= value < high:
+            raise ValueError(f"{name} must be in [{low}, {high - 1}], got {value}")
+    elif low is not None and value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+    elif high is not None and value >= high:
+        raise ValueError(f"{name} must be < {high}, got {value}")
+    return value
+
+
+def check_positive_int(name: str, value: object) -> int:
+    """``value`` as an int >= 1."""
+    return check_int(name, value, low=1)
+
+
+def check_seed(seed: object, name: str = "seed") -> int:
+    """A seed: any int (not a bool)."""
+    return check_int(name, seed)
+
+
+def check_fraction(value: object, name: str = "threshold") -> float:
+    """``value`` as a float in ``(0, 1]`` (a threshold or a share of something)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(f"{name} must be a number in (0, 1], got {value!r}")
+    return float(value)
+
+
+def check_str(name: str, value: object) -> str:
+    """``value`` if it is a str, else TypeError."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__} {value!r}")
+    return value

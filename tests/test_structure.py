@@ -1,0 +1,348 @@
+"""The package's structure, measured from the source: import cycles, layering, file sizes, private
+imports, and no machine paths or work-tracking references in tracked files.
+
+Everything here reads files with :mod:`ast` and :mod:`re`; nothing is imported, so the checks take
+well under a second.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "perm_circuits"
+MAX_LINES = 600
+
+# The study's story: the permutation model's head roles, claims and verdict, the head scores they
+# judge, recall patching and the FFN key-value probe.  General tools may not import these.
+STUDY_MODULES = frozenset({
+    "perm_circuits.analysis.roles",
+    "perm_circuits.analysis.claims",
+    "perm_circuits.analysis.verdict",
+    "perm_circuits.analysis.scores",
+    "perm_circuits.analysis.patching",
+    "perm_circuits.analysis.ffn",
+})
+# General tools: everything on the data path up to and including the analyses (task, models,
+# training, evaluation, hooks, the interventions, circuits, attribution and probes), except the
+# study's modules above.  Views, the results builder, sweeps, dynamics, the seed papers' systems,
+# the CLI and the package ``__init__`` files are consumers and may import the study.
+CORE_MODULES = frozenset({
+    "perm_circuits._lazy",
+    "perm_circuits._util",
+    "perm_circuits.checks",
+    "perm_circuits.evaluate",
+    "perm_circuits.handbuilt",
+    "perm_circuits.hooks",
+    "perm_circuits.model_shape",
+    "perm_circuits.models",
+    "perm_circuits.posterior",
+    "perm_circuits.task",
+    "perm_circuits.task_eval",
+    "perm_circuits.train",
+})
+
+# Import cycles (counting imports inside functions) that exist today and are being removed; a new
+# cycle, or one of these growing, fails at once.
+KNOWN_CYCLES = [
+    {"perm_circuits.analysis.ablation", "perm_circuits.analysis.ablation_sweep", "perm_circuits.analysis.task_ablation"},
+    {"perm_circuits.evaluate", "perm_circuits.tasks.base", "perm_circuits.tasks.bigram", "perm_circuits.tasks.factual",
+     "perm_circuits.tasks.perm_chain", "perm_circuits.tasks.permutation"},  # evaluate <-> tasks.permutation
+    {"perm_circuits.sweep.run", "perm_circuits.sweep.task_sweep"},
+]
+
+
+# ----------------------------------------------------------------------------- the import graph
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+TREES = {name: ast.parse(path.read_text()) for name, path in MODULES.items()}
+
+
+def _absolute(module: str, node: ast.ImportFrom) -> str:
+    if node.level == 0:
+        return node.module or ""
+    base = module.split(".")
+    if MODULES[module].name != "__init__.py":
+        base = base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imports(module: str, nodes) -> list[tuple[str, list[str]]]:
+    """``(imported module, names)`` for each import among ``nodes``."""
+    found = []
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom):
+            found.append((_absolute(module, node), [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            found.extend((a.name, []) for a in node.names)
+    return found
+
+
+def _module_level(tree: ast.Module):
+    """Statements run at import time: the body, and the bodies of module-level ``if``/``try``/``with``
+    (``if TYPE_CHECKING:`` blocks excluded: they never run)."""
+    stack = list(tree.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, ast.If):
+            if isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+                stack.extend(node.orelse)
+            else:
+                stack.extend(node.body + node.orelse)
+        elif isinstance(node, ast.Try):
+            stack.extend(node.body + node.orelse + node.finalbody + [s for h in node.handlers for s in h.body])
+        elif isinstance(node, ast.With):
+            stack.extend(node.body)
+
+
+def _targets(base: str, names: list[str]) -> set[str]:
+    """Modules an import loads: ``from pkg import sub`` names module ``pkg.sub``, else ``pkg``."""
+    if not base.startswith("perm_circuits"):
+        return set()
+    subs = {f"{base}.{n}" for n in names if f"{base}.{n}" in MODULES}
+    rest = [n for n in names if f"{base}.{n}" not in MODULES]
+    return subs | ({base} if (rest or not names) and base in MODULES else set())
+
+
+def import_graph(everywhere: bool) -> dict[str, set[str]]:
+    """Module -> perm_circuits modules it imports: at import time only, or ``everywhere`` (functions too)."""
+    graph = {}
+    for module, tree in TREES.items():
+        nodes = ast.walk(tree) if everywhere else _module_level(tree)
+        graph[module] = set().union(*(_targets(b, n) for b, n in _imports(module, nodes))) - {module}
+    return graph
+
+
+def _is_init(module: str) -> bool:
+    return MODULES[module].name == "__init__.py"
+
+
+def cycles(graph: dict[str, set[str]], is_init=_is_init) -> list[set[str]]:
+    """Strongly connected components with two or more modules other than package ``__init__`` files,
+    each given by those modules (a cycle only through re-exporting ``__init__`` files is no cycle)."""
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            leaves = {m for m in component if not is_init(m)}
+            if len(leaves) >= 2:
+                found.append(leaves)
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:
+        for v in graph:
+            if v not in index:
+                visit(v)
+    finally:
+        sys.setrecursionlimit(limit)
+    return found
+
+
+# ----------------------------------------------------------------------------- the graph itself
+
+
+def test_cycle_finder_on_a_hand_built_graph():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"e"}, "e": set(), "f": {"f"},
+             "pkg": {"g"}, "g": {"pkg"}}  # g <-> its package's __init__ only: no cycle
+    assert cycles(graph, is_init=lambda m: m == "pkg") == [{"a", "b", "c"}]
+
+
+def test_import_graph_sees_known_edges():
+    graph = import_graph(everywhere=False)
+    assert "perm_circuits.models" in graph["perm_circuits.handbuilt"]
+    assert "perm_circuits.checks" in graph["perm_circuits.tasks.perm_chain"]
+    # the top-level package resolves its names lazily: it imports no submodule at import time
+    assert graph["perm_circuits"] == {"perm_circuits._lazy"}
+
+
+# ----------------------------------------------------------------------------- the contracts
+
+
+def test_no_import_time_cycles():
+    """No cycle among the imports that run when a module is imported."""
+    found = cycles(import_graph(everywhere=False))
+    assert not found, f"import-time cycles: {[sorted(c) for c in found]}"
+
+
+def test_no_new_import_cycles():
+    """Counting imports inside functions too, every cycle is one of the known ones being removed."""
+    found = cycles(import_graph(everywhere=True))
+    unknown = [c for c in found if not any(c <= known for known in KNOWN_CYCLES)]
+    assert not unknown, f"new import cycles: {[sorted(c) for c in unknown]}"
+
+
+@pytest.mark.xfail(strict=False, reason="known cycles through imports inside functions: analysis.ablation <-> "
+                   "ablation_sweep <-> task_ablation, evaluate <-> tasks.permutation, sweep.run <-> sweep.task_sweep; "
+                   "they are being removed, then this check becomes strict")
+def test_no_import_cycles():
+    """No cycle at all, imports inside functions included."""
+    found = cycles(import_graph(everywhere=True))
+    assert not found, f"import cycles: {[sorted(c) for c in found]}"
+
+
+def _is_general_tool(module: str) -> bool:
+    if module in STUDY_MODULES or MODULES[module].name == "__init__.py":
+        return False
+    return module in CORE_MODULES or module.startswith(("perm_circuits.analysis.", "perm_circuits.tasks."))
+
+
+def test_study_modules_exist():
+    assert STUDY_MODULES <= set(MODULES), sorted(STUDY_MODULES - set(MODULES))
+    assert CORE_MODULES <= set(MODULES), sorted(CORE_MODULES - set(MODULES))
+
+
+@pytest.mark.xfail(strict=True, reason="general tools still import the study's modules: analysis.ablation_sweep "
+                   "imports analysis.scores and analysis.path_patching imports analysis.patching; once "
+                   "fixed this test passes and the mark must go")
+def test_general_tools_do_not_import_the_study():
+    """The study's story (roles, claims, verdict, scores, recall patching, FFN) imports the general
+    tools, never the reverse (imports inside functions count too)."""
+    graph = import_graph(everywhere=True)
+    bad = sorted(
+        f"{module} imports {target}"
+        for module, targets in graph.items() if _is_general_tool(module)
+        for target in targets if target in STUDY_MODULES
+    )
+    assert not bad, bad
+
+
+def test_no_source_file_over_600_lines():
+    big = {str(p.relative_to(ROOT)): n for p in MODULES.values() if (n := p.read_text().count("\n")) > MAX_LINES}
+    assert not big, f"files over {MAX_LINES} lines: {big}"
+
+
+def private_imports_across_packages(trees: dict[str, ast.Module]) -> list[str]:
+    """``"importer imports module._name"`` for each ``_name`` imported from outside the importer's
+    package: allowed are modules beside the importer and modules of the same subpackage of
+    ``perm_circuits`` (``analysis``, ``views``, ...), as ``structure.py`` counts them."""
+    bad = []
+    for module, tree in trees.items():
+        for base, names in _imports(module, ast.walk(tree)):
+            if not base.startswith("perm_circuits"):
+                continue
+            same_parent = base.rsplit(".", 1)[0] == module.rsplit(".", 1)[0]
+            same_subpackage = base.split(".")[:2] == module.split(".")[:2]
+            for name in names:
+                if name.startswith("_") and not name.startswith("__") and not (same_parent or same_subpackage):
+                    bad.append(f"{module} imports {base}.{name}")
+    return bad
+
+
+def test_private_import_finder_on_hand_written_imports():
+    trees = {
+        "perm_circuits.views.page": ast.parse("from perm_circuits.analysis.ablation import _selection, ablate\n"
+                                              "from perm_circuits.views.figure_style import _style"),
+        "perm_circuits.cli": ast.parse("def f():\n    from perm_circuits.train import _optimizer"),
+    }
+    assert private_imports_across_packages(trees) == ["perm_circuits.views.page imports perm_circuits.analysis.ablation._selection"]
+
+
+def test_no_private_name_imported_across_packages():
+    bad = private_imports_across_packages(TREES)
+    assert not bad, bad
+
+
+# ----------------------------------------------------------------------------- tracked text
+
+CHECKED = ("src", "docs", "tests", "scripts", "benchmarks", "notebooks", "README.md")
+MACHINE_PATH = re.compile(r"(?<![\w.])/(?:work|root)/")
+TRACKING = re.compile(r"\b(?:issue|item)s?\s*#?\d+|\(issue\b|\bissue\s*#", re.IGNORECASE)
+
+
+def _tracked_files() -> list[Path]:
+    try:
+        listed = subprocess.run(["git", "ls-files", "--", *CHECKED], cwd=ROOT, capture_output=True, text=True,
+                                check=True).stdout.split()
+        files = [ROOT / name for name in listed]
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: every file under the folders
+        files = [p for name in CHECKED for p in ([ROOT / name] if (ROOT / name).is_file() else (ROOT / name).rglob("*"))]
+    return [p for p in files if p.is_file() and p.resolve() != Path(__file__).resolve()]
+
+
+def test_patterns_catch_what_they_should():
+    for text in ("see /work/main/src", "at /root/x", "(issue 12)", "issue 10 item 4", "Issue #3", "item 3"):
+        assert MACHINE_PATH.search(text) or TRACKING.search(text), text
+    for text in ("src/perm_circuits/work/x.py", "an item of the list", "the issue with zero ablation", "items"):
+        assert not (MACHINE_PATH.search(text) or TRACKING.search(text)), text
+
+
+def test_no_machine_paths_or_work_tracking_references():
+    """Tracked sources, docs, tests, scripts, benchmarks, notebooks and the README say what the code
+    does: no absolute paths of the machine they were written on, no "issue 12" / "item 3"."""
+    files = _tracked_files()
+    assert any(p.name == "README.md" for p in files) and len(files) > 50
+    bad = []
+    for path in files:
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if MACHINE_PATH.search(line) or TRACKING.search(line):
+                bad.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:120]}")
+    assert not bad, "\n".join(bad)
+
+
+# ----------------------------------------------------------------------------- import time
+
+
+def _fresh_python(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_import_perm_circuits_loads_no_heavy_dependency():
+    """``import perm_circuits`` is cheap: torch, pandas, TransformerLens, plotly load on first use."""
+    loaded = _fresh_python(
+        "import sys, perm_circuits\n"
+        "heavy = ('torch', 'pandas', 'transformer_lens', 'plotly', 'circuitsvis')\n"
+        "print(sorted(m for m in heavy if m in sys.modules), sorted(m for m in sys.modules if m.startswith('perm_circuits')))"
+    )
+    assert loaded == "[] ['perm_circuits', 'perm_circuits._lazy']"
+
+
+def test_lazy_names_match_eager_imports():
+    """Each top-level name is the object its module defines, also after the submodule of the same
+    name is imported (``perm_circuits.train`` stays the function)."""
+    out = _fresh_python(
+        "import perm_circuits, perm_circuits.train, perm_circuits.evaluate, perm_circuits.model_shape\n"
+        "import perm_circuits.train as tr\n"
+        "from perm_circuits.models import load_pretrained\n"
+        "print(perm_circuits.train.__module__, perm_circuits.evaluate.__module__, perm_circuits.model_shape.__module__,\n"
+        "      tr.__name__, perm_circuits.load_pretrained is load_pretrained, perm_circuits.tasks.__name__,\n"
+        "      all(hasattr(perm_circuits, n) for n in perm_circuits.__all__), 'fit' in dir(perm_circuits))"
+    )
+    assert out == ("perm_circuits.train perm_circuits.evaluate perm_circuits.model_shape train True "
+                   "perm_circuits.tasks True True")
+    with pytest.raises(subprocess.CalledProcessError):
+        _fresh_python("import perm_circuits; perm_circuits.no_such_name")
