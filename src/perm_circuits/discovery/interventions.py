@@ -78,12 +78,14 @@ def target_logprob_metric(batch: TaskBatch) -> Metric:
     if not isinstance(batch, TaskBatch):
         raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
     weights = batch.mask.float() / batch.mask.float().sum().clamp_min(1e-12)
-    targets = batch.targets
+    columns = torch.nonzero(weights.sum(0) > 0)[:, 0]  # positions scored in some row
+    weights, targets = weights[:, columns], batch.targets[:, columns]
 
     def metric(logits: Tensor) -> Tensor:
-        logp = (logits if logits.dtype == torch.float64 else logits.float()).log_softmax(-1)
-        picked = logp.gather(-1, targets.expand(*logp.shape[:-1])[..., None].long())[..., 0]
-        return (picked * weights).sum((-1, -2))
+        logits = logits[..., columns, :]
+        logits = logits if logits.dtype == torch.float64 else logits.float()
+        picked = logits.gather(-1, targets.expand(*logits.shape[:-1])[..., None].long())[..., 0]
+        return ((picked - logits.logsumexp(-1)) * weights).sum((-1, -2))
 
     return metric
 
@@ -218,15 +220,23 @@ class EdgeIntervention:
             return rep, inverse
 
         def read(receiver: str, rep: Tensor) -> Tensor:
-            x = (base + bias).expand(len(rep), batch, seq, -1).clone()
+            x = None
+            start = base + bias
+            grad = mask.requires_grad or any(diffs[s][0].requires_grad for s, _ in incoming[receiver])
             for sender, e in incoming[receiver]:
                 diff, index = diffs[sender]
                 if index is not None:
                     diff = diff[index[rep]]
-                elif diff.shape[0] > 1:
-                    diff = diff[rep] if dedupe else diff
-                x = x.addcmul(mask[rep, e, None, None, None], diff) if x.requires_grad or diff.requires_grad \
-                    or mask.requires_grad else x.addcmul_(mask[rep, e, None, None, None], diff)
+                elif diff.shape[0] > 1 and dedupe:
+                    diff = diff[rep]
+                weight = mask[rep, e, None, None, None]
+                if x is None:
+                    x = torch.addcmul(start, weight, diff).expand(len(rep), batch, seq, -1)
+                    x = x.clone() if x.data_ptr() == start.data_ptr() or x.stride(0) == 0 else x
+                elif grad:
+                    x = x.addcmul(weight, diff)
+                else:
+                    x.addcmul_(weight, diff)
             if retain is not None and x.requires_grad:
                 x.retain_grad()
                 retain[f"in:{receiver}"] = x

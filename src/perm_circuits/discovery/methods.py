@@ -46,11 +46,12 @@ def edge_attribution(ei: EdgeIntervention) -> Tensor:
     with torch.enable_grad():
         value = ei.metric_of(ei.run(mask[None], retain=retain))[0]
         value.backward()
+    deltas = {s: (ei.ablated[s] - ei.clean[s]).expand_as(ei.clean[s]).flatten() for s in ei.graph.senders}
+    grads = {r: retain[f"in:{r}"].grad[0].flatten() for r in ei.graph.receivers}
     scores = torch.zeros(ei.n_edges, dtype=torch.float64)
     for e, edge in enumerate(ei.graph.edges):
         sender, receiver = split_edge(edge)
-        grad = retain[f"in:{receiver}"].grad[0]
-        scores[e] = float(((ei.ablated[sender] - ei.clean[sender]) * grad).sum())
+        scores[e] = float(deltas[sender] @ grads[receiver])
     return scores
 
 
