@@ -112,3 +112,17 @@ def test_bad_input(batch):
     ei = prepare_edges(model, batch, how="zero")
     with pytest.raises(ValueError, match="46 edges"):
         ei.run(torch.ones(45))
+
+
+def test_split_embeddings_are_exact_too(batch):
+    model = _ln_model()
+    ei = prepare_edges(model, batch, how="resample", split_embed=True)
+    assert ei.n_edges == 46 + 15  # the 15 embedding edges, twice
+    mask = torch.ones(ei.n_edges, dtype=torch.float64)
+    with torch.no_grad():
+        assert (ei.run(mask) - model(batch.tokens)).abs().max() < 1e-5
+        # ablating only the positional embedding's edges changes nothing: the corrupted rows share positions
+        mask[list(ei.graph.outgoing("pos_embed"))] = 0.0
+        assert (ei.run(mask) - model(batch.tokens)).abs().max() < 1e-5
+        mask[list(ei.graph.outgoing("tok_embed"))] = 0.0
+        assert (ei.run(mask) - model(batch.tokens)).abs().max() > 0.1

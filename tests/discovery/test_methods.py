@@ -172,3 +172,16 @@ def test_result_table_and_discover_by_name(induction):
         discover(model, "sae", batch=batch)
     with pytest.raises(ValueError, match="n_edges must be an int"):
         eap(intervention=ei, n_edges=99)
+
+
+def test_acdc_metric_criterion_and_mode_mismatch(induction):
+    _, _, ei = induction
+    result = acdc(intervention=ei, criterion="metric", tau=0.02)
+    assert result.circuit == INDUCTION_EDGES  # the elimination head's small effect falls below tau
+    assert result.params == {"tau": 0.02, "criterion": "metric"}
+    kept = result.scores[list(result.circuit)]
+    assert (kept >= 0.02).all()
+    with pytest.raises(ValueError, match="prepared with how='resample'"):
+        eap(intervention=ei, how="zero")
+    with pytest.raises(ValueError, match="criterion must be one of"):
+        acdc(intervention=ei, criterion="l2")

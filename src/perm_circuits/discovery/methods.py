@@ -2,7 +2,8 @@
 
 Every method takes the model and a batch (or a prepared
 :class:`~perm_circuits.discovery.interventions.EdgeIntervention` as ``intervention=``, to share
-the set-up between methods), an ablation mode ``how`` and the options of
+the set-up between methods), an ablation mode ``how`` (default ``"resample"``; when an
+intervention is given, its own mode, which ``how`` may only repeat) and the options of
 :func:`~perm_circuits.discovery.interventions.prepare_edges` (``metric``, ``corrupted``,
 ``reference``, ``split_embed``, ``optimal_steps``), and returns a
 :class:`~perm_circuits.discovery.result.DiscoveryResult`.  Attribution scores estimate the change
@@ -55,7 +56,7 @@ def edge_attribution(ei: EdgeIntervention) -> Tensor:
     return scores
 
 
-def eap(model=None, batch=None, *, how: str = "resample", intervention: EdgeIntervention | None = None,
+def eap(model=None, batch=None, *, how: str | None = None, intervention: EdgeIntervention | None = None,
         n_edges: int | None = None, threshold: float | None = None, target: float = 0.9, seed: int = 0,
         **options) -> DiscoveryResult:
     """Edge attribution patching (Syed et al. 2023): a first-order estimate of every edge's effect at once.
@@ -69,7 +70,7 @@ def eap(model=None, batch=None, *, how: str = "resample", intervention: EdgeInte
     return finish("eap", ei, scores, start, 2, n_edges=n_edges, threshold=threshold, target=target, params={})
 
 
-def eap_ig(model=None, batch=None, *, steps: int = 10, how: str = "resample",
+def eap_ig(model=None, batch=None, *, steps: int = 10, how: str | None = None,
            intervention: EdgeIntervention | None = None, n_edges: int | None = None, threshold: float | None = None,
            target: float = 0.9, seed: int = 0, chunk: int = 5, **options) -> DiscoveryResult:
     """EAP with integrated gradients (Hanna et al. 2024, "Have Faith in Faithfulness"), along the edge mask.
@@ -99,7 +100,7 @@ def eap_ig(model=None, batch=None, *, steps: int = 10, how: str = "resample",
                   params={"steps": steps})
 
 
-def node_attribution(model=None, batch=None, *, how: str = "resample", intervention: EdgeIntervention | None = None,
+def node_attribution(model=None, batch=None, *, how: str | None = None, intervention: EdgeIntervention | None = None,
                      n_edges: int | None = None, threshold: float | None = None, target: float = 0.9, seed: int = 0,
                      **options) -> DiscoveryResult:
     """Attribution patching on nodes (Nanda 2023, "Attribution Patching"; Kramar et al. 2024, AtP), spread to edges.
@@ -129,7 +130,7 @@ def node_attribution(model=None, batch=None, *, how: str = "resample", intervent
                   params={})
 
 
-def acdc(model=None, batch=None, *, tau: float = 0.01, criterion: str = "kl", how: str = "resample",
+def acdc(model=None, batch=None, *, tau: float = 0.01, criterion: str = "kl", how: str | None = None,
          intervention: EdgeIntervention | None = None, seed: int = 0, **options) -> DiscoveryResult:
     """ACDC (Conmy et al. 2023, "Towards Automated Circuit Discovery for Mechanistic Interpretability").
 
@@ -182,7 +183,7 @@ def acdc(model=None, batch=None, *, tau: float = 0.01, criterion: str = "kl", ho
                   params={"tau": tau, "criterion": criterion}, circuit=circuit, faithfulness=faith)
 
 
-def random_baseline(model=None, batch=None, *, seed: int = 0, how: str = "resample",
+def random_baseline(model=None, batch=None, *, seed: int = 0, how: str | None = None,
                     intervention: EdgeIntervention | None = None, n_edges: int | None = None,
                     threshold: float | None = None, target: float = 0.9, **options) -> DiscoveryResult:
     """Uniform random scores in [0, 1) from a generator seeded with ``seed``: the chance line."""

@@ -115,7 +115,7 @@ def _by_size(ei: EdgeIntervention, target: float, chunk: int, max_size: int, max
                                            "target not reached")
 
 
-def exhaustive_oracle(model=None, batch=None, *, target: float = 0.9, how: str = "resample",
+def exhaustive_oracle(model=None, batch=None, *, target: float = 0.9, how: str | None = None,
                       intervention: EdgeIntervention | None = None, max_exhaustive: int = 16, max_size: int = 6,
                       max_subsets: int = 2_000_000, chunk: int = 64, progress: bool = False, seed: int = 0,
                       **options) -> DiscoveryResult:

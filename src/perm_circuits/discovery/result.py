@@ -65,18 +65,22 @@ class DiscoveryResult:
         return pd.DataFrame(rows, columns=["method", "how", "edge", "sender", "receiver", "score", "in_circuit"])
 
 
-def setup(model, batch, intervention: EdgeIntervention | None, **options) -> EdgeIntervention:
-    """The prepared intervention: ``intervention`` when given (then ``model``/``batch`` may be None), else
-    :func:`~perm_circuits.discovery.interventions.prepare_edges` with ``options``."""
+def setup(model, batch, intervention: EdgeIntervention | None, *, how: str | None = None, **options) -> EdgeIntervention:
+    """The prepared intervention: ``intervention`` when given (then ``model``/``batch`` may be None and
+    ``how``, if given, must be its mode), else
+    :func:`~perm_circuits.discovery.interventions.prepare_edges` with ``how`` (default
+    ``"resample"``) and ``options``."""
     if intervention is not None:
         if not isinstance(intervention, EdgeIntervention):
             raise TypeError(f"intervention must be an EdgeIntervention, got {type(intervention).__name__}")
+        if how is not None and how != intervention.how:
+            raise ValueError(f"how={how!r} but the intervention was prepared with how={intervention.how!r}")
         return intervention
     if model is None or batch is None:
         raise ValueError("give model and batch, or a prepared intervention")
     if not isinstance(batch, (TaskBatch, Tensor)):
         raise TypeError(f"batch must be a TaskBatch or tokens tensor, got {type(batch).__name__}")
-    return prepare_edges(model, batch, **options)
+    return prepare_edges(model, batch, how="resample" if how is None else how, **options)
 
 
 def _check_choice(n_edges: int | None, threshold: float | None, target: float, total: int) -> None:

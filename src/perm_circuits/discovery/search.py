@@ -26,7 +26,7 @@ __all__ = ["greedy_edges", "mask_pruning"]
 _LOW, _HIGH, _BETA = -0.1, 1.1, 2.0 / 3.0
 
 
-def greedy_edges(model=None, batch=None, *, threshold: float = 0.1, tolerance: float = 0.1, how: str = "resample",
+def greedy_edges(model=None, batch=None, *, threshold: float = 0.1, tolerance: float = 0.1, how: str | None = None,
                  intervention: EdgeIntervention | None = None, chunk: int = 16, seed: int = 0, progress: bool = False,
                  **options) -> DiscoveryResult:
     """The greedy proposer of :func:`~perm_circuits.analysis.circuit.propose_circuit`, on edges.
@@ -85,7 +85,7 @@ def greedy_edges(model=None, batch=None, *, threshold: float = 0.1, tolerance: f
 
 
 def mask_pruning(model=None, batch=None, *, steps: int = 300, penalty: float = 0.5, lr: float = 0.1,
-                 how: str = "resample", intervention: EdgeIntervention | None = None, seed: int = 0,
+                 how: str | None = None, intervention: EdgeIntervention | None = None, seed: int = 0,
                  progress: bool = False, **options) -> DiscoveryResult:
     """Learn a sparse edge mask with hard-concrete gates (module docstring).
 
