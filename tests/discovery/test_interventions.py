@@ -126,3 +126,24 @@ def test_split_embeddings_are_exact_too(batch):
         assert (ei.run(mask) - model(batch.tokens)).abs().max() < 1e-5
         mask[list(ei.graph.outgoing("tok_embed"))] = 0.0
         assert (ei.run(mask) - model(batch.tokens)).abs().max() > 0.1
+
+
+@pytest.mark.parametrize("how", ["resample", "mean", "zero"])
+def test_bridge_hooks_compute_the_same_runs(batch, how):
+    """edge_hooks on the bridge (hook_q/k/v, mlp.hook_in, unembed.hook_in) equals the batched plain-PyTorch run."""
+    from perm_circuits.discovery.edge_hooks import edge_hooks
+    from perm_circuits.hooks import hook_count
+
+    model = _ln_model()
+    ei = prepare_edges(model, batch, how=how)
+    generator = torch.Generator().manual_seed(1)
+    masks = torch.cat([(torch.rand(3, ei.n_edges, generator=generator) > 0.5).double(),
+                       torch.rand(2, ei.n_edges, generator=generator, dtype=torch.float64)])
+    with torch.no_grad():
+        mine = ei.run(masks)
+        for row, mask in enumerate(masks):
+            with model.hooks(fwd_hooks=edge_hooks(ei, mask)):
+                theirs = model(batch.tokens)
+            assert (mine[row] - theirs).abs().max() < 1e-9
+        assert (mine[0] - model(batch.tokens)).abs().max() > 1e-3
+    assert hook_count(model) == 0

@@ -5,6 +5,7 @@
   ``"SENDER->RECEIVER"``), with the choice of nodes documented there.
 - :mod:`~perm_circuits.discovery.interventions`: runs with any (soft) edge mask, in the ablation
   modes zero, mean, resample and optimal, exact with LayerNorm; the metric and faithfulness.
+  :func:`edge_hooks` runs the same intervention as TL hooks on the bridge.
 - Methods, each returning a :class:`DiscoveryResult`: :func:`acdc`, :func:`eap`, :func:`eap_ig`,
   :func:`node_attribution`, :func:`greedy_edges`, :func:`mask_pruning`, :func:`random_baseline`
   and :func:`exhaustive_oracle`.
@@ -13,6 +14,7 @@
 
 from __future__ import annotations
 
+from perm_circuits.discovery.edge_hooks import edge_hooks
 from perm_circuits.discovery.graph import (
     CircuitGraph,
     circuit_graph_of,
@@ -40,6 +42,7 @@ __all__ = [
     "eap",
     "eap_ig",
     "edge_attribution",
+    "edge_hooks",
     "edge_name",
     "exhaustive_oracle",
     "greedy_edges",
