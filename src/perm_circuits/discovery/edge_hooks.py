@@ -18,7 +18,6 @@ hooks and can be checked against the bridge for any mask:
 
 from __future__ import annotations
 
-import torch
 from jaxtyping import Float
 from torch import Tensor
 

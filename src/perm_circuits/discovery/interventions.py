@@ -23,17 +23,21 @@ Ablated values ``abl_S`` per mode (``how``):
   initialised at the mean, then ``optimal_steps`` L-BFGS iterations on the constant alone, as
   :mod:`perm_circuits.analysis.optimal` does for whole components.
 
-Why not hooks on the bridge: the receivers ``L{l}H{h}.q/k/v`` can be reached through ``hook_q``,
-``hook_k``, ``hook_v`` (as :mod:`perm_circuits.analysis.path_patching` does) and the MLP and
-logits through ``blocks.{l}.mlp.hook_in`` and ``unembed.hook_in``, but discovery evaluates
-thousands of masks (the exhaustive oracle: every subset of 13 edges), batched several at a time
-and differentiated.  The run is therefore computed in plain PyTorch on the bridge's own weights
-(``W_Q`` ... ``W_U``, the norms' parameters), as :func:`perm_circuits.models.fast_forward` does for
-training, with a leading mask dimension.  :func:`prepare_edges` checks, on the given tokens,
-that this forward reproduces ``model(tokens)`` (to 1e-4) and raises otherwise, so an unsupported
-architecture fails loudly instead of giving inexact edges.  Supported: standard positional
-embeddings, normalisation ``LN``, ``LNPre``, ``RMS``, ``RMSPre`` or none, sequential attention and
-MLP, causal or bidirectional attention, activations relu / gelu / gelu_new / silu.
+Hooks on the bridge and a batched run: the receivers ``L{l}H{h}.q/k/v`` are reached through
+``hook_q``, ``hook_k``, ``hook_v`` (as :mod:`perm_circuits.analysis.path_patching` does: TL4 native
+bridges cannot enable split q/k/v inputs), the MLP inputs through ``blocks.{l}.mlp.hook_in`` (the
+``ln2`` output, read only by the MLP) and the logits through ``unembed.hook_in`` (the ``ln_final``
+output); :func:`~perm_circuits.discovery.edge_hooks.edge_hooks` builds that hook list for one
+mask.  Discovery, though, evaluates thousands of masks (the exhaustive oracle: every subset of 13
+edges), batched several at a time and differentiated, so :meth:`EdgeIntervention.run` computes
+the same run in plain PyTorch on the bridge's own weights (``W_Q`` ... ``W_U``, the norms'
+parameters), as :func:`perm_circuits.models.fast_forward` does for training, with a leading mask
+dimension.  The tests check it against the hooked bridge for random hard and soft masks, and
+:func:`prepare_edges` checks on the given tokens that it reproduces ``model(tokens)`` (to 1e-4)
+and raises otherwise, so an unsupported architecture fails loudly instead of giving inexact
+edges.  Supported: standard positional embeddings, normalisation ``LN``, ``LNPre``, ``RMS``,
+``RMSPre`` or none, sequential attention and MLP, causal or bidirectional attention, activations
+relu / gelu / gelu_new / silu.
 
 The metric (higher is better) is by default the mean log-probability of the target token at the
 task's loss positions (``TaskBatch.mask``); any callable ``logits [batch, seq, vocab] -> scalar``
