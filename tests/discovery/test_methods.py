@@ -185,3 +185,16 @@ def test_acdc_metric_criterion_and_mode_mismatch(induction):
         eap(intervention=ei, how="zero")
     with pytest.raises(ValueError, match="criterion must be one of"):
         acdc(intervention=ei, criterion="l2")
+
+
+def test_discover_on_the_models_own_task_in_optimal_mode():
+    """discover() builds the model's permutation test set itself; the optimal constants beat the mean."""
+    model = load_pretrained("d32h2")
+    result = discover(model, "eap", "optimal", n=40, n_edges=4, optimal_steps=3)
+    assert result.how == "optimal" and len(result.circuit) == 4 and len(result.scores) == 13
+    batch = PermutationTask(model.task_config).test_set(40, seed=1234)
+    optimal, mean = (prepare_edges(model, batch, how=h, optimal_steps=3) for h in ("optimal", "mean"))
+    mask = torch.ones(13)
+    mask[list(optimal.graph.outgoing("L0H0"))] = 0.0
+    assert float(optimal.evaluate(mask[None])[0]) >= float(mean.evaluate(mask[None])[0]) - 1e-6
+    assert result.scores.equals(eap(intervention=optimal, n_edges=4).scores)
