@@ -1,0 +1,101 @@
+"""Edge-level circuit discovery on TransformerLens 4 models.
+
+- :mod:`~perm_circuits.discovery.graph`: the computational graph (senders ``embed``,
+  ``L{l}H{h}``, ``L{l}MLP``; receivers ``L{l}H{h}.q/k/v``, ``L{l}MLP``, ``logits``; edges
+  ``"SENDER->RECEIVER"``), with the choice of nodes documented there.
+- :mod:`~perm_circuits.discovery.interventions`: runs with any (soft) edge mask, in the ablation
+  modes zero, mean, resample and optimal, exact with LayerNorm; the metric and faithfulness.
+  :func:`edge_hooks` runs the same intervention as TL hooks on the bridge.
+- Methods, each returning a :class:`DiscoveryResult`: :func:`acdc`, :func:`eap`, :func:`eap_ig`,
+  :func:`node_attribution`, :func:`greedy_edges`, :func:`mask_pruning`, :func:`random_baseline`
+  and :func:`exhaustive_oracle`.
+- :func:`discover`: one entry point by method name (what a command line calls).
+"""
+
+from __future__ import annotations
+
+from perm_circuits.discovery.edge_hooks import edge_hooks
+from perm_circuits.discovery.graph import (
+    CircuitGraph,
+    circuit_graph_of,
+    edge_name,
+    head_of,
+    promote_edge,
+    promote_edges,
+    split_edge,
+)
+from perm_circuits.discovery.interventions import HOWS, EdgeIntervention, prepare_edges, target_logprob_metric
+from perm_circuits.discovery.methods import acdc, eap, eap_ig, edge_attribution, node_attribution, random_baseline
+from perm_circuits.discovery.oracle import exhaustive_oracle
+from perm_circuits.discovery.result import DiscoveryResult
+from perm_circuits.discovery.search import greedy_edges, mask_pruning
+
+__all__ = [
+    "HOWS",
+    "METHODS",
+    "CircuitGraph",
+    "DiscoveryResult",
+    "EdgeIntervention",
+    "acdc",
+    "circuit_graph_of",
+    "discover",
+    "eap",
+    "eap_ig",
+    "edge_attribution",
+    "edge_hooks",
+    "edge_name",
+    "exhaustive_oracle",
+    "greedy_edges",
+    "head_of",
+    "mask_pruning",
+    "node_attribution",
+    "prepare_edges",
+    "promote_edge",
+    "promote_edges",
+    "random_baseline",
+    "split_edge",
+    "target_logprob_metric",
+]
+
+METHODS = {
+    "acdc": acdc,
+    "eap": eap,
+    "eap_ig": eap_ig,
+    "node_attribution": node_attribution,
+    "greedy_edges": greedy_edges,
+    "mask_pruning": mask_pruning,
+    "random_baseline": random_baseline,
+    "exhaustive_oracle": exhaustive_oracle,
+}
+"""Discovery methods by name."""
+
+
+def discover(model, method: str = "eap", how: str = "resample", task=None, *, n: int = 500, seed: int = 0,
+             batch=None, **kwargs) -> DiscoveryResult:
+    """Run one discovery method by name on a model and a task's test set.
+
+    Args:
+        model: a TransformerLens 4 model.
+        method: a key of :data:`METHODS`.
+        how: the ablation mode (``"zero"``, ``"mean"``, ``"resample"``, ``"optimal"``).
+        task: any :class:`~perm_circuits.tasks.Task`; default the model's permutation task
+            (``PermutationTask(task_config_of(model))``).
+        n, seed: the test set (``task.test_set(n, seed=...)``) when ``batch`` is not given; ``seed``
+            also seeds the method.
+        batch: a :class:`~perm_circuits.tasks.TaskBatch` or tokens to use instead of the test set.
+        kwargs: the method's options (``metric``, ``corrupted``, ``n_edges``, ``tau``, ...).
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {sorted(METHODS)}, got {method!r}")
+    if how not in HOWS:
+        raise ValueError(f"how must be one of {HOWS}, got {how!r}")
+    if batch is None:
+        if task is None:
+            from perm_circuits.models import task_config_of
+            from perm_circuits.tasks import PermutationTask
+
+            task = PermutationTask(task_config_of(model))
+        if not hasattr(task, "test_set"):
+            raise TypeError(f"task must have a test_set(n, seed) method (the Task interface), got {type(task).__name__}")
+        batch = task.test_set(n, seed=seed + 1234)
+    return METHODS[method](model, batch, how=how, seed=seed, **kwargs)

@@ -1,0 +1,187 @@
+"""The computational graph of a TransformerLens 4 model: sender and receiver nodes, and the edges between them.
+
+This is the graph that edge-level circuit discovery searches (ACDC, Conmy et al. 2023, "Towards
+Automated Circuit Discovery for Mechanistic Interpretability"; edge attribution patching, Syed et
+al. 2023; the auto-circuit library), with the positions merged: an edge stands for a sender's
+contribution to a receiver's input at every position at once.
+
+Nodes:
+
+- **Senders** write to the residual stream: ``"embed"`` (token plus positional embedding, summed,
+  as one node; with ``split_embed=True`` two nodes ``"tok_embed"`` and ``"pos_embed"`` instead),
+  ``"L{l}H{h}"`` (head ``h`` of layer ``l``: its ``z @ W_O``, without the attention bias ``b_O``)
+  and ``"L{l}MLP"`` (MLP ``l``'s output, without its output bias ``b_out``).
+- **Receivers** read the residual stream: ``"L{l}H{h}.q"``, ``"L{l}H{h}.k"``, ``"L{l}H{h}.v"``
+  (that head's query, key and value input, each through the layer's ``ln1``), ``"L{l}MLP"`` (MLP
+  ``l``'s input, through ``ln2``) and ``"logits"`` (the final residual stream, through ``ln_final``
+  and the unembedding).
+
+Every bias (``b_O``, ``b_out``, ``b_Q``/``b_K``/``b_V``, ``b_in``, ``b_U``) is a constant of the model
+and always kept: it is not a node.  Queries, keys and values are separate receivers because a
+head can read one sender through its key (K-composition) and another through its query.
+
+Edges ``"SENDER->RECEIVER"`` join each sender to every receiver downstream of it: the embedding
+feeds every receiver, a layer-``l`` head feeds layer ``l``'s MLP and every receiver of later
+layers, a layer-``l`` MLP feeds every receiver of later layers and the logits.  One layer with two
+heads has 13 edges, two layers with one head 23, two layers with two heads 46.  Edges are listed
+receiver by receiver in topological order (layer by layer: each head's q, k, v, then the MLP,
+finally the logits), and within a receiver by sender in topological order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+__all__ = [
+    "CircuitGraph",
+    "circuit_graph_of",
+    "edge_name",
+    "head_of",
+    "promote_edge",
+    "promote_edges",
+    "split_edge",
+]
+
+INPUTS = ("q", "k", "v")
+
+
+def edge_name(sender: str, receiver: str) -> str:
+    """``"SENDER->RECEIVER"``."""
+    return f"{sender}->{receiver}"
+
+
+def split_edge(edge: str) -> tuple[str, str]:
+    """``(sender, receiver)`` of an edge name; ValueError when it is not ``"SENDER->RECEIVER"``."""
+    if not isinstance(edge, str) or edge.count("->") != 1:
+        raise ValueError(f"an edge is a string 'SENDER->RECEIVER', got {edge!r}")
+    sender, receiver = edge.split("->")
+    return sender, receiver
+
+
+def head_of(receiver: str) -> str:
+    """The component a receiver belongs to: ``"L1H0.k"`` -> ``"L1H0"``; MLPs and logits unchanged."""
+    return receiver.split(".")[0]
+
+
+def promote_edge(edge: str) -> str:
+    """An edge with its q/k/v receiver promoted to the whole head: ``"L0H0->L1H0.k"`` -> ``"L0H0->L1H0"``."""
+    sender, receiver = split_edge(edge)
+    return edge_name(sender, head_of(receiver))
+
+
+def promote_edges(edges: Iterable[str]) -> frozenset[str]:
+    """A set of edges at head level (q, k and v of a head merged, as InterpBench scores circuits)."""
+    return frozenset(promote_edge(edge) for edge in edges)
+
+
+@dataclass(frozen=True)
+class CircuitGraph:
+    """Senders, receivers and edges of a model (module docstring).
+
+    Attributes:
+        senders: sender nodes in topological order.
+        receivers: receiver nodes in topological order.
+        edges: every ``"SENDER->RECEIVER"`` edge, receiver-major in topological order.
+        n_layers, n_heads: the model's shape.
+        has_mlp: whether the blocks have MLPs (``False`` for attention-only models).
+        split_embed: token and positional embeddings as two senders.
+    """
+
+    senders: tuple[str, ...]
+    receivers: tuple[str, ...]
+    edges: tuple[str, ...]
+    n_layers: int
+    n_heads: int
+    has_mlp: bool = True
+    split_embed: bool = False
+    _index: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._index.update({edge: i for i, edge in enumerate(self.edges)})
+        if len(self._index) != len(self.edges):
+            raise ValueError("edges must be distinct")
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Every node name once (senders, then receivers not already named; MLP nodes are both)."""
+        seen = dict.fromkeys(self.senders)
+        seen.update(dict.fromkeys(self.receivers))
+        return tuple(seen)
+
+    @property
+    def n_edges(self) -> int:
+        return len(self.edges)
+
+    def edge_index(self, edge: str) -> int:
+        """Position of ``edge`` in :attr:`edges`; KeyError naming the edge when it is not in the graph."""
+        try:
+            return self._index[edge]
+        except KeyError:
+            raise KeyError(f"no edge {edge!r} in this graph ({self.n_edges} edges, e.g. {self.edges[0]!r})") from None
+
+    def incoming(self, receiver: str) -> tuple[int, ...]:
+        """Indices of the edges into ``receiver``, in sender order."""
+        if receiver not in self.receivers:
+            raise KeyError(f"no receiver {receiver!r}; receivers are {self.receivers}")
+        return tuple(i for i, e in enumerate(self.edges) if split_edge(e)[1] == receiver)
+
+    def outgoing(self, sender: str) -> tuple[int, ...]:
+        """Indices of the edges out of ``sender``."""
+        if sender not in self.senders:
+            raise KeyError(f"no sender {sender!r}; senders are {self.senders}")
+        return tuple(i for i, e in enumerate(self.edges) if split_edge(e)[0] == sender)
+
+    def mask_of(self, edges: Iterable[str]) -> list[float]:
+        """A 0/1 list over :attr:`edges`: 1 for the given edges (each must be in the graph)."""
+        mask = [0.0] * self.n_edges
+        for edge in edges:
+            mask[self.edge_index(edge)] = 1.0
+        return mask
+
+    def edges_of(self, mask: Iterable[float]) -> frozenset[str]:
+        """The edges whose mask entry is above 0.5."""
+        values = list(mask)
+        if len(values) != self.n_edges:
+            raise ValueError(f"mask must have one entry per edge ({self.n_edges}), got {len(values)}")
+        return frozenset(e for e, m in zip(self.edges, values) if float(m) > 0.5)
+
+
+def build_graph(n_layers: int, n_heads: int, *, has_mlp: bool = True, split_embed: bool = False) -> CircuitGraph:
+    """The graph of a model of this shape (module docstring)."""
+    for name, value in (("n_layers", n_layers), ("n_heads", n_heads)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    embeds = ("tok_embed", "pos_embed") if split_embed else ("embed",)
+    senders: list[str] = list(embeds)
+    receivers: list[str] = []
+    edges: list[str] = []
+    upstream: list[str] = list(embeds)
+    for layer in range(n_layers):
+        heads = [f"L{layer}H{h}" for h in range(n_heads)]
+        for head in heads:
+            for inp in INPUTS:
+                receivers.append(f"{head}.{inp}")
+                edges += [edge_name(s, f"{head}.{inp}") for s in upstream]
+        upstream += heads
+        senders += heads
+        if has_mlp:
+            mlp = f"L{layer}MLP"
+            receivers.append(mlp)
+            edges += [edge_name(s, mlp) for s in upstream]
+            upstream.append(mlp)
+            senders.append(mlp)
+    receivers.append("logits")
+    edges += [edge_name(s, "logits") for s in upstream]
+    return CircuitGraph(tuple(senders), tuple(receivers), tuple(edges), n_layers, n_heads, has_mlp, split_embed)
+
+
+def circuit_graph_of(model, *, split_embed: bool = False) -> CircuitGraph:
+    """The graph of a TransformerLens 4 model (read from ``model.cfg``: layers, heads, ``attn_only``)."""
+    if not isinstance(split_embed, bool):
+        raise TypeError(f"split_embed must be a bool, got {type(split_embed).__name__}")
+    cfg = getattr(model, "cfg", None)
+    if cfg is None or not hasattr(cfg, "n_layers") or not hasattr(cfg, "n_heads"):
+        raise TypeError(f"model must be a TransformerLens model with a cfg (n_layers, n_heads), got {type(model).__name__}")
+    return build_graph(int(cfg.n_layers), int(cfg.n_heads), has_mlp=not bool(getattr(cfg, "attn_only", False)),
+                       split_embed=split_embed)

@@ -1,0 +1,475 @@
+"""Edge-level interventions: run a model with any set of edges of its :class:`CircuitGraph` ablated.
+
+A mask gives every edge a weight ``m`` (1 keep, 0 ablate; values in between are allowed, so
+gradients flow to the mask).  Each receiver ``R`` reads
+
+    ``input_R = biases + sum over senders S upstream of R of  m_SR * out_S + (1 - m_SR) * abl_S``
+
+where ``out_S`` is the sender's output *in this run* (it changes when edges upstream of ``S`` are
+ablated) and ``abl_S`` its ablated value.  This is path patching (Wang et al. 2022, IOI) applied to
+every edge at once, as in ACDC (Conmy et al. 2023) and auto-circuit: the receiver's LayerNorm is
+recomputed on its own modified residual stream (never frozen), which is exact: with every edge
+kept the run is the model's, and with every edge ablated in ``"resample"`` mode it is the
+corrupted run (both checked by the tests to 1e-5).
+
+Ablated values ``abl_S`` per mode (``how``):
+
+- ``"zero"``: 0;
+- ``"mean"``: the sender's output averaged over a reference batch (per position);
+- ``"resample"``: the sender's output on a corrupted batch, row-paired with the clean one (by
+  default the clean batch with its rows permuted by a seeded permutation);
+- ``"optimal"``: a constant per sender (per position) that maximises the metric when all of the
+  sender's edges are ablated to it (Li & Janson 2024, "Optimal ablation for interpretability"):
+  initialised at the mean, then ``optimal_steps`` L-BFGS iterations on the constant alone, as
+  :mod:`perm_circuits.analysis.optimal` does for whole components.
+
+Hooks on the bridge and a batched run: the receivers ``L{l}H{h}.q/k/v`` are reached through
+``hook_q``, ``hook_k``, ``hook_v`` (as :mod:`perm_circuits.analysis.path_patching` does: TL4 native
+bridges cannot enable split q/k/v inputs), the MLP inputs through ``blocks.{l}.mlp.hook_in`` (the
+``ln2`` output, read only by the MLP) and the logits through ``unembed.hook_in`` (the ``ln_final``
+output); :func:`~perm_circuits.discovery.edge_hooks.edge_hooks` builds that hook list for one
+mask.  Discovery, though, evaluates thousands of masks (the exhaustive oracle: every subset of 13
+edges), batched several at a time and differentiated, so :meth:`EdgeIntervention.run` computes
+the same run in plain PyTorch on the bridge's own weights (``W_Q`` ... ``W_U``, the norms'
+parameters), as :func:`perm_circuits.models.fast_forward` does for training, with a leading mask
+dimension.  The tests check it against the hooked bridge for random hard and soft masks, and
+:func:`prepare_edges` checks on the given tokens that it reproduces ``model(tokens)`` (to 1e-4)
+and raises otherwise, so an unsupported architecture fails loudly instead of giving inexact
+edges.  Supported: standard positional embeddings, normalisation ``LN``, ``LNPre``, ``RMS``,
+``RMSPre`` or none, sequential attention and MLP, causal or bidirectional attention, activations
+relu / gelu / gelu_new / silu.
+
+The metric (higher is better) is by default the mean log-probability of the target token at the
+task's loss positions (``TaskBatch.mask``); any callable ``logits [batch, seq, vocab] -> scalar``
+may replace it.  Faithfulness of a mask is ``(metric(mask) - metric(none)) / (metric(all) -
+metric(none))``: 1 for the full model, 0 for the model with every edge ablated (ACDC's and
+auto-circuit's normalisation).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from perm_circuits.discovery.graph import CircuitGraph, circuit_graph_of, split_edge
+from perm_circuits.tasks.base import TaskBatch
+
+__all__ = ["HOWS", "EdgeIntervention", "Metric", "prepare_edges", "target_logprob_metric"]
+
+HOWS = ("zero", "mean", "resample", "optimal")
+Metric = Callable[[Tensor], Tensor]
+_ACTS = {
+    "relu": torch.relu,
+    "gelu": torch.nn.functional.gelu,
+    "gelu_new": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+    "gelu_fast": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+    "silu": torch.nn.functional.silu,
+}
+
+
+def target_logprob_metric(batch: TaskBatch) -> Metric:
+    """Mean log-probability of ``batch.targets`` at the positions where ``batch.mask`` > 0.
+
+    The returned callable takes logits ``[..., batch, seq, vocab]`` and returns the metric over
+    the leading dimensions (a scalar for one run).
+    """
+    if not isinstance(batch, TaskBatch):
+        raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
+    weights = batch.mask.float() / batch.mask.float().sum().clamp_min(1e-12)
+    columns = torch.nonzero(weights.sum(0) > 0)[:, 0]  # positions scored in some row
+    weights, targets = weights[:, columns], batch.targets[:, columns]
+
+    def metric(logits: Tensor) -> Tensor:
+        logits = logits[..., columns, :]
+        logits = logits if logits.dtype == torch.float64 else logits.float()
+        picked = logits.gather(-1, targets.expand(*logits.shape[:-1])[..., None].long())[..., 0]
+        return ((picked - logits.logsumexp(-1)) * weights).sum((-1, -2))
+
+    return metric
+
+
+class _Weights:
+    """The bridge's weights, detached, and the pieces of its forward pass."""
+
+    def __init__(self, model) -> None:
+        cfg = model.cfg
+        if getattr(cfg, "positional_embedding_type", "standard") != "standard":
+            raise ValueError(f"edge interventions need standard positional embeddings, got {cfg.positional_embedding_type!r}")
+        if getattr(cfg, "parallel_attn_mlp", False):
+            raise ValueError("edge interventions do not support parallel attention and MLP blocks")
+        self.norm_type = cfg.normalization_type
+        if self.norm_type not in (None, "LN", "LNPre", "RMS", "RMSPre"):
+            raise ValueError(f"unsupported normalization_type {self.norm_type!r}")
+        self.n_layers, self.n_heads = int(cfg.n_layers), int(cfg.n_heads)
+        self.has_mlp = not bool(getattr(cfg, "attn_only", False))
+        self.eps = float(getattr(cfg, "eps", 1e-5))
+        self.causal = getattr(cfg, "attention_dir", "causal") != "bidirectional"
+        d_head = int(cfg.d_head)
+        scale = float(getattr(cfg, "attn_scale", -1.0))
+        self.scale = (1.0 / (scale if scale > 0 else math.sqrt(d_head))) if getattr(cfg, "use_attn_scale", True) else 1.0
+        if self.has_mlp:
+            act = getattr(cfg, "act_fn", "relu")
+            if act not in _ACTS:
+                raise ValueError(f"unsupported act_fn {act!r}; supported: {sorted(_ACTS)}")
+            self.act = _ACTS[act]
+        get = lambda name: getattr(model, name).detach().clone()
+        self.W_E, self.W_pos = get("W_E"), get("W_pos")
+        self.W_Q, self.W_K, self.W_V, self.W_O = get("W_Q"), get("W_K"), get("W_V"), get("W_O")
+        self.b_Q, self.b_K, self.b_V, self.b_O = get("b_Q"), get("b_K"), get("b_V"), get("b_O")
+        if self.has_mlp:
+            self.W_in, self.b_in, self.W_out, self.b_out = get("W_in"), get("b_in"), get("W_out"), get("b_out")
+        self.W_U, self.b_U = get("W_U"), get("b_U")
+        sd = model.state_dict()
+        self.norms = {}
+        for name in [f"blocks.{l}.ln{i}" for l in range(self.n_layers) for i in (1, 2)] + ["ln_final"]:
+            w, b = sd.get(f"{name}.weight"), sd.get(f"{name}.bias")
+            self.norms[name] = (None if w is None else w.detach().clone(), None if b is None else b.detach().clone())
+
+    def norm(self, x: Tensor, name: str) -> Tensor:
+        kind = self.norm_type
+        if kind is None:
+            return x
+        weight, bias = self.norms[name] if kind in ("LN", "RMS") else (None, None)
+        if kind.startswith("LN"):
+            return torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, self.eps)
+        out = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return out if weight is None else out * weight
+
+
+@dataclass(frozen=True)
+class EdgeIntervention:
+    """A model, a batch and the ablated value of every sender, ready to run any edge mask.
+
+    Build it with :func:`prepare_edges`.  ``clean[s]`` / ``ablated[s]`` are sender ``s``'s output
+    on the clean run and its ablated value (``[batch or 1, seq, d_model]``); ``full_metric`` /
+    ``empty_metric`` the metric with every edge kept / ablated.
+    """
+
+    graph: CircuitGraph
+    how: str
+    tokens: Int[Tensor, "batch seq"]
+    metric: Metric
+    weights: _Weights
+    clean: dict[str, Tensor]
+    ablated: dict[str, Tensor]
+    full_metric: float
+    empty_metric: float
+    vectorised_metric: bool
+    loss_mask: Float[Tensor, "batch seq"] | None = None
+
+    @property
+    def n_edges(self) -> int:
+        return self.graph.n_edges
+
+    # ------------------------------------------------------------------ the forward pass
+
+    def run(
+        self,
+        mask: Float[Tensor, "*masks edge"],
+        *,
+        retain: dict[str, Tensor] | None = None,
+        tokens: Int[Tensor, "batch seq"] | None = None,
+        ablated: dict[str, Tensor] | None = None,
+    ) -> Float[Tensor, "*masks batch seq vocab"]:
+        """Logits with each edge weighted by ``mask`` (module docstring); one run per mask row.
+
+        ``retain``: a dict filled with every sender's output (``"out:S"``) and receiver's input
+        (``"in:R"``), gradients retained, for attribution methods.  ``tokens`` / ``ablated``
+        replace the prepared batch and ablated values (used to compute ablated values).
+        """
+        if not isinstance(mask, Tensor) or mask.shape[-1] != self.n_edges or mask.dim() not in (1, 2):
+            raise ValueError(f"mask must be a tensor [edges] or [masks, edges] with {self.n_edges} edges, got "
+                             f"{getattr(mask, 'shape', type(mask).__name__)}")
+        single = mask.dim() == 1
+        mask = mask[None] if single else mask
+        logits = self._forward(mask.to(self.weights.W_E.dtype), self.tokens if tokens is None else tokens,
+                               self.ablated if ablated is None else ablated, retain)
+        return logits[0] if single else logits
+
+    def _forward(self, mask: Tensor, tokens: Tensor, ablated: dict[str, Tensor], retain: dict | None,
+                 record: dict | None = None, dedupe: bool = False) -> Tensor:
+        """The run of every mask row.  ``dedupe`` (no gradients): each component is computed once
+        per distinct setting of the edges that can reach it (its cone), and shared by the rows
+        that agree there (the exhaustive oracle's memoisation)."""
+        w, graph = self.weights, self.graph
+        n_masks, (batch, seq) = mask.shape[0], tokens.shape
+        every = torch.arange(n_masks)
+        # sender -> (output minus its ablated value, row index into it per mask or None = as is)
+        diffs: dict[str, tuple[Tensor, Tensor | None]] = {}
+        tok, pos = w.W_E[tokens], w.W_pos[:seq][None].expand(batch, seq, -1)
+        embeds = {"tok_embed": tok, "pos_embed": pos} if graph.split_embed else {"embed": tok + pos}
+        for sender, value in embeds.items():
+            if record is not None:
+                record[sender] = value[None]
+            diffs[sender] = ((value - ablated[sender])[None], None)
+        base = sum(ablated[s] for s in embeds)  # every ablated sender so far, [batch or 1, seq, d]
+        bias = torch.zeros(w.W_E.shape[1], dtype=w.W_E.dtype)
+        incoming, cones = _incoming(graph), _cones(graph)
+
+        def rows(component: str) -> tuple[Tensor, Tensor | None]:
+            """Representative mask rows of the component's distinct cone settings, and each row's one."""
+            if not dedupe:
+                return every, None
+            cols = cones[component]
+            if not cols:
+                return every[:1], torch.zeros(n_masks, dtype=torch.long)
+            unique, inverse = torch.unique(mask[:, cols], dim=0, return_inverse=True)
+            rep = torch.full((len(unique),), n_masks).scatter_reduce_(0, inverse, every, reduce="amin")
+            return rep, inverse
+
+        def read(receiver: str, rep: Tensor) -> Tensor:
+            x = None
+            start = base + bias
+            grad = mask.requires_grad or any(diffs[s][0].requires_grad for s, _ in incoming[receiver])
+            for sender, e in incoming[receiver]:
+                diff, index = diffs[sender]
+                if index is not None:
+                    diff = diff[index[rep]]
+                elif diff.shape[0] > 1 and dedupe:
+                    diff = diff[rep]
+                weight = mask[rep, e, None, None, None]
+                if x is None:
+                    x = torch.addcmul(start, weight, diff).expand(len(rep), batch, seq, -1)
+                    x = x.clone() if x.data_ptr() == start.data_ptr() or x.stride(0) == 0 else x
+                elif grad:
+                    x = x.addcmul(weight, diff)
+                else:
+                    x.addcmul_(weight, diff)
+            if retain is not None and x.requires_grad:
+                x.retain_grad()
+                retain[f"in:{receiver}"] = x
+            return x
+
+        def emit(sender: str, value: Tensor, index: Tensor | None) -> None:
+            if record is not None:
+                record[sender] = value.detach()
+            if retain is not None and value.requires_grad:
+                value.retain_grad()
+                retain[f"out:{sender}"] = value
+            diffs[sender] = (value - ablated[sender], index)
+
+        for layer in range(w.n_layers):
+            ln1 = f"blocks.{layer}.ln1"
+            heads = []
+            for h in range(w.n_heads):
+                name = f"L{layer}H{h}"
+                rep, index = rows(name)
+                q = w.norm(read(f"{name}.q", rep), ln1) @ w.W_Q[layer, h] + w.b_Q[layer, h]
+                k = w.norm(read(f"{name}.k", rep), ln1) @ w.W_K[layer, h] + w.b_K[layer, h]
+                v = w.norm(read(f"{name}.v", rep), ln1) @ w.W_V[layer, h] + w.b_V[layer, h]
+                z = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=w.causal, scale=w.scale)
+                heads.append((name, z @ w.W_O[layer, h], index))
+            for name, value, index in heads:
+                emit(name, value, index)
+                base = base + ablated[name]
+            bias = bias + w.b_O[layer]
+            if w.has_mlp:
+                name = f"L{layer}MLP"
+                rep, index = rows(name)
+                hidden = w.act(w.norm(read(name, rep), f"blocks.{layer}.ln2") @ w.W_in[layer] + w.b_in[layer])
+                emit(name, hidden @ w.W_out[layer], index)
+                base = base + ablated[name]
+                bias = bias + w.b_out[layer]
+        rep, index = rows("logits")
+        logits = w.norm(read("logits", rep), "ln_final") @ w.W_U + w.b_U
+        return logits if index is None else logits[index]
+
+    # ------------------------------------------------------------------ metrics
+
+    def metric_of(self, logits: Float[Tensor, "masks batch seq vocab"]) -> Float[Tensor, " masks"]:
+        """The metric of each mask's run."""
+        if self.vectorised_metric:
+            return self.metric(logits).reshape(logits.shape[0])
+        return torch.stack([self.metric(one).reshape(()) for one in logits])
+
+    def evaluate(self, masks: Float[Tensor, "masks edge"], *, chunk: int = 64, dedupe: bool = False) -> Float[Tensor, " masks"]:
+        """The metric of every mask row, without gradients, ``chunk`` masks per batched forward.
+
+        ``dedupe``: compute each component once per distinct setting of its cone's edges.
+        """
+        out = []
+        with torch.no_grad():
+            for start in range(0, masks.shape[0], chunk):
+                part = masks[start : start + chunk].to(self.weights.W_E.dtype)
+                out.append(self.metric_of(self._forward(part, self.tokens, self.ablated, None, None, dedupe)))
+        return torch.cat(out) if out else torch.zeros(0)
+
+    def faithfulness(self, metric_values: Tensor) -> Tensor:
+        """``(metric - metric(none)) / (metric(all) - metric(none))`` (nan when the two are equal)."""
+        span = self.full_metric - self.empty_metric
+        if abs(span) < 1e-12:
+            return torch.full_like(metric_values, math.nan)
+        return (metric_values - self.empty_metric) / span
+
+    def ones(self) -> Tensor:
+        return torch.ones(self.n_edges, dtype=self.weights.W_E.dtype)
+
+    def divergence(self, masks: Float[Tensor, "masks edge"], full_logits: Tensor, *, chunk: int = 16) -> Tensor:
+        """KL(full model || masked run) per mask, averaged over the loss positions (every position
+        when the batch had no loss mask): ACDC's criterion."""
+        weights = torch.ones(self.tokens.shape) if self.loss_mask is None else self.loss_mask
+        weights = weights / weights.sum().clamp_min(1e-12)
+        full = full_logits.double().log_softmax(-1)
+        out = []
+        with torch.no_grad():
+            for start in range(0, masks.shape[0], chunk):
+                logp = self.run(masks[start : start + chunk].to(self.weights.W_E.dtype)).double().log_softmax(-1)
+                kl = (full.exp() * (full - logp)).sum(-1)
+                out.append((kl * weights).sum((-1, -2)))
+        return torch.cat(out)
+
+
+def _incoming(graph: CircuitGraph) -> dict[str, list[tuple[str, int]]]:
+    table: dict[str, list[tuple[str, int]]] = {r: [] for r in graph.receivers}
+    for e, edge in enumerate(graph.edges):
+        sender, receiver = split_edge(edge)
+        table[receiver].append((sender, e))
+    return table
+
+
+def _cones(graph: CircuitGraph) -> dict[str, list[int]]:
+    """Per component (head, MLP, logits): the edges whose mask can change its output."""
+    incoming = _incoming(graph)
+    cones: dict[str, set[int]] = {s: set() for s in graph.senders}
+    for receiver in graph.receivers:
+        component = receiver.split(".")[0]
+        cone = cones.setdefault(component, set())
+        for sender, e in incoming[receiver]:
+            cone |= {e} | cones[sender]
+    return {c: sorted(v) for c, v in cones.items()}
+
+
+def _as_tokens(value, name: str, like: Tensor | None = None) -> Tensor:
+    tokens = value.tokens if isinstance(value, TaskBatch) else value
+    if not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.dtype.is_floating_point:
+        raise TypeError(f"{name} must be a TaskBatch or integer tokens [batch, seq], got {type(value).__name__}")
+    if like is not None and tokens.shape[1] != like.shape[1]:
+        raise ValueError(f"{name} must have {like.shape[1]} positions like the clean tokens, got {tokens.shape[1]}")
+    return tokens
+
+
+def prepare_edges(
+    model,
+    batch: TaskBatch | Tensor,
+    *,
+    how: str = "resample",
+    metric: Metric | None = None,
+    corrupted: TaskBatch | Tensor | None = None,
+    reference: TaskBatch | Tensor | None = None,
+    split_embed: bool = False,
+    seed: int = 0,
+    optimal_steps: int = 20,
+    check: bool = True,
+) -> EdgeIntervention:
+    """Everything an edge-level run needs: the graph, the clean and ablated sender outputs, the metric.
+
+    Args:
+        model: a TransformerLens 4 model (module docstring lists the supported architectures).
+        batch: the clean batch, a :class:`TaskBatch` (whose targets and mask give the default
+            metric) or tokens ``[batch, seq]`` (then ``metric`` is required).
+        how: ``"zero"``, ``"mean"``, ``"resample"`` or ``"optimal"`` (module docstring).
+        metric: ``logits [batch, seq, vocab] -> scalar``, higher is better; default
+            :func:`target_logprob_metric` of ``batch``.
+        corrupted: the resample source, row-paired with ``batch`` (same shape); default ``batch``
+            with its rows permuted (a generator seeded with ``seed``).
+        reference: the batch the mean (and the optimal constant's start) is taken over; default
+            ``batch``.
+        split_embed: token and positional embeddings as two senders.
+        optimal_steps: L-BFGS iterations of the optimal constant.
+        check: compare the edge forward with ``model(tokens)`` first (RuntimeError when they differ).
+    """
+    if how not in HOWS:
+        raise ValueError(f"how must be one of {HOWS}, got {how!r}")
+    tokens = _as_tokens(batch, "batch")
+    if metric is None:
+        if not isinstance(batch, TaskBatch):
+            raise ValueError("metric is required when batch is a tokens tensor (no targets to score)")
+        metric, vectorised = target_logprob_metric(batch), True
+    elif not callable(metric):
+        raise TypeError(f"metric must be a callable logits -> scalar tensor, got {type(metric).__name__}")
+    else:
+        vectorised = False
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {seed!r}")
+    if isinstance(optimal_steps, bool) or not isinstance(optimal_steps, int) or optimal_steps < 1:
+        raise ValueError(f"optimal_steps must be an int >= 1, got {optimal_steps!r}")
+    graph = circuit_graph_of(model, split_embed=split_embed)
+    weights = _Weights(model)
+    corrupted_tokens = None
+    if how == "resample":
+        if corrupted is None:
+            order = torch.randperm(tokens.shape[0], generator=torch.Generator().manual_seed(seed))
+            corrupted_tokens = tokens[order]
+        else:
+            corrupted_tokens = _as_tokens(corrupted, "corrupted", tokens)
+            if corrupted_tokens.shape != tokens.shape:
+                raise ValueError(f"corrupted must be row-paired with batch: shape {tuple(tokens.shape)}, got "
+                                 f"{tuple(corrupted_tokens.shape)}")
+    reference_tokens = tokens if reference is None else _as_tokens(reference, "reference", tokens)
+
+    zeros = {s: torch.zeros(1, tokens.shape[1], weights.W_E.shape[1], dtype=weights.W_E.dtype) for s in graph.senders}
+    probe = EdgeIntervention(graph, how, tokens, metric, weights, {}, zeros, math.nan, math.nan, vectorised)
+    ones = torch.ones(graph.n_edges, dtype=weights.W_E.dtype)
+    with torch.no_grad():
+        clean: dict[str, Tensor] = {}
+        logits = probe.run(ones)
+        _capture(probe, ones, tokens, zeros, clean)
+        if check:
+            with torch.no_grad():
+                expected = model(tokens[:256])
+            if not torch.allclose(logits[:256], expected.to(logits.dtype), atol=1e-4, rtol=1e-4):
+                raise RuntimeError("the edge forward does not reproduce model(tokens) for this architecture "
+                                   f"(max difference {float((logits[:256] - expected).abs().max()):.2e}); edge "
+                                   "interventions would be inexact")
+        if how == "zero":
+            ablated = zeros
+        elif how == "resample":
+            ablated = {}
+            _capture(probe, ones, corrupted_tokens, zeros, ablated)
+        else:
+            reference_out: dict[str, Tensor] = {}
+            _capture(probe, ones, reference_tokens, zeros, reference_out)
+            ablated = {s: v.mean(0, keepdim=True) for s, v in reference_out.items()}
+    if how == "optimal":
+        ablated = _optimal(probe, ablated, optimal_steps)
+    done = EdgeIntervention(graph, how, tokens, metric, weights, clean, ablated, math.nan, math.nan, vectorised)
+    values = done.evaluate(torch.stack([ones, torch.zeros(graph.n_edges)]))
+    loss_mask = batch.mask.float() if isinstance(batch, TaskBatch) else None
+    return EdgeIntervention(graph, how, tokens, metric, weights, clean, ablated, float(values[0]), float(values[1]),
+                            vectorised, loss_mask)
+
+
+def _capture(probe: EdgeIntervention, ones: Tensor, tokens: Tensor, zeros: dict, into: dict) -> None:
+    """Every sender's output on ``tokens`` with every edge kept, into ``into`` ([batch, seq, d])."""
+    record: dict[str, Tensor] = {}
+    probe._forward(ones[None], tokens, zeros, None, record)
+    into.update({sender: value[0] for sender, value in record.items()})
+
+
+def _optimal(probe: EdgeIntervention, start: dict[str, Tensor], steps: int) -> dict[str, Tensor]:
+    """Per sender, the constant that maximises the metric with all of its edges ablated to it."""
+    graph = probe.graph
+    result = dict(start)
+    for sender in graph.senders:
+        mask = torch.ones(graph.n_edges)
+        mask[list(graph.outgoing(sender))] = 0.0
+        constant = start[sender].clone().requires_grad_(True)
+        optimiser = torch.optim.LBFGS([constant], max_iter=steps, line_search_fn="strong_wolfe")
+
+        def closure() -> Tensor:
+            optimiser.zero_grad()
+            values = dict(result)
+            values[sender] = constant
+            loss = -probe.metric_of(probe._forward(mask[None], probe.tokens, values, None))[0]
+            loss.backward()
+            return loss
+
+        optimiser.step(closure)
+        result[sender] = constant.detach()
+    return result

@@ -1,0 +1,131 @@
+"""What every discovery method returns, and the steps they share (set-up, choosing a circuit from scores)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from perm_circuits.discovery.graph import split_edge
+from perm_circuits.discovery.interventions import EdgeIntervention, prepare_edges
+from perm_circuits.tasks.base import TaskBatch
+
+__all__ = ["DiscoveryResult", "choose_circuit", "setup"]
+
+
+@dataclass(frozen=True)
+class DiscoveryResult:
+    """One discovery method's answer on one model, batch and ablation mode.
+
+    Attributes:
+        method: the method's function name (``"eap"``, ``"acdc"``, ...).
+        how: the ablation mode of the edge interventions.
+        scores: one float per edge (indexed by edge name, in the graph's order).  Larger
+            ``abs(score)`` means more important; attribution methods keep the sign (the estimated
+            change of the metric when the edge alone is ablated).
+        circuit: the chosen edge set (method docstrings say how it is chosen).
+        faithfulness: the chosen circuit's faithfulness (1 = full model, 0 = every edge ablated).
+        wall_time: seconds spent by the method (the shared set-up excluded unless it ran inside).
+        n_forward: forward passes of the edge model over the batch made by the method: a batched
+            run of ``k`` masks counts ``k``, a backward pass counts as one more forward.
+        search: how the exhaustive oracle searched (``""`` for the other methods).
+        params: the method's settings.
+    """
+
+    method: str
+    how: str
+    scores: pd.Series
+    circuit: frozenset[str]
+    faithfulness: float
+    wall_time: float
+    n_forward: int
+    search: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_edges(self) -> int:
+        return len(self.circuit)
+
+    def ranking(self) -> list[str]:
+        """Edges by decreasing ``abs(score)`` (ties kept in graph order)."""
+        order = self.scores.abs().sort_values(ascending=False, kind="stable")
+        return list(order.index)
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per edge: method, how, edge, sender, receiver, score, in_circuit."""
+        rows = []
+        for edge, score in self.scores.items():
+            sender, receiver = split_edge(str(edge))
+            rows.append({"method": self.method, "how": self.how, "edge": edge, "sender": sender,
+                         "receiver": receiver, "score": float(score), "in_circuit": edge in self.circuit})
+        return pd.DataFrame(rows, columns=["method", "how", "edge", "sender", "receiver", "score", "in_circuit"])
+
+
+def setup(model, batch, intervention: EdgeIntervention | None, *, how: str | None = None, **options) -> EdgeIntervention:
+    """The prepared intervention: ``intervention`` when given (then ``model``/``batch`` may be None and
+    ``how``, if given, must be its mode), else
+    :func:`~perm_circuits.discovery.interventions.prepare_edges` with ``how`` (default
+    ``"resample"``) and ``options``."""
+    if intervention is not None:
+        if not isinstance(intervention, EdgeIntervention):
+            raise TypeError(f"intervention must be an EdgeIntervention, got {type(intervention).__name__}")
+        if how is not None and how != intervention.how:
+            raise ValueError(f"how={how!r} but the intervention was prepared with how={intervention.how!r}")
+        return intervention
+    if model is None or batch is None:
+        raise ValueError("give model and batch, or a prepared intervention")
+    if not isinstance(batch, (TaskBatch, Tensor)):
+        raise TypeError(f"batch must be a TaskBatch or tokens tensor, got {type(batch).__name__}")
+    return prepare_edges(model, batch, how="resample" if how is None else how, **options)
+
+
+def _check_choice(n_edges: int | None, threshold: float | None, target: float, total: int) -> None:
+    if n_edges is not None and (isinstance(n_edges, bool) or not isinstance(n_edges, int) or not 0 <= n_edges <= total):
+        raise ValueError(f"n_edges must be an int in 0..{total} or None, got {n_edges!r}")
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
+        raise TypeError(f"threshold must be a number or None, got {threshold!r}")
+    if isinstance(target, bool) or not isinstance(target, (int, float)):
+        raise TypeError(f"target must be a number, got {target!r}")
+
+
+def choose_circuit(
+    ei: EdgeIntervention, scores: Tensor, *, n_edges: int | None, threshold: float | None, target: float
+) -> tuple[frozenset[str], float, int]:
+    """The circuit from scores: the top ``n_edges`` by ``abs(score)``, else every edge with
+    ``abs(score) >= threshold``, else the smallest top-``k`` prefix whose faithfulness reaches
+    ``target`` (every prefix is evaluated in one batched run; the full graph when none does).
+
+    Returns ``(circuit, faithfulness, forward passes used)``.
+    """
+    _check_choice(n_edges, threshold, target, ei.n_edges)
+    order = torch.argsort(-scores.abs(), stable=True)
+    edges = ei.graph.edges
+    if n_edges is not None or threshold is not None:
+        keep = order[:n_edges] if n_edges is not None else torch.nonzero(scores.abs() >= threshold)[:, 0]
+        mask = torch.zeros(ei.n_edges)
+        mask[keep] = 1.0
+        faith = float(ei.faithfulness(ei.evaluate(mask[None]))[0])
+        return frozenset(edges[i] for i in keep.tolist()), faith, 1
+    prefixes = torch.zeros(ei.n_edges + 1, ei.n_edges)
+    for k in range(1, ei.n_edges + 1):
+        prefixes[k, order[:k]] = 1.0
+    faith = ei.faithfulness(ei.evaluate(prefixes, chunk=8))
+    reached = torch.nonzero(faith >= target)[:, 0]
+    k = int(reached[0]) if len(reached) else ei.n_edges
+    return frozenset(edges[i] for i in order[:k].tolist()), float(faith[k]), ei.n_edges + 1
+
+
+def finish(method: str, ei: EdgeIntervention, scores: Tensor, start: float, n_forward: int, *,
+           n_edges: int | None, threshold: float | None, target: float, params: dict[str, Any],
+           circuit: frozenset[str] | None = None, faithfulness: float | None = None, search: str = "") -> DiscoveryResult:
+    """Choose the circuit (unless given), time the method and package the result."""
+    if circuit is None:
+        circuit, faithfulness, used = choose_circuit(ei, scores, n_edges=n_edges, threshold=threshold, target=target)
+        n_forward += used
+    series = pd.Series(scores.detach().double().numpy(), index=list(ei.graph.edges), name=method)
+    return DiscoveryResult(method, ei.how, series, circuit, float(faithfulness), time.perf_counter() - start,
+                           int(n_forward), search, params)

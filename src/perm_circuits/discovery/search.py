@@ -1,0 +1,131 @@
+"""Search-based discovery: greedy edge addition and learned hard-concrete edge masks.
+
+- :func:`greedy_edges` lifts the library's greedy node proposer
+  (:func:`perm_circuits.analysis.circuit.propose_circuit`) to edges: keep the edges that matter
+  alone, grow the circuit greedily until it is faithful, then prune.
+- :func:`mask_pruning` learns a mask over edges with hard-concrete gates and an expected-L0
+  penalty (Louizos et al. 2018, "Learning Sparse Neural Networks through L0 Regularization";
+  subnetwork probing, Cao et al. 2021, "Low-Complexity Probing via Finding Subnetworks"; edge
+  pruning, Bhaskar et al. 2024, "Finding Transformer Circuits with Edge Pruning").
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+from tqdm.auto import tqdm
+
+from perm_circuits.discovery.interventions import EdgeIntervention
+from perm_circuits.discovery.result import DiscoveryResult, finish, setup
+
+__all__ = ["greedy_edges", "mask_pruning"]
+
+# hard-concrete stretch interval and temperature (Louizos et al. 2018)
+_LOW, _HIGH, _BETA = -0.1, 1.1, 2.0 / 3.0
+
+
+def greedy_edges(model=None, batch=None, *, threshold: float = 0.1, tolerance: float = 0.1, how: str | None = None,
+                 intervention: EdgeIntervention | None = None, chunk: int = 16, seed: int = 0, progress: bool = False,
+                 **options) -> DiscoveryResult:
+    """The greedy proposer of :func:`~perm_circuits.analysis.circuit.propose_circuit`, on edges.
+
+    1. Candidates: every edge whose ablation alone (from the full model) moves faithfulness by at
+       least ``threshold``, either way; they start the circuit.
+    2. Grow: while the circuit's error ``|1 - faithfulness|`` exceeds ``tolerance``, add the
+       left-out edge that lowers it most (stop when none lowers it).
+    3. Prune: in order of increasing single-ablation effect, drop an edge when the circuit
+       without it still has error ``<= tolerance``.
+
+    Score of an edge: its single-ablation effect ``d = |1 - faithfulness(all but e)|`` as
+    ``d / (1 + d)``, plus 1 for the circuit's edges (so they rank first).  Cost: one run per edge,
+    then one per tried circuit (batched ``chunk`` masks per forward).
+    """
+    for name, value in (("threshold", threshold), ("tolerance", tolerance)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    ei = setup(model, batch, intervention, how=how, seed=seed, **options)
+    start = time.perf_counter()
+    n = ei.n_edges
+    error = lambda masks: (1 - ei.faithfulness(ei.evaluate(masks, chunk=chunk))).abs().double()
+    singles = ei.ones()[None].repeat(n, 1)
+    singles[torch.arange(n), torch.arange(n)] = 0.0
+    effect = error(singles)
+    runs = n
+    current = (effect >= threshold).to(singles.dtype)
+    now = float(error(current[None])[0])
+    runs += 1
+    for _ in tqdm(range(n), disable=not progress, desc="greedy grow"):
+        if now <= tolerance or bool(current.all()):
+            break
+        left = torch.nonzero(current == 0)[:, 0]
+        trials = current[None].repeat(len(left), 1)
+        trials[torch.arange(len(left)), left] = 1.0
+        errors = error(trials)
+        runs += len(left)
+        best = int(torch.argmin(errors))
+        if float(errors[best]) >= now:
+            break
+        current[int(left[best])], now = 1.0, float(errors[best])
+    for e in torch.argsort(effect, stable=True).tolist():
+        if current[e] == 0:
+            continue
+        trial = current.clone()
+        trial[e] = 0.0
+        value = float(error(trial[None])[0])
+        runs += 1
+        if value <= tolerance:
+            current, now = trial, value
+    scores = effect / (1 + effect) + current.double()
+    faith = float(ei.faithfulness(ei.evaluate(current[None]))[0])
+    return finish("greedy_edges", ei, scores, start, runs + 1, n_edges=None, threshold=None, target=0.0,
+                  params={"threshold": threshold, "tolerance": tolerance},
+                  circuit=ei.graph.edges_of(current.tolist()), faithfulness=faith)
+
+
+def mask_pruning(model=None, batch=None, *, steps: int = 300, penalty: float = 0.5, lr: float = 0.1,
+                 how: str | None = None, intervention: EdgeIntervention | None = None, seed: int = 0,
+                 progress: bool = False, **options) -> DiscoveryResult:
+    """Learn a sparse edge mask with hard-concrete gates (module docstring).
+
+    Each edge has a gate parameter ``log_alpha`` (initialised at 3, nearly always on).  Each of
+    ``steps`` Adam steps (learning rate ``lr``) samples the gates ``z = clamp(sigmoid((log u -
+    log(1-u) + log_alpha) / beta) * (1.1 + 0.1) - 0.1, 0, 1)`` (``u`` uniform from a generator
+    seeded with ``seed``, ``beta = 2/3``), runs the model with mask ``z`` and minimises
+    ``(1 - faithfulness(z)) + penalty * mean_e P(z_e != 0)``: ``penalty`` is what dropping every
+    edge saves, against a faithfulness loss of 1.  The circuit is the edges whose deterministic
+    gate ``clamp(sigmoid(log_alpha) * 1.2 - 0.1, 0, 1)`` exceeds 0.5; the score is ``sigmoid(log_alpha)``
+    (positive, so ranking by ``abs(score)`` ranks by ``log_alpha``).
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+    for name, value in (("penalty", penalty), ("lr", lr)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    ei = setup(model, batch, intervention, how=how, seed=seed, **options)
+    span = ei.full_metric - ei.empty_metric
+    if abs(span) < 1e-12:
+        raise ValueError("the full and the fully ablated model have the same metric: nothing to prune against")
+    start = time.perf_counter()
+    generator = torch.Generator().manual_seed(seed)
+    dtype = ei.weights.W_E.dtype
+    log_alpha = torch.full((ei.n_edges,), 3.0, dtype=dtype, requires_grad=True)
+    optimiser = torch.optim.Adam([log_alpha], lr=lr)
+    shift = _BETA * math.log(-_LOW / _HIGH)
+    for _ in tqdm(range(steps), disable=not progress, desc="mask pruning"):
+        u = torch.rand(ei.n_edges, generator=generator, dtype=dtype).clamp(1e-6, 1 - 1e-6)
+        with torch.enable_grad():
+            gate = torch.sigmoid((u.log() - (1 - u).log() + log_alpha) / _BETA) * (_HIGH - _LOW) + _LOW
+            z = gate.clamp(0.0, 1.0)
+            faith = (ei.metric_of(ei.run(z[None]))[0] - ei.empty_metric) / span
+            loss = (1 - faith) + penalty * torch.sigmoid(log_alpha - shift).mean()
+            optimiser.zero_grad()
+            loss.backward()
+        optimiser.step()
+    final = (torch.sigmoid(log_alpha.detach()) * (_HIGH - _LOW) + _LOW).clamp(0.0, 1.0)
+    keep = (final > 0.5).float()
+    faith = float(ei.faithfulness(ei.evaluate(keep[None]))[0])
+    return finish("mask_pruning", ei, torch.sigmoid(log_alpha.detach().double()), start, 2 * steps + 1, n_edges=None, threshold=None,
+                  target=0.0, params={"steps": steps, "penalty": penalty, "lr": lr},
+                  circuit=ei.graph.edges_of(keep.tolist()), faithfulness=faith)
