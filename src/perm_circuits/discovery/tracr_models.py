@@ -179,17 +179,26 @@ class TracrModel:
         return torch.tensor([[table[BOS]] + [table[tok] for tok in seq] for seq in inputs], dtype=torch.long)
 
     def tracr_outputs(self, inputs: list[tuple]) -> list[list]:
-        """tracr's own decoded outputs (BOS position dropped), batched.
+        """tracr's own decoded outputs (BOS position dropped), in one batched call.
 
-        The same steps as ``AssembledTransformerModel.apply`` (encode, ``forward``, decode), run on
-        a batch of equal-length inputs instead of one at a time.
+        The steps of ``AssembledTransformerModel.apply`` (encode, ``forward``, decode) on a batch:
+        inputs of any lengths are padded with tracr's ``compiler_pad`` token to one shape (tracr's
+        compiled attention masks padding), so jax traces the forward once.
         """
         import jax.numpy as jnp
 
-        ids = jnp.asarray(self.encode(inputs).numpy())
-        unembedded = self.assembled.forward(self.assembled.params, ids).unembedded_output
+        if not inputs:
+            raise ValueError("inputs must be a non-empty list of sequences")
+        encoder = self.assembled.input_encoder
+        width = max(len(seq) for seq in inputs)
+        bad = sorted({repr(tok) for seq in inputs for tok in seq if tok not in encoder.encoding_map or tok == BOS})
+        if bad:
+            raise ValueError(f"tokens {bad} are not in the vocabulary {self.vocab}")
+        pad = encoder.pad_token
+        rows = [encoder.encode([BOS, *seq, *[pad] * (width - len(seq))]) for seq in inputs]
+        unembedded = self.assembled.forward(self.assembled.params, jnp.asarray(rows)).unembedded_output
         decode = self.assembled.output_encoder.decode
-        return [list(decode(row.tolist()))[1:] for row in unembedded]
+        return [list(decode(row.tolist()))[1 : len(seq) + 1] for seq, row in zip(inputs, unembedded)]
 
     @torch.no_grad()
     def bridge_outputs(self, inputs: list[tuple]) -> list[list]:
