@@ -110,11 +110,17 @@ needs_tracr = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def tracr_truths():
-    from perm_circuits.discovery.ground_truth import tracr_ground_truths
+def tracr_models():
     from perm_circuits.discovery.tracr_models import build_tracr_model
 
-    return {name: tracr_ground_truths(build_tracr_model(name)) for name in ("reverse", "frac_prevs")}
+    return {name: build_tracr_model(name) for name in ("reverse", "frac_prevs")}
+
+
+@pytest.fixture(scope="module")
+def tracr_truths(tracr_models):
+    from perm_circuits.discovery.ground_truth import tracr_ground_truths
+
+    return {name: tracr_ground_truths(model) for name, model in tracr_models.items()}
 
 
 @needs_tracr
@@ -145,3 +151,43 @@ def test_frac_prevs_circuits_follow_the_program(tracr_truths):
     # constant 'one' direction the MLPs use as a bias
     assert zero.edges - resample.edges == {"embed->L1H0.q", "embed->L1H0.k", "embed->L1MLP"}
     assert dict(zero.carries)["embed->L1MLP"] == ("one",)
+
+
+@needs_tracr
+def test_reverse_mode_dependence_holds_on_the_model(tracr_models, tracr_truths):
+    """What the two rules claim, checked by running the bridge: on every length-4 input the
+    components outside the resample circuit (length, opp_idx) output the same at each position,
+    so resampling them changes nothing; zeroing the length head changes the outputs (of shorter
+    inputs), so the zero-ablation circuit needs it."""
+    import torch
+
+    model = tracr_models["reverse"]
+    inputs = model.domain(4)
+    tokens = model.encode(inputs)
+    with torch.no_grad():
+        _, cache = model.bridge.run_with_cache(tokens)
+    spread = {
+        name: float((cache[hook] - cache[hook][:1]).abs().max())
+        for name, hook in [("L0H0", "blocks.0.hook_attn_out"), ("L0MLP", "blocks.0.hook_mlp_out"),
+                           ("L1MLP", "blocks.1.hook_mlp_out"), ("L2MLP", "blocks.2.hook_mlp_out"),
+                           ("L3H0", "blocks.3.hook_attn_out")]
+    }
+    zero, resample = tracr_truths["reverse"]
+    in_resample = {part.split(".")[0] for e in resample.edges for part in e.split("->")}
+    for name, value in spread.items():
+        assert (value > 0) == (name in in_resample), (name, value)
+    assert spread["L3H0"] >= 0.5  # the copied token differs between inputs
+
+    def zero_out(activation, hook):
+        return torch.zeros_like(activation)
+
+    # zeroing the length head reads as "no width" -> the largest length, 4: right by chance on
+    # length-4 inputs, wrong on shorter ones
+    short = model.domain(3)
+    with torch.no_grad(), model.bridge.hooks(fwd_hooks=[("blocks.0.hook_attn_out", zero_out)]):
+        ablated = model.bridge(model.encode(short)).argmax(-1)[:, 1:]
+    decode = {i: v for v, i in model.assembled.output_encoder.encoding_map.items()}
+    ablated = [[decode[int(i)] for i in row] for row in ablated]
+    unchanged = {seq for seq, a, b in zip(short, ablated, model.tracr_outputs(short)) if a == b}
+    assert "L0H0->L0MLP" in zero.edges
+    assert unchanged == {("a", "a", "a"), ("b", "b", "b"), ("c", "c", "c")}  # only where any read is right

@@ -13,9 +13,9 @@ The rule (:func:`weight_circuit`), from the weights alone:
   receiver's read matrix is not zero (``W_E``/``W_pos`` rows, ``W_O[l, h]`` or ``W_out[l]``, times
   ``W_Q W_K^T``, ``W_K W_Q^T``, ``W_V W_O`` of head ``(l, h)``, ``W_in[l]`` or ``W_U``: a query or
   key input counts only if it can change an attention score, a value input only if it can change
-  the head's output), and the edge lies on a path to ``logits``
-  through such edges (a component with no input edge still sends its bias-made output). Removing any such edge (replacing what it carries by zero) changes
-  what the receiver computes.
+  the head's output), and the edge lies on a path to ``logits`` through such edges (a component
+  with no input edge still sends its bias-made output). Removing such an edge (replacing what it
+  carries by zero) can change what the receiver computes.
 - **resample and mean ablation** (corrupted inputs of the same length, with the given tokens
   possible at each position). Only what differs between inputs can matter: ``embed`` carries the
   differences of the token embeddings possible at each position (positional embeddings and a token
@@ -26,7 +26,9 @@ The rule (:func:`weight_circuit`), from the weights alone:
   Robust", COLM 2024): e.g. a head that reads positions only is in the zero-ablation circuit and not
   in the resample one.
 
-Both rules are structural (a non-zero composition could still be functionally idle); on tracr
+Both rules are structural (a non-zero composition could still be functionally idle: zeroing
+tracr ``reverse``'s length head reads as the largest length, right by chance on full-length inputs
+and wrong on shorter ones); on tracr
 models every weight outside a RASP operation's spaces is exactly zero, so the structure is the
 program's. :func:`tracr_ground_truths` also names the RASP variables each edge carries (from
 tracr's residual labels).
