@@ -36,6 +36,7 @@ tracr's residual labels).
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import torch
@@ -119,7 +120,7 @@ class GroundTruth:
     """
 
     model: str
-    edges: frozenset
+    edges: AbstractSet
     modes: tuple
     n_layers: int
     n_heads: int

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import SupportsFloat
 
 __all__ = [
     "CircuitScore",
@@ -32,7 +33,7 @@ __all__ = [
 ]
 
 
-def _ranked(scores: Mapping[str, float], truth: Iterable[str], edges, absolute: bool):
+def _ranked(scores: Mapping[str, SupportsFloat], truth: Iterable[str], edges, absolute: bool):
     """(score, is_true) per edge of the universe, after validation."""
     if not isinstance(scores, Mapping) or not scores:
         raise ValueError(f"scores must be a non-empty mapping edge -> score, got {type(scores).__name__}")
@@ -56,7 +57,7 @@ def _ranked(scores: Mapping[str, float], truth: Iterable[str], edges, absolute: 
     return values
 
 
-def roc_auc(scores: Mapping[str, float], truth: Iterable[str], *, edges=None, absolute: bool = True) -> float:
+def roc_auc(scores: Mapping[str, SupportsFloat], truth: Iterable[str], *, edges=None, absolute: bool = True) -> float:
     """Area under the ROC curve of ranking edges by score (ties count one half).
 
     Equals the probability that a random true edge outscores a random false one, plus half the
@@ -80,7 +81,7 @@ def roc_auc(scores: Mapping[str, float], truth: Iterable[str], *, edges=None, ab
     return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
 
 
-def average_precision(scores: Mapping[str, float], truth: Iterable[str], *, edges=None, absolute: bool = True) -> float:
+def average_precision(scores: Mapping[str, SupportsFloat], truth: Iterable[str], *, edges=None, absolute: bool = True) -> float:
     """Area under the precision-recall curve as average precision, ties grouped.
 
     ``AP = sum_k (R_k - R_{k-1}) P_k`` over the distinct score thresholds from high to low, all
@@ -104,7 +105,7 @@ def average_precision(scores: Mapping[str, float], truth: Iterable[str], *, edge
     return ap
 
 
-def top_edges(scores: Mapping[str, float], k: int, *, absolute: bool = True) -> frozenset:
+def top_edges(scores: Mapping[str, SupportsFloat], k: int, *, absolute: bool = True) -> frozenset:
     """The ``k`` highest-scoring edges (ties broken by edge name, so the choice is deterministic)."""
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= len(scores):
         raise ValueError(f"k must be an int in 0..{len(scores)}, got {k!r}")

@@ -20,6 +20,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import SupportsFloat
 
 from perm_circuits._util import atomic_write_text
 from perm_circuits.discovery.ground_truth import all_edges, sender_nodes
@@ -79,7 +80,7 @@ def _infer_shape(edges: Iterable[str]) -> tuple[int, int, bool]:
 
 
 def _layout(
-    n_layers: int, n_heads: int, mlp: bool, col_w: float = _COL_W
+    n_layers: int, n_heads: int, mlp: bool, col_w: int | float = _COL_W
 ) -> tuple[dict[str, tuple[float, float]], int, int]:
     """Node -> centre (x, y) in SVG coordinates (y grows downwards), and the canvas size."""
     rows = 2 + n_layers * (2 if mlp else 1)
@@ -120,7 +121,7 @@ def _fmt(value: float) -> str:
 
 def circuit_graph(
     edges: Iterable[str],
-    scores: Mapping[str, float] | None = None,
+    scores: Mapping[str, SupportsFloat] | None = None,
     labels: Mapping[str, str] | None = None,
     *,
     n_layers: int | None = None,
@@ -160,7 +161,7 @@ def circuit_graph(
     if unknown:
         raise ValueError(f"labels name unknown nodes {unknown}; nodes are {nodes}")
     for e in edges:
-        if e in scores and not isinstance(scores[e], (int, float)):
+        if e in scores and (isinstance(scores[e], (str, bytes)) or not isinstance(scores[e], SupportsFloat)):
             raise TypeError(f"score of {e!r} must be a number, got {scores[e]!r}")
     texts = {node: node + (f": {labels[node]}" if node in labels else "") for node in nodes}
     box_w = {node: max(_NODE_W, 7 * len(text) + 16) for node, text in texts.items()}
