@@ -14,6 +14,7 @@ from perm_circuits.discovery.ground_truth import (
     GroundTruth,
     all_edges,
     birth_ground_truth,
+    ground_truth_models,
     induction_ground_truths,
     receiver_nodes,
     sender_nodes,
@@ -191,3 +192,19 @@ def test_reverse_mode_dependence_holds_on_the_model(tracr_models, tracr_truths):
     unchanged = {seq for seq, a, b in zip(short, ablated, model.tracr_outputs(short)) if a == b}
     assert "L0H0->L0MLP" in zero.edges
     assert unchanged == {("a", "a", "a"), ("b", "b", "b"), ("c", "c", "c")}  # only where any read is right
+
+
+def test_ground_truth_models_registry():
+    registry = ground_truth_models(include_tracr=False)
+    assert set(registry) == {"induction", "induction_bare", "birth"}
+    for name in ("induction", "birth"):
+        model, truths = registry[name]()
+        for truth in truths:
+            assert (model.cfg.n_layers, model.cfg.n_heads) == (truth.n_layers, truth.n_heads)
+            assert truth.mlp == (not model.cfg.attn_only)
+            assert truth.edges <= set(truth.all_edges)
+    assert {t.modes for t in registry["induction"]()[1]} == {("zero",), ("mean", "resample")}
+    if tracr_available():
+        assert {"tracr:reverse", "tracr:frac_prevs", "tracr:sort"} <= set(ground_truth_models())
+    with pytest.raises(TypeError, match="include_tracr"):
+        ground_truth_models(include_tracr="yes")

@@ -49,6 +49,7 @@ __all__ = [
     "all_edges",
     "birth_ground_truth",
     "edge_receiver_node",
+    "ground_truth_models",
     "induction_ground_truths",
     "receiver_nodes",
     "sender_nodes",
@@ -343,3 +344,48 @@ def birth_ground_truth() -> GroundTruth:
         False,
         "declared from the construction (eq. 8 memories)",
     )
+
+
+def _induction_entry(eliminate: bool):
+    def build():
+        from perm_circuits.handbuilt import build_induction_model
+
+        return build_induction_model(5, eliminate=eliminate), induction_ground_truths(5, eliminate=eliminate)
+
+    return build
+
+
+def _birth_entry():
+    from perm_circuits.systems.birth_model import handbuilt_induction_model
+
+    return handbuilt_induction_model(), (birth_ground_truth(),)
+
+
+def _tracr_entry(name: str):
+    def build():
+        from perm_circuits.discovery.tracr_models import build_tracr_model
+
+        model = build_tracr_model(name)
+        return model.bridge, tracr_ground_truths(model)
+
+    return build
+
+
+def ground_truth_models(*, include_tracr: bool | None = None) -> dict:
+    """Every model with a ground truth: name -> a function returning ``(bridge, truths)``.
+
+    ``induction`` and ``induction_bare`` (``build_induction_model(5)`` with and without the
+    elimination head), ``birth`` (the Birth model's eq. 8 construction) and, when tracr imports
+    (``include_tracr=None``) or on request, ``tracr:reverse``, ``tracr:frac_prevs``, ``tracr:sort``.
+    Building is deferred: compiling a tracr program takes seconds.
+    """
+    from perm_circuits.discovery.tracr_models import TRACR_PROGRAMS, tracr_available
+
+    if include_tracr is None:
+        include_tracr = tracr_available()
+    if not isinstance(include_tracr, bool):
+        raise TypeError(f"include_tracr must be a bool or None, got {include_tracr!r}")
+    out = {"induction": _induction_entry(True), "induction_bare": _induction_entry(False), "birth": _birth_entry}
+    if include_tracr:
+        out.update({f"tracr:{name}": _tracr_entry(name) for name in TRACR_PROGRAMS})
+    return out
