@@ -112,9 +112,9 @@ needs_tracr = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def tracr_models():
-    from perm_circuits.discovery.tracr_models import build_tracr_model
+    from perm_circuits.discovery.tracr_models import cached_tracr_model
 
-    return {name: build_tracr_model(name) for name in ("reverse", "frac_prevs")}
+    return {name: cached_tracr_model(name) for name in ("reverse", "frac_prevs")}  # shared with test_tracr
 
 
 @pytest.fixture(scope="module")

@@ -18,16 +18,9 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def compiled():
-    from perm_circuits.discovery.tracr_models import build_tracr_model
+    from perm_circuits.discovery.tracr_models import cached_tracr_model
 
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            cache[name] = build_tracr_model(name)
-        return cache[name]
-
-    return get
+    return cached_tracr_model  # compiled once per session, shared with the ground-truth tests
 
 
 @pytest.mark.parametrize("name", ["reverse", "frac_prevs", "sort"])

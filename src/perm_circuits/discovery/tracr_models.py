@@ -20,6 +20,7 @@ one length per batch.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ __all__ = [
     "TRACR_PROGRAMS",
     "TracrModel",
     "build_tracr_model",
+    "cached_tracr_model",
     "make_frac_prevs_program",
     "make_reverse_program",
     "make_sort_program",
@@ -232,3 +234,9 @@ def build_tracr_model(name: str) -> TracrModel:
         max_seq_len=spec.max_seq_len,
         distinct_tokens=spec.distinct_tokens,
     )
+
+
+@functools.lru_cache(maxsize=None)
+def cached_tracr_model(name: str) -> TracrModel:
+    """:func:`build_tracr_model`, compiled once per process and shared (do not change its weights)."""
+    return build_tracr_model(name)
