@@ -280,7 +280,7 @@ def tracr_ground_truths(tracr_model) -> tuple[GroundTruth, GroundTruth]:
     name = f"tracr:{tracr_model.name}"
     out = []
     for modes, tokens, how in (
-        (("zero",), None, "non-zero weight compositions on paths embed -> logits"),
+        (("zero",), None, "non-zero weight compositions on paths to logits"),
         (("mean", "resample"), varying, "compositions carrying input differences (same-length inputs)"),
     ):
         edges = weight_circuit(bridge, varying_tokens=tokens)
@@ -307,7 +307,7 @@ def induction_ground_truths(V: int = 5, *, eliminate: bool = True) -> tuple[Grou
     zero = weight_circuit(model)
     resample = weight_circuit(model, varying_tokens=[list(range(1, V + 1))] * n)
     return (
-        GroundTruth(name, zero, ("zero",), 2, 2, True, "non-zero weight compositions on paths embed -> logits"),
+        GroundTruth(name, zero, ("zero",), 2, 2, True, "non-zero weight compositions on paths to logits"),
         GroundTruth(name, resample, ("mean", "resample"), 2, 2, True, "compositions carrying input differences"),
     )
 
