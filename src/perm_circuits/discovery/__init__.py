@@ -10,6 +10,12 @@
   :func:`node_attribution`, :func:`greedy_edges`, :func:`mask_pruning`, :func:`random_baseline`
   and :func:`exhaustive_oracle`.
 - :func:`discover`: one entry point by method name (what a command line calls).
+- Ground truth and scoring: :mod:`~perm_circuits.discovery.ground_truth` (circuits known by
+  construction, per ablation mode: weight-built and tracr-compiled models),
+  :mod:`~perm_circuits.discovery.tracr_models` (RASP programs compiled with tracr and converted
+  with TransformerLens's own converter; needs the ``[tracr]`` extra) and
+  :mod:`~perm_circuits.discovery.scoring` (ROC / PR AUC, precision and recall at a circuit,
+  faithfulness-curve area, oracle regret).
 """
 
 from __future__ import annotations

@@ -1,0 +1,391 @@
+"""Ground-truth circuits that nobody tuned: read off the weights of compiled and weight-built models.
+
+Graph (shared with the discovery methods): sender nodes ``embed`` (token + positional embedding),
+``L{l}H{h}`` (a head's output) and ``L{l}MLP`` (an MLP's output); receiver nodes
+``L{l}H{h}.q|.k|.v``, ``L{l}MLP`` (the MLP's input) and ``logits``; an edge ``"S->R"`` joins a
+sender to every receiver downstream of it (13 edges for one layer and two heads, 23 for two layers
+and one head, 46 for two layers and two heads), as in path patching (Wang et al., "Interpretability
+in the Wild", ICLR 2023) and ACDC (Conmy et al., NeurIPS 2023).
+
+The rule (:func:`weight_circuit`), from the weights alone:
+
+- **zero ablation.** An edge is in the circuit when the sender's write matrix composed with the
+  receiver's read matrix is not zero (``W_E``/``W_pos`` rows, ``W_O[l, h]`` or ``W_out[l]``, times
+  ``W_Q W_K^T``, ``W_K W_Q^T``, ``W_V W_O`` of head ``(l, h)``, ``W_in[l]`` or ``W_U``: a query or
+  key input counts only if it can change an attention score, a value input only if it can change
+  the head's output), and the edge lies on a path to ``logits`` through such edges (a component
+  with no input edge still sends its bias-made output). Removing such an edge (replacing what it
+  carries by zero) can change what the receiver computes.
+- **resample and mean ablation** (corrupted inputs of the same length, with the given tokens
+  possible at each position). Only what differs between inputs can matter: ``embed`` carries the
+  differences of the token embeddings possible at each position (positional embeddings and a token
+  fixed at a position, like tracr's BOS, are the same in every input); a head or MLP carries a
+  difference when one of its inputs does. An edge is in the circuit when it carries a difference
+  that the receiver reads, on a path to ``logits``. This is why the ground truth depends on the
+  ablation mode (Miller, Chughtai, Saunders, "Transformer Circuit Faithfulness Metrics are not
+  Robust", COLM 2024): e.g. a head that reads positions only is in the zero-ablation circuit and not
+  in the resample one.
+
+Both rules are structural (a non-zero composition could still be functionally idle: zeroing
+tracr ``reverse``'s length head reads as the largest length, right by chance on full-length inputs
+and wrong on shorter ones); on tracr
+models every weight outside a RASP operation's spaces is exactly zero, so the structure is the
+program's. :func:`tracr_ground_truths` also names the RASP variables each edge carries (from
+tracr's residual labels).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+
+import torch
+
+ABLATION_MODES = ("zero", "mean", "resample")
+
+__all__ = [
+    "ABLATION_MODES",
+    "GroundTruth",
+    "all_edges",
+    "birth_ground_truth",
+    "edge_receiver_node",
+    "ground_truth_models",
+    "induction_ground_truths",
+    "receiver_nodes",
+    "sender_nodes",
+    "tracr_ground_truths",
+    "weight_circuit",
+]
+
+
+def _check_shape(n_layers: int, n_heads: int) -> None:
+    for name, value in (("n_layers", n_layers), ("n_heads", n_heads)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+
+def sender_nodes(n_layers: int, n_heads: int, *, mlp: bool = True, split_embed: bool = False) -> tuple[str, ...]:
+    """Sender nodes in forward order: the embedding(s), then per layer its heads and its MLP."""
+    _check_shape(n_layers, n_heads)
+    out = ["tok_embed", "pos_embed"] if split_embed else ["embed"]
+    for layer in range(n_layers):
+        out += [f"L{layer}H{h}" for h in range(n_heads)]
+        if mlp:
+            out.append(f"L{layer}MLP")
+    return tuple(out)
+
+
+def receiver_nodes(n_layers: int, n_heads: int, *, mlp: bool = True) -> tuple[str, ...]:
+    """Receiver nodes in forward order: per layer each head's q, k, v and the MLP input; then logits."""
+    _check_shape(n_layers, n_heads)
+    out = []
+    for layer in range(n_layers):
+        out += [f"L{layer}H{h}.{port}" for h in range(n_heads) for port in "qkv"]
+        if mlp:
+            out.append(f"L{layer}MLP")
+    return tuple(out + ["logits"])
+
+
+def _position(node: str) -> float:
+    """Where a node sits in the forward pass: embed -1, layer l heads l, layer l MLP l + 0.5, logits inf."""
+    if node in ("embed", "tok_embed", "pos_embed"):
+        return -1.0
+    if node == "logits":
+        return float("inf")
+    layer = int(node[1 : node.index("H") if "H" in node else node.index("M")])
+    return layer + (0.5 if node.endswith("MLP") else 0.0)
+
+
+def edge_receiver_node(receiver: str) -> str:
+    """The component a receiver belongs to: ``"L1H0.k" -> "L1H0"``, ``"L0MLP" -> "L0MLP"``."""
+    return receiver.split(".")[0]
+
+
+def all_edges(n_layers: int, n_heads: int, *, mlp: bool = True, split_embed: bool = False) -> tuple[str, ...]:
+    """Every edge ``"SENDER->RECEIVER"`` of the graph (module docstring), senders in forward order."""
+    receivers = receiver_nodes(n_layers, n_heads, mlp=mlp)
+    return tuple(
+        f"{s}->{r}"
+        for s in sender_nodes(n_layers, n_heads, mlp=mlp, split_embed=split_embed)
+        for r in receivers
+        if _position(edge_receiver_node(r)) > _position(s)
+    )
+
+
+@dataclass(frozen=True)
+class GroundTruth:
+    """A circuit known by construction: which model, which edges, under which ablation modes.
+
+    ``carries`` names, per edge, what it carries (RASP variables for tracr models, residual
+    subspaces for weight-built ones) where known.
+    """
+
+    model: str
+    edges: AbstractSet
+    modes: tuple
+    n_layers: int
+    n_heads: int
+    mlp: bool = True
+    how: str = ""
+    carries: tuple = field(default=())
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "edges", frozenset(self.edges))
+        bad_modes = [m for m in self.modes if m not in ABLATION_MODES]
+        if bad_modes or not self.modes:
+            raise ValueError(f"modes must be a non-empty subset of {ABLATION_MODES}, got {self.modes!r}")
+        valid = set(all_edges(self.n_layers, self.n_heads, mlp=self.mlp))
+        bad = sorted(self.edges - valid)
+        if bad:
+            raise ValueError(f"edges {bad} are not edges of a {self.n_layers}-layer {self.n_heads}-head graph")
+
+    @property
+    def all_edges(self) -> tuple[str, ...]:
+        """Every edge of this model's graph."""
+        return all_edges(self.n_layers, self.n_heads, mlp=self.mlp)
+
+    def label(self, edge: str) -> bool:
+        """Whether ``edge`` is in the circuit (``ValueError`` if it is no edge of the graph)."""
+        if edge not in set(self.all_edges):
+            raise ValueError(f"{edge!r} is not an edge of this model's graph")
+        return edge in self.edges
+
+
+def _has_mlp(model) -> bool:
+    return not getattr(model.cfg, "attn_only", False)
+
+
+def _read_matrices(model) -> dict[str, torch.Tensor]:
+    """Receiver -> effective read matrix ``[d_model, k]``.
+
+    A query input matters through ``W_Q W_K^T`` (what keys it can score), a key input through
+    ``W_K W_Q^T``, a value input through ``W_V W_O`` (what the head can write); an MLP input
+    through ``W_in``, the logits through ``W_U``.
+    """
+    cfg, out = model.cfg, {}
+    W_Q, W_K, W_V, W_O = (w.detach() for w in (model.W_Q, model.W_K, model.W_V, model.W_O))
+    for layer in range(cfg.n_layers):
+        for h in range(cfg.n_heads):
+            out[f"L{layer}H{h}.q"] = W_Q[layer, h] @ W_K[layer, h].T
+            out[f"L{layer}H{h}.k"] = W_K[layer, h] @ W_Q[layer, h].T
+            out[f"L{layer}H{h}.v"] = W_V[layer, h] @ W_O[layer, h]
+        if _has_mlp(model):
+            out[f"L{layer}MLP"] = model.W_in[layer].detach()
+    out["logits"] = model.W_U.detach()
+    return out
+
+
+def _write_matrices(model, varying_tokens) -> dict[str, torch.Tensor]:
+    """Sender -> write rows ``[k, d_model]`` (embed: every embedding row, or only differences)."""
+    cfg = model.cfg
+    W_E, W_pos = model.W_E.detach(), model.W_pos.detach()
+    if varying_tokens is None:
+        embed = torch.cat([W_E, W_pos])
+    else:
+        diffs = [W_E[list(ids)] - W_E[list(ids)[0]] for ids in varying_tokens if len(ids) > 1]
+        embed = torch.cat(diffs) if diffs else torch.zeros(1, cfg.d_model)
+    out = {"embed": embed}
+    for layer in range(cfg.n_layers):
+        for h in range(cfg.n_heads):
+            out[f"L{layer}H{h}"] = model.W_O[layer, h].detach()
+        if _has_mlp(model):
+            out[f"L{layer}MLP"] = model.W_out[layer].detach()
+    return out
+
+
+def _prune_to_paths(edges: set[str], *, from_embed: bool) -> frozenset:
+    """Keep the edges on some path to ``logits`` (and, with ``from_embed``, from ``embed``)."""
+    while True:
+        senders = {e.split("->")[0] for e in edges}
+        fed = {"embed"} | {edge_receiver_node(e.split("->")[1]) for e in edges}
+        kept = {
+            e
+            for e in edges
+            if (not from_embed or e.split("->")[0] in fed)
+            and (e.split("->")[1] == "logits" or edge_receiver_node(e.split("->")[1]) in senders)
+        }
+        if kept == edges:
+            return frozenset(kept)
+        edges = kept
+
+
+@torch.no_grad()
+def weight_circuit(model, *, varying_tokens=None, tol: float = 1e-6) -> frozenset:
+    """The circuit a model's weights imply (module docstring): zero ablation, or resample/mean.
+
+    Args:
+        model: a TransformerLens 4 bridge without LayerNorm (``W_Q`` ... ``W_U`` properties).
+        varying_tokens: ``None`` for the zero-ablation circuit; for the resample/mean circuit, per
+            position the token ids that inputs can hold there (one id where the token is fixed).
+        tol: a composition with largest absolute entry at most ``tol`` counts as zero.
+    """
+    if getattr(model.cfg, "normalization_type", None) is not None:
+        raise ValueError(
+            f"weight_circuit needs a model without LayerNorm, got normalization_type={model.cfg.normalization_type!r}"
+        )
+    if varying_tokens is not None:
+        n_ctx = model.cfg.n_ctx
+        if not isinstance(varying_tokens, (list, tuple)) or not 1 <= len(varying_tokens) <= n_ctx:
+            raise ValueError(f"varying_tokens must be a list of 1..{n_ctx} token-id lists, got {varying_tokens!r}")
+        for ids in varying_tokens:
+            if not ids or any(not 0 <= int(i) < model.cfg.d_vocab for i in ids):
+                raise ValueError(f"varying_tokens entries must be non-empty lists of ids in [0, {model.cfg.d_vocab})")
+    cfg = model.cfg
+    reads, writes = _read_matrices(model), _write_matrices(model, varying_tokens)
+    candidates = all_edges(cfg.n_layers, cfg.n_heads, mlp=_has_mlp(model))
+    if varying_tokens is None:  # zero ablation: every output counts, biases included
+        live = set(sender_nodes(cfg.n_layers, cfg.n_heads, mlp=_has_mlp(model)))
+    else:  # resample/mean: only what differs between inputs
+        live = {"embed"} if bool((writes["embed"].abs() > tol).any()) else set()
+    edges: set[str] = set()
+    for edge in candidates:  # forward order: a sender's liveness is settled before it sends
+        sender, receiver = edge.split("->")
+        if sender not in live:
+            continue
+        if (writes[sender] @ reads[receiver]).abs().max() > tol:
+            edges.add(edge)
+            live.add(edge_receiver_node(receiver))
+    return _prune_to_paths(edges, from_embed=varying_tokens is not None)
+
+
+def _carried(model, edge: str, labels: list[str], tol: float = 1e-6) -> tuple[str, ...]:
+    """Residual labels (tracr variables) that the sender writes and the receiver reads."""
+    sender, receiver = edge.split("->")
+    written = (_write_matrices(model, None)[sender].abs() > tol).any(0)
+    read = (_read_matrices(model)[receiver].abs() > tol).any(1)
+    names = []
+    for index in torch.nonzero(written & read).flatten().tolist():
+        name = labels[index].rpartition(":")[0] or labels[index]
+        name = name.removesuffix("_selector_width_attn_output")
+        if name not in names:
+            names.append(name)
+    return tuple(names)
+
+
+def tracr_ground_truths(tracr_model) -> tuple[GroundTruth, GroundTruth]:
+    """The zero-ablation and the resample/mean circuits of a compiled RASP program.
+
+    ``tracr_model`` is a :class:`~perm_circuits.discovery.tracr_models.TracrModel`. The resample
+    circuit is for inputs of length ``max_seq_len`` (BOS fixed at position 0, any vocabulary token
+    elsewhere): e.g. ``reverse``'s ``length`` and ``opp_idx`` are then the same in every input, and
+    only the aggregating head that copies tokens stays.
+    """
+    bridge = tracr_model.bridge
+    cfg = bridge.cfg
+    table = tracr_model.assembled.input_encoder.encoding_map
+    from perm_circuits.discovery.tracr_models import BOS
+
+    varying = [[table[BOS]]] + [[table[t] for t in tracr_model.vocab]] * tracr_model.max_seq_len
+    labels = list(tracr_model.assembled.residual_labels)
+    name = f"tracr:{tracr_model.name}"
+    out = []
+    for modes, tokens, how in (
+        (("zero",), None, "non-zero weight compositions on paths to logits"),
+        (("mean", "resample"), varying, "compositions carrying input differences (same-length inputs)"),
+    ):
+        edges = weight_circuit(bridge, varying_tokens=tokens)
+        carries = tuple((e, _carried(bridge, e, labels)) for e in sorted(edges))
+        out.append(GroundTruth(name, edges, modes, cfg.n_layers, cfg.n_heads, True, how, carries))
+    return out[0], out[1]
+
+
+def induction_ground_truths(V: int = 5, *, eliminate: bool = True) -> tuple[GroundTruth, GroundTruth]:
+    """Zero-ablation and resample/mean circuits of ``perm_circuits.handbuilt.build_induction_model``.
+
+    By construction (Elhage et al. 2021; Olsson et al. 2022): L0H0's query and key read positions
+    and its value tokens; L1H0's query reads tokens and the x-slot flag, its key what L0H0 wrote
+    (K-composition) and the flag, its value tokens; the elimination head L1H1 (``eliminate``)
+    attends by the flag and copies tokens; L1H0 and L1H1 write the logits. Under resample/mean
+    ablation the position-only reads (L0H0.q, L0H0.k, the flag) drop out. Every token 1..V can sit
+    at every position.
+    """
+    from perm_circuits.handbuilt import build_induction_model
+
+    model = build_induction_model(V, eliminate=eliminate)
+    n = 2 * V - 1
+    name = f"perm_circuits.handbuilt.build_induction_model(V={V}, eliminate={eliminate})"
+    zero = weight_circuit(model)
+    resample = weight_circuit(model, varying_tokens=[list(range(1, V + 1))] * n)
+    return (
+        GroundTruth(name, zero, ("zero",), 2, 2, True, "non-zero weight compositions on paths to logits"),
+        GroundTruth(name, resample, ("mean", "resample"), 2, 2, True, "compositions carrying input differences"),
+    )
+
+
+BIRTH_EDGES = frozenset(
+    {
+        "embed->L0H0.q",  # W_Q^1 = I on the positional vector p_t
+        "embed->L0H0.k",  # W_K^1 = beta sum_t p_{t-1} p_t^T: previous-token attention
+        "embed->L0H0.v",  # W_V^1 copies the token embedding ...
+        "embed->L1H0.q",  # query = the current token's embedding (W_Q^2 = I)
+        "L0H0->L1H0.k",  # ... whose image w_1(k) the induction key matches
+        "embed->L1H0.v",  # the attended token's embedding
+        "L1H0->logits",  # W_O^2 maps it to its unembedding
+    }
+)
+
+
+def birth_ground_truth() -> GroundTruth:
+    """The induction mechanism of ``perm_circuits.systems.birth_model.handbuilt_induction_model``.
+
+    Bietti, Cabannes, Bouchacourt, Jegou, Bottou, "Birth of a Transformer: A Memory Viewpoint"
+    (NeurIPS 2023), eq. 8: the trainable matrices are set to the associative memories of the
+    previous-token head (``W_K^1``) and the induction head (``W_K^2`` reading ``w_1(k)``, ``W_O^2``
+    copying to ``w_U``). Declared by construction (the 7 edges of :data:`BIRTH_EDGES`); its frozen
+    matrices are random and dense, so other edges carry small cross-talk that the mechanism does not
+    use, and the claim is made for resample ablation only.
+    """
+    return GroundTruth(
+        "perm_circuits.systems.birth_model.handbuilt_induction_model",
+        BIRTH_EDGES,
+        ("resample",),
+        2,
+        1,
+        False,
+        "declared from the construction (eq. 8 memories)",
+    )
+
+
+def _induction_entry(eliminate: bool):
+    def build():
+        from perm_circuits.handbuilt import build_induction_model
+
+        return build_induction_model(5, eliminate=eliminate), induction_ground_truths(5, eliminate=eliminate)
+
+    return build
+
+
+def _birth_entry():
+    from perm_circuits.systems.birth_model import handbuilt_induction_model
+
+    return handbuilt_induction_model(), (birth_ground_truth(),)
+
+
+def _tracr_entry(name: str):
+    def build():
+        from perm_circuits.discovery.tracr_models import build_tracr_model
+
+        model = build_tracr_model(name)
+        return model.bridge, tracr_ground_truths(model)
+
+    return build
+
+
+def ground_truth_models(*, include_tracr: bool | None = None) -> dict:
+    """Every model with a ground truth: name -> a function returning ``(bridge, truths)``.
+
+    ``induction`` and ``induction_bare`` (``build_induction_model(5)`` with and without the
+    elimination head), ``birth`` (the Birth model's eq. 8 construction) and, when tracr imports
+    (``include_tracr=None``) or on request, ``tracr:reverse``, ``tracr:frac_prevs``, ``tracr:sort``.
+    Building is deferred: compiling a tracr program takes seconds.
+    """
+    from perm_circuits.discovery.tracr_models import TRACR_PROGRAMS, tracr_available
+
+    if include_tracr is None:
+        include_tracr = tracr_available()
+    if not isinstance(include_tracr, bool):
+        raise TypeError(f"include_tracr must be a bool or None, got {include_tracr!r}")
+    out = {"induction": _induction_entry(True), "induction_bare": _induction_entry(False), "birth": _birth_entry}
+    if include_tracr:
+        out.update({f"tracr:{name}": _tracr_entry(name) for name in TRACR_PROGRAMS})
+    return out

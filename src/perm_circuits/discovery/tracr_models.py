@@ -1,0 +1,242 @@
+"""RASP programs compiled with tracr and loaded as TransformerLens bridges.
+
+tracr (Lindner, Kramár, Farquhar, Rahtz, McGrath, Mikulik, "Tracr: Compiled Transformers as a
+Laboratory for Interpretability", NeurIPS 2023) compiles a RASP program (Weiss, Goldberg, Yahav,
+"Thinking Like Transformers", ICML 2021) into transformer weights whose every residual dimension
+has a known meaning. Such models are ground truth for circuit discovery: ACDC (Conmy et al.,
+"Towards Automated Circuit Discovery for Mechanistic Interpretability", NeurIPS 2023) scores its
+search on them.
+
+The conversion to a ``TransformerBridge.boot_native`` model is TransformerLens's own
+``transformer_lens.utilities.tracr`` (categorical output, no layer norm); nothing here rewrites
+weights. tracr is an optional dependency (the ``tracr`` extra, PyPI package ``tracr-pypi``):
+importing this module never imports it, the builders do.
+
+A tracr input starts with the compiler's BOS token; a bridge is fed the same token ids (tracr's
+input encoding) and its logits are read at every position but BOS, decoded with tracr's output
+encoding. Sequences shorter than ``max_seq_len`` run unpadded (the bridge has no padding mask),
+one length per batch.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+BOS = "BOS"
+
+__all__ = [
+    "BOS",
+    "TRACR_PROGRAMS",
+    "TracrModel",
+    "build_tracr_model",
+    "cached_tracr_model",
+    "make_frac_prevs_program",
+    "make_reverse_program",
+    "make_sort_program",
+    "tracr_available",
+    "tracr_to_bridge",
+]
+
+
+def tracr_available() -> bool:
+    """Whether tracr (with jax and haiku) imports here."""
+    try:
+        import tracr.compiler.compiling  # noqa: F401
+    except Exception:  # noqa: BLE001 - any import failure means "not available"
+        return False
+    return True
+
+
+def _rasp():
+    try:
+        from tracr.rasp import rasp
+    except ImportError as error:  # pragma: no cover - exercised only without the extra
+        raise ImportError("tracr is not installed; install the extra: pip install 'perm_circuits[tracr]'") from error
+    return rasp
+
+
+def make_reverse_program():
+    """``reverse``: the input read backwards, via a ``length`` sub-program (tracr's ``lib.make_reverse``).
+
+    ``length = SelectorWidth(Select(tokens, tokens, TRUE))``, ``opp_idx = length - indices``,
+    ``opp_idx-1 = opp_idx - 1``, ``reverse = Aggregate(Select(indices, opp_idx-1, EQ), tokens)``.
+    """
+    rasp = _rasp()
+    all_true = rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.TRUE).named("all_true_selector")
+    length = rasp.SelectorWidth(all_true).named("length")
+    opp_idx = (length - rasp.indices).named("opp_idx")
+    opp_idx = (opp_idx - 1).named("opp_idx-1")
+    selector = rasp.Select(rasp.indices, opp_idx, rasp.Comparison.EQ).named("reverse_selector")
+    return rasp.Aggregate(selector, rasp.tokens).named("reverse")
+
+
+def make_frac_prevs_program(token: str = "x"):
+    """``frac_prevs``: whether at least half of the tokens so far equal ``token``.
+
+    The fraction is tracr's ``lib.make_frac_prevs`` (the RASP paper's program, ACDC's
+    "X-proportion"): a numerical mean of ``tokens == token`` over ``Select(indices, indices, LEQ)``.
+    TransformerLens converts only categorical outputs, so a final numerical-to-categorical ``Map``
+    (an MLP) reads it out as ``frac >= 1/2``. A finer read-out would be wrong: tracr infers the
+    fraction's value set as ``{0, 1/n}`` (its basis inference averages binary values only), so a
+    read-out that tells 2/3 from 1/2 is miscompiled; ``>= 1/2`` is exact for ``max_seq_len <= 4``.
+    """
+    rasp = _rasp()
+    bools = rasp.numerical(rasp.Map(lambda t: 1 if t == token else 0, rasp.tokens).named("is_x"))
+    prevs = rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ).named("prevs")
+    frac = rasp.numerical(rasp.Aggregate(prevs, bools, default=0)).named("frac_prevs")
+    return rasp.categorical(rasp.Map(lambda x: bool(x >= 0.5), frac).named("frac_prevs_ge_half"))
+
+
+def make_sort_program():
+    """``sort``: tokens sorted ascending, for distinct tokens (tracr's ``lib.make_sort_unique``).
+
+    ``target_pos = SelectorWidth(Select(tokens, tokens, LT))``, then
+    ``sort = Aggregate(Select(target_pos, indices, EQ), tokens)``.
+    """
+    rasp = _rasp()
+    smaller = rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.LT).named("smaller")
+    target_pos = rasp.SelectorWidth(smaller).named("target_pos")
+    selector = rasp.Select(target_pos, rasp.indices, rasp.Comparison.EQ).named("sort_selector")
+    return rasp.Aggregate(selector, rasp.tokens).named("sort")
+
+
+@dataclass(frozen=True)
+class _ProgramSpec:
+    make: Callable[[], Any]
+    vocab: tuple
+    max_seq_len: int
+    distinct_tokens: bool = False
+
+
+TRACR_PROGRAMS: dict[str, _ProgramSpec] = {
+    "reverse": _ProgramSpec(make_reverse_program, ("a", "b", "c"), 4),
+    "frac_prevs": _ProgramSpec(make_frac_prevs_program, ("a", "b", "x"), 4),
+    "sort": _ProgramSpec(make_sort_program, (1, 2, 3, 4), 4, distinct_tokens=True),
+}
+
+
+def tracr_to_bridge(assembled):
+    """A ``TransformerBridge.boot_native`` model (eval mode) with a compiled tracr model's weights.
+
+    Uses ``transformer_lens.utilities.tracr`` (config and state dict) unchanged.
+    """
+    from transformer_lens.model_bridge import TransformerBridge
+    from transformer_lens.utilities.tracr import (
+        make_tracr_transformer_bridge_config,
+        make_tracr_transformer_bridge_state_dict,
+    )
+
+    bridge = TransformerBridge.boot_native(make_tracr_transformer_bridge_config(assembled))
+    result = bridge.load_state_dict(make_tracr_transformer_bridge_state_dict(assembled), strict=False)
+    if result.unexpected_keys:
+        raise ValueError(f"tracr state dict has keys the bridge does not: {result.unexpected_keys}")
+    bridge.eval()
+    return bridge
+
+
+@dataclass(frozen=True)
+class TracrModel:
+    """A compiled RASP program: the tracr model, its TransformerLens bridge and its input domain."""
+
+    name: str
+    program: Any
+    assembled: Any
+    bridge: Any
+    vocab: tuple
+    max_seq_len: int
+    distinct_tokens: bool = False
+
+    def domain(self, length: int | None = None) -> list[tuple]:
+        """Every input (without BOS) of the given length, or of every length 1..max_seq_len."""
+        lengths = range(1, self.max_seq_len + 1) if length is None else [length]
+        for n in lengths:
+            if not 1 <= n <= self.max_seq_len:
+                raise ValueError(f"length must be in 1..{self.max_seq_len}, got {n}")
+        out: list[tuple] = []
+        for n in lengths:
+            if self.distinct_tokens:
+                out.extend(itertools.permutations(self.vocab, n))
+            else:
+                out.extend(itertools.product(self.vocab, repeat=n))
+        return out
+
+    def encode(self, inputs: list[tuple]) -> Int[Tensor, "batch seq"]:
+        """Token ids (tracr's input encoding, BOS first) of equal-length inputs."""
+        if not inputs:
+            raise ValueError("inputs must be a non-empty list of sequences")
+        lengths = {len(seq) for seq in inputs}
+        if len(lengths) != 1:
+            raise ValueError(f"inputs must share one length, got lengths {sorted(lengths)}")
+        table = self.assembled.input_encoder.encoding_map
+        bad = sorted({repr(tok) for seq in inputs for tok in seq if tok not in table or tok == BOS})
+        if bad:
+            raise ValueError(f"tokens {bad} are not in the vocabulary {self.vocab}")
+        return torch.tensor([[table[BOS]] + [table[tok] for tok in seq] for seq in inputs], dtype=torch.long)
+
+    def tracr_outputs(self, inputs: list[tuple]) -> list[list]:
+        """tracr's own decoded outputs (BOS position dropped), in one batched call.
+
+        The steps of ``AssembledTransformerModel.apply`` (encode, ``forward``, decode) on a batch:
+        inputs of any lengths are padded with tracr's ``compiler_pad`` token to one shape (tracr's
+        compiled attention masks padding), so jax traces the forward once.
+        """
+        import jax.numpy as jnp
+
+        if not inputs:
+            raise ValueError("inputs must be a non-empty list of sequences")
+        encoder = self.assembled.input_encoder
+        width = max(len(seq) for seq in inputs)
+        bad = sorted({repr(tok) for seq in inputs for tok in seq if tok not in encoder.encoding_map or tok == BOS})
+        if bad:
+            raise ValueError(f"tokens {bad} are not in the vocabulary {self.vocab}")
+        pad = encoder.pad_token
+        rows = [encoder.encode([BOS, *seq, *[pad] * (width - len(seq))]) for seq in inputs]
+        unembedded = self.assembled.forward(self.assembled.params, jnp.asarray(rows)).unembedded_output
+        decode = self.assembled.output_encoder.decode
+        return [list(decode(row.tolist()))[1 : len(seq) + 1] for seq, row in zip(inputs, unembedded)]
+
+    @torch.no_grad()
+    def bridge_outputs(self, inputs: list[tuple]) -> list[list]:
+        """The bridge's decoded outputs: argmax of the logits at every position but BOS."""
+        decode = {index: value for value, index in self.assembled.output_encoder.encoding_map.items()}
+        ids = self.bridge(self.encode(inputs)).argmax(-1)[:, 1:]
+        return [[decode[int(i)] for i in row] for row in ids]
+
+
+def build_tracr_model(name: str) -> TracrModel:
+    """Compile one of ``TRACR_PROGRAMS`` (``reverse``, ``frac_prevs``, ``sort``) and load it as a bridge.
+
+    Compiling takes a few seconds on CPU; callers that need a model twice keep it.
+    """
+    if name not in TRACR_PROGRAMS:
+        raise ValueError(f"unknown tracr program {name!r}; expected one of {sorted(TRACR_PROGRAMS)}")
+    spec = TRACR_PROGRAMS[name]
+    program = spec.make()
+    from tracr.compiler import compiling
+
+    assembled = compiling.compile_rasp_to_model(
+        program, vocab=set(spec.vocab), max_seq_len=spec.max_seq_len, compiler_bos=BOS
+    )
+    return TracrModel(
+        name=name,
+        program=program,
+        assembled=assembled,
+        bridge=tracr_to_bridge(assembled),
+        vocab=spec.vocab,
+        max_seq_len=spec.max_seq_len,
+        distinct_tokens=spec.distinct_tokens,
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def cached_tracr_model(name: str) -> TracrModel:
+    """:func:`build_tracr_model`, compiled once per process and shared (do not change its weights)."""
+    return build_tracr_model(name)
