@@ -21,6 +21,10 @@ with install_import_hook("perm_circuits", "beartype.beartype"):
     import perm_circuits.analysis  # noqa: F401,E402
     import perm_circuits.views  # noqa: F401,E402
     import perm_circuits.views.figures  # noqa: F401,E402
+    import perm_circuits.views.circuit_graph  # noqa: F401,E402
+    import perm_circuits.discovery  # noqa: F401,E402
+    import perm_circuits.discovery.ground_truth  # noqa: F401,E402
+    import perm_circuits.discovery.scoring  # noqa: F401,E402
 
     # The package's top-level names load on first use; load them all under the hook so every
     # module they come from is checked, as when `import perm_circuits` loaded them eagerly.
