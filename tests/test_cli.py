@@ -152,3 +152,21 @@ def test_train_d_head(tmp_path, capsys):
     assert "not divisible by n_heads=5; pass d_head" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["train", "--preset", "d16h1", "--d-head", "0", "--out", str(tmp_path / "zero")])
+
+
+def test_discover_prints_the_circuit_and_draws_it(tmp_path, capsys):
+    import xml.etree.ElementTree as ET
+
+    from perm_circuits.cli import main
+
+    out = tmp_path / "circuit.svg"
+    assert main(["discover", "d32h2", "--method", "acdc", "--samples", "200", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    header = text.splitlines()[0]
+    assert header.startswith("d32h2: acdc under resample ablation,") and "of 13 edges" in header
+    kept = [line.split()[0] for line in text.splitlines()[1:] if "->" in line]
+    assert 0 < len(kept) < 13 and all("->" in edge for edge in kept)
+    svg = ET.fromstring(out.read_text())
+    drawn = [e for e in svg.iter() if "edge" in (e.get("class") or "").split()]
+    assert len(drawn) == len(kept)
+    assert main(["discover", "d32h2", "--out", str(tmp_path / "x.png")]) == 2

@@ -107,6 +107,14 @@ def _parser() -> argparse.ArgumentParser:
     sr.add_argument("--out", type=Path, required=True, metavar="PAGE.html", help="page to write")
     sr.add_argument("--force", action="store_true", help="overwrite an existing page")
     sr.add_argument("--title", help="page title")
+    dc = sub.add_parser("discover", help="find a model's circuit with an edge-level method; print it and draw it")
+    dc.add_argument("model", help="pretrained name or checkpoint folder")
+    dc.add_argument("--method", default="eap", help="eap (default), eap_ig, acdc, node_attribution, greedy_edges, "
+                    "mask_pruning, random_baseline or exhaustive_oracle")
+    dc.add_argument("--how", default="resample", help="ablation mode of the edges: zero, mean, resample (default), optimal")
+    dc.add_argument("--samples", type=_positive_int, default=500, help="test sequences (default 500)")
+    dc.add_argument("--seed", type=int, default=0)
+    dc.add_argument("--out", type=Path, help="write the circuit's picture here (.svg or .html)")
     rr = sub.add_parser("reproduce", help="run a seed paper's headline experiment and print paper vs ours")
     rr.add_argument("name", help="a registered reproduction (birth, forner, factual, ...)")
     rr.add_argument("--quick", action="store_true", help="the CPU-sized run (minutes)")
@@ -237,6 +245,28 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _discover(args: argparse.Namespace) -> int:
+    from perm_circuits.discovery import discover
+    from perm_circuits.models import load_any
+    from perm_circuits.views.circuit_graph import circuit_graph
+
+    if args.out is not None and args.out.suffix.lower() not in (".svg", ".html"):
+        raise ValueError(f"--out must end in .svg or .html, got {str(args.out)!r}")
+    model = load_any(args.model)
+    result = discover(model, method=args.method, how=args.how, n=args.samples, seed=args.seed)
+    print(f"{args.model}: {result.method} under {result.how} ablation, {result.n_edges} of {len(result.scores)} edges, "
+          f"faithfulness {result.faithfulness:.3f} ({result.wall_time:.2f} s, {result.n_forward} forward passes)")
+    for edge in result.ranking():
+        if edge in result.circuit:
+            print(f"  {edge:<22} {result.scores[edge]:+.4f}")
+    if args.out is not None:
+        picture = circuit_graph(sorted(result.circuit), scores={e: float(result.scores[e]) for e in result.circuit},
+                                n_layers=model.cfg.n_layers, n_heads=model.cfg.n_heads,
+                                title=f"{args.model}: {result.method} circuit ({result.how} ablation)")
+        print(picture.save(args.out))
+    return 0
+
+
 def _versions() -> dict[str, str]:
     from importlib.metadata import version
 
@@ -339,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
             return _sweep_report(args)
         if args.command == "reproduce":
             return _reproduce(args)
+        if args.command == "discover":
+            return _discover(args)
         return _report(args)
     except (ValueError, TypeError) as error:
         print(f"perm-circuits {args.command}: error: {error}", file=sys.stderr)
