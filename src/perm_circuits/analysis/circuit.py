@@ -72,7 +72,8 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from perm_circuits.analysis import ablation
+from perm_circuits.analysis import ablation_hooks as ablation
+from perm_circuits.analysis.intervention import ablation_fn, selection
 from perm_circuits.analysis._checks import check_int, check_seed, check_task_config
 from perm_circuits.analysis.circuit_nodes import (
     POSITION_CLASSES,
@@ -218,10 +219,10 @@ class _Runner:
         index = None if head is None else [head]
         activation, constant = acts[hook_name], None
         if self.how == "optimal":
-            mask = ablation._selection(activation.shape, "pos", index, None, activation.device)
+            mask = selection(activation.shape, "pos", index, None, activation.device)
             constant = optimise_constant(self.model, hook_name, mask, self.reference, self.hooks, activation,
                                          upstream=acts)
-        cache[key] = ablation._ablation_fn(self.how, "pos", index, None, activation, self.ablation_seed, "random",
+        cache[key] = ablation_fn(self.how, "pos", index, None, activation, self.ablation_seed, "random",
                                            constant)
         return cache[key]
 

@@ -36,10 +36,11 @@ from perm_circuits.analysis._checks import (
     check_seed,
 )
 from perm_circuits.analysis.patching_core import MIN_DENOMINATOR, _bootstrap
-from perm_circuits.analysis.task_ablation import (
-    _axes,
+from perm_circuits.analysis.intervention import (
+    activation_axes,
     check_hook_point,
     reference_tokens,
+    selection,
 )
 from perm_circuits.hooks import check_hooks, run_capture
 from perm_circuits.tasks.base import TaskBatch
@@ -142,8 +143,6 @@ def patch_activation(
         confidence: level of the percentile interval.
         hooks: interventions active in all three runs.
     """
-    from perm_circuits.analysis.ablation import _selection
-
     hook_name = check_hook_point(model, hook_name)
     clean_tokens = reference_tokens(model, clean)
     corrupted_tokens = reference_tokens(model, corrupted)
@@ -167,13 +166,13 @@ def patch_activation(
         raise ValueError(f"hook point {hook_name!r} did not run in {type(model).__name__}'s forward pass")
     source = clean_store[hook_name]
     layout = "pattern" if hook_name.endswith("hook_pattern") else "pos"
-    n_pos, n_index = _axes(source.shape, layout)
+    n_pos, n_index = activation_axes(source.shape, layout)
     chosen = check_index_list("index", index, n_index) if index is not None else None
     where = check_positions(positions, n_pos)
     clean_values = _metric_values(metric, clean_logits, batch)
     with torch.no_grad(), model.hooks(fwd_hooks=hooks):
         corrupted_values = _metric_values(metric, model(corrupted_tokens), batch)
-    mask = _selection(source.shape, layout, chosen, where, source.device)
+    mask = selection(source.shape, layout, chosen, where, source.device)
 
     def patch(activation: Tensor, hook) -> Tensor:
         if activation.shape != source.shape:

@@ -38,7 +38,7 @@ from plotly.subplots import make_subplots
 from torch import Tensor
 
 from perm_circuits._util import atomic_write_text
-from perm_circuits.analysis.task_ablation import TASK_HOWS, TaskAblationTable, _components, task_ablation_table
+from perm_circuits.analysis.task_ablation import TASK_HOWS, TaskAblationTable, components_of, task_ablation_table
 from perm_circuits.task_eval import TaskEvaluation, _check_fit, evaluate_task, task_logits
 from perm_circuits.tasks.base import Task, TaskBatch
 from perm_circuits.views.attention_figures import _attention_layout, _attention_trace
@@ -163,7 +163,7 @@ def task_ablation_figure(table: TaskAblationTable, metric: str | None = None):
 
 
 def _ablation_section(model: Any, task: Task, hows: tuple[str, ...], n: int, seed: int, fig: _Figures) -> Section:
-    if not isinstance(getattr(model, "hook_dict", None), dict) or not _components(model):
+    if not isinstance(getattr(model, "hook_dict", None), dict) or not components_of(model):
         return Section("Ablation", _note(
             "The model has no blocks.L.attn.hook_z or blocks.L.hook_mlp_out hook point: nothing to ablate."))
     table = task_ablation_table(model, task, hows, n=n, seed=seed, n_reference=n)
