@@ -99,7 +99,7 @@ from perm_circuits.analysis.circuit_runs import (
 from perm_circuits.analysis.intervention import reference_tokens
 from perm_circuits.analysis.task_ablation import components_of
 from perm_circuits.hooks import HookList, check_hooks
-from perm_circuits.model_shape import is_permutation_model, model_shape
+from perm_circuits.model_shape import is_permutation_model
 from perm_circuits.models import model_config_of
 from perm_circuits.task import Batch, TaskConfig, make_test_set, validate_tokens
 from perm_circuits.tasks.base import Task, TaskBatch
@@ -176,10 +176,7 @@ def _general_problem(model, test_set, task, metric, reference, n, seed) -> Circu
     if metric is None:
         if not isinstance(test_set, TaskBatch):
             raise ValueError("token ids carry no targets: pass metric= (a callable logits -> [batch])")
-        d_vocab = task.d_vocab if task is not None else model_shape(model).d_vocab
-        if d_vocab is None:
-            raise ValueError(f"{type(model).__name__} declares no d_vocab: pass task= or metric=")
-        metric = target_logprob_gain(test_set, d_vocab)
+        metric = target_logprob_gain(test_set)
     elif not callable(metric):
         raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
     if reference is None:

@@ -201,26 +201,28 @@ def skill_logit_diff(
     return own - rival
 
 
-def target_logprob_gain(batch: TaskBatch, d_vocab: int) -> Callable[[Tensor], Tensor]:
-    """F on any task: per row, the mean over its loss positions of ``log p(target) + log d_vocab``.
+def target_logprob_gain(batch: TaskBatch) -> Callable[[Tensor], Tensor]:
+    """F on any task: per row, the mean over its loss positions of ``log p(target) + log n_out``.
 
     The log-probability of the task's own targets (the batch's ``targets`` where ``mask`` > 0,
     weighted by the mask; nan for a row without one) in nats above a uniform guess over the
-    ``d_vocab`` outputs: 0 for a
-    model that knows nothing (uniform), larger the better it predicts.  So ``F(C) / F(M)`` reads
-    as the share of the model's gain over chance that a circuit keeps, the IOI paper's
-    faithfulness (Wang et al. 2022) with log-probability in place of its logit difference.
+    model's ``n_out`` outputs (the logits' last axis): 0 for a model that says nothing (every
+    logit equal, e.g. with everything that writes the logits zero-ablated), larger the better it
+    predicts.  So ``F(C) / F(M)`` reads as the share of the model's gain over chance that a
+    circuit keeps: the IOI paper's faithfulness (Wang et al. 2022) with log-probability in place
+    of its logit difference.
     """
     if not isinstance(batch, TaskBatch):
         raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
     weights = batch.mask.double()
     if not bool((weights.sum(1) > 0).any()):
         raise ValueError("no row of the batch has a position with mask > 0: no target to score")
-    offset = math.log(d_vocab)
 
     def metric(logits: Float[Tensor, "batch seq vocab"]) -> Float[Tensor, " batch"]:
+        if logits.shape[:2] != batch.tokens.shape:
+            raise ValueError(f"logits {tuple(logits.shape)} do not match the batch's tokens {tuple(batch.tokens.shape)}")
         targets = batch.targets.clamp(0, logits.shape[-1] - 1) * (batch.mask > 0)
         logp = logits.double().log_softmax(-1).gather(-1, targets[..., None])[..., 0]
-        return (logp * weights).sum(1) / weights.sum(1) + offset
+        return (logp * weights).sum(1) / weights.sum(1) + math.log(logits.shape[-1])
 
     return metric
