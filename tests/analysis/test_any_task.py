@@ -9,6 +9,7 @@ the factual-recall task.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -24,12 +25,16 @@ from perm_circuits.analysis.circuit import (
     target_logprob_gain,
 )
 from perm_circuits.analysis.path_patching import path_patch, path_patching_table
+from perm_circuits.analysis.report_data import task_report_data
 from perm_circuits.analysis.task_ablation import TaskAblationTable
+from perm_circuits.analysis.task_attribution import target_logit_attribution
 from perm_circuits.analysis.task_patching import target_logprob
 from perm_circuits.hooks import hook_count, run_logits
 from perm_circuits.systems.forner_model import teacher_model
 from perm_circuits.task_eval import evaluate_task
 from perm_circuits.tasks import PermutationTask
+from perm_circuits.views.html import remote_resource_refs
+from perm_circuits.views.task_report import render_task_report, task_report
 
 
 @pytest.fixture(scope="module")
@@ -208,3 +213,36 @@ def test_ablation_modules_have_no_cycle_and_the_core_needs_no_task():
     for i, name in enumerate(layers):  # each imports only the layers before it
         later = {f"perm_circuits.analysis.{m}" for m in layers[i:]}
         assert not imports(name) & later, name
+
+
+# ----------------------------------------------------------------------------- attribution and the report
+
+
+def test_direct_logit_attribution_sums_to_the_target_logit(birth, factual):
+    """No norm and no biases in the weight-built models: the components account for everything."""
+    model, task = birth
+    batch = task.test_set(60, 2)
+    batch = batch.subset(batch.mask.sum(1) > 0)
+    dla = target_logit_attribution(model, batch)
+    assert dla.components == ("embed", "pos_embed", "L0H0", "L1H0")
+    assert abs(dla.remainder) < 1e-5 and dla.get("L1H0") > 0.9 * dla.total > 10.0  # the induction head writes the answer
+    model, task = factual
+    dla = target_logit_attribution(model, task.test_set(60))
+    assert dla.get("L0MLP") == pytest.approx(dla.total, abs=1e-9) and dla.get("L0ATTN") == 0.0  # the MLP recalls the fact
+
+
+def test_the_task_report_has_every_general_section(birth, factual, tmp_path):
+    model, task = birth
+    data = task_report_data(model, task, n=60, n_sequences=1, ablation_hows=("zero",), n_analysis=60)
+    assert data.circuit is not None and data.circuit.circuit == ("L0H0@all", "L1H0@all")
+    induction = next(p for p in data.patching if (p.layer, p.head) == (1, 0))
+    assert induction.effect == pytest.approx(1.0, abs=0.01)  # another sequence's induction output: its answers
+    assert data.attention.to_dataframe().set_index("head").loc["L0H0", "previous"] > 0.99  # the previous-token head
+    html = render_task_report(data, tmp_path / "birth").read_text()
+    headings = re.findall(r"<h2>(.*?)</h2>", html)
+    for section in ("Metrics", "Ablation", "Attention scores", "Activation patching", "Direct logit attribution", "Circuit"):
+        assert section in headings, section
+    assert remote_resource_refs(html) == []
+    model, task = factual
+    html = task_report(model, task, tmp_path / "factual", n=40, n_sequences=1, ablation_hows=("zero",)).read_text()
+    assert "<h2>Circuit</h2>" in html and "L0H0@all, L0MLP@all" in html and "<h2>Direct logit attribution</h2>" in html
