@@ -17,6 +17,7 @@ import torch
 
 from perm_circuits import ModelConfig, TaskConfig, build_model
 from perm_circuits.analysis.ablation import ablate_head, ablation_table, task_ablation_table
+from perm_circuits.analysis.memory import ov_memory_probe
 from perm_circuits.analysis.circuit import (
     Node,
     circuit_metrics,
@@ -246,3 +247,11 @@ def test_the_task_report_has_every_general_section(birth, factual, tmp_path):
     model, task = factual
     html = task_report(model, task, tmp_path / "factual", n=40, n_sequences=1, ablation_hows=("zero",)).read_text()
     assert "<h2>Circuit</h2>" in html and "L0H0@all, L0MLP@all" in html and "<h2>Direct logit attribution</h2>" in html
+
+
+def test_ov_memory_probe_reads_the_induction_heads_copy_memory(birth):
+    """Bietti et al. 2023: the induction head's OV stores the identity over tokens; the previous-token head's does not."""
+    model, _ = birth
+    induction, previous = ov_memory_probe(model, 0, layer=1), ov_memory_probe(model, 0, layer=0)
+    assert (induction.recall, induction.n_pairs) == (1.0, 16)
+    assert previous.recall == pytest.approx(previous.chance)

@@ -231,5 +231,16 @@ from perm_circuits.analysis.task_ablation import (  # noqa: E402
 )
 from perm_circuits.analysis.task_patching import TaskPatch, patch_activation, patch_head, target_logprob  # noqa: E402
 
+from perm_circuits.analysis.circuit_nodes import target_logprob_gain  # noqa: E402
+from perm_circuits.analysis.report_data import TaskReportData, task_report_data  # noqa: E402
+from perm_circuits.analysis.task_attribution import (  # noqa: E402
+    AttentionScores,
+    TargetAttribution,
+    attention_scores,
+    target_logit_attribution,
+)
+
+__all__ += ["AttentionScores", "TargetAttribution", "TaskReportData", "attention_scores", "target_logit_attribution",
+            "target_logprob_gain", "task_report_data"]
 __all__ += ["ANY_TASK_HOWS", "TASK_HOWS", "TaskAblationRow", "TaskAblationTable", "TaskPatch", "ablate_tokens", "patch_activation",
             "patch_head", "target_logprob", "task_ablation_table"]

@@ -19,6 +19,10 @@ renders it (views render, they do not compute).  The sections:
   :func:`~perm_circuits.analysis.circuit.circuit_metrics`, mean ablation, F the targets'
   log-probability above a uniform guess).
 
+:func:`study_report_data` computes the permutation study's page (the head-role verdict, recall
+patching, FFN and memory probes, the study's attribution), which
+:mod:`perm_circuits.views.report` renders.
+
 A section that does not apply to the model (no hook points to ablate, no ``W_U``, a custom
 ``forward``) holds ``None`` and a note saying why.
 """
@@ -46,10 +50,11 @@ from perm_circuits.analysis.task_attribution import (
     target_logit_attribution,
 )
 from perm_circuits.analysis.task_patching import TaskPatch, patch_activation, patch_head, target_logprob
+from perm_circuits.task import Batch, TaskConfig
 from perm_circuits.task_eval import TaskEvaluation, evaluate_task, task_logits
 from perm_circuits.tasks.base import Task, TaskBatch
 
-__all__ = ["TaskReportData", "sequence_table", "task_report_data", "token_labels"]
+__all__ = ["StudyReportData", "TaskReportData", "sequence_table", "study_report_data", "task_report_data", "token_labels"]
 
 
 @dataclass(frozen=True)
@@ -197,3 +202,85 @@ def task_report_data(
         patterns=patterns, attention=attention, ablation=ablation, ablation_hows=tuple(ablation_hows),
         patching=patching, attribution=attribution, circuit=circuit, notes=notes,
     )
+
+
+# ----------------------------------------------------------------------------- the study's report
+
+
+@dataclass(frozen=True)
+class StudyReportData:
+    """What the permutation study's model page shows, computed (:func:`study_report_data`)."""
+
+    task: TaskConfig
+    analysis_task: TaskConfig
+    test_set: Batch
+    evaluation: Any
+    generalisation: Any
+    verdict: Any
+    head_sweep: Any
+    source_sweep: Any
+    ffns: tuple[Any, ...]
+    memory: Any
+    flips: tuple[Any, ...]
+    dla: Any
+
+
+def study_report_data(
+    model: Any,
+    n: int,
+    *,
+    n_roles: int,
+    n_patch: int,
+    n_recall: int,
+    n_boot: int,
+    repeat_ratio: float,
+    step: Callable[[str], None] | None = None,
+) -> StudyReportData:
+    """Every analysis of a study model's report page, computed once.
+
+    The evaluation on ``n`` test sequences of the model's task (with ``repeat_ratio`` when it
+    trained without repeats, so the recall subgroup exists) and its recall generalisation
+    (``n_recall`` per position); the head-role verdict on ``n_roles`` sequences
+    (:func:`~perm_circuits.analysis.verdict.head_roles`, ``n_patch`` patching pairs, ``n_boot``
+    resamples); recall patching per head and per head x source position; the FFN key-value
+    probe and the MLP flips of every layer, the memory probes and the direct logit attribution.
+    ``step(label)`` is called before each stage (progress).
+    """
+    from dataclasses import replace
+
+    from perm_circuits.analysis import (
+        direct_logit_attribution,
+        ffn_key_value_probe,
+        head_roles,
+        mlp_prediction_flips,
+        model_memory_probes,
+        patch_head_outputs,
+        patch_head_sources,
+    )
+    from perm_circuits.evaluate import evaluate, recall_generalisation
+    from perm_circuits.models import model_config_of, task_config_of
+    from perm_circuits.task import make_test_set
+
+    step = step or (lambda label: None)
+    config = model_config_of(model)
+    task = task_config_of(model)
+    analysis_task = task if task.repeat_ratio > 0 else replace(task, repeat_ratio=repeat_ratio)
+    step("evaluate")
+    test_set = make_test_set(analysis_task, n=n)
+    evaluation = evaluate(model, test_set, task_config=analysis_task)
+    generalisation = recall_generalisation(model, task_config=task, n=n_recall)
+    step("head roles")
+    verdict = head_roles(model, task_config=task, n=n_roles, n_pair=n_patch, n_boot=n_boot)
+    step("patching")
+    head_sweep = verdict.head_patching
+    if head_sweep is None:
+        head_sweep = patch_head_outputs(model, n=n_patch, n_boot=n_boot)
+    source_sweep = patch_head_sources(model, n=n_patch, n_boot=n_boot)
+    step("FFN and memory")
+    layers = range(config.n_layers)
+    ffns = tuple(ffn_key_value_probe(model, layer=layer, task_config=task) for layer in layers)
+    memory = model_memory_probes(model)
+    flips = tuple(mlp_prediction_flips(model, test_set, layer=layer) for layer in layers)
+    dla = direct_logit_attribution(model, test_set)
+    return StudyReportData(task, analysis_task, test_set, evaluation, generalisation, verdict, head_sweep,
+                           source_sweep, ffns, memory, flips, dla)
