@@ -83,7 +83,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from perm_circuits.analysis._checks import check_head, check_index, check_int, check_layer, check_positive_int
-from perm_circuits.model_shape import is_permutation_model, model_shape
+from perm_circuits.model_shape import is_permutation_model, normalization_of
 from perm_circuits.models import model_config_of
 
 __all__ = [
@@ -242,25 +242,14 @@ def memory_recall(
 
 def _value_tokens(model) -> slice:
     """The tokens the weight probes read and score: the values ``1..V`` of a study model, every token otherwise."""
-    if is_permutation_model(model):
-        return slice(1, model_config_of(model).V + 1)
-    return slice(0, None)
-
-
-def _normalization(model) -> str | None:
-    if is_permutation_model(model):
-        return model_config_of(model).normalization_type
-    return getattr(getattr(model, "cfg", None), "normalization_type", None)
+    return slice(1, model_config_of(model).V + 1) if is_permutation_model(model) else slice(0, None)
 
 
 def _check_position(model, position: object) -> int | None:
     """``None`` (no positional embedding) or a row of ``W_pos`` (negative rows count from the end)."""
     if position is None:
         return None
-    if is_permutation_model(model):
-        n_ctx = model_config_of(model).resolved_n_ctx
-    else:
-        n_ctx = int(model.W_pos.shape[0])
+    n_ctx = model_config_of(model).resolved_n_ctx if is_permutation_model(model) else int(model.W_pos.shape[0])
     return check_index("position", position, n_ctx, f"W_pos has {n_ctx} positions")
 
 
@@ -271,7 +260,7 @@ def _params(model) -> dict[str, Tensor]:
 def apply_norm(model, x: Float[Tensor, "*batch d_model"], name: str) -> Float[Tensor, "*batch d_model"]:
     """Apply the model's normalization ``name`` (``"blocks.0.ln1"``, ``"blocks.0.ln2"``,
     ``"ln_final"``) to ``x`` exactly as the forward pass does (LN, LNPre, RMS, RMSPre or none)."""
-    kind = _normalization(model)
+    kind = normalization_of(model)
     if kind is None:
         return x
     params = _params(model)
@@ -296,7 +285,7 @@ def effective_unembed(model) -> Float[Tensor, "d_model value"]:
     """
     params = _params(model)
     W_U = model.W_U.detach()[:, _value_tokens(model)]
-    kind = _normalization(model)
+    kind = normalization_of(model)
     if kind in ("LN", "RMS"):
         W_U = params["ln_final.weight"][:, None] * W_U
     if kind in ("LN", "LNPre"):
@@ -314,11 +303,8 @@ def _token_inputs(model, position: int | None) -> Float[Tensor, "value d_model"]
 def ov_scores(
     model, head: int, *, layer: int = 0, position: int | None = None
 ) -> Float[Tensor, "value value"]:
-    """``ln1(W_E[t] (+ W_pos[p])) @ W_V[h] W_O[h] @ effective_unembed``: value token in, value logits out.
-
-    On a model that is not the study's (any task's bridge with ``W_E``, ``W_V``, ``W_O``, ``W_U``):
-    every input token in, every output logit out (square when ``d_vocab`` equals ``d_vocab_out``).
-    """
+    """``ln1(W_E[t] (+ W_pos[p])) @ W_V[h] W_O[h] @ effective_unembed``: value token in, value logits out
+    (any other model with ``W_E``, ``W_V``, ``W_O``, ``W_U``: every token in, every output logit out)."""
     layer = check_layer(model, layer)
     head = check_head(model, head)
     position = _check_position(model, position)

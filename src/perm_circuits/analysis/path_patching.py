@@ -80,7 +80,7 @@ from perm_circuits.analysis.patching_core import (
 )
 from perm_circuits.analysis.task_patching import target_logprob
 from perm_circuits.hooks import HookList, check_hooks, run_capture
-from perm_circuits.model_shape import is_permutation_model, model_shape
+from perm_circuits.model_shape import is_permutation_model, model_shape, normalization_of
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.base import TaskBatch
 from perm_circuits.task import TaskConfig, batch_from_queries, make_batch, unused_query
@@ -88,6 +88,9 @@ from perm_circuits.task import TaskConfig, batch_from_queries, make_batch, unuse
 __all__ = [
     "CORRUPTIONS",
     "INPUTS",
+    "add_to_input_hooks",
+    "check_head_pair",
+    "input_change",
     "PathPatchEffect",
     "PathPatchingTable",
     "induction_patching_pair",
@@ -228,14 +231,15 @@ class PathPatchingTable:
 # ----------------------------------------------------------------------------- the parts
 
 
-def _check_head_pair(model, name: str, value: object) -> tuple[int, int]:
+def check_head_pair(model, name: str, value: object) -> tuple[int, int]:
+    """``value`` as a validated ``(layer, head)`` of ``model`` (``name`` in the error messages)."""
     if not (isinstance(value, (tuple, list)) and len(value) == 2):
         raise TypeError(f"{name} must be a (layer, head) pair of ints, got {value!r}")
     return check_layer(model, value[0]), check_head(model, value[1])
 
 
 def _check_edge(model, sender: object, receiver: object, input: object) -> tuple[tuple[int, int], tuple[int, int], str]:
-    s, r = _check_head_pair(model, "sender", sender), _check_head_pair(model, "receiver", receiver)
+    s, r = check_head_pair(model, "sender", sender), check_head_pair(model, "receiver", receiver)
     if s[0] >= r[0]:
         raise ValueError(
             f"sender layer must be < receiver layer (a head reads only earlier layers' outputs), got sender "
@@ -248,7 +252,7 @@ def _check_edge(model, sender: object, receiver: object, input: object) -> tuple
 
 def _norm(model, layer: int) -> Callable[[Tensor], Tensor]:
     """``blocks.{layer}.ln1`` as a function (the identity without normalization)."""
-    kind = _normalization(model)
+    kind = normalization_of(model)
     if kind is None:
         return lambda x: x
     sd = model.state_dict()
@@ -269,18 +273,19 @@ def sender_delta(
 
     ``clean_z`` / ``corrupted_z`` are the sender layer's ``blocks.{l}.attn.hook_z``.
     """
-    layer, head = _check_head_pair(model, "sender", sender)
+    layer, head = check_head_pair(model, "sender", sender)
     with torch.no_grad():
         return (clean_z[:, :, head] - corrupted_z[:, :, head]) @ model.W_O[layer, head].detach()
 
 
-def _input_change(
+def input_change(
     model, receiver: tuple[int, int], input: str, delta: Tensor, resid_pre: Tensor | None
 ) -> Float[Tensor, "batch pos d_head"]:
+    """What a residual change ``delta`` adds to head ``receiver``'s ``input`` (its LayerNorm recomputed on ``resid_pre``)."""
     layer, head = receiver
     W = {"q": model.W_Q, "k": model.W_K, "v": model.W_V}[input][layer, head].detach()
     with torch.no_grad():
-        if _normalization(model) is None:
+        if normalization_of(model) is None:
             return delta @ W
         norm = _norm(model, layer)
         return (norm(resid_pre + delta) - norm(resid_pre)) @ W
@@ -300,15 +305,16 @@ def path_patch_hooks(
     where ``resid_pre`` is not needed); ``resid_pre`` is the run's ``blocks.{l}.hook_resid_pre``.
     Run it inside ``model.hooks(...)`` on the run whose ``resid_pre`` was given.
     """
-    layer, head = _check_head_pair(model, "receiver", receiver)
+    layer, head = check_head_pair(model, "receiver", receiver)
     if input not in INPUTS:
         raise ValueError(f"input must be one of {INPUTS}, got {input!r}")
-    if _normalization(model) is not None and resid_pre is None:
+    if normalization_of(model) is not None and resid_pre is None:
         raise ValueError("resid_pre is needed with normalization (the receiver's LayerNorm is recomputed on it)")
-    return _add_hooks((layer, head), input, _input_change(model, (layer, head), input, delta, resid_pre))
+    return add_to_input_hooks((layer, head), input, input_change(model, (layer, head), input, delta, resid_pre))
 
 
-def _add_hooks(receiver: tuple[int, int], input: str, change: Tensor) -> HookList:
+def add_to_input_hooks(receiver: tuple[int, int], input: str, change: Tensor) -> HookList:
+    """A hook list adding ``change`` ``[batch, pos, d_head]`` to head ``receiver``'s ``hook_{input}``."""
     layer, head = receiver
 
     def add(activation: Tensor, hook) -> Tensor:
@@ -322,17 +328,10 @@ def _add_hooks(receiver: tuple[int, int], input: str, change: Tensor) -> HookLis
 # ----------------------------------------------------------------------------- the measurement
 
 
-def _normalization(model) -> str | None:
-    """The model's normalization type (``cfg.normalization_type``; None without one)."""
-    if is_permutation_model(model):
-        return model_config_of(model).normalization_type
-    return getattr(getattr(model, "cfg", None), "normalization_type", None)
-
-
 def _names(model) -> list[str]:
     n_layers = model_shape(model).n_layers
     names = [f"blocks.{layer}.attn.hook_z" for layer in range(n_layers - 1)]
-    if _normalization(model) is not None:
+    if normalization_of(model) is not None:
         for layer in range(1, n_layers):
             names += [f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.ln1.hook_out"]
     return names
@@ -388,7 +387,7 @@ def _general_runs(model, clean: Tensor, corrupted: Tensor, metric: Callable[[Ten
 
 
 def _check_norms(model, ctx: _Runs) -> None:
-    if _normalization(model) is None:
+    if normalization_of(model) is None:
         return
     for layer in range(1, model_shape(model).n_layers):
         cache = ctx.caches["corrupted"]
@@ -407,12 +406,12 @@ def _measure(
         z = f"blocks.{sl}.attn.hook_z"
         delta = sender_delta(model, (sl, sh), clean_cache[z], corrupted_cache[z])
         resid = corrupted_cache.get(f"blocks.{rl}.hook_resid_pre")
-        change = _input_change(model, (rl, rh), input, delta, resid)
+        change = input_change(model, (rl, rh), input, delta, resid)
         carried.append(bool(change.any()))
         if not carried[-1]:  # the edge carries nothing: the corrupted run, without a forward
             results.append(ctx.values["corrupted"])
             continue
-        with torch.no_grad(), model.hooks(fwd_hooks=ctx.hooks + _add_hooks((rl, rh), input, change)):
+        with torch.no_grad(), model.hooks(fwd_hooks=ctx.hooks + add_to_input_hooks((rl, rh), input, change)):
             logits = model(tokens)
         results.append(ctx.metric(logits))
     raw = torch.stack(results)
@@ -559,3 +558,6 @@ def path_patching_table(
     heads = [(layer, head) for layer in range(shape.n_layers) for head in range(shape.n_heads) if shape.heads(layer)]
     edges = [(s, r, i) for s in heads for r in heads if s[0] < r[0] for i in inputs]
     return _measure(model, runs, edges, n_boot, seed, confidence)
+
+
+_check_head_pair, _input_change, _add_hooks = check_head_pair, input_change, add_to_input_hooks  # former private names

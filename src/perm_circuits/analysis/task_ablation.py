@@ -136,9 +136,8 @@ def task_table(
     in the table only.  Use :func:`~perm_circuits.analysis.ablation.ablation_table`, which
     validates the arguments and builds the defaults.
     """
-    from perm_circuits.task_eval import _check_fit, _model_name, evaluate_task
+    from perm_circuits.task_eval import evaluate_task
 
-    _check_fit(model, task)
     shape = model_shape(model)
     if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:
         raise TypeError(f"hows must be a non-empty list or tuple of modes from {ANY_TASK_HOWS}, got {hows!r}")
@@ -168,7 +167,7 @@ def task_table(
                               positions=positions, seed=resample_seed, hooks=hooks)
         result = evaluate_task(model, task, test_set, hooks=hooks + extra)
         rows.append(TaskAblationRow(label, how, layer, head, dict(result.metrics), result.test_loss))
-    return TaskAblationTable(task.name, _model_name(model), tuple(task.metric_names), tuple(rows), len(test_set),
+    return TaskAblationTable(task.name, base.model_name, tuple(task.metric_names), tuple(rows), len(test_set),
                              test_seed)
 
 
