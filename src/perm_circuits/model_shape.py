@@ -1,7 +1,7 @@
 """The shape of any model with TransformerLens hook points: layers, heads, widths, hook names.
 
 The permutation-lookup analyses read a :class:`~perm_circuits.models.ModelConfig` (through
-:func:`~perm_circuits.models.model_config_of`); the task-agnostic ones (issue 10 item 4) need only
+:func:`~perm_circuits.models.model_config_of`); the task-agnostic ones need only
 what every hooked model exposes, which :func:`model_shape` reads:
 
 * a bridge built by :func:`~perm_circuits.models.build_model` (it carries ``perm_config``): the

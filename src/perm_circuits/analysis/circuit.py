@@ -395,7 +395,7 @@ def faithfulness_by_mode(
     test-set seed, ``ablation_seed`` the resample seed).  ``ablate_kwargs`` maps a mode to the
     extra ``ablate`` arguments it needs.  On any task (``task`` / ``metric`` / a TaskBatch), one
     subgroup ``"all"`` and the modes zero, mean, resample, optimal.  A circuit that is faithful under one mode only is a
-    claim about that mode, not about the model (issue 11: the role of d32h2's L0H0 flips between
+    claim about that mode, not about the model (the role of d32h2's L0H0 flips between
     zero and mean ablation).
     """
     if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:

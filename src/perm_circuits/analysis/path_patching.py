@@ -76,6 +76,7 @@ from perm_circuits.analysis.patching_core import (
     _bootstrap,
     _check_options,
     _context,
+    bootstrap_weights,
     logit_diff,
 )
 from perm_circuits.analysis.task_patching import target_logprob
@@ -372,15 +373,9 @@ def _general_runs(model, clean: Tensor, corrupted: Tensor, metric: Callable[[Ten
     for run, tokens in (("clean", clean), ("corrupted", corrupted)):
         logits, caches[run] = run_capture(model, tokens, _names(model), hooks)
         results[run] = values(logits)
-    drawn: dict[tuple[int, int], Tensor] = {}
 
     def weights(n_boot: int, seed: int) -> Tensor:
-        if (n_boot, seed) not in drawn:
-            rows = torch.randint(n, (n_boot, n), generator=torch.Generator().manual_seed(seed))
-            counts = torch.zeros(n_boot, n, dtype=torch.float64)
-            counts.scatter_add_(1, rows, torch.ones(n_boot, n, dtype=torch.float64))
-            drawn[(n_boot, seed)] = counts / n
-        return drawn[(n_boot, seed)]
+        return bootstrap_weights(n, n_boot, seed)
 
     name = getattr(getattr(model, "cfg", None), "model_name", None)
     return _Runs(caches, results, corrupted, values, hooks, weights, name if isinstance(name, str) else type(model).__name__)

@@ -235,6 +235,7 @@ def study_report_data(
     n_boot: int,
     repeat_ratio: float,
     step: Callable[[str], None] | None = None,
+    roles: Callable[..., Any] | None = None,
 ) -> StudyReportData:
     """Every analysis of a study model's report page, computed once.
 
@@ -244,7 +245,8 @@ def study_report_data(
     (:func:`~perm_circuits.analysis.verdict.head_roles`, ``n_patch`` patching pairs, ``n_boot``
     resamples); recall patching per head and per head x source position; the FFN key-value
     probe and the MLP flips of every layer, the memory probes and the direct logit attribution.
-    ``step(label)`` is called before each stage (progress).
+    ``step(label)`` is called before each stage (progress); ``roles`` replaces
+    :func:`~perm_circuits.analysis.verdict.head_roles` (same arguments), e.g. to record the verdict.
     """
     from dataclasses import replace
 
@@ -270,7 +272,7 @@ def study_report_data(
     evaluation = evaluate(model, test_set, task_config=analysis_task)
     generalisation = recall_generalisation(model, task_config=task, n=n_recall)
     step("head roles")
-    verdict = head_roles(model, task_config=task, n=n_roles, n_pair=n_patch, n_boot=n_boot)
+    verdict = (roles or head_roles)(model, task_config=task, n=n_roles, n_pair=n_patch, n_boot=n_boot)
     step("patching")
     head_sweep = verdict.head_patching
     if head_sweep is None:

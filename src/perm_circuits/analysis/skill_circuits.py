@@ -7,7 +7,7 @@ with :func:`~perm_circuits.analysis.circuit.propose_circuit` under the verdict's
 measures it there with :func:`~perm_circuits.analysis.circuit.circuit_metrics`, and its
 faithfulness under every ablation mode with
 :func:`~perm_circuits.analysis.circuit.faithfulness_by_mode` (a circuit faithful under one mode
-only is a claim about that mode, issue 11).  :class:`SkillCircuit` holds the result, one per
+only is a claim about that mode).  :class:`SkillCircuit` holds the result, one per
 skill, on ``RoleVerdict.circuits``.
 """
 

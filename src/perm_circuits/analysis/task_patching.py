@@ -1,4 +1,4 @@
-"""Activation patching on any task and any hooked model (issue 10 item 4).
+"""Activation patching on any task and any hooked model.
 
 Denoising activation patching (Wang et al. 2022, the IOI paper, section 3; Meng et al. 2022) on a
 clean/corrupted pair of token sequences of any task: run the corrupted tokens with one
@@ -35,7 +35,7 @@ from perm_circuits.analysis._checks import (
     check_positions,
     check_seed,
 )
-from perm_circuits.analysis.patching_core import MIN_DENOMINATOR, _bootstrap
+from perm_circuits.analysis.patching_core import MIN_DENOMINATOR, _bootstrap, bootstrap_weights
 from perm_circuits.analysis.intervention import (
     activation_axes,
     check_hook_point,
@@ -187,10 +187,8 @@ def patch_activation(
         effect = low = high = math.nan
     else:
         effect = (float(patched_values.mean()) - mean_corrupted) / denominator
-        rows = torch.randint(batch, (n_boot, batch), generator=torch.Generator().manual_seed(seed))
-        weights = torch.zeros(n_boot, batch, dtype=torch.float64)
-        weights.scatter_add_(1, rows, torch.ones(n_boot, batch, dtype=torch.float64))
-        lo, hi = _bootstrap(weights / batch, patched_values[None], clean_values, corrupted_values, confidence)
+        lo, hi = _bootstrap(bootstrap_weights(batch, n_boot, seed), patched_values[None], clean_values,
+                            corrupted_values, confidence)
         low, high = float(lo[0]), float(hi[0])
     return TaskPatch(
         hook_name=hook_name,

@@ -53,6 +53,7 @@ import torch
 from tqdm import tqdm
 
 from perm_circuits._util import atomic_write_text
+from perm_circuits.analysis import head_roles
 from perm_circuits.analysis.report_data import study_report_data
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.task import make_test_set
@@ -209,7 +210,7 @@ def _model_page(entry: _Entry, n: int, step: Any, plotly_js: bool | str = True) 
     # 1-4. every analysis, computed once (analysis.report_data): evaluation, head roles, patching,
     # FFN / memory probes, MLP flips, direct logit attribution
     data = study_report_data(model, n, n_roles=n_roles, n_patch=n_patch, n_recall=n_recall, n_boot=N_BOOT,
-                             repeat_ratio=STUDY_REPEAT_RATIO, step=step)
+                             repeat_ratio=STUDY_REPEAT_RATIO, step=step, roles=head_roles)
     test_set, evaluation, generalisation, verdict = data.test_set, data.evaluation, data.generalisation, data.verdict
     entry.evaluation, entry.generalisation, entry.verdict = evaluation, generalisation, verdict
     head_sweep, source_sweep, ffns, memory, flips, dla = (data.head_sweep, data.source_sweep, data.ffns, data.memory,
