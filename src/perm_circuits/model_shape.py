@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from perm_circuits.models import ModelConfig
 
-__all__ = ["ModelShape", "is_permutation_model", "model_shape"]
+__all__ = ["ModelShape", "is_permutation_model", "model_shape", "normalization_of"]
 
 _BLOCK_RE = re.compile(r"^blocks\.(\d+)\.")
 
@@ -27,6 +27,15 @@ _BLOCK_RE = re.compile(r"^blocks\.(\d+)\.")
 def is_permutation_model(model: object) -> bool:
     """Whether ``model`` is one of the study's permutation-lookup bridges (it carries ``perm_config``)."""
     return isinstance(getattr(model, "perm_config", None), ModelConfig)
+
+
+def normalization_of(model: object) -> str | None:
+    """The model's normalization type (``"LN"``, ``"LNPre"``, ``"RMS"``, ``"RMSPre"``; None without one):
+    its ``ModelConfig``'s for a study bridge, else ``model.cfg.normalization_type`` where present."""
+    config = getattr(model, "perm_config", None)
+    if isinstance(config, ModelConfig):
+        return config.normalization_type
+    return getattr(getattr(model, "cfg", None), "normalization_type", None)
 
 
 @dataclass(frozen=True)

@@ -220,7 +220,8 @@ from perm_circuits.analysis.induction_story import (  # noqa: E402
 
 __all__ += ["InductionStory", "induction_story", "judge_induction_story"]
 
-# --- any task, any hooked model: ablation table and activation patching over task tokens
+# --- any task, any hooked model: the any-task ablation table and activation patching over task tokens
+from perm_circuits.analysis.intervention import ANY_TASK_HOWS  # noqa: E402
 from perm_circuits.analysis.task_ablation import (  # noqa: E402
     TASK_HOWS,
     TaskAblationRow,
@@ -230,5 +231,16 @@ from perm_circuits.analysis.task_ablation import (  # noqa: E402
 )
 from perm_circuits.analysis.task_patching import TaskPatch, patch_activation, patch_head, target_logprob  # noqa: E402
 
-__all__ += ["TASK_HOWS", "TaskAblationRow", "TaskAblationTable", "TaskPatch", "ablate_tokens", "patch_activation",
+from perm_circuits.analysis.circuit_nodes import target_logprob_gain  # noqa: E402
+from perm_circuits.analysis.report_data import TaskReportData, task_report_data  # noqa: E402
+from perm_circuits.analysis.task_attribution import (  # noqa: E402
+    AttentionScores,
+    TargetAttribution,
+    attention_scores,
+    target_logit_attribution,
+)
+
+__all__ += ["AttentionScores", "TargetAttribution", "TaskReportData", "attention_scores", "target_logit_attribution",
+            "target_logprob_gain", "task_report_data"]
+__all__ += ["ANY_TASK_HOWS", "TASK_HOWS", "TaskAblationRow", "TaskAblationTable", "TaskPatch", "ablate_tokens", "patch_activation",
             "patch_head", "target_logprob", "task_ablation_table"]

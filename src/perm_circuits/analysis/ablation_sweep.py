@@ -1,8 +1,8 @@
-"""The ablation table (a sweep): every head and MLP ablated under every mode, evaluated on one test set.
+"""The permutation study's ablation table: every head and MLP under every mode, on one test set.
 
-Split from :mod:`perm_circuits.analysis.ablation`, which keeps the hook builders and re-exports
-:class:`AblationRow`, :class:`AblationTable` and :func:`ablation_table` (import them from either).
-:func:`ablation_table` builds each component's hook with that module's ablation functions
+:func:`perm_circuits.analysis.ablation.ablation_table` comes here for the study's bridges (and
+goes to :mod:`perm_circuits.analysis.task_ablation` for any task's model).  Each component's
+hook is built with the intervention core (:mod:`perm_circuits.analysis.intervention`; modes
 (modes zero / mean / resample / binding_free / optimal, Wang et al. 2022; Chan et al. 2022; Li &
 Janson 2024) and evaluates it through :func:`~perm_circuits.evaluate.evaluate_logits` (the numbers
 of :func:`~perm_circuits.evaluate.evaluate` with the posteriors computed once).
@@ -19,9 +19,10 @@ import torch
 from torch import Tensor
 
 from perm_circuits.analysis._checks import check_positions, check_seed, check_task_config
-from perm_circuits.analysis.ablation import HOWS, _ablation_fn, _check_how, _check_reference, _selection, ablate
+from perm_circuits.analysis.ablation_hooks import ablate, check_reference
+from perm_circuits.analysis.intervention import HOWS, ablation_fn, check_how, resample_rows, selection
 from perm_circuits.analysis.optimal import optimise_constant, upstream_hooks
-from perm_circuits.analysis.references import binding_free_reference, resample_rows
+from perm_circuits.analysis.references import binding_free_reference
 from perm_circuits.analysis.scores import HeadScores, recall_signal
 from perm_circuits.evaluate import evaluate_logits
 from perm_circuits.hooks import HookList, check_hooks, run_capture
@@ -29,7 +30,7 @@ from perm_circuits.models import model_config_of
 from perm_circuits.posterior import bayes_posterior
 from perm_circuits.task import Batch, TaskConfig, make_test_set, validate_tokens
 
-__all__ = ["AblationRow", "AblationTable", "ablation_table"]
+__all__ = ["AblationRow", "AblationTable", "joint_eliminator_rows"]
 
 
 @dataclass(frozen=True)
@@ -102,17 +103,17 @@ def _row(component: str, how: str, layer, head, evaluation, follows: float = mat
     )
 
 
-def ablation_table(
+def _ablation_runs(
     model,
-    hows: Sequence[str] = HOWS,
-    test_set: Batch | None = None,
+    hows: Sequence[str],
+    test_set: Batch | None,
     *,
     reference: Batch | str = "test",
     positions: int | Sequence[int] | None = None,
     task_config: TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
     seed: int = 0,
-) -> AblationTable:
+) -> tuple[AblationTable, dict[tuple[str, str], HookList], dict[tuple[str, str], Tensor]]:
     """Ablate every head and every MLP under each mode in ``hows`` and evaluate on ``test_set``.
 
     Measures, per (component, how) and for an unablated ``"none"`` baseline, the last-step
@@ -140,32 +141,16 @@ def ablation_table(
 
     Resample and binding-free rows also report ``follows_reference``: how often the last-step
     prediction is the answer of the reference sample whose activation was swapped in.
-    """
-    return _ablation_runs(model, hows, test_set, reference=reference, positions=positions,
-                          task_config=task_config, hooks=hooks, seed=seed)[0]
 
-
-def _ablation_runs(
-    model,
-    hows: Sequence[str],
-    test_set: Batch | None,
-    *,
-    reference: Batch | str = "test",
-    positions: int | Sequence[int] | None = None,
-    task_config: TaskConfig | None = None,
-    hooks: Sequence[tuple[str, Callable]] | None = None,
-    seed: int = 0,
-) -> tuple[AblationTable, dict[tuple[str, str], HookList], dict[tuple[str, str], Tensor]]:
-    """:func:`ablation_table`, plus each (component, how)'s hooks and logits (``("none", "none")``: baseline).
-
-    The head-role verdict reuses them (recall signals, joint ablations) instead of rebuilding
-    every ablation, optimal constants included.
+    Returns the table, plus each (component, how)'s hooks and logits (``("none", "none")``: the
+    baseline): the head-role verdict reuses them (recall signals, joint ablations) instead of
+    rebuilding every ablation, optimal constants included.
     """
     config = check_task_config(model, task_config)
     model_config = model_config_of(model)
     if isinstance(hows, str) or not isinstance(hows, (list, tuple)):
         raise TypeError(f"hows must be a sequence of modes from {HOWS}, got {hows!r}")
-    hows = [_check_how(how) for how in hows]
+    hows = [check_how(how) for how in hows]
     check_seed(seed)
     if test_set is None:
         test_set = make_test_set(config)
@@ -183,7 +168,7 @@ def _ablation_runs(
         else:
             raise ValueError(f"reference must be 'test', 'binding_free' or a Batch, got {reference!r}")
     else:
-        reference_batch = _check_reference(reference, model_config.V)
+        reference_batch = check_reference(reference, model_config.V)
         label = f"batch of {len(reference)}"
     hooks = check_hooks(model, hooks)
 
@@ -230,10 +215,10 @@ def _ablation_runs(
                 activation = free[hook_name]
             elif how == "optimal":
                 assert activation is not None
-                mask = _selection(activation.shape, "pos", index, position_list, activation.device)
+                mask = selection(activation.shape, "pos", index, position_list, activation.device)
                 constant = optimise_constant(model, hook_name, mask, reference_batch, hooks, activation,
                                              upstream=activations)
-            fn = _ablation_fn(how, "pos", index, position_list, activation, seed, pairing, constant)
+            fn = ablation_fn(how, "pos", index, position_list, activation, seed, pairing, constant)
             logits, evaluation = run([(hook_name, fn)])
             follows = math.nan
             if how in answers:

@@ -65,14 +65,12 @@ A subgroup without rows has nan metrics.  Relative values are nan where the deno
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
-from perm_circuits.analysis import ablation
+from perm_circuits.analysis import ablation_hooks as ablation
 from perm_circuits.analysis._checks import check_int, check_seed, check_task_config
 from perm_circuits.analysis.circuit_nodes import (
     POSITION_CLASSES,
@@ -81,6 +79,7 @@ from perm_circuits.analysis.circuit_nodes import (
     class_positions,
     parse_circuit,
     skill_logit_diff,
+    target_logprob_gain,
 )
 from perm_circuits.analysis.circuit_results import (
     CircuitMetrics,
@@ -89,10 +88,21 @@ from perm_circuits.analysis.circuit_results import (
     NodeMinimality,
     SubgroupCircuitMetrics,
 )
-from perm_circuits.analysis.optimal import optimise_constant, upstream_hooks
-from perm_circuits.hooks import HookList, check_hooks, run_capture
+from perm_circuits.analysis.circuit_runs import (
+    CircuitProblem,
+    CircuitRunner,
+    circuit_run,
+    knockout_run,
+    permutation_problem,
+    shared_ablations,
+)
+from perm_circuits.analysis.intervention import reference_tokens
+from perm_circuits.analysis.task_ablation import components_of
+from perm_circuits.hooks import HookList, check_hooks
+from perm_circuits.model_shape import is_permutation_model
 from perm_circuits.models import model_config_of
 from perm_circuits.task import Batch, TaskConfig, make_test_set, validate_tokens
+from perm_circuits.tasks.base import Task, TaskBatch
 
 __all__ = [
     "POSITION_CLASSES",
@@ -110,6 +120,7 @@ __all__ = [
     "propose_circuit",
     "shared_ablations",
     "skill_logit_diff",
+    "target_logprob_gain",
 ]
 
 
@@ -117,158 +128,6 @@ def _ratio(numerator: float, denominator: float) -> float:
     if math.isnan(numerator) or math.isnan(denominator) or denominator == 0:
         return math.nan
     return numerator / denominator
-
-
-# ----------------------------------------------------------------------------- runs
-
-
-def _restricted(fn: Callable, mask: Tensor) -> Callable:
-    """``fn`` (an ablation hook) applied only at the positions where ``mask`` ([pos] bool) is set."""
-
-    def hook(activation: Tensor, hook) -> Tensor:
-        view = mask.to(activation.device).view(1, -1, *([1] * (activation.ndim - 2)))
-        return torch.where(view, fn(activation, hook), activation)
-
-    return hook
-
-
-_SHARED: list[dict] = []  # a stack of ablation caches; the top one is active (see shared_ablations)
-
-
-@contextmanager
-def shared_ablations() -> Iterator[None]:
-    """Inside the block, circuit runs on the same model, reference batch and hooks share their ablations.
-
-    :func:`propose_circuit`, :func:`circuit_metrics` and :func:`faithfulness_by_mode` each build
-    every component's ablation hook per mode (:func:`ablation.ablate`, one reference forward per
-    component, an optimal-ablation search each).  Inside this block a hook built once is reused,
-    and the zero / mean / resample / optimal modes read one reference forward that captures every
-    component (and what the optimal search needs upstream): the same hooks, the same numbers.
-    Only for callers that do not change the model's weights inside the block
-    (:func:`~perm_circuits.analysis.skill_circuits.skill_circuits`).
-    """
-    _SHARED.append({})
-    try:
-        yield
-    finally:
-        _SHARED.pop()
-
-
-class _Runner:
-    """F on each subgroup for runs that ablate given positions of given components.
-
-    A run is a tuple ``positions[c]`` over the model's components (empty: not ablated); its F is
-    cached, the ablation hooks of each component are built once (:func:`ablation.ablate`).
-    """
-
-    def __init__(self, model, batch: Batch, how: str, reference: Batch, hooks: HookList,
-                 ablation_seed: int, ablate_kwargs: Mapping, progress: bool) -> None:
-        config = model_config_of(model)
-        self.model, self.batch, self.how, self.reference, self.hooks = model, batch, how, reference, hooks
-        self.ablation_seed, self.ablate_kwargs, self.progress = ablation_seed, dict(ablate_kwargs), progress
-        self.seq = 2 * config.V - 1
-        self.components: list[tuple[str, str, int | None]] = []
-        for layer in range(config.n_layers):
-            for head in range(config.n_heads):
-                self.components.append((f"L{layer}H{head}", f"blocks.{layer}.attn.hook_z", head))
-            self.components.append((f"L{layer}MLP", f"blocks.{layer}.hook_mlp_out", None))
-        self.index = {name: i for i, (name, _, _) in enumerate(self.components)}
-        self.fns: dict[str, Callable] = {}
-        self.cache: dict[tuple, dict[str, float]] = {}
-        self.masks = {group: (batch.repeated if group == "recall" else ~batch.repeated) for group in SUBGROUPS}
-
-    def run_of(self, ablated: Mapping[str, Iterable[int]]) -> tuple:
-        """The run key ablating ``ablated[component]`` positions (other components untouched)."""
-        key = [()] * len(self.components)
-        for component, positions in ablated.items():
-            key[self.index[component]] = tuple(sorted(set(positions)))
-        return tuple(key)
-
-    def _fn(self, component: str) -> Callable:
-        if component not in self.fns:
-            _, hook_name, head = self.components[self.index[component]]
-            if _SHARED and not self.ablate_kwargs:
-                self.fns[component] = self._shared_fn(_SHARED[-1], hook_name, head)
-            else:
-                self.fns[component] = self._ablate(hook_name, head)
-        return self.fns[component]
-
-    def _ablate(self, hook_name: str, head: int | None) -> Callable:
-        hooks = ablation.ablate(
-            self.model, hook_name, self.how, reference=self.reference, index=head,
-            seed=self.ablation_seed, hooks=self.hooks, **self.ablate_kwargs,
-        )
-        return hooks[0][1]
-
-    def _shared_fn(self, cache: dict, hook_name: str, head: int | None) -> Callable:
-        """:meth:`_ablate` through the active :func:`shared_ablations` cache (what ``ablate`` does, once)."""
-        base = (id(self.model), id(self.reference), tuple((name, id(fn)) for name, fn in self.hooks), self.ablation_seed)
-        key = (*base, hook_name, self.how, head)
-        if key in cache:
-            return cache[key]
-        if self.how not in ("mean", "resample", "optimal"):
-            cache[key] = self._ablate(hook_name, head)
-            return cache[key]
-        if (*base, "acts") not in cache:  # one reference forward for every component (+ optimal's upstream)
-            names = [name for _, name, _ in self.components]
-            names += [u for name in names for u in upstream_hooks(self.model, name)]
-            cache[(*base, "acts")] = run_capture(self.model, self.reference.inputs, list(dict.fromkeys(names)),
-                                                 self.hooks)[1]
-        acts = cache[(*base, "acts")]
-        index = None if head is None else [head]
-        activation, constant = acts[hook_name], None
-        if self.how == "optimal":
-            mask = ablation._selection(activation.shape, "pos", index, None, activation.device)
-            constant = optimise_constant(self.model, hook_name, mask, self.reference, self.hooks, activation,
-                                         upstream=acts)
-        cache[key] = ablation._ablation_fn(self.how, "pos", index, None, activation, self.ablation_seed, "random",
-                                           constant)
-        return cache[key]
-
-    def _hooks(self, key: tuple) -> HookList:
-        out = list(self.hooks)
-        for (component, hook_name, _), positions in zip(self.components, key):
-            if not positions:
-                continue
-            fn = self._fn(component)
-            if len(positions) < self.seq:
-                mask = torch.zeros(self.seq, dtype=torch.bool)
-                mask[list(positions)] = True
-                fn = _restricted(fn, mask)
-            out.append((hook_name, fn))
-        return out
-
-    def evaluate(self, keys: Iterable[tuple], desc: str = "circuit") -> None:
-        """Compute F for every run in ``keys`` not cached yet (one forward each)."""
-        todo = [key for key in dict.fromkeys(keys) if key not in self.cache]
-        for key in tqdm(todo, desc=desc, unit="run", disable=not self.progress or not todo):
-            with torch.no_grad(), self.model.hooks(fwd_hooks=self._hooks(key)):
-                logits = self.model(self.batch.inputs)
-            per_row = skill_logit_diff(logits, self.batch)
-            self.cache[key] = {
-                group: float(per_row[mask].mean()) if mask.any() else math.nan for group, mask in self.masks.items()
-            }
-
-    def f(self, key: tuple, group: str) -> float:
-        self.evaluate([key])
-        return self.cache[key][group]
-
-
-def _circuit_run(runner: _Runner, nodes: Sequence[Node], V: int) -> tuple:
-    """The run of the circuit ``nodes``: every component ablated outside its nodes' positions."""
-    kept: dict[str, set[int]] = {name: set() for name, _, _ in runner.components}
-    for node in nodes:
-        kept[node.component].update(node.positions(V))
-    every = set(range(2 * V - 1))
-    return runner.run_of({name: every - positions for name, positions in kept.items()})
-
-
-def _knockout_run(runner: _Runner, nodes: Sequence[Node], V: int) -> tuple:
-    """The run of the model with ``nodes`` ablated (nothing else)."""
-    ablated: dict[str, set[int]] = {}
-    for node in nodes:
-        ablated.setdefault(node.component, set()).update(node.positions(V))
-    return runner.run_of(ablated)
 
 
 # ----------------------------------------------------------------------------- validation
@@ -283,14 +142,77 @@ def _check_how(how: object, name: str = "how") -> str:
     return how
 
 
+def _model_name(model) -> str:
+    if is_permutation_model(model):
+        return model_config_of(model).name
+    name = getattr(getattr(model, "cfg", None), "model_name", None)
+    return name if isinstance(name, str) and name else type(model).__name__
+
+
+def _checked_metric(metric: Callable[[Tensor], Tensor], batch: int) -> Callable[[Tensor], Tensor]:
+    def values(logits: Tensor) -> Tensor:
+        out = metric(logits)
+        if not isinstance(out, Tensor) or out.shape != (batch,):
+            shape = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+            raise ValueError(f"metric(logits) must return one number per sequence, shape ({batch},), got {shape}")
+        return out.detach().double()
+
+    return values
+
+
+def _general_problem(model, test_set, task, metric, reference, n, seed) -> CircuitProblem:
+    """Any task's (or bare tokens') problem: F = ``metric`` (default :func:`target_logprob_gain`), one subgroup."""
+    if task is not None and not isinstance(task, Task):
+        raise TypeError(f"task must be a perm_circuits.tasks.Task or None, got {type(task).__name__}")
+    if test_set is None:
+        if task is None:
+            raise ValueError(f"{type(model).__name__} is not a permutation-lookup model: pass task= (its test set "
+                             "and metric are the default) or test_set= (a TaskBatch or token ids) with metric=")
+        test_set = task.test_set(n, seed)
+    if not isinstance(test_set, (TaskBatch, Tensor)):
+        raise TypeError(f"test_set must be a TaskBatch or token ids [batch, seq] on a task's model, got "
+                        f"{type(test_set).__name__}")
+    tokens = reference_tokens(model, test_set)
+    if metric is None:
+        if not isinstance(test_set, TaskBatch):
+            raise ValueError("token ids carry no targets: pass metric= (a callable logits -> [batch])")
+        metric = target_logprob_gain(test_set)
+    elif not callable(metric):
+        raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
+    if reference is None:
+        reference = test_set
+    reference_tokens(model, reference)
+    masks = {"all": torch.ones(len(tokens), dtype=torch.bool)}
+    if isinstance(test_set, TaskBatch):  # rows without a loss position have no target: F skips them
+        masks["all"] = test_set.mask.sum(1) > 0
+    return CircuitProblem(tokens, _checked_metric(metric, len(tokens)), masks, reference, True)
+
+
 def _setup(model, circuit, test_set, how, n, seed, task_config, hooks, reference, ablation_seed,
-           ablate_kwargs, progress) -> tuple[tuple[Node, ...], Batch, Batch, HookList]:
-    """Validate every shared argument (before any forward) and build the default test set."""
-    nodes = parse_circuit(model, circuit) if circuit is not None else ()
+           ablate_kwargs, progress, task=None, metric=None) -> tuple[tuple[Node, ...], CircuitProblem, HookList]:
+    """Validate every shared argument (before any forward) and build the default test set.
+
+    The permutation task's problem for a study bridge with a Batch (or no) test set and no
+    ``task`` / ``metric``; any task's otherwise (:func:`_general_problem`).
+    """
     _check_how(how)
     check_int("n", n, 1)
     check_seed(seed)
     check_seed(ablation_seed, "ablation_seed")
+    if ablate_kwargs is not None and not isinstance(ablate_kwargs, Mapping):
+        raise TypeError(f"ablate_kwargs must be a mapping of extra ablate() arguments, got {type(ablate_kwargs).__name__}")
+    if not isinstance(progress, bool):
+        raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
+    general = (task is not None or metric is not None or isinstance(test_set, (TaskBatch, Tensor))
+               or not is_permutation_model(model))
+    if general:
+        if how == "binding_free":
+            raise ValueError("how='binding_free' needs the permutation-lookup task; on any task use zero, mean, "
+                             "resample or optimal")
+        problem = _general_problem(model, test_set, task, metric, reference, n, seed)
+        nodes = parse_circuit(model, circuit, seq_len=problem.seq) if circuit is not None else ()
+        return nodes, problem, check_hooks(model, hooks)
+    nodes = parse_circuit(model, circuit) if circuit is not None else ()
     config = check_task_config(model, task_config)
     V = model_config_of(model).V
     for name, batch in (("test_set", test_set), ("reference", reference)):
@@ -298,14 +220,10 @@ def _setup(model, circuit, test_set, how, n, seed, task_config, hooks, reference
             if not isinstance(batch, Batch):
                 raise TypeError(f"{name} must be a perm_circuits.Batch or None, got {type(batch).__name__}")
             validate_tokens(batch.inputs, V)
-    if ablate_kwargs is not None and not isinstance(ablate_kwargs, Mapping):
-        raise TypeError(f"ablate_kwargs must be a mapping of extra ablate() arguments, got {type(ablate_kwargs).__name__}")
-    if not isinstance(progress, bool):
-        raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
     hooks = check_hooks(model, hooks)
     if test_set is None:
         test_set = make_test_set(config, n=n, seed=seed)
-    return nodes, test_set, reference if reference is not None else test_set, hooks
+    return nodes, permutation_problem(test_set, reference if reference is not None else test_set), hooks
 
 
 def _subsets(k: int, max_exhaustive: int, n_subsets: int, subset_seed: int) -> tuple[str, list[int], list[tuple[int, int]]]:
@@ -344,8 +262,10 @@ def _names(nodes: Sequence[Node], mask: int) -> tuple[str, ...]:
 def circuit_metrics(
     model,
     circuit: Node | str | Iterable,
-    test_set: Batch | None = None,
+    test_set: Batch | TaskBatch | Tensor | None = None,
     *,
+    task: Task | None = None,
+    metric: Callable[[Tensor], Tensor] | None = None,
     how: str = "mean",
     n: int = 2000,
     seed: int = 1234,
@@ -354,7 +274,7 @@ def circuit_metrics(
     max_exhaustive: int = 8,
     n_subsets: int = 256,
     subset_seed: int = 0,
-    reference: Batch | None = None,
+    reference: Batch | TaskBatch | Tensor | None = None,
     ablation_seed: int = 0,
     ablate_kwargs: Mapping | None = None,
     progress: bool = False,
@@ -364,11 +284,21 @@ def circuit_metrics(
     See the module docstring for the nodes, the metric F (per subgroup: elimination, recall),
     the ablation of everything outside the circuit and the three definitions.
 
+    On any task's model (or any TransformerLens model), or with ``task`` / ``metric`` given, F
+    is ``metric`` (default :func:`target_logprob_gain` of the test set: the targets'
+    log-probability at the task's loss positions, in nats above a uniform guess), reported on
+    one subgroup ``"all"`` (``result.subgroup("all")``), e.g.
+    ``circuit_metrics(model, ["L0H0", "L0MLP"], task=task)``; position classes ``all``,
+    ``last``, ``context``, ``p{k}``; ablation modes zero, mean, resample, optimal.
+
     Args:
         circuit: nodes (``Node`` or strings like ``"L0H1@last"``).
         test_set: the sequences F is averaged over; default ``make_test_set(task_config, n,
             seed)``, i.e. ``seed`` is the test-set seed and ``task_config`` defaults to the
-            model's training task (its ``repeat_ratio`` gives the recall subgroup).
+            model's training task (its ``repeat_ratio`` gives the recall subgroup); on any task
+            a TaskBatch (default ``task.test_set(n, seed)``) or token ids (with ``metric``).
+        task: any task (:class:`~perm_circuits.tasks.base.Task`): its test set and F by default.
+        metric: F per sequence, ``metric(logits) -> [batch]`` (e.g. a logit difference).
         how: ablation mode, one of :data:`perm_circuits.analysis.ablation.HOWS`.
         hooks: interventions applied in every run (and in the reference runs).
         max_exhaustive: enumerate all ``2^|C|`` subsets up to this many nodes, else sample.
@@ -387,24 +317,23 @@ def circuit_metrics(
     check_int("max_exhaustive", max_exhaustive, 0, 21)
     check_int("n_subsets", n_subsets, 1)
     check_seed(subset_seed, "subset_seed")
-    nodes, batch, reference, hooks = _setup(model, circuit, test_set, how, n, seed, task_config, hooks,
-                                            reference, ablation_seed, ablate_kwargs, progress)
-    V = model_config_of(model).V
-    runner = _Runner(model, batch, how, reference, hooks, ablation_seed, ablate_kwargs or {}, progress)
+    nodes, problem, hooks = _setup(model, circuit, test_set, how, n, seed, task_config, hooks,
+                                   reference, ablation_seed, ablate_kwargs, progress, task, metric)
+    runner = CircuitRunner(model, problem, how, hooks, ablation_seed, ablate_kwargs or {}, progress)
     method, masks, pairs = _subsets(len(nodes), max_exhaustive, n_subsets, subset_seed)
 
     def without(mask: int) -> tuple:  # C \ K
-        return _circuit_run(runner, [v for i, v in enumerate(nodes) if not mask & (1 << i)], V)
+        return circuit_run(runner, [v for i, v in enumerate(nodes) if not mask & (1 << i)])
 
     def knocked(mask: int) -> tuple:  # M \ K
-        return _knockout_run(runner, [v for i, v in enumerate(nodes) if mask & (1 << i)], V)
+        return knockout_run(runner, [v for i, v in enumerate(nodes) if mask & (1 << i)])
 
     runs_c = {mask: without(mask) for mask in set(masks) | {b for pair in pairs for b in pair}}
     runs_m = {mask: knocked(mask) for mask in masks}
     runner.evaluate([runs_m[0], runs_c[0], *runs_c.values(), *runs_m.values()])
 
     groups = {}
-    for group in SUBGROUPS:
+    for group in runner.masks:
         f_model, f_circuit = runner.f(runs_m[0], group), runner.f(runs_c[0], group)
         gaps = {mask: abs(runner.f(runs_c[mask], group) - runner.f(runs_m[mask], group)) for mask in masks}
         worst, completeness = _largest(gaps)
@@ -430,28 +359,31 @@ def circuit_metrics(
             minimality=tuple(minimality),
         )
     return CircuitMetrics(
-        model_name=model_config_of(model).name,
+        model_name=_model_name(model),
         how=how,
         circuit=tuple(node.name for node in nodes),
-        n_samples=len(batch),
+        n_samples=len(problem.tokens),
         completeness_method=method,
         n_subsets_checked=len(masks),
-        elimination=groups["elimination"],
-        recall=groups["recall"],
+        elimination=groups.get("elimination"),
+        recall=groups.get("recall"),
+        groups=tuple(groups.values()) if problem.general else (),
     )
 
 
 def faithfulness_by_mode(
     model,
     circuit: Node | str | Iterable,
-    test_set: Batch | None = None,
+    test_set: Batch | TaskBatch | Tensor | None = None,
     *,
+    task: Task | None = None,
+    metric: Callable[[Tensor], Tensor] | None = None,
     hows: Sequence[str] = ablation.HOWS,
     n: int = 2000,
     seed: int = 1234,
     task_config: TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
-    reference: Batch | None = None,
+    reference: Batch | TaskBatch | Tensor | None = None,
     ablation_seed: int = 0,
     ablate_kwargs: Mapping[str, Mapping] | None = None,
     progress: bool = False,
@@ -461,9 +393,10 @@ def faithfulness_by_mode(
     The same F(M) and test set for every mode; F(C) ablates everything outside the circuit
     by each mode in turn (see :func:`circuit_metrics` for the arguments; ``seed`` is the
     test-set seed, ``ablation_seed`` the resample seed).  ``ablate_kwargs`` maps a mode to the
-    extra ``ablate`` arguments it needs.  A circuit that is faithful under one mode only is a
-    claim about that mode, not about the model (the role of d32h2's L0H0 flips between zero and
-    mean ablation).
+    extra ``ablate`` arguments it needs.  On any task (``task`` / ``metric`` / a TaskBatch), one
+    subgroup ``"all"`` and the modes zero, mean, resample, optimal.  A circuit that is faithful under one mode only is a
+    claim about that mode, not about the model (the role of d32h2's L0H0 flips between
+    zero and mean ablation).
     """
     if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:
         raise TypeError(f"hows must be a non-empty sequence of modes, got {hows!r}")
@@ -471,27 +404,31 @@ def faithfulness_by_mode(
     if ablate_kwargs is not None and (not isinstance(ablate_kwargs, Mapping)
                                       or not all(isinstance(v, Mapping) for v in ablate_kwargs.values())):
         raise TypeError("ablate_kwargs must map a mode to a mapping of extra ablate() arguments")
-    nodes, batch, reference, hooks = _setup(model, circuit, test_set, hows[0], n, seed, task_config, hooks,
-                                            reference, ablation_seed, None, progress)
-    V = model_config_of(model).V
+    nodes, problem, hooks = _setup(model, circuit, test_set, hows[0], n, seed, task_config, hooks,
+                                   reference, ablation_seed, None, progress, task, metric)
+    if problem.general and "binding_free" in hows:
+        raise ValueError("how='binding_free' needs the permutation-lookup task; on any task use zero, mean, "
+                         "resample or optimal")
     rows, f_model = [], None
     for how in hows:
         extra = (ablate_kwargs or {}).get(how, {})
-        runner = _Runner(model, batch, how, reference, hooks, ablation_seed, extra, progress)
+        runner = CircuitRunner(model, problem, how, hooks, ablation_seed, extra, progress)
         if f_model is None:
-            f_model = runner.f(runner.run_of({}), "elimination"), runner.f(runner.run_of({}), "recall")
-        for group, fm in zip(SUBGROUPS, f_model):
-            fc = runner.f(_circuit_run(runner, nodes, V), group)
+            f_model = tuple(runner.f(runner.run_of({}), group) for group in runner.masks)
+        for group, fm in zip(runner.masks, f_model):
+            fc = runner.f(circuit_run(runner, nodes), group)
             rows.append(FaithfulnessRow(how=how, subgroup=group, f_model=fm, f_circuit=fc,
                                         faithfulness=_ratio(fc, fm), faithfulness_error=_ratio(abs(fm - fc), abs(fm))))
-    return FaithfulnessByMode(model_name=model_config_of(model).name, circuit=tuple(v.name for v in nodes), rows=tuple(rows))
+    return FaithfulnessByMode(model_name=_model_name(model), circuit=tuple(v.name for v in nodes), rows=tuple(rows))
 
 
 def propose_circuit(
     model,
     skill: str,
-    test_set: Batch | None = None,
+    test_set: Batch | TaskBatch | Tensor | None = None,
     *,
+    task: Task | None = None,
+    metric: Callable[[Tensor], Tensor] | None = None,
     how: str = "mean",
     where: Sequence[str] = ("context", "last"),
     threshold: float = 0.1,
@@ -500,7 +437,7 @@ def propose_circuit(
     seed: int = 1234,
     task_config: TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
-    reference: Batch | None = None,
+    reference: Batch | TaskBatch | Tensor | None = None,
     ablation_seed: int = 0,
     ablate_kwargs: Mapping | None = None,
     progress: bool = False,
@@ -517,39 +454,40 @@ def propose_circuit(
     3. Prune: in order of increasing single-ablation effect, drop a node when the circuit
        without it still has ``faithfulness_error <= tolerance``.
 
-    Returns the nodes in canonical order (pass them to :func:`circuit_metrics`).  ``seed`` is
+    On any task (``task`` / ``metric`` / a TaskBatch or a model that is not the study's),
+    ``skill`` is ``"all"`` (F on every sequence) and ``where`` uses ``all``, ``last``,
+    ``context``, ``p{k}``.  Returns the nodes in canonical order (pass them to :func:`circuit_metrics`).  ``seed`` is
     the test-set seed, ``ablation_seed`` the resample seed; the other arguments as in
     :func:`circuit_metrics`.  Cost: one forward per candidate plus one per tried circuit.
     """
-    if skill not in SUBGROUPS:
-        raise ValueError(f"skill must be one of {SUBGROUPS}, got {skill!r}")
+    if skill not in (*SUBGROUPS, "all"):
+        raise ValueError(f"skill must be one of {SUBGROUPS}, got {skill!r} ('all' on any task's model)")
     if isinstance(where, str) or not isinstance(where, (list, tuple)) or not where:
         raise TypeError(f"where must be a non-empty sequence of position classes, got {where!r}")
-    V = model_config_of(model).V
-    for cls in where:
-        class_positions(cls, V)
     for name, value in (("threshold", threshold), ("tolerance", tolerance)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value or math.isnan(value):
             raise ValueError(f"{name} must be a number >= 0, got {value!r}")
-    _, batch, reference, hooks = _setup(model, None, test_set, how, n, seed, task_config, hooks,
-                                        reference, ablation_seed, ablate_kwargs, progress)
-    runner = _Runner(model, batch, how, reference, hooks, ablation_seed, ablate_kwargs or {}, progress)
-    config = model_config_of(model)
+    _, problem, hooks = _setup(model, None, test_set, how, n, seed, task_config, hooks,
+                               reference, ablation_seed, ablate_kwargs, progress, task, metric)
+    for cls in where:
+        problem.positions(Node(0, None, cls))
+    if skill not in problem.masks:
+        raise ValueError(f"skill must be one of {tuple(problem.masks)} on this model and test set, got {skill!r}")
+    runner = CircuitRunner(model, problem, how, hooks, ablation_seed, ablate_kwargs or {}, progress)
     candidates = [
         Node(layer, head, cls)
-        for layer in range(config.n_layers)
-        for head in [*range(config.n_heads), None]
+        for _, layer, head in components_of(model)
         for cls in dict.fromkeys(where)
     ]
     f_model = runner.f(runner.run_of({}), skill)
     if math.isnan(f_model) or f_model == 0:
         raise ValueError(f"the model's F on the {skill} subgroup is {f_model}: nothing to explain "
                          f"(the test set has {int(runner.masks[skill].sum())} {skill} rows)")
-    runner.evaluate([_knockout_run(runner, [v], V) for v in candidates], desc="candidates")
-    effect = {v: abs(f_model - runner.f(_knockout_run(runner, [v], V), skill)) / abs(f_model) for v in candidates}
+    runner.evaluate([knockout_run(runner, [v]) for v in candidates], desc="candidates")
+    effect = {v: abs(f_model - runner.f(knockout_run(runner, [v]), skill)) / abs(f_model) for v in candidates}
 
     def error(nodes: Iterable[Node]) -> float:
-        return abs(f_model - runner.f(_circuit_run(runner, list(nodes), V), skill)) / abs(f_model)
+        return abs(f_model - runner.f(circuit_run(runner, list(nodes)), skill)) / abs(f_model)
 
     circuit = [v for v in candidates if effect[v] >= threshold]
     while error(circuit) > tolerance:

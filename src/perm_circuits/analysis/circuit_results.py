@@ -64,19 +64,28 @@ class CircuitMetrics:
     n_samples: int
     completeness_method: str
     n_subsets_checked: int
-    elimination: SubgroupCircuitMetrics
-    recall: SubgroupCircuitMetrics
+    elimination: SubgroupCircuitMetrics | None = None
+    recall: SubgroupCircuitMetrics | None = None
+    groups: tuple[SubgroupCircuitMetrics, ...] = ()
+
+    @property
+    def subgroups(self) -> tuple[SubgroupCircuitMetrics, ...]:
+        """Every subgroup measured: elimination and recall on the permutation task, ``"all"`` on any task."""
+        if self.groups:
+            return self.groups
+        return tuple(g for g in (self.elimination, self.recall) if g is not None)
 
     def subgroup(self, name: str) -> SubgroupCircuitMetrics:
-        if name not in SUBGROUPS:
-            raise ValueError(f"subgroup must be one of {SUBGROUPS}, got {name!r}")
-        return getattr(self, name)
+        names = tuple(g.subgroup for g in self.subgroups)
+        if name not in names:
+            raise ValueError(f"subgroup must be one of {names or SUBGROUPS}, got {name!r}")
+        return next(g for g in self.subgroups if g.subgroup == name)
 
     def to_dataframe(self) -> pd.DataFrame:
         """Tidy: one row per (subgroup, metric[, node]); columns ``model, how, subgroup, metric,
         node, value, relative, subset`` (``subset``: the worst K, nodes joined by ``+``)."""
         rows = []
-        for group in (self.elimination, self.recall):
+        for group in self.subgroups:
             base = dict(model=self.model_name, how=self.how, subgroup=group.subgroup)
             for metric, value, relative, subset in (
                 ("F_model", group.f_model, math.nan, ()),

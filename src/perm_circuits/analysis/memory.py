@@ -83,6 +83,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from perm_circuits.analysis._checks import check_head, check_index, check_int, check_layer, check_positive_int
+from perm_circuits.model_shape import is_permutation_model, normalization_of
 from perm_circuits.models import model_config_of
 
 __all__ = [
@@ -239,11 +240,16 @@ def memory_recall(
 # ----------------------------------------------------------------------------- model weights
 
 
+def _value_tokens(model) -> slice:
+    """The tokens the weight probes read and score: the values ``1..V`` of a study model, every token otherwise."""
+    return slice(1, model_config_of(model).V + 1) if is_permutation_model(model) else slice(0, None)
+
+
 def _check_position(model, position: object) -> int | None:
     """``None`` (no positional embedding) or a row of ``W_pos`` (negative rows count from the end)."""
     if position is None:
         return None
-    n_ctx = model_config_of(model).resolved_n_ctx
+    n_ctx = model_config_of(model).resolved_n_ctx if is_permutation_model(model) else int(model.W_pos.shape[0])
     return check_index("position", position, n_ctx, f"W_pos has {n_ctx} positions")
 
 
@@ -254,8 +260,7 @@ def _params(model) -> dict[str, Tensor]:
 def apply_norm(model, x: Float[Tensor, "*batch d_model"], name: str) -> Float[Tensor, "*batch d_model"]:
     """Apply the model's normalization ``name`` (``"blocks.0.ln1"``, ``"blocks.0.ln2"``,
     ``"ln_final"``) to ``x`` exactly as the forward pass does (LN, LNPre, RMS, RMSPre or none)."""
-    config = model_config_of(model)
-    kind = config.normalization_type
+    kind = normalization_of(model)
     if kind is None:
         return x
     params = _params(model)
@@ -271,16 +276,16 @@ def apply_norm(model, x: Float[Tensor, "*batch d_model"], name: str) -> Float[Te
 
 
 def effective_unembed(model) -> Float[Tensor, "d_model value"]:
-    """``C diag(w_lnf) W_U[:, 1..V]``: how a residual direction moves the value-token logits.
+    """``C diag(w_lnf) W_U[:, 1..V]``: how a residual direction moves the value-token logits
+    (every output token of a model that is not the study's).
 
     ``C`` (centring) and ``w_lnf`` are the fixed, linear part of the final LayerNorm; the
     per-position ``1/scale`` is a positive scalar and is applied by callers that need magnitudes
     (direct logit attribution uses the cached ``ln_final.hook_scale``).
     """
-    config = model_config_of(model)
     params = _params(model)
-    W_U = model.W_U.detach()[:, 1 : config.V + 1]
-    kind = config.normalization_type
+    W_U = model.W_U.detach()[:, _value_tokens(model)]
+    kind = normalization_of(model)
     if kind in ("LN", "RMS"):
         W_U = params["ln_final.weight"][:, None] * W_U
     if kind in ("LN", "LNPre"):
@@ -289,8 +294,7 @@ def effective_unembed(model) -> Float[Tensor, "d_model value"]:
 
 
 def _token_inputs(model, position: int | None) -> Float[Tensor, "value d_model"]:
-    V = model_config_of(model).V
-    x = model.W_E.detach()[1 : V + 1]
+    x = model.W_E.detach()[_value_tokens(model)]
     if position is not None:
         x = x + model.W_pos.detach()[position]
     return x
@@ -299,7 +303,8 @@ def _token_inputs(model, position: int | None) -> Float[Tensor, "value d_model"]
 def ov_scores(
     model, head: int, *, layer: int = 0, position: int | None = None
 ) -> Float[Tensor, "value value"]:
-    """``ln1(W_E[t] (+ W_pos[p])) @ W_V[h] W_O[h] @ effective_unembed``: value token in, value logits out."""
+    """``ln1(W_E[t] (+ W_pos[p])) @ W_V[h] W_O[h] @ effective_unembed``: value token in, value logits out
+    (any other model with ``W_E``, ``W_V``, ``W_O``, ``W_U``: every token in, every output logit out)."""
     layer = check_layer(model, layer)
     head = check_head(model, head)
     position = _check_position(model, position)
@@ -351,7 +356,8 @@ def ov_memory_probe(
     """R of head ``head``'s OV circuit as a token memory (identity target by default).
 
     ``mode="argmax"`` tests a copying/binding head, ``"argmin"`` a suppressing (elimination) head.
-    Inputs and outputs are indexed by value token minus one (row ``t-1`` is token ``t``).
+    Inputs and outputs are indexed by value token minus one (row ``t-1`` is token ``t``) on a
+    study model, by token on any other model (e.g. an induction head's copying memory).
     """
     mode = _check_mode(mode)
     scores = ov_scores(model, head, layer=layer, position=position)

@@ -43,6 +43,7 @@ __all__ = [
     "PatchingCache",
     "PatchingPair",
     "PatchingSweep",
+    "bootstrap_weights",
     "logit_diff",
     "patching_cache",
     "set_all",
@@ -217,12 +218,17 @@ class PatchingCache:
 
     def bootstrap_weights(self, n_boot: int, seed: int) -> Tensor:
         if (n_boot, seed) not in self.weights:
-            n = len(self.pair[0])
-            rows = torch.randint(n, (n_boot, n), generator=torch.Generator().manual_seed(seed))
-            counts = torch.zeros(n_boot, n, dtype=torch.float64)
-            counts.scatter_add_(1, rows, torch.ones(n_boot, n, dtype=torch.float64))
-            self.weights[(n_boot, seed)] = counts / n
+            self.weights[(n_boot, seed)] = bootstrap_weights(len(self.pair[0]), n_boot, seed)
         return self.weights[(n_boot, seed)]
+
+
+def bootstrap_weights(n: int, n_boot: int, seed: int) -> Tensor:
+    """``[n_boot, n]`` resample weights of the paired bootstrap: how often resample ``b`` drew
+    sequence ``i``, divided by ``n`` (rows drawn with ``torch.Generator().manual_seed(seed)``)."""
+    rows = torch.randint(n, (n_boot, n), generator=torch.Generator().manual_seed(seed))
+    counts = torch.zeros(n_boot, n, dtype=torch.float64)
+    counts.scatter_add_(1, rows, torch.ones(n_boot, n, dtype=torch.float64))
+    return counts / n
 
 
 def patching_cache(model, pair: PatchingPair, hooks: HookList, names: Sequence[str]) -> PatchingCache:

@@ -31,6 +31,14 @@ LD_corrupted)`` (1 = the edge restores the clean run, 0 = no effect; nan when th
 differ), with paired percentile-bootstrap CIs over sequences (:mod:`~perm_circuits.analysis.
 patching_core`'s resamples, seeded with ``seed``).
 
+Any task, any TransformerLens model: ``pair`` may be a ``(clean, corrupted)`` pair of
+:class:`~perm_circuits.tasks.base.TaskBatch` batches or token ids (row ``i`` paired with row ``i``)
+with ``metric(logits) -> [batch]`` any per-sequence number in place of the logit difference
+(default for a clean TaskBatch: :func:`~perm_circuits.analysis.task_patching.target_logprob` of
+the clean batch's targets); the same normalisation and bootstrap.  The model needs per-head
+``W_Q``, ``W_K``, ``W_V``, ``W_O`` and the ``attn.hook_q/k/v/z`` hook points (every
+TransformerLens bridge and ``HookedTransformer``).
+
 The induction pair (:func:`induction_patching_pair`): clean sequences repeat ``x_k`` (``k``
 uniform over ``1..V-1``); the default corruption ``"swap"`` exchanges ``x_k`` with another earlier
 query ``x_j`` *in the context*, keeping every y and the last query: the last query now matches
@@ -61,22 +69,29 @@ from perm_circuits.analysis._checks import (
     check_task_config,
 )
 from perm_circuits.analysis.patching import _check_pair
+from perm_circuits.analysis.intervention import reference_tokens
 from perm_circuits.analysis.patching_core import (
     MIN_DENOMINATOR,
     PatchingPair,
     _bootstrap,
     _check_options,
-    _Context,
-    _context,
+    patching_cache,
+    bootstrap_weights,
     logit_diff,
 )
-from perm_circuits.hooks import HookList, check_hooks
+from perm_circuits.analysis.task_patching import target_logprob
+from perm_circuits.hooks import HookList, check_hooks, run_capture
+from perm_circuits.model_shape import is_permutation_model, model_shape, normalization_of
 from perm_circuits.models import model_config_of
+from perm_circuits.tasks.base import TaskBatch
 from perm_circuits.task import TaskConfig, batch_from_queries, make_batch, unused_query
 
 __all__ = [
     "CORRUPTIONS",
     "INPUTS",
+    "add_to_input_hooks",
+    "check_head_pair",
+    "input_change",
     "PathPatchEffect",
     "PathPatchingTable",
     "induction_patching_pair",
@@ -218,7 +233,7 @@ class PathPatchingTable:
 
 
 def check_head_pair(model, name: str, value: object) -> tuple[int, int]:
-    """``value`` as a normalised ``(layer, head)`` of ``model``; TypeError/ValueError naming ``name``."""
+    """``value`` as a validated ``(layer, head)`` of ``model`` (``name`` in the error messages)."""
     if not (isinstance(value, (tuple, list)) and len(value) == 2):
         raise TypeError(f"{name} must be a (layer, head) pair of ints, got {value!r}")
     return check_layer(model, value[0]), check_head(model, value[1])
@@ -238,7 +253,7 @@ def _check_edge(model, sender: object, receiver: object, input: object) -> tuple
 
 def _norm(model, layer: int) -> Callable[[Tensor], Tensor]:
     """``blocks.{layer}.ln1`` as a function (the identity without normalization)."""
-    kind = model_config_of(model).normalization_type
+    kind = normalization_of(model)
     if kind is None:
         return lambda x: x
     sd = model.state_dict()
@@ -267,15 +282,11 @@ def sender_delta(
 def input_change(
     model, receiver: tuple[int, int], input: str, delta: Tensor, resid_pre: Tensor | None
 ) -> Float[Tensor, "batch pos d_head"]:
-    """How ``delta`` (a change to the residual stream before ``receiver``'s layer) changes that head's ``input``.
-
-    ``input`` is ``"q"``, ``"k"`` or ``"v"``; the change goes through the layer's LayerNorm
-    (evaluated at ``resid_pre`` and ``resid_pre + delta``) where the model has one.
-    """
+    """What a residual change ``delta`` adds to head ``receiver``'s ``input`` (its LayerNorm recomputed on ``resid_pre``)."""
     layer, head = receiver
     W = {"q": model.W_Q, "k": model.W_K, "v": model.W_V}[input][layer, head].detach()
     with torch.no_grad():
-        if model_config_of(model).normalization_type is None:
+        if normalization_of(model) is None:
             return delta @ W
         norm = _norm(model, layer)
         return (norm(resid_pre + delta) - norm(resid_pre)) @ W
@@ -298,13 +309,13 @@ def path_patch_hooks(
     layer, head = check_head_pair(model, "receiver", receiver)
     if input not in INPUTS:
         raise ValueError(f"input must be one of {INPUTS}, got {input!r}")
-    if model_config_of(model).normalization_type is not None and resid_pre is None:
+    if normalization_of(model) is not None and resid_pre is None:
         raise ValueError("resid_pre is needed with normalization (the receiver's LayerNorm is recomputed on it)")
-    return input_change_hooks((layer, head), input, input_change(model, (layer, head), input, delta, resid_pre))
+    return add_to_input_hooks((layer, head), input, input_change(model, (layer, head), input, delta, resid_pre))
 
 
-def input_change_hooks(receiver: tuple[int, int], input: str, change: Tensor) -> HookList:
-    """Hooks adding ``change`` to ``receiver``'s ``hook_q``/``hook_k``/``hook_v`` (``input``) in every forward."""
+def add_to_input_hooks(receiver: tuple[int, int], input: str, change: Tensor) -> HookList:
+    """A hook list adding ``change`` ``[batch, pos, d_head]`` to head ``receiver``'s ``hook_{input}``."""
     layer, head = receiver
 
     def add(activation: Tensor, hook) -> Tensor:
@@ -319,18 +330,61 @@ def input_change_hooks(receiver: tuple[int, int], input: str, change: Tensor) ->
 
 
 def _names(model) -> list[str]:
-    n_layers = model_config_of(model).n_layers
+    n_layers = model_shape(model).n_layers
     names = [f"blocks.{layer}.attn.hook_z" for layer in range(n_layers - 1)]
-    if model_config_of(model).normalization_type is not None:
+    if normalization_of(model) is not None:
         for layer in range(1, n_layers):
             names += [f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.ln1.hook_out"]
     return names
 
 
-def _check_norms(model, ctx: _Context) -> None:
-    if model_config_of(model).normalization_type is None:
+@dataclass
+class _Runs:
+    """The clean and corrupted runs of one pair: caches, per-sequence metric values, the metric."""
+
+    caches: dict[str, dict[str, Tensor]]
+    values: dict[str, Tensor]
+    tokens: Tensor
+    metric: Callable[[Tensor], Tensor]
+    hooks: HookList
+    weights: Callable[[int, int], Tensor]
+    model_name: str
+
+
+def _permutation_runs(model, pair: PatchingPair, hooks: HookList) -> _Runs:
+    ctx = patching_cache(model, pair, hooks, _names(model))
+    _, corrupted, answer, wrong = pair
+    return _Runs(ctx.caches, ctx.logit_diffs, corrupted.inputs,
+                 lambda logits: logit_diff(logits, answer, wrong).double(), hooks, ctx.bootstrap_weights,
+                 model_config_of(model).name)
+
+
+def _general_runs(model, clean: Tensor, corrupted: Tensor, metric: Callable[[Tensor], Tensor], hooks: HookList) -> _Runs:
+    n = len(clean)
+
+    def values(logits: Tensor) -> Tensor:
+        out = metric(logits)
+        if not isinstance(out, Tensor) or out.shape != (n,):
+            shape = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+            raise ValueError(f"metric(logits) must return one number per sequence, shape ({n},), got {shape}")
+        return out.detach().double()
+
+    caches, results = {}, {}
+    for run, tokens in (("clean", clean), ("corrupted", corrupted)):
+        logits, caches[run] = run_capture(model, tokens, _names(model), hooks)
+        results[run] = values(logits)
+
+    def weights(n_boot: int, seed: int) -> Tensor:
+        return bootstrap_weights(n, n_boot, seed)
+
+    name = getattr(getattr(model, "cfg", None), "model_name", None)
+    return _Runs(caches, results, corrupted, values, hooks, weights, name if isinstance(name, str) else type(model).__name__)
+
+
+def _check_norms(model, ctx: _Runs) -> None:
+    if normalization_of(model) is None:
         return
-    for layer in range(1, model_config_of(model).n_layers):
+    for layer in range(1, model_shape(model).n_layers):
         cache = ctx.caches["corrupted"]
         mine = _norm(model, layer)(cache[f"blocks.{layer}.hook_resid_pre"])
         if not torch.allclose(mine, cache[f"blocks.{layer}.ln1.hook_out"], atol=1e-4, rtol=1e-4):
@@ -338,10 +392,9 @@ def _check_norms(model, ctx: _Context) -> None:
 
 
 def _measure(
-    model, ctx: _Context, edges: list[tuple[tuple[int, int], tuple[int, int], str]], n_boot: int, seed: int, confidence: float
+    model, ctx: _Runs, edges: list[tuple[tuple[int, int], tuple[int, int], str]], n_boot: int, seed: int, confidence: float
 ) -> PathPatchingTable:
-    _, _, answer, wrong = ctx.pair
-    tokens = ctx.pair[1].inputs
+    tokens = ctx.tokens
     clean_cache, corrupted_cache = ctx.caches["clean"], ctx.caches["corrupted"]
     results, carried = [], []
     for (sl, sh), (rl, rh), input in edges:
@@ -351,13 +404,13 @@ def _measure(
         change = input_change(model, (rl, rh), input, delta, resid)
         carried.append(bool(change.any()))
         if not carried[-1]:  # the edge carries nothing: the corrupted run, without a forward
-            results.append(ctx.logit_diffs["corrupted"])
+            results.append(ctx.values["corrupted"])
             continue
-        with torch.no_grad(), model.hooks(fwd_hooks=ctx.hooks + input_change_hooks((rl, rh), input, change)):
+        with torch.no_grad(), model.hooks(fwd_hooks=ctx.hooks + add_to_input_hooks((rl, rh), input, change)):
             logits = model(tokens)
-        results.append(logit_diff(logits, answer, wrong).double())
+        results.append(ctx.metric(logits))
     raw = torch.stack(results)
-    clean, corrupted = ctx.logit_diffs["clean"], ctx.logit_diffs["corrupted"]
+    clean, corrupted = ctx.values["clean"], ctx.values["corrupted"]
     denominator = clean.mean() - corrupted.mean()
     if abs(float(denominator)) < MIN_DENOMINATOR:
         per_sample = torch.full_like(raw, math.nan)
@@ -365,7 +418,7 @@ def _measure(
     else:
         per_sample = (raw - corrupted.mean()) / denominator
         means = (raw.mean(dim=1) - corrupted.mean()) / denominator
-        low, high = _bootstrap(ctx.bootstrap_weights(n_boot, seed), raw, clean, corrupted, confidence)
+        low, high = _bootstrap(ctx.weights(n_boot, seed), raw, clean, corrupted, confidence)
         idle = ~torch.tensor(carried)  # exactly the corrupted run: 0, not 0 plus the bootstrap's rounding
         means, low, high = means.masked_fill(idle, 0.0), low.masked_fill(idle, 0.0), high.masked_fill(idle, 0.0)
     effects = tuple(
@@ -377,7 +430,7 @@ def _measure(
         for e, ((sl, sh), (rl, rh), input) in enumerate(edges)
     )
     return PathPatchingTable(
-        model_name=model_config_of(model).name,
+        model_name=ctx.model_name,
         effects=effects,
         per_sample=per_sample.float(),
         clean_logit_diff=float(clean.mean()),
@@ -388,16 +441,42 @@ def _measure(
     )
 
 
-def _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corruption) -> tuple[PatchingPair, HookList]:
+def _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corruption, metric) -> _Runs:
+    """Validate the shared arguments (before any forward) and run the clean and corrupted inputs once."""
     _check_options("clean", "corrupted", n_boot, seed, confidence)
     check_positive_int("n", n)
     if corruption not in CORRUPTIONS:
         raise ValueError(f"corruption must be one of {CORRUPTIONS}, got {corruption!r}")
     hooks = check_hooks(model, hooks)
-    config = check_task_config(model, task_config)
-    if pair is None:
-        return induction_patching_pair(config, n=n, seed=seed, corruption=corruption), hooks
-    return _check_pair(model, pair), hooks
+    if isinstance(pair, tuple) and len(pair) == 2:  # any task: (clean, corrupted) TaskBatches or token ids
+        clean, corrupted = (reference_tokens(model, side) for side in pair)
+        if clean is None or corrupted is None:
+            raise TypeError("pair must be (clean, corrupted) TaskBatches or token tensors, got None")
+        if clean.shape != corrupted.shape:
+            raise ValueError(f"clean and corrupted tokens must have the same shape, got {tuple(clean.shape)} and "
+                             f"{tuple(corrupted.shape)}")
+        if metric is None:
+            if not isinstance(pair[0], TaskBatch):
+                raise ValueError("token ids carry no targets: pass metric= (a callable logits -> [batch])")
+            metric = target_logprob(pair[0])
+        elif not callable(metric):
+            raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
+        runs = _general_runs(model, clean, corrupted, metric, hooks)
+    else:
+        if metric is not None:
+            raise ValueError("metric= is for a (clean, corrupted) pair; the permutation pair's metric is its logit "
+                             "difference logit(answer) - logit(wrong)")
+        if pair is None and not is_permutation_model(model):
+            raise ValueError(f"{type(model).__name__} is not a permutation-lookup model: pass pair=(clean, corrupted) "
+                             "TaskBatches or token ids (and metric=)")
+        config = check_task_config(model, task_config)
+        if pair is None:
+            pair = induction_patching_pair(config, n=n, seed=seed, corruption=corruption)
+        else:
+            pair = _check_pair(model, pair)
+        runs = _permutation_runs(model, pair, hooks)
+    _check_norms(model, runs)
+    return runs
 
 
 def path_patch(
@@ -405,8 +484,9 @@ def path_patch(
     sender: tuple[int, int],
     receiver: tuple[int, int],
     input: str,
-    pair: PatchingPair | None = None,
+    pair: PatchingPair | tuple[TaskBatch | Tensor, TaskBatch | Tensor] | None = None,
     *,
+    metric: Callable[[Tensor], Tensor] | None = None,
     task_config: TaskConfig | None = None,
     corruption: str = "swap",
     n: int = 2000,
@@ -424,23 +504,25 @@ def path_patch(
         input: ``"q"``, ``"k"`` or ``"v"``: which input of the receiver gets the sender's
             clean-minus-corrupted output.
         pair: ``(clean, corrupted, answer, wrong)``; default ``induction_patching_pair(task_config,
-            n, seed, corruption=corruption)`` with the model's training task by default.
+            n, seed, corruption=corruption)`` with the model's training task by default.  On any
+            task: ``(clean, corrupted)`` TaskBatches or token ids, measured with ``metric``.
+        metric: ``metric(logits) -> [batch]`` for a ``(clean, corrupted)`` pair (default
+            ``target_logprob(clean)`` for a clean TaskBatch), e.g. a logit difference.
         seed: seeds the default pair and the bootstrap resamples.
         hooks: interventions active in every forward (the cached runs and the patched one).
     Everything is validated before any forward; no hooks are left on the model.
     """
     edge = _check_edge(model, sender, receiver, input)
-    pair, hooks = _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corruption)
-    ctx = _context(model, pair, hooks, _names(model))
-    _check_norms(model, ctx)
-    return _measure(model, ctx, [edge], n_boot, seed, confidence)
+    runs = _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corruption, metric)
+    return _measure(model, runs, [edge], n_boot, seed, confidence)
 
 
 def path_patching_table(
     model,
-    pair: PatchingPair | None = None,
+    pair: PatchingPair | tuple[TaskBatch | Tensor, TaskBatch | Tensor] | None = None,
     *,
     inputs: Sequence[str] = INPUTS,
+    metric: Callable[[Tensor], Tensor] | None = None,
     task_config: TaskConfig | None = None,
     corruption: str = "swap",
     n: int = 2000,
@@ -461,18 +543,17 @@ def path_patching_table(
     bad = [i for i in inputs if i not in INPUTS]
     if bad or len(set(inputs)) != len(inputs):
         raise ValueError(f"inputs must be distinct entries of {INPUTS}, got {list(inputs)}")
-    config = model_config_of(model)
-    if config.n_layers < 2:
-        raise ValueError(f"path patching needs n_layers >= 2 (a sender before a receiver), {config.name} has 1")
-    pair, hooks = _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corruption)
-    heads = [(layer, head) for layer in range(config.n_layers) for head in range(config.n_heads)]
+    shape = model_shape(model)
+    if shape.n_layers < 2:
+        name = model_config_of(model).name if is_permutation_model(model) else type(model).__name__
+        raise ValueError(f"path patching needs n_layers >= 2 (a sender before a receiver), {name} has 1")
+    if not shape.n_heads:
+        raise ValueError(f"{type(model).__name__} declares no number of heads (cfg.n_heads): no edges to patch")
+    runs = _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corruption, metric)
+    heads = [(layer, head) for layer in range(shape.n_layers) for head in range(shape.n_heads) if shape.heads(layer)]
     edges = [(s, r, i) for s in heads for r in heads if s[0] < r[0] for i in inputs]
-    ctx = _context(model, pair, hooks, _names(model))
-    _check_norms(model, ctx)
-    return _measure(model, ctx, edges, n_boot, seed, confidence)
+    return _measure(model, runs, edges, n_boot, seed, confidence)
 
 
-# former private names, kept as aliases for callers not yet renamed
-_check_head_pair = check_head_pair
-_input_change = input_change
-_add_hooks = input_change_hooks
+_check_head_pair, _input_change, _add_hooks = check_head_pair, input_change, add_to_input_hooks  # former private names
+input_change_hooks = add_to_input_hooks  # the name another branch gave it

@@ -1,7 +1,7 @@
 """Reference data for ablations: the binding-free reference batch and the resample draw.
 
-Split from :mod:`perm_circuits.analysis.ablation` (which re-exports both names) so that the
-hooks module stays one concept.
+The binding-free reference is the permutation task's; the resample draw lives in the task-free
+intervention core (:mod:`perm_circuits.analysis.intervention`) and is re-exported here.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from perm_circuits.analysis._checks import check_seed
+from perm_circuits.analysis.intervention import resample_rows
 from perm_circuits.task import Batch, TaskConfig, make_batch
 
 __all__ = ["binding_free_reference", "resample_rows"]
@@ -80,11 +81,3 @@ def _with_permutation(queries: Batch, perms: Tensor) -> Batch:
         repeated=queries.repeated.clone(),
         repeat_source=queries.repeat_source.clone(),
     )
-
-
-def resample_rows(n_reference: int, batch: int, seed: int) -> Tensor:
-    """The reference row that replaces each sample's activation under random-pairing resample.
-
-    ``seed`` seeds the draw of rows (the resample seed), ``torch.Generator().manual_seed(seed)``.
-    """
-    return torch.randint(n_reference, (batch,), generator=torch.Generator().manual_seed(seed))

@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from perm_circuits.analysis.ablation import AblationRow
+from perm_circuits.analysis.ablation_sweep import AblationRow
 from perm_circuits.analysis.patching import PatchingSweep
 from perm_circuits.analysis.scores import HeadScore, RoleThresholds, _component
 

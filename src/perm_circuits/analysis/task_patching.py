@@ -35,11 +35,12 @@ from perm_circuits.analysis._checks import (
     check_positions,
     check_seed,
 )
-from perm_circuits.analysis.patching_core import MIN_DENOMINATOR, _bootstrap
-from perm_circuits.analysis.task_ablation import (
-    _axes,
+from perm_circuits.analysis.patching_core import MIN_DENOMINATOR, _bootstrap, bootstrap_weights
+from perm_circuits.analysis.intervention import (
+    activation_axes,
     check_hook_point,
     reference_tokens,
+    selection,
 )
 from perm_circuits.hooks import check_hooks, run_capture
 from perm_circuits.tasks.base import TaskBatch
@@ -142,8 +143,6 @@ def patch_activation(
         confidence: level of the percentile interval.
         hooks: interventions active in all three runs.
     """
-    from perm_circuits.analysis.ablation import _selection
-
     hook_name = check_hook_point(model, hook_name)
     clean_tokens = reference_tokens(model, clean)
     corrupted_tokens = reference_tokens(model, corrupted)
@@ -167,13 +166,13 @@ def patch_activation(
         raise ValueError(f"hook point {hook_name!r} did not run in {type(model).__name__}'s forward pass")
     source = clean_store[hook_name]
     layout = "pattern" if hook_name.endswith("hook_pattern") else "pos"
-    n_pos, n_index = _axes(source.shape, layout)
+    n_pos, n_index = activation_axes(source.shape, layout)
     chosen = check_index_list("index", index, n_index) if index is not None else None
     where = check_positions(positions, n_pos)
     clean_values = _metric_values(metric, clean_logits, batch)
     with torch.no_grad(), model.hooks(fwd_hooks=hooks):
         corrupted_values = _metric_values(metric, model(corrupted_tokens), batch)
-    mask = _selection(source.shape, layout, chosen, where, source.device)
+    mask = selection(source.shape, layout, chosen, where, source.device)
 
     def patch(activation: Tensor, hook) -> Tensor:
         if activation.shape != source.shape:
@@ -188,10 +187,8 @@ def patch_activation(
         effect = low = high = math.nan
     else:
         effect = (float(patched_values.mean()) - mean_corrupted) / denominator
-        rows = torch.randint(batch, (n_boot, batch), generator=torch.Generator().manual_seed(seed))
-        weights = torch.zeros(n_boot, batch, dtype=torch.float64)
-        weights.scatter_add_(1, rows, torch.ones(n_boot, batch, dtype=torch.float64))
-        lo, hi = _bootstrap(weights / batch, patched_values[None], clean_values, corrupted_values, confidence)
+        lo, hi = _bootstrap(bootstrap_weights(batch, n_boot, seed), patched_values[None], clean_values,
+                            corrupted_values, confidence)
         low, high = float(lo[0]), float(hi[0])
     return TaskPatch(
         hook_name=hook_name,

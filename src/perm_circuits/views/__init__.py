@@ -42,6 +42,7 @@ _SWEEP_NAMES = {
     "sweep_summary": "sweep_report",
     "write_sweep_report": "sweep_report",
     "task_report": "task_report",  # the generic "task model" page (views.task_report)
+    "render_task_report": "task_report",  # the same page from computed analysis.report_data.TaskReportData
 }
 __all__ += list(_SWEEP_NAMES)
 

@@ -1,7 +1,8 @@
 """The HTML report: one self-contained, offline page per model, and a comparison page.
 
-:func:`write_report` (``perm-circuits report NAME... --out DIR``) evaluates each model, runs the
-analyses of :mod:`perm_circuits.analysis` and writes ``DIR/NAME.html`` with:
+:func:`write_report` (``perm-circuits report NAME... --out DIR``) has each model's analyses
+computed by :func:`perm_circuits.analysis.report_data.study_report_data` and writes
+``DIR/NAME.html`` with:
 
 * a generated summary of the head-role verdict (:func:`~perm_circuits.analysis.head_roles`:
   ``RoleVerdict.summary()``, its claims and roles tables, the roles under every ablation mode and
@@ -45,7 +46,6 @@ import os
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -53,16 +53,8 @@ import torch
 from tqdm import tqdm
 
 from perm_circuits._util import atomic_write_text
-from perm_circuits.analysis import (
-    direct_logit_attribution,
-    ffn_key_value_probe,
-    head_roles,
-    mlp_prediction_flips,
-    model_memory_probes,
-    patch_head_outputs,
-    patch_head_sources,
-)
-from perm_circuits.evaluate import evaluate, recall_generalisation
+from perm_circuits.analysis import head_roles
+from perm_circuits.analysis.report_data import study_report_data
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.task import make_test_set
 from perm_circuits.views import figures as F
@@ -208,7 +200,6 @@ def _model_page(entry: _Entry, n: int, step: Any, plotly_js: bool | str = True) 
     model = entry.model
     config = model_config_of(model)
     task = task_config_of(model)
-    analysis_task = task if task.repeat_ratio > 0 else replace(task, repeat_ratio=STUDY_REPEAT_RATIO)
     n_roles, n_patch, n_recall = _sizes(n)
     fig = _Figures(_NAME_RE.sub("-", entry.name))
     body: dict[str, list[Section]] = {title: [] for title in MODEL_SECTIONS}
@@ -216,32 +207,14 @@ def _model_page(entry: _Entry, n: int, step: Any, plotly_js: bool | str = True) 
     def add(title: str, html: str) -> None:
         body[title].append(Section("", html))
 
-    # 1. evaluation (the one full-size test set; reused by the attention maps and DLA)
-    step("evaluate")
-    test_set = make_test_set(analysis_task, n=n)
-    evaluation = evaluate(model, test_set, task_config=analysis_task)
-    generalisation = recall_generalisation(model, task_config=task, n=n_recall)
-    entry.evaluation, entry.generalisation = evaluation, generalisation
-
-    # 2. head roles (ablations x3 modes, joint ablation, recall patching per head / MLP)
-    step("head roles")
-    verdict = head_roles(model, task_config=task, n=n_roles, n_pair=n_patch, n_boot=N_BOOT)
-    entry.verdict = verdict
-
-    # 3. patching per head (reused from the verdict when it ran) and per head x source position
-    step("patching")
-    head_sweep = verdict.head_patching
-    if head_sweep is None:
-        head_sweep = patch_head_outputs(model, n=n_patch, n_boot=N_BOOT)
-    source_sweep = patch_head_sources(model, n=n_patch, n_boot=N_BOOT)
-
-    # 4. FFN key-value probe, memory probes, MLP flips, direct logit attribution
-    step("FFN and memory")
-    layers = range(config.n_layers)
-    ffns = [ffn_key_value_probe(model, layer=layer, task_config=task) for layer in layers]
-    memory = model_memory_probes(model)  # every layer
-    flips = [mlp_prediction_flips(model, test_set, layer=layer) for layer in layers]
-    dla = direct_logit_attribution(model, test_set)
+    # 1-4. every analysis, computed once (analysis.report_data): evaluation, head roles, patching,
+    # FFN / memory probes, MLP flips, direct logit attribution
+    data = study_report_data(model, n, n_roles=n_roles, n_patch=n_patch, n_recall=n_recall, n_boot=N_BOOT,
+                             repeat_ratio=STUDY_REPEAT_RATIO, step=step, roles=head_roles)
+    test_set, evaluation, generalisation, verdict = data.test_set, data.evaluation, data.generalisation, data.verdict
+    entry.evaluation, entry.generalisation, entry.verdict = evaluation, generalisation, verdict
+    head_sweep, source_sweep, ffns, memory, flips, dla = (data.head_sweep, data.source_sweep, data.ffns, data.memory,
+                                                          data.flips, data.dla)
     ffn = ffns[0]
 
     entry.sizes = {
@@ -278,7 +251,7 @@ def _model_page(entry: _Entry, n: int, step: Any, plotly_js: bool | str = True) 
         if example:
             add("Walkthrough", fig(F.walkthrough(model, example[0][1])))
         add("Probe distribution", _note(f"The study's probe is defined for V = 5; this model has V = {config.V}."))
-    attention_set = test_set if n >= MIN_SECTION_N else make_test_set(analysis_task, n=MIN_SECTION_N)
+    attention_set = test_set if n >= MIN_SECTION_N else make_test_set(data.analysis_task, n=MIN_SECTION_N)
     both = bool(attention_set.repeated.any()) and bool((~attention_set.repeated).any())
     add("Attention patterns", fig(F.attention_heatmaps(model, attention_set, repeated="split" if both else None)))
     add("Ablation", _note(

@@ -1,0 +1,288 @@
+"""What the "task model" report shows, computed: every general analysis of one model on one task.
+
+:func:`task_report_data` runs the analyses that need nothing but a
+:class:`~perm_circuits.tasks.base.Task` and a model with TransformerLens hook points, and returns
+them in a :class:`TaskReportData`; :func:`perm_circuits.views.task_report.render_task_report`
+renders it (views render, they do not compute).  The sections:
+
+- the task's metrics on ``task.test_set(n, seed)`` (:func:`~perm_circuits.task_eval.evaluate_task`)
+  and a few test sequences position by position;
+- attention patterns of every layer and head, and where each head looks
+  (:func:`~perm_circuits.analysis.task_attribution.attention_scores`);
+- the ablation table of every head and MLP (:func:`~perm_circuits.analysis.ablation.ablation_table`);
+- activation patching of every head and MLP (Wang et al. 2022; Meng et al. 2022): clean = the
+  test sequences with a loss position, corrupted = the same batch shifted by one row (each
+  sequence paired with another sequence of the task), metric = the clean targets' log-probability
+  (:func:`~perm_circuits.analysis.task_patching.target_logprob`), with bootstrap CIs;
+- direct logit attribution to the targets (:func:`~perm_circuits.analysis.task_attribution.target_logit_attribution`);
+- a proposed circuit and its IOI criteria (:func:`~perm_circuits.analysis.circuit.propose_circuit`,
+  :func:`~perm_circuits.analysis.circuit.circuit_metrics`, mean ablation, F the targets'
+  log-probability above a uniform guess).
+
+:func:`study_report_data` computes the permutation study's page (the head-role verdict, recall
+patching, FFN and memory probes, the study's attribution), which
+:mod:`perm_circuits.views.report` renders.
+
+A section that does not apply to the model (no hook points to ablate, no ``W_U``, a custom
+``forward``) holds ``None`` and a note saying why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from perm_circuits.analysis.ablation import ablation_table
+from perm_circuits.analysis.circuit import circuit_metrics, propose_circuit
+from perm_circuits.analysis.circuit_results import CircuitMetrics
+from perm_circuits.analysis.intervention import ANY_TASK_HOWS, TASK_HOWS
+from perm_circuits.analysis.task_ablation import TaskAblationTable, components_of
+from perm_circuits.analysis.task_attribution import (
+    AttentionScores,
+    TargetAttribution,
+    attention_patterns,
+    attention_scores,
+    target_logit_attribution,
+)
+from perm_circuits.analysis.task_patching import TaskPatch, patch_activation, patch_head, target_logprob
+from perm_circuits.task import Batch, TaskConfig
+from perm_circuits.task_eval import TaskEvaluation, evaluate_task, task_logits
+from perm_circuits.tasks.base import Task, TaskBatch
+
+__all__ = ["StudyReportData", "TaskReportData", "sequence_table", "study_report_data", "task_report_data", "token_labels"]
+
+
+@dataclass(frozen=True)
+class TaskReportData:
+    """Everything the task report renders (module docstring); ``notes[section]`` says why a section is empty."""
+
+    task_name: str
+    about: dict[str, Any]
+    evaluation: TaskEvaluation
+    n: int
+    seed: int
+    sequences: tuple[pd.DataFrame, ...]
+    labels: tuple[tuple[str, ...], ...]
+    patterns: dict[str, Tensor]
+    attention: AttentionScores | None
+    ablation: TaskAblationTable | None
+    ablation_hows: tuple[str, ...]
+    patching: tuple[TaskPatch, ...] | None
+    attribution: TargetAttribution | None
+    circuit: CircuitMetrics | None
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+def token_labels(task: Task, tokens: Sequence[int]) -> list[str]:
+    """``"pos: label"`` per token: the task's optional ``token_labels(tokens)``, else the token id."""
+    custom = getattr(task, "token_labels", None)
+    if callable(custom):
+        labels = list(custom(list(tokens)))
+        if len(labels) == len(tokens) and all(isinstance(label, str) for label in labels):
+            return [f"{pos}: {label}" if not label.startswith(f"{pos}:") else label for pos, label in enumerate(labels)]
+    return [f"{pos}: {tok}" for pos, tok in enumerate(tokens)]
+
+
+def sequence_table(logits: Tensor, batch: TaskBatch, row: int) -> pd.DataFrame:
+    """One test sequence position by position: token, target, loss weight, the model's top token, P(target)."""
+    probs = logits[row].softmax(dim=-1)
+    targets = batch.targets[row].clamp(0, probs.shape[-1] - 1)
+    return pd.DataFrame({
+        "token": batch.tokens[row].tolist(),
+        "target": batch.targets[row].tolist(),
+        "loss weight": batch.mask[row].tolist(),
+        "model's top token": probs.argmax(dim=-1).tolist(),
+        "P(target)": probs.gather(1, targets[:, None])[:, 0].tolist(),
+    }).rename_axis("position")
+
+
+def _patching(model, test_set: TaskBatch, n_boot: int) -> tuple[TaskPatch, ...]:
+    clean = test_set.subset(test_set.mask.sum(1) > 0)
+    if len(clean) < 2:
+        raise ValueError("fewer than two test sequences with a loss position: nothing to pair")
+    corrupted = clean.tokens.roll(1, dims=0)
+    metric = target_logprob(clean)
+    out = []
+    for label, layer, head in components_of(model):
+        if head is not None:
+            out.append(patch_head(model, clean, corrupted, metric, layer, head, n_boot=n_boot))
+        else:
+            out.append(patch_activation(model, clean, corrupted, metric, f"blocks.{layer}.hook_mlp_out", layer=layer,
+                                        n_boot=n_boot))
+    return tuple(out)
+
+
+def task_report_data(
+    model: Any,
+    task: Task,
+    *,
+    n: int = 500,
+    n_sequences: int = 3,
+    seed: int = 1234,
+    forward: Callable[[Any, Tensor], Tensor] | None = None,
+    ablation_hows: Sequence[str] = TASK_HOWS,
+    analyses: bool = True,
+    n_analysis: int = 200,
+    n_boot: int = 200,
+) -> TaskReportData:
+    """Compute every section of the task report (module docstring).
+
+    ``n`` test sequences (``task.test_set(n, seed)``) for the metrics and the ablation table
+    (mean and resample draw from ``task.test_set(n, seed + 1)``), ``n_sequences`` of them shown;
+    ``analyses``: also patching, attribution, attention scores and the proposed circuit, on the
+    first ``n_analysis`` test sequences (``n_boot`` bootstrap resamples).  The hook-based sections
+    need the model's own forward: with ``forward`` given they are left out (noted).
+    """
+    for name, value, low in (("n", n, 1), ("n_sequences", n_sequences, 1), ("n_analysis", n_analysis, 2),
+                             ("n_boot", n_boot, 10)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        if value < low:
+            raise ValueError(f"{name} must be >= {low}, got {value}")
+    if isinstance(ablation_hows, str) or not isinstance(ablation_hows, (tuple, list)):
+        raise TypeError(f"ablation_hows must be a tuple or list of modes from {ANY_TASK_HOWS}, got {ablation_hows!r}")
+    bad = [how for how in ablation_hows if how not in ANY_TASK_HOWS]
+    if bad:
+        raise ValueError(f"ablation_hows entries must be in {ANY_TASK_HOWS}, got {bad}")
+    test_set = task.test_set(n, seed)
+    evaluation = evaluate_task(model, task, test_set, forward=forward)
+    shown = test_set.subset(torch.arange(min(n_sequences, len(test_set))))
+    logits = task_logits(model, shown.tokens, forward)
+    params = list(model.parameters())
+    about = {
+        "task": task.name,
+        **{f"task.{k}": v for k, v in task.to_dict().items() if k != "task"},
+        "model": f"{evaluation.model_name} ({type(model).__name__})",
+        "parameters": sum(p.numel() for p in params),
+        "trainable parameters": sum(p.numel() for p in params if p.requires_grad),
+    }
+    patterns = attention_patterns(model, shown.tokens, forward)
+    notes: dict[str, str] = {}
+    hookable = isinstance(getattr(model, "hook_dict", None), dict) and bool(components_of(model))
+    ablation = patching = attribution = circuit = attention = None
+    if not hookable:
+        notes["ablation"] = notes["patching"] = notes["circuit"] = (
+            "The model has no blocks.L.attn.hook_z or blocks.L.hook_mlp_out hook point: nothing to intervene on.")
+    elif forward is not None:
+        notes["ablation"] = notes["patching"] = notes["circuit"] = (
+            "A custom forward was given; interventions run the model's own forward, so they are left out.")
+    else:
+        if ablation_hows:
+            reference = task.test_set(n, seed + 1) if any(h != "zero" for h in ablation_hows) else "test"
+            ablation = ablation_table(model, tuple(ablation_hows), test_set, task=task, reference=reference,
+                                      test_seed=seed)
+        if analyses:
+            subset = test_set.subset(torch.arange(min(n_analysis, len(test_set))))
+            try:
+                patching = _patching(model, subset, n_boot)
+            except ValueError as error:
+                notes["patching"] = str(error)
+            try:
+                proposed = propose_circuit(model, "all", subset, task=task, where=("all",))
+                circuit = circuit_metrics(model, proposed, subset, task=task, max_exhaustive=6)
+            except ValueError as error:
+                notes["circuit"] = str(error)
+    if analyses:
+        scores = attention_scores(patterns)
+        attention = scores if scores.heads else None
+        if forward is None:
+            try:
+                attribution = target_logit_attribution(model, test_set.subset(torch.arange(min(n_analysis, len(test_set)))))
+            except (TypeError, ValueError) as error:
+                notes["attribution"] = str(error)
+    return TaskReportData(
+        task_name=task.name, about=about, evaluation=evaluation, n=n, seed=seed,
+        sequences=tuple(sequence_table(logits, shown, row) for row in range(len(shown))),
+        labels=tuple(tuple(token_labels(task, shown.tokens[row].tolist())) for row in range(len(shown))),
+        patterns=patterns, attention=attention, ablation=ablation, ablation_hows=tuple(ablation_hows),
+        patching=patching, attribution=attribution, circuit=circuit, notes=notes,
+    )
+
+
+# ----------------------------------------------------------------------------- the study's report
+
+
+@dataclass(frozen=True)
+class StudyReportData:
+    """What the permutation study's model page shows, computed (:func:`study_report_data`)."""
+
+    task: TaskConfig
+    analysis_task: TaskConfig
+    test_set: Batch
+    evaluation: Any
+    generalisation: Any
+    verdict: Any
+    head_sweep: Any
+    source_sweep: Any
+    ffns: tuple[Any, ...]
+    memory: Any
+    flips: tuple[Any, ...]
+    dla: Any
+
+
+def study_report_data(
+    model: Any,
+    n: int,
+    *,
+    n_roles: int,
+    n_patch: int,
+    n_recall: int,
+    n_boot: int,
+    repeat_ratio: float,
+    step: Callable[[str], None] | None = None,
+    roles: Callable[..., Any] | None = None,
+) -> StudyReportData:
+    """Every analysis of a study model's report page, computed once.
+
+    The evaluation on ``n`` test sequences of the model's task (with ``repeat_ratio`` when it
+    trained without repeats, so the recall subgroup exists) and its recall generalisation
+    (``n_recall`` per position); the head-role verdict on ``n_roles`` sequences
+    (:func:`~perm_circuits.analysis.verdict.head_roles`, ``n_patch`` patching pairs, ``n_boot``
+    resamples); recall patching per head and per head x source position; the FFN key-value
+    probe and the MLP flips of every layer, the memory probes and the direct logit attribution.
+    ``step(label)`` is called before each stage (progress); ``roles`` replaces
+    :func:`~perm_circuits.analysis.verdict.head_roles` (same arguments), e.g. to record the verdict.
+    """
+    from dataclasses import replace
+
+    from perm_circuits.analysis import (
+        direct_logit_attribution,
+        ffn_key_value_probe,
+        head_roles,
+        mlp_prediction_flips,
+        model_memory_probes,
+        patch_head_outputs,
+        patch_head_sources,
+    )
+    from perm_circuits.evaluate import evaluate, recall_generalisation
+    from perm_circuits.models import model_config_of, task_config_of
+    from perm_circuits.task import make_test_set
+
+    step = step or (lambda label: None)
+    config = model_config_of(model)
+    task = task_config_of(model)
+    analysis_task = task if task.repeat_ratio > 0 else replace(task, repeat_ratio=repeat_ratio)
+    step("evaluate")
+    test_set = make_test_set(analysis_task, n=n)
+    evaluation = evaluate(model, test_set, task_config=analysis_task)
+    generalisation = recall_generalisation(model, task_config=task, n=n_recall)
+    step("head roles")
+    verdict = (roles or head_roles)(model, task_config=task, n=n_roles, n_pair=n_patch, n_boot=n_boot)
+    step("patching")
+    head_sweep = verdict.head_patching
+    if head_sweep is None:
+        head_sweep = patch_head_outputs(model, n=n_patch, n_boot=n_boot)
+    source_sweep = patch_head_sources(model, n=n_patch, n_boot=n_boot)
+    step("FFN and memory")
+    layers = range(config.n_layers)
+    ffns = tuple(ffn_key_value_probe(model, layer=layer, task_config=task) for layer in layers)
+    memory = model_memory_probes(model)
+    flips = tuple(mlp_prediction_flips(model, test_set, layer=layer) for layer in layers)
+    dla = direct_logit_attribution(model, test_set)
+    return StudyReportData(task, analysis_task, test_set, evaluation, generalisation, verdict, head_sweep,
+                           source_sweep, ffns, memory, flips, dla)

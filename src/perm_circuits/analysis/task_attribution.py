@@ -1,0 +1,202 @@
+"""Direct logit attribution and attention scores on any task's model.
+
+Direct logit attribution (Elhage et al. 2021, "A Mathematical Framework for Transformer
+Circuits"; Wang et al. 2022, the IOI paper, section 3.1) splits the residual stream that reaches
+the unembedding into the outputs of its components and reads each through the unembedding:
+
+    DLA(c) = mask-weighted mean over loss positions of  (c / s) @ (W_U[:, target] - mean_v W_U[:, v]),
+
+the component's direct push on the target's logit over the mean logit.  Components: each head
+``z_h @ W_O[l, h]`` (from ``blocks.L.attn.hook_z``; where the model has no per-layer ``W_O
+[layer, head, d_head, d_model]``, the layer's ``hook_attn_out`` as one component ``L{l}ATTN``),
+each MLP (``hook_mlp_out``) and the embeddings (``hook_embed``, ``hook_pos_embed``).  With a final
+LayerNorm (``cfg.normalization_type`` ``"LN"``), each component is centred, divided by the
+captured ``ln_final.hook_scale`` ``s`` of the run and multiplied by ``ln_final.weight`` (the
+norm frozen at its value on the clean run, the usual convention); without normalization ``s = 1``.
+What no component accounts for (output biases, the final norm's bias, ``b_U``) is ``remainder``,
+so the attributions plus the remainder equal ``logit(target) - mean logit`` exactly.
+
+:func:`attention_scores` summarises every head's attention pattern by where it looks: the share
+of attention each query position gives to itself, to the previous position and to position 0,
+averaged over positions ``>= 1`` (Olsson et al. 2022, "In-context Learning and Induction Heads":
+a previous-token head has a previous score near 1).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from perm_circuits.hooks import run_capture
+from perm_circuits.model_shape import model_shape
+from perm_circuits.tasks.base import TaskBatch
+
+__all__ = ["AttentionScores", "TargetAttribution", "attention_patterns", "attention_scores", "target_logit_attribution"]
+
+_LAYER = re.compile(r"blocks\.(\d+)\.")
+
+
+@dataclass(frozen=True)
+class TargetAttribution:
+    """Per component, the mean direct contribution to ``logit(target) - mean logit`` at the loss positions.
+
+    ``total`` is the model's own mean ``logit(target) - mean logit``; ``sum(values) + remainder == total``.
+    """
+
+    model_name: str
+    components: tuple[str, ...]
+    values: tuple[float, ...]
+    remainder: float
+    total: float
+    n: int
+
+    def get(self, component: str) -> float:
+        return self.values[self.components.index(component)]
+
+    def to_dataframe(self) -> pd.DataFrame:
+        rows = list(zip(self.components, self.values)) + [("remainder", self.remainder), ("total", self.total)]
+        return pd.DataFrame(rows, columns=["component", "direct_logit_attribution"])
+
+
+def _name(model) -> str:
+    config = getattr(model, "perm_config", None)
+    name = getattr(config, "name", None) or getattr(getattr(model, "cfg", None), "model_name", None)
+    return name if isinstance(name, str) and name else type(model).__name__
+
+
+def target_logit_attribution(model, batch: TaskBatch) -> TargetAttribution:
+    """Direct logit attribution of every component to the targets of ``batch`` (module docstring).
+
+    Needs the model's ``W_U`` ``[d_model, n_out]`` and residual-stream hook points; TypeError
+    for a model without ``W_U``, ValueError for a normalization other than LayerNorm or none.
+    """
+    if not isinstance(batch, TaskBatch):
+        raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
+    shape = model_shape(model)
+    W_U = getattr(model, "W_U", None)
+    if not isinstance(W_U, Tensor) or W_U.ndim != 2:
+        raise TypeError(f"{type(model).__name__} has no unembedding W_U [d_model, n_out]: no direct logit attribution")
+    norm = getattr(getattr(model, "cfg", None), "normalization_type", None)
+    if norm not in (None, "LN", "LNPre"):
+        raise ValueError(f"direct logit attribution handles LayerNorm or no normalization, got {norm!r}")
+    W_O = getattr(model, "W_O", None)
+    per_head = isinstance(W_O, Tensor) and W_O.ndim == 4 and bool(shape.n_heads)
+    names: list[tuple[str, str]] = [(n, n) for n in ("hook_embed", "hook_pos_embed") if shape.has_hook(n)]
+    for layer in range(shape.n_layers):
+        if per_head and shape.heads(layer):
+            names.append((f"L{layer}", f"blocks.{layer}.attn.hook_z"))
+        elif shape.has_hook(f"blocks.{layer}.hook_attn_out"):
+            names.append((f"L{layer}ATTN", f"blocks.{layer}.hook_attn_out"))
+        if shape.mlp(layer):
+            names.append((f"L{layer}MLP", f"blocks.{layer}.hook_mlp_out"))
+    extra = ["ln_final.hook_scale"] if norm is not None else []
+    logits, cache = run_capture(model, batch.tokens, [hook for _, hook in names] + extra)
+    weights = batch.mask.double()
+    targets = batch.targets.clamp(0, W_U.shape[1] - 1) * (batch.mask > 0)
+    W = W_U.detach().double()
+    direction = W[:, targets] - W.mean(1)[:, None, None]  # [d_model, batch, seq]
+    scale = cache["ln_final.hook_scale"].double() if norm is not None else None
+    ln_weight = model.state_dict().get("ln_final.weight") if norm == "LN" else None
+
+    def read(vector: Tensor) -> float:
+        x = vector.double()
+        if scale is not None:
+            x = (x - x.mean(-1, keepdim=True)) / scale
+            if ln_weight is not None:
+                x = x * ln_weight.double()
+        value = torch.einsum("bsd,dbs->bs", x, direction)
+        return float((value * weights).sum() / weights.sum())
+
+    labels, values = [], []
+    for label, hook in names:
+        activation = cache[hook]
+        if hook.endswith("attn.hook_z"):
+            layer = int(_LAYER.match(hook).group(1))
+            for head in range(shape.n_heads):
+                labels.append(f"{label}H{head}")
+                values.append(read(activation[:, :, head] @ W_O[layer, head].detach()))
+        else:
+            labels.append({"hook_embed": "embed", "hook_pos_embed": "pos_embed"}.get(label, label))
+            values.append(read(activation))
+    out = logits.double()
+    diff = out.gather(-1, targets[..., None])[..., 0] - out.mean(-1)
+    total = float((diff * weights).sum() / weights.sum())
+    return TargetAttribution(_name(model), tuple(labels), tuple(values), total - sum(values), total, len(batch))
+
+
+def attention_patterns(
+    model, tokens: Tensor, forward: Callable[[Any, Tensor], Tensor] | None = None
+) -> dict[str, Tensor]:
+    """``{hook name: pattern [batch, head, q, k]}`` of every ``*hook_pattern`` hook point, one forward pass.
+
+    Works for any model with TransformerLens hook points (a bridge, a ``HookedRootModule``), in
+    layer order; a pattern captured as ``[batch, q, k]`` (one head) gets a head axis.
+    ``forward(model, tokens)`` defaults to ``model(tokens)``.  The capturing hooks are removed
+    afterwards, always.  Empty when the model has no such hook point.
+    """
+    hook_dict = getattr(model, "hook_dict", None)
+    if not isinstance(hook_dict, dict):
+        return {}
+    names, seen = [], set()
+    for name, point in hook_dict.items():
+        if name.endswith("hook_pattern") and id(point) not in seen:
+            seen.add(id(point))
+            names.append(name)
+    layer = {name: int(m.group(1)) if (m := _LAYER.search(name)) else index for index, name in enumerate(names)}
+    names.sort(key=lambda name: layer[name])
+    if not names:
+        return {}
+    store: dict[str, Tensor] = {}
+
+    def make(name: str) -> Callable:
+        def capture(pattern: Tensor, hook: Any) -> None:
+            store[name] = pattern.detach().float().cpu()
+
+        return capture
+
+    with torch.no_grad(), model.hooks(fwd_hooks=[(name, make(name)) for name in names]):
+        model(tokens) if forward is None else forward(model, tokens)
+    out = {}
+    for name in names:
+        if name not in store:
+            raise RuntimeError(f"attention hook point {name!r} did not run in the forward pass")
+        pattern = store[name]
+        out[name] = pattern[:, None] if pattern.ndim == 3 else pattern
+    return out
+
+
+@dataclass(frozen=True)
+class AttentionScores:
+    """Per head (``L{l}H{h}``): the mean attention to itself, the previous position and position 0."""
+
+    heads: tuple[str, ...]
+    self_score: tuple[float, ...]
+    previous_score: tuple[float, ...]
+    first_score: tuple[float, ...]
+
+    def to_dataframe(self) -> pd.DataFrame:
+        return pd.DataFrame({"head": self.heads, "self": self.self_score, "previous": self.previous_score,
+                             "first": self.first_score})
+
+
+def attention_scores(patterns: dict[str, Tensor]) -> AttentionScores:
+    """Where each head looks, from :func:`attention_patterns` (square patterns only; module docstring)."""
+    heads, self_s, prev_s, first_s = [], [], [], []
+    for index, pattern in enumerate(patterns.values()):
+        if pattern.shape[-1] != pattern.shape[-2] or pattern.shape[-1] < 2:
+            continue
+        seq = pattern.shape[-1]
+        rows = torch.arange(1, seq)
+        for head in range(pattern.shape[1]):
+            p = pattern[:, head].double()
+            heads.append(f"L{index}H{head}")
+            self_s.append(float(p[:, rows, rows].mean()))
+            prev_s.append(float(p[:, rows, rows - 1].mean()))
+            first_s.append(float(p[:, rows, 0].mean()))
+    return AttentionScores(tuple(heads), tuple(self_s), tuple(prev_s), tuple(first_s))
