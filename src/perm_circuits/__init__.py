@@ -35,7 +35,6 @@ if TYPE_CHECKING:
         patch_head,
         propose_circuit,
         recall_patching,
-        task_ablation_table,
     )
     from perm_circuits.dynamics import DynamicsRecorder
     from perm_circuits.evaluate import evaluate, recall_generalisation
@@ -100,7 +99,6 @@ __all__ = [
     "patch_head",
     "propose_circuit",
     "recall_patching",
-    "task_ablation_table",
     # training dynamics, sweeps, reproductions
     "DynamicsRecorder",
     "load_sweep",
@@ -109,7 +107,7 @@ __all__ = [
 ]
 
 MOVED: dict[str, str] = {
-    **dict.fromkeys(("ablate", "ffn_key_value_probe", "memory_recall", "mlp_prediction_flips", "optimal_constant",
+    **dict.fromkeys(("task_ablation_table", "ablate", "ffn_key_value_probe", "memory_recall", "mlp_prediction_flips", "optimal_constant",
                      "TaskAblationTable", "TaskPatch", "target_logprob"), "perm_circuits.analysis"),
     **dict.fromkeys(("Evaluation", "RecallGeneralisation", "StepMetrics", "SubgroupMetrics", "probe_probabilities"),
                     "perm_circuits.evaluate"),

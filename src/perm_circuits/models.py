@@ -209,7 +209,7 @@ def model_config_of(model) -> ModelConfig:
     cfg = getattr(model, "cfg", None)
     missing = [name for name in ("d_model", "n_heads", "n_layers", "d_vocab") if not hasattr(cfg, name)]
     hint = ("on any other model use the task-agnostic analyses (ablate/ablate_head with reference=TaskBatch, "
-            "patch_head, task_ablation_table, evaluate_task; docs/tasks.md 'Analyses on any task')")
+            "patch_head, ablation_table(..., task=task), evaluate(model, task=task); docs/tasks.md 'Analyses on any task')")
     if missing:
         raise TypeError(f"{type(model).__name__} is not a permutation-lookup model (its cfg lacks {missing}); {hint}")
     try:

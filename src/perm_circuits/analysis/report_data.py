@@ -5,7 +5,7 @@
 them in a :class:`TaskReportData`; :func:`perm_circuits.views.task_report.render_task_report`
 renders it (views render, they do not compute).  The sections:
 
-- the task's metrics on ``task.test_set(n, seed)`` (:func:`~perm_circuits.task_eval.evaluate_task`)
+- the task's metrics on ``task.test_set(n, seed)`` (:func:`~perm_circuits.evaluate` with ``task=``)
   and a few test sequences position by position;
 - attention patterns of every layer and head, and where each head looks
   (:func:`~perm_circuits.analysis.task_attribution.attention_scores`);
@@ -51,7 +51,7 @@ from perm_circuits.analysis.task_attribution import (
 )
 from perm_circuits.analysis.task_patching import TaskPatch, patch_activation, patch_head, target_logprob
 from perm_circuits.task import Batch, TaskConfig
-from perm_circuits.task_eval import TaskEvaluation, evaluate_task, task_logits
+from perm_circuits.task_eval import TaskEvaluation, measure_task, task_logits
 from perm_circuits.tasks.base import Task, TaskBatch
 
 __all__ = ["StudyReportData", "TaskReportData", "sequence_table", "study_report_data", "task_report_data", "token_labels"]
@@ -150,7 +150,7 @@ def task_report_data(
     if bad:
         raise ValueError(f"ablation_hows entries must be in {ANY_TASK_HOWS}, got {bad}")
     test_set = task.test_set(n, seed)
-    evaluation = evaluate_task(model, task, test_set, forward=forward)
+    evaluation = measure_task(model, task, test_set, forward=forward)
     shown = test_set.subset(torch.arange(min(n_sequences, len(test_set))))
     logits = task_logits(model, shown.tokens, forward)
     params = list(model.parameters())

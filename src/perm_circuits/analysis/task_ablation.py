@@ -5,7 +5,7 @@ the study's bridges, or whenever a ``task`` is given: each head (``blocks.L.attn
 each MLP (``blocks.L.hook_mlp_out``, where the model has one) is ablated under each mode with the
 task-free hooks of :func:`~perm_circuits.analysis.intervention.ablate_tokens` (zero, mean,
 resample, optimal; Wang et al. 2022, the IOI paper, section 3; Chan et al. 2022; Li & Janson
-2024) and the task's own metrics are measured with :func:`~perm_circuits.task_eval.evaluate_task`
+2024) and the task's own metrics are measured with :func:`~perm_circuits.evaluate` with ``task=``
 (``hooks=``), next to the unablated baseline.
 """
 
@@ -136,7 +136,7 @@ def task_table(
     in the table only.  Use :func:`~perm_circuits.analysis.ablation.ablation_table`, which
     validates the arguments and builds the defaults.
     """
-    from perm_circuits.task_eval import evaluate_task
+    from perm_circuits.task_eval import measure_task
 
     shape = model_shape(model)
     if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:
@@ -158,14 +158,14 @@ def task_table(
         )
     if reference is None and any(how != "zero" for how in hows):
         raise ValueError(f"modes {[h for h in hows if h != 'zero']} need a reference TaskBatch")
-    base = evaluate_task(model, task, test_set, hooks=hooks or None)
+    base = measure_task(model, task, test_set, hooks=hooks or None)
     rows = [TaskAblationRow("none", "none", None, None, dict(base.metrics), base.test_loss)]
     cells = [(how, c) for how in hows for c in components]
     for how, (label, layer, head) in tqdm(cells, disable=not progress, desc="task ablation", leave=False):
         hook_name = f"blocks.{layer}.attn.hook_z" if head is not None else f"blocks.{layer}.hook_mlp_out"
         extra = ablate_tokens(model, hook_name, how, reference=None if how == "zero" else reference, index=head,
                               positions=positions, seed=resample_seed, hooks=hooks)
-        result = evaluate_task(model, task, test_set, hooks=hooks + extra)
+        result = measure_task(model, task, test_set, hooks=hooks + extra)
         rows.append(TaskAblationRow(label, how, layer, head, dict(result.metrics), result.test_loss))
     return TaskAblationTable(task.name, base.model_name, tuple(task.metric_names), tuple(rows), len(test_set),
                              test_seed)

@@ -6,7 +6,7 @@ nothing) into ``OUT/<task name>.html``; :func:`task_report` does both in one cal
 
 * the task's settings (:meth:`Task.to_dict`) and the model's size (parameters, trainable ones);
 * the task's metrics on its test set, the test loss and the agreement with the task's exact
-  reference where it has one (:func:`~perm_circuits.task_eval.evaluate_task`);
+  reference where it has one (:func:`~perm_circuits.evaluate` with ``task=``);
 * a few test sequences, position by position: token, target, loss weight, the model's top token
   and its probability of the target;
 * the attention pattern of every layer and head on each of those sequences (plotly heatmaps, and
