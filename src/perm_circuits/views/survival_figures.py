@@ -14,7 +14,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from perm_circuits.views.figures import MODEL_PALETTE, _style
+from perm_circuits.views.figure_style import house_style
+from perm_circuits.views.figures import MODEL_PALETTE
 
 __all__ = ["time_to_recall_figure"]
 
@@ -66,6 +67,6 @@ def time_to_recall_figure(curves: pd.DataFrame, *, marks: Sequence[float] = ()) 
             fig.add_vline(x=float(mark), line={"dash": "dot", "width": 1, "color": "#868e96"}, row=1, col=col)
     fig.update_xaxes(type="log")
     fig.update_yaxes(range=[-0.03, 1.03], tickformat=".0%")
-    return _style(fig, "Time to recall: share of seeds with recall >= 0.99 by N training sequences",
+    return house_style(fig, "Time to recall: share of seeds with recall >= 0.99 by N training sequences",
                   x_title="training sequences seen (log)", y_title="seeds that learned recall",
                   height=460, width=max(760, 430 * len(dropouts)))
