@@ -275,7 +275,7 @@ def budget_comparison_markdown(cut: pd.DataFrame, full: pd.DataFrame) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     keys = sorted(set(map(tuple, cut[list(GROUP)].to_numpy().tolist())) | set(map(tuple, full[list(GROUP)].to_numpy().tolist())))
     for key in keys:
-        cells = [_number(float(v)) for v in key]
+        cells = [format_number(float(v)) for v in key]
         for frame in (cut, full):
             runs = frame[(frame[list(GROUP)] == pd.Series(key, index=list(GROUP))).all(axis=1) & (frame["status"] == "done")]
             hit = runs["recall_accuracy"] >= LEARNED
