@@ -28,6 +28,7 @@ STUDY_MODULES = frozenset({
     "perm_circuits.analysis.scores",
     "perm_circuits.analysis.patching",
     "perm_circuits.analysis.ffn",
+    "perm_circuits.analysis.joint_ablation",
 })
 # General tools: everything on the data path up to and including the analyses (task, models,
 # training, evaluation, hooks, the interventions, circuits, attribution and probes), except the
@@ -202,9 +203,6 @@ def test_no_new_import_cycles():
     assert not unknown, f"new import cycles: {[sorted(c) for c in unknown]}"
 
 
-@pytest.mark.xfail(strict=False, reason="known cycles through imports inside functions: analysis.ablation <-> "
-                   "ablation_sweep <-> task_ablation, evaluate <-> tasks.permutation, sweep.run <-> sweep.task_sweep; "
-                   "they are being removed, then this check becomes strict")
 def test_no_import_cycles():
     """No cycle at all, imports inside functions included."""
     found = cycles(import_graph(everywhere=True))
@@ -222,9 +220,6 @@ def test_study_modules_exist():
     assert CORE_MODULES <= set(MODULES), sorted(CORE_MODULES - set(MODULES))
 
 
-@pytest.mark.xfail(strict=True, reason="general tools still import the study's modules: analysis.ablation_sweep "
-                   "imports analysis.scores and analysis.path_patching imports analysis.patching; once "
-                   "fixed this test passes and the mark must go")
 def test_general_tools_do_not_import_the_study():
     """The study's story (roles, claims, verdict, scores, recall patching, FFN) imports the general
     tools, never the reverse (imports inside functions count too)."""

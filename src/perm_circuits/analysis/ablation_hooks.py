@@ -66,7 +66,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import torch
 from torch import Tensor
 
 from perm_circuits.analysis._checks import (
@@ -177,89 +176,8 @@ def reference_activations(
 # ----------------------------------------------------------------------------- hooks
 
 
-def selection(shape: torch.Size, layout: str, index: list[int] | None, positions: list[int] | None,
-               device: torch.device) -> Tensor:
-    """Boolean mask over ``shape[1:]`` (no batch axis) of the entries an ablation replaces."""
-    pos_dim, index_dim = (1, 2) if layout == "pos" else (2, 1)
-    mask = torch.ones(shape[1:], dtype=torch.bool, device=device)
-    for dim, chosen in ((pos_dim, positions), (index_dim, index)):
-        if chosen is None:
-            continue
-        if dim >= len(shape):
-            raise ValueError(f"activation of shape {tuple(shape)} has no axis {dim} to index")
-        keep = torch.zeros(shape[dim], dtype=torch.bool, device=device)
-        keep[chosen] = True
-        view = [1] * (len(shape) - 1)
-        view[dim - 1] = shape[dim]
-        mask = mask & keep.view(view)
-    return mask
 
 
-def ablation_fn(
-    how: str,
-    layout: str,
-    index: list[int] | None,
-    positions: list[int] | None,
-    reference_activation: Tensor | None,
-    seed: int,
-    pairing: str,
-    constant: Tensor | None = None,
-) -> Callable:
-    """The hook closure: replace the selected entries of the activation.
-
-    ``reference_activation``: the activation on the reference batch (``"mean"``, ``"resample"``;
-    on the binding-free batch for ``"binding_free"``, always row-paired); ``constant``: the
-    optimal constant ``[*activation.shape[1:]]`` for ``"optimal"``.
-    """
-    replacement_mean = None
-    if how == "mean":
-        assert reference_activation is not None
-        replacement_mean = reference_activation.mean(dim=0, keepdim=True)
-    if how == "binding_free":
-        pairing = "row"
-
-    def check_shape(activation: Tensor, reference: Tensor) -> None:
-        if activation.shape[1:] != reference.shape[1:]:
-            raise ValueError(
-                f"activation shape {tuple(activation.shape)} does not match the reference activation "
-                f"shape {tuple(reference.shape)} beyond the batch axis"
-            )
-
-    def hook_fn(activation: Tensor, hook) -> Tensor:
-        mask = selection(activation.shape, layout, index, positions, activation.device)
-        if how == "zero":
-            replacement = torch.zeros((), dtype=activation.dtype, device=activation.device)
-        elif how == "mean":
-            assert replacement_mean is not None
-            check_shape(activation, replacement_mean)
-            replacement = replacement_mean.to(activation.dtype)
-        elif how == "optimal":
-            assert constant is not None
-            check_shape(activation, constant[None])
-            replacement = constant[None].to(activation.dtype)
-        else:
-            assert reference_activation is not None
-            check_shape(activation, reference_activation)
-            batch = activation.shape[0]
-            if pairing == "row":
-                if reference_activation.shape[0] != batch and how == "binding_free":
-                    raise ValueError(
-                        f"binding_free ablation pairs by row and needs a batch of the reference's size "
-                        f"{reference_activation.shape[0]}, got a batch of {batch}"
-                    )
-                if reference_activation.shape[0] != batch:
-                    raise ValueError(
-                        f"pairing='row' needs a reference of the batch's size {batch}, "
-                        f"got {reference_activation.shape[0]} reference samples"
-                    )
-                replacement = reference_activation
-            else:
-                rows = resample_rows(reference_activation.shape[0], batch, seed)
-                replacement = reference_activation[rows.to(reference_activation.device)]
-            replacement = replacement.to(activation.dtype)
-        return torch.where(mask, replacement, activation)
-
-    return hook_fn
 
 
 def _replacement(

@@ -11,7 +11,7 @@ of :func:`~perm_circuits.evaluate.evaluate` with the posteriors computed once).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import pandas as pd
@@ -19,18 +19,17 @@ import torch
 from torch import Tensor
 
 from perm_circuits.analysis._checks import check_positions, check_seed, check_task_config
-from perm_circuits.analysis.ablation_hooks import ablate, check_reference
+from perm_circuits.analysis.ablation_hooks import check_reference
 from perm_circuits.analysis.intervention import HOWS, ablation_fn, check_how, resample_rows, selection
 from perm_circuits.analysis.optimal import optimise_constant, upstream_hooks
 from perm_circuits.analysis.references import binding_free_reference
-from perm_circuits.analysis.scores import HeadScores, recall_signal
 from perm_circuits.evaluate import evaluate_logits
 from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.models import model_config_of
 from perm_circuits.posterior import bayes_posterior
 from perm_circuits.task import Batch, TaskConfig, make_test_set, validate_tokens
 
-__all__ = ["AblationRow", "AblationTable", "joint_eliminator_rows"]
+__all__ = ["AblationRow", "AblationTable"]
 
 
 @dataclass(frozen=True)
@@ -235,58 +234,3 @@ def _ablation_runs(
         rows=tuple(rows),
     )
     return table, hook_lists, all_logits
-
-
-# ----------------------------------------------------------------------------- joint ablation (head_roles)
-
-
-def _ablated_logits(model, batch: Batch, hooks: HookList, extra: HookList) -> Tensor:
-    with torch.no_grad(), model.hooks(fwd_hooks=list(hooks) + list(extra)):
-        return model(batch.inputs)
-
-
-def joint_eliminator_rows(
-    model,
-    scores: HeadScores,
-    batch: Batch,
-    config: TaskConfig,
-    hows: Sequence[str],
-    hooks: HookList,
-    single: Mapping[tuple[str, str], HookList],
-) -> tuple[tuple[AblationRow, ...], dict[tuple[str, str], float]]:
-    """Ablate every head with the eliminator pattern together, under each mode (if >= 2 share it).
-
-    The single-head hooks of the ablation table (``single``) compose exactly for every mode but
-    ``"optimal"``, whose constant is re-optimised jointly for the heads of each layer (in a
-    multi-layer model, layer by layer from the first, each search with the earlier layers' group
-    already ablated).
-    """
-    group = [s for s in scores.heads if "eliminator" in s.patterns]
-    if len(group) < 2:
-        return (), {}
-    posteriors = (bayes_posterior(batch.inputs, config, "uniform"), bayes_posterior(batch.inputs, config, "train"))
-    component = "+".join(s.component for s in group)
-    layers = list(dict.fromkeys(s.layer for s in group))  # AblationRow.layer: None when they span layers
-    rows, signals = [], {}
-    for how in hows:
-        extra: HookList = []
-        if how == "optimal":  # layer by layer, each layer's constant searched with the earlier layers' in place
-            for layer in sorted(dict.fromkeys(s.layer for s in group)):
-                heads = [s.head for s in group if s.layer == layer]
-                extra += ablate(model, f"blocks.{layer}.attn.hook_z", how, reference=batch, index=heads,
-                                hooks=list(hooks) + extra)
-        else:
-            for s in group:
-                extra += single[(s.component, how)]
-        logits = _ablated_logits(model, batch, hooks, extra)
-        signals[(component, how)] = recall_signal(logits, batch.inputs)
-        evaluation = evaluate_logits(logits, batch, config, posteriors=posteriors)
-        memorization = evaluation.memorization
-        rows.append(AblationRow(
-            component=component, how=how, layer=layers[0] if len(layers) == 1 else None, head=None,
-            elimination_accuracy=evaluation.elimination.accuracy, recall_accuracy=evaluation.recall_accuracy,
-            early_mae_train=evaluation.early_mae_train, loss=evaluation.test_loss,
-            elimination_loss=evaluation.elimination.loss,
-            recall_loss=memorization.loss if memorization is not None else math.nan,
-        ))
-    return tuple(rows), signals

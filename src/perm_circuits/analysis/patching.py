@@ -83,6 +83,7 @@ from perm_circuits.analysis.patching_core import (  # the setters are re-exporte
     PatchingPair,
     PatchingSweep,
     _check_options,
+    check_pair,
     _heads,
     _index_rows,
     _layers,
@@ -100,7 +101,7 @@ from perm_circuits.analysis.patching_core import (  # the setters are re-exporte
 )
 from perm_circuits.hooks import check_hooks
 from perm_circuits.models import model_config_of
-from perm_circuits.task import Batch, TaskConfig, batch_from_queries, make_batch, unused_query, validate_tokens
+from perm_circuits.task import Batch, TaskConfig, batch_from_queries, make_batch, unused_query
 
 __all__ = [
     "ACTIVATIONS",
@@ -148,27 +149,7 @@ def patching_pair(
     return clean, corrupted, clean.ys[:, -1].clone(), ys[:, -1].clone()
 
 
-def _check_pair(model, pair: object) -> PatchingPair:
-    V = model_config_of(model).V
-    if not (isinstance(pair, tuple) and len(pair) == 4):
-        raise TypeError("pair must be the (clean, corrupted, answer, wrong) tuple of patching_pair")
-    clean, corrupted, answer, wrong = pair
-    for name, batch in (("clean", clean), ("corrupted", corrupted)):
-        if not isinstance(batch, Batch):
-            raise TypeError(f"pair's {name} must be a Batch, got {type(batch).__name__}")
-        validate_tokens(batch.inputs, V)
-    if clean.inputs.shape != corrupted.inputs.shape:
-        raise ValueError(
-            f"clean {tuple(clean.inputs.shape)} and corrupted {tuple(corrupted.inputs.shape)} shapes differ"
-        )
-    for name, tokens in (("answer", answer), ("wrong", wrong)):
-        if not isinstance(tokens, Tensor) or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
-            raise TypeError(f"pair's {name} must be an integer tensor of token ids")
-        if tokens.shape != (len(clean),):
-            raise ValueError(f"pair's {name} must have shape ({len(clean)},), got {tuple(tokens.shape)}")
-        if ((tokens < 1) | (tokens > V)).any():
-            raise ValueError(f"pair's {name} tokens must be in 1..{V}")
-    return clean, corrupted, answer.long(), wrong.long()
+_check_pair = check_pair  # former private name
 
 
 def _resolve_pair(

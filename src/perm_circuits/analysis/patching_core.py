@@ -33,7 +33,7 @@ from perm_circuits.analysis._checks import (
 )
 from perm_circuits.hooks import HookList, run_capture
 from perm_circuits.models import model_config_of
-from perm_circuits.task import Batch
+from perm_circuits.task import Batch, validate_tokens
 
 __all__ = [
     "ACTIVATIONS",
@@ -44,6 +44,7 @@ __all__ = [
     "PatchingPair",
     "PatchingSweep",
     "bootstrap_weights",
+    "check_pair",
     "logit_diff",
     "patching_cache",
     "set_all",
@@ -512,3 +513,27 @@ def _neuron_groups(groups: int | Sequence[Sequence[int]], d_mlp: int) -> list[tu
             raise ValueError(f"each neuron group must be a non-empty sequence of ints, got {group!r}")
         out.append(tuple(check_index_list("neuron group", group, d_mlp)))
     return out
+
+
+def check_pair(model, pair: object) -> PatchingPair:
+    """A validated ``(clean, corrupted, answer, wrong)`` patching pair of the permutation task for ``model``."""
+    V = model_config_of(model).V
+    if not (isinstance(pair, tuple) and len(pair) == 4):
+        raise TypeError("pair must be the (clean, corrupted, answer, wrong) tuple of patching_pair")
+    clean, corrupted, answer, wrong = pair
+    for name, batch in (("clean", clean), ("corrupted", corrupted)):
+        if not isinstance(batch, Batch):
+            raise TypeError(f"pair's {name} must be a Batch, got {type(batch).__name__}")
+        validate_tokens(batch.inputs, V)
+    if clean.inputs.shape != corrupted.inputs.shape:
+        raise ValueError(
+            f"clean {tuple(clean.inputs.shape)} and corrupted {tuple(corrupted.inputs.shape)} shapes differ"
+        )
+    for name, tokens in (("answer", answer), ("wrong", wrong)):
+        if not isinstance(tokens, Tensor) or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
+            raise TypeError(f"pair's {name} must be an integer tensor of token ids")
+        if tokens.shape != (len(clean),):
+            raise ValueError(f"pair's {name} must have shape ({len(clean)},), got {tuple(tokens.shape)}")
+        if ((tokens < 1) | (tokens > V)).any():
+            raise ValueError(f"pair's {name} tokens must be in 1..{V}")
+    return clean, corrupted, answer.long(), wrong.long()

@@ -68,13 +68,13 @@ from perm_circuits.analysis._checks import (
     check_positive_int,
     check_task_config,
 )
-from perm_circuits.analysis.patching import _check_pair
 from perm_circuits.analysis.intervention import reference_tokens
 from perm_circuits.analysis.patching_core import (
     MIN_DENOMINATOR,
     PatchingPair,
     _bootstrap,
     _check_options,
+    check_pair,
     patching_cache,
     bootstrap_weights,
     logit_diff,
@@ -473,7 +473,7 @@ def _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corru
         if pair is None:
             pair = induction_patching_pair(config, n=n, seed=seed, corruption=corruption)
         else:
-            pair = _check_pair(model, pair)
+            pair = check_pair(model, pair)
         runs = _permutation_runs(model, pair, hooks)
     _check_norms(model, runs)
     return runs

@@ -35,7 +35,8 @@ from dataclasses import asdict, dataclass, field, replace
 import pandas as pd
 
 from perm_circuits.analysis._checks import check_int
-from perm_circuits.analysis.ablation_sweep import AblationRow, AblationTable, _ablation_runs, joint_eliminator_rows
+from perm_circuits.analysis.ablation_sweep import AblationRow, AblationTable, _ablation_runs
+from perm_circuits.analysis.joint_ablation import joint_eliminator_rows
 from perm_circuits.analysis.intervention import HOWS
 from perm_circuits.analysis.claims import Claim, ClaimTable, study_claims
 from perm_circuits.analysis.induction_story import InductionStory, induction_story
