@@ -14,7 +14,7 @@ import torch
 __all__ = ["model_device", "resolve_device", "to_device"]
 
 
-def resolve_device(device: str | torch.device | None) -> torch.device:
+def resolve_device(device: object) -> torch.device:
     """``device`` as a ``torch.device`` (``None`` -> the CPU); a clear error for a bad or absent one."""
     if device is None:
         return torch.device("cpu")
