@@ -71,12 +71,14 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--force", action="store_true", help="overwrite a checkpoint (or other files) already in --out")
     tr.add_argument("--threads", type=_positive_int, default=1, help="torch CPU threads (default 1: fastest for these sizes, and reproducible)")
     tr.add_argument("--quiet", action="store_true", help="no progress bar")
+    tr.add_argument("--device", help="where to train: cpu (default), cuda, cuda:1, mps")
 
     ev = sub.add_parser("evaluate", help="print the per-step evaluation table")
     ev.add_argument("model", help="pretrained name (d16h1, d32h1, d32h2) or checkpoint folder")
     ev.add_argument("--samples", type=_positive_int, default=5000)
     ev.add_argument("--seed", type=int, default=1234, help="test-set seed")
     ev.add_argument("--json", action="store_true", help="print the summary as JSON")
+    ev.add_argument("--device", help="where to run the model: cpu (default), cuda, ...")
 
     sub.add_parser("info", help="versions, presets and shipped models")
 
@@ -86,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--force", action="store_true", help="write into a non-empty folder that no report wrote")
     rp.add_argument("--samples", type=_positive_int, default=5000)
     rp.add_argument("--quiet", action="store_true")
+    rp.add_argument("--device", help="where to run the models: cpu (default), cuda, ...")
 
     sw = sub.add_parser("sweep", help="run a grid of trainings + analyses from a TOML spec, one row per run")
     sw.add_argument("spec", type=Path, help="sweep spec (TOML: [grid] lists, [fixed] scalars)")
@@ -115,18 +118,20 @@ def _parser() -> argparse.ArgumentParser:
     dc.add_argument("--samples", type=_positive_int, default=500, help="test sequences (default 500)")
     dc.add_argument("--seed", type=int, default=0)
     dc.add_argument("--out", type=Path, help="write the circuit's picture here (.svg or .html)")
+    dc.add_argument("--device", help="where to run the model: cpu (default), cuda, ...")
     rr = sub.add_parser("reproduce", help="run a seed paper's headline experiment and print paper vs ours")
     rr.add_argument("name", help="a registered reproduction (birth, forner, factual, ...)")
     rr.add_argument("--quick", action="store_true", help="the CPU-sized run (minutes)")
     rr.add_argument("--out", type=Path, help="also write comparison.csv, numbers.json and an offline HTML page here")
     rr.add_argument("--quiet", action="store_true", help="no progress bar")
+    rr.add_argument("--device", help="where to run: cpu (default); other devices where the reproduction supports them")
     return parser
 
 
 def _reproduce(args: argparse.Namespace) -> int:
     from perm_circuits.reproduce import reproduce
 
-    result = reproduce(args.name, quick=args.quick, progress=not args.quiet)
+    result = reproduce(args.name, quick=args.quick, progress=not args.quiet, device=args.device)
     print(result.to_text())
     if args.out is not None:
         for path in result.write(args.out):
@@ -204,7 +209,7 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
         recorders.append(DynamicsRecorder(task_config, default_steps(total, args.record_dynamics or DEFAULT_POINTS)))
     result = train(
         model_config or "d32h2", task_config, train_config, resume_from=args.resume, progress=not args.quiet,
-        step_callbacks=recorders,
+        step_callbacks=recorders, device=args.device,
     )
     metadata = {
         "command": "perm-circuits " + " ".join(shlex.quote(a) for a in argv),
@@ -231,7 +236,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from perm_circuits.evaluate import evaluate, recall_generalisation
     from perm_circuits.models import load_any
 
-    model = load_any(args.model)
+    model = load_any(args.model, device=args.device)
     result = evaluate(model, n=args.samples, seed=args.seed)
     if args.json:
         from perm_circuits._util import json_safe
@@ -252,7 +257,7 @@ def _discover(args: argparse.Namespace) -> int:
 
     if args.out is not None and args.out.suffix.lower() not in (".svg", ".html"):
         raise ValueError(f"--out must end in .svg or .html, got {str(args.out)!r}")
-    model = load_any(args.model)
+    model = load_any(args.model, device=args.device)
     result = discover(model, method=args.method, how=args.how, n=args.samples, seed=args.seed)
     print(f"{args.model}: {result.method} under {result.how} ablation, {result.n_edges} of {len(result.scores)} edges, "
           f"faithfulness {result.faithfulness:.3f} ({result.wall_time:.2f} s, {result.n_forward} forward passes)")
@@ -298,7 +303,8 @@ def _info() -> int:
 def _report(args: argparse.Namespace) -> int:
     from perm_circuits.views.report import write_report
 
-    paths = write_report(args.models, args.out, n=args.samples, progress=not args.quiet, force=args.force)
+    paths = write_report(args.models, args.out, n=args.samples, progress=not args.quiet, force=args.force,
+                         device=args.device)
     for path in paths:
         print(path)
     return 0

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
+
+from perm_circuits.devices import model_device
 from jaxtyping import Float, Int
 from torch import Tensor
 
@@ -73,6 +75,10 @@ def run_logits(
 ) -> Float[Tensor, "batch seq vocab"]:
     """Logits of ``model`` on validated ``tokens`` under ``hooks`` (removed afterwards, always).
 
+    The forward runs on the model's device; the logits come back on the tokens' device (so a
+    batch made on the CPU gives CPU logits from a model on a GPU: make the batch on the model's
+    device to keep everything there).
+
     The study's bridges check the tokens against the permutation task; any other hooked model
     (:func:`~perm_circuits.model_shape.model_shape`) against its vocabulary, where it declares one.
     """
@@ -81,11 +87,12 @@ def run_logits(
     else:
         tokens = check_token_ids(tokens, model_shape(model).d_vocab)
     hooks = check_hooks(model, hooks)
+    device = model_device(model)
     with torch.no_grad():
         if not hooks:
-            return model(tokens)
+            return model(tokens.to(device)).to(tokens.device)
         with model.hooks(fwd_hooks=hooks):
-            return model(tokens)
+            return model(tokens.to(device)).to(tokens.device)
 
 
 def run_capture(
@@ -106,5 +113,7 @@ def run_capture(
 
     fwd = list(hooks or []) + [(name, make(name)) for name in dict.fromkeys(names)]
     with torch.no_grad(), model.hooks(fwd_hooks=fwd):
-        logits = model(tokens)
+        logits = model(tokens.to(model_device(model)))
+    if logits.device != tokens.device:  # back to where the caller's batch lives (see run_logits)
+        logits, store = logits.to(tokens.device), {k: v.to(tokens.device) for k, v in store.items()}
     return logits, store

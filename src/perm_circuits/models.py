@@ -190,12 +190,22 @@ def resolve_config(config: ModelConfig | str, seed: int | None = None) -> ModelC
     return config
 
 
-def build_model(config: ModelConfig | str = "d32h2", *, seed: int | None = None):
-    """Boot a freshly initialized bridge (seeded, in eval mode) from a config or preset name."""
+def build_model(config: ModelConfig | str = "d32h2", *, seed: int | None = None,
+                device: str | torch.device | None = None):
+    """Boot a freshly initialized bridge (seeded, in eval mode) from a config or preset name.
+
+    The weights are initialised on the CPU (the same numbers on every machine) and then moved to
+    ``device`` (default: stay on the CPU).
+    """
     from transformer_lens.model_bridge import TransformerBridge
 
+    from perm_circuits.devices import resolve_device
+
+    target = resolve_device(device)
     config = resolve_config(config, seed)
     model = TransformerBridge.boot_native(config.to_tl_config())
+    if target.type != "cpu":
+        model.to(target)
     model.eval()
     model.perm_config = config  # type: ignore[attr-defined]
     return model
@@ -344,9 +354,9 @@ def save_model(
     """
     path = Path(path)
     config = model_config_of(model)
-    tensors = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}  # stored from the CPU
     for key, value in (extra_tensors or {}).items():
-        tensors[f"extra.{key}"] = value.detach().contiguous().clone()
+        tensors[f"extra.{key}"] = value.detach().cpu().contiguous().clone()
     if metadata is not None and not isinstance(metadata, dict):
         raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
     metadata = json_safe(metadata or {})
@@ -401,8 +411,8 @@ def read_checkpoint_files(path: str | os.PathLike) -> tuple[dict[str, Any], dict
     return document, tensors
 
 
-def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
-    """Load and validate a checkpoint folder written by :func:`save_model`."""
+def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device | None = None) -> Checkpoint:
+    """Load and validate a checkpoint folder written by :func:`save_model` (the model on ``device``, default CPU)."""
     document, tensors = read_checkpoint_files(path)
     try:
         config = ModelConfig.from_dict(document["model"], complete=True)
@@ -439,6 +449,10 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
         if not torch.isfinite(value).all():
             raise CheckpointError(f"{key} has non-finite values")
     model.load_state_dict(weights, strict=True)
+    if device is not None:
+        from perm_circuits.devices import to_device
+
+        to_device(model, device)
     model.eval()
     metadata = document.get("metadata", {})
     model.task_config = task_config  # type: ignore[attr-defined]
@@ -446,13 +460,13 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     return Checkpoint(model, config, task_config, metadata, Path(path))
 
 
-def load_model(path: str | os.PathLike):
-    """Load the model of a checkpoint folder (validated, eval mode).
+def load_model(path: str | os.PathLike, *, device: str | torch.device | None = None):
+    """Load the model of a checkpoint folder (validated, eval mode, on ``device``; default CPU).
 
     The bridge carries ``perm_config``, ``task_config`` and ``metadata`` attributes, so analyses
     know the task it was trained on.
     """
-    return load_checkpoint(path).model
+    return load_checkpoint(path, device=device).model
 
 
 def task_config_of(model) -> TaskConfig:
@@ -470,8 +484,8 @@ def list_pretrained() -> list[str]:
     return sorted(p.name for p in PRETRAINED_DIR.iterdir() if (p / CONFIG_FILE).is_file())
 
 
-def load_pretrained(name: str = "d32h2"):
-    """A shipped pretrained model, offline, in eval mode.
+def load_pretrained(name: str = "d32h2", *, device: str | torch.device | None = None):
+    """A shipped pretrained model, offline, in eval mode, on ``device`` (default CPU).
 
     Each was trained by ``scripts/train_pretrained.py`` on the study's recipe (repeat_ratio 0.3);
     the command, seed and final metrics are in ``model.metadata``, the task in
@@ -482,10 +496,10 @@ def load_pretrained(name: str = "d32h2"):
     available = list_pretrained()
     if name not in available:
         raise ValueError(f"unknown pretrained model {name!r}; available: {available}")
-    return load_model(PRETRAINED_DIR / name)
+    return load_model(PRETRAINED_DIR / name, device=device)
 
 
-def load_any(name: str | os.PathLike[str]):
+def load_any(name: str | os.PathLike[str], *, device: str | torch.device | None = None):
     """A model from a checkpoint folder or, when no such folder exists, a pretrained name.
 
     A folder holding ``config.json`` wins over a shipped model of the same name; a folder without
@@ -495,11 +509,11 @@ def load_any(name: str | os.PathLike[str]):
         raise TypeError(f"name must be a pretrained name or checkpoint folder (str or Path), got {type(name).__name__}")
     path = Path(name)
     if path.is_dir() and (path / CONFIG_FILE).is_file():
-        return load_model(path)
+        return load_model(path, device=device)
     if isinstance(name, str) and name in list_pretrained():
-        return load_pretrained(name)
+        return load_pretrained(name, device=device)
     if path.is_dir():
-        return load_model(path)
+        return load_model(path, device=device)
     raise ValueError(f"{str(name)!r} is neither a pretrained model {list_pretrained()} nor a checkpoint folder")
 
 

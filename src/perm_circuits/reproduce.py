@@ -103,8 +103,13 @@ class Reproduction:
         return written
 
 
-def reproduce(name: str, *, quick: bool = False, progress: bool = True) -> Reproduction:
-    """Run reproduction ``name`` (one of :data:`REPRODUCTIONS`); ``quick`` is the CPU-sized run."""
+def reproduce(name: str, *, quick: bool = False, progress: bool = True, device=None) -> Reproduction:
+    """Run reproduction ``name`` (one of :data:`REPRODUCTIONS`); ``quick`` is the CPU-sized run.
+
+    ``device`` (default the CPU) is passed to the reproduction's ``run`` when it takes one; a
+    reproduction whose ``run`` has no ``device`` parameter runs on the CPU only, and asking it for
+    another device is a ValueError.
+    """
     if name not in REPRODUCTIONS:
         REPRODUCTIONS.update({k: v for k, v in registered_reproductions().items() if k not in REPRODUCTIONS})
     if name not in REPRODUCTIONS:
@@ -113,8 +118,19 @@ def reproduce(name: str, *, quick: bool = False, progress: bool = True) -> Repro
         raise TypeError(f"quick must be a bool, got {quick!r}")
     module_name, _ = REPRODUCTIONS[name]
     run: Callable[..., Reproduction] = importlib.import_module(module_name).run
+    options = {}
+    if device is not None:
+        import inspect
+
+        from perm_circuits.devices import resolve_device
+
+        target = resolve_device(device)
+        if "device" in inspect.signature(run).parameters:
+            options["device"] = target
+        elif target.type != "cpu":
+            raise ValueError(f"reproduction {name!r} runs on the CPU only ({module_name}.run takes no device)")
     start = time.perf_counter()
-    result = run(quick=quick, progress=progress)
+    result = run(quick=quick, progress=progress, **options)
     if not isinstance(result, Reproduction):
         raise TypeError(f"{module_name}.run returned {type(result).__name__}, expected a Reproduction")
     from dataclasses import replace

@@ -26,6 +26,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from perm_circuits.devices import model_device
 from perm_circuits.models import ModelConfig, fast_forward
 from perm_circuits.tasks.base import (
     DEFAULT_MODEL_KEYS,
@@ -198,8 +199,11 @@ def train_task(
 
 def task_logits(model: torch.nn.Module, tokens: Int[Tensor, "batch seq"], forward: Forward | None = None) -> Tensor:
     """``forward(model, tokens)`` (default ``model(tokens)``) without gradients, as float."""
+    on_model = tokens.to(model_device(model))  # the forward runs on the model's device
     with torch.no_grad():
-        logits = model(tokens) if forward is None else forward(model, tokens)
+        logits = model(on_model) if forward is None else forward(model, on_model)
+    if isinstance(logits, Tensor):
+        logits = logits.to(tokens.device)
     if not isinstance(logits, Tensor) or logits.ndim != 3 or logits.shape[:2] != tokens.shape:
         shape = tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
         raise ValueError(f"the model must return logits [batch, seq, vocab] for tokens {tuple(tokens.shape)}, got {shape}")

@@ -51,6 +51,7 @@ from perm_circuits.models import (
     save_model,
 )
 from perm_circuits.posterior import bayes_posterior
+from perm_circuits.devices import resolve_device, to_device
 from perm_circuits.task import Batch, TaskConfig, make_batch, make_test_set, probe_sequence
 from perm_circuits.task_eval import fit_task, task_model
 from perm_circuits.tasks.base import FitConfig, FitResult, Task, task_entry
@@ -215,8 +216,10 @@ def _restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, Tens
 class _Evaluator:
     """Evaluates on the fixed test set with posteriors computed once."""
 
-    def __init__(self, task_config: TaskConfig, train_config: TrainConfig, name: str):
+    def __init__(self, task_config: TaskConfig, train_config: TrainConfig, name: str,
+                 device: torch.device = torch.device("cpu")):
         self.config = task_config
+        self.device = device
         self.test_set: Batch = make_test_set(task_config, n=train_config.test_size, seed=train_config.test_seed)
         self.posteriors = (
             bayes_posterior(self.test_set.inputs, task_config, "uniform"),
@@ -227,10 +230,11 @@ class _Evaluator:
 
     def __call__(self, model, weights: dict[str, Tensor] | None = None) -> Evaluation:
         with torch.no_grad():
-            logits = fast_forward(model, self.test_set.inputs, weights)
+            logits = fast_forward(model, self.test_set.inputs.to(self.device), weights).cpu()  # once per epoch
             probe = None
             if self.probe is not None:
-                probe = value_probs(fast_forward(model, self.probe, weights), self.config.V)[0, -1].tolist()
+                probe_logits = fast_forward(model, self.probe.to(self.device), weights).cpu()
+                probe = value_probs(probe_logits, self.config.V)[0, -1].tolist()
         return evaluate_logits(logits, self.test_set, self.config, self.posteriors, self.name, probe)
 
 
@@ -256,6 +260,7 @@ def train(
     resume_from: str | Path | None = None,
     forward: Callable[[torch.nn.Module, Tensor], Tensor] | None = None,
     progress: bool = True,
+    device: str | torch.device | None = None,
     model_config: ModelConfig | str | None = None,
     task_config: TaskConfig | PermutationTask | None = None,
     train_config: TrainConfig | None = None,
@@ -304,6 +309,11 @@ def train(
             task's registered forward for its own model, ``fast_forward`` for a ``build_model``
             bridge, else ``model(tokens)``).
         progress: show a tqdm bar.
+        device: where the model trains (``"cpu"``, ``"cuda"``, a ``torch.device``; default: the
+            CPU, or where a built model already is).  Batches are drawn on the CPU with the same
+            generator as always and moved there once per step; the CPU run is bit for bit the
+            same as without ``device``.  On another device the float arithmetic (and dropout's
+            mask stream, drawn by a generator on that device) differ.
         model_config: the old name of ``model`` (deprecated: a ``DeprecationWarning``).
         task_config: the old name of ``task`` (deprecated).
         train_config: the old name of ``recipe`` (deprecated).
@@ -330,12 +340,12 @@ def train(
             raise TypeError(f"the study's loop builds its model from a ModelConfig or preset name, got "
                             f"{type(model).__name__}; train a built model with a FitConfig recipe")
         return _train_study(model, task, recipe, callbacks=callbacks, step_callbacks=step_callbacks,
-                            resume_from=resume_from, progress=progress)
+                            resume_from=resume_from, progress=progress, device=resolve_device(device))
     return _train_steps(model, task, recipe, callbacks=[*callbacks, *step_callbacks], forward=forward,
-                        progress=progress)
+                        progress=progress, device=None if device is None else resolve_device(device))
 
 
-def _train_steps(model, task, recipe, *, callbacks, forward, progress) -> FitResult:
+def _train_steps(model, task, recipe, *, callbacks, forward, progress, device=None) -> FitResult:
     """The step loop of :func:`train` (its docstring): resolve the task, the recipe and the model."""
     if task is None:
         raise TypeError("the step loop needs a task: train(model, task, FitConfig(...))")
@@ -360,6 +370,7 @@ def _train_steps(model, task, recipe, *, callbacks, forward, progress) -> FitRes
             raise TypeError(f"task {task.name!r} builds its own model: pass model=None or a dict of its fields "
                             f"{list(task_entry(task.name).model_keys)}, not {model!r}")
     forward = own_forward if forward is None else forward
+    to_device(model, device)
     return fit_task(model, task, recipe, forward=forward, callbacks=callbacks, progress=progress)
 
 
@@ -372,6 +383,7 @@ def _train_study(
     step_callbacks: Sequence[Callable[[StepInfo], Any]],
     resume_from: str | Path | None,
     progress: bool,
+    device: torch.device = torch.device("cpu"),
 ) -> TrainResult:
     """The study's epoch loop (:func:`train`), from scratch or from a checkpoint."""
     start = time.perf_counter()
@@ -409,10 +421,15 @@ def _train_study(
     if not isinstance(task_config, TaskConfig) or not isinstance(train_config, TrainConfig):
         raise TypeError("task_config must be a TaskConfig and train_config a TrainConfig")
 
+    on_cpu = device.type == "cpu"
+    if not on_cpu:
+        model.to(device)
+        if model_config.dropout > 0:  # masks must come from a generator on the device
+            dropout_generator = torch.Generator(device=device).manual_seed(dropout_seed(train_config.seed))
     optimizer = _optimizer(model, train_config.lr)
     if resume_from is not None:
         _restore_optimizer(optimizer, tensors)
-    evaluator = _Evaluator(task_config, train_config, model_config.name)
+    evaluator = _Evaluator(task_config, train_config, model_config.name, device)
     weights = model.state_dict(keep_vars=True)
     evaluation = evaluator(model, weights)
     stopped_early = False
@@ -421,13 +438,16 @@ def _train_study(
     global_step = (first_epoch - 1) * train_config.steps_per_epoch
     for epoch in bar:
         model.train()
-        running = torch.zeros(())
+        running = torch.zeros((), device=device)
         remaining = train_config.samples_per_epoch
         for _ in range(train_config.steps_per_epoch):
             batch = make_batch(task_config, min(train_config.batch_size, remaining), generator=generator)
             remaining -= len(batch)
-            logits = fast_forward(model, batch.inputs, weights, generator=dropout_generator)
-            loss = masked_loss(logits, batch.targets, batch.mask)
+            inputs, targets, mask = batch.inputs, batch.targets, batch.mask
+            if not on_cpu:  # drawn on the CPU (the same batches anywhere), moved once
+                inputs, targets, mask = inputs.to(device), targets.to(device), mask.to(device)
+            logits = fast_forward(model, inputs, weights, generator=dropout_generator)
+            loss = masked_loss(logits, targets, mask)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

@@ -403,22 +403,24 @@ def fit(
         opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
     run = forward or (lambda m, tokens: m(tokens))
     generator = torch.Generator().manual_seed(seed)
-    losses: list[float] = []
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))  # the model's device
+    losses: list[Tensor] = []  # kept on the model's device: no transfer per step
     records: list[Any] = []
     from tqdm.auto import tqdm
 
     model.train()
     try:
         for step in tqdm(range(1, steps + 1), disable=not progress, desc=f"fit {task.name}", leave=False):
-            batch = task.sample(batch_size, generator, "train")
-            loss = masked_cross_entropy(run(model, batch.tokens), batch.targets, batch.mask)
+            batch = task.sample(batch_size, generator, "train")  # drawn on the CPU: the same batches anywhere
+            tokens, targets, mask = (t.to(device) for t in (batch.tokens, batch.targets, batch.mask))
+            loss = masked_cross_entropy(run(model, tokens), targets, mask)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            losses.append(float(loss.detach()))
+            losses.append(loss.detach())
             if callbacks:
                 model.eval()
-                state = StepState(step, losses[-1], model, task)
+                state = StepState(step, float(losses[-1]), model, task)
                 with torch.no_grad():
                     for callback in callbacks:
                         record = callback(state)
@@ -427,4 +429,4 @@ def fit(
                 model.train()
     finally:
         model.eval()
-    return FitResult(model, tuple(losses), tuple(records))
+    return FitResult(model, tuple(torch.stack(losses).tolist()) if losses else (), tuple(records))

@@ -159,7 +159,7 @@ def _write_marker(out: Path, pages: list[Path]) -> None:
     atomic_write_text(out / REPORT_MARKER, text + "\n")
 
 
-def _resolve(item: object, index: int) -> tuple[str, str, Any]:
+def _resolve(item: object, index: int, device=None) -> tuple[str, str, Any]:
     """(name, where it came from, model) of one ``models`` entry; raises before any writing."""
     from perm_circuits.models import CONFIG_FILE, list_pretrained, load_any
 
@@ -167,7 +167,7 @@ def _resolve(item: object, index: int) -> tuple[str, str, Any]:
         text = os.fspath(item)
         if not isinstance(text, str) or not text:
             raise ValueError(f"models[{index}] must be a pretrained name or a checkpoint folder, got {item!r}")
-        model = load_any(text)  # a checkpoint folder wins over a pretrained name
+        model = load_any(text, device=device)  # a checkpoint folder wins over a pretrained name
         folder = Path(text)
         if text in list_pretrained() and not (folder.is_dir() and (folder / CONFIG_FILE).is_file()):
             return text, f"pretrained model {text!r} (shipped with perm_circuits)", model
@@ -333,8 +333,11 @@ def write_report(
     n: int = 5000,
     progress: bool = True,
     force: bool = False,
+    device=None,
 ) -> list[Path]:
     """Write one self-contained offline HTML report per model, and a comparison page for several.
+
+    ``device`` (default the CPU) is where named models are loaded and run.
 
     Args:
         models: pretrained names (``"d16h1"``, ``"d32h1"``, ``"d32h2"``), checkpoint folders
@@ -383,7 +386,7 @@ def write_report(
         taken = {INDEX_PAGE.removesuffix(".html")} if several else set()
         for index, item in enumerate(models):
             bar.set_postfix_str(f"load {item if isinstance(item, (str, os.PathLike)) else 'model'}")
-            name, source, model = _resolve(item, index)
+            name, source, model = _resolve(item, index, device)
             entries.append(_Entry(name=name, source=source, model=model))
             bar.update(1)
         out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,47 @@
+"""Which device a model and its tensors live on.
+
+Everything runs on the model's device: training, evaluation and the analyses create their tensors
+there (``model_device(model)``), and nothing moves back to the CPU inside a loop.  The data
+generators stay on the CPU (a ``torch.Generator`` on the CPU gives the same batches on every
+machine); a batch moves to the model's device once, right after it is drawn.  CPU is the default
+everywhere; ``device=`` takes ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"`` or a ``torch.device``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["model_device", "resolve_device", "to_device"]
+
+
+def resolve_device(device: object) -> torch.device:
+    """``device`` as a ``torch.device`` (``None`` -> the CPU); a clear error for a bad or absent one."""
+    if device is None:
+        return torch.device("cpu")
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be a str such as 'cpu' or 'cuda', a torch.device or None, got {type(device).__name__}")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, ValueError) as error:
+        raise ValueError(f"device {device!r} is not a torch device name ('cpu', 'cuda', 'cuda:0', 'mps'): {error}") from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asks for CUDA, but torch.cuda.is_available() is False on this machine")
+    if resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r} asks for MPS, which this machine does not have")
+    return resolved
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of ``model``'s parameters (the CPU for a module without any)."""
+    for parameter in model.parameters():
+        return parameter.device
+    for buffer in model.buffers():
+        return buffer.device
+    return torch.device("cpu")
+
+
+def to_device(model: torch.nn.Module, device: str | torch.device | None) -> torch.nn.Module:
+    """Move ``model`` to ``device`` (``None``: leave it where it is); returns the model."""
+    if device is None:
+        return model
+    return model.to(resolve_device(device))
