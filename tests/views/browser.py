@@ -41,6 +41,13 @@ _COUNT_JS = """([viewSel, plotSel]) => {
   };
 }"""
 
+_VISIBLE_JS = """(selector) => {
+  const all = [...document.querySelectorAll(selector)];
+  const seen = all.filter(e => { const r = e.getBoundingClientRect();
+    return (r.width > 0 || r.height > 0) && r.top < window.innerHeight && r.bottom > 0; });
+  return [all.length, seen.length];
+}"""
+
 _ALL_RENDERED_JS = """([viewSel, plotSel]) =>
   [...document.querySelectorAll(viewSel)].every(v => v.childElementCount > 0) &&
   [...document.querySelectorAll(plotSel)].every(p => p.querySelector('svg.main-svg'))"""
@@ -60,6 +67,8 @@ class PageReport:
     plotly_rendered: int = 0
     rendered_in_time: bool = False
     screenshot: Path | None = None
+    counts: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """``count`` selector name -> (elements on the page, elements drawn on the first screen)."""
 
     @property
     def ok(self) -> bool:
@@ -101,6 +110,8 @@ def open_page(
     *,
     timeout_s: float = 10.0,
     viewport: tuple[int, int] = (1280, 900),
+    count: dict[str, str] | None = None,
+    first_screen: str | Path | None = None,
 ) -> PageReport:
     """Open a local HTML file in headless chromium and report on it.
 
@@ -114,6 +125,9 @@ def open_page(
         screenshot: Where to save a full-page PNG (none if ``None``).
         timeout_s: Budget for load + rendering.
         viewport: Browser viewport (width, height).
+        count: name -> CSS selector; ``report.counts[name]`` is (elements on the page, elements
+            drawn within the first screen).
+        first_screen: Where to save a PNG of the first screen only (the viewport, unscrolled).
     """
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
@@ -139,6 +153,10 @@ def open_page(
                 report.rendered_in_time = False
             for key, value in page.evaluate(_COUNT_JS, selectors).items():
                 setattr(report, key, value)
+            for name, selector in (count or {}).items():
+                report.counts[name] = tuple(page.evaluate(_VISIBLE_JS, selector))
+            if first_screen is not None:
+                page.screenshot(path=str(first_screen), full_page=False)
             if screenshot is not None:
                 report.screenshot = Path(screenshot)
                 page.screenshot(path=str(report.screenshot), full_page=True)

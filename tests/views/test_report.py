@@ -324,4 +324,17 @@ def test_cli_report_refuses_and_passes_force(tmp_path, capsys, monkeypatch):
     seen = {}
     monkeypatch.setattr(report, "write_report", lambda models, out, **kwargs: seen.update(kwargs) or [])
     assert main(["report", "d16h1", "--out", str(out), "--quiet", "--force"]) == 0
-    assert seen == {"n": 5000, "progress": False, "force": True}
+    assert seen == {"n": 5000, "progress": False, "force": True, "device": None}
+
+
+def test_pages_open_with_each_skills_circuit_and_findings(report_pages):
+    """Before the sections: the discovered circuit of elimination and recall (ACDC, resample
+    ablation) as SVG, and three to five findings, each naming its ablation mode."""
+    text = (report_pages[1]).read_text(encoding="utf-8")  # d32h2
+    hero = text[text.index('<div class="pc-hero">'):text.index('<ul class="pc-toc">')]
+    assert hero.count("<svg") == 2 and "elimination: ACDC, resample ablation" in hero and "recall: ACDC" in hero
+    findings = re.findall(r"<li>([^<]+)</li>", hero[hero.index('class="pc-findings"'):])
+    assert 3 <= len(findings) <= 5
+    assert all("ablation" in line for line in findings)
+    assert text.index('class="pc-hero"') < text.index('<h2 id=')  # before every section
+    assert text.count('<details class="pc-details">') == 6  # the table sections start collapsed

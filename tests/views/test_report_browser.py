@@ -42,3 +42,24 @@ def test_report_page_renders_offline(report_pages, name):  # noqa: F811
     assert (report.plotly_total, report.plotly_rendered) == (figures, figures)
     assert report.rendered_in_time and report.ok
     assert shot.stat().st_size > 50_000
+
+
+def test_the_first_screen_is_the_circuit_pictures_and_the_findings(report_pages):  # noqa: F811
+    """The d32h2 page opens with one drawn circuit per skill (elimination, recall) and the findings,
+    all inside the first 1280 x 900 screen; the long table sections start collapsed."""
+    (page,) = [p for p in report_pages if p.name == "d32h2.html"]
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "report_d32h2_first_screen.png"
+    report = open_page(page, timeout_s=30, first_screen=shot, count={
+        "circuits": ".pc-hero svg", "nodes": ".pc-hero svg .node", "edges": ".pc-hero svg .edge",
+        "findings": ".pc-findings li", "collapsed": "details.pc-details:not([open])",
+    })
+    assert report.ok
+    assert report.counts["circuits"] == (2, 2)
+    nodes, visible_nodes = report.counts["nodes"]
+    assert nodes >= 2 * 5 and visible_nodes == nodes  # embed, 2 heads, MLP, logits in each picture
+    edges, visible_edges = report.counts["edges"]
+    assert edges >= 2 and visible_edges == edges
+    assert 3 <= report.counts["findings"][0] <= 5 and report.counts["findings"][1] == report.counts["findings"][0]
+    assert report.counts["collapsed"][0] >= 4
+    assert shot.stat().st_size > 20_000

@@ -29,7 +29,7 @@ A section that does not apply to the model (no hook points to ablate, no ``W_U``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -223,6 +223,34 @@ class StudyReportData:
     memory: Any
     flips: tuple[Any, ...]
     dla: Any
+    skills: Mapping[str, Any] = field(default_factory=dict)
+    findings: tuple[str, ...] = ()
+
+
+SKILL_METHOD, SKILL_HOW = "acdc", "resample"
+"""How the report's opening circuits are found: ACDC (Conmy et al. 2023) under resample ablation."""
+
+
+def _pct(value: float) -> str:
+    return "n/a" if value != value else f"{100 * value:.1f}%"
+
+
+def study_findings(evaluation: Any, verdict: Any, skills: Mapping[str, Any]) -> tuple[str, ...]:
+    """Three to five one-line findings from the numbers, each naming its ablation mode (or none)."""
+    lines = [f"Accuracy at the last step (no ablation): elimination {_pct(evaluation.elimination_accuracy)}, "
+             f"recall {_pct(evaluation.recall_accuracy)}."]
+    for skill, result in skills.items():
+        strongest = max(result.circuit, key=lambda edge: abs(float(result.scores[edge]))) if result.circuit else "none"
+        lines.append(f"{skill.capitalize()} circuit ({result.method.upper()}, {result.how} ablation): {result.n_edges} of "
+                     f"{len(result.scores)} edges, faithfulness {result.faithfulness:.2f}; strongest edge {strongest}.")
+    roles = [f"{item.component} {item.role}" for item in (*verdict.heads, *verdict.mlps)]
+    changing = [item.component for item in (*verdict.heads, *verdict.mlps) if not item.robust]
+    lines.append(f"Roles ({verdict.how} ablation): " + ", ".join(roles) + "; "
+                 + (f"mode-dependent: {', '.join(changing)}." if changing else "the same under every mode."))
+    story = {True: "holds", False: "fails", None: "is open"}[verdict.story_holds]
+    lines.append(f"The study's story {story} under {verdict.how} ablation"
+                 + ("" if verdict.verdict_robust else " (not under every mode: see the verdict section)") + ".")
+    return tuple(lines[:5])
 
 
 def study_report_data(
@@ -284,5 +312,10 @@ def study_report_data(
     memory = model_memory_probes(model)
     flips = tuple(mlp_prediction_flips(model, test_set, layer=layer) for layer in layers)
     dla = direct_logit_attribution(model, test_set)
+    step("circuits")
+    from perm_circuits.discovery.skills import discover_skills
+    from perm_circuits.tasks.permutation import as_task_batch
+
+    skills = discover_skills(model, as_task_batch(test_set), method=SKILL_METHOD, how=SKILL_HOW)
     return StudyReportData(task, analysis_task, test_set, evaluation, generalisation, verdict, head_sweep,
-                           source_sweep, ffns, memory, flips, dla)
+                           source_sweep, ffns, memory, flips, dla, skills, study_findings(evaluation, verdict, skills))

@@ -59,6 +59,7 @@ from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.task import make_test_set
 from perm_circuits.views import figures as F
 from perm_circuits.views.comparison_page import COMPARISON_SECTIONS, _comparison_page
+from perm_circuits.views.circuit_hero import HERO_CSS, circuit_hero
 from perm_circuits.views.html import Section, html_page, write_plotly_js
 from perm_circuits.views.model_page import (
     MIN_SECTION_N,
@@ -316,11 +317,23 @@ def _model_page(entry: _Entry, n: int, step: Any, plotly_js: bool | str = True) 
 
     step("write")
     add("Summary", _summary_html(entry, n, smaller))
-    sections: list[Section] = [Section("", f"<style>{_CSS}</style>\n" + _toc(MODEL_SECTIONS))]
+    roles = {item.component: item.role for item in (*verdict.heads, *verdict.mlps)}
+    hero = circuit_hero(data.skills, data.findings, n_layers=config.n_layers, n_heads=config.n_heads, labels=roles)
+    sections: list[Section] = [Section("", f"<style>{_CSS}{HERO_CSS}</style>\n" + hero + _toc(MODEL_SECTIONS))]
     for title in MODEL_SECTIONS:
+        items = body[title]
+        if title in COLLAPSED and all(isinstance(item.body, str) for item in items):
+            inner = "\n".join(item.body for item in items)  # long tables: one click away, first screen stays short
+            sections.append(Section("", f'<details class="pc-details"><summary>{_h2(title)}</summary>\n{inner}\n</details>'))
+            continue
         sections.append(Section("", _h2(title)))
-        sections.extend(body[title])
+        sections.extend(items)
     return html_page(f"perm_circuits report: {entry.name}", sections, include_plotlyjs=plotly_js)
+
+
+COLLAPSED = frozenset({"Head-role verdict", "Evaluation", "Recall generalisation", "Memory probes",
+                       "MLP prediction flips and direct logit attribution", "Training provenance"})
+"""Sections of tables and long sentences, shown collapsed (``<details>``) below the opening circuits."""
 
 
 # ----------------------------------------------------------------------------- entry point

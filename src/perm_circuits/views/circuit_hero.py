@@ -1,0 +1,49 @@
+"""The first screen of a report page: each skill's discovered circuit as a picture, then the findings.
+
+Renders what :mod:`perm_circuits.analysis.report_data` computed (no computation here): one
+:func:`~perm_circuits.views.circuit_graph.circuit_graph` per skill (edge width by the method's
+score, colour by sign), side by side, and three to five one-line findings, each naming its
+ablation mode.  Inline SVG, no JavaScript: it shows before anything else on the page has loaded.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from perm_circuits.views.circuit_graph import circuit_graph
+
+__all__ = ["HERO_CSS", "circuit_hero", "collapsible"]
+
+HERO_CSS = """
+.pc-hero { display: flex; flex-wrap: wrap; gap: 18px; align-items: flex-start; }
+.pc-hero figure { margin: 0; border: 1px solid #dee2e6; border-radius: 6px; padding: 6px; }
+.pc-hero figcaption { font-size: 0.9em; color: #495057; text-align: center; }
+.pc-findings li { margin: 4px 0; }
+details.pc-details > summary { cursor: pointer; font-size: 1.15em; font-weight: 600; margin-top: 1.2em; }
+"""
+
+
+def circuit_hero(skills: Mapping[str, Any], findings: Sequence[str], *, n_layers: int, n_heads: int,
+                 labels: Mapping[str, str] | None = None) -> str:
+    """HTML: the circuit of each skill (a ``DiscoveryResult``) and the findings list."""
+    figures = []
+    for skill, result in skills.items():
+        edges = sorted(result.circuit)
+        picture = circuit_graph(edges, scores={e: float(result.scores[e]) for e in edges}, labels=labels,
+                                n_layers=n_layers, n_heads=n_heads, title=f"{skill}")
+        caption = (f"{html.escape(skill)}: {result.method.upper()}, {html.escape(result.how)} ablation, "
+                   f"{result.n_edges} of {len(result.scores)} edges, faithfulness {result.faithfulness:.2f}")
+        figures.append(f'<figure class="pc-circuit">{picture.svg}<figcaption>{caption}</figcaption></figure>')
+    if not figures:
+        figures.append("<p>No circuit was discovered for this model.</p>")
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in findings)
+    return (f'<div class="pc-hero">{"".join(figures)}</div>\n'
+            f'<h3>Findings</h3>\n<ul class="pc-findings">{items}</ul>')
+
+
+def collapsible(title: str, body: str, *, open_: bool = False) -> str:
+    """``<details>`` with ``title`` as its summary: long tables stay one click away."""
+    flag = " open" if open_ else ""
+    return f'<details class="pc-details"{flag}><summary>{html.escape(title)}</summary>\n{body}\n</details>'
