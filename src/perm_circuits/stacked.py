@@ -132,8 +132,10 @@ def stacked_forward(
             return x
         gain, shift = w[f"{name}.weight"], w[f"{name}.bias"]
         if exact:
+            # unbind, not x[i]: the backward of K selects would build K full-size zero tensors
             return torch.stack([
-                torch.nn.functional.layer_norm(x[i], (d_model,), gain[i], shift[i], 1e-5) for i in range(members)
+                torch.nn.functional.layer_norm(xi, (d_model,), gi, si, 1e-5)
+                for xi, gi, si in zip(x.unbind(0), gain.unbind(0), shift.unbind(0))
             ])
         normed = torch.nn.functional.layer_norm(x, (d_model,), None, None, 1e-5)
         return torch.addcmul(shift[:, None, None, :], normed, gain[:, None, None, :])
