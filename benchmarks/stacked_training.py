@@ -10,7 +10,7 @@ samples each, batch 128, the fixed test set cut to ``--test-size`` so that train
 * singles: :func:`perm_circuits.train.train` once per seed, one after another (on a device other
   than the CPU, where ``train`` may not take a device, one-member ``train_stacked`` calls).
 
-Rounds are interleaved (stacked, singles, stacked, ...) and the median is reported, so a load
+Rounds are interleaved (stacked, singles, one member alone, stacked, ...) and the median is reported, so a load
 change on a shared machine hits both sides alike.  Printed per thread count and K: samples/s of
 each side (K x samples / seconds), the ratio stacked/singles, and the stacked rate over one member
 alone (the GPU target: K = 100 at >= 20x).  Model building (a TransformerBridge per member) and
@@ -63,18 +63,18 @@ def measure(preset: str, ks: list[int], samples: int, rounds: int, test_size: in
     warm = TrainConfig(epochs=1, samples_per_epoch=1280, test_size=test_size)
     train_stacked([0, 1], task, warm, architecture=preset, device=device, exact=exact, progress=False)  # imports, kernels
     _singles(preset, task, warm, 1, device, exact)
-    one = [_timed(lambda: train_stacked([0], task, recipe, architecture=preset, device=device, exact=exact,
-                                        progress=False), device) for _ in range(rounds)]
-    one_rate = samples / statistics.median(one)
     out = []
     for k in ks:
-        stacked, singles = [], []
+        stacked, singles, one = [], [], []
         for _ in range(rounds):
             stacked.append(_timed(lambda: train_stacked(list(range(k)), task, recipe, architecture=preset, device=device,
                                                         exact=exact, progress=False), device))
             singles.append(_timed(lambda: _singles(preset, task, recipe, k, device, exact), device))
+            one.append(_timed(lambda: train_stacked([0], task, recipe, architecture=preset, device=device, exact=exact,
+                                                    progress=False), device))
         s_rate = k * samples / statistics.median(stacked)
         k_rate = k * samples / statistics.median(singles)
+        one_rate = samples / statistics.median(one)
         out.append({"k": k, "stacked": s_rate, "singles": k_rate, "ratio": s_rate / k_rate, "over_one": s_rate / one_rate})
     return out
 
