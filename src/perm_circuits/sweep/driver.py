@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 
 from perm_circuits.sweep.backends import BACKENDS, default_workers, run_local, run_ray, run_serial
 from perm_circuits.sweep.spec import SweepSpec, load_spec
+from perm_circuits.sweep.stacked_runs import TRAINERS, group_runs, run_groups_local, run_groups_serial
 from perm_circuits.sweep.store import clean_stale, finished_runs, load_sweep, write_checkpoint, write_row, write_spec
 
 __all__ = ["SweepResult", "run_sweep", "summary_table"]
@@ -106,6 +107,7 @@ def run_sweep(
     keep_models: bool = False,
     retry_failed: bool = False,
     progress: bool = True,
+    trainer: str = "single",
 ) -> SweepResult:
     """Run every run of ``spec`` not yet stored in ``out_dir``; one JSON row per run.
 
@@ -119,9 +121,17 @@ def run_sweep(
         address: a running Ray cluster (``"HEAD_IP:6379"``); default: a local instance.
         keep_models: also save each run's checkpoint in ``models/<run_id>/``.
         progress: one tqdm bar (done / failed / running, ETA).
+        trainer: ``"single"`` trains one model per run; ``"stacked"`` trains the runs that differ
+            only in their seed as one stacked group (serial and local backends;
+            :mod:`perm_circuits.sweep.stacked_runs`).  The rows are the same bit for bit, so the
+            trainer is not part of the run id.
     """
     out_dir = Path(out_dir)
     _check_args(backend, workers, address, out_dir)
+    if trainer not in TRAINERS:
+        raise ValueError(f"trainer must be one of {TRAINERS}, got {trainer!r}")
+    if trainer == "stacked" and backend == "ray":
+        raise ValueError("trainer='stacked' runs on the serial and local backends, not on ray")
     spec = load_spec(spec)
     if backend == "ray":
         from perm_circuits.sweep.backends import import_ray
@@ -164,7 +174,11 @@ def run_sweep(
     try:
         if todo:
             n_workers = min(workers or default_workers(), len(todo))
-            if backend == "serial":
+            if trainer == "stacked" and backend == "serial":
+                run_groups_serial(group_runs(todo), on_result, on_running, keep_models=keep_models)
+            elif trainer == "stacked":
+                run_groups_local(group_runs(todo), on_result, on_running, workers=n_workers, keep_models=keep_models)
+            elif backend == "serial":
                 run_serial(todo, on_result, on_running, keep_models=keep_models)
             elif backend == "local":
                 run_local(todo, on_result, on_running, workers=n_workers, keep_models=keep_models)

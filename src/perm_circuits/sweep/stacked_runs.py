@@ -1,0 +1,198 @@
+"""Sweep runs trained many at once: runs that differ only in their seed train as one stacked group.
+
+``run_sweep(..., trainer="stacked")`` groups the runs to do by architecture (:func:`group_runs`:
+every config key but the seed) and trains each group with
+:func:`~perm_circuits.stacked.train_stacked`, then evaluates and analyses each member exactly as
+:func:`~perm_circuits.sweep.run.run_one` does.  On CPU the stacked trainer reproduces single runs
+bit for bit, so the rows are the single trainer's rows (``wall_seconds`` aside) and the trainer is
+an implementation detail: it is not part of the spec, the row or the run id, and a sweep folder may
+hold rows of both.  Before a process first stacks, :func:`stacked_reproduces_single` checks that
+promise on a tiny case on this machine (a few tenths of a second); where it fails, every group
+falls back to single runs.  A member's ``wall_seconds`` is its share of the group's training plus
+its own analysis.  Groups run in this process (``serial``) or one group per worker of the local
+process pool (``local``; groups are split so that every worker gets work).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any
+
+import torch
+
+from perm_circuits.models import ModelConfig
+from perm_circuits.sweep.run import _checkpoint_bytes, _metrics, _seed_globals, config_columns, run_one, versions
+from perm_circuits.sweep.spec import RunConfig
+from perm_circuits.task import TaskConfig
+from perm_circuits.train import TrainConfig
+
+__all__ = ["TRAINERS", "architecture_key", "group_runs", "run_group", "run_groups_local", "run_groups_serial",
+           "stacked_reproduces_single"]
+
+TRAINERS = ("single", "stacked")
+"""``run_sweep``'s ``trainer`` choices: one model at a time, or groups of seeds stacked."""
+
+Row = tuple[dict[str, Any], "dict[str, bytes] | None"]
+
+
+def architecture_key(config: dict[str, Any]) -> str:
+    """What a run shares with the other members of its stacked group: its config minus the seeds.
+
+    The analysis sizes are part of it (a group's rows come out alike); a seed paper's task run
+    (``"fit"`` in its config) is never stacked and keys by its whole config.
+    """
+    if "fit" in config:
+        return json.dumps(config, sort_keys=True)
+    model = {k: v for k, v in config["model"].items() if k != "seed"}
+    train = {k: v for k, v in config["train"].items() if k != "seed"}
+    return json.dumps({**config, "model": model, "train": train}, sort_keys=True)
+
+
+def group_runs(runs: Sequence[RunConfig], max_size: int | None = None) -> list[tuple[RunConfig, ...]]:
+    """The runs in groups of one architecture (first appearance order), at most ``max_size`` each."""
+    if max_size is not None and (isinstance(max_size, bool) or not isinstance(max_size, int) or max_size <= 0):
+        raise ValueError(f"max_size must be a positive int or None, got {max_size!r}")
+    groups: dict[str, list[RunConfig]] = {}
+    for run in runs:
+        groups.setdefault(architecture_key(run.config), []).append(run)
+    out = []
+    for members in groups.values():
+        size = max_size or len(members)
+        out.extend(tuple(members[i:i + size]) for i in range(0, len(members), size))
+    return out
+
+
+@functools.cache
+def stacked_reproduces_single() -> bool:
+    """Whether, on this machine's CPU, two stacked members equal their single runs bit for bit.
+
+    A tiny case that exercises every path of the exactness argument (d_model 8 and 1 head, so
+    Adam updates some weights member by member; dropout on; a short last batch).  Cached per
+    process.
+    """
+    from perm_circuits.stacked import train_stacked
+    from perm_circuits.train import train
+
+    architecture = ModelConfig(d_model=8, n_heads=1, dropout=0.1)
+    task = TaskConfig(repeat_ratio=0.3)
+    recipe = TrainConfig(epochs=1, samples_per_epoch=3 * 128 + 20, test_size=50)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        stacked = train_stacked([0, 1], task, recipe, architecture=architecture, progress=False)
+        for seed, member in enumerate(stacked):
+            config = ModelConfig.from_dict({**architecture.to_dict(), "seed": seed})
+            single = train(config, task, TrainConfig.from_dict({**recipe.to_dict(), "seed": seed}), progress=False)
+            a, b = member.model.state_dict(), single.model.state_dict()
+            if not all(torch.equal(a[k], b[k]) for k in a) or member.history.rows != single.history.rows:
+                return False
+        return True
+    finally:
+        torch.set_num_threads(threads)
+
+
+def run_group(runs: Sequence[tuple[str, dict[str, Any]]], keep_models: bool = False) -> list[Row]:
+    """``run_one``'s ``(row, checkpoint files)`` for every ``(run_id, config)`` of one group, trained stacked.
+
+    Never raises.  A group of one, a seed paper's task, a machine where stacking does not
+    reproduce single runs, or a failure of the stacked training itself fall back to
+    :func:`~perm_circuits.sweep.run.run_one` per run, so the rows are always the single trainer's.
+    """
+    runs = list(runs)
+    if len(runs) == 1 or any("fit" in config for _, config in runs):
+        return [run_one(run_id, config, keep_models) for run_id, config in runs]
+    start = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as run_one: results must not depend on the worker's thread count
+    try:
+        if not stacked_reproduces_single():
+            return [run_one(run_id, config, keep_models) for run_id, config in runs]
+        from perm_circuits.stacked import train_stacked
+
+        model_configs = [ModelConfig.from_dict(config["model"]) for _, config in runs]
+        task_config = TaskConfig.from_dict(runs[0][1]["task"])
+        train_configs = [TrainConfig.from_dict(config["train"]) for _, config in runs]
+        try:
+            results = train_stacked(model_configs, task_config, train_configs, progress=False)
+        except Exception:  # noqa: BLE001 - each run then trains alone and reports its own failure
+            return [run_one(run_id, config, keep_models) for run_id, config in runs]
+        share = (time.perf_counter() - start) / len(runs)
+        return [_member_row(run_id, config, result, share, keep_models) for (run_id, config), result in zip(runs, results)]
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _member_row(run_id: str, config: dict[str, Any], result, train_seconds: float, keep_models: bool) -> Row:
+    start = time.perf_counter()
+    row: dict[str, Any] = {"run_id": run_id, "status": "failed", "error": ""}
+    files = None
+    try:
+        row.update(config_columns(run_id, config))
+        _seed_globals(result.model_config.seed)  # where run_one seeds them (training draws from none)
+        result.model.eval()
+        row.update(_metrics(result, result.model, result.task_config, config["analysis"]))
+        if keep_models:
+            files = _checkpoint_bytes(result, run_id, config)
+        row["status"] = "done"
+    except Exception:  # noqa: BLE001 - a failed run is a row, the sweep goes on
+        row["status"], row["error"], files = "failed", traceback.format_exc(), None
+    row["wall_seconds"] = train_seconds + time.perf_counter() - start
+    row.update(versions())
+    return row, files
+
+
+OnResult = Callable[[dict[str, Any], "dict[str, bytes] | None"], None]
+
+
+def run_groups_serial(groups: Sequence[Sequence[RunConfig]], on_result: OnResult, on_running: Callable[[int], None],
+                      *, keep_models: bool) -> None:
+    """One group after another in this process."""
+    for group in groups:
+        on_running(len(group))
+        for row, files in run_group([(run.run_id, run.config) for run in group], keep_models):
+            on_result(row, files)
+
+
+def _balanced(groups: Sequence[Sequence[RunConfig]], workers: int) -> list[tuple[RunConfig, ...]]:
+    """Split the largest groups in halves until every worker has a group (or none can be split)."""
+    out = [tuple(g) for g in groups]
+    while len(out) < workers and max(map(len, out)) > 1:
+        largest = max(range(len(out)), key=lambda i: len(out[i]))
+        group = out.pop(largest)
+        out[largest:largest] = [group[: len(group) // 2], group[len(group) // 2:]]
+    return out
+
+
+def run_groups_local(groups: Sequence[Sequence[RunConfig]], on_result: OnResult, on_running: Callable[[int], None],
+                     *, workers: int, keep_models: bool) -> None:
+    """One group per worker of the local process pool (the ``local`` backend's pool and workers)."""
+    from perm_circuits.sweep.backends import _init_worker, _lost_row, _pool_context
+
+    groups = _balanced(groups, workers)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context(), initializer=_init_worker,
+                               initargs=(os.getpid(),))
+    try:
+        futures = {pool.submit(run_group, [(run.run_id, run.config) for run in group], keep_models): group
+                   for group in groups}
+        pending = list(groups)
+        on_running(sum(map(len, pending[:workers])))
+        for future in as_completed(futures):
+            group = futures[future]
+            pending.remove(group)
+            try:
+                rows = future.result()
+            except Exception:  # noqa: BLE001 - a worker died (killed, out of memory)
+                rows = [(_lost_row(run, traceback.format_exc()), None) for run in group]
+            on_running(sum(map(len, pending[:workers])))
+            for row, files in rows:
+                on_result(row, files)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
