@@ -99,6 +99,9 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--keep-models", action="store_true", help="also save each run's checkpoint in DIR/models/")
     sw.add_argument("--retry-failed", action="store_true", help="re-run the runs stored as failed")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
+    sw.add_argument("--trainer", choices=["single", "stacked"], default="single",
+                    help="stacked: train the seeds of one architecture as one stacked model (the same rows bit for bit "
+                         "on the CPU; not with --backend ray)")
     sw.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                     help="import MODULE first (from the current folder too), e.g. the file defining and registering "
                          "a task of your own that the spec names (repeatable)")
@@ -330,7 +333,8 @@ def _sweep(args: argparse.Namespace) -> int:
     _import_modules(args.imports)
     try:
         result = run_sweep(args.spec, args.out, backend=args.backend, workers=args.workers, address=args.address,
-                           keep_models=args.keep_models, retry_failed=args.retry_failed, progress=not args.quiet)
+                           keep_models=args.keep_models, retry_failed=args.retry_failed, progress=not args.quiet,
+                           trainer=args.trainer)
     except ImportError as error:  # the ray extra is not installed
         print(f"perm-circuits sweep: error: {error}", file=sys.stderr)
         return 2
