@@ -31,8 +31,9 @@ def circuit_hero(skills: Mapping[str, Any], findings: Sequence[str], *, n_layers
     figures = []
     for skill, result in skills.items():
         edges = sorted(result.circuit)
+        mlp = any("MLP" in edge for edge in result.scores.index)  # the model's graph, not only the kept edges
         picture = circuit_graph(edges, scores={e: float(result.scores[e]) for e in edges}, labels=labels,
-                                n_layers=n_layers, n_heads=n_heads, title=f"{skill}")
+                                n_layers=n_layers, n_heads=n_heads, mlp=mlp, title=f"{skill}")
         caption = (f"{html.escape(skill)}: {result.method.upper()}, {html.escape(result.how)} ablation, "
                    f"{result.n_edges} of {len(result.scores)} edges, faithfulness {result.faithfulness:.2f}")
         figures.append(f'<figure class="pc-circuit">{picture.svg}<figcaption>{caption}</figcaption></figure>')
