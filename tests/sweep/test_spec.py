@@ -189,3 +189,21 @@ def test_analysis_roles_and_exhaustive_recall_options():
         SweepSpec.from_dict({"analysis": {"roles": 2}})
     with pytest.raises(ValueError, match=r"\[analysis\] recall_n must be an int >= 0, got -1"):
         SweepSpec.from_dict({"analysis": {"recall_n": -1}})
+
+
+def test_device_joins_the_run_id_only_off_the_cpu(tiny):
+    from perm_circuits.sweep import SweepSpec
+    from perm_circuits.sweep.run import config_columns
+
+    plain = SweepSpec.from_dict(tiny).runs
+    on_cpu = SweepSpec.from_dict({**tiny, "fixed": {**tiny["fixed"], "device": "cpu"}}).runs
+    on_gpu = SweepSpec.from_dict({**tiny, "fixed": {**tiny["fixed"], "device": "cuda"}}).runs
+    assert [r.run_id for r in plain] == [r.run_id for r in on_cpu]
+    assert not {r.run_id for r in plain} & {r.run_id for r in on_gpu}
+    assert all(r.config["device"] == "cuda" for r in on_gpu) and all("device" not in r.config for r in on_cpu)
+    assert config_columns(on_gpu[0].run_id, on_gpu[0].config)["device"] == "cuda"
+    assert "device" not in config_columns(plain[0].run_id, plain[0].config)
+    import pytest
+
+    with pytest.raises(ValueError, match="device must be"):
+        SweepSpec.from_dict({**tiny, "fixed": {**tiny["fixed"], "device": 3}})

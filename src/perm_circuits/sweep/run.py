@@ -55,6 +55,8 @@ def config_columns(run_id: str, config: dict[str, Any]) -> dict[str, Any]:
         # a list field is one hashable cell ("1" or "1,2,3,4") so tables can group by it
         "repeat_sources": ",".join(map(str, TaskConfig.from_dict({"V": model_config.V, **task}).repeat_sources)),
     }
+    if "device" in config:  # only a run off the CPU says where it trained (its id differs too)
+        row["device"] = config["device"]
     for name, value in config["model"].items():  # any other model field (act_fn, ...)
         row.setdefault(name, value)
     for name, value in config["task"].items():
@@ -180,8 +182,9 @@ def _seed_globals(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _train(model_config: ModelConfig, task_config: TaskConfig, train_config: TrainConfig) -> TrainResult:
-    return train(model_config, task_config, train_config, progress=False)
+def _train(model_config: ModelConfig, task_config: TaskConfig, train_config: TrainConfig,
+           device: str | None = None) -> TrainResult:
+    return train(model_config, task_config, train_config, progress=False, device=device)
 
 
 def run_one(run_id: str, config: dict[str, Any], keep_model: bool = False) -> tuple[dict[str, Any], dict[str, bytes] | None]:
@@ -206,7 +209,7 @@ def run_one(run_id: str, config: dict[str, Any], keep_model: bool = False) -> tu
         task_config = TaskConfig.from_dict(config["task"])
         train_config = TrainConfig.from_dict(config["train"])
         _seed_globals(model_config.seed)
-        result = _train(model_config, task_config, train_config)
+        result = _train(model_config, task_config, train_config, config.get("device"))
         model = result.model
         model.eval()
         row.update(_metrics(result, model, task_config, config["analysis"]))

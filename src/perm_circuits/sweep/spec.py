@@ -82,6 +82,9 @@ ANALYSIS_ADDED: dict[str, int] = {"roles": 1}
 
 SECTIONS = ("grid", "fixed", "analysis")
 
+DEFAULT_DEVICE = "cpu"
+"""Where a run trains unless the spec says ``device = "cuda"`` (hashed into run ids only when not this)."""
+
 
 def _model_keys() -> list[str]:
     return [f.name for f in dataclasses.fields(ModelConfig) if f.name != "seed"]
@@ -99,7 +102,7 @@ def _train_keys() -> list[str]:
 def allowed_keys() -> list[str]:
     """Every key a spec's ``[grid]`` / ``[fixed]`` may hold (for the permutation task; a spec with
     ``task = "NAME"`` in ``[fixed]`` takes :func:`~perm_circuits.sweep.task_sweep.task_keys`)."""
-    return sorted({*_model_keys(), *_task_keys(), *_train_keys(), "seed", "task"})
+    return sorted({*_model_keys(), *_task_keys(), *_train_keys(), "seed", "task", "device"})
 
 
 def _float_fields(cls) -> set[str]:
@@ -146,6 +149,9 @@ class RunConfig:
 def _resolve(values: dict[str, Any], analysis: dict[str, int]) -> RunConfig:
     """Build and validate the configs of one grid point (raises the configs' own errors)."""
     values = {k: v for k, v in values.items() if k != "task"}  # task = "permutation": the default
+    device = values.pop("device", DEFAULT_DEVICE)
+    if not isinstance(device, str) or not device:
+        raise ValueError(f"device must be a device name such as 'cpu' or 'cuda', got {device!r}")
     model_keys, task_keys = set(_model_keys()), set(_task_keys())
     seed = values.get("seed", 0)
     model = {k: v for k, v in values.items() if k in model_keys}
@@ -162,6 +168,8 @@ def _resolve(values: dict[str, Any], analysis: dict[str, int]) -> RunConfig:
         "train": train_dict,
         "analysis": without_added_defaults(dict(analysis), ANALYSIS_ADDED),
     }
+    if device != DEFAULT_DEVICE:  # another device, other float arithmetic: part of the run's identity
+        config["device"] = device
     return RunConfig(run_id_of(config), config)
 
 
