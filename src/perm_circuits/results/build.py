@@ -14,10 +14,7 @@ Inputs, all in the repository:
 * ``docs/templates/results.md``, ``docs/templates/readme_results.md`` and
   ``docs/templates/general_recall*.md``.
 
-Also ``results/discovery.csv`` with ``docs/templates/discovery.md`` (the discovery page,
-:mod:`perm_circuits.results.discovery_page`).
-
-Outputs: ``docs/results.md``, ``docs/general_recall.md``, ``docs/discovery.md``, the section of ``README.md`` between
+Outputs: ``docs/results.md``, ``docs/general_recall.md``, the section of ``README.md`` between
 :data:`README_BEGIN` and :data:`README_END`, and the SVG figures in ``docs/figures/``
 (:mod:`perm_circuits.results.figures`).
 """
@@ -40,7 +37,6 @@ from perm_circuits.results.capacity import (
     full_recipe_numbers,
     load_capacity_table,
 )
-from perm_circuits.results.discovery_page import discovery_pages
 from perm_circuits.results.figures import docs_figures
 from perm_circuits.results.generalisation import (
     generalisation_markdown,
@@ -242,8 +238,7 @@ def build_pages(root: str | os.PathLike, numbers: Mapping[str, object] | None = 
     readme = replace_section((root / README).read_text(encoding="utf-8"), section, README_BEGIN, README_END)
     dynamics = root / STUDY_DYNAMICS
     figures = docs_figures(sweep, full, pd.read_csv(dynamics) if dynamics.is_file() else None)
-    return {RESULTS_PAGE: page, GENERAL_PAGE: render(general_template, table, blocks), README: readme, **figures,
-            **discovery_pages(root)}
+    return {RESULTS_PAGE: page, GENERAL_PAGE: render(general_template, table, blocks), README: readme, **figures}
 
 
 def write_pages(root: str | os.PathLike, numbers: Mapping[str, object] | None = None) -> list[Path]:
