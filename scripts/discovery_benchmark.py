@@ -5,10 +5,11 @@ ablation; mask pruning 60 steps, the size-limited oracle up to 5 edges and 5,000
 
     python scripts/discovery_benchmark.py
 
-run as two processes on a loaded 2-core CPU (about 30 minutes), one per half of the models, and
-concatenated in this order:
+run as three processes on a loaded 2-core CPU (about 30 minutes), each over part of the models,
+and concatenated in this order:
 
-    python scripts/discovery_benchmark.py --models induction tracr:frac_prevs tracr:reverse --out a.csv
+    python scripts/discovery_benchmark.py --models induction tracr:frac_prevs --out a.csv
+    python scripts/discovery_benchmark.py --models tracr:reverse --out c.csv
     python scripts/discovery_benchmark.py --models d32h2 d16h1l2-any d16h1 d32h1 --out b.csv
 
 The full-size run (1,000 sequences, 5 seeds, every mode, mask pruning 300 steps, the size-limited
