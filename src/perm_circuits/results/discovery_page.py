@@ -145,7 +145,7 @@ def _detail_block(table: pd.DataFrame) -> str:
     for (model, how), rows in table.groupby(["model", "how"], sort=False):
         for method in [m for m in METHOD_ORDER if m in set(rows.method)]:
             r = rows[rows.method == method]
-            search = str(r.oracle_search.fillna("").iloc[0]) or "target not reached"
+            search = str(r.oracle_search.fillna("").iloc[0]) or "no oracle (graph too large)"
             lines.append(
                 f"| {model} | {how} | {r.truth.iloc[0]} ({r.truth_modes.iloc[0]}) | {_cell(r.n_true, 'f0')} "
                 f"| {method} | {_cell(r.roc_auc)} | {_cell(r.pr_auc)} | {_cell(r.recall)} | {_cell(r.precision)} "
