@@ -44,13 +44,14 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print("up to date")
         return 0
-    changed = write_pages(ROOT)
+    changed = []
     for path, text in discovery_pages(ROOT).items():  # docs/discovery.md and its figures, from results/discovery.csv
         target = ROOT / path
         if not target.is_file() or target.read_text(encoding="utf-8") != text:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
             changed.append(path)
+    changed += write_pages(ROOT)
     print("wrote " + ", ".join(map(str, changed)) if changed else "docs already up to date")
     return 0
 

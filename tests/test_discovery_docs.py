@@ -43,11 +43,11 @@ def test_committed_page_and_figures_equal_a_fresh_rendering():
 
 def test_claim_rules():
     assert recovers(0.5, math.nan) == "recovers" and recovers(1.0, 0.2) == "recovers"
-    assert recovers(0.0, 0.95) == "ranks first but does not choose exactly"
+    assert recovers(0.0, 0.95) == "ranks the true edges first but does not choose exactly"
     assert recovers(0.4, 0.89) == "does not recover" and recovers(0.0, math.nan) == "does not recover"
     assert flip_word("does not recover", "recovers") == "reproduced"
     assert flip_word("recovers", "recovers") == "not reproduced"
-    assert flip_word("does not recover", "ranks first but does not choose exactly") == "not reproduced"
+    assert flip_word("does not recover", "ranks the true edges first but does not choose exactly") == "not reproduced"
     assert coverage_word(1.0, 0) == "matches" and coverage_word(1.0, 2) == "covers"
     assert coverage_word(0.5, 0) == "misses part of"
 
@@ -62,7 +62,7 @@ def test_every_claim_word_follows_from_the_table(table):
         if exact >= 0.5:
             word = "recovers"
         elif auc >= 0.9:
-            word = "ranks first but does not choose exactly"
+            word = "ranks the true edges first but does not choose exactly"
         else:
             word = "does not recover"
         assert numbers[f"{model.replace(':', '_')}.{how}.{method}.claim"] == word, (model, how, method)
