@@ -88,3 +88,16 @@ def test_every_claim_word_follows_from_the_table(table):
         claim = numbers[f"{model}.resample.described.claim"]
         assert (claim in ("matches", "covers")) == complete, (model, claim, found)
         assert f"| {model} |" in page and claim in page
+
+
+def test_induction_misses_are_the_elimination_head(table):
+    """The page says EAP-IG and the greedy proposer, when not exact on the induction model, leave out
+    only the elimination head's edges and choose nothing false."""
+    page = (ROOT / DISCOVERY_PAGE).read_text(encoding="utf-8")
+    assert "left out the elimination head's two edges" in page
+    rows = table[(table.model == "induction") & (table.how == "resample") & table.method.isin(["eap_ig", "greedy_edges"])]
+    assert not rows.empty
+    for row in rows.itertuples():
+        chosen, truth = set(row.circuit.split()), set(row.true_edges.split())
+        assert chosen <= truth
+        assert truth - chosen <= {"embed->L1H1.v", "L1H1->logits"}
