@@ -64,3 +64,11 @@ def test_committed_table_has_the_columns_the_page_reads():
                                                                                    "d16h1l2-any"}
     for row in table.itertuples():
         assert math.isnan(row.roc_auc) or 0.0 <= row.roc_auc <= 1.0
+
+
+def test_benchmark_knows_every_method():
+    from perm_circuits.discovery import METHODS
+    from perm_circuits.discovery.benchmark import DEFAULT_METHODS
+    from perm_circuits.discovery.benchmark import METHODS as BENCH_METHODS
+
+    assert BENCH_METHODS == METHODS and set(DEFAULT_METHODS) == set(METHODS)

@@ -38,7 +38,10 @@ import torch
 from tqdm.auto import tqdm
 
 from perm_circuits.discovery.interventions import prepare_edges
+from perm_circuits.discovery.methods import acdc, eap, eap_ig, node_attribution, random_baseline
+from perm_circuits.discovery.oracle import exhaustive_oracle
 from perm_circuits.discovery.scoring import average_precision, circuit_metrics, faithfulness_area, roc_auc
+from perm_circuits.discovery.search import greedy_edges, mask_pruning
 from perm_circuits.tasks.base import TaskBatch
 
 __all__ = ["BENCHMARK_COLUMNS", "BenchModel", "benchmark_models", "run_benchmark", "score_result"]
@@ -54,6 +57,9 @@ BENCHMARK_COLUMNS = (
 DEFAULT_METHODS = ("acdc", "eap", "eap_ig", "node_attribution", "greedy_edges", "mask_pruning", "random_baseline",
                    "exhaustive_oracle")
 DEFAULT_HOWS = ("zero", "mean", "resample")
+METHODS = {f.__name__: f for f in (acdc, eap, eap_ig, node_attribution, greedy_edges, mask_pruning, random_baseline,
+                                   exhaustive_oracle)}
+"""The methods by name (the same as ``perm_circuits.discovery.METHODS``, a test checks it)."""
 TRAINED = ("d16h1", "d32h1", "d32h2", "d16h1l2-any")
 MAX_ORACLE_EDGES = 62
 """The oracle's size-limited search numbers subsets as 64-bit integers: larger graphs (tracr ``reverse``,
@@ -237,8 +243,6 @@ def run_benchmark(models: Sequence[str] | None = None, methods: Sequence[str] = 
 
     Returns one row per model x method x mode x seed, columns :data:`BENCHMARK_COLUMNS`.
     """
-    from perm_circuits.discovery import METHODS
-
     registry = benchmark_models()
     models = list(registry) if models is None else list(models)
     unknown = [m for m in models if m not in registry]
