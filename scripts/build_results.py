@@ -1,4 +1,4 @@
-"""Regenerate docs/results.md and the README's results section from the committed result tables.
+"""Regenerate docs/results.md, docs/discovery.md and the README's results section from the committed result tables.
 
     python scripts/build_results.py               # render from results/*.json (+ capacity_sweep.csv)
     python scripts/build_results.py --recompute   # first re-measure results/shipped_numbers.json (~30-40 s)
@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     from perm_circuits.results import build_pages, shipped_numbers, write_numbers, write_pages
     from perm_circuits.results.build import NUMBERS
+    from perm_circuits.results.discovery_page import discovery_pages
 
     if args.recompute:
         numbers = shipped_numbers(progress=True)
@@ -36,13 +37,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {NUMBERS} ({len(numbers)} numbers)")
     if args.check:
         pages = pages if args.recompute else build_pages(ROOT)
+        pages = {**pages, **discovery_pages(ROOT)}
         stale = [str(p) for p, text in pages.items() if (ROOT / p).read_text(encoding="utf-8") != text]
         if stale:
             print("out of date: " + ", ".join(stale) + " (run python scripts/build_results.py)")
             return 1
         print("up to date")
         return 0
-    changed = write_pages(ROOT)
+    changed = []
+    for path, text in discovery_pages(ROOT).items():  # docs/discovery.md and its figures, from results/discovery.csv
+        target = ROOT / path
+        if not target.is_file() or target.read_text(encoding="utf-8") != text:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+            changed.append(path)
+    changed += write_pages(ROOT)
     print("wrote " + ", ".join(map(str, changed)) if changed else "docs already up to date")
     return 0
 

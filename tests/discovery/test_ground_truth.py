@@ -41,11 +41,21 @@ def test_edge_counts_and_order():
 
 def test_attention_only_edge_count():
     # senders embed, L0H0, L1H0; receivers L0H0.qkv, L1H0.qkv, logits: 7 + 4 + 1
+    # receiver by receiver in forward order, each receiver's senders in forward order
     assert all_edges(2, 1, mlp=False) == tuple(
-        [f"embed->{r}" for r in ("L0H0.q", "L0H0.k", "L0H0.v", "L1H0.q", "L1H0.k", "L1H0.v", "logits")]
-        + [f"L0H0->{r}" for r in ("L1H0.q", "L1H0.k", "L1H0.v", "logits")]
-        + ["L1H0->logits"]
+        [f"embed->L0H0.{p}" for p in "qkv"]
+        + [f"{s}->L1H0.{p}" for p in "qkv" for s in ("embed", "L0H0")]
+        + [f"{s}->logits" for s in ("embed", "L0H0", "L1H0")]
     )
+
+
+def test_ground_truth_and_discovery_share_one_graph():
+    from perm_circuits.discovery import circuit_graph_of
+    from perm_circuits.discovery.graph import graph_edges
+    from perm_circuits.handbuilt import build_induction_model
+
+    assert all_edges is graph_edges
+    assert circuit_graph_of(build_induction_model(5)).edges == all_edges(2, 2)
 
 
 def test_ground_truth_validates():

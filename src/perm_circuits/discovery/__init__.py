@@ -16,10 +16,13 @@
   with TransformerLens's own converter; needs the ``[tracr]`` extra) and
   :mod:`~perm_circuits.discovery.scoring` (ROC / PR AUC, precision and recall at a circuit,
   faithfulness-curve area, oracle regret).
+- :func:`~perm_circuits.discovery.benchmark.run_benchmark`: every method on every model with a
+  known circuit, under each ablation mode, scored (the table behind the discovery docs page).
 """
 
 from __future__ import annotations
 
+from perm_circuits.discovery.benchmark import run_benchmark
 from perm_circuits.discovery.edge_hooks import edge_hooks
 from perm_circuits.discovery.graph import (
     CircuitGraph,
@@ -59,6 +62,7 @@ __all__ = [
     "promote_edge",
     "promote_edges",
     "random_baseline",
+    "run_benchmark",
     "split_edge",
     "target_logprob_metric",
 ]

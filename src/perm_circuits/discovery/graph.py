@@ -37,9 +37,12 @@ __all__ = [
     "CircuitGraph",
     "circuit_graph_of",
     "edge_name",
+    "graph_edges",
     "head_of",
     "promote_edge",
     "promote_edges",
+    "receiver_nodes",
+    "sender_nodes",
     "split_edge",
 ]
 
@@ -174,6 +177,21 @@ def build_graph(n_layers: int, n_heads: int, *, has_mlp: bool = True, split_embe
     receivers.append("logits")
     edges += [edge_name(s, "logits") for s in upstream]
     return CircuitGraph(tuple(senders), tuple(receivers), tuple(edges), n_layers, n_heads, has_mlp, split_embed)
+
+
+def graph_edges(n_layers: int, n_heads: int, *, mlp: bool = True, split_embed: bool = False) -> tuple[str, ...]:
+    """Every edge ``"SENDER->RECEIVER"`` of a model of this shape, in the graph's order (module docstring)."""
+    return build_graph(n_layers, n_heads, has_mlp=mlp, split_embed=split_embed).edges
+
+
+def sender_nodes(n_layers: int, n_heads: int, *, mlp: bool = True, split_embed: bool = False) -> tuple[str, ...]:
+    """Sender nodes in forward order: the embedding(s), then per layer its heads and its MLP."""
+    return build_graph(n_layers, n_heads, has_mlp=mlp, split_embed=split_embed).senders
+
+
+def receiver_nodes(n_layers: int, n_heads: int, *, mlp: bool = True) -> tuple[str, ...]:
+    """Receiver nodes in forward order: per layer each head's q, k, v and the MLP input; then logits."""
+    return build_graph(n_layers, n_heads, has_mlp=mlp).receivers
 
 
 def circuit_graph_of(model, *, split_embed: bool = False) -> CircuitGraph:

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from perm_circuits.discovery.graph import graph_edges, head_of, receiver_nodes, sender_nodes
+
 ABLATION_MODES = ("zero", "mean", "resample")
 
 __all__ = [
@@ -58,58 +60,11 @@ __all__ = [
 ]
 
 
-def _check_shape(n_layers: int, n_heads: int) -> None:
-    for name, value in (("n_layers", n_layers), ("n_heads", n_heads)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+edge_receiver_node = head_of
+"""The component a receiver belongs to: ``"L1H0.k" -> "L1H0"``, ``"L0MLP" -> "L0MLP"`` (graph's ``head_of``)."""
 
-
-def sender_nodes(n_layers: int, n_heads: int, *, mlp: bool = True, split_embed: bool = False) -> tuple[str, ...]:
-    """Sender nodes in forward order: the embedding(s), then per layer its heads and its MLP."""
-    _check_shape(n_layers, n_heads)
-    out = ["tok_embed", "pos_embed"] if split_embed else ["embed"]
-    for layer in range(n_layers):
-        out += [f"L{layer}H{h}" for h in range(n_heads)]
-        if mlp:
-            out.append(f"L{layer}MLP")
-    return tuple(out)
-
-
-def receiver_nodes(n_layers: int, n_heads: int, *, mlp: bool = True) -> tuple[str, ...]:
-    """Receiver nodes in forward order: per layer each head's q, k, v and the MLP input; then logits."""
-    _check_shape(n_layers, n_heads)
-    out = []
-    for layer in range(n_layers):
-        out += [f"L{layer}H{h}.{port}" for h in range(n_heads) for port in "qkv"]
-        if mlp:
-            out.append(f"L{layer}MLP")
-    return tuple(out + ["logits"])
-
-
-def _position(node: str) -> float:
-    """Where a node sits in the forward pass: embed -1, layer l heads l, layer l MLP l + 0.5, logits inf."""
-    if node in ("embed", "tok_embed", "pos_embed"):
-        return -1.0
-    if node == "logits":
-        return float("inf")
-    layer = int(node[1 : node.index("H") if "H" in node else node.index("M")])
-    return layer + (0.5 if node.endswith("MLP") else 0.0)
-
-
-def edge_receiver_node(receiver: str) -> str:
-    """The component a receiver belongs to: ``"L1H0.k" -> "L1H0"``, ``"L0MLP" -> "L0MLP"``."""
-    return receiver.split(".")[0]
-
-
-def all_edges(n_layers: int, n_heads: int, *, mlp: bool = True, split_embed: bool = False) -> tuple[str, ...]:
-    """Every edge ``"SENDER->RECEIVER"`` of the graph (module docstring), senders in forward order."""
-    receivers = receiver_nodes(n_layers, n_heads, mlp=mlp)
-    return tuple(
-        f"{s}->{r}"
-        for s in sender_nodes(n_layers, n_heads, mlp=mlp, split_embed=split_embed)
-        for r in receivers
-        if _position(edge_receiver_node(r)) > _position(s)
-    )
+all_edges = graph_edges
+"""Every edge of the graph (:func:`perm_circuits.discovery.graph.graph_edges`; kept under this name)."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import SupportsFloat
 
 from perm_circuits._util import atomic_write_text
-from perm_circuits.discovery.ground_truth import all_edges, sender_nodes
+from perm_circuits.discovery.graph import graph_edges, sender_nodes
 
 __all__ = ["POSITIVE", "NEGATIVE", "NEUTRAL", "CircuitGraph", "circuit_graph"]
 
@@ -150,7 +150,7 @@ def circuit_graph(
     n_layers = layers0 if n_layers is None else n_layers
     n_heads = heads0 if n_heads is None else n_heads
     mlp = mlp0 if mlp is None else mlp
-    valid = set(all_edges(n_layers, n_heads, mlp=mlp))
+    valid = set(graph_edges(n_layers, n_heads, mlp=mlp))
     bad = [e for e in edges if e not in valid]
     if bad:
         raise ValueError(f"edges {bad[:5]} are not edges of a {n_layers}-layer {n_heads}-head graph (mlp={mlp})")

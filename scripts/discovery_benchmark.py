@@ -1,0 +1,58 @@
+"""Score every circuit-discovery method on every model with a known circuit: writes results/discovery.csv.
+
+The committed table is the lean default (60 sequences, seeds 0 and 1, zero and resample
+ablation; mask pruning 60 steps, the size-limited oracle up to 5 edges and 5,000 subsets):
+
+    python scripts/discovery_benchmark.py
+
+run as three processes on a loaded 2-core CPU (about 30 minutes), each over part of the models,
+and concatenated in this order:
+
+    python scripts/discovery_benchmark.py --models induction tracr:frac_prevs --out a.csv
+    python scripts/discovery_benchmark.py --models tracr:reverse --out c.csv
+    python scripts/discovery_benchmark.py --models d32h2 d16h1l2-any d16h1 d32h1 --out b.csv
+
+The full-size run (1,000 sequences, 5 seeds, every mode, mask pruning 300 steps, the size-limited
+oracle up to 6 edges and 2,000,000 subsets; hours on a CPU):
+
+    python scripts/discovery_benchmark.py --n 1000 --seeds 0 1 2 3 4 --hows zero mean resample --full
+
+The table is written after every model, so an interrupted run keeps what it finished. Then
+``python scripts/build_results.py`` renders docs/discovery.md from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+from perm_circuits.discovery.benchmark import DEFAULT_HOWS, DEFAULT_METHODS, benchmark_models, run_benchmark
+
+ORDER = ("induction", "tracr:frac_prevs", "tracr:reverse", "d32h2", "d16h1l2-any", "d16h1", "d32h1")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="*", default=None, help="default: every benchmark model")
+    parser.add_argument("--methods", nargs="*", default=list(DEFAULT_METHODS))
+    parser.add_argument("--hows", nargs="*", default=["zero", "resample"], help=f"among {DEFAULT_HOWS}")
+    parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1])
+    parser.add_argument("--n", type=int, default=60)
+    parser.add_argument("--full", action="store_true", help="full-size method settings (not lean)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results" / "discovery.csv")
+    args = parser.parse_args()
+    available = benchmark_models()
+    models = args.models or [m for m in ORDER if m in available] + [m for m in available if m not in ORDER]
+    frames = []
+    for model in models:
+        frames.append(run_benchmark([model], args.methods, args.hows, args.seeds, args.n, lean=not args.full))
+        table = pd.concat(frames, ignore_index=True)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.out, index=False, float_format="%.6g")
+        print(f"{model}: {len(frames[-1])} rows; {len(table)} rows in {args.out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,303 @@
+"""The discovery benchmark: every method, on every model with a known circuit, under each ablation mode.
+
+For each model, ablation mode and seed (a test batch drawn with that seed, the method seeded
+with it too), every method of :data:`~perm_circuits.discovery.METHODS` runs on one shared
+:class:`~perm_circuits.discovery.interventions.EdgeIntervention` and is scored against that
+mode's true circuit (:mod:`~perm_circuits.discovery.scoring`):
+
+- ``roc_auc``, ``pr_auc``: ranking every edge by ``|score|`` against the true edges (Conmy et al.
+  2023, "Towards Automated Circuit Discovery for Mechanistic Interpretability", score methods by
+  ROC AUC; the classes are unbalanced, hence also average precision);
+- ``precision``, ``recall``, ``exact`` at the method's own circuit, on edges and (``*_heads``) with
+  q/k/v inputs promoted to whole components, as InterpBench (Gupta et al. 2024) scores them;
+- ``faith_area``: faithfulness against the number of edges kept, adding edges in the method's
+  ranking order (every prefix ``0..E``), its area divided by ``E`` (Hanna et al. 2024, "Have Faith
+  in Faithfulness"); ``faithfulness``: the chosen circuit's;
+- ``oracle_regret``: at the size ``k`` of the oracle's circuit (the smallest reaching
+  faithfulness 0.9), the oracle's faithfulness minus that of the method's top ``k`` edges;
+  ``oracle_search`` says how the oracle searched (exhaustive up to 16 edges, else by size) and
+  whether it reached the target (the regret is left empty when not); graphs of more than
+  :data:`MAX_ORACLE_EDGES` edges get no oracle;
+- ``wall_time`` (seconds, the method only) and ``n_forward`` (forward passes over the batch).
+
+Truth (column ``truth``): ``constructed`` where the circuit is known by construction
+(:mod:`~perm_circuits.discovery.ground_truth`; a mode is scored only when the construction claims
+it, column ``truth_modes``), ``oracle`` for trained models (the exhaustive oracle's circuit under
+that mode on that batch; ``oracle_search`` says whether it was exhaustive or size-limited).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from perm_circuits.discovery.interventions import prepare_edges
+from perm_circuits.discovery.methods import acdc, eap, eap_ig, node_attribution, random_baseline
+from perm_circuits.discovery.oracle import exhaustive_oracle
+from perm_circuits.discovery.scoring import average_precision, circuit_metrics, faithfulness_area, roc_auc
+from perm_circuits.discovery.search import greedy_edges, mask_pruning
+from perm_circuits.tasks.base import TaskBatch
+
+__all__ = ["BENCHMARK_COLUMNS", "BenchModel", "benchmark_models", "run_benchmark", "score_result"]
+
+BENCHMARK_COLUMNS = (
+    "model", "n_edges_graph", "method", "how", "seed", "n", "truth", "truth_modes", "n_true",
+    "roc_auc", "pr_auc", "precision", "recall", "exact", "precision_heads", "recall_heads", "exact_heads",
+    "n_chosen", "faithfulness", "faith_area", "oracle_size", "oracle_faithfulness", "oracle_regret",
+    "oracle_search", "wall_time", "n_forward", "circuit", "true_edges",
+)
+"""The columns of :func:`run_benchmark`'s table (``results/discovery.csv``), in order."""
+
+DEFAULT_METHODS = ("acdc", "eap", "eap_ig", "node_attribution", "greedy_edges", "mask_pruning", "random_baseline",
+                   "exhaustive_oracle")
+DEFAULT_HOWS = ("zero", "mean", "resample")
+METHODS = {f.__name__: f for f in (acdc, eap, eap_ig, node_attribution, greedy_edges, mask_pruning, random_baseline,
+                                   exhaustive_oracle)}
+"""The methods by name (the same as ``perm_circuits.discovery.METHODS``, a test checks it)."""
+TRAINED = ("d16h1", "d32h1", "d32h2", "d16h1l2-any")
+MAX_ORACLE_EDGES = 62
+"""The oracle's size-limited search numbers subsets as 64-bit integers: larger graphs (tracr ``reverse``,
+77 edges) get no oracle (no regret, no oracle row)."""
+
+
+@dataclass(frozen=True)
+class BenchModel:
+    """A benchmark model: ``build() -> model``, ``batch(model, n, seed) -> TaskBatch`` and its truths.
+
+    ``truths`` maps an ablation mode to the constructed true edge set; empty for trained models
+    (the oracle's circuit is the truth).
+    """
+
+    name: str
+    build: Callable
+    batch: Callable
+    truths: Callable
+
+
+def _induction_batch(model, n: int, seed: int) -> TaskBatch:
+    from perm_circuits.task import TaskConfig
+    from perm_circuits.tasks import PermutationTask
+
+    batch = PermutationTask(TaskConfig(V=5, repeat_ratio=1.0, repeat_sources=(1, 2, 3, 4))).test_set(n, seed=seed)
+    last = torch.zeros_like(batch.mask)
+    last[:, -1] = 1.0
+    return TaskBatch(batch.tokens, batch.targets, last)
+
+
+def _induction_truths() -> dict:
+    from perm_circuits.discovery.ground_truth import induction_ground_truths
+
+    return {mode: truth.edges for truth in induction_ground_truths(5) for mode in truth.modes}
+
+
+def _tracr_batch(name: str):
+    def batch(model, n: int, seed: int) -> TaskBatch:
+        from perm_circuits.discovery.tracr_models import cached_tracr_model
+
+        tm = cached_tracr_model(name)
+        domain = tm.domain(tm.max_seq_len)
+        rows = torch.randint(len(domain), (n,), generator=torch.Generator().manual_seed(seed))
+        tokens = tm.encode([domain[i] for i in rows.tolist()])
+        with torch.no_grad():
+            targets = model(tokens).argmax(-1)
+        mask = torch.ones(tokens.shape, dtype=torch.float32)
+        mask[:, 0] = 0.0  # BOS
+        return TaskBatch(tokens, targets, mask)
+
+    return batch
+
+
+def _tracr_truths(name: str):
+    def truths() -> dict:
+        from perm_circuits.discovery.ground_truth import tracr_ground_truths
+        from perm_circuits.discovery.tracr_models import cached_tracr_model
+
+        return {mode: truth.edges for truth in tracr_ground_truths(cached_tracr_model(name)) for mode in truth.modes}
+
+    return truths
+
+
+def _tracr_build(name: str):
+    def build():
+        from perm_circuits.discovery.tracr_models import cached_tracr_model
+
+        return cached_tracr_model(name).bridge
+
+    return build
+
+
+def _trained_build(name: str):
+    def build():
+        from perm_circuits.models import load_pretrained
+
+        return load_pretrained(name).eval()
+
+    return build
+
+
+def _trained_batch(model, n: int, seed: int) -> TaskBatch:
+    from perm_circuits.models import task_config_of
+    from perm_circuits.tasks import PermutationTask
+
+    return PermutationTask(task_config_of(model)).test_set(n, seed=seed)
+
+
+def benchmark_models(*, include_tracr: bool | None = None) -> dict[str, BenchModel]:
+    """The benchmark's models: ``induction`` (:func:`~perm_circuits.handbuilt.build_induction_model`),
+    ``tracr:reverse`` and ``tracr:frac_prevs`` (when tracr imports), and the shipped trained models
+    ``d16h1``, ``d32h1``, ``d32h2``, ``d16h1l2-any`` (truth: the oracle)."""
+    from perm_circuits.discovery.tracr_models import tracr_available
+    from perm_circuits.handbuilt import build_induction_model
+
+    if include_tracr is None:
+        include_tracr = tracr_available()
+    out = {"induction": BenchModel("induction", lambda: build_induction_model(5), _induction_batch, _induction_truths)}
+    if include_tracr:
+        for name in ("reverse", "frac_prevs"):
+            out[f"tracr:{name}"] = BenchModel(f"tracr:{name}", _tracr_build(name), _tracr_batch(name),
+                                              _tracr_truths(name))
+    for name in TRAINED:
+        out[name] = BenchModel(name, _trained_build(name), _trained_batch, dict)
+    return out
+
+
+def _safe(fn, *args, **kwargs) -> float:
+    try:
+        return float(fn(*args, **kwargs))
+    except ValueError:  # all edges true or none: the ranking scores are undefined
+        return math.nan
+
+
+def score_result(result, ei, truth, *, oracle=None) -> dict:
+    """The scores of one :class:`~perm_circuits.discovery.result.DiscoveryResult` (module docstring)
+    against the true edge set ``truth``, using its prepared intervention ``ei``; ``oracle``: the
+    exhaustive oracle's result on the same intervention, for the regret."""
+    truth = frozenset(truth)
+    scores = {e: float(v) for e, v in result.scores.items()}
+    order = result.ranking()
+    n = ei.n_edges
+    prefixes = torch.zeros(n + 1, n)
+    for k in range(1, n + 1):
+        prefixes[k, [ei.graph.edge_index(e) for e in order[:k]]] = 1.0
+    with torch.no_grad():
+        curve = ei.faithfulness(ei.evaluate(prefixes, chunk=16, dedupe=True)).double()
+    row = {
+        "n_true": len(truth),
+        "roc_auc": _safe(roc_auc, scores, truth),
+        "pr_auc": _safe(average_precision, scores, truth),
+        "faithfulness": result.faithfulness,
+        "faith_area": faithfulness_area(list(enumerate(curve.tolist())), max_edges=n),
+        "n_chosen": len(result.circuit),
+        "wall_time": result.wall_time,
+        "n_forward": result.n_forward,
+        "circuit": " ".join(sorted(result.circuit)),
+        "true_edges": " ".join(sorted(truth)),
+    }
+    for suffix, promote in (("", False), ("_heads", True)):
+        if truth:
+            m = circuit_metrics(result.circuit, truth, promote_heads=promote)
+            row.update({f"precision{suffix}": m.precision, f"recall{suffix}": m.recall, f"exact{suffix}": m.exact})
+        else:
+            row.update({f"precision{suffix}": math.nan, f"recall{suffix}": math.nan, f"exact{suffix}": False})
+    reached = oracle is not None and "target not reached" not in oracle.search
+    if reached:
+        k = len(oracle.circuit)
+        row.update({"oracle_size": k, "oracle_faithfulness": oracle.faithfulness,
+                    "oracle_regret": oracle.faithfulness - float(curve[k]), "oracle_search": oracle.search})
+    else:
+        row.update({"oracle_size": math.nan, "oracle_faithfulness": math.nan, "oracle_regret": math.nan,
+                    "oracle_search": "" if oracle is None else oracle.search})
+    return row
+
+
+def _method_options(method: str, lean: bool) -> dict:
+    if method == "mask_pruning":
+        return {"steps": 60 if lean else 300}
+    if method == "exhaustive_oracle":
+        return {"max_size": 5 if lean else 6, "max_subsets": 5_000 if lean else 2_000_000}
+    return {}
+
+
+def run_benchmark(models: Sequence[str] | None = None, methods: Sequence[str] = DEFAULT_METHODS,
+                  hows: Sequence[str] = DEFAULT_HOWS, seeds: Sequence[int] = (0, 1, 2), n: int = 300, *,
+                  lean: bool = True, progress: bool = True) -> pd.DataFrame:
+    """Score every method on every model under each ablation mode and seed (module docstring).
+
+    Args:
+        models: names from :func:`benchmark_models` (default: all of them).
+        methods: names from :data:`~perm_circuits.discovery.METHODS`.
+        hows: ablation modes among ``zero``, ``mean``, ``resample``; a constructed truth that does
+            not claim a mode skips it.
+        seeds: one row per seed: the test batch (seed ``1000 + seed``), the resample pairing and the
+            method's own seed.
+        n: sequences per batch.
+        lean: smaller settings (mask pruning 60 steps, the size-limited oracle up to 5 edges and
+            5,000 subsets) for a run of minutes on a CPU; ``False``: 300 steps, 6 edges, 2,000,000.
+        progress: a tqdm bar over (model, mode, seed).
+
+    Returns one row per model x method x mode x seed, columns :data:`BENCHMARK_COLUMNS`.
+    """
+    registry = benchmark_models()
+    models = list(registry) if models is None else list(models)
+    unknown = [m for m in models if m not in registry]
+    if unknown:
+        raise ValueError(f"unknown models {unknown}; expected names from {sorted(registry)}")
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        raise ValueError(f"unknown methods {bad}; expected names from {sorted(METHODS)}")
+    bad = [h for h in hows if h not in DEFAULT_HOWS]
+    if bad:
+        raise ValueError(f"hows must be among {DEFAULT_HOWS}, got {bad}")
+    if not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
+        raise ValueError(f"seeds must be a non-empty sequence of ints, got {seeds!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise ValueError(f"n must be an int >= 2, got {n!r}")
+    jobs = []
+    for name in models:
+        truths = registry[name].truths()
+        for how in hows:
+            if truths and how not in truths:
+                continue
+            jobs += [(name, how, seed) for seed in seeds]
+    rows = []
+    built: dict = {}
+    for name, how, seed in tqdm(jobs, disable=not progress, desc="discovery benchmark"):
+        spec = registry[name]
+        if name not in built:
+            built[name] = (spec.build(), spec.truths())
+        model, truths = built[name]
+        batch = spec.batch(model, n, 1000 + seed)
+        ei = prepare_edges(model, batch, how=how, seed=seed)
+        start = time.perf_counter()
+        oracle = None
+        if ei.n_edges <= MAX_ORACLE_EDGES:
+            oracle = METHODS["exhaustive_oracle"](intervention=ei, seed=seed,
+                                                  **_method_options("exhaustive_oracle", lean))
+        elif not truths:
+            raise ValueError(f"{name} has {ei.n_edges} edges: too many for the oracle, and no constructed truth")
+        oracle_time = time.perf_counter() - start
+        if truths:
+            truth, source = truths[how], "constructed"
+            truth_modes = "/".join(m for m in DEFAULT_HOWS if m in truths and truths[m] == truth)
+        else:
+            truth, source, truth_modes = oracle.circuit, "oracle", how
+        for method in methods:
+            if method == "exhaustive_oracle" and oracle is None:
+                continue
+            if method == "exhaustive_oracle":
+                result = oracle
+            else:
+                result = METHODS[method](intervention=ei, seed=seed, **_method_options(method, lean))
+            row = {"model": name, "n_edges_graph": ei.n_edges, "method": method, "how": how, "seed": seed, "n": n,
+                   "truth": source, "truth_modes": truth_modes}
+            row.update(score_result(result, ei, truth, oracle=oracle))
+            if method == "exhaustive_oracle":
+                row["wall_time"] = oracle_time
+            rows.append(row)
+    return pd.DataFrame(rows, columns=list(BENCHMARK_COLUMNS))
