@@ -198,3 +198,11 @@ def test_discover_on_the_models_own_task_in_optimal_mode():
     mask[list(optimal.graph.outgoing("L0H0"))] = 0.0
     assert float(optimal.evaluate(mask[None])[0]) >= float(mean.evaluate(mask[None])[0]) - 1e-6
     assert result.scores.equals(eap(intervention=optimal, n_edges=4).scores)
+
+
+def test_oracle_subset_numbers_do_not_overflow_past_63_edges():
+    from perm_circuits.discovery.oracle import _masks_of
+
+    n = 77  # tracr reverse's graph
+    mask = _masks_of([(1 << 76) | 1], n)[0]
+    assert mask.shape == (77,) and mask[0] == 1 and mask[-1] == 1 and mask.sum() == 2

@@ -46,6 +46,11 @@ def _bits(numbers: Tensor, n_edges: int) -> Tensor:
     return ((numbers[:, None] >> shifts[None]) & 1).float()
 
 
+def _masks_of(numbers: list[int], n_edges: int) -> Tensor:
+    """:func:`_bits` for Python ints of any size (graphs past 63 edges overflow a 64-bit tensor)."""
+    return torch.tensor([[(x >> (n_edges - 1 - e)) & 1 for e in range(n_edges)] for x in numbers], dtype=torch.float32)
+
+
 def _evaluate(ei: EdgeIntervention, masks: Tensor, chunk: int) -> Tensor:
     return ei.faithfulness(ei.evaluate(masks, chunk=chunk, dedupe=True)).double()
 
@@ -100,10 +105,10 @@ def _by_size(ei: EdgeIntervention, target: float, chunk: int, max_size: int, max
             return best_number, best_faith, seen, (f"by size: stopped before size {size} ({len(grown)} connected subsets "
                                                    f"would pass max_subsets={max_subsets}); target not reached")
         level = grown
-        numbers = torch.tensor(sorted(x for x in level if fed(x)), dtype=torch.long)
+        numbers = sorted(x for x in level if fed(x))
         if not len(numbers):
             continue
-        faith = torch.cat([_evaluate(ei, _bits(numbers[i : i + chunk * 8], n), chunk)
+        faith = torch.cat([_evaluate(ei, _masks_of(numbers[i : i + chunk * 8], n), chunk)
                            for i in tqdm(range(0, len(numbers), chunk * 8), disable=not progress, desc=f"size {size}")])
         seen += len(numbers)
         i = int(torch.argmax(faith))
@@ -141,7 +146,7 @@ def exhaustive_oracle(model=None, batch=None, *, target: float = 0.9, how: str |
         number, faith, runs, search = _exhaustive(ei, float(target), chunk, progress)
     else:
         number, faith, runs, search = _by_size(ei, float(target), chunk, max_size, max_subsets, progress)
-    best = _bits(torch.tensor([number]), n)[0]
+    best = _masks_of([number], n)[0]
     toggled = best[None].repeat(n, 1)
     toggled[torch.arange(n), torch.arange(n)] = 1 - best
     change = (_evaluate(ei, toggled, chunk) - faith).abs()
