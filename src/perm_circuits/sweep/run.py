@@ -209,7 +209,8 @@ def run_one(run_id: str, config: dict[str, Any], keep_model: bool = False) -> tu
         task_config = TaskConfig.from_dict(config["task"])
         train_config = TrainConfig.from_dict(config["train"])
         _seed_globals(model_config.seed)
-        result = _train(model_config, task_config, train_config, config.get("device"))
+        on = {"device": config["device"]} if "device" in config else {}  # the CPU runs call _train as always
+        result = _train(model_config, task_config, train_config, **on)
         model = result.model
         model.eval()
         row.update(_metrics(result, model, task_config, config["analysis"]))
