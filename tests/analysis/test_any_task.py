@@ -244,6 +244,11 @@ def test_the_task_report_has_every_general_section(birth, factual, tmp_path):
     for section in ("Metrics", "Ablation", "Attention scores", "Activation patching", "Direct logit attribution", "Circuit"):
         assert section in headings, section
     assert remote_resource_refs(html) == []
+    # the page opens with the discovered circuit (ACDC, resample ablation) and the findings
+    assert html.index('<div class="pc-hero">') < html.index("<h2>Task and model</h2>")
+    assert set(data.skills) == {"task"} and data.skills["task"].how == "resample"
+    assert data.skills["task"].faithfulness > 0.9 and "L0H0->L1H0.k" in data.skills["task"].circuit  # K-composition
+    assert 3 <= len(data.findings) <= 5 and all("ablation" in line for line in data.findings)
     model, task = factual
     html = task_report(model, task, tmp_path / "factual", n=40, n_sequences=1, ablation_hows=("zero",)).read_text()
     assert "<h2>Circuit</h2>" in html and "L0H0@all, L0MLP@all" in html and "<h2>Direct logit attribution</h2>" in html

@@ -76,6 +76,8 @@ class TaskReportData:
     attribution: TargetAttribution | None
     circuit: CircuitMetrics | None
     notes: dict[str, str] = field(default_factory=dict)
+    skills: Mapping[str, Any] = field(default_factory=dict)
+    findings: tuple[str, ...] = ()
 
 
 def token_labels(task: Task, tokens: Sequence[int]) -> list[str]:
@@ -165,6 +167,7 @@ def task_report_data(
     notes: dict[str, str] = {}
     hookable = isinstance(getattr(model, "hook_dict", None), dict) and bool(components_of(model))
     ablation = patching = attribution = circuit = attention = None
+    skills: Mapping[str, Any] = {}
     if not hookable:
         notes["ablation"] = notes["patching"] = notes["circuit"] = (
             "The model has no blocks.L.attn.hook_z or blocks.L.hook_mlp_out hook point: nothing to intervene on.")
@@ -187,6 +190,12 @@ def task_report_data(
                 circuit = circuit_metrics(model, proposed, subset, task=task, max_exhaustive=6)
             except ValueError as error:
                 notes["circuit"] = str(error)
+            try:
+                from perm_circuits.discovery.skills import discover_skills
+
+                skills = discover_skills(model, subset, method=SKILL_METHOD, how=SKILL_HOW)
+            except (TypeError, ValueError) as error:  # e.g. a model the edge graph does not cover
+                notes["skills"] = str(error)
     if analyses:
         scores = attention_scores(patterns)
         attention = scores if scores.heads else None
@@ -201,7 +210,30 @@ def task_report_data(
         labels=tuple(tuple(token_labels(task, shown.tokens[row].tolist())) for row in range(len(shown))),
         patterns=patterns, attention=attention, ablation=ablation, ablation_hows=tuple(ablation_hows),
         patching=patching, attribution=attribution, circuit=circuit, notes=notes,
+        skills=skills, findings=task_findings(evaluation, skills, ablation),
     )
+
+
+def task_findings(evaluation: TaskEvaluation, skills: Mapping[str, Any], ablation: TaskAblationTable | None
+                  ) -> tuple[str, ...]:
+    """Three to five one-line findings of a task's report, each naming its ablation mode (or none)."""
+    shown = list(evaluation.metrics.items())[:3]
+    lines = ["Metrics (no ablation): " + ", ".join(f"{k} {v:.3f}" for k, v in shown)
+             + f"; test loss {evaluation.test_loss:.3f}."]
+    for skill, result in skills.items():
+        strongest = max(result.circuit, key=lambda edge: abs(float(result.scores[edge]))) if result.circuit else "none"
+        lines.append(f"Circuit ({result.method.upper()}, {result.how} ablation): {result.n_edges} of "
+                     f"{len(result.scores)} edges, faithfulness {result.faithfulness:.2f}; strongest edge {strongest}.")
+    if ablation is not None and ablation.metric_names:
+        metric = ablation.metric_names[0]
+        frame = ablation.to_dataframe()
+        frame = frame[frame["component"] != "none"]
+        for how in list(dict.fromkeys(frame["how"]))[:2]:
+            rows = frame[frame["how"] == how]
+            worst = rows.loc[rows[f"delta_{metric}"].idxmin()]
+            lines.append(f"Largest drop in {metric} under {how} ablation: {worst['component']} "
+                         f"({worst[f'delta_{metric}']:+.3f}).")
+    return tuple(lines[:5])
 
 
 # ----------------------------------------------------------------------------- the study's report

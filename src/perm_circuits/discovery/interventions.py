@@ -98,7 +98,11 @@ class _Weights:
     """The bridge's weights, detached, and the pieces of its forward pass."""
 
     def __init__(self, model) -> None:
-        cfg = model.cfg
+        cfg = getattr(model, "cfg", None)
+        missing = [name for name in ("normalization_type", "n_layers", "n_heads") if not hasattr(cfg, name)]
+        if missing:
+            raise ValueError(f"edge interventions need a TransformerLens model config; {type(model).__name__}'s cfg "
+                             f"has no {missing}")
         if getattr(cfg, "positional_embedding_type", "standard") != "standard":
             raise ValueError(f"edge interventions need standard positional embeddings, got {cfg.positional_embedding_type!r}")
         if getattr(cfg, "parallel_attn_mlp", False):

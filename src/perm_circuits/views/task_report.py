@@ -29,6 +29,7 @@ circuitsvis bundle: it renders with no network.
 
 from __future__ import annotations
 
+import html
 import os
 import re
 from collections.abc import Callable
@@ -48,6 +49,7 @@ from perm_circuits.analysis.task_ablation import TaskAblationTable
 from perm_circuits.analysis.task_attribution import attention_patterns
 from perm_circuits.tasks.base import Task
 from perm_circuits.views.attention_figures import attention_layout, attention_trace
+from perm_circuits.views.circuit_hero import HERO_CSS, circuit_hero
 from perm_circuits.views.circuits import OfflineView, attention_view
 from perm_circuits.views.figure_style import house_style
 from perm_circuits.views.html import Section, html_page, write_plotly_js
@@ -166,6 +168,16 @@ def _analysis_sections(data: TaskReportData) -> list[Section]:
     return out
 
 
+def model_shape_of_skills(skills) -> tuple[int, int] | None:
+    """(layers, heads) of the graph the discovered circuits live on, from their edge names."""
+    names = [edge for result in skills.values() for edge in result.scores.index]
+    layers = [int(m.group(1)) for e in names for m in re.finditer(r"L(\d+)(?:H\d+|MLP)", e)]
+    heads = [int(m.group(1)) for e in names for m in re.finditer(r"L\d+H(\d+)", e)]
+    if not layers or not heads:
+        return None
+    return max(layers) + 1, max(heads) + 1
+
+
 def render_task_report(
     data: TaskReportData, out: str | os.PathLike[str], *, title: str | None = None, force: bool = False
 ) -> Path:
@@ -184,7 +196,13 @@ def render_task_report(
     evaluation = data.evaluation
     title = title or f"{evaluation.model_name} on {data.task_name}"
     fig = _Figures(re.sub(r"[^A-Za-z0-9_-]+", "-", data.task_name))
-    sections: list[Section | OfflineView | str] = [f"<style>{_CSS}</style>", Section("Task and model", _kv_table(data.about))]
+    hero = ""
+    if data.skills or data.findings:  # the first screen: the discovered circuit, then the findings
+        shape = model_shape_of_skills(data.skills)
+        hero = circuit_hero(data.skills, data.findings, n_layers=shape[0], n_heads=shape[1]) if shape else (
+            '<ul class="pc-findings">' + "".join(f"<li>{html.escape(line)}</li>" for line in data.findings) + "</ul>")
+    sections: list[Section | OfflineView | str] = [f"<style>{_CSS}{HERO_CSS}</style>" + hero,
+                                                   Section("Task and model", _kv_table(data.about))]
     sections.append(Section("Metrics", _note(
         f"{evaluation.n_samples} test sequences (task.test_set(n={data.n}, seed={data.seed})); 'reference' rows compare "
         "the model with the task's exact or analytic reference over the loss positions."
