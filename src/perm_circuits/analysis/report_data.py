@@ -259,8 +259,9 @@ class StudyReportData:
     findings: tuple[str, ...] = ()
 
 
-SKILL_METHOD, SKILL_HOW = "acdc", "resample"
-"""How the report's opening circuits are found: ACDC (Conmy et al. 2023) under resample ablation."""
+SKILL_METHOD, SKILL_HOW, SKILL_ROWS = "acdc", "resample", 300
+"""How the report's opening circuits are found: ACDC (Conmy et al. 2023) under resample ablation, on
+at most 300 test sequences per skill."""
 
 
 def _pct(value: float) -> str:
@@ -348,6 +349,6 @@ def study_report_data(
     from perm_circuits.discovery.skills import discover_skills
     from perm_circuits.tasks.permutation import as_task_batch
 
-    skills = discover_skills(model, as_task_batch(test_set), method=SKILL_METHOD, how=SKILL_HOW)
+    skills = discover_skills(model, as_task_batch(test_set), method=SKILL_METHOD, how=SKILL_HOW, max_rows=SKILL_ROWS)
     return StudyReportData(task, analysis_task, test_set, evaluation, generalisation, verdict, head_sweep,
                            source_sweep, ffns, memory, flips, dla, skills, study_findings(evaluation, verdict, skills))
