@@ -55,3 +55,28 @@ def test_claims_are_judged_from_counts():
     assert full_recipe_numbers(full, seeds=n_drop + 1, architectures=1)["capacity_full.claim.dropout_prevents_recall"] == "open"
     full.loc[drop & (full.status == "done"), "recall_accuracy"] = 1.0
     assert full_recipe_numbers(full)["capacity_full.claim.dropout_prevents_recall"] == "fails"
+
+
+def test_the_pages_smallest_width_claim_follows_from_the_committed_tables():
+    """docs/results.md says the cut budget measured *when* recall forms below the full recipe's smallest
+    learning width: that needs the full recipe's smallest width to be below the cut budget's."""
+    from perm_circuits.results.build import full_grid_numbers
+    from perm_circuits.results.capacity import capacity_numbers
+
+    root = Path(__file__).resolve().parent.parent
+    full = full_grid_numbers(root)["capacity_full.drop0.smallest_learning_width"]
+    cut = capacity_numbers(load_capacity_table(root / "results" / "capacity_sweep.csv"))["capacity.drop0.smallest_learning_width"]
+    assert full < cut
+    page = (root / "docs" / "results.md").read_text(encoding="utf-8")
+    assert f"is d_model {int(full)} at the study's recipe, against d_model\n  {int(cut)} at the cut budget" in page
+
+
+def test_smallest_learning_width_on_a_hand_built_table():
+    from perm_circuits.results.capacity import capacity_numbers
+
+    tiny = load_capacity_table(TINY)
+    numbers = capacity_numbers(tiny)
+    assert numbers["capacity.drop0.smallest_learning_width"] == 8  # d8h1 seed 0 learns recall
+    import math
+
+    assert math.isnan(numbers["capacity.drop10.smallest_learning_width"])  # no dropout run learns it

@@ -180,7 +180,8 @@ def capacity_numbers(frame: pd.DataFrame, prefix: str = "capacity") -> dict[str,
     ``learned`` recall (final recall accuracy >= :data:`LEARNED`), the median epoch at which those
     reach it, and the mean elimination accuracy.  Per dropout and head count, the totals over every
     width (``capacity.drop{100 p}.h{n}.learned`` / ``.done``) and the smallest width at which every
-    seed learns recall (NaN if none).  Per ablation mode: verdict counts
+    seed learns recall (NaN if none); per dropout, the smallest width at which some seed learns it
+    (``capacity.drop{100 p}.smallest_learning_width``, NaN if none).  Per ablation mode: verdict counts
     (``capacity.verdict.<how>.<holds|fails|open>``, and per head count ``capacity.h{n}.verdict.*``),
     the binding-head claim's statuses per head count (``capacity.h{n}.binding_head.<how>.<status>``),
     the runs where the study's binding-head claim
@@ -216,6 +217,8 @@ def capacity_numbers(frame: pd.DataFrame, prefix: str = "capacity") -> dict[str,
         every = [int(d) for d, g in runs.groupby("d_model") if bool((g["recall_accuracy"] >= LEARNED).all())]
         out[f"{key}.smallest_all_learn"] = min(every) if every else math.nan
     for dropout, runs in done.groupby("dropout"):
+        widths = sorted(int(d) for d, g in runs.groupby("d_model") if bool((g["recall_accuracy"] >= LEARNED).any()))
+        out[f"{prefix}.{_drop_key(dropout)}.smallest_learning_width"] = widths[0] if widths else math.nan
         out[f"{prefix}.{_drop_key(dropout)}.done"] = len(runs)
         out[f"{prefix}.{_drop_key(dropout)}.learned"] = int(learned[runs.index].sum())
         out[f"{prefix}.{_drop_key(dropout)}.recall_accuracy.max"] = float(runs["recall_accuracy"].max())
