@@ -73,7 +73,6 @@ def check_fit(model: object, task: object) -> None:
         raise ValueError(f"the model's context ({n_ctx}) is shorter than task {task.name!r}'s sequences ({task.n_ctx})")
 
 
-_check_fit = check_fit  # the names analyses and views import (kept for them)
 _model_name = model_name
 
 

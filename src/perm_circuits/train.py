@@ -546,7 +546,3 @@ def save_training_checkpoint(
     metadata = {"epoch": epoch, "train_config": train_config.to_dict(), "history": list(history.rows)}
     model.task_config = task_config
     return save_model(model, path, task_config=task_config, metadata=metadata, extra_tensors=extra)
-
-
-# former private names, kept as aliases for callers not yet renamed
-_load_resumable = load_resumable

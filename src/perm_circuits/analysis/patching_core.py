@@ -249,7 +249,6 @@ def patching_cache(model, pair: PatchingPair, hooks: HookList, names: Sequence[s
 
 
 _Context = PatchingCache  # former private names, kept for callers not yet renamed
-_context = patching_cache
 
 
 def _bootstrap(

@@ -197,6 +197,3 @@ def run_ray(runs: Sequence[RunConfig], on_result: OnResult, on_running: OnStart,
     finally:
         if started:
             ray.shutdown()
-
-
-_import_ray = import_ray  # former private name, kept for callers not yet renamed

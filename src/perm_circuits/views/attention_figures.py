@@ -171,8 +171,3 @@ def sequence_attention(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"])
     attention_layout(fig, n_rows, n_cols)
     title = f"{config.name}: attention on {format_sequence(seq[0].tolist())}"
     return house_style(fig, title, height=150 + 420 * n_rows, width=max(620, 520 * n_cols))
-
-
-# former private names, kept as aliases for callers not yet renamed
-_attention_layout = attention_layout
-_attention_trace = attention_trace

@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 import pandas as pd
 import plotly.graph_objects as go
 
-from perm_circuits.checks import check_str
+from perm_circuits.checks import check_str  # noqa: F401  (the views import it from here)
 
 __all__ = [
     "BAYES_COLOR",
@@ -134,9 +134,5 @@ def format_sequence(tokens: Sequence[int]) -> str:
 
 # former private names, kept as aliases for callers not yet renamed
 _style = house_style
-_check_str = check_str
-_check_model = check_model
-_frame_of = frame_of
-_require_columns = require_columns
 _position_label = position_label
 _format_sequence = format_sequence
