@@ -31,7 +31,7 @@ from perm_circuits.analysis import (
     model_memory_probes,
     recall_patching,
 )
-from perm_circuits.analysis.verdict import CIRCUIT_MAX_N
+from perm_circuits.analysis.study.verdict import CIRCUIT_MAX_N
 
 
 def suite(model, test_set) -> dict[str, float]:

@@ -19,7 +19,7 @@ import torch
 
 from perm_circuits.discovery import acdc, eap, eap_ig, exhaustive_oracle, prepare_edges
 from perm_circuits.models import ModelConfig, build_model, load_pretrained
-from perm_circuits.task import TaskConfig
+from perm_circuits.tasks.permutation_data import TaskConfig
 from perm_circuits.tasks import PermutationTask
 
 

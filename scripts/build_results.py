@@ -24,9 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a generated file differs")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    from perm_circuits.results import build_pages, shipped_numbers, write_numbers, write_pages
-    from perm_circuits.results.build import NUMBERS
-    from perm_circuits.results.discovery_page import discovery_pages
+    from perm_circuits.pages import build_pages, shipped_numbers, write_numbers, write_pages
+    from perm_circuits.pages.build import NUMBERS
+    from perm_circuits.pages.discovery_page import discovery_pages
 
     if args.recompute:
         numbers = shipped_numbers(progress=True)

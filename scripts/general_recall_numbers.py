@@ -20,8 +20,8 @@ import torch
 
 from perm_circuits import load_dynamics, load_pretrained
 from perm_circuits.models import PRETRAINED_DIR
-from perm_circuits.results.build import GENERAL_NUMBERS, write_numbers
-from perm_circuits.results.generalisation import ANY_MODEL, general_recall_numbers
+from perm_circuits.pages.build import GENERAL_NUMBERS, write_numbers
+from perm_circuits.pages.generalisation import ANY_MODEL, general_recall_numbers
 
 ROOT = Path(__file__).resolve().parent.parent
 DYNAMICS_DIR = ROOT / "results" / "general_recall_dynamics"

@@ -36,7 +36,7 @@ KEEP = ("run_id", "status", "n_layers", "d_model", "n_heads", "d_head", "d_mlp",
 
 def induction_columns(model, task_config) -> dict[str, float]:
     """Previous-token and induction scores of every head (``prev_L{l}H{h}``, ``ind_L{l}H{h}``)."""
-    from perm_circuits.analysis.induction import induction_scores
+    from perm_circuits.analysis.probes.induction import induction_scores
 
     scores = induction_scores(model)
     frame = scores.to_dataframe()
@@ -49,7 +49,7 @@ def induction_columns(model, task_config) -> dict[str, float]:
 
 def story_columns(model, task_config) -> dict[str, object]:
     """The induction story of a multi-layer model (scores + K-composition + path patching, with CI)."""
-    from perm_circuits.analysis.induction_story import induction_story
+    from perm_circuits.analysis.circuits.induction_story import induction_story
 
     story = induction_story(model, task_config=task_config, n=2000, n_pair=2000, n_boot=200)
     return {
@@ -89,7 +89,7 @@ def attention_columns(model, task_config) -> dict[str, float]:
     ``att_L{l}H{h}_xk`` (the matching earlier query), ``_yk`` (its answer), ``_other_x`` (every other
     earlier query, summed) and ``_other_y`` (every other answer, summed)."""
     from perm_circuits.hooks import run_capture
-    from perm_circuits.task import exhaustive_batch
+    from perm_circuits.tasks.permutation_data import exhaustive_batch
 
     config = model.perm_config
     names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(config.n_layers)]

@@ -16,7 +16,7 @@ with install_import_hook("perm_circuits", "beartype.beartype"):
     import perm_circuits  # noqa: F401,E402
     import perm_circuits.evaluate  # noqa: F401,E402
     import perm_circuits.posterior  # noqa: F401,E402
-    import perm_circuits.task  # noqa: F401,E402
+    import perm_circuits.tasks.permutation_data  # noqa: F401,E402
     import perm_circuits.train  # noqa: F401,E402
     import perm_circuits.analysis  # noqa: F401,E402
     import perm_circuits.views  # noqa: F401,E402

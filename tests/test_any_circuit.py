@@ -9,11 +9,11 @@ from jaxtyping import install_import_hook
 
 from perm_circuits import build_induction_model, list_pretrained, load_pretrained
 from perm_circuits.hooks import hook_count
-from perm_circuits.analysis.path_patching import induction_patching_pair, path_patch
+from perm_circuits.analysis.interventions.path_patching import induction_patching_pair, path_patch
 from perm_circuits.handbuilt import induction_layout
 
-with install_import_hook("perm_circuits.results.any_circuit", "beartype.beartype"):
-    from perm_circuits.results import any_circuit as ac
+with install_import_hook("perm_circuits.pages.any_circuit", "beartype.beartype"):
+    from perm_circuits.pages import any_circuit as ac
 
 N = 200
 
@@ -142,7 +142,7 @@ def test_shipped_any_model_circuit(numbers):
 def test_template_names_only_measured_keys(numbers):
     from pathlib import Path
 
-    from perm_circuits.results import render, template_keys
+    from perm_circuits.pages import render, template_keys
 
     template = (Path(__file__).parents[1] / "docs" / "templates" / "general_recall_circuit.md").read_text()
     keys = set(template_keys(template))

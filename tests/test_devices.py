@@ -7,7 +7,7 @@ import torch
 
 from perm_circuits.devices import model_device, resolve_device
 from perm_circuits.models import build_model, load_pretrained
-from perm_circuits.task import TaskConfig
+from perm_circuits.tasks.permutation_data import TaskConfig
 from perm_circuits.train import TrainConfig, train
 
 CPU = torch.device("cpu")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perm_circuits.results.discovery_page import (
+from perm_circuits.pages.discovery_page import (
     DESCRIBED,
     DISCOVERY_PAGE,
     DISCOVERY_TABLE,

@@ -14,7 +14,7 @@ import torch
 
 from perm_circuits import TaskConfig, TrainConfig, load_pretrained, train
 from perm_circuits.analysis import head_scores, model_memory_probes
-from perm_circuits.analysis.induction import induction_scores, induction_test_set
+from perm_circuits.analysis.probes.induction import induction_scores, induction_test_set
 from perm_circuits.cli import main
 from perm_circuits.dynamics import (
     DYNAMICS_FILE,
@@ -36,7 +36,7 @@ from perm_circuits.dynamics.study import (
     study_dynamics,
     write_record_csv,
 )
-from perm_circuits.task import make_test_set
+from perm_circuits.tasks.permutation_data import make_test_set
 from perm_circuits.train import StepInfo
 from perm_circuits.views.dynamics_figures import emergence_figure
 

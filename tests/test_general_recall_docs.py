@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from perm_circuits.results.build import GENERAL_NUMBERS, GENERAL_PAGE, GENERAL_TEMPLATES, GENERALISATION_TABLE, build_pages, read_numbers
-from perm_circuits.results.generalisation import (
+from perm_circuits.pages.build import GENERAL_NUMBERS, GENERAL_PAGE, GENERAL_TEMPLATES, GENERALISATION_TABLE, build_pages, read_numbers
+from perm_circuits.pages.generalisation import (
     ANY_MODEL,
     DYNAMICS_SIGNALS,
     any_model_numbers,
@@ -17,7 +17,7 @@ from perm_circuits.results.generalisation import (
     generalisation_numbers,
     load_generalisation_table,
 )
-from perm_circuits.results.render import template_keys
+from perm_circuits.pages.render import template_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,7 +61,7 @@ def test_the_prose_claims_hold(numbers):
         assert numbers[f"generalisation.{config}.x1234.generalise"] == 0, config
     # "the smallest configuration that generalises is d16h1l2"; "the one-layer d32h2 has twice as many"
     assert numbers["generalisation.smallest"] == "d16h1l2" == ANY_MODEL.removesuffix("-any")
-    from perm_circuits.results.generalisation import parameters
+    from perm_circuits.pages.generalisation import parameters
 
     assert parameters(1, 32, 2) == 2 * numbers["generalisation.smallest.parameters"]
     # "the one-layer d32h2 splits the work between its two heads ... in every generalising seed"; "about a quarter"

@@ -5,7 +5,7 @@ import torch
 
 from perm_circuits import ModelConfig, TaskConfig, build_model, load_checkpoint, save_model
 from perm_circuits.models import fast_forward, load_model
-from perm_circuits.task import make_batch
+from perm_circuits.tasks.permutation_data import make_batch
 from perm_circuits.models import PRESETS, CheckpointError, model_config_of
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perm_circuits.results import (
+from perm_circuits.pages import (
     MODES,
     build_pages,
     capacity_markdown,
@@ -34,7 +34,7 @@ from perm_circuits.results import (
     template_keys,
     verdict_modes,
 )
-from perm_circuits.results.build import (
+from perm_circuits.pages.build import (
     NUMBERS,
     README_BEGIN,
     README_END,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from perm_circuits.results.capacity import budget_comparison_markdown, full_recipe_numbers, load_capacity_table
+from perm_circuits.pages.capacity import budget_comparison_markdown, full_recipe_numbers, load_capacity_table
 
 TINY = Path(__file__).resolve().parent / "data" / "capacity_tiny.csv"
 
@@ -60,8 +60,8 @@ def test_claims_are_judged_from_counts():
 def test_the_pages_smallest_width_claim_follows_from_the_committed_tables():
     """docs/results.md says the cut budget measured *when* recall forms below the full recipe's smallest
     learning width: that needs the full recipe's smallest width to be below the cut budget's."""
-    from perm_circuits.results.build import full_grid_numbers
-    from perm_circuits.results.capacity import capacity_numbers
+    from perm_circuits.pages.build import full_grid_numbers
+    from perm_circuits.pages.capacity import capacity_numbers
 
     root = Path(__file__).resolve().parent.parent
     full = full_grid_numbers(root)["capacity_full.drop0.smallest_learning_width"]
@@ -72,7 +72,7 @@ def test_the_pages_smallest_width_claim_follows_from_the_committed_tables():
 
 
 def test_smallest_learning_width_on_a_hand_built_table():
-    from perm_circuits.results.capacity import capacity_numbers
+    from perm_circuits.pages.capacity import capacity_numbers
 
     tiny = load_capacity_table(TINY)
     numbers = capacity_numbers(tiny)

@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from perm_circuits.results.generalisation import (
+from perm_circuits.pages.generalisation import (
     generalisation_markdown,
     generalisation_numbers,
     generalises,
@@ -82,7 +82,7 @@ def test_bad_tables_are_refused(frame, tmp_path):
 
 def test_dynamics_numbers_on_a_hand_built_record():
     from perm_circuits.dynamics import DynamicsRecord
-    from perm_circuits.results.generalisation import dynamics_numbers
+    from perm_circuits.pages.generalisation import dynamics_numbers
 
     steps = (1, 10, 100, 1000)
     # early rises at step 10, late at 1000, recall (the target) at 100; flat never crosses
@@ -102,7 +102,7 @@ def test_any_model_numbers_on_the_hand_built_induction_circuit():
     """The weight-built circuit generalises exactly, the story holds, and zero-ablating either
     of its heads removes recall of every x_k while elimination (L1H1) stays exact."""
     from perm_circuits import build_induction_model
-    from perm_circuits.results.generalisation import any_model_numbers
+    from perm_circuits.pages.generalisation import any_model_numbers
 
     numbers = any_model_numbers(build_induction_model(), n_pair=200, n_boot=20, hows=("zero",))
     assert [numbers[f"any.recall.x{k}"] for k in range(1, 5)] == [1.0] * 4 and numbers["any.elimination"] == 1.0
@@ -116,7 +116,7 @@ def test_any_model_numbers_on_the_hand_built_induction_circuit():
 
 
 def test_smallest_is_by_parameters_not_by_layers(frame):
-    from perm_circuits.results.generalisation import parameters
+    from perm_circuits.pages.generalisation import parameters
 
     assert parameters(2, 16, 1) == 2 * (4 * 16 * 16 + 2 * 16 * 32) == 4096
     assert parameters(1, 32, 2) == 4 * 32 * 2 * 16 + 2 * 32 * 64 == 8192

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from perm_circuits import TaskConfig, make_test_set, probe_sequence
-from perm_circuits.task import make_batch, make_sequence, split_permutations
-from perm_circuits.task import ADDED_FIELDS, all_permutations, repeat_source_of, validate_tokens, y_positions
+from perm_circuits.tasks.permutation_data import make_batch, make_sequence, split_permutations
+from perm_circuits.tasks.permutation_data import ADDED_FIELDS, all_permutations, repeat_source_of, validate_tokens, y_positions
 
 
 def test_split_sizes_and_disjoint():
@@ -284,7 +284,7 @@ def test_cli_train_repeat_sources(tmp_path, capsys):
 
 @pytest.mark.parametrize("source", [None, 0, 3])
 def test_exhaustive_batch_is_every_sequence_once(source):
-    from perm_circuits.task import exhaustive_batch, split_permutations
+    from perm_circuits.tasks.permutation_data import exhaustive_batch, split_permutations
 
     config = TaskConfig()
     batch = exhaustive_batch(config, repeat_source=source)
@@ -304,7 +304,7 @@ def test_exhaustive_batch_is_every_sequence_once(source):
 
 
 def test_batch_from_queries_rebuilds_a_batch_and_unused_query_finds_the_new_value():
-    from perm_circuits.task import batch_from_queries, unused_query
+    from perm_circuits.tasks.permutation_data import batch_from_queries, unused_query
 
     batch = make_batch(TaskConfig(repeat_ratio=0.5), 200, seed=3)
     rebuilt = batch_from_queries(batch.xs, batch.perms, batch.repeat_source)

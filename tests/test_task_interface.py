@@ -17,8 +17,8 @@ from transformer_lens.hook_points import HookPoint
 from perm_circuits import TaskConfig, TrainConfig, build_model, evaluate, make_test_set, train
 from perm_circuits.models import fast_forward
 from perm_circuits.posterior import bayes_posterior
-from perm_circuits.task import PROBE_SEQUENCE, make_batch
-from perm_circuits.task_eval import TaskEvaluation, evaluate_task, measure_task, reference_agreement, train_task
+from perm_circuits.tasks.permutation_data import PROBE_SEQUENCE, make_batch
+from perm_circuits.tasks.runner import TaskEvaluation, evaluate_task, measure_task, reference_agreement, train_task
 from perm_circuits.tasks import TASKS, FitConfig, PermutationTask, Task, TaskBatch, task_from_dict
 from perm_circuits.tasks.permutation import as_batch, as_task_batch
 from perm_circuits.views.html import local_script_refs, remote_resource_refs

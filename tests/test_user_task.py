@@ -12,7 +12,7 @@ import torch
 
 from perm_circuits import FitConfig, TaskBatch, evaluate, register_task, train
 from perm_circuits.sweep import SweepSpec, load_sweep, run_sweep
-from perm_circuits.task_eval import TaskEvaluation
+from perm_circuits.tasks.runner import TaskEvaluation
 from perm_circuits.tasks import task_entry, task_from_dict
 
 

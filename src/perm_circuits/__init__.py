@@ -6,7 +6,7 @@ task -> models -> train -> evaluate -> analyses -> views.
 The top level holds what the README and the notebooks use: the tasks, the models, the one
 :func:`train` and the one :func:`evaluate`, the main analyses, sweeps and reproductions.  Everything
 else is public in its subpackage (``perm_circuits.analysis``, ``perm_circuits.tasks``,
-``perm_circuits.task``, ``perm_circuits.models``, ``perm_circuits.sweep``, ``perm_circuits.dynamics``,
+``perm_circuits.tasks.permutation_data``, ``perm_circuits.models``, ``perm_circuits.sweep``, ``perm_circuits.dynamics``,
 ...).  Names that used to sit here still resolve, with a ``DeprecationWarning`` naming their module.
 """
 
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     )
     from perm_circuits.reproduce import reproduce
     from perm_circuits.sweep import load_sweep, run_sweep
-    from perm_circuits.task import TaskConfig, make_test_set, probe_sequence
+    from perm_circuits.tasks.permutation_data import TaskConfig, make_test_set, probe_sequence
     from perm_circuits.tasks import FitConfig, PermutationTask, Task, TaskBatch, register_task
     from perm_circuits.train import TrainConfig, TrainingHistory, train
 
@@ -115,14 +115,14 @@ MOVED: dict[str, str] = {
     **dict.fromkeys(("Checkpoint", "fast_forward", "load_model"), "perm_circuits.models"),
     **dict.fromkeys(("Posterior", "bayes_posterior"), "perm_circuits.posterior"),
     **dict.fromkeys(("PROBE_SEQUENCE", "Batch", "all_permutations", "exhaustive_batch", "make_batch", "make_sequence",
-                     "split_permutations"), "perm_circuits.task"),
+                     "split_permutations"), "perm_circuits.tasks.permutation_data"),
     **dict.fromkeys(("StepInfo", "TrainResult"), "perm_circuits.train"),
     **dict.fromkeys(("SweepResult", "SweepSpec", "export_parquet"), "perm_circuits.sweep"),
     **dict.fromkeys(("FitResult", "StepState", "fit", "log_spaced_steps", "masked_cross_entropy", "task_from_dict"),
                     "perm_circuits.tasks"),
     **dict.fromkeys(("DynamicsRecord", "load_dynamics", "save_dynamics", "which_first"), "perm_circuits.dynamics"),
     **dict.fromkeys(("Comparison", "Reproduction"), "perm_circuits.reproduce"),
-    **dict.fromkeys(("TaskEvaluation", "evaluate_task", "train_task"), "perm_circuits.task_eval"),
+    **dict.fromkeys(("TaskEvaluation", "evaluate_task", "train_task"), "perm_circuits.tasks.runner"),
     **dict.fromkeys(("ModelShape", "model_shape"), "perm_circuits.model_shape"),
 }
 """Names that were exported here before, and the module that exports them now."""

@@ -146,7 +146,7 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
     import torch
 
     from perm_circuits.models import PRESETS, ModelConfig, save_model
-    from perm_circuits.task import TaskConfig
+    from perm_circuits.tasks.permutation_data import TaskConfig
     from perm_circuits.train import TrainConfig, load_resumable, train
 
     if args.out.exists() and not args.out.is_dir():

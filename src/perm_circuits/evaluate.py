@@ -1,7 +1,7 @@
 """The one evaluation: :func:`evaluate` measures any model on any task.
 
 ``evaluate(model, task=task)`` runs the task's own metrics, the masked test loss and the agreement
-with the task's reference (:func:`perm_circuits.task_eval.measure_task`) on any ``tokens -> logits``
+with the task's reference (:func:`perm_circuits.tasks.runner.measure_task`) on any ``tokens -> logits``
 module.  ``evaluate(model)`` on one of the study's permutation-lookup models gives the study's
 per-step evaluation against the exact Bayesian posterior:
 
@@ -29,8 +29,8 @@ from torch import Tensor
 
 from perm_circuits.hooks import run_logits
 from perm_circuits.models import model_config_of, task_config_of
-from perm_circuits.task import Batch, TaskConfig, exhaustive_batch, make_batch, make_test_set, probe_sequence
-from perm_circuits.task_eval import TaskEvaluation, measure_task
+from perm_circuits.tasks.permutation_data import Batch, TaskConfig, exhaustive_batch, make_batch, make_test_set, probe_sequence
+from perm_circuits.tasks.runner import TaskEvaluation, measure_task
 from perm_circuits.tasks.base import Task, TaskBatch
 from perm_circuits.tasks.permutation import (
     Evaluation,
@@ -170,7 +170,7 @@ def recall_generalisation(
     Batch ``k`` repeats ``x_k`` in every sample (an explicit source, so the task's own
     ``repeat_sources`` do not restrict which ``k`` are measured; the batches are the same for
     every ``repeat_sources``).  ``n=None`` measures exhaustively: every test permutation with
-    every order of the queries (:func:`~perm_circuits.task.exhaustive_batch`; ``n_per_source``
+    every order of the queries (:func:`~perm_circuits.tasks.permutation_data.exhaustive_batch`; ``n_per_source``
     is then that count, 2,880 for the study's split).
     """
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):

@@ -71,7 +71,7 @@ import math
 import torch
 
 from perm_circuits.models import ModelConfig, build_model
-from perm_circuits.task import TaskConfig
+from perm_circuits.tasks.permutation_data import TaskConfig
 
 __all__ = ["build_induction_model", "elimination_weight", "induction_layout"]
 

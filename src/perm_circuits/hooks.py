@@ -16,7 +16,7 @@ from torch import Tensor
 
 from perm_circuits.model_shape import is_permutation_model, model_shape
 from perm_circuits.models import model_config_of
-from perm_circuits.task import validate_tokens
+from perm_circuits.tasks.permutation_data import validate_tokens
 
 __all__ = ["HookList", "check_hooks", "check_token_ids", "hook_count", "run_capture", "run_logits"]
 

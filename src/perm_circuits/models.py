@@ -36,7 +36,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from perm_circuits._util import atomic_write, dataclass_from_dict, json_safe
-from perm_circuits.task import TaskConfig
+from perm_circuits.tasks.permutation_data import TaskConfig
 
 __all__ = [
     "PRESETS",

@@ -39,7 +39,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from perm_circuits.task import TaskConfig, all_permutations, check_consistent, split_permutations, validate_tokens
+from perm_circuits.tasks.permutation_data import TaskConfig, all_permutations, check_consistent, split_permutations, validate_tokens
 
 __all__ = ["Posterior", "bayes_posterior", "prior_permutations"]
 

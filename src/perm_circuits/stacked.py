@@ -52,7 +52,7 @@ from tqdm.auto import tqdm
 from perm_circuits.evaluate import Evaluation, evaluate_logits, value_probs
 from perm_circuits.models import ModelConfig, build_model, fast_forward, resolve_config
 from perm_circuits.posterior import bayes_posterior
-from perm_circuits.task import TaskConfig, make_batch, make_test_set, probe_sequence
+from perm_circuits.tasks.permutation_data import TaskConfig, make_batch, make_test_set, probe_sequence
 from perm_circuits.tasks.permutation import PermutationTask
 from perm_circuits.train import TrainConfig, TrainingHistory, TrainResult, _converged, dropout_seed
 

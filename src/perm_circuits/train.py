@@ -1,7 +1,7 @@
 """Training: the one :func:`train` of every task and model.
 
 With a :class:`~perm_circuits.tasks.FitConfig` recipe (or any task other than the permutation
-lookup) :func:`train` runs the generic step loop (:func:`perm_circuits.task_eval.fit_task`) on any
+lookup) :func:`train` runs the generic step loop (:func:`perm_circuits.tasks.runner.fit_task`) on any
 ``tokens -> logits`` module; with a :class:`TrainConfig` it runs the study's epoch loop described
 here: Adam on the masked next-token loss, evaluated on the fixed test set every epoch.
 
@@ -52,8 +52,8 @@ from perm_circuits.models import (
 )
 from perm_circuits.posterior import bayes_posterior
 from perm_circuits.devices import resolve_device, to_device
-from perm_circuits.task import Batch, TaskConfig, make_batch, make_test_set, probe_sequence
-from perm_circuits.task_eval import fit_task, task_model
+from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_batch, make_test_set, probe_sequence
+from perm_circuits.tasks.runner import fit_task, task_model
 from perm_circuits.tasks.base import FitConfig, FitResult, Task, task_entry
 from perm_circuits.tasks.permutation import PermutationTask
 

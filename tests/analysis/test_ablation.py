@@ -19,7 +19,7 @@ from perm_circuits.analysis import (
     resample_rows,
 )
 from perm_circuits.evaluate import evaluate_logits
-from perm_circuits.task import make_batch
+from perm_circuits.tasks.permutation_data import make_batch
 
 CONFIG = ModelConfig(d_model=16, n_heads=2, seed=3)  # d_head 8, d_mlp 32
 TASK = TaskConfig(repeat_ratio=0.3)

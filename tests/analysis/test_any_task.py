@@ -16,23 +16,23 @@ import pytest
 import torch
 
 from perm_circuits import ModelConfig, TaskConfig, build_model
-from perm_circuits.analysis.ablation import ablate_head, ablation_table, task_ablation_table
-from perm_circuits.analysis.memory import ov_memory_probe
-from perm_circuits.analysis.circuit import (
+from perm_circuits.analysis.interventions.ablation import ablate_head, ablation_table, task_ablation_table
+from perm_circuits.analysis.probes.memory import ov_memory_probe
+from perm_circuits.analysis.circuits.criteria import (
     Node,
     circuit_metrics,
     faithfulness_by_mode,
     propose_circuit,
     target_logprob_gain,
 )
-from perm_circuits.analysis.path_patching import path_patch, path_patching_table
+from perm_circuits.analysis.interventions.path_patching import path_patch, path_patching_table
 from perm_circuits.analysis.report_data import task_report_data
-from perm_circuits.analysis.task_ablation import TaskAblationTable
-from perm_circuits.analysis.task_attribution import target_logit_attribution
-from perm_circuits.analysis.task_patching import target_logprob
+from perm_circuits.analysis.interventions.ablation_table import TaskAblationTable
+from perm_circuits.analysis.probes.task_attribution import target_logit_attribution
+from perm_circuits.analysis.interventions.activation_patching import target_logprob
 from perm_circuits.hooks import hook_count, run_logits
 from perm_circuits.systems.forner_model import teacher_model
-from perm_circuits.task_eval import evaluate_task
+from perm_circuits.tasks.runner import evaluate_task
 from perm_circuits.tasks import PermutationTask
 from perm_circuits.views.html import remote_resource_refs
 from perm_circuits.views.task_report import render_task_report, task_report
@@ -201,18 +201,18 @@ def test_the_deprecated_task_table_warns_and_gives_the_same_numbers(forner):
 
 
 def test_ablation_modules_have_no_cycle_and_the_core_needs_no_task():
-    root = Path(__file__).resolve().parents[2] / "src" / "perm_circuits" / "analysis"
+    root = Path(__file__).resolve().parents[2] / "src" / "perm_circuits" / "analysis" / "interventions"
 
     def imports(name: str) -> set[str]:
         tree = ast.parse((root / f"{name}.py").read_text())
         return {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
 
-    core = imports("intervention")
-    assert not core & {"perm_circuits.task", "perm_circuits.models", "perm_circuits.evaluate", "perm_circuits.posterior"}
-    assert not any(m.startswith("perm_circuits.analysis.") and m != "perm_circuits.analysis._checks" for m in core)
-    layers = ["intervention", "ablation_hooks", "ablation_sweep", "task_ablation", "ablation"]
+    core = imports("core")
+    assert not core & {"perm_circuits.tasks.permutation_data", "perm_circuits.models", "perm_circuits.evaluate", "perm_circuits.posterior"}
+    assert not any(m.startswith("perm_circuits.analysis.") and m != "perm_circuits.analysis.interventions.checks" for m in core)
+    layers = ["core", "hooks", "permutation_table", "ablation_table", "ablation"]
     for i, name in enumerate(layers):  # each imports only the layers before it
-        later = {f"perm_circuits.analysis.{m}" for m in layers[i:]}
+        later = {f"perm_circuits.analysis.interventions.{m}" for m in layers[i:]}
         assert not imports(name) & later, name
 
 

@@ -9,10 +9,10 @@ import torch
 from jaxtyping import TypeCheckError, install_import_hook
 
 with install_import_hook(
-    ["perm_circuits.analysis.memory", "perm_circuits.analysis.attribution", "perm_circuits.analysis.ffn"],
+    ["perm_circuits.analysis.probes.memory", "perm_circuits.analysis.probes.dla", "perm_circuits.analysis.study.ffn"],
     "beartype.beartype",
 ):
-    from perm_circuits.analysis import attribution
+    from perm_circuits.analysis.probes import dla as attribution
 
 from perm_circuits import TaskConfig, build_model, hook_count, make_batch, run_logits
 

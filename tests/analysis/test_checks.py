@@ -8,7 +8,12 @@ import pytest
 import torch
 
 from perm_circuits import ModelConfig, TaskConfig, build_model
-from perm_circuits.analysis import _checks, ablation, attribution, ffn, memory, patching, scores, verdict
+from perm_circuits.analysis.interventions import ablation
+from perm_circuits.analysis.interventions import checks as _checks
+from perm_circuits.analysis.probes import dla as attribution
+from perm_circuits.analysis.probes import memory
+from perm_circuits.analysis.study import ffn, scores, verdict
+from perm_circuits.analysis.study import recall_patching as patching
 
 MODEL = build_model(ModelConfig(d_model=16, n_heads=2, n_layers=2, seed=0))  # 2 layers, 2 heads, d_mlp 32
 

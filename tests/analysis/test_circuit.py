@@ -37,8 +37,8 @@ from perm_circuits.analysis import (
     propose_circuit,
     resample_rows,
 )
-from perm_circuits.analysis.ablation import HOWS
-from perm_circuits.analysis.circuit import class_positions, skill_logit_diff
+from perm_circuits.analysis.interventions.ablation import HOWS
+from perm_circuits.analysis.circuits.criteria import class_positions, skill_logit_diff
 
 V = 5
 C_ATT, M_ATT = 40.0, 30.0

@@ -7,13 +7,13 @@ import torch
 from jaxtyping import TypeCheckError, install_import_hook
 
 with install_import_hook(
-    ["perm_circuits.analysis.memory", "perm_circuits.analysis.attribution", "perm_circuits.analysis.ffn"],
+    ["perm_circuits.analysis.probes.memory", "perm_circuits.analysis.probes.dla", "perm_circuits.analysis.study.ffn"],
     "beartype.beartype",
 ):
-    from perm_circuits.analysis import ffn
+    from perm_circuits.analysis.study import ffn as ffn
 
 from perm_circuits import ModelConfig, TaskConfig, build_model, hook_count, make_batch, split_permutations
-from perm_circuits.task import check_consistent
+from perm_circuits.tasks.permutation_data import check_consistent
 
 TASK = TaskConfig(repeat_ratio=0.3)
 D = 16

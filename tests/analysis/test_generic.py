@@ -14,13 +14,13 @@ from transformer_lens.hook_points import HookPoint
 
 from perm_circuits import ModelConfig, TaskConfig, build_model
 from perm_circuits.analysis import ablate, ablate_head, ablate_mlp
-from perm_circuits.analysis.memory import memory_recall
-from perm_circuits.analysis.task_ablation import (
+from perm_circuits.analysis.probes.memory import memory_recall
+from perm_circuits.analysis.interventions.ablation_table import (
     ablate_tokens,
     reference_tokens,
     task_ablation_table,
 )
-from perm_circuits.analysis.task_patching import (
+from perm_circuits.analysis.interventions.activation_patching import (
     patch_activation,
     patch_head,
     target_logprob,
@@ -29,7 +29,7 @@ from perm_circuits.evaluate import evaluate
 from perm_circuits.hooks import hook_count, run_capture, run_logits
 from perm_circuits.model_shape import model_shape
 from perm_circuits.systems.forner_model import FornerConfig, FornerModel, teacher_model
-from perm_circuits.task_eval import evaluate_task
+from perm_circuits.tasks.runner import evaluate_task
 from perm_circuits.tasks import PermutationTask
 from perm_circuits.tasks.permutation import as_batch
 from perm_circuits.views.html import remote_resource_refs

@@ -29,11 +29,11 @@ from perm_circuits import (
     make_test_set,
 )
 
-with install_import_hook("perm_circuits.analysis.induction", "beartype.beartype"):
-    from perm_circuits.analysis import induction as induction_module
+with install_import_hook("perm_circuits.analysis.probes.induction", "beartype.beartype"):
+    from perm_circuits.analysis.probes import induction as induction_module
 
 from perm_circuits.analysis import InductionScores, induction_scores, induction_test_set
-from perm_circuits.task import repeat_source_of
+from perm_circuits.tasks.permutation_data import repeat_source_of
 
 V = 5
 SEQ = 2 * V - 1

@@ -7,10 +7,10 @@ import torch
 from jaxtyping import TypeCheckError, install_import_hook
 
 with install_import_hook(
-    ["perm_circuits.analysis.memory", "perm_circuits.analysis.attribution", "perm_circuits.analysis.ffn"],
+    ["perm_circuits.analysis.probes.memory", "perm_circuits.analysis.probes.dla", "perm_circuits.analysis.study.ffn"],
     "beartype.beartype",
 ):
-    from perm_circuits.analysis import memory
+    from perm_circuits.analysis.probes import memory as memory
 
 from perm_circuits import ModelConfig, TaskConfig, TrainConfig, build_model, train
 
@@ -270,7 +270,7 @@ def test_tracker_records_probes_every_epoch():
 def test_apply_norm_matches_the_forward_pass():
     """The probes' LayerNorms are the model's: compare with the cached ln1/ln2/ln_final outputs."""
     from perm_circuits import make_test_set
-    from perm_circuits.analysis.attribution import run_cache
+    from perm_circuits.analysis.probes.dla import run_cache
 
     model = build_model("d32h2", seed=1)
     sd = model.state_dict()

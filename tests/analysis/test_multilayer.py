@@ -45,9 +45,9 @@ from perm_circuits.analysis import (
     patch_mlp,
     patching_pair,
 )
-from perm_circuits.analysis.attribution import elimination_answers
-from perm_circuits.analysis.claims import single_head
-from perm_circuits.analysis.scores import repeat_source_of
+from perm_circuits.analysis.probes.dla import elimination_answers
+from perm_circuits.analysis.study.claims import single_head
+from perm_circuits.analysis.study.scores import repeat_source_of
 from perm_circuits.models import save_model, task_config_of
 
 from .handbuilt import without

@@ -25,7 +25,7 @@ from perm_circuits.analysis import (
     patching_pair,
     recall_patching,
 )
-from perm_circuits.analysis.patching import set_head
+from perm_circuits.analysis.study.recall_patching import set_head
 
 CONFIG = ModelConfig(d_model=16, n_heads=2, seed=5)
 TASK = TaskConfig(repeat_ratio=0.3)

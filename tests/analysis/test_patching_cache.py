@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from perm_circuits import ModelConfig, TaskConfig, build_model
-from perm_circuits.analysis.patching import (
+from perm_circuits.analysis.study.recall_patching import (
     PatchingCache,
     patch_head_outputs,
     patch_mlp,

@@ -14,12 +14,12 @@ from perm_circuits import (
     build_model,
     hook_count,
 )
-from perm_circuits.analysis.patching_core import logit_diff
+from perm_circuits.analysis.interventions.patching import logit_diff
 from perm_circuits.hooks import run_capture
-from perm_circuits.task import check_consistent, repeat_source_of
+from perm_circuits.tasks.permutation_data import check_consistent, repeat_source_of
 
-with install_import_hook("perm_circuits.analysis.path_patching", "beartype.beartype"):
-    from perm_circuits.analysis import path_patching as pp
+with install_import_hook("perm_circuits.analysis.interventions.path_patching", "beartype.beartype"):
+    from perm_circuits.analysis.interventions import path_patching as pp
 
 N = 300
 

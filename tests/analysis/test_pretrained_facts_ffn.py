@@ -22,10 +22,12 @@ import pytest
 from jaxtyping import install_import_hook
 
 with install_import_hook(
-    ["perm_circuits.analysis.memory", "perm_circuits.analysis.attribution", "perm_circuits.analysis.ffn"],
+    ["perm_circuits.analysis.probes.memory", "perm_circuits.analysis.probes.dla", "perm_circuits.analysis.study.ffn"],
     "beartype.beartype",
 ):
-    from perm_circuits.analysis import attribution, ffn, memory
+    from perm_circuits.analysis.probes import dla as attribution
+    from perm_circuits.analysis.probes import memory
+    from perm_circuits.analysis.study import ffn
 
 MODELS = ("d32h2", "d32h1", "d16h1")
 SUB = ("steps 1-4", "last-step elimination", "last-step recall")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pytest
 
-from perm_circuits.analysis.verdict import head_roles
+from perm_circuits.analysis.study.verdict import head_roles
 
 SETTINGS = dict(hows=("mean", "zero"), n_pair=1000, n_boot=200, circuits=False)
 

@@ -19,12 +19,12 @@ from jaxtyping import install_import_hook
 
 from perm_circuits import ModelConfig, TaskConfig, build_model, hook_count, make_batch, make_test_set
 
-with install_import_hook("perm_circuits.analysis.scores", "beartype.beartype"):
-    from perm_circuits.analysis import scores as scores_module  # noqa: E402
+with install_import_hook("perm_circuits.analysis.study.scores", "beartype.beartype"):
+    from perm_circuits.analysis.study import scores as scores_module  # noqa: E402
 
-from perm_circuits.analysis.ablation import AblationRow, AblationTable  # noqa: E402
+from perm_circuits.analysis.interventions.ablation import AblationRow, AblationTable  # noqa: E402
 
-from perm_circuits.analysis.scores import (  # noqa: E402
+from perm_circuits.analysis.study.scores import (  # noqa: E402
     AttentionBySource,
     HeadScore,
     HeadScores,
@@ -33,7 +33,7 @@ from perm_circuits.analysis.scores import (  # noqa: E402
     head_scores,
     repeat_source_of,
 )
-from perm_circuits.analysis.verdict import head_roles, judge_roles  # noqa: E402
+from perm_circuits.analysis.study.verdict import head_roles, judge_roles  # noqa: E402
 from .handbuilt import blank_model
 
 V = 5
@@ -501,7 +501,7 @@ def test_judge_uses_the_recall_signal_when_both_capabilities_fall(kept, role, di
 def test_head_roles_builds_patching_pairs_from_its_task_config(monkeypatch):
     """Regression: head_roles(task_config=...) built its patching pairs from the model's stored task,
     because the patching functions had no task_config; it is now passed through."""
-    from perm_circuits.analysis import patching
+    from perm_circuits.analysis.study import recall_patching as patching
 
     seen = []
     original = patching.patching_pair

@@ -16,7 +16,7 @@ import pytest
 
 from perm_circuits import hook_count, load_pretrained, make_test_set
 from perm_circuits.analysis import SkillCircuit, head_roles
-from perm_circuits.analysis import skill_circuits as circuit_step
+from perm_circuits.analysis.study import skill_circuits as circuit_step
 from tests.analysis.test_circuit import CIRCUIT, TASK, known_circuit_model
 
 FAST = dict(n_pair=100, n_boot=20, hows=("zero", "mean"))

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from perm_circuits.analysis import path_patching as pp
+from perm_circuits.analysis.interventions import path_patching as pp
 from perm_circuits.discovery import prepare_edges
 from perm_circuits.handbuilt import build_induction_model
 from perm_circuits.hooks import run_capture
 from perm_circuits.models import ModelConfig, build_model
-from perm_circuits.task import TaskConfig
+from perm_circuits.tasks.permutation_data import TaskConfig
 from perm_circuits.tasks import PermutationTask
 
 

@@ -22,7 +22,7 @@ from perm_circuits.discovery import (
 )
 from perm_circuits.handbuilt import build_induction_model
 from perm_circuits.models import ModelConfig, build_model, load_pretrained
-from perm_circuits.task import TaskConfig
+from perm_circuits.tasks.permutation_data import TaskConfig
 from perm_circuits.tasks import PermutationTask, TaskBatch
 
 # The induction circuit of build_induction_model, read off its construction (handbuilt.py):

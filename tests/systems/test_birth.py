@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from perm_circuits.analysis.memory import identity_map, memory_recall
+from perm_circuits.analysis.probes.memory import identity_map, memory_recall
 from perm_circuits.hooks import hook_count, run_capture
 from perm_circuits.systems.birth_model import (
     BirthModelConfig,

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from perm_circuits.analysis.memory import memory_recall, recall_rate
+from perm_circuits.analysis.probes.memory import memory_recall, recall_rate
 from perm_circuits.systems.factual import (
     FactualConfig,
     FactualTransformer,

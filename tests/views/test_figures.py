@@ -322,7 +322,7 @@ def test_ablation_heatmap_from_frame():
 
 
 def test_ablation_heatmap_from_analysis(small, test_set, task):
-    from perm_circuits.analysis.ablation import ablation_table
+    from perm_circuits.analysis.interventions.ablation import ablation_table
 
     table = ablation_table(small, ["zero"], test_set, task_config=task)
     fig = F.ablation_heatmap(table)
@@ -363,7 +363,7 @@ def test_patching_heatmap_from_frame():
 
 
 def test_patching_heatmap_from_analysis(small):
-    from perm_circuits.analysis.patching import patch_head_sources
+    from perm_circuits.analysis.study.recall_patching import patch_head_sources
 
     sweep = patch_head_sources(small, n=60, n_boot=20)
     fig = F.patching_heatmap(sweep)
@@ -388,7 +388,7 @@ def test_patching_heatmap_bad_inputs():
 
 
 def test_ffn_table(small):
-    from perm_circuits.analysis.ffn import ffn_key_value_probe
+    from perm_circuits.analysis.study.ffn import ffn_key_value_probe
 
     probe = ffn_key_value_probe(small)
     fig = F.ffn_table(probe)
@@ -485,7 +485,7 @@ def test_probe_curves_wide_and_tidy():
 
 
 def test_probe_curves_from_memory_tracker(small):
-    from perm_circuits.analysis.memory import memory_probe_tracker
+    from perm_circuits.analysis.probes.memory import memory_probe_tracker
 
     tracker = memory_probe_tracker()
     tracker.record(small, 0)

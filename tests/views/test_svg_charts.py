@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import pandas as pd
 import pytest
 
-from perm_circuits.results.figures import phase_svg, time_to_recall_svg
+from perm_circuits.pages.figures import phase_svg, time_to_recall_svg
 from perm_circuits.views.svg_charts import Series, svg_heatmaps, svg_line_chart
 
 NS = "{http://www.w3.org/2000/svg}"

@@ -1,6 +1,6 @@
 """Circuit analyses: ablations and activation patching (more modules may add their names here)."""
 
-from perm_circuits.analysis.ablation import (
+from perm_circuits.analysis.interventions.ablation import (
     HOWS,
     AblationRow,
     AblationTable,
@@ -13,7 +13,7 @@ from perm_circuits.analysis.ablation import (
     reference_activations,
     resample_rows,
 )
-from perm_circuits.analysis.patching import (
+from perm_circuits.analysis.study.recall_patching import (
     PatchCell,
     PatchingReport,
     PatchingSweep,
@@ -61,20 +61,20 @@ __all__ = [
 ]
 
 # --- FFN key-value memories, memory-recall probes, direct logit attribution (ffn/memory/attribution)
-from perm_circuits.analysis.attribution import (  # noqa: E402
+from perm_circuits.analysis.probes.dla import (  # noqa: E402
     LogitAttribution,
     LogitDiffDecomposition,
     decompose_logit_diff,
     direct_logit_attribution,
 )
-from perm_circuits.analysis.ffn import (  # noqa: E402
+from perm_circuits.analysis.study.ffn import (  # noqa: E402
     FFNKeyValueProbe,
     MLPFlips,
     enumerate_sequences,
     ffn_key_value_probe,
     mlp_prediction_flips,
 )
-from perm_circuits.analysis.memory import (  # noqa: E402
+from perm_circuits.analysis.probes.memory import (  # noqa: E402
     MemoryProbes,
     identity_map,
     memory_probe_tracker,
@@ -108,9 +108,9 @@ __all__ += [
 ]
 
 # --- head roles: attention scores (scores) -> per-component roles (roles) -> claims (claims) -> verdict (verdict)
-from perm_circuits.analysis.claims import Claim, ClaimTable  # noqa: E402
-from perm_circuits.analysis.roles import HeadRole, MlpRole  # noqa: E402
-from perm_circuits.analysis.scores import (  # noqa: E402
+from perm_circuits.analysis.study.claims import Claim, ClaimTable  # noqa: E402
+from perm_circuits.analysis.study.roles import HeadRole, MlpRole  # noqa: E402
+from perm_circuits.analysis.study.scores import (  # noqa: E402
     AttentionBySource,
     HeadScore,
     HeadScores,
@@ -118,8 +118,8 @@ from perm_circuits.analysis.scores import (  # noqa: E402
     attention_by_source,
     head_scores,
 )
-from perm_circuits.analysis.skill_circuits import SkillCircuit  # noqa: E402
-from perm_circuits.analysis.verdict import RoleVerdict, head_roles, judge_roles  # noqa: E402
+from perm_circuits.analysis.study.skill_circuits import SkillCircuit  # noqa: E402
+from perm_circuits.analysis.study.verdict import RoleVerdict, head_roles, judge_roles  # noqa: E402
 
 __all__ += [
     "AttentionBySource",
@@ -139,7 +139,7 @@ __all__ += [
 ]
 
 # --- IOI-style circuit evaluation: faithfulness, completeness, minimality (circuit)
-from perm_circuits.analysis.circuit import (  # noqa: E402
+from perm_circuits.analysis.circuits.criteria import (  # noqa: E402
     CircuitMetrics,
     FaithfulnessByMode,
     FaithfulnessRow,
@@ -166,7 +166,7 @@ __all__ += [
 ]
 
 # --- multi-layer circuit scores: previous-token, induction, duplicate-token (induction)
-from perm_circuits.analysis.induction import (  # noqa: E402
+from perm_circuits.analysis.probes.induction import (  # noqa: E402
     InductionScore,
     InductionScores,
     induction_scores,
@@ -176,7 +176,7 @@ from perm_circuits.analysis.induction import (  # noqa: E402
 __all__ += ["InductionScore", "InductionScores", "induction_scores", "induction_test_set"]
 
 # --- multi-layer circuits: Q-, K- and V-composition scores between heads (composition)
-from perm_circuits.analysis.composition import (  # noqa: E402
+from perm_circuits.analysis.circuits.composition import (  # noqa: E402
     CompositionScores,
     all_composition_scores,
     composition_baseline,
@@ -191,7 +191,7 @@ __all__ += [
 ]
 
 # --- multi-layer circuits: path patching sender head -> receiver head's q/k/v (path_patching)
-from perm_circuits.analysis.path_patching import (  # noqa: E402
+from perm_circuits.analysis.interventions.path_patching import (  # noqa: E402
     PathPatchEffect,
     PathPatchingTable,
     induction_patching_pair,
@@ -212,7 +212,7 @@ __all__ += [
 ]
 
 # --- multi-layer circuits: the induction story judged from scores, composition and path patching
-from perm_circuits.analysis.induction_story import (  # noqa: E402
+from perm_circuits.analysis.circuits.induction_story import (  # noqa: E402
     InductionStory,
     induction_story,
     judge_induction_story,
@@ -221,19 +221,19 @@ from perm_circuits.analysis.induction_story import (  # noqa: E402
 __all__ += ["InductionStory", "induction_story", "judge_induction_story"]
 
 # --- any task, any hooked model: the any-task ablation table and activation patching over task tokens
-from perm_circuits.analysis.intervention import ANY_TASK_HOWS  # noqa: E402
-from perm_circuits.analysis.task_ablation import (  # noqa: E402
+from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS  # noqa: E402
+from perm_circuits.analysis.interventions.ablation_table import (  # noqa: E402
     TASK_HOWS,
     TaskAblationRow,
     TaskAblationTable,
     ablate_tokens,
     task_ablation_table,
 )
-from perm_circuits.analysis.task_patching import TaskPatch, patch_activation, patch_head, target_logprob  # noqa: E402
+from perm_circuits.analysis.interventions.activation_patching import TaskPatch, patch_activation, patch_head, target_logprob  # noqa: E402
 
-from perm_circuits.analysis.circuit_nodes import target_logprob_gain  # noqa: E402
+from perm_circuits.analysis.circuits.nodes import target_logprob_gain  # noqa: E402
 from perm_circuits.analysis.report_data import TaskReportData, task_report_data  # noqa: E402
-from perm_circuits.analysis.task_attribution import (  # noqa: E402
+from perm_circuits.analysis.probes.task_attribution import (  # noqa: E402
     AttentionScores,
     TargetAttribution,
     attention_scores,

@@ -8,15 +8,15 @@ renders it (views render, they do not compute).  The sections:
 - the task's metrics on ``task.test_set(n, seed)`` (:func:`~perm_circuits.evaluate` with ``task=``)
   and a few test sequences position by position;
 - attention patterns of every layer and head, and where each head looks
-  (:func:`~perm_circuits.analysis.task_attribution.attention_scores`);
-- the ablation table of every head and MLP (:func:`~perm_circuits.analysis.ablation.ablation_table`);
+  (:func:`~perm_circuits.analysis.probes.task_attribution.attention_scores`);
+- the ablation table of every head and MLP (:func:`~perm_circuits.analysis.interventions.ablation.ablation_table`);
 - activation patching of every head and MLP (Wang et al. 2022; Meng et al. 2022): clean = the
   test sequences with a loss position, corrupted = the same batch shifted by one row (each
   sequence paired with another sequence of the task), metric = the clean targets' log-probability
-  (:func:`~perm_circuits.analysis.task_patching.target_logprob`), with bootstrap CIs;
-- direct logit attribution to the targets (:func:`~perm_circuits.analysis.task_attribution.target_logit_attribution`);
-- a proposed circuit and its IOI criteria (:func:`~perm_circuits.analysis.circuit.propose_circuit`,
-  :func:`~perm_circuits.analysis.circuit.circuit_metrics`, mean ablation, F the targets'
+  (:func:`~perm_circuits.analysis.interventions.activation_patching.target_logprob`), with bootstrap CIs;
+- direct logit attribution to the targets (:func:`~perm_circuits.analysis.probes.task_attribution.target_logit_attribution`);
+- a proposed circuit and its IOI criteria (:func:`~perm_circuits.analysis.circuits.criteria.propose_circuit`,
+  :func:`~perm_circuits.analysis.circuits.criteria.circuit_metrics`, mean ablation, F the targets'
   log-probability above a uniform guess).
 
 :func:`study_report_data` computes the permutation study's page (the head-role verdict, recall
@@ -37,21 +37,21 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from perm_circuits.analysis.ablation import ablation_table
-from perm_circuits.analysis.circuit import circuit_metrics, propose_circuit
-from perm_circuits.analysis.circuit_results import CircuitMetrics
-from perm_circuits.analysis.intervention import ANY_TASK_HOWS, TASK_HOWS
-from perm_circuits.analysis.task_ablation import TaskAblationTable, components_of
-from perm_circuits.analysis.task_attribution import (
+from perm_circuits.analysis.interventions.ablation import ablation_table
+from perm_circuits.analysis.circuits.criteria import circuit_metrics, propose_circuit
+from perm_circuits.analysis.circuits.results import CircuitMetrics
+from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, TASK_HOWS
+from perm_circuits.analysis.interventions.ablation_table import TaskAblationTable, components_of
+from perm_circuits.analysis.probes.task_attribution import (
     AttentionScores,
     TargetAttribution,
     attention_patterns,
     attention_scores,
     target_logit_attribution,
 )
-from perm_circuits.analysis.task_patching import TaskPatch, patch_activation, patch_head, target_logprob
-from perm_circuits.task import Batch, TaskConfig
-from perm_circuits.task_eval import TaskEvaluation, measure_task, task_logits
+from perm_circuits.analysis.interventions.activation_patching import TaskPatch, patch_activation, patch_head, target_logprob
+from perm_circuits.tasks.permutation_data import Batch, TaskConfig
+from perm_circuits.tasks.runner import TaskEvaluation, measure_task, task_logits
 from perm_circuits.tasks.base import Task, TaskBatch
 
 __all__ = ["StudyReportData", "TaskReportData", "sequence_table", "study_report_data", "task_report_data", "token_labels"]
@@ -303,11 +303,11 @@ def study_report_data(
     The evaluation on ``n`` test sequences of the model's task (with ``repeat_ratio`` when it
     trained without repeats, so the recall subgroup exists) and its recall generalisation
     (``n_recall`` per position); the head-role verdict on ``n_roles`` sequences
-    (:func:`~perm_circuits.analysis.verdict.head_roles`, ``n_patch`` patching pairs, ``n_boot``
+    (:func:`~perm_circuits.analysis.study.verdict.head_roles`, ``n_patch`` patching pairs, ``n_boot``
     resamples); recall patching per head and per head x source position; the FFN key-value
     probe and the MLP flips of every layer, the memory probes and the direct logit attribution.
     ``step(label)`` is called before each stage (progress); ``roles`` replaces
-    :func:`~perm_circuits.analysis.verdict.head_roles` (same arguments), e.g. to record the verdict.
+    :func:`~perm_circuits.analysis.study.verdict.head_roles` (same arguments), e.g. to record the verdict.
     """
     from dataclasses import replace
 
@@ -322,7 +322,7 @@ def study_report_data(
     )
     from perm_circuits.evaluate import evaluate, recall_generalisation
     from perm_circuits.models import model_config_of, task_config_of
-    from perm_circuits.task import make_test_set
+    from perm_circuits.tasks.permutation_data import make_test_set
 
     step = step or (lambda label: None)
     config = model_config_of(model)

@@ -81,7 +81,7 @@ class BenchModel:
 
 
 def _induction_batch(model, n: int, seed: int) -> TaskBatch:
-    from perm_circuits.task import TaskConfig
+    from perm_circuits.tasks.permutation_data import TaskConfig
     from perm_circuits.tasks import PermutationTask
 
     batch = PermutationTask(TaskConfig(V=5, repeat_ratio=1.0, repeat_sources=(1, 2, 3, 4))).test_set(n, seed=seed)

@@ -9,7 +9,7 @@ hooks and can be checked against the bridge for any mask:
   ``hook_resid_post``, each head's output (``attn.hook_z`` times its ``W_O``) and each MLP's
   (``hook_mlp_out`` minus ``b_out``);
 - edits each receiver's input as path patching does
-  (:mod:`perm_circuits.analysis.path_patching`), its LayerNorm recomputed on the modified residual
+  (:mod:`perm_circuits.analysis.interventions.path_patching`), its LayerNorm recomputed on the modified residual
   ``r - D`` with ``D = sum over senders S of (1 - m_SR) (out_S - abl_S)``:
   ``attn.hook_q``/``hook_k``/``hook_v`` of the head (``+ norm(r - D) @ W - norm(r) @ W``),
   ``blocks.{l}.mlp.hook_in`` (the ``ln2`` output, read only by the MLP) and ``unembed.hook_in``

@@ -21,10 +21,10 @@ Ablated values ``abl_S`` per mode (``how``):
 - ``"optimal"``: a constant per sender (per position) that maximises the metric when all of the
   sender's edges are ablated to it (Li & Janson 2024, "Optimal ablation for interpretability"):
   initialised at the mean, then ``optimal_steps`` L-BFGS iterations on the constant alone, as
-  :mod:`perm_circuits.analysis.optimal` does for whole components.
+  :mod:`perm_circuits.analysis.interventions.optimal` does for whole components.
 
 Hooks on the bridge and a batched run: the receivers ``L{l}H{h}.q/k/v`` are reached through
-``hook_q``, ``hook_k``, ``hook_v`` (as :mod:`perm_circuits.analysis.path_patching` does: TL4 native
+``hook_q``, ``hook_k``, ``hook_v`` (as :mod:`perm_circuits.analysis.interventions.path_patching` does: TL4 native
 bridges cannot enable split q/k/v inputs), the MLP inputs through ``blocks.{l}.mlp.hook_in`` (the
 ``ln2`` output, read only by the MLP) and the logits through ``unembed.hook_in`` (the ``ln_final``
 output); :func:`~perm_circuits.discovery.edge_hooks.edge_hooks` builds that hook list for one

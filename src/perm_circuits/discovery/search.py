@@ -1,7 +1,7 @@
 """Search-based discovery: greedy edge addition and learned hard-concrete edge masks.
 
 - :func:`greedy_edges` lifts the library's greedy node proposer
-  (:func:`perm_circuits.analysis.circuit.propose_circuit`) to edges: keep the edges that matter
+  (:func:`perm_circuits.analysis.circuits.criteria.propose_circuit`) to edges: keep the edges that matter
   alone, grow the circuit greedily until it is faithful, then prune.
 - :func:`mask_pruning` learns a mask over edges with hard-concrete gates and an expected-L0
   penalty (Louizos et al. 2018, "Learning Sparse Neural Networks through L0 Regularization";
@@ -29,7 +29,7 @@ _LOW, _HIGH, _BETA = -0.1, 1.1, 2.0 / 3.0
 def greedy_edges(model=None, batch=None, *, threshold: float = 0.1, tolerance: float = 0.1, how: str | None = None,
                  intervention: EdgeIntervention | None = None, chunk: int = 16, seed: int = 0, progress: bool = False,
                  **options) -> DiscoveryResult:
-    """The greedy proposer of :func:`~perm_circuits.analysis.circuit.propose_circuit`, on edges.
+    """The greedy proposer of :func:`~perm_circuits.analysis.circuits.criteria.propose_circuit`, on edges.
 
     1. Candidates: every edge whose ablation alone (from the full model) moves faithfulness by at
        least ``threshold``, either way; they start the circuit.

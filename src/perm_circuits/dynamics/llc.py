@@ -32,7 +32,7 @@ import pandas as pd
 import torch
 
 from perm_circuits.models import fast_forward, model_config_of
-from perm_circuits.task import TaskConfig, make_batch
+from perm_circuits.tasks.permutation_data import TaskConfig, make_batch
 from perm_circuits.train import masked_loss
 
 __all__ = ["LLCConfig", "LLCEstimate", "local_learning_coefficient", "require_devinterp"]

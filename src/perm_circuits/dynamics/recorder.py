@@ -7,16 +7,16 @@ and without gradients, on fixed seeded test sets built once:
 * ``"accuracy"``: last-step accuracy of the elimination and memorization subgroups of the task's
   own test set (``elimination_accuracy``, ``recall_accuracy``, as in the training history) and
   ``recall_x{k}_accuracy`` for every earlier query ``k = 1..V-1`` on sequences that all repeat
-  (the :func:`~perm_circuits.analysis.induction.induction_test_set`), so a shortcut that recalls
+  (the :func:`~perm_circuits.analysis.probes.induction.induction_test_set`), so a shortcut that recalls
   only ``x1`` shows;
 * ``"loss"``: ``test_loss`` (the task's test set) and ``train_loss`` (the step's batch);
 * ``"memory"``: every memory-recall probe R(W_hat, W*) of every layer (Bietti et al. 2023;
-  :func:`~perm_circuits.analysis.memory.model_memory_probes`), named
+  :func:`~perm_circuits.analysis.probes.memory.model_memory_probes`), named
   ``{component}.{circuit}.{map}`` (``L0H0.QK.x_match``, ``L0H1.OV.suppress``, ``L0MLP.MLP.copy``);
 * ``"induction"``: previous-token, induction and duplicate-token scores of every head
-  (:func:`~perm_circuits.analysis.induction.induction_scores`), ``L0H0.previous_token`` ...;
+  (:func:`~perm_circuits.analysis.probes.induction.induction_scores`), ``L0H0.previous_token`` ...;
 * ``"head_scores"``: the study's attention scores of every head
-  (:func:`~perm_circuits.analysis.scores.head_scores`), ``L0H0.duplicate_score`` ...;
+  (:func:`~perm_circuits.analysis.study.scores.head_scores`), ``L0H0.duplicate_score`` ...;
 * ``llc=True``: the local learning coefficient ``llc`` (:mod:`perm_circuits.dynamics.llc`,
   needs the ``dynamics`` extra).
 
@@ -36,16 +36,16 @@ from typing import Any
 
 import torch
 
-from perm_circuits.analysis.induction import induction_scores, induction_test_set
-from perm_circuits.analysis.memory import model_memory_probes
-from perm_circuits.analysis.scores import STUDY_REPEAT_RATIO, head_scores
+from perm_circuits.analysis.probes.induction import induction_scores, induction_test_set
+from perm_circuits.analysis.probes.memory import model_memory_probes
+from perm_circuits.analysis.study.scores import STUDY_REPEAT_RATIO, head_scores
 from perm_circuits.checks import check_int
 from perm_circuits.dynamics.llc import LLCConfig, local_learning_coefficient, require_devinterp
 from perm_circuits.dynamics.record import DynamicsRecord
 from perm_circuits.evaluate import evaluate_logits
 from perm_circuits.models import fast_forward, model_config_of
 from perm_circuits.posterior import bayes_posterior
-from perm_circuits.task import TaskConfig, make_test_set
+from perm_circuits.tasks.permutation_data import TaskConfig, make_test_set
 from perm_circuits.tasks.base import log_spaced_steps
 
 __all__ = ["DEFAULT_POINTS", "DEFAULT_TEST_N", "SIGNAL_GROUPS", "DynamicsRecorder", "default_steps"]
@@ -67,7 +67,7 @@ class _WeightsView:
     """The bridge as the weight-only memory probes read it, with its ``state_dict()`` built once.
 
     The bridge rebuilds its state dict on every call (about 10 ms on d32h2) and
-    :func:`~perm_circuits.analysis.memory.model_memory_probes` asks for it about twenty times per
+    :func:`~perm_circuits.analysis.probes.memory.model_memory_probes` asks for it about twenty times per
     layer; everything else is the bridge's own attribute.  Valid while the weights do not change
     (one measurement); ``tests/test_dynamics.py`` checks the probes equal the bridge's.
     """

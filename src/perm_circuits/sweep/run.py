@@ -21,7 +21,7 @@ from perm_circuits.analysis import HOWS, head_roles
 from perm_circuits.evaluate import recall_generalisation
 from perm_circuits.models import CONFIG_FILE, WEIGHTS_FILE, ModelConfig, save_model
 from perm_circuits.sweep.store import versions
-from perm_circuits.task import TaskConfig
+from perm_circuits.tasks.permutation_data import TaskConfig
 from perm_circuits.train import TrainConfig, TrainResult, train
 
 __all__ = [

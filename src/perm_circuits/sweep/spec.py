@@ -15,7 +15,7 @@ A spec is a TOML file or the same dict in Python::
 
 ``task = "NAME"`` in ``[fixed]`` sweeps any registered task instead (its own keys; see
 :mod:`perm_circuits.sweep.task_sweep`).  Otherwise keys are :class:`~perm_circuits.models.ModelConfig` fields (``d_model``, ``n_heads``,
-``n_layers``, ``dropout``, ``d_head``...), :class:`~perm_circuits.task.TaskConfig` fields
+``n_layers``, ``dropout``, ``d_head``...), :class:`~perm_circuits.tasks.permutation_data.TaskConfig` fields
 (``repeat_ratio``...), :class:`~perm_circuits.train.TrainConfig` fields with two short names
 (``samples`` = ``samples_per_epoch``, ``early_stop`` = ``early_stop_patience``), and ``seed``,
 which seeds both the model's initialization and the data stream (as ``perm-circuits train
@@ -44,8 +44,8 @@ from typing import Any
 from perm_circuits._util import without_added_defaults
 from perm_circuits.models import ADDED_FIELDS as MODEL_ADDED_FIELDS
 from perm_circuits.models import ModelConfig
-from perm_circuits.task import ADDED_FIELDS as TASK_ADDED_FIELDS
-from perm_circuits.task import TaskConfig
+from perm_circuits.tasks.permutation_data import ADDED_FIELDS as TASK_ADDED_FIELDS
+from perm_circuits.tasks.permutation_data import TaskConfig
 from perm_circuits.train import TrainConfig
 
 if sys.version_info >= (3, 11):

@@ -29,7 +29,7 @@ import torch
 from perm_circuits.models import ModelConfig
 from perm_circuits.sweep.run import _checkpoint_bytes, _metrics, _seed_globals, config_columns, run_one, versions
 from perm_circuits.sweep.spec import RunConfig
-from perm_circuits.task import TaskConfig
+from perm_circuits.tasks.permutation_data import TaskConfig
 from perm_circuits.train import TrainConfig
 
 __all__ = ["TRAINERS", "architecture_key", "group_runs", "run_group", "run_groups_local", "run_groups_serial",

@@ -13,7 +13,7 @@ keys are then
   ``optimizer``, ``momentum``, ``weight_decay``; defaults :data:`FIT_DEFAULTS` updated by the
   entry's ``fit_defaults``), and ``seed`` (the model's initialisation and the data stream).
 
-Each run builds the task's model (:func:`~perm_circuits.task_eval.task_model`), trains it with
+Each run builds the task's model (:func:`~perm_circuits.tasks.runner.task_model`), trains it with
 :func:`~perm_circuits.train` and evaluates it with :func:`~perm_circuits.evaluate`; its row holds
 the config columns, the task's metrics and the final training loss.  Run ids hash the resolved
 configuration as for the study.
@@ -71,7 +71,7 @@ def task_keys(name: str) -> list[str]:
 def resolve_task_run(values: dict[str, Any]) -> dict[str, Any]:
     """The resolved config of one grid point (raises the task's and the model's own errors)."""
     from perm_circuits.tasks import FitConfig
-    from perm_circuits.task_eval import check_model_fields
+    from perm_circuits.tasks.runner import check_model_fields
 
     name = values["task"]
     allowed = set(task_keys(name))
@@ -94,7 +94,7 @@ def resolve_task_run(values: dict[str, Any]) -> dict[str, Any]:
 def run_task(run_id: str, config: dict[str, Any]) -> dict[str, Any]:
     """Train and evaluate one task run; never raises (a failure is a ``status="failed"`` row)."""
     from perm_circuits.evaluate import evaluate
-    from perm_circuits.task_eval import task_model
+    from perm_circuits.tasks.runner import task_model
     from perm_circuits.tasks import FitConfig, task_from_dict
     from perm_circuits.train import train
 

@@ -1,6 +1,6 @@
 """Memory-recall probes of the simplified Birth model (Bietti et al. 2023, eq. 9), logged over training.
 
-Every probe is :func:`perm_circuits.analysis.memory.memory_recall` (``R(W_hat, W*)``: the fraction of
+Every probe is :func:`perm_circuits.analysis.probes.memory.memory_recall` (``R(W_hat, W*)``: the fraction of
 target pairs ``(i, j)`` whose input ``u_i`` scores highest on its output ``v_j`` through ``W_hat``)
 on one trained matrix of the model built by :func:`~perm_circuits.systems.birth_model.build_birth_model`,
 with the paper's target memories (its eq. 8; row-vector convention ``u @ W_hat @ v``):
@@ -31,7 +31,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from perm_circuits.analysis.memory import identity_map, memory_recall
+from perm_circuits.analysis.probes.memory import identity_map, memory_recall
 from perm_circuits.tasks.base import StepState, TaskBatch
 
 __all__ = [

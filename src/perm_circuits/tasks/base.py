@@ -137,7 +137,7 @@ class TaskEntry:
             ``"module:function"`` string naming one (imported on first use, so a task file never
             imports the model module that imports it), or ``None``: the task trains a default
             ``boot_native`` transformer sized from ``task.d_vocab`` and ``task.n_ctx``
-            (:func:`perm_circuits.task_eval.task_model`).
+            (:func:`perm_circuits.tasks.runner.task_model`).
         model_keys: the builder's keyword fields a sweep spec may set (with ``model=None``: the
             default transformer's ``d_model``, ``n_heads``, ``n_layers``).
         forward: the ``forward(model, tokens) -> logits`` that trains and evaluates the builder's

@@ -1,9 +1,9 @@
 """The study's in-context permutation lookup behind the :class:`~perm_circuits.tasks.base.Task` interface.
 
-:class:`PermutationTask` wraps a :class:`~perm_circuits.task.TaskConfig` and delegates to the
-task module: :meth:`PermutationTask.sample` is :func:`~perm_circuits.task.make_batch` with the
+:class:`PermutationTask` wraps a :class:`~perm_circuits.tasks.permutation_data.TaskConfig` and delegates to the
+task module: :meth:`PermutationTask.sample` is :func:`~perm_circuits.tasks.permutation_data.make_batch` with the
 given generator (the same tokens bit for bit), :meth:`PermutationTask.test_set` is
-:func:`~perm_circuits.task.make_test_set`, the metrics are :func:`~perm_circuits.evaluate.evaluate_logits`'
+:func:`~perm_circuits.tasks.permutation_data.make_test_set`, the metrics are :func:`~perm_circuits.evaluate.evaluate_logits`'
 (elimination / recall / per-step accuracy, test loss) and the reference is the exact Bayesian
 posterior of :mod:`perm_circuits.posterior` (uniform prior over all ``V!`` permutations).
 ``TaskConfig``, ``make_batch``, ``make_test_set`` and ``Batch`` keep working unchanged; this is an
@@ -23,7 +23,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from perm_circuits.posterior import Posterior, bayes_posterior
-from perm_circuits.task import Batch, TaskConfig, make_batch, make_test_set, repeat_source_of
+from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_batch, make_test_set, repeat_source_of
 from perm_circuits.tasks.base import TaskBatch, register_task
 
 __all__ = ["Evaluation", "PermutationTask", "StepMetrics", "SubgroupMetrics", "as_batch", "as_task_batch", "evaluate_logits",
@@ -33,14 +33,14 @@ _EXTRAS = ("xs", "ys", "perms", "repeated", "repeat_source")
 
 
 def as_task_batch(batch: Batch) -> TaskBatch:
-    """A :class:`~perm_circuits.task.Batch` as a :class:`TaskBatch` (its fields kept in ``extras``)."""
+    """A :class:`~perm_circuits.tasks.permutation_data.Batch` as a :class:`TaskBatch` (its fields kept in ``extras``)."""
     if not isinstance(batch, Batch):
         raise TypeError(f"batch must be a perm_circuits.Batch, got {type(batch).__name__}")
     return TaskBatch(batch.inputs, batch.targets, batch.mask, {name: getattr(batch, name) for name in _EXTRAS})
 
 
 def as_batch(batch: TaskBatch) -> Batch:
-    """A permutation-lookup :class:`TaskBatch` back as a :class:`~perm_circuits.task.Batch`.
+    """A permutation-lookup :class:`TaskBatch` back as a :class:`~perm_circuits.tasks.permutation_data.Batch`.
 
     Uses ``extras`` when :meth:`PermutationTask.sample` made the batch; otherwise rebuilds the
     fields from the tokens (queries, answers, the repeated query, and the permutation, whose one
@@ -264,7 +264,7 @@ class PermutationTask:
     """In-context permutation lookup (the study): sequences ``x1 y1 ... xV``, loss on the y predictions.
 
     Attributes:
-        config: the data distribution (:class:`~perm_circuits.task.TaskConfig`; default: V = 5,
+        config: the data distribution (:class:`~perm_circuits.tasks.permutation_data.TaskConfig`; default: V = 5,
             no repeated query).
     """
 

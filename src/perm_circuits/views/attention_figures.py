@@ -14,7 +14,7 @@ from torch import Tensor
 
 from perm_circuits.hooks import run_logits
 from perm_circuits.models import model_config_of, task_config_of
-from perm_circuits.task import Batch, make_test_set, validate_tokens
+from perm_circuits.tasks.permutation_data import Batch, make_test_set, validate_tokens
 from perm_circuits.views.circuits import token_labels
 from perm_circuits.views.figure_style import check_model, format_sequence, house_style, position_labels
 

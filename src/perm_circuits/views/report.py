@@ -28,7 +28,7 @@ work with no network.
 Sample sizes: the evaluation, the attention maps and the attribution tables use the ``n``
 requested; the head-role verdict (some 40 forward passes: every head and MLP ablated five ways,
 joint ablations, recall patching with a bootstrap) uses at most :data:`ROLES_MAX_N` sequences
-(its circuit step at most :data:`~perm_circuits.analysis.verdict.CIRCUIT_MAX_N` of them) and the
+(its circuit step at most :data:`~perm_circuits.analysis.study.verdict.CIRCUIT_MAX_N` of them) and the
 patching sweeps at most :data:`PATCH_MAX_N` pairs with :data:`N_BOOT` bootstrap resamples, so the
 whole report stays a few seconds per model; each page says which sizes it used.
 
@@ -56,7 +56,7 @@ from perm_circuits._util import atomic_write_text
 from perm_circuits.analysis import head_roles
 from perm_circuits.analysis.report_data import study_report_data
 from perm_circuits.models import model_config_of, task_config_of
-from perm_circuits.task import make_test_set
+from perm_circuits.tasks.permutation_data import make_test_set
 from perm_circuits.views import figures as F
 from perm_circuits.views.comparison_page import COMPARISON_SECTIONS, _comparison_page
 from perm_circuits.views.circuit_hero import HERO_CSS, circuit_hero

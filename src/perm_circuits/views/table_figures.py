@@ -185,7 +185,7 @@ def ablation_heatmap(
 ) -> go.Figure:
     """An ablation table as heatmaps: component x ablation mode -> metric, one panel per metric.
 
-    ``table`` is :class:`perm_circuits.analysis.ablation.AblationTable` (or its tidy
+    ``table`` is :class:`perm_circuits.analysis.interventions.ablation.AblationTable` (or its tidy
     ``to_dataframe()``: columns ``component``, ``how``, ``elimination_accuracy``,
     ``recall_accuracy``, ``early_mae_train``, ``loss``...).  The unablated baseline row
     (``component == "none"``) is left out of the grid and quoted in the panel title.
@@ -245,7 +245,7 @@ def patching_heatmap(
 ) -> go.Figure:
     """Activation patching as a heatmap: component (``L0H1``...) x position -> normalised effect.
 
-    ``result`` is a :class:`perm_circuits.analysis.patching.PatchingSweep` or ``PatchingReport``
+    ``result`` is a :class:`perm_circuits.analysis.study.recall_patching.PatchingSweep` or ``PatchingReport``
     (or their ``to_dataframe()``: one row per cell with ``activation``, ``layer``, ``head``,
     ``position``, ``source_position``, ``neurons``, ``mean``, ``ci_low``, ``ci_high``,
     ``logit_diff``).  The x axis is ``source_position`` when the sweep has one (head x source
@@ -315,7 +315,7 @@ def ffn_table(
 ) -> go.Figure:
     """FFN neurons as key-value memories (Geva et al. 2021): a plotly Table, one row per neuron.
 
-    ``result`` is :class:`perm_circuits.analysis.ffn.FFNKeyValueProbe` (or its
+    ``result`` is :class:`perm_circuits.analysis.study.ffn.FFNKeyValueProbe` (or its
     ``to_dataframe()``, indexed by ``neuron``).  Default: those of :data:`FFN_COLUMNS` it has: the value
     vector's top/bottom token, the agreement between the value's top token and the triggers'
     targets, the top trigger pattern and its share, whether the neuron fires on repeated

@@ -13,7 +13,7 @@ nothing) into ``OUT/<task name>.html``; :func:`task_report` does both in one cal
   one circuitsvis view per layer for the first sequence);
 * an "Ablation" section: every head (``blocks.L.attn.hook_z``) and MLP (``blocks.L.hook_mlp_out``)
   ablated under each of ``ablation_hows`` and the task's metrics measured
-  (:func:`~perm_circuits.analysis.ablation.ablation_table`), as a table and a plotly
+  (:func:`~perm_circuits.analysis.interventions.ablation.ablation_table`), as a table and a plotly
   heatmap of the change in the primary metric (``ablation_hows=()`` leaves it out);
 * the general analyses, as tables: where each head looks (attention scores), activation
   patching of every head and MLP with bootstrap CIs, direct logit attribution to the targets,
@@ -42,11 +42,11 @@ from plotly.subplots import make_subplots
 from torch import Tensor
 
 from perm_circuits._util import atomic_write_text
-from perm_circuits.analysis.intervention import TASK_HOWS
+from perm_circuits.analysis.interventions.core import TASK_HOWS
 from perm_circuits.checks import check_int
 from perm_circuits.analysis.report_data import TaskReportData, task_report_data
-from perm_circuits.analysis.task_ablation import TaskAblationTable
-from perm_circuits.analysis.task_attribution import attention_patterns
+from perm_circuits.analysis.interventions.ablation_table import TaskAblationTable
+from perm_circuits.analysis.probes.task_attribution import attention_patterns
 from perm_circuits.tasks.base import Task
 from perm_circuits.views.attention_figures import attention_layout, attention_trace
 from perm_circuits.views.circuit_hero import HERO_CSS, circuit_hero

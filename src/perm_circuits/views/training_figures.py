@@ -119,7 +119,7 @@ def probe_curves(frame: pd.DataFrame, *, title: str = "Memory-recall probes over
     """Probe values over training: one line per probe.
 
     ``frame`` is wide (an ``epoch`` column or index and one numeric column per probe) or the
-    tidy frame of :class:`perm_circuits.analysis.memory.MemoryProbeTracker` (columns ``epoch``,
+    tidy frame of :class:`perm_circuits.analysis.probes.memory.MemoryProbeTracker` (columns ``epoch``,
     ``component``, ``map``, ``recall``, optionally ``circuit`` and ``mode``), which is pivoted to
     one line per ``component circuit map`` (mode appended when a probe has several).
     """

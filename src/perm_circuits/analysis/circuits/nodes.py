@@ -1,0 +1,228 @@
+"""Circuit nodes (a head or MLP at a position class) and the metric F.
+
+The vocabulary of :mod:`perm_circuits.analysis.circuits.criteria` (whose docstring defines the position
+classes, the nodes and F in full): :class:`Node` (``"L0H1@last"``), :func:`parse_circuit`
+(validation against a model), :func:`class_positions` (the permutation task's sequences of
+``2V - 1`` tokens) and :func:`positions_in` (sequences of any length), :func:`skill_logit_diff`,
+the IOI-style logit difference (Wang et al. 2022) on the permutation task's elimination and recall
+subgroups, and :func:`target_logprob_gain`, the default F on any task.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from perm_circuits.analysis.interventions.checks import check_head, check_layer
+from perm_circuits.model_shape import is_permutation_model, model_shape
+from perm_circuits.models import model_config_of
+from perm_circuits.tasks.permutation_data import Batch
+from perm_circuits.tasks.base import TaskBatch
+
+__all__ = [
+    "POSITION_CLASSES",
+    "SUBGROUPS",
+    "Node",
+    "GENERAL_CLASSES",
+    "class_positions",
+    "parse_circuit",
+    "positions_in",
+    "skill_logit_diff",
+    "target_logprob_gain",
+]
+
+POSITION_CLASSES: tuple[str, ...] = ("all", "query", "answer", "last", "context")
+"""Named position classes (plus ``p{k}`` for a single position ``k``); see the module docstring."""
+
+SUBGROUPS: tuple[str, ...] = ("elimination", "recall")
+"""The subgroups F is reported on for the permutation task (the last query new / repeated)."""
+
+GENERAL_CLASSES: tuple[str, ...] = ("all", "last", "context")
+"""The position classes of any task's sequences (plus ``p{k}``); ``query`` and ``answer`` are the
+permutation task's x and y positions."""
+
+_NODE = re.compile(r"^L(\d+)(?:H(\d+)|(MLP))(?:@(.+))?$")
+
+
+def class_positions(where: str, V: int) -> tuple[int, ...]:
+    """The positions of class ``where`` in sequences of ``2V - 1`` tokens (ValueError if unknown)."""
+    last = 2 * V - 2
+    named = {
+        "all": range(last + 1),
+        "query": range(0, last + 1, 2),
+        "answer": range(1, last, 2),
+        "last": (last,),
+        "context": range(last),
+    }
+    if where in named:
+        return tuple(named[where])
+    match = re.fullmatch(r"p(\d+)", where) if isinstance(where, str) else None
+    if match is None:
+        raise ValueError(f"unknown position class {where!r}: expected one of {POSITION_CLASSES} or 'p<k>'")
+    k = int(match.group(1))
+    if k > last:
+        raise ValueError(f"position class {where!r} out of range: sequences have positions 0..{last}")
+    return (k,)
+
+
+def positions_in(where: str, seq_len: int) -> tuple[int, ...]:
+    """The positions of class ``where`` in sequences of ``seq_len`` tokens of any task.
+
+    ``all``, ``last`` (the final position), ``context`` (every position before it) and ``p{k}``;
+    ValueError for ``query`` / ``answer`` (the permutation task's x and y positions) or an
+    unknown class.
+    """
+    named = {"all": range(seq_len), "last": (seq_len - 1,), "context": range(seq_len - 1)}
+    if where in named:
+        return tuple(named[where])
+    match = re.fullmatch(r"p(\d+)", where) if isinstance(where, str) else None
+    if match is None:
+        raise ValueError(f"unknown position class {where!r} on a task's sequences: expected one of "
+                         f"{GENERAL_CLASSES} or 'p<k>' (query/answer are the permutation task's)")
+    k = int(match.group(1))
+    if k >= seq_len:
+        raise ValueError(f"position class {where!r} out of range: sequences have positions 0..{seq_len - 1}")
+    return (k,)
+
+
+@dataclass(frozen=True)
+class Node:
+    """A component at a position class: head ``L{layer}H{head}`` (``head`` set) or ``L{layer}MLP``.
+
+    ``where`` is a position class (:data:`POSITION_CLASSES` or ``p{k}``).  Ordered by layer, then
+    heads before the MLP, then class, so circuits have one canonical order.  A negative layer or
+    head counts from the end (the package's index rule); :func:`parse_circuit` normalises it.
+    """
+
+    layer: int
+    head: int | None = None
+    where: str = "all"
+
+    def __post_init__(self) -> None:
+        for name, value in (("layer", self.layer), ("head", self.head)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise TypeError(f"Node {name} must be an int, got {type(value).__name__} {value!r}")
+        if not isinstance(self.where, str):
+            raise TypeError(f"Node where must be a str, got {type(self.where).__name__}")
+
+    def __lt__(self, other: Node) -> bool:  # MLP (head None) after the heads of its layer
+        return self._key() < other._key()
+
+    def _key(self) -> tuple:
+        return (self.layer, self.head if self.head is not None else 1 << 30, self.where)
+
+    @classmethod
+    def parse(cls, text: object) -> Node:
+        """``"L0H1@last"`` / ``"L0MLP@answer"`` / ``"L0H0"`` (class ``all``) -> a Node."""
+        if not isinstance(text, str):
+            raise TypeError(f"a node must be a str like 'L0H1@last' or a Node, got {type(text).__name__} {text!r}")
+        match = _NODE.match(text.strip())
+        if match is None:
+            raise ValueError(f"bad node {text!r}: expected 'L<layer>H<head>[@class]' or 'L<layer>MLP[@class]'")
+        layer, head, _, where = match.groups()
+        return cls(int(layer), int(head) if head is not None else None, where or "all")
+
+    @property
+    def component(self) -> str:
+        """``"L0H1"`` or ``"L0MLP"``."""
+        return f"L{self.layer}H{self.head}" if self.head is not None else f"L{self.layer}MLP"
+
+    @property
+    def name(self) -> str:
+        """``"L0H1@last"``."""
+        return f"{self.component}@{self.where}"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def positions(self, V: int) -> tuple[int, ...]:
+        """The sequence positions this node covers for a task with ``V`` values."""
+        return class_positions(self.where, V)
+
+
+def parse_circuit(model, circuit: Node | str | Iterable, seq_len: int | None = None) -> tuple[Node, ...]:
+    """A circuit (a node, a node string, or an iterable of them) validated against ``model``.
+
+    ``seq_len``: validate the position classes for sequences of that length on any task
+    (:func:`positions_in`); default the permutation task's ``2V - 1`` of a study bridge.
+    Returns the nodes in canonical order.  ValueError for a malformed or repeated node, a layer
+    or head out of range, an MLP the model does not have, or an unknown position class;
+    TypeError for a non-node item.
+    """
+    general = seq_len is not None or not is_permutation_model(model)
+    shape = model_shape(model)
+    items = [circuit] if isinstance(circuit, (Node, str)) else circuit
+    if not isinstance(items, Iterable) or isinstance(items, Mapping):
+        raise TypeError(f"circuit must be a Node, a str or an iterable of them, got {type(circuit).__name__}")
+    nodes = []
+    for item in items:
+        node = item if isinstance(item, Node) else Node.parse(item)
+        try:
+            layer = check_layer(model, node.layer)
+            head = check_head(model, node.head) if node.head is not None else None
+            if general:
+                if head is None and not shape.mlp(layer):
+                    raise ValueError(f"the model has no MLP output (blocks.{layer}.hook_mlp_out) at layer {layer}")
+                if seq_len is not None:
+                    positions_in(node.where, seq_len)
+            else:
+                node.positions(model_config_of(model).V)
+        except ValueError as error:
+            raise ValueError(f"node {node.name}: {error}") from None
+        nodes.append(Node(layer, head, node.where))
+    if len(set(nodes)) != len(nodes):
+        repeated = sorted({n.name for n in nodes if nodes.count(n) > 1})
+        raise ValueError(f"circuit has repeated nodes {repeated}")
+    return tuple(sorted(nodes))
+
+
+# ----------------------------------------------------------------------------- the metric F
+
+
+def skill_logit_diff(
+    logits: Float[Tensor, "batch seq vocab"], batch: Batch
+) -> Float[Tensor, " batch"]:
+    """F per row at the last position (float64): the answer's margin over the strongest other
+    value on elimination rows, ``logit(answer) - logit(unused y)`` on recall (repeated) rows."""
+    V = batch.V
+    values = logits[:, -1, 1 : V + 1].double()
+    answer = batch.ys[:, -1] - 1
+    seen = (batch.ys[:, : V - 1, None] == torch.arange(1, V + 1)).any(dim=1)  # [batch, V]
+    unused = (~seen).float().argmax(dim=1)
+    own = values.gather(1, answer[:, None])[:, 0]
+    others = values.scatter(1, answer[:, None], -math.inf).amax(dim=1)
+    rival = torch.where(batch.repeated, values.gather(1, unused[:, None])[:, 0], others)
+    return own - rival
+
+
+def target_logprob_gain(batch: TaskBatch) -> Callable[[Tensor], Tensor]:
+    """F on any task: per row, the mean over its loss positions of ``log p(target) + log n_out``.
+
+    The log-probability of the task's own targets (the batch's ``targets`` where ``mask`` > 0,
+    weighted by the mask; nan for a row without one) in nats above a uniform guess over the
+    model's ``n_out`` outputs (the logits' last axis): 0 for a model that says nothing (every
+    logit equal, e.g. with everything that writes the logits zero-ablated), larger the better it
+    predicts.  So ``F(C) / F(M)`` reads as the share of the model's gain over chance that a
+    circuit keeps: the IOI paper's faithfulness (Wang et al. 2022) with log-probability in place
+    of its logit difference.
+    """
+    if not isinstance(batch, TaskBatch):
+        raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
+    weights = batch.mask.double()
+    if not bool((weights.sum(1) > 0).any()):
+        raise ValueError("no row of the batch has a position with mask > 0: no target to score")
+
+    def metric(logits: Float[Tensor, "batch seq vocab"]) -> Float[Tensor, " batch"]:
+        if logits.shape[:2] != batch.tokens.shape:
+            raise ValueError(f"logits {tuple(logits.shape)} do not match the batch's tokens {tuple(batch.tokens.shape)}")
+        targets = batch.targets.clamp(0, logits.shape[-1] - 1) * (batch.mask > 0)
+        logp = logits.double().log_softmax(-1).gather(-1, targets[..., None])[..., 0]
+        return (logp * weights).sum(1) / weights.sum(1) + math.log(logits.shape[-1])
+
+    return metric

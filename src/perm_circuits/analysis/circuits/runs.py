@@ -1,0 +1,220 @@
+"""The runs behind the IOI-style circuit criteria: one forward per set of ablated nodes, cached.
+
+:mod:`perm_circuits.analysis.circuits.criteria` (whose docstring defines the nodes, F and the criteria)
+measures F on runs that ablate given positions of given components.  Here: the problem
+(:class:`CircuitProblem`: tokens, F per row, subgroups, reference; the permutation task's or any
+task's), the runner that builds each component's ablation hook once and caches F per run
+(Wang et al. 2022, "Interpretability in the Wild", section 4), and :func:`shared_ablations`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from perm_circuits.analysis.interventions import hooks as ablation
+from perm_circuits.analysis.circuits.nodes import SUBGROUPS, Node, positions_in, skill_logit_diff
+from perm_circuits.analysis.interventions.core import ablate_tokens, ablation_fn, selection
+from perm_circuits.analysis.interventions.optimal import optimise_constant, upstream_hooks
+from perm_circuits.analysis.interventions.ablation_table import components_of
+from perm_circuits.hooks import HookList, run_capture
+from perm_circuits.tasks.permutation_data import Batch
+
+__all__ = ["CircuitProblem", "CircuitRunner", "circuit_run", "knockout_run", "permutation_problem", "shared_ablations"]
+
+
+def _restricted(fn: Callable, mask: Tensor) -> Callable:
+    """``fn`` (an ablation hook) applied only at the positions where ``mask`` ([pos] bool) is set."""
+
+    def hook(activation: Tensor, hook) -> Tensor:
+        if activation.ndim < 2 or activation.shape[1] != mask.shape[0]:
+            raise ValueError(f"a node's position class needs an activation with {mask.shape[0]} positions, got shape "
+                             f"{tuple(activation.shape)} (use class 'all' for this component)")
+        view = mask.to(activation.device).view(1, -1, *([1] * (activation.ndim - 2)))
+        return torch.where(view, fn(activation, hook), activation)
+
+    return hook
+
+
+_SHARED: list[dict] = []  # a stack of ablation caches; the top one is active (see shared_ablations)
+
+
+@contextmanager
+def shared_ablations() -> Iterator[None]:
+    """Inside the block, circuit runs on the same model, reference batch and hooks share their ablations.
+
+    :func:`propose_circuit`, :func:`circuit_metrics` and :func:`faithfulness_by_mode` each build
+    every component's ablation hook per mode (:func:`ablation.ablate`, one reference forward per
+    component, an optimal-ablation search each).  Inside this block a hook built once is reused,
+    and the zero / mean / resample / optimal modes read one reference forward that captures every
+    component (and what the optimal search needs upstream): the same hooks, the same numbers.
+    Only for callers that do not change the model's weights inside the block
+    (:func:`~perm_circuits.analysis.study.skill_circuits.skill_circuits`).
+    """
+    _SHARED.append({})
+    try:
+        yield
+    finally:
+        _SHARED.pop()
+
+
+@dataclass(frozen=True)
+class CircuitProblem:
+    """What a circuit run measures: the tokens, F per row, the subgroups' row masks, the reference.
+
+    The permutation task (:func:`permutation_problem`): its test Batch, :func:`skill_logit_diff`,
+    the elimination / recall subgroups, sequences of ``2V - 1`` tokens with its position
+    classes.  Any task or tokens (``general``): F any per-row metric, one subgroup ``"all"``, the
+    position classes of :func:`positions_in`, ablations through
+    :func:`~perm_circuits.analysis.interventions.core.ablate_tokens` with ``reference`` (a TaskBatch or
+    token ids; ``None`` only for zero ablation).
+    """
+
+    tokens: Tensor
+    metric: Callable[[Tensor], Tensor]
+    masks: Mapping[str, Tensor]
+    reference: object
+    general: bool
+    V: int | None = None
+
+    @property
+    def seq(self) -> int:
+        return int(self.tokens.shape[1])
+
+    def positions(self, node: Node) -> tuple[int, ...]:
+        """The positions node ``node`` covers in this problem's sequences."""
+        return positions_in(node.where, self.seq) if self.general else node.positions(self.V)
+
+
+def permutation_problem(batch: Batch, reference: Batch) -> CircuitProblem:
+    """The permutation task's problem: F = :func:`skill_logit_diff`, subgroups elimination / recall."""
+    masks = {group: (batch.repeated if group == "recall" else ~batch.repeated) for group in SUBGROUPS}
+    return CircuitProblem(batch.inputs, lambda logits: skill_logit_diff(logits, batch), masks, reference, False,
+                          batch.V)
+
+
+class CircuitRunner:
+    """F on each subgroup for runs that ablate given positions of given components.
+
+    A run is a tuple ``positions[c]`` over the model's components (empty: not ablated); its F is
+    cached, the ablation hooks of each component are built once (:func:`ablation.ablate`, or
+    :func:`ablate_tokens` on any task).
+    """
+
+    def __init__(self, model, problem: CircuitProblem, how: str, hooks: HookList,
+                 ablation_seed: int, ablate_kwargs: Mapping, progress: bool) -> None:
+        self.model, self.problem, self.how, self.reference, self.hooks = model, problem, how, problem.reference, hooks
+        self.ablation_seed, self.ablate_kwargs, self.progress = ablation_seed, dict(ablate_kwargs), progress
+        self.seq = problem.seq
+        self.components: list[tuple[str, str, int | None]] = [
+            (label, f"blocks.{layer}.attn.hook_z" if head is not None else f"blocks.{layer}.hook_mlp_out", head)
+            for label, layer, head in components_of(model)
+        ]
+        self.index = {name: i for i, (name, _, _) in enumerate(self.components)}
+        self.fns: dict[str, Callable] = {}
+        self.cache: dict[tuple, dict[str, float]] = {}
+        self.masks = dict(problem.masks)
+
+    def run_of(self, ablated: Mapping[str, Iterable[int]]) -> tuple:
+        """The run key ablating ``ablated[component]`` positions (other components untouched)."""
+        key = [()] * len(self.components)
+        for component, positions in ablated.items():
+            key[self.index[component]] = tuple(sorted(set(positions)))
+        return tuple(key)
+
+    def _fn(self, component: str) -> Callable:
+        if component not in self.fns:
+            _, hook_name, head = self.components[self.index[component]]
+            if _SHARED and not self.ablate_kwargs and not self.problem.general:
+                self.fns[component] = self._shared_fn(_SHARED[-1], hook_name, head)
+            else:
+                self.fns[component] = self._ablate(hook_name, head)
+        return self.fns[component]
+
+    def _ablate(self, hook_name: str, head: int | None) -> Callable:
+        if self.problem.general:
+            return ablate_tokens(
+                self.model, hook_name, self.how, reference=None if self.how == "zero" else self.reference,
+                index=head, seed=self.ablation_seed, hooks=self.hooks, **self.ablate_kwargs,
+            )[0][1]
+        hooks = ablation.ablate(
+            self.model, hook_name, self.how, reference=self.reference, index=head,
+            seed=self.ablation_seed, hooks=self.hooks, **self.ablate_kwargs,
+        )
+        return hooks[0][1]
+
+    def _shared_fn(self, cache: dict, hook_name: str, head: int | None) -> Callable:
+        """:meth:`_ablate` through the active :func:`shared_ablations` cache (what ``ablate`` does, once)."""
+        base = (id(self.model), id(self.reference), tuple((name, id(fn)) for name, fn in self.hooks), self.ablation_seed)
+        key = (*base, hook_name, self.how, head)
+        if key in cache:
+            return cache[key]
+        if self.how not in ("mean", "resample", "optimal"):
+            cache[key] = self._ablate(hook_name, head)
+            return cache[key]
+        if (*base, "acts") not in cache:  # one reference forward for every component (+ optimal's upstream)
+            names = [name for _, name, _ in self.components]
+            names += [u for name in names for u in upstream_hooks(self.model, name)]
+            cache[(*base, "acts")] = run_capture(self.model, self.reference.inputs, list(dict.fromkeys(names)),
+                                                 self.hooks)[1]
+        acts = cache[(*base, "acts")]
+        index = None if head is None else [head]
+        activation, constant = acts[hook_name], None
+        if self.how == "optimal":
+            mask = selection(activation.shape, "pos", index, None, activation.device)
+            constant = optimise_constant(self.model, hook_name, mask, self.reference, self.hooks, activation,
+                                         upstream=acts)
+        cache[key] = ablation_fn(self.how, "pos", index, None, activation, self.ablation_seed, "random",
+                                           constant)
+        return cache[key]
+
+    def _hooks(self, key: tuple) -> HookList:
+        out = list(self.hooks)
+        for (component, hook_name, _), positions in zip(self.components, key):
+            if not positions:
+                continue
+            fn = self._fn(component)
+            if len(positions) < self.seq:
+                mask = torch.zeros(self.seq, dtype=torch.bool)
+                mask[list(positions)] = True
+                fn = _restricted(fn, mask)
+            out.append((hook_name, fn))
+        return out
+
+    def evaluate(self, keys: Iterable[tuple], desc: str = "circuit") -> None:
+        """Compute F for every run in ``keys`` not cached yet (one forward each)."""
+        todo = [key for key in dict.fromkeys(keys) if key not in self.cache]
+        for key in tqdm(todo, desc=desc, unit="run", disable=not self.progress or not todo):
+            with torch.no_grad(), self.model.hooks(fwd_hooks=self._hooks(key)):
+                logits = self.model(self.problem.tokens)
+            per_row = self.problem.metric(logits)
+            self.cache[key] = {
+                group: float(per_row[mask].mean()) if mask.any() else math.nan for group, mask in self.masks.items()
+            }
+
+    def f(self, key: tuple, group: str) -> float:
+        self.evaluate([key])
+        return self.cache[key][group]
+
+
+def circuit_run(runner: CircuitRunner, nodes: Sequence[Node]) -> tuple:
+    """The run of the circuit ``nodes``: every component ablated outside its nodes' positions."""
+    kept: dict[str, set[int]] = {name: set() for name, _, _ in runner.components}
+    for node in nodes:
+        kept[node.component].update(runner.problem.positions(node))
+    every = set(range(runner.seq))
+    return runner.run_of({name: every - positions for name, positions in kept.items()})
+
+
+def knockout_run(runner: CircuitRunner, nodes: Sequence[Node]) -> tuple:
+    """The run of the model with ``nodes`` ablated (nothing else)."""
+    ablated: dict[str, set[int]] = {}
+    for node in nodes:
+        ablated.setdefault(node.component, set()).update(runner.problem.positions(node))
+    return runner.run_of(ablated)

@@ -1,0 +1,123 @@
+"""Ablation on every model: the hook builders and one ablation table.
+
+One public module for ablation (Wang et al. 2022, "Interpretability in the Wild", sections 3 and
+A; Chan et al. 2022 on resample ablation; Li & Janson 2024, "Optimal ablation for
+interpretability"), assembled from three layers that import downwards only:
+
+- :mod:`perm_circuits.analysis.interventions.core`: the task-free core (modes, selection, the hook
+  closure, hook-point checks, :func:`ablate_tokens` on any hooked model);
+- :mod:`perm_circuits.analysis.interventions.hooks`: :func:`ablate`, :func:`ablate_head`,
+  :func:`ablate_mlp` and :func:`optimal_constant` (the study's bridges in all five modes; any
+  other model, or a :class:`~perm_circuits.tasks.base.TaskBatch` reference, through the core);
+- the tables: :mod:`perm_circuits.analysis.interventions.permutation_table` (the study's metrics) and
+  :mod:`perm_circuits.analysis.interventions.ablation_table` (any task's own metrics).
+
+:func:`ablation_table` picks the table from the model and the arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from perm_circuits.analysis.interventions.checks import check_int, check_layer, check_positions, check_seed  # noqa: F401 (shared validators)
+from perm_circuits.analysis.interventions.hooks import (
+    HOWS,
+    PAIRINGS,
+    ablate,
+    ablate_head,
+    ablate_mlp,
+    binding_free_reference,
+    optimal_constant,
+    reference_activations,
+    resample_rows,
+)
+from perm_circuits.analysis.interventions.permutation_table import AblationRow, AblationTable, _ablation_runs
+from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, TASK_HOWS, ablate_tokens
+from perm_circuits.analysis.interventions.ablation_table import TaskAblationRow, TaskAblationTable, task_ablation_table, task_table
+from perm_circuits.model_shape import is_permutation_model
+from perm_circuits.tasks.permutation_data import Batch, TaskConfig
+from perm_circuits.tasks.base import Task, TaskBatch
+
+__all__ = [
+    "ANY_TASK_HOWS",
+    "HOWS",
+    "PAIRINGS",
+    "TASK_HOWS",
+    "AblationRow",
+    "AblationTable",
+    "TaskAblationRow",
+    "TaskAblationTable",
+    "ablate",
+    "ablate_head",
+    "ablate_mlp",
+    "ablate_tokens",
+    "ablation_table",
+    "binding_free_reference",
+    "optimal_constant",
+    "reference_activations",
+    "resample_rows",
+    "task_ablation_table",
+]
+
+
+def ablation_table(
+    model,
+    hows: Sequence[str] | None = None,
+    test_set: Batch | TaskBatch | None = None,
+    *,
+    task: Task | None = None,
+    reference: Batch | TaskBatch | str = "test",
+    positions: int | Sequence[int] | None = None,
+    task_config: TaskConfig | None = None,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+    seed: int = 0,
+    n: int = 500,
+    test_seed: int = 1234,
+    progress: bool = False,
+) -> AblationTable | TaskAblationTable:
+    """Ablate every head and every MLP under each mode in ``hows`` and evaluate on ``test_set``.
+
+    Two tables, one call:
+
+    - a study bridge with no ``task`` (and no TaskBatch ``test_set``): the permutation study's
+      :class:`AblationTable` (elimination and recall accuracies, the early MAE against the
+      posterior, losses, ``follows_reference``); ``hows`` defaults to all five :data:`HOWS`,
+      ``test_set`` to ``make_test_set(task_config)``, ``reference`` is ``"test"``,
+      ``"binding_free"`` or a Batch (see :func:`~perm_circuits.analysis.interventions.permutation_table._ablation_runs`).
+      ``n``, ``test_seed`` and ``progress`` are unused there.
+    - any other model, or a ``task`` given: a :class:`TaskAblationTable` of the task's own
+      metrics (:attr:`Task.metric_names`) and masked loss; ``task`` is required,
+      ``hows`` defaults to :data:`TASK_HOWS` and may use any of :data:`ANY_TASK_HOWS`
+      (``"optimal"`` minimises the reference's masked loss), ``test_set`` to
+      ``task.test_set(n, test_seed)``, ``reference`` is ``"test"`` (the test set itself) or a
+      TaskBatch.  ``task_config`` is unused there.
+
+    In both, ``seed`` is the resample seed (which reference row replaces each sample),
+    ``positions`` restricts every ablation to those positions and ``hooks`` are active in every
+    run (the reference runs included).  Same arguments, same numbers.
+    """
+    general = task is not None or isinstance(test_set, TaskBatch) or not is_permutation_model(model)
+    if not general:
+        return _ablation_runs(model, HOWS if hows is None else hows, test_set, reference=reference,
+                              positions=positions, task_config=task_config, hooks=hooks, seed=seed)[0]
+    if not isinstance(task, Task):
+        raise TypeError(
+            f"ablation_table on {type(model).__name__} needs task= (a perm_circuits.tasks.Task whose metrics "
+            f"are measured), got {type(task).__name__}"
+        )
+    check_int("n", n, 1)
+    check_seed(test_seed, "test_seed")
+    check_seed(seed)
+    if test_set is None:
+        test_set = task.test_set(n, test_seed)
+    if not isinstance(test_set, TaskBatch):
+        raise TypeError(f"test_set must be a TaskBatch (task.test_set(...)) for a task's table, got "
+                        f"{type(test_set).__name__}")
+    if isinstance(reference, str):
+        if reference != "test":
+            raise ValueError(f"reference must be 'test' or a TaskBatch on a task's model, got {reference!r}")
+        reference = test_set
+    elif not isinstance(reference, TaskBatch):
+        raise TypeError(f"reference must be 'test' or a TaskBatch on a task's model, got {type(reference).__name__}")
+    return task_table(model, task, list(TASK_HOWS if hows is None else hows), test_set, reference=reference,
+                      resample_seed=seed, positions=positions, hooks=hooks, test_seed=test_seed, progress=progress)

@@ -1,0 +1,234 @@
+"""Activation patching on any task and any hooked model.
+
+Denoising activation patching (Wang et al. 2022, the IOI paper, section 3; Meng et al. 2022) on a
+clean/corrupted pair of token sequences of any task: run the corrupted tokens with one
+activation replaced by its value on the clean tokens and measure how much of the clean
+``metric`` comes back,
+
+    effect = (mean metric(patched) - mean metric(corrupted)) / (mean metric(clean) - mean metric(corrupted)),
+
+1 when the patched activation carries everything the pair differs by, 0 when it carries nothing.
+The confidence interval is the paired percentile bootstrap of
+:mod:`perm_circuits.analysis.interventions.patching` (each resample reweights the clean, corrupted and
+patched runs jointly).  ``metric(logits) -> [batch]`` is any per-sequence number;
+:func:`target_logprob` gives the usual one (the mean log-probability of a batch's targets over its
+loss mask).  The permutation study's recall patching
+(:mod:`perm_circuits.analysis.study.recall_patching`) stays as it is; this module needs only hook points.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from perm_circuits.analysis.interventions.checks import (
+    check_head,
+    check_index_list,
+    check_int,
+    check_layer,
+    check_positions,
+    check_seed,
+)
+from perm_circuits.analysis.interventions.patching import MIN_DENOMINATOR, _bootstrap, bootstrap_weights
+from perm_circuits.analysis.interventions.core import (
+    activation_axes,
+    check_hook_point,
+    reference_tokens,
+    selection,
+)
+from perm_circuits.hooks import check_hooks, run_capture
+from perm_circuits.tasks.base import TaskBatch
+
+__all__ = ["TaskPatch", "patch_activation", "patch_head", "target_logprob"]
+
+Metric = Callable[[Tensor], Tensor]
+
+
+def target_logprob(batch: TaskBatch) -> Metric:
+    """``metric(logits)``: per sequence, the mask-weighted mean log-probability of ``batch.targets``.
+
+    Use the *clean* batch's targets for both runs, so the metric asks how much of the clean answer
+    a patch restores.  Logits may cover fewer classes than the task's vocabulary (e.g. states
+    only) as long as every target under the mask indexes them.
+    """
+    if not isinstance(batch, TaskBatch):
+        raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
+    weights = batch.mask.double()
+    if bool((weights.sum(1) <= 0).any()):
+        empty = int((weights.sum(1) <= 0).sum())
+        raise ValueError(
+            f"every sequence of the batch needs a position with mask > 0 ({empty} have none); keep the others "
+            "with batch.subset(batch.mask.sum(1) > 0)"
+        )
+
+    def metric(logits: Float[Tensor, "batch seq vocab"]) -> Float[Tensor, " batch"]:
+        if logits.shape[:2] != batch.tokens.shape:
+            raise ValueError(f"logits {tuple(logits.shape)} do not match the batch's tokens {tuple(batch.tokens.shape)}")
+        targets = batch.targets.clamp(0, logits.shape[-1] - 1) * (batch.mask > 0)
+        logp = logits.double().log_softmax(-1).gather(-1, targets[..., None])[..., 0]
+        return (logp * weights).sum(1) / weights.sum(1)
+
+    return metric
+
+
+@dataclass(frozen=True)
+class TaskPatch:
+    """One denoising patch: where, the three runs' mean metric, the normalised effect and its CI.
+
+    ``effect`` is nan when the clean and corrupted means differ by less than ``MIN_DENOMINATOR``.
+    """
+
+    hook_name: str
+    layer: int | None
+    head: int | None
+    positions: tuple[int, ...] | None
+    clean: float
+    corrupted: float
+    patched: float
+    effect: float
+    ci_low: float
+    ci_high: float
+    n: int
+    confidence: float
+    n_boot: int
+
+    def to_dataframe(self) -> pd.DataFrame:
+        return pd.DataFrame([asdict(self)])
+
+
+def _metric_values(metric: Metric, logits: Tensor, batch: int) -> Tensor:
+    values = metric(logits)
+    if not isinstance(values, Tensor) or values.shape != (batch,):
+        shape = tuple(values.shape) if isinstance(values, Tensor) else type(values).__name__
+        raise ValueError(f"metric(logits) must return one number per sequence, shape ({batch},), got {shape}")
+    return values.detach().double()
+
+
+def patch_activation(
+    model,
+    clean: TaskBatch | Tensor,
+    corrupted: TaskBatch | Tensor,
+    metric: Metric,
+    hook_name: str,
+    *,
+    index: int | Sequence[int] | None = None,
+    positions: int | Sequence[int] | None = None,
+    layer: int | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+) -> TaskPatch:
+    """Patch ``hook_name`` from the clean run into the corrupted one and measure ``metric`` (module docstring).
+
+    Args:
+        model: any model with TransformerLens hook points.
+        clean: token ids ``[batch, seq]`` (or a :class:`TaskBatch`), row ``i`` paired with row
+            ``i`` of ``corrupted``.
+        corrupted: token ids of the same shape (or a :class:`TaskBatch`).
+        metric: ``metric(logits) -> [batch]`` (e.g. ``target_logprob(clean_batch)``).
+        index: entries of the axis after ``pos`` (heads for ``attn.hook_*``; heads for
+            ``hook_pattern``); ``None`` patches the whole activation.
+        positions: positions of the activation's own position axis (destination positions for
+            ``hook_pattern``); ``None`` = all.
+        layer: reported in the result only.
+        n_boot: resamples of the paired bootstrap.
+        seed: seeds the bootstrap resamples.
+        confidence: level of the percentile interval.
+        hooks: interventions active in all three runs.
+    """
+    hook_name = check_hook_point(model, hook_name)
+    clean_tokens = reference_tokens(model, clean)
+    corrupted_tokens = reference_tokens(model, corrupted)
+    if clean_tokens is None or corrupted_tokens is None:
+        raise TypeError("clean and corrupted must be TaskBatches or token tensors, got None")
+    if clean_tokens.shape != corrupted_tokens.shape:
+        raise ValueError(
+            f"clean and corrupted tokens must have the same shape, got {tuple(clean_tokens.shape)} and "
+            f"{tuple(corrupted_tokens.shape)}"
+        )
+    if not callable(metric):
+        raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
+    check_int("n_boot", n_boot, 10)
+    check_seed(seed)
+    if isinstance(confidence, bool) or not isinstance(confidence, float) or not 0 < confidence < 1:
+        raise ValueError(f"confidence must be a float in (0, 1), got {confidence!r}")
+    hooks = check_hooks(model, hooks)
+    batch = clean_tokens.shape[0]
+    clean_logits, clean_store = run_capture(model, clean_tokens, [hook_name], hooks)
+    if hook_name not in clean_store:
+        raise ValueError(f"hook point {hook_name!r} did not run in {type(model).__name__}'s forward pass")
+    source = clean_store[hook_name]
+    layout = "pattern" if hook_name.endswith("hook_pattern") else "pos"
+    n_pos, n_index = activation_axes(source.shape, layout)
+    chosen = check_index_list("index", index, n_index) if index is not None else None
+    where = check_positions(positions, n_pos)
+    clean_values = _metric_values(metric, clean_logits, batch)
+    with torch.no_grad(), model.hooks(fwd_hooks=hooks):
+        corrupted_values = _metric_values(metric, model(corrupted_tokens), batch)
+    mask = selection(source.shape, layout, chosen, where, source.device)
+
+    def patch(activation: Tensor, hook) -> Tensor:
+        if activation.shape != source.shape:
+            raise ValueError(f"activation {tuple(activation.shape)} does not match the clean one {tuple(source.shape)}")
+        return torch.where(mask, source.to(activation.dtype), activation)
+
+    with torch.no_grad(), model.hooks(fwd_hooks=hooks + [(hook_name, patch)]):
+        patched_values = _metric_values(metric, model(corrupted_tokens), batch)
+    mean_clean, mean_corrupted = float(clean_values.mean()), float(corrupted_values.mean())
+    denominator = mean_clean - mean_corrupted
+    if abs(denominator) < MIN_DENOMINATOR:
+        effect = low = high = math.nan
+    else:
+        effect = (float(patched_values.mean()) - mean_corrupted) / denominator
+        lo, hi = _bootstrap(bootstrap_weights(batch, n_boot, seed), patched_values[None], clean_values,
+                            corrupted_values, confidence)
+        low, high = float(lo[0]), float(hi[0])
+    return TaskPatch(
+        hook_name=hook_name,
+        layer=layer,
+        head=chosen[0] if chosen is not None and len(chosen) == 1 and hook_name.endswith(("attn.hook_z", "hook_pattern")) else None,
+        positions=tuple(where) if where is not None else None,
+        clean=mean_clean,
+        corrupted=mean_corrupted,
+        patched=float(patched_values.mean()),
+        effect=effect,
+        ci_low=low,
+        ci_high=high,
+        n=batch,
+        confidence=confidence,
+        n_boot=n_boot,
+    )
+
+
+def patch_head(
+    model,
+    clean: TaskBatch | Tensor,
+    corrupted: TaskBatch | Tensor,
+    metric: Metric,
+    layer: int,
+    head: int,
+    *,
+    positions: int | Sequence[int] | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+) -> TaskPatch:
+    """Patch head ``head`` of layer ``layer`` (its ``blocks.L.attn.hook_z``) from clean into corrupted.
+
+    TL4's native bridges have no per-head ``hook_result``, so a head's output is patched on
+    ``hook_z`` (before ``W_O``), as in :func:`~perm_circuits.analysis.study.recall_patching.patch_head_outputs`.
+    See :func:`patch_activation` for the other arguments.
+    """
+    layer = check_layer(model, layer)
+    head = check_head(model, head)
+    return patch_activation(model, clean, corrupted, metric, f"blocks.{layer}.attn.hook_z", index=head,
+                            positions=positions, layer=layer, n_boot=n_boot, seed=seed, confidence=confidence,
+                            hooks=hooks)

@@ -1,0 +1,147 @@
+"""Shared argument validation for the analysis modules (one rule for the whole package).
+
+Every analysis function validates its arguments with these helpers *before* any forward pass,
+raising ``TypeError`` for a value of the wrong type and ``ValueError`` for one out of range,
+with a message naming the argument, the bad value and what was expected.
+
+Index rule: every index that names a layer, a head, a sequence position or an entry of an
+activation axis (a neuron, a residual dimension) accepts Python-style negative values: ``i`` in
+``[-size, size)`` is normalised to ``i % size`` (so ``layer=-1`` is the last layer), and the
+normalised, non-negative index is what results and labels report.  ``bool`` is never an int.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from perm_circuits.checks import check_int, check_positive_int, check_seed
+from perm_circuits.model_shape import is_permutation_model, model_shape
+from perm_circuits.models import model_config_of, task_config_of
+from perm_circuits.tasks.permutation_data import TaskConfig
+
+__all__ = [
+    "check_head",
+    "check_index",
+    "check_index_list",
+    "check_int",
+    "check_layer",
+    "check_neurons",
+    "check_position",
+    "check_positions",
+    "check_positive_int",
+    "check_seed",
+    "check_task_config",
+    "seq_len",
+]
+
+
+def check_index(name: str, value: object, size: int, what: str = "") -> int:
+    """An index into an axis of ``size`` entries, Python-style: ``[-size, size)`` -> ``[0, size)``.
+
+    ``what`` describes the axis in the error message (e.g. ``"the model has 1 layer(s)"``).
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if not -size <= value < size:
+        where = f" ({what})" if what else ""
+        bound = f"[{-size}, {size - 1}]" if size > 0 else "[] (empty axis)"
+        raise ValueError(f"{name} {value} out of range: {name} must be in {bound}{where}")
+    return value % size
+
+
+def _shape_of(model):
+    if is_permutation_model(model):
+        return model_config_of(model)
+    return model_shape(model)
+
+
+def check_layer(model, layer: object) -> int:
+    """A layer index of ``model``; negative layers count from the end (``-1`` = the last layer).
+
+    Any hooked model: the study's bridges through their ``ModelConfig``, others through
+    :func:`~perm_circuits.model_shape.model_shape`.
+    """
+    n_layers = _shape_of(model).n_layers
+    return check_index("layer", layer, n_layers, f"the model has {n_layers} layer(s)")
+
+
+def check_head(model, head: object) -> int:
+    """A head index of ``model``; negative heads count from the end."""
+    n_heads = _shape_of(model).n_heads
+    if n_heads is None:
+        raise ValueError(f"{type(model).__name__} declares no number of heads (model.cfg.n_heads): cannot index a head")
+    return check_index("head", head, n_heads, f"the model has {n_heads} head(s) per layer")
+
+
+def seq_len(model) -> int:
+    """Length ``2V - 1`` of the task's sequences for ``model``."""
+    return 2 * model_config_of(model).V - 1
+
+
+def check_position(position: object, size: int, name: str = "position") -> int:
+    """One sequence position in ``[-size, size)``, normalised to ``[0, size)``."""
+    return check_index(name, position, size, f"sequences have {size} positions")
+
+
+def check_positions(positions: object, size: int, name: str = "positions") -> list[int] | None:
+    """``None`` (all positions), an int, or a non-empty sequence of distinct positions.
+
+    Negative positions count from the end; the result holds the normalised positions.
+    """
+    if positions is None:
+        return None
+    items = [positions] if isinstance(positions, int) and not isinstance(positions, bool) else positions
+    if isinstance(items, Tensor):
+        items = _tensor_ints(name, items)
+    if not isinstance(items, (list, tuple, range)):
+        raise TypeError(f"{name} must be an int or a sequence of ints, got {type(positions).__name__} {positions!r}")
+    if len(items) == 0:
+        raise ValueError(f"{name} must not be empty")
+    out = [check_position(p, size, "position") for p in items]
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name} has repeated entries: {list(items)}")
+    return out
+
+
+def _tensor_ints(name: str, items: Tensor) -> list[int]:
+    if items.dtype.is_floating_point or items.dtype.is_complex or items.dtype == torch.bool or items.ndim > 1:
+        raise TypeError(f"{name} must be ints, got a {items.dtype} tensor of shape {tuple(items.shape)}")
+    return [int(v) for v in items.tolist()]
+
+
+def check_index_list(name: str, value: object, size: int) -> list[int] | None:
+    """``None`` (everything), an int, or a non-empty sequence (or 1-D integer tensor) of distinct
+    indices into an axis of ``size`` entries (negative indices count from the end)."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, int) and not isinstance(value, bool) else value
+    if isinstance(items, Tensor):
+        items = _tensor_ints(name, items)
+    if not isinstance(items, (list, tuple, range)):
+        raise TypeError(f"{name} must be an int or a sequence of ints, got {type(value).__name__} {value!r}")
+    if len(items) == 0:
+        raise ValueError(f"{name} must not be empty")
+    out = [check_index(f"{name} entry", item, size, f"the axis has {size} entries") for item in items]
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name} has repeated entries: {list(items)}")
+    return out
+
+
+def check_neurons(model, neurons: int | Sequence[int] | Tensor | None) -> list[int] | None:
+    """Neuron indices of the model's MLP (``None`` = all; negative indices count from the end)."""
+    return check_index_list("neurons", neurons, model_config_of(model).resolved_d_mlp)
+
+
+def check_task_config(model, task_config: object) -> TaskConfig:
+    """``task_config`` (default: the task the model was trained on, ``task_config_of(model)``),
+    checked to be a :class:`~perm_circuits.tasks.permutation_data.TaskConfig` with the model's ``V``."""
+    if task_config is not None and not isinstance(task_config, TaskConfig):
+        raise TypeError(f"task_config must be a TaskConfig or None, got {type(task_config).__name__}")
+    config = task_config if task_config is not None else task_config_of(model)
+    V = model_config_of(model).V
+    if config.V != V:
+        raise ValueError(f"task_config has V={config.V} but the model has V={V}")
+    return config

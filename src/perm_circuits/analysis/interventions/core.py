@@ -1,0 +1,400 @@
+"""The intervention core: ablation hooks on any hooked model, with no task behind them.
+
+What every ablation and patch needs, whatever the task (Wang et al. 2022, "Interpretability in
+the Wild", section 3; Chan et al. 2022 on resample ablation; Li & Janson 2024, "Optimal ablation
+for interpretability"):
+
+- the modes (:data:`HOWS`) and their checks, the hook-point check (TransformerLens 4 traps
+  rejected: ``hook_attn_scores`` is post-softmax and edits to it are ignored; in native bridges
+  ``blocks.L.hook_resid_mid`` is the MLP's input, so an edit there misses the residual stream);
+- :func:`selection` (which entries of an activation an intervention replaces) and
+  :func:`ablation_fn` (the hook closure that replaces them by zero, a mean, a resampled
+  reference activation or a constant);
+- :func:`ablate_tokens`: a one-hook list for any model, with reference token ids or a
+  :class:`~perm_circuits.tasks.base.TaskBatch` (modes ``"zero"``, ``"mean"``, ``"resample"`` and
+  ``"optimal"``; the last minimises the batch's masked next-token loss, or the plain next-token
+  loss of a token tensor, over a constant activation: :func:`minimise_constant`).
+
+``"binding_free"`` needs the permutation-lookup task (its queries and answers) and raises here.
+Positions and indices refer to the activation's own axes (the factual-recall model's attention
+hooks have one position, its EOS): with a reference they are validated against the reference
+activation before anything else runs; in zero mode, against the model's declared sizes where it
+has them, else when the hook first runs (a ValueError inside the forward, after which the model
+has no hooks left).  The permutation study's ablations
+(:mod:`perm_circuits.analysis.interventions.hooks`) build on this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from perm_circuits.analysis.interventions.checks import check_index_list, check_int, check_positions, check_seed
+from perm_circuits.hooks import HookList, check_hooks, check_token_ids, run_capture
+from perm_circuits.model_shape import model_shape
+from perm_circuits.tasks.base import TaskBatch
+
+__all__ = [
+    "ANY_TASK_HOWS",
+    "HOWS",
+    "PAIRINGS",
+    "TASK_HOWS",
+    "ablate_tokens",
+    "ablation_fn",
+    "activation_axes",
+    "check_hook_point",
+    "check_how",
+    "check_pairing",
+    "minimise_constant",
+    "next_token_loss",
+    "reference_tokens",
+    "resample_rows",
+    "selection",
+]
+
+HOWS: tuple[str, ...] = ("zero", "mean", "resample", "binding_free", "optimal")
+"""Every ablation mode (``"binding_free"`` needs the permutation-lookup task)."""
+
+TASK_HOWS: tuple[str, ...] = ("zero", "mean", "resample")
+"""The modes an any-task ablation table runs by default (cheap: no search)."""
+
+ANY_TASK_HOWS: tuple[str, ...] = ("zero", "mean", "resample", "optimal")
+"""The modes that work on any task's model."""
+
+PAIRINGS: tuple[str, ...] = ("random", "row")
+
+OPTIMAL_STEPS = 20
+"""L-BFGS iterations of the optimal-ablation search."""
+
+_HEAD_SUFFIXES = ("attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_z", "attn.hook_pattern")
+_MLP_SUFFIXES = ("mlp.hook_pre", "mlp.hook_post")
+_RESID_SUFFIXES = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_attn_out", "hook_mlp_out",
+                   "hook_embed", "hook_pos_embed")
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def check_how(how: object) -> str:
+    """One of :data:`HOWS` (TypeError for a non-str, ValueError for an unknown mode)."""
+    if not isinstance(how, str):
+        raise TypeError(f"how must be a str, one of {HOWS}, got {type(how).__name__} {how!r}")
+    if how not in HOWS:
+        raise ValueError(f"how must be one of {HOWS}, got {how!r}")
+    return how
+
+
+def check_pairing(pairing: object) -> str:
+    """``"random"`` or ``"row"``."""
+    if not isinstance(pairing, str) or pairing not in PAIRINGS:
+        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    return pairing
+
+
+def _is_bridge(model) -> bool:
+    try:
+        from transformer_lens.model_bridge import TransformerBridge
+    except ImportError:  # pragma: no cover - TL4 always has it
+        return False
+    return isinstance(model, TransformerBridge)
+
+
+def check_hook_point(model, hook_name: object) -> str:
+    """A hook point of any hooked model that an edit reaches (TransformerLens 4 bridge traps rejected)."""
+    if not isinstance(hook_name, str):
+        raise TypeError(f"hook_name must be a str, got {type(hook_name).__name__}")
+    shape = model_shape(model)
+    if hook_name not in model.hook_dict:
+        raise ValueError(f"unknown hook point {hook_name!r} for {type(model).__name__}")
+    if _is_bridge(model):
+        if hook_name.endswith("hook_attn_scores"):
+            raise ValueError(
+                f"{hook_name!r}: in TransformerLens 4 hook_attn_scores is post-softmax and edits to it are "
+                "ignored; ablate 'hook_pattern' instead"
+            )
+        point = model.hook_dict[hook_name]
+        for layer in range(shape.n_layers):
+            if point is model.hook_dict.get(f"blocks.{layer}.hook_resid_mid"):
+                raise ValueError(
+                    f"{hook_name!r}: in TransformerLens 4.3 native bridges blocks.{layer}.hook_resid_mid is the "
+                    "MLP's input (ln2.hook_in); edits there do not reach the residual stream. Ablate "
+                    f"'blocks.{layer}.hook_attn_out' (or, to edit only the MLP's input, "
+                    f"'blocks.{layer}.ln2.hook_normalized')"
+                )
+    return hook_name
+
+
+def reference_tokens(model, reference: object) -> Tensor | None:
+    """The token ids of a ``reference`` (a :class:`TaskBatch`, a token tensor, or ``None``), validated."""
+    if reference is None:
+        return None
+    if isinstance(reference, TaskBatch):
+        reference = reference.tokens
+    if not isinstance(reference, Tensor):
+        raise TypeError(
+            f"reference must be a TaskBatch (task.test_set(...)), an integer token tensor [batch, seq] or None, "
+            f"got {type(reference).__name__}"
+        )
+    return check_token_ids(reference, model_shape(model).d_vocab)
+
+
+def declared_size(model, hook_name: str) -> int | None:
+    """Size of the axis ``index`` selects at ``hook_name``, where the model declares it."""
+    shape = model_shape(model)
+    if hook_name.endswith(_HEAD_SUFFIXES):
+        return shape.n_heads
+    if hook_name.endswith(_MLP_SUFFIXES):
+        return shape.d_mlp
+    if hook_name.endswith(_RESID_SUFFIXES):
+        return shape.d_model
+    return None
+
+
+def activation_axes(activation_shape: Sequence[int], layout: str) -> tuple[int, int]:
+    """(positions, index) axis sizes of an activation (layout ``"pos"`` or ``"pattern"``)."""
+    if layout == "pattern":
+        return activation_shape[2], activation_shape[1]
+    return activation_shape[1], (activation_shape[2] if len(activation_shape) > 2 else 0)
+
+
+def layout_of(hook_name: str) -> str:
+    """``"pattern"`` for ``[batch, head, dest, src]`` attention patterns, else ``"pos"``."""
+    return "pattern" if hook_name.endswith("hook_pattern") else "pos"
+
+
+# ----------------------------------------------------------------------------- the hook closure
+
+
+def resample_rows(n_reference: int, batch: int, seed: int) -> Tensor:
+    """The reference row that replaces each sample's activation under random-pairing resample.
+
+    ``seed`` seeds the draw of rows (the resample seed), ``torch.Generator().manual_seed(seed)``.
+    """
+    return torch.randint(n_reference, (batch,), generator=torch.Generator().manual_seed(seed))
+
+
+def selection(shape: torch.Size, layout: str, index: list[int] | None, positions: list[int] | None,
+              device: torch.device) -> Tensor:
+    """Boolean mask over ``shape[1:]`` (no batch axis) of the entries an intervention replaces."""
+    pos_dim, index_dim = (1, 2) if layout == "pos" else (2, 1)
+    mask = torch.ones(shape[1:], dtype=torch.bool, device=device)
+    for dim, chosen in ((pos_dim, positions), (index_dim, index)):
+        if chosen is None:
+            continue
+        if dim >= len(shape):
+            raise ValueError(f"activation of shape {tuple(shape)} has no axis {dim} to index")
+        keep = torch.zeros(shape[dim], dtype=torch.bool, device=device)
+        keep[chosen] = True
+        view = [1] * (len(shape) - 1)
+        view[dim - 1] = shape[dim]
+        mask = mask & keep.view(view)
+    return mask
+
+
+def ablation_fn(
+    how: str,
+    layout: str,
+    index: list[int] | None,
+    positions: list[int] | None,
+    reference_activation: Tensor | None,
+    seed: int,
+    pairing: str,
+    constant: Tensor | None = None,
+) -> Callable:
+    """The hook closure: replace the selected entries of the activation.
+
+    ``reference_activation``: the activation on the reference batch (``"mean"``, ``"resample"``;
+    on the binding-free batch for ``"binding_free"``, always row-paired); ``constant``: the
+    optimal constant ``[*activation.shape[1:]]`` for ``"optimal"``.
+    """
+    replacement_mean = None
+    if how == "mean":
+        assert reference_activation is not None
+        replacement_mean = reference_activation.mean(dim=0, keepdim=True)
+    if how == "binding_free":
+        pairing = "row"
+
+    def check_shape(activation: Tensor, reference: Tensor) -> None:
+        if activation.shape[1:] != reference.shape[1:]:
+            raise ValueError(
+                f"activation shape {tuple(activation.shape)} does not match the reference activation "
+                f"shape {tuple(reference.shape)} beyond the batch axis"
+            )
+
+    def hook_fn(activation: Tensor, hook) -> Tensor:
+        mask = selection(activation.shape, layout, index, positions, activation.device)
+        if how == "zero":
+            replacement = torch.zeros((), dtype=activation.dtype, device=activation.device)
+        elif how == "mean":
+            assert replacement_mean is not None
+            check_shape(activation, replacement_mean)
+            replacement = replacement_mean.to(activation.dtype)
+        elif how == "optimal":
+            assert constant is not None
+            check_shape(activation, constant[None])
+            replacement = constant[None].to(activation.dtype)
+        else:
+            assert reference_activation is not None
+            check_shape(activation, reference_activation)
+            batch = activation.shape[0]
+            if pairing == "row":
+                if reference_activation.shape[0] != batch and how == "binding_free":
+                    raise ValueError(
+                        f"binding_free ablation pairs by row and needs a batch of the reference's size "
+                        f"{reference_activation.shape[0]}, got a batch of {batch}"
+                    )
+                if reference_activation.shape[0] != batch:
+                    raise ValueError(
+                        f"pairing='row' needs a reference of the batch's size {batch}, "
+                        f"got {reference_activation.shape[0]} reference samples"
+                    )
+                replacement = reference_activation
+            else:
+                rows = resample_rows(reference_activation.shape[0], batch, seed)
+                replacement = reference_activation[rows.to(reference_activation.device)]
+            replacement = replacement.to(activation.dtype)
+        return torch.where(mask, replacement, activation)
+
+    return hook_fn
+
+
+# ----------------------------------------------------------------------------- optimal ablation on any model
+
+
+def next_token_loss(reference: TaskBatch | Tensor) -> Callable[[Tensor], Tensor]:
+    """``loss(logits)``: the mask-weighted mean cross-entropy of a TaskBatch's targets (the training
+    loss of any task), or for bare token ids the mean next-token cross-entropy (position ``p``
+    predicts token ``p + 1``)."""
+    if isinstance(reference, TaskBatch):
+        targets, weights = reference.targets, reference.mask.float()
+        if float(weights.sum()) <= 0:
+            raise ValueError("the reference batch has no position with mask > 0: no loss to minimise")
+
+        def masked(logits: Tensor) -> Tensor:
+            safe = targets.clamp(0, logits.shape[-1] - 1) * (weights > 0)
+            logp = logits.float().log_softmax(-1).gather(-1, safe[..., None])[..., 0]
+            return -(logp * weights).sum() / weights.sum()
+
+        return masked
+    tokens = reference
+
+    def shifted(logits: Tensor) -> Tensor:
+        logp = logits[:, :-1].float().log_softmax(-1)
+        return -logp.gather(-1, tokens[:, 1:, None]).mean()
+
+    return shifted
+
+
+def minimise_constant(
+    model,
+    hook_name: str,
+    mask: Tensor,
+    tokens: Tensor,
+    loss: Callable[[Tensor], Tensor],
+    hooks: HookList,
+    activation: Tensor,
+    *,
+    steps: int = OPTIMAL_STEPS,
+) -> Tensor:
+    """The constant ``c`` (shape ``activation.shape[1:]``) minimising ``loss(model(tokens))`` with
+    ``where(mask, c, activation)`` at ``hook_name`` (Li & Janson 2024): ``steps`` full-batch L-BFGS
+    iterations (strong-Wolfe line search) from the mean of ``activation`` over the batch, the model
+    frozen.  Deterministic on CPU; any model whose forward is differentiable.
+    """
+    constant = activation.detach().float().mean(dim=0).clone().requires_grad_(True)
+    if steps == 0:
+        return constant.detach()
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        optimiser = torch.optim.LBFGS([constant], lr=1.0, max_iter=steps, line_search_fn="strong_wolfe")
+
+        def replace(act: Tensor, hook) -> Tensor:
+            return torch.where(mask, constant.to(act.dtype), act)
+
+        def closure() -> Tensor:
+            optimiser.zero_grad()
+            with model.hooks(fwd_hooks=list(hooks) + [(hook_name, replace)]):
+                value = loss(model(tokens))
+            value.backward()
+            return value
+
+        with torch.enable_grad():
+            optimiser.step(closure)
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+    return constant.detach()
+
+
+# ----------------------------------------------------------------------------- the any-model ablation
+
+
+def ablate_tokens(
+    model,
+    hook_name: str,
+    how: str = "zero",
+    *,
+    reference: TaskBatch | Tensor | None = None,
+    index: int | Sequence[int] | None = None,
+    positions: int | Sequence[int] | None = None,
+    seed: int = 0,
+    pairing: str = "random",
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+    steps: int = OPTIMAL_STEPS,
+) -> HookList:
+    """A one-hook list ablating ``hook_name`` of any hooked model, with a reference of task tokens.
+
+    ``how`` is one of :data:`ANY_TASK_HOWS`, ``reference`` a :class:`TaskBatch` or token ids
+    ``[batch, seq]`` (required for ``"mean"``, ``"resample"`` and ``"optimal"``; the optimal
+    constant minimises :func:`next_token_loss` of the reference, ``steps`` L-BFGS iterations).
+    See the module docstring for positions and indices.
+    """
+    hook_name = check_hook_point(model, hook_name)
+    how = check_how(how)
+    if how not in ANY_TASK_HOWS:
+        raise ValueError(
+            f"how={how!r} needs the permutation-lookup task (its binding-free reference); on any task "
+            f"use one of {ANY_TASK_HOWS}"
+        )
+    pairing = check_pairing(pairing)
+    check_seed(seed)
+    check_int("steps", steps, 0)
+    tokens = reference_tokens(model, reference)
+    if how != "zero" and tokens is None:
+        raise ValueError(
+            f"how={how!r} on {type(model).__name__} needs reference=: a TaskBatch (e.g. task.test_set(...)) or "
+            "token ids whose activations give the mean / the resample pool / the optimal constant's loss"
+        )
+    hooks = check_hooks(model, hooks)
+    layout = layout_of(hook_name)
+    size = declared_size(model, hook_name)
+    if index is not None and size is not None:
+        index = check_index_list("index", index, size)
+    if tokens is not None and how != "zero":
+        activation = run_capture(model, tokens, [hook_name], hooks)[1].get(hook_name)
+        if activation is None:
+            raise ValueError(f"hook point {hook_name!r} did not run in {type(model).__name__}'s forward pass")
+        n_pos, n_index = activation_axes(activation.shape, layout)
+        index = check_index_list("index", index, n_index) if index is not None else None
+        positions = check_positions(positions, n_pos)
+        constant = None
+        if how == "optimal":
+            mask = selection(activation.shape, layout, index, positions, activation.device)
+            constant = minimise_constant(model, hook_name, mask, tokens, next_token_loss(reference if isinstance(
+                reference, TaskBatch) else tokens), hooks, activation, steps=steps)
+        return [(hook_name, ablation_fn(how, layout, index, positions, activation, seed, pairing, constant))]
+    raw_index, raw_positions = index, positions
+    if raw_positions is not None:
+        check_positions(raw_positions, 1 << 30)  # type and repeats now; the range when the hook runs
+
+    def zero_hook(act: Tensor, hook) -> Tensor:
+        n_pos, n_index = activation_axes(act.shape, layout)
+        chosen = check_index_list("index", raw_index, n_index) if raw_index is not None else None
+        where = check_positions(raw_positions, n_pos)
+        return ablation_fn("zero", layout, chosen, where, None, seed, pairing)(act, hook)
+
+    return [(hook_name, zero_hook)]

@@ -1,0 +1,391 @@
+"""Ablations: zero, mean, resample, binding-free and optimal interventions as TransformerLens hook lists.
+
+An ablation replaces one activation by a value that carries no information about the current
+sample and measures what the model loses (Wang et al. 2022, "Interpretability in the Wild", the IOI
+paper, sections 3 and A; Chan et al. 2022 on resample ablation):
+
+- ``"zero"``: the activation is set to 0.  For a head (``blocks.L.attn.hook_z``) this removes the
+  head's whole contribution ``z_h W_O^h`` to the residual stream (the output bias ``b_O`` stays,
+  as it belongs to no head).
+- ``"mean"``: the activation is set to its mean over a *reference* batch, per position (and per
+  head / neuron, i.e. the whole activation vector is averaged over the reference samples at each
+  position).  This keeps the activation in its usual range but removes everything that varies
+  from sample to sample.
+- ``"resample"``: each sample's activation is replaced by the activation the same component
+  computes on a reference sample: a random one (drawn once per forward from a ``torch.Generator``
+  seeded with ``seed``, so the same seed gives the same replacement), or, with
+  ``pairing="row"``, reference row ``i`` for sample ``i``.  One reference sample replaces the
+  activation at every ablated position of a sample, so the replacement is a coherent activation
+  of one real sequence.
+- ``"binding_free"``: resample ablation from :func:`binding_free_reference` built on the
+  reference's own queries, paired by row: sample ``i``'s activation is replaced by the one the
+  component computes on the *same queries* (same tokens at the x positions, same repeat
+  structure) with the answers of an independent permutation.  Only the (x, y) binding the
+  sample shows is destroyed (the analogue of the IOI paper's "ABC" reference).  It is a
+  row-paired resample, not a mean: as a distribution the binding-free batch *is* the task's
+  (see :func:`binding_free_reference`), so its mean equals the ``"mean"`` mode's up to sampling
+  noise and would add nothing.  Its hooks fit batches of the reference's size only (the batch
+  that is evaluated, row for row).
+- ``"optimal"``: optimal ablation (Li & Janson 2024, "Optimal ablation for interpretability"):
+  the activation is set to the constant (per position, and per head / neuron) that minimises the
+  task loss on the reference batch, found by a fixed number of L-BFGS iterations from the mean
+  activation with the model frozen (:mod:`perm_circuits.analysis.interventions.optimal`).  What the model
+  loses under it is only the information the component's *input-dependent* output carries, not
+  the loss of a constant it relies on (zero) nor of a constant it is poorly adapted to (mean).
+
+Why several modes: they answer different questions and can disagree.  Zero ablation is far off
+distribution for a component whose mean output is large (the rest of the model loses a constant
+it relies on as well as the information); mean ablation keeps each coordinate at its usual value
+(the IOI paper's convention, Wang et al. 2022); resample keeps a coherent real activation;
+binding-free resample keeps the queries; optimal ablation is the least harmful constant.
+
+Per-head interventions act on ``blocks.L.attn.hook_z`` ``[batch, pos, head, d_head]``: TL4's
+native bridges have no per-head ``hook_result``.  The whole MLP is ablated on
+``blocks.L.hook_mlp_out`` (so zero ablation also removes ``b_out``); groups of neurons on
+``blocks.L.mlp.hook_post``.  ``positions`` restricts any ablation to some sequence positions
+(for attention patterns: to some destination / query positions).
+
+Every function validates all indices, modes and tokens before any forward pass (with the
+package's shared rule, :mod:`perm_circuits.analysis.interventions.checks`: layer, head, position and neuron
+indices accept Python-style negative values, ``layer=-1`` being the last layer), and builds its
+hooks as closures (inside a TL4 hook ``hook.name`` may be an internal alias such as
+``blocks.0.attn.o.hook_in``, so nothing keys on it).  The selection, the hook closure and the
+hook-point checks are the task-free intervention core (:mod:`perm_circuits.analysis.interventions.core`);
+any model that is not one of the study's bridges, or a :class:`~perm_circuits.tasks.base.TaskBatch`
+reference, goes there (:func:`~perm_circuits.analysis.interventions.core.ablate_tokens`).  The ablation
+table of every model is :func:`perm_circuits.analysis.interventions.ablation.ablation_table`.
+
+TL 4.3 traps handled here: ``hook_attn_scores`` edits are ignored (rejected); and
+``blocks.L.hook_resid_mid`` is an alias of ``ln2.hook_in``, so an edit there changes the MLP's
+input but not the residual stream that reaches ``resid_post`` (rejected, with the alternative).
+Row-paired resample hooks fit only batches of the reference's size; ``evaluate(hooks=...)`` also
+runs the 1-row probe, so evaluate such hooks with ``evaluate_logits(run_logits(...))``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from torch import Tensor
+
+from perm_circuits.analysis.interventions.checks import (
+    check_head,
+    check_index_list,
+    check_int,
+    check_layer,
+    check_positions,
+    check_seed,
+)
+from perm_circuits.analysis.interventions.core import (
+    HOWS,
+    OPTIMAL_STEPS,
+    PAIRINGS,
+    ablate_tokens,
+    ablation_fn,
+    check_hook_point,
+    check_how,
+    check_pairing,
+    resample_rows,
+    selection,
+)
+from perm_circuits.analysis.interventions.optimal import optimise_constant
+from perm_circuits.analysis.interventions.references import binding_free_reference
+from perm_circuits.hooks import HookList, check_hooks, run_capture
+from perm_circuits.model_shape import is_permutation_model, model_shape
+from perm_circuits.models import model_config_of, task_config_of
+from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_test_set, validate_tokens
+from perm_circuits.tasks.base import TaskBatch
+
+__all__ = [
+    "HOWS",
+    "PAIRINGS",
+    "ablate",
+    "ablate_head",
+    "ablate_mlp",
+    "binding_free_reference",
+    "check_reference",
+    "optimal_constant",
+    "reference_activations",
+    "resample_rows",
+]
+
+# Suffix of a hook name -> (size of the indexed axis as a function of the model config, layout).
+# Layout "pos": [batch, pos, index, ...]; layout "pattern": [batch, head, dest, src].
+_INDEXED: dict[str, tuple[Callable, str]] = {
+    "attn.hook_q": (lambda c: c.n_heads, "pos"),
+    "attn.hook_k": (lambda c: c.n_heads, "pos"),
+    "attn.hook_v": (lambda c: c.n_heads, "pos"),
+    "attn.hook_z": (lambda c: c.n_heads, "pos"),
+    "attn.hook_pattern": (lambda c: c.n_heads, "pattern"),
+    "mlp.hook_pre": (lambda c: c.resolved_d_mlp, "pos"),
+    "mlp.hook_post": (lambda c: c.resolved_d_mlp, "pos"),
+    "hook_resid_pre": (lambda c: c.d_model, "pos"),
+    "hook_resid_post": (lambda c: c.d_model, "pos"),
+    "hook_attn_out": (lambda c: c.d_model, "pos"),
+    "hook_mlp_out": (lambda c: c.d_model, "pos"),
+    "hook_embed": (lambda c: c.d_model, "pos"),
+    "hook_pos_embed": (lambda c: c.d_model, "pos"),
+}
+
+
+def check_reference(reference: object, V: int) -> Batch | None:
+    """A permutation :class:`~perm_circuits.tasks.permutation_data.Batch` reference (or ``None``) with tokens valid for ``V``."""
+    if reference is None:
+        return None
+    if not isinstance(reference, Batch):
+        raise TypeError(f"reference must be a perm_circuits.Batch or None, got {type(reference).__name__}")
+    validate_tokens(reference.inputs, V)
+    return reference
+
+
+def _any_task(model, reference: object) -> bool:
+    """Whether :func:`ablate` goes task-agnostic: not a study bridge, or a TaskBatch as the reference."""
+    return not is_permutation_model(model) or isinstance(reference, TaskBatch)
+
+
+def _hook_suffix(hook_name: str) -> str | None:
+    for suffix in _INDEXED:
+        if hook_name.endswith(suffix):
+            return suffix
+    return None
+
+
+# ----------------------------------------------------------------------------- reference data
+
+
+def reference_activations(
+    model,
+    reference: Batch | None,
+    hook_names: Sequence[str],
+    *,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+) -> dict[str, Tensor]:
+    """Activations at ``hook_names`` on ``reference`` (default: the model's fixed test set).
+
+    One forward under ``hooks``; the dict is keyed by the names asked for (aliases included).
+    """
+    V = model_config_of(model).V
+    reference = check_reference(reference, V)
+    names = [check_hook_point(model, name) for name in hook_names]
+    hooks = check_hooks(model, hooks)
+    if reference is None:
+        reference = make_test_set(task_config_of(model))
+    return run_capture(model, reference.inputs, names, hooks)[1]
+
+
+# ----------------------------------------------------------------------------- hooks
+
+
+
+
+
+
+def _replacement(
+    model,
+    how: str,
+    hook_name: str,
+    layout: str,
+    index: list[int] | None,
+    positions: list[int] | None,
+    reference: Batch,
+    activation: Tensor | None,
+    seed: int,
+    hooks: HookList,
+    task_config: TaskConfig,
+) -> tuple[Tensor | None, Tensor | None]:
+    """(reference activation, optimal constant) a mode needs, given the activation on ``reference``."""
+    if how == "binding_free":
+        free = binding_free_reference(task_config, seed=seed, queries=reference)
+        return run_capture(model, free.inputs, [hook_name], hooks)[1][hook_name], None
+    if how == "optimal":
+        assert activation is not None
+        mask = selection(activation.shape, layout, index, positions, activation.device)
+        return activation, optimise_constant(model, hook_name, mask, reference, hooks, activation)
+    return activation, None
+
+
+def ablate(
+    model,
+    hook_name: str,
+    how: str = "zero",
+    *,
+    reference: Batch | TaskBatch | None = None,
+    index: int | Sequence[int] | None = None,
+    positions: int | Sequence[int] | None = None,
+    seed: int = 0,
+    pairing: str = "random",
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+) -> HookList:
+    """A one-hook list ablating ``hook_name`` under mode ``how`` (one of :data:`HOWS`).
+
+    Any other hooked model (not one of the study's bridges), or a ``reference`` that is a
+    :class:`~perm_circuits.tasks.base.TaskBatch`, goes to
+    :func:`~perm_circuits.analysis.interventions.core.ablate_tokens` (which also takes a token tensor):
+    modes ``"zero"``, ``"mean"``, ``"resample"`` and ``"optimal"`` (the constant minimising the
+    reference batch's masked next-token loss), with the reference required for all but zero.
+
+    Args:
+        model: the bridge; indices are validated against its config.
+        hook_name: any hook point of the model except ``hook_attn_scores`` (edits to it are
+            ignored in TL4).
+        how: ``"zero"``, ``"mean"``, ``"resample"``, ``"binding_free"`` or ``"optimal"`` (see the
+            module docstring).
+        reference: batch for every mode but ``"zero"`` (default: the model's fixed test set
+            ``make_test_set(task_config_of(model))``): the mean, the resample pool, the queries of
+            the binding-free reference (whose hooks then fit only this batch, row for row), or the
+            batch on which the optimal constant minimises the loss.
+        index: entries of the axis after ``pos`` to ablate (heads for ``hook_q/k/v/z``, neurons
+            for ``mlp.hook_pre/post``, residual dimensions for d_model-wide hooks; heads for
+            ``hook_pattern``); ``None`` ablates the whole activation.  Negative entries count
+            from the end.
+        positions: sequence positions to ablate (destination positions for ``hook_pattern``);
+            ``None`` = all.  Negative positions count from the end.
+        seed: seeds the choice of reference samples for ``"resample"`` with
+            ``pairing="random"`` (each forward redraws from the same seed, so repeated runs are
+            identical) and the binding-free answers for ``"binding_free"``
+            (``binding_free_reference(task, seed=seed, queries=reference)``); unused by
+            ``"zero"``, ``"mean"``, ``"optimal"`` (deterministic) and ``pairing="row"``.
+        pairing: ``"random"`` (a seeded random reference sample per sample) or ``"row"``
+            (reference row ``i`` for sample ``i``; the batch must be as long as the reference),
+            for ``"resample"``; ``"binding_free"`` always pairs by row.
+        hooks: interventions applied while the reference activations (and the optimal constant)
+            are computed.
+    """
+    if _any_task(model, reference):
+        return ablate_tokens(model, hook_name, how, reference=reference, index=index, positions=positions,
+                             seed=seed, pairing=pairing, hooks=hooks)
+    config = model_config_of(model)
+    hook_name = check_hook_point(model, hook_name)
+    how = check_how(how)
+    pairing = check_pairing(pairing)
+    check_seed(seed)
+    suffix = _hook_suffix(hook_name)
+    layout = "pattern" if suffix == "attn.hook_pattern" else "pos"
+    if index is not None and suffix is None:
+        raise ValueError(f"index is not supported for hook {hook_name!r}; ablate it whole or pick another hook")
+    index_list = check_index_list("index", index, _INDEXED[suffix][0](config)) if suffix else None
+    position_list = check_positions(positions, 2 * config.V - 1)
+    reference = check_reference(reference, config.V)
+    hooks = check_hooks(model, hooks)
+    activation = constant = None
+    if how != "zero":
+        task = task_config_of(model)
+        if reference is None:
+            reference = make_test_set(task)
+        if how != "binding_free":
+            activation = reference_activations(model, reference, [hook_name], hooks=hooks)[hook_name]
+        activation, constant = _replacement(model, how, hook_name, layout, index_list, position_list, reference,
+                                            activation, seed, hooks, task)
+    return [(hook_name, ablation_fn(how, layout, index_list, position_list, activation, seed, pairing, constant))]
+
+
+def optimal_constant(
+    model,
+    hook_name: str,
+    *,
+    reference: Batch | None = None,
+    index: int | Sequence[int] | None = None,
+    positions: int | Sequence[int] | None = None,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+    steps: int = OPTIMAL_STEPS,
+) -> Tensor:
+    """The optimal-ablation constant of ``hook_name`` (Li & Janson 2024), shape ``activation.shape[1:]``.
+
+    The value ``c`` minimising the task loss (mean cross-entropy of the V answers) on
+    ``reference`` when the selected entries (``index``, ``positions`` as in :func:`ablate`) are
+    set to ``c`` with the model frozen: ``steps`` full-batch L-BFGS iterations from the mean
+    activation over ``reference`` (default: the model's fixed test set); see
+    :mod:`perm_circuits.analysis.interventions.optimal`.
+    Deterministic: the same model, batch and selection give the same constant.  Entries outside
+    the selection hold the mean activation.  ``ablate(..., how="optimal")`` uses it with the
+    default ``steps``.
+    """
+    config = model_config_of(model)
+    hook_name = check_hook_point(model, hook_name)
+    suffix = _hook_suffix(hook_name)
+    if index is not None and suffix is None:
+        raise ValueError(f"index is not supported for hook {hook_name!r}; ablate it whole or pick another hook")
+    index_list = check_index_list("index", index, _INDEXED[suffix][0](config)) if suffix else None
+    position_list = check_positions(positions, 2 * config.V - 1)
+    check_int("steps", steps, 0)
+    reference = check_reference(reference, config.V)
+    hooks = check_hooks(model, hooks)
+    if reference is None:
+        reference = make_test_set(task_config_of(model))
+    activation = reference_activations(model, reference, [hook_name], hooks=hooks)[hook_name]
+    layout = "pattern" if suffix == "attn.hook_pattern" else "pos"
+    mask = selection(activation.shape, layout, index_list, position_list, activation.device)
+    return optimise_constant(model, hook_name, mask, reference, hooks, activation, steps=steps)
+
+
+def ablate_head(
+    model,
+    layer: int,
+    head: int,
+    how: str = "zero",
+    *,
+    reference: Batch | TaskBatch | None = None,
+    positions: int | Sequence[int] | None = None,
+    seed: int = 0,
+    pairing: str = "random",
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+) -> HookList:
+    """Ablate head ``head`` of layer ``layer`` on ``blocks.{layer}.attn.hook_z``.
+
+    Zero ablation equals deleting the head's columns of ``W_O``
+    (``blocks.L.attn.o.weight[:, head*d_head:(head+1)*d_head] = 0``).  ``layer`` and ``head``
+    accept Python-style negative indices (``layer=-1`` is the last layer).  See :func:`ablate`
+    for the other arguments (``seed`` seeds the ``"resample"`` draw of reference samples).
+    """
+    layer = check_layer(model, layer)
+    head = check_head(model, head)
+    return ablate(
+        model,
+        f"blocks.{layer}.attn.hook_z",
+        how,
+        reference=reference,
+        index=head,
+        positions=positions,
+        seed=seed,
+        pairing=pairing,
+        hooks=hooks,
+    )
+
+
+def ablate_mlp(
+    model,
+    layer: int,
+    how: str = "zero",
+    *,
+    neurons: int | Sequence[int] | None = None,
+    reference: Batch | TaskBatch | None = None,
+    positions: int | Sequence[int] | None = None,
+    seed: int = 0,
+    pairing: str = "random",
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+) -> HookList:
+    """Ablate the MLP of layer ``layer``: whole on ``hook_mlp_out``, or ``neurons`` on ``mlp.hook_post``.
+
+    Zero-ablating the whole MLP removes its output including ``b_out``; zero-ablating all
+    neurons would leave ``b_out``.  ``layer`` (and ``neurons``) accept Python-style negative
+    indices (``layer=-1`` is the last layer).  See :func:`ablate` for the other arguments
+    (``seed`` seeds the ``"resample"`` draw of reference samples).
+    """
+    layer = check_layer(model, layer)
+    if neurons is None:
+        hook_name, index = f"blocks.{layer}.hook_mlp_out", None
+    else:
+        hook_name = f"blocks.{layer}.mlp.hook_post"
+        d_mlp = model_config_of(model).resolved_d_mlp if is_permutation_model(model) else model_shape(model).d_mlp
+        index = check_index_list("neurons", neurons, d_mlp) if d_mlp is not None else neurons
+    return ablate(
+        model,
+        hook_name,
+        how,
+        reference=reference,
+        index=index,
+        positions=positions,
+        seed=seed,
+        pairing=pairing,
+        hooks=hooks,
+    )

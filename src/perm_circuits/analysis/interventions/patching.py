@@ -1,0 +1,538 @@
+"""The machinery of activation patching: cached runs, the patch loop, results and setters.
+
+:mod:`perm_circuits.analysis.study.recall_patching` builds on this module: it owns the recall set-up (the
+clean/corrupted pair of Wang et al. 2022's denoising patching, see its docstring), the public
+:func:`~perm_circuits.analysis.study.recall_patching.generic_patch` and the named sweeps.  Here live the
+parts that know nothing about recall: the logit-difference metric, the result dataclasses
+(:class:`PatchCell`, :class:`PatchingSweep`), the cache of the two unpatched runs
+(:class:`PatchingCache`), the paired bootstrap, the validation of index rows, the loop that runs one
+forward per cell and normalises, and the patch setters (``patch_setter(target, index, source)``
+in the style of TransformerLens' ``generic_activation_patch``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+import pandas as pd
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from perm_circuits.analysis.interventions.checks import (
+    check_head,
+    check_index_list,
+    check_int,
+    check_layer,
+    check_position,
+    check_seed,
+    seq_len,
+)
+from perm_circuits.hooks import HookList, run_capture
+from perm_circuits.models import model_config_of
+from perm_circuits.tasks.permutation_data import Batch, validate_tokens
+
+__all__ = [
+    "ACTIVATIONS",
+    "MIN_DENOMINATOR",
+    "RUNS",
+    "PatchCell",
+    "PatchingCache",
+    "PatchingPair",
+    "PatchingSweep",
+    "bootstrap_weights",
+    "check_pair",
+    "logit_diff",
+    "patching_cache",
+    "set_all",
+    "set_head",
+    "set_head_pos",
+    "set_neurons",
+    "set_pattern",
+    "set_pattern_entry",
+    "set_pos",
+]
+
+PatchingPair = tuple[Batch, Batch, Tensor, Tensor]
+"""``(clean, corrupted, answer, wrong)`` as :func:`~perm_circuits.analysis.study.recall_patching.patching_pair` returns it."""
+
+ACTIVATIONS: dict[str, str] = {
+    "z": "blocks.{layer}.attn.hook_z",
+    "v": "blocks.{layer}.attn.hook_v",
+    "pattern": "blocks.{layer}.attn.hook_pattern",
+    "attn_out": "blocks.{layer}.hook_attn_out",
+    "mlp_out": "blocks.{layer}.hook_mlp_out",
+    "post": "blocks.{layer}.mlp.hook_post",
+    "resid_pre": "blocks.{layer}.hook_resid_pre",
+    "resid_mid": "blocks.{layer}.hook_resid_mid",
+    "resid_post": "blocks.{layer}.hook_resid_post",
+}
+"""Short activation names -> hook name templates."""
+
+RUNS = ("clean", "corrupted")
+MIN_DENOMINATOR = 1e-6
+
+
+def logit_diff(
+    logits: Float[Tensor, "batch seq vocab"],
+    answer: Int[Tensor, " batch"],
+    wrong: Int[Tensor, " batch"],
+    position: int = -1,
+) -> Float[Tensor, " batch"]:
+    """``logit(answer) - logit(wrong)`` at ``position``, per sample."""
+    last = logits[:, position]
+    return last.gather(1, answer[:, None])[:, 0] - last.gather(1, wrong[:, None])[:, 0]
+
+
+# ----------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class PatchCell:
+    """One patch: where, and its normalised effect (mean, CI) and raw mean logit difference."""
+
+    activation: str
+    hook_name: str
+    layer: int
+    head: int | None
+    position: int | None
+    source_position: int | None
+    neurons: tuple[int, ...] | None
+    mean: float
+    ci_low: float
+    ci_high: float
+    logit_diff: float
+
+    @property
+    def label(self) -> str:
+        parts = [f"L{self.layer}"]
+        if self.head is not None:
+            parts.append(f"H{self.head}")
+        if self.position is not None:
+            parts.append(f"p{self.position}")
+        if self.source_position is not None:
+            parts.append(f"s{self.source_position}")
+        if self.neurons is not None:
+            parts.append(f"n{self.neurons[0]}-{self.neurons[-1]}" if len(self.neurons) > 1 else f"n{self.neurons[0]}")
+        return f"{self.activation}:{''.join(parts)}"
+
+
+@dataclass(frozen=True)
+class PatchingSweep:
+    """Result of one patching sweep (one activation kind, many cells).
+
+    ``per_sample[c, i]`` is the normalised logit difference of sample ``i`` under cell ``c``;
+    ``clean_logit_diff`` / ``corrupted_logit_diff`` are the unpatched means (the normalisation).
+    """
+
+    model_name: str
+    activation: str
+    source: str
+    target: str
+    cells: tuple[PatchCell, ...]
+    per_sample: Float[Tensor, "cell batch"]
+    clean_logit_diff: float
+    corrupted_logit_diff: float
+    n: int
+    confidence: float
+    n_boot: int
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per cell."""
+        frame = pd.DataFrame([asdict(cell) for cell in self.cells])
+        frame.insert(0, "model", self.model_name)
+        frame["label"] = [cell.label for cell in self.cells]
+        return frame
+
+    @property
+    def runs_differ(self) -> bool:
+        """Whether the unpatched clean and corrupted mean logit differences differ by at least
+        ``MIN_DENOMINATOR`` (1e-6); when they do not, every normalised value is nan."""
+        return abs(self.clean_logit_diff - self.corrupted_logit_diff) >= MIN_DENOMINATOR
+
+    @property
+    def noising(self) -> bool:
+        """True for a noising sweep (``source="corrupted"``): low normalised values matter most."""
+        return self.source == "corrupted"
+
+    def best(self) -> PatchCell:
+        """The cell whose patch matters most, in the sweep's direction.
+
+        Denoising (``source="clean"``, the default): the cell with the *largest* normalised
+        mean, the patch that restores the most of the clean logit difference.  Noising
+        (``source="corrupted"``): the cell with the *smallest* normalised mean, the patch whose
+        corrupted activation takes the most away from the clean run (1 = nothing lost, 0 = all
+        lost).  Cells with a nan mean are skipped; a ValueError when every mean is nan (e.g. the
+        clean and corrupted runs do not differ, see :attr:`runs_differ`).
+        """
+        finite = [cell for cell in self.cells if not math.isnan(cell.mean)]
+        if not finite:
+            raise ValueError(
+                f"no cell of the {self.activation!r} sweep has a finite normalised effect: the clean and "
+                f"corrupted mean logit differences ({self.clean_logit_diff:.6g}, {self.corrupted_logit_diff:.6g}) "
+                f"differ by less than {MIN_DENOMINATOR:g}"
+            )
+        if self.noising:
+            return min(finite, key=lambda cell: cell.mean)
+        return max(finite, key=lambda cell: cell.mean)
+
+    def get(self, **where: int | str | None) -> PatchCell:
+        """The one cell whose fields equal ``where`` (e.g. ``get(layer=0, head=1)``)."""
+        found = [c for c in self.cells if all(getattr(c, k) == v for k, v in where.items())]
+        if len(found) != 1:
+            raise KeyError(f"{len(found)} cells match {where}")
+        return found[0]
+
+
+# ----------------------------------------------------------------------------- machinery
+
+
+@dataclass
+class PatchingCache:
+    """Cached clean/corrupted activations and logit differences of one pair under ``hooks``.
+
+    Built by :func:`patching_cache`; the sweeps of :mod:`perm_circuits.analysis.study.recall_patching` take
+    it as ``cache=`` to share the two unpatched forward passes (and the bootstrap resamples)
+    across several sweeps of the same pair.
+
+    ``weights`` (the bootstrap's resample weights) are drawn once per (n_boot, seed), so every
+    sweep of a report uses the same resamples.
+    """
+
+    model: object
+    pair: PatchingPair
+    hooks: HookList
+    caches: dict[str, dict[str, Tensor]]
+    logit_diffs: dict[str, Tensor]
+    weights: dict[tuple[int, int], Tensor] = field(default_factory=dict)
+
+    def add(self, names: Sequence[str]) -> None:
+        """Cache more activations (two forwards) when a sweep needs names not cached yet."""
+        missing = [name for name in dict.fromkeys(names) if name not in self.caches["clean"]]
+        if missing:
+            for run, batch in zip(RUNS, self.pair[:2]):
+                _, store = run_capture(self.model, batch.inputs, missing, self.hooks)
+                self.caches[run].update(store)
+
+    def bootstrap_weights(self, n_boot: int, seed: int) -> Tensor:
+        if (n_boot, seed) not in self.weights:
+            self.weights[(n_boot, seed)] = bootstrap_weights(len(self.pair[0]), n_boot, seed)
+        return self.weights[(n_boot, seed)]
+
+
+def bootstrap_weights(n: int, n_boot: int, seed: int) -> Tensor:
+    """``[n_boot, n]`` resample weights of the paired bootstrap: how often resample ``b`` drew
+    sequence ``i``, divided by ``n`` (rows drawn with ``torch.Generator().manual_seed(seed)``)."""
+    rows = torch.randint(n, (n_boot, n), generator=torch.Generator().manual_seed(seed))
+    counts = torch.zeros(n_boot, n, dtype=torch.float64)
+    counts.scatter_add_(1, rows, torch.ones(n_boot, n, dtype=torch.float64))
+    return counts / n
+
+
+def patching_cache(model, pair: PatchingPair, hooks: HookList, names: Sequence[str]) -> PatchingCache:
+    """Run ``pair``'s clean and corrupted inputs once under ``hooks``, caching activations ``names``.
+
+    ``hooks`` is a checked hook list (:func:`perm_circuits.hooks.check_hooks`); ``names`` are the
+    hook names to cache (more are added on demand by :meth:`PatchingCache.add`).  Pass the result
+    as ``cache=`` to several sweeps of the same model, pair and hooks to run the two unpatched
+    forwards once.
+    """
+    clean, corrupted, answer, wrong = pair
+    caches, diffs = {}, {}
+    for run, batch in zip(RUNS, (clean, corrupted)):
+        logits, caches[run] = run_capture(model, batch.inputs, names, hooks)
+        diffs[run] = logit_diff(logits, answer, wrong).double()
+    return PatchingCache(model, pair, hooks, caches, diffs)
+
+
+_Context = PatchingCache  # former private names, kept for callers not yet renamed
+
+
+def _bootstrap(
+    weights: Tensor, values: Tensor, clean: Tensor, corrupted: Tensor, confidence: float
+) -> tuple[Tensor, Tensor]:
+    """Percentile bootstrap of the normalised mean; each resample reweights all three runs jointly.
+
+    ``weights[b, i]`` is how often resample ``b`` drew sample ``i`` (divided by n), so
+    ``weights @ x`` are the resampled means of a per-sample quantity ``x``.
+    """
+    patched = weights @ values.T  # [boot, cell]
+    mean_clean, mean_corrupted = weights @ clean, weights @ corrupted
+    ratio = (patched - mean_corrupted[:, None]) / (mean_clean - mean_corrupted)[:, None]
+    alpha = (1 - confidence) / 2
+    bounds = torch.quantile(ratio, torch.tensor([alpha, 1 - alpha], dtype=torch.float64), dim=0)
+    return bounds[0], bounds[1]
+
+
+def _check_options(source: object, target: object, n_boot: object, seed: object, confidence: object) -> None:
+    for name, run in (("source", source), ("target", target)):
+        if run not in RUNS:
+            raise ValueError(f"{name} must be one of {RUNS}, got {run!r}")
+    check_int("n_boot", n_boot, 10)
+    check_seed(seed)
+    if isinstance(confidence, bool) or not isinstance(confidence, float) or not 0 < confidence < 1:
+        raise ValueError(f"confidence must be a float in (0, 1), got {confidence!r}")
+
+
+def _rows_from_axes(model, axes: Sequence[str]) -> list[dict[str, int]]:
+    config = model_config_of(model)
+    ranges = {
+        "layer": config.n_layers,
+        "head": config.n_heads,
+        "position": 2 * config.V - 1,
+        "source_position": 2 * config.V - 1,
+    }
+    if isinstance(axes, str) or not axes or axes[0] != "layer" or any(a not in ranges for a in axes):
+        raise ValueError(f"index_axes must start with 'layer' and use {sorted(ranges)}, got {axes!r}")
+    return [dict(zip(axes, combo)) for combo in itertools.product(*(range(ranges[a]) for a in axes))]
+
+
+def _check_row(model, row: object) -> dict:
+    """One index row validated, as a new dict with every index normalised (negative indices
+    count from the end, as everywhere in the package)."""
+    if not isinstance(row, Mapping):
+        raise TypeError(f"each index row must be a mapping, got {type(row).__name__} {row!r}")
+    unknown = set(row) - {"layer", "head", "position", "source_position", "neurons"}
+    if unknown:
+        raise ValueError(f"unknown index keys {sorted(unknown)}")
+    if "layer" not in row:
+        raise ValueError(f"index row {dict(row)} has no 'layer'")
+    out: dict = {"layer": check_layer(model, row["layer"])}
+    if row.get("head") is not None:
+        out["head"] = check_head(model, row["head"])
+    for key in ("position", "source_position"):
+        if row.get(key) is not None:
+            out[key] = check_position(row[key], seq_len(model), key)
+    if row.get("neurons") is not None:
+        neurons = row["neurons"]
+        if isinstance(neurons, int) and not isinstance(neurons, bool):
+            raise TypeError(f"an index row's neurons must be a sequence of ints, got {neurons!r}")
+        out["neurons"] = tuple(check_index_list("neurons", neurons, model_config_of(model).resolved_d_mlp))
+    return out
+
+
+def _resid_mid_hooks(layer: int, row: Mapping, source_activation: Tensor) -> HookList:
+    """Set the residual stream after attention to the source run's at ``row['position']``.
+
+    In TL 4.3 native bridges ``blocks.L.hook_resid_mid`` is an alias of ``ln2.hook_in``: an
+    edit there changes the MLP's input but not the residual stream that reaches
+    ``resid_post``.  So the patch is made on ``hook_attn_out`` instead:
+    ``attn_out = source_resid_mid - resid_pre`` (``resid_pre`` read live in the same forward),
+    which makes ``resid_pre + attn_out`` (the MLP input and the stream) the source's value.
+    """
+    live: dict[str, Tensor] = {}
+    p = row["position"]
+
+    def read_resid_pre(activation: Tensor, hook) -> None:
+        live["resid_pre"] = activation.detach()
+
+    def set_attn_out(activation: Tensor, hook) -> Tensor:
+        out = activation.clone()
+        out[:, p] = source_activation[:, p] - live["resid_pre"][:, p]
+        return out
+
+    return [(f"blocks.{layer}.hook_resid_pre", read_resid_pre), (f"blocks.{layer}.hook_attn_out", set_attn_out)]
+
+
+def _index_rows(
+    model, index_axes: Sequence[str] | None, index_rows: Sequence[Mapping[str, int | tuple[int, ...]]] | None
+) -> list[dict]:
+    """The cells of a sweep: ``index_axes`` expanded or ``index_rows`` validated (exactly one given)."""
+    if (index_axes is None) == (index_rows is None):
+        raise ValueError("pass exactly one of index_axes and index_rows")
+    if index_axes is not None:
+        index_rows = _rows_from_axes(model, index_axes)
+    if isinstance(index_rows, (str, Mapping)) or not isinstance(index_rows, Sequence):
+        raise TypeError(f"index_rows must be a sequence of mappings, got {type(index_rows).__name__}")
+    if not index_rows:
+        raise ValueError("index_rows is empty")
+    return [_check_row(model, row) for row in index_rows]
+
+
+def _run_sweep(
+    model,
+    cache: PatchingCache,
+    *,
+    patch_setter: Callable[[Tensor, Mapping, Tensor], Tensor],
+    activation_name: str,
+    index_rows: list[dict],
+    label: str | None,
+    source: str,
+    target: str,
+    n_boot: int,
+    seed: int,
+    confidence: float,
+) -> PatchingSweep:
+    """One patched forward per validated cell on the cached pair, normalised and bootstrapped.
+
+    The loop of :func:`~perm_circuits.analysis.study.recall_patching.generic_patch` (whose docstring says what
+    it measures); ``cache`` already holds the activations of ``activation_name`` at every layer
+    the cells name.  ``seed`` seeds the bootstrap resamples.
+    """
+    config = model_config_of(model)
+    _, _, answer, wrong = cache.pair
+    tokens = (cache.pair[0] if target == "clean" else cache.pair[1]).inputs
+    results, cells = [], []
+    for row in index_rows:
+        hook_name = ACTIVATIONS[activation_name].format(layer=row["layer"])
+        source_activation = cache.caches[source][hook_name]
+        target_activation = cache.caches[target][hook_name]
+        cells.append((row, hook_name))
+        if torch.equal(patch_setter(target_activation.clone(), row, source_activation), target_activation):
+            results.append(cache.logit_diffs[target])
+            continue
+        if activation_name == "resid_mid":
+            patch_hooks = _resid_mid_hooks(row["layer"], row, source_activation)
+        else:
+
+            def patch_hook(activation: Tensor, hook, row=row, source_activation=source_activation) -> Tensor:
+                return patch_setter(activation.clone(), row, source_activation)
+
+            patch_hooks = [(hook_name, patch_hook)]
+        with torch.no_grad(), model.hooks(fwd_hooks=cache.hooks + patch_hooks):
+            logits = model(tokens)
+        results.append(logit_diff(logits, answer, wrong).double())
+    raw = torch.stack(results)
+    clean, corrupted = cache.logit_diffs["clean"], cache.logit_diffs["corrupted"]
+    denominator = clean.mean() - corrupted.mean()
+    if abs(float(denominator)) < MIN_DENOMINATOR:  # the runs do not differ: nothing to normalise by
+        per_sample = torch.full_like(raw, math.nan)
+        means = low = high = torch.full((len(cells),), math.nan, dtype=torch.float64)
+    else:
+        per_sample = (raw - corrupted.mean()) / denominator
+        means = torch.stack([(row.mean() - corrupted.mean()) / denominator for row in raw])
+        low, high = _bootstrap(cache.bootstrap_weights(n_boot, seed), raw, clean, corrupted, confidence)
+    patch_cells = []
+    for c, (row, hook_name) in enumerate(cells):
+        neurons = row.get("neurons")
+        patch_cells.append(
+            PatchCell(
+                activation=label or activation_name,
+                hook_name=hook_name,
+                layer=int(row["layer"]),
+                head=row.get("head"),
+                position=row.get("position"),
+                source_position=row.get("source_position"),
+                neurons=tuple(neurons) if neurons is not None else None,
+                mean=float(means[c]),
+                ci_low=float(low[c]),
+                ci_high=float(high[c]),
+                logit_diff=float(raw[c].mean()),
+            )
+        )
+    return PatchingSweep(
+        model_name=config.name,
+        activation=label or activation_name,
+        source=source,
+        target=target,
+        cells=tuple(patch_cells),
+        per_sample=per_sample.float(),
+        clean_logit_diff=float(clean.mean()),
+        corrupted_logit_diff=float(corrupted.mean()),
+        n=raw.shape[1],
+        confidence=confidence,
+        n_boot=n_boot,
+    )
+
+
+# ----------------------------------------------------------------------------- patch setters
+
+
+def set_all(target: Tensor, index: Mapping, source: Tensor) -> Tensor:
+    """The whole activation."""
+    return source.clone()
+
+
+def set_pos(target: Tensor, index: Mapping, source: Tensor) -> Tensor:
+    """``[batch, pos, ...]`` at ``index['position']``."""
+    p = index["position"]
+    target[:, p] = source[:, p]
+    return target
+
+
+def set_head(target: Tensor, index: Mapping, source: Tensor) -> Tensor:
+    """``[batch, pos, head, ...]`` for ``index['head']`` at every position."""
+    h = index["head"]
+    target[:, :, h] = source[:, :, h]
+    return target
+
+
+def set_head_pos(target: Tensor, index: Mapping, source: Tensor) -> Tensor:
+    """``[batch, pos, head, ...]`` for ``index['head']`` at ``index['position']`` (or source position)."""
+    h = index["head"]
+    p = index["position"] if index.get("position") is not None else index["source_position"]
+    target[:, p, h] = source[:, p, h]
+    return target
+
+
+def set_pattern(target: Tensor, index: Mapping, source: Tensor) -> Tensor:
+    """``[batch, head, dest, src]``: the whole pattern of ``index['head']``."""
+    h = index["head"]
+    target[:, h] = source[:, h]
+    return target
+
+
+def set_pattern_entry(target: Tensor, index: Mapping, source: Tensor) -> Tensor:
+    """``[batch, head, dest, src]``: one weight ``(position, source_position)`` of ``index['head']``."""
+    h, d, s = index["head"], index["position"], index["source_position"]
+    target[:, h, d, s] = source[:, h, d, s]
+    return target
+
+
+def set_neurons(target: Tensor, index: Mapping, source: Tensor) -> Tensor:
+    """``[batch, pos, d_mlp]``: the neurons ``index['neurons']`` at every position."""
+    group = list(index["neurons"])
+    target[..., group] = source[..., group]
+    return target
+
+
+# ----------------------------------------------------------------------------- sweep axes
+
+
+def _layers(model) -> range:
+    return range(model_config_of(model).n_layers)
+
+
+def _heads(model) -> range:
+    return range(model_config_of(model).n_heads)
+
+
+def _neuron_groups(groups: int | Sequence[Sequence[int]], d_mlp: int) -> list[tuple[int, ...]]:
+    if isinstance(groups, int) and not isinstance(groups, bool):
+        size = check_int("neuron_groups", groups, 1, d_mlp + 1)
+        return [tuple(range(start, min(start + size, d_mlp))) for start in range(0, d_mlp, size)]
+    if not isinstance(groups, (list, tuple)) or not groups:
+        raise TypeError("neuron_groups must be a group size (int) or a non-empty sequence of neuron lists")
+    out = []
+    for group in groups:
+        if not isinstance(group, (list, tuple, range)) or len(group) == 0:
+            raise ValueError(f"each neuron group must be a non-empty sequence of ints, got {group!r}")
+        out.append(tuple(check_index_list("neuron group", group, d_mlp)))
+    return out
+
+
+def check_pair(model, pair: object) -> PatchingPair:
+    """A validated ``(clean, corrupted, answer, wrong)`` patching pair of the permutation task for ``model``."""
+    V = model_config_of(model).V
+    if not (isinstance(pair, tuple) and len(pair) == 4):
+        raise TypeError("pair must be the (clean, corrupted, answer, wrong) tuple of patching_pair")
+    clean, corrupted, answer, wrong = pair
+    for name, batch in (("clean", clean), ("corrupted", corrupted)):
+        if not isinstance(batch, Batch):
+            raise TypeError(f"pair's {name} must be a Batch, got {type(batch).__name__}")
+        validate_tokens(batch.inputs, V)
+    if clean.inputs.shape != corrupted.inputs.shape:
+        raise ValueError(
+            f"clean {tuple(clean.inputs.shape)} and corrupted {tuple(corrupted.inputs.shape)} shapes differ"
+        )
+    for name, tokens in (("answer", answer), ("wrong", wrong)):
+        if not isinstance(tokens, Tensor) or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
+            raise TypeError(f"pair's {name} must be an integer tensor of token ids")
+        if tokens.shape != (len(clean),):
+            raise ValueError(f"pair's {name} must have shape ({len(clean)},), got {tuple(tokens.shape)}")
+        if ((tokens < 1) | (tokens > V)).any():
+            raise ValueError(f"pair's {name} tokens must be in 1..{V}")
+    return clean, corrupted, answer.long(), wrong.long()

@@ -1,0 +1,559 @@
+"""Path patching: does head A affect head B's query, key or value (Wang et al. 2022, IOI section 3.1)?
+
+Activation patching (:mod:`perm_circuits.analysis.study.recall_patching`) says *which* head matters; path
+patching says *through which edge*.  For a sender head ``A = (l_A, h_A)`` and a receiver head
+``B = (l_B, h_B)`` with ``l_A < l_B`` and one of B's inputs ``q``, ``k`` or ``v``:
+
+- run the clean and the corrupted input once and cache every head's ``hook_z``;
+- A's contribution to the residual stream is ``z_A @ W_O^A``, so the change a clean A makes is
+  ``delta = (z_A^clean - z_A^corrupted) @ W_O^A`` (``[batch, pos, d_model]``, every position);
+- run the corrupted input again, changing *only* B's ``input`` (its ``hook_q``, ``hook_k`` or
+  ``hook_v`` for head ``h_B``) to what it would be if its residual stream input held ``delta``
+  on top of the corrupted one: ``norm(r + delta) @ W - norm(r) @ W`` is added, with ``r`` the
+  corrupted run's ``blocks.{l_B}.hook_resid_pre``, ``norm`` B's ``ln1`` (the identity when
+  ``normalization_type`` is None, where the added term is simply ``delta @ W``) and ``W`` head
+  ``h_B``'s ``W_Q``, ``W_K`` or ``W_V``.  B's other inputs, every other head (A included) and
+  every MLP keep their corrupted values up to B; what B then writes flows on normally (the
+  receiver-side "recompute downstream" step of the IOI paper).
+
+So the effect flows only along the direct edge A -> B's ``input``.  This is the IOI paper's
+path patching with the MLPs frozen as well (the edge's effect is the direct residual path; a
+route A -> MLP -> B is not counted).  The receiver's LayerNorm is recomputed on ``r + delta``
+(not frozen), which is exact: it is what B's input would be if A alone were clean (the recomputed
+norm is checked against the cached ``ln1.hook_out`` first, and a test compares the whole edge with
+the IOI paper's two-run procedure).  TL4 native bridges list ``hook_q_input``/``hook_k_input``
+but cannot enable them (``set_use_split_qkv_input`` raises NotImplementedError for their
+``AttentionBridge``), hence the edit of ``hook_q``/``hook_k``/``hook_v``.
+
+Metric and normalisation as in activation patching: the logit difference ``logit(answer) -
+logit(wrong)`` at the last position, ``(LD_patched - mean LD_corrupted) / (mean LD_clean - mean
+LD_corrupted)`` (1 = the edge restores the clean run, 0 = no effect; nan when the runs do not
+differ), with paired percentile-bootstrap CIs over sequences (:mod:`~perm_circuits.analysis.
+patching_core`'s resamples, seeded with ``seed``).
+
+Any task, any TransformerLens model: ``pair`` may be a ``(clean, corrupted)`` pair of
+:class:`~perm_circuits.tasks.base.TaskBatch` batches or token ids (row ``i`` paired with row ``i``)
+with ``metric(logits) -> [batch]`` any per-sequence number in place of the logit difference
+(default for a clean TaskBatch: :func:`~perm_circuits.analysis.interventions.activation_patching.target_logprob` of
+the clean batch's targets); the same normalisation and bootstrap.  The model needs per-head
+``W_Q``, ``W_K``, ``W_V``, ``W_O`` and the ``attn.hook_q/k/v/z`` hook points (every
+TransformerLens bridge and ``HookedTransformer``).
+
+The induction pair (:func:`induction_patching_pair`): clean sequences repeat ``x_k`` (``k``
+uniform over ``1..V-1``); the default corruption ``"swap"`` exchanges ``x_k`` with another earlier
+query ``x_j`` *in the context*, keeping every y and the last query: the last query now matches
+slot ``j``, so the induction answer moves from ``y_k`` (clean, ``answer``) to ``y_j``
+(``wrong``).  Only the context changes, so a previous-token head's output differs at the two y
+slots whose previous token was swapped: the corruption that exposes the K-composition edge.
+``"query"`` changes the last query to ``x_j`` instead (only the last token differs: in a model
+where no layer-0 head reads the last position, every head-to-head path is then exactly 0 and the
+effect enters the induction head's query from the embedding); ``"unused"`` changes it to the one
+unused x (the recall pair of :func:`~perm_circuits.analysis.study.recall_patching.patching_pair`, for any k).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from perm_circuits.analysis.interventions.checks import (
+    check_head,
+    check_layer,
+    check_positive_int,
+    check_task_config,
+)
+from perm_circuits.analysis.interventions.core import reference_tokens
+from perm_circuits.analysis.interventions.patching import (
+    MIN_DENOMINATOR,
+    PatchingPair,
+    _bootstrap,
+    _check_options,
+    check_pair,
+    patching_cache,
+    bootstrap_weights,
+    logit_diff,
+)
+from perm_circuits.analysis.interventions.activation_patching import target_logprob
+from perm_circuits.hooks import HookList, check_hooks, run_capture
+from perm_circuits.model_shape import is_permutation_model, model_shape, normalization_of
+from perm_circuits.models import model_config_of
+from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.permutation_data import TaskConfig, batch_from_queries, make_batch, unused_query
+
+__all__ = [
+    "CORRUPTIONS",
+    "INPUTS",
+    "add_to_input_hooks",
+    "check_head_pair",
+    "input_change",
+    "PathPatchEffect",
+    "PathPatchingTable",
+    "induction_patching_pair",
+    "path_patch",
+    "path_patch_hooks",
+    "path_patching_table",
+    "sender_delta",
+]
+
+INPUTS = ("q", "k", "v")
+CORRUPTIONS = ("swap", "query", "unused")
+SIGNIFICANT_EFFECT = 0.5
+"""A path's normalised effect counts as large at this size (with a CI that excludes 0)."""
+
+
+# ----------------------------------------------------------------------------- the pair
+
+
+def induction_patching_pair(
+    task_config: TaskConfig, n: int = 2000, seed: int = 0, *, corruption: str = "swap", split: str = "test"
+) -> PatchingPair:
+    """Clean/corrupted batches for the induction question, with the answer and wrong tokens.
+
+    ``clean``: ``make_batch(task_config, n, split=split, seed=seed, repeat_ratio=1.0,
+    repeat_source=None)``: every last query repeats an earlier ``x_k``, ``k`` uniform over
+    ``1..V-1`` (whatever ``task_config.repeat_sources`` says: the question is general recall).
+    For each row another earlier query ``j != k`` is drawn uniformly (a generator seeded with
+    ``seed + 1``), and ``corruption`` (module docstring) builds the corrupted row: ``"swap"``
+    exchanges ``x_k`` and ``x_j`` in the context, ``"query"`` sets the last query to ``x_j``
+    (both: corrupted answer ``y_j``, ``wrong = y_j``), ``"unused"`` sets it to the unused x
+    (``wrong`` = the unused y).  ``answer = y_k``.  Needs ``V >= 3`` (two earlier queries).
+    """
+    if not isinstance(task_config, TaskConfig):
+        raise TypeError(f"task_config must be a TaskConfig, got {type(task_config).__name__}")
+    check_positive_int("n", n)
+    if corruption not in CORRUPTIONS:
+        raise ValueError(f"corruption must be one of {CORRUPTIONS}, got {corruption!r}")
+    V = task_config.V
+    if V < 3:
+        raise ValueError(f"induction_patching_pair needs V >= 3 (two earlier queries to swap), got V={V}")
+    clean = make_batch(task_config, n, split=split, seed=seed, repeat_ratio=1.0, repeat_source=None)
+    rows = torch.arange(n)
+    k = clean.repeat_source
+    offset = torch.randint(1, V - 1, (n,), generator=torch.Generator().manual_seed(seed + 1))
+    j = (k + offset) % (V - 1)
+    xs, perms = clean.xs.clone(), clean.perms.clone()
+    if corruption == "swap":
+        xs[rows, k], xs[rows, j] = clean.xs[rows, j], clean.xs[rows, k]
+        # the permutation that maps each slot's new x to the slot's old y: x_k -> y_j, x_j -> y_k
+        perms[rows, clean.xs[rows, k] - 1] = clean.ys[rows, j]
+        perms[rows, clean.xs[rows, j] - 1] = clean.ys[rows, k]
+        source = j
+    elif corruption == "query":
+        xs[:, -1] = clean.xs[rows, j]
+        source = j
+    else:
+        xs[:, -1] = unused_query(clean.xs)
+        source = torch.full((n,), -1, dtype=torch.long)
+    corrupted = batch_from_queries(xs, perms, source)
+    return clean, corrupted, clean.ys[:, -1].clone(), corrupted.ys[:, -1].clone()
+
+
+# ----------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class PathPatchEffect:
+    """The normalised effect of one edge ``sender -> receiver.input`` (module docstring).
+
+    ``mean`` is the normalised mean logit difference (0 = corrupted, 1 = clean), ``ci_low`` /
+    ``ci_high`` its bootstrap CI, ``logit_diff`` the raw patched mean logit difference.
+    """
+
+    sender: str
+    sender_layer: int
+    sender_head: int
+    receiver: str
+    receiver_layer: int
+    receiver_head: int
+    input: str
+    mean: float
+    ci_low: float
+    ci_high: float
+    logit_diff: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.sender}->{self.receiver}.{self.input}"
+
+    @property
+    def significant(self) -> bool:
+        """CI excludes 0 and ``|mean| >= 0.5`` (:data:`SIGNIFICANT_EFFECT`)."""
+        if math.isnan(self.mean):
+            return False
+        return (self.ci_low > 0 or self.ci_high < 0) and abs(self.mean) >= SIGNIFICANT_EFFECT
+
+
+@dataclass(frozen=True)
+class PathPatchingTable:
+    """Path-patching effects of many edges on one clean/corrupted pair.
+
+    ``per_sample[e, i]`` is the normalised logit difference of sample ``i`` with edge ``e``
+    patched; ``clean_logit_diff`` / ``corrupted_logit_diff`` are the unpatched means.
+    """
+
+    model_name: str
+    effects: tuple[PathPatchEffect, ...]
+    per_sample: Float[Tensor, "effect batch"]
+    clean_logit_diff: float
+    corrupted_logit_diff: float
+    n: int
+    confidence: float
+    n_boot: int
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per edge (sender, receiver with layers and heads, input, mean, CI, raw LD)."""
+        columns = list(PathPatchEffect.__dataclass_fields__)
+        frame = pd.DataFrame([asdict(e) for e in self.effects], columns=columns)
+        frame.insert(0, "model", self.model_name)
+        frame["significant"] = [e.significant for e in self.effects]
+        return frame
+
+    def get(self, sender: tuple[int, int] | str, receiver: tuple[int, int] | str, input: str) -> PathPatchEffect:
+        """The effect of one edge; heads as ``(layer, head)`` or ``"L{l}H{h}"``."""
+        name = lambda head: head if isinstance(head, str) else f"L{head[0]}H{head[1]}"
+        for effect in self.effects:
+            if (effect.sender, effect.receiver, effect.input) == (name(sender), name(receiver), input):
+                return effect
+        raise KeyError(f"no edge {name(sender)}->{name(receiver)}.{input} in this table")
+
+    def __iter__(self) -> Iterator[PathPatchEffect]:
+        return iter(self.effects)
+
+    def __len__(self) -> int:
+        return len(self.effects)
+
+
+# ----------------------------------------------------------------------------- the parts
+
+
+def check_head_pair(model, name: str, value: object) -> tuple[int, int]:
+    """``value`` as a validated ``(layer, head)`` of ``model`` (``name`` in the error messages)."""
+    if not (isinstance(value, (tuple, list)) and len(value) == 2):
+        raise TypeError(f"{name} must be a (layer, head) pair of ints, got {value!r}")
+    return check_layer(model, value[0]), check_head(model, value[1])
+
+
+def _check_edge(model, sender: object, receiver: object, input: object) -> tuple[tuple[int, int], tuple[int, int], str]:
+    s, r = check_head_pair(model, "sender", sender), check_head_pair(model, "receiver", receiver)
+    if s[0] >= r[0]:
+        raise ValueError(
+            f"sender layer must be < receiver layer (a head reads only earlier layers' outputs), got sender "
+            f"L{s[0]}H{s[1]} and receiver L{r[0]}H{r[1]}"
+        )
+    if input not in INPUTS:
+        raise ValueError(f"input must be one of {INPUTS} (the receiver's query, key or value), got {input!r}")
+    return s, r, input
+
+
+def _norm(model, layer: int) -> Callable[[Tensor], Tensor]:
+    """``blocks.{layer}.ln1`` as a function (the identity without normalization)."""
+    kind = normalization_of(model)
+    if kind is None:
+        return lambda x: x
+    sd = model.state_dict()
+    weight, bias = sd.get(f"blocks.{layer}.ln1.weight"), sd.get(f"blocks.{layer}.ln1.bias")
+    eps = float(model.cfg.eps)
+    if kind in ("LN", "LNPre"):
+        return lambda x: torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps)
+    return lambda x: (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)) * (1.0 if weight is None else weight)
+
+
+def sender_delta(
+    model,
+    sender: tuple[int, int],
+    clean_z: Float[Tensor, "batch pos head d_head"],
+    corrupted_z: Float[Tensor, "batch pos head d_head"],
+) -> Float[Tensor, "batch pos d_model"]:
+    """What a clean sender adds to the corrupted residual stream: ``(z^clean - z^corr)[h] @ W_O[l, h]``.
+
+    ``clean_z`` / ``corrupted_z`` are the sender layer's ``blocks.{l}.attn.hook_z``.
+    """
+    layer, head = check_head_pair(model, "sender", sender)
+    with torch.no_grad():
+        return (clean_z[:, :, head] - corrupted_z[:, :, head]) @ model.W_O[layer, head].detach()
+
+
+def input_change(
+    model, receiver: tuple[int, int], input: str, delta: Tensor, resid_pre: Tensor | None
+) -> Float[Tensor, "batch pos d_head"]:
+    """What a residual change ``delta`` adds to head ``receiver``'s ``input`` (its LayerNorm recomputed on ``resid_pre``)."""
+    layer, head = receiver
+    W = {"q": model.W_Q, "k": model.W_K, "v": model.W_V}[input][layer, head].detach()
+    with torch.no_grad():
+        if normalization_of(model) is None:
+            return delta @ W
+        norm = _norm(model, layer)
+        return (norm(resid_pre + delta) - norm(resid_pre)) @ W
+
+
+def path_patch_hooks(
+    model,
+    receiver: tuple[int, int],
+    input: str,
+    delta: Float[Tensor, "batch pos d_model"],
+    resid_pre: Float[Tensor, "batch pos d_model"] | None = None,
+) -> HookList:
+    """A TL hook list that adds a residual-stream change ``delta`` to one receiver input only.
+
+    Edits ``blocks.{l}.attn.hook_{input}`` of head ``h`` (``receiver = (l, h)``) by
+    ``norm(resid_pre + delta) @ W - norm(resid_pre) @ W`` (``delta @ W`` without normalization,
+    where ``resid_pre`` is not needed); ``resid_pre`` is the run's ``blocks.{l}.hook_resid_pre``.
+    Run it inside ``model.hooks(...)`` on the run whose ``resid_pre`` was given.
+    """
+    layer, head = check_head_pair(model, "receiver", receiver)
+    if input not in INPUTS:
+        raise ValueError(f"input must be one of {INPUTS}, got {input!r}")
+    if normalization_of(model) is not None and resid_pre is None:
+        raise ValueError("resid_pre is needed with normalization (the receiver's LayerNorm is recomputed on it)")
+    return add_to_input_hooks((layer, head), input, input_change(model, (layer, head), input, delta, resid_pre))
+
+
+def add_to_input_hooks(receiver: tuple[int, int], input: str, change: Tensor) -> HookList:
+    """A hook list adding ``change`` ``[batch, pos, d_head]`` to head ``receiver``'s ``hook_{input}``."""
+    layer, head = receiver
+
+    def add(activation: Tensor, hook) -> Tensor:
+        out = activation.clone()
+        out[:, :, head] = out[:, :, head] + change.to(out.dtype)
+        return out
+
+    return [(f"blocks.{layer}.attn.hook_{input}", add)]
+
+
+# ----------------------------------------------------------------------------- the measurement
+
+
+def _names(model) -> list[str]:
+    n_layers = model_shape(model).n_layers
+    names = [f"blocks.{layer}.attn.hook_z" for layer in range(n_layers - 1)]
+    if normalization_of(model) is not None:
+        for layer in range(1, n_layers):
+            names += [f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.ln1.hook_out"]
+    return names
+
+
+@dataclass
+class _Runs:
+    """The clean and corrupted runs of one pair: caches, per-sequence metric values, the metric."""
+
+    caches: dict[str, dict[str, Tensor]]
+    values: dict[str, Tensor]
+    tokens: Tensor
+    metric: Callable[[Tensor], Tensor]
+    hooks: HookList
+    weights: Callable[[int, int], Tensor]
+    model_name: str
+
+
+def _permutation_runs(model, pair: PatchingPair, hooks: HookList) -> _Runs:
+    ctx = patching_cache(model, pair, hooks, _names(model))
+    _, corrupted, answer, wrong = pair
+    return _Runs(ctx.caches, ctx.logit_diffs, corrupted.inputs,
+                 lambda logits: logit_diff(logits, answer, wrong).double(), hooks, ctx.bootstrap_weights,
+                 model_config_of(model).name)
+
+
+def _general_runs(model, clean: Tensor, corrupted: Tensor, metric: Callable[[Tensor], Tensor], hooks: HookList) -> _Runs:
+    n = len(clean)
+
+    def values(logits: Tensor) -> Tensor:
+        out = metric(logits)
+        if not isinstance(out, Tensor) or out.shape != (n,):
+            shape = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+            raise ValueError(f"metric(logits) must return one number per sequence, shape ({n},), got {shape}")
+        return out.detach().double()
+
+    caches, results = {}, {}
+    for run, tokens in (("clean", clean), ("corrupted", corrupted)):
+        logits, caches[run] = run_capture(model, tokens, _names(model), hooks)
+        results[run] = values(logits)
+
+    def weights(n_boot: int, seed: int) -> Tensor:
+        return bootstrap_weights(n, n_boot, seed)
+
+    name = getattr(getattr(model, "cfg", None), "model_name", None)
+    return _Runs(caches, results, corrupted, values, hooks, weights, name if isinstance(name, str) else type(model).__name__)
+
+
+def _check_norms(model, ctx: _Runs) -> None:
+    if normalization_of(model) is None:
+        return
+    for layer in range(1, model_shape(model).n_layers):
+        cache = ctx.caches["corrupted"]
+        mine = _norm(model, layer)(cache[f"blocks.{layer}.hook_resid_pre"])
+        if not torch.allclose(mine, cache[f"blocks.{layer}.ln1.hook_out"], atol=1e-4, rtol=1e-4):
+            raise RuntimeError(f"cannot reproduce blocks.{layer}.ln1 of this model; path patching would be inexact")
+
+
+def _measure(
+    model, ctx: _Runs, edges: list[tuple[tuple[int, int], tuple[int, int], str]], n_boot: int, seed: int, confidence: float
+) -> PathPatchingTable:
+    tokens = ctx.tokens
+    clean_cache, corrupted_cache = ctx.caches["clean"], ctx.caches["corrupted"]
+    results, carried = [], []
+    for (sl, sh), (rl, rh), input in edges:
+        z = f"blocks.{sl}.attn.hook_z"
+        delta = sender_delta(model, (sl, sh), clean_cache[z], corrupted_cache[z])
+        resid = corrupted_cache.get(f"blocks.{rl}.hook_resid_pre")
+        change = input_change(model, (rl, rh), input, delta, resid)
+        carried.append(bool(change.any()))
+        if not carried[-1]:  # the edge carries nothing: the corrupted run, without a forward
+            results.append(ctx.values["corrupted"])
+            continue
+        with torch.no_grad(), model.hooks(fwd_hooks=ctx.hooks + add_to_input_hooks((rl, rh), input, change)):
+            logits = model(tokens)
+        results.append(ctx.metric(logits))
+    raw = torch.stack(results)
+    clean, corrupted = ctx.values["clean"], ctx.values["corrupted"]
+    denominator = clean.mean() - corrupted.mean()
+    if abs(float(denominator)) < MIN_DENOMINATOR:
+        per_sample = torch.full_like(raw, math.nan)
+        means = low = high = torch.full((len(edges),), math.nan, dtype=torch.float64)
+    else:
+        per_sample = (raw - corrupted.mean()) / denominator
+        means = (raw.mean(dim=1) - corrupted.mean()) / denominator
+        low, high = _bootstrap(ctx.weights(n_boot, seed), raw, clean, corrupted, confidence)
+        idle = ~torch.tensor(carried)  # exactly the corrupted run: 0, not 0 plus the bootstrap's rounding
+        means, low, high = means.masked_fill(idle, 0.0), low.masked_fill(idle, 0.0), high.masked_fill(idle, 0.0)
+    effects = tuple(
+        PathPatchEffect(
+            sender=f"L{sl}H{sh}", sender_layer=sl, sender_head=sh,
+            receiver=f"L{rl}H{rh}", receiver_layer=rl, receiver_head=rh, input=input,
+            mean=float(means[e]), ci_low=float(low[e]), ci_high=float(high[e]), logit_diff=float(raw[e].mean()),
+        )
+        for e, ((sl, sh), (rl, rh), input) in enumerate(edges)
+    )
+    return PathPatchingTable(
+        model_name=ctx.model_name,
+        effects=effects,
+        per_sample=per_sample.float(),
+        clean_logit_diff=float(clean.mean()),
+        corrupted_logit_diff=float(corrupted.mean()),
+        n=raw.shape[1],
+        confidence=confidence,
+        n_boot=n_boot,
+    )
+
+
+def _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corruption, metric) -> _Runs:
+    """Validate the shared arguments (before any forward) and run the clean and corrupted inputs once."""
+    _check_options("clean", "corrupted", n_boot, seed, confidence)
+    check_positive_int("n", n)
+    if corruption not in CORRUPTIONS:
+        raise ValueError(f"corruption must be one of {CORRUPTIONS}, got {corruption!r}")
+    hooks = check_hooks(model, hooks)
+    if isinstance(pair, tuple) and len(pair) == 2:  # any task: (clean, corrupted) TaskBatches or token ids
+        clean, corrupted = (reference_tokens(model, side) for side in pair)
+        if clean is None or corrupted is None:
+            raise TypeError("pair must be (clean, corrupted) TaskBatches or token tensors, got None")
+        if clean.shape != corrupted.shape:
+            raise ValueError(f"clean and corrupted tokens must have the same shape, got {tuple(clean.shape)} and "
+                             f"{tuple(corrupted.shape)}")
+        if metric is None:
+            if not isinstance(pair[0], TaskBatch):
+                raise ValueError("token ids carry no targets: pass metric= (a callable logits -> [batch])")
+            metric = target_logprob(pair[0])
+        elif not callable(metric):
+            raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
+        runs = _general_runs(model, clean, corrupted, metric, hooks)
+    else:
+        if metric is not None:
+            raise ValueError("metric= is for a (clean, corrupted) pair; the permutation pair's metric is its logit "
+                             "difference logit(answer) - logit(wrong)")
+        if pair is None and not is_permutation_model(model):
+            raise ValueError(f"{type(model).__name__} is not a permutation-lookup model: pass pair=(clean, corrupted) "
+                             "TaskBatches or token ids (and metric=)")
+        config = check_task_config(model, task_config)
+        if pair is None:
+            pair = induction_patching_pair(config, n=n, seed=seed, corruption=corruption)
+        else:
+            pair = check_pair(model, pair)
+        runs = _permutation_runs(model, pair, hooks)
+    _check_norms(model, runs)
+    return runs
+
+
+def path_patch(
+    model,
+    sender: tuple[int, int],
+    receiver: tuple[int, int],
+    input: str,
+    pair: PatchingPair | tuple[TaskBatch | Tensor, TaskBatch | Tensor] | None = None,
+    *,
+    metric: Callable[[Tensor], Tensor] | None = None,
+    task_config: TaskConfig | None = None,
+    corruption: str = "swap",
+    n: int = 2000,
+    seed: int = 0,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+) -> PathPatchingTable:
+    """Path-patch one edge ``sender -> receiver.input`` (module docstring); a one-row table.
+
+    Args:
+        sender: ``(layer, head)`` of the head whose output is patched; its layer must be before
+            the receiver's (negative indices count from the end).
+        receiver: ``(layer, head)`` of the head whose input gets it.
+        input: ``"q"``, ``"k"`` or ``"v"``: which input of the receiver gets the sender's
+            clean-minus-corrupted output.
+        pair: ``(clean, corrupted, answer, wrong)``; default ``induction_patching_pair(task_config,
+            n, seed, corruption=corruption)`` with the model's training task by default.  On any
+            task: ``(clean, corrupted)`` TaskBatches or token ids, measured with ``metric``.
+        metric: ``metric(logits) -> [batch]`` for a ``(clean, corrupted)`` pair (default
+            ``target_logprob(clean)`` for a clean TaskBatch), e.g. a logit difference.
+        seed: seeds the default pair and the bootstrap resamples.
+        hooks: interventions active in every forward (the cached runs and the patched one).
+    Everything is validated before any forward; no hooks are left on the model.
+    """
+    edge = _check_edge(model, sender, receiver, input)
+    runs = _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corruption, metric)
+    return _measure(model, runs, [edge], n_boot, seed, confidence)
+
+
+def path_patching_table(
+    model,
+    pair: PatchingPair | tuple[TaskBatch | Tensor, TaskBatch | Tensor] | None = None,
+    *,
+    inputs: Sequence[str] = INPUTS,
+    metric: Callable[[Tensor], Tensor] | None = None,
+    task_config: TaskConfig | None = None,
+    corruption: str = "swap",
+    n: int = 2000,
+    seed: int = 0,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+) -> PathPatchingTable:
+    """Every edge: each sender head x each receiver head in a later layer x each of ``inputs``.
+
+    Rows are sender-major (layer, head), then receiver (layer, head), then input in ``inputs``
+    order; two cached forwards, then one patched forward per edge that carries anything (an edge
+    whose input change is exactly zero reports the corrupted run without a forward).  Arguments
+    as in :func:`path_patch`.  A 1-layer model has no edges: ValueError.
+    """
+    if isinstance(inputs, str) or not isinstance(inputs, (list, tuple)) or not inputs:
+        raise TypeError(f"inputs must be a non-empty sequence drawn from {INPUTS}, got {inputs!r}")
+    bad = [i for i in inputs if i not in INPUTS]
+    if bad or len(set(inputs)) != len(inputs):
+        raise ValueError(f"inputs must be distinct entries of {INPUTS}, got {list(inputs)}")
+    shape = model_shape(model)
+    if shape.n_layers < 2:
+        name = model_config_of(model).name if is_permutation_model(model) else type(model).__name__
+        raise ValueError(f"path patching needs n_layers >= 2 (a sender before a receiver), {name} has 1")
+    if not shape.n_heads:
+        raise ValueError(f"{type(model).__name__} declares no number of heads (cfg.n_heads): no edges to patch")
+    runs = _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corruption, metric)
+    heads = [(layer, head) for layer in range(shape.n_layers) for head in range(shape.n_heads) if shape.heads(layer)]
+    edges = [(s, r, i) for s in heads for r in heads if s[0] < r[0] for i in inputs]
+    return _measure(model, runs, edges, n_boot, seed, confidence)
+
+
+_check_head_pair, _input_change, _add_hooks = check_head_pair, input_change, add_to_input_hooks  # former private names
+input_change_hooks = add_to_input_hooks  # the name another branch gave it

@@ -1,0 +1,236 @@
+"""The permutation study's ablation table: every head and MLP under every mode, on one test set.
+
+:func:`perm_circuits.analysis.interventions.ablation.ablation_table` comes here for the study's bridges (and
+goes to :mod:`perm_circuits.analysis.interventions.ablation_table` for any task's model).  Each component's
+hook is built with the intervention core (:mod:`perm_circuits.analysis.interventions.core`; modes
+(modes zero / mean / resample / binding_free / optimal, Wang et al. 2022; Chan et al. 2022; Li &
+Janson 2024) and evaluates it through :func:`~perm_circuits.evaluate.evaluate_logits` (the numbers
+of :func:`~perm_circuits.evaluate.evaluate` with the posteriors computed once).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from perm_circuits.analysis.interventions.checks import check_positions, check_seed, check_task_config
+from perm_circuits.analysis.interventions.hooks import check_reference
+from perm_circuits.analysis.interventions.core import HOWS, ablation_fn, check_how, resample_rows, selection
+from perm_circuits.analysis.interventions.optimal import optimise_constant, upstream_hooks
+from perm_circuits.analysis.interventions.references import binding_free_reference
+from perm_circuits.evaluate import evaluate_logits
+from perm_circuits.hooks import HookList, check_hooks, run_capture
+from perm_circuits.models import model_config_of
+from perm_circuits.posterior import bayes_posterior
+from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_test_set, validate_tokens
+
+__all__ = ["AblationRow", "AblationTable"]
+
+
+@dataclass(frozen=True)
+class AblationRow:
+    """Metrics of the model on the test set with one component ablated.
+
+    ``component`` is ``"none"`` (baseline), ``"L{layer}H{head}"`` or ``"L{layer}MLP"``;
+    ``recall_accuracy`` is the last-step accuracy on the memorization subgroup (the last query
+    repeats ``x1``; nan without such rows), ``elimination_accuracy`` the last-step accuracy on
+    the others, ``early_mae_train`` the mean over steps ``1..V-1`` of the MAE against the
+    train-prior posterior, ``loss`` the mean cross-entropy over all steps and samples.
+    ``follows_reference`` (resample and binding_free only, else nan): the share of samples whose last-step
+    prediction is the last-step target of the reference sample that replaced the activation;
+    1 means the component's output decides the answer and carries it from the reference.
+    """
+
+    component: str
+    how: str
+    layer: int | None
+    head: int | None
+    elimination_accuracy: float
+    recall_accuracy: float
+    early_mae_train: float
+    loss: float
+    elimination_loss: float
+    recall_loss: float
+    follows_reference: float = math.nan
+
+
+@dataclass(frozen=True)
+class AblationTable:
+    """Result of :func:`ablation_table`: one row per (component, how), plus the baseline."""
+
+    model_name: str
+    reference: str
+    positions: tuple[int, ...] | None
+    n_samples: int
+    n_recall: int
+    rows: tuple[AblationRow, ...]
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """Tidy: one row per (component, how), columns as in :class:`AblationRow`."""
+        return pd.DataFrame([asdict(row) for row in self.rows])
+
+    def get(self, component: str, how: str) -> AblationRow:
+        for row in self.rows:
+            if row.component == component and row.how == how:
+                return row
+        raise KeyError(f"no row for component={component!r}, how={how!r}")
+
+    @property
+    def baseline(self) -> AblationRow:
+        return self.get("none", "none")
+
+
+def _row(component: str, how: str, layer, head, evaluation, follows: float = math.nan) -> AblationRow:
+    memorization = evaluation.memorization
+    return AblationRow(
+        component=component,
+        how=how,
+        layer=layer,
+        head=head,
+        elimination_accuracy=evaluation.elimination.accuracy,
+        recall_accuracy=evaluation.recall_accuracy,
+        early_mae_train=evaluation.early_mae_train,
+        loss=evaluation.test_loss,
+        elimination_loss=evaluation.elimination.loss,
+        recall_loss=memorization.loss if memorization is not None else math.nan,
+        follows_reference=follows,
+    )
+
+
+def _ablation_runs(
+    model,
+    hows: Sequence[str],
+    test_set: Batch | None,
+    *,
+    reference: Batch | str = "test",
+    positions: int | Sequence[int] | None = None,
+    task_config: TaskConfig | None = None,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+    seed: int = 0,
+) -> tuple[AblationTable, dict[tuple[str, str], HookList], dict[tuple[str, str], Tensor]]:
+    """Ablate every head and every MLP under each mode in ``hows`` and evaluate on ``test_set``.
+
+    Measures, per (component, how) and for an unablated ``"none"`` baseline, the last-step
+    elimination and recall (memorization-subgroup) accuracies, the steps ``1..V-1`` MAE against
+    the train-prior posterior and the loss, exactly as :func:`~perm_circuits.evaluate.evaluate`
+    with the ablation's hooks (plus ``hooks``, applied in every run including the reference one).
+
+    Args:
+        hows: modes among :data:`HOWS` (default: all five, ``"zero"``, ``"mean"``,
+            ``"resample"``, ``"binding_free"``, ``"optimal"``).
+        test_set: default ``make_test_set(task_config)`` (the model's training task, so with its
+            ``repeat_ratio`` there is a memorization subgroup).
+        reference: ``"test"`` (mean / resample / optimal over the test set itself, random
+            pairing), ``"binding_free"`` (:func:`binding_free_reference` built on the test set's
+            queries, resample paired by row: same queries, independent answers) or a Batch
+            (random pairing).  The ``"binding_free"`` mode always uses the binding-free
+            reference built on the test set's queries, row-paired, whatever ``reference`` is.
+        positions: ablate only at these positions (e.g. ``[-1]``: the last query only, so
+            steps ``1..V-1`` are untouched and the last step's elimination and recall subgroups
+            can be compared); default all.
+        seed: the resample seed: which reference sample replaces each test sample under
+            ``"resample"`` with random pairing, and the seed of :func:`binding_free_reference`
+            (its answers are drawn with ``seed + 1``) for the ``"binding_free"`` mode and
+            ``reference="binding_free"``.  It does not choose the test set (pass ``test_set``).
+
+    Resample and binding-free rows also report ``follows_reference``: how often the last-step
+    prediction is the answer of the reference sample whose activation was swapped in.
+
+    Returns the table, plus each (component, how)'s hooks and logits (``("none", "none")``: the
+    baseline): the head-role verdict reuses them (recall signals, joint ablations) instead of
+    rebuilding every ablation, optimal constants included.
+    """
+    config = check_task_config(model, task_config)
+    model_config = model_config_of(model)
+    if isinstance(hows, str) or not isinstance(hows, (list, tuple)):
+        raise TypeError(f"hows must be a sequence of modes from {HOWS}, got {hows!r}")
+    hows = [check_how(how) for how in hows]
+    check_seed(seed)
+    if test_set is None:
+        test_set = make_test_set(config)
+    if not isinstance(test_set, Batch):
+        raise TypeError(f"test_set must be a perm_circuits.Batch, got {type(test_set).__name__}")
+    validate_tokens(test_set.inputs, model_config.V)
+    position_list = check_positions(positions, 2 * model_config.V - 1)
+    pairing = "random"
+    if isinstance(reference, str):
+        if reference == "test":
+            reference_batch, label = test_set, "test set"
+        elif reference == "binding_free":
+            reference_batch = binding_free_reference(config, seed=seed, queries=test_set)
+            label, pairing = "binding-free (same queries, independent answers; row-paired)", "row"
+        else:
+            raise ValueError(f"reference must be 'test', 'binding_free' or a Batch, got {reference!r}")
+    else:
+        reference_batch = check_reference(reference, model_config.V)
+        label = f"batch of {len(reference)}"
+    hooks = check_hooks(model, hooks)
+
+    components: list[tuple[str, int, int | None, str, list[int] | None]] = []
+    for layer in range(model_config.n_layers):
+        for head in range(model_config.n_heads):
+            components.append((f"L{layer}H{head}", layer, head, f"blocks.{layer}.attn.hook_z", [head]))
+        components.append((f"L{layer}MLP", layer, None, f"blocks.{layer}.hook_mlp_out", None))
+    names = list(dict.fromkeys(c[3] for c in components))
+
+    posteriors = (
+        bayes_posterior(test_set.inputs, config, "uniform"),
+        bayes_posterior(test_set.inputs, config, "train"),
+    )
+
+    def run(extra: HookList) -> tuple[Tensor, object]:
+        with torch.no_grad(), model.hooks(fwd_hooks=hooks + extra):
+            logits = model(test_set.inputs)
+        evaluation = evaluate_logits(logits, test_set, config, posteriors=posteriors, model_name=model_config.name)
+        return logits, evaluation
+
+    if pairing == "row" and len(reference_batch) != len(test_set):
+        raise ValueError(f"a row-paired reference needs {len(test_set)} rows, got {len(reference_batch)}")
+    answers = {"resample": reference_batch.ys[:, -1] if pairing == "row" else
+               reference_batch.ys[resample_rows(len(reference_batch), len(test_set), seed), -1]}
+    activations: dict[str, Tensor] = {}
+    if any(how in ("mean", "resample", "optimal") for how in hows):
+        extra_names = [u for name in names for u in upstream_hooks(model, name)] if "optimal" in hows else []
+        activations = run_capture(model, reference_batch.inputs, list(dict.fromkeys(names + extra_names)), hooks)[1]
+    free: dict[str, Tensor] = {}
+    if "binding_free" in hows:
+        free_batch = binding_free_reference(config, seed=seed, queries=test_set)
+        free = run_capture(model, free_batch.inputs, names, hooks)[1]
+        answers["binding_free"] = free_batch.ys[:, -1]
+
+    base_logits, base_evaluation = run([])
+    rows = [_row("none", "none", None, None, base_evaluation)]
+    hook_lists: dict[tuple[str, str], HookList] = {("none", "none"): []}
+    all_logits: dict[tuple[str, str], Tensor] = {("none", "none"): base_logits}
+    for component, layer, head, hook_name, index in components:
+        for how in hows:
+            activation, constant = activations.get(hook_name), None
+            if how == "binding_free":
+                activation = free[hook_name]
+            elif how == "optimal":
+                assert activation is not None
+                mask = selection(activation.shape, "pos", index, position_list, activation.device)
+                constant = optimise_constant(model, hook_name, mask, reference_batch, hooks, activation,
+                                             upstream=activations)
+            fn = ablation_fn(how, "pos", index, position_list, activation, seed, pairing, constant)
+            logits, evaluation = run([(hook_name, fn)])
+            follows = math.nan
+            if how in answers:
+                follows = float((logits[:, -1].argmax(-1) == answers[how]).float().mean())
+            rows.append(_row(component, how, layer, head, evaluation, follows))
+            hook_lists[(component, how)] = [(hook_name, fn)]
+            all_logits[(component, how)] = logits
+    table = AblationTable(
+        model_name=model_config.name,
+        reference=label,
+        positions=tuple(position_list) if position_list is not None else None,
+        n_samples=len(test_set),
+        n_recall=int(test_set.repeated.sum()),
+        rows=tuple(rows),
+    )
+    return table, hook_lists, all_logits

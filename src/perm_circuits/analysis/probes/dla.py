@@ -1,0 +1,497 @@
+"""Direct logit attribution (DLA) per attention head and per MLP neuron at the y positions.
+
+The final residual stream of a (pre-LN) transformer is a sum of components — token embedding,
+positional embedding, each head's output ``z_h @ W_O[h]``, the attention bias ``b_O``, each MLP
+neuron's ``post_n * W_out[n]``, the MLP bias ``b_out`` — and the final LayerNorm is linear in that
+sum once its per-position scale is fixed.  With the *cached* scale ``s = ln_final.hook_scale``,
+
+    logit = sum_c (C c) * w_lnf / s @ W_U  +  (b_lnf @ W_U + b_U)
+
+exactly, where ``C`` centres over ``d_model`` (Elhage et al. 2021, "A Mathematical Framework for
+Transformer Circuits"; Nanda's TransformerLens DLA recipe).  Per-head outputs come from
+``ActivationCache.stack_head_results()`` (TransformerLens 4 native models have no per-head
+``hook_result``; the cache rebuilds it from ``attn.hook_z`` and ``W_O``, checked equal in the
+tests).
+
+What is attributed is a *logit difference* at each y-prediction position (steps ``1..V``):
+
+* default: ``logit(correct y) - mean(logit(other value tokens))`` (token 0 is never a value);
+* at a *repeated* last query (the recall subgroup) with ``recall_baseline="elimination"``
+  (default): ``logit(correct y) - logit(elimination answer)``, the one value not revealed yet —
+  the trap pure elimination falls into.  This isolates what pushes recall over elimination.
+  ``recall_baseline="mean"`` uses the mean baseline everywhere.
+
+Components, all read from the run's cache (so a ``hooks=`` intervention is attributed where it
+acts):
+
+* ``embed``, ``pos_embed``: ``hook_embed``, ``hook_pos_embed``;
+* per layer ``l``, the attention layer's total is the cached ``blocks.l.hook_attn_out``, split as
+  ``L{l}H{h}`` per head (``z_h @ W_O[h]`` from the cached ``hook_z``), ``L{l}attn_bias``
+  (``b_O``) and ``L{l}attn_edit`` = ``hook_attn_out - sum_h heads - b_O``: what an intervention
+  on the attention output itself (e.g. ``ablate(model, "blocks.l.hook_attn_out", ...)``)
+  changed; zero up to float error otherwise;
+* per layer ``l``, the MLP's total is the cached ``blocks.l.hook_mlp_out``, split as
+  ``L{l}mlp_bias`` (the constant ``b_out``) and ``L{l}mlp`` = the rest of ``hook_mlp_out``.
+  Under ``ablate_mlp(model, l, "zero")`` (which zeroes ``hook_mlp_out``) the layer's direct
+  effect is 0: ``L{l}mlp`` is then ``-L{l}mlp_bias``;
+* ``other``: ``resid_post`` of the last layer minus all of the above — whatever an intervention
+  wrote into the residual stream outside the components (e.g. on ``hook_resid_pre`` /
+  ``hook_resid_post``); zero without such hooks;
+* ``unembed_bias``: ``b_lnf @ W_U + b_U``.
+
+Per-neuron breakdown (``neuron_contributions`` / ``neuron_mean``): neuron ``n`` of layer ``l``
+contributes ``post_n W_out[n]`` (cached ``mlp.hook_post``).  The neurons add up to ``L{l}mlp``
+whenever they produced the MLP's output (also under edits of ``mlp.hook_post``, e.g. neuron
+ablations).  Where they do not — an intervention replaced ``hook_mlp_out`` downstream of the
+neurons — the breakdown does not describe the output: those predictions' neuron values are
+**nan** (so subgroup means over them are nan too) and ``neuron_split_exact`` is False there.
+They are never rescaled.
+
+Check of the whole decomposition: ``residual_error = actual - sum(components)``, recorded per
+prediction (and as a mean per subgroup).  It is zero up to float error unless an intervention
+acts after the residual stream (``ln_final.hook_normalized``, ``ln_final.hook_scale``, the
+unembedding): then the components, which use the cached ``ln_final`` scale and the linear
+unembedding, cannot reproduce the logits.  When ``max |residual_error|`` exceeds ``tolerance``
+(default 1e-3 logits) a ``RuntimeWarning`` says so; the numbers are still returned, with
+``total != actual`` visible in :meth:`LogitAttribution.to_dataframe`.
+
+Subgroups (as in :mod:`perm_circuits.evaluate`): ``steps 1-4`` (every sample's first ``V-1``
+predictions), ``last-step elimination`` (last query new) and ``last-step recall`` (last query
+repeats an earlier x).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import math
+import warnings
+
+import pandas as pd
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from perm_circuits.analysis.probes.memory import _params, effective_unembed
+from perm_circuits.hooks import check_hooks
+from perm_circuits.models import model_config_of, task_config_of
+from perm_circuits.tasks.permutation_data import Batch, make_test_set, validate_tokens
+
+__all__ = [
+    "LogitAttribution",
+    "LogitDiffDecomposition",
+    "SUBGROUPS",
+    "decompose_logit_diff",
+    "direct_logit_attribution",
+    "elimination_answers",
+    "repeated_queries",
+    "run_cache",
+    "subgroup_masks",
+]
+
+SUBGROUPS = ("steps 1-4", "last-step elimination", "last-step recall")
+RECALL_BASELINES = ("elimination", "mean")
+
+
+# ----------------------------------------------------------------------------- shared helpers
+
+
+def repeated_queries(inputs: Int[Tensor, "batch seq"]) -> Bool[Tensor, "batch step"]:
+    """Whether the query of each step repeats an earlier query of the same sequence."""
+    xs = inputs[:, 0::2]
+    same = xs[:, :, None] == xs[:, None, :]
+    earlier = torch.ones(xs.shape[1], xs.shape[1], dtype=torch.bool).tril(-1)
+    return (same & earlier).any(-1)
+
+
+def used_values(inputs: Int[Tensor, "batch seq"], V: int) -> Bool[Tensor, "batch step value"]:
+    """``used[b, k, v-1]``: value ``v`` was revealed as a y before step ``k + 1``'s query."""
+    ys = inputs[:, 1::2]  # y1 .. y_{V-1}
+    onehot = torch.nn.functional.one_hot(ys - 1, V).bool()  # [b, V-1, V]
+    cumulative = onehot.cumsum(1).bool()
+    first = torch.zeros_like(cumulative[:, :1])
+    return torch.cat([first, cumulative], dim=1)  # step k sees y_1..y_{k}
+
+
+def elimination_answers(inputs: Int[Tensor, "batch seq"], V: int) -> Int[Tensor, "batch step"]:
+    """The pure-elimination answer per step: the single value not yet revealed, or -1 when more
+    than one is left.  At a repeated last query this is the trap (recall answers the earlier y)."""
+    unused = ~used_values(inputs, V)
+    only = unused.sum(-1) == 1
+    return torch.where(only, unused.float().argmax(-1) + 1, torch.full_like(only, -1, dtype=torch.long))
+
+
+def subgroup_masks(inputs: Int[Tensor, "batch seq"]) -> dict[str, Bool[Tensor, "batch step"]]:
+    """Boolean masks over ``(sample, step)`` for :data:`SUBGROUPS`."""
+    n_steps = (inputs.shape[1] + 1) // 2
+    repeated = repeated_queries(inputs)[:, -1]
+    early = torch.zeros(inputs.shape[0], n_steps, dtype=torch.bool)
+    early[:, :-1] = True
+    last = torch.zeros_like(early)
+    last[:, -1] = True
+    return {
+        SUBGROUPS[0]: early,
+        SUBGROUPS[1]: last & ~repeated[:, None],
+        SUBGROUPS[2]: last & repeated[:, None],
+    }
+
+
+def check_batch(model, test_set: Batch | None, n: int = 5000, seed: int = 1234) -> Batch:
+    """The batch to measure on: ``test_set`` validated, else the model's fixed test set."""
+    V = model_config_of(model).V
+    if test_set is None:
+        config = task_config_of(model)
+        return make_test_set(config, n=n, seed=seed)
+    if not isinstance(test_set, Batch):
+        raise TypeError(f"test_set must be a perm_circuits.Batch, got {type(test_set).__name__}")
+    validate_tokens(test_set.inputs, V)
+    return test_set
+
+
+def run_cache(
+    model,
+    tokens: Int[Tensor, "batch seq"],
+    names: Sequence[str],
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+) -> tuple[Float[Tensor, "batch seq vocab"], dict[str, Tensor], object]:
+    """One no-grad forward under ``hooks`` caching only ``names``; hooks are always removed.
+
+    Returns ``(logits, {name: activation}, cache)`` (the ActivationCache, for
+    ``stack_head_results``).
+    """
+    hooks = check_hooks(model, hooks)
+    wanted = set(names)
+    missing = wanted - set(model.hook_dict)
+    if missing:
+        raise ValueError(f"unknown hook points {sorted(missing)}")
+    with torch.no_grad():
+        if hooks:
+            with model.hooks(fwd_hooks=hooks):
+                logits, cache = model.run_with_cache(tokens, names_filter=lambda name: name in wanted)
+        else:
+            logits, cache = model.run_with_cache(tokens, names_filter=lambda name: name in wanted)
+    return logits, {name: cache[name] for name in wanted}, cache
+
+
+# ----------------------------------------------------------------------------- DLA
+
+
+@dataclass(frozen=True)
+class LogitDiffDecomposition:
+    """Per-prediction DLA: ``contributions.sum(-1) + residual_error == actual``, with
+    ``residual_error`` zero up to float error unless an intervention acts after the residual
+    stream (module docstring).
+
+    Attributes:
+        components: names of the component axis.
+        contributions: ``[batch, step, component]`` logit-difference contributions.
+        neuron_contributions: ``[batch, step, layer * d_mlp]`` per-neuron split of the ``mlp``
+            components (neuron ``n`` of layer ``l`` at index ``l * d_mlp + n``); nan for the
+            predictions and layers where the neurons do not add up to ``L{l}mlp``.
+        actual: ``[batch, step]`` the model's logit difference.
+        answer, baseline: the correct token and the baseline token (-1 = mean of the others).
+        subgroups: :data:`SUBGROUPS` masks over ``(sample, step)``.
+        residual_error: ``[batch, step]`` ``actual - contributions.sum(-1)``.
+        neuron_split_exact: ``[batch, step, layer]`` whether layer ``l``'s neurons add up to its
+            ``L{l}mlp`` component (within ``tolerance``).
+        tolerance: the tolerance (logits) of both checks.
+    """
+
+    components: tuple[str, ...]
+    contributions: Float[Tensor, "batch step component"]
+    neuron_contributions: Float[Tensor, "batch step neuron"]
+    actual: Float[Tensor, "batch step"]
+    answer: Int[Tensor, "batch step"]
+    baseline: Int[Tensor, "batch step"]
+    subgroups: dict[str, Tensor]
+    residual_error: Float[Tensor, "batch step"]
+    neuron_split_exact: Bool[Tensor, "batch step layer"]
+    tolerance: float
+
+    @property
+    def max_residual_error(self) -> float:
+        """``max |actual - sum of components|`` over all predictions (logits)."""
+        return float(self.residual_error.abs().max()) if self.residual_error.numel() else 0.0
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """Mean contribution per component and step (rows: components, columns: steps)."""
+        mean = self.contributions.mean(0).T.numpy()
+        columns = [f"step {k + 1}" for k in range(mean.shape[1])]
+        return pd.DataFrame(mean, index=list(self.components), columns=columns)
+
+
+def _check_recall_baseline(recall_baseline: object) -> str:
+    if recall_baseline not in RECALL_BASELINES:
+        raise ValueError(f"recall_baseline must be one of {RECALL_BASELINES}, got {recall_baseline!r}")
+    return str(recall_baseline)
+
+
+def _check_tolerance(tolerance: object) -> float:
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)):
+        raise TypeError(f"tolerance must be a positive number (logits), got {type(tolerance).__name__} {tolerance!r}")
+    if not (math.isfinite(tolerance) and tolerance > 0):
+        raise ValueError(f"tolerance must be a positive finite number (logits), got {tolerance!r}")
+    return float(tolerance)
+
+
+def decompose_logit_diff(
+    model,
+    batch: Batch,
+    *,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+    recall_baseline: str = "elimination",
+    tolerance: float = 1e-3,
+) -> LogitDiffDecomposition:
+    """Direct logit attribution of the logit difference at every y position of ``batch``.
+
+    See the module docstring for the components, the baseline, the ln_final treatment (the
+    cached ``ln_final.hook_scale`` of the run under ``hooks``) and the two checks: per-neuron
+    splits that do not add up to their layer's cached MLP output are set to nan (and flagged in
+    ``neuron_split_exact``); a ``RuntimeWarning`` is issued when some prediction's
+    ``|actual - sum of components|`` exceeds ``tolerance`` logits (recorded in
+    ``residual_error`` either way).
+    """
+    dec = _decompose(model, batch, hooks, recall_baseline, tolerance)
+    _warn_if_inexact(dec.max_residual_error, dec.tolerance, "the residual_error field")
+    return dec
+
+
+def _warn_if_inexact(worst: float, tolerance: float, where: str) -> None:
+    if not worst <= tolerance:
+        warnings.warn(
+            "direct logit attribution: the components do not add up to the actual logit difference "
+            f"(max |actual - sum| = {worst:.4g} logits > tolerance {tolerance:g}). Something acts after the "
+            "residual stream (a hook on ln_final.hook_normalized / ln_final.hook_scale or on the unembedding?); "
+            f"the gap per prediction is in {where}.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: object) -> LogitDiffDecomposition:
+    """:func:`decompose_logit_diff` without the warning (callers warn, pointing at their caller)."""
+    recall_baseline = _check_recall_baseline(recall_baseline)
+    tolerance = _check_tolerance(tolerance)
+    if not isinstance(batch, Batch):
+        raise TypeError(f"batch must be a perm_circuits.Batch, got {type(batch).__name__}")
+    config = model_config_of(model)
+    V, n_layers = config.V, config.n_layers
+    inputs = validate_tokens(batch.inputs, V)
+    check_hooks(model, hooks)
+
+    names = ["hook_embed", "hook_pos_embed", f"blocks.{n_layers - 1}.hook_resid_post"]
+    for layer in range(n_layers):
+        names += [
+            f"blocks.{layer}.attn.hook_z",
+            f"blocks.{layer}.hook_attn_out",
+            f"blocks.{layer}.mlp.hook_post",
+            f"blocks.{layer}.hook_mlp_out",
+        ]
+    has_scale = "ln_final.hook_scale" in model.hook_dict and config.normalization_type is not None
+    if has_scale:
+        names.append("ln_final.hook_scale")
+    logits, acts, cache = run_cache(model, inputs, names, hooks)
+
+    ypos = slice(0, 2 * V - 1, 2)
+    dtype = torch.float64
+    answer = batch.ys.long()
+    elim = elimination_answers(inputs, V)
+    repeated = repeated_queries(inputs)
+    use_elim = repeated & (elim > 0) if recall_baseline == "elimination" else torch.zeros_like(repeated)
+    baseline = torch.where(use_elim, elim, torch.full_like(elim, -1))
+    # direction over value tokens: onehot(answer) - (onehot(baseline) or mean of the others)
+    onehot = torch.nn.functional.one_hot(answer - 1, V).to(dtype)
+    mean_others = (1 - onehot) / (V - 1)
+    base_onehot = torch.nn.functional.one_hot(baseline.clamp(min=1) - 1, V).to(dtype)
+    direction_v = onehot - torch.where(use_elim[..., None], base_onehot, mean_others)  # [b, step, V]
+
+    U = effective_unembed(model).to(dtype)  # [d, V]
+    direction = torch.einsum("dv,bsv->bsd", U, direction_v)  # residual direction of the logit diff
+    if has_scale:
+        scale = acts["ln_final.hook_scale"][:, ypos, 0].to(dtype)
+    else:
+        scale = torch.ones(inputs.shape[0], V, dtype=dtype)
+    direction = direction / scale[..., None]
+
+    def attribute(x: Tensor) -> Tensor:  # [..., b, pos, d] -> [..., b, step]
+        return (x[..., ypos, :].to(dtype) * direction).sum(-1)
+
+    params = _params(model)
+    components: list[str] = []
+    columns: list[Tensor] = []
+    shape = acts["hook_embed"].shape
+
+    def add(name: str, column: Tensor) -> None:
+        components.append(name)
+        columns.append(column)
+
+    embed, pos_embed = acts["hook_embed"].to(dtype), acts["hook_pos_embed"].expand(shape).to(dtype)
+    add("embed", attribute(embed))
+    add("pos_embed", attribute(pos_embed))
+    total = embed + pos_embed  # the residual stream the components account for
+    with torch.no_grad():  # rebuilt from cached z and the W_O parameters
+        heads = cache.stack_head_results(layer=-1)  # [layer * head, b, pos, d]
+    neuron_columns, exact_columns = [], []
+    for layer in range(n_layers):
+        # attention: the cached hook_attn_out, split into heads, b_O and what an edit added
+        attn_out = acts[f"blocks.{layer}.hook_attn_out"].to(dtype)
+        b_O = model.b_O.detach()[layer].to(dtype).expand(shape)
+        head_sum = torch.zeros_like(attn_out)
+        for head in range(config.n_heads):
+            result = heads[layer * config.n_heads + head].to(dtype)
+            head_sum = head_sum + result
+            add(f"L{layer}H{head}", attribute(result))
+        add(f"L{layer}attn_bias", attribute(b_O))
+        add(f"L{layer}attn_edit", attribute(attn_out - head_sum - b_O))
+        total = total + attn_out
+        # MLP: the cached hook_mlp_out, split into b_out and the rest; neurons as a breakdown
+        mlp_out = acts[f"blocks.{layer}.hook_mlp_out"].to(dtype)
+        b_out = model.b_out.detach()[layer].to(dtype).expand(shape)
+        mlp_column = attribute(mlp_out - b_out)
+        add(f"L{layer}mlp", mlp_column)
+        add(f"L{layer}mlp_bias", attribute(b_out))
+        total = total + mlp_out
+        post = acts[f"blocks.{layer}.mlp.hook_post"].to(dtype)  # [b, pos, d_mlp]
+        W_out = model.W_out.detach()[layer].to(dtype)  # [d_mlp, d]
+        per_neuron = post[:, ypos] * torch.einsum("nd,bsd->bsn", W_out, direction)
+        exact = (per_neuron.sum(-1) - mlp_column).abs() <= tolerance
+        neuron_columns.append(torch.where(exact[..., None], per_neuron, torch.full_like(per_neuron, math.nan)))
+        exact_columns.append(exact)
+
+    resid = acts[f"blocks.{n_layers - 1}.hook_resid_post"].to(dtype)
+    add("other", attribute(resid - total))
+
+    const = model.b_U.detach().to(dtype)[1 : V + 1].clone()
+    if "ln_final.bias" in params:
+        const = const + (params["ln_final.bias"].to(dtype) @ model.W_U.detach().to(dtype))[1 : V + 1]
+    add("unembed_bias", torch.einsum("v,bsv->bs", const, direction_v))
+
+    value_logits = logits[:, ypos, 1 : V + 1].to(dtype)
+    actual = (value_logits * direction_v).sum(-1)
+    contributions = torch.stack(columns, dim=-1)
+    residual_error = actual - contributions.sum(-1)
+    return LogitDiffDecomposition(
+        components=tuple(components),
+        contributions=contributions.float(),
+        neuron_contributions=torch.cat(neuron_columns, dim=-1).float(),
+        actual=actual.float(),
+        answer=answer,
+        baseline=baseline,
+        subgroups=subgroup_masks(inputs),
+        residual_error=residual_error.float(),
+        neuron_split_exact=torch.stack(exact_columns, dim=-1),
+        tolerance=tolerance,
+    )
+
+
+@dataclass(frozen=True)
+class LogitAttribution:
+    """Mean direct logit attribution per subgroup (see the module docstring).
+
+    Attributes:
+        model_name: the model's preset name.
+        components: the component axis (``contributions`` sum to ``actual``).
+        subgroups: :data:`SUBGROUPS`.
+        n: predictions per subgroup.
+        mean: ``[subgroup, component]`` mean logit-difference contribution (NaN for an empty subgroup).
+        actual: ``[subgroup]`` mean actual logit difference.
+        neuron_mean: ``[subgroup, layer * d_mlp]`` mean per-neuron contribution (nan where
+            some prediction's neurons do not add up to its cached MLP output, module docstring).
+        recall_baseline: ``"elimination"`` or ``"mean"``.
+        residual_error: ``[subgroup]`` mean of ``actual - sum of components`` (0 up to float
+            error unless something acts after the residual stream).
+        max_residual_error: ``max |actual - sum of components|`` over every prediction.
+        tolerance: the tolerance (logits) above which that gap was warned about.
+    """
+
+    model_name: str
+    components: tuple[str, ...]
+    subgroups: tuple[str, ...]
+    n: tuple[int, ...]
+    mean: Float[Tensor, "subgroup component"]
+    actual: Float[Tensor, " subgroup"]
+    neuron_mean: Float[Tensor, "subgroup neuron"]
+    recall_baseline: str
+    residual_error: Float[Tensor, " subgroup"]
+    max_residual_error: float
+    tolerance: float
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """Rows: components plus ``total``, ``actual``, ``residual_error`` (``actual - total``)
+        and ``n``; columns: subgroups."""
+        frame = pd.DataFrame(self.mean.T.numpy(), index=list(self.components), columns=list(self.subgroups))
+        frame.loc["total"] = self.mean.sum(-1).numpy()
+        frame.loc["actual"] = self.actual.numpy()
+        frame.loc["residual_error"] = self.residual_error.numpy()
+        frame.loc["n"] = list(self.n)
+        return frame
+
+    def neuron_dataframe(self) -> pd.DataFrame:
+        """Per-neuron mean contributions (rows ``L{l}N{n}``, columns: subgroups)."""
+        d_mlp = self.neuron_mean.shape[1]
+        n_layers = max(1, sum(1 for c in self.components if c.endswith("mlp")))  # one "L{l}mlp" per layer
+        per_layer = d_mlp // n_layers
+        index = [f"L{i // per_layer}N{i % per_layer}" for i in range(d_mlp)]
+        return pd.DataFrame(self.neuron_mean.T.numpy(), index=index, columns=list(self.subgroups))
+
+    def component(self, name: str, subgroup: str) -> float:
+        """Mean contribution of one component in one subgroup."""
+        if name not in self.components:
+            raise KeyError(f"unknown component {name!r}; have {self.components}")
+        if subgroup not in self.subgroups:
+            raise KeyError(f"unknown subgroup {subgroup!r}; have {self.subgroups}")
+        return float(self.mean[self.subgroups.index(subgroup), self.components.index(name)])
+
+
+def direct_logit_attribution(
+    model,
+    test_set: Batch | None = None,
+    *,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+    recall_baseline: str = "elimination",
+    tolerance: float = 1e-3,
+) -> LogitAttribution:
+    """Direct logit attribution per head, MLP (and neuron), embedding and bias, averaged over the
+    subgroups ``steps 1-4`` / ``last-step elimination`` / ``last-step recall``.
+
+    Args:
+        model: a bridge.
+        test_set: the batch (default: the model's fixed 5,000-sample test set).
+        hooks: an intervention hook list applied during the forward pass.
+        recall_baseline: the baseline token of the recall subgroup (module docstring).
+        tolerance: logits; a ``RuntimeWarning`` when some prediction's ``|actual - sum of
+            components|`` exceeds it, and the per-neuron split of a prediction is nan where it
+            misses its layer's cached MLP output by more (module docstring).
+    """
+    recall_baseline = _check_recall_baseline(recall_baseline)
+    tolerance = _check_tolerance(tolerance)
+    batch = check_batch(model, test_set)
+    check_hooks(model, hooks)
+    dec = _decompose(model, batch, hooks, recall_baseline, tolerance)
+    _warn_if_inexact(dec.max_residual_error, tolerance, "the residual_error row of to_dataframe()")
+    means, actual, neurons, counts, errors = [], [], [], [], []
+    for name in SUBGROUPS:
+        mask = dec.subgroups[name]
+        counts.append(int(mask.sum()))
+        means.append(dec.contributions[mask].mean(0) if mask.any() else torch.full((len(dec.components),), torch.nan))
+        actual.append(dec.actual[mask].mean() if mask.any() else torch.tensor(torch.nan))
+        errors.append(dec.residual_error[mask].mean() if mask.any() else torch.tensor(torch.nan))
+        neurons.append(
+            dec.neuron_contributions[mask].mean(0)
+            if mask.any()
+            else torch.full((dec.neuron_contributions.shape[-1],), torch.nan)
+        )
+    return LogitAttribution(
+        model_name=model_config_of(model).name,
+        components=dec.components,
+        subgroups=SUBGROUPS,
+        n=tuple(counts),
+        mean=torch.stack(means),
+        actual=torch.stack(actual),
+        neuron_mean=torch.stack(neurons),
+        recall_baseline=recall_baseline,
+        residual_error=torch.stack(errors),
+        max_residual_error=dec.max_residual_error,
+        tolerance=tolerance,
+    )

@@ -1,0 +1,596 @@
+"""Memory-recall probes (Bietti et al. 2023, "Birth of a Transformer: A Memory Viewpoint", eq. 9).
+
+A weight matrix ``W_hat`` stores an associative memory ``W* = sum_{(i,j) in M} v_j u_i^T`` when,
+for every stored pair, the input embedding ``u_i`` is mapped closest to its output embedding
+``v_j``.  The recall metric
+
+    R(W_hat, W*) = 1/|M| sum_{(i,j) in M} 1{ argmax_j' v_j'^T W_hat u_i = j }
+
+is the fraction of stored pairs that the matrix retrieves; the *argmin* variant scores a
+suppressing memory (each input pushes its target down the most).
+
+Conventions (all functions in this module):
+
+* Matrices follow TransformerLens' row-vector convention ``x @ W``: ``W_hat`` is ``[d_in, d_out]``
+  and ``scores[i, j'] = u_i @ W_hat @ v_j'`` — the paper's ``v_j'^T W_hat u_i`` with its matrix
+  transposed.
+* Ties count as failures: a pair is recalled only if its target's score is *strictly* above every
+  other candidate's (a matrix that cannot tell its target apart has not stored it), so an
+  all-zero matrix has R = 0.
+* ``allowed`` restricts the candidates ``j'`` per input (e.g. causal attention: no future keys).
+* ``layer``, ``head`` and ``position`` arguments follow the package's index rule (negative values
+  count from the end, ``layer=-1`` is the last layer; :mod:`perm_circuits.analysis.interventions.checks`);
+  component labels show the normalised indices.
+
+Concrete probes of one layer's heads and MLP (weights only, no forward pass, so no ``hooks``;
+:func:`model_memory_probes` runs them for every layer).  In layer 0 the inputs are exactly what the
+component reads.  **In a later layer** (``layer >= 1``) the residual stream the component reads is
+the embedding *plus* everything the earlier layers wrote; the probes still feed it the token (and
+position) embeddings alone, through that layer's own ``ln1`` / ``ln2``.  There R measures the
+memory stored on the *direct path* from the embeddings (e.g. does layer 1's OV circuit copy the
+token it attends to), not on what earlier heads write (an induction head's key reads the
+previous-token head's output, which these probes do not see; the K-composition scores of
+:mod:`~perm_circuits.analysis.circuits.composition` measure that path), and the LayerNorm scale is that of
+the embedding alone, not of the full residual.  Passing residual vectors as ``inputs`` to
+:func:`mlp_memory_probe` / :func:`qk_scores` probes any other input.
+
+* **OV** of head ``h`` (:func:`ov_memory_probe`): inputs are the y-token embeddings as the
+  head's value side sees them in layer 0, ``ln1(W_E[t] + W_pos[p])`` for ``t = 1..V`` (the full
+  LayerNorm: centring, division by the vector's own scale, weight and bias; ``position=None``
+  drops ``W_pos``); the matrix is ``W_V[h] @ W_O[h]``; outputs are the value tokens' *effective
+  unembedding* :func:`effective_unembed` (see below).  Target ``t -> t``: ``argmax`` = a copying /
+  binding head (attending to ``y = t`` raises ``t``), ``argmin`` = a suppressing / elimination head
+  (attending to a used ``y = t`` lowers ``t`` the most).  Biases (``b_V @ W_O``, ``b_O``) are left
+  out: they add the same vector whatever the head attends to, not an association.
+* **QK** of head ``h`` (:func:`qk_memory_probe`), maps over the bilinear attention score
+  ``ln1(query) W_Q[h] W_K[h]^T ln1(key)^T`` (``include_bias`` adds ``b_Q``/``b_K``):
+
+  - ``"x_match"``: query ``ln1(W_E[t] + W_pos[2V-2])`` (the last query) against keys
+    ``ln1(W_E[t'] + W_pos[0])`` (the x1 slot the repeated query copies), target ``t -> t``: does a
+    query prefer the earlier x carrying the *same token* (the repeat detector)?
+  - ``"prev_y"``: query positions ``2, 4, .., 2V-2`` (x slots) against key positions ``0..q``
+    (causal), target ``q -> q-1``: does an x attend to the y just before it (the study's
+    "local (x, y) binding", section 09)?  Token-averaged: the score of positions ``(q, k)`` is
+    averaged over all query and key tokens (a bilinear form, so this is the score between the
+    token-mean inputs).
+  - ``"self_y"``: query positions ``1, 3, .., 2V-3`` (y slots), keys ``0..q``, target ``q -> q``:
+    does a y attend to itself (study: "y1 attends to itself: 1.00")?
+  - ``"last_to_y1"``: the last query position ``2V-2`` for each query token ``t``, keys ``0..2V-2``
+    token-averaged, target position 1 (y1): the positional shortcut for recall of ``x5 = x1``.
+
+* **MLP** as a map (:func:`mlp_memory_probe`): ``u_t = W_E[t] (+ W_pos[p])`` through ``ln2``, the
+  MLP (``b_in`` included: it sits inside the nonlinearity; ``b_out`` left out as a constant) and
+  the effective unembedding; target ``t -> t`` (argmax: the MLP re-emits a token it reads;
+  argmin: it suppresses it).  ``inputs=`` takes any residual vectors instead.
+
+Effective unembedding and ln_final: a residual-stream vector ``c`` reaches the logits as
+``(C c) * w_lnf / s @ W_U`` where ``C`` centres over ``d_model`` and ``s`` is the final
+LayerNorm's per-position scale.  :func:`effective_unembed` folds the fixed part ``C diag(w_lnf)``
+into ``W_U`` (restricted to the value tokens ``1..V``).  The positive scalar ``1/s`` is left out:
+it depends on the whole residual stream, not on the component, and cannot change a ranking over
+tokens, which is all these probes read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pandas as pd
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from perm_circuits.analysis.interventions.checks import check_head, check_index, check_int, check_layer, check_positive_int
+from perm_circuits.model_shape import is_permutation_model, normalization_of
+from perm_circuits.models import model_config_of
+
+__all__ = [
+    "QK_MAPS",
+    "MemoryProbe",
+    "MemoryProbeTracker",
+    "MemoryProbes",
+    "apply_norm",
+    "check_layer",
+    "effective_unembed",
+    "identity_map",
+    "memory_probe_tracker",
+    "memory_recall",
+    "mlp_memory_probe",
+    "mlp_scores",
+    "model_memory_probes",
+    "ov_memory_probe",
+    "ov_scores",
+    "qk_memory_probe",
+    "qk_scores",
+    "recall_rate",
+    "recall_scores",
+]
+
+MODES = ("argmax", "argmin")
+QK_MAPS = ("x_match", "prev_y", "self_y", "last_to_y1")
+
+
+# ----------------------------------------------------------------------------- generic probe
+
+
+def identity_map(n: int) -> Int[Tensor, "n 2"]:
+    """The target map ``{(i, i)}`` for ``i = 0..n-1`` (a copying memory)."""
+    n = check_positive_int("n", n)
+    index = torch.arange(n)
+    return torch.stack([index, index], dim=1)
+
+
+def _check_matrix(x: object, name: str, ndim: int = 2) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.dtype.is_floating_point:
+        raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
+    if x.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(x.shape)}")
+    if not torch.isfinite(x).all():
+        raise ValueError(f"{name} has non-finite values")
+    return x
+
+
+def _check_mode(mode: object) -> str:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    return str(mode)
+
+
+def _check_targets(targets: object, n_in: int, n_out: int) -> Tensor:
+    if isinstance(targets, Tensor):
+        if targets.dtype.is_floating_point or targets.dtype == torch.bool:
+            raise TypeError(f"targets must be an integer tensor of (input, output) pairs, got {targets.dtype}")
+        pairs = targets.long()
+    elif isinstance(targets, (list, tuple)):
+        for k, pair in enumerate(targets):
+            if not (
+                isinstance(pair, (tuple, list))
+                and len(pair) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
+            ):
+                raise TypeError(f"targets[{k}] must be an (input, output) pair of ints, got {pair!r}")
+        pairs = torch.tensor(list(targets), dtype=torch.long).reshape(-1, 2)
+    else:
+        raise TypeError(f"targets must be an [m, 2] integer tensor or a list of pairs, got {type(targets).__name__}")
+    if pairs.ndim != 2 or pairs.shape[1] != 2:
+        raise ValueError(f"targets must have shape [m, 2], got {tuple(pairs.shape)}")
+    if len(pairs) == 0:
+        raise ValueError("targets is empty: the target map M needs at least one (input, output) pair")
+    for column, (name, bound) in enumerate((("input", n_in), ("output", n_out))):
+        bad = (pairs[:, column] < 0) | (pairs[:, column] >= bound)
+        if bad.any():
+            raise ValueError(
+                f"targets has {name} index {int(pairs[bad][0, column])} outside [0, {bound - 1}]"
+            )
+    return pairs
+
+
+def recall_rate(
+    scores: Float[Tensor, "n_in n_out"],
+    targets: Int[Tensor, "m 2"] | Sequence[tuple[int, int]],
+    mode: str = "argmax",
+    allowed: Bool[Tensor, "n_in n_out"] | None = None,
+) -> float:
+    """R: the fraction of target pairs ``(i, j)`` whose ``scores[i]`` peak strictly at ``j``.
+
+    ``mode="argmin"`` asks for the strict minimum instead (a suppressing memory).  ``allowed``
+    masks out candidates per input; every target must be allowed.
+    """
+    _check_matrix(scores, "scores")
+    mode = _check_mode(mode)
+    pairs = _check_targets(targets, *scores.shape)
+    if allowed is not None:
+        if not isinstance(allowed, Tensor) or allowed.dtype != torch.bool:
+            raise TypeError("allowed must be a bool tensor")
+        if allowed.shape != scores.shape:
+            raise ValueError(f"allowed has shape {tuple(allowed.shape)}, scores {tuple(scores.shape)}")
+        if not allowed[pairs[:, 0], pairs[:, 1]].all():
+            raise ValueError("a target pair is masked out by allowed")
+    signed = scores if mode == "argmax" else -scores
+    rows = signed[pairs[:, 0]]
+    if allowed is not None:
+        rows = rows.masked_fill(~allowed[pairs[:, 0]], -torch.inf)
+    target = rows.gather(1, pairs[:, 1:2])[:, 0]
+    others = rows.scatter(1, pairs[:, 1:2], -torch.inf).max(dim=1).values
+    return float((target > others).double().mean())
+
+
+def recall_scores(
+    W_hat: Float[Tensor, "d_in d_out"],
+    inputs: Float[Tensor, "n_in d_in"],
+    outputs: Float[Tensor, "n_out d_out"],
+) -> Float[Tensor, "n_in n_out"]:
+    """``scores[i, j'] = u_i @ W_hat @ v_j'`` (row-vector convention, see the module docstring)."""
+    for x, name in ((W_hat, "W_hat"), (inputs, "inputs"), (outputs, "outputs")):
+        _check_matrix(x, name)
+    if inputs.shape[1] != W_hat.shape[0]:
+        raise ValueError(f"inputs have dim {inputs.shape[1]} but W_hat is [{W_hat.shape[0]}, {W_hat.shape[1]}]")
+    if outputs.shape[1] != W_hat.shape[1]:
+        raise ValueError(f"outputs have dim {outputs.shape[1]} but W_hat is [{W_hat.shape[0]}, {W_hat.shape[1]}]")
+    return inputs @ W_hat @ outputs.T
+
+
+def memory_recall(
+    W_hat: Float[Tensor, "d_in d_out"],
+    inputs: Float[Tensor, "n_in d_in"],
+    outputs: Float[Tensor, "n_out d_out"],
+    targets: Int[Tensor, "m 2"] | Sequence[tuple[int, int]],
+    mode: str = "argmax",
+    allowed: Bool[Tensor, "n_in n_out"] | None = None,
+) -> float:
+    """Bietti et al. (2023) memory-recall probe ``R(W_hat, W*)`` of any matrix.
+
+    Args:
+        W_hat: the matrix probed, ``[d_in, d_out]`` acting as ``u @ W_hat``.
+        inputs: input embeddings ``u_i`` as rows.
+        outputs: output embeddings ``v_j`` as rows.
+        targets: the target map M as ``(i, j)`` index pairs (e.g. :func:`identity_map`).
+        mode: ``"argmax"`` (the input retrieves its target) or ``"argmin"`` (suppresses it).
+        allowed: optional candidate mask ``[n_in, n_out]``.
+    """
+    mode = _check_mode(mode)
+    scores = recall_scores(W_hat, inputs, outputs)
+    return recall_rate(scores, targets, mode, allowed)
+
+
+# ----------------------------------------------------------------------------- model weights
+
+
+def _value_tokens(model) -> slice:
+    """The tokens the weight probes read and score: the values ``1..V`` of a study model, every token otherwise."""
+    return slice(1, model_config_of(model).V + 1) if is_permutation_model(model) else slice(0, None)
+
+
+def _check_position(model, position: object) -> int | None:
+    """``None`` (no positional embedding) or a row of ``W_pos`` (negative rows count from the end)."""
+    if position is None:
+        return None
+    n_ctx = model_config_of(model).resolved_n_ctx if is_permutation_model(model) else int(model.W_pos.shape[0])
+    return check_index("position", position, n_ctx, f"W_pos has {n_ctx} positions")
+
+
+def _params(model) -> dict[str, Tensor]:
+    return {k: v.detach() for k, v in model.state_dict().items()}
+
+
+def apply_norm(model, x: Float[Tensor, "*batch d_model"], name: str) -> Float[Tensor, "*batch d_model"]:
+    """Apply the model's normalization ``name`` (``"blocks.0.ln1"``, ``"blocks.0.ln2"``,
+    ``"ln_final"``) to ``x`` exactly as the forward pass does (LN, LNPre, RMS, RMSPre or none)."""
+    kind = normalization_of(model)
+    if kind is None:
+        return x
+    params = _params(model)
+    eps = float(getattr(model.cfg, "eps", 1e-5))
+    if kind in ("LN", "LNPre"):
+        x = x - x.mean(-1, keepdim=True)
+    x = x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+    if kind in ("LN", "RMS"):
+        x = x * params[f"{name}.weight"]
+        if f"{name}.bias" in params:
+            x = x + params[f"{name}.bias"]
+    return x
+
+
+def effective_unembed(model) -> Float[Tensor, "d_model value"]:
+    """``C diag(w_lnf) W_U[:, 1..V]``: how a residual direction moves the value-token logits
+    (every output token of a model that is not the study's).
+
+    ``C`` (centring) and ``w_lnf`` are the fixed, linear part of the final LayerNorm; the
+    per-position ``1/scale`` is a positive scalar and is applied by callers that need magnitudes
+    (direct logit attribution uses the cached ``ln_final.hook_scale``).
+    """
+    params = _params(model)
+    W_U = model.W_U.detach()[:, _value_tokens(model)]
+    kind = normalization_of(model)
+    if kind in ("LN", "RMS"):
+        W_U = params["ln_final.weight"][:, None] * W_U
+    if kind in ("LN", "LNPre"):
+        W_U = W_U - W_U.mean(0, keepdim=True)  # C is symmetric: C diag(w) W_U
+    return W_U
+
+
+def _token_inputs(model, position: int | None) -> Float[Tensor, "value d_model"]:
+    x = model.W_E.detach()[_value_tokens(model)]
+    if position is not None:
+        x = x + model.W_pos.detach()[position]
+    return x
+
+
+def ov_scores(
+    model, head: int, *, layer: int = 0, position: int | None = None
+) -> Float[Tensor, "value value"]:
+    """``ln1(W_E[t] (+ W_pos[p])) @ W_V[h] W_O[h] @ effective_unembed``: value token in, value logits out
+    (any other model with ``W_E``, ``W_V``, ``W_O``, ``W_U``: every token in, every output logit out)."""
+    layer = check_layer(model, layer)
+    head = check_head(model, head)
+    position = _check_position(model, position)
+    with torch.no_grad():
+        u = apply_norm(model, _token_inputs(model, position), f"blocks.{layer}.ln1")
+        W_OV = model.W_V.detach()[layer, head] @ model.W_O.detach()[layer, head]
+        return recall_scores(W_OV, u, effective_unembed(model).T.contiguous())
+
+
+@dataclass(frozen=True)
+class MemoryProbe:
+    """One memory-recall probe of one component.
+
+    Attributes:
+        component: ``"L{layer}H{head}"`` (a head, e.g. ``"L1H0"``) or ``"L{layer}MLP"``.
+        circuit: ``"OV"``, ``"QK"`` or ``"MLP"``.
+        map: the target map (``"copy"``, ``"suppress"``, one of :data:`QK_MAPS`...).
+        mode: ``"argmax"`` or ``"argmin"``.
+        recall: R in [0, 1].
+        n_pairs: |M|.
+        chance: R of a random ranking (1 / number of candidates, averaged over pairs).
+    """
+
+    component: str
+    circuit: str
+    map: str
+    mode: str
+    recall: float
+    n_pairs: int
+    chance: float
+
+    def to_dataframe(self) -> pd.DataFrame:
+        return pd.DataFrame([asdict(self)])
+
+
+def _chance(candidates: Tensor) -> float:
+    return float((1.0 / candidates.double()).mean())
+
+
+def ov_memory_probe(
+    model,
+    head: int,
+    *,
+    layer: int = 0,
+    position: int | None = None,
+    mode: str = "argmax",
+    targets: Int[Tensor, "m 2"] | Sequence[tuple[int, int]] | None = None,
+) -> MemoryProbe:
+    """R of head ``head``'s OV circuit as a token memory (identity target by default).
+
+    ``mode="argmax"`` tests a copying/binding head, ``"argmin"`` a suppressing (elimination) head.
+    Inputs and outputs are indexed by value token minus one (row ``t-1`` is token ``t``) on a
+    study model, by token on any other model (e.g. an induction head's copying memory).
+    """
+    mode = _check_mode(mode)
+    scores = ov_scores(model, head, layer=layer, position=position)
+    V = scores.shape[0]
+    pairs = identity_map(V) if targets is None else _check_targets(targets, V, V)
+    name = "copy" if mode == "argmax" else "suppress"
+    if targets is not None:
+        name = "custom"
+    component = f"L{check_layer(model, layer)}H{check_head(model, head)}"
+    return MemoryProbe(component, "OV", name, mode, recall_rate(scores, pairs, mode), len(pairs), 1.0 / V)
+
+
+def qk_scores(
+    model,
+    head: int,
+    queries: Float[Tensor, "n_q d_model"],
+    keys: Float[Tensor, "n_k d_model"],
+    *,
+    layer: int = 0,
+    include_bias: bool = False,
+) -> Float[Tensor, "n_q n_k"]:
+    """Attention logits ``(ln1(q) W_Q + b_Q) . (ln1(k) W_K + b_K) / sqrt(d_head)`` between
+    residual vectors ``queries`` and ``keys`` (biases only with ``include_bias``)."""
+    layer = check_layer(model, layer)
+    head = check_head(model, head)
+    d_model = model_config_of(model).d_model
+    for x, name in ((queries, "queries"), (keys, "keys")):
+        _check_matrix(x, name)
+        if x.shape[1] != d_model:
+            raise ValueError(f"{name} must be [n, d_model={d_model}], got {tuple(x.shape)}")
+    with torch.no_grad():
+        q = apply_norm(model, queries, f"blocks.{layer}.ln1") @ model.W_Q.detach()[layer, head]
+        k = apply_norm(model, keys, f"blocks.{layer}.ln1") @ model.W_K.detach()[layer, head]
+        if include_bias:
+            q = q + model.b_Q.detach()[layer, head]
+            k = k + model.b_K.detach()[layer, head]
+        return q @ k.T / q.shape[-1] ** 0.5
+
+
+def _positional_qk(
+    model, head: int, layer: int, include_bias: bool
+) -> Float[Tensor, "n_tok pos pos"]:
+    """Token-resolved query scores ``[query token, query pos, key pos]``, key tokens averaged."""
+    config = model_config_of(model)
+    n_ctx = 2 * config.V - 1
+    E = model.W_E.detach()[1 : config.V + 1]
+    P = model.W_pos.detach()[:n_ctx]
+    grid = (E[:, None, :] + P[None, :, :]).reshape(-1, config.d_model)  # [tok * pos, d]
+    layer = check_layer(model, layer)
+    head = check_head(model, head)
+    with torch.no_grad():
+        h = apply_norm(model, grid, f"blocks.{layer}.ln1")
+        q = h @ model.W_Q.detach()[layer, head]
+        k = h @ model.W_K.detach()[layer, head]
+        if include_bias:
+            q = q + model.b_Q.detach()[layer, head]
+            k = k + model.b_K.detach()[layer, head]
+        q = q.reshape(config.V, n_ctx, -1)
+        k = k.reshape(config.V, n_ctx, -1).mean(0)  # bilinear: mean over key tokens
+        return torch.einsum("tqd,kd->tqk", q, k) / q.shape[-1] ** 0.5
+
+
+def qk_memory_probe(
+    model, head: int, target_map: str = "x_match", *, layer: int = 0, include_bias: bool = False
+) -> MemoryProbe:
+    """R of head ``head``'s QK circuit on one of :data:`QK_MAPS` (defined in the module docstring)."""
+    if target_map not in QK_MAPS:
+        raise ValueError(f"target_map must be one of {QK_MAPS}, got {target_map!r}")
+    layer = check_layer(model, layer)
+    head = check_head(model, head)
+    config = model_config_of(model)
+    V, n_ctx = config.V, 2 * config.V - 1
+    last = n_ctx - 1
+    if target_map == "x_match":
+        E, P = model.W_E.detach()[1 : V + 1], model.W_pos.detach()
+        scores = qk_scores(model, head, E + P[last], E + P[0], layer=layer, include_bias=include_bias)
+        return MemoryProbe(f"L{layer}H{head}", "QK", target_map, "argmax", recall_rate(scores, identity_map(V)), V, 1.0 / V)
+    token_scores = _positional_qk(model, head, layer, include_bias)
+    causal = torch.ones(n_ctx, n_ctx).tril().bool()
+    if target_map == "last_to_y1":
+        scores = token_scores[:, last]  # [query token, key pos]
+        allowed = causal[last].expand(V, n_ctx)
+        pairs = torch.tensor([[t, 1] for t in range(V)])
+        return MemoryProbe(
+            f"L{layer}H{head}", "QK", target_map, "argmax", recall_rate(scores, pairs, allowed=allowed), V,
+            1.0 / n_ctx,
+        )
+    scores = token_scores.mean(0)  # [query pos, key pos]
+    if target_map == "prev_y":
+        pairs = torch.tensor([[q, q - 1] for q in range(2, n_ctx, 2)])
+    else:  # self_y
+        pairs = torch.tensor([[q, q] for q in range(1, n_ctx, 2)])
+    candidates = pairs[:, 0] + 1
+    return MemoryProbe(
+        f"L{layer}H{head}", "QK", target_map, "argmax", recall_rate(scores, pairs, allowed=causal), len(pairs),
+        _chance(candidates),
+    )
+
+
+def mlp_scores(
+    model, inputs: Float[Tensor, "n d_model"], *, layer: int = 0
+) -> Float[Tensor, "n value"]:
+    """``MLP(ln2(u)) @ effective_unembed`` (``b_out`` left out) for residual vectors ``inputs``."""
+    layer = check_layer(model, layer)
+    config = model_config_of(model)
+    _check_matrix(inputs, "inputs")
+    if inputs.shape[1] != config.d_model:
+        raise ValueError(f"inputs must be [n, d_model={config.d_model}], got {tuple(inputs.shape)}")
+    act = _activation(config.act_fn)
+    with torch.no_grad():
+        h = apply_norm(model, inputs, f"blocks.{layer}.ln2")
+        post = act(h @ model.W_in.detach()[layer] + model.b_in.detach()[layer])
+        return post @ model.W_out.detach()[layer] @ effective_unembed(model)
+
+
+def _activation(name: str) -> Callable[[Tensor], Tensor]:
+    functional = torch.nn.functional
+    return {
+        "relu": torch.relu,
+        "gelu": functional.gelu,
+        "silu": functional.silu,
+        "gelu_new": lambda x: functional.gelu(x, approximate="tanh"),
+    }[name]
+
+
+def mlp_memory_probe(
+    model,
+    *,
+    layer: int = 0,
+    position: int | None = None,
+    inputs: Float[Tensor, "n d_model"] | None = None,
+    targets: Int[Tensor, "m 2"] | Sequence[tuple[int, int]] | None = None,
+    mode: str = "argmax",
+) -> MemoryProbe:
+    """R of the MLP as a map from token embeddings (or ``inputs``) to value tokens.
+
+    Default inputs: ``W_E[t] (+ W_pos[position])`` for ``t = 1..V``; default target ``t -> t``.
+    """
+    mode = _check_mode(mode)
+    layer = check_layer(model, layer)
+    position = _check_position(model, position)
+    if inputs is None:
+        inputs = _token_inputs(model, position)
+    scores = mlp_scores(model, inputs, layer=layer)
+    V = scores.shape[1]
+    if targets is None:
+        if scores.shape[0] != V:
+            raise ValueError(f"custom inputs ({scores.shape[0]} rows) need explicit targets")
+        pairs, name = identity_map(V), ("copy" if mode == "argmax" else "suppress")
+    else:
+        pairs, name = _check_targets(targets, *scores.shape), "custom"
+    return MemoryProbe(f"L{layer}MLP", "MLP", name, mode, recall_rate(scores, pairs, mode), len(pairs), 1.0 / V)
+
+
+# ----------------------------------------------------------------------------- all probes
+
+
+@dataclass(frozen=True)
+class MemoryProbes:
+    """Every concrete memory probe of one model (see :func:`model_memory_probes`)."""
+
+    model_name: str
+    probes: tuple[MemoryProbe, ...]
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per probe: component, circuit, map, mode, recall, n_pairs, chance."""
+        return pd.DataFrame([asdict(p) for p in self.probes])
+
+    def get(self, component: str, target_map: str) -> float:
+        """R of ``component``'s probe ``target_map`` (e.g. ``get("L0H1", "copy")``)."""
+        for p in self.probes:
+            if p.component == component and p.map == target_map:
+                return p.recall
+        raise KeyError(f"no probe {target_map!r} for {component!r}")
+
+
+def model_memory_probes(
+    model, *, layer: int | None = None, position: int | None = None, include_bias: bool = False
+) -> MemoryProbes:
+    """All concrete probes of ``layer`` (default ``None``: of every layer, layer by layer): per head
+    OV copy/suppress and the four QK maps, and the MLP copy/suppress map (``position`` is passed to
+    the OV and MLP probes).  Components are labelled ``L{layer}H{head}`` / ``L{layer}MLP``; for
+    ``layer >= 1`` the probes read the embeddings only (module docstring)."""
+    config = model_config_of(model)
+    layers = range(config.n_layers) if layer is None else [check_layer(model, layer)]
+    position = _check_position(model, position)
+    probes: list[MemoryProbe] = []
+    for index in layers:
+        for head in range(config.n_heads):
+            for mode in MODES:
+                probes.append(ov_memory_probe(model, head, layer=index, position=position, mode=mode))
+            for name in QK_MAPS:
+                probes.append(qk_memory_probe(model, head, name, layer=index, include_bias=include_bias))
+        for mode in MODES:
+            probes.append(mlp_memory_probe(model, layer=index, position=position, mode=mode))
+    return MemoryProbes(config.name, tuple(probes))
+
+
+class MemoryProbeTracker:
+    """A ``train(..., callbacks=[tracker])`` callback recording :func:`model_memory_probes` every
+    ``every`` epochs; never stops training.  ``tracker.to_dataframe()`` has one row per (epoch,
+    probe); ``tracker.record(model, epoch=0)`` adds a row set by hand (e.g. at initialization)."""
+
+    def __init__(self, *, layer: int | None, position: int | None, include_bias: bool, every: int):
+        self.layer, self.position, self.include_bias, self.every = layer, position, include_bias, every
+        self._rows: list[dict[str, Any]] = []
+
+    def record(self, model, epoch: int) -> None:
+        probes = model_memory_probes(model, layer=self.layer, position=self.position, include_bias=self.include_bias)
+        self._rows.extend({"epoch": epoch, **asdict(p)} for p in probes.probes)
+
+    def __call__(self, state: Any) -> None:
+        if state.epoch % self.every == 0:
+            self.record(state.model, state.epoch)
+
+    def to_dataframe(self) -> pd.DataFrame:
+        columns = ["epoch", "component", "circuit", "map", "mode", "recall", "n_pairs", "chance"]
+        return pd.DataFrame(self._rows, columns=columns)
+
+
+def memory_probe_tracker(
+    *, layer: int | None = None, position: int | None = None, include_bias: bool = False, every: int = 1
+) -> MemoryProbeTracker:
+    """A callback for :func:`perm_circuits.train.train` that tracks the memory probes over training
+    (Bietti et al. 2023, Fig. 3: which memory forms first).
+
+    ``layer`` (default ``None``: every layer) and ``position`` follow the package's index rule
+    (negative values count from the end); their range is checked against the model at each
+    record, their type here.
+    """
+    if layer is not None:
+        check_int("layer", layer)
+    if position is not None:
+        check_int("position", position)
+    every = check_positive_int("every", every)
+    return MemoryProbeTracker(layer=layer, position=position, include_bias=bool(include_bias), every=every)

@@ -1,0 +1,154 @@
+"""How often the MLP of one layer changes the model's prediction (the logit lens before vs after it).
+
+:func:`mlp_prediction_flips` is the layer-level companion of the key-value view of
+:mod:`perm_circuits.analysis.study.ffn` (Geva et al. 2021, "Transformer Feed-Forward Layers Are
+Key-Value Memories"; nostalgebraist 2020 for the logit lens): ``ln_final`` then ``W_U``, each
+residual with its own LayerNorm scale, applied to ``resid_mid`` (before the MLP) and to
+``resid_post`` (after it) of ``layer``, top-1 over the value tokens, per subgroup.  For the last
+layer ``resid_post`` is the model's own prediction; for an earlier layer both are what the
+residual stream would predict if the later layers were skipped (the lens), so a flip there says
+what the MLP changes in the stream, not what the model finally answers.
+
+Split from :mod:`perm_circuits.analysis.study.ffn`, which re-exports :class:`FlipStats`,
+:class:`MLPFlips` and :func:`mlp_prediction_flips`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from perm_circuits.analysis.interventions.checks import check_layer
+from perm_circuits.analysis.probes.dla import (
+    SUBGROUPS,
+    check_batch,
+    elimination_answers,
+    repeated_queries,
+    run_cache,
+    subgroup_masks,
+    used_values,
+)
+from perm_circuits.analysis.probes.memory import apply_norm
+from perm_circuits.hooks import check_hooks
+from perm_circuits.models import model_config_of
+from perm_circuits.tasks.permutation_data import Batch
+
+__all__ = ["FlipStats", "MLPFlips", "mlp_prediction_flips"]
+
+
+@dataclass(frozen=True)
+class FlipStats:
+    """Top-1 (over value tokens) before vs after the MLP, for one subgroup of predictions.
+
+    ``consistent`` = the prediction is possible given the context (a value not used yet, or the
+    earlier y of a repeated query); ``trap`` = the elimination answer at a repeated last query
+    (NaN outside the recall subgroup).  ``fixed``: wrong before, right after; ``broken``: the
+    reverse.
+    """
+
+    subgroup: str
+    n: int
+    flip_rate: float
+    accuracy_mid: float
+    accuracy_post: float
+    fixed_rate: float
+    broken_rate: float
+    consistent_mid: float
+    consistent_post: float
+    trap_mid: float
+    trap_post: float
+
+
+@dataclass(frozen=True)
+class MLPFlips:
+    """Result of :func:`mlp_prediction_flips`: one :class:`FlipStats` per subgroup."""
+
+    model_name: str
+    layer: int
+    subgroups: tuple[FlipStats, ...]
+
+    def get(self, subgroup: str) -> FlipStats:
+        for s in self.subgroups:
+            if s.subgroup == subgroup:
+                return s
+        raise KeyError(f"unknown subgroup {subgroup!r}; have {[s.subgroup for s in self.subgroups]}")
+
+    def to_dataframe(self) -> pd.DataFrame:
+        return pd.DataFrame([asdict(s) for s in self.subgroups]).set_index("subgroup")
+
+
+def _lens_top1(model, resid: Float[Tensor, "batch step d_model"]) -> Int[Tensor, "batch step"]:
+    V = model_config_of(model).V
+    logits = apply_norm(model, resid, "ln_final") @ model.W_U.detach() + model.b_U.detach()
+    return logits[..., 1 : V + 1].argmax(-1) + 1
+
+
+def mlp_prediction_flips(
+    model,
+    test_set: Batch | None = None,
+    *,
+    layer: int = -1,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+) -> MLPFlips:
+    """How often the MLP of ``layer`` changes the top-1 prediction, per subgroup.
+
+    Compares ``W_U(ln_final(resid_mid))`` with ``W_U(ln_final(resid_post))`` of ``layer`` (each with
+    its own LayerNorm scale) at the y positions of ``test_set`` (default: the model's fixed
+    5,000-sample test set) under ``hooks``.  For the last layer ``resid_post`` *is* the model's
+    prediction.  Subgroups: ``steps 1-4``, ``last-step elimination``, ``last-step recall``.
+    ``layer`` defaults to the last layer (``-1``; negative values count from the end, as for every
+    layer argument of the package); the result reports the normalised layer.
+    """
+    layer = check_layer(model, layer)
+    batch = check_batch(model, test_set)
+    check_hooks(model, hooks)
+    V = model_config_of(model).V
+    mid_name, post_name = f"blocks.{layer}.hook_resid_mid", f"blocks.{layer}.hook_resid_post"
+    _, acts, _ = run_cache(model, batch.inputs, [mid_name, post_name], hooks)
+    ypos = slice(0, 2 * V - 1, 2)
+    with torch.no_grad():
+        mid = _lens_top1(model, acts[mid_name][:, ypos])
+        post = _lens_top1(model, acts[post_name][:, ypos])
+    target = batch.ys
+    repeated = repeated_queries(batch.inputs)
+    used = used_values(batch.inputs, V)
+    elim = elimination_answers(batch.inputs, V)
+
+    def consistent(pred: Tensor) -> Tensor:
+        unused = ~used.gather(2, (pred - 1)[..., None])[..., 0]
+        return torch.where(repeated, pred == target, unused)
+
+    stats = []
+    for name, mask in subgroup_masks(batch.inputs).items():
+        n = int(mask.sum())
+        if n == 0:
+            nan = float("nan")
+            stats.append(FlipStats(name, 0, nan, nan, nan, nan, nan, nan, nan, nan, nan))
+            continue
+
+        def rate(x: Tensor) -> float:
+            return float(x[mask].double().mean())
+
+        ok_mid, ok_post = mid == target, post == target
+        recall = name == SUBGROUPS[2]
+        stats.append(
+            FlipStats(
+                subgroup=name,
+                n=n,
+                flip_rate=rate(mid != post),
+                accuracy_mid=rate(ok_mid),
+                accuracy_post=rate(ok_post),
+                fixed_rate=rate(~ok_mid & ok_post),
+                broken_rate=rate(ok_mid & ~ok_post),
+                consistent_mid=rate(consistent(mid)),
+                consistent_post=rate(consistent(post)),
+                trap_mid=rate(mid == elim) if recall else float("nan"),
+                trap_post=rate(post == elim) if recall else float("nan"),
+            )
+        )
+    return MLPFlips(model_config_of(model).name, layer, tuple(stats))

@@ -1,0 +1,76 @@
+"""The study's joint ablation: every head with the eliminator pattern ablated together, per mode.
+
+``head_roles`` (:mod:`perm_circuits.analysis.study.verdict`) asks whether the eliminating heads are
+redundant: one alone may be dispensable while the group is not.  Built on the general ablation
+table's hooks (:mod:`perm_circuits.analysis.interventions.permutation_table`) and the study's head scores.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+from perm_circuits.analysis.interventions.hooks import ablate
+from perm_circuits.analysis.interventions.permutation_table import AblationRow
+from perm_circuits.analysis.study.scores import HeadScores, recall_signal
+from perm_circuits.evaluate import evaluate_logits
+from perm_circuits.hooks import HookList
+from perm_circuits.posterior import bayes_posterior
+from perm_circuits.tasks.permutation_data import Batch, TaskConfig
+
+__all__ = ["joint_eliminator_rows"]
+
+
+def _ablated_logits(model, batch: Batch, hooks: HookList, extra: HookList) -> Tensor:
+    with torch.no_grad(), model.hooks(fwd_hooks=list(hooks) + list(extra)):
+        return model(batch.inputs)
+
+
+def joint_eliminator_rows(
+    model,
+    scores: HeadScores,
+    batch: Batch,
+    config: TaskConfig,
+    hows: Sequence[str],
+    hooks: HookList,
+    single: Mapping[tuple[str, str], HookList],
+) -> tuple[tuple[AblationRow, ...], dict[tuple[str, str], float]]:
+    """Ablate every head with the eliminator pattern together, under each mode (if >= 2 share it).
+
+    The single-head hooks of the ablation table (``single``) compose exactly for every mode but
+    ``"optimal"``, whose constant is re-optimised jointly for the heads of each layer (in a
+    multi-layer model, layer by layer from the first, each search with the earlier layers' group
+    already ablated).
+    """
+    group = [s for s in scores.heads if "eliminator" in s.patterns]
+    if len(group) < 2:
+        return (), {}
+    posteriors = (bayes_posterior(batch.inputs, config, "uniform"), bayes_posterior(batch.inputs, config, "train"))
+    component = "+".join(s.component for s in group)
+    layers = list(dict.fromkeys(s.layer for s in group))  # AblationRow.layer: None when they span layers
+    rows, signals = [], {}
+    for how in hows:
+        extra: HookList = []
+        if how == "optimal":  # layer by layer, each layer's constant searched with the earlier layers' in place
+            for layer in sorted(dict.fromkeys(s.layer for s in group)):
+                heads = [s.head for s in group if s.layer == layer]
+                extra += ablate(model, f"blocks.{layer}.attn.hook_z", how, reference=batch, index=heads,
+                                hooks=list(hooks) + extra)
+        else:
+            for s in group:
+                extra += single[(s.component, how)]
+        logits = _ablated_logits(model, batch, hooks, extra)
+        signals[(component, how)] = recall_signal(logits, batch.inputs)
+        evaluation = evaluate_logits(logits, batch, config, posteriors=posteriors)
+        memorization = evaluation.memorization
+        rows.append(AblationRow(
+            component=component, how=how, layer=layers[0] if len(layers) == 1 else None, head=None,
+            elimination_accuracy=evaluation.elimination.accuracy, recall_accuracy=evaluation.recall_accuracy,
+            early_mae_train=evaluation.early_mae_train, loss=evaluation.test_loss,
+            elimination_loss=evaluation.elimination.loss,
+            recall_loss=memorization.loss if memorization is not None else math.nan,
+        ))
+    return tuple(rows), signals

@@ -1,0 +1,568 @@
+"""Activation patching of recall: which activations carry "x_V repeats x_1, so answer y_1".
+
+Set-up (the IOI paper's denoising patching, Wang et al. 2022 section 3; Meng et al. 2022, ROME):
+
+- clean run: a repeated sequence ``x1 y1 ... x4 y4 x5`` with ``x5 = x1``; the answer is ``y1``;
+- corrupted run: the same sequence with ``x5`` replaced by the one unused x; its answer is the
+  unused y, which is exactly what elimination answers on the clean run.  The two runs differ in
+  one token (the last), so every activation at positions ``0..2V-3`` is identical in them;
+- metric: the logit difference ``LD = logit(y1) - logit(unused y)`` at the last position.
+  Recall makes it large and positive on the clean run, elimination makes it negative on both.
+
+A patch copies one activation of the clean run into the corrupted run (all samples at once, one
+forward per patch).  Its effect is normalised per batch, ``(LD_i - mean LD_corrupted) /
+(mean LD_clean - mean LD_corrupted)``: 1 restores the clean logit difference, 0 does nothing.
+``per_sample`` keeps these values for every sample; the reported mean equals the normalised
+mean logit difference.  Confidence intervals are percentile bootstraps over samples (paired:
+one resample of sample indices recomputes the clean, corrupted and patched means together, so
+the uncertainty of the normalising constants is included); ``n_boot`` resamples, seeded.  Where
+``|mean LD_clean - mean LD_corrupted| < 1e-6`` (a model that answers both runs the same way)
+the normalised values are nan: the per-sample values, the confidence interval *and* the cell's
+``mean`` (and :func:`find_recall_head` raises a ValueError).  ``source`` / ``target`` choose the
+runs: the default clean -> corrupted is "denoising" (what a patch restores; large = important),
+corrupted -> clean is "noising" (what the clean run loses; *small* = important, 0 = all of the
+recall lost); :meth:`PatchingSweep.best` follows that direction.
+
+Pairs and seeds: every function builds its default pair with ``patching_pair(task_config, n,
+seed)``, where ``task_config`` defaults to the model's training task (``task_config_of(model)``)
+and is ignored when ``pair`` is given; ``seed`` seeds both that pair and the bootstrap resamples.
+Layer, head and position indices follow the package's rule (negative values count from the end,
+see :mod:`perm_circuits.analysis.interventions.checks`).
+
+"Per head and source position" patches (:func:`patch_head_sources`):
+
+- ``component="pattern"`` (default): the head's attention weight from the destination (the last
+  position by default) to one source position ``s`` is set to its clean value, other weights
+  unchanged (the row is not renormalised).  As ``z_dest = sum_s A[dest, s] v_s``, this patches
+  the head's per-source term ``A[dest, s] v_s`` whenever ``v_s`` is the same in both runs (every
+  ``s`` before the last position, in every layer: attention is causal, so no activation before
+  the last position sees the one token the runs differ in), and the per-source edits of ``z`` add up
+  to the whole-row patch.  TL4 native bridges do apply ``hook_pattern`` edits to the output
+  (checked in the tests: the patched ``hook_z`` equals the edited pattern times ``hook_v``).
+- ``component="value"``: the head's value vector ``hook_v`` at source ``s`` (all destinations).
+  Values before the last position are the same in both runs (in every layer, by causality), so
+  these patches are exactly 0 there: a check, not a finding.
+
+Every sweep covers the heads (``L{layer}H{head}``) and MLPs of every layer.  In a multi-layer
+model a patch of an early layer reaches the logits through the later layers too (the total
+effect); patching one head's output into one later head's input is path patching.
+
+TransformerLens' own ``transformer_lens.patching`` functions run on TL 4.3 bridges (in eval
+mode) and give the same numbers (a test compares them), but they cannot apply extra hooks in
+both runs, so this module has its own :func:`generic_patch` in the style of
+``generic_activation_patch``, specialised with :func:`functools.partial`.
+
+The generic machinery (result dataclasses, cached runs, bootstrap, the patch loop and the patch
+setters) lives in :mod:`perm_circuits.analysis.interventions.patching`; its public names are re-exported
+here, so ``from perm_circuits.analysis.study.recall_patching import PatchingSweep, set_head`` keeps working.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+import pandas as pd
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+from perm_circuits.analysis.interventions.checks import (
+    check_position,
+    check_positions,
+    check_task_config,
+    seq_len,
+)
+from perm_circuits.analysis.interventions.patching import (  # the setters are re-exported for callers of generic_patch
+    ACTIVATIONS,
+    MIN_DENOMINATOR,
+    PatchCell,
+    PatchingCache,
+    PatchingPair,
+    PatchingSweep,
+    _check_options,
+    check_pair,
+    _heads,
+    _index_rows,
+    _layers,
+    _neuron_groups,
+    _run_sweep,
+    logit_diff,
+    patching_cache,
+    set_all,
+    set_head,
+    set_head_pos,
+    set_neurons,
+    set_pattern,
+    set_pattern_entry,
+    set_pos,
+)
+from perm_circuits.hooks import check_hooks
+from perm_circuits.models import model_config_of
+from perm_circuits.tasks.permutation_data import Batch, TaskConfig, batch_from_queries, make_batch, unused_query
+
+__all__ = [
+    "ACTIVATIONS",
+    "PatchCell",
+    "PatchingCache",
+    "PatchingReport",
+    "PatchingSweep",
+    "RecallHead",
+    "find_recall_head",
+    "generic_patch",
+    "logit_diff",
+    "patch_attn_out",
+    "patch_head_outputs",
+    "patch_head_patterns",
+    "patch_head_sources",
+    "patch_mlp",
+    "patch_residual",
+    "patching_cache",
+    "patching_pair",
+    "recall_patching",
+]
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def patching_pair(
+    task_config: TaskConfig, n: int = 2000, seed: int = 0, *, split: str = "test"
+) -> tuple[Batch, Batch, Int[Tensor, " batch"], Int[Tensor, " batch"]]:
+    """Clean and corrupted batches for patching recall, with the answer and wrong tokens.
+
+    ``clean``: ``make_batch(task_config, n, split=split, seed=seed, repeat_ratio=1.0,
+    repeat_source=0)``, every last query repeats ``x1`` (target ``y1``).  ``corrupted``: the same
+    rows with the last query replaced by the unused x (target: the unused y, ``repeated`` False).
+    ``answer`` = ``y1`` (recall), ``wrong`` = the unused y (elimination); they always differ.
+    ``seed`` seeds the clean batch (the corrupted one is derived from it, with no randomness).
+    """
+    if not isinstance(task_config, TaskConfig):
+        raise TypeError(f"task_config must be a TaskConfig, got {type(task_config).__name__}")
+    clean = make_batch(task_config, n, split=split, seed=seed, repeat_ratio=1.0, repeat_source=0)
+    xs = clean.xs.clone()
+    xs[:, -1] = unused_query(clean.xs)
+    corrupted = batch_from_queries(xs, clean.perms.clone(), torch.full((len(clean),), -1, dtype=torch.long))
+    ys = corrupted.ys
+    return clean, corrupted, clean.ys[:, -1].clone(), ys[:, -1].clone()
+
+
+_check_pair = check_pair  # former private name
+
+
+def _resolve_pair(
+    model, pair: PatchingPair | None, n: int, seed: int, task_config: TaskConfig | None = None
+) -> PatchingPair:
+    """``pair`` validated, else ``patching_pair(task_config or the model's task, n, seed)``."""
+    config = check_task_config(model, task_config)
+    if pair is None:
+        return patching_pair(config, n=n, seed=seed)
+    return _check_pair(model, pair)
+
+
+# ----------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class PatchingReport:
+    """Several sweeps sharing one clean/corrupted pair (:func:`recall_patching`)."""
+
+    model_name: str
+    sweeps: tuple[PatchingSweep, ...]
+    clean_logit_diff: float
+    corrupted_logit_diff: float
+    n: int
+
+    def to_dataframe(self) -> pd.DataFrame:
+        return pd.concat([sweep.to_dataframe() for sweep in self.sweeps], ignore_index=True)
+
+    def sweep(self, activation: str) -> PatchingSweep:
+        for sweep in self.sweeps:
+            if sweep.activation == activation:
+                return sweep
+        raise KeyError(f"no sweep {activation!r}; have {[s.activation for s in self.sweeps]}")
+
+
+@dataclass(frozen=True)
+class RecallHead:
+    """The head whose clean ``hook_z`` restores the most of the clean logit difference."""
+
+    layer: int
+    head: int
+    effect: float
+    ci_low: float
+    ci_high: float
+    runner_up: float
+    sweep: PatchingSweep = field(repr=False)
+
+
+# ----------------------------------------------------------------------------- generic patch
+
+
+def generic_patch(
+    model,
+    pair: PatchingPair | None = None,
+    *,
+    patch_setter: Callable[[Tensor, Mapping, Tensor], Tensor],
+    activation_name: str,
+    index_axes: Sequence[str] | None = None,
+    index_rows: Sequence[Mapping[str, int | tuple[int, ...]]] | None = None,
+    label: str | None = None,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+    source: str = "clean",
+    target: str = "corrupted",
+    n: int = 2000,
+    seed: int = 0,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    task_config: TaskConfig | None = None,
+    cache: PatchingCache | None = None,
+) -> PatchingSweep:
+    """Patch ``activation_name`` from the ``source`` run into the ``target`` run, once per cell.
+
+    Like TransformerLens' ``generic_activation_patch``: ``patch_setter(target_activation,
+    index, source_activation)`` writes the patched part of the source activation into (a clone
+    of) the target activation and returns it.  The cells are either ``index_axes`` (every
+    combination of ``layer``, ``head``, ``position``, ``source_position`` over the model's
+    ranges, like TL's ``index_axis_names``) or explicit ``index_rows`` (dicts with ``layer`` and
+    any of ``head``, ``position``, ``source_position``, ``neurons``; negative indices count
+    from the end and cells report the normalised ones).  ``hooks`` run in every forward (both
+    cached runs and every patched run), before the patch.
+
+    ``pair`` defaults to ``patching_pair(task_config, n, seed)`` with ``task_config`` defaulting
+    to the model's training task (``task_config_of(model)``); ``task_config`` and ``n`` are not
+    used when ``pair`` is given.  ``seed`` seeds that default pair *and* the bootstrap
+    resamples of the confidence intervals (``n_boot`` of them, at level ``confidence``).
+
+    When the unpatched clean and corrupted mean logit differences differ by less than 1e-6,
+    the normalisation is undefined: every cell's ``mean``, ``ci_low``, ``ci_high`` and
+    ``per_sample`` value is nan (see :attr:`PatchingSweep.runs_differ`).
+
+    A cell whose patched activation equals the target's own (e.g. any position before the last,
+    in any layer: both runs share those tokens) is not run: its patched forward would be
+    the unpatched target run, whose logit differences are reused exactly.
+    ``activation_name="resid_mid"`` is patched through ``hook_attn_out`` (see
+    :func:`_resid_mid_hooks`).
+
+    ``cache`` (a :class:`PatchingCache` from :func:`patching_cache`) reuses the two unpatched
+    runs of an earlier sweep of the same model; ``pair``, ``hooks``, ``n`` and ``task_config`` are
+    then taken from it.  Every sweep below (``patch_head_outputs``, ``patch_head_sources``,
+    ``patch_mlp``, ``patch_residual``) passes ``cache`` through to here.
+    """
+    if cache is not None and not isinstance(cache, PatchingCache):
+        raise TypeError(f"cache must be a PatchingCache from patching_cache(...), got {type(cache).__name__}")
+    if cache is not None and cache.model is not model:
+        raise ValueError("cache was built on a different model than the one being patched")
+    if activation_name not in ACTIVATIONS:
+        raise ValueError(f"activation_name must be one of {sorted(ACTIVATIONS)}, got {activation_name!r}")
+    _check_options(source, target, n_boot, seed, confidence)
+    check_task_config(model, task_config)
+    index_rows = _index_rows(model, index_axes, index_rows)
+    names = sorted({ACTIVATIONS[activation_name].format(layer=row["layer"]) for row in index_rows})
+    if cache is None:
+        pair = _resolve_pair(model, pair, n, seed, task_config)
+        hooks = check_hooks(model, hooks)
+        cache = patching_cache(model, pair, hooks, names)
+    else:
+        cache.add(names)
+    return _run_sweep(
+        model, cache, patch_setter=patch_setter, activation_name=activation_name, index_rows=index_rows,
+        label=label, source=source, target=target, n_boot=n_boot, seed=seed, confidence=confidence,
+    )
+
+
+# ----------------------------------------------------------------------------- sweeps
+
+
+def patch_head_outputs(
+    model,
+    pair: PatchingPair | None = None,
+    *,
+    by_position: bool = False,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+    source: str = "clean",
+    target: str = "corrupted",
+    n: int = 2000,
+    seed: int = 0,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    task_config: TaskConfig | None = None,
+    cache: PatchingCache | None = None,
+) -> PatchingSweep:
+    """Patch each head's ``hook_z`` (its whole output), at all positions or per position.
+
+    Shared arguments (``hooks``, ``source``, ``target``, ``n``, ``seed``, ``n_boot``,
+    ``confidence``, ``task_config``, ``cache``) as in :func:`generic_patch`: ``seed`` seeds the default
+    pair ``patching_pair(task_config or task_config_of(model), n, seed)`` and the bootstrap.
+    """
+    if by_position:
+        rows = [
+            {"layer": l, "head": h, "position": p}
+            for l in _layers(model)
+            for h in _heads(model)
+            for p in range(seq_len(model))
+        ]
+        setter, label = set_head_pos, "z_by_pos"
+    else:
+        rows = [{"layer": l, "head": h} for l in _layers(model) for h in _heads(model)]
+        setter, label = set_head, "z"
+    return generic_patch(
+        model, pair, patch_setter=setter, activation_name="z", index_rows=rows, label=label,
+        hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot,
+        confidence=confidence, task_config=task_config, cache=cache,
+    )
+
+
+def patch_head_sources(
+    model,
+    pair: PatchingPair | None = None,
+    *,
+    component: str = "pattern",
+    dest_position: int = -1,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+    source: str = "clean",
+    target: str = "corrupted",
+    n: int = 2000,
+    seed: int = 0,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    task_config: TaskConfig | None = None,
+    cache: PatchingCache | None = None,
+) -> PatchingSweep:
+    """Per head and source position: one attention weight (``"pattern"``) or one value vector (``"value"``).
+
+    ``"pattern"`` patches the weight from ``dest_position`` (default the last position) to each
+    causal source position ``s <= dest``; ``"value"`` patches ``hook_v`` at each source
+    position.  See the module docstring for what these measure.  ``dest_position`` accepts a
+    negative index (counted from the end).  Shared arguments as in :func:`generic_patch`
+    (``seed`` seeds the default pair and the bootstrap; ``task_config`` is the default pair's task).
+    """
+    if component not in ("pattern", "value"):
+        raise ValueError(f"component must be 'pattern' or 'value', got {component!r}")
+    dest = check_position(dest_position, seq_len(model), "dest_position")
+    if component == "pattern":
+        rows = [
+            {"layer": l, "head": h, "position": dest, "source_position": s}
+            for l in _layers(model)
+            for h in _heads(model)
+            for s in range(dest + 1)
+        ]
+        return generic_patch(
+            model, pair, patch_setter=set_pattern_entry, activation_name="pattern", index_rows=rows,
+            label="pattern_source", hooks=hooks, source=source, target=target, n=n, seed=seed,
+            n_boot=n_boot, confidence=confidence, task_config=task_config, cache=cache,
+        )
+    rows = [
+        {"layer": l, "head": h, "source_position": s}
+        for l in _layers(model)
+        for h in _heads(model)
+        for s in range(seq_len(model))
+    ]
+    return generic_patch(
+        model, pair, patch_setter=set_head_pos, activation_name="v", index_rows=rows,
+        label="value_source", hooks=hooks, source=source, target=target, n=n, seed=seed,
+        n_boot=n_boot, confidence=confidence, task_config=task_config, cache=cache,
+    )
+
+
+patch_head_patterns = partial(
+    generic_patch, patch_setter=set_pattern, activation_name="pattern", index_axes=("layer", "head")
+)
+patch_head_patterns.__doc__ = """Patch each head's whole attention pattern (``hook_pattern``, all destinations).
+
+``patch_head_patterns(model, pair=None, **kwargs)``; keyword arguments as :func:`generic_patch`
+(``hooks``, ``source``, ``target``, ``n``, ``seed`` (the default pair's and the bootstrap's seed),
+``n_boot``, ``confidence``, ``task_config`` (the task of the default pair))."""
+
+patch_attn_out = partial(
+    generic_patch, patch_setter=set_pos, activation_name="attn_out", index_axes=("layer", "position")
+)
+patch_attn_out.__doc__ = """Patch the attention layer's output (``hook_attn_out``) per layer and position.
+
+``patch_attn_out(model, pair=None, **kwargs)``; keyword arguments as :func:`generic_patch`
+(``hooks``, ``source``, ``target``, ``n``, ``seed`` (the default pair's and the bootstrap's seed),
+``n_boot``, ``confidence``, ``task_config`` (the task of the default pair))."""
+
+
+def patch_mlp(
+    model,
+    pair: PatchingPair | None = None,
+    *,
+    neuron_groups: int | Sequence[Sequence[int]] | None = None,
+    by_position: bool = False,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+    source: str = "clean",
+    target: str = "corrupted",
+    n: int = 2000,
+    seed: int = 0,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    task_config: TaskConfig | None = None,
+    cache: PatchingCache | None = None,
+) -> PatchingSweep:
+    """Patch the MLP output (``hook_mlp_out``, all positions or per position), or neuron groups.
+
+    With ``neuron_groups`` (a group size, or explicit lists of neurons; negative neurons count
+    from the end) the sweep patches ``mlp.hook_post`` for each group at every position instead.
+    Shared arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the
+    bootstrap; ``task_config`` is the default pair's task).
+    """
+    kwargs = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot,
+                  confidence=confidence, task_config=task_config, cache=cache)
+    if neuron_groups is not None:
+        groups = _neuron_groups(neuron_groups, model_config_of(model).resolved_d_mlp)
+        rows = [{"layer": l, "neurons": g} for l in _layers(model) for g in groups]
+        return generic_patch(
+            model, pair, patch_setter=set_neurons, activation_name="post", index_rows=rows,
+            label="mlp_neurons", **kwargs,
+        )
+    if by_position:
+        rows = [{"layer": l, "position": p} for l in _layers(model) for p in range(seq_len(model))]
+        return generic_patch(
+            model, pair, patch_setter=set_pos, activation_name="mlp_out", index_rows=rows,
+            label="mlp_out_by_pos", **kwargs,
+        )
+    rows = [{"layer": l} for l in _layers(model)]
+    return generic_patch(
+        model, pair, patch_setter=set_all, activation_name="mlp_out", index_rows=rows, **kwargs
+    )
+
+
+def patch_residual(
+    model,
+    pair: PatchingPair | None = None,
+    *,
+    site: str = "resid_pre",
+    positions: int | Sequence[int] | None = None,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+    source: str = "clean",
+    target: str = "corrupted",
+    n: int = 2000,
+    seed: int = 0,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    task_config: TaskConfig | None = None,
+    cache: PatchingCache | None = None,
+) -> PatchingSweep:
+    """Patch the residual stream (``site`` = resid_pre / resid_mid / resid_post) per layer and position.
+
+    ``positions`` (default all; negative ones count from the end) restricts the cells.  Shared
+    arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap;
+    ``task_config`` is the default pair's task).
+    """
+    if site not in ("resid_pre", "resid_mid", "resid_post"):
+        raise ValueError(f"site must be resid_pre, resid_mid or resid_post, got {site!r}")
+    chosen = check_positions(positions, seq_len(model)) or list(range(seq_len(model)))
+    rows = [{"layer": l, "position": p} for l in _layers(model) for p in chosen]
+    return generic_patch(
+        model, pair, patch_setter=set_pos, activation_name=site, index_rows=rows, hooks=hooks,
+        source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
+        task_config=task_config, cache=cache,
+    )
+
+
+def find_recall_head(
+    model,
+    pair: PatchingPair | None = None,
+    *,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+    n: int = 2000,
+    seed: int = 0,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    task_config: TaskConfig | None = None,
+) -> RecallHead:
+    """The head whose clean output (``hook_z``, all positions) restores the most recall.
+
+    Runs :func:`patch_head_outputs` (clean -> corrupted, denoising) and names the head with the
+    largest normalised effect, with its bootstrap CI and the runner-up's effect.  ``pair``
+    defaults to ``patching_pair(task_config or task_config_of(model), n, seed)``; ``seed`` seeds
+    that pair and the bootstrap.
+
+    Raises:
+        ValueError: when the clean and corrupted runs (under ``hooks``) have mean logit
+            differences closer than 1e-6: nothing is recalled that a head could restore, so no
+            head can be named (checked after the two unpatched runs, before any patch).
+    """
+    _check_options("clean", "corrupted", n_boot, seed, confidence)
+    pair = _resolve_pair(model, pair, n, seed, task_config)
+    hooks = check_hooks(model, hooks)
+    names = [ACTIVATIONS["z"].format(layer=layer) for layer in _layers(model)]
+    ctx = patching_cache(model, pair, hooks, names)
+    clean, corrupted = float(ctx.logit_diffs["clean"].mean()), float(ctx.logit_diffs["corrupted"].mean())
+    if not abs(clean - corrupted) >= MIN_DENOMINATOR:
+        raise ValueError(
+            "find_recall_head: the clean and corrupted runs do not differ (mean logit differences "
+            f"{clean:.6g} and {corrupted:.6g}, |difference| < {MIN_DENOMINATOR:g}), so no head's patch can "
+            "restore recall; check the model recalls at all and that hooks do not erase the logits"
+        )
+    sweep = patch_head_outputs(
+        model, pair, hooks=hooks, seed=seed, n_boot=n_boot, confidence=confidence, cache=ctx
+    )
+    best = sweep.best()
+    others = [cell.mean for cell in sweep.cells if cell is not best and not math.isnan(cell.mean)]
+    assert best.head is not None
+    return RecallHead(
+        layer=best.layer,
+        head=best.head,
+        effect=best.mean,
+        ci_low=best.ci_low,
+        ci_high=best.ci_high,
+        runner_up=max(others) if others else math.nan,
+        sweep=sweep,
+    )
+
+
+def recall_patching(
+    model,
+    pair: PatchingPair | None = None,
+    *,
+    neuron_groups: int | Sequence[Sequence[int]] | None = 8,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+    source: str = "clean",
+    target: str = "corrupted",
+    n: int = 2000,
+    seed: int = 0,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    task_config: TaskConfig | None = None,
+) -> PatchingReport:
+    """Every sweep on one pair, sharing the two cached runs.
+
+    Heads (``hook_z`` all positions), heads x source position (attention weight from the last
+    position), whole attention patterns per head, MLP output, MLP neuron groups (skipped when
+    ``neuron_groups`` is None) and the residual stream per position at resid_pre, resid_mid and
+    resid_post.  ``pair`` defaults to ``patching_pair(task_config or task_config_of(model), n,
+    seed)``; ``seed`` seeds that pair and the bootstrap (see :func:`generic_patch`).
+    """
+    _check_options(source, target, n_boot, seed, confidence)
+    pair = _resolve_pair(model, pair, n, seed, task_config)
+    hooks = check_hooks(model, hooks)
+    groups = None
+    if neuron_groups is not None:
+        groups = _neuron_groups(neuron_groups, model_config_of(model).resolved_d_mlp)
+    names = [
+        ACTIVATIONS[kind].format(layer=layer)
+        for layer in _layers(model)
+        for kind in ("z", "pattern", "mlp_out", "post", "resid_pre", "resid_mid", "resid_post")
+    ]
+    ctx = patching_cache(model, pair, hooks, names)
+    kwargs = dict(source=source, target=target, seed=seed, n_boot=n_boot, confidence=confidence, cache=ctx)
+    sweeps = [
+        patch_head_outputs(model, pair, **kwargs),
+        patch_head_sources(model, pair, **kwargs),
+        patch_head_patterns(model, pair, **kwargs),
+        patch_mlp(model, pair, **kwargs),
+    ]
+    if groups is not None:
+        sweeps.append(patch_mlp(model, pair, neuron_groups=[list(g) for g in groups], **kwargs))
+    sweeps += [patch_residual(model, pair, site=site, **kwargs) for site in ("resid_pre", "resid_mid", "resid_post")]
+    return PatchingReport(
+        model_name=model_config_of(model).name,
+        sweeps=tuple(sweeps),
+        clean_logit_diff=float(ctx.logit_diffs["clean"].mean()),
+        corrupted_logit_diff=float(ctx.logit_diffs["corrupted"].mean()),
+        n=len(pair[0]),
+    )

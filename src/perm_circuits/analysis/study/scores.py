@@ -1,0 +1,543 @@
+"""Attention scores of every head: where each head attends, per source position, and how well it
+matches the study's hypothesised patterns.
+
+Part of the head-role analysis (:mod:`perm_circuits.analysis.study.verdict` runs it end to end):
+scores (this module) -> per-component roles (:mod:`~perm_circuits.analysis.study.roles`) -> the study's
+claims (:mod:`~perm_circuits.analysis.study.claims`) -> the verdict.
+
+1. :func:`attention_by_source` -- the mean attention of every query position on every source
+   position, per (layer, head), split by whether the last query repeats an earlier query (one
+   forward over the batch, ``blocks.L.attn.hook_pattern``).
+2. :func:`head_scores` -- per head (Olsson et al. 2022 and Wang et al. 2022 score heads the same
+   way, by the attention mass on a hypothesised source):
+
+   - elimination: ``elim_y_mass``, the attention mass of x queries ``x2..xV`` on the prior y
+     positions, and ``elim_entropy``, the entropy of that attention restricted to the prior y
+     positions (renormalised), divided by ``log(#prior ys)``, per sample, averaged over ``x3..xV``
+     (``x2`` has a single prior y, where the normalised entropy is 0/0).  ``elimination_score =
+     elim_y_mass * elim_entropy`` (1 for a perfect uniform accumulator);
+   - binding: ``x_prev_y``, the mass of ``x_j`` (``j = 2..V``) on ``y_{j-1}`` and ``y_self``, the
+     mass of ``y_j`` (``j = 1..V-1``) on itself; ``binding_score`` is their mean;
+   - duplicate token: ``dup_repeated``, the mass of the last query on the position of the earlier
+     x it repeats, on repeated sequences, and ``dup_baseline``, the mass on the same positions on
+     sequences whose last query is new; ``duplicate_score`` is the difference.
+     ``source_y_*``: the same for the y that follows the repeated x (the recall answer).
+
+   The last query counts towards the elimination and binding scores on non-repeated sequences
+   only (on repeated ones elimination is the wrong algorithm); earlier queries on every sequence.
+3. :func:`head_roles` -- combines the attention scores with causal evidence: the ablation table
+   of :mod:`perm_circuits.analysis.interventions.ablation` (zero / mean / resample; decisions use one mode,
+
+Attention patterns (thresholds are fields of :class:`RoleThresholds`, shared by every step of
+the verdict): ``"unused"`` (loss rises by < ``loss_increase`` = 0.05 nats) or ``"minor"``.
+- MLP role: needed for recall while elimination survives -> ``"completes recall"`` (recall
+  retention ``<= destroyed``) or ``"contributes to recall"``; needed for recall and elimination
+
+:func:`recall_signal` measures recall in logits (used by the verdict to tell a broken recall from
+a broken output).
+
+Nothing here prints; every function validates its arguments before any forward pass and leaves
+no hooks on the model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+
+import pandas as pd
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from perm_circuits.analysis.interventions.checks import check_index, check_int, check_task_config
+from perm_circuits.hooks import HookList, check_hooks, run_capture
+from perm_circuits.models import model_config_of
+from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_test_set, validate_tokens
+
+__all__ = [
+    "DEFAULT_THRESHOLDS",
+    "AttentionBySource",
+    "HeadScore",
+    "HeadScores",
+    "RoleThresholds",
+    "attention_by_source",
+    "head_scores",
+    "recall_signal",
+    "repeat_source_of",
+]
+
+STUDY_REPEAT_RATIO = 0.3
+"""Repeat ratio of the study's repeated training set; used for the default test set when the
+model's own task has none, so that recall can always be measured."""
+
+
+# ----------------------------------------------------------------------------- thresholds
+
+
+@dataclass(frozen=True)
+class RoleThresholds:
+    """Every threshold the verdict uses (see the module docstring for the rules).
+
+    Attributes:
+        eliminator_y_mass: minimum mass of x queries on prior y positions for the eliminator pattern.
+        eliminator_entropy: minimum normalised entropy over the prior y positions for it.
+        binder_x_prev_y: minimum mass of ``x_j`` on ``y_{j-1}`` for the binder pattern.
+        binder_y_self: minimum mass of ``y_j`` on itself for the binder pattern.
+        duplicate_score: minimum rise of the last query's mass on the repeated x (repeated minus
+            non-repeated sequences) for the duplicate-token pattern.
+        destroyed: chance-corrected retention at or below which an ablation destroys a capability.
+        survives: retention at or above which the capability survives (between: damaged).
+        mae_increase: rise of the steps 1..V-1 MAE (vs the train-prior posterior) that counts as
+            harming elimination.
+        loss_increase: rise of the test loss (nats) that separates "minor" from "unused".
+        patch_restores: normalised patching effect from which a component restores recall.
+        patch_none: normalised patching effect below which a component restores nothing.
+        capable: baseline accuracy from which the model has a capability.
+        incapable: baseline accuracy below which it lacks it (retentions need at least this).
+        recall_absent: recall accuracy at or below which "cannot recall" holds (chance, 1/V).
+    """
+
+    eliminator_y_mass: float = 0.7
+    eliminator_entropy: float = 0.8
+    binder_x_prev_y: float = 0.6
+    binder_y_self: float = 0.6
+    duplicate_score: float = 0.3
+    destroyed: float = 0.25
+    survives: float = 0.75
+    mae_increase: float = 0.05
+    loss_increase: float = 0.05
+    patch_restores: float = 0.5
+    patch_none: float = 0.1
+    capable: float = 0.9
+    incapable: float = 0.5
+    recall_absent: float = 0.2
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+                raise TypeError(f"threshold {item.name} must be a number, got {value!r}")
+        if not 0 <= self.destroyed < self.survives <= 1:
+            raise ValueError(f"need 0 <= destroyed < survives <= 1, got {self.destroyed}, {self.survives}")
+        if not 0 <= self.recall_absent < self.incapable < self.capable <= 1:
+            raise ValueError(
+                f"need 0 <= recall_absent < incapable < capable <= 1, got "
+                f"{self.recall_absent}, {self.incapable}, {self.capable}"
+            )
+        if not self.patch_none < self.patch_restores:
+            raise ValueError(f"need patch_none < patch_restores, got {self.patch_none}, {self.patch_restores}")
+
+
+DEFAULT_THRESHOLDS = RoleThresholds()
+
+
+def _check_thresholds(thresholds: object) -> RoleThresholds:
+    if thresholds is None:
+        return DEFAULT_THRESHOLDS
+    if not isinstance(thresholds, RoleThresholds):
+        raise TypeError(f"thresholds must be a RoleThresholds or None, got {type(thresholds).__name__}")
+    return thresholds
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def repeat_source_of(inputs: Int[Tensor, "batch seq"]) -> Int[Tensor, " batch"]:
+    """Index ``k`` (0-based) of the earlier query ``x_{k+1}`` that the last query repeats, else -1.
+
+    Read from the tokens (the first earlier x equal to the last one), so it also works for raw
+    token tensors; on task batches it equals ``Batch.repeat_source``.
+    """
+    last = inputs[:, -1]
+    earlier = inputs[:, 0:-1:2]
+    match = earlier == last[:, None]
+    first = match.int().argmax(dim=1)
+    return torch.where(match.any(dim=1), first, torch.full_like(first, -1))
+
+
+def _default_task(model, task_config: TaskConfig | None) -> TaskConfig:
+    config = check_task_config(model, task_config)
+    if config.repeat_ratio == 0:
+        config = replace(config, repeat_ratio=STUDY_REPEAT_RATIO)
+    return config
+
+
+def _resolve_batch(model, test_set: object, task_config: TaskConfig | None, n: int, seed: int) -> tuple[Batch, TaskConfig]:
+    config = _default_task(model, task_config)
+    check_int("n", n, 1)
+    check_int("seed", seed, 0)
+    if test_set is None:
+        return make_test_set(config, n=n, seed=seed), config
+    if not isinstance(test_set, Batch):
+        raise TypeError(f"test_set must be a perm_circuits.Batch or None, got {type(test_set).__name__}")
+    validate_tokens(test_set.inputs, model_config_of(model).V)
+    return test_set, config
+
+
+def _resolve_tokens(model, test_set: object, task_config: TaskConfig | None, n: int, seed: int) -> Tensor:
+    if isinstance(test_set, Tensor):
+        _default_task(model, task_config)
+        return validate_tokens(test_set, model_config_of(model).V)
+    return _resolve_batch(model, test_set, task_config, n, seed)[0].inputs
+
+
+def recall_signal(logits: Float[Tensor, "batch seq vocab"], inputs: Int[Tensor, "batch seq"]) -> float:
+    """How much more the model favours the repeated query's earlier answer when the query repeats.
+
+    At the last position, per sequence, the margin of each used value ``y_k`` (``k < V``) is its
+    logit minus the mean logit of the other used values.  The signal is the mean margin of the
+    recall answer ``y_{s+1}`` on repeated sequences (``s`` = the repeated query's index) minus the
+    mean margin of the same index on sequences whose last query is new (weighted like the
+    repeated ones' sources).  It measures recall in logits, independently of elimination (which
+    only separates used from unused values): an ablation that breaks elimination but leaves the
+    recall mechanism intact keeps the signal; one that breaks recall removes it.  nan without
+    both kinds of sequence or with ``V < 3``.
+    """
+    source = repeat_source_of(inputs)
+    repeated = source >= 0
+    n_used = inputs.shape[1] // 2
+    if n_used < 2 or not repeated.any() or repeated.all():
+        return math.nan
+    last = logits[:, -1, 1:].double()
+    used = last.gather(1, inputs[:, 1::2] - 1)  # logits of y_1..y_{V-1}
+    margin = used - (used.sum(dim=1, keepdim=True) - used) / (n_used - 1)
+    k = source[repeated]
+    on_repeated = margin[repeated].gather(1, k[:, None]).mean()
+    weights = torch.bincount(k, minlength=n_used).double() / len(k)
+    on_new = (margin[~repeated].mean(dim=0) * weights).sum()
+    return float(on_repeated - on_new)
+
+
+def _position_label(position: int) -> str:
+    return f"x{position // 2 + 1}" if position % 2 == 0 else f"y{(position + 1) // 2}"
+
+
+def _component(layer: int, head: int | None) -> str:
+    return f"L{layer}MLP" if head is None else f"L{layer}H{head}"
+
+
+# ----------------------------------------------------------------------------- attention by source
+
+
+@dataclass(frozen=True)
+class AttentionBySource:
+    """Mean attention of every query on every source position, per (layer, head).
+
+    Attributes:
+        mean_not_repeated: ``[layer, head, q, k]`` mean pattern over sequences whose last query
+            is new (nan where there are none).
+        mean_repeated: the same over sequences whose last query repeats an earlier one.
+        patterns: every sample's pattern ``[batch, layer, head, q, k]`` (for per-sample scores).
+        source: per sample, the 0-based index of the repeated earlier query, -1 if none
+            (:func:`repeat_source_of`).
+    """
+
+    model_name: str
+    V: int
+    n_samples: int
+    n_repeated: int
+    mean_not_repeated: Float[Tensor, "layer head q k"]
+    mean_repeated: Float[Tensor, "layer head q k"]
+    patterns: Float[Tensor, "batch layer head q k"] = field(repr=False)
+    source: Int[Tensor, " batch"] = field(repr=False)
+
+    def mean(self, group: str = "all") -> Float[Tensor, "layer head q k"]:
+        """Mean pattern of ``"all"``, ``"repeated"`` or ``"not_repeated"`` sequences."""
+        if group == "all":
+            return self.patterns.mean(dim=0)
+        if group == "repeated":
+            return self.mean_repeated
+        if group == "not_repeated":
+            return self.mean_not_repeated
+        raise ValueError(f"group must be 'all', 'repeated' or 'not_repeated', got {group!r}")
+
+    def pattern(self, layer: int, head: int, group: str = "all") -> Float[Tensor, "q k"]:
+        """Mean pattern ``[q, k]`` of one head for ``group`` (see :meth:`mean`)."""
+        n_layers, n_heads = self.mean_not_repeated.shape[:2]
+        layer = check_index("layer", layer, n_layers, f"the model has {n_layers} layer(s)")
+        head = check_index("head", head, n_heads, f"the model has {n_heads} head(s) per layer")
+        return self.mean(group)[layer, head]
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """Tidy: one row per (group, layer, head, query position, causal source position)."""
+        rows = []
+        groups = (("not_repeated", self.mean_not_repeated, self.n_samples - self.n_repeated),
+                  ("repeated", self.mean_repeated, self.n_repeated))
+        n_layers, n_heads, seq, _ = self.mean_not_repeated.shape
+        for group, mean, count in groups:
+            if count == 0:
+                continue
+            values = mean.tolist()
+            for layer in range(n_layers):
+                for head in range(n_heads):
+                    for q in range(seq):
+                        for k in range(q + 1):
+                            rows.append({
+                                "group": group, "n": count, "layer": layer, "head": head,
+                                "component": _component(layer, head), "query_pos": q,
+                                "query": _position_label(q), "source_pos": k,
+                                "source": _position_label(k), "attention": values[layer][head][q][k],
+                            })
+        return pd.DataFrame(rows)
+
+
+def _capture_patterns(model, tokens: Tensor, hooks: HookList) -> Tensor:
+    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(model_config_of(model).n_layers)]
+    store = run_capture(model, tokens, names, hooks)[1]
+    return torch.stack([store[name].float() for name in names], dim=1)  # [batch, layer, head, q, k]
+
+
+def attention_by_source(
+    model,
+    test_set: Batch | Tensor | None = None,
+    *,
+    task_config: TaskConfig | None = None,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+    n: int = 5000,
+    seed: int = 1234,
+) -> AttentionBySource:
+    """Per-source attention of every query position of every head, mean over ``test_set``.
+
+    One forward (under ``hooks``, which run before the capture) records
+    ``blocks.L.attn.hook_pattern`` for every layer; the means are split by whether the last
+    query repeats an earlier query (read from the tokens).  This is the measurement behind the
+    study's attention maps (section 08).
+
+    Args:
+        test_set: a Batch or a token tensor ``[batch, 2V-1]``; default ``make_test_set`` of the
+            model's task (with the study's repeat ratio 0.3 when that task has none), ``n``
+            samples, ``seed``.
+        task_config: the task of the default test set (default: the model's task).
+        hooks: a TransformerLens hook list applied during the forward pass.
+        n: size of the default test set (unused when ``test_set`` is given).
+        seed: the seed of the default test set only (``make_test_set(task, n=n, seed=seed)``);
+            unused when ``test_set`` is given.  Nothing else here is random.
+    """
+    tokens = _resolve_tokens(model, test_set, task_config, n, seed)
+    hooks = check_hooks(model, hooks)
+    config = model_config_of(model)
+    patterns = _capture_patterns(model, tokens, hooks)
+    source = repeat_source_of(tokens)
+    repeated = source >= 0
+
+    def group_mean(rows: Tensor) -> Tensor:
+        if not rows.any():
+            return torch.full(patterns.shape[1:], math.nan)
+        return patterns[rows].mean(dim=0)
+
+    return AttentionBySource(
+        model_name=config.name,
+        V=config.V,
+        n_samples=len(tokens),
+        n_repeated=int(repeated.sum()),
+        mean_not_repeated=group_mean(~repeated),
+        mean_repeated=group_mean(repeated),
+        patterns=patterns,
+        source=source,
+    )
+
+
+# ----------------------------------------------------------------------------- head scores
+
+
+@dataclass(frozen=True)
+class HeadScore:
+    """Attention scores of one head (definitions in the module docstring).
+
+    ``patterns`` lists the attention patterns the head matches (``"eliminator"``, ``"binder"``,
+    ``"duplicate"``) under the thresholds used; ``attention_role`` joins them with ``+``
+    (``"other"`` when none).
+    """
+
+    layer: int
+    head: int
+    component: str
+    elim_y_mass: float
+    elim_entropy: float
+    elimination_score: float
+    x_prev_y: float
+    y_self: float
+    binding_score: float
+    dup_repeated: float
+    dup_baseline: float
+    duplicate_score: float
+    source_y_repeated: float
+    source_y_baseline: float
+    source_y_shift: float
+    patterns: tuple[str, ...]
+    attention_role: str
+
+
+@dataclass(frozen=True)
+class HeadScores:
+    """Result of :func:`head_scores`: one :class:`HeadScore` per (layer, head)."""
+
+    model_name: str
+    n_samples: int
+    n_repeated: int
+    thresholds: RoleThresholds
+    heads: tuple[HeadScore, ...]
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per head."""
+        frame = pd.DataFrame([asdict(score) for score in self.heads])
+        frame["patterns"] = ["+".join(score.patterns) for score in self.heads]
+        frame.insert(0, "model", self.model_name)
+        return frame
+
+    def get(self, layer: int, head: int) -> HeadScore:
+        for score in self.heads:
+            if score.layer == layer and score.head == head:
+                return score
+        raise KeyError(f"no head L{layer}H{head} in {self.model_name}")
+
+    def __iter__(self) -> Iterator[HeadScore]:
+        return iter(self.heads)
+
+
+def _mean_rows(values: Tensor, rows: Tensor) -> Tensor:
+    """Mean over the selected batch rows of ``values [batch, layer, head]`` (nan if none)."""
+    if not rows.any():
+        return torch.full(values.shape[1:], math.nan, dtype=torch.float64)
+    return values[rows].double().mean(dim=0)
+
+
+def _patterns_matched(score: dict, thresholds: RoleThresholds) -> tuple[str, ...]:
+    matched = []
+    if score["elim_y_mass"] >= thresholds.eliminator_y_mass and score["elim_entropy"] >= thresholds.eliminator_entropy:
+        matched.append("eliminator")
+    if score["x_prev_y"] >= thresholds.binder_x_prev_y and score["y_self"] >= thresholds.binder_y_self:
+        matched.append("binder")
+    if score["duplicate_score"] >= thresholds.duplicate_score:
+        matched.append("duplicate")
+    return tuple(matched)
+
+
+def _scores(attention: AttentionBySource, thresholds: RoleThresholds) -> HeadScores:
+    """Head scores from per-sample patterns (vectorized over the batch)."""
+    P = attention.patterns.double()  # [batch, layer, head, q, k]
+    V = attention.V
+    last = 2 * V - 2
+    source = attention.source
+    repeated = source >= 0
+    everyone = torch.ones_like(repeated)
+    if not (~repeated).any():
+        raise ValueError(
+            "the test set has no sequence whose last query is new: the elimination and binding "
+            "scores need some (the last query is scored on non-repeated sequences only)"
+        )
+
+    def rows_for(q: int) -> Tensor:
+        return ~repeated if q == last else everyone
+
+    y_mass, entropy, prev_y = [], [], []
+    for j in range(2, V + 1):  # x_j at position 2(j-1)
+        q = 2 * (j - 1)
+        prior = list(range(1, q, 2))
+        rows = rows_for(q)
+        A = P[:, :, :, q, prior]  # [batch, layer, head, j-1]
+        mass = A.sum(dim=-1)
+        y_mass.append(_mean_rows(mass, rows))
+        prev_y.append(_mean_rows(P[:, :, :, q, q - 1], rows))
+        if j >= 3:
+            p = A / mass.clamp_min(1e-30)[..., None]
+            h = -torch.special.xlogy(p, p).sum(dim=-1) / math.log(j - 1)
+            entropy.append(_mean_rows(h, rows))
+    y_self = [_mean_rows(P[:, :, :, 2 * j - 1, 2 * j - 1], everyone) for j in range(1, V)]
+
+    def stack_mean(items: list[Tensor]) -> Tensor:
+        if not items:
+            return torch.full(P.shape[1:3], math.nan, dtype=torch.float64)
+        return torch.stack(items).mean(dim=0)
+
+    elim_y_mass, elim_entropy = stack_mean(y_mass), stack_mean(entropy)
+    x_prev_y, y_self_mean = stack_mean(prev_y), stack_mean(y_self)
+
+    # duplicate token: last query -> the repeated x (position 2k) and its y (2k + 1)
+    nan = torch.full(P.shape[1:3], math.nan, dtype=torch.float64)
+    dup_rep, dup_base, src_rep, src_base = nan, nan, nan, nan
+    if repeated.any():
+        k = source[repeated]
+        rows_last = P[repeated][:, :, :, last]  # [n_rep, layer, head, k]
+        dup_rep = rows_last[torch.arange(len(k)), :, :, 2 * k].mean(dim=0)
+        src_rep = rows_last[torch.arange(len(k)), :, :, 2 * k + 1].mean(dim=0)
+        base_last = P[~repeated][:, :, :, last].mean(dim=0)  # [layer, head, k]
+        weights = torch.bincount(k, minlength=V - 1).double() / len(k)  # share of each source
+        dup_base = (base_last[:, :, 0 : 2 * (V - 1) : 2] * weights).sum(dim=-1)
+        src_base = (base_last[:, :, 1 : 2 * (V - 1) : 2] * weights).sum(dim=-1)
+
+    heads = []
+    n_layers, n_heads = P.shape[1], P.shape[2]
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            def at(t: Tensor) -> float:
+                return float(t[layer, head])
+
+            score = {
+                "elim_y_mass": at(elim_y_mass),
+                "elim_entropy": at(elim_entropy),
+                "elimination_score": at(elim_y_mass) * at(elim_entropy),
+                "x_prev_y": at(x_prev_y),
+                "y_self": at(y_self_mean),
+                "binding_score": (at(x_prev_y) + at(y_self_mean)) / 2,
+                "dup_repeated": at(dup_rep),
+                "dup_baseline": at(dup_base),
+                "duplicate_score": at(dup_rep) - at(dup_base),
+                "source_y_repeated": at(src_rep),
+                "source_y_baseline": at(src_base),
+                "source_y_shift": at(src_rep) - at(src_base),
+            }
+            matched = _patterns_matched(score, thresholds)
+            heads.append(
+                HeadScore(
+                    layer=layer, head=head, component=_component(layer, head), **score,
+                    patterns=matched, attention_role="+".join(matched) or "other",
+                )
+            )
+    return HeadScores(
+        model_name=attention.model_name,
+        n_samples=attention.n_samples,
+        n_repeated=attention.n_repeated,
+        thresholds=thresholds,
+        heads=tuple(heads),
+    )
+
+
+def head_scores(
+    model,
+    test_set: Batch | Tensor | None = None,
+    *,
+    task_config: TaskConfig | None = None,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+    n: int = 5000,
+    seed: int = 1234,
+    thresholds: RoleThresholds | None = None,
+    attention: AttentionBySource | None = None,
+) -> HeadScores:
+    """Elimination, binding and duplicate-token attention scores of every head.
+
+    Definitions in the module docstring (the study's section 08 claims, scored the way Olsson et
+    al. 2022 score induction / previous-token heads: attention mass on the hypothesised source).
+    Pass ``attention`` (from :func:`attention_by_source`) to reuse a forward pass; otherwise one
+    forward over ``test_set`` under ``hooks``.  ``thresholds`` only sets which patterns each
+    head is said to match.  ``task_config``, ``n`` and ``seed`` choose the default test set as in
+    :func:`attention_by_source`: ``seed`` is the test-set seed (``make_test_set(task, n=n,
+    seed=seed)``) and nothing else; all three are unused when ``test_set`` or ``attention`` is
+    given.
+    """
+    thresholds = _check_thresholds(thresholds)
+    if attention is not None:
+        if not isinstance(attention, AttentionBySource):
+            raise TypeError(f"attention must be an AttentionBySource or None, got {type(attention).__name__}")
+        config = model_config_of(model)
+        expected = (config.n_layers, config.n_heads)
+        if tuple(attention.mean_not_repeated.shape[:2]) != expected or attention.V != config.V:
+            raise ValueError(
+                f"attention has {tuple(attention.mean_not_repeated.shape[:2])} (layers, heads) and V={attention.V}, "
+                f"the model {expected} and V={config.V}"
+            )
+    else:
+        attention = attention_by_source(model, test_set, task_config=task_config, hooks=hooks, n=n, seed=seed)
+    return _scores(attention, thresholds)

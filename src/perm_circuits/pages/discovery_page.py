@@ -1,0 +1,241 @@
+"""The discovery page, ``docs/discovery.md``: which circuit-discovery method to trust on tiny transformers.
+
+Built from ``results/discovery.csv`` (:func:`perm_circuits.discovery.benchmark.run_benchmark`,
+written by ``scripts/discovery_benchmark.py``) and ``docs/templates/discovery.md`` by
+:func:`discovery_pages`, with one circuit picture per shipped model in ``docs/figures/``
+(:func:`perm_circuits.views.circuit_graph.circuit_graph`).  Every number is a placeholder or a
+generated table cell; every claim word (``recovers`` / ``does not recover``, ``matches`` /
+``covers`` / ``misses``) is computed here by the rules :func:`recovers` and :func:`coverage_word`,
+which the page's test re-derives from the table.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from perm_circuits.pages.render import format_value, render
+
+__all__ = [
+    "DESCRIBED",
+    "DISCOVERY_FIGURES",
+    "DISCOVERY_PAGE",
+    "DISCOVERY_TABLE",
+    "DISCOVERY_TEMPLATE",
+    "PAPER",
+    "coverage_word",
+    "discovery_numbers",
+    "discovery_pages",
+    "flip_word",
+    "recovers",
+]
+
+DISCOVERY_TABLE = Path("results/discovery.csv")
+DISCOVERY_TEMPLATE = Path("docs/templates/discovery.md")
+DISCOVERY_PAGE = Path("docs/discovery.md")
+DISCOVERY_FIGURES = Path("docs/figures")
+
+METHOD_ORDER = ("acdc", "eap", "eap_ig", "node_attribution", "greedy_edges", "mask_pruning", "random_baseline",
+                "exhaustive_oracle")
+SHIPPED = ("d16h1", "d32h1", "d32h2", "d16h1l2-any")
+
+DESCRIBED = {
+    "d16h1": ({"L0H0", "L0MLP"}, frozenset(), "results page, section 5: the head and the MLP at the last position"),
+    "d32h1": ({"L0H0", "L0MLP"}, frozenset(), "results page, section 5: the head and the MLP at the last position"),
+    "d32h2": ({"L0H0", "L0H1", "L0MLP"}, frozenset(),
+              "results page, section 5: recall circuit L0H0, L0H1, L0MLP (elimination: L0H1, L0MLP)"),
+    "d16h1l2-any": ({"L0H0", "L0MLP", "L1H0", "L1MLP"},
+                    frozenset({"L0H0->L0MLP", "L0MLP->L1H0.q", "L0H0->L1H0.v", "L1H0->L1MLP", "L1MLP->logits"}),
+                    "general recall page, steps 1-4: L0H0 matches, MLP0 feeds L1H0's query, L0H0 feeds its value, "
+                    "MLP1 reads L1H0 and writes the answer; no K-composition"),
+}
+"""Per shipped model: the components and the edges the docs describe for its circuit, and where."""
+
+PAPER = {
+    "acdc_zero_auc": 1.0,
+}
+"""Published numbers quoted on the page: ACDC's edge-level ROC AUC on both tracr tasks under zero
+ablation (Conmy et al. 2023, appendix Table 3, loss metric)."""
+
+
+def key(name: str) -> str:
+    """A placeholder-safe key part: ``tracr:frac_prevs`` -> ``tracr_frac_prevs``."""
+    return name.replace(":", "_")
+
+
+def recovers(exact_rate: float, auc: float) -> str:
+    """The claim word for a method on a model: ``recovers`` when its chosen circuit equals the truth in at
+    least half the seeds; ``ranks the true edges first but does not choose exactly`` when it does not
+    but its mean ROC AUC is at least 0.9; else ``does not recover``."""
+    if exact_rate >= 0.5:
+        return "recovers"
+    if not math.isnan(auc) and auc >= 0.9:
+        return "ranks the true edges first but does not choose exactly"
+    return "does not recover"
+
+
+def flip_word(zero_claim: str, resample_claim: str) -> str:
+    """Miller et al.'s mode flip is ``reproduced`` when a method does not recover the zero-ablation truth
+    under zero ablation but recovers the resample truth under resample ablation; ``not reproduced``
+    otherwise."""
+    return "reproduced" if zero_claim != "recovers" and resample_claim == "recovers" else "not reproduced"
+
+
+def coverage_word(covered: float, extra: int) -> str:
+    """``matches`` (every described part found, nothing else), ``covers`` (every described part and more),
+    else ``misses part of``."""
+    if covered >= 1.0:
+        return "matches" if extra == 0 else "covers"
+    return "misses part of"
+
+
+def _components(edges: str) -> set[str]:
+    out = set()
+    for edge in str(edges).split():
+        sender, receiver = edge.split("->")
+        out.update({sender, receiver.split(".")[0]})
+    return out - {"embed", "logits"}
+
+
+def _stat(values: pd.Series) -> tuple[float, float, float]:
+    values = values.astype(float).dropna()
+    if values.empty:
+        return math.nan, math.nan, math.nan
+    return float(values.mean()), float(values.min()), float(values.max())
+
+
+def _cell(values: pd.Series, fmt: str = "f2") -> str:
+    mean, low, high = _stat(values)
+    if math.isnan(mean):
+        return "n/a"
+    if low == high:
+        return format_value(mean, fmt)
+    return f"{format_value(mean, fmt)} ({format_value(low, fmt)}-{format_value(high, fmt)})"
+
+
+def _summary_block(table: pd.DataFrame, truth: str) -> str:
+    part = table[table.truth == truth]
+    hows = [h for h in ("zero", "mean", "resample") if h in set(part.how)]
+    lines = ["| method | " + " | ".join(f"{h}: ROC AUC / PR AUC" for h in hows)
+             + " | recall / precision (edges) | exact (edges / heads) | faithfulness area | oracle regret "
+             "| wall time (s) | forward passes |",
+             "|---|" + "---|" * len(hows) + "---|---|---|---|---|---|"]
+    for method in [m for m in METHOD_ORDER if m in set(part.method)]:
+        rows = part[part.method == method]
+        cells = [f"{_cell(rows[rows.how == h].roc_auc)} / {_cell(rows[rows.how == h].pr_auc)}" for h in hows]
+        lines.append(
+            f"| {method} | " + " | ".join(cells)
+            + f" | {_cell(rows.recall)} / {_cell(rows.precision)}"
+            + f" | {format_value(rows.exact.astype(float).mean(), 'pct0')} / "
+              f"{format_value(rows.exact_heads.astype(float).mean(), 'pct0')}"
+            + f" | {_cell(rows.faith_area)} | {_cell(rows.oracle_regret)} | {_cell(rows.wall_time, 'f1')}"
+            + f" | {format_value(float(rows.n_forward.mean()), 'f0')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _detail_block(table: pd.DataFrame) -> str:
+    lines = ["| model | mode | truth (modes) | true edges | method | ROC AUC | PR AUC | recall | precision | exact "
+             "| recall / precision (heads) | edges chosen | faithfulness | faithfulness area | oracle regret "
+             "| oracle search |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (model, how), rows in table.groupby(["model", "how"], sort=False):
+        for method in [m for m in METHOD_ORDER if m in set(rows.method)]:
+            r = rows[rows.method == method]
+            search = str(r.oracle_search.fillna("").iloc[0]) or "no oracle (graph too large)"
+            lines.append(
+                f"| {model} | {how} | {r.truth.iloc[0]} ({r.truth_modes.iloc[0]}) | {_cell(r.n_true, 'f0')} "
+                f"| {method} | {_cell(r.roc_auc)} | {_cell(r.pr_auc)} | {_cell(r.recall)} | {_cell(r.precision)} "
+                f"| {format_value(r.exact.astype(float).mean(), 'pct0')} "
+                f"| {_cell(r.recall_heads)} / {_cell(r.precision_heads)} | {_cell(r.n_chosen, 'f1')} "
+                f"| {_cell(r.faithfulness)} | {_cell(r.faith_area)} | {_cell(r.oracle_regret)} | {search} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def discovery_numbers(table: pd.DataFrame) -> dict[str, object]:
+    """The page's numbers and claim words from the benchmark table (keys in the template)."""
+    numbers: dict[str, object] = {
+        "settings.n": int(table.n.iloc[0]),
+        "settings.seeds": len(set(table.seed)),
+        "settings.rows": len(table),
+        "settings.models": ", ".join(dict.fromkeys(table.model)),
+        "paper.acdc_zero_auc": PAPER["acdc_zero_auc"],
+    }
+    for (model, how, method), rows in table.groupby(["model", "how", "method"]):
+        p = f"{key(model)}.{how}.{method}."
+        for column in ("roc_auc", "pr_auc", "recall", "precision", "faith_area", "oracle_regret", "wall_time"):
+            mean, low, high = _stat(rows[column])
+            numbers.update({p + column: mean, p + column + "_min": low, p + column + "_max": high})
+        numbers[p + "exact"] = float(rows.exact.astype(float).mean())
+        numbers[p + "n_forward"] = float(rows.n_forward.mean())
+        numbers[p + "claim"] = recovers(numbers[p + "exact"], numbers[p + "roc_auc"])
+        numbers[p + "n_true"] = float(rows.n_true.mean())
+    for method in ("acdc", "mask_pruning"):
+        zero = numbers.get(f"tracr_frac_prevs.zero.{method}.claim")
+        resample = numbers.get(f"tracr_frac_prevs.resample.{method}.claim")
+        if zero is not None and resample is not None:
+            numbers[f"miller.{method}"] = flip_word(str(zero), str(resample))
+    for (model, how), rows in table[table.method == "exhaustive_oracle"].groupby(["model", "how"]):
+        searches = rows.oracle_search.fillna("").astype(str)
+        reached = not any("target not reached" in x for x in searches)
+        numbers[f"{key(model)}.{how}.oracle.reached"] = "reached" if reached else "did not reach"
+        numbers[f"{key(model)}.{how}.oracle.search"] = searches.iloc[0].split(";")[0]
+        numbers[f"{key(model)}.{how}.oracle.faithfulness"] = float(rows.faithfulness.mean())
+        numbers[f"{key(model)}.{how}.oracle.size"] = float(rows.n_chosen.mean())
+    for model in SHIPPED:
+        described, edges, _ = DESCRIBED[model]
+        for how in ("zero", "mean", "resample"):
+            rows = table[(table.model == model) & (table.how == how) & (table.method == "exhaustive_oracle")]
+            if rows.empty:
+                continue
+            p = f"{key(model)}.{how}.described."
+            found = [_components(c) for c in rows.circuit.fillna("")]
+            covered = sum(len(described & f) / len(described) for f in found) / len(found)
+            extra = max(len(f - described) for f in found)
+            numbers[p + "covered"] = covered
+            numbers[p + "extra"] = extra
+            numbers[p + "found"] = ", ".join(sorted(set.union(*found))) or "none"
+            numbers[p + "claim"] = coverage_word(covered, extra)
+            if edges:
+                circuits = [set(str(c).split()) for c in rows.circuit.fillna("")]
+                numbers[p + "edges_covered"] = sum(len(edges & c) / len(edges) for c in circuits) / len(circuits)
+                numbers[p + "k_composition"] = sum("L0H0->L1H0.k" in c for c in circuits) / len(circuits)
+    return numbers
+
+
+def _figure(table: pd.DataFrame, model: str) -> tuple[Path, str] | None:
+    from perm_circuits.views.circuit_graph import circuit_graph
+
+    rows = table[(table.model == model) & (table.how == "resample") & (table.method == "exhaustive_oracle")]
+    if rows.empty:
+        return None
+    row = rows.sort_values("seed").iloc[0]
+    n_layers, n_heads = {"d16h1": (1, 1), "d32h1": (1, 1), "d32h2": (1, 2), "d16h1l2-any": (2, 1)}[model]
+    edges = str(row.circuit).split() if isinstance(row.circuit, str) else []
+    drawn = circuit_graph(edges, n_layers=n_layers, n_heads=n_heads, mlp=True,
+                          title=f"{model}: oracle circuit, resample ablation (seed {int(row.seed)})")
+    return DISCOVERY_FIGURES / f"discovery_{model}.svg", "<?xml version='1.0' encoding='UTF-8'?>\n" + drawn.svg
+
+
+def discovery_pages(root: str | os.PathLike) -> dict[Path, str]:
+    """``{relative path: text}`` of the discovery page and its figures; empty when the table is absent."""
+    root = Path(root)
+    if not (root / DISCOVERY_TABLE).is_file() or not (root / DISCOVERY_TEMPLATE).is_file():
+        return {}
+    table = pd.read_csv(root / DISCOVERY_TABLE)
+    numbers = discovery_numbers(table)
+    blocks = {
+        "summary_constructed": _summary_block(table, "constructed"),
+        "summary_oracle": _summary_block(table, "oracle"),
+        "detail": _detail_block(table),
+    }
+    out = {DISCOVERY_PAGE: render((root / DISCOVERY_TEMPLATE).read_text(encoding="utf-8"), numbers, blocks)}
+    for model in SHIPPED:
+        figure = _figure(table, model)
+        if figure is not None:
+            out[figure[0]] = figure[1]
+    return out
