@@ -80,3 +80,17 @@ def test_smallest_learning_width_on_a_hand_built_table():
     import math
 
     assert math.isnan(numbers["capacity.drop10.smallest_learning_width"])  # no dropout run learns it
+
+
+def test_the_grid_cost_is_the_rows_own_wall_time():
+    tiny = load_capacity_table(TINY)
+    full = _full(tiny)
+    full["wall_seconds"] = 1800.0
+    full.loc[full.index[0], "status"] = "failed"  # a failed row costs nothing in the count
+    done = int((full.status == "done").sum())
+    numbers = full_recipe_numbers(full)
+    assert numbers["capacity_full.core_hours"] == done / 2
+    assert numbers["capacity_full.wall_hours_2_workers"] == done / 4
+    assert numbers["capacity_full.budget_millions"] == 5.0  # 50 epochs x 100,000 sequences
+    ran = full[full.status == "done"]
+    assert numbers["capacity_full.samples_millions"] == (ran.epochs_run * 100_000).sum() / 1e6

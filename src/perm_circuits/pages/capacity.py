@@ -304,6 +304,8 @@ def full_recipe_numbers(
     (dropout 0) finished and none learns recall, ``"fails"`` when any seed learns it, ``"open"``
     otherwise; ``capacity_full.claim.dropout_prevents_recall`` likewise over every dropout-0.1 run
     of the grid (``"holds"`` only once all ``architectures x seeds`` dropout runs have finished).
+    ``capacity_full.core_hours`` sums the finished rows' own wall times (each run on one core) and
+    ``capacity_full.wall_hours_2_workers`` halves it: the grid's wall time with two workers.
     Every ``(d_model, n_heads, dropout)`` of ``configurations`` (the grid) gets its ``.done`` and
     ``.learned`` counts, 0 for one that has no finished run yet, and each dropout value its totals.
     """
@@ -324,4 +326,9 @@ def full_recipe_numbers(
     learned = int((dropout["recall_accuracy"] >= LEARNED).sum())
     numbers["capacity_full.claim.dropout_prevents_recall"] = (
         "fails" if learned else ("holds" if len(dropout) >= architectures * seeds else "open"))
+    seconds = float(done["wall_seconds"].sum()) if "wall_seconds" in done else math.nan
+    numbers["capacity_full.core_hours"] = seconds / 3600  # training + analyses, one core per run
+    numbers["capacity_full.wall_hours_2_workers"] = seconds / 3600 / 2
+    numbers["capacity_full.samples_millions"] = float((done["epochs_run"] * done["samples"]).sum()) / 1e6
+    numbers["capacity_full.budget_millions"] = float((done["epochs"] * done["samples"]).max()) / 1e6 if len(done) else math.nan
     return numbers
