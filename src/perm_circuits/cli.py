@@ -99,9 +99,10 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--keep-models", action="store_true", help="also save each run's checkpoint in DIR/models/")
     sw.add_argument("--retry-failed", action="store_true", help="re-run the runs stored as failed")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
-    sw.add_argument("--trainer", choices=["single", "stacked"], default="single",
+    sw.add_argument("--trainer", choices=["auto", "single", "stacked"], default="auto",
                     help="stacked: train the seeds of one architecture as one stacked model (the same rows bit for bit "
-                         "on the CPU; not with --backend ray)")
+                         "on the CPU; not with --backend ray); auto (default): stacked where some architecture has "
+                         "two or more runs to do, except on ray")
     sw.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                     help="import MODULE first (from the current folder too), e.g. the file defining and registering "
                          "a task of your own that the spec names (repeatable)")

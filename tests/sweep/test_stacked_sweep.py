@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from perm_circuits.sweep import SweepSpec, load_sweep, run_sweep
-from perm_circuits.sweep.stacked_runs import group_runs, stacked_reproduces_single
+from perm_circuits.sweep.stacked_runs import choose_trainer, group_runs, stacked_reproduces_single
 
 from .conftest import TINY
 
@@ -22,7 +22,7 @@ SPEC["analysis"] = {"n": 100, "n_pair": 20, "n_boot": 10, "recall_n": 50}
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
     out = tmp_path_factory.mktemp("single")
-    run_sweep(SPEC, out, backend="serial", progress=False)
+    run_sweep(SPEC, out, backend="serial", trainer="single", progress=False)
     return load_sweep(out)
 
 
@@ -73,3 +73,16 @@ def test_bad_trainer_is_refused(tmp_path):
         run_sweep(SPEC, tmp_path, backend="serial", trainer="vmap", progress=False)
     with pytest.raises(ValueError, match="not on ray"):
         run_sweep(SPEC, tmp_path, backend="ray", trainer="stacked", progress=False)
+
+
+def test_auto_stacks_where_an_architecture_has_several_runs():
+    runs = SweepSpec.from_dict(SPEC).runs  # 2 architectures x 2 seeds
+    assert choose_trainer("auto", "local", runs) == "stacked"
+    assert choose_trainer("auto", "serial", runs) == "stacked"
+    assert choose_trainer("auto", "ray", runs) == "single"  # ray trains one run per task
+    one_each = [runs[0], runs[-1]]  # one seed of each architecture: nothing to stack
+    assert len(group_runs(one_each)) == 2
+    assert choose_trainer("auto", "local", one_each) == "single"
+    assert choose_trainer("single", "local", runs) == "single" and choose_trainer("stacked", "serial", runs) == "stacked"
+    with pytest.raises(ValueError, match="trainer must be one of"):
+        choose_trainer("fast", "local", runs)

@@ -129,17 +129,17 @@ def test_a_failing_run_is_recorded_and_retried(tmp_path, monkeypatch):
         return real(model_config, task_config, train_config)
 
     monkeypatch.setattr(run_module, "_train", flaky)
-    result = run_sweep(spec, tmp_path, backend="serial", progress=False)
+    result = run_sweep(spec, tmp_path, backend="serial", trainer="single", progress=False)
     assert len(result.done) == 1 and len(result.failed) == 1
     frame = load_sweep(tmp_path).set_index("seed")
     assert frame.loc[1, "status"] == "failed" and frame.loc[0, "status"] == "done"
     assert "Traceback" in frame.loc[1, "error"] and "RuntimeError: injected failure for seed 1" in frame.loc[1, "error"]
     assert frame.loc[1, "d_model"] == 16 and pd_isnan(frame.loc[1, "recall_accuracy"])
     assert frame.loc[0, "recall_accuracy"] >= 0.0
-    again = run_sweep(spec, tmp_path, backend="serial", progress=False)
+    again = run_sweep(spec, tmp_path, backend="serial", trainer="single", progress=False)
     assert (again.n_skipped, again.done, again.failed) == (2, (), ())
     monkeypatch.setattr(run_module, "_train", real)
-    retried = run_sweep(spec, tmp_path, backend="serial", retry_failed=True, progress=False)
+    retried = run_sweep(spec, tmp_path, backend="serial", retry_failed=True, trainer="single", progress=False)
     assert retried.n_skipped == 1 and len(retried.done) == 1 and not retried.failed
     frame = load_sweep(tmp_path)
     assert len(frame) == 2 and (frame["status"] == "done").all()

@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 from perm_circuits.sweep.backends import BACKENDS, default_workers, run_local, run_ray, run_serial
 from perm_circuits.sweep.spec import SweepSpec, load_spec
-from perm_circuits.sweep.stacked_runs import TRAINERS, group_runs, run_groups_local, run_groups_serial
+from perm_circuits.sweep.stacked_runs import TRAINERS, choose_trainer, group_runs, run_groups_local, run_groups_serial
 from perm_circuits.sweep.store import clean_stale, finished_runs, load_sweep, write_checkpoint, write_row, write_spec
 
 __all__ = ["SweepResult", "run_sweep", "summary_table"]
@@ -107,7 +107,7 @@ def run_sweep(
     keep_models: bool = False,
     retry_failed: bool = False,
     progress: bool = True,
-    trainer: str = "single",
+    trainer: str = "auto",
 ) -> SweepResult:
     """Run every run of ``spec`` not yet stored in ``out_dir``; one JSON row per run.
 
@@ -123,8 +123,9 @@ def run_sweep(
         progress: one tqdm bar (done / failed / running, ETA).
         trainer: ``"single"`` trains one model per run; ``"stacked"`` trains the runs that differ
             only in their seed as one stacked group (serial and local backends;
-            :mod:`perm_circuits.sweep.stacked_runs`).  The rows are the same bit for bit, so the
-            trainer is not part of the run id.
+            :mod:`perm_circuits.sweep.stacked_runs`); ``"auto"`` (default) stacks where that is
+            faster (:func:`~perm_circuits.sweep.stacked_runs.choose_trainer`).  The rows are the
+            same bit for bit, so the trainer is not part of the run id.
     """
     out_dir = Path(out_dir)
     _check_args(backend, workers, address, out_dir)
@@ -174,6 +175,7 @@ def run_sweep(
     try:
         if todo:
             n_workers = min(workers or default_workers(), len(todo))
+            trainer = choose_trainer(trainer, backend, todo)
             if trainer == "stacked" and backend == "serial":
                 run_groups_serial(group_runs(todo), on_result, on_running, keep_models=keep_models)
             elif trainer == "stacked":
