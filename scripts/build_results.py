@@ -1,7 +1,8 @@
-"""Regenerate docs/results.md, docs/discovery.md and the README's results section from the committed result tables.
+"""Regenerate docs/results.md, docs/discovery.md, the README's results section and docs/figures/ from the committed result tables.
 
     python scripts/build_results.py               # render from results/*.json (+ capacity_sweep.csv)
-    python scripts/build_results.py --recompute   # first re-measure results/shipped_numbers.json (~30-40 s)
+    python scripts/build_results.py --recompute   # first re-measure results/shipped_numbers.json and
+                                                  # results/attention_patterns.csv (~30-40 s)
     python scripts/build_results.py --check       # exit 1 if a generated file is out of date
 
 See docs/dev/results_pages.md.
@@ -20,25 +21,33 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recompute", action="store_true", help="re-measure results/shipped_numbers.json first")
+    parser.add_argument("--recompute", action="store_true", help="re-measure results/shipped_numbers.json and results/attention_patterns.csv first")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a generated file differs")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     from perm_circuits.pages import build_pages, shipped_numbers, write_numbers, write_pages
+    from perm_circuits.pages.attention import ATTENTION_TABLE, attention_csv, attention_table, write_attention_table
     from perm_circuits.pages.build import NUMBERS
     from perm_circuits.pages.discovery_page import discovery_pages
 
+    stale_tables = []
     if args.recompute:
         numbers = shipped_numbers(progress=True)
+        attention = attention_table()
         if args.check:
             pages = build_pages(ROOT, numbers)
+            committed = (ROOT / ATTENTION_TABLE).read_text(encoding="utf-8") if (ROOT / ATTENTION_TABLE).is_file() else None
+            stale_tables = [str(ATTENTION_TABLE)] if committed != attention_csv(attention) else []
         else:
             write_numbers(ROOT / NUMBERS, numbers)
             print(f"wrote {NUMBERS} ({len(numbers)} numbers)")
+            write_attention_table(ROOT / ATTENTION_TABLE, attention)
+            print(f"wrote {ATTENTION_TABLE} ({len(attention)} rows)")
     if args.check:
         pages = pages if args.recompute else build_pages(ROOT)
         pages = {**pages, **discovery_pages(ROOT)}
-        stale = [str(p) for p, text in pages.items() if (ROOT / p).read_text(encoding="utf-8") != text]
+        stale = stale_tables + [str(p) for p, text in pages.items()
+                                if not (ROOT / p).is_file() or (ROOT / p).read_text(encoding="utf-8") != text]
         if stale:
             print("out of date: " + ", ".join(stale) + " (run python scripts/build_results.py)")
             return 1

@@ -1,16 +1,34 @@
-"""Every notebook in notebooks/ executes top to bottom (nbclient) and is stored without outputs.
+"""Every notebook in notebooks/ is stored with its outputs, and those outputs are what it computes now.
 
-The notebooks carry their own ``assert`` cells on the numbers they show, so executing them checks
-the results too.
+``scripts/build_notebooks.py`` executes each notebook once and stores it normalised.  Here each
+notebook is executed once more, the same way (nbclient, the same setup cell, the same
+normalisation), and:
+
+* no cell raises (the notebooks carry their own ``assert`` cells on the numbers they show);
+* every fresh text output (``text/plain`` results and stdout) equals the committed one, except in
+  cells tagged ``nondeterministic``, so a committed output cannot go stale;
+* the committed file is normalised (sequential execution counts, no stderr, no timing, no
+  absolute path) and small (plotly.js and the circuitsvis bundle are not inlined: the docs site
+  loads one local copy of each).
 """
 
+from __future__ import annotations
+
+import re
+import runpy
 from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+from perm_circuits.views.html import remote_resource_refs
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+BUILD = runpy.run_path(str(ROOT / "scripts" / "build_notebooks.py"))
+SCRIPT_SRC = re.compile(r"<script\b[^>]*\bsrc\s*=", re.IGNORECASE)
+MAX_BYTES = 400_000
+"""Largest committed notebook (the biggest, 03_dynamics, is about 220 kB; plotly.js alone is 4.8 MB)."""
 
 
 def test_the_notebooks_are_there():
@@ -20,17 +38,69 @@ def test_the_notebooks_are_there():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_is_stripped(path):
+def test_notebook_is_stored_executed_and_normalised(path):
     notebook = nbformat.read(path, as_version=4)
-    for cell in notebook.cells:
-        if cell.cell_type == "code":
-            assert not cell.outputs and cell.execution_count is None, f"{path.name} has stored outputs"
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert [cell.execution_count for cell in code] == list(range(1, len(code) + 1)), f"{path.name} is not executed in order"
+    assert sum(1 for cell in code if cell.outputs) >= len(code) // 2, f"{path.name} is stored without outputs"
+    assert BUILD["normalise"](notebook) == notebook, f"{path.name} is not normalised: run python scripts/build_notebooks.py"
+    assert path.stat().st_size < MAX_BYTES
+    text = path.read_text(encoding="utf-8")
+    assert str(ROOT) not in text and "site-packages" not in text
+    for cell in code:
+        for output in cell.outputs:
+            assert output.output_type != "error"
+            assert not (output.output_type == "stream" and output.name == "stderr")
+            html = output.get("data", {}).get("text/html", "")
+            assert not remote_resource_refs(html), f"{path.name} has an output that loads from a remote host"
+            assert not SCRIPT_SRC.search(html), f"{path.name} has an output that loads a script file"
+            assert len(html) < 200_000  # no inlined library (plotly.js: 4.8 MB, circuitsvis: 1.3 MB)
+
+
+def test_a_plotly_output_holds_no_plotly_js_and_both_formats():
+    notebook = nbformat.read(ROOT / "notebooks" / "07_factual.ipynb", as_version=4)
+    figures = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs
+               if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(figures) == 2
+    for index, output in enumerate(figures, start=1):
+        html = output.data["text/html"]
+        assert f'id="pc-figure-{index}"' in html and "Plotly.newPlot" in html and "<script src" not in html
+        assert len(html) < 50_000  # the figure's data, not the 4.8 MB library
+        traces = output.data["application/vnd.plotly.v1+json"]["data"]
+        assert isinstance(traces, list) and traces and all(t["type"] == "scatter" for t in traces)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_executes(path, tmp_path):
-    notebook = nbformat.read(path, as_version=4)
-    client = NotebookClient(notebook, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()
-    errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+def test_notebook_executes_and_its_committed_text_outputs_are_current(path):
+    fresh = BUILD["execute"](path, timeout=180)  # raises CellExecutionError (with the traceback) if a cell fails
+    committed = nbformat.read(path, as_version=4)
+    assert [c.source for c in fresh.cells] == [c.source for c in committed.cells]
+    errors = [o for c in fresh.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
+    now, stored = BUILD["text_outputs"](fresh), BUILD["text_outputs"](committed)
+    assert len(stored) >= 2, f"{path.name} has hardly any text output to compare"
+    for mine, theirs in zip(now, stored):
+        assert mine == theirs, f"{path.name}, code cell {mine[0]}: the committed output is stale (run python scripts/build_notebooks.py)"
+    assert len(now) == len(stored)
+
+
+def test_text_outputs_skip_cells_tagged_nondeterministic():
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("print(1)", outputs=[nbformat.v4.new_output("stream", name="stdout", text="1\n")]),
+        nbformat.v4.new_code_cell("time.time()", metadata={"tags": ["nondeterministic"]},
+                                  outputs=[nbformat.v4.new_output("execute_result", data={"text/plain": "1.7e9"})]),
+        nbformat.v4.new_code_cell("x", outputs=[nbformat.v4.new_output("execute_result", data={"text/plain": "2"}),
+                                                nbformat.v4.new_output("stream", name="stderr", text="warn\n")]),
+        nbformat.v4.new_code_cell("print(3); print(4)", outputs=[
+            nbformat.v4.new_output("stream", name="stdout", text="3\n"),
+            nbformat.v4.new_output("stream", name="stderr", text="warn\n"),
+            nbformat.v4.new_output("stream", name="stdout", text="4\n")]),
+    ])
+    assert BUILD["text_outputs"](notebook) == [(0, "stdout", "1\n"), (2, "text/plain", "2"), (3, "stdout", "3\n"),
+                                               (3, "stdout", "4\n")]
+    normal = BUILD["normalise"](notebook)
+    assert [c.execution_count for c in normal.cells] == [1, 2, 3, 4]
+    assert [o.output_type for o in normal.cells[2].outputs] == ["execute_result"]  # stderr dropped
+    assert normal.cells[2].outputs[0].execution_count == 3
+    # stdout chunks are merged however the kernel flushed them
+    assert BUILD["text_outputs"](normal)[2:] == [(3, "stdout", "3\n4\n")]

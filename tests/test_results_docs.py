@@ -66,7 +66,9 @@ def test_committed_pages_are_the_rendered_tables():
     pages = build_pages(ROOT)
     assert set(map(str, pages)) == {"docs/results.md", "docs/general_recall.md", "README.md", "docs/figures/phase_cut.svg",
                                     "docs/figures/phase_full.svg", "docs/figures/time_to_recall.svg",
-                                    "docs/figures/study_dynamics.svg"}
+                                    "docs/figures/study_dynamics.svg", "docs/figures/attention_d16h1_L0H0.svg",
+                                    "docs/figures/attention_d32h1_L0H0.svg", "docs/figures/attention_d32h2_L0H0.svg",
+                                    "docs/figures/attention_d32h2_L0H1.svg"}
     for path, text in pages.items():
         assert (ROOT / path).read_text(encoding="utf-8") == text, (
             f"{path} differs from what `python scripts/build_results.py` renders: edit "

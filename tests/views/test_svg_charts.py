@@ -46,3 +46,14 @@ def test_phase_and_survival_figures_from_a_table():
     assert len(cells) == 1 and cells[0].find(f"{NS}title").text == "1/2"
     lines = ET.fromstring(time_to_recall_svg({"only": frame})).findall(f"{NS}polyline")
     assert [line.find(f"{NS}title").text for line in lines] == ["d8h1 p0 (only)"]
+
+
+def test_heatmap_note_size_and_blank_cells():
+    svg = svg_heatmaps([("p", ["a", "b"], ["r"], [[(0.25, "0.25"), (math.nan, "")]])], title="t", x_label="x",
+                       y_label="y", cell=28, note_size=9)
+    root = ET.fromstring(svg)
+    cells = root.findall(f"{NS}rect[@class='cell']")
+    assert [c.get("width") for c in cells] == ["26", "26"] and cells[1].get("fill") == "#f1f3f5"
+    notes = [t for t in root.findall(f"{NS}text") if t.text == "0.25"]
+    assert len(notes) == 1 and notes[0].get("font-size") == "9"
+    assert not [t for t in root.findall(f"{NS}text") if t.text is None]  # a blank cell prints no text element

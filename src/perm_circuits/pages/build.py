@@ -11,12 +11,14 @@ Inputs, all in the repository:
 * ``results/generalisation_sweep.csv``: the generalisation sweep (does recall hold for every repeated x_k), one row per run;
 * ``results/general_recall_numbers.json``: the shipped ``d16h1l2-any`` model's numbers
   (``scripts/general_recall_numbers.py``);
+* ``results/attention_patterns.csv``: each shipped study model's mean attention pattern per head
+  (:func:`~perm_circuits.pages.attention.attention_table`), refreshed by ``--recompute``;
 * ``docs/templates/results.md``, ``docs/templates/readme_results.md`` and
   ``docs/templates/general_recall*.md``.
 
 Outputs: ``docs/results.md``, ``docs/general_recall.md``, the section of ``README.md`` between
 :data:`README_BEGIN` and :data:`README_END`, and the SVG figures in ``docs/figures/``
-(:mod:`perm_circuits.pages.figures`).
+(:mod:`perm_circuits.pages.figures`; the attention heatmaps: :mod:`perm_circuits.pages.attention`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 from perm_circuits._util import atomic_write_text
+from perm_circuits.pages.attention import ATTENTION_TABLE, attention_figures, read_attention_table
 from perm_circuits.pages.capacity import (
     budget_comparison_markdown,
     capacity_markdown,
@@ -238,6 +241,7 @@ def build_pages(root: str | os.PathLike, numbers: Mapping[str, object] | None = 
     readme = replace_section((root / README).read_text(encoding="utf-8"), section, README_BEGIN, README_END)
     dynamics = root / STUDY_DYNAMICS
     figures = docs_figures(sweep, full, pd.read_csv(dynamics) if dynamics.is_file() else None)
+    figures.update(attention_figures(read_attention_table(root / ATTENTION_TABLE)))
     return {RESULTS_PAGE: page, GENERAL_PAGE: render(general_template, table, blocks), README: readme, **figures}
 
 

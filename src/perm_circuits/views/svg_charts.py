@@ -154,11 +154,13 @@ def svg_heatmaps(
     x_label: str,
     y_label: str,
     cell: int = 64,
+    note_size: int = 12,
 ) -> str:
     """Side-by-side heatmaps: each panel is ``(panel title, column labels, row labels, cells)``.
 
     ``cells[row][col]`` is ``(share in [0, 1] or NaN, annotation)``; colour goes from white (0)
-    to blue (1), grey for NaN (no run).
+    to blue (1), grey for NaN (no run).  Each cell is a square of side ``cell`` pixels; its
+    annotation is printed in ``note_size`` px (an empty annotation prints nothing).
     """
     if not panels:
         raise ValueError("svg_heatmaps needs at least one panel")
@@ -182,9 +184,11 @@ def svg_heatmaps(
             for c, (share, note) in enumerate(cells[r]):
                 out.append(f'<rect class="cell" x="{x + c * cell}" y="{top + r * cell}" width="{cell - 2}" '
                            f'height="{cell - 2}" fill="{_share_color(float(share))}"><title>{escape(note)}</title></rect>')
+                if not note:
+                    continue
                 ink = "white" if not math.isnan(float(share)) and share > 0.6 else "#212529"
-                out.append(f'<text x="{x + c * cell + cell / 2 - 1}" y="{top + r * cell + cell / 2 + 4}" font-size="12" '
-                           f'text-anchor="middle" {_FONT} fill="{ink}">{escape(note)}</text>')
+                out.append(f'<text x="{x + c * cell + cell / 2 - 1}" y="{top + r * cell + cell / 2 + 4}" '
+                           f'font-size="{note_size}" text-anchor="middle" {_FONT} fill="{ink}">{escape(note)}</text>')
         for c, label in enumerate(columns):
             out.append(f'<text x="{x + c * cell + cell / 2 - 1}" y="{top + rows * cell + 14}" font-size="11" '
                        f'text-anchor="middle" {_FONT} fill="#495057">{escape(label)}</text>')
