@@ -3,7 +3,11 @@ swept through the library's one path with no other code (the walk-through of doc
 
 from __future__ import annotations
 
+import inspect
+import json
 import math
+import re
+import sys
 from dataclasses import asdict, dataclass
 from typing import ClassVar
 
@@ -11,9 +15,13 @@ import pytest
 import torch
 
 from perm_circuits import FitConfig, TaskBatch, evaluate, register_task, train
+from perm_circuits.cli import main
+from perm_circuits.models import PRETRAINED_DIR, CheckpointError, load_checkpoint
 from perm_circuits.sweep import SweepSpec, load_sweep, run_sweep
+from perm_circuits.tasks import TASKS, task_entry, task_from_dict
+from perm_circuits.tasks.base import import_module_or_file
+from perm_circuits.tasks.checkpoint import load_task_checkpoint, save_task_model, task_record
 from perm_circuits.tasks.runner import TaskEvaluation
-from perm_circuits.tasks import task_entry, task_from_dict
 
 
 @dataclass(frozen=True)
@@ -124,3 +132,107 @@ def test_sweep_the_users_task_with_identical_rows_on_every_backend(tmp_path):
     model = train({"d_model": 16}, ModularAddition(), FitConfig(steps=60, lr=0.01, seed=1), progress=False).model
     one = rows[rows["seed"] == 1].iloc[0]
     assert evaluate(model, task=ModularAddition()).metrics["accuracy"] == one["accuracy"]
+
+
+def _task_file(folder, module: str, task_name: str):
+    """A user's task file: this module's ModularAddition, registered under ``task_name``."""
+    source = inspect.getsource(ModularAddition).replace('"modular_addition"', repr(task_name))
+    path = folder / f"{module}.py"
+    path.write_text("from __future__ import annotations\n\nfrom dataclasses import asdict, dataclass\n"
+                    "from typing import ClassVar\n\nimport torch\n\nfrom perm_circuits import TaskBatch, register_task\n\n\n"
+                    f"{source}\n\nregister_task(ModularAddition.name, ModularAddition)\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def task_file(tmp_path):
+    """Write a task file into tmp_path; forget its module and registration afterwards."""
+    made = []
+
+    def make(module: str, task_name: str):
+        made.append((module, task_name))
+        return _task_file(tmp_path, module, task_name)
+
+    yield make
+    for module, task_name in made:
+        sys.modules.pop(module, None)
+        TASKS.pop(task_name, None)
+
+
+def test_report_a_checkpoint_of_the_users_task(tmp_path, task_file, capsys):
+    path = task_file("user_sum_report", "modular_addition_report")
+    task = import_module_or_file(str(path)).ModularAddition()
+    result = train(None, task, FitConfig(steps=60, batch_size=64, lr=1e-2, seed=0), progress=False)
+    saved = save_task_model(result.model, tmp_path / "sum_model", task, metadata={"note": "a user's task"})
+    record = json.loads((saved / "config.json").read_text())["trained_on"]
+    assert record == {"task": {"task": "modular_addition_report", "p": 7}, "model": {"d_model": 32, "n_heads": 2,
+                      "n_layers": 1}, "seed": 0} and task_record(saved) == record
+    loaded = load_task_checkpoint(saved)
+    assert loaded.task == task and loaded.seed == 0 and loaded.metadata == {"note": "a user's task"}
+    tokens = task.test_set(50).tokens
+    assert torch.equal(loaded.model(tokens), result.model(tokens))  # the same model, bit for bit
+    with pytest.raises(CheckpointError, match=r"trained on task 'modular_addition_report', not a permutation"):
+        load_checkpoint(saved)  # the study's loader says where to go
+    expected = evaluate(result.model, task=task, n=100)
+
+    # a fresh session: the task's module is not imported, so its name is unknown until --import runs it
+    sys.modules.pop("user_sum_report")
+    TASKS.pop("modular_addition_report")
+    out = tmp_path / "report"
+    assert main(["report", str(saved), "--out", str(out), "--samples", "100"]) == 2
+    error = capsys.readouterr().err
+    assert "trained on task 'modular_addition_report', which is not registered" in error and "--import" in error
+    assert not out.exists()
+    assert main(["report", str(saved), "--import", str(path), "--out", str(out), "--samples", "100"]) == 0
+    page = out / "sum_model.html"
+    assert capsys.readouterr().out.split() == [str(page)]
+    html = page.read_text(encoding="utf-8")
+    assert "sum_model on modular_addition_report" in html and "modular_addition_report" in html
+    assert expected.metrics["accuracy"] > 0.3  # chance is 1/7
+    for name, value in (("accuracy", expected.metrics["accuracy"]), ("test_loss", expected.test_loss),
+                        ("reference_agreement", expected.reference["reference_agreement"])):
+        assert re.search(rf"<th>{name}</th>\s*<td>{value:.4f}</td>", html), name
+    # the shipped checkpoints carry no task record and still load as the study's models
+    assert task_record(PRETRAINED_DIR / "d16h1") is None and load_checkpoint(PRETRAINED_DIR / "d16h1").model_config.name == "d16h1"
+
+
+def test_a_checkpoint_must_name_a_registered_task_and_rebuild_its_model(tmp_path):
+    task = ModularAddition()
+    model = train({"d_model": 16}, task, FitConfig(steps=2), progress=False).model
+    with pytest.raises(ValueError, match=r"does not rebuild this model \(its keys or shapes differ\)"):
+        save_task_model(model, tmp_path / "wrong", task, model_fields={"d_model": 32})
+    assert not (tmp_path / "wrong").exists()  # nothing written
+    saved = save_task_model(model, tmp_path / "ok", task)
+    document = json.loads((saved / "config.json").read_text())
+    document["trained_on"]["task"]["task"] = "no_such_task"
+    (saved / "config.json").write_text(json.dumps(document))
+    with pytest.raises(ValueError, match=r"trained on task 'no_such_task', which is not registered; registered tasks: "
+                                         r"\[.*'modular_addition'.*\]\. Import the module"):
+        load_task_checkpoint(saved)
+    assert main(["report", str(saved), "--out", str(tmp_path / "page")]) == 2
+    assert main(["report", str(saved), "--import", "no_module_named_so", "--out", str(tmp_path / "page")]) == 2
+
+
+def test_ray_sweeps_a_task_from_the_users_file(tmp_path, task_file):
+    ray = pytest.importorskip("ray")
+    import_module_or_file(str(task_file("user_sum_ray", "modular_addition_ray")))  # the driver's --import
+    spec = {"fixed": {"task": "modular_addition_ray", "d_model": 8, "n_heads": 1, "steps": 30, "lr": 0.01},
+            "grid": {"seed": [0, 1]}}
+    local = run_sweep(spec, tmp_path / "local", backend="local", workers=2, progress=False)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        remote = run_sweep(spec, tmp_path / "ray", backend="ray", workers=2, keep_models=True, progress=False)
+    finally:
+        ray.shutdown()
+    assert local.done and not local.failed and remote.done and not remote.failed
+    columns = ["run_id", "task", "seed", "p", "d_model", "accuracy", "test_loss", "reference_agreement",
+               "final_train_loss"]
+    rows, again = load_sweep(tmp_path / "local"), load_sweep(tmp_path / "ray")
+    assert (rows["status"] == "done").all() and (rows["accuracy"] > 0.1).all()
+    assert rows[columns].sort_values("run_id").reset_index(drop=True).equals(
+        again[columns].sort_values("run_id").reset_index(drop=True))
+    # the kept models record their task, and load back to the row's numbers
+    one = again.iloc[0]
+    kept = load_task_checkpoint(tmp_path / "ray" / "models" / one["run_id"])
+    assert kept.task.name == "modular_addition_ray" and kept.seed == one["seed"]
+    assert evaluate(kept.model, task=kept.task).metrics["accuracy"] == one["accuracy"]
