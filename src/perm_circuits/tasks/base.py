@@ -36,9 +36,9 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-__all__ = ["DEFAULT_MODEL_KEYS", "FitConfig", "FitResult", "StepState", "TASKS", "Task", "TaskBatch", "TaskEntry", "fit", "import_module_or_file",
-           "load_object", "log_spaced_steps", "masked_cross_entropy", "register_task", "task_entries", "task_entry",
-           "task_from_dict"]
+__all__ = ["DEFAULT_MODEL_KEYS", "TASKS", "FitConfig", "FitResult", "StepState", "Task", "TaskBatch", "TaskEntry",
+           "fit", "import_module_or_file", "load_object", "log_spaced_steps", "masked_cross_entropy",
+           "register_task", "task_entries", "task_entry", "task_from_dict"]
 
 
 @dataclass(frozen=True)

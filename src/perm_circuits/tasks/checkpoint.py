@@ -32,7 +32,14 @@ from perm_circuits.models import (
     read_checkpoint_files,
     write_checkpoint_files,
 )
-from perm_circuits.tasks.base import DEFAULT_MODEL_KEYS, TASKS, Task, task_entries, task_entry, task_from_dict
+from perm_circuits.tasks.base import (
+    DEFAULT_MODEL_KEYS,
+    TASKS,
+    Task,
+    task_entries,
+    task_entry,
+    task_from_dict,
+)
 from perm_circuits.tasks.runner import task_logits, task_model
 
 __all__ = ["TaskCheckpoint", "load_task_checkpoint", "save_task_model", "task_record"]
