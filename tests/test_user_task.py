@@ -17,7 +17,7 @@ import torch
 from perm_circuits import FitConfig, TaskBatch, evaluate, register_task, train
 from perm_circuits.cli import main
 from perm_circuits.models import PRETRAINED_DIR, CheckpointError, load_checkpoint
-from perm_circuits.sweep import SweepSpec, load_sweep, run_sweep
+from perm_circuits.sweep import SweepSpec, load_sweep, reanalyse_sweep, run_sweep
 from perm_circuits.tasks import TASKS, task_entry, task_from_dict
 from perm_circuits.tasks.base import import_module_or_file
 from perm_circuits.tasks.checkpoint import (
@@ -124,8 +124,10 @@ def test_sweep_the_users_task_with_identical_rows_on_every_backend(tmp_path, tas
     module = import_module_or_file(str(task_file("user_sum_sweep", "modular_addition_sweep")))
     spec = {"fixed": {"task": "modular_addition_sweep", "d_model": 16, "steps": 60, "lr": 0.01},
             "grid": {"seed": [0, 1]}}
-    first = run_sweep(spec, tmp_path / "serial", backend="serial", progress=False)
+    first = run_sweep(spec, tmp_path / "serial", backend="serial", keep_models=True, progress=False)
     assert first.done and not first.failed
+    with pytest.raises(ValueError, match=r"kept models of another task than the study's .*--import FILE.py"):
+        reanalyse_sweep(tmp_path / "serial")
     rows = load_sweep(tmp_path / "serial")
     assert len(rows) == 2 and (rows["status"] == "done").all() and set(rows["seed"]) == {0, 1}
     assert (rows["accuracy"] > 0.3).all()  # chance is 1/7 after 60 steps of a 16-wide model
@@ -230,6 +232,8 @@ def test_a_checkpoint_must_name_a_registered_task_and_rebuild_its_model(tmp_path
     document = json.loads((saved / "config.json").read_text())
     document["trained_on"]["task"]["task"] = "no_such_task"
     (saved / "config.json").write_text(json.dumps(document))
+    with pytest.raises(ValueError, match=r"another module of that name is already imported"):
+        import_module_or_file(str(_task_file(tmp_path, "json", "modular_addition_json")))  # never shadows json
     with pytest.raises(ValueError, match=r"trained on task 'no_such_task', which is not registered; registered tasks: "
                                          r"\[.*'modular_addition'.*\]\. Import the module"):
         load_task_checkpoint(saved)

@@ -203,7 +203,12 @@ def import_module_or_file(reference: str, file: str | None = None) -> Any:
         file, reference = reference, Path(reference).stem
     name = reference.removesuffix(".py")
     if name in sys.modules:
-        return sys.modules[name]
+        loaded = sys.modules[name]
+        here = getattr(loaded, "__file__", None)
+        if file is not None and (here is None or Path(here).resolve() != Path(file).resolve()):
+            raise ValueError(f"cannot import {file!r} as module {name!r}: another module of that name is already "
+                             f"imported ({here or 'built in'}); rename the file")
+        return loaded
     if file is None:
         if os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())

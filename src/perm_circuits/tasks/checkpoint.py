@@ -146,7 +146,8 @@ def save_task_model(
     training = model.training
     model.eval()
     try:
-        same = torch.allclose(task_logits(fresh, tokens, forward), task_logits(model, tokens, forward), atol=1e-5)
+        same = torch.allclose(task_logits(fresh, tokens, forward), task_logits(model, tokens, forward),
+                              rtol=1e-4, atol=1e-4)  # float noise only (the model may run on another device)
     finally:
         model.train(training)
     if not same:
