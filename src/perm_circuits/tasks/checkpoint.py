@@ -193,7 +193,7 @@ def load_task_checkpoint(path: str | os.PathLike[str], *, device: str | torch.de
     name = record["task"].get("task")
     if not isinstance(name, str) or name not in TASKS:
         task_entries()  # imports the built-in tasks
-        if name not in TASKS:
+        if not isinstance(name, str) or name not in TASKS:
             raise CheckpointError(
                 f"checkpoint {str(path)!r} was trained on task {name!r}, which is not registered; registered tasks: "
                 f"{sorted(TASKS)}. Import the module that defines and registers it first "
