@@ -8,6 +8,7 @@ import types
 from pathlib import Path
 
 import pytest
+import torch
 
 from perm_circuits.tasks import TASKS, task_from_dict
 
@@ -46,6 +47,14 @@ def test_worked_example_runs_and_states_its_numbers(tmp_path, monkeypatch):
         assert namespace["previous"] == pytest.approx(0.97, abs=0.005)
         page = namespace["page"]
         assert page == Path("previous_token_report") / "previous_token.html" and (tmp_path / page).is_file()
+        from perm_circuits.tasks.checkpoint import load_task_checkpoint, task_record
+
+        assert task_record(namespace["checkpoint"]) == {"task": {"task": "previous_token", "V": 5, "length": 10},
+                                                        "model": {"d_model": 16, "n_heads": 1, "n_layers": 1},
+                                                        "seed": 0}  # as the page states
+        loaded = load_task_checkpoint(namespace["checkpoint"])
+        tokens = task.test_set(20).tokens
+        assert loaded.task == task and torch.equal(loaded.model(tokens), namespace["model"](tokens))
     finally:
         TASKS.pop("previous_token", None)
 
@@ -79,6 +88,7 @@ def test_the_walk_through_sweeps_the_new_task(monkeypatch):
         assert run["task"] == {"task": "previous_token", "V": 5, "length": 10} and run["model"]["n_heads"] == 1
         assert run["fit"]["steps"] == 100 and run["fit"]["lr"] == 0.01
         assert "--import previous_token" in walk
+        assert "perm-circuits report previous_token_model --import previous_token.py --out previous_token_report" in walk
     finally:
         TASKS.pop("previous_token", None)
     code = "".join(_blocks())

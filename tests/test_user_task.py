@@ -3,7 +3,11 @@ swept through the library's one path with no other code (the walk-through of doc
 
 from __future__ import annotations
 
+import inspect
+import json
 import math
+import re
+import sys
 from dataclasses import asdict, dataclass
 from typing import ClassVar
 
@@ -11,9 +15,17 @@ import pytest
 import torch
 
 from perm_circuits import FitConfig, TaskBatch, evaluate, register_task, train
-from perm_circuits.sweep import SweepSpec, load_sweep, run_sweep
+from perm_circuits.cli import main
+from perm_circuits.models import PRETRAINED_DIR, CheckpointError, load_checkpoint
+from perm_circuits.sweep import SweepSpec, load_sweep, reanalyse_sweep, run_sweep
+from perm_circuits.tasks import TASKS, task_entry, task_from_dict
+from perm_circuits.tasks.base import import_module_or_file
+from perm_circuits.tasks.checkpoint import (
+    load_task_checkpoint,
+    save_task_model,
+    task_record,
+)
 from perm_circuits.tasks.runner import TaskEvaluation
-from perm_circuits.tasks import task_entry, task_from_dict
 
 
 @dataclass(frozen=True)
@@ -106,21 +118,124 @@ def test_train_and_evaluate_the_users_task():
     assert (deep.cfg.d_model, deep.cfg.n_layers, deep.cfg.n_ctx) == (16, 2, 3)
 
 
-def test_sweep_the_users_task_with_identical_rows_on_every_backend(tmp_path):
-    spec = {"fixed": {"task": "modular_addition", "d_model": 16, "steps": 60, "lr": 0.01}, "grid": {"seed": [0, 1]}}
-    first = run_sweep(spec, tmp_path / "serial", backend="serial", progress=False)
+def test_sweep_the_users_task_with_identical_rows_on_every_backend(tmp_path, task_file):
+    """The task comes from the user's own file, imported as ``--import FILE.py`` does; each backend's
+    workers import it too (the local pool's and Ray's, from the file: its folder is not on their path)."""
+    module = import_module_or_file(str(task_file("user_sum_sweep", "modular_addition_sweep")))
+    spec = {"fixed": {"task": "modular_addition_sweep", "d_model": 16, "steps": 60, "lr": 0.01},
+            "grid": {"seed": [0, 1]}}
+    first = run_sweep(spec, tmp_path / "serial", backend="serial", keep_models=True, progress=False)
     assert first.done and not first.failed
+    with pytest.raises(ValueError, match=r"kept models of another task than the study's .*--import FILE.py"):
+        reanalyse_sweep(tmp_path / "serial")
     rows = load_sweep(tmp_path / "serial")
     assert len(rows) == 2 and (rows["status"] == "done").all() and set(rows["seed"]) == {0, 1}
     assert (rows["accuracy"] > 0.3).all()  # chance is 1/7 after 60 steps of a 16-wide model
     assert (rows["final_train_loss"] < math.log(8)).all()
-    run_sweep(spec, tmp_path / "local", backend="local", workers=2, progress=False)
-    again = load_sweep(tmp_path / "local")
     columns = ["run_id", "task", "seed", "p", "d_model", "accuracy", "test_loss", "reference_agreement",
                "final_train_loss"]
-    assert rows[columns].sort_values("run_id").reset_index(drop=True).equals(
-        again[columns].sort_values("run_id").reset_index(drop=True))
+    expected = rows[columns].sort_values("run_id").reset_index(drop=True)
+    run_sweep(spec, tmp_path / "local", backend="local", workers=2, progress=False)
+    assert load_sweep(tmp_path / "local")[columns].sort_values("run_id").reset_index(drop=True).equals(expected)
+    try:
+        import ray
+    except ImportError:  # the optional extra: the Ray leg runs where it is installed
+        ray = None
+    if ray is not None:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # one small sweep: Ray starts slowly
+        try:
+            remote = run_sweep(spec, tmp_path / "ray", backend="ray", workers=2, keep_models=True, progress=False)
+        finally:
+            ray.shutdown()
+        assert remote.done and not remote.failed
+        again = load_sweep(tmp_path / "ray")
+        assert again[columns].sort_values("run_id").reset_index(drop=True).equals(expected)
+        one = again.iloc[0]  # the kept model records its task and loads back to the row's numbers
+        kept = load_task_checkpoint(tmp_path / "ray" / "models" / one["run_id"])
+        assert kept.task.name == "modular_addition_sweep" and kept.seed == one["seed"]
+        assert evaluate(kept.model, task=kept.task).metrics["accuracy"] == one["accuracy"]
     # the run's numbers are the one path's: train then evaluate, with the run's seed
-    model = train({"d_model": 16}, ModularAddition(), FitConfig(steps=60, lr=0.01, seed=1), progress=False).model
-    one = rows[rows["seed"] == 1].iloc[0]
-    assert evaluate(model, task=ModularAddition()).metrics["accuracy"] == one["accuracy"]
+    task = module.ModularAddition()
+    model = train({"d_model": 16}, task, FitConfig(steps=60, lr=0.01, seed=1), progress=False).model
+    assert evaluate(model, task=task).metrics["accuracy"] == rows[rows["seed"] == 1].iloc[0]["accuracy"]
+
+
+def _task_file(folder, module: str, task_name: str):
+    """A user's task file: this module's ModularAddition, registered under ``task_name``."""
+    source = inspect.getsource(ModularAddition).replace('"modular_addition"', repr(task_name))
+    path = folder / f"{module}.py"
+    path.write_text("from __future__ import annotations\n\nfrom dataclasses import asdict, dataclass\n"
+                    "from typing import ClassVar\n\nimport torch\n\nfrom perm_circuits import TaskBatch, register_task\n\n\n"
+                    f"{source}\n\nregister_task(ModularAddition.name, ModularAddition)\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def task_file(tmp_path):
+    """Write a task file into tmp_path; forget its module and registration afterwards."""
+    made = []
+
+    def make(module: str, task_name: str):
+        made.append((module, task_name))
+        return _task_file(tmp_path, module, task_name)
+
+    yield make
+    for module, task_name in made:
+        sys.modules.pop(module, None)
+        TASKS.pop(task_name, None)
+
+
+def test_report_a_checkpoint_of_the_users_task(tmp_path, task_file, capsys):
+    path = task_file("user_sum_report", "modular_addition_report")
+    task = import_module_or_file(str(path)).ModularAddition()
+    result = train(None, task, FitConfig(steps=60, batch_size=64, lr=1e-2, seed=0), progress=False)
+    saved = save_task_model(result.model, tmp_path / "sum_model", task, metadata={"note": "a user's task"})
+    record = json.loads((saved / "config.json").read_text())["trained_on"]
+    assert record == {"task": {"task": "modular_addition_report", "p": 7}, "model": {"d_model": 32, "n_heads": 2,
+                      "n_layers": 1}, "seed": 0} and task_record(saved) == record
+    loaded = load_task_checkpoint(saved)
+    assert loaded.task == task and loaded.seed == 0 and loaded.metadata == {"note": "a user's task"}
+    tokens = task.test_set(50).tokens
+    assert torch.equal(loaded.model(tokens), result.model(tokens))  # the same model, bit for bit
+    with pytest.raises(CheckpointError, match=r"trained on task 'modular_addition_report', not a permutation"):
+        load_checkpoint(saved)  # the study's loader says where to go
+    expected = evaluate(result.model, task=task, n=100)
+
+    # a fresh session: the task's module is not imported, so its name is unknown until --import runs it
+    sys.modules.pop("user_sum_report")
+    TASKS.pop("modular_addition_report")
+    out = tmp_path / "report"
+    assert main(["report", str(saved), "--out", str(out), "--samples", "100"]) == 2
+    error = capsys.readouterr().err
+    assert "trained on task 'modular_addition_report', which is not registered" in error and "--import" in error
+    assert not out.exists()
+    assert main(["report", str(saved), "--import", str(path), "--out", str(out), "--samples", "100"]) == 0
+    page = out / "sum_model.html"
+    assert capsys.readouterr().out.split() == [str(page)]
+    html = page.read_text(encoding="utf-8")
+    assert "sum_model on modular_addition_report" in html and "modular_addition_report" in html
+    assert expected.metrics["accuracy"] > 0.3  # chance is 1/7
+    for name, value in (("accuracy", expected.metrics["accuracy"]), ("test_loss", expected.test_loss),
+                        ("reference_agreement", expected.reference["reference_agreement"])):
+        assert re.search(rf"<th>{name}</th>\s*<td>{value:.4f}</td>", html), name
+    # the shipped checkpoints carry no task record and still load as the study's models
+    assert task_record(PRETRAINED_DIR / "d16h1") is None and load_checkpoint(PRETRAINED_DIR / "d16h1").model_config.name == "d16h1"
+
+
+def test_a_checkpoint_must_name_a_registered_task_and_rebuild_its_model(tmp_path):
+    task = ModularAddition()
+    model = train({"d_model": 16}, task, FitConfig(steps=2), progress=False).model
+    with pytest.raises(ValueError, match=r"does not rebuild this model \(its keys or shapes differ\)"):
+        save_task_model(model, tmp_path / "wrong", task, model_fields={"d_model": 32})
+    assert not (tmp_path / "wrong").exists()  # nothing written
+    saved = save_task_model(model, tmp_path / "ok", task)
+    document = json.loads((saved / "config.json").read_text())
+    document["trained_on"]["task"]["task"] = "no_such_task"
+    (saved / "config.json").write_text(json.dumps(document))
+    with pytest.raises(ValueError, match=r"another module of that name is already imported"):
+        import_module_or_file(str(_task_file(tmp_path, "json", "modular_addition_json")))  # never shadows json
+    with pytest.raises(ValueError, match=r"trained on task 'no_such_task', which is not registered; registered tasks: "
+                                         r"\[.*'modular_addition'.*\]\. Import the module"):
+        load_task_checkpoint(saved)
+    assert main(["report", str(saved), "--out", str(tmp_path / "page")]) == 2
+    assert main(["report", str(saved), "--import", "no_module_named_so", "--out", str(tmp_path / "page")]) == 2

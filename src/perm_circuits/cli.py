@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -40,6 +41,12 @@ def _sources(text: str) -> tuple[int, ...]:
         return tuple(int(part) for part in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers like 1,2,3,4, got {text!r}") from None
+
+
+def _import_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                        help=f"import MODULE (a module name, from the current folder too, or a .py file) first, e.g. "
+                             f"the file defining and registering {what} (repeatable)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -82,11 +89,20 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("info", help="versions, presets and shipped models")
 
-    rp = sub.add_parser("report", help="write the HTML report for one or more models")
-    rp.add_argument("models", nargs="+", help="pretrained names or checkpoint folders")
+    rp = sub.add_parser("report", help="write the HTML report for one or more models",
+                        description="Write one offline HTML page per model into --out. A shipped name or a study "
+                                    "checkpoint gets the study's report (and an index page comparing several); a "
+                                    "checkpoint of a model trained on any other registered task (saved with "
+                                    "perm_circuits.tasks.checkpoint.save_task_model, or a sweep's --keep-models) gets "
+                                    "the task report: its metrics, attention, ablation, patching, attribution and "
+                                    "circuit. A task defined in your own file needs --import FILE.py (the file that "
+                                    "registers it).")
+    rp.add_argument("models", nargs="+", help="pretrained names or checkpoint folders (of the study's or any registered task)")
     rp.add_argument("--out", type=Path, required=True, help="output folder (new, empty or an earlier report's, unless --force)")
     rp.add_argument("--force", action="store_true", help="write into a non-empty folder that no report wrote")
-    rp.add_argument("--samples", type=_positive_int, default=5000)
+    rp.add_argument("--samples", type=_positive_int,
+                    help="test sequences (default 5000 for the study's models, 500 for a task checkpoint's page)")
+    _import_flag(rp, "a task of your own that a checkpoint was trained on")
     rp.add_argument("--quiet", action="store_true")
     rp.add_argument("--device", help="where to run the models: cpu (default), cuda, ...")
 
@@ -103,9 +119,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="stacked: train the seeds of one architecture as one stacked model (the same rows bit for bit "
                          "on the CPU; not with --backend ray); auto (default): stacked where some architecture has "
                          "two or more runs to do, except on ray")
-    sw.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                    help="import MODULE first (from the current folder too), e.g. the file defining and registering "
-                         "a task of your own that the spec names (repeatable)")
+    _import_flag(sw, "a task of your own that the spec names")
     ra = sub.add_parser("sweep-reanalyse", help="recompute a sweep's analysis columns from its kept models")
     ra.add_argument("sweep_dir", type=Path, metavar="DIR", help="sweep folder run with --keep-models")
     ra.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -305,26 +319,45 @@ def _info() -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from perm_circuits.tasks.checkpoint import load_task_checkpoint, task_record
     from perm_circuits.views.report import write_report
 
-    paths = write_report(args.models, args.out, n=args.samples, progress=not args.quiet, force=args.force,
-                         device=args.device)
+    _import_modules(args.imports)
+    on_tasks = [item for item in args.models if task_record(item) is not None]
+    loaded = [(item, load_task_checkpoint(item, device=args.device)) for item in on_tasks]  # every error before writing
+    study = [item for item in args.models if item not in on_tasks]
+    paths = []
+    if study:
+        paths = write_report(study, args.out, n=args.samples or 5000, progress=not args.quiet, force=args.force,
+                             device=args.device)
+    if loaded:
+        from perm_circuits.views.task_report import task_report
+
+        taken = {path.stem.lower() for path in paths}
+        for item, checkpoint in loaded:
+            name = Path(item).resolve().name
+            base = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).lstrip(".-") or "model"
+            stem, k = base, 2
+            while stem.lower() in taken:
+                stem, k = f"{base}-{k}", k + 1
+            taken.add(stem.lower())
+            paths.append(task_report(checkpoint.model, checkpoint.task, args.out, n=args.samples or 500,
+                                     forward=checkpoint.forward, title=f"{name} on {checkpoint.task.name}",
+                                     force=args.force, page=stem))
     for path in paths:
         print(path)
     return 0
 
 
 def _import_modules(modules: list[str]) -> None:
-    """Import each module (the current folder on the path), e.g. a task file whose register_task line must run."""
-    import importlib
-    import os
+    """Import each module (a name, the current folder on the path, or a .py file), e.g. a task file
+    whose register_task line must run."""
+    from perm_circuits.tasks.base import import_module_or_file
 
-    if modules and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     for module in modules:
         try:
-            importlib.import_module(module.removesuffix(".py"))
-        except ImportError as error:
+            import_module_or_file(module)
+        except ValueError as error:
             raise ValueError(f"--import {module}: {error}") from None
 
 

@@ -49,15 +49,21 @@ __all__ = [
     "load_checkpoint",
     "load_model",
     "load_pretrained",
+    "load_weights",
     "model_config_of",
     "save_model",
     "task_config_of",
+    "write_checkpoint_files",
 ]
 
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"
+TASK_RECORD = "trained_on"
+"""The config.json key of a checkpoint of a model trained on any registered task (in place of
+``model`` and ``task``): ``{"task": task.to_dict(), "model": fields, "seed": seed}``, what
+:func:`perm_circuits.tasks.checkpoint.load_task_checkpoint` rebuilds the task and its model from."""
 
 
 @dataclass(frozen=True)
@@ -357,16 +363,31 @@ def save_model(
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}  # stored from the CPU
     for key, value in (extra_tensors or {}).items():
         tensors[f"extra.{key}"] = value.detach().cpu().contiguous().clone()
+    fields = {"model": config.to_dict(), "task": (task_config or task_config_of(model)).to_dict()}
+    return write_checkpoint_files(path, tensors, fields, metadata)
+
+
+def write_checkpoint_files(
+    path: str | os.PathLike, tensors: dict[str, Tensor], fields: dict[str, Any], metadata: dict[str, Any] | None = None
+) -> Path:
+    """Write ``tensors`` to ``path/model.safetensors`` and ``fields`` (what rebuilds the model), the
+    weights' SHA-256 and ``metadata`` to ``path/config.json``, each atomically (the writer of
+    :func:`save_model` and of :func:`perm_circuits.tasks.checkpoint.save_task_model`).
+
+    ``metadata`` must be a JSON-serializable dict (NaN becomes ``null``); it is checked before
+    anything is written.
+    """
+    path = Path(path)
     if metadata is not None and not isinstance(metadata, dict):
         raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
     metadata = json_safe(metadata or {})
     json.dumps(metadata, allow_nan=False)  # fail before writing anything if not serializable
+    json.dumps(fields, allow_nan=False)
     atomic_write(path / WEIGHTS_FILE, lambda tmp: save_file(tensors, tmp))
     document = {
         "format": "perm_circuits.checkpoint",
         "format_version": FORMAT_VERSION,
-        "model": config.to_dict(),
-        "task": (task_config or task_config_of(model)).to_dict(),
+        **fields,
         "weights_sha256": _sha256(path / WEIGHTS_FILE),
         "metadata": metadata,
     }
@@ -414,6 +435,13 @@ def read_checkpoint_files(path: str | os.PathLike) -> tuple[dict[str, Any], dict
 def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device | None = None) -> Checkpoint:
     """Load and validate a checkpoint folder written by :func:`save_model` (the model on ``device``, default CPU)."""
     document, tensors = read_checkpoint_files(path)
+    if TASK_RECORD in document and "model" not in document:
+        record = document[TASK_RECORD]
+        name = record.get("task", {}).get("task") if isinstance(record, dict) and isinstance(record.get("task"), dict) else None
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} holds a model trained on task {name!r}, not a permutation-lookup model: "
+            "load it with perm_circuits.tasks.checkpoint.load_task_checkpoint (CLI: perm-circuits report PATH --import MODULE)"
+        )
     try:
         config = ModelConfig.from_dict(document["model"], complete=True)
         task_config = TaskConfig.from_dict(document["task"], complete=True)
@@ -434,21 +462,7 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device | Non
                 f"{key} has shape {tuple(tensors[key].shape)} but {config.name} expects {shape}"
             )
     model = build_model(config)
-    expected = model.state_dict()
-    weights = {k: v for k, v in tensors.items() if not k.startswith("extra.")}
-    missing, unexpected = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
-    if missing or unexpected:
-        raise CheckpointError(f"checkpoint keys do not match {config.name}: missing {missing}, unexpected {unexpected}")
-    for key, value in weights.items():
-        if value.shape != expected[key].shape:
-            raise CheckpointError(
-                f"{key} has shape {tuple(value.shape)} but {config.name} expects {tuple(expected[key].shape)}"
-            )
-        if value.dtype != expected[key].dtype:
-            raise CheckpointError(f"{key} has dtype {value.dtype}, expected {expected[key].dtype}")
-        if not torch.isfinite(value).all():
-            raise CheckpointError(f"{key} has non-finite values")
-    model.load_state_dict(weights, strict=True)
+    load_weights(model, tensors, config.name)
     if device is not None:
         from perm_circuits.devices import to_device
 
@@ -458,6 +472,25 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device | Non
     model.task_config = task_config  # type: ignore[attr-defined]
     model.metadata = metadata  # type: ignore[attr-defined]
     return Checkpoint(model, config, task_config, metadata, Path(path))
+
+
+def load_weights(model: torch.nn.Module, tensors: dict[str, Tensor], name: str) -> None:
+    """Load a checkpoint's ``tensors`` (less the ``extra.`` ones) into freshly built ``model``
+    (called ``name`` in errors), after checking every key, shape and dtype and that all values are
+    finite (:class:`CheckpointError` otherwise)."""
+    expected = model.state_dict()
+    weights = {k: v for k, v in tensors.items() if not k.startswith("extra.")}
+    missing, unexpected = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(f"checkpoint keys do not match {name}: missing {missing}, unexpected {unexpected}")
+    for key, value in weights.items():
+        if value.shape != expected[key].shape:
+            raise CheckpointError(f"{key} has shape {tuple(value.shape)} but {name} expects {tuple(expected[key].shape)}")
+        if value.dtype != expected[key].dtype:
+            raise CheckpointError(f"{key} has dtype {value.dtype}, expected {expected[key].dtype}")
+        if not torch.isfinite(value).all():
+            raise CheckpointError(f"{key} has non-finite values")
+    model.load_state_dict(weights, strict=True)
 
 
 def load_model(path: str | os.PathLike, *, device: str | torch.device | None = None):

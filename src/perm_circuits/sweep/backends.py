@@ -24,7 +24,8 @@ from typing import Any
 from perm_circuits.sweep.run import config_columns, run_one, versions
 from perm_circuits.sweep.spec import RunConfig
 
-__all__ = ["BACKENDS", "default_workers", "run_local", "run_ray", "run_serial", "task_modules"]
+__all__ = ["BACKENDS", "default_workers", "import_task_modules", "run_local", "run_one_importing", "run_ray",
+           "run_serial", "task_modules"]
 
 BACKENDS = ("local", "ray", "serial")
 
@@ -79,31 +80,54 @@ def _exit_with(driver: int) -> None:
     os._exit(1)
 
 
-def _init_worker(driver: int, task_modules: Sequence[str] = ()) -> None:
+ModuleSource = tuple[str, str | None]
+"""``(module name, its .py file or None)``: a module that registers a swept task, for a worker to import."""
+
+
+def import_task_modules(sources: Sequence[ModuleSource]) -> None:
+    """Import each ``(module, file)`` of :func:`task_modules` in a worker: by name, else from its
+    file (a worker's path may lack the user's folder: Ray's workers, a pool's on another platform).
+    A module that does not import is skipped: its runs fail as rows with the registry's "unknown
+    task" message."""
+    from perm_circuits.tasks.base import import_module_or_file
+
+    for module, file in sources:
+        try:
+            import_module_or_file(module, file)
+        except Exception:  # noqa: BLE001 - reported by the runs that need it
+            pass
+
+
+def _init_worker(driver: int, task_modules: Sequence[ModuleSource] = ()) -> None:
     """One torch thread, a watchdog on the driver, TransformerLens' bridge imported up front, and
     the modules that define (and register) the swept tasks imported, so a user's task is found."""
-    import importlib
-
     import torch
 
     threading.Thread(target=_exit_with, args=(driver,), daemon=True).start()
     torch.set_num_threads(1)
     import transformer_lens.model_bridge  # noqa: F401
 
-    for module in task_modules:
-        try:
-            importlib.import_module(module)
-        except ImportError:  # the run fails with the registry's "unknown task" message, as a row
-            pass
+    import_task_modules(task_modules)
 
 
-def task_modules(runs: Sequence[RunConfig]) -> tuple[str, ...]:
-    """The modules (outside this package) whose task classes the runs sweep, for the workers to import."""
+def task_modules(runs: Sequence[RunConfig]) -> tuple[ModuleSource, ...]:
+    """The modules (outside this package) whose task classes the runs sweep, with their files, for
+    the workers to import (:func:`import_task_modules`)."""
+    import sys
+
     from perm_circuits.tasks import TASKS
 
     names = {run.config["task"].get("task") for run in runs if "fit" in run.config}
     modules = {TASKS[name].__module__ for name in names if name in TASKS}
-    return tuple(sorted(m for m in modules if not m.startswith("perm_circuits.") and m != "__main__"))
+    kept = sorted(m for m in modules if not m.startswith("perm_circuits.") and m != "__main__")
+    return tuple((m, getattr(sys.modules.get(m), "__file__", None)) for m in kept)
+
+
+def run_one_importing(sources: Sequence[ModuleSource], run_id: str, config: dict[str, Any],
+                      keep_models: bool) -> tuple[dict[str, Any], dict[str, bytes] | None]:
+    """:func:`~perm_circuits.sweep.run.run_one` after importing the task modules ``sources`` (a Ray task's body)."""
+    import_task_modules(sources)
+    return run_one(run_id, config, keep_models)
 
 
 PRELOAD = ["torch", "transformer_lens.model_bridge", "perm_circuits.sweep.run"]
@@ -162,7 +186,9 @@ def run_ray(runs: Sequence[RunConfig], on_result: OnResult, on_running: OnStart,
 
     Connects to the cluster at ``address`` (``ray start --head`` elsewhere), or starts a local
     instance with ``workers`` CPUs and no dashboard (shut down afterwards).  An already
-    initialised Ray (``ray.init`` in the caller) is used as is.
+    initialised Ray (``ray.init`` in the caller) is used as is.  Each task first imports the
+    modules that register the swept tasks (:func:`task_modules`: by name, else from the file the
+    driver imported; on a cluster that file must exist at the same path on every node).
     """
     ray = import_ray()
     started = False
@@ -173,8 +199,9 @@ def run_ray(runs: Sequence[RunConfig], on_result: OnResult, on_running: OnStart,
             ray.init(num_cpus=workers or default_workers(), include_dashboard=False, log_to_driver=False)
             started = True
     try:
-        task = ray.remote(num_cpus=1, max_retries=0)(run_one)
-        refs = {task.remote(run.run_id, run.config, keep_models): run for run in runs}
+        task = ray.remote(num_cpus=1, max_retries=0)(run_one_importing)
+        sources = task_modules(runs)  # a user's task module, imported in each worker before its run
+        refs = {task.remote(sources, run.run_id, run.config, keep_models): run for run in runs}
         slots = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         pending = list(refs)
         on_running(min(slots, len(pending)))

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from perm_circuits.models import load_checkpoint
 from perm_circuits.sweep.run import ANALYSIS_PREFIXES, analysis_columns, versions
 from perm_circuits.sweep.store import MODELS_DIR, load_rows, write_row
+from perm_circuits.tasks.checkpoint import task_record
 
 __all__ = ["reanalyse_sweep"]
 
@@ -74,6 +75,13 @@ def reanalyse_sweep(
         raise ValueError(
             f"runs {no_model[:5]} have no kept model in {str(out_dir / MODELS_DIR)!r}: "
             "re-run the sweep with keep_models=True (--keep-models) to re-analyse it"
+        )
+    on_tasks = [r for r in wanted if task_record(out_dir / MODELS_DIR / r) is not None]
+    if on_tasks:
+        raise ValueError(
+            f"runs {on_tasks[:5]} kept models of another task than the study's (a task sweep): sweep-reanalyse "
+            "recomputes the study's analysis columns only; report such a model with perm-circuits report "
+            "DIR/models/RUN_ID --import FILE.py"
         )
     sizes = {run_id: _analysis_sizes(rows[run_id]) for run_id in wanted}
     threads = torch.get_num_threads()

@@ -194,10 +194,10 @@ def run_one(run_id: str, config: dict[str, Any], keep_model: bool = False) -> tu
     (metrics absent, i.e. NaN in :func:`~perm_circuits.sweep.load_sweep`).  The checkpoint comes
     back as ``{file name: bytes}`` (the driver writes it; workers may not share its disk).
     """
-    if "fit" in config:  # any task but the study's (sweep/task_sweep.py): no checkpoint is kept
-        from perm_circuits.sweep.task_sweep import run_task
+    if "fit" in config:  # any task but the study's (sweep/task_sweep.py)
+        from perm_circuits.sweep.task_sweep import run_task_keeping
 
-        return run_task(run_id, config), None
+        return run_task_keeping(run_id, config, keep_model)
     start = time.perf_counter()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -16,7 +16,8 @@ keys are then
 Each run builds the task's model (:func:`~perm_circuits.tasks.runner.task_model`), trains it with
 :func:`~perm_circuits.train` and evaluates it with :func:`~perm_circuits.evaluate`; its row holds
 the config columns, the task's metrics and the final training loss.  Run ids hash the resolved
-configuration as for the study.
+configuration as for the study.  With ``keep_models`` each run's model is kept as a checkpoint
+that records its task (:func:`~perm_circuits.tasks.checkpoint.save_task_model`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import torch
 
 from perm_circuits.sweep.store import versions
 
-__all__ = ["FIT_DEFAULTS", "is_task_spec", "resolve_task_run", "run_task", "task_keys"]
+__all__ = ["FIT_DEFAULTS", "is_task_spec", "resolve_task_run", "run_task", "run_task_keeping", "task_keys"]
 
 FIT_DEFAULTS: dict[str, Any] = {"steps": 1000, "batch_size": 64, "lr": 1e-3, "optimizer": "adam",
                                 "momentum": 0.0, "weight_decay": 0.0}
@@ -93,28 +94,50 @@ def resolve_task_run(values: dict[str, Any]) -> dict[str, Any]:
 
 def run_task(run_id: str, config: dict[str, Any]) -> dict[str, Any]:
     """Train and evaluate one task run; never raises (a failure is a ``status="failed"`` row)."""
+    return run_task_keeping(run_id, config, keep_model=False)[0]
+
+
+def run_task_keeping(run_id: str, config: dict[str, Any],
+                     keep_model: bool = False) -> tuple[dict[str, Any], dict[str, bytes] | None]:
+    """:func:`run_task`'s row and, with ``keep_model``, the trained model's checkpoint files
+    (:func:`~perm_circuits.tasks.checkpoint.save_task_model`, which records the task: ``perm-circuits
+    report DIR/models/RUN_ID`` pages it) as ``{file name: bytes}``; ``None`` for a failed run."""
+    import tempfile
+    from pathlib import Path
+
     from perm_circuits.evaluate import evaluate
-    from perm_circuits.tasks.runner import task_model
+    from perm_circuits.models import CONFIG_FILE, WEIGHTS_FILE
     from perm_circuits.tasks import FitConfig, task_from_dict
+    from perm_circuits.tasks.checkpoint import save_task_model
+    from perm_circuits.tasks.runner import task_model
     from perm_circuits.train import train
 
     start = time.perf_counter()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     row: dict[str, Any] = {"run_id": run_id, "status": "failed", "error": ""}
+    files = None
     try:
         task = task_from_dict(config["task"])
         row.update({**config["task"], "task": task.name, "seed": config["seed"], **config["model"], **config["fit"]})
         model, forward = task_model(task, seed=config["seed"], **config["model"])
         result = train(model, task, FitConfig(**config["fit"], seed=config["seed"]), forward=forward, progress=False)
-        row.update(evaluate(result.model, task=task, forward=forward).summary())
+        metrics = evaluate(result.model, task=task, forward=forward).summary()
+        row.update(metrics)
         row["final_train_loss"] = result.losses[-1]
+        if keep_model:
+            with tempfile.TemporaryDirectory(prefix="perm_sweep_") as tmp:
+                save_task_model(result.model, tmp, task, metadata={"run_id": run_id, "sweep_config": config,
+                                                                   "metrics": metrics,
+                                                                   "final_train_loss": result.losses[-1]})
+                files = {name: (Path(tmp) / name).read_bytes() for name in (WEIGHTS_FILE, CONFIG_FILE)}
         row["status"] = "done"
     except Exception:  # noqa: BLE001 - a failed run is a row, the sweep goes on
         row["status"] = "failed"
         row["error"] = traceback.format_exc()
+        files = None
     finally:
         torch.set_num_threads(threads)
     row["wall_seconds"] = time.perf_counter() - start
     row.update(versions())
-    return row
+    return row, files

@@ -36,9 +36,9 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-__all__ = ["DEFAULT_MODEL_KEYS", "FitConfig", "FitResult", "StepState", "TASKS", "Task", "TaskBatch", "TaskEntry", "fit",
-           "load_object", "log_spaced_steps", "masked_cross_entropy", "register_task", "task_entries", "task_entry",
-           "task_from_dict"]
+__all__ = ["DEFAULT_MODEL_KEYS", "TASKS", "FitConfig", "FitResult", "StepState", "Task", "TaskBatch", "TaskEntry",
+           "fit", "import_module_or_file", "load_object", "log_spaced_steps", "masked_cross_entropy",
+           "register_task", "task_entries", "task_entry", "task_from_dict"]
 
 
 @dataclass(frozen=True)
@@ -181,6 +181,56 @@ def load_object(reference: str) -> Any:
         return getattr(importlib.import_module(module), attribute)
     except (ImportError, AttributeError) as error:
         raise ValueError(f"cannot load {reference!r}: {error}") from None
+
+
+def import_module_or_file(reference: str, file: str | None = None) -> Any:
+    """Import the module that defines (and registers) a task: ``reference`` is a module name, tried
+    with the current folder on the path too, or a ``.py`` file (imported as the module named by its
+    stem).  ``file``: the module's file, loaded under the name ``reference`` where the name does not
+    import (e.g. in a sweep's worker, whose path lacks the user's folder).
+
+    Returns the module; ValueError naming ``reference`` when neither imports.
+    """
+    import importlib
+    import importlib.util
+    import os
+    import sys
+    from pathlib import Path
+
+    if not isinstance(reference, str) or not reference:
+        raise TypeError(f"a module must be named by a non-empty string (a module name or a .py file), got {reference!r}")
+    if file is None and reference.endswith(".py") and Path(reference).is_file():
+        file, reference = reference, Path(reference).stem
+    name = reference.removesuffix(".py")
+    if name in sys.modules:
+        loaded = sys.modules[name]
+        here = getattr(loaded, "__file__", None)
+        if file is not None and (here is None or Path(here).resolve() != Path(file).resolve()):
+            raise ValueError(f"cannot import {file!r} as module {name!r}: another module of that name is already "
+                             f"imported ({here or 'built in'}); rename the file")
+        return loaded
+    if file is None:
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        try:
+            return importlib.import_module(name)
+        except ImportError as error:
+            raise ValueError(f"cannot import {reference!r} (a module name or a .py file expected): {error}") from None
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        pass
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None or not Path(file).is_file():
+        raise ValueError(f"cannot import {name!r} from {file!r}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before running it: dataclasses and pickling look the module up by name
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 def register_task(

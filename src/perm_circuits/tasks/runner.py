@@ -124,12 +124,17 @@ def task_model(task: Task, *, seed: int = 0, **fields: Any) -> tuple[torch.nn.Mo
     The task's own builder ``builder(task, seed=seed, **fields)`` and forward where it registered
     one; otherwise :func:`default_model` with ``fields`` among ``d_model``, ``n_heads``,
     ``n_layers`` (defaults :data:`DEFAULT_MODEL`) and ``forward=None`` (``model(tokens)``).
-    Unknown fields raise a ValueError naming the allowed ones.
+    Unknown fields raise a ValueError naming the allowed ones.  The model carries
+    ``task_build = {"seed": seed, "model": fields}`` (the fields with their defaults), which
+    :func:`~perm_circuits.tasks.checkpoint.save_task_model` records in its checkpoint.
     """
     entry, builder, fields = _entry_fields(task, fields)
     if builder is None:
-        return default_model(task, seed=seed, **fields), None
-    return builder(task, seed=seed, **fields), entry.forward_fn()
+        model, forward = default_model(task, seed=seed, **fields), None
+    else:
+        model, forward = builder(task, seed=seed, **fields), entry.forward_fn()
+    model.task_build = {"seed": seed, "model": dict(fields)}  # what rebuilds it (tasks.checkpoint)
+    return model, forward
 
 
 def check_model_fields(task: Task, *, seed: int = 0, **fields: Any) -> None:

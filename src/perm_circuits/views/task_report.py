@@ -178,10 +178,17 @@ def model_shape_of_skills(skills) -> tuple[int, int] | None:
     return max(layers) + 1, max(heads) + 1
 
 
+def _check_page(page: object) -> None:
+    if page is not None and (not isinstance(page, str) or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", page)):
+        raise ValueError(f"page must be None or a file name stem of letters, digits, '_', '.', '-', got {page!r}")
+
+
 def render_task_report(
-    data: TaskReportData, out: str | os.PathLike[str], *, title: str | None = None, force: bool = False
+    data: TaskReportData, out: str | os.PathLike[str], *, title: str | None = None, force: bool = False,
+    page: str | None = None,
 ) -> Path:
-    """Write the offline page ``out/<task name>.html`` for computed ``data`` (module docstring).
+    """Write the offline page ``out/<page>.html`` (default ``out/<task name>.html``) for computed
+    ``data`` (module docstring).
 
     ``out``: output folder (created); a non-empty folder that no report wrote is refused unless
     ``force``.  ``title`` defaults to ``"<model> on <task>"``.  Returns the page's path
@@ -191,6 +198,7 @@ def render_task_report(
         raise TypeError(f"data must be a TaskReportData (analysis.report_data.task_report_data), got {type(data).__name__}")
     if title is not None and not isinstance(title, str):
         raise TypeError(f"title must be a str or None, got {type(title).__name__}")
+    _check_page(page)
     path = _check_out(out)
     _check_overwrite(path, force)
     evaluation = data.evaluation
@@ -232,10 +240,11 @@ def render_task_report(
 
     path.mkdir(parents=True, exist_ok=True)
     plotly_js = write_plotly_js(path).name
-    page = path / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', data.task_name)}.html"
-    _write_marker(path, [path / plotly_js, page])
-    atomic_write_text(page, html_page(title, sections, include_plotlyjs=plotly_js))
-    return page
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", data.task_name if page is None else page)
+    target = path / f"{stem}.html"
+    _write_marker(path, [path / plotly_js, target])
+    atomic_write_text(target, html_page(title, sections, include_plotlyjs=plotly_js))
+    return target
 
 
 def task_report(
@@ -251,6 +260,7 @@ def task_report(
     force: bool = False,
     ablation_hows: tuple[str, ...] | list[str] = TASK_HOWS,
     analyses: bool = True,
+    page: str | None = None,
 ) -> Path:
     """:func:`~perm_circuits.analysis.report_data.task_report_data` then :func:`render_task_report`.
 
@@ -266,6 +276,7 @@ def task_report(
         ablation_hows: ablation modes of the "Ablation" section (from ``("zero", "mean",
             "resample", "optimal")``); empty: no ablation section.  Ablation runs the model's own forward.
         analyses: the attention scores, patching, attribution and circuit sections.
+        page: the page's file name stem (default the task's name): ``out/<page>.html``.
 
     Returns:
         The page's path (``plotly-<version>.min.js`` is written beside it).
@@ -274,7 +285,8 @@ def task_report(
     n_sequences = check_int("n_sequences", n_sequences, 1)
     if title is not None and not isinstance(title, str):
         raise TypeError(f"title must be a str or None, got {type(title).__name__}")
+    _check_page(page)
     _check_overwrite(_check_out(out), force)
     data = task_report_data(model, task, n=n, n_sequences=n_sequences, seed=seed, forward=forward,
                             ablation_hows=ablation_hows, analyses=analyses)
-    return render_task_report(data, out, title=title, force=force)
+    return render_task_report(data, out, title=title, force=force, page=page)
