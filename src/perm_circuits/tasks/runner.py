@@ -73,8 +73,6 @@ def check_fit(model: object, task: object) -> None:
         raise ValueError(f"the model's context ({n_ctx}) is shorter than task {task.name!r}'s sequences ({task.n_ctx})")
 
 
-_model_name = model_name
-
 
 def _default_config(task: Task, *, seed: int, d_model: int, n_heads: int, n_layers: int) -> dict[str, Any]:
     if not isinstance(task, Task):
@@ -357,17 +355,8 @@ def measure_task(
     )
 
 
-def evaluate_task(
-    model: torch.nn.Module,
-    task: Task,
-    test_set: TaskBatch | None = None,
-    *,
-    n: int = 2000,
-    seed: int = 1234,
-    forward: Forward | None = None,
-    hooks: Sequence[tuple[str, Callable]] | None = None,
-) -> TaskEvaluation:
-    """Deprecated: ``perm_circuits.evaluate(model, test_set, task=task, ...)``."""
+def evaluate_task(model: torch.nn.Module, task: Task, test_set: TaskBatch | None = None, **options: Any) -> TaskEvaluation:
+    """Deprecated: ``perm_circuits.evaluate(model, test_set, task=task, ...)``; ``options`` as :func:`measure_task`."""
     warnings.warn("evaluate_task is deprecated; use perm_circuits.evaluate(model, test_set, task=task)",
                   DeprecationWarning, stacklevel=2)
-    return measure_task(model, task, test_set, n=n, seed=seed, forward=forward, hooks=hooks)
+    return measure_task(model, task, test_set, **options)

@@ -72,12 +72,12 @@ from perm_circuits.analysis.interventions.core import reference_tokens
 from perm_circuits.analysis.interventions.patching import (
     MIN_DENOMINATOR,
     PatchingPair,
-    _bootstrap,
     _check_options,
     check_pair,
     patching_cache,
     bootstrap_weights,
     logit_diff,
+    normalised_effects,
 )
 from perm_circuits.analysis.interventions.activation_patching import target_logprob
 from perm_circuits.hooks import HookList, check_hooks, run_capture
@@ -411,15 +411,9 @@ def _measure(
         results.append(ctx.metric(logits))
     raw = torch.stack(results)
     clean, corrupted = ctx.values["clean"], ctx.values["corrupted"]
-    denominator = clean.mean() - corrupted.mean()
-    if abs(float(denominator)) < MIN_DENOMINATOR:
-        per_sample = torch.full_like(raw, math.nan)
-        means = low = high = torch.full((len(edges),), math.nan, dtype=torch.float64)
-    else:
-        per_sample = (raw - corrupted.mean()) / denominator
-        means = (raw.mean(dim=1) - corrupted.mean()) / denominator
-        low, high = _bootstrap(ctx.weights(n_boot, seed), raw, clean, corrupted, confidence)
-        idle = ~torch.tensor(carried)  # exactly the corrupted run: 0, not 0 plus the bootstrap's rounding
+    per_sample, means, low, high = normalised_effects(raw, clean, corrupted, lambda: ctx.weights(n_boot, seed), confidence)
+    if abs(float(clean.mean() - corrupted.mean())) >= MIN_DENOMINATOR:  # an idle edge is the corrupted run: 0, not 0 + rounding
+        idle = ~torch.tensor(carried)
         means, low, high = means.masked_fill(idle, 0.0), low.masked_fill(idle, 0.0), high.masked_fill(idle, 0.0)
     effects = tuple(
         PathPatchEffect(
@@ -555,5 +549,4 @@ def path_patching_table(
     return _measure(model, runs, edges, n_boot, seed, confidence)
 
 
-_check_head_pair, _input_change, _add_hooks = check_head_pair, input_change, add_to_input_hooks  # former private names
 input_change_hooks = add_to_input_hooks  # the name another branch gave it

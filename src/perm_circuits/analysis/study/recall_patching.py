@@ -149,9 +149,6 @@ def patching_pair(
     return clean, corrupted, clean.ys[:, -1].clone(), ys[:, -1].clone()
 
 
-_check_pair = check_pair  # former private name
-
-
 def _resolve_pair(
     model, pair: PatchingPair | None, n: int, seed: int, task_config: TaskConfig | None = None
 ) -> PatchingPair:
@@ -159,7 +156,7 @@ def _resolve_pair(
     config = check_task_config(model, task_config)
     if pair is None:
         return patching_pair(config, n=n, seed=seed)
-    return _check_pair(model, pair)
+    return check_pair(model, pair)
 
 
 # ----------------------------------------------------------------------------- results
@@ -276,95 +273,44 @@ def generic_patch(
 # ----------------------------------------------------------------------------- sweeps
 
 
-def patch_head_outputs(
-    model,
-    pair: PatchingPair | None = None,
-    *,
-    by_position: bool = False,
-    hooks: Sequence[tuple[str, Callable]] | None = None,
-    source: str = "clean",
-    target: str = "corrupted",
-    n: int = 2000,
-    seed: int = 0,
-    n_boot: int = 1000,
-    confidence: float = 0.95,
-    task_config: TaskConfig | None = None,
-    cache: PatchingCache | None = None,
-) -> PatchingSweep:
+def patch_head_outputs(model, pair: PatchingPair | None = None, *, by_position: bool = False, **options) -> PatchingSweep:
     """Patch each head's ``hook_z`` (its whole output), at all positions or per position.
 
-    Shared arguments (``hooks``, ``source``, ``target``, ``n``, ``seed``, ``n_boot``,
-    ``confidence``, ``task_config``, ``cache``) as in :func:`generic_patch`: ``seed`` seeds the default
-    pair ``patching_pair(task_config or task_config_of(model), n, seed)`` and the bootstrap.
+    ``options`` (``hooks``, ``source``, ``target``, ``n``, ``seed``, ``n_boot``, ``confidence``,
+    ``task_config``, ``cache``) as in :func:`generic_patch`: ``seed`` seeds the default pair
+    ``patching_pair(task_config or task_config_of(model), n, seed)`` and the bootstrap.
     """
+    layers, heads = _layers(model), _heads(model)
     if by_position:
-        rows = [
-            {"layer": l, "head": h, "position": p}
-            for l in _layers(model)
-            for h in _heads(model)
-            for p in range(seq_len(model))
-        ]
-        setter, label = set_head_pos, "z_by_pos"
-    else:
-        rows = [{"layer": l, "head": h} for l in _layers(model) for h in _heads(model)]
-        setter, label = set_head, "z"
-    return generic_patch(
-        model, pair, patch_setter=setter, activation_name="z", index_rows=rows, label=label,
-        hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot,
-        confidence=confidence, task_config=task_config, cache=cache,
-    )
+        rows = [{"layer": l, "head": h, "position": p} for l in layers for h in heads for p in range(seq_len(model))]
+        return generic_patch(model, pair, patch_setter=set_head_pos, activation_name="z", index_rows=rows,
+                             label="z_by_pos", **options)
+    rows = [{"layer": l, "head": h} for l in layers for h in heads]
+    return generic_patch(model, pair, patch_setter=set_head, activation_name="z", index_rows=rows, label="z", **options)
 
 
 def patch_head_sources(
-    model,
-    pair: PatchingPair | None = None,
-    *,
-    component: str = "pattern",
-    dest_position: int = -1,
-    hooks: Sequence[tuple[str, Callable]] | None = None,
-    source: str = "clean",
-    target: str = "corrupted",
-    n: int = 2000,
-    seed: int = 0,
-    n_boot: int = 1000,
-    confidence: float = 0.95,
-    task_config: TaskConfig | None = None,
-    cache: PatchingCache | None = None,
+    model, pair: PatchingPair | None = None, *, component: str = "pattern", dest_position: int = -1, **options
 ) -> PatchingSweep:
     """Per head and source position: one attention weight (``"pattern"``) or one value vector (``"value"``).
 
     ``"pattern"`` patches the weight from ``dest_position`` (default the last position) to each
     causal source position ``s <= dest``; ``"value"`` patches ``hook_v`` at each source
     position.  See the module docstring for what these measure.  ``dest_position`` accepts a
-    negative index (counted from the end).  Shared arguments as in :func:`generic_patch`
+    negative index (counted from the end).  ``options`` as in :func:`generic_patch`
     (``seed`` seeds the default pair and the bootstrap; ``task_config`` is the default pair's task).
     """
     if component not in ("pattern", "value"):
         raise ValueError(f"component must be 'pattern' or 'value', got {component!r}")
     dest = check_position(dest_position, seq_len(model), "dest_position")
+    cells = [(l, h) for l in _layers(model) for h in _heads(model)]
     if component == "pattern":
-        rows = [
-            {"layer": l, "head": h, "position": dest, "source_position": s}
-            for l in _layers(model)
-            for h in _heads(model)
-            for s in range(dest + 1)
-        ]
-        return generic_patch(
-            model, pair, patch_setter=set_pattern_entry, activation_name="pattern", index_rows=rows,
-            label="pattern_source", hooks=hooks, source=source, target=target, n=n, seed=seed,
-            n_boot=n_boot, confidence=confidence, task_config=task_config, cache=cache,
-        )
-    rows = [
-        {"layer": l, "head": h, "source_position": s}
-        for l in _layers(model)
-        for h in _heads(model)
-        for s in range(seq_len(model))
-    ]
-    return generic_patch(
-        model, pair, patch_setter=set_head_pos, activation_name="v", index_rows=rows,
-        label="value_source", hooks=hooks, source=source, target=target, n=n, seed=seed,
-        n_boot=n_boot, confidence=confidence, task_config=task_config, cache=cache,
-    )
+        rows = [{"layer": l, "head": h, "position": dest, "source_position": s} for l, h in cells for s in range(dest + 1)]
+        return generic_patch(model, pair, patch_setter=set_pattern_entry, activation_name="pattern",
+                             index_rows=rows, label="pattern_source", **options)
+    rows = [{"layer": l, "head": h, "source_position": s} for l, h in cells for s in range(seq_len(model))]
+    return generic_patch(model, pair, patch_setter=set_head_pos, activation_name="v", index_rows=rows,
+                         label="value_source", **options)
 
 
 patch_head_patterns = partial(
@@ -392,75 +338,43 @@ def patch_mlp(
     *,
     neuron_groups: int | Sequence[Sequence[int]] | None = None,
     by_position: bool = False,
-    hooks: Sequence[tuple[str, Callable]] | None = None,
-    source: str = "clean",
-    target: str = "corrupted",
-    n: int = 2000,
-    seed: int = 0,
-    n_boot: int = 1000,
-    confidence: float = 0.95,
-    task_config: TaskConfig | None = None,
-    cache: PatchingCache | None = None,
+    **options,
 ) -> PatchingSweep:
     """Patch the MLP output (``hook_mlp_out``, all positions or per position), or neuron groups.
 
     With ``neuron_groups`` (a group size, or explicit lists of neurons; negative neurons count
     from the end) the sweep patches ``mlp.hook_post`` for each group at every position instead.
-    Shared arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the
+    ``options`` as in :func:`generic_patch` (``seed`` seeds the default pair and the
     bootstrap; ``task_config`` is the default pair's task).
     """
-    kwargs = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot,
-                  confidence=confidence, task_config=task_config, cache=cache)
     if neuron_groups is not None:
         groups = _neuron_groups(neuron_groups, model_config_of(model).resolved_d_mlp)
         rows = [{"layer": l, "neurons": g} for l in _layers(model) for g in groups]
-        return generic_patch(
-            model, pair, patch_setter=set_neurons, activation_name="post", index_rows=rows,
-            label="mlp_neurons", **kwargs,
-        )
+        return generic_patch(model, pair, patch_setter=set_neurons, activation_name="post", index_rows=rows,
+                             label="mlp_neurons", **options)
     if by_position:
         rows = [{"layer": l, "position": p} for l in _layers(model) for p in range(seq_len(model))]
-        return generic_patch(
-            model, pair, patch_setter=set_pos, activation_name="mlp_out", index_rows=rows,
-            label="mlp_out_by_pos", **kwargs,
-        )
+        return generic_patch(model, pair, patch_setter=set_pos, activation_name="mlp_out", index_rows=rows,
+                             label="mlp_out_by_pos", **options)
     rows = [{"layer": l} for l in _layers(model)]
-    return generic_patch(
-        model, pair, patch_setter=set_all, activation_name="mlp_out", index_rows=rows, **kwargs
-    )
+    return generic_patch(model, pair, patch_setter=set_all, activation_name="mlp_out", index_rows=rows, **options)
 
 
 def patch_residual(
-    model,
-    pair: PatchingPair | None = None,
-    *,
-    site: str = "resid_pre",
-    positions: int | Sequence[int] | None = None,
-    hooks: Sequence[tuple[str, Callable]] | None = None,
-    source: str = "clean",
-    target: str = "corrupted",
-    n: int = 2000,
-    seed: int = 0,
-    n_boot: int = 1000,
-    confidence: float = 0.95,
-    task_config: TaskConfig | None = None,
-    cache: PatchingCache | None = None,
+    model, pair: PatchingPair | None = None, *, site: str = "resid_pre", positions: int | Sequence[int] | None = None,
+    **options,
 ) -> PatchingSweep:
     """Patch the residual stream (``site`` = resid_pre / resid_mid / resid_post) per layer and position.
 
-    ``positions`` (default all; negative ones count from the end) restricts the cells.  Shared
-    arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap;
+    ``positions`` (default all; negative ones count from the end) restricts the cells.  ``options``
+    as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap;
     ``task_config`` is the default pair's task).
     """
     if site not in ("resid_pre", "resid_mid", "resid_post"):
         raise ValueError(f"site must be resid_pre, resid_mid or resid_post, got {site!r}")
     chosen = check_positions(positions, seq_len(model)) or list(range(seq_len(model)))
     rows = [{"layer": l, "position": p} for l in _layers(model) for p in chosen]
-    return generic_patch(
-        model, pair, patch_setter=set_pos, activation_name=site, index_rows=rows, hooks=hooks,
-        source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
-        task_config=task_config, cache=cache,
-    )
+    return generic_patch(model, pair, patch_setter=set_pos, activation_name=site, index_rows=rows, **options)
 
 
 def find_recall_head(
