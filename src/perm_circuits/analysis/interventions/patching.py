@@ -46,6 +46,7 @@ __all__ = [
     "bootstrap_weights",
     "check_pair",
     "logit_diff",
+    "metric_values",
     "normalised_effects",
     "patching_cache",
     "set_all",
@@ -283,6 +284,15 @@ def normalised_effects(
     means = (raw.mean(dim=1) - corrupted.mean()) / denominator
     low, high = _bootstrap(weights(), raw, clean, corrupted, confidence)
     return per_sample, means, low, high
+
+
+def metric_values(metric: Callable[[Tensor], Tensor], logits: Tensor, batch: int) -> Float[Tensor, " batch"]:
+    """``metric(logits)`` checked to be one number per sequence (``[batch]``), detached, as float64."""
+    values = metric(logits)
+    if not isinstance(values, Tensor) or values.shape != (batch,):
+        shape = tuple(values.shape) if isinstance(values, Tensor) else type(values).__name__
+        raise ValueError(f"metric(logits) must return one number per sequence, shape ({batch},), got {shape}")
+    return values.detach().double()
 
 
 def _check_options(source: object, target: object, n_boot: object, seed: object, confidence: object) -> None:

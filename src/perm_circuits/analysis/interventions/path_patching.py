@@ -54,6 +54,7 @@ unused x (the recall pair of :func:`~perm_circuits.analysis.study.recall_patchin
 from __future__ import annotations
 
 import math
+from functools import partial
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
@@ -68,7 +69,7 @@ from perm_circuits.analysis.interventions.checks import (
     check_positive_int,
     check_task_config,
 )
-from perm_circuits.analysis.interventions.core import reference_tokens
+from perm_circuits.analysis.interventions.core import pair_tokens
 from perm_circuits.analysis.interventions.patching import (
     MIN_DENOMINATOR,
     PatchingPair,
@@ -77,6 +78,7 @@ from perm_circuits.analysis.interventions.patching import (
     patching_cache,
     bootstrap_weights,
     logit_diff,
+    metric_values,
     normalised_effects,
 )
 from perm_circuits.analysis.interventions.activation_patching import target_logprob
@@ -361,13 +363,7 @@ def _permutation_runs(model, pair: PatchingPair, hooks: HookList) -> _Runs:
 
 def _general_runs(model, clean: Tensor, corrupted: Tensor, metric: Callable[[Tensor], Tensor], hooks: HookList) -> _Runs:
     n = len(clean)
-
-    def values(logits: Tensor) -> Tensor:
-        out = metric(logits)
-        if not isinstance(out, Tensor) or out.shape != (n,):
-            shape = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-            raise ValueError(f"metric(logits) must return one number per sequence, shape ({n},), got {shape}")
-        return out.detach().double()
+    values = partial(metric_values, metric, batch=n)
 
     caches, results = {}, {}
     for run, tokens in (("clean", clean), ("corrupted", corrupted)):
@@ -443,12 +439,7 @@ def _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corru
         raise ValueError(f"corruption must be one of {CORRUPTIONS}, got {corruption!r}")
     hooks = check_hooks(model, hooks)
     if isinstance(pair, tuple) and len(pair) == 2:  # any task: (clean, corrupted) TaskBatches or token ids
-        clean, corrupted = (reference_tokens(model, side) for side in pair)
-        if clean is None or corrupted is None:
-            raise TypeError("pair must be (clean, corrupted) TaskBatches or token tensors, got None")
-        if clean.shape != corrupted.shape:
-            raise ValueError(f"clean and corrupted tokens must have the same shape, got {tuple(clean.shape)} and "
-                             f"{tuple(corrupted.shape)}")
+        clean, corrupted = pair_tokens(model, *pair)
         if metric is None:
             if not isinstance(pair[0], TaskBatch):
                 raise ValueError("token ids carry no targets: pass metric= (a callable logits -> [batch])")
