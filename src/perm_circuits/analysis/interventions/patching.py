@@ -278,7 +278,7 @@ def normalised_effects(
     differ by less than :data:`MIN_DENOMINATOR`.  ``weights()`` gives the bootstrap's resample weights."""
     denominator = clean.mean() - corrupted.mean()
     if abs(float(denominator)) < MIN_DENOMINATOR:  # the runs do not differ: nothing to normalise by
-        nan = torch.full((len(raw),), math.nan, dtype=torch.float64)
+        nan = torch.full((len(raw),), math.nan, dtype=torch.float64, device=raw.device)
         return torch.full_like(raw, math.nan), nan, nan, nan
     per_sample = (raw - corrupted.mean()) / denominator
     means = (raw.mean(dim=1) - corrupted.mean()) / denominator

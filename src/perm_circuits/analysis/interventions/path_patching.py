@@ -409,7 +409,7 @@ def _measure(
     clean, corrupted = ctx.values["clean"], ctx.values["corrupted"]
     per_sample, means, low, high = normalised_effects(raw, clean, corrupted, lambda: ctx.weights(n_boot, seed), confidence)
     if abs(float(clean.mean() - corrupted.mean())) >= MIN_DENOMINATOR:  # an idle edge is the corrupted run: 0, not 0 + rounding
-        idle = ~torch.tensor(carried)
+        idle = ~torch.tensor(carried, device=raw.device)
         means, low, high = means.masked_fill(idle, 0.0), low.masked_fill(idle, 0.0), high.masked_fill(idle, 0.0)
     effects = tuple(
         PathPatchEffect(
