@@ -207,15 +207,8 @@ def attention_view(
     head_names = _check_labels(head_names, "head_names", n_head, "pattern head dim")
     if mask_upper_tri is not None and not isinstance(mask_upper_tri, bool):
         raise TypeError(f"mask_upper_tri must be a bool, got {type(mask_upper_tri).__name__}")
-    return _capture_view(
-        circuitsvis.attention,
-        circuitsvis.attention.attention_heads,
-        title,
-        attention=pattern,
-        tokens=tokens,
-        attention_head_names=head_names,
-        mask_upper_tri=mask_upper_tri,
-    )
+    return _capture_view(circuitsvis.attention, circuitsvis.attention.attention_heads, title, attention=pattern,
+        tokens=tokens, attention_head_names=head_names, mask_upper_tri=mask_upper_tri)
 
 
 @no_type_check  # validates its own inputs (lists, numpy, tensors) with precise messages
@@ -249,14 +242,8 @@ def colored_tokens_view(
             raise TypeError(f"{name} must be a number, got {type(bound).__name__}")
         if bound is not None and not math.isfinite(bound):
             raise ValueError(f"{name} must be finite, got {bound}")
-    return _capture_view(
-        circuitsvis.tokens,
-        circuitsvis.tokens.colored_tokens,
-        title,
-        tokens=tokens,
-        values=values,
-        **bounds,
-    )
+    return _capture_view(circuitsvis.tokens, circuitsvis.tokens.colored_tokens, title, tokens=tokens, values=values,
+        **bounds)
 
 
 @no_type_check  # validates its own inputs (lists, numpy, tensors) with precise messages

@@ -59,9 +59,7 @@ _REMOTE_REF_RE = re.compile(
     r"(?:https?:)?//[^\"'\s>]*",
     re.IGNORECASE,
 )
-_REMOTE_IMPORT_RE = re.compile(
-    r"(?:\bfrom|\bimport\s*\()\s*[\"'`](?:https?:)?//[^\"'`]*", re.IGNORECASE
-)
+_REMOTE_IMPORT_RE = re.compile(r"(?:\bfrom|\bimport\s*\()\s*[\"'`](?:https?:)?//[^\"'`]*", re.IGNORECASE)
 _UNPKG_RE = re.compile(r"unpkg\.com", re.IGNORECASE)
 _SCRIPT_SRC_RE = re.compile(r"<script\b[^>]*\bsrc\s*=\s*[\"']?([^\"'\s>]+)", re.IGNORECASE)
 # a relative path to a file beside the page or below it: no scheme, no leading "/", no ".." segment

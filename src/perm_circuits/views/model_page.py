@@ -269,10 +269,9 @@ def _views(model: Any, task: TaskConfig, test_set: Batch) -> list[tuple[str, Off
             f"fire on it, most active first ({silent} silent neurons left out)"
         )
         if order:
-            views.append((title, neuron_activations_view(
-                [f"\u00a0{t}\u00a0" for t in labels], post[:, order], title=title, neuron_labels=[f"n{j} (max {peak[j]:.2f})" for j in order],
-                layer_label=f"L{layer} mlp.hook_post",
-            )))
+            views.append((title, neuron_activations_view([f"\u00a0{t}\u00a0" for t in labels], post[:, order],
+                title=title, neuron_labels=[f"n{j} (max {peak[j]:.2f})" for j in order],
+                layer_label=f"L{layer} mlp.hook_post")))
     return views
 
 

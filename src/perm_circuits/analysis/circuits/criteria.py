@@ -324,33 +324,17 @@ def circuit_metrics(
             bit = 1 << i
             steps = {a: abs(runner.f(runs_c[b], group) - runner.f(runs_c[a], group)) for a, b in pairs if not a & bit and b == a | bit}
             best, value = _largest(steps)
-            minimality.append(NodeMinimality(
-                node=node.name, subgroup=group, minimality=value,
-                relative=_ratio(value, abs(f_circuit)), subset=_names(nodes, best) if best is not None else (),
-            ))
-        groups[group] = SubgroupCircuitMetrics(
-            subgroup=group,
-            n=int(runner.masks[group].sum()),
-            f_model=f_model,
-            f_circuit=f_circuit,
-            faithfulness=_ratio(f_circuit, f_model),
-            faithfulness_error=_ratio(abs(f_model - f_circuit), abs(f_model)),
-            completeness=completeness,
+            minimality.append(NodeMinimality(node=node.name, subgroup=group, minimality=value,
+                relative=_ratio(value, abs(f_circuit)), subset=_names(nodes, best) if best is not None else ()))
+        groups[group] = SubgroupCircuitMetrics(subgroup=group, n=int(runner.masks[group].sum()), f_model=f_model,
+            f_circuit=f_circuit, faithfulness=_ratio(f_circuit, f_model),
+            faithfulness_error=_ratio(abs(f_model - f_circuit), abs(f_model)), completeness=completeness,
             completeness_relative=_ratio(completeness, abs(f_model)),
-            completeness_subset=_names(nodes, worst) if worst is not None else (),
-            minimality=tuple(minimality),
-        )
-    return CircuitMetrics(
-        model_name=_model_name(model),
-        how=how,
-        circuit=tuple(node.name for node in nodes),
-        n_samples=len(problem.tokens),
-        completeness_method=method,
-        n_subsets_checked=len(masks),
-        elimination=groups.get("elimination"),
-        recall=groups.get("recall"),
-        groups=tuple(groups.values()) if problem.general else (),
-    )
+            completeness_subset=_names(nodes, worst) if worst is not None else (), minimality=tuple(minimality))
+    return CircuitMetrics(model_name=_model_name(model), how=how, circuit=tuple(node.name for node in nodes),
+        n_samples=len(problem.tokens), completeness_method=method, n_subsets_checked=len(masks),
+        elimination=groups.get("elimination"), recall=groups.get("recall"),
+        groups=tuple(groups.values()) if problem.general else ())
 
 
 def faithfulness_by_mode(

@@ -195,5 +195,4 @@ def patch_head(
     """
     layer, head = check_layer(model, layer), check_head(model, head)
     return patch_activation(model, clean, corrupted, metric, f"blocks.{layer}.attn.hook_z", index=head,
-                            positions=positions, layer=layer, n_boot=n_boot, seed=seed, confidence=confidence,
-                            hooks=hooks)
+        positions=positions, layer=layer, n_boot=n_boot, seed=seed, confidence=confidence, hooks=hooks)

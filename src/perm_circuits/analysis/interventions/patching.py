@@ -425,38 +425,18 @@ def _run_sweep(
         results.append(logit_diff(logits, answer, wrong).double())
     raw = torch.stack(results)
     clean, corrupted = cache.logit_diffs["clean"], cache.logit_diffs["corrupted"]
-    per_sample, means, low, high = normalised_effects(
-        raw, clean, corrupted, lambda: cache.bootstrap_weights(n_boot, seed), confidence
-    )
+    per_sample, means, low, high = normalised_effects(raw, clean, corrupted,
+        lambda: cache.bootstrap_weights(n_boot, seed), confidence)
     patch_cells = [
-        PatchCell(
-            activation=label or activation_name,
-            hook_name=hook_name,
-            layer=int(row["layer"]),
-            head=row.get("head"),
-            position=row.get("position"),
-            source_position=row.get("source_position"),
-            neurons=tuple(row["neurons"]) if row.get("neurons") is not None else None,
-            mean=float(means[c]),
-            ci_low=float(low[c]),
-            ci_high=float(high[c]),
-            logit_diff=float(raw[c].mean()),
-        )
+        PatchCell(activation=label or activation_name, hook_name=hook_name, layer=int(row["layer"]),
+            head=row.get("head"), position=row.get("position"), source_position=row.get("source_position"),
+            neurons=tuple(row["neurons"]) if row.get("neurons") is not None else None, mean=float(means[c]),
+            ci_low=float(low[c]), ci_high=float(high[c]), logit_diff=float(raw[c].mean()))
         for c, (row, hook_name) in enumerate(cells)
     ]
-    return PatchingSweep(
-        model_name=config.name,
-        activation=label or activation_name,
-        source=source,
-        target=target,
-        cells=tuple(patch_cells),
-        per_sample=per_sample.float(),
-        clean_logit_diff=float(clean.mean()),
-        corrupted_logit_diff=float(corrupted.mean()),
-        n=raw.shape[1],
-        confidence=confidence,
-        n_boot=n_boot,
-    )
+    return PatchingSweep(model_name=config.name, activation=label or activation_name, source=source, target=target,
+        cells=tuple(patch_cells), per_sample=per_sample.float(), clean_logit_diff=float(clean.mean()),
+        corrupted_logit_diff=float(corrupted.mean()), n=raw.shape[1], confidence=confidence, n_boot=n_boot)
 
 
 # ----------------------------------------------------------------------------- patch setters

@@ -412,23 +412,14 @@ def _measure(
         idle = ~torch.tensor(carried, device=raw.device)
         means, low, high = means.masked_fill(idle, 0.0), low.masked_fill(idle, 0.0), high.masked_fill(idle, 0.0)
     effects = tuple(
-        PathPatchEffect(
-            sender=f"L{sl}H{sh}", sender_layer=sl, sender_head=sh,
-            receiver=f"L{rl}H{rh}", receiver_layer=rl, receiver_head=rh, input=input,
-            mean=float(means[e]), ci_low=float(low[e]), ci_high=float(high[e]), logit_diff=float(raw[e].mean()),
-        )
+        PathPatchEffect(sender=f"L{sl}H{sh}", sender_layer=sl, sender_head=sh, receiver=f"L{rl}H{rh}",
+            receiver_layer=rl, receiver_head=rh, input=input, mean=float(means[e]), ci_low=float(low[e]),
+            ci_high=float(high[e]), logit_diff=float(raw[e].mean()))
         for e, ((sl, sh), (rl, rh), input) in enumerate(edges)
     )
-    return PathPatchingTable(
-        model_name=ctx.model_name,
-        effects=effects,
-        per_sample=per_sample.float(),
-        clean_logit_diff=float(clean.mean()),
-        corrupted_logit_diff=float(corrupted.mean()),
-        n=raw.shape[1],
-        confidence=confidence,
-        n_boot=n_boot,
-    )
+    return PathPatchingTable(model_name=ctx.model_name, effects=effects, per_sample=per_sample.float(),
+        clean_logit_diff=float(clean.mean()), corrupted_logit_diff=float(corrupted.mean()), n=raw.shape[1],
+        confidence=confidence, n_boot=n_boot)
 
 
 def _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corruption, metric) -> _Runs:

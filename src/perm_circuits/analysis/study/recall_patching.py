@@ -264,10 +264,8 @@ def generic_patch(
         cache = patching_cache(model, pair, hooks, names)
     else:
         cache.add(names)
-    return _run_sweep(
-        model, cache, patch_setter=patch_setter, activation_name=activation_name, index_rows=index_rows,
-        label=label, source=source, target=target, n_boot=n_boot, seed=seed, confidence=confidence,
-    )
+    return _run_sweep(model, cache, patch_setter=patch_setter, activation_name=activation_name, index_rows=index_rows,
+        label=label, source=source, target=target, n_boot=n_boot, seed=seed, confidence=confidence)
 
 
 # ----------------------------------------------------------------------------- sweeps
@@ -313,18 +311,16 @@ def patch_head_sources(
                          label="value_source", **options)
 
 
-patch_head_patterns = partial(
-    generic_patch, patch_setter=set_pattern, activation_name="pattern", index_axes=("layer", "head")
-)
+patch_head_patterns = partial(generic_patch, patch_setter=set_pattern, activation_name="pattern",
+    index_axes=("layer", "head"))
 patch_head_patterns.__doc__ = """Patch each head's whole attention pattern (``hook_pattern``, all destinations).
 
 ``patch_head_patterns(model, pair=None, **kwargs)``; keyword arguments as :func:`generic_patch`
 (``hooks``, ``source``, ``target``, ``n``, ``seed`` (the default pair's and the bootstrap's seed),
 ``n_boot``, ``confidence``, ``task_config`` (the task of the default pair))."""
 
-patch_attn_out = partial(
-    generic_patch, patch_setter=set_pos, activation_name="attn_out", index_axes=("layer", "position")
-)
+patch_attn_out = partial(generic_patch, patch_setter=set_pos, activation_name="attn_out",
+    index_axes=("layer", "position"))
 patch_attn_out.__doc__ = """Patch the attention layer's output (``hook_attn_out``) per layer and position.
 
 ``patch_attn_out(model, pair=None, **kwargs)``; keyword arguments as :func:`generic_patch`
@@ -412,21 +408,12 @@ def find_recall_head(
             f"{clean:.6g} and {corrupted:.6g}, |difference| < {MIN_DENOMINATOR:g}), so no head's patch can "
             "restore recall; check the model recalls at all and that hooks do not erase the logits"
         )
-    sweep = patch_head_outputs(
-        model, pair, hooks=hooks, seed=seed, n_boot=n_boot, confidence=confidence, cache=ctx
-    )
+    sweep = patch_head_outputs(model, pair, hooks=hooks, seed=seed, n_boot=n_boot, confidence=confidence, cache=ctx)
     best = sweep.best()
     others = [cell.mean for cell in sweep.cells if cell is not best and not math.isnan(cell.mean)]
     assert best.head is not None
-    return RecallHead(
-        layer=best.layer,
-        head=best.head,
-        effect=best.mean,
-        ci_low=best.ci_low,
-        ci_high=best.ci_high,
-        runner_up=max(others) if others else math.nan,
-        sweep=sweep,
-    )
+    return RecallHead(layer=best.layer, head=best.head, effect=best.mean, ci_low=best.ci_low, ci_high=best.ci_high,
+        runner_up=max(others) if others else math.nan, sweep=sweep)
 
 
 def recall_patching(
@@ -473,10 +460,6 @@ def recall_patching(
     if groups is not None:
         sweeps.append(patch_mlp(model, pair, neuron_groups=[list(g) for g in groups], **kwargs))
     sweeps += [patch_residual(model, pair, site=site, **kwargs) for site in ("resid_pre", "resid_mid", "resid_post")]
-    return PatchingReport(
-        model_name=model_config_of(model).name,
-        sweeps=tuple(sweeps),
+    return PatchingReport(model_name=model_config_of(model).name, sweeps=tuple(sweeps),
         clean_logit_diff=float(ctx.logit_diffs["clean"].mean()),
-        corrupted_logit_diff=float(ctx.logit_diffs["corrupted"].mean()),
-        n=len(pair[0]),
-    )
+        corrupted_logit_diff=float(ctx.logit_diffs["corrupted"].mean()), n=len(pair[0]))

@@ -297,14 +297,11 @@ def _judge_head(
             + (f", which {explained} alone already breaks." if explained and not needs_elim else ".")
         )
     parts.append(f"Causally needed for: {causal}.")
-    return HeadRole(
-        layer=score.layer, head=score.head, component=score.component, role=role,
-        attention_role=score.attention_role, causal_role=causal,
-        elimination_accuracy=row.elimination_accuracy, recall_accuracy=row.recall_accuracy,
-        elimination_retention=e_ret, recall_retention=r_ret, early_mae_increase=mae_up, loss_increase=loss_up,
-        patch_effect=effect, patch_ci_low=low, patch_ci_high=high, joint_elimination_retention=joint_ret,
-        recall_signal_retention=signal_ret, reason=" ".join(parts),
-    )
+    return HeadRole(layer=score.layer, head=score.head, component=score.component, role=role,
+        attention_role=score.attention_role, causal_role=causal, elimination_accuracy=row.elimination_accuracy,
+        recall_accuracy=row.recall_accuracy, elimination_retention=e_ret, recall_retention=r_ret,
+        early_mae_increase=mae_up, loss_increase=loss_up, patch_effect=effect, patch_ci_low=low, patch_ci_high=high,
+        joint_elimination_retention=joint_ret, recall_signal_retention=signal_ret, reason=" ".join(parts))
 
 
 def _judge_mlp(ctx: _Context, layer: int, row: AblationRow, patching: PatchingSweep | None) -> MlpRole:
@@ -325,10 +322,7 @@ def _judge_mlp(ctx: _Context, layer: int, row: AblationRow, patching: PatchingSw
         reason += " " + note
     if not math.isnan(effect):
         reason += f" Patching its clean output restores {_num(effect)} [{_num(low)}, {_num(high)}] of recall."
-    return MlpRole(
-        layer=layer, component=component, role=role,
-        elimination_accuracy=row.elimination_accuracy, recall_accuracy=row.recall_accuracy,
-        elimination_retention=e_ret, recall_retention=r_ret, early_mae_increase=mae_up, loss_increase=loss_up,
-        patch_effect=effect, patch_ci_low=low, patch_ci_high=high, recall_signal_retention=signal_ret,
-        reason=reason,
-    )
+    return MlpRole(layer=layer, component=component, role=role, elimination_accuracy=row.elimination_accuracy,
+        recall_accuracy=row.recall_accuracy, elimination_retention=e_ret, recall_retention=r_ret,
+        early_mae_increase=mae_up, loss_increase=loss_up, patch_effect=effect, patch_ci_low=low, patch_ci_high=high,
+        recall_signal_retention=signal_ret, reason=reason)

@@ -327,16 +327,8 @@ def attention_by_source(
             return torch.full(patterns.shape[1:], math.nan)
         return patterns[rows].mean(dim=0)
 
-    return AttentionBySource(
-        model_name=config.name,
-        V=config.V,
-        n_samples=len(tokens),
-        n_repeated=int(repeated.sum()),
-        mean_not_repeated=group_mean(~repeated),
-        mean_repeated=group_mean(repeated),
-        patterns=patterns,
-        source=source,
-    )
+    return AttentionBySource(model_name=config.name, V=config.V, n_samples=len(tokens), n_repeated=int(repeated.sum()),
+        mean_not_repeated=group_mean(~repeated), mean_repeated=group_mean(repeated), patterns=patterns, source=source)
 
 
 # ----------------------------------------------------------------------------- head scores
@@ -491,18 +483,11 @@ def _scores(attention: AttentionBySource, thresholds: RoleThresholds) -> HeadSco
             }
             matched = _patterns_matched(score, thresholds)
             heads.append(
-                HeadScore(
-                    layer=layer, head=head, component=_component(layer, head), **score,
-                    patterns=matched, attention_role="+".join(matched) or "other",
-                )
+                HeadScore(layer=layer, head=head, component=_component(layer, head), **score, patterns=matched,
+                    attention_role="+".join(matched) or "other")
             )
-    return HeadScores(
-        model_name=attention.model_name,
-        n_samples=attention.n_samples,
-        n_repeated=attention.n_repeated,
-        thresholds=thresholds,
-        heads=tuple(heads),
-    )
+    return HeadScores(model_name=attention.model_name, n_samples=attention.n_samples, n_repeated=attention.n_repeated,
+        thresholds=thresholds, heads=tuple(heads))
 
 
 def head_scores(
