@@ -163,7 +163,9 @@ def _check_targets(targets: object, n_in: int, n_out: int) -> Tensor:
     for column, (name, bound) in enumerate((("input", n_in), ("output", n_out))):
         bad = (pairs[:, column] < 0) | (pairs[:, column] >= bound)
         if bad.any():
-            raise ValueError(f"targets has {name} index {int(pairs[bad][0, column])} outside [0, {bound - 1}]")
+            raise ValueError(
+                f"targets has {name} index {int(pairs[bad][0, column])} outside [0, {bound - 1}]"
+            )
     return pairs
 
 
@@ -439,16 +441,20 @@ def qk_memory_probe(
         scores = token_scores[:, last]  # [query token, key pos]
         allowed = causal[last].expand(V, n_ctx)
         pairs = torch.tensor([[t, 1] for t in range(V)])
-        return MemoryProbe(f"L{layer}H{head}", "QK", target_map, "argmax", recall_rate(scores, pairs, allowed=allowed),
-            V, 1.0 / n_ctx)
+        return MemoryProbe(
+            f"L{layer}H{head}", "QK", target_map, "argmax", recall_rate(scores, pairs, allowed=allowed), V,
+            1.0 / n_ctx,
+        )
     scores = token_scores.mean(0)  # [query pos, key pos]
     if target_map == "prev_y":
         pairs = torch.tensor([[q, q - 1] for q in range(2, n_ctx, 2)])
     else:  # self_y
         pairs = torch.tensor([[q, q] for q in range(1, n_ctx, 2)])
     candidates = pairs[:, 0] + 1
-    return MemoryProbe(f"L{layer}H{head}", "QK", target_map, "argmax", recall_rate(scores, pairs, allowed=causal),
-        len(pairs), _chance(candidates))
+    return MemoryProbe(
+        f"L{layer}H{head}", "QK", target_map, "argmax", recall_rate(scores, pairs, allowed=causal), len(pairs),
+        _chance(candidates),
+    )
 
 
 def mlp_scores(

@@ -210,16 +210,26 @@ def x_position_triggers(
         _, inverse, counts = torch.unique(prefix, dim=0, return_inverse=True, return_counts=True)
         first = torch.full((len(counts),), len(inputs), dtype=torch.long)
         first = first.scatter_reduce(0, inverse, torch.arange(len(inputs)), reduce="amin")
-        answers = torch.zeros(len(counts), V).index_put_((inverse, batch.ys[:, k] - 1), torch.ones(len(inputs)),
-            accumulate=True)
+        answers = torch.zeros(len(counts), V).index_put_(
+            (inverse, batch.ys[:, k] - 1), torch.ones(len(inputs)), accumulate=True
+        )
         parts.append((first, torch.full_like(first, k), counts, answers / counts[:, None]))
     rows = torch.cat([p[0] for p in parts])
     steps = torch.cat([p[1] for p in parts])
     counts = torch.cat([p[2] for p in parts])
     target_probs = torch.cat([p[3] for p in parts])
-    triggers = TriggerSet(source=rows, position=2 * steps, step=steps + 1, query=inputs[rows, 2 * steps],
-        used=used[rows, steps], repeated=repeated[rows, steps], target_probs=target_probs,
-        target=target_probs.argmax(-1) + 1, elimination=elim[rows, steps], count=counts)
+    triggers = TriggerSet(
+        source=rows,
+        position=2 * steps,
+        step=steps + 1,
+        query=inputs[rows, 2 * steps],
+        used=used[rows, steps],
+        repeated=repeated[rows, steps],
+        target_probs=target_probs,
+        target=target_probs.argmax(-1) + 1,
+        elimination=elim[rows, steps],
+        count=counts,
+    )
     return triggers, rows, steps
 
 
@@ -433,23 +443,51 @@ def ffn_key_value_probe(
             trap_agreement = float((trap == value_top).float().mean())
             trap_suppressed = float((trap == value_bottom).float().mean())
         results.append(
-            NeuronKeyValue(layer=layer, neuron=n, live=True, max_activation=max_act, n_triggers=len(idx),
-                value_top=value_top, value_bottom=value_bottom, value_probs=tuple(float(p) for p in logits.softmax(-1)),
-                value_logit_range=float(logits.max() - logits.min()), agreement=agreement, top1_agreement=float(hit[0]),
-                suppress_used=suppress, top_pattern=str(top_pattern), top_pattern_share=pattern_share,
-                top_position=int(top_position), top_position_share=position_share, top_query=int(top_query),
-                top_query_share=query_share, repeated_share=repeated_share, fires_on_repeated=repeated_share > 0.5,
-                repeated_selectivity=selectivity, recall_agreement=recall_agreement, trap_agreement=trap_agreement,
-                trap_suppressed=trap_suppressed, top_triggers=tuple(int(i) for i in idx))
+            NeuronKeyValue(
+                layer=layer,
+                neuron=n,
+                live=True,
+                max_activation=max_act,
+                n_triggers=len(idx),
+                value_top=value_top,
+                value_bottom=value_bottom,
+                value_probs=tuple(float(p) for p in logits.softmax(-1)),
+                value_logit_range=float(logits.max() - logits.min()),
+                agreement=agreement,
+                top1_agreement=float(hit[0]),
+                suppress_used=suppress,
+                top_pattern=str(top_pattern),
+                top_pattern_share=pattern_share,
+                top_position=int(top_position),
+                top_position_share=position_share,
+                top_query=int(top_query),
+                top_query_share=query_share,
+                repeated_share=repeated_share,
+                fires_on_repeated=repeated_share > 0.5,
+                repeated_selectivity=selectivity,
+                recall_agreement=recall_agreement,
+                trap_agreement=trap_agreement,
+                trap_suppressed=trap_suppressed,
+                top_triggers=tuple(int(i) for i in idx),
+            )
         )
-    return FFNKeyValueProbe(model_name=config.name, layer=layer, top_k=top_k, n_sequences=len(batch), triggers=triggers,
-        neurons=tuple(results))
+    return FFNKeyValueProbe(
+        model_name=config.name,
+        layer=layer,
+        top_k=top_k,
+        n_sequences=len(batch),
+        triggers=triggers,
+        neurons=tuple(results),
+    )
 
 
 def _dead_neuron(layer: int, neuron: int, max_act: float, V: int) -> NeuronKeyValue:
     nan = float("nan")
-    return NeuronKeyValue(layer=layer, neuron=neuron, live=False, max_activation=max_act, n_triggers=0, value_top=-1,
-        value_bottom=-1, value_probs=tuple([nan] * V), value_logit_range=nan, agreement=nan, top1_agreement=nan,
-        suppress_used=nan, top_pattern="", top_pattern_share=nan, top_position=-1, top_position_share=nan, top_query=-1,
-        top_query_share=nan, repeated_share=nan, fires_on_repeated=False, repeated_selectivity=nan,
-        recall_agreement=nan, trap_agreement=nan, trap_suppressed=nan, top_triggers=())
+    return NeuronKeyValue(
+        layer=layer, neuron=neuron, live=False, max_activation=max_act, n_triggers=0, value_top=-1,
+        value_bottom=-1, value_probs=tuple([nan] * V), value_logit_range=nan, agreement=nan,
+        top1_agreement=nan, suppress_used=nan, top_pattern="", top_pattern_share=nan, top_position=-1,
+        top_position_share=nan, top_query=-1, top_query_share=nan, repeated_share=nan,
+        fires_on_repeated=False, repeated_selectivity=nan, recall_agreement=nan, trap_agreement=nan,
+        trap_suppressed=nan, top_triggers=(),
+    )
