@@ -29,6 +29,7 @@ from circuitsvis.utils.convert_props import convert_prop_type
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from perm_circuits.checks import check_str
 from perm_circuits.views.html import circuitsvis_bundle_js, html_page, mount_html, script_json
 
 __all__ = [
@@ -125,13 +126,6 @@ def _check_real_tensor(x: object, name: str, dims: str) -> Tensor:
     return x
 
 
-def _check_title(title: object) -> str:
-    """Require a str title."""
-    if not isinstance(title, str):
-        raise TypeError(f"title must be a str, got {type(title).__name__}")
-    return title
-
-
 # --------------------------------------------------------------------------
 # capturing circuitsvis' render call
 
@@ -196,7 +190,7 @@ def attention_view(
     Raises:
         TypeError: wrong argument types. ValueError: shape mismatches.
     """
-    title = _check_title(title)
+    title = check_str("title", title)
     tokens = _check_tokens(tokens)
     pattern = _check_real_tensor(pattern, "pattern", "head q k")
     n_head, n_q, n_k = pattern.shape
@@ -231,7 +225,7 @@ def colored_tokens_view(
         min_value: lower colour-scale bound (circuitsvis picks if None).
         max_value: upper colour-scale bound (circuitsvis picks if None).
     """
-    title = _check_title(title)
+    title = check_str("title", title)
     tokens = _check_tokens(tokens)
     values = _check_real_tensor(values, "values", "pos")
     if values.shape[0] != len(tokens):
@@ -266,7 +260,7 @@ def neuron_activations_view(
         neuron_labels: Optional label per neuron (``len == neurons``).
         layer_label: Label of the single layer entry in the picker.
     """
-    title = _check_title(title)
+    title = check_str("title", title)
     tokens = _check_tokens(tokens)
     activations = _check_real_tensor(activations, "activations", "pos neurons")
     n_pos, n_neurons = activations.shape

@@ -30,6 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 from perm_circuits._util import atomic_write_text
+from perm_circuits.checks import check_str
 
 __all__ = [
     "MountableView",
@@ -296,8 +297,7 @@ def html_page(
     Returns:
         The full HTML document.
     """
-    if not isinstance(title, str):
-        raise TypeError(f"title must be a str, got {type(title).__name__}")
+    check_str("title", title)
     if isinstance(sections, (str, Section)) or not isinstance(sections, Sequence):
         raise TypeError(f"sections must be a list, got {type(sections).__name__}")
     plotly_script = _plotly_head_script(include_plotlyjs)
