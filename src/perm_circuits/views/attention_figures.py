@@ -80,7 +80,6 @@ def attention_heatmaps(
     over earlier ``y`` tokens and the recall head as local ``(x, y)`` binding.
 
     Args:
-        model: a bridge.
         test_set: default ``make_test_set(task_config_of(model), n)``.
         repeated: ``None`` averages all sequences; ``True`` / ``False`` only those whose last
             query repeats (does not repeat) an earlier one; ``"split"`` draws both, one row of
@@ -135,7 +134,6 @@ def sequence_attention(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"])
     """Attention of every head on one sequence, tokens labelled ``0: x=2``, ``1: y=4``, ...
 
     Args:
-        model: a bridge.
         tokens: one sequence ``[x1, y1, ..., xV]`` (a list of ints, a 1-D tensor or ``[1, seq]``).
     """
     check_model(model)

@@ -183,7 +183,6 @@ def attention_view(
             position ``q`` puts on key position ``k`` in head ``h``.
         tokens: One label per position (``len(tokens) == q == k``).
         head_names: Optional label per head (``len == head``).
-        title: View title.
         mask_upper_tri: Grey out the upper triangle (causal); circuitsvis'
             default when ``None``.
 
@@ -221,7 +220,6 @@ def colored_tokens_view(
     Args:
         tokens: One label per position.
         values: One value per position (``len(values) == len(tokens)``).
-        title: View title.
         min_value: lower colour-scale bound (circuitsvis picks if None).
         max_value: upper colour-scale bound (circuitsvis picks if None).
     """
@@ -256,7 +254,6 @@ def neuron_activations_view(
     Args:
         tokens: One label per position.
         activations: ``activations[pos, n]`` for neuron ``n``.
-        title: View title.
         neuron_labels: Optional label per neuron (``len == neurons``).
         layer_label: Label of the single layer entry in the picker.
     """

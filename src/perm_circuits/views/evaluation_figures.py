@@ -165,7 +165,6 @@ def walkthrough(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"] | None 
     unused value, or the earlier ``y`` of a repeated query).
 
     Args:
-        model: a bridge.
         tokens: one sequence ``[x1, y1, ..., xV]``; default :data:`STUDY_SEQUENCE`
             ``[2,3, 1,5, 4,4, 3,2, 5]`` (target 1).  ``probe_sequence()`` shows recall vs the trap.
     """
