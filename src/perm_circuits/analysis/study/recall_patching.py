@@ -271,13 +271,20 @@ def generic_patch(
 # ----------------------------------------------------------------------------- sweeps
 
 
-def patch_head_outputs(model, pair: PatchingPair | None = None, *, by_position: bool = False, **options) -> PatchingSweep:
+def patch_head_outputs(
+    model, pair: PatchingPair | None = None, *, by_position: bool = False,
+    hooks: Sequence[tuple[str, Callable]] | None = None, source: str = "clean", target: str = "corrupted",
+    n: int = 2000, seed: int = 0, n_boot: int = 1000, confidence: float = 0.95, task_config: TaskConfig | None = None,
+    cache: PatchingCache | None = None,
+) -> PatchingSweep:
     """Patch each head's ``hook_z`` (its whole output), at all positions or per position.
 
-    ``options`` (``hooks``, ``source``, ``target``, ``n``, ``seed``, ``n_boot``, ``confidence``,
+    Shared arguments (``hooks``, ``source``, ``target``, ``n``, ``seed``, ``n_boot``, ``confidence``,
     ``task_config``, ``cache``) as in :func:`generic_patch`: ``seed`` seeds the default pair
     ``patching_pair(task_config or task_config_of(model), n, seed)`` and the bootstrap.
     """
+    options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
+                   task_config=task_config, cache=cache)
     layers, heads = _layers(model), _heads(model)
     if by_position:
         rows = [{"layer": l, "head": h, "position": p} for l in layers for h in heads for p in range(seq_len(model))]
@@ -288,16 +295,21 @@ def patch_head_outputs(model, pair: PatchingPair | None = None, *, by_position: 
 
 
 def patch_head_sources(
-    model, pair: PatchingPair | None = None, *, component: str = "pattern", dest_position: int = -1, **options
+    model, pair: PatchingPair | None = None, *, component: str = "pattern", dest_position: int = -1,
+    hooks: Sequence[tuple[str, Callable]] | None = None, source: str = "clean", target: str = "corrupted",
+    n: int = 2000, seed: int = 0, n_boot: int = 1000, confidence: float = 0.95, task_config: TaskConfig | None = None,
+    cache: PatchingCache | None = None,
 ) -> PatchingSweep:
     """Per head and source position: one attention weight (``"pattern"``) or one value vector (``"value"``).
 
     ``"pattern"`` patches the weight from ``dest_position`` (default the last position) to each
     causal source position ``s <= dest``; ``"value"`` patches ``hook_v`` at each source
     position.  See the module docstring for what these measure.  ``dest_position`` accepts a
-    negative index (counted from the end).  ``options`` as in :func:`generic_patch`
+    negative index (counted from the end).  Shared arguments as in :func:`generic_patch`
     (``seed`` seeds the default pair and the bootstrap; ``task_config`` is the default pair's task).
     """
+    options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
+                   task_config=task_config, cache=cache)
     if component not in ("pattern", "value"):
         raise ValueError(f"component must be 'pattern' or 'value', got {component!r}")
     dest = check_position(dest_position, seq_len(model), "dest_position")
@@ -334,15 +346,19 @@ def patch_mlp(
     *,
     neuron_groups: int | Sequence[Sequence[int]] | None = None,
     by_position: bool = False,
-    **options,
+    hooks: Sequence[tuple[str, Callable]] | None = None, source: str = "clean", target: str = "corrupted",
+    n: int = 2000, seed: int = 0, n_boot: int = 1000, confidence: float = 0.95, task_config: TaskConfig | None = None,
+    cache: PatchingCache | None = None,
 ) -> PatchingSweep:
     """Patch the MLP output (``hook_mlp_out``, all positions or per position), or neuron groups.
 
     With ``neuron_groups`` (a group size, or explicit lists of neurons; negative neurons count
     from the end) the sweep patches ``mlp.hook_post`` for each group at every position instead.
-    ``options`` as in :func:`generic_patch` (``seed`` seeds the default pair and the
+    Shared arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the
     bootstrap; ``task_config`` is the default pair's task).
     """
+    options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
+                   task_config=task_config, cache=cache)
     if neuron_groups is not None:
         groups = _neuron_groups(neuron_groups, model_config_of(model).resolved_d_mlp)
         rows = [{"layer": l, "neurons": g} for l in _layers(model) for g in groups]
@@ -358,14 +374,18 @@ def patch_mlp(
 
 def patch_residual(
     model, pair: PatchingPair | None = None, *, site: str = "resid_pre", positions: int | Sequence[int] | None = None,
-    **options,
+    hooks: Sequence[tuple[str, Callable]] | None = None, source: str = "clean", target: str = "corrupted",
+    n: int = 2000, seed: int = 0, n_boot: int = 1000, confidence: float = 0.95, task_config: TaskConfig | None = None,
+    cache: PatchingCache | None = None,
 ) -> PatchingSweep:
     """Patch the residual stream (``site`` = resid_pre / resid_mid / resid_post) per layer and position.
 
-    ``positions`` (default all; negative ones count from the end) restricts the cells.  ``options``
-    as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap;
+    ``positions`` (default all; negative ones count from the end) restricts the cells.  Shared
+    arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap;
     ``task_config`` is the default pair's task).
     """
+    options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
+                   task_config=task_config, cache=cache)
     if site not in ("resid_pre", "resid_mid", "resid_post"):
         raise ValueError(f"site must be resid_pre, resid_mid or resid_post, got {site!r}")
     chosen = check_positions(positions, seq_len(model)) or list(range(seq_len(model)))
