@@ -138,9 +138,7 @@ def build_induction_model(
         raise TypeError(f"eliminate must be a bool, got {type(eliminate).__name__}")
 
     n, d_head = 2 * V - 1, d_model // 2
-    config = ModelConfig(
-        d_model=d_model, n_heads=2, n_layers=2, V=V, d_head=d_head, normalization_type=None, seed=0
-    )
+    config = ModelConfig(d_model=d_model, n_heads=2, n_layers=2, V=V, d_head=d_head, normalization_type=None, seed=0)
     model = build_model(config)
     lay = induction_layout(V)
     TOK, POS, IS_X, PREV, OUT = (lay[name] for name in ("TOK", "POS", "IS_X", "PREV", "OUT"))

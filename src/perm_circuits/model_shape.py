@@ -90,17 +90,9 @@ def model_shape(model: object) -> ModelShape:
     names = tuple(hook_dict)
     config = getattr(model, "perm_config", None)
     if isinstance(config, ModelConfig):
-        return ModelShape(
-            n_layers=config.n_layers,
-            n_heads=config.n_heads,
-            d_head=config.resolved_d_head,
-            d_model=config.d_model,
-            d_mlp=config.resolved_d_mlp,
-            d_vocab=config.V + 1,
-            n_ctx=config.n_ctx,
-            hook_names=names,
-            permutation=True,
-        )
+        return ModelShape(n_layers=config.n_layers, n_heads=config.n_heads, d_head=config.resolved_d_head,
+            d_model=config.d_model, d_mlp=config.resolved_d_mlp, d_vocab=config.V + 1, n_ctx=config.n_ctx,
+            hook_names=names, permutation=True)
     cfg = getattr(model, "cfg", None)
     n_layers = _positive(cfg, "n_layers")
     if n_layers is None:
@@ -109,14 +101,6 @@ def model_shape(model: object) -> ModelShape:
     d_mlp = _positive(cfg, "d_mlp")
     if getattr(cfg, "attn_only", False):
         d_mlp = None
-    return ModelShape(
-        n_layers=n_layers,
-        n_heads=_positive(cfg, "n_heads"),
-        d_head=_positive(cfg, "d_head"),
-        d_model=_positive(cfg, "d_model"),
-        d_mlp=d_mlp,
-        d_vocab=_positive(cfg, "d_vocab"),
-        n_ctx=_positive(cfg, "n_ctx"),
-        hook_names=names,
-        permutation=False,
-    )
+    return ModelShape(n_layers=n_layers, n_heads=_positive(cfg, "n_heads"), d_head=_positive(cfg, "d_head"),
+        d_model=_positive(cfg, "d_model"), d_mlp=d_mlp, d_vocab=_positive(cfg, "d_vocab"),
+        n_ctx=_positive(cfg, "n_ctx"), hook_names=names, permutation=False)

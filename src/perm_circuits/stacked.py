@@ -123,9 +123,8 @@ def stacked_forward(
     if dropout_generators is not None and len(dropout_generators) != members:
         raise ValueError(f"dropout_generators must hold one generator per member ({members}), got {len(dropout_generators)}")
     n_heads, d_head, d_model = config.n_heads, config.resolved_d_head, config.d_model
-    act = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}.get(
-        config.act_fn, lambda x: torch.nn.functional.gelu(x, approximate="tanh")
-    )
+    act = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}.get(config.act_fn,
+        lambda x: torch.nn.functional.gelu(x, approximate="tanh"))
 
     def norm(x: Tensor, name: str) -> Tensor:
         if config.normalization_type is None:
@@ -292,11 +291,9 @@ class _StackedAdam:
             self.params[n].grad[i] for n in self.split for i in range(len(self.params[n]))
         ]
         with torch.no_grad():
-            adam_update(
-                self._params, grads, self._states, self._states_sq, [], self._steps,
-                fused=self.fused, foreach=None, amsgrad=False,
-                beta1=ADAM_BETAS[0], beta2=ADAM_BETAS[1], lr=self.lr, weight_decay=0.0, eps=ADAM_EPS, maximize=False,
-            )
+            adam_update(self._params, grads, self._states, self._states_sq, [], self._steps, fused=self.fused,
+                foreach=None, amsgrad=False, beta1=ADAM_BETAS[0], beta2=ADAM_BETAS[1], lr=self.lr, weight_decay=0.0,
+                eps=ADAM_EPS, maximize=False)
         self.step_count += 1
         for p in self.params.values():
             p.grad = None
@@ -470,9 +467,7 @@ def train_stacked(
     results = []
     for state in states:
         state.model.eval()
-        results.append(TrainResult(
-            model=state.model, history=state.history, evaluation=state.evaluation, model_config=state.model_config,
-            task_config=task_config, train_config=state.train_config, epochs_run=state.epochs_run,
-            stopped_early=state.stopped_early, seconds=state.seconds,
-        ))
+        results.append(TrainResult(model=state.model, history=state.history, evaluation=state.evaluation,
+            model_config=state.model_config, task_config=task_config, train_config=state.train_config,
+            epochs_run=state.epochs_run, stopped_early=state.stopped_early, seconds=state.seconds))
     return results

@@ -461,27 +461,17 @@ def _train_study(
         history = TrainingHistory(history.rows + (row,))
         bar.set_postfix(loss=f"{row['test_loss']:.4f}", elim=f"{row['elimination_accuracy']:.3f}", recall=f"{row['recall_accuracy']:.3f}")
         if train_config.checkpoint_every and epoch % train_config.checkpoint_every == 0:
-            save_training_checkpoint(
-                Path(train_config.checkpoint_dir) / f"epoch_{epoch:04d}", model, optimizer, generator,
-                task_config, train_config, history, epoch, dropout_generator=dropout_generator,
-            )
+            save_training_checkpoint(Path(train_config.checkpoint_dir) / f"epoch_{epoch:04d}", model, optimizer,
+                generator, task_config, train_config, history, epoch, dropout_generator=dropout_generator)
         stop = [callback(EpochState(epoch, model, evaluation, history)) for callback in callbacks]
         if any(s is True for s in stop) or _converged(history, train_config, task_config.repeat_ratio > 0):
             stopped_early = epoch < train_config.epochs
             break
     bar.close()
     model.eval()
-    return TrainResult(
-        model=model,
-        history=history,
-        evaluation=evaluation,
-        model_config=model_config,
-        task_config=task_config,
-        train_config=train_config,
-        epochs_run=epoch,
-        stopped_early=stopped_early,
-        seconds=time.perf_counter() - start,
-    )
+    return TrainResult(model=model, history=history, evaluation=evaluation, model_config=model_config,
+        task_config=task_config, train_config=train_config, epochs_run=epoch, stopped_early=stopped_early,
+        seconds=time.perf_counter() - start)
 
 
 RESUMABLE_FIELDS = frozenset(

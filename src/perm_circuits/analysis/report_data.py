@@ -204,14 +204,12 @@ def task_report_data(
                 attribution = target_logit_attribution(model, test_set.subset(torch.arange(min(n_analysis, len(test_set)))))
             except (TypeError, ValueError) as error:
                 notes["attribution"] = str(error)
-    return TaskReportData(
-        task_name=task.name, about=about, evaluation=evaluation, n=n, seed=seed,
+    return TaskReportData(task_name=task.name, about=about, evaluation=evaluation, n=n, seed=seed,
         sequences=tuple(sequence_table(logits, shown, row) for row in range(len(shown))),
         labels=tuple(tuple(token_labels(task, shown.tokens[row].tolist())) for row in range(len(shown))),
         patterns=patterns, attention=attention, ablation=ablation, ablation_hows=tuple(ablation_hows),
-        patching=patching, attribution=attribution, circuit=circuit, notes=notes,
-        skills=skills, findings=task_findings(evaluation, skills, ablation),
-    )
+        patching=patching, attribution=attribution, circuit=circuit, notes=notes, skills=skills,
+        findings=task_findings(evaluation, skills, ablation))
 
 
 def task_findings(evaluation: TaskEvaluation, skills: Mapping[str, Any], ablation: TaskAblationTable | None

@@ -121,12 +121,8 @@ class DynamicsRecord:
             values = tuple(tuple(math.nan if v is None else float(v) for v in row) for row in data["values"])
         except (TypeError, ValueError) as error:
             raise ValueError(f"dynamics record values must be numbers or null: {error}") from None
-        return cls(
-            steps=tuple(data["steps"]),
-            signals=tuple(data["signals"]),
-            values=values,
-            settings=dict(data.get("settings") or {}),
-        )
+        return cls(steps=tuple(data["steps"]), signals=tuple(data["signals"]), values=values,
+            settings=dict(data.get("settings") or {}))
 
 
 def _file(path: str | os.PathLike) -> Path:

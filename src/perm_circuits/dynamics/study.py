@@ -56,11 +56,8 @@ def read_record_csv(path: str | Path) -> DynamicsRecord:
         raise ValueError(f"{path} lacks columns {sorted(missing)}; expected step, signal, value")
     signals = tuple(dict.fromkeys(frame["signal"]))
     wide = frame.pivot(index="step", columns="signal", values="value").sort_index()[list(signals)]
-    return DynamicsRecord(
-        steps=tuple(int(s) for s in wide.index),
-        signals=signals,
-        values=tuple(tuple(float(v) for v in row) for row in wide.itertuples(index=False)),
-    )
+    return DynamicsRecord(steps=tuple(int(s) for s in wide.index), signals=signals,
+        values=tuple(tuple(float(v) for v in row) for row in wide.itertuples(index=False)))
 
 
 
@@ -276,28 +273,13 @@ def study_dynamics(record: DynamicsRecord, epochs: pd.DataFrame | None = None) -
             {"step": step, **{k: float(record.series(k)[step]) for k in keys}} for step in record.steps[start:stop]
         )
     rows = tuple(epochs.to_dict("records")) if epochs is not None else ()
-    return StudyDynamics(
-        n_recorded=len(record),
-        last_step=record.steps[-1],
-        steps_per_epoch=STEPS_PER_EPOCH,
-        table=tuple(table),
-        recall_99_step=recall_99,
-        recall_off_floor_step=off_floor,
-        probe_first_rise_step=first_rise,
+    return StudyDynamics(n_recorded=len(record), last_step=record.steps[-1], steps_per_epoch=STEPS_PER_EPOCH,
+        table=tuple(table), recall_99_step=recall_99, recall_off_floor_step=off_floor, probe_first_rise_step=first_rise,
         probe_starts_before_recall=which_first(record, [RECALL, MATCH_PROBE], 0.1).before(MATCH_PROBE, RECALL),
         probe_before_recall=half.before(MATCH_PROBE, RECALL),
-        attention_before_recall=half.before(MATCH_ATTENTION, RECALL),
-        probe_at_recall_half=probe_at,
-        llc_recorded=llc_recorded,
-        llc_trough_step=trough_step,
-        llc_trough=trough,
-        llc_plateau=plateau,
-        llc_noise=noise,
-        llc_half_rise_step=half_step,
-        llc_marks_transition=marks,
-        window=window,
-        epochs=rows,
-    )
+        attention_before_recall=half.before(MATCH_ATTENTION, RECALL), probe_at_recall_half=probe_at,
+        llc_recorded=llc_recorded, llc_trough_step=trough_step, llc_trough=trough, llc_plateau=plateau, llc_noise=noise,
+        llc_half_rise_step=half_step, llc_marks_transition=marks, window=window, epochs=rows)
 
 
 def render_docs(path: str | Path, answer: StudyDynamics) -> Path:

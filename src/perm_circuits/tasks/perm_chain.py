@@ -182,12 +182,9 @@ def build_chain_model(task: PermutationChainTask, *, seed: int = 0, **fields: An
     return model(config(N=task.N, d_g=task.d_g, L=task.L, perm_seed=task.perm_seed, seed=seed, **fields))
 
 
-register_task(
-    PermutationChainTask.name, PermutationChainTask,
-    model=build_chain_model, model_keys=("d_h", "rope_theta", "logic_init"),
-    forward="perm_circuits.systems.forner_model:fast_forward",
-    reproduction=("forner", "perm_circuits.systems.forner", "Permutation-chain state tracking (Forner et al. 2026)"),
-)
+register_task(PermutationChainTask.name, PermutationChainTask, model=build_chain_model,
+    model_keys=("d_h", "rope_theta", "logic_init"), forward="perm_circuits.systems.forner_model:fast_forward",
+    reproduction=("forner", "perm_circuits.systems.forner", "Permutation-chain state tracking (Forner et al. 2026)"))
 
 
 @dataclass(frozen=True)

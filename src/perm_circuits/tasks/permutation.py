@@ -190,14 +190,8 @@ def _subgroup(name: str, rows: Tensor, probs, correct, posterior, losses) -> Sub
     if n == 0:
         return None
     err = (probs[rows] - posterior[rows]).abs()
-    return SubgroupMetrics(
-        name=name,
-        n=n,
-        accuracy=float(correct[rows].float().mean()),
-        mae=float(err.mean()),
-        max_ae=float(err.max()),
-        loss=float(losses[rows].mean()),
-    )
+    return SubgroupMetrics(name=name, n=n, accuracy=float(correct[rows].float().mean()), mae=float(err.mean()),
+        max_ae=float(err.max()), loss=float(losses[rows].mean()))
 
 
 def evaluate_logits(
@@ -225,18 +219,11 @@ def evaluate_logits(
         err_u = (probs[:, k] - uniform[:, k]).abs()
         err_t = (probs[:, k] - train[:, k]).abs()
         steps.append(
-            StepMetrics(
-                step=k + 1,
-                n=len(batch),
-                accuracy=float(correct[:, k].float().mean()),
+            StepMetrics(step=k + 1, n=len(batch), accuracy=float(correct[:, k].float().mean()),
                 bayes_accuracy=float(uniform[:, k].gather(1, target_index[:, k]).mean()),
                 bayes_accuracy_train=float(train[:, k].gather(1, target_index[:, k]).mean()),
-                mae_uniform=float(err_u.mean()),
-                max_ae_uniform=float(err_u.max()),
-                mae_train=float(err_t.mean()),
-                max_ae_train=float(err_t.max()),
-                loss=float(losses[:, k].mean()),
-            )
+                mae_uniform=float(err_u.mean()), max_ae_uniform=float(err_u.max()), mae_train=float(err_t.mean()),
+                max_ae_train=float(err_t.max()), loss=float(losses[:, k].mean()))
         )
     last = (probs[:, -1], correct[:, -1], uniform[:, -1], losses[:, -1])
     elimination = _subgroup("elimination", ~batch.repeated, *last)
@@ -247,16 +234,9 @@ def evaluate_logits(
     )
     if elimination is None:
         elimination = SubgroupMetrics("elimination", 0, math.nan, math.nan, math.nan, math.nan)
-    return Evaluation(
-        model_name=model_name,
-        steps=tuple(steps),
-        elimination=elimination,
-        memorization=memorization,
-        test_loss=float(losses.mean()),
-        probe=tuple(float(p) for p in probe) if probe is not None else None,
-        n_samples=len(batch),
-        recall_by_source=by_source,
-    )
+    return Evaluation(model_name=model_name, steps=tuple(steps), elimination=elimination, memorization=memorization,
+        test_loss=float(losses.mean()), probe=tuple(float(p) for p in probe) if probe is not None else None,
+        n_samples=len(batch), recall_by_source=by_source)
 
 
 @dataclass(frozen=True)

@@ -293,16 +293,8 @@ def _assemble(xs: Tensor, ys: Tensor, perms: Tensor, repeated: Tensor, source: T
     seq = torch.stack([xs, ys], dim=2).flatten(1)  # x1 y1 x2 y2 ...
     mask = torch.zeros(seq.shape[1] - 1)
     mask[0::2] = 1.0
-    return Batch(
-        inputs=seq[:, :-1].contiguous(),
-        targets=seq[:, 1:].contiguous(),
-        mask=mask.expand(len(xs), -1).contiguous(),
-        xs=xs,
-        ys=ys,
-        perms=perms,
-        repeated=repeated,
-        repeat_source=source,
-    )
+    return Batch(inputs=seq[:, :-1].contiguous(), targets=seq[:, 1:].contiguous(),
+        mask=mask.expand(len(xs), -1).contiguous(), xs=xs, ys=ys, perms=perms, repeated=repeated, repeat_source=source)
 
 
 def batch_from_queries(
@@ -390,9 +382,7 @@ def validate_tokens(tokens: object, V: int) -> Int[Tensor, "batch seq"]:
     if tokens.ndim != 2:
         raise ValueError(f"tokens must be [batch, {2 * V - 1}], got shape {tuple(tokens.shape)}")
     if tokens.shape[1] != 2 * V - 1:
-        raise ValueError(
-            f"sequence length must be 2V-1 = {2 * V - 1} for V={V}, got {tokens.shape[1]}"
-        )
+        raise ValueError(f"sequence length must be 2V-1 = {2 * V - 1} for V={V}, got {tokens.shape[1]}")
     if tokens.numel() == 0:
         raise ValueError("tokens is empty")
     bad = (tokens < 1) | (tokens > V)

@@ -73,8 +73,6 @@ def check_fit(model: object, task: object) -> None:
         raise ValueError(f"the model's context ({n_ctx}) is shorter than task {task.name!r}'s sequences ({task.n_ctx})")
 
 
-_model_name = model_name
-
 
 def _default_config(task: Task, *, seed: int, d_model: int, n_heads: int, n_layers: int) -> dict[str, Any]:
     if not isinstance(task, Task):
@@ -84,12 +82,10 @@ def _default_config(task: Task, *, seed: int, d_model: int, n_heads: int, n_laye
             raise ValueError(f"{name} must be an int >= {0 if name == 'seed' else 1}, got {value!r}")
     if d_model % n_heads:
         raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
-    return dict(
-        d_model=d_model, d_head=d_model // n_heads, n_heads=n_heads, n_layers=n_layers, n_ctx=task.n_ctx,
+    return dict(d_model=d_model, d_head=d_model // n_heads, n_heads=n_heads, n_layers=n_layers, n_ctx=task.n_ctx,
         d_vocab=task.d_vocab, d_mlp=2 * d_model, act_fn="relu", normalization_type="LN",
         positional_embedding_type="standard", seed=seed, tokenizer_prepends_bos=False,
-        model_name=f"{task.name}_d{d_model}h{n_heads}" + (f"l{n_layers}" if n_layers != 1 else ""),
-    )
+        model_name=f"{task.name}_d{d_model}h{n_heads}" + (f"l{n_layers}" if n_layers != 1 else ""))
 
 
 def default_model(task: Task, *, seed: int = 0, d_model: int = 32, n_heads: int = 2, n_layers: int = 1):
@@ -351,28 +347,13 @@ def measure_task(
     test_loss = float(masked_cross_entropy(logits, test_set.targets, test_set.mask))
     reference = task.reference(test_set)
     agreement = {} if reference is None else reference_agreement(logits, test_set, reference)
-    return TaskEvaluation(
-        task=task.name,
-        model_name=model_name(model),
-        metrics={name: float(metrics[name]) for name in task.metric_names},
-        test_loss=test_loss,
-        reference=agreement,
-        n_samples=len(test_set),
-        task_dict=task.to_dict(),
-    )
+    return TaskEvaluation(task=task.name, model_name=model_name(model),
+        metrics={name: float(metrics[name]) for name in task.metric_names}, test_loss=test_loss, reference=agreement,
+        n_samples=len(test_set), task_dict=task.to_dict())
 
 
-def evaluate_task(
-    model: torch.nn.Module,
-    task: Task,
-    test_set: TaskBatch | None = None,
-    *,
-    n: int = 2000,
-    seed: int = 1234,
-    forward: Forward | None = None,
-    hooks: Sequence[tuple[str, Callable]] | None = None,
-) -> TaskEvaluation:
-    """Deprecated: ``perm_circuits.evaluate(model, test_set, task=task, ...)``."""
+def evaluate_task(model: torch.nn.Module, task: Task, test_set: TaskBatch | None = None, **options: Any) -> TaskEvaluation:
+    """Deprecated: ``perm_circuits.evaluate(model, test_set, task=task, ...)``; ``options`` as :func:`measure_task`."""
     warnings.warn("evaluate_task is deprecated; use perm_circuits.evaluate(model, test_set, task=task)",
                   DeprecationWarning, stacklevel=2)
-    return measure_task(model, task, test_set, n=n, seed=seed, forward=forward, hooks=hooks)
+    return measure_task(model, task, test_set, **options)

@@ -46,18 +46,10 @@ def attention_trace(
     z = pattern.numpy().astype(float)
     z[np.triu_indices(n, k=1)] = np.nan
     text = [["" if math.isnan(v) else f"{v:.2f}" for v in row] for row in z]
-    return go.Heatmap(
-        z=z,
-        x=labels,
-        y=labels,
-        coloraxis="coloraxis",
-        text=text,
-        texttemplate="%{text}" if cell_text else None,
-        textfont={"size": 9},
-        hovertemplate=f"{head}<br>query %{{y}}<br>key %{{x}}<br>attention %{{z:.3f}}<extra></extra>",
-        name=head,
-        hoverongaps=False,
-    )
+    return go.Heatmap(z=z, x=labels, y=labels, coloraxis="coloraxis", text=text,
+        texttemplate="%{text}" if cell_text else None, textfont={"size": 9},
+        hovertemplate=f"{head}<br>query %{{y}}<br>key %{{x}}<br>attention %{{z:.3f}}<extra></extra>", name=head,
+        hoverongaps=False)
 
 
 def attention_layout(fig: go.Figure, rows: int, cols: int) -> None:
@@ -68,13 +60,8 @@ def attention_layout(fig: go.Figure, rows: int, cols: int) -> None:
     for row in range(1, rows + 1):
         for col in range(1, cols + 1):
             fig.update_xaxes(title_text="key (attended) position", tickangle=-45, type="category", row=row, col=col)
-            fig.update_yaxes(
-                title_text="query position" if col == 1 else None,
-                autorange="reversed",
-                type="category",
-                row=row,
-                col=col,
-            )
+            fig.update_yaxes(title_text="query position" if col == 1 else None, autorange="reversed", type="category",
+                row=row, col=col)
 
 
 
@@ -93,7 +80,6 @@ def attention_heatmaps(
     over earlier ``y`` tokens and the recall head as local ``(x, y)`` binding.
 
     Args:
-        model: a bridge.
         test_set: default ``make_test_set(task_config_of(model), n)``.
         repeated: ``None`` averages all sequences; ``True`` / ``False`` only those whose last
             query repeats (does not repeat) an earlier one; ``"split"`` draws both, one row of
@@ -148,7 +134,6 @@ def sequence_attention(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"])
     """Attention of every head on one sequence, tokens labelled ``0: x=2``, ``1: y=4``, ...
 
     Args:
-        model: a bridge.
         tokens: one sequence ``[x1, y1, ..., xV]`` (a list of ints, a 1-D tensor or ``[1, seq]``).
     """
     check_model(model)

@@ -29,6 +29,7 @@ from circuitsvis.utils.convert_props import convert_prop_type
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from perm_circuits.checks import check_str
 from perm_circuits.views.html import circuitsvis_bundle_js, html_page, mount_html, script_json
 
 __all__ = [
@@ -125,13 +126,6 @@ def _check_real_tensor(x: object, name: str, dims: str) -> Tensor:
     return x
 
 
-def _check_title(title: object) -> str:
-    """Require a str title."""
-    if not isinstance(title, str):
-        raise TypeError(f"title must be a str, got {type(title).__name__}")
-    return title
-
-
 # --------------------------------------------------------------------------
 # capturing circuitsvis' render call
 
@@ -189,14 +183,13 @@ def attention_view(
             position ``q`` puts on key position ``k`` in head ``h``.
         tokens: One label per position (``len(tokens) == q == k``).
         head_names: Optional label per head (``len == head``).
-        title: View title.
         mask_upper_tri: Grey out the upper triangle (causal); circuitsvis'
             default when ``None``.
 
     Raises:
         TypeError: wrong argument types. ValueError: shape mismatches.
     """
-    title = _check_title(title)
+    title = check_str("title", title)
     tokens = _check_tokens(tokens)
     pattern = _check_real_tensor(pattern, "pattern", "head q k")
     n_head, n_q, n_k = pattern.shape
@@ -207,15 +200,8 @@ def attention_view(
     head_names = _check_labels(head_names, "head_names", n_head, "pattern head dim")
     if mask_upper_tri is not None and not isinstance(mask_upper_tri, bool):
         raise TypeError(f"mask_upper_tri must be a bool, got {type(mask_upper_tri).__name__}")
-    return _capture_view(
-        circuitsvis.attention,
-        circuitsvis.attention.attention_heads,
-        title,
-        attention=pattern,
-        tokens=tokens,
-        attention_head_names=head_names,
-        mask_upper_tri=mask_upper_tri,
-    )
+    return _capture_view(circuitsvis.attention, circuitsvis.attention.attention_heads, title, attention=pattern,
+        tokens=tokens, attention_head_names=head_names, mask_upper_tri=mask_upper_tri)
 
 
 @no_type_check  # validates its own inputs (lists, numpy, tensors) with precise messages
@@ -234,11 +220,10 @@ def colored_tokens_view(
     Args:
         tokens: One label per position.
         values: One value per position (``len(values) == len(tokens)``).
-        title: View title.
         min_value: lower colour-scale bound (circuitsvis picks if None).
         max_value: upper colour-scale bound (circuitsvis picks if None).
     """
-    title = _check_title(title)
+    title = check_str("title", title)
     tokens = _check_tokens(tokens)
     values = _check_real_tensor(values, "values", "pos")
     if values.shape[0] != len(tokens):
@@ -249,14 +234,8 @@ def colored_tokens_view(
             raise TypeError(f"{name} must be a number, got {type(bound).__name__}")
         if bound is not None and not math.isfinite(bound):
             raise ValueError(f"{name} must be finite, got {bound}")
-    return _capture_view(
-        circuitsvis.tokens,
-        circuitsvis.tokens.colored_tokens,
-        title,
-        tokens=tokens,
-        values=values,
-        **bounds,
-    )
+    return _capture_view(circuitsvis.tokens, circuitsvis.tokens.colored_tokens, title, tokens=tokens, values=values,
+        **bounds)
 
 
 @no_type_check  # validates its own inputs (lists, numpy, tensors) with precise messages
@@ -275,11 +254,10 @@ def neuron_activations_view(
     Args:
         tokens: One label per position.
         activations: ``activations[pos, n]`` for neuron ``n``.
-        title: View title.
         neuron_labels: Optional label per neuron (``len == neurons``).
         layer_label: Label of the single layer entry in the picker.
     """
-    title = _check_title(title)
+    title = check_str("title", title)
     tokens = _check_tokens(tokens)
     activations = _check_real_tensor(activations, "activations", "pos neurons")
     n_pos, n_neurons = activations.shape

@@ -80,7 +80,5 @@ def emergence_figure(
     fig.update_yaxes(range=[-0.1, 1.15])
     model = record.settings.get("model") or "model"
     default_title = f"{model}: emergence of each signal (normalised change; diamonds: first crossing of {threshold:g})"
-    return house_style(
-        fig, title or default_title, x_title="optimiser step (log)",
-        y_title="change so far (0 = first, 1 = last value)", height=520,
-    )
+    return house_style(fig, title or default_title, x_title="optimiser step (log)",
+        y_title="change so far (0 = first, 1 = last value)", height=520)

@@ -133,23 +133,15 @@ def step_accuracy(*evaluations: Evaluation, prior: str = "uniform") -> go.Figure
             ([s.bayes_accuracy_train for s in evaluation.steps], "train prior", BAYES_TRAIN_COLOR, "dashdot"),
         ):
             fig.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=values,
-                    name=f"Bayesian target, {label}{suffix}",
-                    mode="lines+markers",
-                    line={"color": color, "dash": dash, "width": 2},
-                    marker={"symbol": "line-ew-open", "size": 14},
-                    hovertemplate=f"Bayesian target ({label}){suffix}<br>%{{x}}<br>accuracy %{{y:.2%}}<extra></extra>",
-                ),
+                go.Scatter(x=x, y=values, name=f"Bayesian target, {label}{suffix}", mode="lines+markers",
+                    line={"color": color, "dash": dash, "width": 2}, marker={"symbol": "line-ew-open", "size": 14},
+                    hovertemplate=f"Bayesian target ({label}){suffix}<br>%{{x}}<br>accuracy %{{y:.2%}}<extra></extra>"),
                 secondary_y=False,
             )
     fig.update_layout(barmode="group")
     fig.update_yaxes(title_text="accuracy", tickformat=".0%", range=[0, 1.12], secondary_y=False)
-    fig.update_yaxes(
-        title_text=f"MAE vs {prior}-prior posterior", showgrid=False, rangemode="tozero", tickformat=".3f",
-        secondary_y=True,
-    )
+    fig.update_yaxes(title_text=f"MAE vs {prior}-prior posterior", showgrid=False, rangemode="tozero", tickformat=".3f",
+        secondary_y=True)
     n = evaluations[0].n_samples
     title = f"Per-step accuracy vs the Bayesian target ({', '.join(names)}; {n} test sequences)"
     return house_style(fig, title, x_title="y-prediction step", height=520, width=max(760, 260 + 160 * len(steps)))
@@ -173,7 +165,6 @@ def walkthrough(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"] | None 
     unused value, or the earlier ``y`` of a repeated query).
 
     Args:
-        model: a bridge.
         tokens: one sequence ``[x1, y1, ..., xV]``; default :data:`STUDY_SEQUENCE`
             ``[2,3, 1,5, 4,4, 3,2, 5]`` (target 1).  ``probe_sequence()`` shows recall vs the trap.
     """
@@ -287,15 +278,9 @@ def probe_distribution(models: Mapping[str, Any]) -> go.Figure:
         color = {1: ELIMINATION_COLOR, 4: RECALL_COLOR}.get(v) or next(neutral)
         y = [probs[name][v - 1] for name in names]
         fig.add_trace(
-            go.Bar(
-                x=names,
-                y=y,
-                name=f"y={v}{role}",
-                marker_color=color,
-                text=[f"{p:.4f}" for p in y] if role else None,
-                textposition="outside",
-                hovertemplate=f"%{{x}}<br>P(y={v}){role} = %{{y:.4f}}<extra></extra>",
-            )
+            go.Bar(x=names, y=y, name=f"y={v}{role}", marker_color=color,
+                text=[f"{p:.4f}" for p in y] if role else None, textposition="outside",
+                hovertemplate=f"%{{x}}<br>P(y={v}){role} = %{{y:.4f}}<extra></extra>")
         )
     fig.update_layout(barmode="group")
     fig.update_yaxes(range=[0, 1.12])

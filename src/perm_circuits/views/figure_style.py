@@ -130,9 +130,3 @@ def format_sequence(tokens: Sequence[int]) -> str:
     """``[2,3, 1,5, 4]``: pairs separated by spaces, as the study writes them."""
     pairs = [",".join(str(t) for t in tokens[i : i + 2]) for i in range(0, len(tokens), 2)]
     return "[" + ", ".join(pairs) + "]"
-
-
-# former private names, kept as aliases for callers not yet renamed
-_style = house_style
-_position_label = position_label
-_format_sequence = format_sequence

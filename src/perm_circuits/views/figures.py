@@ -101,11 +101,8 @@ def write_html(fig: go.Figure, path: str | os.PathLike, *, plotly_js: str = "inl
     if not path.parent.is_dir():
         raise ValueError(f"folder {str(path.parent)!r} does not exist")
     include: bool | str = True if plotly_js == "inline" else write_plotly_js(path.parent).name
-    page = fig.to_html(
-        full_html=True,
-        include_plotlyjs=include,
-        config={"displaylogo": False, "topojsonURL": TOPOJSON_LOCAL},
-    )
+    page = fig.to_html(full_html=True, include_plotlyjs=include,
+        config={"displaylogo": False, "topojsonURL": TOPOJSON_LOCAL})
     page = offline_plotly(page)
     path.write_text(page, encoding="utf-8")
     return path

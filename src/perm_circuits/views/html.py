@@ -30,6 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 from perm_circuits._util import atomic_write_text
+from perm_circuits.checks import check_str
 
 __all__ = [
     "MountableView",
@@ -59,9 +60,7 @@ _REMOTE_REF_RE = re.compile(
     r"(?:https?:)?//[^\"'\s>]*",
     re.IGNORECASE,
 )
-_REMOTE_IMPORT_RE = re.compile(
-    r"(?:\bfrom|\bimport\s*\()\s*[\"'`](?:https?:)?//[^\"'`]*", re.IGNORECASE
-)
+_REMOTE_IMPORT_RE = re.compile(r"(?:\bfrom|\bimport\s*\()\s*[\"'`](?:https?:)?//[^\"'`]*", re.IGNORECASE)
 _UNPKG_RE = re.compile(r"unpkg\.com", re.IGNORECASE)
 _SCRIPT_SRC_RE = re.compile(r"<script\b[^>]*\bsrc\s*=\s*[\"']?([^\"'\s>]+)", re.IGNORECASE)
 # a relative path to a file beside the page or below it: no scheme, no leading "/", no ".." segment
@@ -298,8 +297,7 @@ def html_page(
     Returns:
         The full HTML document.
     """
-    if not isinstance(title, str):
-        raise TypeError(f"title must be a str, got {type(title).__name__}")
+    check_str("title", title)
     if isinstance(sections, (str, Section)) or not isinstance(sections, Sequence):
         raise TypeError(f"sections must be a list, got {type(sections).__name__}")
     plotly_script = _plotly_head_script(include_plotlyjs)

@@ -10,7 +10,6 @@ probe and walkthrough sequences, the training provenance and the summary.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from perm_circuits.models import describe, model_config_of
 from perm_circuits.posterior import bayes_posterior
 from perm_circuits.tasks.permutation_data import PROBE_SEQUENCE, Batch, TaskConfig, make_sequence
 from perm_circuits.views import figures as F
+from perm_circuits.views.figure_style import format_sequence
 from perm_circuits.views.circuits import (
     OfflineView,
     attention_view,
@@ -210,19 +210,13 @@ def _last_target(seq: torch.Tensor, task: TaskConfig) -> int:
     return int(bayes_posterior(seq, task, "uniform").probs[0, -1].argmax()) + 1
 
 
-def _format_sequence(tokens: Sequence[int]) -> str:
-    """``[2,3, 1,5, 4]``: (x, y) pairs separated by spaces, as the study writes sequences."""
-    pairs = [",".join(str(t) for t in tokens[i : i + 2]) for i in range(0, len(tokens), 2)]
-    return "[" + ", ".join(pairs) + "]"
-
-
 def _example_sequences(task: TaskConfig, test_set: Batch) -> list[tuple[str, torch.Tensor]]:
     """The study's probe and walkthrough sequences (V = 5), else one repeated and one new test sequence."""
     if task.V == 5:
         return [
-            ("probe " + _format_sequence(list(PROBE_SEQUENCE)) + " (recall answers 4, elimination's trap is 1)",
+            ("probe " + format_sequence(list(PROBE_SEQUENCE)) + " (recall answers 4, elimination's trap is 1)",
              make_sequence(list(PROBE_SEQUENCE), 5)),
-            ("walkthrough sequence " + _format_sequence(list(F.STUDY_SEQUENCE)) + " (target 1)",
+            ("walkthrough sequence " + format_sequence(list(F.STUDY_SEQUENCE)) + " (target 1)",
              make_sequence(list(F.STUDY_SEQUENCE), 5)),
         ]
     out = []
@@ -230,7 +224,7 @@ def _example_sequences(task: TaskConfig, test_set: Batch) -> list[tuple[str, tor
         index = torch.nonzero(rows).flatten()
         if len(index):
             seq = test_set.inputs[index[:1]]
-            out.append((f"test sequence {_format_sequence(seq[0].tolist())} ({label} last query)", seq))
+            out.append((f"test sequence {format_sequence(seq[0].tolist())} ({label} last query)", seq))
     return out
 
 
@@ -275,10 +269,9 @@ def _views(model: Any, task: TaskConfig, test_set: Batch) -> list[tuple[str, Off
             f"fire on it, most active first ({silent} silent neurons left out)"
         )
         if order:
-            views.append((title, neuron_activations_view(
-                [f"\u00a0{t}\u00a0" for t in labels], post[:, order], title=title, neuron_labels=[f"n{j} (max {peak[j]:.2f})" for j in order],
-                layer_label=f"L{layer} mlp.hook_post",
-            )))
+            views.append((title, neuron_activations_view([f"\u00a0{t}\u00a0" for t in labels], post[:, order],
+                title=title, neuron_labels=[f"n{j} (max {peak[j]:.2f})" for j in order],
+                layer_label=f"L{layer} mlp.hook_post")))
     return views
 
 

@@ -81,15 +81,8 @@ def _table(frame: pd.DataFrame, *, index: bool = True, digits: int = 4, wide: bo
     frame = frame.rename(columns=lambda c: str(c).replace("_", " "))
     if index and frame.index.name is not None and frame.columns.nlevels == 1:
         frame.columns.name, frame.index.name = frame.index.name, None  # one header row
-    table = frame.to_html(
-        classes=classes,
-        border=0,
-        index=index,
-        na_rep="–",
-        float_format=lambda v: f"{v:.{digits}f}",
-        escape=True,
-        justify="center",
-    )
+    table = frame.to_html(classes=classes, border=0, index=index, na_rep="–", float_format=lambda v: f"{v:.{digits}f}",
+        escape=True, justify="center")
     return f'<div class="pc-scroll">{table}</div>\n'
 
 
@@ -151,7 +144,6 @@ def _verdict_html(summary: str) -> str:
 
 def _status_cells(table_html: str) -> str:
     for status in ("supported", "contradicted", "inconclusive"):
-        table_html = table_html.replace(
-            f"<td>{status}</td>", f'<td><span class="pc-status pc-{status}">{status}</span></td>'
-        )
+        table_html = table_html.replace(f"<td>{status}</td>",
+            f'<td><span class="pc-status pc-{status}">{status}</span></td>')
     return table_html

@@ -55,8 +55,7 @@ def time_to_recall_figure(curves: pd.DataFrame, *, marks: Sequence[float] = ()) 
             hover = [f"{name}: {v:.0%} of {int(curve['seeds'].iloc[0])} seeds by {n:,.0f} samples" for n, v in zip(x, y)]
             color = colors[tuple(key)]
             fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line={"shape": "hv", "color": color, "width": 2},
-                                     name=name, legendgroup=name, showlegend=col == 1, hovertext=hover,
-                                     hoverinfo="text"), row=1, col=col)
+                name=name, legendgroup=name, showlegend=col == 1, hovertext=hover, hoverinfo="text"), row=1, col=col)
             censored = int(curve["censored"].sum())
             if censored:
                 fig.add_trace(go.Scatter(x=[budget], y=[y[-1]], mode="markers", marker={"symbol": "x", "color": color},

@@ -152,11 +152,8 @@ def phase_cells(frame: pd.DataFrame, threshold: float = 0.99) -> pd.DataFrame:
     threshold = check_fraction(threshold)
     check_frame(frame, ["status", "recall_accuracy", *PHASE_KEYS])
     keys = [*PHASE_KEYS, *config_axes(frame)]
-    work = frame.assign(
-        _done=frame["status"] == "done",
-        _failed=frame["status"] == "failed",
-        _learned=(frame["status"] == "done") & (frame["recall_accuracy"] >= threshold),
-    )
+    work = frame.assign(_done=frame["status"] == "done", _failed=frame["status"] == "failed",
+        _learned=(frame["status"] == "done") & (frame["recall_accuracy"] >= threshold))
     cells = (
         work.groupby(keys, dropna=False)
         .agg(done=("_done", "sum"), failed=("_failed", "sum"), learned=("_learned", "sum"))
@@ -198,10 +195,8 @@ def phase_diagram(frame: pd.DataFrame, threshold: float = 0.99) -> go.Figure:
         f"dropout {_fmt_value(p)}" + (f" | {combo_title(combo)}" if combo else "")
         for combo in combos for p in dropouts
     ]
-    fig = make_subplots(
-        rows=len(combos), cols=len(dropouts), subplot_titles=titles,
-        horizontal_spacing=0.08, vertical_spacing=min(0.15, 0.6 / max(len(combos), 1)),
-    )
+    fig = make_subplots(rows=len(combos), cols=len(dropouts), subplot_titles=titles, horizontal_spacing=0.08,
+        vertical_spacing=min(0.15, 0.6 / max(len(combos), 1)))
     for r, combo in enumerate(combos, start=1):
         in_combo = cells
         for axis, value in combo.items():
@@ -224,12 +219,10 @@ def phase_diagram(frame: pd.DataFrame, threshold: float = 0.99) -> go.Figure:
                 if failed and done:
                     hover[i][j] += f"; {failed} failed"
             fig.add_trace(
-                go.Heatmap(
-                    z=z, x=x_labels, y=y_labels, text=text, texttemplate="%{text}",
-                    textfont={"size": 12}, customdata=hover, coloraxis="coloraxis",
-                    hovertemplate="d_model %{x}, n_heads %{y}<br>%{customdata}<extra></extra>",
-                    hoverongaps=False, xgap=2, ygap=2, name=titles[(r - 1) * len(dropouts) + c - 1],
-                ),
+                go.Heatmap(z=z, x=x_labels, y=y_labels, text=text, texttemplate="%{text}", textfont={"size": 12},
+                    customdata=hover, coloraxis="coloraxis",
+                    hovertemplate="d_model %{x}, n_heads %{y}<br>%{customdata}<extra></extra>", hoverongaps=False,
+                    xgap=2, ygap=2, name=titles[(r - 1) * len(dropouts) + c - 1]),
                 row=r, col=c,
             )
             fig.update_xaxes(type="category", title_text="d_model", row=r, col=c)
@@ -274,12 +267,10 @@ def epoch_to_recall(frame: pd.DataFrame) -> go.Figure:
         hover = [f"seed {s}" + (f", run {r}" if isinstance(r, str) else "") for s, r in zip(group["seed"], run_ids)]
         learned = group["epoch_recall_99"].notna().to_numpy()
         name = f"dropout {_fmt_value(dropout)}"
-        fig.add_trace(go.Box(
-            x=[v for v, ok in zip(x, learned) if ok], y=group["epoch_recall_99"][learned].astype(float),
-            hovertext=[h for h, ok in zip(hover, learned) if ok], name=name, legendgroup=name,
-            offsetgroup=name, marker_color=color, boxpoints="all", pointpos=0, jitter=0.4,
-            hoverinfo="y+text",
-        ))
+        fig.add_trace(go.Box(x=[v for v, ok in zip(x, learned) if ok],
+            y=group["epoch_recall_99"][learned].astype(float), hovertext=[h for h, ok in zip(hover, learned) if ok],
+            name=name, legendgroup=name, offsetgroup=name, marker_color=color, boxpoints="all", pointpos=0, jitter=0.4,
+            hoverinfo="y+text"))
         fig.add_trace(go.Box(  # a box of equal values: only its points show, on the "never" row
             x=[v for v, ok in zip(x, learned) if not ok], y=[never_y] * int((~learned).sum()),
             hovertext=[f"{h}: never reached 0.99" for h, ok in zip(hover, learned) if not ok],
@@ -424,10 +415,8 @@ def roles_frequency(frame: pd.DataFrame, how: str | None = None) -> go.Figure:
         raise ValueError("the role and claim columns of frame hold no value for any finished run")
     cols = 2 if len(panels) > 1 else 1
     rows = math.ceil(len(panels) / cols)
-    fig = make_subplots(
-        rows=rows, cols=cols, vertical_spacing=min(0.12, 0.5 / rows), horizontal_spacing=0.08,
-        subplot_titles=[f"{'role of' if kind == 'role' else 'claim'} {item}" for kind, item in panels],
-    )
+    fig = make_subplots(rows=rows, cols=cols, vertical_spacing=min(0.12, 0.5 / rows), horizontal_spacing=0.08,
+        subplot_titles=[f"{'role of' if kind == 'role' else 'claim'} {item}" for kind, item in panels])
     palette = _value_colors(counts)
     visible_of: dict[str, list[bool]] = {mode: [] for mode in modes}
     shown_legend: set[tuple[str, str]] = set()

@@ -125,17 +125,9 @@ def _heatmap_trace(
         customdata = [[extra[cells[(cx, cy)]] if (cx, cy) in cells else [None] * len(hover_columns)
                        for cx in xs] for cy in ys]
         hover += "".join(f"<br>{c}: %{{customdata[{i}]}}" for i, c in enumerate(hover_columns))
-    return go.Heatmap(
-        z=z,
-        x=[_label(v) for v in xs],
-        y=[_label(v) for v in ys],
-        customdata=customdata,
-        texttemplate=f"%{{z:{text_format}}}",
-        hovertemplate=hover + "<extra></extra>",
-        hoverongaps=False,
-        name=value,
-        **heatmap_kwargs,
-    )
+    return go.Heatmap(z=z, x=[_label(v) for v in xs], y=[_label(v) for v in ys], customdata=customdata,
+        texttemplate=f"%{{z:{text_format}}}", hovertemplate=hover + "<extra></extra>", hoverongaps=False, name=value,
+        **heatmap_kwargs)
 
 
 def heatmap(
@@ -164,10 +156,8 @@ def heatmap(
         TypeError: a non-numeric value column.
     """
     check_str("title", title)
-    trace = _heatmap_trace(
-        frame, x, y, value, hover_columns=hover_columns, text_format=text_format,
-        colorscale=colorscale, zmin=zmin, zmax=zmax, zmid=zmid, colorbar={"title": {"text": value}},
-    )
+    trace = _heatmap_trace(frame, x, y, value, hover_columns=hover_columns, text_format=text_format,
+        colorscale=colorscale, zmin=zmin, zmax=zmax, zmid=zmid, colorbar={"title": {"text": value}})
     fig = go.Figure(trace)
     fig.update_xaxes(type="category")
     fig.update_yaxes(type="category", autorange="reversed")
@@ -277,10 +267,8 @@ def patching_heatmap(
     else:
         plot[x_title] = frame[x].map(_label).to_numpy()
         categories = list(pd.unique(plot[x_title]))
-    trace = _heatmap_trace(
-        plot, x_title, "component", value, hover_columns=hover, text_format=".2f", x_order=categories,
-        colorscale="RdBu_r", zmid=0.0, colorbar={"title": {"text": value}},
-    )
+    trace = _heatmap_trace(plot, x_title, "component", value, hover_columns=hover, text_format=".2f",
+        x_order=categories, colorscale="RdBu_r", zmid=0.0, colorbar={"title": {"text": value}})
     fig = go.Figure(trace)
     fig.update_xaxes(type="category", tickangle=-45)
     fig.update_yaxes(type="category", autorange="reversed")

@@ -95,15 +95,9 @@ def training_curves(
         color = _CURVE_COLORS.get(column) or next(others)
         dash = "dot" if column.startswith("probe") else None
         fig.add_trace(
-            go.Scatter(
-                x=frame["epoch"],
-                y=frame[column].astype(float),
-                name=column,
-                mode="lines+markers",
-                marker={"size": 5},
-                line={"color": color, "dash": dash},
-                hovertemplate=f"epoch %{{x}}<br>{column} = %{{y:.4f}}<extra></extra>",
-            ),
+            go.Scatter(x=frame["epoch"], y=frame[column].astype(float), name=column, mode="lines+markers",
+                marker={"size": 5}, line={"color": color, "dash": dash},
+                hovertemplate=f"epoch %{{x}}<br>{column} = %{{y:.4f}}<extra></extra>"),
             row=row,
             col=1,
         )

@@ -65,6 +65,7 @@ A subgroup without rows has nan metrics.  Relative values are nan where the deno
 from __future__ import annotations
 
 import math
+from functools import partial
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import torch
@@ -96,7 +97,8 @@ from perm_circuits.analysis.circuits.runs import (
     permutation_problem,
     shared_ablations,
 )
-from perm_circuits.analysis.interventions.core import reference_tokens
+from perm_circuits.analysis.interventions.core import check_how, reference_tokens
+from perm_circuits.analysis.interventions.patching import metric_values
 from perm_circuits.analysis.interventions.ablation_table import components_of
 from perm_circuits.hooks import HookList, check_hooks
 from perm_circuits.model_shape import is_permutation_model
@@ -133,31 +135,11 @@ def _ratio(numerator: float, denominator: float) -> float:
 # ----------------------------------------------------------------------------- validation
 
 
-def _check_how(how: object, name: str = "how") -> str:
-    hows = ablation.HOWS  # read at call time: modes added to HOWS are accepted
-    if not isinstance(how, str):
-        raise TypeError(f"{name} must be a str, one of {hows}, got {type(how).__name__} {how!r}")
-    if how not in hows:
-        raise ValueError(f"{name} must be one of {hows}, got {how!r}")
-    return how
-
-
 def _model_name(model) -> str:
     if is_permutation_model(model):
         return model_config_of(model).name
     name = getattr(getattr(model, "cfg", None), "model_name", None)
     return name if isinstance(name, str) and name else type(model).__name__
-
-
-def _checked_metric(metric: Callable[[Tensor], Tensor], batch: int) -> Callable[[Tensor], Tensor]:
-    def values(logits: Tensor) -> Tensor:
-        out = metric(logits)
-        if not isinstance(out, Tensor) or out.shape != (batch,):
-            shape = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-            raise ValueError(f"metric(logits) must return one number per sequence, shape ({batch},), got {shape}")
-        return out.detach().double()
-
-    return values
 
 
 def _general_problem(model, test_set, task, metric, reference, n, seed) -> CircuitProblem:
@@ -185,7 +167,7 @@ def _general_problem(model, test_set, task, metric, reference, n, seed) -> Circu
     masks = {"all": torch.ones(len(tokens), dtype=torch.bool)}
     if isinstance(test_set, TaskBatch):  # rows without a loss position have no target: F skips them
         masks["all"] = test_set.mask.sum(1) > 0
-    return CircuitProblem(tokens, _checked_metric(metric, len(tokens)), masks, reference, True)
+    return CircuitProblem(tokens, partial(metric_values, metric, batch=len(tokens)), masks, reference, True)
 
 
 def _setup(model, circuit, test_set, how, n, seed, task_config, hooks, reference, ablation_seed,
@@ -195,7 +177,7 @@ def _setup(model, circuit, test_set, how, n, seed, task_config, hooks, reference
     The permutation task's problem for a study bridge with a Batch (or no) test set and no
     ``task`` / ``metric``; any task's otherwise (:func:`_general_problem`).
     """
-    _check_how(how)
+    check_how(how)
     check_int("n", n, 1)
     check_seed(seed)
     check_seed(ablation_seed, "ablation_seed")
@@ -342,33 +324,17 @@ def circuit_metrics(
             bit = 1 << i
             steps = {a: abs(runner.f(runs_c[b], group) - runner.f(runs_c[a], group)) for a, b in pairs if not a & bit and b == a | bit}
             best, value = _largest(steps)
-            minimality.append(NodeMinimality(
-                node=node.name, subgroup=group, minimality=value,
-                relative=_ratio(value, abs(f_circuit)), subset=_names(nodes, best) if best is not None else (),
-            ))
-        groups[group] = SubgroupCircuitMetrics(
-            subgroup=group,
-            n=int(runner.masks[group].sum()),
-            f_model=f_model,
-            f_circuit=f_circuit,
-            faithfulness=_ratio(f_circuit, f_model),
-            faithfulness_error=_ratio(abs(f_model - f_circuit), abs(f_model)),
-            completeness=completeness,
+            minimality.append(NodeMinimality(node=node.name, subgroup=group, minimality=value,
+                relative=_ratio(value, abs(f_circuit)), subset=_names(nodes, best) if best is not None else ()))
+        groups[group] = SubgroupCircuitMetrics(subgroup=group, n=int(runner.masks[group].sum()), f_model=f_model,
+            f_circuit=f_circuit, faithfulness=_ratio(f_circuit, f_model),
+            faithfulness_error=_ratio(abs(f_model - f_circuit), abs(f_model)), completeness=completeness,
             completeness_relative=_ratio(completeness, abs(f_model)),
-            completeness_subset=_names(nodes, worst) if worst is not None else (),
-            minimality=tuple(minimality),
-        )
-    return CircuitMetrics(
-        model_name=_model_name(model),
-        how=how,
-        circuit=tuple(node.name for node in nodes),
-        n_samples=len(problem.tokens),
-        completeness_method=method,
-        n_subsets_checked=len(masks),
-        elimination=groups.get("elimination"),
-        recall=groups.get("recall"),
-        groups=tuple(groups.values()) if problem.general else (),
-    )
+            completeness_subset=_names(nodes, worst) if worst is not None else (), minimality=tuple(minimality))
+    return CircuitMetrics(model_name=_model_name(model), how=how, circuit=tuple(node.name for node in nodes),
+        n_samples=len(problem.tokens), completeness_method=method, n_subsets_checked=len(masks),
+        elimination=groups.get("elimination"), recall=groups.get("recall"),
+        groups=tuple(groups.values()) if problem.general else ())
 
 
 def faithfulness_by_mode(
@@ -400,7 +366,7 @@ def faithfulness_by_mode(
     """
     if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:
         raise TypeError(f"hows must be a non-empty sequence of modes, got {hows!r}")
-    hows = [_check_how(how, "hows entry") for how in hows]
+    hows = [check_how(how, "hows entry") for how in hows]
     if ablate_kwargs is not None and (not isinstance(ablate_kwargs, Mapping)
                                       or not all(isinstance(v, Mapping) for v in ablate_kwargs.values())):
         raise TypeError("ablate_kwargs must map a mode to a mapping of extra ablate() arguments")

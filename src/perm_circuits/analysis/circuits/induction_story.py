@@ -170,14 +170,11 @@ def judge_induction_story(
             f"a causal {a}->{b} key path (path patching restores {key.mean:.2f} [{key.ci_low:.2f}, {key.ci_high:.2f}]; "
             f"needs >= {PATH_MIN} with a CI excluding 0)"
         )
-    return InductionStory(
-        model_name=scores.model_name, holds=not missing, previous_head=a, induction_head=b,
-        previous_token=previous, induction=induction,
-        k_composition=comp["K"], q_composition=comp["Q"], v_composition=comp["V"], k_baseline=baseline,
-        path_k=key.mean, path_k_ci_low=key.ci_low, path_k_ci_high=key.ci_high,
-        path_q=edges["q"].mean, path_v=edges["v"].mean,
-        missing=tuple(missing), scores=scores, paths=paths,
-    )
+    return InductionStory(model_name=scores.model_name, holds=not missing, previous_head=a, induction_head=b,
+        previous_token=previous, induction=induction, k_composition=comp["K"], q_composition=comp["Q"],
+        v_composition=comp["V"], k_baseline=baseline, path_k=key.mean, path_k_ci_low=key.ci_low,
+        path_k_ci_high=key.ci_high, path_q=edges["q"].mean, path_v=edges["v"].mean, missing=tuple(missing),
+        scores=scores, paths=paths)
 
 
 def induction_story(

@@ -139,14 +139,11 @@ class CircuitRunner:
 
     def _ablate(self, hook_name: str, head: int | None) -> Callable:
         if self.problem.general:
-            return ablate_tokens(
-                self.model, hook_name, self.how, reference=None if self.how == "zero" else self.reference,
-                index=head, seed=self.ablation_seed, hooks=self.hooks, **self.ablate_kwargs,
-            )[0][1]
-        hooks = ablation.ablate(
-            self.model, hook_name, self.how, reference=self.reference, index=head,
-            seed=self.ablation_seed, hooks=self.hooks, **self.ablate_kwargs,
-        )
+            return ablate_tokens(self.model, hook_name, self.how,
+                reference=None if self.how == "zero" else self.reference, index=head, seed=self.ablation_seed,
+                hooks=self.hooks, **self.ablate_kwargs)[0][1]
+        hooks = ablation.ablate(self.model, hook_name, self.how, reference=self.reference, index=head,
+            seed=self.ablation_seed, hooks=self.hooks, **self.ablate_kwargs)
         return hooks[0][1]
 
     def _shared_fn(self, cache: dict, hook_name: str, head: int | None) -> Callable:
@@ -170,8 +167,7 @@ class CircuitRunner:
             mask = selection(activation.shape, "pos", index, None, activation.device)
             constant = optimise_constant(self.model, hook_name, mask, self.reference, self.hooks, activation,
                                          upstream=acts)
-        cache[key] = ablation_fn(self.how, "pos", index, None, activation, self.ablation_seed, "random",
-                                           constant)
+        cache[key] = ablation_fn(self.how, "pos", index, None, activation, self.ablation_seed, "random", constant)
         return cache[key]
 
     def _hooks(self, key: tuple) -> HookList:

@@ -18,7 +18,6 @@ loss mask).  The permutation study's recall patching
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -27,20 +26,13 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from perm_circuits.analysis.interventions.checks import (
-    check_head,
-    check_index_list,
-    check_int,
-    check_layer,
-    check_positions,
-    check_seed,
-)
-from perm_circuits.analysis.interventions.patching import MIN_DENOMINATOR, _bootstrap, bootstrap_weights
-from perm_circuits.analysis.interventions.core import (
-    activation_axes,
-    check_hook_point,
-    reference_tokens,
-    selection,
+from perm_circuits.analysis.interventions.checks import check_head, check_index_list, check_layer, check_positions
+from perm_circuits.analysis.interventions.core import activation_axes, check_hook_point, pair_tokens, selection
+from perm_circuits.analysis.interventions.patching import (
+    _check_options,
+    bootstrap_weights,
+    metric_values,
+    normalised_effects,
 )
 from perm_circuits.hooks import check_hooks, run_capture
 from perm_circuits.tasks.base import TaskBatch
@@ -102,14 +94,6 @@ class TaskPatch:
         return pd.DataFrame([asdict(self)])
 
 
-def _metric_values(metric: Metric, logits: Tensor, batch: int) -> Tensor:
-    values = metric(logits)
-    if not isinstance(values, Tensor) or values.shape != (batch,):
-        shape = tuple(values.shape) if isinstance(values, Tensor) else type(values).__name__
-        raise ValueError(f"metric(logits) must return one number per sequence, shape ({batch},), got {shape}")
-    return values.detach().double()
-
-
 def patch_activation(
     model,
     clean: TaskBatch | Tensor,
@@ -144,21 +128,10 @@ def patch_activation(
         hooks: interventions active in all three runs.
     """
     hook_name = check_hook_point(model, hook_name)
-    clean_tokens = reference_tokens(model, clean)
-    corrupted_tokens = reference_tokens(model, corrupted)
-    if clean_tokens is None or corrupted_tokens is None:
-        raise TypeError("clean and corrupted must be TaskBatches or token tensors, got None")
-    if clean_tokens.shape != corrupted_tokens.shape:
-        raise ValueError(
-            f"clean and corrupted tokens must have the same shape, got {tuple(clean_tokens.shape)} and "
-            f"{tuple(corrupted_tokens.shape)}"
-        )
+    clean_tokens, corrupted_tokens = pair_tokens(model, clean, corrupted)
     if not callable(metric):
         raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
-    check_int("n_boot", n_boot, 10)
-    check_seed(seed)
-    if isinstance(confidence, bool) or not isinstance(confidence, float) or not 0 < confidence < 1:
-        raise ValueError(f"confidence must be a float in (0, 1), got {confidence!r}")
+    _check_options("clean", "corrupted", n_boot, seed, confidence)
     hooks = check_hooks(model, hooks)
     batch = clean_tokens.shape[0]
     clean_logits, clean_store = run_capture(model, clean_tokens, [hook_name], hooks)
@@ -169,9 +142,9 @@ def patch_activation(
     n_pos, n_index = activation_axes(source.shape, layout)
     chosen = check_index_list("index", index, n_index) if index is not None else None
     where = check_positions(positions, n_pos)
-    clean_values = _metric_values(metric, clean_logits, batch)
+    clean_values = metric_values(metric, clean_logits, batch)
     with torch.no_grad(), model.hooks(fwd_hooks=hooks):
-        corrupted_values = _metric_values(metric, model(corrupted_tokens), batch)
+        corrupted_values = metric_values(metric, model(corrupted_tokens), batch)
     mask = selection(source.shape, layout, chosen, where, source.device)
 
     def patch(activation: Tensor, hook) -> Tensor:
@@ -180,27 +153,20 @@ def patch_activation(
         return torch.where(mask, source.to(activation.dtype), activation)
 
     with torch.no_grad(), model.hooks(fwd_hooks=hooks + [(hook_name, patch)]):
-        patched_values = _metric_values(metric, model(corrupted_tokens), batch)
-    mean_clean, mean_corrupted = float(clean_values.mean()), float(corrupted_values.mean())
-    denominator = mean_clean - mean_corrupted
-    if abs(denominator) < MIN_DENOMINATOR:
-        effect = low = high = math.nan
-    else:
-        effect = (float(patched_values.mean()) - mean_corrupted) / denominator
-        lo, hi = _bootstrap(bootstrap_weights(batch, n_boot, seed), patched_values[None], clean_values,
-                            corrupted_values, confidence)
-        low, high = float(lo[0]), float(hi[0])
+        patched_values = metric_values(metric, model(corrupted_tokens), batch)
+    _, means, low, high = normalised_effects(patched_values[None], clean_values, corrupted_values,
+                                             lambda: bootstrap_weights(batch, n_boot, seed), confidence)
     return TaskPatch(
         hook_name=hook_name,
         layer=layer,
         head=chosen[0] if chosen is not None and len(chosen) == 1 and hook_name.endswith(("attn.hook_z", "hook_pattern")) else None,
         positions=tuple(where) if where is not None else None,
-        clean=mean_clean,
-        corrupted=mean_corrupted,
+        clean=float(clean_values.mean()),
+        corrupted=float(corrupted_values.mean()),
         patched=float(patched_values.mean()),
-        effect=effect,
-        ci_low=low,
-        ci_high=high,
+        effect=float(means[0]),
+        ci_low=float(low[0]),
+        ci_high=float(high[0]),
         n=batch,
         confidence=confidence,
         n_boot=n_boot,
@@ -227,8 +193,6 @@ def patch_head(
     ``hook_z`` (before ``W_O``), as in :func:`~perm_circuits.analysis.study.recall_patching.patch_head_outputs`.
     See :func:`patch_activation` for the other arguments.
     """
-    layer = check_layer(model, layer)
-    head = check_head(model, head)
+    layer, head = check_layer(model, layer), check_head(model, head)
     return patch_activation(model, clean, corrupted, metric, f"blocks.{layer}.attn.hook_z", index=head,
-                            positions=positions, layer=layer, n_boot=n_boot, seed=seed, confidence=confidence,
-                            hooks=hooks)
+        positions=positions, layer=layer, n_boot=n_boot, seed=seed, confidence=confidence, hooks=hooks)

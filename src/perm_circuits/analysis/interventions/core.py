@@ -77,12 +77,12 @@ _RESID_SUFFIXES = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_
 # ----------------------------------------------------------------------------- checks
 
 
-def check_how(how: object) -> str:
+def check_how(how: object, name: str = "how") -> str:
     """One of :data:`HOWS` (TypeError for a non-str, ValueError for an unknown mode)."""
     if not isinstance(how, str):
-        raise TypeError(f"how must be a str, one of {HOWS}, got {type(how).__name__} {how!r}")
+        raise TypeError(f"{name} must be a str, one of {HOWS}, got {type(how).__name__} {how!r}")
     if how not in HOWS:
-        raise ValueError(f"how must be one of {HOWS}, got {how!r}")
+        raise ValueError(f"{name} must be one of {HOWS}, got {how!r}")
     return how
 
 
@@ -328,6 +328,17 @@ def minimise_constant(
         for p in params:
             p.requires_grad_(True)
     return constant.detach()
+
+
+def pair_tokens(model, clean: object, corrupted: object) -> tuple[Tensor, Tensor]:
+    """The token ids of a clean/corrupted pair (TaskBatches or token tensors), checked to have one shape."""
+    clean, corrupted = reference_tokens(model, clean), reference_tokens(model, corrupted)
+    if clean is None or corrupted is None:
+        raise TypeError("clean and corrupted must be TaskBatches or token tensors, got None")
+    if clean.shape != corrupted.shape:
+        raise ValueError(f"clean and corrupted tokens must have the same shape, got {tuple(clean.shape)} and "
+                         f"{tuple(corrupted.shape)}")
+    return clean, corrupted
 
 
 # ----------------------------------------------------------------------------- the any-model ablation

@@ -204,6 +204,18 @@ def _replacement(
     return activation, None
 
 
+def _check_selection(model, hook_name: object, index: object, positions: object) -> tuple[str, str, list[int] | None, list[int] | None]:
+    """``(hook_name, layout, index_list, position_list)`` validated against a permutation model."""
+    config = model_config_of(model)
+    hook_name = check_hook_point(model, hook_name)
+    suffix = _hook_suffix(hook_name)
+    if index is not None and suffix is None:
+        raise ValueError(f"index is not supported for hook {hook_name!r}; ablate it whole or pick another hook")
+    index_list = check_index_list("index", index, _INDEXED[suffix][0](config)) if suffix else None
+    layout = "pattern" if suffix == "attn.hook_pattern" else "pos"
+    return hook_name, layout, index_list, check_positions(positions, 2 * config.V - 1)
+
+
 def ablate(
     model,
     hook_name: str,
@@ -254,18 +266,11 @@ def ablate(
     if _any_task(model, reference):
         return ablate_tokens(model, hook_name, how, reference=reference, index=index, positions=positions,
                              seed=seed, pairing=pairing, hooks=hooks)
-    config = model_config_of(model)
-    hook_name = check_hook_point(model, hook_name)
+    hook_name, layout, index_list, position_list = _check_selection(model, hook_name, index, positions)
     how = check_how(how)
     pairing = check_pairing(pairing)
     check_seed(seed)
-    suffix = _hook_suffix(hook_name)
-    layout = "pattern" if suffix == "attn.hook_pattern" else "pos"
-    if index is not None and suffix is None:
-        raise ValueError(f"index is not supported for hook {hook_name!r}; ablate it whole or pick another hook")
-    index_list = check_index_list("index", index, _INDEXED[suffix][0](config)) if suffix else None
-    position_list = check_positions(positions, 2 * config.V - 1)
-    reference = check_reference(reference, config.V)
+    reference = check_reference(reference, model_config_of(model).V)
     hooks = check_hooks(model, hooks)
     activation = constant = None
     if how != "zero":
@@ -300,20 +305,13 @@ def optimal_constant(
     the selection hold the mean activation.  ``ablate(..., how="optimal")`` uses it with the
     default ``steps``.
     """
-    config = model_config_of(model)
-    hook_name = check_hook_point(model, hook_name)
-    suffix = _hook_suffix(hook_name)
-    if index is not None and suffix is None:
-        raise ValueError(f"index is not supported for hook {hook_name!r}; ablate it whole or pick another hook")
-    index_list = check_index_list("index", index, _INDEXED[suffix][0](config)) if suffix else None
-    position_list = check_positions(positions, 2 * config.V - 1)
+    hook_name, layout, index_list, position_list = _check_selection(model, hook_name, index, positions)
     check_int("steps", steps, 0)
-    reference = check_reference(reference, config.V)
+    reference = check_reference(reference, model_config_of(model).V)
     hooks = check_hooks(model, hooks)
     if reference is None:
         reference = make_test_set(task_config_of(model))
     activation = reference_activations(model, reference, [hook_name], hooks=hooks)[hook_name]
-    layout = "pattern" if suffix == "attn.hook_pattern" else "pos"
     mask = selection(activation.shape, layout, index_list, position_list, activation.device)
     return optimise_constant(model, hook_name, mask, reference, hooks, activation, steps=steps)
 
@@ -337,19 +335,9 @@ def ablate_head(
     accept Python-style negative indices (``layer=-1`` is the last layer).  See :func:`ablate`
     for the other arguments (``seed`` seeds the ``"resample"`` draw of reference samples).
     """
-    layer = check_layer(model, layer)
-    head = check_head(model, head)
-    return ablate(
-        model,
-        f"blocks.{layer}.attn.hook_z",
-        how,
-        reference=reference,
-        index=head,
-        positions=positions,
-        seed=seed,
-        pairing=pairing,
-        hooks=hooks,
-    )
+    layer, head = check_layer(model, layer), check_head(model, head)
+    return ablate(model, f"blocks.{layer}.attn.hook_z", how, reference=reference, index=head, positions=positions,
+                  seed=seed, pairing=pairing, hooks=hooks)
 
 
 def ablate_mlp(
@@ -378,14 +366,5 @@ def ablate_mlp(
         hook_name = f"blocks.{layer}.mlp.hook_post"
         d_mlp = model_config_of(model).resolved_d_mlp if is_permutation_model(model) else model_shape(model).d_mlp
         index = check_index_list("neurons", neurons, d_mlp) if d_mlp is not None else neurons
-    return ablate(
-        model,
-        hook_name,
-        how,
-        reference=reference,
-        index=index,
-        positions=positions,
-        seed=seed,
-        pairing=pairing,
-        hooks=hooks,
-    )
+    return ablate(model, hook_name, how, reference=reference, index=index, positions=positions, seed=seed,
+                  pairing=pairing, hooks=hooks)

@@ -62,9 +62,8 @@ def answer_loss(logits: Tensor, batch: Batch) -> Tensor:
 
 def _act(name: str) -> Callable[[Tensor], Tensor]:
     functional = torch.nn.functional
-    return {"relu": torch.relu, "gelu": functional.gelu, "silu": functional.silu}.get(
-        name, lambda x: functional.gelu(x, approximate="tanh")
-    )
+    return {"relu": torch.relu, "gelu": functional.gelu, "silu": functional.silu}.get(name,
+        lambda x: functional.gelu(x, approximate="tanh"))
 
 
 def _downstream(model, w: dict[str, Tensor], layer: int, stage: str, value: Tensor, cache: dict[str, Tensor],

@@ -46,6 +46,8 @@ __all__ = [
     "bootstrap_weights",
     "check_pair",
     "logit_diff",
+    "metric_values",
+    "normalised_effects",
     "patching_cache",
     "set_all",
     "set_head",
@@ -248,9 +250,6 @@ def patching_cache(model, pair: PatchingPair, hooks: HookList, names: Sequence[s
     return PatchingCache(model, pair, hooks, caches, diffs)
 
 
-_Context = PatchingCache  # former private names, kept for callers not yet renamed
-
-
 def _bootstrap(
     weights: Tensor, values: Tensor, clean: Tensor, corrupted: Tensor, confidence: float
 ) -> tuple[Tensor, Tensor]:
@@ -265,6 +264,35 @@ def _bootstrap(
     alpha = (1 - confidence) / 2
     bounds = torch.quantile(ratio, torch.tensor([alpha, 1 - alpha], dtype=torch.float64), dim=0)
     return bounds[0], bounds[1]
+
+
+def normalised_effects(
+    raw: Float[Tensor, "cell batch"],
+    clean: Float[Tensor, " batch"],
+    corrupted: Float[Tensor, " batch"],
+    weights: Callable[[], Tensor],
+    confidence: float,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(per_sample, means, ci_low, ci_high)`` of patched metric values ``raw``, normalised as
+    ``(x - mean corrupted) / (mean clean - mean corrupted)``; all nan when the two unpatched means
+    differ by less than :data:`MIN_DENOMINATOR`.  ``weights()`` gives the bootstrap's resample weights."""
+    denominator = clean.mean() - corrupted.mean()
+    if abs(float(denominator)) < MIN_DENOMINATOR:  # the runs do not differ: nothing to normalise by
+        nan = torch.full((len(raw),), math.nan, dtype=torch.float64, device=raw.device)
+        return torch.full_like(raw, math.nan), nan, nan, nan
+    per_sample = (raw - corrupted.mean()) / denominator
+    means = (raw.mean(dim=1) - corrupted.mean()) / denominator
+    low, high = _bootstrap(weights(), raw, clean, corrupted, confidence)
+    return per_sample, means, low, high
+
+
+def metric_values(metric: Callable[[Tensor], Tensor], logits: Tensor, batch: int) -> Float[Tensor, " batch"]:
+    """``metric(logits)`` checked to be one number per sequence (``[batch]``), detached, as float64."""
+    values = metric(logits)
+    if not isinstance(values, Tensor) or values.shape != (batch,):
+        shape = tuple(values.shape) if isinstance(values, Tensor) else type(values).__name__
+        raise ValueError(f"metric(logits) must return one number per sequence, shape ({batch},), got {shape}")
+    return values.detach().double()
 
 
 def _check_options(source: object, target: object, n_boot: object, seed: object, confidence: object) -> None:
@@ -397,45 +425,18 @@ def _run_sweep(
         results.append(logit_diff(logits, answer, wrong).double())
     raw = torch.stack(results)
     clean, corrupted = cache.logit_diffs["clean"], cache.logit_diffs["corrupted"]
-    denominator = clean.mean() - corrupted.mean()
-    if abs(float(denominator)) < MIN_DENOMINATOR:  # the runs do not differ: nothing to normalise by
-        per_sample = torch.full_like(raw, math.nan)
-        means = low = high = torch.full((len(cells),), math.nan, dtype=torch.float64)
-    else:
-        per_sample = (raw - corrupted.mean()) / denominator
-        means = torch.stack([(row.mean() - corrupted.mean()) / denominator for row in raw])
-        low, high = _bootstrap(cache.bootstrap_weights(n_boot, seed), raw, clean, corrupted, confidence)
-    patch_cells = []
-    for c, (row, hook_name) in enumerate(cells):
-        neurons = row.get("neurons")
-        patch_cells.append(
-            PatchCell(
-                activation=label or activation_name,
-                hook_name=hook_name,
-                layer=int(row["layer"]),
-                head=row.get("head"),
-                position=row.get("position"),
-                source_position=row.get("source_position"),
-                neurons=tuple(neurons) if neurons is not None else None,
-                mean=float(means[c]),
-                ci_low=float(low[c]),
-                ci_high=float(high[c]),
-                logit_diff=float(raw[c].mean()),
-            )
-        )
-    return PatchingSweep(
-        model_name=config.name,
-        activation=label or activation_name,
-        source=source,
-        target=target,
-        cells=tuple(patch_cells),
-        per_sample=per_sample.float(),
-        clean_logit_diff=float(clean.mean()),
-        corrupted_logit_diff=float(corrupted.mean()),
-        n=raw.shape[1],
-        confidence=confidence,
-        n_boot=n_boot,
-    )
+    per_sample, means, low, high = normalised_effects(raw, clean, corrupted,
+        lambda: cache.bootstrap_weights(n_boot, seed), confidence)
+    patch_cells = [
+        PatchCell(activation=label or activation_name, hook_name=hook_name, layer=int(row["layer"]),
+            head=row.get("head"), position=row.get("position"), source_position=row.get("source_position"),
+            neurons=tuple(row["neurons"]) if row.get("neurons") is not None else None, mean=float(means[c]),
+            ci_low=float(low[c]), ci_high=float(high[c]), logit_diff=float(raw[c].mean()))
+        for c, (row, hook_name) in enumerate(cells)
+    ]
+    return PatchingSweep(model_name=config.name, activation=label or activation_name, source=source, target=target,
+        cells=tuple(patch_cells), per_sample=per_sample.float(), clean_logit_diff=float(clean.mean()),
+        corrupted_logit_diff=float(corrupted.mean()), n=raw.shape[1], confidence=confidence, n_boot=n_boot)
 
 
 # ----------------------------------------------------------------------------- patch setters

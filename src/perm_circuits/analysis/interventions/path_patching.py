@@ -54,6 +54,7 @@ unused x (the recall pair of :func:`~perm_circuits.analysis.study.recall_patchin
 from __future__ import annotations
 
 import math
+from functools import partial
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
@@ -68,16 +69,17 @@ from perm_circuits.analysis.interventions.checks import (
     check_positive_int,
     check_task_config,
 )
-from perm_circuits.analysis.interventions.core import reference_tokens
+from perm_circuits.analysis.interventions.core import pair_tokens
 from perm_circuits.analysis.interventions.patching import (
     MIN_DENOMINATOR,
     PatchingPair,
-    _bootstrap,
     _check_options,
     check_pair,
     patching_cache,
     bootstrap_weights,
     logit_diff,
+    metric_values,
+    normalised_effects,
 )
 from perm_circuits.analysis.interventions.activation_patching import target_logprob
 from perm_circuits.hooks import HookList, check_hooks, run_capture
@@ -361,13 +363,7 @@ def _permutation_runs(model, pair: PatchingPair, hooks: HookList) -> _Runs:
 
 def _general_runs(model, clean: Tensor, corrupted: Tensor, metric: Callable[[Tensor], Tensor], hooks: HookList) -> _Runs:
     n = len(clean)
-
-    def values(logits: Tensor) -> Tensor:
-        out = metric(logits)
-        if not isinstance(out, Tensor) or out.shape != (n,):
-            shape = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-            raise ValueError(f"metric(logits) must return one number per sequence, shape ({n},), got {shape}")
-        return out.detach().double()
+    values = partial(metric_values, metric, batch=n)
 
     caches, results = {}, {}
     for run, tokens in (("clean", clean), ("corrupted", corrupted)):
@@ -411,34 +407,19 @@ def _measure(
         results.append(ctx.metric(logits))
     raw = torch.stack(results)
     clean, corrupted = ctx.values["clean"], ctx.values["corrupted"]
-    denominator = clean.mean() - corrupted.mean()
-    if abs(float(denominator)) < MIN_DENOMINATOR:
-        per_sample = torch.full_like(raw, math.nan)
-        means = low = high = torch.full((len(edges),), math.nan, dtype=torch.float64)
-    else:
-        per_sample = (raw - corrupted.mean()) / denominator
-        means = (raw.mean(dim=1) - corrupted.mean()) / denominator
-        low, high = _bootstrap(ctx.weights(n_boot, seed), raw, clean, corrupted, confidence)
-        idle = ~torch.tensor(carried)  # exactly the corrupted run: 0, not 0 plus the bootstrap's rounding
+    per_sample, means, low, high = normalised_effects(raw, clean, corrupted, lambda: ctx.weights(n_boot, seed), confidence)
+    if abs(float(clean.mean() - corrupted.mean())) >= MIN_DENOMINATOR:  # an idle edge is the corrupted run: 0, not 0 + rounding
+        idle = ~torch.tensor(carried, device=raw.device)
         means, low, high = means.masked_fill(idle, 0.0), low.masked_fill(idle, 0.0), high.masked_fill(idle, 0.0)
     effects = tuple(
-        PathPatchEffect(
-            sender=f"L{sl}H{sh}", sender_layer=sl, sender_head=sh,
-            receiver=f"L{rl}H{rh}", receiver_layer=rl, receiver_head=rh, input=input,
-            mean=float(means[e]), ci_low=float(low[e]), ci_high=float(high[e]), logit_diff=float(raw[e].mean()),
-        )
+        PathPatchEffect(sender=f"L{sl}H{sh}", sender_layer=sl, sender_head=sh, receiver=f"L{rl}H{rh}",
+            receiver_layer=rl, receiver_head=rh, input=input, mean=float(means[e]), ci_low=float(low[e]),
+            ci_high=float(high[e]), logit_diff=float(raw[e].mean()))
         for e, ((sl, sh), (rl, rh), input) in enumerate(edges)
     )
-    return PathPatchingTable(
-        model_name=ctx.model_name,
-        effects=effects,
-        per_sample=per_sample.float(),
-        clean_logit_diff=float(clean.mean()),
-        corrupted_logit_diff=float(corrupted.mean()),
-        n=raw.shape[1],
-        confidence=confidence,
-        n_boot=n_boot,
-    )
+    return PathPatchingTable(model_name=ctx.model_name, effects=effects, per_sample=per_sample.float(),
+        clean_logit_diff=float(clean.mean()), corrupted_logit_diff=float(corrupted.mean()), n=raw.shape[1],
+        confidence=confidence, n_boot=n_boot)
 
 
 def _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corruption, metric) -> _Runs:
@@ -449,12 +430,7 @@ def _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corru
         raise ValueError(f"corruption must be one of {CORRUPTIONS}, got {corruption!r}")
     hooks = check_hooks(model, hooks)
     if isinstance(pair, tuple) and len(pair) == 2:  # any task: (clean, corrupted) TaskBatches or token ids
-        clean, corrupted = (reference_tokens(model, side) for side in pair)
-        if clean is None or corrupted is None:
-            raise TypeError("pair must be (clean, corrupted) TaskBatches or token tensors, got None")
-        if clean.shape != corrupted.shape:
-            raise ValueError(f"clean and corrupted tokens must have the same shape, got {tuple(clean.shape)} and "
-                             f"{tuple(corrupted.shape)}")
+        clean, corrupted = pair_tokens(model, *pair)
         if metric is None:
             if not isinstance(pair[0], TaskBatch):
                 raise ValueError("token ids carry no targets: pass metric= (a callable logits -> [batch])")
@@ -555,5 +531,4 @@ def path_patching_table(
     return _measure(model, runs, edges, n_boot, seed, confidence)
 
 
-_check_head_pair, _input_change, _add_hooks = check_head_pair, input_change, add_to_input_hooks  # former private names
 input_change_hooks = add_to_input_hooks  # the name another branch gave it

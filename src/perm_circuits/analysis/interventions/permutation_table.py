@@ -87,19 +87,11 @@ class AblationTable:
 
 def _row(component: str, how: str, layer, head, evaluation, follows: float = math.nan) -> AblationRow:
     memorization = evaluation.memorization
-    return AblationRow(
-        component=component,
-        how=how,
-        layer=layer,
-        head=head,
-        elimination_accuracy=evaluation.elimination.accuracy,
-        recall_accuracy=evaluation.recall_accuracy,
-        early_mae_train=evaluation.early_mae_train,
-        loss=evaluation.test_loss,
+    return AblationRow(component=component, how=how, layer=layer, head=head,
+        elimination_accuracy=evaluation.elimination.accuracy, recall_accuracy=evaluation.recall_accuracy,
+        early_mae_train=evaluation.early_mae_train, loss=evaluation.test_loss,
         elimination_loss=evaluation.elimination.loss,
-        recall_loss=memorization.loss if memorization is not None else math.nan,
-        follows_reference=follows,
-    )
+        recall_loss=memorization.loss if memorization is not None else math.nan, follows_reference=follows)
 
 
 def _ablation_runs(
@@ -225,12 +217,7 @@ def _ablation_runs(
             rows.append(_row(component, how, layer, head, evaluation, follows))
             hook_lists[(component, how)] = [(hook_name, fn)]
             all_logits[(component, how)] = logits
-    table = AblationTable(
-        model_name=model_config.name,
-        reference=label,
-        positions=tuple(position_list) if position_list is not None else None,
-        n_samples=len(test_set),
-        n_recall=int(test_set.repeated.sum()),
-        rows=tuple(rows),
-    )
+    table = AblationTable(model_name=model_config.name, reference=label,
+        positions=tuple(position_list) if position_list is not None else None, n_samples=len(test_set),
+        n_recall=int(test_set.repeated.sum()), rows=tuple(rows))
     return table, hook_lists, all_logits

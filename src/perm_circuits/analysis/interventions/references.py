@@ -71,13 +71,6 @@ def _with_permutation(queries: Batch, perms: Tensor) -> Batch:
     xs = queries.xs
     ys = perms.gather(1, xs - 1)
     seq = torch.stack([xs, ys], dim=2).flatten(1)
-    return Batch(
-        inputs=seq[:, :-1].contiguous(),
-        targets=seq[:, 1:].contiguous(),
-        mask=queries.mask.clone(),
-        xs=xs.clone(),
-        ys=ys,
-        perms=perms.clone(),
-        repeated=queries.repeated.clone(),
-        repeat_source=queries.repeat_source.clone(),
-    )
+    return Batch(inputs=seq[:, :-1].contiguous(), targets=seq[:, 1:].contiguous(), mask=queries.mask.clone(),
+        xs=xs.clone(), ys=ys, perms=perms.clone(), repeated=queries.repeated.clone(),
+        repeat_source=queries.repeat_source.clone())

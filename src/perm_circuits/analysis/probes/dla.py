@@ -371,18 +371,10 @@ def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: 
     actual = (value_logits * direction_v).sum(-1)
     contributions = torch.stack(columns, dim=-1)
     residual_error = actual - contributions.sum(-1)
-    return LogitDiffDecomposition(
-        components=tuple(components),
-        contributions=contributions.float(),
-        neuron_contributions=torch.cat(neuron_columns, dim=-1).float(),
-        actual=actual.float(),
-        answer=answer,
-        baseline=baseline,
-        subgroups=subgroup_masks(inputs),
-        residual_error=residual_error.float(),
-        neuron_split_exact=torch.stack(exact_columns, dim=-1),
-        tolerance=tolerance,
-    )
+    return LogitDiffDecomposition(components=tuple(components), contributions=contributions.float(),
+        neuron_contributions=torch.cat(neuron_columns, dim=-1).float(), actual=actual.float(), answer=answer,
+        baseline=baseline, subgroups=subgroup_masks(inputs), residual_error=residual_error.float(),
+        neuron_split_exact=torch.stack(exact_columns, dim=-1), tolerance=tolerance)
 
 
 @dataclass(frozen=True)
@@ -482,16 +474,7 @@ def direct_logit_attribution(
             if mask.any()
             else torch.full((dec.neuron_contributions.shape[-1],), torch.nan)
         )
-    return LogitAttribution(
-        model_name=model_config_of(model).name,
-        components=dec.components,
-        subgroups=SUBGROUPS,
-        n=tuple(counts),
-        mean=torch.stack(means),
-        actual=torch.stack(actual),
-        neuron_mean=torch.stack(neurons),
-        recall_baseline=recall_baseline,
-        residual_error=torch.stack(errors),
-        max_residual_error=dec.max_residual_error,
-        tolerance=tolerance,
-    )
+    return LogitAttribution(model_name=model_config_of(model).name, components=dec.components, subgroups=SUBGROUPS,
+        n=tuple(counts), mean=torch.stack(means), actual=torch.stack(actual), neuron_mean=torch.stack(neurons),
+        recall_baseline=recall_baseline, residual_error=torch.stack(errors), max_residual_error=dec.max_residual_error,
+        tolerance=tolerance)

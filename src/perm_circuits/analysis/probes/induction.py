@@ -198,23 +198,13 @@ def induction_scores(
     by_x = [to_x[kept == k].mean(dim=0) if counts[k] else nan for k in range(V - 1)]
 
     heads = tuple(
-        InductionScore(
-            layer=layer,
-            head=head,
-            component=f"L{layer}H{head}",
-            previous_token=float(previous[layer, head]),
-            induction=float(induction[layer, head]),
+        InductionScore(layer=layer, head=head, component=f"L{layer}H{head}",
+            previous_token=float(previous[layer, head]), induction=float(induction[layer, head]),
             duplicate_token=float(duplicate[layer, head]),
             induction_by_source=tuple(float(values[layer, head]) for values in by_y),
-            duplicate_by_source=tuple(float(values[layer, head]) for values in by_x),
-        )
+            duplicate_by_source=tuple(float(values[layer, head]) for values in by_x))
         for layer in range(n_layers)
         for head in range(n_heads)
     )
-    return InductionScores(
-        model_name=config.name,
-        n_samples=int(tokens.shape[0]),
-        n_repeated=int(repeated.sum()),
-        repeated_by_source=counts,
-        heads=heads,
-    )
+    return InductionScores(model_name=config.name, n_samples=int(tokens.shape[0]), n_repeated=int(repeated.sum()),
+        repeated_by_source=counts, heads=heads)

@@ -137,18 +137,10 @@ def mlp_prediction_flips(
         ok_mid, ok_post = mid == target, post == target
         recall = name == SUBGROUPS[2]
         stats.append(
-            FlipStats(
-                subgroup=name,
-                n=n,
-                flip_rate=rate(mid != post),
-                accuracy_mid=rate(ok_mid),
-                accuracy_post=rate(ok_post),
-                fixed_rate=rate(~ok_mid & ok_post),
-                broken_rate=rate(ok_mid & ~ok_post),
-                consistent_mid=rate(consistent(mid)),
-                consistent_post=rate(consistent(post)),
+            FlipStats(subgroup=name, n=n, flip_rate=rate(mid != post), accuracy_mid=rate(ok_mid),
+                accuracy_post=rate(ok_post), fixed_rate=rate(~ok_mid & ok_post), broken_rate=rate(ok_mid & ~ok_post),
+                consistent_mid=rate(consistent(mid)), consistent_post=rate(consistent(post)),
                 trap_mid=rate(mid == elim) if recall else float("nan"),
-                trap_post=rate(post == elim) if recall else float("nan"),
-            )
+                trap_post=rate(post == elim) if recall else float("nan"))
         )
     return MLPFlips(model_config_of(model).name, layer, tuple(stats))

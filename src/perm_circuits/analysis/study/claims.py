@@ -150,19 +150,15 @@ def _capability_claims(ctx: _Context, config: ModelConfig, name: str) -> list[Cl
     e_acc, r_acc = base.elimination_accuracy, base.recall_accuracy
     claims = []
     status, evidence = _capability(ctx, e_acc, "Elimination", f"{name} does not eliminate")
-    claims.append(_claim(
-        "eliminates",
-        "The model eliminates: at the last step it answers the one unused value (study sections 07, 10: 100%).",
-        status, evidence, {"elimination_accuracy": e_acc},
-    ))
+    claims.append(_claim("eliminates",
+        "The model eliminates: at the last step it answers the one unused value (study sections 07, 10: 100%).", status,
+        evidence, {"elimination_accuracy": e_acc}))
     if not single_head(config):
         status, evidence = _capability(ctx, r_acc, "Recall", f"{name} does not recall",
                                        missing="No repeated sequences in the test set.")
-        claims.append(_claim(
-            "recalls",
+        claims.append(_claim("recalls",
             "The model recalls: when x5 repeats x1 it answers y1, not the unused value (study section 07: 100%).",
-            status, evidence, {"recall_accuracy": r_acc},
-        ))
+            status, evidence, {"recall_accuracy": r_acc}))
     else:
         if config.d_model <= 16:
             statement = (
@@ -257,10 +253,8 @@ def _eliminator_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, He
         )
     if _lt(chosen.elimination_retention, t.survives) or _ge(chosen.early_mae_increase, t.mae_increase):
         return _claim(claim, statement, "inconclusive", description + ": elimination is damaged, not destroyed.", numbers)
-    return _claim(
-        claim, statement, "inconclusive",
-        description + ": the attention pattern is there but elimination does not depend on the head.", numbers,
-    )
+    return _claim(claim, statement, "inconclusive",
+        description + ": the attention pattern is there but elimination does not depend on the head.", numbers)
 
 
 def _binding_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadScore]) -> Claim:
@@ -314,10 +308,8 @@ def _binding_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadS
         return _claim("binding_head", statement, "supported", description + ".", numbers)
     if chosen.role in ("binder", "mixed"):
         return _claim("binding_head", statement, "inconclusive", description + ": recall is damaged, not destroyed.", numbers)
-    return _claim(
-        "binding_head", statement, "contradicted",
-        description + f": {chosen.component} binds by attention but recall does not need it.", numbers,
-    )
+    return _claim("binding_head", statement, "contradicted",
+        description + f": {chosen.component} binds by attention but recall does not need it.", numbers)
 
 
 def _division_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadScore]) -> Claim:
@@ -377,17 +369,14 @@ def _ffn_claim(ctx: _Context, mlps: list[MlpRole]) -> Claim:
     if mlp.role == "completes recall":
         return _claim("ffn_completes_recall", statement, "supported", text + ".", numbers)
     if mlp.role == "needed for both" and _le(mlp.recall_signal_retention, t.destroyed):
-        return _claim(
-            "ffn_completes_recall", statement, "supported",
-            text + ": recall needs the MLP (its signal is gone), though elimination needs it too.", numbers,
-        )
+        return _claim("ffn_completes_recall", statement, "supported",
+            text + ": recall needs the MLP (its signal is gone), though elimination needs it too.", numbers)
     if not any(m.role in ("completes recall", "contributes to recall", "needed for both") for m in mlps):
         return _claim("ffn_completes_recall", statement, "contradicted",
                       f"Recall survives MLP ablation: the FFN does not decode ({text}).", numbers)
     if mlp.role == "needed for both":
         return _claim("ffn_completes_recall", statement, "inconclusive",
-                      text + ": the MLP is needed for elimination too, and the recall signal was not shown to vanish.",
-                      numbers)
+            text + ": the MLP is needed for elimination too, and the recall signal was not shown to vanish.", numbers)
     return _claim("ffn_completes_recall", statement, "inconclusive", text + ": recall is damaged, not destroyed.", numbers)
 
 

@@ -46,6 +46,7 @@ tokens, per subgroup.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -71,7 +72,7 @@ from perm_circuits.analysis.probes.memory import effective_unembed
 from perm_circuits.analysis.probes.mlp_flips import FlipStats, MLPFlips, mlp_prediction_flips
 from perm_circuits.hooks import check_hooks
 from perm_circuits.models import model_config_of
-from perm_circuits.tasks.permutation_data import Batch, TaskConfig, split_permutations
+from perm_circuits.tasks.permutation_data import Batch, TaskConfig, batch_from_queries, split_permutations
 
 __all__ = [
     "FFNKeyValueProbe",
@@ -116,23 +117,7 @@ def enumerate_sequences(
         rep[:, -1] = rep[:, s]
         variants_xs.append(rep)
         variants_source.append(torch.full((len(xs),), s))
-    xs_all = torch.cat(variants_xs)
-    perms_all = perms_rep.repeat(len(variants_xs), 1)
-    source = torch.cat(variants_source)
-    ys = perms_all.gather(1, xs_all - 1)
-    seq = torch.stack([xs_all, ys], dim=2).flatten(1)
-    mask = torch.zeros(2 * V - 1)
-    mask[0::2] = 1.0
-    return Batch(
-        inputs=seq[:, :-1].contiguous(),
-        targets=seq[:, 1:].contiguous(),
-        mask=mask.expand(len(xs_all), -1).contiguous(),
-        xs=xs_all,
-        ys=ys,
-        perms=perms_all,
-        repeated=source >= 0,
-        repeat_source=source,
-    )
+    return batch_from_queries(torch.cat(variants_xs), perms_rep.repeat(len(variants_xs), 1), torch.cat(variants_source))
 
 
 def _check_sources(repeat_sources: object, V: int) -> tuple[int, ...]:
@@ -368,11 +353,8 @@ class FFNKeyValueProbe:
 def _mode_share(values: list) -> tuple[object, float]:
     if not values:
         return None, float("nan")
-    counts: dict[object, int] = {}
-    for v in values:
-        counts[v] = counts.get(v, 0) + 1
-    best = max(counts, key=lambda v: counts[v])
-    return best, counts[best] / len(values)
+    best, count = Counter(values).most_common(1)[0]  # ties: the first seen, as max() picks
+    return best, count / len(values)
 
 
 def ffn_key_value_probe(

@@ -66,11 +66,9 @@ def joint_eliminator_rows(
         signals[(component, how)] = recall_signal(logits, batch.inputs)
         evaluation = evaluate_logits(logits, batch, config, posteriors=posteriors)
         memorization = evaluation.memorization
-        rows.append(AblationRow(
-            component=component, how=how, layer=layers[0] if len(layers) == 1 else None, head=None,
+        rows.append(AblationRow(component=component, how=how, layer=layers[0] if len(layers) == 1 else None, head=None,
             elimination_accuracy=evaluation.elimination.accuracy, recall_accuracy=evaluation.recall_accuracy,
             early_mae_train=evaluation.early_mae_train, loss=evaluation.test_loss,
             elimination_loss=evaluation.elimination.loss,
-            recall_loss=memorization.loss if memorization is not None else math.nan,
-        ))
+            recall_loss=memorization.loss if memorization is not None else math.nan))
     return tuple(rows), signals

@@ -149,9 +149,6 @@ def patching_pair(
     return clean, corrupted, clean.ys[:, -1].clone(), ys[:, -1].clone()
 
 
-_check_pair = check_pair  # former private name
-
-
 def _resolve_pair(
     model, pair: PatchingPair | None, n: int, seed: int, task_config: TaskConfig | None = None
 ) -> PatchingPair:
@@ -159,7 +156,7 @@ def _resolve_pair(
     config = check_task_config(model, task_config)
     if pair is None:
         return patching_pair(config, n=n, seed=seed)
-    return _check_pair(model, pair)
+    return check_pair(model, pair)
 
 
 # ----------------------------------------------------------------------------- results
@@ -267,68 +264,40 @@ def generic_patch(
         cache = patching_cache(model, pair, hooks, names)
     else:
         cache.add(names)
-    return _run_sweep(
-        model, cache, patch_setter=patch_setter, activation_name=activation_name, index_rows=index_rows,
-        label=label, source=source, target=target, n_boot=n_boot, seed=seed, confidence=confidence,
-    )
+    return _run_sweep(model, cache, patch_setter=patch_setter, activation_name=activation_name, index_rows=index_rows,
+        label=label, source=source, target=target, n_boot=n_boot, seed=seed, confidence=confidence)
 
 
 # ----------------------------------------------------------------------------- sweeps
 
 
 def patch_head_outputs(
-    model,
-    pair: PatchingPair | None = None,
-    *,
-    by_position: bool = False,
-    hooks: Sequence[tuple[str, Callable]] | None = None,
-    source: str = "clean",
-    target: str = "corrupted",
-    n: int = 2000,
-    seed: int = 0,
-    n_boot: int = 1000,
-    confidence: float = 0.95,
-    task_config: TaskConfig | None = None,
+    model, pair: PatchingPair | None = None, *, by_position: bool = False,
+    hooks: Sequence[tuple[str, Callable]] | None = None, source: str = "clean", target: str = "corrupted",
+    n: int = 2000, seed: int = 0, n_boot: int = 1000, confidence: float = 0.95, task_config: TaskConfig | None = None,
     cache: PatchingCache | None = None,
 ) -> PatchingSweep:
     """Patch each head's ``hook_z`` (its whole output), at all positions or per position.
 
-    Shared arguments (``hooks``, ``source``, ``target``, ``n``, ``seed``, ``n_boot``,
-    ``confidence``, ``task_config``, ``cache``) as in :func:`generic_patch`: ``seed`` seeds the default
-    pair ``patching_pair(task_config or task_config_of(model), n, seed)`` and the bootstrap.
+    Shared arguments (``hooks``, ``source``, ``target``, ``n``, ``seed``, ``n_boot``, ``confidence``,
+    ``task_config``, ``cache``) as in :func:`generic_patch`: ``seed`` seeds the default pair
+    ``patching_pair(task_config or task_config_of(model), n, seed)`` and the bootstrap.
     """
+    options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
+                   task_config=task_config, cache=cache)
+    layers, heads = _layers(model), _heads(model)
     if by_position:
-        rows = [
-            {"layer": l, "head": h, "position": p}
-            for l in _layers(model)
-            for h in _heads(model)
-            for p in range(seq_len(model))
-        ]
-        setter, label = set_head_pos, "z_by_pos"
-    else:
-        rows = [{"layer": l, "head": h} for l in _layers(model) for h in _heads(model)]
-        setter, label = set_head, "z"
-    return generic_patch(
-        model, pair, patch_setter=setter, activation_name="z", index_rows=rows, label=label,
-        hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot,
-        confidence=confidence, task_config=task_config, cache=cache,
-    )
+        rows = [{"layer": l, "head": h, "position": p} for l in layers for h in heads for p in range(seq_len(model))]
+        return generic_patch(model, pair, patch_setter=set_head_pos, activation_name="z", index_rows=rows,
+                             label="z_by_pos", **options)
+    rows = [{"layer": l, "head": h} for l in layers for h in heads]
+    return generic_patch(model, pair, patch_setter=set_head, activation_name="z", index_rows=rows, label="z", **options)
 
 
 def patch_head_sources(
-    model,
-    pair: PatchingPair | None = None,
-    *,
-    component: str = "pattern",
-    dest_position: int = -1,
-    hooks: Sequence[tuple[str, Callable]] | None = None,
-    source: str = "clean",
-    target: str = "corrupted",
-    n: int = 2000,
-    seed: int = 0,
-    n_boot: int = 1000,
-    confidence: float = 0.95,
-    task_config: TaskConfig | None = None,
+    model, pair: PatchingPair | None = None, *, component: str = "pattern", dest_position: int = -1,
+    hooks: Sequence[tuple[str, Callable]] | None = None, source: str = "clean", target: str = "corrupted",
+    n: int = 2000, seed: int = 0, n_boot: int = 1000, confidence: float = 0.95, task_config: TaskConfig | None = None,
     cache: PatchingCache | None = None,
 ) -> PatchingSweep:
     """Per head and source position: one attention weight (``"pattern"``) or one value vector (``"value"``).
@@ -339,46 +308,31 @@ def patch_head_sources(
     negative index (counted from the end).  Shared arguments as in :func:`generic_patch`
     (``seed`` seeds the default pair and the bootstrap; ``task_config`` is the default pair's task).
     """
+    options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
+                   task_config=task_config, cache=cache)
     if component not in ("pattern", "value"):
         raise ValueError(f"component must be 'pattern' or 'value', got {component!r}")
     dest = check_position(dest_position, seq_len(model), "dest_position")
+    cells = [(l, h) for l in _layers(model) for h in _heads(model)]
     if component == "pattern":
-        rows = [
-            {"layer": l, "head": h, "position": dest, "source_position": s}
-            for l in _layers(model)
-            for h in _heads(model)
-            for s in range(dest + 1)
-        ]
-        return generic_patch(
-            model, pair, patch_setter=set_pattern_entry, activation_name="pattern", index_rows=rows,
-            label="pattern_source", hooks=hooks, source=source, target=target, n=n, seed=seed,
-            n_boot=n_boot, confidence=confidence, task_config=task_config, cache=cache,
-        )
-    rows = [
-        {"layer": l, "head": h, "source_position": s}
-        for l in _layers(model)
-        for h in _heads(model)
-        for s in range(seq_len(model))
-    ]
-    return generic_patch(
-        model, pair, patch_setter=set_head_pos, activation_name="v", index_rows=rows,
-        label="value_source", hooks=hooks, source=source, target=target, n=n, seed=seed,
-        n_boot=n_boot, confidence=confidence, task_config=task_config, cache=cache,
-    )
+        rows = [{"layer": l, "head": h, "position": dest, "source_position": s} for l, h in cells for s in range(dest + 1)]
+        return generic_patch(model, pair, patch_setter=set_pattern_entry, activation_name="pattern",
+                             index_rows=rows, label="pattern_source", **options)
+    rows = [{"layer": l, "head": h, "source_position": s} for l, h in cells for s in range(seq_len(model))]
+    return generic_patch(model, pair, patch_setter=set_head_pos, activation_name="v", index_rows=rows,
+                         label="value_source", **options)
 
 
-patch_head_patterns = partial(
-    generic_patch, patch_setter=set_pattern, activation_name="pattern", index_axes=("layer", "head")
-)
+patch_head_patterns = partial(generic_patch, patch_setter=set_pattern, activation_name="pattern",
+    index_axes=("layer", "head"))
 patch_head_patterns.__doc__ = """Patch each head's whole attention pattern (``hook_pattern``, all destinations).
 
 ``patch_head_patterns(model, pair=None, **kwargs)``; keyword arguments as :func:`generic_patch`
 (``hooks``, ``source``, ``target``, ``n``, ``seed`` (the default pair's and the bootstrap's seed),
 ``n_boot``, ``confidence``, ``task_config`` (the task of the default pair))."""
 
-patch_attn_out = partial(
-    generic_patch, patch_setter=set_pos, activation_name="attn_out", index_axes=("layer", "position")
-)
+patch_attn_out = partial(generic_patch, patch_setter=set_pos, activation_name="attn_out",
+    index_axes=("layer", "position"))
 patch_attn_out.__doc__ = """Patch the attention layer's output (``hook_attn_out``) per layer and position.
 
 ``patch_attn_out(model, pair=None, **kwargs)``; keyword arguments as :func:`generic_patch`
@@ -392,14 +346,8 @@ def patch_mlp(
     *,
     neuron_groups: int | Sequence[Sequence[int]] | None = None,
     by_position: bool = False,
-    hooks: Sequence[tuple[str, Callable]] | None = None,
-    source: str = "clean",
-    target: str = "corrupted",
-    n: int = 2000,
-    seed: int = 0,
-    n_boot: int = 1000,
-    confidence: float = 0.95,
-    task_config: TaskConfig | None = None,
+    hooks: Sequence[tuple[str, Callable]] | None = None, source: str = "clean", target: str = "corrupted",
+    n: int = 2000, seed: int = 0, n_boot: int = 1000, confidence: float = 0.95, task_config: TaskConfig | None = None,
     cache: PatchingCache | None = None,
 ) -> PatchingSweep:
     """Patch the MLP output (``hook_mlp_out``, all positions or per position), or neuron groups.
@@ -409,41 +357,25 @@ def patch_mlp(
     Shared arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the
     bootstrap; ``task_config`` is the default pair's task).
     """
-    kwargs = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot,
-                  confidence=confidence, task_config=task_config, cache=cache)
+    options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
+                   task_config=task_config, cache=cache)
     if neuron_groups is not None:
         groups = _neuron_groups(neuron_groups, model_config_of(model).resolved_d_mlp)
         rows = [{"layer": l, "neurons": g} for l in _layers(model) for g in groups]
-        return generic_patch(
-            model, pair, patch_setter=set_neurons, activation_name="post", index_rows=rows,
-            label="mlp_neurons", **kwargs,
-        )
+        return generic_patch(model, pair, patch_setter=set_neurons, activation_name="post", index_rows=rows,
+                             label="mlp_neurons", **options)
     if by_position:
         rows = [{"layer": l, "position": p} for l in _layers(model) for p in range(seq_len(model))]
-        return generic_patch(
-            model, pair, patch_setter=set_pos, activation_name="mlp_out", index_rows=rows,
-            label="mlp_out_by_pos", **kwargs,
-        )
+        return generic_patch(model, pair, patch_setter=set_pos, activation_name="mlp_out", index_rows=rows,
+                             label="mlp_out_by_pos", **options)
     rows = [{"layer": l} for l in _layers(model)]
-    return generic_patch(
-        model, pair, patch_setter=set_all, activation_name="mlp_out", index_rows=rows, **kwargs
-    )
+    return generic_patch(model, pair, patch_setter=set_all, activation_name="mlp_out", index_rows=rows, **options)
 
 
 def patch_residual(
-    model,
-    pair: PatchingPair | None = None,
-    *,
-    site: str = "resid_pre",
-    positions: int | Sequence[int] | None = None,
-    hooks: Sequence[tuple[str, Callable]] | None = None,
-    source: str = "clean",
-    target: str = "corrupted",
-    n: int = 2000,
-    seed: int = 0,
-    n_boot: int = 1000,
-    confidence: float = 0.95,
-    task_config: TaskConfig | None = None,
+    model, pair: PatchingPair | None = None, *, site: str = "resid_pre", positions: int | Sequence[int] | None = None,
+    hooks: Sequence[tuple[str, Callable]] | None = None, source: str = "clean", target: str = "corrupted",
+    n: int = 2000, seed: int = 0, n_boot: int = 1000, confidence: float = 0.95, task_config: TaskConfig | None = None,
     cache: PatchingCache | None = None,
 ) -> PatchingSweep:
     """Patch the residual stream (``site`` = resid_pre / resid_mid / resid_post) per layer and position.
@@ -452,15 +384,13 @@ def patch_residual(
     arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap;
     ``task_config`` is the default pair's task).
     """
+    options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
+                   task_config=task_config, cache=cache)
     if site not in ("resid_pre", "resid_mid", "resid_post"):
         raise ValueError(f"site must be resid_pre, resid_mid or resid_post, got {site!r}")
     chosen = check_positions(positions, seq_len(model)) or list(range(seq_len(model)))
     rows = [{"layer": l, "position": p} for l in _layers(model) for p in chosen]
-    return generic_patch(
-        model, pair, patch_setter=set_pos, activation_name=site, index_rows=rows, hooks=hooks,
-        source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
-        task_config=task_config, cache=cache,
-    )
+    return generic_patch(model, pair, patch_setter=set_pos, activation_name=site, index_rows=rows, **options)
 
 
 def find_recall_head(
@@ -498,21 +428,12 @@ def find_recall_head(
             f"{clean:.6g} and {corrupted:.6g}, |difference| < {MIN_DENOMINATOR:g}), so no head's patch can "
             "restore recall; check the model recalls at all and that hooks do not erase the logits"
         )
-    sweep = patch_head_outputs(
-        model, pair, hooks=hooks, seed=seed, n_boot=n_boot, confidence=confidence, cache=ctx
-    )
+    sweep = patch_head_outputs(model, pair, hooks=hooks, seed=seed, n_boot=n_boot, confidence=confidence, cache=ctx)
     best = sweep.best()
     others = [cell.mean for cell in sweep.cells if cell is not best and not math.isnan(cell.mean)]
     assert best.head is not None
-    return RecallHead(
-        layer=best.layer,
-        head=best.head,
-        effect=best.mean,
-        ci_low=best.ci_low,
-        ci_high=best.ci_high,
-        runner_up=max(others) if others else math.nan,
-        sweep=sweep,
-    )
+    return RecallHead(layer=best.layer, head=best.head, effect=best.mean, ci_low=best.ci_low, ci_high=best.ci_high,
+        runner_up=max(others) if others else math.nan, sweep=sweep)
 
 
 def recall_patching(
@@ -559,10 +480,6 @@ def recall_patching(
     if groups is not None:
         sweeps.append(patch_mlp(model, pair, neuron_groups=[list(g) for g in groups], **kwargs))
     sweeps += [patch_residual(model, pair, site=site, **kwargs) for site in ("resid_pre", "resid_mid", "resid_post")]
-    return PatchingReport(
-        model_name=model_config_of(model).name,
-        sweeps=tuple(sweeps),
+    return PatchingReport(model_name=model_config_of(model).name, sweeps=tuple(sweeps),
         clean_logit_diff=float(ctx.logit_diffs["clean"].mean()),
-        corrupted_logit_diff=float(ctx.logit_diffs["corrupted"].mean()),
-        n=len(pair[0]),
-    )
+        corrupted_logit_diff=float(ctx.logit_diffs["corrupted"].mean()), n=len(pair[0]))

@@ -197,6 +197,20 @@ def _effect(sweep: PatchingSweep | None, **where: int) -> tuple[float, float, fl
     return cell.mean, cell.ci_low, cell.ci_high
 
 
+def _measures(ctx: _Context, component: str, row: AblationRow, patching: PatchingSweep | None, **where: int) -> tuple:
+    """A component's elimination and recall retention, MAE and loss rise, recall-signal retention and
+    patching effect (mean, CI; nan where the model does not recall)."""
+    base = ctx.base
+    return (
+        ctx.retention(row.elimination_accuracy, base.elimination_accuracy),
+        ctx.retention(row.recall_accuracy, base.recall_accuracy) if ctx.recall_present else math.nan,
+        row.early_mae_train - base.early_mae_train,
+        row.loss - base.loss,
+        ctx.signal_retention(component),
+        _effect(patching, **where) if ctx.recall_present else (math.nan,) * 3,
+    )
+
+
 def _ablation_sentence(ctx: _Context, row: AblationRow, signal_retention: float) -> str:
     base = ctx.base
     text = (
@@ -246,12 +260,8 @@ def _judge_head(
     ablation already breaks elimination; the joint ablation's loss is then put down to it, and this
     head is not called redundant for elimination."""
     t, base = ctx.t, ctx.base
-    e_ret = ctx.retention(row.elimination_accuracy, base.elimination_accuracy)
-    r_ret = ctx.retention(row.recall_accuracy, base.recall_accuracy) if ctx.recall_present else math.nan
-    mae_up = row.early_mae_train - base.early_mae_train
-    loss_up = row.loss - base.loss
-    signal_ret = ctx.signal_retention(score.component)
-    effect, low, high = _effect(patching, layer=score.layer, head=score.head) if ctx.recall_present else (math.nan,) * 3
+    e_ret, r_ret, mae_up, loss_up, signal_ret, (effect, low, high) = _measures(
+        ctx, score.component, row, patching, layer=score.layer, head=score.head)
     joint_ret = math.nan
     if joint is not None:
         joint_ret = ctx.retention(joint.elimination_accuracy, base.elimination_accuracy)
@@ -287,25 +297,16 @@ def _judge_head(
             + (f", which {explained} alone already breaks." if explained and not needs_elim else ".")
         )
     parts.append(f"Causally needed for: {causal}.")
-    return HeadRole(
-        layer=score.layer, head=score.head, component=score.component, role=role,
-        attention_role=score.attention_role, causal_role=causal,
-        elimination_accuracy=row.elimination_accuracy, recall_accuracy=row.recall_accuracy,
-        elimination_retention=e_ret, recall_retention=r_ret, early_mae_increase=mae_up, loss_increase=loss_up,
-        patch_effect=effect, patch_ci_low=low, patch_ci_high=high, joint_elimination_retention=joint_ret,
-        recall_signal_retention=signal_ret, reason=" ".join(parts),
-    )
+    return HeadRole(layer=score.layer, head=score.head, component=score.component, role=role,
+        attention_role=score.attention_role, causal_role=causal, elimination_accuracy=row.elimination_accuracy,
+        recall_accuracy=row.recall_accuracy, elimination_retention=e_ret, recall_retention=r_ret,
+        early_mae_increase=mae_up, loss_increase=loss_up, patch_effect=effect, patch_ci_low=low, patch_ci_high=high,
+        joint_elimination_retention=joint_ret, recall_signal_retention=signal_ret, reason=" ".join(parts))
 
 
 def _judge_mlp(ctx: _Context, layer: int, row: AblationRow, patching: PatchingSweep | None) -> MlpRole:
-    t, base = ctx.t, ctx.base
-    component = _component(layer, None)
-    e_ret = ctx.retention(row.elimination_accuracy, base.elimination_accuracy)
-    r_ret = ctx.retention(row.recall_accuracy, base.recall_accuracy) if ctx.recall_present else math.nan
-    mae_up = row.early_mae_train - base.early_mae_train
-    loss_up = row.loss - base.loss
-    signal_ret = ctx.signal_retention(component)
-    effect, low, high = _effect(patching, layer=layer) if ctx.recall_present else (math.nan,) * 3
+    t, component = ctx.t, _component(layer, None)
+    e_ret, r_ret, mae_up, loss_up, signal_ret, (effect, low, high) = _measures(ctx, component, row, patching, layer=layer)
     elim_harmed = _lt(e_ret, t.survives) or _ge(mae_up, t.mae_increase)
     needs_recall, note = _recall_needed(ctx, r_ret, elim_harmed, signal_ret, math.nan)
     if needs_recall and not elim_harmed:
@@ -321,10 +322,7 @@ def _judge_mlp(ctx: _Context, layer: int, row: AblationRow, patching: PatchingSw
         reason += " " + note
     if not math.isnan(effect):
         reason += f" Patching its clean output restores {_num(effect)} [{_num(low)}, {_num(high)}] of recall."
-    return MlpRole(
-        layer=layer, component=component, role=role,
-        elimination_accuracy=row.elimination_accuracy, recall_accuracy=row.recall_accuracy,
-        elimination_retention=e_ret, recall_retention=r_ret, early_mae_increase=mae_up, loss_increase=loss_up,
-        patch_effect=effect, patch_ci_low=low, patch_ci_high=high, recall_signal_retention=signal_ret,
-        reason=reason,
-    )
+    return MlpRole(layer=layer, component=component, role=role, elimination_accuracy=row.elimination_accuracy,
+        recall_accuracy=row.recall_accuracy, elimination_retention=e_ret, recall_retention=r_ret,
+        early_mae_increase=mae_up, loss_increase=loss_up, patch_effect=effect, patch_ci_low=low, patch_ci_high=high,
+        recall_signal_retention=signal_ret, reason=reason)

@@ -54,7 +54,7 @@ from torch import Tensor
 from perm_circuits.analysis.interventions.checks import check_index, check_int, check_task_config
 from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.models import model_config_of
-from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_test_set, validate_tokens
+from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_test_set, repeat_source_of, validate_tokens
 
 __all__ = [
     "DEFAULT_THRESHOLDS",
@@ -142,19 +142,6 @@ def _check_thresholds(thresholds: object) -> RoleThresholds:
 
 
 # ----------------------------------------------------------------------------- inputs
-
-
-def repeat_source_of(inputs: Int[Tensor, "batch seq"]) -> Int[Tensor, " batch"]:
-    """Index ``k`` (0-based) of the earlier query ``x_{k+1}`` that the last query repeats, else -1.
-
-    Read from the tokens (the first earlier x equal to the last one), so it also works for raw
-    token tensors; on task batches it equals ``Batch.repeat_source``.
-    """
-    last = inputs[:, -1]
-    earlier = inputs[:, 0:-1:2]
-    match = earlier == last[:, None]
-    first = match.int().argmax(dim=1)
-    return torch.where(match.any(dim=1), first, torch.full_like(first, -1))
 
 
 def _default_task(model, task_config: TaskConfig | None) -> TaskConfig:
@@ -327,16 +314,8 @@ def attention_by_source(
             return torch.full(patterns.shape[1:], math.nan)
         return patterns[rows].mean(dim=0)
 
-    return AttentionBySource(
-        model_name=config.name,
-        V=config.V,
-        n_samples=len(tokens),
-        n_repeated=int(repeated.sum()),
-        mean_not_repeated=group_mean(~repeated),
-        mean_repeated=group_mean(repeated),
-        patterns=patterns,
-        source=source,
-    )
+    return AttentionBySource(model_name=config.name, V=config.V, n_samples=len(tokens), n_repeated=int(repeated.sum()),
+        mean_not_repeated=group_mean(~repeated), mean_repeated=group_mean(repeated), patterns=patterns, source=source)
 
 
 # ----------------------------------------------------------------------------- head scores
@@ -491,18 +470,11 @@ def _scores(attention: AttentionBySource, thresholds: RoleThresholds) -> HeadSco
             }
             matched = _patterns_matched(score, thresholds)
             heads.append(
-                HeadScore(
-                    layer=layer, head=head, component=_component(layer, head), **score,
-                    patterns=matched, attention_role="+".join(matched) or "other",
-                )
+                HeadScore(layer=layer, head=head, component=_component(layer, head), **score, patterns=matched,
+                    attention_role="+".join(matched) or "other")
             )
-    return HeadScores(
-        model_name=attention.model_name,
-        n_samples=attention.n_samples,
-        n_repeated=attention.n_repeated,
-        thresholds=thresholds,
-        heads=tuple(heads),
-    )
+    return HeadScores(model_name=attention.model_name, n_samples=attention.n_samples, n_repeated=attention.n_repeated,
+        thresholds=thresholds, heads=tuple(heads))
 
 
 def head_scores(

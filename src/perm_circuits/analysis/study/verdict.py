@@ -281,12 +281,8 @@ def _assess(
     signals: dict[tuple[str, str], float],
 ) -> tuple[list[HeadRole], list[MlpRole], list[Claim]]:
     base = ablation.baseline
-    ctx = _Context(
-        V=config.V, how=how, t=t, base=base,
-        recall_present=_ge(base.recall_accuracy, t.incapable),
-        elimination_present=_ge(base.elimination_accuracy, t.incapable),
-        signals=signals,
-    )
+    ctx = _Context(V=config.V, how=how, t=t, base=base, recall_present=_ge(base.recall_accuracy, t.incapable),
+        elimination_present=_ge(base.elimination_accuracy, t.incapable), signals=signals)
     joint_row = next((row for row in joint if row.how == how), None)
     joint_members = set(joint_row.component.split("+")) if joint_row is not None else set()
 
@@ -396,30 +392,14 @@ def judge_roles(
     verdict_by_how = tuple((h, _story(judged[h][2])) for h in modes)
     story = _story(claims)
     base = ablation.baseline
-    return RoleVerdict(
-        model_name=model_config.name,
-        model_config=model_config,
-        how=how,
-        thresholds=t,
-        n_samples=ablation.n_samples,
-        n_repeated=ablation.n_recall,
-        elimination_accuracy=base.elimination_accuracy,
-        recall_accuracy=base.recall_accuracy,
-        probe=tuple(float(p) for p in probe) if probe is not None else None,
-        recall_signal=float(signals.get(("none", "none"), math.nan)),
-        heads=tuple(heads),
-        mlps=tuple(mlps),
-        claims=ClaimTable(model_config.name, tuple(claims)),
-        story_holds=story,
-        scores=scores,
-        ablation=ablation,
-        head_patching=head_patching,
-        mlp_patching=mlp_patching,
-        joint=joint,
-        recall_signals=tuple((c, h, float(v)) for (c, h), v in signals.items()),
-        hows=tuple(modes),
-        verdict_by_how=verdict_by_how,
-    )
+    return RoleVerdict(model_name=model_config.name, model_config=model_config, how=how, thresholds=t,
+        n_samples=ablation.n_samples, n_repeated=ablation.n_recall, elimination_accuracy=base.elimination_accuracy,
+        recall_accuracy=base.recall_accuracy, probe=tuple(float(p) for p in probe) if probe is not None else None,
+        recall_signal=float(signals.get(("none", "none"), math.nan)), heads=tuple(heads), mlps=tuple(mlps),
+        claims=ClaimTable(model_config.name, tuple(claims)), story_holds=story, scores=scores, ablation=ablation,
+        head_patching=head_patching, mlp_patching=mlp_patching, joint=joint,
+        recall_signals=tuple((c, h, float(v)) for (c, h), v in signals.items()), hows=tuple(modes),
+        verdict_by_how=verdict_by_how)
 
 
 def _story(claims: Sequence[Claim]) -> bool | None:
@@ -560,10 +540,8 @@ def head_roles(
         signals = {key: recall_signal(value, batch.inputs) for key, value in logits.items()}
         signals.update(joint_signals)
     probs = probe_probabilities(model, hooks).tolist() if probe and model_config.V == 5 else None
-    verdict = judge_roles(
-        scores, ablation, model_config=model_config, how=how, head_patching=head_patching,
-        mlp_patching=mlp_patching, joint=joint, recall_signals=signals, probe=probs, thresholds=thresholds,
-    )
+    verdict = judge_roles(scores, ablation, model_config=model_config, how=how, head_patching=head_patching,
+        mlp_patching=mlp_patching, joint=joint, recall_signals=signals, probe=probs, thresholds=thresholds)
     if induction and model_config.n_layers >= 2:
         verdict = replace(verdict, induction=induction_story(model, task_config=config, n=n_pair, n_pair=n_pair,
                                                              pair_seed=pair_seed, n_boot=n_boot, hooks=hooks))
