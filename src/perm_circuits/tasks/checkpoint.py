@@ -112,9 +112,10 @@ def save_task_model(
             ``task_model(task, seed=seed, **model_fields)`` rebuilds.
         path: the folder (created; files already there are replaced atomically).
         task: the task it was trained on; it must be registered (its ``to_dict()`` names it).
-        model_fields, seed: how to rebuild the model; default the ones the model carries
-            (``model.task_build``), else, for the default transformer, its ``d_model``,
-            ``n_heads``, ``n_layers`` and seed.
+        model_fields: how to rebuild the model (``task_model``'s fields); default the ones the
+            model carries (``model.task_build``), else, for the default transformer, its
+            ``d_model``, ``n_heads`` and ``n_layers``.
+        seed: the seed that rebuilds it; default the one the model carries.
         metadata: JSON-serializable dict stored beside (training recipe, metrics...).
 
     Returns:
