@@ -42,6 +42,7 @@ from perm_circuits.analysis.interventions.core import (
     reference_tokens,
     selection,
 )
+from perm_circuits.devices import device_forward
 from perm_circuits.hooks import check_hooks, run_capture
 from perm_circuits.tasks.base import TaskBatch
 
@@ -171,16 +172,16 @@ def patch_activation(
     where = check_positions(positions, n_pos)
     clean_values = _metric_values(metric, clean_logits, batch)
     with torch.no_grad(), model.hooks(fwd_hooks=hooks):
-        corrupted_values = _metric_values(metric, model(corrupted_tokens), batch)
+        corrupted_values = _metric_values(metric, device_forward(model, corrupted_tokens), batch)
     mask = selection(source.shape, layout, chosen, where, source.device)
 
     def patch(activation: Tensor, hook) -> Tensor:
         if activation.shape != source.shape:
             raise ValueError(f"activation {tuple(activation.shape)} does not match the clean one {tuple(source.shape)}")
-        return torch.where(mask, source.to(activation.dtype), activation)
+        return torch.where(mask.to(activation.device), source.to(activation.device, activation.dtype), activation)
 
     with torch.no_grad(), model.hooks(fwd_hooks=hooks + [(hook_name, patch)]):
-        patched_values = _metric_values(metric, model(corrupted_tokens), batch)
+        patched_values = _metric_values(metric, device_forward(model, corrupted_tokens), batch)
     mean_clean, mean_corrupted = float(clean_values.mean()), float(corrupted_values.mean())
     denominator = mean_clean - mean_corrupted
     if abs(denominator) < MIN_DENOMINATOR:

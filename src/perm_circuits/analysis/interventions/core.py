@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from perm_circuits.analysis.interventions.checks import check_index_list, check_int, check_positions, check_seed
+from perm_circuits.devices import device_forward
 from perm_circuits.hooks import HookList, check_hooks, check_token_ids, run_capture
 from perm_circuits.model_shape import model_shape
 from perm_circuits.tasks.base import TaskBatch
@@ -313,12 +314,12 @@ def minimise_constant(
         optimiser = torch.optim.LBFGS([constant], lr=1.0, max_iter=steps, line_search_fn="strong_wolfe")
 
         def replace(act: Tensor, hook) -> Tensor:
-            return torch.where(mask, constant.to(act.dtype), act)
+            return torch.where(mask.to(act.device), constant.to(act.device, act.dtype), act)
 
         def closure() -> Tensor:
             optimiser.zero_grad()
             with model.hooks(fwd_hooks=list(hooks) + [(hook_name, replace)]):
-                value = loss(model(tokens))
+                value = loss(device_forward(model, tokens))
             value.backward()
             return value
 

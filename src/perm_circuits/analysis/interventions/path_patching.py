@@ -80,6 +80,7 @@ from perm_circuits.analysis.interventions.patching import (
     logit_diff,
 )
 from perm_circuits.analysis.interventions.activation_patching import target_logprob
+from perm_circuits.devices import device_forward
 from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.model_shape import is_permutation_model, model_shape, normalization_of
 from perm_circuits.models import model_config_of
@@ -133,7 +134,7 @@ def induction_patching_pair(
     if V < 3:
         raise ValueError(f"induction_patching_pair needs V >= 3 (two earlier queries to swap), got V={V}")
     clean = make_batch(task_config, n, split=split, seed=seed, repeat_ratio=1.0, repeat_source=None)
-    rows = torch.arange(n)
+    rows = torch.arange(n, device=clean.xs.device)
     k = clean.repeat_source
     offset = torch.randint(1, V - 1, (n,), generator=torch.Generator().manual_seed(seed + 1))
     j = (k + offset) % (V - 1)
@@ -149,7 +150,7 @@ def induction_patching_pair(
         source = j
     else:
         xs[:, -1] = unused_query(clean.xs)
-        source = torch.full((n,), -1, dtype=torch.long)
+        source = torch.full((n,), -1, dtype=torch.long, device=clean.xs.device)
     corrupted = batch_from_queries(xs, perms, source)
     return clean, corrupted, clean.ys[:, -1].clone(), corrupted.ys[:, -1].clone()
 
@@ -407,19 +408,19 @@ def _measure(
             results.append(ctx.values["corrupted"])
             continue
         with torch.no_grad(), model.hooks(fwd_hooks=ctx.hooks + add_to_input_hooks((rl, rh), input, change)):
-            logits = model(tokens)
+            logits = device_forward(model, tokens)
         results.append(ctx.metric(logits))
     raw = torch.stack(results)
     clean, corrupted = ctx.values["clean"], ctx.values["corrupted"]
     denominator = clean.mean() - corrupted.mean()
     if abs(float(denominator)) < MIN_DENOMINATOR:
         per_sample = torch.full_like(raw, math.nan)
-        means = low = high = torch.full((len(edges),), math.nan, dtype=torch.float64)
+        means = low = high = torch.full((len(edges),), math.nan, dtype=torch.float64, device=raw.device)
     else:
         per_sample = (raw - corrupted.mean()) / denominator
         means = (raw.mean(dim=1) - corrupted.mean()) / denominator
         low, high = _bootstrap(ctx.weights(n_boot, seed), raw, clean, corrupted, confidence)
-        idle = ~torch.tensor(carried)  # exactly the corrupted run: 0, not 0 plus the bootstrap's rounding
+        idle = ~torch.tensor(carried, device=raw.device)  # exactly the corrupted run: 0, not 0 plus the bootstrap's rounding
         means, low, high = means.masked_fill(idle, 0.0), low.masked_fill(idle, 0.0), high.masked_fill(idle, 0.0)
     effects = tuple(
         PathPatchEffect(
