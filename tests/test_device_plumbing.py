@@ -171,6 +171,8 @@ def _analyses():
     from perm_circuits.analysis.probes.task_attribution import attention_patterns, attention_scores
     from perm_circuits.analysis.interventions.path_patching import path_patching_table
     from perm_circuits.discovery import eap
+    from perm_circuits.dynamics.recorder import DynamicsRecorder
+    from perm_circuits.evaluate import evaluate, recall_generalisation
     from perm_circuits.tasks import PermutationTask
     from perm_circuits.tasks.permutation_data import TaskConfig, make_test_set
 
@@ -202,6 +204,9 @@ def _analyses():
         "attention_scores": lambda m: attention_scores(attention_patterns(m, tokens(m))),
         "memory_probes": lambda m: model_memory_probes(m).to_dataframe(),
         "eap": lambda m: eap(m, PermutationTask(batches(m)[1]).test_set(32, seed=7), how="mean").scores,
+        "evaluate": lambda m: evaluate(m, batches(m)[0]),
+        "recall_generalisation": lambda m: recall_generalisation(m, n=32),
+        "dynamics_recorder": lambda m: DynamicsRecorder(batches(m)[1], [1], test_n=32).measure(m, 1),
     }
 
 

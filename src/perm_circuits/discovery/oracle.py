@@ -46,7 +46,7 @@ def _bits(numbers: Tensor, n_edges: int) -> Tensor:
     return ((numbers[:, None] >> shifts[None]) & 1).float()
 
 
-def _masks_of(numbers: list[int], n_edges: int, device: torch.device) -> Tensor:
+def _masks_of(numbers: list[int], n_edges: int, device: torch.device | None = None) -> Tensor:
     """:func:`_bits` for Python ints of any size (graphs past 63 edges overflow a 64-bit tensor)."""
     return torch.tensor([[(x >> (n_edges - 1 - e)) & 1 for e in range(n_edges)] for x in numbers], dtype=torch.float32,
                         device=device)
