@@ -231,11 +231,11 @@ def ablation_fn(
         elif how == "mean":
             assert replacement_mean is not None
             check_shape(activation, replacement_mean)
-            replacement = replacement_mean.to(activation.dtype)
+            replacement = replacement_mean.to(activation.device, activation.dtype)
         elif how == "optimal":
             assert constant is not None
             check_shape(activation, constant[None])
-            replacement = constant[None].to(activation.dtype)
+            replacement = constant[None].to(activation.device, activation.dtype)
         else:
             assert reference_activation is not None
             check_shape(activation, reference_activation)
@@ -255,7 +255,7 @@ def ablation_fn(
             else:
                 rows = resample_rows(reference_activation.shape[0], batch, seed)
                 replacement = reference_activation[rows.to(reference_activation.device)]
-            replacement = replacement.to(activation.dtype)
+            replacement = replacement.to(activation.device, activation.dtype)  # a no-op on the model's device
         return torch.where(mask, replacement, activation)
 
     return hook_fn

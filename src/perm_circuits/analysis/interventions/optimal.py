@@ -42,6 +42,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from perm_circuits.devices import model_device
 from perm_circuits.hooks import HookList, run_capture
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_data import Batch
@@ -200,6 +201,10 @@ def optimise_constant(
     :func:`~perm_circuits.analysis.interventions.ablation.optimal_constant`).
     """
     config = model_config_of(model)
+    device = model_device(model)  # the search runs beside the weights; no-ops when everything is there
+    reference, activation, mask = reference.to(device), activation.to(device), mask.to(device)
+    if upstream is not None:
+        upstream = {name: value.to(device) for name, value in upstream.items()}
     start = activation.float().mean(dim=0)
     names = upstream_hooks(model, hook_name)
     params = [p for p in model.parameters() if p.requires_grad]
