@@ -201,7 +201,8 @@ def task_report_data(
         attention = scores if scores.heads else None
         if forward is None:
             try:
-                attribution = target_logit_attribution(model, test_set.subset(torch.arange(min(n_analysis, len(test_set)), device=test_set.tokens.device)))
+                rows = torch.arange(min(n_analysis, len(test_set)), device=test_set.tokens.device)
+                attribution = target_logit_attribution(model, test_set.subset(rows))
             except (TypeError, ValueError) as error:
                 notes["attribution"] = str(error)
     return TaskReportData(

@@ -230,7 +230,8 @@ class EdgeIntervention:
             if not cols:
                 return every[:1], torch.zeros(n_masks, dtype=torch.long, device=mask.device)
             unique, inverse = torch.unique(mask[:, cols], dim=0, return_inverse=True)
-            rep = torch.full((len(unique),), n_masks, device=mask.device).scatter_reduce_(0, inverse, every, reduce="amin")
+            rep = torch.full((len(unique),), n_masks, device=mask.device)
+            rep = rep.scatter_reduce_(0, inverse, every, reduce="amin")
             return rep, inverse
 
         def read(receiver: str, rep: Tensor) -> Tensor:
@@ -329,7 +330,8 @@ class EdgeIntervention:
         out = []
         with torch.no_grad():
             for start in range(0, masks.shape[0], chunk):
-                logp = self.run(masks[start : start + chunk].to(self.device, self.weights.W_E.dtype)).double().log_softmax(-1)
+                part = masks[start : start + chunk].to(self.device, self.weights.W_E.dtype)
+                logp = self.run(part).double().log_softmax(-1)
                 kl = (full.exp() * (full - logp)).sum(-1)
                 out.append((kl * weights).sum((-1, -2)))
         return torch.cat(out)

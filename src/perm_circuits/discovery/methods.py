@@ -191,5 +191,6 @@ def random_baseline(model=None, batch=None, *, seed: int = 0, how: str | None = 
     ei = setup(model, batch, intervention, how=how, seed=seed, **options)
     start = time.perf_counter()
     scores = torch.rand(ei.n_edges, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    scores = scores.to(ei.device)  # drawn on the CPU generator: the same edges anywhere
     return finish("random_baseline", ei, scores, start, 0, n_edges=n_edges, threshold=threshold, target=target,
                   params={"seed": seed})

@@ -151,7 +151,8 @@ def local_learning_coefficient(
     sgld = require_devinterp()
 
     # drawn on the CPU generator, moved to the model's device once
-    data = make_batch(task_config, config.n, generator=torch.Generator().manual_seed(config.seed)).to(model_device(model))
+    data = make_batch(task_config, config.n, generator=torch.Generator().manual_seed(config.seed))
+    data = data.to(model_device(model))
     state = model.state_dict(keep_vars=True)
     sampled = [k for k, v in state.items() if isinstance(v, torch.nn.Parameter) and v.requires_grad]
     base = {k: v.detach().clone() for k, v in state.items()}

@@ -67,7 +67,8 @@ def wo2_recall(model) -> float:
     """R of ``W_O^2`` for ``w_E(k) W_V^2 -> w_U(k)`` (module docstring)."""
     m = _matrices(model)
     inputs = m["W_E"] @ m["W_V"][1]
-    return memory_recall(m["W_O"][1], inputs, m["W_U"].T.contiguous(), identity_map(inputs.shape[0], device=inputs.device))
+    pairs = identity_map(inputs.shape[0], device=inputs.device)
+    return memory_recall(m["W_O"][1], inputs, m["W_U"].T.contiguous(), pairs)
 
 
 def wk2_recall(model, tokens: Sequence[int] | None = None) -> float:

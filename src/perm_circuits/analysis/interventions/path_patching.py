@@ -420,7 +420,8 @@ def _measure(
         per_sample = (raw - corrupted.mean()) / denominator
         means = (raw.mean(dim=1) - corrupted.mean()) / denominator
         low, high = _bootstrap(ctx.weights(n_boot, seed), raw, clean, corrupted, confidence)
-        idle = ~torch.tensor(carried, device=raw.device)  # exactly the corrupted run: 0, not 0 plus the bootstrap's rounding
+        # exactly the corrupted run: 0, not 0 plus the bootstrap's rounding
+        idle = ~torch.tensor(carried, device=raw.device)
         means, low, high = means.masked_fill(idle, 0.0), low.masked_fill(idle, 0.0), high.masked_fill(idle, 0.0)
     effects = tuple(
         PathPatchEffect(

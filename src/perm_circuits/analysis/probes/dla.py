@@ -475,7 +475,8 @@ def direct_logit_attribution(
     for name in SUBGROUPS:
         mask = dec.subgroups[name]
         counts.append(int(mask.sum()))
-        means.append(dec.contributions[mask].mean(0) if mask.any() else torch.full((len(dec.components),), torch.nan, device=device))
+        means.append(dec.contributions[mask].mean(0) if mask.any()
+                     else torch.full((len(dec.components),), torch.nan, device=device))
         actual.append(dec.actual[mask].mean() if mask.any() else torch.tensor(torch.nan, device=device))
         errors.append(dec.residual_error[mask].mean() if mask.any() else torch.tensor(torch.nan, device=device))
         neurons.append(

@@ -434,7 +434,8 @@ def qk_memory_probe(
     if target_map == "x_match":
         E, P = model.W_E.detach()[1 : V + 1], model.W_pos.detach()
         scores = qk_scores(model, head, E + P[last], E + P[0], layer=layer, include_bias=include_bias)
-        return MemoryProbe(f"L{layer}H{head}", "QK", target_map, "argmax", recall_rate(scores, identity_map(V, device=scores.device)), V, 1.0 / V)
+        recall = recall_rate(scores, identity_map(V, device=scores.device))
+        return MemoryProbe(f"L{layer}H{head}", "QK", target_map, "argmax", recall, V, 1.0 / V)
     token_scores = _positional_qk(model, head, layer, include_bias)
     causal = torch.ones(n_ctx, n_ctx, device=token_scores.device).tril().bool()
     if target_map == "last_to_y1":
