@@ -118,8 +118,9 @@ class FactoryWatch(TorchFunctionMode):
             module = frame.f_globals.get("__name__", "") if frame is not None else ""
             if module.startswith("perm_circuits."):
                 relative = Path(frame.f_code.co_filename).resolve().relative_to(PACKAGE.resolve()).as_posix()
-                if (relative, frame.f_code.co_qualname) not in CPU_SIDE:
-                    self.calls.append(f"{relative}:{frame.f_lineno} in {frame.f_code.co_qualname}: torch.{func.__name__}")
+                scope = frame.f_code.co_qualname.replace(".<locals>", "")  # the static check's naming
+                if (relative, scope) not in CPU_SIDE:
+                    self.calls.append(f"{relative}:{frame.f_lineno} in {scope}: torch.{func.__name__}")
         return func(*args, **kwargs)
 
 
@@ -242,3 +243,27 @@ def test_the_watch_sees_a_factory_without_device():
     with watch:
         memory.identity_map(3)  # no device: torch.arange on the default device
     assert len(watch.calls) == 1 and "identity_map" in watch.calls[0] and "torch.arange" in watch.calls[0]
+
+
+def test_batches_move_once_and_stay_themselves_where_they_already_are():
+    from perm_circuits.tasks import PermutationTask
+    from perm_circuits.tasks.permutation_data import TaskConfig, make_test_set
+
+    batch = make_test_set(TaskConfig(), n=8, seed=0)
+    assert batch.to(CPU) is batch and batch.to("cpu") is batch
+    task_batch = PermutationTask(TaskConfig()).test_set(8, seed=0)
+    assert task_batch.to(CPU) is task_batch
+    meta = task_batch.to("meta")  # another device: every tensor moves, shapes and dtypes kept
+    assert meta is not task_batch and meta.tokens.device.type == "meta" and meta.tokens.shape == task_batch.tokens.shape
+    assert all(v.device.type == "meta" for v in meta.extras.values())
+    moved = batch.to("meta")
+    assert moved.inputs.device.type == moved.repeat_source.device.type == "meta" and moved.V == batch.V
+
+
+def test_device_forward_runs_on_the_model_and_returns_beside_the_tokens(models):
+    from perm_circuits.devices import device_forward
+
+    _, placed = models
+    tokens = torch.tensor([[1, 2, 3, 4, 5, 1, 2, 3, 4]], device=CPU)
+    logits = device_forward(placed, tokens)
+    assert logits.device == CPU and torch.equal(logits, placed(tokens))
