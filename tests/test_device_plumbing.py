@@ -233,6 +233,22 @@ def test_analysis_on_an_explicit_device_makes_no_tensor_elsewhere_and_gives_the_
     assert _numbers(got), "the analysis returned no numbers to compare"
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run where one is lent)")
+@pytest.mark.parametrize("name", sorted(ANALYSES))
+def test_analysis_on_a_gpu_runs_there_and_agrees_with_the_cpu(models, name):
+    """On a GPU the arithmetic differs in the last bits: the same structure of results, numbers close."""
+    from perm_circuits.models import load_pretrained
+
+    expected = ANALYSES[name](models[0])
+    got = ANALYSES[name](load_pretrained("d16h1l2-any", device="cuda"))
+    left, right = _numbers(expected), _numbers(got)
+    assert len(left) == len(right)
+    for x, y in zip(left, right):
+        if isinstance(x, torch.Tensor):
+            assert y.shape == x.shape
+            torch.testing.assert_close(y.cpu().double(), x.double(), atol=2e-2, rtol=2e-2, equal_nan=True)
+
+
 def test_the_watch_sees_a_factory_without_device():
     from perm_circuits.analysis.probes import memory
 
