@@ -142,7 +142,7 @@ def _parser() -> argparse.ArgumentParser:
     rr.add_argument("--quick", action="store_true", help="the CPU-sized run (minutes)")
     rr.add_argument("--out", type=Path, help="also write comparison.csv, numbers.json and an offline HTML page here")
     rr.add_argument("--quiet", action="store_true", help="no progress bar")
-    rr.add_argument("--device", help="where to run: cpu (default); other devices where the reproduction supports them")
+    rr.add_argument("--device", help="where the models train and run: cpu (default), cuda, cuda:1, mps")
     return parser
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["model_device", "resolve_device", "to_device"]
+__all__ = ["device_forward", "model_device", "resolve_device", "to_device"]
 
 
 def resolve_device(device: object) -> torch.device:
@@ -45,3 +45,13 @@ def to_device(model: torch.nn.Module, device: str | torch.device | None) -> torc
     if device is None:
         return model
     return model.to(resolve_device(device))
+
+
+def device_forward(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """``model(tokens)`` run on the model's device, the output returned on the tokens' device.
+
+    Both moves are no-ops when the two devices agree (a batch made on the model's device keeps
+    everything there); hooks active on ``model`` run as usual.  Gradients flow through.
+    """
+    out = model(tokens.to(model_device(model)))
+    return out.to(tokens.device) if isinstance(out, torch.Tensor) else out

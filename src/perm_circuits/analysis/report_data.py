@@ -153,7 +153,7 @@ def task_report_data(
         raise ValueError(f"ablation_hows entries must be in {ANY_TASK_HOWS}, got {bad}")
     test_set = task.test_set(n, seed)
     evaluation = measure_task(model, task, test_set, forward=forward)
-    shown = test_set.subset(torch.arange(min(n_sequences, len(test_set))))
+    shown = test_set.subset(torch.arange(min(n_sequences, len(test_set)), device=test_set.tokens.device))
     logits = task_logits(model, shown.tokens, forward)
     params = list(model.parameters())
     about = {
@@ -180,7 +180,7 @@ def task_report_data(
             ablation = ablation_table(model, tuple(ablation_hows), test_set, task=task, reference=reference,
                                       test_seed=seed)
         if analyses:
-            subset = test_set.subset(torch.arange(min(n_analysis, len(test_set))))
+            subset = test_set.subset(torch.arange(min(n_analysis, len(test_set)), device=test_set.tokens.device))
             try:
                 patching = _patching(model, subset, n_boot)
             except ValueError as error:
@@ -201,7 +201,8 @@ def task_report_data(
         attention = scores if scores.heads else None
         if forward is None:
             try:
-                attribution = target_logit_attribution(model, test_set.subset(torch.arange(min(n_analysis, len(test_set)))))
+                rows = torch.arange(min(n_analysis, len(test_set)), device=test_set.tokens.device)
+                attribution = target_logit_attribution(model, test_set.subset(rows))
             except (TypeError, ValueError) as error:
                 notes["attribution"] = str(error)
     return TaskReportData(task_name=task.name, about=about, evaluation=evaluation, n=n, seed=seed,

@@ -37,6 +37,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from perm_circuits.devices import device_forward
 from perm_circuits.discovery.interventions import prepare_edges
 from perm_circuits.discovery.methods import acdc, eap, eap_ig, node_attribution, random_baseline
 from perm_circuits.discovery.oracle import exhaustive_oracle
@@ -105,8 +106,8 @@ def _tracr_batch(name: str):
         rows = torch.randint(len(domain), (n,), generator=torch.Generator().manual_seed(seed))
         tokens = tm.encode([domain[i] for i in rows.tolist()])
         with torch.no_grad():
-            targets = model(tokens).argmax(-1)
-        mask = torch.ones(tokens.shape, dtype=torch.float32)
+            targets = device_forward(model, tokens).argmax(-1)
+        mask = torch.ones(tokens.shape, dtype=torch.float32, device=tokens.device)
         mask[:, 0] = 0.0  # BOS
         return TaskBatch(tokens, targets, mask)
 
@@ -182,7 +183,7 @@ def score_result(result, ei, truth, *, oracle=None) -> dict:
     scores = {e: float(v) for e, v in result.scores.items()}
     order = result.ranking()
     n = ei.n_edges
-    prefixes = torch.zeros(n + 1, n)
+    prefixes = torch.zeros(n + 1, n, device=ei.device)
     for k in range(1, n + 1):
         prefixes[k, [ei.graph.edge_index(e) for e in order[:k]]] = 1.0
     with torch.no_grad():

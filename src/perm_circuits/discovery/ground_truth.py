@@ -138,7 +138,7 @@ def _write_matrices(model, varying_tokens) -> dict[str, torch.Tensor]:
         embed = torch.cat([W_E, W_pos])
     else:
         diffs = [W_E[list(ids)] - W_E[list(ids)[0]] for ids in varying_tokens if len(ids) > 1]
-        embed = torch.cat(diffs) if diffs else torch.zeros(1, cfg.d_model)
+        embed = torch.cat(diffs) if diffs else torch.zeros(1, cfg.d_model, device=W_E.device)
     out = {"embed": embed}
     for layer in range(cfg.n_layers):
         for h in range(cfg.n_heads):

@@ -56,6 +56,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from perm_circuits.devices import model_device
 from perm_circuits.discovery.graph import CircuitGraph, circuit_graph_of, split_edge
 from perm_circuits.tasks.base import TaskBatch
 
@@ -171,6 +172,11 @@ class EdgeIntervention:
     def n_edges(self) -> int:
         return self.graph.n_edges
 
+    @property
+    def device(self) -> torch.device:
+        """The model's device: its weights, the batch and every mask live there."""
+        return self.weights.W_E.device
+
     # ------------------------------------------------------------------ the forward pass
 
     def run(
@@ -192,7 +198,7 @@ class EdgeIntervention:
                              f"{getattr(mask, 'shape', type(mask).__name__)}")
         single = mask.dim() == 1
         mask = mask[None] if single else mask
-        logits = self._forward(mask.to(self.weights.W_E.dtype), self.tokens if tokens is None else tokens,
+        logits = self._forward(mask.to(self.device, self.weights.W_E.dtype), self.tokens if tokens is None else tokens,
                                self.ablated if ablated is None else ablated, retain)
         return logits[0] if single else logits
 
@@ -203,7 +209,7 @@ class EdgeIntervention:
         that agree there (the exhaustive oracle's memoisation)."""
         w, graph = self.weights, self.graph
         n_masks, (batch, seq) = mask.shape[0], tokens.shape
-        every = torch.arange(n_masks)
+        every = torch.arange(n_masks, device=mask.device)
         # sender -> (output minus its ablated value, row index into it per mask or None = as is)
         diffs: dict[str, tuple[Tensor, Tensor | None]] = {}
         tok, pos = w.W_E[tokens], w.W_pos[:seq][None].expand(batch, seq, -1)
@@ -213,7 +219,7 @@ class EdgeIntervention:
                 record[sender] = value[None]
             diffs[sender] = ((value - ablated[sender])[None], None)
         base = sum(ablated[s] for s in embeds)  # every ablated sender so far, [batch or 1, seq, d]
-        bias = torch.zeros(w.W_E.shape[1], dtype=w.W_E.dtype)
+        bias = torch.zeros(w.W_E.shape[1], dtype=w.W_E.dtype, device=w.W_E.device)
         incoming, cones = _incoming(graph), _cones(graph)
 
         def rows(component: str) -> tuple[Tensor, Tensor | None]:
@@ -222,9 +228,10 @@ class EdgeIntervention:
                 return every, None
             cols = cones[component]
             if not cols:
-                return every[:1], torch.zeros(n_masks, dtype=torch.long)
+                return every[:1], torch.zeros(n_masks, dtype=torch.long, device=mask.device)
             unique, inverse = torch.unique(mask[:, cols], dim=0, return_inverse=True)
-            rep = torch.full((len(unique),), n_masks).scatter_reduce_(0, inverse, every, reduce="amin")
+            rep = torch.full((len(unique),), n_masks, device=mask.device)
+            rep = rep.scatter_reduce_(0, inverse, every, reduce="amin")
             return rep, inverse
 
         def read(receiver: str, rep: Tensor) -> Tensor:
@@ -300,9 +307,9 @@ class EdgeIntervention:
         out = []
         with torch.no_grad():
             for start in range(0, masks.shape[0], chunk):
-                part = masks[start : start + chunk].to(self.weights.W_E.dtype)
+                part = masks[start : start + chunk].to(self.device, self.weights.W_E.dtype)
                 out.append(self.metric_of(self._forward(part, self.tokens, self.ablated, None, None, dedupe)))
-        return torch.cat(out) if out else torch.zeros(0)
+        return torch.cat(out) if out else torch.zeros(0, device=self.device)
 
     def faithfulness(self, metric_values: Tensor) -> Tensor:
         """``(metric - metric(none)) / (metric(all) - metric(none))`` (nan when the two are equal)."""
@@ -312,18 +319,19 @@ class EdgeIntervention:
         return (metric_values - self.empty_metric) / span
 
     def ones(self) -> Tensor:
-        return torch.ones(self.n_edges, dtype=self.weights.W_E.dtype)
+        return torch.ones(self.n_edges, dtype=self.weights.W_E.dtype, device=self.device)
 
     def divergence(self, masks: Float[Tensor, "masks edge"], full_logits: Tensor, *, chunk: int = 16) -> Tensor:
         """KL(full model || masked run) per mask, averaged over the loss positions (every position
         when the batch had no loss mask): ACDC's criterion."""
-        weights = torch.ones(self.tokens.shape) if self.loss_mask is None else self.loss_mask
+        weights = torch.ones(self.tokens.shape, device=self.tokens.device) if self.loss_mask is None else self.loss_mask
         weights = weights / weights.sum().clamp_min(1e-12)
         full = full_logits.double().log_softmax(-1)
         out = []
         with torch.no_grad():
             for start in range(0, masks.shape[0], chunk):
-                logp = self.run(masks[start : start + chunk].to(self.weights.W_E.dtype)).double().log_softmax(-1)
+                part = masks[start : start + chunk].to(self.device, self.weights.W_E.dtype)
+                logp = self.run(part).double().log_softmax(-1)
                 kl = (full.exp() * (full - logp)).sum(-1)
                 out.append((kl * weights).sum((-1, -2)))
         return torch.cat(out)
@@ -390,7 +398,10 @@ def prepare_edges(
     """
     if how not in HOWS:
         raise ValueError(f"how must be one of {HOWS}, got {how!r}")
-    tokens = _as_tokens(batch, "batch")
+    device = model_device(model)
+    if isinstance(batch, TaskBatch):
+        batch = batch.to(device)  # once: the metric's targets meet the logits on the model's device
+    tokens = _as_tokens(batch, "batch").to(device)
     if metric is None:
         if not isinstance(batch, TaskBatch):
             raise ValueError("metric is required when batch is a tokens tensor (no targets to score)")
@@ -408,18 +419,19 @@ def prepare_edges(
     corrupted_tokens = None
     if how == "resample":
         if corrupted is None:
-            order = torch.randperm(tokens.shape[0], generator=torch.Generator().manual_seed(seed))
+            order = torch.randperm(tokens.shape[0], generator=torch.Generator().manual_seed(seed)).to(device)
             corrupted_tokens = tokens[order]
         else:
-            corrupted_tokens = _as_tokens(corrupted, "corrupted", tokens)
+            corrupted_tokens = _as_tokens(corrupted, "corrupted", tokens).to(device)
             if corrupted_tokens.shape != tokens.shape:
                 raise ValueError(f"corrupted must be row-paired with batch: shape {tuple(tokens.shape)}, got "
                                  f"{tuple(corrupted_tokens.shape)}")
-    reference_tokens = tokens if reference is None else _as_tokens(reference, "reference", tokens)
+    reference_tokens = tokens if reference is None else _as_tokens(reference, "reference", tokens).to(device)
 
-    zeros = {s: torch.zeros(1, tokens.shape[1], weights.W_E.shape[1], dtype=weights.W_E.dtype) for s in graph.senders}
+    zeros = {s: torch.zeros(1, tokens.shape[1], weights.W_E.shape[1], dtype=weights.W_E.dtype, device=device)
+             for s in graph.senders}
     probe = EdgeIntervention(graph, how, tokens, metric, weights, {}, zeros, math.nan, math.nan, vectorised)
-    ones = torch.ones(graph.n_edges, dtype=weights.W_E.dtype)
+    ones = torch.ones(graph.n_edges, dtype=weights.W_E.dtype, device=device)
     with torch.no_grad():
         clean: dict[str, Tensor] = {}
         logits = probe.run(ones)
@@ -443,7 +455,7 @@ def prepare_edges(
     if how == "optimal":
         ablated = _optimal(probe, ablated, optimal_steps)
     done = EdgeIntervention(graph, how, tokens, metric, weights, clean, ablated, math.nan, math.nan, vectorised)
-    values = done.evaluate(torch.stack([ones, torch.zeros(graph.n_edges)]))
+    values = done.evaluate(torch.stack([ones, torch.zeros(graph.n_edges, device=device)]))
     loss_mask = batch.mask.float() if isinstance(batch, TaskBatch) else None
     return EdgeIntervention(graph, how, tokens, metric, weights, clean, ablated, float(values[0]), float(values[1]),
                             vectorised, loss_mask)
@@ -461,7 +473,7 @@ def _optimal(probe: EdgeIntervention, start: dict[str, Tensor], steps: int) -> d
     graph = probe.graph
     result = dict(start)
     for sender in graph.senders:
-        mask = torch.ones(graph.n_edges)
+        mask = torch.ones(graph.n_edges, device=probe.device)
         mask[list(graph.outgoing(sender))] = 0.0
         constant = start[sender].clone().requires_grad_(True)
         optimiser = torch.optim.LBFGS([constant], max_iter=steps, line_search_fn="strong_wolfe")

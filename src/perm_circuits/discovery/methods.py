@@ -49,10 +49,10 @@ def edge_attribution(ei: EdgeIntervention) -> Tensor:
         value.backward()
     deltas = {s: (ei.ablated[s] - ei.clean[s]).expand_as(ei.clean[s]).flatten() for s in ei.graph.senders}
     grads = {r: retain[f"in:{r}"].grad[0].flatten() for r in ei.graph.receivers}
-    scores = torch.zeros(ei.n_edges, dtype=torch.float64)
+    scores = torch.zeros(ei.n_edges, dtype=torch.float64, device=ei.device)
     for e, edge in enumerate(ei.graph.edges):
         sender, receiver = split_edge(edge)
-        scores[e] = float(deltas[sender] @ grads[receiver])
+        scores[e] = deltas[sender] @ grads[receiver]  # stays on the device: no transfer per edge
     return scores
 
 
@@ -87,8 +87,8 @@ def eap_ig(model=None, batch=None, *, steps: int = 10, how: str | None = None,
     _check_int("chunk", chunk, 1)
     ei = setup(model, batch, intervention, how=how, seed=seed, **options)
     start = time.perf_counter()
-    alphas = (torch.arange(steps, dtype=torch.float64) + 0.5) / steps
-    total = torch.zeros(ei.n_edges, dtype=torch.float64)
+    alphas = (torch.arange(steps, dtype=torch.float64, device=ei.device) + 0.5) / steps
+    total = torch.zeros(ei.n_edges, dtype=torch.float64, device=ei.device)
     for first in range(0, steps, chunk):
         part = alphas[first : first + chunk].to(ei.weights.W_E.dtype)
         mask = part[:, None].expand(-1, ei.n_edges).clone().requires_grad_(True)
@@ -117,11 +117,12 @@ def node_attribution(model=None, batch=None, *, how: str | None = None, interven
     per_edge = edge_attribution(ei)
     senders: dict[str, float] = {}
     components: dict[str, float] = {}
+    values = per_edge.tolist()  # one transfer, not one per edge
     for e, edge in enumerate(ei.graph.edges):
         sender, receiver = split_edge(edge)
-        senders[sender] = senders.get(sender, 0.0) + float(per_edge[e])
-        components[receiver] = components.get(receiver, 0.0) + float(per_edge[e])
-    scores = torch.zeros(ei.n_edges, dtype=torch.float64)
+        senders[sender] = senders.get(sender, 0.0) + values[e]
+        components[receiver] = components.get(receiver, 0.0) + values[e]
+    scores = torch.zeros(ei.n_edges, dtype=torch.float64, device=ei.device)
     for e, edge in enumerate(ei.graph.edges):
         sender, receiver = split_edge(edge)
         end = float("inf") if receiver == "logits" else abs(components[receiver])
@@ -161,7 +162,7 @@ def acdc(model=None, batch=None, *, tau: float = 0.01, criterion: str = "kl", ho
 
     current = ei.ones().clone()
     value, runs = divergence(current), 1
-    scores = torch.zeros(ei.n_edges, dtype=torch.float64)
+    scores = torch.zeros(ei.n_edges, dtype=torch.float64, device=ei.device)
     outgoing = {s: graph.outgoing(s) for s in graph.senders}
     for receiver in reversed(graph.receivers):
         component = head_of(receiver)
@@ -190,5 +191,6 @@ def random_baseline(model=None, batch=None, *, seed: int = 0, how: str | None = 
     ei = setup(model, batch, intervention, how=how, seed=seed, **options)
     start = time.perf_counter()
     scores = torch.rand(ei.n_edges, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    scores = scores.to(ei.device)  # drawn on the CPU generator: the same edges anywhere
     return finish("random_baseline", ei, scores, start, 0, n_edges=n_edges, threshold=threshold, target=target,
                   params={"seed": seed})

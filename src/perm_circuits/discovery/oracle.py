@@ -42,13 +42,14 @@ __all__ = ["exhaustive_oracle"]
 
 def _bits(numbers: Tensor, n_edges: int) -> Tensor:
     """0/1 masks from subset numbers: bit ``n_edges - 1 - e`` of the number is edge ``e`` (last edges fastest)."""
-    shifts = torch.arange(n_edges - 1, -1, -1, dtype=torch.long)
+    shifts = torch.arange(n_edges - 1, -1, -1, dtype=torch.long, device=numbers.device)
     return ((numbers[:, None] >> shifts[None]) & 1).float()
 
 
-def _masks_of(numbers: list[int], n_edges: int) -> Tensor:
+def _masks_of(numbers: list[int], n_edges: int, device: torch.device | None = None) -> Tensor:
     """:func:`_bits` for Python ints of any size (graphs past 63 edges overflow a 64-bit tensor)."""
-    return torch.tensor([[(x >> (n_edges - 1 - e)) & 1 for e in range(n_edges)] for x in numbers], dtype=torch.float32)
+    return torch.tensor([[(x >> (n_edges - 1 - e)) & 1 for e in range(n_edges)] for x in numbers], dtype=torch.float32,
+                        device=device)
 
 
 def _evaluate(ei: EdgeIntervention, masks: Tensor, chunk: int) -> Tensor:
@@ -60,7 +61,7 @@ def _exhaustive(ei: EdgeIntervention, target: float, chunk: int, progress: bool)
     total = 1 << n
     best_number, best_size, best_faith = total - 1, n, -float("inf")
     for start in tqdm(range(0, total, chunk * 8), disable=not progress, desc="oracle"):
-        numbers = torch.arange(start, min(start + chunk * 8, total))
+        numbers = torch.arange(start, min(start + chunk * 8, total), device=ei.device)
         masks = _bits(numbers, n)
         faith = _evaluate(ei, masks, chunk)
         sizes = masks.sum(1).long()
@@ -94,7 +95,7 @@ def _by_size(ei: EdgeIntervention, target: float, chunk: int, max_size: int, max
     def fed(subset: int) -> bool:
         return all(not subset & bit[e] or feeds[e] == 0 or subset & feeds[e] for e in range(n))
     level, seen = {0}, 1
-    best_number, best_faith = 0, float(_evaluate(ei, torch.zeros(1, n), chunk)[0])
+    best_number, best_faith = 0, float(_evaluate(ei, torch.zeros(1, n, device=ei.device), chunk)[0])
     if best_faith >= target:
         return 0, best_faith, seen, "by size: the empty circuit reaches the target"
     for size in range(1, max_size + 1):
@@ -108,7 +109,7 @@ def _by_size(ei: EdgeIntervention, target: float, chunk: int, max_size: int, max
         numbers = sorted(x for x in level if fed(x))
         if not len(numbers):
             continue
-        faith = torch.cat([_evaluate(ei, _masks_of(numbers[i : i + chunk * 8], n), chunk)
+        faith = torch.cat([_evaluate(ei, _masks_of(numbers[i : i + chunk * 8], n, ei.device), chunk)
                            for i in tqdm(range(0, len(numbers), chunk * 8), disable=not progress, desc=f"size {size}")])
         seen += len(numbers)
         i = int(torch.argmax(faith))
@@ -146,9 +147,10 @@ def exhaustive_oracle(model=None, batch=None, *, target: float = 0.9, how: str |
         number, faith, runs, search = _exhaustive(ei, float(target), chunk, progress)
     else:
         number, faith, runs, search = _by_size(ei, float(target), chunk, max_size, max_subsets, progress)
-    best = _masks_of([number], n)[0]
+    best = _masks_of([number], n, ei.device)[0]
     toggled = best[None].repeat(n, 1)
-    toggled[torch.arange(n), torch.arange(n)] = 1 - best
+    diagonal = torch.arange(n, device=best.device)
+    toggled[diagonal, diagonal] = 1 - best
     change = (_evaluate(ei, toggled, chunk) - faith).abs()
     scores = torch.where(best > 0, 1 + change, change / (1 + change))
     circuit = ei.graph.edges_of(best.tolist())

@@ -106,11 +106,11 @@ def choose_circuit(
     edges = ei.graph.edges
     if n_edges is not None or threshold is not None:
         keep = order[:n_edges] if n_edges is not None else torch.nonzero(scores.abs() >= threshold)[:, 0]
-        mask = torch.zeros(ei.n_edges)
+        mask = torch.zeros(ei.n_edges, device=ei.device)
         mask[keep] = 1.0
         faith = float(ei.faithfulness(ei.evaluate(mask[None]))[0])
         return frozenset(edges[i] for i in keep.tolist()), faith, 1
-    prefixes = torch.zeros(ei.n_edges + 1, ei.n_edges)
+    prefixes = torch.zeros(ei.n_edges + 1, ei.n_edges, device=ei.device)
     for k in range(1, ei.n_edges + 1):
         prefixes[k, order[:k]] = 1.0
     faith = ei.faithfulness(ei.evaluate(prefixes, chunk=8))
@@ -126,6 +126,6 @@ def finish(method: str, ei: EdgeIntervention, scores: Tensor, start: float, n_fo
     if circuit is None:
         circuit, faithfulness, used = choose_circuit(ei, scores, n_edges=n_edges, threshold=threshold, target=target)
         n_forward += used
-    series = pd.Series(scores.detach().double().numpy(), index=list(ei.graph.edges), name=method)
+    series = pd.Series(scores.detach().double().cpu().numpy(), index=list(ei.graph.edges), name=method)
     return DiscoveryResult(method, ei.how, series, circuit, float(faithfulness), time.perf_counter() - start,
                            int(n_forward), search, params)

@@ -50,7 +50,8 @@ def greedy_edges(model=None, batch=None, *, threshold: float = 0.1, tolerance: f
     n = ei.n_edges
     error = lambda masks: (1 - ei.faithfulness(ei.evaluate(masks, chunk=chunk))).abs().double()
     singles = ei.ones()[None].repeat(n, 1)
-    singles[torch.arange(n), torch.arange(n)] = 0.0
+    diagonal = torch.arange(n, device=singles.device)
+    singles[diagonal, diagonal] = 0.0
     effect = error(singles)
     runs = n
     current = (effect >= threshold).to(singles.dtype)
@@ -61,7 +62,7 @@ def greedy_edges(model=None, batch=None, *, threshold: float = 0.1, tolerance: f
             break
         left = torch.nonzero(current == 0)[:, 0]
         trials = current[None].repeat(len(left), 1)
-        trials[torch.arange(len(left)), left] = 1.0
+        trials[torch.arange(len(left), device=left.device), left] = 1.0
         errors = error(trials)
         runs += len(left)
         best = int(torch.argmin(errors))
@@ -110,11 +111,11 @@ def mask_pruning(model=None, batch=None, *, steps: int = 300, penalty: float = 0
     start = time.perf_counter()
     generator = torch.Generator().manual_seed(seed)
     dtype = ei.weights.W_E.dtype
-    log_alpha = torch.full((ei.n_edges,), 3.0, dtype=dtype, requires_grad=True)
+    log_alpha = torch.full((ei.n_edges,), 3.0, dtype=dtype, device=ei.device, requires_grad=True)
     optimiser = torch.optim.Adam([log_alpha], lr=lr)
     shift = _BETA * math.log(-_LOW / _HIGH)
     for _ in tqdm(range(steps), disable=not progress, desc="mask pruning"):
-        u = torch.rand(ei.n_edges, generator=generator, dtype=dtype).clamp(1e-6, 1 - 1e-6)
+        u = torch.rand(ei.n_edges, generator=generator, dtype=dtype).clamp(1e-6, 1 - 1e-6).to(ei.device)  # CPU stream
         with torch.enable_grad():
             gate = torch.sigmoid((u.log() - (1 - u).log() + log_alpha) / _BETA) * (_HIGH - _LOW) + _LOW
             z = gate.clamp(0.0, 1.0)

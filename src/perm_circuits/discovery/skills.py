@@ -67,7 +67,7 @@ def discover_skills(
         raise ValueError(f"max_rows must be an int >= 2, got {max_rows!r}")
     out = {}
     for skill, rows in skill_batches(batch).items():
-        rows = rows.subset(torch.arange(min(len(rows), max_rows)))
+        rows = rows.subset(torch.arange(min(len(rows), max_rows), device=rows.tokens.device))
         if len(rows) < 2:
             continue
         corrupted = rows.tokens.roll(1, dims=0)

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 import torch
 
+from perm_circuits.devices import model_device
 from perm_circuits.models import fast_forward, model_config_of
 from perm_circuits.tasks.permutation_data import TaskConfig, make_batch
 from perm_circuits.train import masked_loss
@@ -149,7 +150,9 @@ def local_learning_coefficient(
         raise ValueError(f"task V={task_config.V} does not match model V={model_config.V}")
     sgld = require_devinterp()
 
+    # drawn on the CPU generator, moved to the model's device once
     data = make_batch(task_config, config.n, generator=torch.Generator().manual_seed(config.seed))
+    data = data.to(model_device(model))
     state = model.state_dict(keep_vars=True)
     sampled = [k for k, v in state.items() if isinstance(v, torch.nn.Parameter) and v.requires_grad]
     base = {k: v.detach().clone() for k, v in state.items()}
@@ -166,14 +169,15 @@ def local_learning_coefficient(
             optimizer = sgld(params, lr=config.lr, nbeta=config.n_beta, localization=config.localization)
             losses = []
             for t in range(config.burnin + config.draws):
-                index = torch.randint(config.n, (config.batch_size,), generator=generator)
+                index = torch.randint(config.n, (config.batch_size,), generator=generator).to(data.inputs.device)
                 loss = masked_loss(fast_forward(model, data.inputs[index], weights), data.targets[index], data.mask[index])
                 grads = torch.autograd.grad(loss, params)
                 for param, grad in zip(params, grads):
                     param.grad = grad
                 optimizer.step(noise_generator=generator)
                 if t >= config.burnin:
-                    losses.append(float(loss.detach()))
+                    losses.append(loss.detach())  # kept on the device: one transfer per chain, not per step
+            losses = torch.stack(losses).tolist()
             mean = sum(losses) / len(losses)
             chain_means.append(mean)
             per_chain.append(config.n_beta * (mean - init_loss))

@@ -40,6 +40,7 @@ from perm_circuits.analysis.probes.induction import induction_scores, induction_
 from perm_circuits.analysis.probes.memory import model_memory_probes
 from perm_circuits.analysis.study.scores import STUDY_REPEAT_RATIO, head_scores
 from perm_circuits.checks import check_int
+from perm_circuits.devices import model_device
 from perm_circuits.dynamics.llc import LLCConfig, local_learning_coefficient, require_devinterp
 from perm_circuits.dynamics.record import DynamicsRecord
 from perm_circuits.evaluate import evaluate_logits
@@ -194,8 +195,9 @@ class DynamicsRecorder:
         values: dict[str, float] = {}
         groups = self.groups
         if "accuracy" in groups or "loss" in groups:
+            # the forward on the model's device, the logits back beside the CPU test sets: once per recorded step
             evaluation = evaluate_logits(
-                fast_forward(model, self._own.inputs), self._own, self.task_config, self._posteriors, config.name
+                _logits(model, self._own.inputs), self._own, self.task_config, self._posteriors, config.name
             )
             if "loss" in groups:
                 values["test_loss"] = evaluation.test_loss
@@ -204,7 +206,7 @@ class DynamicsRecorder:
             if "accuracy" in groups:
                 values["elimination_accuracy"] = evaluation.elimination_accuracy
                 values["recall_accuracy"] = evaluation.recall_accuracy
-                logits = fast_forward(model, self._every.inputs)
+                logits = _logits(model, self._every.inputs)
                 correct = logits[:, -1].argmax(-1) == self._every.ys[:, -1]
                 for k in range(1, config.V):
                     rows = self._every.repeat_source == k - 1
@@ -246,3 +248,8 @@ class DynamicsRecorder:
                 "llc": self.llc_config.to_dict() if self.llc else None,
             },
         )
+
+
+def _logits(model, inputs: torch.Tensor) -> torch.Tensor:
+    """``fast_forward(model, inputs)`` run on the model's device, returned on the inputs' device."""
+    return fast_forward(model, inputs.to(model_device(model))).to(inputs.device)

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from perm_circuits.devices import resolve_device, to_device
 from perm_circuits.reproduce import Comparison, Reproduction
 from perm_circuits.systems.birth_model import (
     BirthModelConfig,
@@ -149,14 +150,18 @@ def _accuracy(model, task: BigramTriggerTask, batch) -> float:
         return task.metrics(plain_forward(model, batch.tokens), batch)["in_context_acc"]
 
 
-def run_seed(settings: BirthSettings, seed: int, *, progress: bool = False) -> SeedResult:
-    """Train the three models of one seed (module docstring) and measure them."""
+def run_seed(settings: BirthSettings, seed: int, *, progress: bool = False,
+             device: str | torch.device | None = None) -> SeedResult:
+    """Train the three models of one seed (module docstring) and measure them, on ``device`` (default
+    the CPU; models are initialised there and moved, batches drawn there and moved)."""
     import time
 
     start, cpu_start = time.perf_counter(), time.process_time()
     task = settings.task()
-    eval_batch = task.test_set(settings.eval_size, seed=10_000 + seed)
-    model = build_birth_model(BirthModelConfig(N=settings.N, T=settings.T, d_model=settings.d_model, seed=seed))
+    target = resolve_device(device)
+    eval_batch = task.test_set(settings.eval_size, seed=10_000 + seed).to(target)
+    model = to_device(build_birth_model(BirthModelConfig(N=settings.N, T=settings.T, d_model=settings.d_model,
+                                                         seed=seed)), target)
     tracker = BirthProbeTracker(log_spaced_steps(settings.steps, settings.n_logged), eval_batch=eval_batch,
                                 forward=plain_forward)
     tracker.record(model, 0, task=task)
@@ -165,8 +170,8 @@ def run_seed(settings: BirthSettings, seed: int, *, progress: bool = False) -> S
         callbacks=[tracker], progress=progress)
     accuracies = []
     for n_layers in (1, 2):
-        full = build_full_model(FullModelConfig(N=settings.N, T=settings.T, d_model=settings.full_d_model,
-                                                n_layers=n_layers, seed=seed))
+        full = to_device(build_full_model(FullModelConfig(N=settings.N, T=settings.T, d_model=settings.full_d_model,
+                                                          n_layers=n_layers, seed=seed)), target)
         fit(full, task, steps=settings.full_steps, batch_size=settings.batch_size, lr=settings.full_lr,
             optimizer="adam", seed=seed, forward=plain_forward, progress=progress)
         accuracies.append(_accuracy(full, task, eval_batch))
@@ -317,15 +322,17 @@ def figures(results: list[SeedResult]) -> dict[str, Any]:
     return out
 
 
-def run(quick: bool = False, progress: bool = True, settings: BirthSettings | None = None) -> Reproduction:
-    """The reproduction (module docstring): :data:`QUICK` or :data:`FULL` settings unless given."""
+def run(quick: bool = False, progress: bool = True, settings: BirthSettings | None = None,
+        device: str | torch.device | None = None) -> Reproduction:
+    """The reproduction (module docstring): :data:`QUICK` or :data:`FULL` settings unless given, every
+    model trained on ``device`` (default the CPU: the committed numbers)."""
     if not isinstance(quick, bool):
         raise TypeError(f"quick must be a bool, got {quick!r}")
     if settings is None:
         settings = QUICK if quick else FULL
     if not isinstance(settings, BirthSettings):
         raise TypeError(f"settings must be a BirthSettings, got {type(settings).__name__}")
-    results = [run_seed(settings, seed, progress=progress) for seed in settings.seeds]
+    results = [run_seed(settings, seed, progress=progress, device=device) for seed in settings.seeds]
     numbers = {
         "settings": settings.to_dict(),
         "cpu_seconds_total": sum(r.cpu_seconds for r in results),

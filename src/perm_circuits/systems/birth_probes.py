@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from perm_circuits.analysis.probes.memory import identity_map, memory_recall
+from perm_circuits.devices import model_device
 from perm_circuits.tasks.base import StepState, TaskBatch
 
 __all__ = [
@@ -66,7 +67,8 @@ def wo2_recall(model) -> float:
     """R of ``W_O^2`` for ``w_E(k) W_V^2 -> w_U(k)`` (module docstring)."""
     m = _matrices(model)
     inputs = m["W_E"] @ m["W_V"][1]
-    return memory_recall(m["W_O"][1], inputs, m["W_U"].T.contiguous(), identity_map(inputs.shape[0]))
+    pairs = identity_map(inputs.shape[0], device=inputs.device)
+    return memory_recall(m["W_O"][1], inputs, m["W_U"].T.contiguous(), pairs)
 
 
 def wk2_recall(model, tokens: Sequence[int] | None = None) -> float:
@@ -74,9 +76,9 @@ def wk2_recall(model, tokens: Sequence[int] | None = None) -> float:
     over all tokens or only the queries ``tokens`` (every token stays a candidate key)."""
     m = _matrices(model)
     keys = m["W_E"] @ m["W_V"][0] @ m["W_O"][0]
-    pairs = identity_map(keys.shape[0])
+    pairs = identity_map(keys.shape[0], device=keys.device)
     if tokens is not None:
-        index = torch.as_tensor(list(tokens), dtype=torch.long)
+        index = torch.as_tensor(list(tokens), dtype=torch.long, device=keys.device)
         if index.numel() == 0 or index.min() < 0 or index.max() >= keys.shape[0]:
             raise ValueError(f"tokens must be a non-empty list of token ids in [0, {keys.shape[0] - 1}], got {tokens!r}")
         pairs = pairs[index]
@@ -101,8 +103,8 @@ def wk1_recall(model, *, window: int | None = None, queries: tuple[int, int] | N
     if a >= b:
         raise ValueError(f"queries {queries!r} contain no position >= 1 (position 0 has no previous token)")
     P = m["W_pos"][:c]
-    positions = torch.arange(a, b)
-    targets = torch.stack([torch.arange(len(positions)), positions - 1], dim=1)
+    positions = torch.arange(a, b, device=P.device)
+    targets = torch.stack([torch.arange(len(positions), device=P.device), positions - 1], dim=1)
     return memory_recall(m["W_Q"][0] @ m["W_K"][0].T, P[positions], P, targets)
 
 
@@ -173,9 +175,11 @@ class BirthProbeTracker:
         probes = birth_probes(model, step=step, window=self.window)
         acc = float("nan")
         if self.eval_batch is not None and task is not None:
+            batch = self.eval_batch.to(model_device(model))  # a no-op once it lives there
+            self.eval_batch = batch
             with torch.no_grad():
-                logits = (self.forward or (lambda m, t: m(t)))(model, self.eval_batch.tokens)
-            acc = task.metrics(logits, self.eval_batch)["in_context_acc"]
+                logits = (self.forward or (lambda m, t: m(t)))(model, batch.tokens)
+            acc = task.metrics(logits, batch)["in_context_acc"]
         from dataclasses import replace
 
         probes = replace(probes, loss=loss, in_context_acc=acc)

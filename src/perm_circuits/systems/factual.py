@@ -33,6 +33,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from perm_circuits.devices import model_device, to_device
 from perm_circuits.reproduce import Comparison, Reproduction
 from perm_circuits.systems.factual_model import (
     FactualConfig,
@@ -110,6 +111,7 @@ def hallucination_phase(
     n_log: int = 40,
     repeats: int = 4,
     progress: bool = True,
+    device: str | torch.device | None = None,
     **model_kwargs: Any,
 ) -> HallucinationResult:
     """Train from a small constant init and log the loss against ``log D`` (section 5).
@@ -117,7 +119,8 @@ def hallucination_phase(
     ``model="linear"`` is the paper's linear attention with one-hot embeddings (eq. 7, SGD: the
     gradient flow of Theorem 6); ``model="softmax"`` the one-layer transformer (Adam at ``lr``,
     ``model_kwargs`` go to :class:`FactualConfig`), the paper's figure 5 right.  Metrics are
-    taken on every fact in ``repeats`` fresh contexts at ``n_log`` log-spaced steps.
+    taken on every fact in ``repeats`` fresh contexts at ``n_log`` log-spaced steps.  ``device``
+    (default the CPU): where the model trains (initialised on the CPU, batches drawn there and moved).
     """
     task = FactualRecallTask(S=16, R=4, D=8) if task is None else task
     if not isinstance(task, FactualRecallTask):
@@ -130,7 +133,8 @@ def hallucination_phase(
     else:
         net = build_factual_model(task, seed=seed, **model_kwargs)
         optimizer = "adam"
-    test = task.all_facts(seed=seed + 1234, repeats=repeats)
+    net = to_device(net, device)
+    test = task.all_facts(seed=seed + 1234, repeats=repeats).to(model_device(net))
     at = set(log_spaced_steps(steps, n_log))
 
     def log(state: StepState) -> dict[str, float] | None:
@@ -175,12 +179,14 @@ def storage_run(
     check_every: int = 50,
     seed: int = 0,
     progress: bool = False,
+    device: str | torch.device | None = None,
 ) -> dict[str, Any]:
     """Train one :class:`FactualTransformer` on ``task`` until fact accuracy on every fact (one
-    fresh context each) reaches ``target`` or ``steps`` run out; returns a row of results."""
-    model = build_factual_model(task, d_model=d_model, d_mlp=d_mlp, n_heads=n_heads,
-                                d_head=d_head or d_model, seed=seed)
-    test = task.all_facts(seed=seed + 1234)
+    fresh context each) reaches ``target`` or ``steps`` run out; returns a row of results (trained on
+    ``device``, default the CPU)."""
+    model = to_device(build_factual_model(task, d_model=d_model, d_mlp=d_mlp, n_heads=n_heads,
+                                          d_head=d_head or d_model, seed=seed), device)
+    test = task.all_facts(seed=seed + 1234).to(model_device(model))
     best = {"accuracy": 0.0, "steps": steps}
 
     def check(state: StepState) -> None:
@@ -241,6 +247,7 @@ def storage_capacity(
     target: float = 0.99,
     seeds: Sequence[int] = (0,),
     progress: bool = True,
+    device: str | torch.device | None = None,
 ) -> StorageResult:
     """For each ``(d_model, d_mlp)`` in ``sizes`` (one head of width ``d_model``), the largest rung
     of the ``subjects`` ladder (``S R`` facts) that the model stores at >= ``target`` accuracy
@@ -277,7 +284,7 @@ def storage_capacity(
                                          fact_seed=seed)
                 outcome[index] = {"seed": seed, **storage_run(task, d_model=d_model, d_mlp=d_mlp, steps=steps,
                                                               lr=lr, batch_size=batch_size, target=target,
-                                                              seed=seed)}
+                                                              seed=seed, device=device)}
                 runs.append(outcome[index])
             return outcome[index]["stored"]
 
@@ -394,18 +401,19 @@ def storage_rows(result: StorageResult) -> list[Comparison]:
     ]
 
 
-def run(quick: bool = False, progress: bool = True) -> Reproduction:
-    """Both experiments at CPU scale; ``quick`` uses :data:`QUICK`, else :data:`FULL`."""
+def run(quick: bool = False, progress: bool = True, device: str | torch.device | None = None) -> Reproduction:
+    """Both experiments at CPU scale; ``quick`` uses :data:`QUICK`, else :data:`FULL`; every model trains
+    on ``device`` (default the CPU: the committed numbers)."""
     if not isinstance(quick, bool):
         raise TypeError(f"quick must be a bool, got {quick!r}")
     torch.set_num_threads(1)
     plan = QUICK if quick else FULL
     start = time.perf_counter()
-    halluc = hallucination_phase(progress=progress, **plan["hallucination"])
-    softmax = hallucination_phase(progress=progress, **SOFTMAX)
+    halluc = hallucination_phase(progress=progress, device=device, **plan["hallucination"])
+    softmax = hallucination_phase(progress=progress, device=device, **SOFTMAX)
     t_halluc = time.perf_counter() - start
     storage = storage_capacity(plan["sizes"], subjects=plan["subjects"], steps=plan["steps"], seeds=plan["seeds"],
-                               progress=progress)
+                               progress=progress, device=device)
     t_storage = time.perf_counter() - start - t_halluc
     numbers = {
         "log_answers": halluc.log_answers, "log_D": halluc.log_D,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import torch
 
 from perm_circuits.reproduce import Comparison, Reproduction
 from perm_circuits.systems.forner_dynamics import (
@@ -268,20 +269,19 @@ def comparison_markdown(table: pd.DataFrame, seconds: float | None = None, quick
     return "\n".join([*lines, "", end])
 
 
-def run(quick: bool = False, progress: bool = True) -> Reproduction:
+def run(quick: bool = False, progress: bool = True, device: str | torch.device | None = None) -> Reproduction:
     """The reproduction (module docstring): trains, integrates the ODE and fills the comparison rows.
 
     ``numbers`` holds the measured values, the training log (``"log"``, one dict per logged step
-    and seed) and the simulation-vs-ODE table (``"ode"``).
+    and seed) and the simulation-vs-ODE table (``"ode"``).  ``device`` (default the CPU): where the
+    models train.
     """
     if not isinstance(quick, bool):
         raise TypeError(f"quick must be a bool, got {quick!r}")
-    import torch
-
     torch.set_num_threads(1)
     settings = QUICK if quick else FULL
     runs = [train_chain(FornerConfig(seed=seed), steps=settings["steps"], batch_size=settings["batch_size"],
-                        lr=settings["lr"], n_test=settings["n_test"], progress=progress)
+                        lr=settings["lr"], n_test=settings["n_test"], progress=progress, device=device)
             for seed in settings["seeds"]]
     cfg = runs[0].config
     log = pd.concat([r.log for r in runs], ignore_index=True)

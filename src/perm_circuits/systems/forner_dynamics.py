@@ -21,6 +21,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from perm_circuits.devices import model_device, to_device
 from perm_circuits.systems.forner_model import FornerConfig, FornerModel, fast_forward
 from perm_circuits.systems.forner_theory import rollout_accuracy
 from perm_circuits.tasks.base import (
@@ -67,14 +68,14 @@ def order_parameters(model: FornerModel, batch: TaskBatch | None = None) -> Orde
     if not isinstance(model, FornerModel):
         raise TypeError(f"model must be a FornerModel, got {type(model).__name__}")
     task = model.task
-    batch = batch if batch is not None else task.test_set(16, seed=0)
+    batch = (batch if batch is not None else task.test_set(16, seed=0)).to(model_device(model))
     L = task.L
     with torch.no_grad():
         _, cache = model.run_with_cache(batch.tokens, names_filter="blocks.0.attn.hook_pattern")
         pattern = cache["blocks.0.attn.hook_pattern"][:, 0]
-        index = torch.arange(L, 2 * L)
+        index = torch.arange(L, 2 * L, device=pattern.device)
         A = float(pattern[:, index, index - L].mean())
-        teacher = task.teacher_matrices
+        teacher = task.teacher_matrices.to(pattern.device)
         student = overlaps(teacher, model.M.detach())
         own = overlaps(teacher, teacher)
     return OrderParameters(
@@ -92,7 +93,8 @@ def chain_snapshot(model: FornerModel, batch: TaskBatch, *, step: int = 0, lr: f
     means and variances over ``batch`` (at the ``L`` predicting positions)."""
     task = model.task
     L, N = task.L, task.N
-    params = order_parameters(model, batch.subset(torch.arange(min(16, len(batch)))))
+    batch = batch.to(model_device(model))  # a no-op for a batch already on the model's device
+    params = order_parameters(model, batch.subset(torch.arange(min(16, len(batch)), device=batch.tokens.device)))
     with torch.no_grad():
         logits = fast_forward(model, batch.tokens)
         loss = float(masked_cross_entropy(logits, batch.targets, batch.mask))
@@ -145,17 +147,19 @@ def train_chain(
     n_test: int = 4096,
     n_log: int = 60,
     progress: bool = True,
+    device: str | torch.device | None = None,
 ) -> ChainRun:
     """Train the solvable model with plain SGD (the paper's optimiser, ``lr`` its 0.5) on fresh batches
     of ``batch_size`` chains per step (the paper: one fixed set of 32,768 chains, full batch), logging
     :func:`chain_snapshot` on a fixed test set of ``n_test`` chains at step 0 and about ``n_log``
-    log-spaced steps.  The batch stream is seeded by ``cfg.seed``, so a seed gives identical runs."""
+    log-spaced steps.  The batch stream is seeded by ``cfg.seed``, so a seed gives identical runs.
+    ``device`` (default the CPU): where the model trains; batches are drawn on the CPU and moved."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an int >= 1, got {steps!r}")
     if isinstance(n_test, bool) or not isinstance(n_test, int) or n_test < 16:
         raise ValueError(f"n_test must be an int >= 16, got {n_test!r}")
-    model = FornerModel(cfg)
-    test = cfg.task.test_set(n_test, seed=10_000 + cfg.seed)
+    model = to_device(FornerModel(cfg), device)  # initialised on the CPU: the same weights anywhere
+    test = cfg.task.test_set(n_test, seed=10_000 + cfg.seed).to(model_device(model))
     logged = set(log_spaced_steps(steps, n_log))
     rows = [chain_snapshot(model, test, step=0, lr=lr)]
 

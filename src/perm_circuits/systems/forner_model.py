@@ -249,19 +249,20 @@ def fast_forward(model: FornerModel, tokens: Int[Tensor, "batch pos"]) -> Float[
         return model(tokens)
     head = model.blocks[0].attn
     seq = tokens.shape[1]
-    angles = torch.arange(seq, dtype=torch.float32)[:, None] * head.omega[None, :]
+    angles = torch.arange(seq, dtype=torch.float32, device=tokens.device)[:, None] * head.omega[None, :]
     u = model.embed.W_E[:1]  # every embedding is the same fixed vector
     q = _rotate((u @ head.W_Q)[None].expand(1, seq, -1), angles)[0]
     k = _rotate((u @ head.W_K)[None].expand(1, seq, -1), angles)[0]
     scores = (q[cfg.L:] @ k[: cfg.L].T) / math.sqrt(cfg.d_h)  # state positions attend to the L actions
-    scores = scores.masked_fill(torch.arange(cfg.L)[None, :] > torch.arange(cfg.L, seq)[:, None], float("-inf"))
+    later = torch.arange(cfg.L, device=tokens.device)[None, :] > torch.arange(cfg.L, seq, device=tokens.device)[:, None]
+    scores = scores.masked_fill(later, float("-inf"))
     pattern = scores.softmax(-1)  # [seq - L, L]
     o = torch.einsum("ij,bja->bia", pattern, head.W_V[tokens[:, : cfg.L]])  # [batch, seq - L, d_g]
     states = tokens[:, cfg.L:] - cfg.d_g
     is_state = states >= 0
     columns = model.M.permute(2, 0, 1)[states.clamp(min=0)]  # [batch, seq - L, d_g, N]: column s of every M_a
     z = (o[..., None] * columns).sum(2) * is_state[..., None]
-    return torch.cat([torch.zeros(tokens.shape[0], cfg.L, cfg.N, dtype=z.dtype), z], dim=1)
+    return torch.cat([torch.zeros(tokens.shape[0], cfg.L, cfg.N, dtype=z.dtype, device=z.device), z], dim=1)
 
 
 def teacher_model(cfg: FornerConfig | None = None, margin: float = 30.0) -> FornerModel:

@@ -84,6 +84,16 @@ class TaskBatch:
         return TaskBatch(self.tokens[index], self.targets[index], self.mask[index],
                          {k: v[index] for k, v in self.extras.items()})
 
+    def to(self, device: torch.device | str) -> TaskBatch:
+        """The batch on ``device`` (itself when every tensor is already there): batches are drawn
+        on the CPU and moved once to the model's device."""
+        tensors = (self.tokens, self.targets, self.mask)
+        moved = [t.to(device) for t in tensors]
+        extras = {k: v.to(device) for k, v in self.extras.items()}
+        if all(a is b for a, b in zip(moved, tensors)) and all(extras[k] is v for k, v in self.extras.items()):
+            return self
+        return TaskBatch(*moved, extras)
+
 
 @runtime_checkable
 class Task(Protocol):

@@ -246,10 +246,10 @@ class FactualRecallTask:
         relation, subject = batch.extras["relation"], batch.extras["subject"]
         loss = -logp.gather(1, answer[:, None])[:, 0]
         accuracy = (logp.argmax(dim=1) == answer).double()
-        block = relation[:, None] * self.D + torch.arange(self.D)[None, :]
+        block = relation[:, None] * self.D + torch.arange(self.D, device=relation.device)[None, :]
         in_block = logp.gather(1, block)
         relation_only = -torch.logsumexp(in_block, dim=1)
-        subject_answers = self.facts()[subject]  # [batch, R]: the answers valid for the subject
+        subject_answers = self.facts().to(subject.device)[subject]  # [batch, R]: the answers valid for the subject
         subject_only = -torch.logsumexp(logp.gather(1, subject_answers), dim=1)
         kl = -math.log(self.D) - in_block.mean(dim=1)
         return {"loss": float(loss.mean()), "fact_accuracy": float(accuracy.mean()),

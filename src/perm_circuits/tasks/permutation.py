@@ -295,7 +295,7 @@ class PermutationTask:
         posterior = bayes_posterior(batch.tokens, self.config, "uniform").probs  # [batch, step, value]
         n, seq = batch.tokens.shape
         V = self.config.V
-        probs = torch.zeros(n, seq, V + 1)
+        probs = torch.zeros(n, seq, V + 1, device=posterior.device)
         probs[:, :, 1:] = 1.0 / V
         probs[:, 0::2, 1:] = posterior
         return probs

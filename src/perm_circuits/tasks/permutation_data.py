@@ -221,6 +221,14 @@ class Batch:
         """Rows selected by a boolean mask or an index tensor."""
         return Batch(**{name: getattr(self, name)[index] for name in self.__dataclass_fields__})
 
+    def to(self, device: torch.device | str) -> Batch:
+        """The batch on ``device`` (itself when every tensor is already there): draw on the CPU,
+        move once, then analyse on the model's device."""
+        moved = {name: getattr(self, name).to(device) for name in self.__dataclass_fields__}
+        if all(moved[name] is getattr(self, name) for name in moved):
+            return self
+        return Batch(**moved)
+
 
 def make_batch(
     config: TaskConfig,
@@ -291,7 +299,7 @@ def _pool(config: TaskConfig, split: str) -> Tensor:
 
 def _assemble(xs: Tensor, ys: Tensor, perms: Tensor, repeated: Tensor, source: Tensor) -> Batch:
     seq = torch.stack([xs, ys], dim=2).flatten(1)  # x1 y1 x2 y2 ...
-    mask = torch.zeros(seq.shape[1] - 1)
+    mask = torch.zeros(seq.shape[1] - 1, device=seq.device)
     mask[0::2] = 1.0
     return Batch(inputs=seq[:, :-1].contiguous(), targets=seq[:, 1:].contiguous(),
         mask=mask.expand(len(xs), -1).contiguous(), xs=xs, ys=ys, perms=perms, repeated=repeated, repeat_source=source)
@@ -312,7 +320,7 @@ def batch_from_queries(
 def unused_query(xs: Int[Tensor, "batch V"]) -> Int[Tensor, " batch"]:
     """Per row, the one value that none of the first ``V - 1`` queries uses (a new last query)."""
     V = xs.shape[1]
-    values = torch.arange(1, V + 1)
+    values = torch.arange(1, V + 1, device=xs.device)
     seen = (xs[:, : V - 1, None] == values).any(dim=1)
     return values.expand(len(xs), V)[~seen]
 

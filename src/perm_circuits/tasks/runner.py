@@ -231,7 +231,7 @@ def reference_agreement(
         if bool(rows[:, :-1].any()):
             raise ValueError("a reference [batch, vocab] is the distribution at the last position only, but the loss "
                              "mask selects earlier positions too")
-        full = torch.zeros(logits.shape, dtype=reference.dtype)
+        full = torch.zeros(logits.shape, dtype=reference.dtype, device=logits.device)
         full[:, -1] = reference
         reference = full
     if reference.shape == logits.shape:

@@ -197,7 +197,7 @@ def composition_scores(
             raise ValueError(f"model.{name} has shape {tuple(w.shape)}, expected {shape}")
     sender = W_V @ W_O  # [layer, head, d_model, d_model]
     receiver = _receiver_matrix(kind, W_Q, W_K, W_V, W_O)
-    scores = torch.full((n_layers, n_heads, n_layers, n_heads), float("nan"), dtype=torch.float64)
+    scores = torch.full((n_layers, n_heads, n_layers, n_heads), float("nan"), dtype=torch.float64, device=W_Q.device)
     for l1 in range(n_layers):
         for l2 in range(l1 + 1, n_layers):
             # [h1, 1, d, d] @ [1, h2, d, d] -> [h1, h2]

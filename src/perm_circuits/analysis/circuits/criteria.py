@@ -164,7 +164,7 @@ def _general_problem(model, test_set, task, metric, reference, n, seed) -> Circu
     if reference is None:
         reference = test_set
     reference_tokens(model, reference)
-    masks = {"all": torch.ones(len(tokens), dtype=torch.bool)}
+    masks = {"all": torch.ones(len(tokens), dtype=torch.bool, device=tokens.device)}
     if isinstance(test_set, TaskBatch):  # rows without a loss position have no target: F skips them
         masks["all"] = test_set.mask.sum(1) > 0
     return CircuitProblem(tokens, partial(metric_values, metric, batch=len(tokens)), masks, reference, True)

@@ -193,7 +193,7 @@ def skill_logit_diff(
     V = batch.V
     values = logits[:, -1, 1 : V + 1].double()
     answer = batch.ys[:, -1] - 1
-    seen = (batch.ys[:, : V - 1, None] == torch.arange(1, V + 1)).any(dim=1)  # [batch, V]
+    seen = (batch.ys[:, : V - 1, None] == torch.arange(1, V + 1, device=batch.ys.device)).any(dim=1)  # [batch, V]
     unused = (~seen).float().argmax(dim=1)
     own = values.gather(1, answer[:, None])[:, 0]
     others = values.scatter(1, answer[:, None], -math.inf).amax(dim=1)

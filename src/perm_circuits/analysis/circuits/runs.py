@@ -23,6 +23,7 @@ from perm_circuits.analysis.circuits.nodes import SUBGROUPS, Node, positions_in,
 from perm_circuits.analysis.interventions.core import ablate_tokens, ablation_fn, selection
 from perm_circuits.analysis.interventions.optimal import optimise_constant, upstream_hooks
 from perm_circuits.analysis.interventions.ablation_table import components_of
+from perm_circuits.devices import model_device
 from perm_circuits.hooks import HookList, run_capture
 from perm_circuits.tasks.permutation_data import Batch
 
@@ -112,6 +113,7 @@ class CircuitRunner:
         self.model, self.problem, self.how, self.reference, self.hooks = model, problem, how, problem.reference, hooks
         self.ablation_seed, self.ablate_kwargs, self.progress = ablation_seed, dict(ablate_kwargs), progress
         self.seq = problem.seq
+        self.device = model_device(model)
         self.components: list[tuple[str, str, int | None]] = [
             (label, f"blocks.{layer}.attn.hook_z" if head is not None else f"blocks.{layer}.hook_mlp_out", head)
             for label, layer, head in components_of(model)
@@ -177,7 +179,7 @@ class CircuitRunner:
                 continue
             fn = self._fn(component)
             if len(positions) < self.seq:
-                mask = torch.zeros(self.seq, dtype=torch.bool)
+                mask = torch.zeros(self.seq, dtype=torch.bool, device=self.device)
                 mask[list(positions)] = True
                 fn = _restricted(fn, mask)
             out.append((hook_name, fn))

@@ -34,6 +34,7 @@ from perm_circuits.analysis.interventions.patching import (
     metric_values,
     normalised_effects,
 )
+from perm_circuits.devices import device_forward
 from perm_circuits.hooks import check_hooks, run_capture
 from perm_circuits.tasks.base import TaskBatch
 
@@ -144,16 +145,16 @@ def patch_activation(
     where = check_positions(positions, n_pos)
     clean_values = metric_values(metric, clean_logits, batch)
     with torch.no_grad(), model.hooks(fwd_hooks=hooks):
-        corrupted_values = metric_values(metric, model(corrupted_tokens), batch)
+        corrupted_values = metric_values(metric, device_forward(model, corrupted_tokens), batch)
     mask = selection(source.shape, layout, chosen, where, source.device)
 
     def patch(activation: Tensor, hook) -> Tensor:
         if activation.shape != source.shape:
             raise ValueError(f"activation {tuple(activation.shape)} does not match the clean one {tuple(source.shape)}")
-        return torch.where(mask, source.to(activation.dtype), activation)
+        return torch.where(mask.to(activation.device), source.to(activation.device, activation.dtype), activation)
 
     with torch.no_grad(), model.hooks(fwd_hooks=hooks + [(hook_name, patch)]):
-        patched_values = metric_values(metric, model(corrupted_tokens), batch)
+        patched_values = metric_values(metric, device_forward(model, corrupted_tokens), batch)
     _, means, low, high = normalised_effects(patched_values[None], clean_values, corrupted_values,
                                              lambda: bootstrap_weights(batch, n_boot, seed), confidence)
     return TaskPatch(

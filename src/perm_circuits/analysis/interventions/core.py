@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from perm_circuits.analysis.interventions.checks import check_index_list, check_int, check_positions, check_seed
+from perm_circuits.devices import device_forward
 from perm_circuits.hooks import HookList, check_hooks, check_token_ids, run_capture
 from perm_circuits.model_shape import model_shape
 from perm_circuits.tasks.base import TaskBatch
@@ -230,11 +231,11 @@ def ablation_fn(
         elif how == "mean":
             assert replacement_mean is not None
             check_shape(activation, replacement_mean)
-            replacement = replacement_mean.to(activation.dtype)
+            replacement = replacement_mean.to(activation.device, activation.dtype)
         elif how == "optimal":
             assert constant is not None
             check_shape(activation, constant[None])
-            replacement = constant[None].to(activation.dtype)
+            replacement = constant[None].to(activation.device, activation.dtype)
         else:
             assert reference_activation is not None
             check_shape(activation, reference_activation)
@@ -254,7 +255,7 @@ def ablation_fn(
             else:
                 rows = resample_rows(reference_activation.shape[0], batch, seed)
                 replacement = reference_activation[rows.to(reference_activation.device)]
-            replacement = replacement.to(activation.dtype)
+            replacement = replacement.to(activation.device, activation.dtype)  # a no-op on the model's device
         return torch.where(mask, replacement, activation)
 
     return hook_fn
@@ -313,12 +314,12 @@ def minimise_constant(
         optimiser = torch.optim.LBFGS([constant], lr=1.0, max_iter=steps, line_search_fn="strong_wolfe")
 
         def replace(act: Tensor, hook) -> Tensor:
-            return torch.where(mask, constant.to(act.dtype), act)
+            return torch.where(mask.to(act.device), constant.to(act.device, act.dtype), act)
 
         def closure() -> Tensor:
             optimiser.zero_grad()
             with model.hooks(fwd_hooks=list(hooks) + [(hook_name, replace)]):
-                value = loss(model(tokens))
+                value = loss(device_forward(model, tokens))
             value.backward()
             return value
 

@@ -42,6 +42,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from perm_circuits.devices import model_device
 from perm_circuits.hooks import HookList, run_capture
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_data import Batch
@@ -152,7 +153,8 @@ def _distinct_rows(reference: Batch) -> tuple[Tensor, Tensor]:
     key = torch.cat([reference.inputs, reference.ys], dim=1)
     n = len(key)
     _, inverse, count = torch.unique(key, dim=0, return_inverse=True, return_counts=True)
-    first = torch.full((len(count),), n, dtype=torch.long).scatter_reduce(0, inverse, torch.arange(n), "amin")
+    first = torch.full((len(count),), n, dtype=torch.long, device=inverse.device).scatter_reduce(
+        0, inverse, torch.arange(n, device=inverse.device), "amin")
     return first, count
 
 
@@ -168,7 +170,8 @@ def _distinct_x_rows(reference: Batch) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     for j in range(answers.shape[1]):
         key = torch.cat([tokens[:, : 2 * j + 1], answers[:, j : j + 1]], dim=1)
         _, inverse, count = torch.unique(key, dim=0, return_inverse=True, return_counts=True)
-        first = torch.full((len(count),), n, dtype=torch.long).scatter_reduce(0, inverse, torch.arange(n), "amin")
+        first = torch.full((len(count),), n, dtype=torch.long, device=inverse.device).scatter_reduce(
+            0, inverse, torch.arange(n, device=inverse.device), "amin")
         rows.append(first)
         positions.append(torch.full_like(first, 2 * j))
         targets.append(answers[first, j])
@@ -197,6 +200,10 @@ def optimise_constant(
     :func:`~perm_circuits.analysis.interventions.ablation.optimal_constant`).
     """
     config = model_config_of(model)
+    device = model_device(model)  # the search runs beside the weights; no-ops when everything is there
+    reference, activation, mask = reference.to(device), activation.to(device), mask.to(device)
+    if upstream is not None:
+        upstream = {name: value.to(device) for name, value in upstream.items()}
     start = activation.float().mean(dim=0)
     names = upstream_hooks(model, hook_name)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -235,7 +242,7 @@ def optimise_constant(
                     cache = {key: value[rows] for key, value in cache.items()}
                     captured, answers = captured[rows], reference.ys[rows]
                     weights = counts.float() / (counts.sum() * answers.shape[1])
-                    keep = torch.arange(0, 2 * answers.shape[1] - 1, 2)
+                    keep = torch.arange(0, 2 * answers.shape[1] - 1, 2, device=answers.device)
 
                     def loss_of(constant: Tensor) -> Tensor:
                         value = torch.where(mask, constant, captured)

@@ -31,6 +31,7 @@ from perm_circuits.analysis.interventions.checks import (
     check_seed,
     seq_len,
 )
+from perm_circuits.devices import device_forward
 from perm_circuits.hooks import HookList, run_capture
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_data import Batch, validate_tokens
@@ -229,8 +230,8 @@ def bootstrap_weights(n: int, n_boot: int, seed: int) -> Tensor:
     """``[n_boot, n]`` resample weights of the paired bootstrap: how often resample ``b`` drew
     sequence ``i``, divided by ``n`` (rows drawn with ``torch.Generator().manual_seed(seed)``)."""
     rows = torch.randint(n, (n_boot, n), generator=torch.Generator().manual_seed(seed))
-    counts = torch.zeros(n_boot, n, dtype=torch.float64)
-    counts.scatter_add_(1, rows, torch.ones(n_boot, n, dtype=torch.float64))
+    counts = torch.zeros(n_boot, n, dtype=torch.float64, device=rows.device)  # on the generator's CPU
+    counts.scatter_add_(1, rows, torch.ones(n_boot, n, dtype=torch.float64, device=rows.device))
     return counts / n
 
 
@@ -258,11 +259,12 @@ def _bootstrap(
     ``weights[b, i]`` is how often resample ``b`` drew sample ``i`` (divided by n), so
     ``weights @ x`` are the resampled means of a per-sample quantity ``x``.
     """
+    weights = weights.to(values.device)  # drawn on the CPU generator; moved once per sweep
     patched = weights @ values.T  # [boot, cell]
     mean_clean, mean_corrupted = weights @ clean, weights @ corrupted
     ratio = (patched - mean_corrupted[:, None]) / (mean_clean - mean_corrupted)[:, None]
     alpha = (1 - confidence) / 2
-    bounds = torch.quantile(ratio, torch.tensor([alpha, 1 - alpha], dtype=torch.float64), dim=0)
+    bounds = torch.quantile(ratio, torch.tensor([alpha, 1 - alpha], dtype=torch.float64, device=ratio.device), dim=0)
     return bounds[0], bounds[1]
 
 
@@ -421,7 +423,7 @@ def _run_sweep(
 
             patch_hooks = [(hook_name, patch_hook)]
         with torch.no_grad(), model.hooks(fwd_hooks=cache.hooks + patch_hooks):
-            logits = model(tokens)
+            logits = device_forward(model, tokens)
         results.append(logit_diff(logits, answer, wrong).double())
     raw = torch.stack(results)
     clean, corrupted = cache.logit_diffs["clean"], cache.logit_diffs["corrupted"]

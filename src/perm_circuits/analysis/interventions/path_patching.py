@@ -82,6 +82,7 @@ from perm_circuits.analysis.interventions.patching import (
     normalised_effects,
 )
 from perm_circuits.analysis.interventions.activation_patching import target_logprob
+from perm_circuits.devices import device_forward
 from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.model_shape import is_permutation_model, model_shape, normalization_of
 from perm_circuits.models import model_config_of
@@ -135,7 +136,7 @@ def induction_patching_pair(
     if V < 3:
         raise ValueError(f"induction_patching_pair needs V >= 3 (two earlier queries to swap), got V={V}")
     clean = make_batch(task_config, n, split=split, seed=seed, repeat_ratio=1.0, repeat_source=None)
-    rows = torch.arange(n)
+    rows = torch.arange(n, device=clean.xs.device)
     k = clean.repeat_source
     offset = torch.randint(1, V - 1, (n,), generator=torch.Generator().manual_seed(seed + 1))
     j = (k + offset) % (V - 1)
@@ -151,7 +152,7 @@ def induction_patching_pair(
         source = j
     else:
         xs[:, -1] = unused_query(clean.xs)
-        source = torch.full((n,), -1, dtype=torch.long)
+        source = torch.full((n,), -1, dtype=torch.long, device=clean.xs.device)
     corrupted = batch_from_queries(xs, perms, source)
     return clean, corrupted, clean.ys[:, -1].clone(), corrupted.ys[:, -1].clone()
 
@@ -403,7 +404,7 @@ def _measure(
             results.append(ctx.values["corrupted"])
             continue
         with torch.no_grad(), model.hooks(fwd_hooks=ctx.hooks + add_to_input_hooks((rl, rh), input, change)):
-            logits = model(tokens)
+            logits = device_forward(model, tokens)
         results.append(ctx.metric(logits))
     raw = torch.stack(results)
     clean, corrupted = ctx.values["clean"], ctx.values["corrupted"]

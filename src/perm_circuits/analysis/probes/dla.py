@@ -101,7 +101,7 @@ def repeated_queries(inputs: Int[Tensor, "batch seq"]) -> Bool[Tensor, "batch st
     """Whether the query of each step repeats an earlier query of the same sequence."""
     xs = inputs[:, 0::2]
     same = xs[:, :, None] == xs[:, None, :]
-    earlier = torch.ones(xs.shape[1], xs.shape[1], dtype=torch.bool).tril(-1)
+    earlier = torch.ones(xs.shape[1], xs.shape[1], dtype=torch.bool, device=inputs.device).tril(-1)
     return (same & earlier).any(-1)
 
 
@@ -126,7 +126,7 @@ def subgroup_masks(inputs: Int[Tensor, "batch seq"]) -> dict[str, Bool[Tensor, "
     """Boolean masks over ``(sample, step)`` for :data:`SUBGROUPS`."""
     n_steps = (inputs.shape[1] + 1) // 2
     repeated = repeated_queries(inputs)[:, -1]
-    early = torch.zeros(inputs.shape[0], n_steps, dtype=torch.bool)
+    early = torch.zeros(inputs.shape[0], n_steps, dtype=torch.bool, device=inputs.device)
     early[:, :-1] = True
     last = torch.zeros_like(early)
     last[:, -1] = True
@@ -216,7 +216,7 @@ class LogitDiffDecomposition:
 
     def to_dataframe(self) -> pd.DataFrame:
         """Mean contribution per component and step (rows: components, columns: steps)."""
-        mean = self.contributions.mean(0).T.numpy()
+        mean = self.contributions.mean(0).T.cpu().numpy()
         columns = [f"step {k + 1}" for k in range(mean.shape[1])]
         return pd.DataFrame(mean, index=list(self.components), columns=columns)
 
@@ -311,7 +311,7 @@ def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: 
     if has_scale:
         scale = acts["ln_final.hook_scale"][:, ypos, 0].to(dtype)
     else:
-        scale = torch.ones(inputs.shape[0], V, dtype=dtype)
+        scale = torch.ones(inputs.shape[0], V, dtype=dtype, device=direction.device)
     direction = direction / scale[..., None]
 
     def attribute(x: Tensor) -> Tensor:  # [..., b, pos, d] -> [..., b, step]
@@ -412,10 +412,10 @@ class LogitAttribution:
     def to_dataframe(self) -> pd.DataFrame:
         """Rows: components plus ``total``, ``actual``, ``residual_error`` (``actual - total``)
         and ``n``; columns: subgroups."""
-        frame = pd.DataFrame(self.mean.T.numpy(), index=list(self.components), columns=list(self.subgroups))
-        frame.loc["total"] = self.mean.sum(-1).numpy()
-        frame.loc["actual"] = self.actual.numpy()
-        frame.loc["residual_error"] = self.residual_error.numpy()
+        frame = pd.DataFrame(self.mean.T.cpu().numpy(), index=list(self.components), columns=list(self.subgroups))
+        frame.loc["total"] = self.mean.sum(-1).cpu().numpy()
+        frame.loc["actual"] = self.actual.cpu().numpy()
+        frame.loc["residual_error"] = self.residual_error.cpu().numpy()
         frame.loc["n"] = list(self.n)
         return frame
 
@@ -425,7 +425,7 @@ class LogitAttribution:
         n_layers = max(1, sum(1 for c in self.components if c.endswith("mlp")))  # one "L{l}mlp" per layer
         per_layer = d_mlp // n_layers
         index = [f"L{i // per_layer}N{i % per_layer}" for i in range(d_mlp)]
-        return pd.DataFrame(self.neuron_mean.T.numpy(), index=index, columns=list(self.subgroups))
+        return pd.DataFrame(self.neuron_mean.T.cpu().numpy(), index=index, columns=list(self.subgroups))
 
     def component(self, name: str, subgroup: str) -> float:
         """Mean contribution of one component in one subgroup."""
@@ -463,16 +463,18 @@ def direct_logit_attribution(
     dec = _decompose(model, batch, hooks, recall_baseline, tolerance)
     _warn_if_inexact(dec.max_residual_error, tolerance, "the residual_error row of to_dataframe()")
     means, actual, neurons, counts, errors = [], [], [], [], []
+    device = dec.contributions.device
     for name in SUBGROUPS:
         mask = dec.subgroups[name]
         counts.append(int(mask.sum()))
-        means.append(dec.contributions[mask].mean(0) if mask.any() else torch.full((len(dec.components),), torch.nan))
-        actual.append(dec.actual[mask].mean() if mask.any() else torch.tensor(torch.nan))
-        errors.append(dec.residual_error[mask].mean() if mask.any() else torch.tensor(torch.nan))
+        means.append(dec.contributions[mask].mean(0) if mask.any()
+                     else torch.full((len(dec.components),), torch.nan, device=device))
+        actual.append(dec.actual[mask].mean() if mask.any() else torch.tensor(torch.nan, device=device))
+        errors.append(dec.residual_error[mask].mean() if mask.any() else torch.tensor(torch.nan, device=device))
         neurons.append(
             dec.neuron_contributions[mask].mean(0)
             if mask.any()
-            else torch.full((dec.neuron_contributions.shape[-1],), torch.nan)
+            else torch.full((dec.neuron_contributions.shape[-1],), torch.nan, device=device)
         )
     return LogitAttribution(model_name=model_config_of(model).name, components=dec.components, subgroups=SUBGROUPS,
         n=tuple(counts), mean=torch.stack(means), actual=torch.stack(actual), neuron_mean=torch.stack(neurons),

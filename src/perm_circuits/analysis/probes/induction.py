@@ -193,7 +193,7 @@ def induction_scores(
     to_y, to_x = _last_query_scores(patterns[repeated], kept)
     induction, duplicate = to_y.mean(dim=0), to_x.mean(dim=0)
     counts = tuple(int((kept == k).sum()) for k in range(V - 1))
-    nan = torch.full((n_layers, n_heads), math.nan)
+    nan = torch.full((n_layers, n_heads), math.nan, device=induction.device)
     by_y = [to_y[kept == k].mean(dim=0) if counts[k] else nan for k in range(V - 1)]
     by_x = [to_x[kept == k].mean(dim=0) if counts[k] else nan for k in range(V - 1)]
 

@@ -115,10 +115,10 @@ QK_MAPS = ("x_match", "prev_y", "self_y", "last_to_y1")
 # ----------------------------------------------------------------------------- generic probe
 
 
-def identity_map(n: int) -> Int[Tensor, "n 2"]:
-    """The target map ``{(i, i)}`` for ``i = 0..n-1`` (a copying memory)."""
+def identity_map(n: int, *, device: torch.device | str | None = None) -> Int[Tensor, "n 2"]:
+    """The target map ``{(i, i)}`` for ``i = 0..n-1`` (a copying memory), on ``device`` (default the CPU)."""
     n = check_positive_int("n", n)
-    index = torch.arange(n)
+    index = torch.arange(n, device=device)
     return torch.stack([index, index], dim=1)
 
 
@@ -140,11 +140,11 @@ def _check_mode(mode: object) -> str:
     return str(mode)
 
 
-def _check_targets(targets: object, n_in: int, n_out: int) -> Tensor:
+def _check_targets(targets: object, n_in: int, n_out: int, device: torch.device | None = None) -> Tensor:
     if isinstance(targets, Tensor):
         if targets.dtype.is_floating_point or targets.dtype == torch.bool:
             raise TypeError(f"targets must be an integer tensor of (input, output) pairs, got {targets.dtype}")
-        pairs = targets.long()
+        pairs = targets.long().to(device)  # onto the scores' device (a no-op when they agree)
     elif isinstance(targets, (list, tuple)):
         for k, pair in enumerate(targets):
             if not (
@@ -153,7 +153,7 @@ def _check_targets(targets: object, n_in: int, n_out: int) -> Tensor:
                 and all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
             ):
                 raise TypeError(f"targets[{k}] must be an (input, output) pair of ints, got {pair!r}")
-        pairs = torch.tensor(list(targets), dtype=torch.long).reshape(-1, 2)
+        pairs = torch.tensor(list(targets), dtype=torch.long, device=device).reshape(-1, 2)
     else:
         raise TypeError(f"targets must be an [m, 2] integer tensor or a list of pairs, got {type(targets).__name__}")
     if pairs.ndim != 2 or pairs.shape[1] != 2:
@@ -182,7 +182,7 @@ def recall_rate(
     """
     _check_matrix(scores, "scores")
     mode = _check_mode(mode)
-    pairs = _check_targets(targets, *scores.shape)
+    pairs = _check_targets(targets, *scores.shape, device=scores.device)
     if allowed is not None:
         if not isinstance(allowed, Tensor) or allowed.dtype != torch.bool:
             raise TypeError("allowed must be a bool tensor")
@@ -362,7 +362,7 @@ def ov_memory_probe(
     mode = _check_mode(mode)
     scores = ov_scores(model, head, layer=layer, position=position)
     V = scores.shape[0]
-    pairs = identity_map(V) if targets is None else _check_targets(targets, V, V)
+    pairs = identity_map(V, device=scores.device) if targets is None else _check_targets(targets, V, V, scores.device)
     name = "copy" if mode == "argmax" else "suppress"
     if targets is not None:
         name = "custom"
@@ -434,22 +434,23 @@ def qk_memory_probe(
     if target_map == "x_match":
         E, P = model.W_E.detach()[1 : V + 1], model.W_pos.detach()
         scores = qk_scores(model, head, E + P[last], E + P[0], layer=layer, include_bias=include_bias)
-        return MemoryProbe(f"L{layer}H{head}", "QK", target_map, "argmax", recall_rate(scores, identity_map(V)), V, 1.0 / V)
+        recall = recall_rate(scores, identity_map(V, device=scores.device))
+        return MemoryProbe(f"L{layer}H{head}", "QK", target_map, "argmax", recall, V, 1.0 / V)
     token_scores = _positional_qk(model, head, layer, include_bias)
-    causal = torch.ones(n_ctx, n_ctx).tril().bool()
+    causal = torch.ones(n_ctx, n_ctx, device=token_scores.device).tril().bool()
     if target_map == "last_to_y1":
         scores = token_scores[:, last]  # [query token, key pos]
         allowed = causal[last].expand(V, n_ctx)
-        pairs = torch.tensor([[t, 1] for t in range(V)])
+        pairs = torch.tensor([[t, 1] for t in range(V)], device=token_scores.device)
         return MemoryProbe(
             f"L{layer}H{head}", "QK", target_map, "argmax", recall_rate(scores, pairs, allowed=allowed), V,
             1.0 / n_ctx,
         )
     scores = token_scores.mean(0)  # [query pos, key pos]
     if target_map == "prev_y":
-        pairs = torch.tensor([[q, q - 1] for q in range(2, n_ctx, 2)])
+        pairs = torch.tensor([[q, q - 1] for q in range(2, n_ctx, 2)], device=token_scores.device)
     else:  # self_y
-        pairs = torch.tensor([[q, q] for q in range(1, n_ctx, 2)])
+        pairs = torch.tensor([[q, q] for q in range(1, n_ctx, 2)], device=token_scores.device)
     candidates = pairs[:, 0] + 1
     return MemoryProbe(
         f"L{layer}H{head}", "QK", target_map, "argmax", recall_rate(scores, pairs, allowed=causal), len(pairs),
@@ -506,9 +507,9 @@ def mlp_memory_probe(
     if targets is None:
         if scores.shape[0] != V:
             raise ValueError(f"custom inputs ({scores.shape[0]} rows) need explicit targets")
-        pairs, name = identity_map(V), ("copy" if mode == "argmax" else "suppress")
+        pairs, name = identity_map(V, device=scores.device), ("copy" if mode == "argmax" else "suppress")
     else:
-        pairs, name = _check_targets(targets, *scores.shape), "custom"
+        pairs, name = _check_targets(targets, *scores.shape, scores.device), "custom"
     return MemoryProbe(f"L{layer}MLP", "MLP", name, mode, recall_rate(scores, pairs, mode), len(pairs), 1.0 / V)
 
 

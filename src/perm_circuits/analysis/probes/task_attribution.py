@@ -33,6 +33,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from perm_circuits.devices import device_forward, model_device
 from perm_circuits.hooks import run_capture
 from perm_circuits.model_shape import model_shape
 from perm_circuits.tasks.base import TaskBatch
@@ -156,12 +157,12 @@ def attention_patterns(
 
     def make(name: str) -> Callable:
         def capture(pattern: Tensor, hook: Any) -> None:
-            store[name] = pattern.detach().float().cpu()
+            store[name] = pattern.detach().float().to(tokens.device)
 
         return capture
 
     with torch.no_grad(), model.hooks(fwd_hooks=[(name, make(name)) for name in names]):
-        model(tokens) if forward is None else forward(model, tokens)
+        device_forward(model, tokens) if forward is None else forward(model, tokens.to(model_device(model)))
     out = {}
     for name in names:
         if name not in store:
@@ -192,7 +193,7 @@ def attention_scores(patterns: dict[str, Tensor]) -> AttentionScores:
         if pattern.shape[-1] != pattern.shape[-2] or pattern.shape[-1] < 2:
             continue
         seq = pattern.shape[-1]
-        rows = torch.arange(1, seq)
+        rows = torch.arange(1, seq, device=pattern.device)
         for head in range(pattern.shape[1]):
             p = pattern[:, head].double()
             heads.append(f"L{index}H{head}")

@@ -107,16 +107,16 @@ def enumerate_sequences(
     sources = _check_sources(repeat_sources, V)
     train, test = split_permutations(config)
     perms = {"train": train, "test": test, "all": torch.cat([train, test])}[split]
-    orders = torch.tensor(list(itertools.permutations(range(1, V + 1))), dtype=torch.long)
+    orders = torch.tensor(list(itertools.permutations(range(1, V + 1))), dtype=torch.long, device=perms.device)
     n_p, n_o = len(perms), len(orders)
     perms_rep = perms.repeat_interleave(n_o, dim=0)
     xs = orders.repeat(n_p, 1)
-    variants_xs, variants_source = [xs], [torch.full((len(xs),), -1)]
+    variants_xs, variants_source = [xs], [torch.full((len(xs),), -1, device=xs.device)]
     for s in sources:
         rep = xs.clone()
         rep[:, -1] = rep[:, s]
         variants_xs.append(rep)
-        variants_source.append(torch.full((len(xs),), s))
+        variants_source.append(torch.full((len(xs),), s, device=xs.device))
     return batch_from_queries(torch.cat(variants_xs), perms_rep.repeat(len(variants_xs), 1), torch.cat(variants_source))
 
 
@@ -208,10 +208,10 @@ def x_position_triggers(
     for k in range(V):
         prefix = inputs[:, : 2 * k + 1]
         _, inverse, counts = torch.unique(prefix, dim=0, return_inverse=True, return_counts=True)
-        first = torch.full((len(counts),), len(inputs), dtype=torch.long)
-        first = first.scatter_reduce(0, inverse, torch.arange(len(inputs)), reduce="amin")
-        answers = torch.zeros(len(counts), V).index_put_(
-            (inverse, batch.ys[:, k] - 1), torch.ones(len(inputs)), accumulate=True
+        first = torch.full((len(counts),), len(inputs), dtype=torch.long, device=inputs.device)
+        first = first.scatter_reduce(0, inverse, torch.arange(len(inputs), device=inputs.device), reduce="amin")
+        answers = torch.zeros(len(counts), V, device=inputs.device).index_put_(
+            (inverse, batch.ys[:, k] - 1), torch.ones(len(inputs), device=inputs.device), accumulate=True
         )
         parts.append((first, torch.full_like(first, k), counts, answers / counts[:, None]))
     rows = torch.cat([p[0] for p in parts])
@@ -403,7 +403,7 @@ def ffn_key_value_probe(
     triggers, rows, steps = x_position_triggers(batch)
     positions = 2 * steps
     act = acts[post_name][rows, positions]  # [n_triggers, d_mlp]
-    scale = acts["ln_final.hook_scale"][rows, positions, 0] if has_scale else torch.ones(len(rows))
+    scale = acts["ln_final.hook_scale"][rows, positions, 0] if has_scale else torch.ones(len(rows), device=act.device)
 
     V = config.V
     unit_logits = model.W_out.detach()[layer] @ effective_unembed(model)  # [d_mlp, V]

@@ -16,6 +16,7 @@ from torch import Tensor
 from perm_circuits.analysis.interventions.hooks import ablate
 from perm_circuits.analysis.interventions.permutation_table import AblationRow
 from perm_circuits.analysis.study.scores import HeadScores, recall_signal
+from perm_circuits.devices import device_forward
 from perm_circuits.evaluate import evaluate_logits
 from perm_circuits.hooks import HookList
 from perm_circuits.posterior import bayes_posterior
@@ -26,7 +27,7 @@ __all__ = ["joint_eliminator_rows"]
 
 def _ablated_logits(model, batch: Batch, hooks: HookList, extra: HookList) -> Tensor:
     with torch.no_grad(), model.hooks(fwd_hooks=list(hooks) + list(extra)):
-        return model(batch.inputs)
+        return device_forward(model, batch.inputs)
 
 
 def joint_eliminator_rows(

@@ -144,7 +144,8 @@ def patching_pair(
     clean = make_batch(task_config, n, split=split, seed=seed, repeat_ratio=1.0, repeat_source=0)
     xs = clean.xs.clone()
     xs[:, -1] = unused_query(clean.xs)
-    corrupted = batch_from_queries(xs, clean.perms.clone(), torch.full((len(clean),), -1, dtype=torch.long))
+    no_source = torch.full((len(clean),), -1, dtype=torch.long, device=xs.device)
+    corrupted = batch_from_queries(xs, clean.perms.clone(), no_source)
     ys = corrupted.ys
     return clean, corrupted, clean.ys[:, -1].clone(), ys[:, -1].clone()
 

@@ -311,7 +311,7 @@ def attention_by_source(
 
     def group_mean(rows: Tensor) -> Tensor:
         if not rows.any():
-            return torch.full(patterns.shape[1:], math.nan)
+            return torch.full(patterns.shape[1:], math.nan, device=patterns.device)
         return patterns[rows].mean(dim=0)
 
     return AttentionBySource(model_name=config.name, V=config.V, n_samples=len(tokens), n_repeated=int(repeated.sum()),
@@ -379,7 +379,7 @@ class HeadScores:
 def _mean_rows(values: Tensor, rows: Tensor) -> Tensor:
     """Mean over the selected batch rows of ``values [batch, layer, head]`` (nan if none)."""
     if not rows.any():
-        return torch.full(values.shape[1:], math.nan, dtype=torch.float64)
+        return torch.full(values.shape[1:], math.nan, dtype=torch.float64, device=values.device)
     return values[rows].double().mean(dim=0)
 
 
@@ -428,20 +428,20 @@ def _scores(attention: AttentionBySource, thresholds: RoleThresholds) -> HeadSco
 
     def stack_mean(items: list[Tensor]) -> Tensor:
         if not items:
-            return torch.full(P.shape[1:3], math.nan, dtype=torch.float64)
+            return torch.full(P.shape[1:3], math.nan, dtype=torch.float64, device=P.device)
         return torch.stack(items).mean(dim=0)
 
     elim_y_mass, elim_entropy = stack_mean(y_mass), stack_mean(entropy)
     x_prev_y, y_self_mean = stack_mean(prev_y), stack_mean(y_self)
 
     # duplicate token: last query -> the repeated x (position 2k) and its y (2k + 1)
-    nan = torch.full(P.shape[1:3], math.nan, dtype=torch.float64)
+    nan = torch.full(P.shape[1:3], math.nan, dtype=torch.float64, device=P.device)
     dup_rep, dup_base, src_rep, src_base = nan, nan, nan, nan
     if repeated.any():
         k = source[repeated]
         rows_last = P[repeated][:, :, :, last]  # [n_rep, layer, head, k]
-        dup_rep = rows_last[torch.arange(len(k)), :, :, 2 * k].mean(dim=0)
-        src_rep = rows_last[torch.arange(len(k)), :, :, 2 * k + 1].mean(dim=0)
+        dup_rep = rows_last[torch.arange(len(k), device=k.device), :, :, 2 * k].mean(dim=0)
+        src_rep = rows_last[torch.arange(len(k), device=k.device), :, :, 2 * k + 1].mean(dim=0)
         base_last = P[~repeated][:, :, :, last].mean(dim=0)  # [layer, head, k]
         weights = torch.bincount(k, minlength=V - 1).double() / len(k)  # share of each source
         dup_base = (base_last[:, :, 0 : 2 * (V - 1) : 2] * weights).sum(dim=-1)

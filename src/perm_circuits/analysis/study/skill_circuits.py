@@ -122,7 +122,8 @@ def skill_circuits(
     ``how`` and :func:`faithfulness_by_mode` under ``hows`` (skills with the same nodes share one
     measurement).  A skill without rows, or whose model F is exactly 0, gets no circuit.
     """
-    sub = batch if len(batch) <= CIRCUIT_MAX_N else batch.subset(torch.arange(CIRCUIT_MAX_N))
+    first = torch.arange(CIRCUIT_MAX_N, device=batch.inputs.device)
+    sub = batch if len(batch) <= CIRCUIT_MAX_N else batch.subset(first)
     with torch.no_grad(), model.hooks(fwd_hooks=list(hooks)):
         per_row = skill_logit_diff(model(sub.inputs), sub)
     f_model = {"elimination": per_row[~sub.repeated], "recall": per_row[sub.repeated]}
