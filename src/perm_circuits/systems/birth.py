@@ -119,9 +119,9 @@ QUICK = BirthSettings(T=64, d_model=64, full_d_model=32, batch_size=32, steps=10
 """CPU scale: under 5 minutes on one core for three seeds (measured in docs/birth.md)."""
 
 FULL_COMMAND = (
-    "perm-circuits reproduce birth --out results/birth_full   "
+    "perm-circuits reproduce birth --out results/birth_full --device cuda   "
     "# paper sizes (N=65, T=256, d=128, batch 512, 5000 SGD steps, 3 seeds): about 1.7 s per step "
-    "for the simplified model alone on this CPU, i.e. days for all three models; use a GPU"
+    "for the simplified model alone on this CPU, i.e. days for all three models; run it on a GPU"
 )
 
 

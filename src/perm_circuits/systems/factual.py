@@ -53,7 +53,7 @@ __all__ = ["FactualConfig", "FactualTransformer", "HallucinationResult", "Linear
 FULL_COMMAND = ('python -c "from perm_circuits.systems.factual import storage_capacity as c; '
                 'print(c(sizes=[(32, 64), (64, 128), (64, 512), (128, 512), (128, 2048)], R=32, D=8, '
                 'subjects=(8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024), '
-                'steps=20000, seeds=(0, 1, 2)).capacity)"  # paper-scale figure 3 (left): hours on this CPU')
+                'steps=20000, seeds=(0, 1, 2), device=\'cuda\').capacity)"  # paper-scale figure 3 (left): hours on this CPU')
 
 
 # ----------------------------------------------------------------------------- hallucination phase

@@ -85,7 +85,8 @@ FULL = {"seeds": (0, 1, 2, 3, 4), "steps": 1600, "batch_size": 2048, "lr": 0.5, 
 EQ18_TOLERANCE = 0.02
 FULL_COMMAND = (
     "python -c \"from perm_circuits.systems.forner import *; "
-    "[train_chain(FornerConfig(N=32, d_g=32, L=10, d_h=128, seed=s), steps=20000, batch_size=32768, lr=0.5)"
+    "[train_chain(FornerConfig(N=32, d_g=32, L=10, d_h=128, seed=s), steps=20000, batch_size=32768, lr=0.5, "
+    "device='cuda')"
     ".log.to_csv(f'forner_paper_seed{s}.csv') for s in range(100)]\""
 )
 
