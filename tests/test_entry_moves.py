@@ -106,6 +106,8 @@ def _analyses():
     from perm_circuits.analysis.probes.task_attribution import target_logit_attribution
     from perm_circuits.analysis.study.recall_patching import patch_head_outputs, patch_mlp
     from perm_circuits.analysis.study.scores import attention_by_source, head_scores
+    from perm_circuits.discovery import eap
+    from perm_circuits.discovery.interventions import prepare_edges
     from perm_circuits.evaluate import evaluate
     from perm_circuits.tasks import PermutationTask
     from perm_circuits.tasks.runner import measure_task
@@ -143,6 +145,9 @@ def _analyses():
         "evaluate[study]": (lambda m: evaluate(m, _batch(m), probe=False), 1),
         "evaluate[task]": (lambda m: evaluate(m, _task_batch(m), task=task(m)), 1),
         "measure_task": (lambda m: measure_task(m, task(m), _task_batch(m)), 1),
+        # the edge engine runs its own forward from the weights; the model's forward runs once, as a check
+        "prepare_edges": (lambda m: prepare_edges(m, _task_batch(m, 32, 7), how="mean"), 1),
+        "eap": (lambda m: eap(m, _task_batch(m, 32, 7), how="mean"), 1),
     }
 
 
@@ -163,6 +168,36 @@ def test_the_batch_moves_once_at_entry_and_every_forward_runs_on_it(model, monke
     assert max(spy.moves) < forwards[0][0], f"{name} moved a batch after its first forward: {spy.events}"
     stray = [i for i, ok in forwards if not ok]
     assert not stray, f"{name}: {len(stray)} of {len(forwards)} forwards ran on tokens that were not moved first"
+
+
+def _run(model, monkeypatch, analysis) -> MoveSpy:
+    spy = MoveSpy(model, monkeypatch)
+    try:
+        analysis(model)
+    finally:
+        spy.handle.remove()
+    return spy
+
+
+def test_recall_generalisation_moves_each_batch_once_right_after_drawing_it(model, monkeypatch):
+    """One fresh batch per repeated source (V - 1 of them) and one without repeats: each moved, then run once."""
+    from perm_circuits.evaluate import recall_generalisation
+
+    spy = _run(model, monkeypatch, lambda m: recall_generalisation(m, n=16))
+    V = model.task_config.V
+    assert [kind for kind, _ in spy.events] == ["move", "forward"] * V
+    assert all(ok for _, ok in spy.forwards)
+
+
+def test_head_roles_runs_every_forward_on_moved_batches(model, monkeypatch):
+    """The test set moves once at entry; each patching sweep draws its clean/corrupted pair and moves it once."""
+    from perm_circuits.analysis.study.verdict import head_roles
+
+    spy = _run(model, monkeypatch, lambda m: head_roles(m, _batch(m), hows=("zero", "mean"), how="mean", n_pair=32,
+                                                        n_boot=10, probe=False, circuits=False, induction=False))
+    assert spy.moves[0] == 0 and len(spy.moves) == 1 + 2 * 2  # test set; head and MLP sweeps' pairs
+    assert len(spy.forwards) > 3 * len(spy.moves)
+    assert all(ok for _, ok in spy.forwards), spy.events
 
 
 def test_the_spy_catches_a_loop_on_an_unmoved_batch(model, monkeypatch):
