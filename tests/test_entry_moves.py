@@ -123,11 +123,13 @@ def _analyses():
         return path_patching_table(m, (_task_batch(m, 32, 5), _task_batch(m, 32, 6)), n_boot=20)
 
     return {
-        "ablation_table[study]": (lambda m: ablation_table(m, hows=("zero", "mean", "resample"), test_set=_batch(m)), 1),
+        "ablation_table[study]": (
+            lambda m: ablation_table(m, hows=("zero", "mean", "resample"), test_set=_batch(m)), 1),
         "ablation_table[study, reference]": (
             lambda m: ablation_table(m, hows=("mean",), test_set=_batch(m), reference=_batch(m, seed=4)), 2),
         "ablation_table[any task]": (
-            lambda m: ablation_table(m, ("zero", "mean"), _task_batch(m), task=task(m), reference=_task_batch(m, 32, 6)), 2),
+            lambda m: ablation_table(m, ("zero", "mean"), _task_batch(m), task=task(m),
+                                     reference=_task_batch(m, 32, 6)), 2),
         "patch_activation": (patch, 2),
         "patch_head_outputs": (lambda m: patch_head_outputs(m, n=32, n_boot=20), 2),
         "patch_mlp": (lambda m: patch_mlp(m, n=32, n_boot=20), 2),

@@ -136,7 +136,8 @@ def patch_activation(
     """
     hook_name = check_hook_point(model, hook_name)
     pair_tokens(model, clean, corrupted)  # validated as given, then moved once: the three runs stay on the model
-    clean_tokens, corrupted_tokens = pair_tokens(model, clean.to(model_device(model)), corrupted.to(model_device(model)))
+    device = model_device(model)
+    clean_tokens, corrupted_tokens = pair_tokens(model, clean.to(device), corrupted.to(device))
     if not callable(metric):
         raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
     _check_options("clean", "corrupted", n_boot, seed, confidence)
