@@ -27,6 +27,7 @@ import pandas as pd
 from jaxtyping import Float
 from torch import Tensor
 
+from perm_circuits.devices import model_device
 from perm_circuits.hooks import run_logits
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig, exhaustive_batch, make_batch, make_test_set, probe_sequence
@@ -130,6 +131,7 @@ def evaluate(
         test_set = make_test_set(config, n=5000 if n is None else n, seed=seed)
     if not isinstance(test_set, Batch):
         raise TypeError(f"test_set must be a perm_circuits.Batch, got {type(test_set).__name__}")
+    test_set = test_set.to(model_device(model))  # once: the forward and the posteriors run on the model's device
     logits = run_logits(model, test_set.inputs, hooks)
     probs = probe_probabilities(model, hooks).tolist() if probe and config.V == 5 else None
     return evaluate_logits(logits, test_set, config, model_name=model_config_of(model).name, probe=probs)
@@ -178,10 +180,11 @@ def recall_generalisation(
     config = task_config or task_config_of(model)
 
     def batch_of(source: int | None, offset: int):
-        if n is None:
-            return exhaustive_batch(config, split="test", repeat_source=source)
+        if n is None:  # each batch moves to the model's device once, right after it is drawn
+            return exhaustive_batch(config, split="test", repeat_source=source).to(model_device(model))
         ratio = 0.0 if source is None else 1.0
-        return make_batch(config, n, split="test", seed=seed + offset, repeat_ratio=ratio, repeat_source=source)
+        return make_batch(config, n, split="test", seed=seed + offset, repeat_ratio=ratio,
+                          repeat_source=source).to(model_device(model))
 
     recall = []
     for source in range(config.V - 1):

@@ -335,6 +335,7 @@ def measure_task(
         test_set = task.test_set(n, seed)
     if not isinstance(test_set, TaskBatch):
         raise TypeError(f"test_set must be a TaskBatch (task.test_set(...)), got {type(test_set).__name__}")
+    test_set = test_set.to(model_device(model))  # once: the forward and the metrics run on the model's device
     if hooks:
         with model.hooks(fwd_hooks=hooks):
             logits = task_logits(model, test_set.tokens)

@@ -100,6 +100,7 @@ from perm_circuits.analysis.circuits.runs import (
 from perm_circuits.analysis.interventions.core import check_how, reference_tokens
 from perm_circuits.analysis.interventions.patching import metric_values
 from perm_circuits.analysis.interventions.ablation_table import components_of
+from perm_circuits.devices import model_device
 from perm_circuits.hooks import HookList, check_hooks
 from perm_circuits.model_shape import is_permutation_model
 from perm_circuits.models import model_config_of
@@ -154,6 +155,7 @@ def _general_problem(model, test_set, task, metric, reference, n, seed) -> Circu
     if not isinstance(test_set, (TaskBatch, Tensor)):
         raise TypeError(f"test_set must be a TaskBatch or token ids [batch, seq] on a task's model, got "
                         f"{type(test_set).__name__}")
+    test_set = test_set.to(model_device(model))  # once: every run of the circuit stays on the model's device
     tokens = reference_tokens(model, test_set)
     if metric is None:
         if not isinstance(test_set, TaskBatch):
@@ -164,6 +166,7 @@ def _general_problem(model, test_set, task, metric, reference, n, seed) -> Circu
     if reference is None:
         reference = test_set
     reference_tokens(model, reference)
+    reference = reference.to(model_device(model))
     masks = {"all": torch.ones(len(tokens), dtype=torch.bool, device=tokens.device)}
     if isinstance(test_set, TaskBatch):  # rows without a loss position have no target: F skips them
         masks["all"] = test_set.mask.sum(1) > 0
@@ -205,7 +208,9 @@ def _setup(model, circuit, test_set, how, n, seed, task_config, hooks, reference
     hooks = check_hooks(model, hooks)
     if test_set is None:
         test_set = make_test_set(config, n=n, seed=seed)
-    return nodes, permutation_problem(test_set, reference if reference is not None else test_set), hooks
+    test_set = test_set.to(model_device(model))  # once: every run of the circuit stays on the model's device
+    reference = test_set if reference is None else reference.to(model_device(model))
+    return nodes, permutation_problem(test_set, reference), hooks
 
 
 def _subsets(k: int, max_exhaustive: int, n_subsets: int, subset_seed: int) -> tuple[str, list[int], list[tuple[int, int]]]:

@@ -26,6 +26,7 @@ from perm_circuits.analysis.interventions.core import (
     check_hook_point,
     reference_tokens,
 )
+from perm_circuits.devices import model_device
 from perm_circuits.hooks import check_hooks
 from perm_circuits.model_shape import model_shape
 from perm_circuits.tasks.base import Task, TaskBatch
@@ -150,6 +151,8 @@ def task_table(
     if reference is not None and not isinstance(reference, TaskBatch):
         raise TypeError(f"reference must be a TaskBatch or None, got {type(reference).__name__}")
     hooks = check_hooks(model, hooks)
+    test_set = test_set.to(model_device(model))  # once: every run below stays on the model's device
+    reference = None if reference is None else reference.to(model_device(model))
     components = components_of(model)
     if not components:
         raise ValueError(

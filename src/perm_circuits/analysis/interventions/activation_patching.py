@@ -34,7 +34,7 @@ from perm_circuits.analysis.interventions.patching import (
     metric_values,
     normalised_effects,
 )
-from perm_circuits.devices import device_forward
+from perm_circuits.devices import device_forward, model_device
 from perm_circuits.hooks import check_hooks, run_capture
 from perm_circuits.tasks.base import TaskBatch
 
@@ -60,12 +60,18 @@ def target_logprob(batch: TaskBatch) -> Metric:
             "with batch.subset(batch.mask.sum(1) > 0)"
         )
 
+    moved: dict[torch.device, tuple[Tensor, Tensor]] = {}  # the targets on each logits' device, moved once
+
     def metric(logits: Float[Tensor, "batch seq vocab"]) -> Float[Tensor, " batch"]:
         if logits.shape[:2] != batch.tokens.shape:
             raise ValueError(f"logits {tuple(logits.shape)} do not match the batch's tokens {tuple(batch.tokens.shape)}")
-        targets = batch.targets.clamp(0, logits.shape[-1] - 1) * (batch.mask > 0)
+        if logits.device not in moved:
+            moved[logits.device] = (batch.targets.to(logits.device), (batch.mask > 0).to(logits.device))
+        on_device, kept = moved[logits.device]
+        targets = on_device.clamp(0, logits.shape[-1] - 1) * kept
         logp = logits.double().log_softmax(-1).gather(-1, targets[..., None])[..., 0]
-        return (logp * weights).sum(1) / weights.sum(1)
+        w = weights.to(logits.device)
+        return (logp * w).sum(1) / w.sum(1)
 
     return metric
 
@@ -129,7 +135,9 @@ def patch_activation(
         hooks: interventions active in all three runs.
     """
     hook_name = check_hook_point(model, hook_name)
-    clean_tokens, corrupted_tokens = pair_tokens(model, clean, corrupted)
+    pair_tokens(model, clean, corrupted)  # validated as given, then moved once: the three runs stay on the model
+    device = model_device(model)
+    clean_tokens, corrupted_tokens = pair_tokens(model, clean.to(device), corrupted.to(device))
     if not callable(metric):
         raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
     _check_options("clean", "corrupted", n_boot, seed, confidence)

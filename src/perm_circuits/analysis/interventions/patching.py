@@ -31,7 +31,7 @@ from perm_circuits.analysis.interventions.checks import (
     check_seed,
     seq_len,
 )
-from perm_circuits.devices import device_forward
+from perm_circuits.devices import device_forward, model_device
 from perm_circuits.hooks import HookList, run_capture
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_data import Batch, validate_tokens
@@ -243,7 +243,9 @@ def patching_cache(model, pair: PatchingPair, hooks: HookList, names: Sequence[s
     as ``cache=`` to several sweeps of the same model, pair and hooks to run the two unpatched
     forwards once.
     """
-    clean, corrupted, answer, wrong = pair
+    device = model_device(model)  # once: every sweep on this cache runs on the model's device
+    clean, corrupted, answer, wrong = pair = (pair[0].to(device), pair[1].to(device), pair[2].to(device),
+                                              pair[3].to(device))
     caches, diffs = {}, {}
     for run, batch in zip(RUNS, (clean, corrupted)):
         logits, caches[run] = run_capture(model, batch.inputs, names, hooks)

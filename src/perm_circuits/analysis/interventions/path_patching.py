@@ -82,7 +82,7 @@ from perm_circuits.analysis.interventions.patching import (
     normalised_effects,
 )
 from perm_circuits.analysis.interventions.activation_patching import target_logprob
-from perm_circuits.devices import device_forward
+from perm_circuits.devices import device_forward, model_device
 from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.model_shape import is_permutation_model, model_shape, normalization_of
 from perm_circuits.models import model_config_of
@@ -356,7 +356,7 @@ class _Runs:
 
 def _permutation_runs(model, pair: PatchingPair, hooks: HookList) -> _Runs:
     ctx = patching_cache(model, pair, hooks, _names(model))
-    _, corrupted, answer, wrong = pair
+    _, corrupted, answer, wrong = ctx.pair  # on the model's device (moved once by patching_cache)
     return _Runs(ctx.caches, ctx.logit_diffs, corrupted.inputs,
                  lambda logits: logit_diff(logits, answer, wrong).double(), hooks, ctx.bootstrap_weights,
                  model_config_of(model).name)
@@ -431,6 +431,8 @@ def _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corru
         raise ValueError(f"corruption must be one of {CORRUPTIONS}, got {corruption!r}")
     hooks = check_hooks(model, hooks)
     if isinstance(pair, tuple) and len(pair) == 2:  # any task: (clean, corrupted) TaskBatches or token ids
+        pair_tokens(model, *pair)  # validated where the caller made them, then moved once for every edge
+        pair = tuple(batch.to(model_device(model)) for batch in pair)
         clean, corrupted = pair_tokens(model, *pair)
         if metric is None:
             if not isinstance(pair[0], TaskBatch):

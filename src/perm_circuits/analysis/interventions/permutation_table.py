@@ -23,6 +23,7 @@ from perm_circuits.analysis.interventions.hooks import check_reference
 from perm_circuits.analysis.interventions.core import HOWS, ablation_fn, check_how, resample_rows, selection
 from perm_circuits.analysis.interventions.optimal import optimise_constant, upstream_hooks
 from perm_circuits.analysis.interventions.references import binding_free_reference
+from perm_circuits.devices import model_device
 from perm_circuits.evaluate import evaluate_logits
 from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.models import model_config_of
@@ -147,6 +148,7 @@ def _ablation_runs(
         test_set = make_test_set(config)
     if not isinstance(test_set, Batch):
         raise TypeError(f"test_set must be a perm_circuits.Batch, got {type(test_set).__name__}")
+    test_set = test_set.to(model_device(model))  # once: every run below stays on the model's device
     validate_tokens(test_set.inputs, model_config.V)
     position_list = check_positions(positions, 2 * model_config.V - 1)
     pairing = "random"
@@ -159,7 +161,7 @@ def _ablation_runs(
         else:
             raise ValueError(f"reference must be 'test', 'binding_free' or a Batch, got {reference!r}")
     else:
-        reference_batch = check_reference(reference, model_config.V)
+        reference_batch = check_reference(reference, model_config.V).to(model_device(model))
         label = f"batch of {len(reference)}"
     hooks = check_hooks(model, hooks)
 

@@ -63,7 +63,7 @@ def binding_free_reference(
     elif queries.V != task_config.V:
         raise ValueError(f"queries have V={queries.V}, task_config has V={task_config.V}")
     answers = make_batch(task_config, len(queries), split=split, seed=seed + 1, repeat_ratio=0.0)
-    return _with_permutation(queries, answers.perms)
+    return _with_permutation(queries, answers.perms.to(queries.xs.device))  # beside the queries
 
 
 def _with_permutation(queries: Batch, perms: Tensor) -> Batch:

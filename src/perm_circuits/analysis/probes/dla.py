@@ -74,6 +74,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from perm_circuits.analysis.probes.memory import _params, effective_unembed
+from perm_circuits.devices import model_device
 from perm_circuits.hooks import check_hooks
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.tasks.permutation_data import Batch, make_test_set, validate_tokens
@@ -138,15 +139,15 @@ def subgroup_masks(inputs: Int[Tensor, "batch seq"]) -> dict[str, Bool[Tensor, "
 
 
 def check_batch(model, test_set: Batch | None, n: int = 5000, seed: int = 1234) -> Batch:
-    """The batch to measure on: ``test_set`` validated, else the model's fixed test set."""
+    """The batch to measure on: ``test_set`` validated, else the model's fixed test set; on the model's device."""
     V = model_config_of(model).V
     if test_set is None:
         config = task_config_of(model)
-        return make_test_set(config, n=n, seed=seed)
+        return make_test_set(config, n=n, seed=seed).to(model_device(model))
     if not isinstance(test_set, Batch):
         raise TypeError(f"test_set must be a perm_circuits.Batch, got {type(test_set).__name__}")
     validate_tokens(test_set.inputs, V)
-    return test_set
+    return test_set.to(model_device(model))  # once: the measurement runs on the model's device
 
 
 def run_cache(

@@ -79,6 +79,7 @@ def target_logit_attribution(model, batch: TaskBatch) -> TargetAttribution:
     """
     if not isinstance(batch, TaskBatch):
         raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
+    batch = batch.to(model_device(model))  # the forward and the attribution run on the model's device
     shape = model_shape(model)
     W_U = getattr(model, "W_U", None)
     if not isinstance(W_U, Tensor) or W_U.ndim != 2:

@@ -52,6 +52,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from perm_circuits.analysis.interventions.checks import check_index, check_int, check_task_config
+from perm_circuits.devices import model_device
 from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_test_set, repeat_source_of, validate_tokens
@@ -156,17 +157,17 @@ def _resolve_batch(model, test_set: object, task_config: TaskConfig | None, n: i
     check_int("n", n, 1)
     check_int("seed", seed, 0)
     if test_set is None:
-        return make_test_set(config, n=n, seed=seed), config
+        return make_test_set(config, n=n, seed=seed).to(model_device(model)), config
     if not isinstance(test_set, Batch):
         raise TypeError(f"test_set must be a perm_circuits.Batch or None, got {type(test_set).__name__}")
     validate_tokens(test_set.inputs, model_config_of(model).V)
-    return test_set, config
+    return test_set.to(model_device(model)), config  # once: every run on it stays on the model's device
 
 
 def _resolve_tokens(model, test_set: object, task_config: TaskConfig | None, n: int, seed: int) -> Tensor:
     if isinstance(test_set, Tensor):
         _default_task(model, task_config)
-        return validate_tokens(test_set, model_config_of(model).V)
+        return validate_tokens(test_set, model_config_of(model).V).to(model_device(model))
     return _resolve_batch(model, test_set, task_config, n, seed)[0].inputs
 
 
