@@ -94,3 +94,19 @@ def test_the_grid_cost_is_the_rows_own_wall_time():
     assert numbers["capacity_full.budget_millions"] == 5.0  # 50 epochs x 100,000 sequences
     ran = full[full.status == "done"]
     assert numbers["capacity_full.samples_millions"] == (ran.epochs_run * 100_000).sum() / 1e6
+
+
+def test_the_pages_dropout_sentences_hold_in_the_committed_table():
+    """The prose under "Dropout prevents recall" reads these facts off the full-recipe table."""
+    root = Path(__file__).resolve().parents[1]
+    full = load_capacity_table(root / "results" / "capacity_full_sweep.csv")
+    done = full[full.status == "done"]
+    if len(done) < 100:  # the sentences describe the finished grid
+        return
+    learned = done[(done.dropout > 0) & (done.recall_accuracy >= 0.99)]
+    assert len(learned) > 0 and (learned.n_heads == 1).all()  # "every dropout run that learns it has one head"
+    numbers = full_recipe_numbers(full)
+    assert numbers["capacity_full.drop10.h2.learned"] == 0
+    assert numbers["capacity_full.d16h1.drop10.learned"] == 0 and numbers["capacity_full.d16h1.drop0.learned"] == 5
+    assert learned.d_model.min() == numbers["capacity_full.drop10.smallest_learning_width"] >= 24
+    assert numbers["capacity_full.d32h1.drop10.epoch_recall_99.median"] > numbers["capacity_full.d32h1.drop0.epoch_recall_99.median"]

@@ -56,7 +56,8 @@ def time_to_recall(frame: pd.DataFrame) -> pd.DataFrame:
     (the estimated fraction of seeds that have learned recall by N), ``events`` (runs learning
     at N), ``at_risk`` (runs not yet learned nor censored just before N), ``censored`` (runs
     whose budget ends at N without recall), ``seeds`` (finished runs of the configuration) and
-    ``budget`` (the largest N any of its runs saw).  Failed runs are left out.
+    ``budget`` (how far the curve is known: the largest N a run without recall saw, or the planned
+    budget ``epochs x samples`` where every seed learned and stopped early).  Failed runs are left out.
     """
     done = _check(frame).copy()
     keys = _keys(done)
@@ -68,7 +69,11 @@ def time_to_recall(frame: pd.DataFrame) -> pd.DataFrame:
         config = dict(zip(keys, key))
         learned = runs["_event"].notna()
         times = sorted(set(runs.loc[learned, "_event"]) | set(runs.loc[~learned, "_end"]))
-        base = {**config, "seeds": len(runs), "budget": float(runs["_end"].max())}
+        # the curve is known up to the last run still without recall; a run that learned and then
+        # stopped early is no censoring, so where every seed learned it holds up to the planned budget
+        planned = runs["_end"].max() if "epochs" not in runs else (runs["epochs"].astype(float) * runs["samples"].astype(float)).max()
+        budget = float(runs.loc[~learned, "_end"].max()) if (~learned).any() else float(max(planned, runs["_end"].max()))
+        base = {**config, "seeds": len(runs), "budget": budget}
         rows.append({**base, "samples_seen": 0.0, "learned": 0.0, "events": 0, "at_risk": len(runs), "censored": 0})
         surviving = 1.0
         for t in times:

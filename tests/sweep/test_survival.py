@@ -77,3 +77,20 @@ def test_bad_tables_are_refused():
         time_to_recall(_table([{"d_model": 8, "seed": 0, "epoch_recall_99": 1.0, "epochs_run": 2, "status": "failed"}]))
     with pytest.raises(ValueError, match="positive"):
         recall_by(time_to_recall(_table([{"d_model": 8, "seed": 0, "epoch_recall_99": 1.0, "epochs_run": 2}])), [0])
+
+
+def test_seeds_that_all_learned_and_stopped_early_are_read_up_to_the_planned_budget():
+    # three seeds learn at 200, 300, 400 sequences and stop early; the planned budget is 10 x 100
+    frame = pd.DataFrame({
+        "status": "done", "d_model": 16, "n_heads": 1, "dropout": 0.0, "seed": [0, 1, 2],
+        "epochs": 10, "samples": 100, "epoch_recall_99": [2.0, 3.0, 4.0], "epochs_run": [5, 6, 7],
+        "recall_accuracy": 1.0,
+    })
+    curves = time_to_recall(frame)
+    assert set(curves["budget"]) == {1000.0}  # no seed left without recall: nothing is censored
+    read = recall_by(curves, [250, 1000]).iloc[0]
+    assert read["by_250"] == pytest.approx(1 / 3) and read["by_1000"] == 1.0
+    # one seed that never learns, censored at its end (700), makes 1000 unknown again
+    frame.loc[2, ["epoch_recall_99", "recall_accuracy"]] = [math.nan, 0.1]
+    read = recall_by(time_to_recall(frame), [1000]).iloc[0]
+    assert math.isnan(read["by_1000"])
