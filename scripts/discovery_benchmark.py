@@ -12,6 +12,9 @@ and concatenated in this order:
     python scripts/discovery_benchmark.py --models tracr:reverse --out c.csv
     python scripts/discovery_benchmark.py --models d32h2 d16h1l2-any d16h1 d32h1 --out b.csv
 
+Its mean-ablation rows were run afterwards the same way (``--hows mean``, in three processes over the
+same split of models) and appended, each model's rows kept together in this order.
+
 The full-size run (1,000 sequences, 5 seeds, every mode, mask pruning 300 steps, the size-limited
 oracle up to 6 edges and 2,000,000 subsets; hours on a CPU):
 
