@@ -74,9 +74,10 @@ def choose_trainer(trainer: str, backend: str, runs: Sequence[RunConfig]) -> str
 
     ``"auto"`` stacks where stacking is faster and changes no row: on the serial and local
     backends, when some architecture has two or more runs to do (a group of one gains nothing).
-    Stacked training of five d32h2 seeds runs 1.15-1.35x the speed of five single runs on a 2-core
-    CPU (``benchmarks/stacked_training.py``), and more on a GPU, where one member alone leaves the
-    device idle.  The rows are the single trainer's either way, bit for bit on the CPU (checked by
+    Stacked training of 5 to 20 d32h2 seeds runs 1.03-1.08x the speed of the same single runs on one
+    quiet CPU thread, 1.15-1.35x on a loaded 2-core CPU (``benchmarks/stacked_training.py``): never
+    slower, so it is used.  On a GPU, where one member alone leaves the device idle, the gain
+    should be larger (not measured here).  The rows are the single trainer's either way, bit for bit on the CPU (checked by
     :func:`stacked_reproduces_single` before the first group trains).  Ray trains one run per task.
     """
     if trainer not in TRAINERS:
