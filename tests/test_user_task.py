@@ -218,6 +218,15 @@ def test_report_a_checkpoint_of_the_users_task(tmp_path, task_file, capsys):
     for name, value in (("accuracy", expected.metrics["accuracy"]), ("test_loss", expected.test_loss),
                         ("reference_agreement", expected.reference["reference_agreement"])):
         assert re.search(rf"<th>{name}</th>\s*<td>{value:.4f}</td>", html), name
+    # evaluate and discover take the same checkpoint: the task's own metrics, its own test set
+    assert main(["evaluate", str(saved), "--import", str(path), "--samples", "100", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["accuracy"] == expected.metrics["accuracy"] and summary["test_loss"] == expected.test_loss
+    picture = tmp_path / "circuit.svg"
+    assert main(["discover", str(saved), "--import", str(path), "--method", "eap", "--samples", "50",
+                 "--out", str(picture)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"{saved}: eap under resample ablation") and "<svg" in picture.read_text()
     # the shipped checkpoints carry no task record and still load as the study's models
     assert task_record(PRETRAINED_DIR / "d16h1") is None and load_checkpoint(PRETRAINED_DIR / "d16h1").model_config.name == "d16h1"
 

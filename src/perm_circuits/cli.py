@@ -86,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=int, default=1234, help="test-set seed")
     ev.add_argument("--json", action="store_true", help="print the summary as JSON")
     ev.add_argument("--device", help="where to run the model: cpu (default), cuda, ...")
+    _import_flag(ev, "the task of your own that a checkpoint was trained on")
 
     sub.add_parser("info", help="versions, presets and shipped models")
 
@@ -137,6 +138,7 @@ def _parser() -> argparse.ArgumentParser:
     dc.add_argument("--seed", type=int, default=0)
     dc.add_argument("--out", type=Path, help="write the circuit's picture here (.svg or .html)")
     dc.add_argument("--device", help="where to run the model: cpu (default), cuda, ...")
+    _import_flag(dc, "the task of your own that a checkpoint was trained on")
     rr = sub.add_parser("reproduce", help="run a seed paper's headline experiment and print paper vs ours")
     rr.add_argument("name", help="a registered reproduction (birth, forner, factual, ...)")
     rr.add_argument("--quick", action="store_true", help="the CPU-sized run (minutes)")
@@ -250,11 +252,32 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+def _load(args: argparse.Namespace):
+    """``(model, task checkpoint or None)``: a checkpoint that records its task (a user's task,
+    registered by a module of ``--import``) loads with it; anything else as the study's model."""
+    from perm_circuits.models import load_any
+    from perm_circuits.tasks.checkpoint import load_task_checkpoint, task_record
+
+    _import_modules(args.imports)
+    if task_record(args.model) is not None:
+        checkpoint = load_task_checkpoint(args.model, device=args.device)
+        return checkpoint.model, checkpoint
+    return load_any(args.model, device=args.device), None
+
+
 def _evaluate(args: argparse.Namespace) -> int:
     from perm_circuits.evaluate import evaluate, recall_generalisation
-    from perm_circuits.models import load_any
 
-    model = load_any(args.model, device=args.device)
+    model, checkpoint = _load(args)
+    if checkpoint is not None:  # any task: its own metrics
+        result = evaluate(model, task=checkpoint.task, n=args.samples, seed=args.seed, forward=checkpoint.forward)
+        if args.json:
+            from perm_circuits._util import json_safe
+
+            print(json.dumps(json_safe(result.summary()), indent=2, allow_nan=False))
+        else:
+            print(result)
+        return 0
     result = evaluate(model, n=args.samples, seed=args.seed)
     if args.json:
         from perm_circuits._util import json_safe
@@ -270,13 +293,13 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _discover(args: argparse.Namespace) -> int:
     from perm_circuits.discovery import discover
-    from perm_circuits.models import load_any
     from perm_circuits.views.circuit_graph import circuit_graph
 
     if args.out is not None and args.out.suffix.lower() not in (".svg", ".html"):
         raise ValueError(f"--out must end in .svg or .html, got {str(args.out)!r}")
-    model = load_any(args.model, device=args.device)
-    result = discover(model, method=args.method, how=args.how, n=args.samples, seed=args.seed)
+    model, checkpoint = _load(args)
+    task = checkpoint.task if checkpoint is not None else None
+    result = discover(model, method=args.method, how=args.how, task=task, n=args.samples, seed=args.seed)
     print(f"{args.model}: {result.method} under {result.how} ablation, {result.n_edges} of {len(result.scores)} edges, "
           f"faithfulness {result.faithfulness:.3f} ({result.wall_time:.2f} s, {result.n_forward} forward passes)")
     for edge in result.ranking():
