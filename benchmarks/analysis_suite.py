@@ -20,7 +20,8 @@ import time
 
 import torch
 
-from perm_circuits import evaluate, fast_forward, load_pretrained, make_test_set, recall_generalisation
+from perm_circuits import evaluate, load_pretrained, make_test_set, recall_generalisation
+from perm_circuits.models import fast_forward
 from perm_circuits.analysis import (
     ablation_table,
     direct_logit_attribution,

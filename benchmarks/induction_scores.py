@@ -20,7 +20,8 @@ import time
 
 import torch
 
-from perm_circuits import ModelConfig, build_model, fast_forward
+from perm_circuits import ModelConfig, build_model
+from perm_circuits.models import fast_forward
 from perm_circuits.analysis import (
     composition_scores,
     induction_scores,

@@ -29,7 +29,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from perm_circuits import TaskConfig, TrainConfig, build_model, evaluate, fast_forward, make_batch, train
+from perm_circuits import TaskConfig, TrainConfig, build_model, evaluate, make_batch, train
+from perm_circuits.models import fast_forward
 from perm_circuits.models import PRESETS
 from perm_circuits.train import _optimizer, masked_loss
 
