@@ -271,18 +271,15 @@ def _evaluate(args: argparse.Namespace) -> int:
     model, checkpoint = _load(args)
     if checkpoint is not None:  # any task: its own metrics
         result = evaluate(model, task=checkpoint.task, n=args.samples, seed=args.seed, forward=checkpoint.forward)
-        if args.json:
-            from perm_circuits._util import json_safe
-
-            print(json.dumps(json_safe(result.summary()), indent=2, allow_nan=False))
-        else:
-            print(result)
-        return 0
-    result = evaluate(model, n=args.samples, seed=args.seed)
+    else:
+        result = evaluate(model, n=args.samples, seed=args.seed)
     if args.json:
         from perm_circuits._util import json_safe
 
         print(json.dumps(json_safe(result.summary()), indent=2, allow_nan=False))
+        return 0
+    if checkpoint is not None:
+        print(result)
         return 0
     print(result.to_markdown())
     general = recall_generalisation(model)

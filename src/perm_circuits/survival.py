@@ -63,6 +63,7 @@ def time_to_recall(frame: pd.DataFrame) -> pd.DataFrame:
     keys = _keys(done)
     done["_event"] = done["epoch_recall_99"].astype(float) * done["samples"].astype(float)
     done["_end"] = done["epochs_run"].astype(float) * done["samples"].astype(float)
+    done["_planned"] = done["epochs"].astype(float) * done["samples"].astype(float) if "epochs" in done else done["_end"]
     rows = []
     for key, runs in done.groupby(keys, sort=True, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
@@ -71,8 +72,7 @@ def time_to_recall(frame: pd.DataFrame) -> pd.DataFrame:
         times = sorted(set(runs.loc[learned, "_event"]) | set(runs.loc[~learned, "_end"]))
         # the curve is known up to the last run still without recall; a run that learned and then
         # stopped early is no censoring, so where every seed learned it holds up to the planned budget
-        planned = runs["_end"].max() if "epochs" not in runs else (runs["epochs"].astype(float) * runs["samples"].astype(float)).max()
-        budget = float(runs.loc[~learned, "_end"].max()) if (~learned).any() else float(max(planned, runs["_end"].max()))
+        budget = float(runs.loc[~learned, "_end"].max() if (~learned).any() else runs["_planned"].max())
         base = {**config, "seeds": len(runs), "budget": budget}
         rows.append({**base, "samples_seen": 0.0, "learned": 0.0, "events": 0, "at_risk": len(runs), "censored": 0})
         surviving = 1.0
