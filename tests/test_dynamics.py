@@ -235,7 +235,7 @@ def test_llc_is_deterministic_for_a_fixed_seed(pretrained):
     assert a == b and a.llc != other.llc
     assert len(a.per_chain) == 2 and a.llc > 0  # a trained model sits near a minimum: sampled loss > its own
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
-    with pytest.raises(ValueError, match="LLCConfig.draws must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="LLCConfig.draws must be >= 1, got 0"):
         LLCConfig(draws=0)
 
 

@@ -179,7 +179,7 @@ def test_dropout_type_errors_without_beartype():
     config = ModelConfig()  # set the field behind the type-checked __init__, then validate
     for value, match in ((True, "got bool True"), ("0.1", "got str '0.1'")):
         object.__setattr__(config, "dropout", value)
-        with pytest.raises(TypeError, match=r"dropout must be a float in \[0, 1\), " + match):
+        with pytest.raises(TypeError, match=r"dropout must be a number, " + match):
             ModelConfig.__post_init__(config)
     object.__setattr__(config, "dropout", 0)
     ModelConfig.__post_init__(config)

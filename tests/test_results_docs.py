@@ -178,7 +178,7 @@ def test_render_refuses_bad_input_before_writing():
         render("{{ d32h2.mean.L0H0.recal_accuracy | pct1 }}", {"d32h2.mean.L0H0.recall_accuracy": 0.0})
     with pytest.raises(ValueError, match=r"unknown format 'pct9' for 'a'"):
         render("{{ a | pct9 }}", {"a": 1.0})
-    with pytest.raises(TypeError, match=r"'c' is 'supported'; format 'f2' needs a number"):
+    with pytest.raises(TypeError, match=r"'c' \(format 'f2'\) must be a number, got str 'supported'"):
         render("{{ c | f2 }}", {"c": "supported"})
     with pytest.raises(ValueError, match=r"format 'int' needs a whole number"):
         render("{{ a | int }}", {"a": 1.5})

@@ -245,7 +245,7 @@ def test_shipped_and_new_checkpoints_keep_repeat_sources(tmp_path):
         ((0,), ValueError, r"repeat_sources must be in 1..4 .* for V=5, got 0 in \[0\]"),
         ((1, 5), ValueError, r"repeat_sources must be in 1..4 .* got 5 in \[1, 5\]"),
         ((2, 1, 2), ValueError, r"repeat_sources must be unique, got 2 twice"),
-        ((True,), TypeError, "repeat_sources entries must be ints, got bool True"),
+        ((True,), TypeError, "repeat_sources entry must be an int, got bool True"),
         (1, TypeError, "repeat_sources"),
         ("12", TypeError, "repeat_sources"),
         ((1.0,), TypeError, "repeat_sources"),

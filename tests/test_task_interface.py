@@ -221,7 +221,7 @@ def test_task_eval_errors(pretrained):
         measure_task(model, REPEATED)
     with pytest.raises(TypeError, match="test_set must be a TaskBatch|parameter 'test_set'"):
         measure_task(model, PermutationTask(REPEATED), make_test_set(REPEATED, n=10))
-    with pytest.raises(ValueError, match=r"n must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"n must be >= 1, got 0"):
         evaluate(model, task=PermutationTask(REPEATED), n=0)
     batch = Successor().test_set(4)
     logits = torch.zeros(4, 6, 7)

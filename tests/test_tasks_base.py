@@ -252,12 +252,12 @@ def test_fit_bad_inputs_raise_before_training():
     frozen = Tiny()
     frozen.requires_grad_(False)
     cases = [
-        (dict(steps=0), ValueError, "steps must be an int >= 1, got 0"),
-        (dict(steps=True), ValueError, "steps must be an int >= 1, got True"),
-        (dict(steps=2, batch_size=-4), ValueError, "batch_size must be an int >= 1, got -4"),
+        (dict(steps=0), ValueError, "steps must be >= 1, got 0"),
+        (dict(steps=True), TypeError, "steps must be an int, got bool True"),
+        (dict(steps=2, batch_size=-4), ValueError, "batch_size must be >= 1, got -4"),
         (dict(steps=2, batch_size=2.0), TypeError, "parameter 'batch_size'"),
-        (dict(steps=2, lr=0.0), ValueError, "lr must be a positive number, got 0.0"),
-        (dict(steps=2, lr=-1e-3), ValueError, "lr must be a positive number, got -0.001"),
+        (dict(steps=2, lr=0.0), ValueError, "lr must be a number > 0, got 0.0"),
+        (dict(steps=2, lr=-1e-3), ValueError, "lr must be a number > 0, got -0.001"),
         (dict(steps=2, optimizer="rmsprop"), ValueError, "optimizer must be 'adam', 'adamw' or 'sgd', got 'rmsprop'"),
         (dict(steps=2, callbacks=[3]), TypeError, "callbacks must be callables taking a StepState, got 3|parameter 'callbacks'"),
         (dict(steps=2, seed="0"), TypeError, "seed must be an int, got str '0'|parameter 'seed'"),

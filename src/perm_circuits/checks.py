@@ -8,7 +8,11 @@ indices against a model) live in :mod:`perm_circuits.analysis` beside the code t
 
 from __future__ import annotations
 
-__all__ = ["check_fraction", "check_int", "check_positive_int", "check_seed", "check_str"]
+import math
+
+__all__ = [
+    "check_fraction", "check_int", "check_number", "check_positive_int", "check_seed", "check_str",
+]
 
 
 def check_int(name: str, value: object, low: int | None = None, high: int | None = None) -> int:
@@ -28,6 +32,24 @@ def check_int(name: str, value: object, low: int | None = None, high: int | None
     return value
 
 
+def check_number(
+    name: str, value: object, low: int | float | None = None, *, strict: bool = False, finite: bool = True,
+) -> float:
+    """``value`` (an int or a float, not a ``bool``) as a float, optionally bounded below.
+
+    ``low`` is a lower bound: ``value >= low``, or ``value > low`` when ``strict``.  With ``finite``
+    (the default) NaN and infinities are rejected; without it NaN still fails any bound.
+    TypeError for a non-number (``bool`` included), ValueError out of range.
+    """
+    expected = ("a finite number" if finite else "a number") + (
+        "" if low is None else f" {'>' if strict else '>='} {low}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be {expected}, got {type(value).__name__} {value!r}")
+    if (finite and not math.isfinite(value)) or (low is not None and not (value > low if strict else value >= low)):
+        raise ValueError(f"{name} must be {expected}, got {value!r}")
+    return float(value)
+
+
 def check_positive_int(name: str, value: object) -> int:
     """``value`` as an int >= 1."""
     return check_int(name, value, low=1)
@@ -40,7 +62,7 @@ def check_seed(seed: object, name: str = "seed") -> int:
 
 def check_fraction(value: object, name: str = "threshold") -> float:
     """``value`` as a float in ``(0, 1]`` (a threshold or a share of something)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+    if not 0 < check_number(name, value, finite=False) <= 1:  # also rejects NaN
         raise ValueError(f"{name} must be a number in (0, 1], got {value!r}")
     return float(value)
 

@@ -27,6 +27,7 @@ import pandas as pd
 from jaxtyping import Float
 from torch import Tensor
 
+from perm_circuits.checks import check_int
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import run_logits
 from perm_circuits.models import model_config_of, task_config_of
@@ -175,7 +176,7 @@ def recall_generalisation(
     every order of the queries (:func:`~perm_circuits.tasks.permutation_data.exhaustive_batch`; ``n_per_source``
     is then that count, 2,880 for the study's split).
     """
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+    if n is not None and check_int("n", n) < 1:
         raise ValueError(f"n must be a positive int or None (exhaustive), got {n!r}")
     config = task_config or task_config_of(model)
 

@@ -70,6 +70,7 @@ import math
 
 import torch
 
+from perm_circuits.checks import check_int, check_number
 from perm_circuits.models import ModelConfig, build_model
 from perm_circuits.tasks.permutation_data import TaskConfig
 
@@ -127,13 +128,10 @@ def build_induction_model(
     need = 5 * V + 3  # the layout's width (induction_layout)
     if d_model is None:
         d_model = max(32, need + need % 2)
-    if isinstance(d_model, bool) or not isinstance(d_model, int):
-        raise TypeError(f"d_model must be an int or None, got {type(d_model).__name__} {d_model!r}")
-    if d_model < need or d_model % 2:
+    if check_int("d_model", d_model) < need or d_model % 2:
         raise ValueError(f"d_model must be an even int >= 5V+3 = {need} for V={V}, got {d_model}")
     for name, value in (("sharpness", sharpness), ("logit_scale", logit_scale)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        check_number(name, value, low=0, strict=True)
     if not isinstance(eliminate, bool):
         raise TypeError(f"eliminate must be a bool, got {type(eliminate).__name__}")
 

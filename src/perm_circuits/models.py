@@ -36,6 +36,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from perm_circuits._util import atomic_write, dataclass_from_dict, json_safe
+from perm_circuits.checks import check_int, check_number
 from perm_circuits.tasks.permutation_data import TaskConfig
 
 __all__ = [
@@ -90,16 +91,14 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_heads", "n_layers", "V", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+            check_int(name, getattr(self, name))
         for name in ("d_model", "n_heads", "n_layers"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         TaskConfig(V=self.V)  # validates V
         for name in ("d_mlp", "d_head", "n_ctx"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            if value is not None and check_int(name, value) <= 0:
                 raise ValueError(f"{name} must be a positive int or None, got {value!r}")
         if self.d_head is None and self.d_model % self.n_heads:
             raise ValueError(
@@ -111,9 +110,7 @@ class ModelConfig:
             raise ValueError(f"act_fn must be relu/gelu/gelu_new/silu, got {self.act_fn!r}")
         if self.normalization_type not in ("LN", "LNPre", "RMS", "RMSPre", None):
             raise ValueError(f"normalization_type must be LN/LNPre/RMS/RMSPre/None, got {self.normalization_type!r}")
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
-            raise TypeError(f"dropout must be a float in [0, 1), got {type(self.dropout).__name__} {self.dropout!r}")
-        if not 0 <= self.dropout < 1:  # also rejects NaN
+        if not 0 <= check_number("dropout", self.dropout, finite=False) < 1:  # also rejects NaN
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
         object.__setattr__(self, "dropout", float(self.dropout))  # 0 and 0.0 are the same config
         if self.dropout > 0 and self.normalization_type not in ("LN", None):

@@ -39,6 +39,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from perm_circuits._util import dataclass_from_dict
+from perm_circuits.checks import check_int, check_number
 from perm_circuits.tasks.permutation import Evaluation, evaluate_logits, value_probs
 from perm_circuits.models import (
     CheckpointError,
@@ -101,15 +102,13 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("epochs", "samples_per_epoch", "batch_size", "test_size"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-            if value <= 0:
+            if check_int(name, value) <= 0:
                 raise ValueError(f"{name} must be > 0, got {value}")
-        if not isinstance(self.lr, (int, float)) or not 0 < self.lr < 1:
+        if not 0 < check_number("lr", self.lr, finite=False) < 1:
             raise ValueError(f"lr must be in (0, 1), got {self.lr!r}")
         for name in ("checkpoint_every", "early_stop_patience"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            if value is not None and check_int(name, value) <= 0:
                 raise ValueError(f"{name} must be a positive int or None, got {value!r}")
         if self.checkpoint_every is not None and not self.checkpoint_dir:
             raise ValueError("checkpoint_every needs checkpoint_dir")

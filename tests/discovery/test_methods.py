@@ -170,7 +170,7 @@ def test_result_table_and_discover_by_name(induction):
                             "random_baseline", "exhaustive_oracle"}
     with pytest.raises(ValueError, match="method must be one of"):
         discover(model, "sae", batch=batch)
-    with pytest.raises(ValueError, match="n_edges must be an int"):
+    with pytest.raises(ValueError, match=r"n_edges must be in \[0, 46\], got 99"):
         eap(intervention=ei, n_edges=99)
 
 

@@ -86,7 +86,7 @@ def test_seed_seeds_model_and_data(tiny):
         ({"fixed": {"repeat_ratio": 1.5}}, r"invalid run \(the fixed values\): repeat_ratio must be in \[0, 1\]"),
         ({"fixed": {"epochs": 0}}, r"epochs must be > 0, got 0"),
         ({"grids": {}}, r"unknown spec section\(s\) \['grids'\]"),
-        ({"analysis": {"n_boot": 5}}, r"\[analysis\] n_boot must be an int >= 10, got 5"),
+        ({"analysis": {"n_boot": 5}}, r"\[analysis\] n_boot must be >= 10, got 5"),
         ({"fixed": {"checkpoint_dir": "x"}}, r"unknown key\(s\) \['checkpoint_dir'\]"),
     ],
 )
@@ -187,7 +187,7 @@ def test_analysis_roles_and_exhaustive_recall_options():
     assert lean.runs[0].config["analysis"]["roles"] == 0 and lean.runs[0].config["analysis"]["recall_n"] == 0
     with pytest.raises(ValueError, match=r"\[analysis\] roles must be 0 \(skip head_roles\) or 1, got 2"):
         SweepSpec.from_dict({"analysis": {"roles": 2}})
-    with pytest.raises(ValueError, match=r"\[analysis\] recall_n must be an int >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"\[analysis\] recall_n must be >= 0, got -1"):
         SweepSpec.from_dict({"analysis": {"recall_n": -1}})
 
 

@@ -132,7 +132,7 @@ def test_same_seed_same_weights():
 def test_settings_validation():
     from perm_circuits.systems.birth import BirthSettings
 
-    with pytest.raises(ValueError, match="BirthSettings.steps must be an int >= 1"):
+    with pytest.raises(ValueError, match="BirthSettings.steps must be >= 1, got 0"):
         BirthSettings(steps=0)
     with pytest.raises(ValueError, match="BirthSettings.seeds must be a non-empty tuple"):
         BirthSettings(seeds=())

@@ -149,7 +149,7 @@ def test_config_declares_frozen_parameters_and_validates():
     assert FactualConfig.from_dict(config.to_dict()) == config
     with pytest.raises(ValueError, match="frozen must be a tuple of parameter names"):
         FactualConfig(d_vocab=10, n_out=4, n_ctx=5, frozen=("W_X",))
-    with pytest.raises(ValueError, match="alpha must be a positive number"):
+    with pytest.raises(ValueError, match="alpha must be a number > 0, got 0"):
         LinearAttentionConfig(d_vocab=10, n_out=4, n_ctx=5, alpha=0)
 
 

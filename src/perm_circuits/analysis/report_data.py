@@ -50,6 +50,7 @@ from perm_circuits.analysis.probes.task_attribution import (
     target_logit_attribution,
 )
 from perm_circuits.analysis.interventions.activation_patching import TaskPatch, patch_activation, patch_head, target_logprob
+from perm_circuits.checks import check_int
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig
 from perm_circuits.tasks.runner import TaskEvaluation, measure_task, task_logits
 from perm_circuits.tasks.base import Task, TaskBatch
@@ -142,10 +143,7 @@ def task_report_data(
     """
     for name, value, low in (("n", n, 1), ("n_sequences", n_sequences, 1), ("n_analysis", n_analysis, 2),
                              ("n_boot", n_boot, 10)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-        if value < low:
-            raise ValueError(f"{name} must be >= {low}, got {value}")
+        check_int(name, value, low=low)
     if isinstance(ablation_hows, str) or not isinstance(ablation_hows, (tuple, list)):
         raise TypeError(f"ablation_hows must be a tuple or list of modes from {ANY_TASK_HOWS}, got {ablation_hows!r}")
     bad = [how for how in ablation_hows if how not in ANY_TASK_HOWS]

@@ -37,6 +37,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from perm_circuits.checks import check_int
 from perm_circuits.devices import device_forward
 from perm_circuits.discovery.interventions import prepare_edges
 from perm_circuits.discovery.methods import acdc, eap, eap_ig, node_attribution, random_baseline
@@ -256,10 +257,11 @@ def run_benchmark(models: Sequence[str] | None = None, methods: Sequence[str] = 
     bad = [h for h in hows if h not in DEFAULT_HOWS]
     if bad:
         raise ValueError(f"hows must be among {DEFAULT_HOWS}, got {bad}")
-    if not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
+    if not seeds:
         raise ValueError(f"seeds must be a non-empty sequence of ints, got {seeds!r}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise ValueError(f"n must be an int >= 2, got {n!r}")
+    for s in seeds:
+        check_int("seeds entry", s)
+    check_int("n", n, low=2)
     jobs = []
     for name in models:
         truths = registry[name].truths()

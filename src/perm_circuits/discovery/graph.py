@@ -33,6 +33,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from perm_circuits.checks import check_int
+
 __all__ = [
     "CircuitGraph",
     "circuit_graph_of",
@@ -153,8 +155,7 @@ class CircuitGraph:
 def build_graph(n_layers: int, n_heads: int, *, has_mlp: bool = True, split_embed: bool = False) -> CircuitGraph:
     """The graph of a model of this shape (module docstring)."""
     for name, value in (("n_layers", n_layers), ("n_heads", n_heads)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_int(name, value, low=1)
     embeds = ("tok_embed", "pos_embed") if split_embed else ("embed",)
     senders: list[str] = list(embeds)
     receivers: list[str] = []

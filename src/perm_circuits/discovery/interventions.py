@@ -56,6 +56,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from perm_circuits.checks import check_int
 from perm_circuits.devices import model_device
 from perm_circuits.discovery.graph import CircuitGraph, circuit_graph_of, split_edge
 from perm_circuits.tasks.base import TaskBatch
@@ -410,10 +411,8 @@ def prepare_edges(
         raise TypeError(f"metric must be a callable logits -> scalar tensor, got {type(metric).__name__}")
     else:
         vectorised = False
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {seed!r}")
-    if isinstance(optimal_steps, bool) or not isinstance(optimal_steps, int) or optimal_steps < 1:
-        raise ValueError(f"optimal_steps must be an int >= 1, got {optimal_steps!r}")
+    check_int("seed", seed)
+    check_int("optimal_steps", optimal_steps, low=1)
     graph = circuit_graph_of(model, split_embed=split_embed)
     weights = _Weights(model)
     corrupted_tokens = None

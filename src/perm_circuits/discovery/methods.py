@@ -19,6 +19,7 @@ import time
 import torch
 from torch import Tensor
 
+from perm_circuits.checks import check_int, check_number
 from perm_circuits.discovery.graph import head_of, split_edge
 from perm_circuits.discovery.interventions import EdgeIntervention
 from perm_circuits.discovery.result import DiscoveryResult, finish, setup
@@ -26,12 +27,6 @@ from perm_circuits.discovery.result import DiscoveryResult, finish, setup
 __all__ = ["acdc", "eap", "eap_ig", "edge_attribution", "node_attribution", "random_baseline"]
 
 CRITERIA = ("kl", "metric")
-
-
-def _check_int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return value
 
 
 def edge_attribution(ei: EdgeIntervention) -> Tensor:
@@ -83,8 +78,8 @@ def eap_ig(model=None, batch=None, *, steps: int = 10, how: str | None = None,
     intervention discovery uses, and it captures effects that saturate at the clean point
     (a sharp attention pattern), which plain EAP misses.  ``chunk`` steps run per batched pass.
     """
-    _check_int("steps", steps, 1)
-    _check_int("chunk", chunk, 1)
+    check_int("steps", steps, 1)
+    check_int("chunk", chunk, 1)
     ei = setup(model, batch, intervention, how=how, seed=seed, **options)
     start = time.perf_counter()
     alphas = (torch.arange(steps, dtype=torch.float64, device=ei.device) + 0.5) / steps
@@ -145,8 +140,7 @@ def acdc(model=None, batch=None, *, tau: float = 0.01, criterion: str = "kl", ho
     divergence increase measured when it was tested; the circuit is what is left (every kept
     edge scored ``>= tau``).
     """
-    if isinstance(tau, bool) or not isinstance(tau, (int, float)) or tau < 0:
-        raise ValueError(f"tau must be a number >= 0, got {tau!r}")
+    check_number("tau", tau, low=0, finite=False)
     if criterion not in CRITERIA:
         raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
     ei = setup(model, batch, intervention, how=how, seed=seed, **options)

@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from perm_circuits.checks import check_int, check_number
 from perm_circuits.discovery.graph import head_of, split_edge
 from perm_circuits.discovery.interventions import EdgeIntervention
 from perm_circuits.discovery.result import DiscoveryResult, finish, setup
@@ -134,10 +135,8 @@ def exhaustive_oracle(model=None, batch=None, *, target: float = 0.9, how: str |
     """
     for name, value, low in (("max_exhaustive", max_exhaustive, 0), ("max_size", max_size, 0),
                              ("max_subsets", max_subsets, 1), ("chunk", chunk, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    if isinstance(target, bool) or not isinstance(target, (int, float)):
-        raise TypeError(f"target must be a number, got {target!r}")
+        check_int(name, value, low=low)
+    check_number("target", target, finite=False)
     if max_exhaustive > 24:
         raise ValueError(f"max_exhaustive must be <= 24 (2^24 subsets), got {max_exhaustive}")
     ei = setup(model, batch, intervention, how=how, seed=seed, **options)

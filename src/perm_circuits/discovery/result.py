@@ -10,6 +10,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from perm_circuits.checks import check_int, check_number
 from perm_circuits.discovery.graph import split_edge
 from perm_circuits.discovery.interventions import EdgeIntervention, prepare_edges
 from perm_circuits.tasks.base import TaskBatch
@@ -84,12 +85,11 @@ def setup(model, batch, intervention: EdgeIntervention | None, *, how: str | Non
 
 
 def _check_choice(n_edges: int | None, threshold: float | None, target: float, total: int) -> None:
-    if n_edges is not None and (isinstance(n_edges, bool) or not isinstance(n_edges, int) or not 0 <= n_edges <= total):
-        raise ValueError(f"n_edges must be an int in 0..{total} or None, got {n_edges!r}")
-    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
-        raise TypeError(f"threshold must be a number or None, got {threshold!r}")
-    if isinstance(target, bool) or not isinstance(target, (int, float)):
-        raise TypeError(f"target must be a number, got {target!r}")
+    if n_edges is not None:
+        check_int("n_edges", n_edges, 0, total + 1)
+    if threshold is not None:
+        check_number("threshold", threshold, finite=False)
+    check_number("target", target, finite=False)
 
 
 def choose_circuit(

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import SupportsFloat
 
+from perm_circuits.checks import check_int
+
 __all__ = [
     "CircuitScore",
     "average_precision",
@@ -107,8 +109,7 @@ def average_precision(scores: Mapping[str, SupportsFloat], truth: Iterable[str],
 
 def top_edges(scores: Mapping[str, SupportsFloat], k: int, *, absolute: bool = True) -> frozenset:
     """The ``k`` highest-scoring edges (ties broken by edge name, so the choice is deterministic)."""
-    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= len(scores):
-        raise ValueError(f"k must be an int in 0..{len(scores)}, got {k!r}")
+    check_int("k", k, 0, len(scores) + 1)
     key = (lambda e: (-abs(float(scores[e])), e)) if absolute else (lambda e: (-float(scores[e]), e))
     return frozenset(sorted(scores, key=key)[:k])
 
@@ -195,7 +196,7 @@ def faithfulness_area(points, *, max_edges: int | None = None) -> float:
     """
     pairs = _points(points, "points")
     top = pairs[-1][0] if max_edges is None else max_edges
-    if isinstance(top, bool) or not isinstance(top, int) or top < pairs[-1][0] or top <= 0:
+    if check_int("max_edges", top) < pairs[-1][0] or top <= 0:
         raise ValueError(f"max_edges must be an int >= the largest n_edges ({pairs[-1][0]}) and > 0, got {max_edges!r}")
     area = sum((n1 - n0) * (f0 + f1) / 2 for (n0, f0), (n1, f1) in zip(pairs, pairs[1:]))
     return area / top

@@ -17,6 +17,7 @@ import time
 import torch
 from tqdm.auto import tqdm
 
+from perm_circuits.checks import check_int, check_number
 from perm_circuits.discovery.interventions import EdgeIntervention
 from perm_circuits.discovery.result import DiscoveryResult, finish, setup
 
@@ -43,8 +44,7 @@ def greedy_edges(model=None, batch=None, *, threshold: float = 0.1, tolerance: f
     then one per tried circuit (batched ``chunk`` masks per forward).
     """
     for name, value in (("threshold", threshold), ("tolerance", tolerance)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        check_number(name, value, low=0)
     ei = setup(model, batch, intervention, how=how, seed=seed, **options)
     start = time.perf_counter()
     n = ei.n_edges
@@ -99,11 +99,9 @@ def mask_pruning(model=None, batch=None, *, steps: int = 300, penalty: float = 0
     gate ``clamp(sigmoid(log_alpha) * 1.2 - 0.1, 0, 1)`` exceeds 0.5; the score is ``sigmoid(log_alpha)``
     (positive, so ranking by ``abs(score)`` ranks by ``log_alpha``).
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+    check_int("steps", steps, low=1)
     for name, value in (("penalty", penalty), ("lr", lr)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        check_number(name, value, low=0)
     ei = setup(model, batch, intervention, how=how, seed=seed, **options)
     span = ei.full_metric - ei.empty_metric
     if abs(span) < 1e-12:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 import torch
 
+from perm_circuits.checks import check_int
 from perm_circuits.discovery.result import DiscoveryResult
 from perm_circuits.tasks.base import TaskBatch
 
@@ -63,8 +64,7 @@ def discover_skills(
 
     if method not in METHODS:
         raise ValueError(f"method must be one of {sorted(METHODS)}, got {method!r}")
-    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 2:
-        raise ValueError(f"max_rows must be an int >= 2, got {max_rows!r}")
+    check_int("max_rows", max_rows, low=2)
     out = {}
     for skill, rows in skill_batches(batch).items():
         rows = rows.subset(torch.arange(min(len(rows), max_rows), device=rows.tokens.device))

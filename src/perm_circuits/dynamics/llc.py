@@ -24,13 +24,13 @@ follow the LLC's trend over training at one fixed setting, not a converged absol
 from __future__ import annotations
 
 import hashlib
-import math
 import statistics
 from dataclasses import asdict, dataclass
 
 import pandas as pd
 import torch
 
+from perm_circuits.checks import check_int, check_number
 from perm_circuits.devices import model_device
 from perm_circuits.models import fast_forward, model_config_of
 from perm_circuits.tasks.permutation_data import TaskConfig, make_batch
@@ -83,21 +83,10 @@ class LLCConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("chains", "draws", "batch_size", "n"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"LLCConfig.{name} must be an int >= 1, got {value!r}")
-        for name in ("burnin", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"LLCConfig.{name} must be an int >= 0, got {value!r}")
-        for name in ("lr", "n_beta"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
-                raise ValueError(f"LLCConfig.{name} must be a positive number, got {value!r}")
-        value = self.localization
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
-            raise ValueError(f"LLCConfig.localization must be a number >= 0, got {value!r}")
+        for name, low in (("chains", 1), ("draws", 1), ("batch_size", 1), ("n", 1), ("burnin", 0), ("seed", 0)):
+            check_int(f"LLCConfig.{name}", getattr(self, name), low=low)
+        for name, strict in (("lr", True), ("n_beta", True), ("localization", False)):
+            check_number(f"LLCConfig.{name}", getattr(self, name), low=0, strict=strict)
 
     def to_dict(self) -> dict:
         return asdict(self)

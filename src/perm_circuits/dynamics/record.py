@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from perm_circuits._util import atomic_write_text, json_safe
+from perm_circuits.checks import check_int
 
 __all__ = ["DYNAMICS_FILE", "DynamicsRecord", "load_dynamics", "save_dynamics"]
 
@@ -33,8 +34,7 @@ def _check_steps(steps: object) -> tuple[int, ...]:
     if not isinstance(steps, (list, tuple)):
         raise TypeError(f"steps must be a tuple of ints, got {type(steps).__name__}")
     for step in steps:
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"steps must be non-negative ints, got {step!r}")
+        check_int("steps entry", step, low=0)
     if any(b <= a for a, b in zip(steps, steps[1:])):
         raise ValueError(f"steps must be strictly increasing, got {list(steps)}")
     return tuple(steps)

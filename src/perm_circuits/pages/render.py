@@ -14,6 +14,8 @@ import math
 import re
 from collections.abc import Callable, Mapping
 
+from perm_circuits.checks import check_number
+
 __all__ = ["FORMATS", "PLACEHOLDER", "format_value", "render", "replace_section", "template_keys"]
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z0-9_.\-]+)\s*(?:\|\s*([a-z0-9_]+)\s*)?\}\}")
@@ -24,9 +26,7 @@ BLOCK = re.compile(r"\{\{>\s*([A-Za-z0-9_.\-]+)\s*\}\}\n?")
 
 
 def _number(value: object, key: str, fmt: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{key!r} is {value!r}; format {fmt!r} needs a number")
-    return float(value)
+    return check_number(f"{key!r} (format {fmt!r})", value, finite=False)
 
 
 def _fixed(digits: int) -> Callable[[object, str], str]:

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
+from perm_circuits.checks import check_int
 from perm_circuits.sweep.backends import BACKENDS, default_workers, run_local, run_ray, run_serial
 from perm_circuits.sweep.spec import SweepSpec, load_spec
 from perm_circuits.sweep.stacked_runs import TRAINERS, choose_trainer, group_runs, run_groups_local, run_groups_serial
@@ -89,7 +90,7 @@ def _task_summary(frame: pd.DataFrame) -> pd.DataFrame:
 def _check_args(backend: str, workers: int | None, address: str | None, out_dir: Path) -> None:
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers <= 0):
+    if workers is not None and check_int("workers", workers) <= 0:
         raise ValueError(f"workers must be a positive int or None, got {workers!r}")
     if address is not None and backend != "ray":
         raise ValueError(f"address is for the ray backend only (backend={backend!r})")

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from perm_circuits._util import without_added_defaults
+from perm_circuits.checks import check_int
 from perm_circuits.models import ADDED_FIELDS as MODEL_ADDED_FIELDS
 from perm_circuits.models import ModelConfig
 from perm_circuits.tasks.permutation_data import ADDED_FIELDS as TASK_ADDED_FIELDS
@@ -263,8 +264,7 @@ class SweepSpec:
         analysis = {**ANALYSIS_DEFAULTS, **analysis_in}
         minimum = {"n": 10, "n_pair": 2, "n_boot": 10, "recall_n": 0, "roles": 0}
         for key, value in analysis.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum[key]:
-                raise ValueError(f"[analysis] {key} must be an int >= {minimum[key]}, got {value!r}")
+            check_int(f"[analysis] {key}", value, low=minimum[key])
         if analysis["roles"] not in (0, 1):
             raise ValueError(f"[analysis] roles must be 0 (skip head_roles) or 1, got {analysis['roles']!r}")
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from perm_circuits.checks import check_int
 from perm_circuits.models import ModelConfig
 from perm_circuits.sweep.run import _checkpoint_bytes, _metrics, _seed_globals, config_columns, run_one, versions
 from perm_circuits.sweep.spec import RunConfig
@@ -57,7 +58,7 @@ def architecture_key(config: dict[str, Any]) -> str:
 
 def group_runs(runs: Sequence[RunConfig], max_size: int | None = None) -> list[tuple[RunConfig, ...]]:
     """The runs in groups of one architecture (first appearance order), at most ``max_size`` each."""
-    if max_size is not None and (isinstance(max_size, bool) or not isinstance(max_size, int) or max_size <= 0):
+    if max_size is not None and check_int("max_size", max_size) <= 0:
         raise ValueError(f"max_size must be a positive int or None, got {max_size!r}")
     groups: dict[str, list[RunConfig]] = {}
     for run in runs:

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from perm_circuits.checks import check_int
 from perm_circuits.sweep.store import versions
 
 __all__ = ["FIT_DEFAULTS", "is_task_spec", "resolve_task_run", "run_task", "run_task_keeping", "task_keys"]
@@ -82,9 +83,7 @@ def resolve_task_run(values: dict[str, Any]) -> dict[str, Any]:
     entry = _entry(name)
     task_fields = set(_task_fields(name))
     task = entry.cls(**{k: v for k, v in values.items() if k in task_fields})
-    seed = values.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {seed!r}")
+    seed = check_int("seed", values.get("seed", 0))
     model_fields = {k: v for k, v in values.items() if k in entry.model_keys}
     fit = {**_fit_defaults(name), **{k: v for k, v in values.items() if k in FIT_DEFAULTS}}
     FitConfig(**fit, seed=seed)  # validates the recipe

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from perm_circuits.checks import check_int, check_number
 from perm_circuits.devices import resolve_device, to_device
 from perm_circuits.reproduce import Comparison, Reproduction
 from perm_circuits.systems.birth_model import (
@@ -93,15 +94,13 @@ class BirthSettings:
     def __post_init__(self) -> None:
         for name in ("N", "T", "K", "d_model", "full_d_model", "batch_size", "steps", "full_steps", "n_logged",
                      "eval_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"BirthSettings.{name} must be an int >= 1, got {value!r}")
+            check_int(f"BirthSettings.{name}", getattr(self, name), low=1)
         for name in ("lr", "full_lr"):
-            if not isinstance(getattr(self, name), (int, float)) or not getattr(self, name) > 0:
-                raise ValueError(f"BirthSettings.{name} must be a positive number, got {getattr(self, name)!r}")
-        if isinstance(self.seeds, (str, bytes)) or not self.seeds or \
-                not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in self.seeds):
+            check_number(f"BirthSettings.{name}", getattr(self, name), low=0, strict=True, finite=False)
+        if isinstance(self.seeds, (str, bytes)) or not self.seeds:
             raise ValueError(f"BirthSettings.seeds must be a non-empty tuple of ints >= 0, got {self.seeds!r}")
+        for s in self.seeds:
+            check_int("BirthSettings.seeds entry", s, low=0)
         object.__setattr__(self, "seeds", tuple(self.seeds))
 
     def task(self) -> BigramTriggerTask:

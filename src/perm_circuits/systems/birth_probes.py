@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from perm_circuits.analysis.probes.memory import identity_map, memory_recall
+from perm_circuits.checks import check_int
 from perm_circuits.devices import model_device
 from perm_circuits.tasks.base import StepState, TaskBatch
 
@@ -94,7 +95,7 @@ def wk1_recall(model, *, window: int | None = None, queries: tuple[int, int] | N
     m = _matrices(model)
     T = m["W_pos"].shape[0]
     c = T if window is None else window
-    if isinstance(c, bool) or not isinstance(c, int) or not 2 <= c <= T:
+    if not 2 <= check_int("window", c) <= T:
         raise ValueError(f"window must be an int in [2, T={T}], got {window!r}")
     a, b = (1, c) if queries is None else queries
     if not (isinstance(a, int) and isinstance(b, int)) or not 0 <= a < b <= c:
@@ -161,8 +162,10 @@ class BirthProbeTracker:
     def __init__(self, steps: Sequence[int], *, eval_batch: TaskBatch | None = None, window: int | None = None,
                  forward: Any = None):
         steps = tuple(steps)
-        if not steps or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in steps):
+        if not steps:
             raise ValueError(f"steps must be a non-empty sequence of ints >= 0, got {steps!r}")
+        for s in steps:
+            check_int("steps entry", s, low=0)
         if eval_batch is not None and not isinstance(eval_batch, TaskBatch):
             raise TypeError(f"eval_batch must be a TaskBatch, got {type(eval_batch).__name__}")
         self.steps = frozenset(steps)

@@ -36,7 +36,7 @@ from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from perm_circuits._util import dataclass_from_dict
-from perm_circuits.checks import check_int
+from perm_circuits.checks import check_int, check_number
 
 __all__ = [
     "FactualConfig",
@@ -223,8 +223,7 @@ class LinearAttentionConfig:
     def __post_init__(self) -> None:
         for name, low in (("d_vocab", 2), ("n_out", 2), ("n_ctx", 1)):
             check_int(name, getattr(self, name), low)
-        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not self.alpha > 0:
-            raise ValueError(f"alpha must be a positive number (the paper's initialisation), got {self.alpha!r}")
+        check_number("alpha", self.alpha, low=0, strict=True, finite=False)
 
     @classmethod
     def for_task(cls, task, **kwargs: Any) -> LinearAttentionConfig:

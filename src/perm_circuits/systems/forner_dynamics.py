@@ -21,6 +21,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from perm_circuits.checks import check_int
 from perm_circuits.devices import model_device, to_device
 from perm_circuits.systems.forner_model import FornerConfig, FornerModel, fast_forward
 from perm_circuits.systems.forner_theory import rollout_accuracy
@@ -154,10 +155,8 @@ def train_chain(
     :func:`chain_snapshot` on a fixed test set of ``n_test`` chains at step 0 and about ``n_log``
     log-spaced steps.  The batch stream is seeded by ``cfg.seed``, so a seed gives identical runs.
     ``device`` (default the CPU): where the model trains; batches are drawn on the CPU and moved."""
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
-    if isinstance(n_test, bool) or not isinstance(n_test, int) or n_test < 16:
-        raise ValueError(f"n_test must be an int >= 16, got {n_test!r}")
+    check_int("steps", steps, low=1)
+    check_int("n_test", n_test, low=16)
     model = to_device(FornerModel(cfg), device)  # initialised on the CPU: the same weights anywhere
     test = cfg.task.test_set(n_test, seed=10_000 + cfg.seed).to(model_device(model))
     logged = set(log_spaced_steps(steps, n_log))

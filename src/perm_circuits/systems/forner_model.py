@@ -50,6 +50,7 @@ from torch import Tensor, nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
+from perm_circuits.checks import check_int, check_number
 from perm_circuits.tasks.perm_chain import PermutationChainTask
 
 __all__ = ["FornerConfig", "FornerModel", "fast_forward", "rope_frequencies", "teacher_model"]
@@ -79,15 +80,11 @@ class FornerConfig:
 
     def __post_init__(self) -> None:
         for name in ("N", "d_g", "L", "d_h", "perm_seed", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if "seed" in name else 1):
-                raise ValueError(f"{name} must be a {'non-negative' if 'seed' in name else 'positive'} int, got {value!r}")
+            check_int(name, getattr(self, name), low=0 if "seed" in name else 1)
         if self.d_h % 2:
             raise ValueError(f"d_h must be even (RoPE rotates pairs of dimensions), got {self.d_h}")
-        if not (isinstance(self.rope_theta, (int, float)) and self.rope_theta > 0):
-            raise ValueError(f"rope_theta must be a positive number, got {self.rope_theta!r}")
-        if not (isinstance(self.logic_init, (int, float)) and self.logic_init >= 0):
-            raise ValueError(f"logic_init must be a number >= 0, got {self.logic_init!r}")
+        check_number("rope_theta", self.rope_theta, low=0, strict=True, finite=False)
+        check_number("logic_init", self.logic_init, low=0, finite=False)
         for name in ("rope_two_pi", "train_embed", "train_values", "train_qk", "train_logic"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")

@@ -36,6 +36,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from perm_circuits.checks import check_int, check_number
+
 __all__ = ["DEFAULT_MODEL_KEYS", "TASKS", "FitConfig", "FitResult", "StepState", "Task", "TaskBatch", "TaskEntry",
            "fit", "import_module_or_file", "load_object", "log_spaced_steps", "masked_cross_entropy",
            "register_task", "task_entries", "task_entry", "task_from_dict"]
@@ -368,19 +370,13 @@ class FitConfig:
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise TypeError(f"seed must be an int, got {type(self.seed).__name__} {self.seed!r}")
-        if isinstance(self.lr, bool) or not (isinstance(self.lr, (int, float)) and self.lr > 0):
-            raise ValueError(f"lr must be a positive number, got {self.lr!r}")
+            check_int(name, getattr(self, name), low=1)
+        check_int("seed", self.seed)
+        check_number("lr", self.lr, low=0, strict=True, finite=False)
         if self.optimizer not in ("adam", "adamw", "sgd"):
             raise ValueError(f"optimizer must be 'adam', 'adamw' or 'sgd', got {self.optimizer!r}")
         for name in ("momentum", "weight_decay"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+            check_number(name, getattr(self, name), low=0, finite=False)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

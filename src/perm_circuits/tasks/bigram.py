@@ -34,6 +34,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from perm_circuits.checks import check_int, check_number
 from perm_circuits.tasks.base import TaskBatch, load_object, register_task
 
 __all__ = ["BigramTriggerTask", "build_birth_model", "zipf_bigram_table"]
@@ -47,10 +48,8 @@ def zipf_bigram_table(N: int, zipf_exponent: float = 1.0, seed: int = 0) -> Floa
     Row ``i`` is ``w_j g_ij`` normalised, ``w_j = (j+1)^-zipf_exponent``, ``g_ij ~ Gamma(1)``
     from ``torch.Generator().manual_seed(seed)`` (see the module docstring).
     """
-    if isinstance(N, bool) or not isinstance(N, int) or N < 2:
-        raise ValueError(f"N must be an int >= 2, got {N!r}")
-    if not isinstance(zipf_exponent, (int, float)) or not zipf_exponent >= 0:
-        raise ValueError(f"zipf_exponent must be a number >= 0, got {zipf_exponent!r}")
+    check_int("N", N, low=2)
+    check_number("zipf_exponent", zipf_exponent, low=0, finite=False)
     generator = torch.Generator().manual_seed(int(seed))
     w = (torch.arange(N, dtype=torch.float64) + 1.0) ** (-float(zipf_exponent))
     noise = -torch.rand(N, N, generator=generator, dtype=torch.float64).clamp_min(1e-12).log()  # Exp(1) = Gamma(1)
@@ -93,19 +92,11 @@ class BigramTriggerTask:
     loss_on: str = "outputs"
 
     def __post_init__(self) -> None:
-        for field_name in ("N", "T", "K", "chain_seed"):
-            value = getattr(self, field_name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{field_name} must be an int, got {type(value).__name__} {value!r}")
-        if self.N < 2:
-            raise ValueError(f"N must be >= 2, got {self.N}")
-        if self.T < 2:
-            raise ValueError(f"T must be >= 2, got {self.T}")
+        for field_name, low in (("N", 2), ("T", 2), ("K", None), ("chain_seed", None)):
+            check_int(field_name, getattr(self, field_name), low=low)
         if not 1 <= self.K <= self.N:
             raise ValueError(f"K must be in [1, N={self.N}], got {self.K}")
-        if isinstance(self.zipf_exponent, bool) or not isinstance(self.zipf_exponent, (int, float)) \
-                or not self.zipf_exponent >= 0:
-            raise ValueError(f"zipf_exponent must be a number >= 0, got {self.zipf_exponent!r}")
+        check_number("zipf_exponent", self.zipf_exponent, low=0, finite=False)
         object.__setattr__(self, "zipf_exponent", float(self.zipf_exponent))
         if self.loss_on not in LOSS_ON:
             raise ValueError(f"loss_on must be one of {LOSS_ON}, got {self.loss_on!r}")
@@ -141,8 +132,7 @@ class BigramTriggerTask:
         accepted for the protocol).  ``extras``: ``triggers`` [n, K], ``outputs`` [n, K] and
         ``occurrence`` [n, T] (k >= 1 where the input token is the k-th occurrence of a trigger,
         0 elsewhere)."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be an int >= 1, got {n!r}")
+        check_int("n", n, low=1)
         if not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
         if split not in ("train", "test"):

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from perm_circuits.checks import check_int
 from perm_circuits.models import (
     CONFIG_FILE,
     TASK_RECORD,
@@ -90,9 +91,7 @@ def _build_of(model: torch.nn.Module, task: Task, model_fields: Mapping[str, Any
         seed = getattr(cfg, "seed", None) or 0
     if not isinstance(model_fields, Mapping) or not all(isinstance(k, str) for k in model_fields):
         raise TypeError(f"model_fields must be a dict of the model's fields, got {model_fields!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
-    return dict(model_fields), seed
+    return dict(model_fields), check_int("seed", seed, low=0)
 
 
 def save_task_model(

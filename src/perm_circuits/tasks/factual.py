@@ -42,6 +42,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from perm_circuits._util import dataclass_from_dict
+from perm_circuits.checks import check_int
 from perm_circuits.tasks.base import TaskBatch, register_task
 
 __all__ = ["FactualRecallTask", "fact_table"]
@@ -90,19 +91,12 @@ class FactualRecallTask:
     name: ClassVar[str] = "factual_recall"
 
     def __post_init__(self) -> None:
-        for key in ("S", "R", "D", "n_noise", "seq_len", "fact_seed"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{key} must be an int, got {type(value).__name__} {value!r}")
-        for key in ("S", "R", "D"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        for key, low in (("S", 1), ("R", 1), ("D", 1), ("n_noise", None), ("seq_len", None), ("fact_seed", 0)):
+            check_int(key, getattr(self, key), low=low)
         if self.seq_len < 3:
             raise ValueError(f"seq_len must be >= 3 (subject, relation, EOS), got {self.seq_len}")
         if self.n_noise < 0 or (self.n_noise == 0 and self.seq_len > 3):
             raise ValueError(f"n_noise must be >= 1 when seq_len > 3 (noise fills the gaps), got {self.n_noise}")
-        if self.fact_seed < 0:
-            raise ValueError(f"fact_seed must be >= 0, got {self.fact_seed}")
 
     # ------------------------------------------------------------------ vocabulary
 
@@ -194,8 +188,7 @@ class FactualRecallTask:
 
     def sample(self, n: int, generator: torch.Generator, split: str = "train") -> TaskBatch:
         """``n`` sequences with ``(s, r)`` uniform over all ``S R`` facts."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be an int >= 1, got {n!r}")
+        check_int("n", n, low=1)
         if not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
         self._check_split(split)
@@ -209,8 +202,7 @@ class FactualRecallTask:
 
     def all_facts(self, seed: int = 1234, repeats: int = 1) -> TaskBatch:
         """Every fact ``repeats`` times (subject-major order), each in a fresh noise context."""
-        if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-            raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+        check_int("repeats", repeats, low=1)
         subjects = torch.arange(self.S).repeat_interleave(self.R).repeat(repeats)
         relations = torch.arange(self.R).repeat(self.S).repeat(repeats)
         return self.build(subjects, relations, torch.Generator().manual_seed(seed))

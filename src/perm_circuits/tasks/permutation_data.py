@@ -18,7 +18,6 @@ by an explicit ``torch.Generator``, so the same seed gives the same batches on e
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Literal
@@ -28,6 +27,7 @@ from jaxtyping import Bool, Int
 from torch import Tensor
 
 from perm_circuits._util import dataclass_from_dict
+from perm_circuits.checks import check_int, check_number
 
 __all__ = [
     "PROBE_SEQUENCE",
@@ -74,16 +74,12 @@ class TaskConfig:
     repeat_sources: tuple[int, ...] | list[int] = (1,)  # stored as a sorted tuple
 
     def __post_init__(self) -> None:
-        if isinstance(self.V, bool) or not isinstance(self.V, int):
-            raise TypeError(f"V must be an int, got {type(self.V).__name__} {self.V!r}")
-        if not MIN_V <= self.V <= MAX_V:
-            raise ValueError(f"V must be in [{MIN_V}, {MAX_V}], got {self.V}")
+        check_int("V", self.V, MIN_V, MAX_V + 1)
         _check_ratio("repeat_ratio", self.repeat_ratio)
         _check_ratio("train_fraction", self.train_fraction)
         if not 0.0 < self.train_fraction < 1.0:
             raise ValueError(f"train_fraction must be strictly between 0 and 1, got {self.train_fraction}")
-        if isinstance(self.split_seed, bool) or not isinstance(self.split_seed, int):
-            raise TypeError(f"split_seed must be an int, got {self.split_seed!r}")
+        check_int("split_seed", self.split_seed)
         object.__setattr__(self, "repeat_sources", _check_sources(self.repeat_sources, self.V))
 
     @property
@@ -126,8 +122,7 @@ def _check_sources(sources: object, V: int) -> tuple[int, ...]:
             f"repeat_sources must be a tuple or list of ints in 1..{V - 1}, got {type(sources).__name__} {sources!r}"
         )
     for k in sources:
-        if isinstance(k, bool) or not isinstance(k, int):
-            raise TypeError(f"repeat_sources entries must be ints, got {type(k).__name__} {k!r} in {list(sources)}")
+        check_int("repeat_sources entry", k)
     if not sources:
         raise ValueError(f"repeat_sources must not be empty (give earlier queries in 1..{V - 1})")
     bad = [k for k in sources if not 1 <= k <= V - 1]
@@ -143,16 +138,12 @@ def _check_sources(sources: object, V: int) -> tuple[int, ...]:
 
 
 def _check_ratio(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a float in [0, 1], got {type(value).__name__} {value!r}")
-    if not 0.0 <= float(value) <= 1.0 or math.isnan(value):
+    if not 0.0 <= check_number(name, value, finite=False) <= 1.0:  # also rejects NaN
         raise ValueError(f"{name} must be in [0, 1], got {value}")
 
 
 def _check_positive_int(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value <= 0:
+    if check_int(name, value) <= 0:
         raise ValueError(f"{name} must be > 0, got {value}")
 
 
@@ -260,10 +251,7 @@ def make_batch(
     ratio = config.repeat_ratio if repeat_ratio is None else repeat_ratio
     _check_ratio("repeat_ratio", ratio)
     if repeat_source is not None and repeat_source != "config":
-        if isinstance(repeat_source, bool) or not isinstance(repeat_source, int):
-            raise TypeError(f"repeat_source must be an int, None or 'config', got {repeat_source!r}")
-        if not 0 <= repeat_source <= config.V - 2:
-            raise ValueError(f"repeat_source must be in [0, {config.V - 2}], got {repeat_source}")
+        check_int("repeat_source", repeat_source, 0, config.V - 1)
     if generator is not None and seed is not None:
         raise ValueError("pass either generator or seed, not both")
     if generator is None:
@@ -334,10 +322,7 @@ def exhaustive_batch(config: TaskConfig, *, split: str = "test", repeat_source: 
     exhaustively instead of on a sample.
     """
     if repeat_source is not None:
-        if isinstance(repeat_source, bool) or not isinstance(repeat_source, int):
-            raise TypeError(f"repeat_source must be an int or None, got {repeat_source!r}")
-        if not 0 <= repeat_source <= config.V - 2:
-            raise ValueError(f"repeat_source must be in [0, {config.V - 2}], got {repeat_source}")
+        check_int("repeat_source", repeat_source, 0, config.V - 1)
     pool = _pool(config, split)
     orders = _all_permutations(config.V).clone()
     perms = pool.repeat_interleave(len(orders), dim=0)

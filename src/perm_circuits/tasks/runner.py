@@ -26,6 +26,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from perm_circuits.checks import check_int
 from perm_circuits.devices import model_device
 from perm_circuits.models import ModelConfig, fast_forward
 from perm_circuits.tasks.base import (
@@ -78,8 +79,7 @@ def _default_config(task: Task, *, seed: int, d_model: int, n_heads: int, n_laye
     if not isinstance(task, Task):
         raise TypeError(f"task must implement perm_circuits.tasks.Task, got {type(task).__name__}")
     for name, value in (("seed", seed), ("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "seed" else 1):
-            raise ValueError(f"{name} must be an int >= {0 if name == 'seed' else 1}, got {value!r}")
+        check_int(name, value, low=0 if name == "seed" else 1)
     if d_model % n_heads:
         raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
     return dict(d_model=d_model, d_head=d_model // n_heads, n_heads=n_heads, n_layers=n_layers, n_ctx=task.n_ctx,
@@ -330,8 +330,7 @@ def measure_task(
             raise ValueError("hooks= need the model's own forward pass; pass forward=None (a custom forward skips hook points)")
         hooks = check_hooks(model, hooks)
     if test_set is None:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be an int >= 1, got {n!r}")
+        check_int("n", n, low=1)
         test_set = task.test_set(n, seed)
     if not isinstance(test_set, TaskBatch):
         raise TypeError(f"test_set must be a TaskBatch (task.test_set(...)), got {type(test_set).__name__}")

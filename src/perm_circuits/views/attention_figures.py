@@ -12,6 +12,7 @@ from jaxtyping import Float, Int
 from plotly.subplots import make_subplots
 from torch import Tensor
 
+from perm_circuits.checks import check_int
 from perm_circuits.hooks import run_logits
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.tasks.permutation_data import Batch, make_test_set, validate_tokens
@@ -91,8 +92,7 @@ def attention_heatmaps(
     if repeated is not None and not isinstance(repeated, bool) and repeated != "split":
         raise ValueError(f"repeated must be None, True, False or 'split', got {repeated!r}")
     if test_set is None:
-        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
-            raise ValueError(f"n must be a positive int, got {n!r}")
+        check_int("n", n, low=1)
         test_set = make_test_set(task_config_of(model), n=n)
     if not isinstance(test_set, Batch):
         raise TypeError(f"test_set must be a perm_circuits.Batch, got {type(test_set).__name__}")

@@ -11,7 +11,6 @@ CDN (unpkg) HTML. The recorded component name and props become an
 
 from __future__ import annotations
 
-import math
 import numbers
 import threading
 import uuid
@@ -29,7 +28,7 @@ from circuitsvis.utils.convert_props import convert_prop_type
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from perm_circuits.checks import check_str
+from perm_circuits.checks import check_number, check_str
 from perm_circuits.views.html import circuitsvis_bundle_js, html_page, mount_html, script_json
 
 __all__ = [
@@ -230,10 +229,8 @@ def colored_tokens_view(
         raise ValueError(f"len(tokens)={len(tokens)} but values has pos={values.shape[0]}")
     bounds = {"min_value": min_value, "max_value": max_value}
     for name, bound in bounds.items():
-        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float))):
-            raise TypeError(f"{name} must be a number, got {type(bound).__name__}")
-        if bound is not None and not math.isfinite(bound):
-            raise ValueError(f"{name} must be finite, got {bound}")
+        if bound is not None:
+            check_number(name, bound)
     return _capture_view(circuitsvis.tokens, circuitsvis.tokens.colored_tokens, title, tokens=tokens, values=values,
         **bounds)
 

@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 import pandas as pd
 import plotly.graph_objects as go
 
-from perm_circuits.checks import check_str  # noqa: F401  (the views import it from here)
+from perm_circuits.checks import check_int, check_str  # noqa: F401  (the views import check_str from here)
 
 __all__ = [
     "BAYES_COLOR",
@@ -116,8 +116,7 @@ def require_columns(frame: pd.DataFrame, columns: Sequence[str], name: str) -> N
 
 def position_labels(n_positions: int) -> list[str]:
     """Role labels of the sequence positions: ``["0: x1", "1: y1", "2: x2", ...]``."""
-    if isinstance(n_positions, bool) or not isinstance(n_positions, int) or n_positions <= 0:
-        raise ValueError(f"n_positions must be a positive int, got {n_positions!r}")
+    check_int("n_positions", n_positions, low=1)
     return [position_label(p) for p in range(n_positions)]
 
 

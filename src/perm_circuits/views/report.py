@@ -55,6 +55,7 @@ from tqdm import tqdm
 from perm_circuits._util import atomic_write_text
 from perm_circuits.analysis import head_roles
 from perm_circuits.analysis.report_data import study_report_data
+from perm_circuits.checks import check_int
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.tasks.permutation_data import make_test_set
 from perm_circuits.views import figures as F
@@ -111,9 +112,7 @@ def _is_model(item: object) -> bool:
 
 
 def _check_n(n: object) -> int:
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"n must be a positive int, got {type(n).__name__} {n!r}")
-    if n <= 0:
+    if check_int("n", n) <= 0:
         raise ValueError(f"n must be a positive int (test sequences), got {n}")
     return n
 

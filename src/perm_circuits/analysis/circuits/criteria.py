@@ -100,6 +100,7 @@ from perm_circuits.analysis.circuits.runs import (
 from perm_circuits.analysis.interventions.core import check_how, reference_tokens
 from perm_circuits.analysis.interventions.patching import metric_values
 from perm_circuits.analysis.interventions.ablation_table import components_of
+from perm_circuits.checks import check_number
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import HookList, check_hooks
 from perm_circuits.model_shape import is_permutation_model
@@ -436,8 +437,7 @@ def propose_circuit(
     if isinstance(where, str) or not isinstance(where, (list, tuple)) or not where:
         raise TypeError(f"where must be a non-empty sequence of position classes, got {where!r}")
     for name, value in (("threshold", threshold), ("tolerance", tolerance)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value or math.isnan(value):
-            raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+        check_number(name, value, low=0, finite=False)
     _, problem, hooks = _setup(model, None, test_set, how, n, seed, task_config, hooks,
                                reference, ablation_seed, ablate_kwargs, progress, task, metric)
     for cls in where:

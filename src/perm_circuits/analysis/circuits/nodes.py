@@ -20,6 +20,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from perm_circuits.analysis.interventions.checks import check_head, check_layer
+from perm_circuits.checks import check_int
 from perm_circuits.model_shape import is_permutation_model, model_shape
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_data import Batch
@@ -106,8 +107,8 @@ class Node:
 
     def __post_init__(self) -> None:
         for name, value in (("layer", self.layer), ("head", self.head)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise TypeError(f"Node {name} must be an int, got {type(value).__name__} {value!r}")
+            if value is not None:
+                check_int(f"Node {name}", value)
         if not isinstance(self.where, str):
             raise TypeError(f"Node where must be a str, got {type(self.where).__name__}")
 

@@ -43,9 +43,7 @@ def check_index(name: str, value: object, size: int, what: str = "") -> int:
 
     ``what`` describes the axis in the error message (e.g. ``"the model has 1 layer(s)"``).
     """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if not -size <= value < size:
+    if not -size <= check_int(name, value) < size:
         where = f" ({what})" if what else ""
         bound = f"[{-size}, {size - 1}]" if size > 0 else "[] (empty axis)"
         raise ValueError(f"{name} {value} out of range: {name} must be in {bound}{where}")

@@ -31,6 +31,7 @@ from perm_circuits.analysis.interventions.checks import (
     check_seed,
     seq_len,
 )
+from perm_circuits.checks import check_number
 from perm_circuits.devices import device_forward, model_device
 from perm_circuits.hooks import HookList, run_capture
 from perm_circuits.models import model_config_of
@@ -305,7 +306,7 @@ def _check_options(source: object, target: object, n_boot: object, seed: object,
             raise ValueError(f"{name} must be one of {RUNS}, got {run!r}")
     check_int("n_boot", n_boot, 10)
     check_seed(seed)
-    if isinstance(confidence, bool) or not isinstance(confidence, float) or not 0 < confidence < 1:
+    if not 0 < check_number("confidence", confidence, finite=False) < 1:
         raise ValueError(f"confidence must be a float in (0, 1), got {confidence!r}")
 
 

@@ -74,6 +74,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from perm_circuits.analysis.probes.memory import _params, effective_unembed
+from perm_circuits.checks import check_number
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import check_hooks
 from perm_circuits.models import model_config_of, task_config_of
@@ -229,11 +230,7 @@ def _check_recall_baseline(recall_baseline: object) -> str:
 
 
 def _check_tolerance(tolerance: object) -> float:
-    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)):
-        raise TypeError(f"tolerance must be a positive number (logits), got {type(tolerance).__name__} {tolerance!r}")
-    if not (math.isfinite(tolerance) and tolerance > 0):
-        raise ValueError(f"tolerance must be a positive finite number (logits), got {tolerance!r}")
-    return float(tolerance)
+    return check_number("tolerance (logits)", tolerance, low=0, strict=True)
 
 
 def decompose_logit_diff(

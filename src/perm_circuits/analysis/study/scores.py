@@ -52,6 +52,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from perm_circuits.analysis.interventions.checks import check_index, check_int, check_task_config
+from perm_circuits.checks import check_number
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.models import model_config_of
@@ -117,9 +118,8 @@ class RoleThresholds:
 
     def __post_init__(self) -> None:
         for item in fields(self):
-            value = getattr(self, item.name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-                raise TypeError(f"threshold {item.name} must be a number, got {value!r}")
+            if math.isnan(check_number(f"threshold {item.name}", getattr(self, item.name), finite=False)):
+                raise ValueError(f"threshold {item.name} must be a number, got nan")
         if not 0 <= self.destroyed < self.survives <= 1:
             raise ValueError(f"need 0 <= destroyed < survives <= 1, got {self.destroyed}, {self.survives}")
         if not 0 <= self.recall_absent < self.incapable < self.capable <= 1:

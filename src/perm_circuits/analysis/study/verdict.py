@@ -41,6 +41,7 @@ from perm_circuits.analysis.interventions.core import HOWS
 from perm_circuits.analysis.study.claims import Claim, ClaimTable, study_claims
 from perm_circuits.analysis.circuits.induction_story import InductionStory, induction_story
 from perm_circuits.analysis.study.recall_patching import PatchingSweep, patch_head_outputs, patch_mlp
+from perm_circuits.checks import check_number
 from perm_circuits.analysis.study.roles import HeadRole, MlpRole, _Context, _ge, _judge_head, _judge_mlp, _lt, _pct
 from perm_circuits.analysis.study.roles import mode_label
 from perm_circuits.analysis.study.scores import (
@@ -353,8 +354,7 @@ def judge_roles(
     for key, value in signals.items():
         if not (isinstance(key, tuple) and len(key) == 2 and all(isinstance(k, str) for k in key)):
             raise TypeError(f"recall_signals keys must be (component, how) pairs, got {key!r}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"recall_signals[{key!r}] must be a float, got {value!r}")
+        check_number(f"recall_signals[{key!r}]", value, finite=False)
     expected = {(l, h) for l in range(model_config.n_layers) for h in range(model_config.n_heads)}
     if {(s.layer, s.head) for s in scores.heads} != expected:
         raise ValueError(f"scores cover heads {sorted((s.layer, s.head) for s in scores.heads)}, "
