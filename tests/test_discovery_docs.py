@@ -8,8 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from perm_circuits.discovery.scoring import faithfulness_area
 from perm_circuits.pages.discovery_page import (
     DESCRIBED,
+    DISCOVERY_CURVES,
     DISCOVERY_PAGE,
     DISCOVERY_TABLE,
     coverage_word,
@@ -31,14 +33,19 @@ def test_committed_page_and_figures_equal_a_fresh_rendering():
     pages = discovery_pages(ROOT)
     assert DISCOVERY_PAGE in pages
     figures = [p for p in pages if p.suffix == ".svg"]
-    assert len(figures) == 4  # one circuit picture per shipped model
+    curves = [p for p in figures if p.name.startswith("discovery_curves_")]
+    assert len(figures) - len(curves) == 4  # one circuit picture per shipped model
+    assert len(curves) == 7  # one curve chart per benchmark model
     for path, text in pages.items():
         assert (ROOT / path).read_text(encoding="utf-8") == text, f"{path} is stale: run python scripts/build_results.py"
     page = pages[DISCOVERY_PAGE]
     assert "{{" not in page and "}}" not in page
     for figure in figures:
         assert f"figures/{figure.name}" in page
-        assert pages[figure].count("class='edge'") >= 1
+        if figure in curves:
+            assert pages[figure].count('class="series"') == 8  # one line per method, the oracle's included
+        else:
+            assert pages[figure].count("class='edge'") >= 1
 
 
 def test_claim_rules():
@@ -101,3 +108,19 @@ def test_induction_misses_are_the_elimination_head(table):
         chosen, truth = set(row.circuit.split()), set(row.true_edges.split())
         assert chosen <= truth
         assert truth - chosen <= {"embed->L1H1.v", "L1H1->logits"}
+
+
+def test_curves_are_the_tables_runs(table):
+    """Each committed faithfulness curve (results/discovery_curves.csv) integrates to the benchmark
+    table's faith_area for the same model, mode, seed and method: the same runs, not a second sample."""
+    curves = pd.read_csv(ROOT / DISCOVERY_CURVES)
+    checked = 0
+    for (model, how, seed, method), curve in curves.groupby(["model", "how", "seed", "method"]):
+        row = table[(table.model == model) & (table.how == how) & (table.seed == seed) & (table.method == method)]
+        assert len(row) == 1, (model, how, seed, method)
+        n_edges = int(curve.n_edges_graph.iloc[0])
+        assert sorted(curve.k) == list(range(n_edges + 1))
+        area = faithfulness_area(list(zip(curve.k, curve.faithfulness)), max_edges=n_edges)
+        assert area == pytest.approx(float(row.faith_area.iloc[0]), abs=1e-4), (model, how, seed, method)
+        checked += 1
+    assert checked == 7 * 8 - 1  # every method on every model; tracr reverse has no oracle

@@ -8,7 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perm_circuits.discovery.benchmark import BENCHMARK_COLUMNS, benchmark_models, run_benchmark
+from perm_circuits.discovery.benchmark import BENCHMARK_COLUMNS, benchmark_curves, benchmark_models, run_benchmark
+from perm_circuits.discovery.scoring import faithfulness_area
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,6 +36,19 @@ def test_tiny_benchmark_rows_and_scores(tiny):
     assert eap.n_forward > 0 and eap.wall_time > 0
     assert 0 <= eap.precision <= 1 and 0 <= eap.recall_heads <= 1
     assert set(eap.circuit.split()) and set(eap.true_edges.split()) >= {"L0H0->L1H0.k", "L1H0->logits"}
+
+
+def test_curves_integrate_to_the_tables_areas(tiny):
+    curves = benchmark_curves(["induction"], ["eap", "random_baseline"], ["resample"], seeds=(0,), n=32, lean=False,
+                              progress=False)
+    assert set(curves.method) == {"eap", "random_baseline"} and len(curves) == 2 * 47
+    for method, curve in curves.groupby("method"):
+        row = tiny[tiny.method == method].iloc[0]
+        assert faithfulness_area(list(zip(curve.k, curve.faithfulness)), max_edges=46) == pytest.approx(row.faith_area)
+        assert curve.faithfulness.iloc[-1] == pytest.approx(1.0, abs=1e-5)  # every edge kept: the full model
+    # the regret is the oracle's faithfulness minus the curve's at the oracle's size (5 edges)
+    eap, row = curves[curves.method == "eap"].set_index("k").faithfulness, tiny[tiny.method == "eap"].iloc[0]
+    assert row.oracle_size == 5 and eap[5] == pytest.approx(row.oracle_faithfulness - row.oracle_regret)
 
 
 def test_modes_without_a_claimed_truth_are_skipped():

@@ -17,12 +17,13 @@
   :mod:`~perm_circuits.discovery.scoring` (ROC / PR AUC, precision and recall at a circuit,
   faithfulness-curve area, oracle regret).
 - :func:`~perm_circuits.discovery.benchmark.run_benchmark`: every method on every model with a
-  known circuit, under each ablation mode, scored (the table behind the discovery docs page).
+  known circuit, under each ablation mode, scored (the table behind the discovery docs page);
+  :func:`~perm_circuits.discovery.benchmark.benchmark_curves`: the faithfulness curves behind its areas.
 """
 
 from __future__ import annotations
 
-from perm_circuits.discovery.benchmark import run_benchmark
+from perm_circuits.discovery.benchmark import benchmark_curves, run_benchmark
 from perm_circuits.discovery.edge_hooks import edge_hooks
 from perm_circuits.discovery.graph import (
     CircuitGraph,
@@ -40,6 +41,7 @@ from perm_circuits.discovery.result import DiscoveryResult
 from perm_circuits.discovery.search import greedy_edges, mask_pruning
 
 __all__ = [
+    "benchmark_curves",
     "HOWS",
     "METHODS",
     "CircuitGraph",

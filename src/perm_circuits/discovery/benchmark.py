@@ -35,6 +35,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 import torch
+from jaxtyping import Float
+from torch import Tensor
 from tqdm.auto import tqdm
 
 from perm_circuits.checks import check_int
@@ -46,7 +48,8 @@ from perm_circuits.discovery.scoring import average_precision, circuit_metrics, 
 from perm_circuits.discovery.search import greedy_edges, mask_pruning
 from perm_circuits.tasks.base import TaskBatch
 
-__all__ = ["BENCHMARK_COLUMNS", "BenchModel", "benchmark_models", "run_benchmark", "score_result"]
+__all__ = ["BENCHMARK_COLUMNS", "BenchModel", "benchmark_curves", "benchmark_models", "faithfulness_curve",
+           "run_benchmark", "score_result"]
 
 BENCHMARK_COLUMNS = (
     "model", "n_edges_graph", "method", "how", "seed", "n", "truth", "truth_modes", "n_true",
@@ -176,19 +179,29 @@ def _safe(fn, *args, **kwargs) -> float:
         return math.nan
 
 
-def score_result(result, ei, truth, *, oracle=None) -> dict:
-    """The scores of one :class:`~perm_circuits.discovery.result.DiscoveryResult` (module docstring)
-    against the true edge set ``truth``, using its prepared intervention ``ei``; ``oracle``: the
-    exhaustive oracle's result on the same intervention, for the regret."""
-    truth = frozenset(truth)
-    scores = {e: float(v) for e, v in result.scores.items()}
+def faithfulness_curve(result, ei) -> Float[Tensor, " k"]:
+    """Faithfulness of the circuit of the top ``k`` edges of ``result``'s ranking, for ``k = 0 .. E``.
+
+    The curve behind ``faith_area`` (Hanna et al. 2024, "Have Faith in Faithfulness"): entry ``k``
+    keeps the ``k`` highest-scoring edges and ablates the rest on ``ei``'s batch and mode.
+    """
     order = result.ranking()
     n = ei.n_edges
     prefixes = torch.zeros(n + 1, n, device=ei.device)
     for k in range(1, n + 1):
         prefixes[k, [ei.graph.edge_index(e) for e in order[:k]]] = 1.0
     with torch.no_grad():
-        curve = ei.faithfulness(ei.evaluate(prefixes, chunk=16, dedupe=True)).double()
+        return ei.faithfulness(ei.evaluate(prefixes, chunk=16, dedupe=True)).double()
+
+
+def score_result(result, ei, truth, *, oracle=None) -> dict:
+    """The scores of one :class:`~perm_circuits.discovery.result.DiscoveryResult` (module docstring)
+    against the true edge set ``truth``, using its prepared intervention ``ei``; ``oracle``: the
+    exhaustive oracle's result on the same intervention, for the regret."""
+    truth = frozenset(truth)
+    scores = {e: float(v) for e, v in result.scores.items()}
+    n = ei.n_edges
+    curve = faithfulness_curve(result, ei)
     row = {
         "n_true": len(truth),
         "roc_auc": _safe(roc_auc, scores, truth),
@@ -246,6 +259,34 @@ def run_benchmark(models: Sequence[str] | None = None, methods: Sequence[str] = 
 
     Returns one row per model x method x mode x seed, columns :data:`BENCHMARK_COLUMNS`.
     """
+    rows = []
+    for job in _benchmark_runs(models, methods, hows, seeds, n, lean=lean, progress=progress):
+        row = {"model": job.model, "n_edges_graph": job.ei.n_edges, "method": job.method, "how": job.how,
+               "seed": job.seed, "n": n, "truth": job.source, "truth_modes": job.truth_modes}
+        row.update(score_result(job.result, job.ei, job.truth, oracle=job.oracle))
+        if job.method == "exhaustive_oracle":
+            row["wall_time"] = job.oracle_time
+        rows.append(row)
+    return pd.DataFrame(rows, columns=list(BENCHMARK_COLUMNS))
+
+
+@dataclass(frozen=True)
+class _Run:
+    model: str
+    how: str
+    seed: int
+    method: str
+    ei: object
+    result: object
+    oracle: object
+    oracle_time: float
+    truth: frozenset
+    source: str
+    truth_modes: str
+
+
+def _benchmark_runs(models, methods, hows, seeds, n, *, lean, progress):
+    """Each (model, mode, seed, method)'s result on its shared intervention, after checking every argument."""
     registry = benchmark_models()
     models = list(registry) if models is None else list(models)
     unknown = [m for m in models if m not in registry]
@@ -269,7 +310,6 @@ def run_benchmark(models: Sequence[str] | None = None, methods: Sequence[str] = 
             if truths and how not in truths:
                 continue
             jobs += [(name, how, seed) for seed in seeds]
-    rows = []
     built: dict = {}
     for name, how, seed in tqdm(jobs, disable=not progress, desc="discovery benchmark"):
         spec = registry[name]
@@ -298,10 +338,22 @@ def run_benchmark(models: Sequence[str] | None = None, methods: Sequence[str] = 
                 result = oracle
             else:
                 result = METHODS[method](intervention=ei, seed=seed, **_method_options(method, lean))
-            row = {"model": name, "n_edges_graph": ei.n_edges, "method": method, "how": how, "seed": seed, "n": n,
-                   "truth": source, "truth_modes": truth_modes}
-            row.update(score_result(result, ei, truth, oracle=oracle))
-            if method == "exhaustive_oracle":
-                row["wall_time"] = oracle_time
-            rows.append(row)
-    return pd.DataFrame(rows, columns=list(BENCHMARK_COLUMNS))
+            yield _Run(name, how, seed, method, ei, result, oracle, oracle_time, frozenset(truth), source, truth_modes)
+
+
+def benchmark_curves(models: Sequence[str] | None = None, methods: Sequence[str] = DEFAULT_METHODS,
+                     hows: Sequence[str] = ("resample",), seeds: Sequence[int] = (0,), n: int = 60, *,
+                     lean: bool = True, progress: bool = True) -> pd.DataFrame:
+    """Faithfulness against the number of edges kept, per method: the curves whose areas are
+    :func:`run_benchmark`'s ``faith_area`` (same arguments, same runs, the same numbers).
+
+    Returns one row per model x mode x seed x method x ``k`` (columns ``model``, ``how``, ``seed``,
+    ``method``, ``n_edges_graph``, ``k``, ``faithfulness``): the faithfulness of the method's top
+    ``k`` edges, ``k = 0 .. E``.
+    """
+    rows = []
+    for job in _benchmark_runs(models, methods, hows, seeds, n, lean=lean, progress=progress):
+        curve = faithfulness_curve(job.result, job.ei).tolist()
+        rows += [{"model": job.model, "how": job.how, "seed": job.seed, "method": job.method,
+                  "n_edges_graph": job.ei.n_edges, "k": k, "faithfulness": f} for k, f in enumerate(curve)]
+    return pd.DataFrame(rows, columns=["model", "how", "seed", "method", "n_edges_graph", "k", "faithfulness"])

@@ -21,12 +21,15 @@ from perm_circuits.pages.render import format_value, render
 
 __all__ = [
     "DESCRIBED",
+    "DISCOVERY_CURVES",
     "DISCOVERY_FIGURES",
     "DISCOVERY_PAGE",
     "DISCOVERY_TABLE",
     "DISCOVERY_TEMPLATE",
     "PAPER",
     "coverage_word",
+    "curve_figure_path",
+    "curves_svg",
     "discovery_numbers",
     "discovery_pages",
     "flip_word",
@@ -37,6 +40,7 @@ DISCOVERY_TABLE = Path("results/discovery.csv")
 DISCOVERY_TEMPLATE = Path("docs/templates/discovery.md")
 DISCOVERY_PAGE = Path("docs/discovery.md")
 DISCOVERY_FIGURES = Path("docs/figures")
+DISCOVERY_CURVES = Path("results/discovery_curves.csv")
 
 METHOD_ORDER = ("acdc", "eap", "eap_ig", "node_attribution", "greedy_edges", "mask_pruning", "random_baseline",
                 "exhaustive_oracle")
@@ -221,6 +225,32 @@ def _figure(table: pd.DataFrame, model: str) -> tuple[Path, str] | None:
     return DISCOVERY_FIGURES / f"discovery_{model}.svg", "<?xml version='1.0' encoding='UTF-8'?>\n" + drawn.svg
 
 
+def curve_figure_path(model: str) -> Path:
+    """Where ``model``'s faithfulness curves go: ``docs/figures/discovery_curves_<model>.svg``."""
+    return DISCOVERY_FIGURES / f"discovery_curves_{key(model)}.svg"
+
+
+def curves_svg(curves: pd.DataFrame, model: str) -> str:
+    """``model``'s faithfulness-against-edges-kept curves (``results/discovery_curves.csv``), one line per
+    method in the method order, the oracle dashed, for the table's first mode and seed of that model."""
+    from perm_circuits.views.svg_charts import PALETTE, Series, svg_line_chart
+
+    rows = curves[curves.model == model]
+    if rows.empty:
+        raise ValueError(f"no curves for model {model!r}; the table has {sorted(set(curves.model))}")
+    how, seed = rows.how.iloc[0], int(rows.seed.iloc[0])
+    rows = rows[(rows.how == how) & (rows.seed == seed)]
+    series = []
+    for index, method in enumerate(m for m in METHOD_ORDER if m in set(rows.method)):
+        curve = rows[rows.method == method].sort_values("k")
+        series.append(Series(method, curve.k.tolist(), curve.faithfulness.tolist(), color=PALETTE[index % len(PALETTE)],
+                             dash=method == "exhaustive_oracle"))
+    low, high = min(0.0, float(rows.faithfulness.min())), max(1.0, float(rows.faithfulness.max()))
+    return svg_line_chart(series, title=f"{model}: faithfulness of each method's top k edges ({how}, seed {seed})",
+                          x_label=f"edges kept, k (of {int(rows.n_edges_graph.iloc[0])})", y_label="faithfulness",
+                          y_range=(low, high), width=760)
+
+
 def discovery_pages(root: str | os.PathLike) -> dict[Path, str]:
     """``{relative path: text}`` of the discovery page and its figures; empty when the table is absent."""
     root = Path(root)
@@ -238,4 +268,8 @@ def discovery_pages(root: str | os.PathLike) -> dict[Path, str]:
         figure = _figure(table, model)
         if figure is not None:
             out[figure[0]] = figure[1]
+    if (root / DISCOVERY_CURVES).is_file():
+        curves = pd.read_csv(root / DISCOVERY_CURVES)
+        for model in dict.fromkeys(curves.model):
+            out[curve_figure_path(model)] = curves_svg(curves, model)
     return out
