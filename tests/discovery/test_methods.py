@@ -155,6 +155,14 @@ def test_oracle_is_the_smallest_faithful_circuit_by_brute_force():
     assert float(faith.max()) < 0.9
     by_size = exhaustive_oracle(intervention=ei, target=0.9, max_exhaustive=0, max_size=size)
     assert len(by_size.circuit) == size and abs(by_size.faithfulness - result.faithfulness) < 1e-6
+    # the best faithfulness with at most k edges, k < size, by brute force; both searches agree with it
+    sizes = torch.tensor([len(c) for c in smaller])
+    brute = [float(faith[sizes <= k].max()) for k in range(size)]
+    assert len(result.best_by_size) == 14 and len(by_size.best_by_size) == size + 1
+    assert result.best_by_size[:size] == pytest.approx(brute, abs=1e-6)
+    assert by_size.best_by_size[:size] == pytest.approx(brute, abs=1e-6)
+    assert result.best_by_size[size] == pytest.approx(result.faithfulness, abs=1e-6) and result.faithfulness >= 0.9
+    assert list(result.best_by_size) == sorted(result.best_by_size) and brute[0] < brute[-1]
 
 
 def test_result_table_and_discover_by_name(induction):

@@ -48,7 +48,7 @@ from perm_circuits.discovery.scoring import average_precision, circuit_metrics, 
 from perm_circuits.discovery.search import greedy_edges, mask_pruning
 from perm_circuits.tasks.base import TaskBatch
 
-__all__ = ["BENCHMARK_COLUMNS", "BenchModel", "benchmark_curves", "benchmark_models", "faithfulness_curve",
+__all__ = ["BENCHMARK_COLUMNS", "ORACLE_BEST", "BenchModel", "benchmark_curves", "benchmark_models", "faithfulness_curve",
            "run_benchmark", "score_result"]
 
 BENCHMARK_COLUMNS = (
@@ -66,6 +66,8 @@ METHODS = {f.__name__: f for f in (acdc, eap, eap_ig, node_attribution, greedy_e
                                    exhaustive_oracle)}
 """The methods by name (the same as ``perm_circuits.discovery.METHODS``, a test checks it)."""
 TRAINED = ("d16h1", "d32h1", "d32h2", "d16h1l2-any")
+ORACLE_BEST = "oracle_best"
+"""The method name :func:`benchmark_curves` gives the oracle's best faithfulness at each size."""
 MAX_ORACLE_EDGES = 62
 """The oracle's size-limited search numbers subsets as 64-bit integers: larger graphs (tracr ``reverse``,
 77 edges) get no oracle (no regret, no oracle row)."""
@@ -349,11 +351,17 @@ def benchmark_curves(models: Sequence[str] | None = None, methods: Sequence[str]
 
     Returns one row per model x mode x seed x method x ``k`` (columns ``model``, ``how``, ``seed``,
     ``method``, ``n_edges_graph``, ``k``, ``faithfulness``): the faithfulness of the method's top
-    ``k`` edges, ``k = 0 .. E``.
+    ``k`` edges, ``k = 0 .. E``; and, as method :data:`ORACLE_BEST`, the best faithfulness of any
+    circuit of at most ``k`` edges for every size the oracle searched (the oracle regret at size
+    ``k`` is that minus a method's value).
     """
     rows = []
     for job in _benchmark_runs(models, methods, hows, seeds, n, lean=lean, progress=progress):
         curve = faithfulness_curve(job.result, job.ei).tolist()
         rows += [{"model": job.model, "how": job.how, "seed": job.seed, "method": job.method,
                   "n_edges_graph": job.ei.n_edges, "k": k, "faithfulness": f} for k, f in enumerate(curve)]
+        if job.method == "exhaustive_oracle":
+            rows += [{"model": job.model, "how": job.how, "seed": job.seed, "method": ORACLE_BEST,
+                      "n_edges_graph": job.ei.n_edges, "k": k, "faithfulness": f}
+                     for k, f in enumerate(job.result.best_by_size)]
     return pd.DataFrame(rows, columns=["model", "how", "seed", "method", "n_edges_graph", "k", "faithfulness"])

@@ -57,15 +57,27 @@ def _evaluate(ei: EdgeIntervention, masks: Tensor, chunk: int) -> Tensor:
     return ei.faithfulness(ei.evaluate(masks, chunk=chunk, dedupe=True)).double()
 
 
-def _exhaustive(ei: EdgeIntervention, target: float, chunk: int, progress: bool) -> tuple[int, float, int, str]:
+def _cumulative_best(best: list[float]) -> tuple[float, ...]:
+    """Best faithfulness with exactly ``k`` edges -> with at most ``k`` edges (a running maximum)."""
+    out, top = [], -float("inf")
+    for value in best:
+        top = max(top, value)
+        out.append(top)
+    return tuple(out)
+
+
+def _exhaustive(ei: EdgeIntervention, target: float, chunk: int,
+                progress: bool) -> tuple[int, float, int, str, tuple[float, ...]]:
     n = ei.n_edges
     total = 1 << n
     best_number, best_size, best_faith = total - 1, n, -float("inf")
+    by_size = torch.full((n + 1,), -float("inf"), dtype=torch.float64, device=ei.device)
     for start in tqdm(range(0, total, chunk * 8), disable=not progress, desc="oracle"):
         numbers = torch.arange(start, min(start + chunk * 8, total), device=ei.device)
         masks = _bits(numbers, n)
         faith = _evaluate(ei, masks, chunk)
         sizes = masks.sum(1).long()
+        by_size.scatter_reduce_(0, sizes, faith, reduce="amax")
         ok = faith >= target
         if not ok.any():
             continue
@@ -73,11 +85,12 @@ def _exhaustive(ei: EdgeIntervention, target: float, chunk: int, progress: bool)
         i = int(torch.argmin(key))
         if (int(sizes[i]), -float(faith[i])) < (best_size, -best_faith):
             best_number, best_size, best_faith = int(numbers[i]), int(sizes[i]), float(faith[i])
-    return best_number, best_faith, total, f"exhaustive: all {total} subsets of {n} edges"
+    return (best_number, best_faith, total, f"exhaustive: all {total} subsets of {n} edges",
+            _cumulative_best(by_size.tolist()))
 
 
 def _by_size(ei: EdgeIntervention, target: float, chunk: int, max_size: int, max_subsets: int,
-             progress: bool) -> tuple[int, float, int, str]:
+             progress: bool) -> tuple[int, float, int, str, tuple[float, ...]]:
     graph, n = ei.graph, ei.n_edges
     bit = [1 << (n - 1 - e) for e in range(n)]
     out_bits = {s: sum(bit[e] for e in graph.outgoing(s)) for s in graph.senders}
@@ -97,29 +110,34 @@ def _by_size(ei: EdgeIntervention, target: float, chunk: int, max_size: int, max
         return all(not subset & bit[e] or feeds[e] == 0 or subset & feeds[e] for e in range(n))
     level, seen = {0}, 1
     best_number, best_faith = 0, float(_evaluate(ei, torch.zeros(1, n, device=ei.device), chunk)[0])
+    by_size = [best_faith]  # the best of each size searched (a size with no subset to run: -inf)
     if best_faith >= target:
-        return 0, best_faith, seen, "by size: the empty circuit reaches the target"
+        return 0, best_faith, seen, "by size: the empty circuit reaches the target", (best_faith,)
     for size in range(1, max_size + 1):
         grown = {s | bit[e] for s in level for e in range(n) if not s & bit[e] and (needs[e] == 0 or s & needs[e])}
         if not grown:
             break
         if seen + len(grown) > max_subsets:
             return best_number, best_faith, seen, (f"by size: stopped before size {size} ({len(grown)} connected subsets "
-                                                   f"would pass max_subsets={max_subsets}); target not reached")
+                                                   f"would pass max_subsets={max_subsets}); target not reached"), \
+                _cumulative_best(by_size)
         level = grown
         numbers = sorted(x for x in level if fed(x))
         if not len(numbers):
+            by_size.append(-float("inf"))
             continue
         faith = torch.cat([_evaluate(ei, _masks_of(numbers[i : i + chunk * 8], n, ei.device), chunk)
                            for i in tqdm(range(0, len(numbers), chunk * 8), disable=not progress, desc=f"size {size}")])
         seen += len(numbers)
+        by_size.append(float(faith.max()))
         i = int(torch.argmax(faith))
         if float(faith[i]) > best_faith:
             best_number, best_faith = int(numbers[i]), float(faith[i])
         if best_faith >= target:
-            return best_number, best_faith, seen, f"by size: every connected subset of up to {size} edges ({seen} subsets)"
+            return (best_number, best_faith, seen, f"by size: every connected subset of up to {size} edges ({seen} subsets)",
+                    _cumulative_best(by_size))
     return best_number, best_faith, seen, (f"by size: every connected subset of up to {max_size} edges ({seen} subsets); "
-                                           "target not reached")
+                                           "target not reached"), _cumulative_best(by_size)
 
 
 def exhaustive_oracle(model=None, batch=None, *, target: float = 0.9, how: str | None = None,
@@ -131,7 +149,9 @@ def exhaustive_oracle(model=None, batch=None, *, target: float = 0.9, how: str |
 
     ``result.search`` says which search ran and whether the target was reached; ``result.circuit``
     is the smallest faithful circuit (the most faithful of that size), or the most faithful one
-    seen when the target was not reached.  ``chunk``: masks per batched forward.
+    seen when the target was not reached; ``result.best_by_size[k]`` is the best faithfulness of
+    any circuit of at most ``k`` edges, for every size searched (what a method's top ``k`` edges
+    are measured against for the oracle regret at each size).  ``chunk``: masks per batched forward.
     """
     for name, value, low in (("max_exhaustive", max_exhaustive, 0), ("max_size", max_size, 0),
                              ("max_subsets", max_subsets, 1), ("chunk", chunk, 1)):
@@ -143,9 +163,9 @@ def exhaustive_oracle(model=None, batch=None, *, target: float = 0.9, how: str |
     start = time.perf_counter()
     n = ei.n_edges
     if n <= max_exhaustive:
-        number, faith, runs, search = _exhaustive(ei, float(target), chunk, progress)
+        number, faith, runs, search, best_by_size = _exhaustive(ei, float(target), chunk, progress)
     else:
-        number, faith, runs, search = _by_size(ei, float(target), chunk, max_size, max_subsets, progress)
+        number, faith, runs, search, best_by_size = _by_size(ei, float(target), chunk, max_size, max_subsets, progress)
     best = _masks_of([number], n, ei.device)[0]
     toggled = best[None].repeat(n, 1)
     diagonal = torch.arange(n, device=best.device)
@@ -155,4 +175,4 @@ def exhaustive_oracle(model=None, batch=None, *, target: float = 0.9, how: str |
     circuit = ei.graph.edges_of(best.tolist())
     return finish("exhaustive_oracle", ei, scores, start, runs + n, n_edges=None, threshold=None, target=float(target),
                   params={"target": float(target), "max_exhaustive": max_exhaustive, "max_size": max_size},
-                  circuit=circuit, faithfulness=faith, search=search)
+                  circuit=circuit, faithfulness=faith, search=search, best_by_size=best_by_size)

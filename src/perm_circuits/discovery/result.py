@@ -35,6 +35,9 @@ class DiscoveryResult:
             run of ``k`` masks counts ``k``, a backward pass counts as one more forward.
         search: how the exhaustive oracle searched (``""`` for the other methods).
         params: the method's settings.
+        best_by_size: the exhaustive oracle only: entry ``k`` is the best faithfulness of any circuit
+            of at most ``k`` edges, for every size the search covered (``()`` for the other methods).
+            The oracle regret at size ``k`` is this minus a method's top-``k`` faithfulness.
     """
 
     method: str
@@ -46,6 +49,7 @@ class DiscoveryResult:
     n_forward: int
     search: str = ""
     params: dict[str, Any] = field(default_factory=dict)
+    best_by_size: tuple[float, ...] = ()
 
     @property
     def n_edges(self) -> int:
@@ -121,11 +125,12 @@ def choose_circuit(
 
 def finish(method: str, ei: EdgeIntervention, scores: Tensor, start: float, n_forward: int, *,
            n_edges: int | None, threshold: float | None, target: float, params: dict[str, Any],
-           circuit: frozenset[str] | None = None, faithfulness: float | None = None, search: str = "") -> DiscoveryResult:
+           circuit: frozenset[str] | None = None, faithfulness: float | None = None, search: str = "",
+           best_by_size: tuple[float, ...] = ()) -> DiscoveryResult:
     """Choose the circuit (unless given), time the method and package the result."""
     if circuit is None:
         circuit, faithfulness, used = choose_circuit(ei, scores, n_edges=n_edges, threshold=threshold, target=target)
         n_forward += used
     series = pd.Series(scores.detach().double().cpu().numpy(), index=list(ei.graph.edges), name=method)
     return DiscoveryResult(method, ei.how, series, circuit, float(faithfulness), time.perf_counter() - start,
-                           int(n_forward), search, params)
+                           int(n_forward), search, params, tuple(best_by_size))

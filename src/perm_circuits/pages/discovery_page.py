@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from perm_circuits.discovery.benchmark import ORACLE_BEST
 from perm_circuits.pages.render import format_value, render
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "discovery_pages",
     "flip_word",
     "recovers",
+    "regret_by_size",
 ]
 
 DISCOVERY_TABLE = Path("results/discovery.csv")
@@ -225,6 +227,37 @@ def _figure(table: pd.DataFrame, model: str) -> tuple[Path, str] | None:
     return DISCOVERY_FIGURES / f"discovery_{model}.svg", "<?xml version='1.0' encoding='UTF-8'?>\n" + drawn.svg
 
 
+def regret_by_size(curves: pd.DataFrame) -> pd.DataFrame:
+    """The oracle regret at every size the oracle searched: per model, mode, seed and method, the mean
+    over ``k = 1 .. K`` of (best faithfulness of any circuit of at most ``k`` edges) minus (the
+    method's top-``k`` faithfulness), ``K`` the largest size searched (column ``max_k``)."""
+    best = curves[curves.method == ORACLE_BEST]
+    rows = []
+    for (model, how, seed), oracle in best.groupby(["model", "how", "seed"], sort=False):
+        envelope = oracle.set_index("k").faithfulness
+        envelope = envelope[(envelope.index >= 1) & (envelope > -math.inf)]
+        part = curves[(curves.model == model) & (curves.how == how) & (curves.seed == seed)]
+        for method in [m for m in METHOD_ORDER if m in set(part.method)]:
+            curve = part[part.method == method].set_index("k").faithfulness.reindex(envelope.index)
+            rows.append({"model": model, "how": how, "seed": seed, "method": method, "max_k": int(envelope.index.max()),
+                         "regret": float((envelope - curve).mean())})
+    return pd.DataFrame(rows, columns=["model", "how", "seed", "method", "max_k", "regret"])
+
+
+def _regret_block(curves: pd.DataFrame) -> str:
+    regret = regret_by_size(curves)
+    models = list(dict.fromkeys(regret.model))
+    lines = ["| method | " + " | ".join(f"{m} (k = 1-{int(regret[regret.model == m].max_k.iloc[0])})" for m in models)
+             + " |", "|---|" + "---|" * len(models)]
+    for method in [m for m in METHOD_ORDER if m in set(regret.method)]:
+        cells = []
+        for model in models:
+            value = regret[(regret.model == model) & (regret.method == method)].regret
+            cells.append(format_value(float(value.mean()), "f2") if len(value) else "n/a")
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def curve_figure_path(model: str) -> Path:
     """Where ``model``'s faithfulness curves go: ``docs/figures/discovery_curves_<model>.svg``."""
     return DISCOVERY_FIGURES / f"discovery_curves_{key(model)}.svg"
@@ -232,7 +265,9 @@ def curve_figure_path(model: str) -> Path:
 
 def curves_svg(curves: pd.DataFrame, model: str) -> str:
     """``model``'s faithfulness-against-edges-kept curves (``results/discovery_curves.csv``), one line per
-    method in the method order, the oracle dashed, for the table's first mode and seed of that model."""
+    method in the method order (the oracle's ranking dashed) and, in black, the best faithfulness any
+    circuit of at most ``k`` edges reaches, where the oracle searched; for the table's first mode and
+    seed of that model."""
     from perm_circuits.views.svg_charts import PALETTE, Series, svg_line_chart
 
     rows = curves[curves.model == model]
@@ -245,6 +280,10 @@ def curves_svg(curves: pd.DataFrame, model: str) -> str:
         curve = rows[rows.method == method].sort_values("k")
         series.append(Series(method, curve.k.tolist(), curve.faithfulness.tolist(), color=PALETTE[index % len(PALETTE)],
                              dash=method == "exhaustive_oracle"))
+    best = rows[(rows.method == ORACLE_BEST) & (rows.faithfulness > -math.inf)].sort_values("k")
+    if not best.empty:
+        series.append(Series("best possible (oracle)", best.k.tolist(), best.faithfulness.tolist(), color="#000000",
+                             dash=True))
     low, high = min(0.0, float(rows.faithfulness.min())), max(1.0, float(rows.faithfulness.max()))
     return svg_line_chart(series, title=f"{model}: faithfulness of each method's top k edges ({how}, seed {seed})",
                           x_label=f"edges kept, k (of {int(rows.n_edges_graph.iloc[0])})", y_label="faithfulness",
@@ -258,18 +297,19 @@ def discovery_pages(root: str | os.PathLike) -> dict[Path, str]:
         return {}
     table = pd.read_csv(root / DISCOVERY_TABLE)
     numbers = discovery_numbers(table)
+    curves = pd.read_csv(root / DISCOVERY_CURVES) if (root / DISCOVERY_CURVES).is_file() else None
     blocks = {
         "summary_constructed": _summary_block(table, "constructed"),
         "summary_oracle": _summary_block(table, "oracle"),
         "detail": _detail_block(table),
+        "regret_by_size": "" if curves is None else _regret_block(curves),
     }
     out = {DISCOVERY_PAGE: render((root / DISCOVERY_TEMPLATE).read_text(encoding="utf-8"), numbers, blocks)}
     for model in SHIPPED:
         figure = _figure(table, model)
         if figure is not None:
             out[figure[0]] = figure[1]
-    if (root / DISCOVERY_CURVES).is_file():
-        curves = pd.read_csv(root / DISCOVERY_CURVES)
+    if curves is not None:
         for model in dict.fromkeys(curves.model):
             out[curve_figure_path(model)] = curves_svg(curves, model)
     return out
