@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from perm_circuits.discovery.benchmark import ORACLE_BEST
 from perm_circuits.discovery.scoring import faithfulness_area
 from perm_circuits.pages.discovery_page import (
     DESCRIBED,
@@ -19,6 +20,7 @@ from perm_circuits.pages.discovery_page import (
     discovery_pages,
     flip_word,
     recovers,
+    regret_by_size,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,8 +44,8 @@ def test_committed_page_and_figures_equal_a_fresh_rendering():
     assert "{{" not in page and "}}" not in page
     for figure in figures:
         assert f"figures/{figure.name}" in page
-        if figure in curves:
-            assert pages[figure].count('class="series"') == 8  # one line per method, the oracle's included
+        if figure in curves:  # one line per method, the oracle's ranking and its best-possible line (not on reverse)
+            assert pages[figure].count('class="series"') == (7 if "reverse" in figure.name else 9)
         else:
             assert pages[figure].count("class='edge'") >= 1
 
@@ -115,7 +117,8 @@ def test_curves_are_the_tables_runs(table):
     table's faith_area for the same model, mode, seed and method: the same runs, not a second sample."""
     curves = pd.read_csv(ROOT / DISCOVERY_CURVES)
     checked = 0
-    for (model, how, seed, method), curve in curves.groupby(["model", "how", "seed", "method"]):
+    for (model, how, seed, method), curve in curves[curves.method != ORACLE_BEST].groupby(["model", "how", "seed",
+                                                                                           "method"]):
         row = table[(table.model == model) & (table.how == how) & (table.seed == seed) & (table.method == method)]
         assert len(row) == 1, (model, how, seed, method)
         n_edges = int(curve.n_edges_graph.iloc[0])
@@ -124,3 +127,45 @@ def test_curves_are_the_tables_runs(table):
         assert area == pytest.approx(float(row.faith_area.iloc[0]), abs=1e-4), (model, how, seed, method)
         checked += 1
     assert checked == 7 * 8 - 1  # every method on every model; tracr reverse has no oracle
+
+
+def test_best_possible_line_and_regret_at_each_size(table):
+    """The oracle's best-by-size line starts at the empty circuit, never falls, reaches the oracle's own
+    faithfulness at its circuit's size, and lies on or above every method's curve (regret >= 0)."""
+    curves = pd.read_csv(ROOT / DISCOVERY_CURVES)
+    best = curves[curves.method == ORACLE_BEST]
+    assert set(best.model) == set(curves.model) - {"tracr:reverse"}  # reverse (77 edges) has no oracle
+    for (model, how, seed), line in best.groupby(["model", "how", "seed"]):
+        values = line.sort_values("k").faithfulness.tolist()
+        assert values == sorted(values)
+        oracle = table[(table.model == model) & (table.how == how) & (table.seed == seed)
+                       & (table.method == "exhaustive_oracle")].iloc[0]
+        if "target not reached" not in oracle.oracle_search:
+            assert values[int(oracle.n_chosen)] == pytest.approx(oracle.faithfulness, abs=1e-5)
+            assert all(v < 0.9 for v in values[: int(oracle.n_chosen)])
+        # every method's top-k edges are one circuit of k edges: never above the best possible
+        part = curves[(curves.model == model) & (curves.how == how) & (curves.seed == seed)]
+        for method, curve in part[part.method != ORACLE_BEST].groupby("method"):
+            ranked = curve.set_index("k").faithfulness
+            for k, v in enumerate(values):
+                assert ranked[k] <= v + 1e-5, (model, method, k)
+    regret = regret_by_size(curves)
+    assert (regret.regret >= -1e-5).all() and len(regret) == 6 * 8
+    page = (ROOT / DISCOVERY_PAGE).read_text(encoding="utf-8")
+    assert "| random_baseline |" in page.split("oracle regret at every size")[1]
+
+
+def test_induction_oracle_is_the_truth_without_the_elimination_head(table):
+    """The page says the oracle reaches 0.9 on the induction model under resample and mean ablation with
+    the constructed truth minus the elimination head's two edges, and does not reach it under zero."""
+    numbers = discovery_numbers(table)
+    page = (ROOT / DISCOVERY_PAGE).read_text(encoding="utf-8")
+    for how in ("resample", "mean"):
+        rows = table[(table.model == "induction") & (table.how == how) & (table.method == "exhaustive_oracle")]
+        assert len(rows) == 5 and not rows.oracle_search.str.contains("not reached").any()
+        share = sum(set(r.circuit.split()) == set(r.true_edges.split()) - {"embed->L1H1.v", "L1H1->logits"}
+                    for r in rows.itertuples()) / len(rows)
+        assert numbers[f"induction.{how}.oracle.minus_elimination"] == share == 1.0
+    assert numbers["induction.resample.oracle.reached"] == "reached" and "The oracle agrees:\nit reached" in page
+    zero = table[(table.model == "induction") & (table.how == "zero") & (table.method == "exhaustive_oracle")]
+    assert zero.oracle_search.str.contains("not reached").all() and (zero.n_true > 6).all()

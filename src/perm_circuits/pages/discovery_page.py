@@ -60,6 +60,9 @@ DESCRIBED = {
 }
 """Per shipped model: the components and the edges the docs describe for its circuit, and where."""
 
+ELIMINATION_EDGES = frozenset({"embed->L1H1.v", "L1H1->logits"})
+"""The weight-built induction model's elimination-head edges (its head ``L1H1``)."""
+
 PAPER = {
     "acdc_zero_auc": 1.0,
 }
@@ -192,6 +195,9 @@ def discovery_numbers(table: pd.DataFrame) -> dict[str, object]:
         numbers[f"{key(model)}.{how}.oracle.search"] = searches.iloc[0].split(";")[0]
         numbers[f"{key(model)}.{how}.oracle.faithfulness"] = float(rows.faithfulness.mean())
         numbers[f"{key(model)}.{how}.oracle.size"] = float(rows.n_chosen.mean())
+        truths = [set(str(t).split()) - ELIMINATION_EDGES for t in rows.true_edges]
+        numbers[f"{key(model)}.{how}.oracle.minus_elimination"] = sum(
+            set(str(c).split()) == t for c, t in zip(rows.circuit.fillna(""), truths)) / len(rows)
     for model in SHIPPED:
         described, edges, _ = DESCRIBED[model]
         for how in ("zero", "mean", "resample"):
@@ -284,10 +290,15 @@ def curves_svg(curves: pd.DataFrame, model: str) -> str:
     if not best.empty:
         series.append(Series("best possible (oracle)", best.k.tolist(), best.faithfulness.tolist(), color="#000000",
                              dash=True))
-    low, high = min(0.0, float(rows.faithfulness.min())), max(1.0, float(rows.faithfulness.max()))
+    values = rows.faithfulness[rows.faithfulness > -math.inf]
+    low = min(0.0, math.floor(float(values.min()) * 10) / 10)
+    span = math.ceil((max(1.0, float(values.max())) - low) / 0.4 - 1e-9) * 0.4  # ticks at one-decimal steps
+    high = round(low + span, 6)
+    n_edges = int(rows.n_edges_graph.iloc[0])
+    step = next(s for s in (1, 2, 5, 10, 20) if n_edges / s <= 10)
     return svg_line_chart(series, title=f"{model}: faithfulness of each method's top k edges ({how}, seed {seed})",
-                          x_label=f"edges kept, k (of {int(rows.n_edges_graph.iloc[0])})", y_label="faithfulness",
-                          y_range=(low, high), width=760)
+                          x_label=f"edges kept, k (of {n_edges})", y_label="faithfulness", y_range=(low, high),
+                          width=760, x_ticks=list(range(0, n_edges + 1, step)))
 
 
 def discovery_pages(root: str | os.PathLike) -> dict[Path, str]:

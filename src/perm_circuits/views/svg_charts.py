@@ -70,8 +70,12 @@ def svg_line_chart(
     y_percent: bool = False,
     width: int = 720,
     height: int = 380,
+    x_ticks: Sequence[float] | None = None,
 ) -> str:
-    """An SVG line chart of ``series`` (legend on the right; steps drawn as horizontal-then-vertical)."""
+    """An SVG line chart of ``series`` (legend on the right; steps drawn as horizontal-then-vertical).
+
+    ``x_ticks``: where the x axis is labelled (default: six even steps, or 1-2-5 on a log axis).
+    """
     if not series:
         raise ValueError("svg_line_chart needs at least one series")
     xs = [float(v) for s in series for v in s.x]
@@ -98,7 +102,8 @@ def svg_line_chart(
            f'role="img" aria-label="{escape(title)}">',
            f'<rect width="{width}" height="{height}" fill="white"/>',
            f'<text x="{left}" y="22" font-size="15" {_FONT} fill="#212529">{escape(title)}</text>']
-    x_ticks = _log_ticks(x0, x1) if x_log else [x0 + i * (x1 - x0) / 5 for i in range(6)]
+    if x_ticks is None:
+        x_ticks = _log_ticks(x0, x1) if x_log else [x0 + i * (x1 - x0) / 5 for i in range(6)]
     y_ticks = [y0 + i * (y1 - y0) / 4 for i in range(5)]
     for t in x_ticks:
         out.append(f'<line x1="{_fmt(px(t))}" y1="{top}" x2="{_fmt(px(t))}" y2="{top + plot_h}" stroke="#e9ecef"/>')
