@@ -170,3 +170,17 @@ def test_discover_prints_the_circuit_and_draws_it(tmp_path, capsys):
     drawn = [e for e in svg.iter() if "edge" in (e.get("class") or "").split()]
     assert len(drawn) == len(kept)
     assert main(["discover", "d32h2", "--out", str(tmp_path / "x.png")]) == 2
+
+
+def test_discover_draws_its_picture_by_default(tmp_path, monkeypatch, capsys):
+    import xml.etree.ElementTree as ET
+
+    from perm_circuits.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["discover", "d16h1", "--method", "eap", "--samples", "100"]) == 0
+    out = tmp_path / "circuit_d16h1_eap_resample.svg"
+    assert capsys.readouterr().out.strip().endswith(str(out.name)) and out.is_file()
+    svg = ET.fromstring(out.read_text())
+    nodes = {e.get("data-node") for e in svg.iter() if "node" in (e.get("class") or "").split()}
+    assert nodes == {"embed", "L0H0", "L0MLP", "logits"}  # every component of the one-layer model is drawn

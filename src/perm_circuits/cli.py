@@ -136,7 +136,8 @@ def _parser() -> argparse.ArgumentParser:
     dc.add_argument("--how", default="resample", help="ablation mode of the edges: zero, mean, resample (default), optimal")
     dc.add_argument("--samples", type=_positive_int, default=500, help="test sequences (default 500)")
     dc.add_argument("--seed", type=int, default=0)
-    dc.add_argument("--out", type=Path, help="write the circuit's picture here (.svg or .html)")
+    dc.add_argument("--out", type=Path, help="write the circuit's picture here (.svg or .html; default "
+                    "circuit_MODEL_METHOD_HOW.svg in the current folder)")
     dc.add_argument("--device", help="where to run the model: cpu (default), cuda, ...")
     _import_flag(dc, "the task of your own that a checkpoint was trained on")
     rr = sub.add_parser("reproduce", help="run a seed paper's headline experiment and print paper vs ours")
@@ -302,11 +303,12 @@ def _discover(args: argparse.Namespace) -> int:
     for edge in result.ranking():
         if edge in result.circuit:
             print(f"  {edge:<22} {result.scores[edge]:+.4f}")
-    if args.out is not None:
-        picture = circuit_graph(sorted(result.circuit), scores={e: float(result.scores[e]) for e in result.circuit},
-                                n_layers=model.cfg.n_layers, n_heads=model.cfg.n_heads,
-                                title=f"{args.model}: {result.method} circuit ({result.how} ablation)")
-        print(picture.save(args.out))
+    out = args.out or Path(f"circuit_{Path(args.model).name}_{result.method}_{result.how}.svg")
+    picture = circuit_graph(sorted(result.circuit), scores={e: float(result.scores[e]) for e in result.circuit},
+                            n_layers=model.cfg.n_layers, n_heads=model.cfg.n_heads,
+                            mlp=not getattr(model.cfg, "attn_only", False),
+                            title=f"{args.model}: {result.method} circuit ({result.how} ablation)")
+    print(picture.save(out))
     return 0
 
 

@@ -68,15 +68,17 @@ def eap(model=None, batch=None, *, how: str | None = None, intervention: EdgeInt
 def eap_ig(model=None, batch=None, *, steps: int = 10, how: str | None = None,
            intervention: EdgeIntervention | None = None, n_edges: int | None = None, threshold: float | None = None,
            target: float = 0.9, seed: int = 0, chunk: int = 5, **options) -> DiscoveryResult:
-    """EAP with integrated gradients (Hanna et al. 2024, "Have Faith in Faithfulness"), along the edge mask.
+    """EAP with integrated gradients along the edge mask (after Hanna et al. 2024, "Have Faith in Faithfulness").
 
     Every edge's mask goes together from 1 (clean) to 0 (ablated); the gradient of the metric
     with respect to each edge's mask is averaged at the ``steps`` midpoints ``alpha = (k + 1/2) /
     steps`` and the score is ``-mean gradient`` (the path integral of the metric's change along
-    the edge; the scores sum to ``metric(none) - metric(all)`` as ``steps`` grows).  Hanna et al.
-    interpolate the input embeddings; interpolating the mask is the same integral taken along the
-    intervention discovery uses, and it captures effects that saturate at the clean point
-    (a sharp attention pattern), which plain EAP misses.  ``chunk`` steps run per batched pass.
+    the edge; the scores sum to ``metric(none) - metric(all)`` as ``steps`` grows).  This is the
+    mask variant of integrated gradients, not Hanna et al.'s exact method: they interpolate the
+    input embeddings between the clean and corrupted input, a different path with a different
+    integral, so its scores are not theirs.  Like theirs, it captures effects that saturate at the
+    clean point (a sharp attention pattern), which plain EAP misses.  ``chunk`` steps run per
+    batched pass.
     """
     check_int("steps", steps, 1)
     check_int("chunk", chunk, 1)
