@@ -17,7 +17,9 @@ renders it (views render, they do not compute).  The sections:
 - direct logit attribution to the targets (:func:`~perm_circuits.analysis.probes.task_attribution.target_logit_attribution`);
 - a proposed circuit and its IOI criteria (:func:`~perm_circuits.analysis.circuits.criteria.propose_circuit`,
   :func:`~perm_circuits.analysis.circuits.criteria.circuit_metrics`, mean ablation, F the targets'
-  log-probability above a uniform guess).
+  log-probability above a uniform guess);
+- the discovered circuit (ACDC under resample ablation) and three to five one-line findings from
+  all of the above (:func:`~perm_circuits.analysis.task_findings.task_findings`).
 
 :func:`study_report_data` computes the permutation study's page (the head-role verdict, recall
 patching, FFN and memory probes, the study's attribution), which
@@ -30,7 +32,7 @@ A section that does not apply to the model (no hook points to ablate, no ``W_U``
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
@@ -50,6 +52,7 @@ from perm_circuits.analysis.probes.task_attribution import (
     target_logit_attribution,
 )
 from perm_circuits.analysis.interventions.activation_patching import TaskPatch, patch_activation, patch_head, target_logprob
+from perm_circuits.analysis.task_findings import task_findings
 from perm_circuits.checks import check_int
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig
 from perm_circuits.tasks.runner import TaskEvaluation, measure_task, task_logits
@@ -203,34 +206,12 @@ def task_report_data(
                 attribution = target_logit_attribution(model, test_set.subset(rows))
             except (TypeError, ValueError) as error:
                 notes["attribution"] = str(error)
-    return TaskReportData(task_name=task.name, about=about, evaluation=evaluation, n=n, seed=seed,
+    data = TaskReportData(task_name=task.name, about=about, evaluation=evaluation, n=n, seed=seed,
         sequences=tuple(sequence_table(logits, shown, row) for row in range(len(shown))),
         labels=tuple(tuple(token_labels(task, shown.tokens[row].tolist())) for row in range(len(shown))),
         patterns=patterns, attention=attention, ablation=ablation, ablation_hows=tuple(ablation_hows),
-        patching=patching, attribution=attribution, circuit=circuit, notes=notes, skills=skills,
-        findings=task_findings(evaluation, skills, ablation))
-
-
-def task_findings(evaluation: TaskEvaluation, skills: Mapping[str, Any], ablation: TaskAblationTable | None
-                  ) -> tuple[str, ...]:
-    """Three to five one-line findings of a task's report, each naming its ablation mode (or none)."""
-    shown = list(evaluation.metrics.items())[:3]
-    lines = ["Metrics (no ablation): " + ", ".join(f"{k} {v:.3f}" for k, v in shown)
-             + f"; test loss {evaluation.test_loss:.3f}."]
-    for skill, result in skills.items():
-        strongest = max(result.circuit, key=lambda edge: abs(float(result.scores[edge]))) if result.circuit else "none"
-        lines.append(f"Circuit ({result.method.upper()}, {result.how} ablation): {result.n_edges} of "
-                     f"{len(result.scores)} edges, faithfulness {result.faithfulness:.2f}; strongest edge {strongest}.")
-    if ablation is not None and ablation.metric_names:
-        metric = ablation.metric_names[0]
-        frame = ablation.to_dataframe()
-        frame = frame[frame["component"] != "none"]
-        for how in list(dict.fromkeys(frame["how"]))[:2]:
-            rows = frame[frame["how"] == how]
-            worst = rows.loc[rows[f"delta_{metric}"].idxmin()]
-            lines.append(f"Largest drop in {metric} under {how} ablation: {worst['component']} "
-                         f"({worst[f'delta_{metric}']:+.3f}).")
-    return tuple(lines[:5])
+        patching=patching, attribution=attribution, circuit=circuit, notes=notes, skills=skills)
+    return replace(data, findings=task_findings(data))
 
 
 # ----------------------------------------------------------------------------- the study's report

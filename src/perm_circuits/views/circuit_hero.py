@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from perm_circuits.views.circuit_graph import circuit_graph
 
-__all__ = ["HERO_CSS", "circuit_hero", "collapsible"]
+__all__ = ["HERO_CSS", "CollapsedViews", "circuit_hero", "collapsible"]
 
 HERO_CSS = """
 .pc-hero { display: flex; flex-wrap: wrap; gap: 18px; align-items: flex-start; }
@@ -22,6 +23,7 @@ HERO_CSS = """
 .pc-hero figcaption { font-size: 0.9em; color: #495057; text-align: center; }
 .pc-findings li { margin: 4px 0; }
 details.pc-details > summary { cursor: pointer; font-size: 1.15em; font-weight: 600; margin-top: 1.2em; }
+details.pc-details > summary > h2 { display: inline-block; margin: 0.4em 0 0.2em; }
 """
 
 
@@ -44,7 +46,29 @@ def circuit_hero(skills: Mapping[str, Any], findings: Sequence[str], *, n_layers
             f'<h3>Findings</h3>\n<ul class="pc-findings">{items}</ul>')
 
 
-def collapsible(title: str, body: str, *, open_: bool = False) -> str:
-    """``<details>`` with ``title`` as its summary: long tables stay one click away."""
+def collapsible(title: str, body: str, *, open_: bool = False, heading_id: str | None = None) -> str:
+    """``<details>`` whose ``<summary>`` is the ``<h2>`` ``title``: long tables stay one click away.
+
+    ``heading_id``: the heading's ``id`` (a table of contents' anchor); none by default.
+    """
     flag = " open" if open_ else ""
-    return f'<details class="pc-details"{flag}><summary>{html.escape(title)}</summary>\n{body}\n</details>'
+    anchor = f' id="{html.escape(heading_id)}"' if heading_id else ""
+    return (f'<details class="pc-details"{flag}><summary><h2{anchor}>{html.escape(title, quote=False)}</h2></summary>\n'
+            f"{body}\n</details>")
+
+
+@dataclass(frozen=True)
+class CollapsedViews:
+    """circuitsvis views (any ``mount_html(div_id)`` view) inside one :func:`collapsible` section.
+
+    Give it to :func:`~perm_circuits.views.html.html_page` as ``Section("", CollapsedViews(...))``:
+    the page then inlines the circuitsvis bundle and mounts every view, collapsed.
+    """
+
+    title: str
+    views: tuple[Any, ...]
+    note: str = ""
+
+    def mount_html(self, div_id: str) -> str:
+        body = self.note + "\n".join(view.mount_html(f"{div_id}-{index}") for index, view in enumerate(self.views))
+        return collapsible(self.title, body)

@@ -60,7 +60,7 @@ from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.tasks.permutation_data import make_test_set
 from perm_circuits.views import figures as F
 from perm_circuits.views.comparison_page import COMPARISON_SECTIONS, _comparison_page
-from perm_circuits.views.circuit_hero import HERO_CSS, circuit_hero
+from perm_circuits.views.circuit_hero import HERO_CSS, circuit_hero, collapsible
 from perm_circuits.views.html import Section, html_page, write_plotly_js
 from perm_circuits.views.model_page import (
     MIN_SECTION_N,
@@ -84,7 +84,7 @@ from perm_circuits.views.model_page import (
     _summary_html,
     _views,
 )
-from perm_circuits.views.report_html import _CSS, _esc, _Figures, _fmt, _h2, _note, _table, _toc, _verdict_html
+from perm_circuits.views.report_html import _CSS, _esc, _Figures, _fmt, _h2, _note, _slug, _table, _toc, _verdict_html
 
 __all__ = [
     "COMPARISON_SECTIONS",
@@ -323,7 +323,7 @@ def _model_page(entry: _Entry, n: int, step: Any, plotly_js: bool | str = True) 
         items = body[title]
         if title in COLLAPSED and all(isinstance(item.body, str) for item in items):
             inner = "\n".join(item.body for item in items)  # long tables: one click away, first screen stays short
-            sections.append(Section("", f'<details class="pc-details"><summary>{_h2(title)}</summary>\n{inner}\n</details>'))
+            sections.append(Section("", collapsible(title, inner, heading_id=_slug(title))))
             continue
         sections.append(Section("", _h2(title)))
         sections.extend(items)

@@ -2,7 +2,9 @@
 
 :func:`render_task_report` renders a :class:`~perm_circuits.analysis.report_data.TaskReportData`
 (computed by :func:`~perm_circuits.analysis.report_data.task_report_data`; this module computes
-nothing) into ``OUT/<task name>.html``; :func:`task_report` does both in one call.  The page has
+nothing) into ``OUT/<task name>.html``; :func:`task_report` does both in one call.  The page opens
+with the discovered circuit and three to five findings (:func:`~perm_circuits.views.circuit_hero.circuit_hero`,
+as the study's pages do); every section below is collapsed (``<details>``, one click away):
 
 * the task's settings (:meth:`Task.to_dict`) and the model's size (parameters, trainable ones);
 * the task's metrics on its test set, the test loss and the agreement with the task's exact
@@ -29,7 +31,6 @@ circuitsvis bundle: it renders with no network.
 
 from __future__ import annotations
 
-import html
 import os
 import re
 from collections.abc import Callable
@@ -49,8 +50,8 @@ from perm_circuits.analysis.interventions.ablation_table import TaskAblationTabl
 from perm_circuits.analysis.probes.task_attribution import attention_patterns
 from perm_circuits.tasks.base import Task
 from perm_circuits.views.attention_figures import attention_layout, attention_trace
-from perm_circuits.views.circuit_hero import HERO_CSS, circuit_hero
-from perm_circuits.views.circuits import OfflineView, attention_view
+from perm_circuits.views.circuit_hero import HERO_CSS, CollapsedViews, circuit_hero, collapsible
+from perm_circuits.views.circuits import attention_view
 from perm_circuits.views.figure_style import house_style
 from perm_circuits.views.html import Section, html_page, write_plotly_js
 from perm_circuits.views.report import _check_out, _check_overwrite, _write_marker
@@ -105,10 +106,32 @@ def task_ablation_figure(table: TaskAblationTable, metric: str | None = None):
                   x_title="ablation", y_title="component", height=220 + 40 * len(grid.index), width=620)
 
 
+def _collapsed(title: str, body: str) -> Section:
+    """A page section shown collapsed (``<details>`` whose summary is the heading ``title``)."""
+    return Section("", collapsible(title, body))
+
+
+def _views_section(patterns: dict[str, Tensor], labels: list[str]) -> Section:
+    """One circuitsvis view per layer on test sequence 0, collapsed (a note for a non-square pattern)."""
+    views, notes = [], ""
+    for index, (name, pattern) in enumerate(patterns.items()):
+        heads = [f"L{index}H{head}" for head in range(pattern.shape[1])]
+        if pattern.shape[-2] != pattern.shape[-1]:  # e.g. a query at the last position only
+            notes += _note(f"Layer {index} ({name}): {pattern.shape[-2]} query position(s) over {pattern.shape[-1]} "
+                           "keys: no circuitsvis view (it needs a square pattern); the heatmaps above show it.")
+            continue
+        views.append(attention_view(pattern[0], labels, heads, f"Layer {index} ({name}), test sequence 0"))
+    title = "Attention views (test sequence 0)"
+    if not views:
+        return _collapsed(title, notes)
+    notes += _note("circuitsvis views, one per layer: " + "; ".join(view.title for view in views) + ".")
+    return Section("", CollapsedViews(title, tuple(views), notes))
+
+
 def _ablation_section(data: TaskReportData, fig: _Figures) -> Section:
     table = data.ablation
     if table is None:
-        return Section("Ablation", _note(data.notes.get("ablation", "No ablation was computed.")))
+        return _collapsed("Ablation", _note(data.notes.get("ablation", "No ablation was computed.")))
     hows = data.ablation_hows
     body = _note(
         f"Each head (blocks.L.attn.hook_z) and MLP (blocks.L.hook_mlp_out) ablated under {', '.join(hows)} "
@@ -117,14 +140,14 @@ def _ablation_section(data: TaskReportData, fig: _Figures) -> Section:
     )
     body += fig(task_ablation_figure(table))
     body += _table(table.to_dataframe().set_index(["component", "how"]), digits=4, wide=True)
-    return Section("Ablation", body)
+    return _collapsed("Ablation", body)
 
 
 def _analysis_sections(data: TaskReportData) -> list[Section]:
-    """Attention scores, activation patching, direct logit attribution and the proposed circuit, as tables."""
+    """Attention scores, activation patching, direct logit attribution and the proposed circuit, as collapsed tables."""
     out = []
     if data.attention is not None:
-        out.append(Section("Attention scores", _note(
+        out.append(_collapsed("Attention scores", _note(
             "Mean attention of each query position (>= 1) to itself, to the previous position and to position 0, "
             "over the shown test sequences (Olsson et al. 2022: a previous-token head has 'previous' near 1)."
         ) + _table(data.attention.to_dataframe().set_index("head"), digits=3)))
@@ -140,17 +163,17 @@ def _analysis_sections(data: TaskReportData) -> list[Section]:
             f"(clean - corrupted), 1 = the component carries everything; {first.confidence:.0%} bootstrap CIs over "
             f"{first.n} sequences." if first else "No component to patch."
         )
-        out.append(Section("Activation patching", body + _table(frame.set_index("component"), digits=4)))
+        out.append(_collapsed("Activation patching", body + _table(frame.set_index("component"), digits=4)))
     elif "patching" in data.notes:
-        out.append(Section("Activation patching", _note(data.notes["patching"])))
+        out.append(_collapsed("Activation patching", _note(data.notes["patching"])))
     if data.attribution is not None:
-        out.append(Section("Direct logit attribution", _note(
+        out.append(_collapsed("Direct logit attribution", _note(
             "Each component's direct push on logit(target) - mean logit at the loss positions (Elhage et al. 2021), "
             f"through the final norm frozen at its clean value; {data.attribution.n} test sequences; 'remainder' is "
             "what no component accounts for (biases)."
         ) + _table(data.attribution.to_dataframe().set_index("component"), digits=4)))
     elif "attribution" in data.notes:
-        out.append(Section("Direct logit attribution", _note(data.notes["attribution"])))
+        out.append(_collapsed("Direct logit attribution", _note(data.notes["attribution"])))
     if data.circuit is not None:
         group = data.circuit.subgroups[0]
         rows = [("circuit", ", ".join(data.circuit.circuit) or "(empty)"), ("ablation", data.circuit.how),
@@ -158,13 +181,13 @@ def _analysis_sections(data: TaskReportData) -> list[Section]:
                 ("completeness", group.completeness)]
         rows += [(f"minimality {m.node}", m.minimality) for m in group.minimality]
         frame = pd.DataFrame(rows, columns=["criterion", "value"]).set_index("criterion")
-        out.append(Section("Circuit", _note(
+        out.append(_collapsed("Circuit", _note(
             "A circuit proposed by single-component mean ablation, grown and pruned to faithfulness error <= 0.1, "
             "and its IOI criteria (Wang et al. 2022, section 4); F: the targets' log-probability in nats above a "
             f"uniform guess, over {data.circuit.n_samples} test sequences."
         ) + _table(frame, digits=4)))
     elif "circuit" in data.notes:
-        out.append(Section("Circuit", _note(data.notes["circuit"])))
+        out.append(_collapsed("Circuit", _note(data.notes["circuit"])))
     return out
 
 
@@ -204,14 +227,13 @@ def render_task_report(
     evaluation = data.evaluation
     title = title or f"{evaluation.model_name} on {data.task_name}"
     fig = _Figures(re.sub(r"[^A-Za-z0-9_-]+", "-", data.task_name))
-    hero = ""
-    if data.skills or data.findings:  # the first screen: the discovered circuit, then the findings
-        shape = model_shape_of_skills(data.skills)
-        hero = circuit_hero(data.skills, data.findings, n_layers=shape[0], n_heads=shape[1]) if shape else (
-            '<ul class="pc-findings">' + "".join(f"<li>{html.escape(line)}</li>" for line in data.findings) + "</ul>")
-    sections: list[Section | OfflineView | str] = [f"<style>{_CSS}{HERO_CSS}</style>" + hero,
-                                                   Section("Task and model", _kv_table(data.about))]
-    sections.append(Section("Metrics", _note(
+    # the first screen: the discovered circuit (or a line saying there is none), then the findings
+    shape = model_shape_of_skills(data.skills)
+    skills, (n_layers, n_heads) = (data.skills, shape) if shape else ({}, (1, 1))
+    hero = circuit_hero(skills, data.findings, n_layers=n_layers, n_heads=n_heads)
+    sections: list[Section | str] = [Section("", f"<style>{_CSS}{HERO_CSS}</style>" + hero),
+                                     _collapsed("Task and model", _kv_table(data.about))]
+    sections.append(_collapsed("Metrics", _note(
         f"{evaluation.n_samples} test sequences (task.test_set(n={data.n}, seed={data.seed})); 'reference' rows compare "
         "the model with the task's exact or analytic reference over the loss positions."
     ) + _table(evaluation.to_dataframe(), digits=4)))
@@ -223,17 +245,9 @@ def render_task_report(
             body += fig(_attention_figure(patterns, row, labels, f"{title}: attention on test sequence {row}"))
         else:
             body += _note("The model exposes no attention-pattern hook point (*hook_pattern): no attention to show.")
-        sections.append(Section(f"Test sequence {row}", body))
+        sections.append(_collapsed(f"Test sequence {row}", body))
     if patterns:
-        labels = list(data.labels[0])
-        for index, (name, pattern) in enumerate(patterns.items()):
-            heads = [f"L{index}H{head}" for head in range(pattern.shape[1])]
-            if pattern.shape[-2] != pattern.shape[-1]:  # e.g. a query at the last position only
-                sections.append(Section(f"Layer {index} ({name})", _note(
-                    f"{pattern.shape[-2]} query position(s) over {pattern.shape[-1]} keys: no circuitsvis view "
-                    "(it needs a square pattern); the heatmaps above show it.")))
-                continue
-            sections.append(attention_view(pattern[0], labels, heads, f"Layer {index} ({name}), test sequence 0"))
+        sections.append(_views_section(patterns, list(data.labels[0])))
     if data.ablation_hows:
         sections.append(_ablation_section(data, fig))
     sections += _analysis_sections(data)
