@@ -19,7 +19,7 @@ from perm_circuits.checks import check_int
 from perm_circuits.discovery.result import DiscoveryResult
 from perm_circuits.tasks.base import TaskBatch
 
-__all__ = ["discover_skills", "skill_batches"]
+__all__ = ["discover_skills", "skill_batches", "skill_oracle_table"]
 
 
 def _last_position_only(batch: TaskBatch) -> TaskBatch:
@@ -73,3 +73,43 @@ def discover_skills(
         corrupted = rows.tokens.roll(1, dims=0)
         out[skill] = METHODS[method](model, rows, how=how, seed=seed, corrupted=corrupted)
     return out
+
+
+def skill_oracle_table(models=("d16h1", "d32h1", "d32h2", "d16h1l2-any"), hows=("zero", "resample"),
+                       seeds=(0, 1, 2, 3, 4), n: int = 300, *, skill: str = "recall", max_size: int = 8,
+                       max_subsets: int = 300_000, progress: bool = True):
+    """The exhaustive oracle's circuit of one skill alone (default: recall), per shipped model, mode and seed.
+
+    Each seed draws a test batch of ``n`` sequences (seed ``1000 + seed``, as the discovery
+    benchmark), keeps the skill's rows scored at the last position (:func:`skill_batches`), and
+    searches the smallest circuit keeping faithfulness 0.9 on them (exhaustive up to 16 edges, else
+    by size up to ``max_size`` edges within ``max_subsets`` subsets; column ``search``).  Returns a
+    table with columns ``model``, ``skill``, ``how``, ``seed``, ``n_rows``, ``n_edges_graph``,
+    ``circuit`` (space-separated edges), ``n_chosen``, ``faithfulness``, ``search``.
+    """
+    import pandas as pd
+    from tqdm.auto import tqdm
+
+    from perm_circuits.discovery.benchmark import benchmark_models
+    from perm_circuits.discovery.oracle import exhaustive_oracle
+
+    registry = benchmark_models(include_tracr=False)
+    unknown = [m for m in models if m not in registry or m == "induction"]
+    if unknown:
+        raise ValueError(f"models must be shipped study models, got {unknown}")
+    if skill not in ("elimination", "recall"):
+        raise ValueError(f"skill must be 'elimination' or 'recall', got {skill!r}")
+    check_int("n", n, low=2)
+    rows = []
+    jobs = [(m, h, s) for m in models for h in hows for s in seeds]
+    built: dict = {}
+    for name, how, seed in tqdm(jobs, disable=not progress, desc=f"{skill} oracle"):
+        model = built.setdefault(name, registry[name].build())
+        part = skill_batches(registry[name].batch(model, n, 1000 + seed))[skill]
+        result = exhaustive_oracle(model, part, how=how, seed=seed, corrupted=part.tokens.roll(1, dims=0),
+                                   max_size=max_size, max_subsets=max_subsets)
+        rows.append({"model": name, "skill": skill, "how": how, "seed": seed, "n_rows": len(part),
+                     "n_edges_graph": len(result.scores), "circuit": " ".join(sorted(result.circuit)),
+                     "n_chosen": len(result.circuit), "faithfulness": result.faithfulness, "search": result.search})
+    return pd.DataFrame(rows, columns=["model", "skill", "how", "seed", "n_rows", "n_edges_graph", "circuit",
+                                       "n_chosen", "faithfulness", "search"])
