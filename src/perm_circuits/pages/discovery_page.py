@@ -23,6 +23,7 @@ from perm_circuits.pages.render import format_value, render
 __all__ = [
     "DESCRIBED",
     "DISCOVERY_CURVES",
+    "DISCOVERY_RECALL",
     "DISCOVERY_FIGURES",
     "DISCOVERY_PAGE",
     "DISCOVERY_TABLE",
@@ -34,6 +35,7 @@ __all__ = [
     "discovery_numbers",
     "discovery_pages",
     "flip_word",
+    "recall_numbers",
     "recovers",
     "regret_by_size",
 ]
@@ -43,6 +45,7 @@ DISCOVERY_TEMPLATE = Path("docs/templates/discovery.md")
 DISCOVERY_PAGE = Path("docs/discovery.md")
 DISCOVERY_FIGURES = Path("docs/figures")
 DISCOVERY_CURVES = Path("results/discovery_curves.csv")
+DISCOVERY_RECALL = Path("results/discovery_recall.csv")
 
 METHOD_ORDER = ("acdc", "eap", "eap_ig", "node_attribution", "greedy_edges", "mask_pruning", "random_baseline",
                 "exhaustive_oracle")
@@ -264,6 +267,43 @@ def _regret_block(curves: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def recall_numbers(recall: pd.DataFrame) -> dict[str, object]:
+    """Per shipped model and mode, the recall skill's oracle circuit (``results/discovery_recall.csv``)
+    against the components the docs describe (:data:`DESCRIBED`): ``found`` (every component in any
+    seed's circuit), ``covered`` (mean share of the described components in a seed's circuit),
+    ``extra``, ``claim`` (:func:`coverage_word`), ``reached`` (share of seeds reaching faithfulness 0.9)
+    and ``size`` (mean edges)."""
+    numbers: dict[str, object] = {}
+    for (model, how), rows in recall.groupby(["model", "how"], sort=False):
+        described = DESCRIBED[model][0]
+        found = [_components(c) for c in rows.circuit.fillna("")]
+        p = f"{key(model)}.{how}.recall."
+        covered = sum(len(described & f) / len(described) for f in found) / len(found)
+        extra = max(len(f - described) for f in found)
+        numbers.update({p + "found": ", ".join(sorted(set.union(*found))) or "none", p + "covered": covered,
+                        p + "extra": extra, p + "claim": coverage_word(covered, extra),
+                        p + "reached": float((~rows.search.str.contains("target not reached")).mean()),
+                        p + "size": float(rows.n_chosen.mean()), p + "rows": float(rows.n_rows.mean())})
+    return numbers
+
+
+def _recall_block(recall: pd.DataFrame) -> str:
+    numbers = recall_numbers(recall)
+    hows = [h for h in ("zero", "mean", "resample") if h in set(recall.how)]
+    lines = ["| model | described components | " + " | ".join(f"recall circuit, {h}: components (seeds reaching 0.9, "
+                                                              f"mean edges)" for h in hows) + " | verdict |",
+             "|---|---|" + "---|" * len(hows) + "---|"]
+    for model in [m for m in SHIPPED if m in set(recall.model)]:
+        cells = []
+        for how in hows:
+            p = f"{key(model)}.{how}.recall."
+            cells.append(f"{numbers[p + 'found']} ({format_value(numbers[p + 'reached'], 'pct0')}, "
+                         f"{format_value(numbers[p + 'size'], 'f1')})")
+        verdicts = "; ".join(f"{how}: {numbers[f'{key(model)}.{how}.recall.claim']}" for how in hows)
+        lines.append(f"| {model} | {', '.join(sorted(DESCRIBED[model][0]))} | " + " | ".join(cells) + f" | {verdicts} |")
+    return "\n".join(lines) + "\n"
+
+
 def curve_figure_path(model: str) -> Path:
     """Where ``model``'s faithfulness curves go: ``docs/figures/discovery_curves_<model>.svg``."""
     return DISCOVERY_FIGURES / f"discovery_curves_{key(model)}.svg"
@@ -309,11 +349,15 @@ def discovery_pages(root: str | os.PathLike) -> dict[Path, str]:
     table = pd.read_csv(root / DISCOVERY_TABLE)
     numbers = discovery_numbers(table)
     curves = pd.read_csv(root / DISCOVERY_CURVES) if (root / DISCOVERY_CURVES).is_file() else None
+    recall = pd.read_csv(root / DISCOVERY_RECALL) if (root / DISCOVERY_RECALL).is_file() else None
+    if recall is not None:
+        numbers.update(recall_numbers(recall))
     blocks = {
         "summary_constructed": _summary_block(table, "constructed"),
         "summary_oracle": _summary_block(table, "oracle"),
         "detail": _detail_block(table),
         "regret_by_size": "" if curves is None else _regret_block(curves),
+        "recall_circuits": "" if recall is None else _recall_block(recall),
     }
     out = {DISCOVERY_PAGE: render((root / DISCOVERY_TEMPLATE).read_text(encoding="utf-8"), numbers, blocks)}
     for model in SHIPPED:
