@@ -12,9 +12,10 @@ Writes, for NAME = forner_quick or forner_full:
 * ``results/NAME_comparison.csv``: the "paper vs ours" rows;
 * ``results/NAME_numbers.json``: the measured headline numbers and the run's settings.
 
-Each run also rewrites its generated block of docs/forner.md from the comparison table
-(tests/systems/test_forner_results.py checks the page against the committed table) and
-notebooks/06_forner.ipynb plots them.
+Each run also rewrites its generated block of docs/forner.md from the comparison table and its
+figure docs/figures/NAME.svg from ``results/NAME_ode.csv`` (the same figure ``scripts/build_results.py``
+renders; tests/systems/test_forner_results.py checks the page and the figure against the committed
+tables) and notebooks/06_forner.ipynb plots them.
 """
 
 from __future__ import annotations
@@ -83,8 +84,11 @@ def rerender(name: str) -> None:
 
 
 def write_docs(quick: bool = True) -> None:
-    """Rewrite docs/forner.md's generated block for the run kind from results/forner_KIND_comparison.csv."""
+    """Rewrite docs/forner.md's generated block for the run kind from results/forner_KIND_comparison.csv,
+    and its figure docs/figures/forner_KIND.svg from results/forner_KIND{,_ode}.csv."""
     from perm_circuits._util import atomic_write_text
+    from perm_circuits.pages.figures import FIGURES_DIR
+    from perm_circuits.pages.paper_figures import forner_svg
     from perm_circuits.systems.forner import comparison_markdown, docs_markers
 
     name = "forner_quick" if quick else "forner_full"
@@ -95,6 +99,9 @@ def write_docs(quick: bool = True) -> None:
     begin, end = docs_markers(quick)
     start, stop = text.index(begin), text.index(end) + len(end)
     atomic_write_text(page, text[:start] + comparison_markdown(table, seconds, quick=quick) + text[stop:])
+    seeds = int(pd.read_csv(ROOT / "results" / f"{name}.csv")["seed"].nunique())
+    ode = pd.read_csv(ROOT / "results" / f"{name}_ode.csv")
+    atomic_write_text(ROOT / FIGURES_DIR / f"{name}.svg", forner_svg(ode, seeds, "quick" if quick else "full"))
 
 
 if __name__ == "__main__":

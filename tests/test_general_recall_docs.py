@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import math
 import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from perm_circuits.pages.build import GENERAL_NUMBERS, GENERAL_PAGE, GENERAL_TEMPLATES, GENERALISATION_TABLE, build_pages, read_numbers
+from perm_circuits.pages.build import (
+    GENERAL_NUMBERS,
+    GENERAL_PAGE,
+    GENERAL_TEMPLATES,
+    GENERALISATION_FIGURE,
+    GENERALISATION_TABLE,
+    build_pages,
+    read_numbers,
+)
+from perm_circuits.pages.figures import generalisation_svg
 from perm_circuits.pages.generalisation import (
     ANY_MODEL,
     DYNAMICS_SIGNALS,
@@ -31,6 +41,26 @@ def numbers():
 
 def test_the_committed_page_is_the_rendered_tables():
     assert (ROOT / GENERAL_PAGE).read_text(encoding="utf-8") == build_pages(ROOT)[GENERAL_PAGE]
+
+
+def test_the_committed_figure_is_the_sweep_table_drawn(numbers):
+    """docs/figures/generalisation.svg is the committed sweep drawn, the page embeds it, and it has one
+    panel per (layers, training distribution) and one cell per configuration, annotated with the
+    page's generalising/finished counts."""
+    svg = (ROOT / GENERALISATION_FIGURE).read_text(encoding="utf-8")
+    table = load_generalisation_table(ROOT / GENERALISATION_TABLE)
+    assert svg == generalisation_svg(table)
+    assert "](figures/generalisation.svg)" in (ROOT / GENERAL_PAGE).read_text(encoding="utf-8")
+    ns = "{http://www.w3.org/2000/svg}"
+    notes = [cell.find(f"{ns}title").text for cell in ET.fromstring(svg).findall(f"{ns}rect[@class='cell']")]
+    configs = table.groupby(["n_layers", "repeat_sources", "n_heads", "d_model"], sort=True).size()
+    assert len(notes) == len(configs) == 16
+    keys = [f"generalisation.d{d}h{h}l{layers}.x{src.replace(',', '')}" for layers, src, h, d in configs.index]
+    expected = [f"{numbers[key + '.generalise']}/{numbers[key + '.done']}" for key in keys]
+    assert notes == expected
+    # trained on x1 only nothing generalises; trained on every x_k: the one-layer d32h2 and every two-layer model
+    drawn = {(layers, src, h, d) for (layers, src, h, d), note in zip(configs.index, notes) if not note.startswith("0/")}
+    assert drawn == {(1, "1,2,3,4", 2, 32)} | {(2, "1,2,3,4", h, d) for h in (1, 2) for d in (16, 32)}
 
 
 def test_every_placeholder_names_a_number(numbers):

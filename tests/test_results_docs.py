@@ -68,7 +68,10 @@ def test_committed_pages_are_the_rendered_tables():
                                     "docs/figures/phase_full.svg", "docs/figures/time_to_recall.svg",
                                     "docs/figures/study_dynamics.svg", "docs/figures/attention_d16h1_L0H0.svg",
                                     "docs/figures/attention_d32h1_L0H0.svg", "docs/figures/attention_d32h2_L0H0.svg",
-                                    "docs/figures/attention_d32h2_L0H1.svg"}
+                                    "docs/figures/attention_d32h2_L0H1.svg", "docs/figures/generalisation.svg",
+                                    "docs/figures/birth_probes.svg", "docs/figures/birth_positions.svg",
+                                    "docs/figures/forner_quick.svg", "docs/figures/forner_full.svg",
+                                    "docs/figures/factual_capacity.svg", "docs/figures/factual_trajectory.svg"}
     for path, text in pages.items():
         assert (ROOT / path).read_text(encoding="utf-8") == text, (
             f"{path} differs from what `python scripts/build_results.py` renders: edit "

@@ -8,12 +8,15 @@ each generated block of the docs page must equal the rendering of its committed 
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from perm_circuits.pages.figures import FIGURES_DIR
+from perm_circuits.pages.paper_figures import forner_svg
 from perm_circuits.systems.forner import (
     FULL,
     QUICK,
@@ -77,3 +80,32 @@ def test_the_docs_prose_reading_of_the_results(kind):
     assert max(numbers[f"ode_plateau_gap_{name}"] for name in "ARS") < 0.05
     assert numbers["A_half_alpha_ode"] > numbers["A_half_alpha_sim_mean"]
     assert log.groupby("seed")["rollout"].first().max() < 0.2 and log.groupby("seed")["rollout"].last().min() == 1.0
+
+
+NS = "{http://www.w3.org/2000/svg}"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_docs_figure_is_the_committed_ode_table_drawn(kind):
+    """docs/figures/forner_KIND.svg is forner_KIND_ode.csv drawn, the page embeds it, and the drawing
+    shows the page's reading: the ODE's A crosses one half later than the simulation's."""
+    log, ode, _, numbers = committed(kind)
+    svg = (ROOT / FIGURES_DIR / f"forner_{kind}.svg").read_text(encoding="utf-8")
+    assert svg == forner_svg(ode, log["seed"].nunique(), kind)
+    assert f"](figures/forner_{kind}.svg)" in (ROOT / "docs" / "forner.md").read_text()
+    root = ET.fromstring(svg)
+    lines = {line.find(f"{NS}title").text: [tuple(map(float, p.split(","))) for p in line.get("points").split()]
+             for line in root.findall(f"{NS}polyline")}
+    n = log["seed"].nunique()
+    simulated = f"A: simulation ({n} seed{'s' if n > 1 else ''})"
+    assert sorted(lines) == sorted([simulated, "A: ODE (eq. 15)", f"rollout acc.: simulation ({n} seed{'s' if n > 1 else ''})",
+                                    "rollout acc.: ODE (eq. 15)"])
+    assert all(len(points) == len(ode) for points in lines.values())
+    frame = next(r for r in root.findall(f"{NS}rect") if r.get("fill") == "none")
+    half = float(frame.get("y")) + float(frame.get("height")) / 2  # pixel y of 0.5 (y axis 0..1)
+
+    def first_x_above_half(points):
+        return next(x for x, y in points if y <= half)
+
+    assert first_x_above_half(lines[simulated]) < first_x_above_half(lines["A: ODE (eq. 15)"])
+    assert numbers["A_half_alpha_ode"] > numbers["A_half_alpha_sim_mean"]

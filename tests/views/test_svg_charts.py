@@ -29,6 +29,16 @@ def test_line_chart_draws_each_series_and_steps():
         svg_line_chart([Series("a", [0, 1], [0, 1])], title="t", x_label="x", y_label="y", x_log=True)
 
 
+def test_log_y_axis_puts_ten_halfway_between_one_and_a_hundred():
+    svg = svg_line_chart([Series("a", [1, 2, 3], [1, 10, 100])], title="t", x_label="x", y_label="y", y_log=True)
+    ys = [float(p.split(",")[1]) for p in ET.fromstring(svg).find(f"{NS}polyline").get("points").split()]
+    assert ys[0] > ys[1] > ys[2] and ys[1] == pytest.approx((ys[0] + ys[2]) / 2, abs=0.1)
+    labels = [t.text for t in ET.fromstring(svg).findall(f"{NS}text")]
+    assert {"1", "2", "5", "10", "20", "50", "100"} <= set(labels)
+    with pytest.raises(ValueError, match="log y axis needs positive"):
+        svg_line_chart([Series("a", [1, 2], [0, 1])], title="t", x_label="x", y_label="y", y_log=True)
+
+
 def test_heatmap_colours_follow_the_share():
     svg = svg_heatmaps([("p", ["c1", "c2"], ["r1"], [[(0.0, "0/5"), (1.0, "5/5")]]),
                         ("q", ["c1"], ["r1"], [[(math.nan, "–")]])], title="t", x_label="x", y_label="y")

@@ -18,7 +18,9 @@ Inputs, all in the repository:
 
 Outputs: ``docs/results.md``, ``docs/general_recall.md``, the section of ``README.md`` between
 :data:`README_BEGIN` and :data:`README_END`, and the SVG figures in ``docs/figures/``
-(:mod:`perm_circuits.pages.figures`; the attention heatmaps: :mod:`perm_circuits.pages.attention`).
+(:mod:`perm_circuits.pages.figures`; the attention heatmaps: :mod:`perm_circuits.pages.attention`;
+the figures of ``docs/birth.md``, ``docs/forner.md`` and ``docs/factual.md`` from their committed
+tables: :mod:`perm_circuits.pages.paper_figures`).
 """
 
 from __future__ import annotations
@@ -40,12 +42,13 @@ from perm_circuits.pages.capacity import (
     full_recipe_numbers,
     load_capacity_table,
 )
-from perm_circuits.pages.figures import docs_figures
+from perm_circuits.pages.figures import FIGURES_DIR, docs_figures, generalisation_svg
 from perm_circuits.pages.generalisation import (
     generalisation_markdown,
     generalisation_numbers,
     load_generalisation_table,
 )
+from perm_circuits.pages.paper_figures import paper_figures
 from perm_circuits.pages.render import format_value, render, replace_section
 
 __all__ = [
@@ -53,6 +56,7 @@ __all__ = [
     "CAPACITY_FULL_TABLE",
     "CAPACITY_TABLE",
     "GENERAL_NUMBERS",
+    "GENERALISATION_FIGURE",
     "GENERALISATION_TABLE",
     "NUMBERS",
     "README_BEGIN",
@@ -77,6 +81,7 @@ GENERALISATION_TABLE = Path("results/generalisation_sweep.csv")
 GENERAL_NUMBERS = Path("results/general_recall_numbers.json")
 GENERAL_TEMPLATES = (Path("docs/templates/general_recall.md"), Path("docs/templates/general_recall_circuit.md"))
 GENERAL_PAGE = Path("docs/general_recall.md")
+GENERALISATION_FIGURE = FIGURES_DIR / "generalisation.svg"
 RESULTS_TEMPLATE = Path("docs/templates/results.md")
 README_TEMPLATE = Path("docs/templates/readme_results.md")
 RESULTS_PAGE = Path("docs/results.md")
@@ -242,6 +247,8 @@ def build_pages(root: str | os.PathLike, numbers: Mapping[str, object] | None = 
     dynamics = root / STUDY_DYNAMICS
     figures = docs_figures(sweep, full, pd.read_csv(dynamics) if dynamics.is_file() else None)
     figures.update(attention_figures(read_attention_table(root / ATTENTION_TABLE)))
+    figures[GENERALISATION_FIGURE] = generalisation_svg(general)
+    figures.update(paper_figures(root))
     return {RESULTS_PAGE: page, GENERAL_PAGE: render(general_template, table, blocks), README: readme, **figures}
 
 

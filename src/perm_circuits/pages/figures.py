@@ -8,7 +8,12 @@ and its pictures always come from the same tables:
 * ``time_to_recall.svg``: the Kaplan-Meier share of seeds with recall by N training sequences
   (:mod:`perm_circuits.survival`), both budgets;
 * ``study_dynamics.svg``: the shipped d32h2 recipe's training run (elimination, recall, and the
-  head signals that form first), from ``results/study_dynamics.csv``.
+  head signals that form first), from ``results/study_dynamics.csv``;
+* ``generalisation.svg``: the share of seeds whose recall generalises to every repeated x_k, over
+  d_model x heads, one panel per layer count and training distribution, from
+  ``results/generalisation_sweep.csv`` (the general recall page).
+
+The seed-paper pages' figures are in :mod:`perm_circuits.pages.paper_figures`.
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ from pathlib import Path
 import pandas as pd
 
 from perm_circuits.pages.capacity import LEARNED
+from perm_circuits.pages.generalisation import generalises
 from perm_circuits.survival import time_to_recall
 from perm_circuits.views.svg_charts import PALETTE, Series, svg_heatmaps, svg_line_chart
 
-__all__ = ["FIGURES_DIR", "docs_figures", "dynamics_svg", "phase_svg", "time_to_recall_svg"]
+__all__ = ["FIGURES_DIR", "docs_figures", "dynamics_svg", "generalisation_svg", "phase_svg", "time_to_recall_svg"]
 
 FIGURES_DIR = Path("docs/figures")
 DYNAMICS_SIGNALS: tuple[str, ...] = ("elimination_accuracy", "recall_accuracy", "L0H0.QK.x_match", "L0H1.OV.suppress")
@@ -96,6 +102,31 @@ def dynamics_svg(frame: pd.DataFrame) -> str:
     return svg_line_chart(series, title="d32h2 recipe (seed 0): which signal moves first",
                           x_label="training step (log)", y_label="signal, rescaled to [0, 1]",
                           x_log=True, y_range=(0.0, 1.0), width=820)
+
+
+def generalisation_svg(frame: pd.DataFrame) -> str:
+    """Share of finished seeds that generalise (recall >= 0.99 for every repeated x_k,
+    :func:`~perm_circuits.pages.generalisation.generalises`) per (d_model, heads), one panel per
+    (layers, training distribution); each cell is annotated ``generalising/finished``."""
+    ok = generalises(frame)
+    done = frame["status"] == "done"
+    widths = sorted(frame["d_model"].unique())
+    heads = sorted(frame["n_heads"].unique())
+    panels = []
+    for (n_layers, sources), group in frame.groupby(["n_layers", "repeat_sources"], sort=True):
+        cells = []
+        for n_heads in heads:
+            row = []
+            for d_model in widths:
+                runs = group[(group["d_model"] == d_model) & (group["n_heads"] == n_heads) & done[group.index]]
+                hits = int(ok[runs.index].sum())
+                row.append((hits / len(runs) if len(runs) else math.nan, f"{hits}/{len(runs)}" if len(runs) else "–"))
+            cells.append(row)
+        trained = "x1 only" if str(sources) == "1" else ("every x_k" if str(sources) == "1,2,3,4" else f"x in {sources}")
+        panels.append((f"{int(n_layers)}L, repeats {trained}",
+                       [f"d{int(d)}" for d in widths], [f"{int(h)} head" + ("s" if h > 1 else "") for h in heads], cells))
+    return svg_heatmaps(panels, title="Seeds whose recall generalises to every repeated x_k (>= 0.99)",
+                        x_label="d_model", y_label="heads")
 
 
 def docs_figures(cut: pd.DataFrame, full: pd.DataFrame, dynamics: pd.DataFrame | None) -> dict[Path, str]:

@@ -66,6 +66,7 @@ def svg_line_chart(
     x_label: str,
     y_label: str,
     x_log: bool = False,
+    y_log: bool = False,
     y_range: tuple[float, float] | None = None,
     y_percent: bool = False,
     width: int = 720,
@@ -74,6 +75,7 @@ def svg_line_chart(
 ) -> str:
     """An SVG line chart of ``series`` (legend on the right; steps drawn as horizontal-then-vertical).
 
+    ``x_log`` / ``y_log`` put an axis on a log10 scale (its values must be positive; ticks at 1, 2, 5 x 10^k).
     ``x_ticks``: where the x axis is labelled (default: six even steps, or 1-2-5 on a log axis).
     """
     if not series:
@@ -82,6 +84,8 @@ def svg_line_chart(
     ys = [float(v) for s in series for v in s.y if not math.isnan(float(v))]
     if x_log and min(xs) <= 0:
         raise ValueError(f"a log x axis needs positive x values, got minimum {min(xs)}")
+    if y_log and min(y_range if y_range is not None else ys) <= 0:
+        raise ValueError(f"a log y axis needs positive y values, got minimum {min(y_range if y_range is not None else ys)}")
     left, right, top, bottom = 64, 190, 40, 52
     plot_w, plot_h = width - left - right, height - top - bottom
     x0, x1 = min(xs), max(xs)
@@ -96,7 +100,8 @@ def svg_line_chart(
         return left + fraction * plot_w
 
     def py(y: float) -> float:
-        return top + (1 - (y - y0) / (y1 - y0)) * plot_h
+        fraction = (math.log10(y) - math.log10(y0)) / (math.log10(y1) - math.log10(y0)) if y_log else (y - y0) / (y1 - y0)
+        return top + (1 - fraction) * plot_h
 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
            f'role="img" aria-label="{escape(title)}">',
@@ -104,13 +109,13 @@ def svg_line_chart(
            f'<text x="{left}" y="22" font-size="15" {_FONT} fill="#212529">{escape(title)}</text>']
     if x_ticks is None:
         x_ticks = _log_ticks(x0, x1) if x_log else [x0 + i * (x1 - x0) / 5 for i in range(6)]
-    y_ticks = [y0 + i * (y1 - y0) / 4 for i in range(5)]
+    y_ticks = _log_ticks(y0, y1) if y_log else [y0 + i * (y1 - y0) / 4 for i in range(5)]
     for t in x_ticks:
         out.append(f'<line x1="{_fmt(px(t))}" y1="{top}" x2="{_fmt(px(t))}" y2="{top + plot_h}" stroke="#e9ecef"/>')
         out.append(f'<text x="{_fmt(px(t))}" y="{top + plot_h + 16}" font-size="11" text-anchor="middle" {_FONT} '
                    f'fill="#495057">{_tick_label(t)}</text>')
     for t in y_ticks:
-        label = f"{t:.0%}" if y_percent else f"{t:g}"
+        label = f"{t:.0%}" if y_percent else (_tick_label(t) if y_log else f"{t:g}")
         out.append(f'<line x1="{left}" y1="{_fmt(py(t))}" x2="{left + plot_w}" y2="{_fmt(py(t))}" stroke="#e9ecef"/>')
         out.append(f'<text x="{left - 6}" y="{_fmt(py(t) + 4)}" font-size="11" text-anchor="end" {_FONT} '
                    f'fill="#495057">{label}</text>')
