@@ -136,8 +136,9 @@ def circuit_graph(
         scores: optional edge -> effect; widths follow ``|score|``, colours its sign. Keys beyond
             ``edges`` are ignored; an edge without a score is drawn thin and grey.
         labels: optional node -> role, shown as ``"L0H1: eliminator"``.
-        n_layers, n_heads, mlp: the model's shape (default: the smallest that holds ``edges``;
-            ``mlp`` defaults to whether any edge touches an MLP).
+        n_layers: the model's layers (default: the fewest that hold ``edges``).
+        n_heads: heads per layer (default: the fewest that hold ``edges``).
+        mlp: whether the model has MLPs (default: whether any edge touches one).
         title: a caption drawn above the graph.
 
     Every component of the model is a ``<g class="node ...">`` (``in-circuit`` or ``idle``), every
