@@ -13,12 +13,14 @@ from perm_circuits.discovery.scoring import faithfulness_area
 from perm_circuits.pages.discovery_page import (
     DESCRIBED,
     DISCOVERY_CURVES,
+    DISCOVERY_RECALL,
     DISCOVERY_PAGE,
     DISCOVERY_TABLE,
     coverage_word,
     discovery_numbers,
     discovery_pages,
     flip_word,
+    recall_numbers,
     recovers,
     regret_by_size,
 )
@@ -169,3 +171,31 @@ def test_induction_oracle_is_the_truth_without_the_elimination_head(table):
     assert numbers["induction.resample.oracle.reached"] == "reached" and "The oracle agrees:\nit reached" in page
     zero = table[(table.model == "induction") & (table.how == "zero") & (table.method == "exhaustive_oracle")]
     assert zero.oracle_search.str.contains("not reached").all() and (zero.n_true > 6).all()
+
+
+def test_recall_circuits_and_their_verdicts_follow_from_the_table():
+    """The recall skill's oracle circuits: every verdict re-derived from the table; the one-head models'
+    recall circuit is the head and the MLP in every mode and seed; d32h2's leaves out L0H0, as the page says."""
+    recall = pd.read_csv(ROOT / DISCOVERY_RECALL)
+    assert set(recall.how) == {"zero", "mean", "resample"} and set(recall.seed) == set(range(5))
+    assert len(recall) == 4 * 3 * 5 and (recall.skill == "recall").all()
+    numbers = recall_numbers(recall)
+    page = (ROOT / DISCOVERY_PAGE).read_text(encoding="utf-8")
+    for (model, how), rows in recall.groupby(["model", "how"]):
+        described = DESCRIBED[model][0]
+        found = [{part.split(".")[0] for e in c.split() for part in e.split("->")} - {"embed", "logits"}
+                 for c in rows.circuit.fillna("")]  # an empty best circuit is stored as an empty cell
+        complete = all(described <= f for f in found)
+        exact = all(described == f for f in found)
+        claim = numbers[f"{model}.{how}.recall.claim"]
+        assert claim == ("matches" if exact else "covers" if complete else "misses part of"), (model, how)
+        assert f"{how}: {claim}" in page
+    for model in ("d16h1", "d32h1"):
+        rows = recall[recall.model == model]
+        assert not rows.search.str.contains("not reached").any() and (rows.faithfulness >= 0.9).all()
+        assert {numbers[f"{model}.{how}.recall.claim"] for how in ("zero", "mean", "resample")} == {"matches"}
+    d32h2 = recall[recall.model == "d32h2"]
+    reached = d32h2[~d32h2.search.str.contains("not reached")]
+    assert len(reached) >= 10 and not any("L0H0" in c for c in reached.circuit)
+    assert all("L0H1" in c for c in reached.circuit)
+    assert "For `d32h2` the two disagree" in page
