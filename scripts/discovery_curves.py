@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="*", default=None, help="default: every benchmark model")
+    parser.add_argument("--models", nargs="*", default=["induction", "tracr:frac_prevs", "tracr:reverse", "d32h2",
+                                                         "d16h1l2-any", "d16h1", "d32h1"])
     parser.add_argument("--hows", nargs="*", default=["resample"])
     parser.add_argument("--seeds", nargs="*", type=int, default=[0])
     parser.add_argument("--n", type=int, default=60)

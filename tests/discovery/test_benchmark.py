@@ -51,9 +51,19 @@ def test_curves_integrate_to_the_tables_areas(tiny):
     assert row.oracle_size == 5 and eap[5] == pytest.approx(row.oracle_faithfulness - row.oracle_regret)
 
 
+def test_the_bare_induction_model_is_benchmarked_against_its_own_truth():
+    """induction_bare (no elimination head): its truth is the induction truth without the elimination
+    head's edges, and EAP ranks it first."""
+    bare = run_benchmark(["induction_bare"], ["eap"], ["resample"], seeds=(0,), n=32, progress=False).iloc[0]
+    full = benchmark_models(include_tracr=False)["induction"].truths()["resample"]
+    assert set(bare.true_edges.split()) == set(full) - {"embed->L1H1.v", "L1H1->logits"}
+    assert bare.n_true == 5 and bare.roc_auc > 0.9 and bare.truth == "constructed"
+
+
 def test_modes_without_a_claimed_truth_are_skipped():
     registry = benchmark_models(include_tracr=False)
-    assert {"induction", "d16h1", "d32h1", "d32h2", "d16h1l2-any"} <= set(registry)
+    assert {"induction", "induction_bare", "d16h1", "d32h1", "d32h2", "d16h1l2-any"} <= set(registry)
+    assert "tracr:sort" in benchmark_models(include_tracr=True)
     assert set(registry["induction"].truths()) == {"zero", "mean", "resample"}
     assert registry["d32h2"].truths() == {}
 

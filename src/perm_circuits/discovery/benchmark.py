@@ -97,10 +97,13 @@ def _induction_batch(model, n: int, seed: int) -> TaskBatch:
     return TaskBatch(batch.tokens, batch.targets, last)
 
 
-def _induction_truths() -> dict:
-    from perm_circuits.discovery.ground_truth import induction_ground_truths
+def _induction_truths(eliminate: bool = True):
+    def truths() -> dict:
+        from perm_circuits.discovery.ground_truth import induction_ground_truths
 
-    return {mode: truth.edges for truth in induction_ground_truths(5) for mode in truth.modes}
+        return {mode: truth.edges for truth in induction_ground_truths(5, eliminate=eliminate) for mode in truth.modes}
+
+    return truths
 
 
 def _tracr_batch(name: str):
@@ -156,17 +159,20 @@ def _trained_batch(model, n: int, seed: int) -> TaskBatch:
 
 
 def benchmark_models(*, include_tracr: bool | None = None) -> dict[str, BenchModel]:
-    """The benchmark's models: ``induction`` (:func:`~perm_circuits.handbuilt.build_induction_model`),
-    ``tracr:reverse`` and ``tracr:frac_prevs`` (when tracr imports), and the shipped trained models
+    """The benchmark's models: ``induction`` (:func:`~perm_circuits.handbuilt.build_induction_model`) and
+    ``induction_bare`` (the same without its elimination head), ``tracr:reverse``, ``tracr:frac_prevs``
+    and ``tracr:sort`` (when tracr imports), and the shipped trained models
     ``d16h1``, ``d32h1``, ``d32h2``, ``d16h1l2-any`` (truth: the oracle)."""
     from perm_circuits.discovery.tracr_models import tracr_available
     from perm_circuits.handbuilt import build_induction_model
 
     if include_tracr is None:
         include_tracr = tracr_available()
-    out = {"induction": BenchModel("induction", lambda: build_induction_model(5), _induction_batch, _induction_truths)}
+    out = {"induction": BenchModel("induction", lambda: build_induction_model(5), _induction_batch, _induction_truths()),
+           "induction_bare": BenchModel("induction_bare", lambda: build_induction_model(5, eliminate=False),
+                                        _induction_batch, _induction_truths(eliminate=False))}
     if include_tracr:
-        for name in ("reverse", "frac_prevs"):
+        for name in ("reverse", "frac_prevs", "sort"):
             out[f"tracr:{name}"] = BenchModel(f"tracr:{name}", _tracr_build(name), _tracr_batch(name),
                                               _tracr_truths(name))
     for name in TRAINED:
