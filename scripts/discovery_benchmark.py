@@ -26,9 +26,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import pandas as pd
-
-from perm_circuits.discovery.benchmark import DEFAULT_HOWS, DEFAULT_METHODS, benchmark_models, run_benchmark
+from perm_circuits.discovery.benchmark import (
+    DEFAULT_HOWS,
+    DEFAULT_METHODS,
+    benchmark_models,
+    run_benchmark,
+    write_by_model,
+)
 
 ORDER = ("induction", "tracr:frac_prevs", "tracr:reverse", "d32h2", "d16h1l2-any", "d16h1", "d32h1")
 
@@ -46,13 +50,8 @@ def main() -> None:
     args = parser.parse_args()
     available = benchmark_models()
     models = args.models or [m for m in ORDER if m in available]  # the committed run; others by --models
-    frames = []
-    for model in models:
-        frames.append(run_benchmark([model], args.methods, args.hows, args.seeds, args.n, lean=not args.full))
-        table = pd.concat(frames, ignore_index=True)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(args.out, index=False, float_format="%.6g")
-        print(f"{model}: {len(frames[-1])} rows; {len(table)} rows in {args.out}", flush=True)
+    write_by_model(models, lambda model: run_benchmark([model], args.methods, args.hows, args.seeds, args.n,
+                                                       lean=not args.full), args.out)
 
 
 if __name__ == "__main__":

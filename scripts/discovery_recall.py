@@ -16,8 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import pandas as pd
-
+from perm_circuits.discovery.benchmark import write_by_model
 from perm_circuits.discovery.skills import skill_oracle_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,13 +30,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=300, help="test sequences per seed (about 30%% are recall)")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "discovery_recall.csv")
     args = parser.parse_args()
-    frames = []
-    for model in args.models:  # written after every model: an interrupted run keeps what it finished
-        frames.append(skill_oracle_table([model], args.hows, args.seeds, args.n))
-        table = pd.concat(frames, ignore_index=True)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(args.out, index=False, float_format="%.6g")
-        print(f"{model}: {len(frames[-1])} rows; {len(table)} rows in {args.out}", flush=True)
+    write_by_model(args.models, lambda model: skill_oracle_table([model], args.hows, args.seeds, args.n), args.out)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from perm_circuits.discovery.scoring import faithfulness_area
 from perm_circuits.pages.discovery_page import (
     DESCRIBED,
     DISCOVERY_CURVES,
+    DISCOVERY_FULL,
     DISCOVERY_RECALL,
     DISCOVERY_PAGE,
     DISCOVERY_TABLE,
@@ -20,6 +21,8 @@ from perm_circuits.pages.discovery_page import (
     discovery_numbers,
     discovery_pages,
     flip_word,
+    full_numbers,
+    lean_vs_full,
     recall_numbers,
     recovers,
     regret_by_size,
@@ -199,3 +202,21 @@ def test_recall_circuits_and_their_verdicts_follow_from_the_table():
     assert len(reached) >= 10 and not any("L0H0" in c for c in reached.circuit)
     assert all("L0H1" in c for c in reached.circuit)
     assert "For `d32h2` the two disagree" in page
+
+
+def test_full_size_run_against_the_lean_one(table):
+    """The full-size table covers the one-layer shipped models at 1,000 sequences, 5 seeds, every mode; the
+    page's lean-vs-full numbers are re-derived from the two tables."""
+    full = pd.read_csv(ROOT / DISCOVERY_FULL)
+    assert set(full.model) == {"d16h1", "d32h1", "d32h2"} and (full.n == 1000).all()
+    assert len(full) == 3 * 8 * 3 * 5 and set(full.seed) == set(range(5))
+    assert full.oracle_search[full.method == "exhaustive_oracle"].str.startswith("exhaustive").all()
+    compare = lean_vs_full(table, full).set_index("method")
+    for method, rows in full.groupby("method"):
+        lean = table[table.model.isin(["d16h1", "d32h1", "d32h2"]) & (table.method == method)]
+        assert compare.loc[method, "full_auc"] == pytest.approx(rows.roc_auc.mean())
+        assert compare.loc[method, "lean_auc"] == pytest.approx(lean.roc_auc.mean())
+    numbers = full_numbers(table, full)
+    assert numbers["full.max_change"] == pytest.approx(compare.auc_change.abs().max())
+    page = (ROOT / DISCOVERY_PAGE).read_text(encoding="utf-8")
+    assert f"is\n{numbers['full.max_change']:.2f} ({numbers['full.max_change_method']})" in page

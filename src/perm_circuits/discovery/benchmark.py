@@ -42,14 +42,25 @@ from tqdm.auto import tqdm
 from perm_circuits.checks import check_int
 from perm_circuits.devices import device_forward
 from perm_circuits.discovery.interventions import prepare_edges
-from perm_circuits.discovery.methods import acdc, eap, eap_ig, node_attribution, random_baseline
+from perm_circuits.discovery.methods import (
+    acdc,
+    eap,
+    eap_ig,
+    node_attribution,
+    random_baseline,
+)
 from perm_circuits.discovery.oracle import exhaustive_oracle
-from perm_circuits.discovery.scoring import average_precision, circuit_metrics, faithfulness_area, roc_auc
+from perm_circuits.discovery.scoring import (
+    average_precision,
+    circuit_metrics,
+    faithfulness_area,
+    roc_auc,
+)
 from perm_circuits.discovery.search import greedy_edges, mask_pruning
 from perm_circuits.tasks.base import TaskBatch
 
 __all__ = ["BENCHMARK_COLUMNS", "ORACLE_BEST", "BenchModel", "benchmark_curves", "benchmark_models", "faithfulness_curve",
-           "run_benchmark", "score_result"]
+           "run_benchmark", "score_result", "write_by_model"]
 
 BENCHMARK_COLUMNS = (
     "model", "n_edges_graph", "method", "how", "seed", "n", "truth", "truth_modes", "n_true",
@@ -88,8 +99,8 @@ class BenchModel:
 
 
 def _induction_batch(model, n: int, seed: int) -> TaskBatch:
-    from perm_circuits.tasks.permutation_data import TaskConfig
     from perm_circuits.tasks import PermutationTask
+    from perm_circuits.tasks.permutation_data import TaskConfig
 
     batch = PermutationTask(TaskConfig(V=5, repeat_ratio=1.0, repeat_sources=(1, 2, 3, 4))).test_set(n, seed=seed)
     last = torch.zeros_like(batch.mask)
@@ -371,3 +382,18 @@ def benchmark_curves(models: Sequence[str] | None = None, methods: Sequence[str]
                       "n_edges_graph": job.ei.n_edges, "k": k, "faithfulness": f}
                      for k, f in enumerate(job.result.best_by_size)]
     return pd.DataFrame(rows, columns=["model", "how", "seed", "method", "n_edges_graph", "k", "faithfulness"])
+
+
+def write_by_model(models: Sequence[str], run: Callable[[str], pd.DataFrame], out) -> pd.DataFrame:
+    """``run(model)`` for each model, the table so far written to ``out`` (CSV) after every model, so an
+    interrupted run keeps what it finished; returns the whole table."""
+    from pathlib import Path
+
+    out, frames = Path(out), []
+    for model in models:
+        frames.append(run(model))
+        table = pd.concat(frames, ignore_index=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out, index=False, float_format="%.6g")
+        print(f"{model}: {len(frames[-1])} rows; {len(table)} rows in {out}", flush=True)
+    return table

@@ -23,9 +23,10 @@ from perm_circuits.pages.render import format_value, render
 __all__ = [
     "DESCRIBED",
     "DISCOVERY_CURVES",
-    "DISCOVERY_RECALL",
     "DISCOVERY_FIGURES",
+    "DISCOVERY_FULL",
     "DISCOVERY_PAGE",
+    "DISCOVERY_RECALL",
     "DISCOVERY_TABLE",
     "DISCOVERY_TEMPLATE",
     "PAPER",
@@ -35,6 +36,8 @@ __all__ = [
     "discovery_numbers",
     "discovery_pages",
     "flip_word",
+    "full_numbers",
+    "lean_vs_full",
     "recall_numbers",
     "recovers",
     "regret_by_size",
@@ -46,6 +49,7 @@ DISCOVERY_PAGE = Path("docs/discovery.md")
 DISCOVERY_FIGURES = Path("docs/figures")
 DISCOVERY_CURVES = Path("results/discovery_curves.csv")
 DISCOVERY_RECALL = Path("results/discovery_recall.csv")
+DISCOVERY_FULL = Path("results/discovery_full.csv")
 
 METHOD_ORDER = ("acdc", "eap", "eap_ig", "node_attribution", "greedy_edges", "mask_pruning", "random_baseline",
                 "exhaustive_oracle")
@@ -304,6 +308,46 @@ def _recall_block(recall: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def lean_vs_full(table: pd.DataFrame, full: pd.DataFrame) -> pd.DataFrame:
+    """Per method, pooled over the models, modes and seeds of the full-size table: mean ROC AUC and exact
+    recovery in the lean table (the same models and modes) and in the full-size one, and the change."""
+    keys = set(zip(full.model, full.how))
+    lean = table[[(m, h) in keys for m, h in zip(table.model, table.how)]]
+    rows = []
+    for method in [m for m in METHOD_ORDER if m in set(full.method)]:
+        a, b = lean[lean.method == method], full[full.method == method]
+        rows.append({"method": method, "lean_auc": float(a.roc_auc.mean()), "full_auc": float(b.roc_auc.mean()),
+                     "lean_exact": float(a.exact.astype(float).mean()), "full_exact": float(b.exact.astype(float).mean())})
+    out = pd.DataFrame(rows, columns=["method", "lean_auc", "full_auc", "lean_exact", "full_exact"])
+    return out.assign(auc_change=out.full_auc - out.lean_auc)
+
+
+def _full_block(table: pd.DataFrame, full: pd.DataFrame) -> str:
+    compare = lean_vs_full(table, full)
+    lines = ["| method | ROC AUC: lean | ROC AUC: full size | exact: lean | exact: full size |", "|---|---|---|---|---|"]
+    for r in compare.itertuples():
+        lines.append(f"| {r.method} | {format_value(r.lean_auc, 'f2')} | {format_value(r.full_auc, 'f2')} "
+                     f"| {format_value(r.lean_exact, 'pct0')} | {format_value(r.full_exact, 'pct0')} |")
+    lines += ["", "| model | mode | oracle's circuit size: lean | full size | its components: lean | full size |",
+              "|---|---|---|---|---|---|"]
+    for (model, how), rows in full[full.method == "exhaustive_oracle"].groupby(["model", "how"], sort=False):
+        lean = table[(table.model == model) & (table.how == how) & (table.method == "exhaustive_oracle")]
+        parts = [", ".join(sorted(set.union(*[_components(c) for c in t.circuit.fillna("")]))) or "none"
+                 for t in (lean, rows)]
+        lines.append(f"| {model} | {how} | {_cell(lean.n_chosen, 'f1')} | {_cell(rows.n_chosen, 'f1')} "
+                     f"| {parts[0]} | {parts[1]} |")
+    return "\n".join(lines) + "\n"
+
+
+def full_numbers(table: pd.DataFrame, full: pd.DataFrame) -> dict[str, object]:
+    """The page's numbers about the full-size run: its size and the largest pooled ROC AUC change."""
+    compare = lean_vs_full(table, full)
+    top = compare.loc[compare.auc_change.abs().idxmax()]
+    return {"full.n": int(full.n.iloc[0]), "full.seeds": len(set(full.seed)), "full.rows": len(full),
+            "full.models": ", ".join(dict.fromkeys(full.model)), "full.max_change": float(abs(top.auc_change)),
+            "full.max_change_method": str(top.method)}
+
+
 def curve_figure_path(model: str) -> Path:
     """Where ``model``'s faithfulness curves go: ``docs/figures/discovery_curves_<model>.svg``."""
     return DISCOVERY_FIGURES / f"discovery_curves_{key(model)}.svg"
@@ -352,12 +396,16 @@ def discovery_pages(root: str | os.PathLike) -> dict[Path, str]:
     recall = pd.read_csv(root / DISCOVERY_RECALL) if (root / DISCOVERY_RECALL).is_file() else None
     if recall is not None:
         numbers.update(recall_numbers(recall))
+    full = pd.read_csv(root / DISCOVERY_FULL) if (root / DISCOVERY_FULL).is_file() else None
+    if full is not None:
+        numbers.update(full_numbers(table, full))
     blocks = {
         "summary_constructed": _summary_block(table, "constructed"),
         "summary_oracle": _summary_block(table, "oracle"),
         "detail": _detail_block(table),
         "regret_by_size": "" if curves is None else _regret_block(curves),
         "recall_circuits": "" if recall is None else _recall_block(recall),
+        "lean_vs_full": "" if full is None else _full_block(table, full),
     }
     out = {DISCOVERY_PAGE: render((root / DISCOVERY_TEMPLATE).read_text(encoding="utf-8"), numbers, blocks)}
     for model in SHIPPED:
