@@ -6,8 +6,8 @@ subsets, which is every circuit of up to 6 edges on a 46-edge graph and up to 8 
 
     python scripts/discovery_benchmark.py
 
-run as two processes on a 2-core CPU (about an hour), each over part of the models, and
-concatenated in this order:
+run as two processes on a 2-core CPU with one thread each (``OMP_NUM_THREADS=1``; about 45
+minutes), each over part of the models, and concatenated in this order:
 
     python scripts/discovery_benchmark.py --models induction tracr:frac_prevs tracr:reverse --out a.csv
     python scripts/discovery_benchmark.py --models d32h2 d16h1l2-any d16h1 d32h1 --out b.csv
