@@ -41,13 +41,13 @@ from perm_circuits.discovery.result import DiscoveryResult
 from perm_circuits.discovery.search import greedy_edges, mask_pruning
 
 __all__ = [
-    "benchmark_curves",
     "HOWS",
     "METHODS",
     "CircuitGraph",
     "DiscoveryResult",
     "EdgeIntervention",
     "acdc",
+    "benchmark_curves",
     "circuit_graph_of",
     "discover",
     "eap",

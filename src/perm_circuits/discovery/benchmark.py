@@ -42,20 +42,9 @@ from tqdm.auto import tqdm
 from perm_circuits.checks import check_int
 from perm_circuits.devices import device_forward
 from perm_circuits.discovery.interventions import prepare_edges
-from perm_circuits.discovery.methods import (
-    acdc,
-    eap,
-    eap_ig,
-    node_attribution,
-    random_baseline,
-)
+from perm_circuits.discovery.methods import acdc, eap, eap_ig, node_attribution, random_baseline
 from perm_circuits.discovery.oracle import exhaustive_oracle
-from perm_circuits.discovery.scoring import (
-    average_precision,
-    circuit_metrics,
-    faithfulness_area,
-    roc_auc,
-)
+from perm_circuits.discovery.scoring import average_precision, circuit_metrics, faithfulness_area, roc_auc
 from perm_circuits.discovery.search import greedy_edges, mask_pruning
 from perm_circuits.tasks.base import TaskBatch
 

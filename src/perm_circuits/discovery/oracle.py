@@ -27,6 +27,7 @@ Scores (for ROC curves): ``1 + |faith(C) - faith(C without e)|`` for the circuit
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import torch
@@ -59,11 +60,7 @@ def _evaluate(ei: EdgeIntervention, masks: Tensor, chunk: int) -> Tensor:
 
 def _cumulative_best(best: list[float]) -> tuple[float, ...]:
     """Best faithfulness with exactly ``k`` edges -> with at most ``k`` edges (a running maximum)."""
-    out, top = [], -float("inf")
-    for value in best:
-        top = max(top, value)
-        out.append(top)
-    return tuple(out)
+    return tuple(itertools.accumulate(best, max))
 
 
 def _exhaustive(ei: EdgeIntervention, target: float, chunk: int,

@@ -90,13 +90,13 @@ def skill_oracle_table(models=("d16h1", "d32h1", "d32h2", "d16h1l2-any"), hows=(
     import pandas as pd
     from tqdm.auto import tqdm
 
-    from perm_circuits.discovery.benchmark import benchmark_models
+    from perm_circuits.discovery.benchmark import TRAINED, benchmark_models
     from perm_circuits.discovery.oracle import exhaustive_oracle
 
     registry = benchmark_models(include_tracr=False)
-    unknown = [m for m in models if m not in registry or m == "induction"]
+    unknown = [m for m in models if m not in TRAINED]
     if unknown:
-        raise ValueError(f"models must be shipped study models, got {unknown}")
+        raise ValueError(f"models must be shipped study models {TRAINED}, got {unknown}")
     if skill not in ("elimination", "recall"):
         raise ValueError(f"skill must be 'elimination' or 'recall', got {skill!r}")
     check_int("n", n, low=2)
@@ -104,7 +104,9 @@ def skill_oracle_table(models=("d16h1", "d32h1", "d32h2", "d16h1l2-any"), hows=(
     jobs = [(m, h, s) for m in models for h in hows for s in seeds]
     built: dict = {}
     for name, how, seed in tqdm(jobs, disable=not progress, desc=f"{skill} oracle"):
-        model = built.setdefault(name, registry[name].build())
+        if name not in built:  # load each model once
+            built[name] = registry[name].build()
+        model = built[name]
         part = skill_batches(registry[name].batch(model, n, 1000 + seed))[skill]
         result = exhaustive_oracle(model, part, how=how, seed=seed, corrupted=part.tokens.roll(1, dims=0),
                                    max_size=max_size, max_subsets=max_subsets)

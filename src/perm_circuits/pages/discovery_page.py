@@ -116,6 +116,20 @@ def _components(edges: str) -> set[str]:
     return out - {"embed", "logits"}
 
 
+def _found(circuits: pd.Series) -> str:
+    """Every component in any of ``circuits`` (space-separated edge lists), sorted, or ``none``."""
+    return ", ".join(sorted(set().union(*[_components(c) for c in circuits.fillna("")]))) or "none"
+
+
+def _coverage(described: set[str], circuits: pd.Series) -> dict[str, object]:
+    """``circuits`` against the ``described`` components: ``found`` (:func:`_found`), ``covered`` (mean share
+    of the described components in a circuit), ``extra`` (most components beyond them) and ``claim``."""
+    parts = [_components(c) for c in circuits.fillna("")]
+    covered = sum(len(described & f) / len(described) for f in parts) / len(parts)
+    extra = max(len(f - described) for f in parts)
+    return {"found": _found(circuits), "covered": covered, "extra": extra, "claim": coverage_word(covered, extra)}
+
+
 def _stat(values: pd.Series) -> tuple[float, float, float]:
     values = values.astype(float).dropna()
     if values.empty:
@@ -212,13 +226,7 @@ def discovery_numbers(table: pd.DataFrame) -> dict[str, object]:
             if rows.empty:
                 continue
             p = f"{key(model)}.{how}.described."
-            found = [_components(c) for c in rows.circuit.fillna("")]
-            covered = sum(len(described & f) / len(described) for f in found) / len(found)
-            extra = max(len(f - described) for f in found)
-            numbers[p + "covered"] = covered
-            numbers[p + "extra"] = extra
-            numbers[p + "found"] = ", ".join(sorted(set.union(*found))) or "none"
-            numbers[p + "claim"] = coverage_word(covered, extra)
+            numbers.update({p + name: value for name, value in _coverage(described, rows.circuit).items()})
             if edges:
                 circuits = [set(str(c).split()) for c in rows.circuit.fillna("")]
                 numbers[p + "edges_covered"] = sum(len(edges & c) / len(edges) for c in circuits) / len(circuits)
@@ -279,20 +287,14 @@ def recall_numbers(recall: pd.DataFrame) -> dict[str, object]:
     and ``size`` (mean edges)."""
     numbers: dict[str, object] = {}
     for (model, how), rows in recall.groupby(["model", "how"], sort=False):
-        described = DESCRIBED[model][0]
-        found = [_components(c) for c in rows.circuit.fillna("")]
         p = f"{key(model)}.{how}.recall."
-        covered = sum(len(described & f) / len(described) for f in found) / len(found)
-        extra = max(len(f - described) for f in found)
-        numbers.update({p + "found": ", ".join(sorted(set.union(*found))) or "none", p + "covered": covered,
-                        p + "extra": extra, p + "claim": coverage_word(covered, extra),
-                        p + "reached": float((~rows.search.str.contains("target not reached")).mean()),
+        numbers.update({p + name: value for name, value in _coverage(DESCRIBED[model][0], rows.circuit).items()})
+        numbers.update({p + "reached": float((~rows.search.str.contains("target not reached")).mean()),
                         p + "size": float(rows.n_chosen.mean()), p + "rows": float(rows.n_rows.mean())})
     return numbers
 
 
-def _recall_block(recall: pd.DataFrame) -> str:
-    numbers = recall_numbers(recall)
+def _recall_block(recall: pd.DataFrame, numbers: dict[str, object]) -> str:
     hows = [h for h in ("zero", "mean", "resample") if h in set(recall.how)]
     lines = ["| model | described components | " + " | ".join(f"recall circuit, {h}: components (seeds reaching 0.9, "
                                                               f"mean edges)" for h in hows) + " | verdict |",
@@ -342,10 +344,8 @@ def _full_block(table: pd.DataFrame, full: pd.DataFrame) -> str:
               "|---|---|---|---|---|---|"]
     for (model, how), rows in full[full.method == "exhaustive_oracle"].groupby(["model", "how"], sort=False):
         lean = table[(table.model == model) & (table.how == how) & (table.method == "exhaustive_oracle")]
-        parts = [", ".join(sorted(set.union(*[_components(c) for c in t.circuit.fillna("")]))) or "none"
-                 for t in (lean, rows)]
         lines.append(f"| {model} | {how} | {_cell(lean.n_chosen, 'f1')} | {_cell(rows.n_chosen, 'f1')} "
-                     f"| {parts[0]} | {parts[1]} |")
+                     f"| {_found(lean.circuit)} | {_found(rows.circuit)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -416,7 +416,7 @@ def discovery_pages(root: str | os.PathLike) -> dict[Path, str]:
         "summary_oracle": _summary_block(table, "oracle"),
         "detail": _detail_block(table),
         "regret_by_size": "" if curves is None else _regret_block(curves),
-        "recall_circuits": "" if recall is None else _recall_block(recall),
+        "recall_circuits": "" if recall is None else _recall_block(recall, numbers),
         "lean_vs_full": "" if full is None else _full_block(table, full),
     }
     out = {DISCOVERY_PAGE: render((root / DISCOVERY_TEMPLATE).read_text(encoding="utf-8"), numbers, blocks)}
