@@ -32,6 +32,7 @@ from typing import Any
 import pandas as pd
 
 from perm_circuits.pages.figures import FIGURES_DIR
+from perm_circuits.systems.factual import log_log_fit
 from perm_circuits.views.svg_charts import PALETTE, Series, svg_line_chart
 
 __all__ = [
@@ -45,7 +46,6 @@ __all__ = [
     "factual_capacity_svg",
     "factual_trajectory_svg",
     "forner_svg",
-    "log_log_fit",
     "paper_figures",
 ]
 
@@ -109,15 +109,6 @@ def forner_svg(ode: pd.DataFrame, n_seeds: int, kind: str) -> str:
     return svg_line_chart(series, title=f"Forner ({kind} run): attention order parameter A and rollout accuracy",
                           x_label="alpha = steps / (d_g N)", y_label="A / rollout accuracy",
                           y_range=(0.0, 1.0), width=820)
-
-
-def log_log_fit(x: pd.Series, y: pd.Series) -> tuple[float, float]:
-    """``(slope, intercept)`` of the least-squares line of ``log y`` on ``log x`` (natural logs)."""
-    if (x <= 0).any() or (y <= 0).any() or len(x) < 2:
-        raise ValueError(f"a log-log fit needs at least two positive points, got x={list(x)}, y={list(y)}")
-    lx, ly = x.astype(float).map(math.log), y.astype(float).map(math.log)
-    slope = float(((lx - lx.mean()) * (ly - ly.mean())).sum() / ((lx - lx.mean()) ** 2).sum())
-    return slope, float(ly.mean() - slope * lx.mean())
 
 
 def factual_capacity_svg(capacity: pd.DataFrame) -> str:

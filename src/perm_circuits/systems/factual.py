@@ -48,7 +48,7 @@ from perm_circuits.tasks.factual import FactualRecallTask
 
 __all__ = ["FactualConfig", "FactualTransformer", "HallucinationResult", "LinearAttentionConfig",
            "LinearAttentionModel", "StorageResult", "build_factual_model", "hallucination_phase",
-           "n_trainable", "run", "storage_capacity", "storage_run"]
+           "log_log_fit", "n_trainable", "run", "storage_capacity", "storage_run"]
 
 FULL_COMMAND = ('python -c "from perm_circuits.systems.factual import storage_capacity as c; '
                 'print(c(sizes=[(32, 64), (64, 128), (64, 512), (128, 512), (128, 2048)], R=32, D=8, '
@@ -232,6 +232,15 @@ class StorageResult:
         return self.capacity.copy()
 
 
+def log_log_fit(x: pd.Series, y: pd.Series) -> tuple[float, float]:
+    """``(slope, intercept)`` of the least-squares line of ``log y`` on ``log x`` (natural logs)."""
+    if (x <= 0).any() or (y <= 0).any() or len(x) < 2:
+        raise ValueError(f"a log-log fit needs at least two positive points, got x={list(x)}, y={list(y)}")
+    lx, ly = x.astype(float).map(math.log), y.astype(float).map(math.log)
+    slope = float(((lx - lx.mean()) * (ly - ly.mean())).sum() / ((lx - lx.mean()) ** 2).sum())
+    return slope, float(ly.mean() - slope * lx.mean())
+
+
 def storage_capacity(
     sizes: Sequence[tuple[int, int]] = ((16, 16), (16, 32), (16, 64), (16, 128)),
     *,
@@ -312,11 +321,7 @@ def storage_capacity(
         measured.setdefault((d_model, d_mlp), stored)
     runs_df, cap = pd.DataFrame(runs), pd.DataFrame(capacity)
     ok = cap[cap["facts_stored"] > 0]
-    if len(ok) >= 2:
-        x, y = ok["params"].map(math.log), ok["facts_stored"].map(math.log)
-        exponent = float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum())
-    else:
-        exponent = float("nan")
+    exponent = log_log_fit(ok["params"], ok["facts_stored"])[0] if len(ok) >= 2 else float("nan")
     per_param = float((cap["params"] * cap["facts_stored"]).sum() / (cap["params"] ** 2).sum())
     settings = {"R": R, "D": D, "n_noise": n_noise, "seq_len": seq_len, "steps": steps, "lr": lr,
                 "batch_size": batch_size, "subjects": list(subjects), "seeds": list(seeds)}
