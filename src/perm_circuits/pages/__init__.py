@@ -6,7 +6,6 @@ from the committed tables in ``results/``; ``--recompute`` first refreshes
 both steps.  See ``docs/dev/results_pages.md``.
 """
 
-from perm_circuits.pages.any_circuit import any_circuit_numbers
 from perm_circuits.pages.build import build_pages, read_numbers, write_numbers, write_pages
 from perm_circuits.pages.capacity import capacity_markdown, capacity_numbers, load_capacity_table, verdict_modes
 from perm_circuits.pages.numbers import MODELS, MODES, SETTINGS, shipped_numbers
@@ -17,7 +16,6 @@ __all__ = [
     "MODELS",
     "MODES",
     "SETTINGS",
-    "any_circuit_numbers",
     "build_pages",
     "capacity_markdown",
     "capacity_numbers",

@@ -289,15 +289,13 @@ DYNAMICS_SIGNALS: dict[str, str] = {
 
 def general_recall_numbers(model, records: dict[int, object], *, circuit: bool = True) -> dict[str, object]:
     """Every number of ``docs/general_recall.md`` about the shipped model: :func:`any_model_numbers`,
-    the circuit numbers (``any.circuit.*``, when :mod:`perm_circuits.pages.any_circuit` exists and
-    ``circuit``), and :func:`dynamics_numbers` over the generalising seeds' records."""
+    the circuit numbers (``any.circuit.*`` of
+    :func:`~perm_circuits.analysis.circuits.general_recall.any_circuit_numbers`, when ``circuit``), and
+    :func:`dynamics_numbers` over the generalising seeds' records."""
+    from perm_circuits.analysis.circuits.general_recall import any_circuit_numbers
+
     out = any_model_numbers(model)
     if circuit:
-        try:
-            from perm_circuits.pages.any_circuit import any_circuit_numbers
-        except ImportError:  # pragma: no cover - the circuit module is optional while it is being written
-            pass
-        else:
-            out.update(any_circuit_numbers(model))
+        out.update(any_circuit_numbers(model))
     out.update(dynamics_numbers(records, DYNAMICS_SIGNALS))
     return out
