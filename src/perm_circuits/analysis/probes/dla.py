@@ -63,6 +63,7 @@ repeats an earlier x).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import math
@@ -167,12 +168,8 @@ def run_cache(
     missing = wanted - set(model.hook_dict)
     if missing:
         raise ValueError(f"unknown hook points {sorted(missing)}")
-    with torch.no_grad():
-        if hooks:
-            with model.hooks(fwd_hooks=hooks):
-                logits, cache = model.run_with_cache(tokens, names_filter=lambda name: name in wanted)
-        else:
-            logits, cache = model.run_with_cache(tokens, names_filter=lambda name: name in wanted)
+    with torch.no_grad(), model.hooks(fwd_hooks=hooks) if hooks else nullcontext():
+        logits, cache = model.run_with_cache(tokens, names_filter=lambda name: name in wanted)
     return logits, {name: cache[name] for name in wanted}, cache
 
 
@@ -278,14 +275,11 @@ def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: 
     inputs = validate_tokens(batch.inputs, V)
     check_hooks(model, hooks)
 
-    names = ["hook_embed", "hook_pos_embed", f"blocks.{n_layers - 1}.hook_resid_post"]
-    for layer in range(n_layers):
-        names += [
-            f"blocks.{layer}.attn.hook_z",
-            f"blocks.{layer}.hook_attn_out",
-            f"blocks.{layer}.mlp.hook_post",
-            f"blocks.{layer}.hook_mlp_out",
-        ]
+    names = ["hook_embed", "hook_pos_embed", f"blocks.{n_layers - 1}.hook_resid_post"] + [
+        f"blocks.{layer}.{hook}"
+        for layer in range(n_layers)
+        for hook in ("attn.hook_z", "hook_attn_out", "mlp.hook_post", "hook_mlp_out")
+    ]
     has_scale = "ln_final.hook_scale" in model.hook_dict and config.normalization_type is not None
     if has_scale:
         names.append("ln_final.hook_scale")
@@ -316,17 +310,11 @@ def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: 
         return (x[..., ypos, :].to(dtype) * direction).sum(-1)
 
     params = _params(model)
-    components: list[str] = []
-    columns: list[Tensor] = []
+    columns: dict[str, Tensor] = {}  # component name -> [b, step]
     shape = acts["hook_embed"].shape
-
-    def add(name: str, column: Tensor) -> None:
-        components.append(name)
-        columns.append(column)
-
     embed, pos_embed = acts["hook_embed"].to(dtype), acts["hook_pos_embed"].expand(shape).to(dtype)
-    add("embed", attribute(embed))
-    add("pos_embed", attribute(pos_embed))
+    columns["embed"] = attribute(embed)
+    columns["pos_embed"] = attribute(pos_embed)
     total = embed + pos_embed  # the residual stream the components account for
     with torch.no_grad():  # rebuilt from cached z and the W_O parameters
         heads = cache.stack_head_results(layer=-1)  # [layer * head, b, pos, d]
@@ -339,16 +327,16 @@ def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: 
         for head in range(config.n_heads):
             result = heads[layer * config.n_heads + head].to(dtype)
             head_sum = head_sum + result
-            add(f"L{layer}H{head}", attribute(result))
-        add(f"L{layer}attn_bias", attribute(b_O))
-        add(f"L{layer}attn_edit", attribute(attn_out - head_sum - b_O))
+            columns[f"L{layer}H{head}"] = attribute(result)
+        columns[f"L{layer}attn_bias"] = attribute(b_O)
+        columns[f"L{layer}attn_edit"] = attribute(attn_out - head_sum - b_O)
         total = total + attn_out
         # MLP: the cached hook_mlp_out, split into b_out and the rest; neurons as a breakdown
         mlp_out = acts[f"blocks.{layer}.hook_mlp_out"].to(dtype)
         b_out = model.b_out.detach()[layer].to(dtype).expand(shape)
         mlp_column = attribute(mlp_out - b_out)
-        add(f"L{layer}mlp", mlp_column)
-        add(f"L{layer}mlp_bias", attribute(b_out))
+        columns[f"L{layer}mlp"] = mlp_column
+        columns[f"L{layer}mlp_bias"] = attribute(b_out)
         total = total + mlp_out
         post = acts[f"blocks.{layer}.mlp.hook_post"].to(dtype)  # [b, pos, d_mlp]
         W_out = model.W_out.detach()[layer].to(dtype)  # [d_mlp, d]
@@ -358,18 +346,18 @@ def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: 
         exact_columns.append(exact)
 
     resid = acts[f"blocks.{n_layers - 1}.hook_resid_post"].to(dtype)
-    add("other", attribute(resid - total))
+    columns["other"] = attribute(resid - total)
 
     const = model.b_U.detach().to(dtype)[1 : V + 1].clone()
     if "ln_final.bias" in params:
         const = const + (params["ln_final.bias"].to(dtype) @ model.W_U.detach().to(dtype))[1 : V + 1]
-    add("unembed_bias", torch.einsum("v,bsv->bs", const, direction_v))
+    columns["unembed_bias"] = torch.einsum("v,bsv->bs", const, direction_v)
 
     value_logits = logits[:, ypos, 1 : V + 1].to(dtype)
     actual = (value_logits * direction_v).sum(-1)
-    contributions = torch.stack(columns, dim=-1)
+    contributions = torch.stack(list(columns.values()), dim=-1)
     residual_error = actual - contributions.sum(-1)
-    return LogitDiffDecomposition(components=tuple(components), contributions=contributions.float(),
+    return LogitDiffDecomposition(components=tuple(columns), contributions=contributions.float(),
         neuron_contributions=torch.cat(neuron_columns, dim=-1).float(), actual=actual.float(), answer=answer,
         baseline=baseline, subgroups=subgroup_masks(inputs), residual_error=residual_error.float(),
         neuron_split_exact=torch.stack(exact_columns, dim=-1), tolerance=tolerance)
@@ -457,24 +445,15 @@ def direct_logit_attribution(
     recall_baseline = _check_recall_baseline(recall_baseline)
     tolerance = _check_tolerance(tolerance)
     batch = check_batch(model, test_set)
-    check_hooks(model, hooks)
-    dec = _decompose(model, batch, hooks, recall_baseline, tolerance)
+    dec = _decompose(model, batch, hooks, recall_baseline, tolerance)  # checks the hooks before its forward
     _warn_if_inexact(dec.max_residual_error, tolerance, "the residual_error row of to_dataframe()")
-    means, actual, neurons, counts, errors = [], [], [], [], []
-    device = dec.contributions.device
-    for name in SUBGROUPS:
-        mask = dec.subgroups[name]
-        counts.append(int(mask.sum()))
-        means.append(dec.contributions[mask].mean(0) if mask.any()
-                     else torch.full((len(dec.components),), torch.nan, device=device))
-        actual.append(dec.actual[mask].mean() if mask.any() else torch.tensor(torch.nan, device=device))
-        errors.append(dec.residual_error[mask].mean() if mask.any() else torch.tensor(torch.nan, device=device))
-        neurons.append(
-            dec.neuron_contributions[mask].mean(0)
-            if mask.any()
-            else torch.full((dec.neuron_contributions.shape[-1],), torch.nan, device=device)
-        )
+    masks = [dec.subgroups[name] for name in SUBGROUPS]
+
+    def means(x: Tensor) -> Tensor:  # [subgroup, ...] means over each subgroup's predictions, nan for an empty one
+        return torch.stack([x[mask].mean(0) if mask.any() else torch.full(x.shape[2:], torch.nan, device=x.device)
+                            for mask in masks])
+
     return LogitAttribution(model_name=model_config_of(model).name, components=dec.components, subgroups=SUBGROUPS,
-        n=tuple(counts), mean=torch.stack(means), actual=torch.stack(actual), neuron_mean=torch.stack(neurons),
-        recall_baseline=recall_baseline, residual_error=torch.stack(errors), max_residual_error=dec.max_residual_error,
-        tolerance=tolerance)
+        n=tuple(int(mask.sum()) for mask in masks), mean=means(dec.contributions), actual=means(dec.actual),
+        neuron_mean=means(dec.neuron_contributions), recall_baseline=recall_baseline,
+        residual_error=means(dec.residual_error), max_residual_error=dec.max_residual_error, tolerance=tolerance)

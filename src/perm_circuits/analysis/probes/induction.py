@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import pandas as pd
 import torch
@@ -91,15 +91,9 @@ class InductionScores:
         """One row per head; the per-source scores as columns ``induction_x{k}`` / ``duplicate_x{k}``."""
         rows = []
         for score in self.heads:
-            row = {
-                "model": self.model_name, "layer": score.layer, "head": score.head,
-                "component": score.component, "previous_token": score.previous_token,
-                "induction": score.induction, "duplicate_token": score.duplicate_token,
-            }
-            for k, value in enumerate(score.induction_by_source, start=1):
-                row[f"induction_x{k}"] = value
-            for k, value in enumerate(score.duplicate_by_source, start=1):
-                row[f"duplicate_x{k}"] = value
+            row = {"model": self.model_name, **asdict(score)}
+            for kind in ("induction", "duplicate"):
+                row.update({f"{kind}_x{k}": value for k, value in enumerate(row.pop(f"{kind}_by_source"), start=1)})
             rows.append(row)
         return pd.DataFrame(rows)
 
@@ -131,11 +125,6 @@ def _resolve_tokens(model, test_set: object, n: int, seed: int) -> Int[Tensor, "
     if isinstance(test_set, Tensor):
         return validate_tokens(test_set, V)
     raise TypeError(f"test_set must be a perm_circuits.Batch, a token tensor or None, got {type(test_set).__name__}")
-
-
-def _previous_token(patterns: Float[Tensor, "batch layer head q k"]) -> Float[Tensor, "layer head"]:
-    diagonal = patterns.diagonal(offset=-1, dim1=-2, dim2=-1)  # [batch, layer, head, seq-1]: p -> p-1
-    return diagonal.mean(dim=(0, 3))
 
 
 def _last_query_scores(
@@ -188,7 +177,7 @@ def induction_scores(
     store = run_capture(model, tokens, names, hooks)[1]
     patterns = torch.stack([store[name].float() for name in names], dim=1)  # [batch, layer, head, q, k]
 
-    previous = _previous_token(patterns)
+    previous = patterns.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, 3))  # p -> p-1, [layer, head]
     kept = source[repeated]
     to_y, to_x = _last_query_scores(patterns[repeated], kept)
     induction, duplicate = to_y.mean(dim=0), to_x.mean(dim=0)
