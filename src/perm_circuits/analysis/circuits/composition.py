@@ -59,17 +59,8 @@ __all__ = [
 ]
 
 KINDS = ("Q", "K", "V")
-COLUMNS = [
-    "sender",
-    "sender_layer",
-    "sender_head",
-    "receiver",
-    "receiver_layer",
-    "receiver_head",
-    "kind",
-    "score",
-    "baseline",
-]
+COLUMNS = ["sender", "sender_layer", "sender_head", "receiver", "receiver_layer", "receiver_head", "kind", "score",
+           "baseline"]
 
 
 def _check_kind(kind: object) -> str:
@@ -101,24 +92,13 @@ class CompositionScores:
         with their layer and head, ``kind``, ``score`` and ``baseline``.  Empty (with these
         columns) for a 1-layer model."""
         n_layers, n_heads = self.scores.shape[:2]
-        rows = []
-        for l1 in range(n_layers):
-            for h1 in range(n_heads):
-                for l2 in range(l1 + 1, n_layers):
-                    for h2 in range(n_heads):
-                        rows.append(
-                            {
-                                "sender": f"L{l1}H{h1}",
-                                "sender_layer": l1,
-                                "sender_head": h1,
-                                "receiver": f"L{l2}H{h2}",
-                                "receiver_layer": l2,
-                                "receiver_head": h2,
-                                "kind": self.kind,
-                                "score": float(self.scores[l1, h1, l2, h2]),
-                                "baseline": self.baseline,
-                            }
-                        )
+        rows = [
+            (f"L{l1}H{h1}", l1, h1, f"L{l2}H{h2}", l2, h2, self.kind, float(self.scores[l1, h1, l2, h2]), self.baseline)
+            for l1 in range(n_layers)
+            for h1 in range(n_heads)
+            for l2 in range(l1 + 1, n_layers)
+            for h2 in range(n_heads)
+        ]
         return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -209,10 +189,5 @@ def composition_scores(
 def all_composition_scores(model, *, baseline_samples: int = 100, seed: int = 0) -> pd.DataFrame:
     """Q-, K- and V-composition scores of every (sender, later-layer receiver) pair in one tidy
     table (rows of :meth:`CompositionScores.to_dataframe`, kinds in the order Q, K, V)."""
-    check_positive_int("baseline_samples", baseline_samples)
-    check_seed(seed)
-    frames = [
-        composition_scores(model, kind, baseline_samples=baseline_samples, seed=seed).to_dataframe()
-        for kind in KINDS
-    ]
-    return pd.concat(frames, ignore_index=True)
+    frames = [composition_scores(model, kind, baseline_samples=baseline_samples, seed=seed) for kind in KINDS]
+    return pd.concat([frame.to_dataframe() for frame in frames], ignore_index=True)

@@ -7,8 +7,8 @@ circuit ``C`` of a model ``M`` by three criteria on a metric ``F`` (their logit 
 
 - **faithfulness**: the circuit alone does what the model does, ``F(C) ~ F(M)``.  Reported two
   ways: ``faithfulness = F(C) / F(M)`` (the share of the model's F the circuit recovers, the
-  paper's "87%"; 1 is perfect) and ``faithfulness_error = |F(M) - F(C)| / |F(M)|`` (the issue's
-  formula; 0 is perfect).  ``faithfulness_error == |1 - faithfulness|`` always.
+  paper's "87%"; 1 is perfect) and ``faithfulness_error = |F(M) - F(C)| / |F(M)|`` (0 is
+  perfect).  ``faithfulness_error == |1 - faithfulness|`` always.
 - **completeness**: ``max over K subset of C of |F(C \\ K) - F(M \\ K)|`` (0 is perfect): a
   complete circuit and the model lose the same when the same nodes are removed, so no node the
   model uses is missing from C.  Reported in logit units (``completeness``), relative to
@@ -17,8 +17,8 @@ circuit ``C`` of a model ``M`` by three criteria on a metric ``F`` (their logit 
   F(C \\ K)|`` (larger is better; 0 means v does nothing in any context), with the ``K`` found,
   also relative to ``|F(C)|``.
 
-The subsets are enumerated exhaustively when ``|C| <= max_exhaustive`` (8 by default, as the
-issue asks; ``2^|C|`` subsets).  Larger circuits are *sampled*: ``ceil(n_subsets / |C|)``
+The subsets are enumerated exhaustively when ``|C| <= max_exhaustive`` (8 by default; ``2^|C|``
+subsets).  Larger circuits are *sampled*: ``ceil(n_subsets / |C|)``
 random orderings of C (seeded by ``subset_seed``), each contributing its ``|C| + 1`` prefixes
 ``{} = K_0 < K_1 < ... < K_|C| = C`` as completeness subsets and each step ``K_i -> K_i + v``
 as a minimality sample for ``v`` (every node gets one sample per ordering); the result says
@@ -445,11 +445,7 @@ def propose_circuit(
     if skill not in problem.masks:
         raise ValueError(f"skill must be one of {tuple(problem.masks)} on this model and test set, got {skill!r}")
     runner = CircuitRunner(model, problem, how, hooks, ablation_seed, ablate_kwargs or {}, progress)
-    candidates = [
-        Node(layer, head, cls)
-        for _, layer, head in components_of(model)
-        for cls in dict.fromkeys(where)
-    ]
+    candidates = [Node(layer, head, cls) for _, layer, head in components_of(model) for cls in dict.fromkeys(where)]
     f_model = runner.f(runner.run_of({}), skill)
     if math.isnan(f_model) or f_model == 0:
         raise ValueError(f"the model's F on the {skill} subgroup is {f_model}: nothing to explain "

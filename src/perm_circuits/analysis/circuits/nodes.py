@@ -51,25 +51,24 @@ permutation task's x and y positions."""
 _NODE = re.compile(r"^L(\d+)(?:H(\d+)|(MLP))(?:@(.+))?$")
 
 
-def class_positions(where: str, V: int) -> tuple[int, ...]:
-    """The positions of class ``where`` in sequences of ``2V - 1`` tokens (ValueError if unknown)."""
-    last = 2 * V - 2
-    named = {
-        "all": range(last + 1),
-        "query": range(0, last + 1, 2),
-        "answer": range(1, last, 2),
-        "last": (last,),
-        "context": range(last),
-    }
+def _positions(where: str, seq_len: int, named: Mapping[str, Iterable[int]], expected: str) -> tuple[int, ...]:
+    """The positions of ``all``, ``last``, ``context``, ``p{k}`` or one of ``named`` in ``seq_len`` tokens."""
+    named = {"all": range(seq_len), "last": (seq_len - 1,), "context": range(seq_len - 1), **named}
     if where in named:
         return tuple(named[where])
     match = re.fullmatch(r"p(\d+)", where) if isinstance(where, str) else None
     if match is None:
-        raise ValueError(f"unknown position class {where!r}: expected one of {POSITION_CLASSES} or 'p<k>'")
+        raise ValueError(f"unknown position class {where!r}{expected}")
     k = int(match.group(1))
-    if k > last:
-        raise ValueError(f"position class {where!r} out of range: sequences have positions 0..{last}")
+    if k >= seq_len:
+        raise ValueError(f"position class {where!r} out of range: sequences have positions 0..{seq_len - 1}")
     return (k,)
+
+
+def class_positions(where: str, V: int) -> tuple[int, ...]:
+    """The positions of class ``where`` in sequences of ``2V - 1`` tokens (ValueError if unknown)."""
+    x_and_y = {"query": range(0, 2 * V - 1, 2), "answer": range(1, 2 * V - 2, 2)}
+    return _positions(where, 2 * V - 1, x_and_y, f": expected one of {POSITION_CLASSES} or 'p<k>'")
 
 
 def positions_in(where: str, seq_len: int) -> tuple[int, ...]:
@@ -79,17 +78,8 @@ def positions_in(where: str, seq_len: int) -> tuple[int, ...]:
     ValueError for ``query`` / ``answer`` (the permutation task's x and y positions) or an
     unknown class.
     """
-    named = {"all": range(seq_len), "last": (seq_len - 1,), "context": range(seq_len - 1)}
-    if where in named:
-        return tuple(named[where])
-    match = re.fullmatch(r"p(\d+)", where) if isinstance(where, str) else None
-    if match is None:
-        raise ValueError(f"unknown position class {where!r} on a task's sequences: expected one of "
-                         f"{GENERAL_CLASSES} or 'p<k>' (query/answer are the permutation task's)")
-    k = int(match.group(1))
-    if k >= seq_len:
-        raise ValueError(f"position class {where!r} out of range: sequences have positions 0..{seq_len - 1}")
-    return (k,)
+    return _positions(where, seq_len, {}, f" on a task's sequences: expected one of {GENERAL_CLASSES} or 'p<k>' "
+                      "(query/answer are the permutation task's)")
 
 
 @dataclass(frozen=True)

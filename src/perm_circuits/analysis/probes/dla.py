@@ -240,32 +240,16 @@ def decompose_logit_diff(
 ) -> LogitDiffDecomposition:
     """Direct logit attribution of the logit difference at every y position of ``batch``.
 
-    See the module docstring for the components, the baseline, the ln_final treatment (the
-    cached ``ln_final.hook_scale`` of the run under ``hooks``) and the two checks: per-neuron
-    splits that do not add up to their layer's cached MLP output are set to nan (and flagged in
-    ``neuron_split_exact``); a ``RuntimeWarning`` is issued when some prediction's
-    ``|actual - sum of components|`` exceeds ``tolerance`` logits (recorded in
-    ``residual_error`` either way).
+    Module docstring: the components, the baseline, the cached ``ln_final.hook_scale`` of the run
+    under ``hooks``, and the two checks within ``tolerance`` logits (nan per-neuron splits flagged
+    in ``neuron_split_exact``; a ``RuntimeWarning``, with the gaps in ``residual_error``).
     """
-    dec = _decompose(model, batch, hooks, recall_baseline, tolerance)
-    _warn_if_inexact(dec.max_residual_error, dec.tolerance, "the residual_error field")
-    return dec
+    return _decompose(model, batch, hooks, recall_baseline, tolerance, "the residual_error field")
 
 
-def _warn_if_inexact(worst: float, tolerance: float, where: str) -> None:
-    if not worst <= tolerance:
-        warnings.warn(
-            "direct logit attribution: the components do not add up to the actual logit difference "
-            f"(max |actual - sum| = {worst:.4g} logits > tolerance {tolerance:g}). Something acts after the "
-            "residual stream (a hook on ln_final.hook_normalized / ln_final.hook_scale or on the unembedding?); "
-            f"the gap per prediction is in {where}.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-
-
-def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: object) -> LogitDiffDecomposition:
-    """:func:`decompose_logit_diff` without the warning (callers warn, pointing at their caller)."""
+def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: object,
+               where: str) -> LogitDiffDecomposition:
+    """:func:`decompose_logit_diff`, whose warning names ``where`` the gaps are (called by the public functions)."""
     recall_baseline = _check_recall_baseline(recall_baseline)
     tolerance = _check_tolerance(tolerance)
     if not isinstance(batch, Batch):
@@ -300,10 +284,8 @@ def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: 
 
     U = effective_unembed(model).to(dtype)  # [d, V]
     direction = torch.einsum("dv,bsv->bsd", U, direction_v)  # residual direction of the logit diff
-    if has_scale:
-        scale = acts["ln_final.hook_scale"][:, ypos, 0].to(dtype)
-    else:
-        scale = torch.ones(inputs.shape[0], V, dtype=dtype, device=direction.device)
+    scale = (acts["ln_final.hook_scale"][:, ypos, 0].to(dtype) if has_scale
+             else torch.ones(inputs.shape[0], V, dtype=dtype, device=direction.device))
     direction = direction / scale[..., None]
 
     def attribute(x: Tensor) -> Tensor:  # [..., b, pos, d] -> [..., b, step]
@@ -357,10 +339,20 @@ def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: 
     actual = (value_logits * direction_v).sum(-1)
     contributions = torch.stack(list(columns.values()), dim=-1)
     residual_error = actual - contributions.sum(-1)
-    return LogitDiffDecomposition(components=tuple(columns), contributions=contributions.float(),
+    dec = LogitDiffDecomposition(components=tuple(columns), contributions=contributions.float(),
         neuron_contributions=torch.cat(neuron_columns, dim=-1).float(), actual=actual.float(), answer=answer,
         baseline=baseline, subgroups=subgroup_masks(inputs), residual_error=residual_error.float(),
         neuron_split_exact=torch.stack(exact_columns, dim=-1), tolerance=tolerance)
+    if not dec.max_residual_error <= tolerance:
+        warnings.warn(
+            "direct logit attribution: the components do not add up to the actual logit difference "
+            f"(max |actual - sum| = {dec.max_residual_error:.4g} logits > tolerance {tolerance:g}). Something acts "
+            "after the residual stream (a hook on ln_final.hook_normalized / ln_final.hook_scale or on the "
+            f"unembedding?); the gap per prediction is in {where}.",
+            RuntimeWarning,
+            stacklevel=3,  # the caller of the public function
+        )
+    return dec
 
 
 @dataclass(frozen=True)
@@ -433,20 +425,13 @@ def direct_logit_attribution(
     """Direct logit attribution per head, MLP (and neuron), embedding and bias, averaged over the
     subgroups ``steps 1-4`` / ``last-step elimination`` / ``last-step recall``.
 
-    Args:
-        model: a bridge.
-        test_set: the batch (default: the model's fixed 5,000-sample test set).
-        hooks: an intervention hook list applied during the forward pass.
-        recall_baseline: the baseline token of the recall subgroup (module docstring).
-        tolerance: logits; a ``RuntimeWarning`` when some prediction's ``|actual - sum of
-            components|`` exceeds it, and the per-neuron split of a prediction is nan where it
-            misses its layer's cached MLP output by more (module docstring).
+    ``test_set`` defaults to the model's fixed 5,000-sample test set; ``hooks`` (an intervention),
+    ``recall_baseline`` and ``tolerance`` as in :func:`decompose_logit_diff` (module docstring).
     """
     recall_baseline = _check_recall_baseline(recall_baseline)
     tolerance = _check_tolerance(tolerance)
-    batch = check_batch(model, test_set)
-    dec = _decompose(model, batch, hooks, recall_baseline, tolerance)  # checks the hooks before its forward
-    _warn_if_inexact(dec.max_residual_error, tolerance, "the residual_error row of to_dataframe()")
+    batch = check_batch(model, test_set)  # _decompose checks the hooks before its forward
+    dec = _decompose(model, batch, hooks, recall_baseline, tolerance, "the residual_error row of to_dataframe()")
     masks = [dec.subgroups[name] for name in SUBGROUPS]
 
     def means(x: Tensor) -> Tensor:  # [subgroup, ...] means over each subgroup's predictions, nan for an empty one
