@@ -125,11 +125,8 @@ def _receiver_matrix(
 def composition_baseline(
     d_model: int, d_head: int, kind: str, n_samples: int = 100, seed: int = 0
 ) -> float:
-    """Mean ``kind``-composition score of ``n_samples`` random head pairs of these shapes.
-
-    Every factor is an independent standard Gaussian matrix from a ``torch.Generator`` seeded
-    with ``seed`` (float64, CPU): deterministic, global RNG untouched.  See the module docstring.
-    """
+    """Mean ``kind``-composition score of ``n_samples`` random head pairs of these shapes: standard
+    Gaussian factors, float64 on the CPU, from a private generator seeded with ``seed`` (module docstring)."""
     kind = _check_kind(kind)
     d_model = check_positive_int("d_model", d_model)
     d_head = check_positive_int("d_head", d_head)
@@ -163,12 +160,8 @@ def composition_scores(
     n_layers, n_heads = config.n_layers, config.n_heads
     W_Q, W_K, W_V, W_O = (w.detach().to(torch.float64) for w in (model.W_Q, model.W_K, model.W_V, model.W_O))
     d_model, d_head = W_Q.shape[-2], W_Q.shape[-1]
-    for name, w, shape in (
-        ("W_Q", W_Q, (n_layers, n_heads, d_model, d_head)),
-        ("W_K", W_K, (n_layers, n_heads, d_model, d_head)),
-        ("W_V", W_V, (n_layers, n_heads, d_model, d_head)),
-        ("W_O", W_O, (n_layers, n_heads, d_head, d_model)),
-    ):
+    reads, writes = (n_layers, n_heads, d_model, d_head), (n_layers, n_heads, d_head, d_model)
+    for name, w, shape in (("W_Q", W_Q, reads), ("W_K", W_K, reads), ("W_V", W_V, reads), ("W_O", W_O, writes)):
         if tuple(w.shape) != shape:
             raise ValueError(f"model.{name} has shape {tuple(w.shape)}, expected {shape}")
     sender = W_V @ W_O  # [layer, head, d_model, d_model]

@@ -99,10 +99,6 @@ def _best(scores: InductionScores, attribute: str, layers: range) -> tuple[str, 
     return best.component, best.layer, best.head, float(getattr(best, attribute))
 
 
-def _nan_to(value: float, default: float) -> float:
-    return default if math.isnan(value) else value
-
-
 def judge_induction_story(
     scores: InductionScores,
     composition: Mapping[str, CompositionScores],
@@ -137,7 +133,7 @@ def judge_induction_story(
         missing.append(f"a previous-token head (best: {a}, score {previous:.2f} < {SCORE_MIN})")
     if induction < SCORE_MIN:
         missing.append(f"an induction head (best: {b}, score {induction:.2f} < {SCORE_MIN})")
-    k, q, v = (_nan_to(comp[kind], -math.inf) for kind in "KQV")
+    k, q, v = (-math.inf if math.isnan(comp[kind]) else comp[kind] for kind in "KQV")  # NaN never dominates
     if not (k > q and k > v and k > baseline):
         missing.append(
             f"K-composition {a}->{b} dominating (K {comp['K']:.2f}, Q {comp['Q']:.2f}, V {comp['V']:.2f}, "

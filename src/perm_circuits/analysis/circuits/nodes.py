@@ -1,11 +1,6 @@
-"""Circuit nodes (a head or MLP at a position class) and the metric F.
-
-The vocabulary of :mod:`perm_circuits.analysis.circuits.criteria` (whose docstring defines the position
-classes, the nodes and F in full): :class:`Node` (``"L0H1@last"``), :func:`parse_circuit`
-(validation against a model), :func:`class_positions` (the permutation task's sequences of
-``2V - 1`` tokens) and :func:`positions_in` (sequences of any length), :func:`skill_logit_diff`,
-the IOI-style logit difference (Wang et al. 2022) on the permutation task's elimination and recall
-subgroups, and :func:`target_logprob_gain`, the default F on any task.
+"""Circuit nodes (a head or MLP at a position class) and the metric F of the IOI-style criteria
+(Wang et al. 2022, "Interpretability in the Wild"), defined in full in
+:mod:`perm_circuits.analysis.circuits.criteria`.
 """
 
 from __future__ import annotations

@@ -20,9 +20,7 @@ Both recall scores are also given per source ``k = 1..V-1`` (``induction_by_sour
 ``duplicate_by_source``), so a shortcut head that only matches ``x1`` shows as a high first entry
 and low others, while a general induction head is high for every ``k``.
 
-The default test set repeats every earlier query: ``make_test_set(TaskConfig(V=V,
-repeat_ratio=1.0, repeat_sources=(1, ..., V-1)), n=n, seed=seed)``.  Nothing here prints; the
-arguments are validated before any forward pass and no hooks are left on the model.
+The default test set (:func:`induction_test_set`) repeats every earlier query.
 """
 
 from __future__ import annotations
@@ -142,15 +140,10 @@ def induction_scores(
 ) -> InductionScores:
     """Previous-token, induction and duplicate-token scores of every head (module docstring).
 
-    Args:
-        model: a perm_circuits bridge with any number of layers.
-        test_set: a Batch or a token tensor ``[batch, 2V-1]`` with at least one sequence whose
-            last query repeats an earlier one (the source is read from the tokens); default
-            :func:`induction_test_set` ``(V, n, seed)``.
-        n: size of the default test set (unused when ``test_set`` is given).
-        seed: seed of the default test set only.
-        hooks: interventions active during the forward (a TL hook list); the scores read the
-            patterns as they are after them.  Removed afterwards, always.
+    ``test_set``: a Batch or a token tensor ``[batch, 2V-1]`` with at least one sequence whose
+    last query repeats an earlier one (the source is read from the tokens); default
+    :func:`induction_test_set` ``(V, n, seed)`` (``n`` and ``seed`` are used for nothing else).
+    ``hooks``: interventions active during the forward; the scores read the patterns after them.
     """
     check_positive_int("n", n)
     check_seed(seed)
