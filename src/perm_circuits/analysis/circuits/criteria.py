@@ -158,7 +158,8 @@ def _setup(model, circuit, test_set, how, n, seed, task_config, hooks, reference
     check_seed(seed)
     check_seed(ablation_seed, "ablation_seed")
     if ablate_kwargs is not None and not isinstance(ablate_kwargs, Mapping):
-        raise TypeError(f"ablate_kwargs must be a mapping of extra ablate() arguments, got {type(ablate_kwargs).__name__}")
+        raise TypeError(f"ablate_kwargs must be a mapping of extra ablate() arguments, got "
+                        f"{type(ablate_kwargs).__name__}")
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
     general = (task is not None or metric is not None or isinstance(test_set, (TaskBatch, Tensor))
@@ -186,7 +187,9 @@ def _setup(model, circuit, test_set, how, n, seed, task_config, hooks, reference
     return nodes, permutation_problem(test_set, reference), hooks
 
 
-def _subsets(k: int, max_exhaustive: int, n_subsets: int, subset_seed: int) -> tuple[str, list[int], list[tuple[int, int]]]:
+def _subsets(
+    k: int, max_exhaustive: int, n_subsets: int, subset_seed: int
+) -> tuple[str, list[int], list[tuple[int, int]]]:
     """Method, the K masks to check for completeness, and the (K, K + v) minimality pairs."""
     if k <= max_exhaustive:
         masks = list(range(1 << k))
@@ -300,7 +303,8 @@ def circuit_metrics(
         minimality = []
         for i, node in enumerate(nodes):
             bit = 1 << i
-            steps = {a: abs(runner.f(runs_c[b], group) - runner.f(runs_c[a], group)) for a, b in pairs if not a & bit and b == a | bit}
+            steps = {a: abs(runner.f(runs_c[b], group) - runner.f(runs_c[a], group))
+                     for a, b in pairs if not a & bit and b == a | bit}
             best, value = _largest(steps)
             minimality.append(NodeMinimality(node=node.name, subgroup=group, minimality=value,
                 relative=_ratio(value, abs(f_circuit)), subset=_names(nodes, best) if best is not None else ()))

@@ -89,8 +89,10 @@ class InductionStory:
             f"query {self.path_q:.2f}, value {self.path_v:.2f}"
         )
         if self.holds:
-            return f"induction circuit: previous-token head {a} feeds induction head {b} through K-composition ({numbers})."
-        return f"no induction circuit ({a} -> {b} is the best candidate): missing {'; '.join(self.missing)} ({numbers})."
+            return (f"induction circuit: previous-token head {a} feeds induction head {b} through K-composition "
+                    f"({numbers}).")
+        return (f"no induction circuit ({a} -> {b} is the best candidate): missing {'; '.join(self.missing)} "
+                f"({numbers}).")
 
 
 def _best(scores: InductionScores, attribute: str, layers: range) -> tuple[str, int, int, float]:

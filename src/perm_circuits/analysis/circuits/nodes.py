@@ -199,7 +199,8 @@ def target_logprob_gain(batch: TaskBatch) -> Callable[[Tensor], Tensor]:
 
     def metric(logits: Float[Tensor, "batch seq vocab"]) -> Float[Tensor, " batch"]:
         if logits.shape[:2] != batch.tokens.shape:
-            raise ValueError(f"logits {tuple(logits.shape)} do not match the batch's tokens {tuple(batch.tokens.shape)}")
+            raise ValueError(f"logits {tuple(logits.shape)} do not match the batch's tokens "
+                             f"{tuple(batch.tokens.shape)}")
         targets = batch.targets.clamp(0, logits.shape[-1] - 1) * (batch.mask > 0)
         logp = logits.double().log_softmax(-1).gather(-1, targets[..., None])[..., 0]
         return (logp * weights).sum(1) / weights.sum(1) + math.log(logits.shape[-1])

@@ -148,7 +148,8 @@ class CircuitRunner:
 
     def _shared_fn(self, cache: dict, hook_name: str, head: int | None) -> Callable:
         """:meth:`_ablate` through the active :func:`shared_ablations` cache (what ``ablate`` does, once)."""
-        base = (id(self.model), id(self.reference), tuple((name, id(fn)) for name, fn in self.hooks), self.ablation_seed)
+        hooks = tuple((name, id(fn)) for name, fn in self.hooks)
+        base = (id(self.model), id(self.reference), hooks, self.ablation_seed)
         key = (*base, hook_name, self.how, head)
         if key in cache:
             return cache[key]

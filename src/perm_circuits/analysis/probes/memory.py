@@ -74,7 +74,9 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from torch.nn import functional
 
-from perm_circuits.analysis.interventions.checks import check_head, check_index, check_int, check_layer, check_positive_int
+from perm_circuits.analysis.interventions.checks import (
+    check_head, check_index, check_int, check_layer, check_positive_int,
+)
 from perm_circuits.model_shape import is_permutation_model, normalization_of
 from perm_circuits.models import model_config_of
 
@@ -135,11 +137,8 @@ def _check_targets(targets: object, n_in: int, n_out: int, device: torch.device 
         pairs = targets.long().to(device)  # onto the scores' device (a no-op when they agree)
     elif isinstance(targets, (list, tuple)):
         for k, pair in enumerate(targets):
-            if not (
-                isinstance(pair, (tuple, list))
-                and len(pair) == 2
-                and all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
-            ):
+            is_pair = isinstance(pair, (tuple, list)) and len(pair) == 2
+            if not (is_pair and all(isinstance(v, int) and not isinstance(v, bool) for v in pair)):
                 raise TypeError(f"targets[{k}] must be an (input, output) pair of ints, got {pair!r}")
         pairs = torch.tensor(list(targets), dtype=torch.long, device=device).reshape(-1, 2)
     else:
