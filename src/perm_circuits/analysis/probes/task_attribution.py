@@ -116,21 +116,20 @@ def target_logit_attribution(model, batch: TaskBatch) -> TargetAttribution:
         value = torch.einsum("bsd,dbs->bs", x, direction)
         return float((value * weights).sum() / weights.sum())
 
-    labels, values = [], []
+    values: dict[str, float] = {}  # component label -> attribution
     for label, hook in names:
         activation = cache[hook]
         if hook.endswith("attn.hook_z"):
             layer = int(_LAYER.match(hook).group(1))
             for head in range(shape.n_heads):
-                labels.append(f"{label}H{head}")
-                values.append(read(activation[:, :, head] @ W_O[layer, head].detach()))
+                values[f"{label}H{head}"] = read(activation[:, :, head] @ W_O[layer, head].detach())
         else:
-            labels.append(label)
-            values.append(read(activation))
+            values[label] = read(activation)
     out = logits.double()
     diff = out.gather(-1, targets[..., None])[..., 0] - out.mean(-1)
     total = float((diff * weights).sum() / weights.sum())
-    return TargetAttribution(_name(model), tuple(labels), tuple(values), total - sum(values), total, len(batch))
+    return TargetAttribution(_name(model), tuple(values), tuple(values.values()), total - sum(values.values()), total,
+                             len(batch))
 
 
 def attention_patterns(
