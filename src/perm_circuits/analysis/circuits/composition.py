@@ -50,7 +50,11 @@ from perm_circuits.analysis.interventions.checks import check_positive_int, chec
 from perm_circuits.models import model_config_of
 
 __all__ = [
-    "KINDS", "CompositionScores", "all_composition_scores", "composition_baseline", "composition_score",
+    "KINDS",
+    "CompositionScores",
+    "all_composition_scores",
+    "composition_baseline",
+    "composition_score",
     "composition_scores",
 ]
 

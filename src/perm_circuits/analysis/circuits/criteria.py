@@ -74,13 +74,28 @@ from torch import Tensor
 from perm_circuits.analysis.interventions import hooks as ablation
 from perm_circuits.analysis.interventions.checks import check_int, check_seed, check_task_config
 from perm_circuits.analysis.circuits.nodes import (
-    POSITION_CLASSES, SUBGROUPS, Node, class_positions, parse_circuit, skill_logit_diff, target_logprob_gain,
+    POSITION_CLASSES,
+    SUBGROUPS,
+    Node,
+    class_positions,
+    parse_circuit,
+    skill_logit_diff,
+    target_logprob_gain,
 )
 from perm_circuits.analysis.circuits.results import (
-    CircuitMetrics, FaithfulnessByMode, FaithfulnessRow, NodeMinimality, SubgroupCircuitMetrics,
+    CircuitMetrics,
+    FaithfulnessByMode,
+    FaithfulnessRow,
+    NodeMinimality,
+    SubgroupCircuitMetrics,
 )
 from perm_circuits.analysis.circuits.runs import (
-    CircuitProblem, CircuitRunner, circuit_run, knockout_run, permutation_problem, shared_ablations,
+    CircuitProblem,
+    CircuitRunner,
+    circuit_run,
+    knockout_run,
+    permutation_problem,
+    shared_ablations,
 )
 from perm_circuits.analysis.interventions.core import check_how, reference_tokens
 from perm_circuits.analysis.interventions.patching import metric_values
@@ -94,9 +109,22 @@ from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_test_se
 from perm_circuits.tasks.base import Task, TaskBatch
 
 __all__ = [
-    "POSITION_CLASSES", "SUBGROUPS", "CircuitMetrics", "FaithfulnessByMode", "FaithfulnessRow", "Node",
-    "NodeMinimality", "SubgroupCircuitMetrics", "circuit_metrics", "faithfulness_by_mode", "class_positions",
-    "parse_circuit", "propose_circuit", "shared_ablations", "skill_logit_diff", "target_logprob_gain",
+    "POSITION_CLASSES",
+    "SUBGROUPS",
+    "CircuitMetrics",
+    "FaithfulnessByMode",
+    "FaithfulnessRow",
+    "Node",
+    "NodeMinimality",
+    "SubgroupCircuitMetrics",
+    "circuit_metrics",
+    "faithfulness_by_mode",
+    "class_positions",
+    "parse_circuit",
+    "propose_circuit",
+    "shared_ablations",
+    "skill_logit_diff",
+    "target_logprob_gain",
 ]
 
 

@@ -31,11 +31,27 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from perm_circuits.analysis.interventions.checks import check_int, check_positive_int, check_seed, check_task_config
-from perm_circuits.analysis.circuits.composition import KINDS, CompositionScores, composition_scores
-from perm_circuits.analysis.probes.induction import InductionScores, induction_scores, induction_test_set
+from perm_circuits.analysis.interventions.checks import (
+    check_int,
+    check_positive_int,
+    check_seed,
+    check_task_config,
+)
+from perm_circuits.analysis.circuits.composition import (
+    KINDS,
+    CompositionScores,
+    composition_scores,
+)
+from perm_circuits.analysis.probes.induction import (
+    InductionScores,
+    induction_scores,
+    induction_test_set,
+)
 from perm_circuits.analysis.interventions.path_patching import (
-    SIGNIFICANT_EFFECT, PathPatchEffect, PathPatchingTable, path_patching_table,
+    SIGNIFICANT_EFFECT,
+    PathPatchEffect,
+    PathPatchingTable,
+    path_patching_table,
 )
 from perm_circuits.hooks import check_hooks
 from perm_circuits.models import model_config_of

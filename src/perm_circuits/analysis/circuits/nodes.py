@@ -22,8 +22,15 @@ from perm_circuits.tasks.permutation_data import Batch
 from perm_circuits.tasks.base import TaskBatch
 
 __all__ = [
-    "POSITION_CLASSES", "SUBGROUPS", "Node", "GENERAL_CLASSES", "class_positions", "parse_circuit", "positions_in",
-    "skill_logit_diff", "target_logprob_gain",
+    "POSITION_CLASSES",
+    "SUBGROUPS",
+    "Node",
+    "GENERAL_CLASSES",
+    "class_positions",
+    "parse_circuit",
+    "positions_in",
+    "skill_logit_diff",
+    "target_logprob_gain",
 ]
 
 POSITION_CLASSES: tuple[str, ...] = ("all", "query", "answer", "last", "context")

@@ -82,8 +82,15 @@ from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.tasks.permutation_data import Batch, make_test_set, validate_tokens
 
 __all__ = [
-    "LogitAttribution", "LogitDiffDecomposition", "SUBGROUPS", "decompose_logit_diff", "direct_logit_attribution",
-    "elimination_answers", "repeated_queries", "run_cache", "subgroup_masks",
+    "LogitAttribution",
+    "LogitDiffDecomposition",
+    "SUBGROUPS",
+    "decompose_logit_diff",
+    "direct_logit_attribution",
+    "elimination_answers",
+    "repeated_queries",
+    "run_cache",
+    "subgroup_masks",
 ]
 
 SUBGROUPS = ("steps 1-4", "last-step elimination", "last-step recall")

@@ -37,7 +37,13 @@ from torch import Tensor
 from perm_circuits.analysis.interventions.checks import check_positive_int, check_seed
 from perm_circuits.hooks import check_hooks, run_capture
 from perm_circuits.models import model_config_of
-from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_test_set, repeat_source_of, validate_tokens
+from perm_circuits.tasks.permutation_data import (
+    Batch,
+    TaskConfig,
+    make_test_set,
+    repeat_source_of,
+    validate_tokens,
+)
 
 __all__ = ["InductionScore", "InductionScores", "induction_scores", "induction_test_set"]
 

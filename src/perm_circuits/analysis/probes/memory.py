@@ -81,9 +81,25 @@ from perm_circuits.model_shape import is_permutation_model, normalization_of
 from perm_circuits.models import model_config_of
 
 __all__ = [
-    "QK_MAPS", "MemoryProbe", "MemoryProbeTracker", "MemoryProbes", "apply_norm", "check_layer", "effective_unembed",
-    "identity_map", "memory_probe_tracker", "memory_recall", "mlp_memory_probe", "mlp_scores", "model_memory_probes",
-    "ov_memory_probe", "ov_scores", "qk_memory_probe", "qk_scores", "recall_rate", "recall_scores",
+    "QK_MAPS",
+    "MemoryProbe",
+    "MemoryProbeTracker",
+    "MemoryProbes",
+    "apply_norm",
+    "check_layer",
+    "effective_unembed",
+    "identity_map",
+    "memory_probe_tracker",
+    "memory_recall",
+    "mlp_memory_probe",
+    "mlp_scores",
+    "model_memory_probes",
+    "ov_memory_probe",
+    "ov_scores",
+    "qk_memory_probe",
+    "qk_scores",
+    "recall_rate",
+    "recall_scores",
 ]
 
 MODES = ("argmax", "argmin")

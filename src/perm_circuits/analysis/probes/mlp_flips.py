@@ -22,7 +22,13 @@ from torch import Tensor
 
 from perm_circuits.analysis.interventions.checks import check_layer
 from perm_circuits.analysis.probes.dla import (
-    SUBGROUPS, check_batch, elimination_answers, repeated_queries, run_cache, subgroup_masks, used_values,
+    SUBGROUPS,
+    check_batch,
+    elimination_answers,
+    repeated_queries,
+    run_cache,
+    subgroup_masks,
+    used_values,
 )
 from perm_circuits.analysis.probes.memory import apply_norm
 from perm_circuits.hooks import check_hooks
