@@ -59,17 +59,8 @@ __all__ = [
 ]
 
 KINDS = ("Q", "K", "V")
-COLUMNS = [
-    "sender",
-    "sender_layer",
-    "sender_head",
-    "receiver",
-    "receiver_layer",
-    "receiver_head",
-    "kind",
-    "score",
-    "baseline",
-]
+COLUMNS = ["sender", "sender_layer", "sender_head", "receiver", "receiver_layer", "receiver_head", "kind", "score",
+           "baseline"]
 
 
 def _check_kind(kind: object) -> str:
@@ -101,24 +92,13 @@ class CompositionScores:
         with their layer and head, ``kind``, ``score`` and ``baseline``.  Empty (with these
         columns) for a 1-layer model."""
         n_layers, n_heads = self.scores.shape[:2]
-        rows = []
-        for l1 in range(n_layers):
-            for h1 in range(n_heads):
-                for l2 in range(l1 + 1, n_layers):
-                    for h2 in range(n_heads):
-                        rows.append(
-                            {
-                                "sender": f"L{l1}H{h1}",
-                                "sender_layer": l1,
-                                "sender_head": h1,
-                                "receiver": f"L{l2}H{h2}",
-                                "receiver_layer": l2,
-                                "receiver_head": h2,
-                                "kind": self.kind,
-                                "score": float(self.scores[l1, h1, l2, h2]),
-                                "baseline": self.baseline,
-                            }
-                        )
+        rows = [
+            (f"L{l1}H{h1}", l1, h1, f"L{l2}H{h2}", l2, h2, self.kind, float(self.scores[l1, h1, l2, h2]), self.baseline)
+            for l1 in range(n_layers)
+            for h1 in range(n_heads)
+            for l2 in range(l1 + 1, n_layers)
+            for h2 in range(n_heads)
+        ]
         return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -149,11 +129,8 @@ def _receiver_matrix(
 def composition_baseline(
     d_model: int, d_head: int, kind: str, n_samples: int = 100, seed: int = 0
 ) -> float:
-    """Mean ``kind``-composition score of ``n_samples`` random head pairs of these shapes.
-
-    Every factor is an independent standard Gaussian matrix from a ``torch.Generator`` seeded
-    with ``seed`` (float64, CPU): deterministic, global RNG untouched.  See the module docstring.
-    """
+    """Mean ``kind``-composition score of ``n_samples`` random head pairs of these shapes: standard
+    Gaussian factors, float64 on the CPU, from a private generator seeded with ``seed`` (module docstring)."""
     kind = _check_kind(kind)
     d_model = check_positive_int("d_model", d_model)
     d_head = check_positive_int("d_head", d_head)
@@ -187,12 +164,8 @@ def composition_scores(
     n_layers, n_heads = config.n_layers, config.n_heads
     W_Q, W_K, W_V, W_O = (w.detach().to(torch.float64) for w in (model.W_Q, model.W_K, model.W_V, model.W_O))
     d_model, d_head = W_Q.shape[-2], W_Q.shape[-1]
-    for name, w, shape in (
-        ("W_Q", W_Q, (n_layers, n_heads, d_model, d_head)),
-        ("W_K", W_K, (n_layers, n_heads, d_model, d_head)),
-        ("W_V", W_V, (n_layers, n_heads, d_model, d_head)),
-        ("W_O", W_O, (n_layers, n_heads, d_head, d_model)),
-    ):
+    reads, writes = (n_layers, n_heads, d_model, d_head), (n_layers, n_heads, d_head, d_model)
+    for name, w, shape in (("W_Q", W_Q, reads), ("W_K", W_K, reads), ("W_V", W_V, reads), ("W_O", W_O, writes)):
         if tuple(w.shape) != shape:
             raise ValueError(f"model.{name} has shape {tuple(w.shape)}, expected {shape}")
     sender = W_V @ W_O  # [layer, head, d_model, d_model]
@@ -209,10 +182,5 @@ def composition_scores(
 def all_composition_scores(model, *, baseline_samples: int = 100, seed: int = 0) -> pd.DataFrame:
     """Q-, K- and V-composition scores of every (sender, later-layer receiver) pair in one tidy
     table (rows of :meth:`CompositionScores.to_dataframe`, kinds in the order Q, K, V)."""
-    check_positive_int("baseline_samples", baseline_samples)
-    check_seed(seed)
-    frames = [
-        composition_scores(model, kind, baseline_samples=baseline_samples, seed=seed).to_dataframe()
-        for kind in KINDS
-    ]
-    return pd.concat(frames, ignore_index=True)
+    frames = [composition_scores(model, kind, baseline_samples=baseline_samples, seed=seed) for kind in KINDS]
+    return pd.concat([frame.to_dataframe() for frame in frames], ignore_index=True)

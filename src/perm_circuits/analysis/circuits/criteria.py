@@ -7,8 +7,8 @@ circuit ``C`` of a model ``M`` by three criteria on a metric ``F`` (their logit 
 
 - **faithfulness**: the circuit alone does what the model does, ``F(C) ~ F(M)``.  Reported two
   ways: ``faithfulness = F(C) / F(M)`` (the share of the model's F the circuit recovers, the
-  paper's "87%"; 1 is perfect) and ``faithfulness_error = |F(M) - F(C)| / |F(M)|`` (the issue's
-  formula; 0 is perfect).  ``faithfulness_error == |1 - faithfulness|`` always.
+  paper's "87%"; 1 is perfect) and ``faithfulness_error = |F(M) - F(C)| / |F(M)|`` (0 is
+  perfect).  ``faithfulness_error == |1 - faithfulness|`` always.
 - **completeness**: ``max over K subset of C of |F(C \\ K) - F(M \\ K)|`` (0 is perfect): a
   complete circuit and the model lose the same when the same nodes are removed, so no node the
   model uses is missing from C.  Reported in logit units (``completeness``), relative to
@@ -17,8 +17,8 @@ circuit ``C`` of a model ``M`` by three criteria on a metric ``F`` (their logit 
   F(C \\ K)|`` (larger is better; 0 means v does nothing in any context), with the ``K`` found,
   also relative to ``|F(C)|``.
 
-The subsets are enumerated exhaustively when ``|C| <= max_exhaustive`` (8 by default, as the
-issue asks; ``2^|C|`` subsets).  Larger circuits are *sampled*: ``ceil(n_subsets / |C|)``
+The subsets are enumerated exhaustively when ``|C| <= max_exhaustive`` (8 by default; ``2^|C|``
+subsets).  Larger circuits are *sampled*: ``ceil(n_subsets / |C|)``
 random orderings of C (seeded by ``subset_seed``), each contributing its ``|C| + 1`` prefixes
 ``{} = K_0 < K_1 < ... < K_|C| = C`` as completeness subsets and each step ``K_i -> K_i + v``
 as a minimality sample for ``v`` (every node gets one sample per ordering); the result says
@@ -186,7 +186,8 @@ def _setup(model, circuit, test_set, how, n, seed, task_config, hooks, reference
     check_seed(seed)
     check_seed(ablation_seed, "ablation_seed")
     if ablate_kwargs is not None and not isinstance(ablate_kwargs, Mapping):
-        raise TypeError(f"ablate_kwargs must be a mapping of extra ablate() arguments, got {type(ablate_kwargs).__name__}")
+        raise TypeError(f"ablate_kwargs must be a mapping of extra ablate() arguments, got "
+                        f"{type(ablate_kwargs).__name__}")
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
     general = (task is not None or metric is not None or isinstance(test_set, (TaskBatch, Tensor))
@@ -214,7 +215,9 @@ def _setup(model, circuit, test_set, how, n, seed, task_config, hooks, reference
     return nodes, permutation_problem(test_set, reference), hooks
 
 
-def _subsets(k: int, max_exhaustive: int, n_subsets: int, subset_seed: int) -> tuple[str, list[int], list[tuple[int, int]]]:
+def _subsets(
+    k: int, max_exhaustive: int, n_subsets: int, subset_seed: int
+) -> tuple[str, list[int], list[tuple[int, int]]]:
     """Method, the K masks to check for completeness, and the (K, K + v) minimality pairs."""
     if k <= max_exhaustive:
         masks = list(range(1 << k))
@@ -328,7 +331,8 @@ def circuit_metrics(
         minimality = []
         for i, node in enumerate(nodes):
             bit = 1 << i
-            steps = {a: abs(runner.f(runs_c[b], group) - runner.f(runs_c[a], group)) for a, b in pairs if not a & bit and b == a | bit}
+            steps = {a: abs(runner.f(runs_c[b], group) - runner.f(runs_c[a], group))
+                     for a, b in pairs if not a & bit and b == a | bit}
             best, value = _largest(steps)
             minimality.append(NodeMinimality(node=node.name, subgroup=group, minimality=value,
                 relative=_ratio(value, abs(f_circuit)), subset=_names(nodes, best) if best is not None else ()))
@@ -445,11 +449,7 @@ def propose_circuit(
     if skill not in problem.masks:
         raise ValueError(f"skill must be one of {tuple(problem.masks)} on this model and test set, got {skill!r}")
     runner = CircuitRunner(model, problem, how, hooks, ablation_seed, ablate_kwargs or {}, progress)
-    candidates = [
-        Node(layer, head, cls)
-        for _, layer, head in components_of(model)
-        for cls in dict.fromkeys(where)
-    ]
+    candidates = [Node(layer, head, cls) for _, layer, head in components_of(model) for cls in dict.fromkeys(where)]
     f_model = runner.f(runner.run_of({}), skill)
     if math.isnan(f_model) or f_model == 0:
         raise ValueError(f"the model's F on the {skill} subgroup is {f_model}: nothing to explain "

@@ -105,18 +105,16 @@ class InductionStory:
             f"query {self.path_q:.2f}, value {self.path_v:.2f}"
         )
         if self.holds:
-            return f"induction circuit: previous-token head {a} feeds induction head {b} through K-composition ({numbers})."
-        return f"no induction circuit ({a} -> {b} is the best candidate): missing {'; '.join(self.missing)} ({numbers})."
+            return (f"induction circuit: previous-token head {a} feeds induction head {b} through K-composition "
+                    f"({numbers}).")
+        return (f"no induction circuit ({a} -> {b} is the best candidate): missing {'; '.join(self.missing)} "
+                f"({numbers}).")
 
 
 def _best(scores: InductionScores, attribute: str, layers: range) -> tuple[str, int, int, float]:
     candidates = [s for s in scores.heads if s.layer in layers]
     best = max(candidates, key=lambda s: (getattr(s, attribute), -s.layer, -s.head))
     return best.component, best.layer, best.head, float(getattr(best, attribute))
-
-
-def _nan_to(value: float, default: float) -> float:
-    return default if math.isnan(value) else value
 
 
 def judge_induction_story(
@@ -153,7 +151,7 @@ def judge_induction_story(
         missing.append(f"a previous-token head (best: {a}, score {previous:.2f} < {SCORE_MIN})")
     if induction < SCORE_MIN:
         missing.append(f"an induction head (best: {b}, score {induction:.2f} < {SCORE_MIN})")
-    k, q, v = (_nan_to(comp[kind], -math.inf) for kind in "KQV")
+    k, q, v = (-math.inf if math.isnan(comp[kind]) else comp[kind] for kind in "KQV")  # NaN never dominates
     if not (k > q and k > v and k > baseline):
         missing.append(
             f"K-composition {a}->{b} dominating (K {comp['K']:.2f}, Q {comp['Q']:.2f}, V {comp['V']:.2f}, "

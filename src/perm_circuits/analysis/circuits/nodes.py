@@ -1,11 +1,6 @@
-"""Circuit nodes (a head or MLP at a position class) and the metric F.
-
-The vocabulary of :mod:`perm_circuits.analysis.circuits.criteria` (whose docstring defines the position
-classes, the nodes and F in full): :class:`Node` (``"L0H1@last"``), :func:`parse_circuit`
-(validation against a model), :func:`class_positions` (the permutation task's sequences of
-``2V - 1`` tokens) and :func:`positions_in` (sequences of any length), :func:`skill_logit_diff`,
-the IOI-style logit difference (Wang et al. 2022) on the permutation task's elimination and recall
-subgroups, and :func:`target_logprob_gain`, the default F on any task.
+"""Circuit nodes (a head or MLP at a position class) and the metric F of the IOI-style criteria
+(Wang et al. 2022, "Interpretability in the Wild"), defined in full in
+:mod:`perm_circuits.analysis.circuits.criteria`.
 """
 
 from __future__ import annotations
@@ -51,25 +46,24 @@ permutation task's x and y positions."""
 _NODE = re.compile(r"^L(\d+)(?:H(\d+)|(MLP))(?:@(.+))?$")
 
 
-def class_positions(where: str, V: int) -> tuple[int, ...]:
-    """The positions of class ``where`` in sequences of ``2V - 1`` tokens (ValueError if unknown)."""
-    last = 2 * V - 2
-    named = {
-        "all": range(last + 1),
-        "query": range(0, last + 1, 2),
-        "answer": range(1, last, 2),
-        "last": (last,),
-        "context": range(last),
-    }
+def _positions(where: str, seq_len: int, named: Mapping[str, Iterable[int]], expected: str) -> tuple[int, ...]:
+    """The positions of ``all``, ``last``, ``context``, ``p{k}`` or one of ``named`` in ``seq_len`` tokens."""
+    named = {"all": range(seq_len), "last": (seq_len - 1,), "context": range(seq_len - 1), **named}
     if where in named:
         return tuple(named[where])
     match = re.fullmatch(r"p(\d+)", where) if isinstance(where, str) else None
     if match is None:
-        raise ValueError(f"unknown position class {where!r}: expected one of {POSITION_CLASSES} or 'p<k>'")
+        raise ValueError(f"unknown position class {where!r}{expected}")
     k = int(match.group(1))
-    if k > last:
-        raise ValueError(f"position class {where!r} out of range: sequences have positions 0..{last}")
+    if k >= seq_len:
+        raise ValueError(f"position class {where!r} out of range: sequences have positions 0..{seq_len - 1}")
     return (k,)
+
+
+def class_positions(where: str, V: int) -> tuple[int, ...]:
+    """The positions of class ``where`` in sequences of ``2V - 1`` tokens (ValueError if unknown)."""
+    x_and_y = {"query": range(0, 2 * V - 1, 2), "answer": range(1, 2 * V - 2, 2)}
+    return _positions(where, 2 * V - 1, x_and_y, f": expected one of {POSITION_CLASSES} or 'p<k>'")
 
 
 def positions_in(where: str, seq_len: int) -> tuple[int, ...]:
@@ -79,17 +73,8 @@ def positions_in(where: str, seq_len: int) -> tuple[int, ...]:
     ValueError for ``query`` / ``answer`` (the permutation task's x and y positions) or an
     unknown class.
     """
-    named = {"all": range(seq_len), "last": (seq_len - 1,), "context": range(seq_len - 1)}
-    if where in named:
-        return tuple(named[where])
-    match = re.fullmatch(r"p(\d+)", where) if isinstance(where, str) else None
-    if match is None:
-        raise ValueError(f"unknown position class {where!r} on a task's sequences: expected one of "
-                         f"{GENERAL_CLASSES} or 'p<k>' (query/answer are the permutation task's)")
-    k = int(match.group(1))
-    if k >= seq_len:
-        raise ValueError(f"position class {where!r} out of range: sequences have positions 0..{seq_len - 1}")
-    return (k,)
+    return _positions(where, seq_len, {}, f" on a task's sequences: expected one of {GENERAL_CLASSES} or 'p<k>' "
+                      "(query/answer are the permutation task's)")
 
 
 @dataclass(frozen=True)
@@ -221,7 +206,8 @@ def target_logprob_gain(batch: TaskBatch) -> Callable[[Tensor], Tensor]:
 
     def metric(logits: Float[Tensor, "batch seq vocab"]) -> Float[Tensor, " batch"]:
         if logits.shape[:2] != batch.tokens.shape:
-            raise ValueError(f"logits {tuple(logits.shape)} do not match the batch's tokens {tuple(batch.tokens.shape)}")
+            raise ValueError(f"logits {tuple(logits.shape)} do not match the batch's tokens "
+                             f"{tuple(batch.tokens.shape)}")
         targets = batch.targets.clamp(0, logits.shape[-1] - 1) * (batch.mask > 0)
         logp = logits.double().log_softmax(-1).gather(-1, targets[..., None])[..., 0]
         return (logp * weights).sum(1) / weights.sum(1) + math.log(logits.shape[-1])

@@ -1,9 +1,5 @@
-"""The results of the IOI-style circuit evaluation (:mod:`perm_circuits.analysis.circuits.criteria`).
-
-Small frozen dataclasses: per-node minimality, the three IOI numbers per subgroup
-(faithfulness, completeness, minimality; Wang et al. 2022), the whole :func:`circuit_metrics`
-result with a tidy ``to_dataframe()``, and the per-mode faithfulness of
-:func:`faithfulness_by_mode`.  The definitions are in :mod:`perm_circuits.analysis.circuits.criteria`.
+"""The results of the IOI-style circuit evaluation (faithfulness, completeness, minimality; Wang et
+al. 2022), defined in :mod:`perm_circuits.analysis.circuits.criteria`.
 """
 
 from __future__ import annotations
@@ -16,7 +12,6 @@ import pandas as pd
 from perm_circuits.analysis.circuits.nodes import SUBGROUPS, Node
 
 __all__ = ["CircuitMetrics", "FaithfulnessByMode", "FaithfulnessRow", "NodeMinimality", "SubgroupCircuitMetrics"]
-
 
 
 @dataclass(frozen=True)

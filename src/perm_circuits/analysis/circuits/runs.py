@@ -140,17 +140,16 @@ class CircuitRunner:
         return self.fns[component]
 
     def _ablate(self, hook_name: str, head: int | None) -> Callable:
-        if self.problem.general:
-            return ablate_tokens(self.model, hook_name, self.how,
-                reference=None if self.how == "zero" else self.reference, index=head, seed=self.ablation_seed,
-                hooks=self.hooks, **self.ablate_kwargs)[0][1]
-        hooks = ablation.ablate(self.model, hook_name, self.how, reference=self.reference, index=head,
-            seed=self.ablation_seed, hooks=self.hooks, **self.ablate_kwargs)
+        general = self.problem.general  # any task: ablate_tokens, with no reference for zero ablation
+        reference = None if general and self.how == "zero" else self.reference
+        hooks = (ablate_tokens if general else ablation.ablate)(self.model, hook_name, self.how, reference=reference,
+            index=head, seed=self.ablation_seed, hooks=self.hooks, **self.ablate_kwargs)
         return hooks[0][1]
 
     def _shared_fn(self, cache: dict, hook_name: str, head: int | None) -> Callable:
         """:meth:`_ablate` through the active :func:`shared_ablations` cache (what ``ablate`` does, once)."""
-        base = (id(self.model), id(self.reference), tuple((name, id(fn)) for name, fn in self.hooks), self.ablation_seed)
+        hooks = tuple((name, id(fn)) for name, fn in self.hooks)
+        base = (id(self.model), id(self.reference), hooks, self.ablation_seed)
         key = (*base, hook_name, self.how, head)
         if key in cache:
             return cache[key]

@@ -63,6 +63,7 @@ repeats an earlier x).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import math
@@ -167,12 +168,8 @@ def run_cache(
     missing = wanted - set(model.hook_dict)
     if missing:
         raise ValueError(f"unknown hook points {sorted(missing)}")
-    with torch.no_grad():
-        if hooks:
-            with model.hooks(fwd_hooks=hooks):
-                logits, cache = model.run_with_cache(tokens, names_filter=lambda name: name in wanted)
-        else:
-            logits, cache = model.run_with_cache(tokens, names_filter=lambda name: name in wanted)
+    with torch.no_grad(), model.hooks(fwd_hooks=hooks) if hooks else nullcontext():
+        logits, cache = model.run_with_cache(tokens, names_filter=lambda name: name in wanted)
     return logits, {name: cache[name] for name in wanted}, cache
 
 
@@ -243,32 +240,16 @@ def decompose_logit_diff(
 ) -> LogitDiffDecomposition:
     """Direct logit attribution of the logit difference at every y position of ``batch``.
 
-    See the module docstring for the components, the baseline, the ln_final treatment (the
-    cached ``ln_final.hook_scale`` of the run under ``hooks``) and the two checks: per-neuron
-    splits that do not add up to their layer's cached MLP output are set to nan (and flagged in
-    ``neuron_split_exact``); a ``RuntimeWarning`` is issued when some prediction's
-    ``|actual - sum of components|`` exceeds ``tolerance`` logits (recorded in
-    ``residual_error`` either way).
+    Module docstring: the components, the baseline, the cached ``ln_final.hook_scale`` of the run
+    under ``hooks``, and the two checks within ``tolerance`` logits (nan per-neuron splits flagged
+    in ``neuron_split_exact``; a ``RuntimeWarning``, with the gaps in ``residual_error``).
     """
-    dec = _decompose(model, batch, hooks, recall_baseline, tolerance)
-    _warn_if_inexact(dec.max_residual_error, dec.tolerance, "the residual_error field")
-    return dec
+    return _decompose(model, batch, hooks, recall_baseline, tolerance, "the residual_error field")
 
 
-def _warn_if_inexact(worst: float, tolerance: float, where: str) -> None:
-    if not worst <= tolerance:
-        warnings.warn(
-            "direct logit attribution: the components do not add up to the actual logit difference "
-            f"(max |actual - sum| = {worst:.4g} logits > tolerance {tolerance:g}). Something acts after the "
-            "residual stream (a hook on ln_final.hook_normalized / ln_final.hook_scale or on the unembedding?); "
-            f"the gap per prediction is in {where}.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-
-
-def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: object) -> LogitDiffDecomposition:
-    """:func:`decompose_logit_diff` without the warning (callers warn, pointing at their caller)."""
+def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: object,
+               where: str) -> LogitDiffDecomposition:
+    """:func:`decompose_logit_diff`, whose warning names ``where`` the gaps are (called by the public functions)."""
     recall_baseline = _check_recall_baseline(recall_baseline)
     tolerance = _check_tolerance(tolerance)
     if not isinstance(batch, Batch):
@@ -278,14 +259,11 @@ def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: 
     inputs = validate_tokens(batch.inputs, V)
     check_hooks(model, hooks)
 
-    names = ["hook_embed", "hook_pos_embed", f"blocks.{n_layers - 1}.hook_resid_post"]
-    for layer in range(n_layers):
-        names += [
-            f"blocks.{layer}.attn.hook_z",
-            f"blocks.{layer}.hook_attn_out",
-            f"blocks.{layer}.mlp.hook_post",
-            f"blocks.{layer}.hook_mlp_out",
-        ]
+    names = ["hook_embed", "hook_pos_embed", f"blocks.{n_layers - 1}.hook_resid_post"] + [
+        f"blocks.{layer}.{hook}"
+        for layer in range(n_layers)
+        for hook in ("attn.hook_z", "hook_attn_out", "mlp.hook_post", "hook_mlp_out")
+    ]
     has_scale = "ln_final.hook_scale" in model.hook_dict and config.normalization_type is not None
     if has_scale:
         names.append("ln_final.hook_scale")
@@ -306,27 +284,19 @@ def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: 
 
     U = effective_unembed(model).to(dtype)  # [d, V]
     direction = torch.einsum("dv,bsv->bsd", U, direction_v)  # residual direction of the logit diff
-    if has_scale:
-        scale = acts["ln_final.hook_scale"][:, ypos, 0].to(dtype)
-    else:
-        scale = torch.ones(inputs.shape[0], V, dtype=dtype, device=direction.device)
+    scale = (acts["ln_final.hook_scale"][:, ypos, 0].to(dtype) if has_scale
+             else torch.ones(inputs.shape[0], V, dtype=dtype, device=direction.device))
     direction = direction / scale[..., None]
 
     def attribute(x: Tensor) -> Tensor:  # [..., b, pos, d] -> [..., b, step]
         return (x[..., ypos, :].to(dtype) * direction).sum(-1)
 
     params = _params(model)
-    components: list[str] = []
-    columns: list[Tensor] = []
+    columns: dict[str, Tensor] = {}  # component name -> [b, step]
     shape = acts["hook_embed"].shape
-
-    def add(name: str, column: Tensor) -> None:
-        components.append(name)
-        columns.append(column)
-
     embed, pos_embed = acts["hook_embed"].to(dtype), acts["hook_pos_embed"].expand(shape).to(dtype)
-    add("embed", attribute(embed))
-    add("pos_embed", attribute(pos_embed))
+    columns["embed"] = attribute(embed)
+    columns["pos_embed"] = attribute(pos_embed)
     total = embed + pos_embed  # the residual stream the components account for
     with torch.no_grad():  # rebuilt from cached z and the W_O parameters
         heads = cache.stack_head_results(layer=-1)  # [layer * head, b, pos, d]
@@ -339,16 +309,16 @@ def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: 
         for head in range(config.n_heads):
             result = heads[layer * config.n_heads + head].to(dtype)
             head_sum = head_sum + result
-            add(f"L{layer}H{head}", attribute(result))
-        add(f"L{layer}attn_bias", attribute(b_O))
-        add(f"L{layer}attn_edit", attribute(attn_out - head_sum - b_O))
+            columns[f"L{layer}H{head}"] = attribute(result)
+        columns[f"L{layer}attn_bias"] = attribute(b_O)
+        columns[f"L{layer}attn_edit"] = attribute(attn_out - head_sum - b_O)
         total = total + attn_out
         # MLP: the cached hook_mlp_out, split into b_out and the rest; neurons as a breakdown
         mlp_out = acts[f"blocks.{layer}.hook_mlp_out"].to(dtype)
         b_out = model.b_out.detach()[layer].to(dtype).expand(shape)
         mlp_column = attribute(mlp_out - b_out)
-        add(f"L{layer}mlp", mlp_column)
-        add(f"L{layer}mlp_bias", attribute(b_out))
+        columns[f"L{layer}mlp"] = mlp_column
+        columns[f"L{layer}mlp_bias"] = attribute(b_out)
         total = total + mlp_out
         post = acts[f"blocks.{layer}.mlp.hook_post"].to(dtype)  # [b, pos, d_mlp]
         W_out = model.W_out.detach()[layer].to(dtype)  # [d_mlp, d]
@@ -358,21 +328,31 @@ def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: 
         exact_columns.append(exact)
 
     resid = acts[f"blocks.{n_layers - 1}.hook_resid_post"].to(dtype)
-    add("other", attribute(resid - total))
+    columns["other"] = attribute(resid - total)
 
     const = model.b_U.detach().to(dtype)[1 : V + 1].clone()
     if "ln_final.bias" in params:
         const = const + (params["ln_final.bias"].to(dtype) @ model.W_U.detach().to(dtype))[1 : V + 1]
-    add("unembed_bias", torch.einsum("v,bsv->bs", const, direction_v))
+    columns["unembed_bias"] = torch.einsum("v,bsv->bs", const, direction_v)
 
     value_logits = logits[:, ypos, 1 : V + 1].to(dtype)
     actual = (value_logits * direction_v).sum(-1)
-    contributions = torch.stack(columns, dim=-1)
+    contributions = torch.stack(list(columns.values()), dim=-1)
     residual_error = actual - contributions.sum(-1)
-    return LogitDiffDecomposition(components=tuple(components), contributions=contributions.float(),
+    dec = LogitDiffDecomposition(components=tuple(columns), contributions=contributions.float(),
         neuron_contributions=torch.cat(neuron_columns, dim=-1).float(), actual=actual.float(), answer=answer,
         baseline=baseline, subgroups=subgroup_masks(inputs), residual_error=residual_error.float(),
         neuron_split_exact=torch.stack(exact_columns, dim=-1), tolerance=tolerance)
+    if not dec.max_residual_error <= tolerance:
+        warnings.warn(
+            "direct logit attribution: the components do not add up to the actual logit difference "
+            f"(max |actual - sum| = {dec.max_residual_error:.4g} logits > tolerance {tolerance:g}). Something acts "
+            "after the residual stream (a hook on ln_final.hook_normalized / ln_final.hook_scale or on the "
+            f"unembedding?); the gap per prediction is in {where}.",
+            RuntimeWarning,
+            stacklevel=3,  # the caller of the public function
+        )
+    return dec
 
 
 @dataclass(frozen=True)
@@ -445,36 +425,20 @@ def direct_logit_attribution(
     """Direct logit attribution per head, MLP (and neuron), embedding and bias, averaged over the
     subgroups ``steps 1-4`` / ``last-step elimination`` / ``last-step recall``.
 
-    Args:
-        model: a bridge.
-        test_set: the batch (default: the model's fixed 5,000-sample test set).
-        hooks: an intervention hook list applied during the forward pass.
-        recall_baseline: the baseline token of the recall subgroup (module docstring).
-        tolerance: logits; a ``RuntimeWarning`` when some prediction's ``|actual - sum of
-            components|`` exceeds it, and the per-neuron split of a prediction is nan where it
-            misses its layer's cached MLP output by more (module docstring).
+    ``test_set`` defaults to the model's fixed 5,000-sample test set; ``hooks`` (an intervention),
+    ``recall_baseline`` and ``tolerance`` as in :func:`decompose_logit_diff` (module docstring).
     """
     recall_baseline = _check_recall_baseline(recall_baseline)
     tolerance = _check_tolerance(tolerance)
-    batch = check_batch(model, test_set)
-    check_hooks(model, hooks)
-    dec = _decompose(model, batch, hooks, recall_baseline, tolerance)
-    _warn_if_inexact(dec.max_residual_error, tolerance, "the residual_error row of to_dataframe()")
-    means, actual, neurons, counts, errors = [], [], [], [], []
-    device = dec.contributions.device
-    for name in SUBGROUPS:
-        mask = dec.subgroups[name]
-        counts.append(int(mask.sum()))
-        means.append(dec.contributions[mask].mean(0) if mask.any()
-                     else torch.full((len(dec.components),), torch.nan, device=device))
-        actual.append(dec.actual[mask].mean() if mask.any() else torch.tensor(torch.nan, device=device))
-        errors.append(dec.residual_error[mask].mean() if mask.any() else torch.tensor(torch.nan, device=device))
-        neurons.append(
-            dec.neuron_contributions[mask].mean(0)
-            if mask.any()
-            else torch.full((dec.neuron_contributions.shape[-1],), torch.nan, device=device)
-        )
+    batch = check_batch(model, test_set)  # _decompose checks the hooks before its forward
+    dec = _decompose(model, batch, hooks, recall_baseline, tolerance, "the residual_error row of to_dataframe()")
+    masks = [dec.subgroups[name] for name in SUBGROUPS]
+
+    def means(x: Tensor) -> Tensor:  # [subgroup, ...] means over each subgroup's predictions, nan for an empty one
+        return torch.stack([x[mask].mean(0) if mask.any() else torch.full(x.shape[2:], torch.nan, device=x.device)
+                            for mask in masks])
+
     return LogitAttribution(model_name=model_config_of(model).name, components=dec.components, subgroups=SUBGROUPS,
-        n=tuple(counts), mean=torch.stack(means), actual=torch.stack(actual), neuron_mean=torch.stack(neurons),
-        recall_baseline=recall_baseline, residual_error=torch.stack(errors), max_residual_error=dec.max_residual_error,
-        tolerance=tolerance)
+        n=tuple(int(mask.sum()) for mask in masks), mean=means(dec.contributions), actual=means(dec.actual),
+        neuron_mean=means(dec.neuron_contributions), recall_baseline=recall_baseline,
+        residual_error=means(dec.residual_error), max_residual_error=dec.max_residual_error, tolerance=tolerance)

@@ -20,16 +20,14 @@ Both recall scores are also given per source ``k = 1..V-1`` (``induction_by_sour
 ``duplicate_by_source``), so a shortcut head that only matches ``x1`` shows as a high first entry
 and low others, while a general induction head is high for every ``k``.
 
-The default test set repeats every earlier query: ``make_test_set(TaskConfig(V=V,
-repeat_ratio=1.0, repeat_sources=(1, ..., V-1)), n=n, seed=seed)``.  Nothing here prints; the
-arguments are validated before any forward pass and no hooks are left on the model.
+The default test set (:func:`induction_test_set`) repeats every earlier query.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import pandas as pd
 import torch
@@ -91,15 +89,9 @@ class InductionScores:
         """One row per head; the per-source scores as columns ``induction_x{k}`` / ``duplicate_x{k}``."""
         rows = []
         for score in self.heads:
-            row = {
-                "model": self.model_name, "layer": score.layer, "head": score.head,
-                "component": score.component, "previous_token": score.previous_token,
-                "induction": score.induction, "duplicate_token": score.duplicate_token,
-            }
-            for k, value in enumerate(score.induction_by_source, start=1):
-                row[f"induction_x{k}"] = value
-            for k, value in enumerate(score.duplicate_by_source, start=1):
-                row[f"duplicate_x{k}"] = value
+            row = {"model": self.model_name, **asdict(score)}
+            for kind in ("induction", "duplicate"):
+                row.update({f"{kind}_x{k}": value for k, value in enumerate(row.pop(f"{kind}_by_source"), start=1)})
             rows.append(row)
         return pd.DataFrame(rows)
 
@@ -133,11 +125,6 @@ def _resolve_tokens(model, test_set: object, n: int, seed: int) -> Int[Tensor, "
     raise TypeError(f"test_set must be a perm_circuits.Batch, a token tensor or None, got {type(test_set).__name__}")
 
 
-def _previous_token(patterns: Float[Tensor, "batch layer head q k"]) -> Float[Tensor, "layer head"]:
-    diagonal = patterns.diagonal(offset=-1, dim1=-2, dim2=-1)  # [batch, layer, head, seq-1]: p -> p-1
-    return diagonal.mean(dim=(0, 3))
-
-
 def _last_query_scores(
     patterns: Float[Tensor, "batch layer head q k"], source: Int[Tensor, " batch"]
 ) -> tuple[Float[Tensor, "batch layer head"], Float[Tensor, "batch layer head"]]:
@@ -159,15 +146,10 @@ def induction_scores(
 ) -> InductionScores:
     """Previous-token, induction and duplicate-token scores of every head (module docstring).
 
-    Args:
-        model: a perm_circuits bridge with any number of layers.
-        test_set: a Batch or a token tensor ``[batch, 2V-1]`` with at least one sequence whose
-            last query repeats an earlier one (the source is read from the tokens); default
-            :func:`induction_test_set` ``(V, n, seed)``.
-        n: size of the default test set (unused when ``test_set`` is given).
-        seed: seed of the default test set only.
-        hooks: interventions active during the forward (a TL hook list); the scores read the
-            patterns as they are after them.  Removed afterwards, always.
+    ``test_set``: a Batch or a token tensor ``[batch, 2V-1]`` with at least one sequence whose
+    last query repeats an earlier one (the source is read from the tokens); default
+    :func:`induction_test_set` ``(V, n, seed)`` (``n`` and ``seed`` are used for nothing else).
+    ``hooks``: interventions active during the forward; the scores read the patterns after them.
     """
     check_positive_int("n", n)
     check_seed(seed)
@@ -188,7 +170,7 @@ def induction_scores(
     store = run_capture(model, tokens, names, hooks)[1]
     patterns = torch.stack([store[name].float() for name in names], dim=1)  # [batch, layer, head, q, k]
 
-    previous = _previous_token(patterns)
+    previous = patterns.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, 3))  # p -> p-1, [layer, head]
     kept = source[repeated]
     to_y, to_x = _last_query_scores(patterns[repeated], kept)
     induction, duplicate = to_y.mean(dim=0), to_x.mean(dim=0)

@@ -12,77 +12,71 @@ suppressing memory (each input pushes its target down the most).
 Conventions (all functions in this module):
 
 * Matrices follow TransformerLens' row-vector convention ``x @ W``: ``W_hat`` is ``[d_in, d_out]``
-  and ``scores[i, j'] = u_i @ W_hat @ v_j'`` — the paper's ``v_j'^T W_hat u_i`` with its matrix
-  transposed.
+  and ``scores[i, j'] = u_i @ W_hat @ v_j'`` (the paper's ``v_j'^T W_hat u_i``, transposed).
 * Ties count as failures: a pair is recalled only if its target's score is *strictly* above every
-  other candidate's (a matrix that cannot tell its target apart has not stored it), so an
-  all-zero matrix has R = 0.
+  other candidate's, so an all-zero matrix has R = 0.
 * ``allowed`` restricts the candidates ``j'`` per input (e.g. causal attention: no future keys).
-* ``layer``, ``head`` and ``position`` arguments follow the package's index rule (negative values
-  count from the end, ``layer=-1`` is the last layer; :mod:`perm_circuits.analysis.interventions.checks`);
-  component labels show the normalised indices.
+* ``layer``, ``head`` and ``position`` follow the package's index rule (negative values count from
+  the end; :mod:`perm_circuits.analysis.interventions.checks`); labels show the normalised indices.
 
-Concrete probes of one layer's heads and MLP (weights only, no forward pass, so no ``hooks``;
-:func:`model_memory_probes` runs them for every layer).  In layer 0 the inputs are exactly what the
-component reads.  **In a later layer** (``layer >= 1``) the residual stream the component reads is
-the embedding *plus* everything the earlier layers wrote; the probes still feed it the token (and
-position) embeddings alone, through that layer's own ``ln1`` / ``ln2``.  There R measures the
-memory stored on the *direct path* from the embeddings (e.g. does layer 1's OV circuit copy the
-token it attends to), not on what earlier heads write (an induction head's key reads the
-previous-token head's output, which these probes do not see; the K-composition scores of
-:mod:`~perm_circuits.analysis.circuits.composition` measure that path), and the LayerNorm scale is that of
-the embedding alone, not of the full residual.  Passing residual vectors as ``inputs`` to
-:func:`mlp_memory_probe` / :func:`qk_scores` probes any other input.
+The concrete probes read one layer's weights only (no forward pass, no ``hooks``).  Their inputs
+are the token (and position) embeddings through that layer's own ``ln1`` / ``ln2``: exactly what
+layer 0 reads.  **In a later layer** the residual stream also holds what earlier layers wrote, so
+R there measures the memory on the *direct path* from the embeddings (e.g. does layer 1's OV
+circuit copy the token it attends to), with the LayerNorm scale of the embedding alone; an
+induction head's key reads the previous-token head's output, which these probes do not see (the
+K-composition scores of :mod:`~perm_circuits.analysis.circuits.composition` measure that path).
+``inputs=`` of :func:`mlp_memory_probe` / :func:`qk_scores` probes any other residual vectors.
 
-* **OV** of head ``h`` (:func:`ov_memory_probe`): inputs are the y-token embeddings as the
-  head's value side sees them in layer 0, ``ln1(W_E[t] + W_pos[p])`` for ``t = 1..V`` (the full
-  LayerNorm: centring, division by the vector's own scale, weight and bias; ``position=None``
-  drops ``W_pos``); the matrix is ``W_V[h] @ W_O[h]``; outputs are the value tokens' *effective
-  unembedding* :func:`effective_unembed` (see below).  Target ``t -> t``: ``argmax`` = a copying /
-  binding head (attending to ``y = t`` raises ``t``), ``argmin`` = a suppressing / elimination head
-  (attending to a used ``y = t`` lowers ``t`` the most).  Biases (``b_V @ W_O``, ``b_O``) are left
-  out: they add the same vector whatever the head attends to, not an association.
-* **QK** of head ``h`` (:func:`qk_memory_probe`), maps over the bilinear attention score
+* **OV** of head ``h`` (:func:`ov_memory_probe`): inputs ``ln1(W_E[t] + W_pos[p])`` for the value
+  tokens ``t = 1..V`` (the full LayerNorm; ``position=None`` drops ``W_pos``), matrix
+  ``W_V[h] @ W_O[h]``, outputs the :func:`effective_unembed` of the value tokens.  Target
+  ``t -> t``: ``argmax`` = a copying / binding head, ``argmin`` = a suppressing / elimination head.
+  Biases (``b_V @ W_O``, ``b_O``) are left out: they add the same vector whatever the head attends
+  to, not an association.
+* **QK** of head ``h`` (:func:`qk_memory_probe`), maps over the attention score
   ``ln1(query) W_Q[h] W_K[h]^T ln1(key)^T`` (``include_bias`` adds ``b_Q``/``b_K``):
 
   - ``"x_match"``: query ``ln1(W_E[t] + W_pos[2V-2])`` (the last query) against keys
-    ``ln1(W_E[t'] + W_pos[0])`` (the x1 slot the repeated query copies), target ``t -> t``: does a
-    query prefer the earlier x carrying the *same token* (the repeat detector)?
+    ``ln1(W_E[t'] + W_pos[0])`` (the x1 slot), target ``t -> t``: does a query prefer the earlier
+    x carrying the *same token* (the repeat detector)?
   - ``"prev_y"``: query positions ``2, 4, .., 2V-2`` (x slots) against key positions ``0..q``
-    (causal), target ``q -> q-1``: does an x attend to the y just before it (the study's
-    "local (x, y) binding", section 09)?  Token-averaged: the score of positions ``(q, k)`` is
-    averaged over all query and key tokens (a bilinear form, so this is the score between the
-    token-mean inputs).
+    (causal), target ``q -> q-1``: does an x attend to the y just before it (the study's "local
+    (x, y) binding")?  Token-averaged: the score of positions ``(q, k)`` is averaged over all
+    query and key tokens (a bilinear form: the score between the token-mean inputs).
   - ``"self_y"``: query positions ``1, 3, .., 2V-3`` (y slots), keys ``0..q``, target ``q -> q``:
-    does a y attend to itself (study: "y1 attends to itself: 1.00")?
+    does a y attend to itself?
   - ``"last_to_y1"``: the last query position ``2V-2`` for each query token ``t``, keys ``0..2V-2``
     token-averaged, target position 1 (y1): the positional shortcut for recall of ``x5 = x1``.
 
-* **MLP** as a map (:func:`mlp_memory_probe`): ``u_t = W_E[t] (+ W_pos[p])`` through ``ln2``, the
-  MLP (``b_in`` included: it sits inside the nonlinearity; ``b_out`` left out as a constant) and
-  the effective unembedding; target ``t -> t`` (argmax: the MLP re-emits a token it reads;
-  argmin: it suppresses it).  ``inputs=`` takes any residual vectors instead.
+* **MLP** (:func:`mlp_memory_probe`): ``W_E[t] (+ W_pos[p])`` through ``ln2``, the MLP (``b_in``
+  included: it sits inside the nonlinearity; ``b_out`` left out as a constant) and the effective
+  unembedding; target ``t -> t`` (argmax: the MLP re-emits a token it reads; argmin: it
+  suppresses it).
 
-Effective unembedding and ln_final: a residual-stream vector ``c`` reaches the logits as
+Effective unembedding: a residual-stream vector ``c`` reaches the logits as
 ``(C c) * w_lnf / s @ W_U`` where ``C`` centres over ``d_model`` and ``s`` is the final
 LayerNorm's per-position scale.  :func:`effective_unembed` folds the fixed part ``C diag(w_lnf)``
-into ``W_U`` (restricted to the value tokens ``1..V``).  The positive scalar ``1/s`` is left out:
-it depends on the whole residual stream, not on the component, and cannot change a ranking over
-tokens, which is all these probes read.
+into ``W_U`` (restricted to the value tokens ``1..V``); the positive scalar ``1/s`` depends on the
+whole residual stream and cannot change a ranking over tokens, which is all these probes read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from functools import partial
 from typing import Any
 
 import pandas as pd
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
+from torch.nn import functional
 
-from perm_circuits.analysis.interventions.checks import check_head, check_index, check_int, check_layer, check_positive_int
+from perm_circuits.analysis.interventions.checks import (
+    check_head, check_index, check_int, check_layer, check_positive_int,
+)
 from perm_circuits.model_shape import is_permutation_model, normalization_of
 from perm_circuits.models import model_config_of
 
@@ -110,6 +104,10 @@ __all__ = [
 
 MODES = ("argmax", "argmin")
 QK_MAPS = ("x_match", "prev_y", "self_y", "last_to_y1")
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": torch.relu, "gelu": functional.gelu, "silu": functional.silu,
+    "gelu_new": partial(functional.gelu, approximate="tanh"),
+}
 
 
 # ----------------------------------------------------------------------------- generic probe
@@ -122,15 +120,23 @@ def identity_map(n: int, *, device: torch.device | str | None = None) -> Int[Ten
     return torch.stack([index, index], dim=1)
 
 
-def _check_matrix(x: object, name: str, ndim: int = 2) -> Tensor:
+def _check_matrix(x: object, name: str) -> Tensor:
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.dtype.is_floating_point:
         raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
-    if x.ndim != ndim:
-        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(x.shape)}")
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {tuple(x.shape)}")
     if not torch.isfinite(x).all():
         raise ValueError(f"{name} has non-finite values")
+    return x
+
+
+def _check_residual(model, x: object, name: str) -> Tensor:
+    """``x`` as residual vectors ``[n, d_model]`` of ``model``."""
+    d_model = model_config_of(model).d_model
+    if _check_matrix(x, name).shape[1] != d_model:
+        raise ValueError(f"{name} must be [n, d_model={d_model}], got {tuple(x.shape)}")
     return x
 
 
@@ -147,11 +153,8 @@ def _check_targets(targets: object, n_in: int, n_out: int, device: torch.device 
         pairs = targets.long().to(device)  # onto the scores' device (a no-op when they agree)
     elif isinstance(targets, (list, tuple)):
         for k, pair in enumerate(targets):
-            if not (
-                isinstance(pair, (tuple, list))
-                and len(pair) == 2
-                and all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
-            ):
+            is_pair = isinstance(pair, (tuple, list)) and len(pair) == 2
+            if not (is_pair and all(isinstance(v, int) and not isinstance(v, bool) for v in pair)):
                 raise TypeError(f"targets[{k}] must be an (input, output) pair of ints, got {pair!r}")
         pairs = torch.tensor(list(targets), dtype=torch.long, device=device).reshape(-1, 2)
     else:
@@ -163,9 +166,7 @@ def _check_targets(targets: object, n_in: int, n_out: int, device: torch.device 
     for column, (name, bound) in enumerate((("input", n_in), ("output", n_out))):
         bad = (pairs[:, column] < 0) | (pairs[:, column] >= bound)
         if bad.any():
-            raise ValueError(
-                f"targets has {name} index {int(pairs[bad][0, column])} outside [0, {bound - 1}]"
-            )
+            raise ValueError(f"targets has {name} index {int(pairs[bad][0, column])} outside [0, {bound - 1}]")
     return pairs
 
 
@@ -207,10 +208,9 @@ def recall_scores(
     """``scores[i, j'] = u_i @ W_hat @ v_j'`` (row-vector convention, see the module docstring)."""
     for x, name in ((W_hat, "W_hat"), (inputs, "inputs"), (outputs, "outputs")):
         _check_matrix(x, name)
-    if inputs.shape[1] != W_hat.shape[0]:
-        raise ValueError(f"inputs have dim {inputs.shape[1]} but W_hat is [{W_hat.shape[0]}, {W_hat.shape[1]}]")
-    if outputs.shape[1] != W_hat.shape[1]:
-        raise ValueError(f"outputs have dim {outputs.shape[1]} but W_hat is [{W_hat.shape[0]}, {W_hat.shape[1]}]")
+    for x, name, dim in ((inputs, "inputs", 0), (outputs, "outputs", 1)):
+        if x.shape[1] != W_hat.shape[dim]:
+            raise ValueError(f"{name} have dim {x.shape[1]} but W_hat is [{W_hat.shape[0]}, {W_hat.shape[1]}]")
     return inputs @ W_hat @ outputs.T
 
 
@@ -224,17 +224,14 @@ def memory_recall(
 ) -> float:
     """Bietti et al. (2023) memory-recall probe ``R(W_hat, W*)`` of any matrix.
 
-    Args:
-        W_hat: the matrix probed, ``[d_in, d_out]`` acting as ``u @ W_hat``.
-        inputs: input embeddings ``u_i`` as rows.
-        outputs: output embeddings ``v_j`` as rows.
-        targets: the target map M as ``(i, j)`` index pairs (e.g. :func:`identity_map`).
-        mode: ``"argmax"`` (the input retrieves its target) or ``"argmin"`` (suppresses it).
-        allowed: optional candidate mask ``[n_in, n_out]``.
+    ``W_hat`` ``[d_in, d_out]`` acts as ``u @ W_hat`` on the input embeddings ``inputs`` (rows
+    ``u_i``) and is read against the output embeddings ``outputs`` (rows ``v_j``); ``targets`` is
+    the target map M as ``(i, j)`` index pairs (e.g. :func:`identity_map`); ``mode`` ``"argmax"``
+    (the input retrieves its target) or ``"argmin"`` (suppresses it); ``allowed`` an optional
+    candidate mask ``[n_in, n_out]``.
     """
     mode = _check_mode(mode)
-    scores = recall_scores(W_hat, inputs, outputs)
-    return recall_rate(scores, targets, mode, allowed)
+    return recall_rate(recall_scores(W_hat, inputs, outputs), targets, mode, allowed)
 
 
 # ----------------------------------------------------------------------------- model weights
@@ -300,20 +297,6 @@ def _token_inputs(model, position: int | None) -> Float[Tensor, "value d_model"]
     return x
 
 
-def ov_scores(
-    model, head: int, *, layer: int = 0, position: int | None = None
-) -> Float[Tensor, "value value"]:
-    """``ln1(W_E[t] (+ W_pos[p])) @ W_V[h] W_O[h] @ effective_unembed``: value token in, value logits out
-    (any other model with ``W_E``, ``W_V``, ``W_O``, ``W_U``: every token in, every output logit out)."""
-    layer = check_layer(model, layer)
-    head = check_head(model, head)
-    position = _check_position(model, position)
-    with torch.no_grad():
-        u = apply_norm(model, _token_inputs(model, position), f"blocks.{layer}.ln1")
-        W_OV = model.W_V.detach()[layer, head] @ model.W_O.detach()[layer, head]
-        return recall_scores(W_OV, u, effective_unembed(model).T.contiguous())
-
-
 @dataclass(frozen=True)
 class MemoryProbe:
     """One memory-recall probe of one component.
@@ -321,7 +304,7 @@ class MemoryProbe:
     Attributes:
         component: ``"L{layer}H{head}"`` (a head, e.g. ``"L1H0"``) or ``"L{layer}MLP"``.
         circuit: ``"OV"``, ``"QK"`` or ``"MLP"``.
-        map: the target map (``"copy"``, ``"suppress"``, one of :data:`QK_MAPS`...).
+        map: the target map (``"copy"``, ``"suppress"``, ``"custom"`` or one of :data:`QK_MAPS`).
         mode: ``"argmax"`` or ``"argmin"``.
         recall: R in [0, 1].
         n_pairs: |M|.
@@ -340,8 +323,31 @@ class MemoryProbe:
         return pd.DataFrame([asdict(self)])
 
 
-def _chance(candidates: Tensor) -> float:
-    return float((1.0 / candidates.double()).mean())
+def _token_probe(component: str, circuit: str, scores: Tensor, targets: object, mode: str) -> MemoryProbe:
+    """R of a token map ``scores [input, value]``: target ``t -> t`` (map ``"copy"`` for argmax,
+    ``"suppress"`` for argmin) unless ``targets`` are given (map ``"custom"``)."""
+    n_in, n_out = scores.shape
+    if targets is not None:
+        pairs, name = _check_targets(targets, n_in, n_out, scores.device), "custom"
+    elif n_in != n_out:
+        raise ValueError(f"custom inputs ({n_in} rows) need explicit targets")
+    else:
+        pairs, name = identity_map(n_out, device=scores.device), "copy" if mode == "argmax" else "suppress"
+    return MemoryProbe(component, circuit, name, mode, recall_rate(scores, pairs, mode), len(pairs), 1.0 / n_out)
+
+
+def ov_scores(
+    model, head: int, *, layer: int = 0, position: int | None = None
+) -> Float[Tensor, "value value"]:
+    """``ln1(W_E[t] (+ W_pos[p])) @ W_V[h] W_O[h] @ effective_unembed``: value token in, value logits out
+    (any other model with ``W_E``, ``W_V``, ``W_O``, ``W_U``: every token in, every output logit out)."""
+    layer = check_layer(model, layer)
+    head = check_head(model, head)
+    position = _check_position(model, position)
+    with torch.no_grad():
+        u = apply_norm(model, _token_inputs(model, position), f"blocks.{layer}.ln1")
+        W_OV = model.W_V.detach()[layer, head] @ model.W_O.detach()[layer, head]
+        return recall_scores(W_OV, u, effective_unembed(model).T.contiguous())
 
 
 def ov_memory_probe(
@@ -361,13 +367,13 @@ def ov_memory_probe(
     """
     mode = _check_mode(mode)
     scores = ov_scores(model, head, layer=layer, position=position)
-    V = scores.shape[0]
-    pairs = identity_map(V, device=scores.device) if targets is None else _check_targets(targets, V, V, scores.device)
-    name = "copy" if mode == "argmax" else "suppress"
-    if targets is not None:
-        name = "custom"
-    component = f"L{check_layer(model, layer)}H{check_head(model, head)}"
-    return MemoryProbe(component, "OV", name, mode, recall_rate(scores, pairs, mode), len(pairs), 1.0 / V)
+    return _token_probe(f"L{check_layer(model, layer)}H{check_head(model, head)}", "OV", scores, targets, mode)
+
+
+def _project(model, x: Tensor, layer: int, head: int, side: str, include_bias: bool) -> Tensor:
+    """``ln1(x) @ W_{side}[layer, head]`` (``+ b_{side}`` with ``include_bias``), ``side`` ``"Q"`` or ``"K"``."""
+    out = apply_norm(model, x, f"blocks.{layer}.ln1") @ getattr(model, f"W_{side}").detach()[layer, head]
+    return out + getattr(model, f"b_{side}").detach()[layer, head] if include_bias else out
 
 
 def qk_scores(
@@ -383,40 +389,24 @@ def qk_scores(
     residual vectors ``queries`` and ``keys`` (biases only with ``include_bias``)."""
     layer = check_layer(model, layer)
     head = check_head(model, head)
-    d_model = model_config_of(model).d_model
-    for x, name in ((queries, "queries"), (keys, "keys")):
-        _check_matrix(x, name)
-        if x.shape[1] != d_model:
-            raise ValueError(f"{name} must be [n, d_model={d_model}], got {tuple(x.shape)}")
+    _check_residual(model, queries, "queries")
+    _check_residual(model, keys, "keys")
     with torch.no_grad():
-        q = apply_norm(model, queries, f"blocks.{layer}.ln1") @ model.W_Q.detach()[layer, head]
-        k = apply_norm(model, keys, f"blocks.{layer}.ln1") @ model.W_K.detach()[layer, head]
-        if include_bias:
-            q = q + model.b_Q.detach()[layer, head]
-            k = k + model.b_K.detach()[layer, head]
+        q = _project(model, queries, layer, head, "Q", include_bias)
+        k = _project(model, keys, layer, head, "K", include_bias)
         return q @ k.T / q.shape[-1] ** 0.5
 
 
-def _positional_qk(
-    model, head: int, layer: int, include_bias: bool
-) -> Float[Tensor, "n_tok pos pos"]:
+def _positional_qk(model, head: int, layer: int, include_bias: bool) -> Float[Tensor, "n_tok pos pos"]:
     """Token-resolved query scores ``[query token, query pos, key pos]``, key tokens averaged."""
     config = model_config_of(model)
     n_ctx = 2 * config.V - 1
     E = model.W_E.detach()[1 : config.V + 1]
     P = model.W_pos.detach()[:n_ctx]
     grid = (E[:, None, :] + P[None, :, :]).reshape(-1, config.d_model)  # [tok * pos, d]
-    layer = check_layer(model, layer)
-    head = check_head(model, head)
     with torch.no_grad():
-        h = apply_norm(model, grid, f"blocks.{layer}.ln1")
-        q = h @ model.W_Q.detach()[layer, head]
-        k = h @ model.W_K.detach()[layer, head]
-        if include_bias:
-            q = q + model.b_Q.detach()[layer, head]
-            k = k + model.b_K.detach()[layer, head]
-        q = q.reshape(config.V, n_ctx, -1)
-        k = k.reshape(config.V, n_ctx, -1).mean(0)  # bilinear: mean over key tokens
+        q = _project(model, grid, layer, head, "Q", include_bias).reshape(config.V, n_ctx, -1)
+        k = _project(model, grid, layer, head, "K", include_bias).reshape(config.V, n_ctx, -1).mean(0)  # bilinear
         return torch.einsum("tqd,kd->tqk", q, k) / q.shape[-1] ** 0.5
 
 
@@ -428,34 +418,27 @@ def qk_memory_probe(
         raise ValueError(f"target_map must be one of {QK_MAPS}, got {target_map!r}")
     layer = check_layer(model, layer)
     head = check_head(model, head)
-    config = model_config_of(model)
-    V, n_ctx = config.V, 2 * config.V - 1
-    last = n_ctx - 1
+    V = model_config_of(model).V
+    n_ctx = 2 * V - 1
+    allowed = chance = None
     if target_map == "x_match":
         E, P = model.W_E.detach()[1 : V + 1], model.W_pos.detach()
-        scores = qk_scores(model, head, E + P[last], E + P[0], layer=layer, include_bias=include_bias)
-        recall = recall_rate(scores, identity_map(V, device=scores.device))
-        return MemoryProbe(f"L{layer}H{head}", "QK", target_map, "argmax", recall, V, 1.0 / V)
-    token_scores = _positional_qk(model, head, layer, include_bias)
-    causal = torch.ones(n_ctx, n_ctx, device=token_scores.device).tril().bool()
-    if target_map == "last_to_y1":
-        scores = token_scores[:, last]  # [query token, key pos]
-        allowed = causal[last].expand(V, n_ctx)
-        pairs = torch.tensor([[t, 1] for t in range(V)], device=token_scores.device)
-        return MemoryProbe(
-            f"L{layer}H{head}", "QK", target_map, "argmax", recall_rate(scores, pairs, allowed=allowed), V,
-            1.0 / n_ctx,
-        )
-    scores = token_scores.mean(0)  # [query pos, key pos]
-    if target_map == "prev_y":
-        pairs = torch.tensor([[q, q - 1] for q in range(2, n_ctx, 2)], device=token_scores.device)
-    else:  # self_y
-        pairs = torch.tensor([[q, q] for q in range(1, n_ctx, 2)], device=token_scores.device)
-    candidates = pairs[:, 0] + 1
-    return MemoryProbe(
-        f"L{layer}H{head}", "QK", target_map, "argmax", recall_rate(scores, pairs, allowed=causal), len(pairs),
-        _chance(candidates),
-    )
+        scores = qk_scores(model, head, E + P[n_ctx - 1], E + P[0], layer=layer, include_bias=include_bias)
+        pairs = identity_map(V, device=scores.device)
+    else:
+        token_scores = _positional_qk(model, head, layer, include_bias)
+        causal = torch.ones(n_ctx, n_ctx, device=token_scores.device).tril().bool()
+        if target_map == "last_to_y1":  # [query token, key pos]
+            scores, allowed = token_scores[:, n_ctx - 1], causal[n_ctx - 1].expand(V, n_ctx)
+            pairs = torch.tensor([[t, 1] for t in range(V)], device=token_scores.device)
+        else:  # [query pos, key pos]: prev_y (x slots, q -> q-1) or self_y (y slots, q -> q)
+            scores, allowed = token_scores.mean(0), causal
+            first, shift = (2, 1) if target_map == "prev_y" else (1, 0)
+            pairs = torch.tensor([[q, q - shift] for q in range(first, n_ctx, 2)], device=token_scores.device)
+            chance = float((1.0 / (pairs[:, 0] + 1).double()).mean())  # query q has the q + 1 keys 0..q
+    recall = recall_rate(scores, pairs, allowed=allowed)
+    chance = 1.0 / scores.shape[1] if chance is None else chance
+    return MemoryProbe(f"L{layer}H{head}", "QK", target_map, "argmax", recall, len(pairs), chance)
 
 
 def mlp_scores(
@@ -463,25 +446,12 @@ def mlp_scores(
 ) -> Float[Tensor, "n value"]:
     """``MLP(ln2(u)) @ effective_unembed`` (``b_out`` left out) for residual vectors ``inputs``."""
     layer = check_layer(model, layer)
-    config = model_config_of(model)
-    _check_matrix(inputs, "inputs")
-    if inputs.shape[1] != config.d_model:
-        raise ValueError(f"inputs must be [n, d_model={config.d_model}], got {tuple(inputs.shape)}")
-    act = _activation(config.act_fn)
+    _check_residual(model, inputs, "inputs")
+    act = _ACTIVATIONS[model_config_of(model).act_fn]
     with torch.no_grad():
         h = apply_norm(model, inputs, f"blocks.{layer}.ln2")
         post = act(h @ model.W_in.detach()[layer] + model.b_in.detach()[layer])
         return post @ model.W_out.detach()[layer] @ effective_unembed(model)
-
-
-def _activation(name: str) -> Callable[[Tensor], Tensor]:
-    functional = torch.nn.functional
-    return {
-        "relu": torch.relu,
-        "gelu": functional.gelu,
-        "silu": functional.silu,
-        "gelu_new": lambda x: functional.gelu(x, approximate="tanh"),
-    }[name]
 
 
 def mlp_memory_probe(
@@ -500,17 +470,8 @@ def mlp_memory_probe(
     mode = _check_mode(mode)
     layer = check_layer(model, layer)
     position = _check_position(model, position)
-    if inputs is None:
-        inputs = _token_inputs(model, position)
-    scores = mlp_scores(model, inputs, layer=layer)
-    V = scores.shape[1]
-    if targets is None:
-        if scores.shape[0] != V:
-            raise ValueError(f"custom inputs ({scores.shape[0]} rows) need explicit targets")
-        pairs, name = identity_map(V, device=scores.device), ("copy" if mode == "argmax" else "suppress")
-    else:
-        pairs, name = _check_targets(targets, *scores.shape, scores.device), "custom"
-    return MemoryProbe(f"L{layer}MLP", "MLP", name, mode, recall_rate(scores, pairs, mode), len(pairs), 1.0 / V)
+    scores = mlp_scores(model, _token_inputs(model, position) if inputs is None else inputs, layer=layer)
+    return _token_probe(f"L{layer}MLP", "MLP", scores, targets, mode)
 
 
 # ----------------------------------------------------------------------------- all probes
@@ -548,12 +509,9 @@ def model_memory_probes(
     probes: list[MemoryProbe] = []
     for index in layers:
         for head in range(config.n_heads):
-            for mode in MODES:
-                probes.append(ov_memory_probe(model, head, layer=index, position=position, mode=mode))
-            for name in QK_MAPS:
-                probes.append(qk_memory_probe(model, head, name, layer=index, include_bias=include_bias))
-        for mode in MODES:
-            probes.append(mlp_memory_probe(model, layer=index, position=position, mode=mode))
+            probes += [ov_memory_probe(model, head, layer=index, position=position, mode=mode) for mode in MODES]
+            probes += [qk_memory_probe(model, head, name, layer=index, include_bias=include_bias) for name in QK_MAPS]
+        probes += [mlp_memory_probe(model, layer=index, position=position, mode=mode) for mode in MODES]
     return MemoryProbes(config.name, tuple(probes))
 
 
@@ -575,8 +533,7 @@ class MemoryProbeTracker:
             self.record(state.model, state.epoch)
 
     def to_dataframe(self) -> pd.DataFrame:
-        columns = ["epoch", "component", "circuit", "map", "mode", "recall", "n_pairs", "chance"]
-        return pd.DataFrame(self._rows, columns=columns)
+        return pd.DataFrame(self._rows, columns=["epoch", *(f.name for f in fields(MemoryProbe))])
 
 
 def memory_probe_tracker(

@@ -8,9 +8,6 @@ residual with its own LayerNorm scale, applied to ``resid_mid`` (before the MLP)
 layer ``resid_post`` is the model's own prediction; for an earlier layer both are what the
 residual stream would predict if the later layers were skipped (the lens), so a flip there says
 what the MLP changes in the stream, not what the model finally answers.
-
-Split from :mod:`perm_circuits.analysis.study.ffn`, which re-exports :class:`FlipStats`,
-:class:`MLPFlips` and :func:`mlp_prediction_flips`.
 """
 
 from __future__ import annotations
@@ -95,14 +92,11 @@ def mlp_prediction_flips(
     layer: int = -1,
     hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> MLPFlips:
-    """How often the MLP of ``layer`` changes the top-1 prediction, per subgroup.
+    """How often the MLP of ``layer`` changes the top-1 prediction, per subgroup (module docstring).
 
-    Compares ``W_U(ln_final(resid_mid))`` with ``W_U(ln_final(resid_post))`` of ``layer`` (each with
-    its own LayerNorm scale) at the y positions of ``test_set`` (default: the model's fixed
-    5,000-sample test set) under ``hooks``.  For the last layer ``resid_post`` *is* the model's
-    prediction.  Subgroups: ``steps 1-4``, ``last-step elimination``, ``last-step recall``.
-    ``layer`` defaults to the last layer (``-1``; negative values count from the end, as for every
-    layer argument of the package); the result reports the normalised layer.
+    At the y positions of ``test_set`` (default: the model's fixed 5,000-sample test set) under
+    ``hooks``; subgroups as in :mod:`~perm_circuits.analysis.probes.dla`.  ``layer`` defaults to
+    the last layer (``-1``); the result reports the normalised layer.
     """
     layer = check_layer(model, layer)
     batch = check_batch(model, test_set)

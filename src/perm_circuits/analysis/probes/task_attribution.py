@@ -89,7 +89,8 @@ def target_logit_attribution(model, batch: TaskBatch) -> TargetAttribution:
         raise ValueError(f"direct logit attribution handles LayerNorm or no normalization, got {norm!r}")
     W_O = getattr(model, "W_O", None)
     per_head = isinstance(W_O, Tensor) and W_O.ndim == 4 and bool(shape.n_heads)
-    names: list[tuple[str, str]] = [(n, n) for n in ("hook_embed", "hook_pos_embed") if shape.has_hook(n)]
+    names = [(label, hook) for label, hook in (("embed", "hook_embed"), ("pos_embed", "hook_pos_embed"))
+             if shape.has_hook(hook)]
     for layer in range(shape.n_layers):
         if per_head and shape.heads(layer):
             names.append((f"L{layer}", f"blocks.{layer}.attn.hook_z"))
@@ -115,21 +116,20 @@ def target_logit_attribution(model, batch: TaskBatch) -> TargetAttribution:
         value = torch.einsum("bsd,dbs->bs", x, direction)
         return float((value * weights).sum() / weights.sum())
 
-    labels, values = [], []
+    values: dict[str, float] = {}  # component label -> attribution
     for label, hook in names:
         activation = cache[hook]
         if hook.endswith("attn.hook_z"):
             layer = int(_LAYER.match(hook).group(1))
             for head in range(shape.n_heads):
-                labels.append(f"{label}H{head}")
-                values.append(read(activation[:, :, head] @ W_O[layer, head].detach()))
+                values[f"{label}H{head}"] = read(activation[:, :, head] @ W_O[layer, head].detach())
         else:
-            labels.append({"hook_embed": "embed", "hook_pos_embed": "pos_embed"}.get(label, label))
-            values.append(read(activation))
+            values[label] = read(activation)
     out = logits.double()
     diff = out.gather(-1, targets[..., None])[..., 0] - out.mean(-1)
     total = float((diff * weights).sum() / weights.sum())
-    return TargetAttribution(_name(model), tuple(labels), tuple(values), total - sum(values), total, len(batch))
+    return TargetAttribution(_name(model), tuple(values), tuple(values.values()), total - sum(values.values()), total,
+                             len(batch))
 
 
 def attention_patterns(
@@ -145,11 +145,11 @@ def attention_patterns(
     hook_dict = getattr(model, "hook_dict", None)
     if not isinstance(hook_dict, dict):
         return {}
-    names, seen = [], set()
+    first: dict[int, str] = {}  # a hook point reachable under several names counts once, by its first name
     for name, point in hook_dict.items():
-        if name.endswith("hook_pattern") and id(point) not in seen:
-            seen.add(id(point))
-            names.append(name)
+        if name.endswith("hook_pattern"):
+            first.setdefault(id(point), name)
+    names = list(first.values())
     layer = {name: int(m.group(1)) if (m := _LAYER.search(name)) else index for index, name in enumerate(names)}
     names.sort(key=lambda name: layer[name])
     if not names:
