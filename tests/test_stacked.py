@@ -3,7 +3,9 @@
 import pytest
 import torch
 
-from perm_circuits import ModelConfig, TaskConfig, TrainConfig, build_model, fast_forward, make_batch, train
+from perm_circuits import ModelConfig, TaskConfig, TrainConfig, build_model, train
+from perm_circuits.models import fast_forward
+from perm_circuits.tasks.permutation_data import make_batch
 from perm_circuits.stacked import stack_weights, stacked_forward, train_stacked
 
 TASK = TaskConfig(repeat_ratio=0.3)
