@@ -26,6 +26,7 @@ import hashlib
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -246,8 +247,40 @@ def _config_from_tl(cfg) -> ModelConfig:
     )  # a bridge without perm_config has no dropout setting: 0.0
 
 
-def _weights(model) -> dict[str, Tensor]:
-    return model.state_dict(keep_vars=True)
+def run_blocks(
+    config: ModelConfig,
+    resid: Float[Tensor, "*batch seq d_model"],
+    norm: Callable[[Tensor, str], Tensor],
+    linear: Callable[[Tensor, str], Tensor],
+    drop: Callable[[Tensor], Tensor] | None = None,
+) -> Float[Tensor, "*batch seq d_model"]:
+    """The residual stream after every block of ``config`` (pre-norm attention, then the MLP), in plain
+    PyTorch: the body shared by :func:`fast_forward` and :func:`perm_circuits.stacked.stacked_forward`.
+
+    ``norm(x, name)`` and ``linear(x, name)`` apply the weights under ``name`` (e.g.
+    ``blocks.0.ln1``, ``blocks.0.attn.q``); the leading axes of ``resid`` are batch axes.  With
+    ``drop`` (train mode, ``dropout > 0``) the attention is computed explicitly and ``drop`` is
+    applied to the pattern, the attention output, the MLP hidden activation and the MLP output, in
+    that order; without it attention is ``scaled_dot_product_attention``.
+    """
+    n_heads, d_head, seq = config.n_heads, config.resolved_d_head, resid.shape[-2]
+    act = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}.get(
+        config.act_fn, lambda x: torch.nn.functional.gelu(x, approximate="tanh")
+    )
+    dropped = drop or (lambda x: x)
+    for layer in range(config.n_layers):
+        b = f"blocks.{layer}"
+        h = norm(resid, f"{b}.ln1")
+        q, k, v = (linear(h, f"{b}.attn.{n}").view(-1, seq, n_heads, d_head).transpose(1, 2) for n in "qkv")
+        if drop is None:
+            z = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = (q @ k.transpose(-1, -2)) / math.sqrt(d_head)
+            causal = torch.ones(seq, seq, dtype=torch.bool, device=resid.device).tril()
+            z = drop(torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)) @ v
+        resid = resid + dropped(linear(z.transpose(1, 2).reshape(*resid.shape[:-1], n_heads * d_head), f"{b}.attn.o"))
+        resid = resid + dropped(linear(dropped(act(linear(norm(resid, f"{b}.ln2"), f"{b}.mlp.in"))), f"{b}.mlp.out"))
+    return resid
 
 
 def fast_forward(
@@ -279,12 +312,7 @@ def fast_forward(
         )
     if config.normalization_type not in ("LN", None):
         return model(tokens)
-    w = _weights(model) if weights is None else weights
-    n_heads, d_head = config.n_heads, config.resolved_d_head
-    batch, seq = tokens.shape
-    act = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}.get(
-        config.act_fn, lambda x: torch.nn.functional.gelu(x, approximate="tanh")
-    )
+    w = model.state_dict(keep_vars=True) if weights is None else weights
 
     def norm(x: Tensor, name: str) -> Tensor:
         if config.normalization_type is None:
@@ -298,25 +326,8 @@ def fast_forward(
         keep = torch.empty_like(x).bernoulli_(1 - p, generator=generator)
         return x * keep / (1 - p)
 
-    resid = w["embed.weight"][tokens] + w["pos_embed.weight"][:seq]
-    for layer in range(config.n_layers):
-        b = f"blocks.{layer}"
-        h = norm(resid, f"{b}.ln1")
-        q, k, v = (
-            linear(h, f"{b}.attn.{n}").view(batch, seq, n_heads, d_head).transpose(1, 2) for n in "qkv"
-        )
-        if p > 0:
-            scores = (q @ k.transpose(-1, -2)) / math.sqrt(d_head)
-            causal = torch.ones(seq, seq, dtype=torch.bool, device=tokens.device).tril()
-            pattern = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
-            z = drop(pattern) @ v
-            attn_out = drop(linear(z.transpose(1, 2).reshape(batch, seq, n_heads * d_head), f"{b}.attn.o"))
-            resid = resid + attn_out
-            resid = resid + drop(linear(drop(act(linear(norm(resid, f"{b}.ln2"), f"{b}.mlp.in"))), f"{b}.mlp.out"))
-            continue
-        z = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        resid = resid + linear(z.transpose(1, 2).reshape(batch, seq, n_heads * d_head), f"{b}.attn.o")
-        resid = resid + linear(act(linear(norm(resid, f"{b}.ln2"), f"{b}.mlp.in")), f"{b}.mlp.out")
+    resid = w["embed.weight"][tokens] + w["pos_embed.weight"][: tokens.shape[1]]
+    resid = run_blocks(config, resid, norm, linear, drop if p > 0 else None)
     out = torch.nn.functional.linear(norm(resid, "ln_final"), w["unembed.weight"])
     if "unembed.bias" in w:
         out = out + w["unembed.bias"]

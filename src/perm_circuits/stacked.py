@@ -38,7 +38,6 @@ arithmetic can match the single run's.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,7 +49,7 @@ from torch.optim.adam import adam as adam_update
 from tqdm.auto import tqdm
 
 from perm_circuits.evaluate import Evaluation
-from perm_circuits.models import ModelConfig, build_model, resolve_config
+from perm_circuits.models import ModelConfig, build_model, resolve_config, run_blocks
 from perm_circuits.tasks.permutation_data import TaskConfig, make_batch
 from perm_circuits.tasks.permutation import PermutationTask
 from perm_circuits.train import TrainConfig, TrainingHistory, TrainResult, _converged, _Evaluator, dropout_seed, study_task
@@ -121,9 +120,6 @@ def stacked_forward(
     p = config.dropout if dropout_generators is not None else 0.0
     if dropout_generators is not None and len(dropout_generators) != members:
         raise ValueError(f"dropout_generators must hold one generator per member ({members}), got {len(dropout_generators)}")
-    n_heads, d_head, d_model = config.n_heads, config.resolved_d_head, config.d_model
-    act = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}.get(config.act_fn,
-        lambda x: torch.nn.functional.gelu(x, approximate="tanh"))
 
     def norm(x: Tensor, name: str) -> Tensor:
         if config.normalization_type is None:
@@ -132,10 +128,10 @@ def stacked_forward(
         if exact:
             # unbind, not x[i]: the backward of K selects would build K full-size zero tensors
             return torch.stack([
-                torch.nn.functional.layer_norm(xi, (d_model,), gi, si, 1e-5)
+                torch.nn.functional.layer_norm(xi, (config.d_model,), gi, si, 1e-5)
                 for xi, gi, si in zip(x.unbind(0), gain.unbind(0), shift.unbind(0))
             ])
-        normed = torch.nn.functional.layer_norm(x, (d_model,), None, None, 1e-5)
+        normed = torch.nn.functional.layer_norm(x, (config.d_model,), None, None, 1e-5)
         return torch.addcmul(shift[:, None, None, :], normed, gain[:, None, None, :])
 
     def linear(x: Tensor, name: str) -> Tensor:
@@ -152,28 +148,8 @@ def stacked_forward(
 
     member = torch.arange(members, device=tokens.device)[:, None, None]
     resid = w["embed.weight"][member, tokens] + w["pos_embed.weight"][:, None, :seq]
-    for layer in range(config.n_layers):
-        b = f"blocks.{layer}"
-        h = norm(resid, f"{b}.ln1")
-        q, k, v = (
-            linear(h, f"{b}.attn.{n}").view(members * batch, seq, n_heads, d_head).transpose(1, 2) for n in "qkv"
-        )
-        if p > 0:
-            scores = (q @ k.transpose(-1, -2)) / math.sqrt(d_head)
-            causal = torch.ones(seq, seq, dtype=torch.bool, device=tokens.device).tril()
-            pattern = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
-            z = drop(pattern) @ v
-            attn_out = drop(linear(z.transpose(1, 2).reshape(members, batch, seq, n_heads * d_head), f"{b}.attn.o"))
-            resid = resid + attn_out
-            resid = resid + drop(linear(drop(act(linear(norm(resid, f"{b}.ln2"), f"{b}.mlp.in"))), f"{b}.mlp.out"))
-            continue
-        z = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        resid = resid + linear(z.transpose(1, 2).reshape(members, batch, seq, n_heads * d_head), f"{b}.attn.o")
-        resid = resid + linear(act(linear(norm(resid, f"{b}.ln2"), f"{b}.mlp.in")), f"{b}.mlp.out")
-    out = linear(norm(resid, "ln_final"), "unembed")
-    if "unembed.bias" in w:
-        out = out + w["unembed.bias"][:, None, None, :]
-    return out
+    resid = run_blocks(config, resid, norm, linear, drop if p > 0 else None)
+    return linear(norm(resid, "ln_final"), "unembed")  # with the unembedding's bias, as fast_forward adds it
 
 
 def stacked_loss(
