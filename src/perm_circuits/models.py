@@ -38,6 +38,7 @@ from torch import Tensor
 
 from perm_circuits._util import atomic_write, dataclass_from_dict, json_safe
 from perm_circuits.checks import check_int, check_number
+from perm_circuits.devices import resolve_device, to_device
 from perm_circuits.tasks.permutation_data import TaskConfig
 
 __all__ = [
@@ -203,8 +204,6 @@ def build_model(config: ModelConfig | str = "d32h2", *, seed: int | None = None,
     """
     from transformer_lens.model_bridge import TransformerBridge
 
-    from perm_circuits.devices import resolve_device
-
     target = resolve_device(device)
     config = resolve_config(config, seed)
     model = TransformerBridge.boot_native(config.to_tl_config())
@@ -226,25 +225,12 @@ def model_config_of(model) -> ModelConfig:
             "patch_head, ablation_table(..., task=task), evaluate(model, task=task); docs/tasks.md 'Analyses on any task')")
     if missing:
         raise TypeError(f"{type(model).__name__} is not a permutation-lookup model (its cfg lacks {missing}); {hint}")
-    try:
-        return _config_from_tl(cfg)
+    try:  # a bridge without perm_config has no dropout setting: 0.0
+        return ModelConfig(d_model=cfg.d_model, n_heads=cfg.n_heads, n_layers=cfg.n_layers, V=cfg.d_vocab - 1,
+                           d_mlp=cfg.d_mlp, d_head=cfg.d_head, n_ctx=cfg.n_ctx, act_fn=cfg.act_fn,
+                           normalization_type=cfg.normalization_type, seed=cfg.seed or 0)
     except (TypeError, ValueError) as error:
         raise TypeError(f"{type(model).__name__} is not a permutation-lookup model ({error}); {hint}") from error
-
-
-def _config_from_tl(cfg) -> ModelConfig:
-    return ModelConfig(
-        d_model=cfg.d_model,
-        n_heads=cfg.n_heads,
-        n_layers=cfg.n_layers,
-        V=cfg.d_vocab - 1,
-        d_mlp=cfg.d_mlp,
-        d_head=cfg.d_head,
-        n_ctx=cfg.n_ctx,
-        act_fn=cfg.act_fn,
-        normalization_type=cfg.normalization_type,
-        seed=cfg.seed or 0,
-    )  # a bridge without perm_config has no dropout setting: 0.0
 
 
 def run_blocks(
@@ -471,10 +457,7 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device | Non
             )
     model = build_model(config)
     load_weights(model, tensors, config.name)
-    if device is not None:
-        from perm_circuits.devices import to_device
-
-        to_device(model, device)
+    to_device(model, device)
     model.eval()
     metadata = document.get("metadata", {})
     model.task_config = task_config  # type: ignore[attr-defined]
@@ -558,14 +541,11 @@ def load_any(name: str | os.PathLike[str], *, device: str | torch.device | None 
     raise ValueError(f"{str(name)!r} is neither a pretrained model {list_pretrained()} nor a checkpoint folder")
 
 
-def _n_params(model) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
 def describe(model) -> str:
-    config = model_config_of(model)
+    """One line: the architecture and the parameter count (and its float32 size)."""
+    config, n_params = model_config_of(model), sum(p.numel() for p in model.parameters())
     return (
         f"{config.name}: d_model={config.d_model} n_heads={config.n_heads} d_head={config.resolved_d_head} "
         f"n_layers={config.n_layers} d_mlp={config.resolved_d_mlp} V={config.V} "
-        f"params={_n_params(model)} ({math.ceil(_n_params(model) * 4 / 1024)} KiB)"
+        f"params={n_params} ({math.ceil(n_params * 4 / 1024)} KiB)"
     )
