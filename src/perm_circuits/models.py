@@ -240,15 +240,11 @@ def run_blocks(
     linear: Callable[[Tensor, str], Tensor],
     drop: Callable[[Tensor], Tensor] | None = None,
 ) -> Float[Tensor, "*batch seq d_model"]:
-    """The residual stream after every block of ``config`` (pre-norm attention, then the MLP), in plain
-    PyTorch: the body shared by :func:`fast_forward` and :func:`perm_circuits.stacked.stacked_forward`.
-
-    ``norm(x, name)`` and ``linear(x, name)`` apply the weights under ``name`` (e.g.
-    ``blocks.0.ln1``, ``blocks.0.attn.q``); the leading axes of ``resid`` are batch axes.  With
-    ``drop`` (train mode, ``dropout > 0``) the attention is computed explicitly and ``drop`` is
-    applied to the pattern, the attention output, the MLP hidden activation and the MLP output, in
-    that order; without it attention is ``scaled_dot_product_attention``.
-    """
+    """The residual stream after every block of ``config``: the body of :func:`fast_forward` and
+    :func:`perm_circuits.stacked.stacked_forward`, which pass their own ``norm(x, name)`` and
+    ``linear(x, name)`` (applying the weights under ``name``, e.g. ``blocks.0.attn.q``) and, for
+    dropout, ``drop`` (applied where :func:`fast_forward` says; attention is then explicit).  The
+    leading axes of ``resid`` are batch axes."""
     n_heads, d_head, seq = config.n_heads, config.resolved_d_head, resid.shape[-2]
     act = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}.get(
         config.act_fn, lambda x: torch.nn.functional.gelu(x, approximate="tanh")

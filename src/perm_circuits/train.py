@@ -1,11 +1,7 @@
-"""Training: the one :func:`train` of every task and model.
+"""Training: the one :func:`train` of every task and model (which loop runs when: its docstring).
 
-With a :class:`~perm_circuits.tasks.FitConfig` recipe (or any task other than the permutation
-lookup) :func:`train` runs the generic step loop (:func:`perm_circuits.tasks.runner.fit_task`) on any
-``tokens -> logits`` module; with a :class:`TrainConfig` it runs the study's epoch loop described
-here: Adam on the masked next-token loss, evaluated on the fixed test set every epoch.
-
-The study's recipe defaults are: 50 epochs x 100,000 samples, batch 128, Adam (lr 1e-3),
+The study's epoch loop: Adam on the masked next-token loss, evaluated on the fixed test set every
+epoch.  The recipe's defaults are: 50 epochs x 100,000 samples, batch 128, Adam (lr 1e-3),
 cross-entropy on the y positions only.  Batches are drawn vectorized from a seeded
 ``torch.Generator``; the step runs :func:`~perm_circuits.models.fast_forward` (plain PyTorch on the
 bridge's own parameters) with fused Adam.  Same seeds -> bit-identical weights and history on CPU,
