@@ -264,10 +264,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     from perm_circuits.evaluate import evaluate, recall_generalisation
 
     model, checkpoint = _load(args)
-    if checkpoint is not None:  # any task: its own metrics
-        result = evaluate(model, task=checkpoint.task, n=args.samples, seed=args.seed, forward=checkpoint.forward)
-    else:
-        result = evaluate(model, n=args.samples, seed=args.seed)
+    on_task = {} if checkpoint is None else {"task": checkpoint.task, "forward": checkpoint.forward}  # its own metrics
+    result = evaluate(model, n=args.samples, seed=args.seed, **on_task)
     if args.json:
         from perm_circuits._util import json_safe
 

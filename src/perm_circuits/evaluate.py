@@ -127,15 +127,14 @@ def evaluate(
             task_config = task_config_of(model)
         except TypeError as error:
             raise TypeError(f"{error}. evaluate(model, task=task) measures a model of any task") from None
-    config = task_config
     if test_set is None:
-        test_set = make_test_set(config, n=5000 if n is None else n, seed=seed)
+        test_set = make_test_set(task_config, n=5000 if n is None else n, seed=seed)
     if not isinstance(test_set, Batch):
         raise TypeError(f"test_set must be a perm_circuits.Batch, got {type(test_set).__name__}")
     test_set = test_set.to(model_device(model))  # once: the forward and the posteriors run on the model's device
     logits = run_logits(model, test_set.inputs, hooks)
-    probs = probe_probabilities(model, hooks).tolist() if probe and config.V == 5 else None
-    return evaluate_logits(logits, test_set, config, model_name=model_config_of(model).name, probe=probs)
+    probs = probe_probabilities(model, hooks).tolist() if probe and task_config.V == 5 else None
+    return evaluate_logits(logits, test_set, task_config, model_name=model_config_of(model).name, probe=probs)
 
 
 @dataclass(frozen=True)
