@@ -52,7 +52,8 @@ from perm_circuits.evaluate import Evaluation
 from perm_circuits.models import ModelConfig, build_model, resolve_config, run_blocks
 from perm_circuits.tasks.permutation_data import TaskConfig, make_batch
 from perm_circuits.tasks.permutation import PermutationTask
-from perm_circuits.train import TrainConfig, TrainingHistory, TrainResult, _converged, _Evaluator, dropout_seed, study_task
+from perm_circuits.train import (TrainConfig, TrainingHistory, TrainResult, _converged, _Evaluator, dropout_seed,
+                                 study_task)
 
 __all__ = ["STACKED_UNSUPPORTED", "stack_weights", "stacked_forward", "stacked_loss", "train_stacked"]
 
@@ -200,10 +201,8 @@ def _resolve_members(members, architecture, train_config) -> tuple[list[ModelCon
     if len(members) == 0:
         raise ValueError("train_stacked needs at least one member (got an empty list)")
     n = len(members)
-    if train_config is None:
-        train_configs = [TrainConfig()] * n
-    elif isinstance(train_config, TrainConfig):
-        train_configs = [train_config] * n
+    if train_config is None or isinstance(train_config, TrainConfig):
+        train_configs = [train_config or TrainConfig()] * n
     elif isinstance(train_config, Sequence) and all(isinstance(c, TrainConfig) for c in train_config):
         if len(train_config) != n:
             raise ValueError(f"train_config lists {len(train_config)} TrainConfigs for {n} members; give one per member")
