@@ -130,7 +130,7 @@ def evaluate(
     if test_set is None:
         test_set = make_test_set(task_config, n=5000 if n is None else n, seed=seed)
     if not isinstance(test_set, Batch):
-        raise TypeError(f"test_set must be a perm_circuits.Batch, got {type(test_set).__name__}")
+        raise TypeError(f"test_set must be a perm_circuits.tasks.permutation_data.Batch, got {type(test_set).__name__}")
     test_set = test_set.to(model_device(model))  # once: the forward and the posteriors run on the model's device
     logits = run_logits(model, test_set.inputs, hooks)
     probs = probe_probabilities(model, hooks).tolist() if probe and task_config.V == 5 else None
