@@ -29,7 +29,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from perm_circuits import TaskConfig, TrainConfig, build_model, evaluate, make_batch, train
+from perm_circuits import TaskConfig, TrainConfig, build_model, evaluate, train
+from perm_circuits.tasks.permutation_data import make_batch
 from perm_circuits.models import fast_forward
 from perm_circuits.models import PRESETS
 from perm_circuits.train import _optimizer, masked_loss
@@ -129,7 +130,7 @@ def pipelines(preset: str, batch_size: int, task: TaskConfig):
         loss.backward()
         plain_opt.step()
 
-    from perm_circuits import split_permutations
+    from perm_circuits.tasks.permutation_data import split_permutations
 
     mappings = split_permutations(task)[0].tolist()
     seed_model = PlainTransformer(config.d_model, config.n_heads)

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import torch
 
-from perm_circuits import load_dynamics, load_pretrained
+from perm_circuits import load_pretrained
+from perm_circuits.dynamics import load_dynamics
 from perm_circuits.models import PRETRAINED_DIR
 from perm_circuits.pages.build import GENERAL_NUMBERS, write_numbers
 from perm_circuits.pages.generalisation import ANY_MODEL, general_recall_numbers

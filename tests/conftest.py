@@ -30,10 +30,6 @@ with install_import_hook("perm_circuits", "beartype.beartype"):
     # module they come from is checked, as when `import perm_circuits` loaded them eagerly.
     for _name in perm_circuits.__all__:
         getattr(perm_circuits, _name)
-    import importlib  # noqa: E402
-
-    for _module in sorted(set(perm_circuits.MOVED.values())):  # the modules of the names that moved down
-        importlib.import_module(_module)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

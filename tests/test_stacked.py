@@ -3,7 +3,9 @@
 import pytest
 import torch
 
-from perm_circuits import ModelConfig, TaskConfig, TrainConfig, build_model, fast_forward, make_batch, train
+from perm_circuits import ModelConfig, TaskConfig, TrainConfig, build_model, train
+from perm_circuits.models import fast_forward
+from perm_circuits.tasks.permutation_data import make_batch
 from perm_circuits.stacked import stack_weights, stacked_forward, train_stacked
 
 TASK = TaskConfig(repeat_ratio=0.3)
@@ -136,6 +138,18 @@ def test_stacked_forward_equals_fast_forward_per_member():
     for i, model in enumerate(models):
         assert torch.equal(logits[i], fast_forward(model, tokens[i]))
 
+
+
+def test_stacked_forward_adds_the_unembedding_bias_once():
+    """The hand-built model's unembedding bias is -10 on token 0: stacked logits equal the bridge's."""
+    from perm_circuits.handbuilt import build_induction_model
+
+    model = build_induction_model()
+    tokens = make_batch(TaskConfig(repeat_ratio=0.5), 16, seed=0).inputs
+    logits = stacked_forward(model.perm_config, stack_weights([model, model]), torch.stack([tokens, tokens]))
+    assert model.state_dict()["unembed.bias"][0] == -10.0
+    for member in logits:
+        assert torch.allclose(member, model(tokens), atol=1e-5)
 
 def test_explicit_cpu_device_puts_everything_there():
     recipe = TrainConfig(epochs=1, samples_per_epoch=256, test_size=100)

@@ -319,23 +319,16 @@ def test_import_perm_circuits_loads_no_heavy_dependency():
 
 def test_lazy_names_match_eager_imports():
     """Each top-level name is the object its module defines, also after the submodule of the same
-    name is imported (``perm_circuits.train`` stays the function); a name that moved down to its
-    subpackage still resolves, with a DeprecationWarning."""
+    name is imported (``perm_circuits.train`` stays the function)."""
     out = _fresh_python(
-        "import warnings\n"
         "import perm_circuits, perm_circuits.train, perm_circuits.evaluate, perm_circuits.model_shape\n"
         "import perm_circuits.train as tr\n"
         "from perm_circuits.models import load_pretrained\n"
-        "from perm_circuits.tasks import fit\n"
-        "with warnings.catch_warnings(record=True) as caught:\n"
-        "    warnings.simplefilter('always')\n"
-        "    moved = perm_circuits.fit is fit\n"
         "print(perm_circuits.train.__module__, perm_circuits.evaluate.__module__, perm_circuits.model_shape.__name__,\n"
         "      tr.__name__, perm_circuits.load_pretrained is load_pretrained, perm_circuits.tasks.__name__,\n"
-        "      all(hasattr(perm_circuits, n) for n in perm_circuits.__all__), moved,\n"
-        "      [w.category.__name__ for w in caught])"
+        "      all(hasattr(perm_circuits, n) for n in perm_circuits.__all__))"
     )
     assert out == ("perm_circuits.train perm_circuits.evaluate perm_circuits.model_shape train True "
-                   "perm_circuits.tasks True True ['DeprecationWarning']")
+                   "perm_circuits.tasks True")
     with pytest.raises(subprocess.CalledProcessError):
         _fresh_python("import perm_circuits; perm_circuits.no_such_name")

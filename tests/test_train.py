@@ -92,10 +92,10 @@ def test_mismatched_task_and_model():
 def test_resume_may_extend_epochs_but_not_change_the_recipe(tmp_path):
     config = TrainConfig(**{**SMALL.to_dict(), "epochs": 1, "checkpoint_every": 1, "checkpoint_dir": str(tmp_path)})
     train("d16h1", TaskConfig(repeat_ratio=0.3), config, progress=False)
-    longer = train(resume_from=tmp_path / "epoch_0001", train_config=TrainConfig(**{**config.to_dict(), "epochs": 2}), progress=False)
+    longer = train(resume_from=tmp_path / "epoch_0001", recipe=TrainConfig(**{**config.to_dict(), "epochs": 2}), progress=False)
     assert longer.epochs_run == 2 and len(longer.history) == 2
     with pytest.raises(ValueError, match="samples_per_epoch"):
-        train(resume_from=tmp_path / "epoch_0001", train_config=TrainConfig(**{**config.to_dict(), "samples_per_epoch": 4096}), progress=False)
+        train(resume_from=tmp_path / "epoch_0001", recipe=TrainConfig(**{**config.to_dict(), "samples_per_epoch": 4096}), progress=False)
 
 
 def test_resume_rejects_checkpoints_without_optimizer_state(tmp_path):

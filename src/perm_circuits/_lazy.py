@@ -14,7 +14,6 @@ import ast
 import importlib
 import sys
 import types
-import warnings
 from pathlib import Path
 
 
@@ -43,10 +42,6 @@ class LazyPackage(types.ModuleType):
 
     def __getattr__(self, name: str) -> object:
         exports = self.__dict__.get("_lazy_exports", {})
-        moved = self.__dict__.get("MOVED", {})
-        if name not in exports and name in moved:  # a name that used to be exported here
-            warnings.warn(f"{self.__name__}.{name} moved: import it from {moved[name]}", DeprecationWarning, stacklevel=2)
-            return getattr(importlib.import_module(moved[name]), name)
         if name not in exports:
             try:  # a plain submodule that nothing re-exports, e.g. perm_circuits.views
                 return importlib.import_module(f"{self.__name__}.{name}")

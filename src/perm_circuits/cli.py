@@ -160,7 +160,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train(args: argparse.Namespace, argv: list[str]) -> int:
+def _train(args: argparse.Namespace) -> int:
     import torch
 
     from perm_circuits.models import PRESETS, ModelConfig, save_model
@@ -206,19 +206,13 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
         model_config = task_config = None
     else:
         seed = 0 if args.seed is None else args.seed
-        dropout = 0.0 if args.dropout is None else args.dropout
         if (args.preset is None) == (args.d_model is None):
             raise ValueError("give either --preset or --d-model/--heads")
-        if args.preset:
-            base = PRESETS[args.preset].to_dict()
-            model_config = ModelConfig.from_dict({**base, "seed": seed, "V": args.V, "n_layers": args.layers, "dropout": dropout, "d_head": args.d_head})
-        else:
-            if args.heads is None:
-                raise ValueError("--d-model needs --heads")
-            model_config = ModelConfig(
-                d_model=args.d_model, n_heads=args.heads, d_head=args.d_head, n_layers=args.layers, V=args.V,
-                seed=seed, dropout=dropout,
-            )
+        if args.preset is None and args.heads is None:
+            raise ValueError("--d-model needs --heads")
+        shape = PRESETS[args.preset].to_dict() if args.preset else {"d_model": args.d_model, "n_heads": args.heads}
+        model_config = ModelConfig.from_dict({**shape, "seed": seed, "V": args.V, "n_layers": args.layers,
+                                              "d_head": args.d_head, "dropout": args.dropout or 0.0})
         ratio = 0.3 if args.repeat_ratio is None else args.repeat_ratio
         task_config = TaskConfig(V=args.V, repeat_ratio=ratio, repeat_sources=args.repeat_sources or (1,))
         train_config = TrainConfig(**{"seed": seed, **given, **schedule})
@@ -233,7 +227,7 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
         step_callbacks=recorders, device=args.device,
     )
     metadata = {
-        "command": "perm-circuits " + " ".join(shlex.quote(a) for a in argv),
+        "command": "perm-circuits " + " ".join(shlex.quote(a) for a in args.argv),
         "seed": result.model_config.seed,
         "train_config": result.train_config.to_dict(),
         "epochs_run": result.epochs_run,
@@ -270,10 +264,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     from perm_circuits.evaluate import evaluate, recall_generalisation
 
     model, checkpoint = _load(args)
-    if checkpoint is not None:  # any task: its own metrics
-        result = evaluate(model, task=checkpoint.task, n=args.samples, seed=args.seed, forward=checkpoint.forward)
-    else:
-        result = evaluate(model, n=args.samples, seed=args.seed)
+    on_task = {} if checkpoint is None else {"task": checkpoint.task, "forward": checkpoint.forward}  # its own metrics
+    result = evaluate(model, n=args.samples, seed=args.seed, **on_task)
     if args.json:
         from perm_circuits._util import json_safe
 
@@ -323,7 +315,7 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _info() -> int:
+def _info(args: argparse.Namespace) -> int:
     from perm_circuits.models import PRESETS, PRETRAINED_DIR, describe, list_pretrained, load_checkpoint
 
     print(", ".join(f"{name} {v}" for name, v in _versions().items()))
@@ -417,27 +409,17 @@ def _sweep_report(args: argparse.Namespace) -> int:
     return 0
 
 
+COMMANDS = {"train": _train, "evaluate": _evaluate, "info": _info, "report": _report, "sweep": _sweep,
+            "sweep-reanalyse": _sweep_reanalyse, "sweep-report": _sweep_report, "discover": _discover,
+            "reproduce": _reproduce}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
+    args.argv = argv  # the command line, recorded in a trained checkpoint's metadata
     try:
-        if args.command == "train":
-            return _train(args, argv)
-        if args.command == "evaluate":
-            return _evaluate(args)
-        if args.command == "info":
-            return _info()
-        if args.command == "sweep":
-            return _sweep(args)
-        if args.command == "sweep-reanalyse":
-            return _sweep_reanalyse(args)
-        if args.command == "sweep-report":
-            return _sweep_report(args)
-        if args.command == "reproduce":
-            return _reproduce(args)
-        if args.command == "discover":
-            return _discover(args)
-        return _report(args)
+        return COMMANDS[args.command](args)
     except (ValueError, TypeError) as error:
         print(f"perm-circuits {args.command}: error: {error}", file=sys.stderr)
         return 2

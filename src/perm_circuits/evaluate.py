@@ -127,15 +127,14 @@ def evaluate(
             task_config = task_config_of(model)
         except TypeError as error:
             raise TypeError(f"{error}. evaluate(model, task=task) measures a model of any task") from None
-    config = task_config
     if test_set is None:
-        test_set = make_test_set(config, n=5000 if n is None else n, seed=seed)
+        test_set = make_test_set(task_config, n=5000 if n is None else n, seed=seed)
     if not isinstance(test_set, Batch):
-        raise TypeError(f"test_set must be a perm_circuits.Batch, got {type(test_set).__name__}")
+        raise TypeError(f"test_set must be a perm_circuits.tasks.permutation_data.Batch, got {type(test_set).__name__}")
     test_set = test_set.to(model_device(model))  # once: the forward and the posteriors run on the model's device
     logits = run_logits(model, test_set.inputs, hooks)
-    probs = probe_probabilities(model, hooks).tolist() if probe and config.V == 5 else None
-    return evaluate_logits(logits, test_set, config, model_name=model_config_of(model).name, probe=probs)
+    probs = probe_probabilities(model, hooks).tolist() if probe and task_config.V == 5 else None
+    return evaluate_logits(logits, test_set, task_config, model_name=model_config_of(model).name, probe=probs)
 
 
 @dataclass(frozen=True)
@@ -180,19 +179,17 @@ def recall_generalisation(
         raise ValueError(f"n must be a positive int or None (exhaustive), got {n!r}")
     config = task_config or task_config_of(model)
 
-    def batch_of(source: int | None, offset: int):
-        if n is None:  # each batch moves to the model's device once, right after it is drawn
-            return exhaustive_batch(config, split="test", repeat_source=source).to(model_device(model))
-        ratio = 0.0 if source is None else 1.0
-        return make_batch(config, n, split="test", seed=seed + offset, repeat_ratio=ratio,
-                          repeat_source=source).to(model_device(model))
-
-    recall = []
-    for source in range(config.V - 1):
-        batch = batch_of(source, source)
+    def accuracy(source: int | None, offset: int) -> tuple[float, int]:
+        """Last-step accuracy on a fresh batch repeating ``x_{source+1}`` (None: no repeat), and its size."""
+        if n is None:
+            batch = exhaustive_batch(config, split="test", repeat_source=source)
+        else:
+            batch = make_batch(config, n, split="test", seed=seed + offset, repeat_ratio=0.0 if source is None else 1.0,
+                               repeat_source=source)
+        batch = batch.to(model_device(model))  # once, right after it is drawn
         logits = run_logits(model, batch.inputs, hooks)
-        recall.append(float((logits[:, -1].argmax(-1) == batch.ys[:, -1]).float().mean()))
-    plain = batch_of(None, -1)
-    logits = run_logits(model, plain.inputs, hooks)
-    elimination = float((logits[:, -1].argmax(-1) == plain.ys[:, -1]).float().mean())
-    return RecallGeneralisation(model_config_of(model).name, tuple(recall), elimination, len(batch), config.repeat_sources)
+        return float((logits[:, -1].argmax(-1) == batch.ys[:, -1]).float().mean()), len(batch)
+
+    recall, sizes = zip(*(accuracy(source, source) for source in range(config.V - 1)))
+    elimination = accuracy(None, -1)[0]
+    return RecallGeneralisation(model_config_of(model).name, recall, elimination, sizes[-1], config.repeat_sources)

@@ -7,6 +7,7 @@ A hook list is ``[(hook_name, fn), ...]`` exactly as ``model.hooks(fwd_hooks=...
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 
 import torch
 
@@ -87,12 +88,8 @@ def run_logits(
     else:
         tokens = check_token_ids(tokens, model_shape(model).d_vocab)
     hooks = check_hooks(model, hooks)
-    device = model_device(model)
-    with torch.no_grad():
-        if not hooks:
-            return model(tokens.to(device)).to(tokens.device)
-        with model.hooks(fwd_hooks=hooks):
-            return model(tokens.to(device)).to(tokens.device)
+    with torch.no_grad(), model.hooks(fwd_hooks=hooks) if hooks else nullcontext():
+        return model(tokens.to(model_device(model))).to(tokens.device)
 
 
 def run_capture(

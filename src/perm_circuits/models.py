@@ -26,6 +26,7 @@ import hashlib
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from torch import Tensor
 
 from perm_circuits._util import atomic_write, dataclass_from_dict, json_safe
 from perm_circuits.checks import check_int, check_number
+from perm_circuits.devices import resolve_device, to_device
 from perm_circuits.tasks.permutation_data import TaskConfig
 
 __all__ = [
@@ -202,8 +204,6 @@ def build_model(config: ModelConfig | str = "d32h2", *, seed: int | None = None,
     """
     from transformer_lens.model_bridge import TransformerBridge
 
-    from perm_circuits.devices import resolve_device
-
     target = resolve_device(device)
     config = resolve_config(config, seed)
     model = TransformerBridge.boot_native(config.to_tl_config())
@@ -225,29 +225,44 @@ def model_config_of(model) -> ModelConfig:
             "patch_head, ablation_table(..., task=task), evaluate(model, task=task); docs/tasks.md 'Analyses on any task')")
     if missing:
         raise TypeError(f"{type(model).__name__} is not a permutation-lookup model (its cfg lacks {missing}); {hint}")
-    try:
-        return _config_from_tl(cfg)
+    try:  # a bridge without perm_config has no dropout setting: 0.0
+        return ModelConfig(d_model=cfg.d_model, n_heads=cfg.n_heads, n_layers=cfg.n_layers, V=cfg.d_vocab - 1,
+                           d_mlp=cfg.d_mlp, d_head=cfg.d_head, n_ctx=cfg.n_ctx, act_fn=cfg.act_fn,
+                           normalization_type=cfg.normalization_type, seed=cfg.seed or 0)
     except (TypeError, ValueError) as error:
         raise TypeError(f"{type(model).__name__} is not a permutation-lookup model ({error}); {hint}") from error
 
 
-def _config_from_tl(cfg) -> ModelConfig:
-    return ModelConfig(
-        d_model=cfg.d_model,
-        n_heads=cfg.n_heads,
-        n_layers=cfg.n_layers,
-        V=cfg.d_vocab - 1,
-        d_mlp=cfg.d_mlp,
-        d_head=cfg.d_head,
-        n_ctx=cfg.n_ctx,
-        act_fn=cfg.act_fn,
-        normalization_type=cfg.normalization_type,
-        seed=cfg.seed or 0,
-    )  # a bridge without perm_config has no dropout setting: 0.0
-
-
-def _weights(model) -> dict[str, Tensor]:
-    return model.state_dict(keep_vars=True)
+def run_blocks(
+    config: ModelConfig,
+    resid: Float[Tensor, "*batch seq d_model"],
+    norm: Callable[[Tensor, str], Tensor],
+    linear: Callable[[Tensor, str], Tensor],
+    drop: Callable[[Tensor], Tensor] | None = None,
+) -> Float[Tensor, "*batch seq d_model"]:
+    """The residual stream after every block of ``config``: the body of :func:`fast_forward` and
+    :func:`perm_circuits.stacked.stacked_forward`, which pass their own ``norm(x, name)`` and
+    ``linear(x, name)`` (applying the weights under ``name``, e.g. ``blocks.0.attn.q``) and, for
+    dropout, ``drop`` (applied where :func:`fast_forward` says; attention is then explicit).  The
+    leading axes of ``resid`` are batch axes."""
+    n_heads, d_head, seq = config.n_heads, config.resolved_d_head, resid.shape[-2]
+    act = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}.get(
+        config.act_fn, lambda x: torch.nn.functional.gelu(x, approximate="tanh")
+    )
+    dropped = drop or (lambda x: x)
+    for layer in range(config.n_layers):
+        b = f"blocks.{layer}"
+        h = norm(resid, f"{b}.ln1")
+        q, k, v = (linear(h, f"{b}.attn.{n}").view(-1, seq, n_heads, d_head).transpose(1, 2) for n in "qkv")
+        if drop is None:
+            z = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = (q @ k.transpose(-1, -2)) / math.sqrt(d_head)
+            causal = torch.ones(seq, seq, dtype=torch.bool, device=resid.device).tril()
+            z = drop(torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)) @ v
+        resid = resid + dropped(linear(z.transpose(1, 2).reshape(*resid.shape[:-1], n_heads * d_head), f"{b}.attn.o"))
+        resid = resid + dropped(linear(dropped(act(linear(norm(resid, f"{b}.ln2"), f"{b}.mlp.in"))), f"{b}.mlp.out"))
+    return resid
 
 
 def fast_forward(
@@ -279,12 +294,7 @@ def fast_forward(
         )
     if config.normalization_type not in ("LN", None):
         return model(tokens)
-    w = _weights(model) if weights is None else weights
-    n_heads, d_head = config.n_heads, config.resolved_d_head
-    batch, seq = tokens.shape
-    act = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}.get(
-        config.act_fn, lambda x: torch.nn.functional.gelu(x, approximate="tanh")
-    )
+    w = model.state_dict(keep_vars=True) if weights is None else weights
 
     def norm(x: Tensor, name: str) -> Tensor:
         if config.normalization_type is None:
@@ -298,25 +308,8 @@ def fast_forward(
         keep = torch.empty_like(x).bernoulli_(1 - p, generator=generator)
         return x * keep / (1 - p)
 
-    resid = w["embed.weight"][tokens] + w["pos_embed.weight"][:seq]
-    for layer in range(config.n_layers):
-        b = f"blocks.{layer}"
-        h = norm(resid, f"{b}.ln1")
-        q, k, v = (
-            linear(h, f"{b}.attn.{n}").view(batch, seq, n_heads, d_head).transpose(1, 2) for n in "qkv"
-        )
-        if p > 0:
-            scores = (q @ k.transpose(-1, -2)) / math.sqrt(d_head)
-            causal = torch.ones(seq, seq, dtype=torch.bool, device=tokens.device).tril()
-            pattern = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
-            z = drop(pattern) @ v
-            attn_out = drop(linear(z.transpose(1, 2).reshape(batch, seq, n_heads * d_head), f"{b}.attn.o"))
-            resid = resid + attn_out
-            resid = resid + drop(linear(drop(act(linear(norm(resid, f"{b}.ln2"), f"{b}.mlp.in"))), f"{b}.mlp.out"))
-            continue
-        z = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        resid = resid + linear(z.transpose(1, 2).reshape(batch, seq, n_heads * d_head), f"{b}.attn.o")
-        resid = resid + linear(act(linear(norm(resid, f"{b}.ln2"), f"{b}.mlp.in")), f"{b}.mlp.out")
+    resid = w["embed.weight"][tokens] + w["pos_embed.weight"][: tokens.shape[1]]
+    resid = run_blocks(config, resid, norm, linear, drop if p > 0 else None)
     out = torch.nn.functional.linear(norm(resid, "ln_final"), w["unembed.weight"])
     if "unembed.bias" in w:
         out = out + w["unembed.bias"]
@@ -460,10 +453,7 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device | Non
             )
     model = build_model(config)
     load_weights(model, tensors, config.name)
-    if device is not None:
-        from perm_circuits.devices import to_device
-
-        to_device(model, device)
+    to_device(model, device)
     model.eval()
     metadata = document.get("metadata", {})
     model.task_config = task_config  # type: ignore[attr-defined]
@@ -547,14 +537,11 @@ def load_any(name: str | os.PathLike[str], *, device: str | torch.device | None 
     raise ValueError(f"{str(name)!r} is neither a pretrained model {list_pretrained()} nor a checkpoint folder")
 
 
-def _n_params(model) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
 def describe(model) -> str:
-    config = model_config_of(model)
+    """One line: the architecture and the parameter count (and its float32 size)."""
+    config, n_params = model_config_of(model), sum(p.numel() for p in model.parameters())
     return (
         f"{config.name}: d_model={config.d_model} n_heads={config.n_heads} d_head={config.resolved_d_head} "
         f"n_layers={config.n_layers} d_mlp={config.resolved_d_mlp} V={config.V} "
-        f"params={_n_params(model)} ({math.ceil(_n_params(model) * 4 / 1024)} KiB)"
+        f"params={n_params} ({math.ceil(n_params * 4 / 1024)} KiB)"
     )

@@ -11,9 +11,10 @@ paper-size run that this CPU cannot afford.
 from __future__ import annotations
 
 import importlib
+import inspect
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -120,8 +121,6 @@ def reproduce(name: str, *, quick: bool = False, progress: bool = True, device=N
     run: Callable[..., Reproduction] = importlib.import_module(module_name).run
     options = {}
     if device is not None:
-        import inspect
-
         from perm_circuits.devices import resolve_device
 
         target = resolve_device(device)
@@ -133,6 +132,4 @@ def reproduce(name: str, *, quick: bool = False, progress: bool = True, device=N
     result = run(quick=quick, progress=progress, **options)
     if not isinstance(result, Reproduction):
         raise TypeError(f"{module_name}.run returned {type(result).__name__}, expected a Reproduction")
-    from dataclasses import replace
-
     return replace(result, seconds=time.perf_counter() - start)

@@ -38,7 +38,6 @@ arithmetic can match the single run's.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,12 +48,12 @@ from torch import Tensor
 from torch.optim.adam import adam as adam_update
 from tqdm.auto import tqdm
 
-from perm_circuits.evaluate import Evaluation, evaluate_logits, value_probs
-from perm_circuits.models import ModelConfig, build_model, fast_forward, resolve_config
-from perm_circuits.posterior import bayes_posterior
-from perm_circuits.tasks.permutation_data import TaskConfig, make_batch, make_test_set, probe_sequence
+from perm_circuits.evaluate import Evaluation
+from perm_circuits.models import ModelConfig, build_model, resolve_config, run_blocks
+from perm_circuits.tasks.permutation_data import TaskConfig, make_batch
 from perm_circuits.tasks.permutation import PermutationTask
-from perm_circuits.train import TrainConfig, TrainingHistory, TrainResult, _converged, dropout_seed
+from perm_circuits.train import (TrainConfig, TrainingHistory, TrainResult, _converged, _Evaluator, dropout_seed,
+                                 study_task)
 
 __all__ = ["STACKED_UNSUPPORTED", "stack_weights", "stacked_forward", "stacked_loss", "train_stacked"]
 
@@ -122,9 +121,6 @@ def stacked_forward(
     p = config.dropout if dropout_generators is not None else 0.0
     if dropout_generators is not None and len(dropout_generators) != members:
         raise ValueError(f"dropout_generators must hold one generator per member ({members}), got {len(dropout_generators)}")
-    n_heads, d_head, d_model = config.n_heads, config.resolved_d_head, config.d_model
-    act = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}.get(config.act_fn,
-        lambda x: torch.nn.functional.gelu(x, approximate="tanh"))
 
     def norm(x: Tensor, name: str) -> Tensor:
         if config.normalization_type is None:
@@ -133,10 +129,10 @@ def stacked_forward(
         if exact:
             # unbind, not x[i]: the backward of K selects would build K full-size zero tensors
             return torch.stack([
-                torch.nn.functional.layer_norm(xi, (d_model,), gi, si, 1e-5)
+                torch.nn.functional.layer_norm(xi, (config.d_model,), gi, si, 1e-5)
                 for xi, gi, si in zip(x.unbind(0), gain.unbind(0), shift.unbind(0))
             ])
-        normed = torch.nn.functional.layer_norm(x, (d_model,), None, None, 1e-5)
+        normed = torch.nn.functional.layer_norm(x, (config.d_model,), None, None, 1e-5)
         return torch.addcmul(shift[:, None, None, :], normed, gain[:, None, None, :])
 
     def linear(x: Tensor, name: str) -> Tensor:
@@ -153,28 +149,8 @@ def stacked_forward(
 
     member = torch.arange(members, device=tokens.device)[:, None, None]
     resid = w["embed.weight"][member, tokens] + w["pos_embed.weight"][:, None, :seq]
-    for layer in range(config.n_layers):
-        b = f"blocks.{layer}"
-        h = norm(resid, f"{b}.ln1")
-        q, k, v = (
-            linear(h, f"{b}.attn.{n}").view(members * batch, seq, n_heads, d_head).transpose(1, 2) for n in "qkv"
-        )
-        if p > 0:
-            scores = (q @ k.transpose(-1, -2)) / math.sqrt(d_head)
-            causal = torch.ones(seq, seq, dtype=torch.bool, device=tokens.device).tril()
-            pattern = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
-            z = drop(pattern) @ v
-            attn_out = drop(linear(z.transpose(1, 2).reshape(members, batch, seq, n_heads * d_head), f"{b}.attn.o"))
-            resid = resid + attn_out
-            resid = resid + drop(linear(drop(act(linear(norm(resid, f"{b}.ln2"), f"{b}.mlp.in"))), f"{b}.mlp.out"))
-            continue
-        z = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        resid = resid + linear(z.transpose(1, 2).reshape(members, batch, seq, n_heads * d_head), f"{b}.attn.o")
-        resid = resid + linear(act(linear(norm(resid, f"{b}.ln2"), f"{b}.mlp.in")), f"{b}.mlp.out")
-    out = linear(norm(resid, "ln_final"), "unembed")
-    if "unembed.bias" in w:
-        out = out + w["unembed.bias"][:, None, None, :]
-    return out
+    resid = run_blocks(config, resid, norm, linear, drop if p > 0 else None)
+    return linear(norm(resid, "ln_final"), "unembed")  # with the unembedding's bias, as fast_forward adds it
 
 
 def stacked_loss(
@@ -225,10 +201,8 @@ def _resolve_members(members, architecture, train_config) -> tuple[list[ModelCon
     if len(members) == 0:
         raise ValueError("train_stacked needs at least one member (got an empty list)")
     n = len(members)
-    if train_config is None:
-        train_configs = [TrainConfig()] * n
-    elif isinstance(train_config, TrainConfig):
-        train_configs = [train_config] * n
+    if train_config is None or isinstance(train_config, TrainConfig):
+        train_configs = [train_config or TrainConfig()] * n
     elif isinstance(train_config, Sequence) and all(isinstance(c, TrainConfig) for c in train_config):
         if len(train_config) != n:
             raise ValueError(f"train_config lists {len(train_config)} TrainConfigs for {n} members; give one per member")
@@ -277,19 +251,16 @@ class _StackedAdam:
             self.fused = False
         self.whole = [name for name, p in params.items() if not exact or p[0].numel() % SIMD_FLOATS == 0]
         self.split = [name for name in params if name not in self.whole]
-        self._states = [self.exp_avg[n] for n in self.whole] + [self.exp_avg[n][i] for n in self.split for i in range(len(params[n]))]
-        self._states_sq = [self.exp_avg_sq[n] for n in self.whole] + [
-            self.exp_avg_sq[n][i] for n in self.split for i in range(len(params[n]))
-        ]
-        self._params = [params[n].detach() for n in self.whole] + [
-            params[n].detach()[i] for n in self.split for i in range(len(params[n]))
-        ]
+        self._states, self._states_sq = self._flat(self.exp_avg), self._flat(self.exp_avg_sq)
+        self._params = self._flat({n: p.detach() for n, p in params.items()})
         self._steps = [torch.tensor(float(step), device=device) for _ in self._params]
 
+    def _flat(self, tensors: dict[str, Tensor]) -> list[Tensor]:
+        """The tensors of the fused call: each whole weight, then each split weight's per-member views."""
+        return [tensors[n] for n in self.whole] + [tensors[n][i] for n in self.split for i in range(len(tensors[n]))]
+
     def step(self) -> None:
-        grads = [self.params[n].grad for n in self.whole] + [
-            self.params[n].grad[i] for n in self.split for i in range(len(self.params[n]))
-        ]
+        grads = self._flat({n: p.grad for n, p in self.params.items()})
         with torch.no_grad():
             adam_update(self._params, grads, self._states, self._states_sq, [], self._steps, fused=self.fused,
                 foreach=None, amsgrad=False, beta1=ADAM_BETAS[0], beta2=ADAM_BETAS[1], lr=self.lr, weight_decay=0.0,
@@ -306,37 +277,9 @@ class _StackedAdam:
                             {n: s[rows].clone() for n, s in self.exp_avg_sq.items()})
 
 
-# ----------------------------------------------------------------------------- evaluation
-
-
-class _MemberEvaluator:
-    """``train()``'s per-epoch evaluation (fixed test set, cached posteriors, study probe) on any device.
-
-    The logits are computed on the weights' device and come back to the CPU for the metrics: the one
-    transfer per epoch the stacked loop makes.
-    """
-
-    def __init__(self, task_config: TaskConfig, train_config: TrainConfig, name: str, device: torch.device):
-        self.config, self.name = task_config, name
-        self.test_set = make_test_set(task_config, n=train_config.test_size, seed=train_config.test_seed)
-        self.posteriors = (bayes_posterior(self.test_set.inputs, task_config, "uniform"),
-                           bayes_posterior(self.test_set.inputs, task_config, "train"))
-        self.inputs = self.test_set.inputs.to(device)
-        self.probe = probe_sequence().to(device) if task_config.V == 5 else None
-
-    def __call__(self, model, weights: dict[str, Tensor]) -> Evaluation:
-        with torch.no_grad():
-            logits = fast_forward(model, self.inputs, weights).cpu()
-            probe = None
-            if self.probe is not None:
-                probe = value_probs(fast_forward(model, self.probe, weights).cpu(), self.config.V)[0, -1].tolist()
-        return evaluate_logits(logits, self.test_set, self.config, self.posteriors, self.name, probe)
-
-
 @dataclass
 class _Member:
-    index: int
-    model: object
+    model: object  # a build_model bridge: in eval mode throughout, its weights copied in after each epoch
     weights: dict[str, Tensor]
     model_config: ModelConfig
     train_config: TrainConfig
@@ -382,14 +325,8 @@ def train_stacked(
         progress: a tqdm bar over epochs.
     """
     start = time.perf_counter()
-    if isinstance(task_config, PermutationTask):
-        task_config = task_config.config
     model_configs, train_configs = _resolve_members(members, architecture, train_config)
-    task_config = task_config if task_config is not None else TaskConfig(V=model_configs[0].V)
-    if not isinstance(task_config, TaskConfig):
-        raise TypeError(f"task_config must be a TaskConfig or PermutationTask, got {type(task_config).__name__}")
-    if task_config.V != model_configs[0].V:
-        raise ValueError(f"task V={task_config.V} does not match model V={model_configs[0].V}")
+    task_config = study_task(task_config, model_configs[0].V)
     device = torch.device(device) if device is not None else torch.device("cpu")
     if exact is None:
         exact = device.type == "cpu"
@@ -398,23 +335,22 @@ def train_stacked(
     recipe, config = train_configs[0], model_configs[0]
 
     states: list[_Member] = []
-    for index, (model_config, member_train) in enumerate(zip(model_configs, train_configs)):
+    for model_config, member_train in zip(model_configs, train_configs):
         model = build_model(model_config)
         if next(model.parameters()).device != device:
             model.to(device)
-        states.append(_Member(index, model, model.state_dict(keep_vars=True), model_config, member_train, TrainingHistory()))
+        states.append(_Member(model, model.state_dict(keep_vars=True), model_config, member_train, TrainingHistory()))
     data_seeds = sorted({c.seed for c in train_configs})
     generators = {seed: torch.Generator().manual_seed(seed) for seed in data_seeds}
-    slot_of = [data_seeds.index(c.seed) for c in train_configs]
     dropout_generators = [torch.Generator().manual_seed(dropout_seed(c.seed)) for c in train_configs]
-    evaluator = _MemberEvaluator(task_config, recipe, config.name, device)
+    evaluator = _Evaluator(task_config, recipe, config.name, device)
     has_recall = task_config.repeat_ratio > 0
 
     live = list(range(len(states)))  # member indices in stack order
     weights = stack_weights([s.model for s in states], device)
     optimizer = _StackedAdam({n: t for n, t in weights.items() if t.requires_grad}, recipe.lr, exact)
     buffers = {n: t for n, t in weights.items() if not t.requires_grad}
-    slots = torch.tensor(slot_of, dtype=torch.long)
+    slots = torch.tensor([data_seeds.index(c.seed) for c in train_configs], dtype=torch.long)
     bar = tqdm(range(1, recipe.epochs + 1), disable=not progress, desc=f"train {len(states)} x {config.name} stacked")
     for epoch in bar:
         running = torch.zeros(len(live), device=device)
@@ -424,9 +360,10 @@ def train_stacked(
             n = min(recipe.batch_size, remaining)
             drawn = [make_batch(task_config, n, generator=generators[seed]) for seed in data_seeds]
             remaining -= n
-            inputs = torch.stack([b.inputs for b in drawn])[member_slots].to(device, non_blocking=True)
-            targets = torch.stack([b.targets for b in drawn])[member_slots].to(device, non_blocking=True)
-            mask = torch.stack([b.mask for b in drawn])[member_slots].to(device, non_blocking=True)
+            inputs, targets, mask = (
+                torch.stack([getattr(b, field) for b in drawn])[member_slots].to(device, non_blocking=True)
+                for field in ("inputs", "targets", "mask")
+            )
             live_weights = {**optimizer.params, **buffers}
             gens = [dropout_generators[i] for i in live] if config.dropout > 0 else None
             losses = stacked_loss(stacked_forward(config, live_weights, inputs, dropout_generators=gens, exact=exact),
@@ -442,7 +379,6 @@ def train_stacked(
                 for name, tensor in state.weights.items():
                     source = optimizer.params[name] if name in optimizer.params else buffers[name]
                     tensor.copy_(source[row_index])
-            state.model.eval()
             state.evaluation = evaluator(state.model, state.weights)
             row = {"epoch": epoch, "train_loss": losses_per_member[row_index] / recipe.steps_per_epoch,
                    **state.evaluation.summary()}
@@ -464,10 +400,6 @@ def train_stacked(
     bar.close()
     for member_index in live:
         states[member_index].seconds = time.perf_counter() - start
-    results = []
-    for state in states:
-        state.model.eval()
-        results.append(TrainResult(model=state.model, history=state.history, evaluation=state.evaluation,
-            model_config=state.model_config, task_config=task_config, train_config=state.train_config,
-            epochs_run=state.epochs_run, stopped_early=state.stopped_early, seconds=state.seconds))
-    return results
+    return [TrainResult(model=s.model, history=s.history, evaluation=s.evaluation, model_config=s.model_config,
+                        task_config=task_config, train_config=s.train_config, epochs_run=s.epochs_run,
+                        stopped_early=s.stopped_early, seconds=s.seconds) for s in states]

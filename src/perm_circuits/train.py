@@ -1,11 +1,7 @@
-"""Training: the one :func:`train` of every task and model.
+"""Training: the one :func:`train` of every task and model (which loop runs when: its docstring).
 
-With a :class:`~perm_circuits.tasks.FitConfig` recipe (or any task other than the permutation
-lookup) :func:`train` runs the generic step loop (:func:`perm_circuits.tasks.runner.fit_task`) on any
-``tokens -> logits`` module; with a :class:`TrainConfig` it runs the study's epoch loop described
-here: Adam on the masked next-token loss, evaluated on the fixed test set every epoch.
-
-The study's recipe defaults are: 50 epochs x 100,000 samples, batch 128, Adam (lr 1e-3),
+The study's epoch loop: Adam on the masked next-token loss, evaluated on the fixed test set every
+epoch.  The recipe's defaults are: 50 epochs x 100,000 samples, batch 128, Adam (lr 1e-3),
 cross-entropy on the y positions only.  Batches are drawn vectorized from a seeded
 ``torch.Generator``; the step runs :func:`~perm_circuits.models.fast_forward` (plain PyTorch on the
 bridge's own parameters) with fused Adam.  Same seeds -> bit-identical weights and history on CPU,
@@ -26,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -213,28 +208,38 @@ def _restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, Tens
 
 
 class _Evaluator:
-    """Evaluates on the fixed test set with posteriors computed once."""
+    """The per-epoch evaluation of both trainers: the fixed test set, its posteriors computed once and
+    the study's probe.  The logits are computed on ``device`` and come back to the CPU for the
+    metrics: the one transfer per epoch besides the loss."""
 
-    def __init__(self, task_config: TaskConfig, train_config: TrainConfig, name: str,
-                 device: torch.device = torch.device("cpu")):
-        self.config = task_config
-        self.device = device
+    def __init__(self, task_config: TaskConfig, train_config: TrainConfig, name: str, device: torch.device):
+        self.config, self.name = task_config, name
         self.test_set: Batch = make_test_set(task_config, n=train_config.test_size, seed=train_config.test_seed)
-        self.posteriors = (
-            bayes_posterior(self.test_set.inputs, task_config, "uniform"),
-            bayes_posterior(self.test_set.inputs, task_config, "train"),
-        )
-        self.probe = probe_sequence() if task_config.V == 5 else None
-        self.name = name
+        self.posteriors = (bayes_posterior(self.test_set.inputs, task_config, "uniform"),
+                           bayes_posterior(self.test_set.inputs, task_config, "train"))
+        self.inputs = self.test_set.inputs.to(device)
+        self.probe = probe_sequence().to(device) if task_config.V == 5 else None
 
-    def __call__(self, model, weights: dict[str, Tensor] | None = None) -> Evaluation:
+    def __call__(self, model, weights: dict[str, Tensor]) -> Evaluation:
         with torch.no_grad():
-            logits = fast_forward(model, self.test_set.inputs.to(self.device), weights).cpu()  # once per epoch
+            logits = fast_forward(model, self.inputs, weights).cpu()
             probe = None
             if self.probe is not None:
-                probe_logits = fast_forward(model, self.probe.to(self.device), weights).cpu()
-                probe = value_probs(probe_logits, self.config.V)[0, -1].tolist()
+                probe = value_probs(fast_forward(model, self.probe, weights).cpu(), self.config.V)[0, -1].tolist()
         return evaluate_logits(logits, self.test_set, self.config, self.posteriors, self.name, probe)
+
+
+def study_task(task: TaskConfig | PermutationTask | None, V: int) -> TaskConfig:
+    """``task`` as the study's :class:`TaskConfig` for a model over ``V`` values: a ``PermutationTask``
+    unwrapped (the same run bit for bit), ``None`` the plain task; TypeError/ValueError otherwise."""
+    if isinstance(task, PermutationTask):  # the Task interface's wrapper of the study's task
+        task = task.config
+    task = TaskConfig(V=V) if task is None else task
+    if not isinstance(task, TaskConfig):
+        raise TypeError(f"task_config must be a TaskConfig or PermutationTask, got {type(task).__name__}")
+    if task.V != V:
+        raise ValueError(f"task V={task.V} does not match model V={V}")
+    return task
 
 
 def _converged(history: TrainingHistory, config: TrainConfig, has_recall: bool) -> bool:
@@ -260,9 +265,6 @@ def train(
     forward: Callable[[torch.nn.Module, Tensor], Tensor] | None = None,
     progress: bool = True,
     device: str | torch.device | None = None,
-    model_config: ModelConfig | str | None = None,
-    task_config: TaskConfig | PermutationTask | None = None,
-    train_config: TrainConfig | None = None,
 ) -> TrainResult | FitResult:
     """Train a model on a task: the one training function of every task and model.
 
@@ -313,17 +315,7 @@ def train(
             generator as always and moved there once per step; the CPU run is bit for bit the
             same as without ``device``.  On another device the float arithmetic (and dropout's
             mask stream, drawn by a generator on that device) differ.
-        model_config: the old name of ``model`` (deprecated: a ``DeprecationWarning``).
-        task_config: the old name of ``task`` (deprecated).
-        train_config: the old name of ``recipe`` (deprecated).
     """
-    legacy = {"model_config": model_config, "task_config": task_config, "train_config": train_config}
-    for (old, value), new in zip(legacy.items(), ("model", "task", "recipe")):
-        if value is not None:
-            warnings.warn(f"train({old}=...) is deprecated; pass {new}=", DeprecationWarning, stacklevel=2)
-    model = model if model_config is None else model_config
-    task = task if task_config is None else task_config
-    recipe = recipe if train_config is None else train_config
     study_task = task is None or isinstance(task, (TaskConfig, PermutationTask))
     if resume_from is not None or isinstance(recipe, TrainConfig) or (
         recipe is None and study_task and isinstance(model, (str, ModelConfig))
@@ -386,14 +378,11 @@ def _train_study(
 ) -> TrainResult:
     """The study's epoch loop (:func:`train`), from scratch or from a checkpoint."""
     start = time.perf_counter()
-    if isinstance(task_config, PermutationTask):  # the Task interface's wrapper of the study's task
-        task_config = task_config.config
-    for callback in callbacks:
-        if not callable(callback):
-            raise TypeError(f"callbacks must be callables taking an EpochState, got {callback!r}")
-    for callback in step_callbacks:
-        if not callable(callback):
-            raise TypeError(f"step_callbacks must be callables taking a StepInfo, got {callback!r}")
+    expected = (("callbacks", callbacks, "an EpochState"), ("step_callbacks", step_callbacks, "a StepInfo"))
+    for name, given, seen in expected:
+        for callback in given:
+            if not callable(callback):
+                raise TypeError(f"{name} must be callables taking {seen}, got {callback!r}")
     generator = torch.Generator()
     dropout_generator = torch.Generator()
     history = TrainingHistory()
@@ -410,18 +399,13 @@ def _train_study(
         first_epoch = int(meta["epoch"]) + 1
     else:
         model_config = resolve_config(model_config)
-        task_config = task_config or TaskConfig(V=model_config.V)
+        task_config = study_task(task_config, model_config.V)
         train_config = train_config or TrainConfig()
-        if task_config.V != model_config.V:
-            raise ValueError(f"task V={task_config.V} does not match model V={model_config.V}")
         model = build_model(model_config)
         generator.manual_seed(train_config.seed)
         dropout_generator.manual_seed(dropout_seed(train_config.seed))
-    if not isinstance(task_config, TaskConfig) or not isinstance(train_config, TrainConfig):
-        raise TypeError("task_config must be a TaskConfig and train_config a TrainConfig")
 
-    on_cpu = device.type == "cpu"
-    if not on_cpu:
+    if device.type != "cpu":
         model.to(device)
         if model_config.dropout > 0:  # masks must come from a generator on the device
             dropout_generator = torch.Generator(device=device).manual_seed(dropout_seed(train_config.seed))
@@ -442,9 +426,8 @@ def _train_study(
         for _ in range(train_config.steps_per_epoch):
             batch = make_batch(task_config, min(train_config.batch_size, remaining), generator=generator)
             remaining -= len(batch)
-            inputs, targets, mask = batch.inputs, batch.targets, batch.mask
-            if not on_cpu:  # drawn on the CPU (the same batches anywhere), moved once
-                inputs, targets, mask = inputs.to(device), targets.to(device), mask.to(device)
+            # drawn on the CPU (the same batches anywhere), moved once (no-ops on the CPU)
+            inputs, targets, mask = batch.inputs.to(device), batch.targets.to(device), batch.mask.to(device)
             logits = fast_forward(model, inputs, weights, generator=dropout_generator)
             loss = masked_loss(logits, targets, mask)
             optimizer.zero_grad(set_to_none=True)

@@ -8,7 +8,8 @@ import pytest
 import torch
 from jaxtyping import TypeCheckError
 
-from perm_circuits import ModelConfig, TaskConfig, build_model, evaluate, hook_count, make_test_set, run_logits
+from perm_circuits import ModelConfig, TaskConfig, build_model, evaluate, make_test_set
+from perm_circuits.hooks import hook_count, run_logits
 from perm_circuits.analysis import (
     ablate,
     ablate_head,

@@ -21,7 +21,8 @@ import math
 import pytest
 import torch
 
-from perm_circuits import ModelConfig, TaskConfig, build_model, hook_count, make_test_set
+from perm_circuits import ModelConfig, TaskConfig, build_model, make_test_set
+from perm_circuits.hooks import hook_count
 from perm_circuits.analysis import HOWS, ablate_mlp, ablation_table, head_roles, reference_activations
 from perm_circuits.analysis.interventions.ablation import optimal_constant
 from perm_circuits.analysis.interventions.optimal import answer_loss

@@ -14,7 +14,9 @@ with install_import_hook(
 ):
     from perm_circuits.analysis.probes import dla as attribution
 
-from perm_circuits import TaskConfig, build_model, hook_count, make_batch, run_logits
+from perm_circuits import TaskConfig, build_model
+from perm_circuits.hooks import hook_count, run_logits
+from perm_circuits.tasks.permutation_data import make_batch
 
 @pytest.fixture(scope="module")
 def model():

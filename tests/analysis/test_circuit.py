@@ -25,7 +25,8 @@ import math
 import pytest
 import torch
 
-from perm_circuits import ModelConfig, TaskConfig, build_model, hook_count, load_pretrained, make_test_set, run_logits
+from perm_circuits import ModelConfig, TaskConfig, build_model, load_pretrained, make_test_set
+from perm_circuits.hooks import hook_count, run_logits
 from perm_circuits.analysis import (
     CircuitMetrics,
     Node,

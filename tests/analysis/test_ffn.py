@@ -12,8 +12,9 @@ with install_import_hook(
 ):
     from perm_circuits.analysis.study import ffn as ffn
 
-from perm_circuits import ModelConfig, TaskConfig, build_model, hook_count, make_batch, split_permutations
-from perm_circuits.tasks.permutation_data import check_consistent
+from perm_circuits import ModelConfig, TaskConfig, build_model
+from perm_circuits.hooks import hook_count
+from perm_circuits.tasks.permutation_data import check_consistent, make_batch, split_permutations
 
 TASK = TaskConfig(repeat_ratio=0.3)
 D = 16

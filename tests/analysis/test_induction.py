@@ -21,13 +21,8 @@ import pytest
 import torch
 from jaxtyping import install_import_hook
 
-from perm_circuits import (
-    ModelConfig,
-    TaskConfig,
-    build_model,
-    hook_count,
-    make_test_set,
-)
+from perm_circuits import ModelConfig, TaskConfig, build_model, make_test_set
+from perm_circuits.hooks import hook_count
 
 with install_import_hook("perm_circuits.analysis.probes.induction", "beartype.beartype"):
     from perm_circuits.analysis.probes import induction as induction_module

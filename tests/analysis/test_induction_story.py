@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from perm_circuits import ModelConfig, build_induction_model, build_model, hook_count
+from perm_circuits import ModelConfig, build_induction_model, build_model
+from perm_circuits.hooks import hook_count
 from perm_circuits.analysis import (
     composition_scores,
     head_roles,

@@ -18,14 +18,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from perm_circuits import (
-    ModelConfig,
-    TaskConfig,
-    build_induction_model,
-    build_model,
-    hook_count,
-    make_test_set,
-)
+from perm_circuits import ModelConfig, TaskConfig, build_induction_model, build_model, make_test_set
+from perm_circuits.hooks import hook_count
 from perm_circuits.analysis import (
     HOWS,
     ablate_head,

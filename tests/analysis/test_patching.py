@@ -10,7 +10,8 @@ import torch
 import transformer_lens.patching as tl_patching
 from jaxtyping import TypeCheckError
 
-from perm_circuits import ModelConfig, TaskConfig, build_model, hook_count, run_logits
+from perm_circuits import ModelConfig, TaskConfig, build_model
+from perm_circuits.hooks import hook_count, run_logits
 from perm_circuits.analysis import (
     ablate_head,
     find_recall_head,

@@ -7,13 +7,8 @@ import pytest
 import torch
 from jaxtyping import install_import_hook
 
-from perm_circuits import (
-    ModelConfig,
-    TaskConfig,
-    build_induction_model,
-    build_model,
-    hook_count,
-)
+from perm_circuits import ModelConfig, TaskConfig, build_induction_model, build_model
+from perm_circuits.hooks import hook_count
 from perm_circuits.analysis.interventions.patching import logit_diff
 from perm_circuits.hooks import run_capture
 from perm_circuits.tasks.permutation_data import check_consistent, repeat_source_of

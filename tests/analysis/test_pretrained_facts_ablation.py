@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from perm_circuits import make_test_set, run_logits
+from perm_circuits import make_test_set
+from perm_circuits.hooks import run_logits
 from perm_circuits.analysis import (
     ablation_table,
     find_recall_head,

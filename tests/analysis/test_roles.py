@@ -17,7 +17,9 @@ import pytest
 import torch
 from jaxtyping import install_import_hook
 
-from perm_circuits import ModelConfig, TaskConfig, build_model, hook_count, make_batch, make_test_set
+from perm_circuits import ModelConfig, TaskConfig, build_model, make_test_set
+from perm_circuits.hooks import hook_count
+from perm_circuits.tasks.permutation_data import make_batch
 
 with install_import_hook("perm_circuits.analysis.study.scores", "beartype.beartype"):
     from perm_circuits.analysis.study import scores as scores_module  # noqa: E402

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from perm_circuits import hook_count, load_pretrained, make_test_set
+from perm_circuits import load_pretrained, make_test_set
+from perm_circuits.hooks import hook_count
 from perm_circuits.analysis import SkillCircuit, head_roles
 from perm_circuits.analysis.study import skill_circuits as circuit_step
 from tests.analysis.test_circuit import CIRCUIT, TASK, known_circuit_model

@@ -14,17 +14,9 @@ import pytest
 import torch
 from jaxtyping import install_import_hook
 
-from perm_circuits import (
-    ModelConfig,
-    TaskConfig,
-    TrainingHistory,
-    build_model,
-    evaluate,
-    hook_count,
-    make_test_set,
-    probe_probabilities,
-    probe_sequence,
-)
+from perm_circuits import ModelConfig, TaskConfig, TrainingHistory, build_model, evaluate, make_test_set, probe_sequence
+from perm_circuits.evaluate import probe_probabilities
+from perm_circuits.hooks import hook_count
 from perm_circuits.views.html import remote_resource_refs
 
 if "perm_circuits.views.figures" not in sys.modules:  # check annotations at runtime, like conftest

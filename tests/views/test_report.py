@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from perm_circuits import evaluate, hook_count, load_pretrained, make_test_set
+from perm_circuits import evaluate, load_pretrained, make_test_set
+from perm_circuits.hooks import hook_count
 from perm_circuits.views.html import (
     circuitsvis_bundle_js,
     local_script_refs,
