@@ -90,7 +90,6 @@ def default_steps(total_steps: int, n: int = DEFAULT_POINTS) -> tuple[int, ...]:
     return log_spaced_steps(total_steps, n=n)
 
 
-
 class DynamicsRecorder:
     """A ``train(..., step_callbacks=[recorder])`` callback recording signals at ``steps``.
 

@@ -60,7 +60,6 @@ def read_record_csv(path: str | Path) -> DynamicsRecord:
         values=tuple(tuple(float(v) for v in row) for row in wide.itertuples(index=False)))
 
 
-
 MATCH_PROBE = "L0H0.QK.x_match"
 """The QK match probe: Bietti et al.'s R of L0H0's QK circuit on "the last query prefers the
 earlier x carrying the same token" (weights only; :func:`~perm_circuits.analysis.qk_memory_probe`)."""
@@ -284,10 +283,7 @@ def study_dynamics(record: DynamicsRecord, epochs: pd.DataFrame | None = None) -
 
 def render_docs(path: str | Path, answer: StudyDynamics) -> Path:
     """Replace the generated section of the docs page ``path`` with ``answer.to_markdown()``."""
-    path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    if DOCS_BEGIN not in text or DOCS_END not in text:
-        raise ValueError(f"{path} has no generated section ({DOCS_BEGIN} ... {DOCS_END})")
-    head, rest = text.split(DOCS_BEGIN, 1)
-    _, tail = rest.split(DOCS_END, 1)
-    return atomic_write_text(path, f"{head}{DOCS_BEGIN}\n{answer.to_markdown()}{DOCS_END}{tail}")
+    from perm_circuits.pages.render import replace_section  # loaded only when a page is written
+
+    text = Path(path).read_text(encoding="utf-8")
+    return atomic_write_text(path, replace_section(text, answer.to_markdown(), DOCS_BEGIN, DOCS_END))
