@@ -289,8 +289,7 @@ def storage_capacity(
             previous = None
         outcome: dict[int, dict[str, Any]] = {}
 
-        def tried(index: int, outcome: dict = outcome, seed: int = seed, d_model: int = d_model,
-                  d_mlp: int = d_mlp) -> bool:
+        def tried(index: int) -> bool:  # called in this iteration only: the loop variables are current
             if index not in outcome:
                 task = FactualRecallTask(S=subjects[index], R=R, D=D, n_noise=n_noise, seq_len=seq_len,
                                          fact_seed=seed)
