@@ -229,10 +229,7 @@ class DynamicsRecorder:
 
     def result(self) -> DynamicsRecord:
         """The record so far (signals in first-seen order; nan where a step lacks one)."""
-        signals: dict[str, None] = {}
-        for _, values in self._rows:
-            signals.update(dict.fromkeys(values))
-        names = tuple(signals)
+        names = tuple(dict.fromkeys(name for _, values in self._rows for name in values))
         return DynamicsRecord(
             steps=tuple(step for step, _ in self._rows),
             signals=names,

@@ -320,8 +320,7 @@ def run(quick: bool = False, progress: bool = True, settings: BirthSettings | No
     model trained on ``device`` (default the CPU: the committed numbers)."""
     if not isinstance(quick, bool):
         raise TypeError(f"quick must be a bool, got {quick!r}")
-    if settings is None:
-        settings = QUICK if quick else FULL
+    settings = (QUICK if quick else FULL) if settings is None else settings
     if not isinstance(settings, BirthSettings):
         raise TypeError(f"settings must be a BirthSettings, got {type(settings).__name__}")
     results = [run_seed(settings, seed, progress=progress, device=device) for seed in settings.seeds]
