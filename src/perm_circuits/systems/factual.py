@@ -23,6 +23,7 @@ exponent (linear: log-log slope 1); the facts-per-parameter constant is reported
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Sequence
@@ -198,10 +199,8 @@ def storage_run(
             best["steps"] = state.step
             raise _Stored
 
-    try:
+    with contextlib.suppress(_Stored):
         fit(model, task, steps=steps, batch_size=batch_size, lr=lr, seed=seed, callbacks=[check], progress=progress)
-    except _Stored:
-        pass
     return {"d_model": d_model, "d_mlp": d_mlp, "n_heads": n_heads, "params": n_trainable(model),
             "S": task.S, "R": task.R, "facts": task.n_facts, "accuracy": best["accuracy"],
             "stored": best["accuracy"] >= target, "steps": best["steps"]}

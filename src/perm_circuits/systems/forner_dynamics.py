@@ -103,10 +103,7 @@ def chain_snapshot(model: FornerModel, batch: TaskBatch, *, step: int = 0, lr: f
     return {
         "step": step,
         "alpha": step / (task.d_g * N),
-        "A": params.A,
-        "R": params.R,
-        "S": params.S,
-        "zeta": params.zeta,
+        **{name: getattr(params, name) for name in ("A", "R", "S", "zeta")},
         "loss": loss,
         "rho": rho,
         "rollout": roll.final_accuracy,
