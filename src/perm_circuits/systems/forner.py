@@ -7,11 +7,10 @@ The system lives in three modules, re-exported here:
 * :mod:`~perm_circuits.systems.forner_dynamics`: the order parameters A, R, S and logged training;
 * :mod:`~perm_circuits.systems.forner_theory`: eqs. 11-18 (mean logits, the ODE, rollout model).
 
-:func:`run` is the reproduction at the issue's CPU size ``N = d_g = 8, L = 10, d_h = 32`` (SGD,
-learning rate 0.5 as in the paper, fresh batches of 2048 chains per step instead of the paper's
-fixed full batch of 32,768).  ``quick=True`` trains one seed (seed 0) for 1600 steps (alpha = 25)
-and compares the ODE with that one seed; the full run trains seeds 0-4 for 2400 steps (alpha =
-37.5) and compares the ODE with their mean.
+:func:`run` is the reproduction at a CPU size ``N = d_g = 8, L = 10, d_h = 32`` (SGD, learning rate
+0.5 as in the paper, fresh batches of 2048 chains per step instead of the paper's fixed full batch
+of 32,768), 1600 steps (alpha = 25).  ``quick=True`` trains one seed (seed 0) and compares the ODE
+with it; the full run trains seeds 0-4 and compares the ODE with their mean.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ __all__ = ["FULL", "QUICK", "ChainRun", "FornerConfig", "FornerModel", "OdeSolut
            "teacher_model", "train_chain"]
 
 QUICK = {"seeds": (0,), "steps": 1600, "batch_size": 2048, "lr": 0.5, "n_test": 4096}
-FULL = {"seeds": (0, 1, 2, 3, 4), "steps": 1600, "batch_size": 2048, "lr": 0.5, "n_test": 4096}
+FULL = {**QUICK, "seeds": (0, 1, 2, 3, 4)}
 EQ18_TOLERANCE = 0.02
 FULL_COMMAND = (
     "python -c \"from perm_circuits.systems.forner import *; "

@@ -59,7 +59,7 @@ __all__ = ["FornerConfig", "FornerModel", "fast_forward", "rope_frequencies", "t
 
 @dataclass(frozen=True)
 class FornerConfig:
-    """Settings of the solvable model and its task (defaults: the issue's CPU size N = d_g = 8).
+    """Settings of the solvable model and its task (defaults: a CPU size, N = d_g = 8).
 
     The paper's size (appendix A, table 1) is ``N = d_g = 32, L = 10, d_h = 128``.
     ``train_*`` declare which parts train (frozen parts get ``requires_grad=False`` at build time).
