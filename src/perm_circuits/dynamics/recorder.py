@@ -147,13 +147,9 @@ class DynamicsRecorder:
         self._rows: list[tuple[int, dict[str, float]]] = []
         self._model_name: str | None = None
 
-        V = task_config.V
         self._own = make_test_set(task_config, n=test_n, seed=seed)
-        self._posteriors = (
-            bayes_posterior(self._own.inputs, task_config, "uniform"),
-            bayes_posterior(self._own.inputs, task_config, "train"),
-        )
-        self._every = induction_test_set(V, n=test_n, seed=seed)
+        self._posteriors = tuple(bayes_posterior(self._own.inputs, task_config, prior) for prior in ("uniform", "train"))
+        self._every = induction_test_set(task_config.V, n=test_n, seed=seed)
         if 0 < task_config.repeat_ratio < 1:
             self._mixed = self._own
         else:  # head scores need both repeated and new last queries
