@@ -7,10 +7,29 @@ from perm_circuits.dynamics.emergence import Crossing, WhichFirst, half_crossing
 from perm_circuits.dynamics.llc import LLCConfig, LLCEstimate, local_learning_coefficient
 from perm_circuits.dynamics.record import DYNAMICS_FILE, DynamicsRecord, load_dynamics, save_dynamics
 from perm_circuits.dynamics.recorder import (
-    DEFAULT_POINTS, DEFAULT_TEST_N, SIGNAL_GROUPS, DynamicsRecorder, default_steps,
+    DEFAULT_POINTS,
+    DEFAULT_TEST_N,
+    SIGNAL_GROUPS,
+    DynamicsRecorder,
+    default_steps,
 )
 
-__all__ = ["DEFAULT_POINTS", "DEFAULT_TEST_N", "DYNAMICS_FILE", "SIGNAL_GROUPS", "Crossing",
-           "DynamicsRecord", "DynamicsRecorder", "LLCConfig", "LLCEstimate", "WhichFirst", "default_steps",
-           "half_crossing", "load_dynamics", "local_learning_coefficient", "normalised", "save_dynamics",
-           "which_first"]
+__all__ = [
+    "DEFAULT_POINTS",
+    "DEFAULT_TEST_N",
+    "DYNAMICS_FILE",
+    "SIGNAL_GROUPS",
+    "Crossing",
+    "DynamicsRecord",
+    "DynamicsRecorder",
+    "LLCConfig",
+    "LLCEstimate",
+    "WhichFirst",
+    "default_steps",
+    "half_crossing",
+    "load_dynamics",
+    "local_learning_coefficient",
+    "normalised",
+    "save_dynamics",
+    "which_first",
+]

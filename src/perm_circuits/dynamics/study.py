@@ -20,9 +20,20 @@ from perm_circuits._util import atomic_write_text
 from perm_circuits.dynamics.emergence import which_first
 from perm_circuits.dynamics.record import DynamicsRecord
 
-__all__ = ["DOCS_BEGIN", "DOCS_END", "EPOCH_KEYS", "MATCH_ATTENTION", "MATCH_PROBE", "STUDY_CSV",
-           "STUDY_EPOCHS_CSV", "StudyDynamics", "read_record_csv", "render_docs", "study_dynamics",
-           "write_record_csv"]
+__all__ = [
+    "DOCS_BEGIN",
+    "DOCS_END",
+    "EPOCH_KEYS",
+    "MATCH_ATTENTION",
+    "MATCH_PROBE",
+    "STUDY_CSV",
+    "STUDY_EPOCHS_CSV",
+    "StudyDynamics",
+    "read_record_csv",
+    "render_docs",
+    "study_dynamics",
+    "write_record_csv",
+]
 
 STUDY_CSV = "results/study_dynamics.csv"
 STUDY_EPOCHS_CSV = "results/study_dynamics_epochs.csv"

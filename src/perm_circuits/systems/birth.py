@@ -40,15 +40,37 @@ from perm_circuits.checks import check_int, check_number
 from perm_circuits.devices import resolve_device, to_device
 from perm_circuits.reproduce import Comparison, Reproduction
 from perm_circuits.systems.birth_model import (
-    BirthModelConfig, FullModelConfig, build_birth_model, build_full_model, plain_forward,
+    BirthModelConfig,
+    FullModelConfig,
+    build_birth_model,
+    build_full_model,
+    plain_forward,
 )
-from perm_circuits.systems.birth_probes import PROBE_NAMES, BirthProbeTracker, half_crossing
+from perm_circuits.systems.birth_probes import (
+    PROBE_NAMES,
+    BirthProbeTracker,
+    half_crossing,
+)
 from perm_circuits.tasks.base import fit, log_spaced_steps
 from perm_circuits.tasks.bigram import BigramTriggerTask
 
-__all__ = ["FULL", "FULL_COMMAND", "QUICK", "QUICK_RESULTS", "BirthSettings", "SeedResult", "compare",
-           "describe_settings", "describe_time", "figures", "load_results", "markdown_table", "run",
-           "run_seed", "seed_results"]
+__all__ = [
+    "FULL",
+    "FULL_COMMAND",
+    "QUICK",
+    "QUICK_RESULTS",
+    "BirthSettings",
+    "SeedResult",
+    "compare",
+    "describe_settings",
+    "describe_time",
+    "figures",
+    "load_results",
+    "markdown_table",
+    "run",
+    "run_seed",
+    "seed_results",
+]
 
 
 @dataclass(frozen=True)

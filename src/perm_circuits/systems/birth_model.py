@@ -33,8 +33,17 @@ from torch import Tensor
 
 from perm_circuits.checks import check_int
 
-__all__ = ["FROZEN_NAMES", "BirthModelConfig", "FullModelConfig", "build_birth_model", "build_full_model",
-           "frozen_keys", "handbuilt_induction_model", "plain_forward", "trainable_keys"]
+__all__ = [
+    "FROZEN_NAMES",
+    "BirthModelConfig",
+    "FullModelConfig",
+    "build_birth_model",
+    "build_full_model",
+    "frozen_keys",
+    "handbuilt_induction_model",
+    "plain_forward",
+    "trainable_keys",
+]
 
 FROZEN_NAMES = ("embed", "pos_embed", "unembed", "W_Q", "W_K", "W_V", "W_O", "biases")
 """Names a ``frozen`` entry may use; ``W_*`` may carry a layer suffix (``"W_O.0"``)."""
@@ -212,8 +221,7 @@ def handbuilt_induction_model(config: BirthModelConfig | None = None, *, beta: f
         W_V = [w[f"blocks.{layer}.attn.v.weight"].T for layer in (0, 1)]  # row convention x @ W
         W_O1 = w["blocks.0.attn.o.weight"].T
         remapped = E @ W_V[0] @ W_O1
-        # keys: the part of w_1(k) outside span(w_E, p) (no token/position cross-talk)
-        if d > model.cfg.d_vocab + model.cfg.n_ctx:
+        if d > model.cfg.d_vocab + model.cfg.n_ctx:  # keys: the part of w_1(k) outside span(w_E, p) (no token/position cross-talk)
             basis = torch.linalg.qr(torch.cat([E, P]).T).Q  # [d, N + T]
             remapped = remapped - (remapped @ basis) @ basis.T
         k1 = beta * math.sqrt(d) * _dual(P[1:]).T @ _dual(P[:-1])  # query p_t -> key p_{t-1}

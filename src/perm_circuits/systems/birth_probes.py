@@ -36,8 +36,16 @@ from perm_circuits.checks import check_int
 from perm_circuits.devices import model_device
 from perm_circuits.tasks.base import StepState, TaskBatch
 
-__all__ = ["PROBE_NAMES", "BirthProbeTracker", "BirthProbes", "birth_probes", "half_crossing", "wk1_recall",
-           "wk2_recall", "wo2_recall"]
+__all__ = [
+    "PROBE_NAMES",
+    "BirthProbeTracker",
+    "BirthProbes",
+    "birth_probes",
+    "half_crossing",
+    "wk1_recall",
+    "wk2_recall",
+    "wo2_recall",
+]
 
 PROBE_NAMES = ("W_O2", "W_K2", "W_K2_frequent", "W_K1", "W_K1_window", "W_K1_early", "W_K1_late")
 

@@ -38,7 +38,11 @@ from perm_circuits._util import atomic_write_text
 from perm_circuits.devices import model_device, to_device
 from perm_circuits.reproduce import Comparison, Reproduction
 from perm_circuits.systems.factual_model import (
-    FactualConfig, FactualTransformer, LinearAttentionConfig, LinearAttentionModel, build_factual_model,
+    FactualConfig,
+    FactualTransformer,
+    LinearAttentionConfig,
+    LinearAttentionModel,
+    build_factual_model,
     n_trainable,
 )
 from perm_circuits.tasks.base import StepState, fit, log_spaced_steps

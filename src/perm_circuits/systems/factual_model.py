@@ -38,8 +38,14 @@ from transformer_lens.hook_points import HookPoint
 from perm_circuits._util import dataclass_from_dict
 from perm_circuits.checks import check_int, check_number
 
-__all__ = ["FactualConfig", "FactualTransformer", "LinearAttentionConfig", "LinearAttentionModel",
-           "build_factual_model", "n_trainable"]
+__all__ = [
+    "FactualConfig",
+    "FactualTransformer",
+    "LinearAttentionConfig",
+    "LinearAttentionModel",
+    "build_factual_model",
+    "n_trainable",
+]
 
 PARAMS = ("W_E", "W_Q", "W_K", "W_V", "W_O", "W_in", "b_in", "W_out", "W_U")
 

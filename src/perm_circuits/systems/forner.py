@@ -21,22 +21,63 @@ import torch
 
 from perm_circuits.reproduce import Comparison, Reproduction
 from perm_circuits.systems.forner_dynamics import (
-    ChainRun, OrderParameters, chain_snapshot, crossing, order_parameters, overlaps, train_chain,
+    ChainRun,
+    OrderParameters,
+    chain_snapshot,
+    crossing,
+    order_parameters,
+    overlaps,
+    train_chain,
 )
 from perm_circuits.systems.forner_model import (
-    FornerConfig, FornerModel, fast_forward, rope_frequencies, teacher_model,
+    FornerConfig,
+    FornerModel,
+    fast_forward,
+    rope_frequencies,
+    teacher_model,
 )
 from perm_circuits.systems.forner_theory import (
-    OdeSolution, c_omega, integrate_order_parameters, mean_logits, order_parameter_rhs, rollout_accuracy,
-    rollout_recursion, step_accuracy_gaussian,
+    OdeSolution,
+    c_omega,
+    integrate_order_parameters,
+    mean_logits,
+    order_parameter_rhs,
+    rollout_accuracy,
+    rollout_recursion,
+    step_accuracy_gaussian,
 )
 
-__all__ = ["FULL", "QUICK", "ChainRun", "FornerConfig", "FornerModel", "OdeSolution", "OrderParameters",
-           "c_omega", "chain_snapshot", "compare_with_ode", "comparison_markdown", "comparison_rows",
-           "crossing", "docs_markers", "fast_forward", "figures", "integrate_order_parameters",
-           "mean_logits", "order_parameter_rhs", "order_parameters", "overlaps", "rollout_accuracy",
-           "rollout_recursion", "rope_frequencies", "run", "seed_stats", "step_accuracy_gaussian",
-           "teacher_model", "train_chain"]
+__all__ = [
+    "FULL",
+    "QUICK",
+    "ChainRun",
+    "FornerConfig",
+    "FornerModel",
+    "OdeSolution",
+    "OrderParameters",
+    "c_omega",
+    "chain_snapshot",
+    "compare_with_ode",
+    "comparison_markdown",
+    "comparison_rows",
+    "crossing",
+    "docs_markers",
+    "fast_forward",
+    "figures",
+    "integrate_order_parameters",
+    "mean_logits",
+    "order_parameter_rhs",
+    "order_parameters",
+    "overlaps",
+    "rollout_accuracy",
+    "rollout_recursion",
+    "rope_frequencies",
+    "run",
+    "seed_stats",
+    "step_accuracy_gaussian",
+    "teacher_model",
+    "train_chain",
+]
 
 QUICK = {"seeds": (0,), "steps": 1600, "batch_size": 2048, "lr": 0.5, "n_test": 4096}
 FULL = {**QUICK, "seeds": (0, 1, 2, 3, 4)}

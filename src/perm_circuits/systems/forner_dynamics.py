@@ -22,7 +22,13 @@ from perm_circuits.checks import check_int
 from perm_circuits.devices import model_device, to_device
 from perm_circuits.systems.forner_model import FornerConfig, FornerModel, fast_forward
 from perm_circuits.systems.forner_theory import rollout_accuracy
-from perm_circuits.tasks.base import StepState, TaskBatch, fit, log_spaced_steps, masked_cross_entropy
+from perm_circuits.tasks.base import (
+    StepState,
+    TaskBatch,
+    fit,
+    log_spaced_steps,
+    masked_cross_entropy,
+)
 from perm_circuits.tasks.perm_chain import rollout
 
 __all__ = ["ChainRun", "OrderParameters", "chain_snapshot", "crossing", "order_parameters", "overlaps", "train_chain"]

@@ -15,8 +15,17 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-__all__ = ["OdeSolution", "c_omega", "integrate_order_parameters", "mean_logits", "order_parameter_rhs",
-           "rollout_accuracy", "rollout_recursion", "rope_omegas", "step_accuracy_gaussian"]
+__all__ = [
+    "OdeSolution",
+    "c_omega",
+    "integrate_order_parameters",
+    "mean_logits",
+    "order_parameter_rhs",
+    "rollout_accuracy",
+    "rollout_recursion",
+    "rope_omegas",
+    "step_accuracy_gaussian",
+]
 
 
 def rope_omegas(d_h: int, theta: float = 10000.0, two_pi: bool = True) -> np.ndarray:
