@@ -1,13 +1,6 @@
-"""Training dynamics: record signals at log-spaced steps, save them with the checkpoint, and ask
-which one moves first.
-
-* :class:`DynamicsRecorder` -- a ``train(..., step_callbacks=[...])`` callback (accuracies per
-  subgroup, losses, memory-recall probes, head scores, optionally the LLC);
-* :class:`DynamicsRecord` -- the result, :func:`save_dynamics` / :func:`load_dynamics`
-  (``dynamics.json`` in the checkpoint folder);
-* :func:`which_first` -- signals ordered by the step they cross half their change;
-* :func:`local_learning_coefficient` -- devinterp's SGLD estimator (optional extra);
-* the emergence figure lives in :mod:`perm_circuits.views.dynamics_figures`.
+"""Training dynamics: record signals at log-spaced steps (:class:`DynamicsRecorder`), save them with
+the checkpoint (:func:`save_dynamics`), and ask which one moves first (:func:`which_first`).  The
+emergence figure lives in :mod:`perm_circuits.views.dynamics_figures`.
 """
 
 from perm_circuits.dynamics.emergence import Crossing, WhichFirst, half_crossing, normalised, which_first

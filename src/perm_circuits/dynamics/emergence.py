@@ -112,9 +112,7 @@ class WhichFirst:
         """One row per signal, in order."""
         columns = ["signal", "step", "rank", "tied", "status", "initial", "final"]
         frame = pd.DataFrame([asdict(c) for c in self.crossings], columns=columns)
-        frame["step"] = frame["step"].astype("Int64")
-        frame["rank"] = frame["rank"].astype("Int64")
-        return frame
+        return frame.astype({"step": "Int64", "rank": "Int64"})
 
     @property
     def order(self) -> tuple[str, ...]:
@@ -155,9 +153,7 @@ def which_first(record: DynamicsRecord, signals: Sequence[str] | None = None, th
     crossed = sorted((f for f in found if f[1] is not None), key=lambda f: (f[1], f[0]))
     never = sorted((f for f in found if f[1] is None), key=lambda f: (f[2] != "flat", f[0]))
     steps = [f[1] for f in crossed]
-    rows = []
-    for name, step, status, first, last in crossed:
-        rank = steps.index(step) + 1
-        rows.append(Crossing(name, step, rank, steps.count(step) > 1, status, first, last))
+    rows = [Crossing(name, step, steps.index(step) + 1, steps.count(step) > 1, status, first, last)
+            for name, step, status, first, last in crossed]
     rows += [Crossing(name, None, None, False, status, first, last) for name, _, status, first, last in never]
     return WhichFirst(threshold, tuple(rows))

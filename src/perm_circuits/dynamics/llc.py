@@ -32,7 +32,7 @@ import torch
 
 from perm_circuits.checks import check_int, check_number
 from perm_circuits.devices import model_device
-from perm_circuits.models import fast_forward, model_config_of
+from perm_circuits.models import fast_forward, model_config_of, task_config_of
 from perm_circuits.tasks.permutation_data import TaskConfig, make_batch
 from perm_circuits.train import masked_loss
 
@@ -129,10 +129,7 @@ def local_learning_coefficient(
     if not isinstance(config, LLCConfig):
         raise TypeError(f"config must be an LLCConfig or None, got {type(config).__name__}")
     model_config = model_config_of(model)
-    if task_config is None:
-        from perm_circuits.models import task_config_of
-
-        task_config = task_config_of(model)
+    task_config = task_config_of(model) if task_config is None else task_config
     if not isinstance(task_config, TaskConfig):
         raise TypeError(f"task_config must be a TaskConfig or None, got {type(task_config).__name__}")
     if task_config.V != model_config.V:

@@ -30,16 +30,6 @@ FORMAT = "perm_circuits.dynamics"
 FORMAT_VERSION = 1
 
 
-def _check_steps(steps: object) -> tuple[int, ...]:
-    if not isinstance(steps, (list, tuple)):
-        raise TypeError(f"steps must be a tuple of ints, got {type(steps).__name__}")
-    for step in steps:
-        check_int("steps entry", step, low=0)
-    if any(b <= a for a, b in zip(steps, steps[1:])):
-        raise ValueError(f"steps must be strictly increasing, got {list(steps)}")
-    return tuple(steps)
-
-
 @dataclass(frozen=True)
 class DynamicsRecord:
     """Signal values over training.
@@ -58,7 +48,13 @@ class DynamicsRecord:
     settings: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
-        _check_steps(self.steps)
+        steps = self.steps
+        if not isinstance(steps, (list, tuple)):
+            raise TypeError(f"steps must be a tuple of ints, got {type(steps).__name__}")
+        for step in steps:
+            check_int("steps entry", step, low=0)
+        if any(b <= a for a, b in zip(steps, steps[1:])):
+            raise ValueError(f"steps must be strictly increasing, got {list(steps)}")
         if not isinstance(self.signals, tuple) or not all(isinstance(s, str) and s for s in self.signals):
             raise TypeError(f"signals must be a tuple of non-empty strings, got {self.signals!r}")
         if len(set(self.signals)) != len(self.signals):

@@ -90,7 +90,6 @@ def default_steps(total_steps: int, n: int = DEFAULT_POINTS) -> tuple[int, ...]:
     return log_spaced_steps(total_steps, n=n)
 
 
-
 class DynamicsRecorder:
     """A ``train(..., step_callbacks=[recorder])`` callback recording signals at ``steps``.
 
@@ -148,13 +147,9 @@ class DynamicsRecorder:
         self._rows: list[tuple[int, dict[str, float]]] = []
         self._model_name: str | None = None
 
-        V = task_config.V
         self._own = make_test_set(task_config, n=test_n, seed=seed)
-        self._posteriors = (
-            bayes_posterior(self._own.inputs, task_config, "uniform"),
-            bayes_posterior(self._own.inputs, task_config, "train"),
-        )
-        self._every = induction_test_set(V, n=test_n, seed=seed)
+        self._posteriors = tuple(bayes_posterior(self._own.inputs, task_config, prior) for prior in ("uniform", "train"))
+        self._every = induction_test_set(task_config.V, n=test_n, seed=seed)
         if 0 < task_config.repeat_ratio < 1:
             self._mixed = self._own
         else:  # head scores need both repeated and new last queries
@@ -230,10 +225,7 @@ class DynamicsRecorder:
 
     def result(self) -> DynamicsRecord:
         """The record so far (signals in first-seen order; nan where a step lacks one)."""
-        signals: dict[str, None] = {}
-        for _, values in self._rows:
-            signals.update(dict.fromkeys(values))
-        names = tuple(signals)
+        names = tuple(dict.fromkeys(name for _, values in self._rows for name in values))
         return DynamicsRecord(
             steps=tuple(step for step, _ in self._rows),
             signals=names,

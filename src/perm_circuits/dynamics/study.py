@@ -60,7 +60,6 @@ def read_record_csv(path: str | Path) -> DynamicsRecord:
         values=tuple(tuple(float(v) for v in row) for row in wide.itertuples(index=False)))
 
 
-
 MATCH_PROBE = "L0H0.QK.x_match"
 """The QK match probe: Bietti et al.'s R of L0H0's QK circuit on "the last query prefers the
 earlier x carrying the same token" (weights only; :func:`~perm_circuits.analysis.qk_memory_probe`)."""
@@ -205,10 +204,6 @@ class StudyDynamics:
         return "\n".join(lines) + "\n"
 
 
-def _crossings(record: DynamicsRecord, names: tuple[str, ...]) -> dict[float, dict[str, int | None]]:
-    return {level: {c.signal: c.step for c in which_first(record, names, level).crossings} for level in LEVELS}
-
-
 def study_dynamics(record: DynamicsRecord, epochs: pd.DataFrame | None = None) -> StudyDynamics:
     """The answer to the study's dynamics questions from a record of the d32h2 recipe
     (``epochs``: the per-epoch comparison table written by ``scripts/study_dynamics.py``)."""
@@ -219,16 +214,12 @@ def study_dynamics(record: DynamicsRecord, epochs: pd.DataFrame | None = None) -
     if missing:
         raise ValueError(f"the record lacks {missing}: record the accuracy, memory and head_scores groups")
     names = tuple(s for s in TABLE_SIGNALS if s in record.signals)
-    crossings = _crossings(record, names)
+    orders = {level: which_first(record, names, level) for level in LEVELS}
+    crossings = {level: {c.signal: c.step for c in order.crossings} for level, order in orders.items()}
     table = []
     for name in names:
-        order = which_first(record, [name])
-        c = order.crossings[0]
-        step_10 = crossings[0.1][name]
-        before_10 = None
-        if step_10 is not None:
-            index = record.steps.index(step_10)
-            before_10 = record.steps[index - 1] if index > 0 else step_10
+        c, step_10 = orders[0.5].get(name), crossings[0.1][name]
+        before_10 = None if step_10 is None else record.steps[max(record.steps.index(step_10) - 1, 0)]
         table.append({
             "signal": name, "initial": c.initial, "final": c.final, "before_10": before_10,
             "step_10": step_10, "step_50": crossings[0.5][name], "step_90": crossings[0.9][name],
@@ -236,7 +227,7 @@ def study_dynamics(record: DynamicsRecord, epochs: pd.DataFrame | None = None) -
     recall_series = record.series(RECALL)
     hits = recall_series.index[recall_series >= 0.99]
     recall_99 = int(hits[0]) if len(hits) else None
-    half = which_first(record, [RECALL, MATCH_PROBE, MATCH_ATTENTION])
+    half = orders[0.5]
     recall_half = half.step_of(RECALL)
     probe_at = float(record.series(MATCH_PROBE)[recall_half]) if recall_half is not None else math.nan
     recall_row = next(r for r in table if r["signal"] == RECALL)
@@ -275,7 +266,7 @@ def study_dynamics(record: DynamicsRecord, epochs: pd.DataFrame | None = None) -
     rows = tuple(epochs.to_dict("records")) if epochs is not None else ()
     return StudyDynamics(n_recorded=len(record), last_step=record.steps[-1], steps_per_epoch=STEPS_PER_EPOCH,
         table=tuple(table), recall_99_step=recall_99, recall_off_floor_step=off_floor, probe_first_rise_step=first_rise,
-        probe_starts_before_recall=which_first(record, [RECALL, MATCH_PROBE], 0.1).before(MATCH_PROBE, RECALL),
+        probe_starts_before_recall=orders[0.1].before(MATCH_PROBE, RECALL),
         probe_before_recall=half.before(MATCH_PROBE, RECALL),
         attention_before_recall=half.before(MATCH_ATTENTION, RECALL), probe_at_recall_half=probe_at,
         llc_recorded=llc_recorded, llc_trough_step=trough_step, llc_trough=trough, llc_plateau=plateau, llc_noise=noise,
@@ -284,10 +275,7 @@ def study_dynamics(record: DynamicsRecord, epochs: pd.DataFrame | None = None) -
 
 def render_docs(path: str | Path, answer: StudyDynamics) -> Path:
     """Replace the generated section of the docs page ``path`` with ``answer.to_markdown()``."""
-    path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    if DOCS_BEGIN not in text or DOCS_END not in text:
-        raise ValueError(f"{path} has no generated section ({DOCS_BEGIN} ... {DOCS_END})")
-    head, rest = text.split(DOCS_BEGIN, 1)
-    _, tail = rest.split(DOCS_END, 1)
-    return atomic_write_text(path, f"{head}{DOCS_BEGIN}\n{answer.to_markdown()}{DOCS_END}{tail}")
+    from perm_circuits.pages.render import replace_section  # loaded only when a page is written
+
+    text = Path(path).read_text(encoding="utf-8")
+    return atomic_write_text(path, replace_section(text, answer.to_markdown(), DOCS_BEGIN, DOCS_END))

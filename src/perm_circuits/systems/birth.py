@@ -24,7 +24,9 @@ bigram table is synthetic (a seeded Zipf-marginal Markov chain, see the task's d
 
 from __future__ import annotations
 
+import json
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -153,8 +155,6 @@ def run_seed(settings: BirthSettings, seed: int, *, progress: bool = False,
              device: str | torch.device | None = None) -> SeedResult:
     """Train the three models of one seed (module docstring) and measure them, on ``device`` (default
     the CPU; models are initialised there and moved, batches drawn there and moved)."""
-    import time
-
     start, cpu_start = time.perf_counter(), time.process_time()
     task = settings.task()
     target = resolve_device(device)
@@ -185,8 +185,6 @@ QUICK_RESULTS = Path(__file__).resolve().parents[3] / "results" / "birth_quick"
 
 def load_results(folder: str | Path = QUICK_RESULTS) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The comparison table and numbers a run wrote with ``Reproduction.write(folder)``."""
-    import json
-
     folder = Path(folder)
     for name in ("comparison.csv", "numbers.json"):
         if not (folder / name).is_file():
@@ -237,29 +235,25 @@ def _fmt_steps(values: list[float]) -> str:
 def compare(results: list[SeedResult], settings: BirthSettings) -> tuple[Comparison, ...]:
     """The paper-vs-ours rows from per-seed results."""
     n = len(results)
-    cross = {name: [r.crossing(name) for r in results] for name in ("W_O2", "W_K2", "W_K2_frequent", "W_K1")}
+    cross = {name: [r.crossing(name) for r in results] for name in PROBE_NAMES}
+    o2, k2, k1 = cross["W_O2"], cross["W_K2"], cross["W_K1"]
 
-    def in_order(k2: str) -> list[bool]:
-        return [cross["W_O2"][i] <= cross[k2][i] <= cross["W_K1"][i] and cross["W_O2"][i] < cross["W_K1"][i]
-                for i in range(n)]
+    def in_order(middle: list[float]) -> list[bool]:
+        return [o2[i] <= middle[i] <= k1[i] and o2[i] < k1[i] for i in range(n)]
 
-    order_ok, order_frequent_ok = in_order("W_K2"), in_order("W_K2_frequent")
-    wo_first = [cross["W_O2"][i] <= min(cross["W_K2"][i], cross["W_K1"][i]) for i in range(n)]
-    early = [r.crossing("W_K1_early") for r in results]
-    late = [r.crossing("W_K1_late") for r in results]
-    early_final = [r.final("W_K1_early") for r in results]
-    late_final = [r.final("W_K1_late") for r in results]
+    order_ok, order_frequent_ok = in_order(k2), in_order(cross["W_K2_frequent"])
+    wo_first = [o2[i] <= min(k2[i], k1[i]) for i in range(n)]
+    early, late = cross["W_K1_early"], cross["W_K1_late"]
+    early_final, late_final = ([r.final(name) for r in results] for name in ("W_K1_early", "W_K1_late"))
     early_ok = [ef > lf for ef, lf in zip(early_final, late_final)]
-    acc1 = [r.acc_full_1layer for r in results]
-    acc2 = [r.acc_full_2layer for r in results]
-    accs = [r.acc_simplified for r in results]
+    acc1, acc2, accs = ([getattr(r, name) for r in results]
+                        for name in ("acc_full_1layer", "acc_full_2layer", "acc_simplified"))
     pct = lambda xs: "/".join(f"{100 * x:.0f}%" for x in xs)
     seeds = f"seeds {'/'.join(str(r.seed) for r in results)}"
     return (
         Comparison(
             "learning order: W_O2 first", "W_O2 is learned first (Fig. 3)",
-            f"half-rise step W_O2 {_fmt_steps(cross['W_O2'])} vs W_K2 {_fmt_steps(cross['W_K2'])}, "
-            f"W_K1 {_fmt_steps(cross['W_K1'])} ({seeds})",
+            f"half-rise step W_O2 {_fmt_steps(o2)} vs W_K2 {_fmt_steps(k2)}, W_K1 {_fmt_steps(k1)} ({seeds})",
             all(wo_first), "first logged step at which each eq. 9 probe has made half its rise (initial to final)",
         ),
         Comparison(
@@ -302,8 +296,7 @@ def figures(results: list[SeedResult]) -> dict[str, Any]:
     import plotly.graph_objects as go
 
     colors = {"W_O2": "#1f77b4", "W_K2": "#ff7f0e", "W_K2_frequent": "#bcbd22", "W_K1": "#2ca02c",
-              "W_K1_early": "#2ca02c",
-              "W_K1_late": "#d62728", "in_context_acc": "#7f7f7f"}
+              "W_K1_early": "#2ca02c", "W_K1_late": "#d62728", "in_context_acc": "#7f7f7f"}
     out = {}
     for title, names in (("Memory-recall probes over training (eq. 9)", ("W_O2", "W_K2", "W_K2_frequent", "W_K1", "in_context_acc")),
                          ("W_K1 probe: early vs late positions", ("W_K1_early", "W_K1_late"))):
@@ -327,8 +320,7 @@ def run(quick: bool = False, progress: bool = True, settings: BirthSettings | No
     model trained on ``device`` (default the CPU: the committed numbers)."""
     if not isinstance(quick, bool):
         raise TypeError(f"quick must be a bool, got {quick!r}")
-    if settings is None:
-        settings = QUICK if quick else FULL
+    settings = (QUICK if quick else FULL) if settings is None else settings
     if not isinstance(settings, BirthSettings):
         raise TypeError(f"settings must be a BirthSettings, got {type(settings).__name__}")
     results = [run_seed(settings, seed, progress=progress, device=device) for seed in settings.seeds]

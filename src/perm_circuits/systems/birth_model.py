@@ -19,8 +19,6 @@
 * :class:`FullModelConfig` / :func:`build_full_model`: the ordinary pre-LayerNorm transformers
   (attention + ReLU MLP, everything trainable) of the paper's 1-layer vs 2-layer comparison.
 
-* :func:`plain_forward`: the forward pass of either, in plain PyTorch on the bridge's own
-  parameters (for training speed; the tests check it equals ``model(tokens)``).
 """
 
 from __future__ import annotations
@@ -53,7 +51,6 @@ FROZEN_NAMES = ("embed", "pos_embed", "unembed", "W_Q", "W_K", "W_V", "W_O", "bi
 _MATRIX = {"W_Q": "q", "W_K": "k", "W_V": "v", "W_O": "o"}
 
 
-
 @dataclass(frozen=True)
 class BirthModelConfig:
     """The simplified two-layer model (module docstring).
@@ -75,10 +72,8 @@ class BirthModelConfig:
     frozen: tuple[str, ...] = ("embed", "pos_embed", "unembed", "W_Q", "W_V", "W_O.0", "biases")
 
     def __post_init__(self) -> None:
-        check_int("N", self.N, 2)
-        check_int("T", self.T, 2)
-        check_int("d_model", self.d_model, 1)
-        check_int("seed", self.seed, 0)
+        for name, low in (("N", 2), ("T", 2), ("d_model", 1), ("seed", 0)):
+            check_int(name, getattr(self, name), low)
         if isinstance(self.frozen, str) or not isinstance(self.frozen, (tuple, list)):
             raise TypeError(f"frozen must be a tuple of names, got {self.frozen!r}")
         object.__setattr__(self, "frozen", tuple(self.frozen))
@@ -158,14 +153,22 @@ def trainable_keys(model) -> tuple[str, ...]:
     return tuple(sorted(k for k, v in model.state_dict(keep_vars=True).items() if v.requires_grad))
 
 
-def build_birth_model(config: BirthModelConfig | None = None):
-    """Boot the simplified model from ``config`` (seeded init, frozen set applied, eval mode)."""
+def _boot(config, kind: type):
+    """The bridge of ``config`` (default ``kind()``) in eval mode, with the config as ``birth_config``."""
     from transformer_lens.model_bridge import TransformerBridge
 
-    config = BirthModelConfig() if config is None else config
-    if not isinstance(config, BirthModelConfig):
-        raise TypeError(f"config must be a BirthModelConfig, got {type(config).__name__}")
-    model = TransformerBridge.boot_native(config.to_tl_config())
+    config = kind() if config is None else config
+    if not isinstance(config, kind):
+        raise TypeError(f"config must be a {kind.__name__}, got {type(config).__name__}")
+    model = TransformerBridge.boot_native(config.to_tl_config()).eval()
+    model.birth_config = config  # type: ignore[attr-defined]
+    return model
+
+
+def build_birth_model(config: BirthModelConfig | None = None):
+    """Boot the simplified model from ``config`` (seeded init, frozen set applied, eval mode)."""
+    model = _boot(config, BirthModelConfig)
+    config = model.birth_config
     weights = model.state_dict(keep_vars=True)
     generator = torch.Generator().manual_seed(config.seed)
     d = config.d_model
@@ -184,31 +187,17 @@ def build_birth_model(config: BirthModelConfig | None = None):
     for key, value in weights.items():
         if isinstance(value, torch.nn.Parameter):
             value.requires_grad_(key not in frozen)
-    model.eval()
-    model.birth_config = config  # type: ignore[attr-defined]
     return model
 
 
 def build_full_model(config: FullModelConfig | None = None):
     """Boot a plain pre-LN transformer (TransformerLens' seeded native init, eval mode)."""
-    from transformer_lens.model_bridge import TransformerBridge
-
-    config = FullModelConfig() if config is None else config
-    if not isinstance(config, FullModelConfig):
-        raise TypeError(f"config must be a FullModelConfig, got {type(config).__name__}")
-    model = TransformerBridge.boot_native(config.to_tl_config())
-    model.eval()
-    model.birth_config = config  # type: ignore[attr-defined]
-    return model
+    return _boot(config, FullModelConfig)
 
 
 def _dual(x: Tensor) -> Tensor:
     """Rows ``x_i / |x_i|^2`` (so that ``x_i . dual_i = 1``)."""
     return x / x.pow(2).sum(-1, keepdim=True)
-
-
-def _n_vectors(model) -> int:
-    return model.cfg.d_vocab + model.cfg.n_ctx
 
 
 def handbuilt_induction_model(config: BirthModelConfig | None = None, *, beta: float = 20.0, gamma: float = 20.0):
@@ -232,7 +221,7 @@ def handbuilt_induction_model(config: BirthModelConfig | None = None, *, beta: f
         W_V = [w[f"blocks.{layer}.attn.v.weight"].T for layer in (0, 1)]  # row convention x @ W
         W_O1 = w["blocks.0.attn.o.weight"].T
         remapped = E @ W_V[0] @ W_O1
-        if d > _n_vectors(model):  # keys: the part of w_1(k) outside span(w_E, p) (no token/position cross-talk)
+        if d > model.cfg.d_vocab + model.cfg.n_ctx:  # keys: the part of w_1(k) outside span(w_E, p) (no token/position cross-talk)
             basis = torch.linalg.qr(torch.cat([E, P]).T).Q  # [d, N + T]
             remapped = remapped - (remapped @ basis) @ basis.T
         k1 = beta * math.sqrt(d) * _dual(P[1:]).T @ _dual(P[:-1])  # query p_t -> key p_{t-1}

@@ -24,7 +24,7 @@ Chance level is ``1/N`` for the token probes and ``1/(number of keys)`` for the 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import pandas as pd
@@ -178,13 +178,10 @@ class BirthProbeTracker:
         probes = birth_probes(model, step=step, window=self.window)
         acc = float("nan")
         if self.eval_batch is not None and task is not None:
-            batch = self.eval_batch.to(model_device(model))  # a no-op once it lives there
-            self.eval_batch = batch
+            self.eval_batch = batch = self.eval_batch.to(model_device(model))  # a no-op once it lives there
             with torch.no_grad():
                 logits = (self.forward or (lambda m, t: m(t)))(model, batch.tokens)
             acc = task.metrics(logits, batch)["in_context_acc"]
-        from dataclasses import replace
-
         probes = replace(probes, loss=loss, in_context_acc=acc)
         self.rows.append(probes)
         return probes

@@ -23,6 +23,7 @@ exponent (linear: log-log slope 1); the facts-per-parameter constant is reported
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Sequence
@@ -33,6 +34,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from perm_circuits._util import atomic_write_text
 from perm_circuits.devices import model_device, to_device
 from perm_circuits.reproduce import Comparison, Reproduction
 from perm_circuits.systems.factual_model import (
@@ -87,9 +89,8 @@ class HallucinationResult:
     def summary(self) -> dict[str, float]:
         """First and last logged step of the stage, its mean and range of loss, its largest KL."""
         if not self.has_stage:
-            nan = float("nan")
-            return {"first_step": nan, "last_step": nan, "loss_mean": nan, "loss_min": nan, "loss_max": nan,
-                    "kl_max": nan}
+            keys = ("first_step", "last_step", "loss_mean", "loss_min", "loss_max", "kl_max")
+            return dict.fromkeys(keys, float("nan"))
         stage = self.stage
         return {"first_step": int(stage["step"].iloc[0]), "last_step": int(stage["step"].iloc[-1]),
                 "loss_mean": float(stage["loss"].mean()), "loss_min": float(stage["loss"].min()),
@@ -161,6 +162,10 @@ SUBJECT_UNKNOWN = 0.9
 # ----------------------------------------------------------------------------- storage capacity
 
 
+LADDER = (4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320)
+"""Subject counts tried (about x1.2 apart); with ``R = 4`` a rung stores ``4 S`` facts."""
+
+
 class _Stored(Exception):
     """Raised by the early-stop callback: the target accuracy is reached (fit trains in place)."""
 
@@ -198,10 +203,8 @@ def storage_run(
             best["steps"] = state.step
             raise _Stored
 
-    try:
+    with contextlib.suppress(_Stored):
         fit(model, task, steps=steps, batch_size=batch_size, lr=lr, seed=seed, callbacks=[check], progress=progress)
-    except _Stored:
-        pass
     return {"d_model": d_model, "d_mlp": d_mlp, "n_heads": n_heads, "params": n_trainable(model),
             "S": task.S, "R": task.R, "facts": task.n_facts, "accuracy": best["accuracy"],
             "stored": best["accuracy"] >= target, "steps": best["steps"]}
@@ -244,8 +247,7 @@ def log_log_fit(x: pd.Series, y: pd.Series) -> tuple[float, float]:
 def storage_capacity(
     sizes: Sequence[tuple[int, int]] = ((16, 16), (16, 32), (16, 64), (16, 128)),
     *,
-    subjects: Sequence[int] = (4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
-                               160, 192, 224, 256),
+    subjects: Sequence[int] = LADDER[:-1],
     R: int = 4,
     D: int = 8,
     n_noise: int = 8,
@@ -286,8 +288,7 @@ def storage_capacity(
             previous = None
         outcome: dict[int, dict[str, Any]] = {}
 
-        def tried(index: int, outcome: dict = outcome, seed: int = seed, d_model: int = d_model,
-                  d_mlp: int = d_mlp) -> bool:
+        def tried(index: int) -> bool:  # called in this iteration only: the loop variables are current
             if index not in outcome:
                 task = FactualRecallTask(S=subjects[index], R=R, D=D, n_noise=n_noise, seq_len=seq_len,
                                          fact_seed=seed)
@@ -329,9 +330,6 @@ def storage_capacity(
 
 
 # ----------------------------------------------------------------------------- reproduction
-
-LADDER = (4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320)
-"""Subject counts tried (about x1.2 apart); with ``R = 4`` a rung stores ``4 S`` facts."""
 
 QUICK = {"hallucination": {"steps": 1500, "alpha": 0.01}, "sizes": ((16, 32), (16, 128)),
          "subjects": LADDER[3:], "steps": 1500, "seeds": (0,)}
@@ -469,18 +467,14 @@ def _figures(halluc: HallucinationResult, softmax: HallucinationResult, storage:
 def write_tables(result: Reproduction, out: str | Path, prefix: str = "factual_quick") -> list[Path]:
     """Write ``{prefix}.csv`` (the comparison), ``{prefix}_capacity.csv``, ``{prefix}_runs.csv`` and
     ``{prefix}_trajectory.csv`` into ``out`` (the tables behind the notebook and docs/factual.md)."""
-    from perm_circuits._util import atomic_write_text
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     frames = {"": result.to_dataframe().assign(seconds=round(result.seconds, 1)),
               "_capacity": pd.DataFrame(result.numbers["capacity"]),
               "_runs": pd.DataFrame(result.numbers["runs"]),
               "_trajectory": pd.DataFrame(result.numbers["trajectory"])}
-    paths = []
-    for suffix, frame in frames.items():
-        paths.append(atomic_write_text(out / f"{prefix}{suffix}.csv", frame.to_csv(index=False)))
-    return paths
+    return [atomic_write_text(out / f"{prefix}{suffix}.csv", frame.to_csv(index=False))
+            for suffix, frame in frames.items()]
 
 
 DOCS_BEGIN = "<!-- factual-table:begin (generated by `python -m perm_circuits.systems.factual`) -->"
@@ -493,20 +487,17 @@ DOCS_MARKERS = {"quick": (DOCS_BEGIN, DOCS_END),
 
 def results_markdown(comparison: pd.DataFrame, capacity: pd.DataFrame, run: str = "quick") -> str:
     """The "paper vs ours" table and the capacity table as Markdown (what docs/factual.md shows)."""
-    mark = {True: "yes", False: "**no**"}
+    mark = {"True": "yes", "False": "**no**"}  # anything else (no verdict): -
 
     def cell(value: Any) -> str:
-        if isinstance(value, float) and math.isnan(value):
-            return "-"
-        return mark.get(value, str(value)) if isinstance(value, bool) else str(value).replace("|", "\\|")
+        return "-" if isinstance(value, float) and math.isnan(value) else str(value).replace("|", "\\|")
 
     seconds = comparison["seconds"].iloc[0] if "seconds" in comparison else float("nan")
     command = "perm-circuits reproduce factual" + (" --quick" if run == "quick" else "")
     lines = [f"{run.capitalize()} run (`{command}`), {seconds:.0f} s on one CPU core.", "",
              "| claim | paper | ours | holds |", "|---|---|---|---|"]
     for row in comparison.itertuples(index=False):
-        holds = row.holds if isinstance(row.holds, bool) else {"True": True, "False": False}.get(str(row.holds))
-        lines.append(f"| {cell(row.claim)} | {cell(row.paper)} | {cell(row.ours)} | {cell(holds) if holds is not None else '-'} |")
+        lines.append(f"| {cell(row.claim)} | {cell(row.paper)} | {cell(row.ours)} | {mark.get(str(row.holds), '-')} |")
     lines += ["", "| seed | d_model | d_mlp | trainable params | facts stored at 99% | runs |", "|---|---|---|---|---|---|"]
     for row in capacity.itertuples(index=False):
         lines.append(f"| {row.seed} | {row.d_model} | {row.d_mlp} | {row.params} | {row.facts_stored} | {row.runs} |")
@@ -515,20 +506,15 @@ def results_markdown(comparison: pd.DataFrame, capacity: pd.DataFrame, run: str 
 
 def replace_docs_block(page: str, block: str, run: str = "quick") -> str:
     """``page`` with the text between the ``run`` block's markers (:data:`DOCS_MARKERS`) replaced by ``block``."""
-    begin, end = DOCS_MARKERS[run]
-    if begin not in page or end not in page:
-        raise ValueError(f"the page has no {run} factual-table markers")
-    head, rest = page.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    return f"{head}{begin}\n{block}\n{end}{tail}"
+    from perm_circuits.pages.render import replace_section  # here: pages imports this module
+
+    return replace_section(page, block, *DOCS_MARKERS[run])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m perm_circuits.systems.factual [--full] [--out results] [--docs docs/factual.md]``:
     run the reproduction, write its tables, and regenerate the docs page's table from them."""
     import argparse
-
-    from perm_circuits._util import atomic_write_text
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--full", action="store_true", help="the full run (default: --quick)")

@@ -50,7 +50,6 @@ __all__ = [
 PARAMS = ("W_E", "W_Q", "W_K", "W_V", "W_O", "W_in", "b_in", "W_out", "W_U")
 
 
-
 @dataclass(frozen=True)
 class FactualConfig:
     """Architecture of :class:`FactualTransformer`.
@@ -104,11 +103,6 @@ class FactualConfig:
         return dataclass_from_dict(cls, dict(data))
 
 
-def _apply_frozen(model: nn.Module, frozen: tuple[str, ...]) -> None:
-    for name, param in model.named_parameters():
-        param.requires_grad_(name not in frozen)
-
-
 def n_trainable(model: nn.Module) -> int:
     """Number of trainable scalars (the paper's parameter count: the embeddings are frozen)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -145,7 +139,8 @@ class FactualTransformer(HookedRootModule):
             self.b_in = nn.Parameter(torch.zeros(c.d_mlp))
             self.W_out = normal(c.d_mlp, c.d_model, std=1 / math.sqrt(c.d_mlp))
         self.W_U = normal(c.d_model, c.n_out, std=1 / math.sqrt(c.d_model))
-        _apply_frozen(self, c.frozen)
+        for name, param in self.named_parameters():
+            param.requires_grad_(name not in c.frozen)
         self.hook_embed = HookPoint()
         self.blocks = nn.ModuleList([_BlockHooks(bool(c.d_mlp))])
         self.setup()
@@ -175,18 +170,13 @@ class FactualTransformer(HookedRootModule):
         return self.W_V @ self.W_O
 
 
-class _AttnHooks(nn.Module):
-    def __init__(self) -> None:
+class _Hooks(nn.Module):
+    """One ``HookPoint`` per name (a block's ``attn`` or ``mlp``: the weights live on the root)."""
+
+    def __init__(self, *names: str) -> None:
         super().__init__()
-        for name in ("hook_q", "hook_k", "hook_v", "hook_pattern", "hook_z"):
+        for name in names:
             setattr(self, name, HookPoint())
-
-
-class _MLPHooks(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.hook_pre = HookPoint()
-        self.hook_post = HookPoint()
 
 
 class _BlockHooks(nn.Module):
@@ -194,11 +184,11 @@ class _BlockHooks(nn.Module):
 
     def __init__(self, mlp: bool) -> None:
         super().__init__()
-        self.attn = _AttnHooks()
+        self.attn = _Hooks("hook_q", "hook_k", "hook_v", "hook_pattern", "hook_z")
         self.hook_attn_out = HookPoint()
         self.hook_resid_mid = HookPoint()
         if mlp:
-            self.mlp = _MLPHooks()
+            self.mlp = _Hooks("hook_pre", "hook_post")
             self.hook_mlp_out = HookPoint()
         self.hook_resid_post = HookPoint()
 

@@ -7,11 +7,10 @@ The system lives in three modules, re-exported here:
 * :mod:`~perm_circuits.systems.forner_dynamics`: the order parameters A, R, S and logged training;
 * :mod:`~perm_circuits.systems.forner_theory`: eqs. 11-18 (mean logits, the ODE, rollout model).
 
-:func:`run` is the reproduction at the issue's CPU size ``N = d_g = 8, L = 10, d_h = 32`` (SGD,
-learning rate 0.5 as in the paper, fresh batches of 2048 chains per step instead of the paper's
-fixed full batch of 32,768).  ``quick=True`` trains one seed (seed 0) for 1600 steps (alpha = 25)
-and compares the ODE with that one seed; the full run trains seeds 0-4 for 2400 steps (alpha =
-37.5) and compares the ODE with their mean.
+:func:`run` is the reproduction at a CPU size ``N = d_g = 8, L = 10, d_h = 32`` (SGD, learning rate
+0.5 as in the paper, fresh batches of 2048 chains per step instead of the paper's fixed full batch
+of 32,768), 1600 steps (alpha = 25).  ``quick=True`` trains one seed (seed 0) and compares the ODE
+with it; the full run trains seeds 0-4 and compares the ODE with their mean.
 """
 
 from __future__ import annotations
@@ -81,7 +80,7 @@ __all__ = [
 ]
 
 QUICK = {"seeds": (0,), "steps": 1600, "batch_size": 2048, "lr": 0.5, "n_test": 4096}
-FULL = {"seeds": (0, 1, 2, 3, 4), "steps": 1600, "batch_size": 2048, "lr": 0.5, "n_test": 4096}
+FULL = {**QUICK, "seeds": (0, 1, 2, 3, 4)}
 EQ18_TOLERANCE = 0.02
 FULL_COMMAND = (
     "python -c \"from perm_circuits.systems.forner import *; "
@@ -178,18 +177,20 @@ def comparison_rows(log: pd.DataFrame, ode: pd.DataFrame, cfg: FornerConfig, n_s
     :func:`compare_with_ode` table.  Claims (a)-(c) hold when they hold for every seed; the text
     quotes the lowest seed (and, with several seeds, how many satisfy the claim)."""
     L = cfg.L
-    per_seed = [seed_stats(rows, L) for _, rows in log.groupby("seed")]
+    runs = [rows.sort_values("alpha") for _, rows in log.groupby("seed")]
+    per_seed = [seed_stats(rows, L) for rows in runs]
     first = per_seed[0]
     eq18_gap = np.abs(log["rollout"] - log["rollout_eq18"]).to_numpy()
     worst = log.iloc[int(np.argmax(eq18_gap))]
-    half_sim = [crossing(rows.sort_values("alpha")["alpha"].to_numpy(), rows.sort_values("alpha")["A"].to_numpy(), 0.5)
-                for _, rows in log.groupby("seed")]
+    half_sim = [crossing(rows["alpha"].to_numpy(), rows["A"].to_numpy(), 0.5) for rows in runs]
     half_ode = crossing(ode["alpha"].to_numpy(), ode["A_ode"].to_numpy(), 0.5)
-    gap = {name: float(np.max(np.abs(ode[f"{name}_sim"] - ode[f"{name}_ode"]))) for name in ("A", "R", "S")}
+
+    def max_gap(table: pd.DataFrame) -> dict[str, float]:
+        return {name: float(np.max(np.abs(table[f"{name}_sim"] - table[f"{name}_ode"]))) for name in "ARS"}
+
+    gap = max_gap(ode)
     plateau_end = min(s["A_plateau_end_alpha"] for s in per_seed)
-    on_plateau = ode[ode["alpha"] <= plateau_end] if np.isfinite(plateau_end) else ode
-    plateau_gap = {name: float(np.max(np.abs(on_plateau[f"{name}_sim"] - on_plateau[f"{name}_ode"])))
-                   for name in ("A", "R", "S")}
+    plateau_gap = max_gap(ode[ode["alpha"] <= plateau_end] if np.isfinite(plateau_end) else ode)
     finite = [value for value in half_sim if np.isfinite(value)]
     half_mean = float(np.mean(finite)) if finite else float("nan")
     numbers = {
@@ -198,9 +199,8 @@ def comparison_rows(log: pd.DataFrame, ode: pd.DataFrame, cfg: FornerConfig, n_s
         "eq18_max_gap": float(eq18_gap.max()), "eq18_worst_alpha": float(worst["alpha"]),
         "eq18_worst_rho": float(worst["rho"]), "eq18_worst_seed": int(worst["seed"]),
         "A_half_alpha_sim": half_sim, "A_half_alpha_sim_mean": half_mean,
-        "A_half_alpha_ode": half_ode, "ode_max_gap_A": gap["A"], "ode_max_gap_R": gap["R"], "ode_max_gap_S": gap["S"],
-        "ode_plateau_alpha": plateau_end,
-        "ode_plateau_gap_A": plateau_gap["A"], "ode_plateau_gap_R": plateau_gap["R"], "ode_plateau_gap_S": plateau_gap["S"],
+        "A_half_alpha_ode": half_ode, **{f"ode_max_gap_{name}": value for name, value in gap.items()},
+        "ode_plateau_alpha": plateau_end, **{f"ode_plateau_gap_{name}": value for name, value in plateau_gap.items()},
         "c_omega": c_omega(cfg.N, cfg.d_g, L, cfg.d_h), "c_omega_paper_size": c_omega(32, 32, 10, 128),
     }
     seeds_text = f"{n_seeds} seed{'s' if n_seeds > 1 else ''}"
@@ -254,16 +254,16 @@ def comparison_markdown(table: pd.DataFrame, seconds: float | None = None, quick
     table, with the run's kind and time; docs/forner.md holds this block between the
     :func:`docs_markers` of its kind."""
     begin, end = docs_markers(quick)
+
     def cell(value: object) -> str:
         return str(value).replace("|", "\\|")
 
-    mark = {True: "yes", False: "**no**"}
-    lines = [begin, "",
-             f"{'`--quick`' if quick else 'full'} run" + (f", {seconds:.0f} s on one shared CPU core" if seconds else "") + ":",
-             "", "| claim | paper | ours | holds |", "|---|---|---|---|"]
+    took = f", {seconds:.0f} s on one shared CPU core" if seconds else ""
+    lines = [begin, "", f"{'`--quick`' if quick else 'full'} run{took}:", "",
+             "| claim | paper | ours | holds |", "|---|---|---|---|"]
     for row in table.itertuples(index=False):
-        holds = row.holds if isinstance(row.holds, bool) else str(row.holds) == "True"
-        lines.append(f"| {cell(row.claim)} | {cell(row.paper)} | {cell(row.ours)} | {mark[holds]} |")
+        holds = "yes" if str(row.holds) == "True" else "**no**"  # a bool, or its text read back from the CSV
+        lines.append(f"| {cell(row.claim)} | {cell(row.paper)} | {cell(row.ours)} | {holds} |")
     notes = [f"* *{cell(row.claim)}*: {cell(row.note)}" for row in table.itertuples(index=False) if isinstance(row.note, str) and row.note]
     if notes:
         lines += ["", *notes]
@@ -290,12 +290,5 @@ def run(quick: bool = False, progress: bool = True, device: str | torch.device |
     rows, numbers = comparison_rows(log, ode, cfg, len(runs))
     numbers = {**numbers, "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
                "config": cfg.to_dict(), "log": log.to_dict("records"), "ode": ode.to_dict("records")}
-    return Reproduction(
-        name="forner",
-        title="Permutation-chain state tracking (Forner et al. 2026)",
-        quick=quick,
-        rows=tuple(rows),
-        numbers=numbers,
-        figures=figures(log, ode),
-        full_command=FULL_COMMAND,
-    )
+    return Reproduction(name="forner", title="Permutation-chain state tracking (Forner et al. 2026)", quick=quick,
+                        rows=tuple(rows), numbers=numbers, figures=figures(log, ode), full_command=FULL_COMMAND)

@@ -5,10 +5,7 @@
 * ``S = 1/(d_g (d_g-1)) sum_{a != b} Tr(M*_a^T M_b) / N`` (eq. 9b): off-target overlap;
 
 plus ``zeta = sum_a sum_rs [M_a]_rs / (d_g N)`` (eq. 40, constant under training) and the teacher's
-own overlap ``tau`` (eq. 57).  :func:`train_chain` trains the model with :func:`~perm_circuits.tasks.fit`
-(SGD, fresh batches each step) and logs, at log-spaced steps, the order parameters, the
-teacher-forced one-step accuracy ``rho``, the measured final rollout accuracy, eq. 18's prediction
-from ``rho``, and the measured logit means and variances (section 5).
+own overlap ``tau`` (eq. 57).  :func:`train_chain` logs them over training (:func:`chain_snapshot`).
 """
 
 from __future__ import annotations
@@ -109,10 +106,7 @@ def chain_snapshot(model: FornerModel, batch: TaskBatch, *, step: int = 0, lr: f
     return {
         "step": step,
         "alpha": step / (task.d_g * N),
-        "A": params.A,
-        "R": params.R,
-        "S": params.S,
-        "zeta": params.zeta,
+        **{name: getattr(params, name) for name in ("A", "R", "S", "zeta")},
         "loss": loss,
         "rho": rho,
         "rollout": roll.final_accuracy,

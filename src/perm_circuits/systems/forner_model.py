@@ -51,6 +51,7 @@ from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from perm_circuits.checks import check_int, check_number
+from perm_circuits.systems.forner_theory import rope_omegas
 from perm_circuits.tasks.perm_chain import PermutationChainTask
 
 __all__ = ["FornerConfig", "FornerModel", "fast_forward", "rope_frequencies", "teacher_model"]
@@ -58,7 +59,7 @@ __all__ = ["FornerConfig", "FornerModel", "fast_forward", "rope_frequencies", "t
 
 @dataclass(frozen=True)
 class FornerConfig:
-    """Settings of the solvable model and its task (defaults: the issue's CPU size N = d_g = 8).
+    """Settings of the solvable model and its task (defaults: a CPU size, N = d_g = 8).
 
     The paper's size (appendix A, table 1) is ``N = d_g = 32, L = 10, d_h = 128``.
     ``train_*`` declare which parts train (frozen parts get ``requires_grad=False`` at build time).
@@ -120,10 +121,8 @@ class FornerConfig:
 
 
 def rope_frequencies(d_h: int, theta: float = 10000.0, two_pi: bool = True) -> Float[Tensor, " half"]:
-    """``omega_n = (2 pi) theta^{-2(n-1)/d_h}``, ``n = 1..d_h/2`` (appendix A; appendix J without 2 pi)."""
-    n = torch.arange(d_h // 2, dtype=torch.float64)
-    omega = theta ** (-2.0 * n / d_h)
-    return (2 * math.pi * omega if two_pi else omega).float()
+    """:func:`~perm_circuits.systems.forner_theory.rope_omegas` as a float32 tensor (the model's)."""
+    return torch.from_numpy(rope_omegas(d_h, theta, two_pi)).float()
 
 
 def _rotate(x: Float[Tensor, "batch pos d_h"], angles: Float[Tensor, "pos half"]) -> Float[Tensor, "batch pos d_h"]:

@@ -8,6 +8,7 @@ rate ``eta`` advances ``alpha`` by ``1 / (d_g N)``.  Everything here is plain nu
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from dataclasses import dataclass
 
@@ -118,15 +119,7 @@ def integrate_order_parameters(
     def rhs(_t, y):
         return order_parameter_rhs(y, eta=eta, N=N, d_g=d_g, L=L, c_w=c_w, zeta=zeta)
 
-    use_scipy = method == "scipy"
-    if method == "auto":
-        try:
-            import scipy.integrate  # noqa: F401
-
-            use_scipy = True
-        except ImportError:
-            use_scipy = False
-    if use_scipy:
+    if method == "scipy" or (method == "auto" and importlib.util.find_spec("scipy") is not None):
         from scipy.integrate import solve_ivp
 
         sol = solve_ivp(rhs, (0.0, float(alpha[-1])), y0, t_eval=alpha, rtol=1e-8, atol=1e-10)
