@@ -52,7 +52,7 @@ from perm_circuits.analysis.probes.task_attribution import (
     target_logit_attribution,
 )
 from perm_circuits.analysis.interventions.activation_patching import TaskPatch, patch_activation, patch_head, target_logprob
-from perm_circuits.analysis.task_findings import task_findings
+from perm_circuits.analysis.task_findings import _discovered, task_findings
 from perm_circuits.checks import check_int
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig
 from perm_circuits.tasks.runner import TaskEvaluation, measure_task, task_logits
@@ -107,6 +107,11 @@ def sequence_table(logits: Tensor, batch: TaskBatch, row: int) -> pd.DataFrame:
     }).rename_axis("position")
 
 
+def _first(batch: TaskBatch, n: int) -> TaskBatch:
+    """The first ``n`` sequences of ``batch`` (all of them when fewer)."""
+    return batch.subset(torch.arange(min(n, len(batch)), device=batch.tokens.device))
+
+
 def _patching(model, test_set: TaskBatch, n_boot: int) -> tuple[TaskPatch, ...]:
     clean = test_set.subset(test_set.mask.sum(1) > 0)
     if len(clean) < 2:
@@ -154,7 +159,7 @@ def task_report_data(
         raise ValueError(f"ablation_hows entries must be in {ANY_TASK_HOWS}, got {bad}")
     test_set = task.test_set(n, seed)
     evaluation = measure_task(model, task, test_set, forward=forward)
-    shown = test_set.subset(torch.arange(min(n_sequences, len(test_set)), device=test_set.tokens.device))
+    shown = _first(test_set, n_sequences)
     logits = task_logits(model, shown.tokens, forward)
     params = list(model.parameters())
     about = {
@@ -181,7 +186,7 @@ def task_report_data(
             ablation = ablation_table(model, tuple(ablation_hows), test_set, task=task, reference=reference,
                                       test_seed=seed)
         if analyses:
-            subset = test_set.subset(torch.arange(min(n_analysis, len(test_set)), device=test_set.tokens.device))
+            subset = _first(test_set, n_analysis)
             try:
                 patching = _patching(model, subset, n_boot)
             except ValueError as error:
@@ -202,8 +207,7 @@ def task_report_data(
         attention = scores if scores.heads else None
         if forward is None:
             try:
-                rows = torch.arange(min(n_analysis, len(test_set)), device=test_set.tokens.device)
-                attribution = target_logit_attribution(model, test_set.subset(rows))
+                attribution = target_logit_attribution(model, _first(test_set, n_analysis))
             except (TypeError, ValueError) as error:
                 notes["attribution"] = str(error)
     data = TaskReportData(task_name=task.name, about=about, evaluation=evaluation, n=n, seed=seed,
@@ -250,10 +254,7 @@ def study_findings(evaluation: Any, verdict: Any, skills: Mapping[str, Any]) -> 
     """Three to five one-line findings from the numbers, each naming its ablation mode (or none)."""
     lines = [f"Accuracy at the last step (no ablation): elimination {_pct(evaluation.elimination_accuracy)}, "
              f"recall {_pct(evaluation.recall_accuracy)}."]
-    for skill, result in skills.items():
-        strongest = max(result.circuit, key=lambda edge: abs(float(result.scores[edge]))) if result.circuit else "none"
-        lines.append(f"{skill.capitalize()} circuit ({result.method.upper()}, {result.how} ablation): {result.n_edges} of "
-                     f"{len(result.scores)} edges, faithfulness {result.faithfulness:.2f}; strongest edge {strongest}.")
+    lines += [f"{skill.capitalize()} {_discovered(result)}" for skill, result in skills.items()]
     roles = [f"{item.component} {item.role}" for item in (*verdict.heads, *verdict.mlps)]
     changing = [item.component for item in (*verdict.heads, *verdict.mlps) if not item.robust]
     lines.append(f"Roles ({verdict.how} ablation): " + ", ".join(roles) + "; "
@@ -287,8 +288,6 @@ def study_report_data(
     ``step(label)`` is called before each stage (progress); ``roles`` replaces
     :func:`~perm_circuits.analysis.study.verdict.head_roles` (same arguments), e.g. to record the verdict.
     """
-    from dataclasses import replace
-
     from perm_circuits.analysis import (
         direct_logit_attribution,
         ffn_key_value_probe,

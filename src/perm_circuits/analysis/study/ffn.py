@@ -214,10 +214,7 @@ def x_position_triggers(
             (inverse, batch.ys[:, k] - 1), torch.ones(len(inputs), device=inputs.device), accumulate=True
         )
         parts.append((first, torch.full_like(first, k), counts, answers / counts[:, None]))
-    rows = torch.cat([p[0] for p in parts])
-    steps = torch.cat([p[1] for p in parts])
-    counts = torch.cat([p[2] for p in parts])
-    target_probs = torch.cat([p[3] for p in parts])
+    rows, steps, counts, target_probs = (torch.cat(column) for column in zip(*parts))
     triggers = TriggerSet(
         source=rows,
         position=2 * steps,
@@ -289,8 +286,7 @@ class FFNKeyValueProbe:
     @property
     def mean_agreement(self) -> float:
         """Mean per-neuron agreement over live neurons (chance: 1/V)."""
-        live = self.live
-        return sum(n.agreement for n in live) / len(live) if live else float("nan")
+        return _mean([n.agreement for n in self.live])
 
     @property
     def fraction_above_chance(self) -> float:
@@ -305,8 +301,7 @@ class FFNKeyValueProbe:
     def top1_agreement_rate(self) -> float:
         """Geva et al.'s agreement rate: mean over live neurons of P(the top trigger's correct y is
         the value's top token)."""
-        live = self.live
-        return sum(n.top1_agreement for n in live) / len(live) if live else float("nan")
+        return _mean([n.top1_agreement for n in self.live])
 
     @property
     def repeated_neurons(self) -> tuple[int, ...]:
@@ -322,13 +317,9 @@ class FFNKeyValueProbe:
             "fraction_above_chance": self.fraction_above_chance,
             "top1_agreement_rate": self.top1_agreement_rate,
             "n_repeated_neurons": float(len(self.repeated_neurons)),
-            "repeated_recall_agreement": self._repeated_mean("recall_agreement"),
-            "repeated_trap_suppressed": self._repeated_mean("trap_suppressed"),
+            "repeated_recall_agreement": _mean([n.recall_agreement for n in self.neurons if n.fires_on_repeated]),
+            "repeated_trap_suppressed": _mean([n.trap_suppressed for n in self.neurons if n.fires_on_repeated]),
         }
-
-    def _repeated_mean(self, field: str) -> float:
-        values = [getattr(n, field) for n in self.neurons if n.fires_on_repeated]
-        return sum(values) / len(values) if values else float("nan")
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per neuron (``value_probs`` and ``top_triggers`` left out)."""
@@ -336,9 +327,7 @@ class FFNKeyValueProbe:
         for n in self.neurons:
             row = asdict(n)
             row.pop("top_triggers")
-            probs = row.pop("value_probs")
-            for v, p in enumerate(probs, start=1):
-                row[f"p{v}"] = p
+            row.update({f"p{v}": p for v, p in enumerate(row.pop("value_probs"), start=1)})
             rows.append(row)
         return pd.DataFrame(rows).set_index("neuron")
 
@@ -348,6 +337,10 @@ class FFNKeyValueProbe:
             if n.neuron == neuron:
                 return self.triggers.to_dataframe(list(n.top_triggers))
         raise KeyError(f"neuron {neuron} was not probed")
+
+
+def _mean(values: list) -> float:
+    return sum(values) / len(values) if values else float("nan")
 
 
 def _mode_share(values: list) -> tuple[object, float]:
@@ -442,43 +435,18 @@ def ffn_key_value_probe(
             recall_agreement = float((targets[rep] == value_top).float().mean())
             trap_agreement = float((trap == value_top).float().mean())
             trap_suppressed = float((trap == value_bottom).float().mean())
-        results.append(
-            NeuronKeyValue(
-                layer=layer,
-                neuron=n,
-                live=True,
-                max_activation=max_act,
-                n_triggers=len(idx),
-                value_top=value_top,
-                value_bottom=value_bottom,
-                value_probs=tuple(float(p) for p in logits.softmax(-1)),
-                value_logit_range=float(logits.max() - logits.min()),
-                agreement=agreement,
-                top1_agreement=float(hit[0]),
-                suppress_used=suppress,
-                top_pattern=str(top_pattern),
-                top_pattern_share=pattern_share,
-                top_position=int(top_position),
-                top_position_share=position_share,
-                top_query=int(top_query),
-                top_query_share=query_share,
-                repeated_share=repeated_share,
-                fires_on_repeated=repeated_share > 0.5,
-                repeated_selectivity=selectivity,
-                recall_agreement=recall_agreement,
-                trap_agreement=trap_agreement,
-                trap_suppressed=trap_suppressed,
-                top_triggers=tuple(int(i) for i in idx),
-            )
-        )
-    return FFNKeyValueProbe(
-        model_name=config.name,
-        layer=layer,
-        top_k=top_k,
-        n_sequences=len(batch),
-        triggers=triggers,
-        neurons=tuple(results),
-    )
+        results.append(NeuronKeyValue(
+            layer=layer, neuron=n, live=True, max_activation=max_act, n_triggers=len(idx), value_top=value_top,
+            value_bottom=value_bottom, value_probs=tuple(float(p) for p in logits.softmax(-1)),
+            value_logit_range=float(logits.max() - logits.min()), agreement=agreement, top1_agreement=float(hit[0]),
+            suppress_used=suppress, top_pattern=str(top_pattern), top_pattern_share=pattern_share,
+            top_position=int(top_position), top_position_share=position_share, top_query=int(top_query),
+            top_query_share=query_share, repeated_share=repeated_share, fires_on_repeated=repeated_share > 0.5,
+            repeated_selectivity=selectivity, recall_agreement=recall_agreement, trap_agreement=trap_agreement,
+            trap_suppressed=trap_suppressed, top_triggers=tuple(int(i) for i in idx),
+        ))
+    return FFNKeyValueProbe(model_name=config.name, layer=layer, top_k=top_k, n_sequences=len(batch), triggers=triggers,
+                            neurons=tuple(results))
 
 
 def _dead_neuron(layer: int, neuron: int, max_act: float, V: int) -> NeuronKeyValue:

@@ -146,8 +146,7 @@ def patching_pair(
     xs[:, -1] = unused_query(clean.xs)
     no_source = torch.full((len(clean),), -1, dtype=torch.long, device=xs.device)
     corrupted = batch_from_queries(xs, clean.perms.clone(), no_source)
-    ys = corrupted.ys
-    return clean, corrupted, clean.ys[:, -1].clone(), ys[:, -1].clone()
+    return clean, corrupted, clean.ys[:, -1].clone(), corrupted.ys[:, -1].clone()
 
 
 def _resolve_pair(
@@ -281,8 +280,7 @@ def patch_head_outputs(
     """Patch each head's ``hook_z`` (its whole output), at all positions or per position.
 
     Shared arguments (``hooks``, ``source``, ``target``, ``n``, ``seed``, ``n_boot``, ``confidence``,
-    ``task_config``, ``cache``) as in :func:`generic_patch`: ``seed`` seeds the default pair
-    ``patching_pair(task_config or task_config_of(model), n, seed)`` and the bootstrap.
+    ``task_config``, ``cache``) as in :func:`generic_patch`.
     """
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
@@ -306,8 +304,7 @@ def patch_head_sources(
     ``"pattern"`` patches the weight from ``dest_position`` (default the last position) to each
     causal source position ``s <= dest``; ``"value"`` patches ``hook_v`` at each source
     position.  See the module docstring for what these measure.  ``dest_position`` accepts a
-    negative index (counted from the end).  Shared arguments as in :func:`generic_patch`
-    (``seed`` seeds the default pair and the bootstrap; ``task_config`` is the default pair's task).
+    negative index (counted from the end).  Shared arguments as in :func:`generic_patch`.
     """
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
@@ -328,17 +325,13 @@ patch_head_patterns = partial(generic_patch, patch_setter=set_pattern, activatio
     index_axes=("layer", "head"))
 patch_head_patterns.__doc__ = """Patch each head's whole attention pattern (``hook_pattern``, all destinations).
 
-``patch_head_patterns(model, pair=None, **kwargs)``; keyword arguments as :func:`generic_patch`
-(``hooks``, ``source``, ``target``, ``n``, ``seed`` (the default pair's and the bootstrap's seed),
-``n_boot``, ``confidence``, ``task_config`` (the task of the default pair))."""
+``patch_head_patterns(model, pair=None, **kwargs)``; keyword arguments as :func:`generic_patch`."""
 
 patch_attn_out = partial(generic_patch, patch_setter=set_pos, activation_name="attn_out",
     index_axes=("layer", "position"))
 patch_attn_out.__doc__ = """Patch the attention layer's output (``hook_attn_out``) per layer and position.
 
-``patch_attn_out(model, pair=None, **kwargs)``; keyword arguments as :func:`generic_patch`
-(``hooks``, ``source``, ``target``, ``n``, ``seed`` (the default pair's and the bootstrap's seed),
-``n_boot``, ``confidence``, ``task_config`` (the task of the default pair))."""
+``patch_attn_out(model, pair=None, **kwargs)``; keyword arguments as :func:`generic_patch`."""
 
 
 def patch_mlp(
@@ -355,8 +348,7 @@ def patch_mlp(
 
     With ``neuron_groups`` (a group size, or explicit lists of neurons; negative neurons count
     from the end) the sweep patches ``mlp.hook_post`` for each group at every position instead.
-    Shared arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the
-    bootstrap; ``task_config`` is the default pair's task).
+    Shared arguments as in :func:`generic_patch`.
     """
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
@@ -382,8 +374,7 @@ def patch_residual(
     """Patch the residual stream (``site`` = resid_pre / resid_mid / resid_post) per layer and position.
 
     ``positions`` (default all; negative ones count from the end) restricts the cells.  Shared
-    arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap;
-    ``task_config`` is the default pair's task).
+    arguments as in :func:`generic_patch`.
     """
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
@@ -408,9 +399,8 @@ def find_recall_head(
     """The head whose clean output (``hook_z``, all positions) restores the most recall.
 
     Runs :func:`patch_head_outputs` (clean -> corrupted, denoising) and names the head with the
-    largest normalised effect, with its bootstrap CI and the runner-up's effect.  ``pair``
-    defaults to ``patching_pair(task_config or task_config_of(model), n, seed)``; ``seed`` seeds
-    that pair and the bootstrap.
+    largest normalised effect, with its bootstrap CI and the runner-up's effect.  Arguments as in
+    :func:`generic_patch`.
 
     Raises:
         ValueError: when the clean and corrupted runs (under ``hooks``) have mean logit
@@ -456,8 +446,7 @@ def recall_patching(
     Heads (``hook_z`` all positions), heads x source position (attention weight from the last
     position), whole attention patterns per head, MLP output, MLP neuron groups (skipped when
     ``neuron_groups`` is None) and the residual stream per position at resid_pre, resid_mid and
-    resid_post.  ``pair`` defaults to ``patching_pair(task_config or task_config_of(model), n,
-    seed)``; ``seed`` seeds that pair and the bootstrap (see :func:`generic_patch`).
+    resid_post.  Arguments as in :func:`generic_patch`.
     """
     _check_options(source, target, n_boot, seed, confidence)
     pair = _resolve_pair(model, pair, n, seed, task_config)

@@ -1,8 +1,8 @@
 """Attention scores of every head: where each head attends, per source position, and how well it
 matches the study's hypothesised patterns.
 
-Part of the head-role analysis (:mod:`perm_circuits.analysis.study.verdict` runs it end to end):
-scores (this module) -> per-component roles (:mod:`~perm_circuits.analysis.study.roles`) -> the study's
+The first step of the head-role analysis (:mod:`perm_circuits.analysis.study.verdict` runs it end to
+end): scores (this module) -> per-component roles (:mod:`~perm_circuits.analysis.study.roles`) -> the study's
 claims (:mod:`~perm_circuits.analysis.study.claims`) -> the verdict.
 
 1. :func:`attention_by_source` -- the mean attention of every query position on every source
@@ -25,14 +25,8 @@ claims (:mod:`~perm_circuits.analysis.study.claims`) -> the verdict.
 
    The last query counts towards the elimination and binding scores on non-repeated sequences
    only (on repeated ones elimination is the wrong algorithm); earlier queries on every sequence.
-3. :func:`head_roles` -- combines the attention scores with causal evidence: the ablation table
-   of :mod:`perm_circuits.analysis.interventions.ablation` (zero / mean / resample; decisions use one mode,
 
-Attention patterns (thresholds are fields of :class:`RoleThresholds`, shared by every step of
-the verdict): ``"unused"`` (loss rises by < ``loss_increase`` = 0.05 nats) or ``"minor"``.
-- MLP role: needed for recall while elimination survives -> ``"completes recall"`` (recall
-  retention ``<= destroyed``) or ``"contributes to recall"``; needed for recall and elimination
-
+The thresholds of every step of the verdict are fields of :class:`RoleThresholds`.
 :func:`recall_signal` measures recall in logits (used by the verdict to tell a broken recall from
 a broken output).
 
@@ -42,6 +36,7 @@ no hooks on the model.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -80,7 +75,7 @@ model's own task has none, so that recall can always be measured."""
 
 @dataclass(frozen=True)
 class RoleThresholds:
-    """Every threshold the verdict uses (see the module docstring for the rules).
+    """Every threshold the verdict uses (the rules are in :mod:`~perm_circuits.analysis.study.roles`).
 
     Attributes:
         eliminator_y_mass: minimum mass of x queries on prior y positions for the eliminator pattern.
@@ -258,16 +253,11 @@ class AttentionBySource:
             if count == 0:
                 continue
             values = mean.tolist()
-            for layer in range(n_layers):
-                for head in range(n_heads):
-                    for q in range(seq):
-                        for k in range(q + 1):
-                            rows.append({
-                                "group": group, "n": count, "layer": layer, "head": head,
-                                "component": _component(layer, head), "query_pos": q,
-                                "query": _position_label(q), "source_pos": k,
-                                "source": _position_label(k), "attention": values[layer][head][q][k],
-                            })
+            for layer, head, q in itertools.product(range(n_layers), range(n_heads), range(seq)):
+                rows += [{"group": group, "n": count, "layer": layer, "head": head,
+                          "component": _component(layer, head), "query_pos": q, "query": _position_label(q),
+                          "source_pos": k, "source": _position_label(k), "attention": values[layer][head][q][k]}
+                         for k in range(q + 1)]
         return pd.DataFrame(rows)
 
 
@@ -309,14 +299,9 @@ def attention_by_source(
     patterns = _capture_patterns(model, tokens, hooks)
     source = repeat_source_of(tokens)
     repeated = source >= 0
-
-    def group_mean(rows: Tensor) -> Tensor:
-        if not rows.any():
-            return torch.full(patterns.shape[1:], math.nan, device=patterns.device)
-        return patterns[rows].mean(dim=0)
-
     return AttentionBySource(model_name=config.name, V=config.V, n_samples=len(tokens), n_repeated=int(repeated.sum()),
-        mean_not_repeated=group_mean(~repeated), mean_repeated=group_mean(repeated), patterns=patterns, source=source)
+        mean_not_repeated=_mean_rows(patterns, ~repeated), mean_repeated=_mean_rows(patterns, repeated),
+        patterns=patterns, source=source)
 
 
 # ----------------------------------------------------------------------------- head scores
@@ -378,10 +363,10 @@ class HeadScores:
 
 
 def _mean_rows(values: Tensor, rows: Tensor) -> Tensor:
-    """Mean over the selected batch rows of ``values [batch, layer, head]`` (nan if none)."""
+    """Mean over the selected batch rows of ``values [batch, ...]`` (nan, of the same dtype, if none)."""
     if not rows.any():
-        return torch.full(values.shape[1:], math.nan, dtype=torch.float64, device=values.device)
-    return values[rows].double().mean(dim=0)
+        return torch.full(values.shape[1:], math.nan, dtype=values.dtype, device=values.device)
+    return values[rows].mean(dim=0)
 
 
 def _patterns_matched(score: dict, thresholds: RoleThresholds) -> tuple[str, ...]:
@@ -427,16 +412,15 @@ def _scores(attention: AttentionBySource, thresholds: RoleThresholds) -> HeadSco
             entropy.append(_mean_rows(h, rows))
     y_self = [_mean_rows(P[:, :, :, 2 * j - 1, 2 * j - 1], everyone) for j in range(1, V)]
 
+    nan = torch.full(P.shape[1:3], math.nan, dtype=torch.float64, device=P.device)
+
     def stack_mean(items: list[Tensor]) -> Tensor:
-        if not items:
-            return torch.full(P.shape[1:3], math.nan, dtype=torch.float64, device=P.device)
-        return torch.stack(items).mean(dim=0)
+        return torch.stack(items).mean(dim=0) if items else nan
 
     elim_y_mass, elim_entropy = stack_mean(y_mass), stack_mean(entropy)
     x_prev_y, y_self_mean = stack_mean(prev_y), stack_mean(y_self)
 
     # duplicate token: last query -> the repeated x (position 2k) and its y (2k + 1)
-    nan = torch.full(P.shape[1:3], math.nan, dtype=torch.float64, device=P.device)
     dup_rep, dup_base, src_rep, src_base = nan, nan, nan, nan
     if repeated.any():
         k = source[repeated]

@@ -77,11 +77,8 @@ class SkillCircuit:
     @property
     def faithful_by_how(self) -> tuple[tuple[str, bool], ...]:
         """``(mode, faithful)`` for every mode judged (nan error counts as not faithful)."""
-        out = []
-        for row in self.by_mode.rows:
-            if row.subgroup == self.skill:
-                out.append((row.how, bool(row.faithfulness_error <= self.tolerance)))
-        return tuple(out)
+        return tuple((row.how, bool(row.faithfulness_error <= self.tolerance))
+                     for row in self.by_mode.rows if row.subgroup == self.skill)
 
     @property
     def mode_dependent(self) -> bool:
