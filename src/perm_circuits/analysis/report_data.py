@@ -118,14 +118,11 @@ def _patching(model, test_set: TaskBatch, n_boot: int) -> tuple[TaskPatch, ...]:
         raise ValueError("fewer than two test sequences with a loss position: nothing to pair")
     corrupted = clean.tokens.roll(1, dims=0)
     metric = target_logprob(clean)
-    out = []
-    for label, layer, head in components_of(model):
-        if head is not None:
-            out.append(patch_head(model, clean, corrupted, metric, layer, head, n_boot=n_boot))
-        else:
-            out.append(patch_activation(model, clean, corrupted, metric, f"blocks.{layer}.hook_mlp_out", layer=layer,
-                                        n_boot=n_boot))
-    return tuple(out)
+    return tuple(
+        patch_head(model, clean, corrupted, metric, layer, head, n_boot=n_boot) if head is not None
+        else patch_activation(model, clean, corrupted, metric, f"blocks.{layer}.hook_mlp_out", layer=layer, n_boot=n_boot)
+        for _, layer, head in components_of(model)
+    )
 
 
 def task_report_data(

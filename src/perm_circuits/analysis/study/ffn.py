@@ -35,12 +35,8 @@ Any layer (``layer``, default 0; negative values count from the end): the coeffi
 layer's ``mlp.hook_post``, and the value is read through the unembedding directly, so in a layer
 before the last it is the neuron's *direct* effect on the logits; later layers may still move what
 it writes (its total effect is what :func:`~perm_circuits.analysis.interventions.ablation.ablate_mlp` with
-``neurons=`` measures).
-
-:func:`mlp_prediction_flips` (in :mod:`perm_circuits.analysis.probes.mlp_flips`, re-exported here) is the
-layer-level view: the logit lens (``ln_final`` then ``W_U``, each residual with its own LayerNorm
-scale) of ``resid_mid`` (before the MLP) versus ``resid_post`` (after it), top-1 over the value
-tokens, per subgroup.
+``neurons=`` measures).  The layer-level view, :func:`mlp_prediction_flips`, is re-exported here
+from :mod:`perm_circuits.analysis.probes.mlp_flips`.
 """
 
 from __future__ import annotations

@@ -228,14 +228,10 @@ def generic_patch(
     from the end and cells report the normalised ones).  ``hooks`` run in every forward (both
     cached runs and every patched run), before the patch.
 
-    ``pair`` defaults to ``patching_pair(task_config, n, seed)`` with ``task_config`` defaulting
-    to the model's training task (``task_config_of(model)``); ``task_config`` and ``n`` are not
-    used when ``pair`` is given.  ``seed`` seeds that default pair *and* the bootstrap
-    resamples of the confidence intervals (``n_boot`` of them, at level ``confidence``).
-
-    When the unpatched clean and corrupted mean logit differences differ by less than 1e-6,
-    the normalisation is undefined: every cell's ``mean``, ``ci_low``, ``ci_high`` and
-    ``per_sample`` value is nan (see :attr:`PatchingSweep.runs_differ`).
+    ``pair``, ``task_config``, ``n`` and ``seed`` as in the module docstring: ``seed`` seeds the
+    default pair *and* the ``n_boot`` bootstrap resamples of the confidence intervals (at level
+    ``confidence``).  Runs whose mean logit differences differ by less than 1e-6 give nan cells
+    (see :attr:`PatchingSweep.runs_differ`).
 
     A cell whose patched activation equals the target's own (e.g. any position before the last,
     in any layer: both runs share those tokens) is not run: its patched forward would be

@@ -183,10 +183,9 @@ class RoleVerdict:
                 "min_minimality": min((e.minimality for e in m.minimality), default=math.nan),
             }
             record.update({f"minimality_{e.node}": e.minimality for e in m.minimality})
-            for row in item.by_mode.rows:
-                if row.subgroup == item.skill:
-                    record[f"faithfulness_{row.how}"] = row.faithfulness
-                    record[f"faithfulness_error_{row.how}"] = row.faithfulness_error
+            for row in item.mode_rows:
+                record[f"faithfulness_{row.how}"] = row.faithfulness
+                record[f"faithfulness_error_{row.how}"] = row.faithfulness_error
             record["mode_dependent"] = item.mode_dependent
             rows.append(record)
         return pd.DataFrame(rows)
@@ -212,33 +211,22 @@ class RoleVerdict:
         lines += [f"- {mlp.component} = {mlp.role} [{mlp.mode_note()}]. {mlp.reason}" for mlp in self.mlps]
         if self.induction is not None:
             lines.append(f"Induction: {self.induction.summary()}")
-        contradicted = [c for c in self.claims if c.status == "contradicted"]
         if self.story_holds is True:
             lines.append(f"Verdict: the study's story holds for {self.model_name}: every claim below is supported.")
         elif self.story_holds is False:
-            lines.append(
-                f"Verdict: the study's story does NOT hold for {self.model_name}: "
-                + "; ".join(c.evidence.rstrip(".") for c in contradicted)
-                + "."
-            )
+            contradicted = "; ".join(c.evidence.rstrip(".") for c in self.claims if c.status == "contradicted")
+            lines.append(f"Verdict: the study's story does NOT hold for {self.model_name}: {contradicted}.")
         else:
-            lines.append(
-                f"Verdict: the study's story is neither confirmed nor refuted for {self.model_name}: "
-                "no claim is contradicted, but not every claim is supported."
-            )
-        if len(self.verdict_by_how) > 1:
+            lines.append(f"Verdict: the study's story is neither confirmed nor refuted for {self.model_name}: "
+                         "no claim is contradicted, but not every claim is supported.")
+        if len(self.verdict_by_how) > 1 and self.verdict_robust:
+            lines.append(f"The verdict is the same under every ablation mode judged ({', '.join(self.hows)})"
+                         + (f", though the roles of {', '.join(self.mode_dependent)} change with the mode."
+                            if self.mode_dependent else "; so is every component's role."))
+        elif len(self.verdict_by_how) > 1:
             words = {True: "holds", False: "does not hold", None: "undecided"}
-            if self.verdict_robust:
-                lines.append(
-                    f"The verdict is the same under every ablation mode judged ({', '.join(self.hows)})"
-                    + (f", though the roles of {', '.join(self.mode_dependent)} change with the mode."
-                       if self.mode_dependent else "; so is every component's role.")
-                )
-            else:
-                lines.append(
-                    "The verdict depends on the ablation mode: "
-                    + ", ".join(f"{how}: {words[holds]}" for how, holds in self.verdict_by_how) + "."
-                )
+            lines.append("The verdict depends on the ablation mode: "
+                         + ", ".join(f"{how}: {words[holds]}" for how, holds in self.verdict_by_how) + ".")
         if self.circuits:
             lines.append(f"Proposed circuits (IOI criteria, {self.circuits[0].metrics.n_samples} sequences):")
             lines += [f"- {item.summary()}" for item in self.circuits]
@@ -321,12 +309,11 @@ def judge_roles(
         probe: P(y = 1..V) on the study's probe, quoted in the summary.
     """
     t = _check_thresholds(thresholds)
-    if not isinstance(scores, HeadScores):
-        raise TypeError(f"scores must be HeadScores, got {type(scores).__name__}")
-    if not isinstance(ablation, AblationTable):
-        raise TypeError(f"ablation must be an AblationTable, got {type(ablation).__name__}")
-    if not isinstance(model_config, ModelConfig):
-        raise TypeError(f"model_config must be a ModelConfig, got {type(model_config).__name__}")
+    for name, value, kind, what in (("scores", scores, HeadScores, "HeadScores"),
+                                    ("ablation", ablation, AblationTable, "an AblationTable"),
+                                    ("model_config", model_config, ModelConfig, "a ModelConfig")):
+        if not isinstance(value, kind):
+            raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
     if how not in HOWS:
         raise ValueError(f"how must be one of {HOWS}, got {how!r}")
     for sweep, label in ((head_patching, "head_patching"), (mlp_patching, "mlp_patching")):
@@ -432,15 +419,11 @@ def head_roles(
        and of every ablation (from the ablation table's logits, no extra forward);
     4. the probe's probabilities (V = 5);
     5. when ``circuits`` (default): a circuit per skill -- elimination always, recall when the
-       model recalls (the gate of step 3) -- proposed by
-       :func:`~perm_circuits.analysis.circuits.criteria.propose_circuit` under ``how`` and judged by the IOI
-       criteria (Wang et al. 2022): :func:`~perm_circuits.analysis.circuits.criteria.circuit_metrics` under
-       ``how`` (faithfulness, completeness, minimality per node) and
-       :func:`~perm_circuits.analysis.circuits.criteria.faithfulness_by_mode` under every mode in ``hows``
-       (``RoleVerdict.circuits``, :class:`SkillCircuit`).  This step uses the first
-       :data:`CIRCUIT_MAX_N` sequences of the test set (all of them when fewer) and the same
-       ``ablation_seed``; two skills with the same proposed nodes share one measurement; a skill
-       with no rows in that sub-batch, or a model F of exactly 0 on it, gets no circuit;
+       model recalls (the gate of step 3) -- proposed under ``how`` and judged by the IOI criteria
+       (Wang et al. 2022) under ``how`` and every mode in ``hows``
+       (:func:`~perm_circuits.analysis.study.skill_circuits.skill_circuits`; ``RoleVerdict.circuits``,
+       :class:`SkillCircuit`), on the first :data:`CIRCUIT_MAX_N` sequences of the test set (all of
+       them when fewer) with the same ``ablation_seed``;
     6. when ``induction`` (default) and ``n_layers >= 2``: the induction story
        (:func:`~perm_circuits.analysis.circuits.induction_story.induction_story` on ``n_pair`` sequences,
        ``pair_seed``, ``n_boot``; ``RoleVerdict.induction``, a line of the summary);
