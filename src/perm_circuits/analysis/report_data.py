@@ -45,11 +45,7 @@ from perm_circuits.analysis.circuits.results import CircuitMetrics
 from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, TASK_HOWS
 from perm_circuits.analysis.interventions.ablation_table import TaskAblationTable, components_of
 from perm_circuits.analysis.probes.task_attribution import (
-    AttentionScores,
-    TargetAttribution,
-    attention_patterns,
-    attention_scores,
-    target_logit_attribution,
+    AttentionScores, TargetAttribution, attention_patterns, attention_scores, target_logit_attribution,
 )
 from perm_circuits.analysis.interventions.activation_patching import TaskPatch, patch_activation, patch_head, target_logprob
 from perm_circuits.analysis.task_findings import _discovered, task_findings

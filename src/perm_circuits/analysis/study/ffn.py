@@ -51,18 +51,9 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from perm_circuits.analysis.probes.dla import (
-    elimination_answers,
-    repeated_queries,
-    run_cache,
-    used_values,
-)
+from perm_circuits.analysis.probes.dla import elimination_answers, repeated_queries, run_cache, used_values
 from perm_circuits.analysis.interventions.checks import (
-    check_int,
-    check_layer,
-    check_neurons,
-    check_positive_int,
-    check_task_config,
+    check_int, check_layer, check_neurons, check_positive_int, check_task_config,
 )
 from perm_circuits.analysis.probes.memory import effective_unembed
 from perm_circuits.analysis.probes.mlp_flips import FlipStats, MLPFlips, mlp_prediction_flips
@@ -71,24 +62,15 @@ from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig, batch_from_queries, split_permutations
 
 __all__ = [
-    "FFNKeyValueProbe",
-    "FlipStats",
-    "MLPFlips",
-    "NeuronKeyValue",
-    "TriggerSet",
-    "enumerate_sequences",
-    "ffn_key_value_probe",
-    "mlp_prediction_flips",
-    "x_position_triggers",
+    "FFNKeyValueProbe", "FlipStats", "MLPFlips", "NeuronKeyValue", "TriggerSet", "enumerate_sequences",
+    "ffn_key_value_probe", "mlp_prediction_flips", "x_position_triggers",
 ]
 
 
 # ----------------------------------------------------------------------------- enumeration
 
 
-def enumerate_sequences(
-    config: TaskConfig, split: str = "test", repeat_sources: Sequence[int] = (0,)
-) -> Batch:
+def enumerate_sequences(config: TaskConfig, split: str = "test", repeat_sources: Sequence[int] = (0,)) -> Batch:
     """Every sequence of ``split``'s permutations x every x order, plain and repeated.
 
     For each ``s`` in ``repeat_sources`` the repeated variant replaces the last query by
@@ -168,29 +150,16 @@ class TriggerSet:
 
     def to_dataframe(self, index: Sequence[int] | Tensor | None = None) -> pd.DataFrame:
         rows = range(len(self)) if index is None else [int(i) for i in index]
-        return pd.DataFrame(
-            [
-                {
-                    "trigger": i,
-                    "position": int(self.position[i]),
-                    "step": int(self.step[i]),
-                    "query": int(self.query[i]),
-                    "used": tuple(v + 1 for v in self.used[i].nonzero()[:, 0].tolist()),
-                    "repeated": bool(self.repeated[i]),
-                    "target": int(self.target[i]),
-                    "target_prob": float(self.target_probs[i, int(self.target[i]) - 1]),
-                    "elimination": int(self.elimination[i]),
-                    "count": int(self.count[i]),
-                    "pattern": self.pattern(i),
-                }
-                for i in rows
-            ]
-        ).set_index("trigger")
+        return pd.DataFrame([
+            {"trigger": i, "position": int(self.position[i]), "step": int(self.step[i]), "query": int(self.query[i]),
+             "used": tuple(v + 1 for v in self.used[i].nonzero()[:, 0].tolist()), "repeated": bool(self.repeated[i]),
+             "target": int(self.target[i]), "target_prob": float(self.target_probs[i, int(self.target[i]) - 1]),
+             "elimination": int(self.elimination[i]), "count": int(self.count[i]), "pattern": self.pattern(i)}
+            for i in rows
+        ]).set_index("trigger")
 
 
-def x_position_triggers(
-    batch: Batch,
-) -> tuple[TriggerSet, Int[Tensor, " n"], Int[Tensor, " n"]]:
+def x_position_triggers(batch: Batch) -> tuple[TriggerSet, Int[Tensor, " n"], Int[Tensor, " n"]]:
     """Deduplicate the x-position prefixes of ``batch``.
 
     Returns ``(triggers, row, step_index)``: trigger ``i`` is prefix ``inputs[row[i], :2*step+1]``.

@@ -69,59 +69,20 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from perm_circuits.analysis.interventions.checks import (
-    check_position,
-    check_positions,
-    check_task_config,
-    seq_len,
-)
+from perm_circuits.analysis.interventions.checks import check_position, check_positions, check_task_config, seq_len
 from perm_circuits.analysis.interventions.patching import (  # the setters are re-exported for callers of generic_patch
-    ACTIVATIONS,
-    MIN_DENOMINATOR,
-    PatchCell,
-    PatchingCache,
-    PatchingPair,
-    PatchingSweep,
-    _check_options,
-    check_pair,
-    _heads,
-    _index_rows,
-    _layers,
-    _neuron_groups,
-    _run_sweep,
-    logit_diff,
-    patching_cache,
-    set_all,
-    set_head,
-    set_head_pos,
-    set_neurons,
-    set_pattern,
-    set_pattern_entry,
-    set_pos,
+    ACTIVATIONS, MIN_DENOMINATOR, PatchCell, PatchingCache, PatchingPair, PatchingSweep, _check_options, _heads,
+    _index_rows, _layers, _neuron_groups, _run_sweep, check_pair, logit_diff, patching_cache, set_all, set_head,
+    set_head_pos, set_neurons, set_pattern, set_pattern_entry, set_pos,
 )
 from perm_circuits.hooks import check_hooks
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig, batch_from_queries, make_batch, unused_query
 
 __all__ = [
-    "ACTIVATIONS",
-    "PatchCell",
-    "PatchingCache",
-    "PatchingReport",
-    "PatchingSweep",
-    "RecallHead",
-    "find_recall_head",
-    "generic_patch",
-    "logit_diff",
-    "patch_attn_out",
-    "patch_head_outputs",
-    "patch_head_patterns",
-    "patch_head_sources",
-    "patch_mlp",
-    "patch_residual",
-    "patching_cache",
-    "patching_pair",
-    "recall_patching",
+    "ACTIVATIONS", "PatchCell", "PatchingCache", "PatchingReport", "PatchingSweep", "RecallHead", "find_recall_head",
+    "generic_patch", "logit_diff", "patch_attn_out", "patch_head_outputs", "patch_head_patterns", "patch_head_sources",
+    "patch_mlp", "patch_residual", "patching_cache", "patching_pair", "recall_patching",
 ]
 
 

@@ -133,8 +133,8 @@ def _pct(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{100 * value:.1f}%"
 
 
-def _num(value: float, digits: int = 2) -> str:
-    return "n/a" if math.isnan(value) else f"{value:.{digits}f}"
+def _num(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.2f}"
 
 
 def _lt(value: float, bound: float) -> bool:

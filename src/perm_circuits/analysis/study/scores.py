@@ -49,20 +49,13 @@ from torch import Tensor
 from perm_circuits.analysis.interventions.checks import check_index, check_int, check_task_config
 from perm_circuits.checks import check_number
 from perm_circuits.devices import model_device
-from perm_circuits.hooks import HookList, check_hooks, run_capture
+from perm_circuits.hooks import check_hooks, run_capture
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_test_set, repeat_source_of, validate_tokens
 
 __all__ = [
-    "DEFAULT_THRESHOLDS",
-    "AttentionBySource",
-    "HeadScore",
-    "HeadScores",
-    "RoleThresholds",
-    "attention_by_source",
-    "head_scores",
-    "recall_signal",
-    "repeat_source_of",
+    "DEFAULT_THRESHOLDS", "AttentionBySource", "HeadScore", "HeadScores", "RoleThresholds", "attention_by_source",
+    "head_scores", "recall_signal", "repeat_source_of",
 ]
 
 STUDY_REPEAT_RATIO = 0.3
@@ -261,12 +254,6 @@ class AttentionBySource:
         return pd.DataFrame(rows)
 
 
-def _capture_patterns(model, tokens: Tensor, hooks: HookList) -> Tensor:
-    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(model_config_of(model).n_layers)]
-    store = run_capture(model, tokens, names, hooks)[1]
-    return torch.stack([store[name].float() for name in names], dim=1)  # [batch, layer, head, q, k]
-
-
 def attention_by_source(
     model,
     test_set: Batch | Tensor | None = None,
@@ -296,7 +283,9 @@ def attention_by_source(
     tokens = _resolve_tokens(model, test_set, task_config, n, seed)
     hooks = check_hooks(model, hooks)
     config = model_config_of(model)
-    patterns = _capture_patterns(model, tokens, hooks)
+    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(config.n_layers)]
+    store = run_capture(model, tokens, names, hooks)[1]
+    patterns = torch.stack([store[name].float() for name in names], dim=1)  # [batch, layer, head, q, k]
     source = repeat_source_of(tokens)
     repeated = source >= 0
     return AttentionBySource(model_name=config.name, V=config.V, n_samples=len(tokens), n_repeated=int(repeated.sum()),

@@ -20,13 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from perm_circuits.analysis.circuits.criteria import (
-    CircuitMetrics,
-    FaithfulnessByMode,
-    Node,
-    circuit_metrics,
-    faithfulness_by_mode,
-    propose_circuit,
-    shared_ablations,
+    CircuitMetrics, FaithfulnessByMode, Node, circuit_metrics, faithfulness_by_mode, propose_circuit, shared_ablations,
     skill_logit_diff,
 )
 from perm_circuits.hooks import HookList

@@ -32,15 +32,11 @@ from perm_circuits.analysis.study.claims import Claim, ClaimTable, study_claims
 from perm_circuits.analysis.circuits.induction_story import InductionStory, induction_story
 from perm_circuits.analysis.study.recall_patching import PatchingSweep, patch_head_outputs, patch_mlp
 from perm_circuits.checks import check_number
-from perm_circuits.analysis.study.roles import HeadRole, MlpRole, _Context, _ge, _judge_head, _judge_mlp, _pct, mode_label
+from perm_circuits.analysis.study.roles import (
+    HeadRole, MlpRole, _Context, _ge, _judge_head, _judge_mlp, _pct, mode_label,
+)
 from perm_circuits.analysis.study.scores import (
-    HeadScores,
-    RoleThresholds,
-    _check_thresholds,
-    _component,
-    _resolve_batch,
-    _scores,
-    attention_by_source,
+    HeadScores, RoleThresholds, _check_thresholds, _component, _resolve_batch, _scores, attention_by_source,
     recall_signal,
 )
 from perm_circuits.analysis.study.skill_circuits import CIRCUIT_MAX_N, CIRCUIT_TOLERANCE, SkillCircuit, skill_circuits
