@@ -353,10 +353,8 @@ def ffn_key_value_probe(
     batch = enumerate_sequences(task, split, repeat_sources)
 
     post_name = f"blocks.{layer}.mlp.hook_post"
-    names = [post_name]
     has_scale = "ln_final.hook_scale" in model.hook_dict and config.normalization_type is not None
-    if has_scale:
-        names.append("ln_final.hook_scale")
+    names = [post_name, "ln_final.hook_scale"] if has_scale else [post_name]
     _, acts, _ = run_cache(model, batch.inputs, names, hooks)
     triggers, rows, steps = x_position_triggers(batch)
     positions = 2 * steps

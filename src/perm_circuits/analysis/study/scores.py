@@ -383,14 +383,11 @@ def _scores(attention: AttentionBySource, thresholds: RoleThresholds) -> HeadSco
             "scores need some (the last query is scored on non-repeated sequences only)"
         )
 
-    def rows_for(q: int) -> Tensor:
-        return ~repeated if q == last else everyone
-
     y_mass, entropy, prev_y = [], [], []
     for j in range(2, V + 1):  # x_j at position 2(j-1)
         q = 2 * (j - 1)
         prior = list(range(1, q, 2))
-        rows = rows_for(q)
+        rows = ~repeated if q == last else everyone  # the last query: non-repeated sequences only
         A = P[:, :, :, q, prior]  # [batch, layer, head, j-1]
         mass = A.sum(dim=-1)
         y_mass.append(_mean_rows(mass, rows))
@@ -414,39 +411,36 @@ def _scores(attention: AttentionBySource, thresholds: RoleThresholds) -> HeadSco
     if repeated.any():
         k = source[repeated]
         rows_last = P[repeated][:, :, :, last]  # [n_rep, layer, head, k]
-        dup_rep = rows_last[torch.arange(len(k), device=k.device), :, :, 2 * k].mean(dim=0)
-        src_rep = rows_last[torch.arange(len(k), device=k.device), :, :, 2 * k + 1].mean(dim=0)
+        sample = torch.arange(len(k), device=k.device)
+        dup_rep = rows_last[sample, :, :, 2 * k].mean(dim=0)
+        src_rep = rows_last[sample, :, :, 2 * k + 1].mean(dim=0)
         base_last = P[~repeated][:, :, :, last].mean(dim=0)  # [layer, head, k]
         weights = torch.bincount(k, minlength=V - 1).double() / len(k)  # share of each source
         dup_base = (base_last[:, :, 0 : 2 * (V - 1) : 2] * weights).sum(dim=-1)
         src_base = (base_last[:, :, 1 : 2 * (V - 1) : 2] * weights).sum(dim=-1)
 
     heads = []
-    n_layers, n_heads = P.shape[1], P.shape[2]
-    for layer in range(n_layers):
-        for head in range(n_heads):
-            def at(t: Tensor) -> float:
-                return float(t[layer, head])
+    for layer, head in itertools.product(range(P.shape[1]), range(P.shape[2])):
+        def at(t: Tensor) -> float:
+            return float(t[layer, head])
 
-            score = {
-                "elim_y_mass": at(elim_y_mass),
-                "elim_entropy": at(elim_entropy),
-                "elimination_score": at(elim_y_mass) * at(elim_entropy),
-                "x_prev_y": at(x_prev_y),
-                "y_self": at(y_self_mean),
-                "binding_score": (at(x_prev_y) + at(y_self_mean)) / 2,
-                "dup_repeated": at(dup_rep),
-                "dup_baseline": at(dup_base),
-                "duplicate_score": at(dup_rep) - at(dup_base),
-                "source_y_repeated": at(src_rep),
-                "source_y_baseline": at(src_base),
-                "source_y_shift": at(src_rep) - at(src_base),
-            }
-            matched = _patterns_matched(score, thresholds)
-            heads.append(
-                HeadScore(layer=layer, head=head, component=_component(layer, head), **score, patterns=matched,
-                    attention_role="+".join(matched) or "other")
-            )
+        score = {
+            "elim_y_mass": at(elim_y_mass),
+            "elim_entropy": at(elim_entropy),
+            "elimination_score": at(elim_y_mass) * at(elim_entropy),
+            "x_prev_y": at(x_prev_y),
+            "y_self": at(y_self_mean),
+            "binding_score": (at(x_prev_y) + at(y_self_mean)) / 2,
+            "dup_repeated": at(dup_rep),
+            "dup_baseline": at(dup_base),
+            "duplicate_score": at(dup_rep) - at(dup_base),
+            "source_y_repeated": at(src_rep),
+            "source_y_baseline": at(src_base),
+            "source_y_shift": at(src_rep) - at(src_base),
+        }
+        matched = _patterns_matched(score, thresholds)
+        heads.append(HeadScore(layer=layer, head=head, component=_component(layer, head), **score, patterns=matched,
+                               attention_role="+".join(matched) or "other"))
     return HeadScores(model_name=attention.model_name, n_samples=attention.n_samples, n_repeated=attention.n_repeated,
         thresholds=thresholds, heads=tuple(heads))
 
