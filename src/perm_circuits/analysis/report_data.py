@@ -116,7 +116,8 @@ def _patching(model, test_set: TaskBatch, n_boot: int) -> tuple[TaskPatch, ...]:
     metric = target_logprob(clean)
     return tuple(
         patch_head(model, clean, corrupted, metric, layer, head, n_boot=n_boot) if head is not None
-        else patch_activation(model, clean, corrupted, metric, f"blocks.{layer}.hook_mlp_out", layer=layer, n_boot=n_boot)
+        else patch_activation(model, clean, corrupted, metric, f"blocks.{layer}.hook_mlp_out", layer=layer,
+                              n_boot=n_boot)
         for _, layer, head in components_of(model)
     )
 

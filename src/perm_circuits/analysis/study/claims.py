@@ -286,7 +286,8 @@ def _division_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, Head
     numbers.update({f"{h.component}_recall_retention": h.recall_retention for h in heads})
     roles = ", ".join(f"{h.component} {h.role}" for h in heads)
     if all("eliminator" in scores[h.component].patterns for h in heads):
-        return judged("contradicted", f"All heads accumulate: every head has the eliminator pattern ({roles}).", numbers)
+        return judged("contradicted", f"All heads accumulate: every head has the eliminator pattern ({roles}).",
+                      numbers)
     if not ctx.recall_present:
         return judged("inconclusive", f"The model does not recall, so no head can specialise in recall ({roles}).",
                       numbers)
@@ -321,7 +322,8 @@ def _ffn_claim(ctx: _Context, mlps: list[MlpRole]) -> Claim:
         text += f"; patching its clean output restores {_num(mlp.patch_effect)} of recall"
     if not ctx.recall_present:
         return judged("inconclusive",
-            f"The model does not recall (recall {_pct(base.recall_accuracy)}): there is no recall to complete.", numbers)
+            f"The model does not recall (recall {_pct(base.recall_accuracy)}): there is no recall to complete.",
+            numbers)
     if mlp.role == "completes recall":
         return judged("supported", text + ".", numbers)
     if mlp.role == "needed for both" and _le(mlp.recall_signal_retention, ctx.t.destroyed):

@@ -240,16 +240,11 @@ class RoleVerdict:
 
 
 def _assess(
-    scores: HeadScores,
-    ablation: AblationTable,
-    config: ModelConfig,
-    how: str,
-    t: RoleThresholds,
-    head_patching: PatchingSweep | None,
-    mlp_patching: PatchingSweep | None,
-    joint: tuple[AblationRow, ...],
+    scores: HeadScores, ablation: AblationTable, config: ModelConfig, how: str, t: RoleThresholds,
+    head_patching: PatchingSweep | None, mlp_patching: PatchingSweep | None, joint: tuple[AblationRow, ...],
     signals: dict[tuple[str, str], float],
 ) -> tuple[list[HeadRole], list[MlpRole], list[Claim]]:
+    """Roles and claims under one mode ``how`` (the per-mode step of :func:`judge_roles`)."""
     base = ablation.baseline
     ctx = _Context(V=config.V, how=how, t=t, base=base, recall_present=_ge(base.recall_accuracy, t.incapable),
         elimination_present=_ge(base.elimination_accuracy, t.incapable), signals=signals)
