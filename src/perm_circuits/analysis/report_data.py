@@ -45,14 +45,10 @@ from perm_circuits.analysis.circuits.results import CircuitMetrics
 from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, TASK_HOWS
 from perm_circuits.analysis.interventions.ablation_table import TaskAblationTable, components_of
 from perm_circuits.analysis.probes.task_attribution import (
-    AttentionScores,
-    TargetAttribution,
-    attention_patterns,
-    attention_scores,
-    target_logit_attribution,
+    AttentionScores, TargetAttribution, attention_patterns, attention_scores, target_logit_attribution,
 )
 from perm_circuits.analysis.interventions.activation_patching import TaskPatch, patch_activation, patch_head, target_logprob
-from perm_circuits.analysis.task_findings import task_findings
+from perm_circuits.analysis.task_findings import _discovered, task_findings
 from perm_circuits.checks import check_int
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig
 from perm_circuits.tasks.runner import TaskEvaluation, measure_task, task_logits
@@ -107,20 +103,23 @@ def sequence_table(logits: Tensor, batch: TaskBatch, row: int) -> pd.DataFrame:
     }).rename_axis("position")
 
 
+def _first(batch: TaskBatch, n: int) -> TaskBatch:
+    """The first ``n`` sequences of ``batch`` (all of them when fewer)."""
+    return batch.subset(torch.arange(min(n, len(batch)), device=batch.tokens.device))
+
+
 def _patching(model, test_set: TaskBatch, n_boot: int) -> tuple[TaskPatch, ...]:
     clean = test_set.subset(test_set.mask.sum(1) > 0)
     if len(clean) < 2:
         raise ValueError("fewer than two test sequences with a loss position: nothing to pair")
     corrupted = clean.tokens.roll(1, dims=0)
     metric = target_logprob(clean)
-    out = []
-    for label, layer, head in components_of(model):
-        if head is not None:
-            out.append(patch_head(model, clean, corrupted, metric, layer, head, n_boot=n_boot))
-        else:
-            out.append(patch_activation(model, clean, corrupted, metric, f"blocks.{layer}.hook_mlp_out", layer=layer,
-                                        n_boot=n_boot))
-    return tuple(out)
+    return tuple(
+        patch_head(model, clean, corrupted, metric, layer, head, n_boot=n_boot) if head is not None
+        else patch_activation(model, clean, corrupted, metric, f"blocks.{layer}.hook_mlp_out", layer=layer,
+                              n_boot=n_boot)
+        for _, layer, head in components_of(model)
+    )
 
 
 def task_report_data(
@@ -154,7 +153,7 @@ def task_report_data(
         raise ValueError(f"ablation_hows entries must be in {ANY_TASK_HOWS}, got {bad}")
     test_set = task.test_set(n, seed)
     evaluation = measure_task(model, task, test_set, forward=forward)
-    shown = test_set.subset(torch.arange(min(n_sequences, len(test_set)), device=test_set.tokens.device))
+    shown = _first(test_set, n_sequences)
     logits = task_logits(model, shown.tokens, forward)
     params = list(model.parameters())
     about = {
@@ -181,7 +180,7 @@ def task_report_data(
             ablation = ablation_table(model, tuple(ablation_hows), test_set, task=task, reference=reference,
                                       test_seed=seed)
         if analyses:
-            subset = test_set.subset(torch.arange(min(n_analysis, len(test_set)), device=test_set.tokens.device))
+            subset = _first(test_set, n_analysis)
             try:
                 patching = _patching(model, subset, n_boot)
             except ValueError as error:
@@ -202,8 +201,7 @@ def task_report_data(
         attention = scores if scores.heads else None
         if forward is None:
             try:
-                rows = torch.arange(min(n_analysis, len(test_set)), device=test_set.tokens.device)
-                attribution = target_logit_attribution(model, test_set.subset(rows))
+                attribution = target_logit_attribution(model, _first(test_set, n_analysis))
             except (TypeError, ValueError) as error:
                 notes["attribution"] = str(error)
     data = TaskReportData(task_name=task.name, about=about, evaluation=evaluation, n=n, seed=seed,
@@ -250,10 +248,7 @@ def study_findings(evaluation: Any, verdict: Any, skills: Mapping[str, Any]) -> 
     """Three to five one-line findings from the numbers, each naming its ablation mode (or none)."""
     lines = [f"Accuracy at the last step (no ablation): elimination {_pct(evaluation.elimination_accuracy)}, "
              f"recall {_pct(evaluation.recall_accuracy)}."]
-    for skill, result in skills.items():
-        strongest = max(result.circuit, key=lambda edge: abs(float(result.scores[edge]))) if result.circuit else "none"
-        lines.append(f"{skill.capitalize()} circuit ({result.method.upper()}, {result.how} ablation): {result.n_edges} of "
-                     f"{len(result.scores)} edges, faithfulness {result.faithfulness:.2f}; strongest edge {strongest}.")
+    lines += [f"{skill.capitalize()} {_discovered(result)}" for skill, result in skills.items()]
     roles = [f"{item.component} {item.role}" for item in (*verdict.heads, *verdict.mlps)]
     changing = [item.component for item in (*verdict.heads, *verdict.mlps) if not item.robust]
     lines.append(f"Roles ({verdict.how} ablation): " + ", ".join(roles) + "; "
@@ -287,8 +282,6 @@ def study_report_data(
     ``step(label)`` is called before each stage (progress); ``roles`` replaces
     :func:`~perm_circuits.analysis.study.verdict.head_roles` (same arguments), e.g. to record the verdict.
     """
-    from dataclasses import replace
-
     from perm_circuits.analysis import (
         direct_logit_attribution,
         ffn_key_value_probe,

@@ -11,21 +11,15 @@ The study (``001_study_presentation``, sections 08-10) tells this story for ``d3
 - ``d16h1`` cannot recall and its single head is a uniform accumulator (sections 07-08); the
   second head is what enables recall (section 10, finding 3).
 
-This module measures each piece and says, per model (any seed, any size), whether it holds.
-
-Each claim is a :class:`Claim` (supported / contradicted / inconclusive, with the evidence in a
-sentence and the numbers behind it), built by one ``_*_claim`` function from the per-component roles
-of :mod:`~perm_circuits.analysis.study.roles` and the attention scores of
-:mod:`~perm_circuits.analysis.study.scores`; :func:`study_claims` builds the list for a model.
+Each piece is a :class:`Claim` (supported / contradicted / inconclusive, with the evidence in a
+sentence and the numbers behind it), judged per model (any seed, any size) from the per-component
+roles of :mod:`~perm_circuits.analysis.study.roles` and the attention scores of
+:mod:`~perm_circuits.analysis.study.scores`; :func:`study_claims` says which claims a model gets.
 
 Rules:
 
-- which claims: a model with a single head in all (one layer, one head) gets the study's d16h1
-  claims (eliminates, no_recall, single_head_accumulates); every other model, multi-layer
-  one-head models included (their heads in different layers can split the work), the d32h2
-  ones (eliminates, recalls, eliminator_head, binding_head, division_of_labour,
-  ffn_completes_recall, no_attention_lookup).  Heads are compared across every layer, named
-  ``L{layer}H{head}``; the FFN claim looks at the MLP of every layer.
+- heads are compared across every layer, named ``L{layer}H{head}``; the FFN claim looks at the
+  MLP of every layer.
 - each claim is supported / contradicted / inconclusive by the rules in its ``_*_claim``
   function, quoted in its evidence.  E.g. the FFN claim is supported when an MLP "completes
   recall", or is "needed for both" with its recall signal destroyed (``<= destroyed``), and
@@ -34,9 +28,6 @@ Rules:
   contradicted.
 - model capabilities: accuracy ``>= capable`` (0.9) has it, ``< incapable`` (0.5) lacks it;
   "cannot recall" holds for recall accuracy ``<= recall_absent`` (0.2, chance).
-
-Nothing here prints; every function validates its arguments before any forward pass and leaves
-no hooks on the model.
 """
 
 from __future__ import annotations
@@ -44,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import pandas as pd
 
@@ -82,20 +74,12 @@ class ClaimTable:
     rows: tuple[Claim, ...]
 
     def to_dataframe(self) -> pd.DataFrame:
-        records = []
-        for claim in self.rows:
-            record = {
-                "model": self.model_name,
-                "claim": claim.claim,
-                "status": claim.status,
-                "statement": claim.statement,
-                "evidence": claim.evidence,
-                "numbers": dict(claim.numbers),
-                "robust": claim.robust,
-            }
-            record.update({f"status_{how}": status for how, status in claim.status_by_how})
-            records.append(record)
-        return pd.DataFrame(records)
+        return pd.DataFrame([
+            {"model": self.model_name, "claim": c.claim, "status": c.status, "statement": c.statement,
+             "evidence": c.evidence, "numbers": dict(c.numbers), "robust": c.robust,
+             **{f"status_{how}": status for how, status in c.status_by_how}}
+            for c in self.rows
+        ])
 
     def get(self, claim: str) -> Claim:
         for row in self.rows:
@@ -111,7 +95,6 @@ class ClaimTable:
 
     def __len__(self) -> int:
         return len(self.rows)
-
 
 
 def _or(value: float, default: float) -> float:
@@ -148,73 +131,61 @@ def single_head(config: ModelConfig) -> bool:
 def _capability_claims(ctx: _Context, config: ModelConfig, name: str) -> list[Claim]:
     t, base = ctx.t, ctx.base
     e_acc, r_acc = base.elimination_accuracy, base.recall_accuracy
-    claims = []
     status, evidence = _capability(ctx, e_acc, "Elimination", f"{name} does not eliminate")
-    claims.append(_claim("eliminates",
+    claims = [_claim("eliminates",
         "The model eliminates: at the last step it answers the one unused value (study sections 07, 10: 100%).", status,
-        evidence, {"elimination_accuracy": e_acc}))
+        evidence, {"elimination_accuracy": e_acc})]
     if not single_head(config):
         status, evidence = _capability(ctx, r_acc, "Recall", f"{name} does not recall",
                                        missing="No repeated sequences in the test set.")
-        claims.append(_claim("recalls",
+        return claims + [_claim("recalls",
             "The model recalls: when x5 repeats x1 it answers y1, not the unused value (study section 07: 100%).",
-            status, evidence, {"recall_accuracy": r_acc}))
+            status, evidence, {"recall_accuracy": r_acc})]
+    if config.d_model <= 16:
+        statement = (
+            f"{name} cannot recall: it falls into the elimination trap (study section 07: P(recall) 0.0002 on "
+            "the probe; section 10: 0.01%)."
+        )
     else:
-        if config.d_model <= 16:
-            statement = (
-                f"{name} cannot recall: it falls into the elimination trap (study section 07: P(recall) 0.0002 on "
-                "the probe; section 10: 0.01%)."
-            )
-        else:
-            statement = (
-                "A one-head model cannot recall: the second head is what enables recall (study section 10, "
-                "findings 3 and 5)."
-            )
-        if math.isnan(r_acc):
-            status, evidence = "inconclusive", "No repeated sequences in the test set."
-        elif r_acc <= t.recall_absent:
-            status, evidence = "supported", f"Recall accuracy {_pct(r_acc)}."
-        elif r_acc >= t.incapable:
-            status, evidence = "contradicted", f"{name} recalls: recall accuracy {_pct(r_acc)}."
-        else:
-            status, evidence = "inconclusive", f"Recall accuracy {_pct(r_acc)}: above chance but below {_pct(t.incapable)}."
-        claims.append(_claim("no_recall", statement, status, evidence, {"recall_accuracy": r_acc}))
-    return claims
+        statement = (
+            "A one-head model cannot recall: the second head is what enables recall (study section 10, "
+            "findings 3 and 5)."
+        )
+    if math.isnan(r_acc):
+        status, evidence = "inconclusive", "No repeated sequences in the test set."
+    elif r_acc <= t.recall_absent:
+        status, evidence = "supported", f"Recall accuracy {_pct(r_acc)}."
+    elif r_acc >= t.incapable:
+        status, evidence = "contradicted", f"{name} recalls: recall accuracy {_pct(r_acc)}."
+    else:
+        status, evidence = "inconclusive", f"Recall accuracy {_pct(r_acc)}: above chance but below {_pct(t.incapable)}."
+    return claims + [_claim("no_recall", statement, status, evidence, {"recall_accuracy": r_acc})]
 
 
 def _eliminator_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadScore], single: bool) -> Claim:
     t = ctx.t
     if single:
-        claim, statement = (
-            "single_head_accumulates",
+        judged = partial(_claim, "single_head_accumulates",
             "The single head is a uniform accumulator: x queries spread their attention evenly over the prior y "
-            "positions, and the model's elimination needs it (study section 08, d=16 single head).",
-        )
+            "positions, and the model's elimination needs it (study section 08, d=16 single head).")
     else:
-        claim, statement = (
-            "eliminator_head",
+        judged = partial(_claim, "eliminator_head",
             "One head eliminates: its x queries spread attention uniformly over the prior y positions, and "
-            "ablating it destroys elimination (study section 08, head 1).",
-        )
+            "ablating it destroys elimination (study section 08, head 1).")
     pattern = [h for h in heads if "eliminator" in scores[h.component].patterns]
     best = _best(heads, scores, "elimination_score")
     best_score = scores[best.component]
     numbers = {"best_elim_y_mass": best_score.elim_y_mass, "best_elim_entropy": best_score.elim_entropy}
     if not pattern:
-        return _claim(
-            claim, statement, "contradicted",
+        return judged("contradicted",
             f"No head spreads its x-query attention uniformly over the prior ys (closest: {best.component}, y-mass "
             f"{_num(best_score.elim_y_mass)}, entropy {_num(best_score.elim_entropy)}; needs >= "
-            f"{t.eliminator_y_mass} and >= {t.eliminator_entropy}).",
-            numbers,
-        )
+            f"{t.eliminator_y_mass} and >= {t.eliminator_entropy}).", numbers)
     if not ctx.elimination_present:
-        return _claim(
-            claim, statement, "inconclusive",
+        return judged("inconclusive",
             f"{', '.join(h.component for h in pattern)} has the eliminator pattern, but the model does not eliminate "
-            f"(accuracy {_pct(ctx.base.elimination_accuracy)}).",
-            numbers,
-        )
+            f"(accuracy {_pct(ctx.base.elimination_accuracy)}).", numbers)
+
     def strongest(h: HeadRole) -> float:
         values = [v for v in (h.elimination_retention, h.joint_elimination_retention) if not math.isnan(v)]
         return min(values) if values else 2.0
@@ -242,35 +213,30 @@ def _eliminator_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, He
                 f"; it is needed for recall too (recall {_pct(chosen.recall_accuracy)}, recall signal kept "
                 f"{_num(chosen.recall_signal_retention)})"
             )
-        return _claim(claim, statement, "supported", description + ".", numbers)
+        return judged("supported", description + ".", numbers)
     if _le(chosen.joint_elimination_retention, t.destroyed):
         group = "+".join(h.component for h in pattern)
-        return _claim(
-            claim, statement, "inconclusive",
+        return judged("inconclusive",
             description + f"; elimination is shared by {group}: no single head's ablation destroys it, ablating them "
-            f"together does (retention {_num(chosen.joint_elimination_retention)}).",
-            numbers,
-        )
-    if _lt(chosen.elimination_retention, t.survives) or _ge(chosen.early_mae_increase, t.mae_increase):
-        return _claim(claim, statement, "inconclusive", description + ": elimination is damaged, not destroyed.", numbers)
-    return _claim(claim, statement, "inconclusive",
+            f"together does (retention {_num(chosen.joint_elimination_retention)}).", numbers)
+    if ctx.harms_elimination(chosen.elimination_retention, chosen.early_mae_increase):
+        return judged("inconclusive", description + ": elimination is damaged, not destroyed.", numbers)
+    return judged("inconclusive",
         description + ": the attention pattern is there but elimination does not depend on the head.", numbers)
 
 
 def _binding_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadScore]) -> Claim:
     t = ctx.t
-    statement = (
+    judged = partial(_claim, "binding_head",
         "Another head binds: x attends to the immediately preceding y and y attends to itself (study section 08, "
-        "head 2), and recall needs that head (section 09)."
-    )
+        "head 2), and recall needs that head (section 09).")
     eliminators = {h.component for h in heads if h.role == "eliminator"}
     pattern = [h for h in heads if "binder" in scores[h.component].patterns and h.component not in eliminators]
     best = _best(heads, scores, "binding_score")
     best_score = scores[best.component]
     numbers = {"best_x_prev_y": best_score.x_prev_y, "best_y_self": best_score.y_self}
     if not pattern:
-        all_accumulate = all("eliminator" in scores[h.component].patterns for h in heads)
-        if all_accumulate:
+        if all("eliminator" in scores[h.component].patterns for h in heads):
             detail = ", ".join(
                 f"{h.component} y-mass {_num(scores[h.component].elim_y_mass)} entropy {_num(scores[h.component].elim_entropy)}"
                 for h in heads
@@ -285,7 +251,7 @@ def _binding_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadS
             if duplicates:
                 evidence += f"; recall runs through {', '.join(duplicates)}, a duplicate-token head, instead"
             evidence += "."
-        return _claim("binding_head", statement, "contradicted", evidence, numbers)
+        return judged("contradicted", evidence, numbers)
     chosen = max(pattern, key=lambda h: (h.role == "binder", -_or(h.recall_retention, 2.0)))
     score = scores[chosen.component]
     numbers.update({
@@ -298,25 +264,21 @@ def _binding_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadS
         f"{_num(chosen.recall_retention)}); patching its clean output restores {_num(chosen.patch_effect)} of recall"
     )
     if not ctx.recall_present:
-        return _claim(
-            "binding_head", statement, "inconclusive",
+        return judged("inconclusive",
             f"{chosen.component} binds by attention (x->preceding y {_num(score.x_prev_y)}, y->itself "
-            f"{_num(score.y_self)}), but the model does not recall, so recall cannot need it.",
-            numbers,
-        )
+            f"{_num(score.y_self)}), but the model does not recall, so recall cannot need it.", numbers)
     if _le(chosen.recall_retention, t.destroyed) or _ge(chosen.patch_effect, t.patch_restores):
-        return _claim("binding_head", statement, "supported", description + ".", numbers)
+        return judged("supported", description + ".", numbers)
     if chosen.role in ("binder", "mixed"):
-        return _claim("binding_head", statement, "inconclusive", description + ": recall is damaged, not destroyed.", numbers)
-    return _claim("binding_head", statement, "contradicted",
-        description + f": {chosen.component} binds by attention but recall does not need it.", numbers)
+        return judged("inconclusive", description + ": recall is damaged, not destroyed.", numbers)
+    return judged("contradicted", description + f": {chosen.component} binds by attention but recall does not need it.",
+                  numbers)
 
 
 def _division_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadScore]) -> Claim:
-    statement = (
+    judged = partial(_claim, "division_of_labour",
         "The heads divide the labour: one head for elimination, a different head for recall (study section 08; "
-        "section 10, findings 3-4)."
-    )
+        "section 10, findings 3-4).")
     elim = [h for h in heads if h.role == "eliminator"]
     recall = [h for h in heads if h.causal_role == "recall"]
     mixed = [h for h in heads if h.role == "mixed"]
@@ -324,30 +286,26 @@ def _division_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, Head
     numbers.update({f"{h.component}_recall_retention": h.recall_retention for h in heads})
     roles = ", ".join(f"{h.component} {h.role}" for h in heads)
     if all("eliminator" in scores[h.component].patterns for h in heads):
-        return _claim("division_of_labour", statement, "contradicted",
-                      f"All heads accumulate: every head has the eliminator pattern ({roles}).", numbers)
+        return judged("contradicted", f"All heads accumulate: every head has the eliminator pattern ({roles}).",
+                      numbers)
     if not ctx.recall_present:
-        return _claim("division_of_labour", statement, "inconclusive",
-                      f"The model does not recall, so no head can specialise in recall ({roles}).", numbers)
+        return judged("inconclusive", f"The model does not recall, so no head can specialise in recall ({roles}).",
+                      numbers)
     if elim and recall and not mixed:
-        return _claim("division_of_labour", statement, "supported", f"Roles: {roles}.", numbers)
+        return judged("supported", f"Roles: {roles}.", numbers)
     if mixed and not (elim and recall):
-        return _claim("division_of_labour", statement, "contradicted",
-                      f"No split: {', '.join(h.component for h in mixed)} is needed for both elimination and recall "
-                      f"({roles}).", numbers)
+        return judged("contradicted", f"No split: {', '.join(h.component for h in mixed)} is needed for both "
+                      f"elimination and recall ({roles}).", numbers)
     if not recall and not mixed:
-        return _claim("division_of_labour", statement, "contradicted",
-                      f"No head is needed for recall on its own ({roles}).", numbers)
-    return _claim("division_of_labour", statement, "inconclusive", f"Roles: {roles}.", numbers)
+        return judged("contradicted", f"No head is needed for recall on its own ({roles}).", numbers)
+    return judged("inconclusive", f"Roles: {roles}.", numbers)
 
 
 def _ffn_claim(ctx: _Context, mlps: list[MlpRole]) -> Claim:
-    t = ctx.t
-    statement = (
+    judged = partial(_claim, "ffn_completes_recall",
         "The FFN completes recall: without the MLP the model cannot recall, while attention alone keeps "
-        "eliminating (study section 09; section 10, finding 5)."
-    )
-    mlp = min(mlps, key=lambda m: m.recall_retention if not math.isnan(m.recall_retention) else 2.0)
+        "eliminating (study section 09; section 10, finding 5).")
+    mlp = min(mlps, key=lambda m: _or(m.recall_retention, 2.0))
     numbers = {
         "ablated_recall_accuracy": mlp.recall_accuracy, "recall_retention": mlp.recall_retention,
         "ablated_elimination_accuracy": mlp.elimination_accuracy, "elimination_retention": mlp.elimination_retention,
@@ -363,56 +321,50 @@ def _ffn_claim(ctx: _Context, mlps: list[MlpRole]) -> Claim:
     if not math.isnan(mlp.patch_effect):
         text += f"; patching its clean output restores {_num(mlp.patch_effect)} of recall"
     if not ctx.recall_present:
-        return _claim("ffn_completes_recall", statement, "inconclusive",
-                      f"The model does not recall (recall {_pct(base.recall_accuracy)}): there is no recall to complete.",
-                      numbers)
+        return judged("inconclusive",
+            f"The model does not recall (recall {_pct(base.recall_accuracy)}): there is no recall to complete.",
+            numbers)
     if mlp.role == "completes recall":
-        return _claim("ffn_completes_recall", statement, "supported", text + ".", numbers)
-    if mlp.role == "needed for both" and _le(mlp.recall_signal_retention, t.destroyed):
-        return _claim("ffn_completes_recall", statement, "supported",
+        return judged("supported", text + ".", numbers)
+    if mlp.role == "needed for both" and _le(mlp.recall_signal_retention, ctx.t.destroyed):
+        return judged("supported",
             text + ": recall needs the MLP (its signal is gone), though elimination needs it too.", numbers)
     if not any(m.role in ("completes recall", "contributes to recall", "needed for both") for m in mlps):
-        return _claim("ffn_completes_recall", statement, "contradicted",
-                      f"Recall survives MLP ablation: the FFN does not decode ({text}).", numbers)
+        return judged("contradicted", f"Recall survives MLP ablation: the FFN does not decode ({text}).", numbers)
     if mlp.role == "needed for both":
-        return _claim("ffn_completes_recall", statement, "inconclusive",
+        return judged("inconclusive",
             text + ": the MLP is needed for elimination too, and the recall signal was not shown to vanish.", numbers)
-    return _claim("ffn_completes_recall", statement, "inconclusive", text + ": recall is damaged, not destroyed.", numbers)
+    return judged("inconclusive", text + ": recall is damaged, not destroyed.", numbers)
 
 
 def _lookup_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadScore]) -> Claim:
-    t = ctx.t
-    statement = (
+    judged = partial(_claim, "no_attention_lookup",
         "Attention does not look up the repeated query: x tokens attend to the preceding y, not to the earlier x1; "
-        "the lookup happens in the FFN (study section 09)."
-    )
+        "the lookup happens in the FFN (study section 09).")
     best = _best(heads, scores, "duplicate_score")
     score = scores[best.component]
     numbers = {"max_duplicate_score": score.duplicate_score, "dup_repeated": score.dup_repeated,
                "dup_baseline": score.dup_baseline}
     if math.isnan(score.duplicate_score):
-        return _claim("no_attention_lookup", statement, "inconclusive", "No repeated sequences in the test set.", numbers)
+        return judged("inconclusive", "No repeated sequences in the test set.", numbers)
     if not ctx.recall_present:
-        return _claim("no_attention_lookup", statement, "inconclusive",
-                      f"The model does not recall (recall {_pct(ctx.base.recall_accuracy)}), so there is no lookup to "
-                      f"locate (largest duplicate-token rise: {best.component} {score.duplicate_score:+.2f}).", numbers)
+        return judged("inconclusive",
+            f"The model does not recall (recall {_pct(ctx.base.recall_accuracy)}), so there is no lookup to "
+            f"locate (largest duplicate-token rise: {best.component} {score.duplicate_score:+.2f}).", numbers)
     dup_text = (
         f"{best.component}: the last query puts {_num(score.dup_repeated)} of its attention on the x it repeats, vs "
         f"{_num(score.dup_baseline)} on the same positions when it is new"
     )
     if "duplicate" not in score.patterns:
-        return _claim("no_attention_lookup", statement, "supported",
-                      f"No duplicate-token head (largest rise {dup_text}; threshold +{t.duplicate_score}).", numbers)
+        return judged("supported",
+            f"No duplicate-token head (largest rise {dup_text}; threshold +{ctx.t.duplicate_score}).", numbers)
     numbers.update({"recall_retention": best.recall_retention, "patch_effect": best.patch_effect})
     if best.causal_role in ("recall", "both"):
-        return _claim(
-            "no_attention_lookup", statement, "contradicted",
+        return judged("contradicted",
             f"Attention looks up the repeated x: {best.component} is a duplicate-token head ({dup_text}) and recall "
-            f"needs it ({mode_label(ctx.how)}-ablated recall {_pct(best.recall_accuracy)}, patching restores {_num(best.patch_effect)}).",
-            numbers,
-        )
-    return _claim("no_attention_lookup", statement, "inconclusive",
-                  f"{dup_text}, but recall does not need {best.component}.", numbers)
+            f"needs it ({mode_label(ctx.how)}-ablated recall {_pct(best.recall_accuracy)}, patching restores "
+            f"{_num(best.patch_effect)}).", numbers)
+    return judged("inconclusive", f"{dup_text}, but recall does not need {best.component}.", numbers)
 
 
 def study_claims(
@@ -420,19 +372,15 @@ def study_claims(
 ) -> list[Claim]:
     """The study's claims for a model of ``config``, judged from its per-component roles under ``ctx.how``.
 
-    One-head one-layer models get the study's d16h1 claims (eliminates, no_recall,
-    single_head_accumulates), every other model (one head per layer in several layers included)
-    the d32h2 ones.
+    A model with one head in all (one layer, one head) gets the study's d16h1 claims (eliminates,
+    no_recall, single_head_accumulates); every other model, one head per layer in several layers
+    included (their heads can split the work), the d32h2 ones (eliminates, recalls,
+    eliminator_head, binding_head, division_of_labour, ffn_completes_recall, no_attention_lookup).
     """
     heads, mlps = list(heads), list(mlps)
     by_name = {score.component: score for score in scores}
     claims = _capability_claims(ctx, config, config.name)
     if single_head(config):
-        claims.append(_eliminator_claim(ctx, heads, by_name, single=True))
-    else:
-        claims.append(_eliminator_claim(ctx, heads, by_name, single=False))
-        claims.append(_binding_claim(ctx, heads, by_name))
-        claims.append(_division_claim(ctx, heads, by_name))
-        claims.append(_ffn_claim(ctx, mlps))
-        claims.append(_lookup_claim(ctx, heads, by_name))
-    return claims
+        return claims + [_eliminator_claim(ctx, heads, by_name, single=True)]
+    return claims + [_eliminator_claim(ctx, heads, by_name, single=False), _binding_claim(ctx, heads, by_name),
+                     _division_claim(ctx, heads, by_name), _ffn_claim(ctx, mlps), _lookup_claim(ctx, heads, by_name)]

@@ -35,12 +35,8 @@ Any layer (``layer``, default 0; negative values count from the end): the coeffi
 layer's ``mlp.hook_post``, and the value is read through the unembedding directly, so in a layer
 before the last it is the neuron's *direct* effect on the logits; later layers may still move what
 it writes (its total effect is what :func:`~perm_circuits.analysis.interventions.ablation.ablate_mlp` with
-``neurons=`` measures).
-
-:func:`mlp_prediction_flips` (in :mod:`perm_circuits.analysis.probes.mlp_flips`, re-exported here) is the
-layer-level view: the logit lens (``ln_final`` then ``W_U``, each residual with its own LayerNorm
-scale) of ``resid_mid`` (before the MLP) versus ``resid_post`` (after it), top-1 over the value
-tokens, per subgroup.
+``neurons=`` measures).  The layer-level view, :func:`mlp_prediction_flips`, is re-exported here
+from :mod:`perm_circuits.analysis.probes.mlp_flips`.
 """
 
 from __future__ import annotations
@@ -55,18 +51,9 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from perm_circuits.analysis.probes.dla import (
-    elimination_answers,
-    repeated_queries,
-    run_cache,
-    used_values,
-)
+from perm_circuits.analysis.probes.dla import elimination_answers, repeated_queries, run_cache, used_values
 from perm_circuits.analysis.interventions.checks import (
-    check_int,
-    check_layer,
-    check_neurons,
-    check_positive_int,
-    check_task_config,
+    check_int, check_layer, check_neurons, check_positive_int, check_task_config,
 )
 from perm_circuits.analysis.probes.memory import effective_unembed
 from perm_circuits.analysis.probes.mlp_flips import FlipStats, MLPFlips, mlp_prediction_flips
@@ -75,24 +62,15 @@ from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig, batch_from_queries, split_permutations
 
 __all__ = [
-    "FFNKeyValueProbe",
-    "FlipStats",
-    "MLPFlips",
-    "NeuronKeyValue",
-    "TriggerSet",
-    "enumerate_sequences",
-    "ffn_key_value_probe",
-    "mlp_prediction_flips",
-    "x_position_triggers",
+    "FFNKeyValueProbe", "FlipStats", "MLPFlips", "NeuronKeyValue", "TriggerSet", "enumerate_sequences",
+    "ffn_key_value_probe", "mlp_prediction_flips", "x_position_triggers",
 ]
 
 
 # ----------------------------------------------------------------------------- enumeration
 
 
-def enumerate_sequences(
-    config: TaskConfig, split: str = "test", repeat_sources: Sequence[int] = (0,)
-) -> Batch:
+def enumerate_sequences(config: TaskConfig, split: str = "test", repeat_sources: Sequence[int] = (0,)) -> Batch:
     """Every sequence of ``split``'s permutations x every x order, plain and repeated.
 
     For each ``s`` in ``repeat_sources`` the repeated variant replaces the last query by
@@ -172,29 +150,16 @@ class TriggerSet:
 
     def to_dataframe(self, index: Sequence[int] | Tensor | None = None) -> pd.DataFrame:
         rows = range(len(self)) if index is None else [int(i) for i in index]
-        return pd.DataFrame(
-            [
-                {
-                    "trigger": i,
-                    "position": int(self.position[i]),
-                    "step": int(self.step[i]),
-                    "query": int(self.query[i]),
-                    "used": tuple(v + 1 for v in self.used[i].nonzero()[:, 0].tolist()),
-                    "repeated": bool(self.repeated[i]),
-                    "target": int(self.target[i]),
-                    "target_prob": float(self.target_probs[i, int(self.target[i]) - 1]),
-                    "elimination": int(self.elimination[i]),
-                    "count": int(self.count[i]),
-                    "pattern": self.pattern(i),
-                }
-                for i in rows
-            ]
-        ).set_index("trigger")
+        return pd.DataFrame([
+            {"trigger": i, "position": int(self.position[i]), "step": int(self.step[i]), "query": int(self.query[i]),
+             "used": tuple(v + 1 for v in self.used[i].nonzero()[:, 0].tolist()), "repeated": bool(self.repeated[i]),
+             "target": int(self.target[i]), "target_prob": float(self.target_probs[i, int(self.target[i]) - 1]),
+             "elimination": int(self.elimination[i]), "count": int(self.count[i]), "pattern": self.pattern(i)}
+            for i in rows
+        ]).set_index("trigger")
 
 
-def x_position_triggers(
-    batch: Batch,
-) -> tuple[TriggerSet, Int[Tensor, " n"], Int[Tensor, " n"]]:
+def x_position_triggers(batch: Batch) -> tuple[TriggerSet, Int[Tensor, " n"], Int[Tensor, " n"]]:
     """Deduplicate the x-position prefixes of ``batch``.
 
     Returns ``(triggers, row, step_index)``: trigger ``i`` is prefix ``inputs[row[i], :2*step+1]``.
@@ -214,10 +179,7 @@ def x_position_triggers(
             (inverse, batch.ys[:, k] - 1), torch.ones(len(inputs), device=inputs.device), accumulate=True
         )
         parts.append((first, torch.full_like(first, k), counts, answers / counts[:, None]))
-    rows = torch.cat([p[0] for p in parts])
-    steps = torch.cat([p[1] for p in parts])
-    counts = torch.cat([p[2] for p in parts])
-    target_probs = torch.cat([p[3] for p in parts])
+    rows, steps, counts, target_probs = (torch.cat(column) for column in zip(*parts))
     triggers = TriggerSet(
         source=rows,
         position=2 * steps,
@@ -289,8 +251,7 @@ class FFNKeyValueProbe:
     @property
     def mean_agreement(self) -> float:
         """Mean per-neuron agreement over live neurons (chance: 1/V)."""
-        live = self.live
-        return sum(n.agreement for n in live) / len(live) if live else float("nan")
+        return _mean([n.agreement for n in self.live])
 
     @property
     def fraction_above_chance(self) -> float:
@@ -305,8 +266,7 @@ class FFNKeyValueProbe:
     def top1_agreement_rate(self) -> float:
         """Geva et al.'s agreement rate: mean over live neurons of P(the top trigger's correct y is
         the value's top token)."""
-        live = self.live
-        return sum(n.top1_agreement for n in live) / len(live) if live else float("nan")
+        return _mean([n.top1_agreement for n in self.live])
 
     @property
     def repeated_neurons(self) -> tuple[int, ...]:
@@ -322,13 +282,9 @@ class FFNKeyValueProbe:
             "fraction_above_chance": self.fraction_above_chance,
             "top1_agreement_rate": self.top1_agreement_rate,
             "n_repeated_neurons": float(len(self.repeated_neurons)),
-            "repeated_recall_agreement": self._repeated_mean("recall_agreement"),
-            "repeated_trap_suppressed": self._repeated_mean("trap_suppressed"),
+            "repeated_recall_agreement": _mean([n.recall_agreement for n in self.neurons if n.fires_on_repeated]),
+            "repeated_trap_suppressed": _mean([n.trap_suppressed for n in self.neurons if n.fires_on_repeated]),
         }
-
-    def _repeated_mean(self, field: str) -> float:
-        values = [getattr(n, field) for n in self.neurons if n.fires_on_repeated]
-        return sum(values) / len(values) if values else float("nan")
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per neuron (``value_probs`` and ``top_triggers`` left out)."""
@@ -336,9 +292,7 @@ class FFNKeyValueProbe:
         for n in self.neurons:
             row = asdict(n)
             row.pop("top_triggers")
-            probs = row.pop("value_probs")
-            for v, p in enumerate(probs, start=1):
-                row[f"p{v}"] = p
+            row.update({f"p{v}": p for v, p in enumerate(row.pop("value_probs"), start=1)})
             rows.append(row)
         return pd.DataFrame(rows).set_index("neuron")
 
@@ -348,6 +302,10 @@ class FFNKeyValueProbe:
             if n.neuron == neuron:
                 return self.triggers.to_dataframe(list(n.top_triggers))
         raise KeyError(f"neuron {neuron} was not probed")
+
+
+def _mean(values: list) -> float:
+    return sum(values) / len(values) if values else float("nan")
 
 
 def _mode_share(values: list) -> tuple[object, float]:
@@ -395,10 +353,8 @@ def ffn_key_value_probe(
     batch = enumerate_sequences(task, split, repeat_sources)
 
     post_name = f"blocks.{layer}.mlp.hook_post"
-    names = [post_name]
     has_scale = "ln_final.hook_scale" in model.hook_dict and config.normalization_type is not None
-    if has_scale:
-        names.append("ln_final.hook_scale")
+    names = [post_name, "ln_final.hook_scale"] if has_scale else [post_name]
     _, acts, _ = run_cache(model, batch.inputs, names, hooks)
     triggers, rows, steps = x_position_triggers(batch)
     positions = 2 * steps
@@ -442,43 +398,18 @@ def ffn_key_value_probe(
             recall_agreement = float((targets[rep] == value_top).float().mean())
             trap_agreement = float((trap == value_top).float().mean())
             trap_suppressed = float((trap == value_bottom).float().mean())
-        results.append(
-            NeuronKeyValue(
-                layer=layer,
-                neuron=n,
-                live=True,
-                max_activation=max_act,
-                n_triggers=len(idx),
-                value_top=value_top,
-                value_bottom=value_bottom,
-                value_probs=tuple(float(p) for p in logits.softmax(-1)),
-                value_logit_range=float(logits.max() - logits.min()),
-                agreement=agreement,
-                top1_agreement=float(hit[0]),
-                suppress_used=suppress,
-                top_pattern=str(top_pattern),
-                top_pattern_share=pattern_share,
-                top_position=int(top_position),
-                top_position_share=position_share,
-                top_query=int(top_query),
-                top_query_share=query_share,
-                repeated_share=repeated_share,
-                fires_on_repeated=repeated_share > 0.5,
-                repeated_selectivity=selectivity,
-                recall_agreement=recall_agreement,
-                trap_agreement=trap_agreement,
-                trap_suppressed=trap_suppressed,
-                top_triggers=tuple(int(i) for i in idx),
-            )
-        )
-    return FFNKeyValueProbe(
-        model_name=config.name,
-        layer=layer,
-        top_k=top_k,
-        n_sequences=len(batch),
-        triggers=triggers,
-        neurons=tuple(results),
-    )
+        results.append(NeuronKeyValue(
+            layer=layer, neuron=n, live=True, max_activation=max_act, n_triggers=len(idx), value_top=value_top,
+            value_bottom=value_bottom, value_probs=tuple(float(p) for p in logits.softmax(-1)),
+            value_logit_range=float(logits.max() - logits.min()), agreement=agreement, top1_agreement=float(hit[0]),
+            suppress_used=suppress, top_pattern=str(top_pattern), top_pattern_share=pattern_share,
+            top_position=int(top_position), top_position_share=position_share, top_query=int(top_query),
+            top_query_share=query_share, repeated_share=repeated_share, fires_on_repeated=repeated_share > 0.5,
+            repeated_selectivity=selectivity, recall_agreement=recall_agreement, trap_agreement=trap_agreement,
+            trap_suppressed=trap_suppressed, top_triggers=tuple(int(i) for i in idx),
+        ))
+    return FFNKeyValueProbe(model_name=config.name, layer=layer, top_k=top_k, n_sequences=len(batch), triggers=triggers,
+                            neurons=tuple(results))
 
 
 def _dead_neuron(layer: int, neuron: int, max_act: float, V: int) -> NeuronKeyValue:

@@ -11,7 +11,6 @@ import math
 from collections.abc import Mapping, Sequence
 
 import torch
-from torch import Tensor
 
 from perm_circuits.analysis.interventions.hooks import ablate
 from perm_circuits.analysis.interventions.permutation_table import AblationRow
@@ -23,11 +22,6 @@ from perm_circuits.posterior import bayes_posterior
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig
 
 __all__ = ["joint_eliminator_rows"]
-
-
-def _ablated_logits(model, batch: Batch, hooks: HookList, extra: HookList) -> Tensor:
-    with torch.no_grad(), model.hooks(fwd_hooks=list(hooks) + list(extra)):
-        return device_forward(model, batch.inputs)
 
 
 def joint_eliminator_rows(
@@ -56,14 +50,15 @@ def joint_eliminator_rows(
     for how in hows:
         extra: HookList = []
         if how == "optimal":  # layer by layer, each layer's constant searched with the earlier layers' in place
-            for layer in sorted(dict.fromkeys(s.layer for s in group)):
+            for layer in sorted(layers):
                 heads = [s.head for s in group if s.layer == layer]
                 extra += ablate(model, f"blocks.{layer}.attn.hook_z", how, reference=batch, index=heads,
                                 hooks=list(hooks) + extra)
         else:
             for s in group:
                 extra += single[(s.component, how)]
-        logits = _ablated_logits(model, batch, hooks, extra)
+        with torch.no_grad(), model.hooks(fwd_hooks=list(hooks) + extra):
+            logits = device_forward(model, batch.inputs)
         signals[(component, how)] = recall_signal(logits, batch.inputs)
         evaluation = evaluate_logits(logits, batch, config, posteriors=posteriors)
         memorization = evaluation.memorization

@@ -69,59 +69,20 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from perm_circuits.analysis.interventions.checks import (
-    check_position,
-    check_positions,
-    check_task_config,
-    seq_len,
-)
+from perm_circuits.analysis.interventions.checks import check_position, check_positions, check_task_config, seq_len
 from perm_circuits.analysis.interventions.patching import (  # the setters are re-exported for callers of generic_patch
-    ACTIVATIONS,
-    MIN_DENOMINATOR,
-    PatchCell,
-    PatchingCache,
-    PatchingPair,
-    PatchingSweep,
-    _check_options,
-    check_pair,
-    _heads,
-    _index_rows,
-    _layers,
-    _neuron_groups,
-    _run_sweep,
-    logit_diff,
-    patching_cache,
-    set_all,
-    set_head,
-    set_head_pos,
-    set_neurons,
-    set_pattern,
-    set_pattern_entry,
-    set_pos,
+    ACTIVATIONS, MIN_DENOMINATOR, PatchCell, PatchingCache, PatchingPair, PatchingSweep, _check_options, _heads,
+    _index_rows, _layers, _neuron_groups, _run_sweep, check_pair, logit_diff, patching_cache, set_all, set_head,
+    set_head_pos, set_neurons, set_pattern, set_pattern_entry, set_pos,
 )
 from perm_circuits.hooks import check_hooks
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig, batch_from_queries, make_batch, unused_query
 
 __all__ = [
-    "ACTIVATIONS",
-    "PatchCell",
-    "PatchingCache",
-    "PatchingReport",
-    "PatchingSweep",
-    "RecallHead",
-    "find_recall_head",
-    "generic_patch",
-    "logit_diff",
-    "patch_attn_out",
-    "patch_head_outputs",
-    "patch_head_patterns",
-    "patch_head_sources",
-    "patch_mlp",
-    "patch_residual",
-    "patching_cache",
-    "patching_pair",
-    "recall_patching",
+    "ACTIVATIONS", "PatchCell", "PatchingCache", "PatchingReport", "PatchingSweep", "RecallHead", "find_recall_head",
+    "generic_patch", "logit_diff", "patch_attn_out", "patch_head_outputs", "patch_head_patterns", "patch_head_sources",
+    "patch_mlp", "patch_residual", "patching_cache", "patching_pair", "recall_patching",
 ]
 
 
@@ -146,8 +107,7 @@ def patching_pair(
     xs[:, -1] = unused_query(clean.xs)
     no_source = torch.full((len(clean),), -1, dtype=torch.long, device=xs.device)
     corrupted = batch_from_queries(xs, clean.perms.clone(), no_source)
-    ys = corrupted.ys
-    return clean, corrupted, clean.ys[:, -1].clone(), ys[:, -1].clone()
+    return clean, corrupted, clean.ys[:, -1].clone(), corrupted.ys[:, -1].clone()
 
 
 def _resolve_pair(
@@ -229,14 +189,10 @@ def generic_patch(
     from the end and cells report the normalised ones).  ``hooks`` run in every forward (both
     cached runs and every patched run), before the patch.
 
-    ``pair`` defaults to ``patching_pair(task_config, n, seed)`` with ``task_config`` defaulting
-    to the model's training task (``task_config_of(model)``); ``task_config`` and ``n`` are not
-    used when ``pair`` is given.  ``seed`` seeds that default pair *and* the bootstrap
-    resamples of the confidence intervals (``n_boot`` of them, at level ``confidence``).
-
-    When the unpatched clean and corrupted mean logit differences differ by less than 1e-6,
-    the normalisation is undefined: every cell's ``mean``, ``ci_low``, ``ci_high`` and
-    ``per_sample`` value is nan (see :attr:`PatchingSweep.runs_differ`).
+    ``pair``, ``task_config``, ``n`` and ``seed`` as in the module docstring: ``seed`` seeds the
+    default pair *and* the ``n_boot`` bootstrap resamples of the confidence intervals (at level
+    ``confidence``).  Runs whose mean logit differences differ by less than 1e-6 give nan cells
+    (see :attr:`PatchingSweep.runs_differ`).
 
     A cell whose patched activation equals the target's own (e.g. any position before the last,
     in any layer: both runs share those tokens) is not run: its patched forward would be
@@ -281,8 +237,7 @@ def patch_head_outputs(
     """Patch each head's ``hook_z`` (its whole output), at all positions or per position.
 
     Shared arguments (``hooks``, ``source``, ``target``, ``n``, ``seed``, ``n_boot``, ``confidence``,
-    ``task_config``, ``cache``) as in :func:`generic_patch`: ``seed`` seeds the default pair
-    ``patching_pair(task_config or task_config_of(model), n, seed)`` and the bootstrap.
+    ``task_config``, ``cache``) as in :func:`generic_patch`.
     """
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
@@ -306,8 +261,7 @@ def patch_head_sources(
     ``"pattern"`` patches the weight from ``dest_position`` (default the last position) to each
     causal source position ``s <= dest``; ``"value"`` patches ``hook_v`` at each source
     position.  See the module docstring for what these measure.  ``dest_position`` accepts a
-    negative index (counted from the end).  Shared arguments as in :func:`generic_patch`
-    (``seed`` seeds the default pair and the bootstrap; ``task_config`` is the default pair's task).
+    negative index (counted from the end).  Shared arguments as in :func:`generic_patch`.
     """
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
@@ -328,17 +282,13 @@ patch_head_patterns = partial(generic_patch, patch_setter=set_pattern, activatio
     index_axes=("layer", "head"))
 patch_head_patterns.__doc__ = """Patch each head's whole attention pattern (``hook_pattern``, all destinations).
 
-``patch_head_patterns(model, pair=None, **kwargs)``; keyword arguments as :func:`generic_patch`
-(``hooks``, ``source``, ``target``, ``n``, ``seed`` (the default pair's and the bootstrap's seed),
-``n_boot``, ``confidence``, ``task_config`` (the task of the default pair))."""
+``patch_head_patterns(model, pair=None, **kwargs)``; keyword arguments as :func:`generic_patch`."""
 
 patch_attn_out = partial(generic_patch, patch_setter=set_pos, activation_name="attn_out",
     index_axes=("layer", "position"))
 patch_attn_out.__doc__ = """Patch the attention layer's output (``hook_attn_out``) per layer and position.
 
-``patch_attn_out(model, pair=None, **kwargs)``; keyword arguments as :func:`generic_patch`
-(``hooks``, ``source``, ``target``, ``n``, ``seed`` (the default pair's and the bootstrap's seed),
-``n_boot``, ``confidence``, ``task_config`` (the task of the default pair))."""
+``patch_attn_out(model, pair=None, **kwargs)``; keyword arguments as :func:`generic_patch`."""
 
 
 def patch_mlp(
@@ -355,8 +305,7 @@ def patch_mlp(
 
     With ``neuron_groups`` (a group size, or explicit lists of neurons; negative neurons count
     from the end) the sweep patches ``mlp.hook_post`` for each group at every position instead.
-    Shared arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the
-    bootstrap; ``task_config`` is the default pair's task).
+    Shared arguments as in :func:`generic_patch`.
     """
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
@@ -382,8 +331,7 @@ def patch_residual(
     """Patch the residual stream (``site`` = resid_pre / resid_mid / resid_post) per layer and position.
 
     ``positions`` (default all; negative ones count from the end) restricts the cells.  Shared
-    arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap;
-    ``task_config`` is the default pair's task).
+    arguments as in :func:`generic_patch`.
     """
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
@@ -408,9 +356,8 @@ def find_recall_head(
     """The head whose clean output (``hook_z``, all positions) restores the most recall.
 
     Runs :func:`patch_head_outputs` (clean -> corrupted, denoising) and names the head with the
-    largest normalised effect, with its bootstrap CI and the runner-up's effect.  ``pair``
-    defaults to ``patching_pair(task_config or task_config_of(model), n, seed)``; ``seed`` seeds
-    that pair and the bootstrap.
+    largest normalised effect, with its bootstrap CI and the runner-up's effect.  Arguments as in
+    :func:`generic_patch`.
 
     Raises:
         ValueError: when the clean and corrupted runs (under ``hooks``) have mean logit
@@ -456,8 +403,7 @@ def recall_patching(
     Heads (``hook_z`` all positions), heads x source position (attention weight from the last
     position), whole attention patterns per head, MLP output, MLP neuron groups (skipped when
     ``neuron_groups`` is None) and the residual stream per position at resid_pre, resid_mid and
-    resid_post.  ``pair`` defaults to ``patching_pair(task_config or task_config_of(model), n,
-    seed)``; ``seed`` seeds that pair and the bootstrap (see :func:`generic_patch`).
+    resid_post.  Arguments as in :func:`generic_patch`.
     """
     _check_options(source, target, n_boot, seed, confidence)
     pair = _resolve_pair(model, pair, n, seed, task_config)

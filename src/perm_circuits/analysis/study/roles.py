@@ -3,11 +3,9 @@
 The middle step of the head-role analysis: attention scores (:mod:`~perm_circuits.analysis.study.scores`)
 and ablation / patching evidence -> a :class:`HeadRole` per head and an :class:`MlpRole` per MLP (this
 module) -> the study's claims (:mod:`~perm_circuits.analysis.study.claims`) -> the verdict
-(:mod:`~perm_circuits.analysis.study.verdict`).
-
-Components are named ``L{layer}H{head}`` and ``L{layer}MLP`` in every layer; the same rules judge
-the heads and MLPs of every layer (in a multi-layer model a head in layer 1 is ablated and patched
-on its own ``blocks.1.attn.hook_z``, like a head in layer 0).
+(:mod:`~perm_circuits.analysis.study.verdict`).  Components are named ``L{layer}H{head}`` and
+``L{layer}MLP``; the same rules judge the heads and MLPs of every layer (a head in layer 1 is ablated
+and patched on its own ``blocks.1.attn.hook_z``, like a head in layer 0).
 
 Decision rules (all thresholds are fields of :class:`~perm_circuits.analysis.study.scores.RoleThresholds`):
 
@@ -35,11 +33,6 @@ Decision rules (all thresholds are fields of :class:`~perm_circuits.analysis.stu
   retention ``<= destroyed``) or ``"contributes to recall"``; needed for recall and elimination
   -> ``"needed for both"``; elimination only -> ``"needed for elimination"``; else ``"unused"`` /
   ``"minor"``.
-
-The study's claims built from these roles are in :mod:`~perm_circuits.analysis.study.claims`.
-
-Nothing here prints; every function validates its arguments before any forward pass and leaves
-no hooks on the model.
 """
 
 from __future__ import annotations
@@ -58,8 +51,19 @@ def mode_label(how: str) -> str:
     """An ablation mode as a word for sentences: ``"binding_free"`` -> ``"binding-free"``."""
     return how.replace("_", "-")
 
+
+class _ModeNote:
+    """``mode_note()`` of :class:`HeadRole` and :class:`MlpRole`."""
+
+    def mode_note(self) -> str:
+        """``"robust"`` (``"one mode judged"``) or ``"mode-dependent (zero: X, mean: Y, ...)"``."""
+        if self.robust:
+            return "robust" if len(self.role_by_how) > 1 else "one mode judged"
+        return "mode-dependent (" + ", ".join(f"{how}: {role}" for how, role in self.role_by_how) + ")"
+
+
 @dataclass(frozen=True)
-class HeadRole:
+class HeadRole(_ModeNote):
     """The role of one head under the decision mode, with the numbers behind it.
 
     ``elimination_accuracy`` / ``recall_accuracy`` are the last-step accuracies with the head
@@ -98,19 +102,9 @@ class HeadRole:
     robust: bool = True
     disagreeing: tuple[str, ...] = ()
 
-    def mode_note(self) -> str:
-        """``"robust"`` or ``"mode-dependent (zero: X, mean: Y, ...)"`` (see :class:`HeadRole`)."""
-        return _mode_note(self.role_by_how, self.robust)
-
-
-def _mode_note(role_by_how: tuple[tuple[str, str], ...], robust: bool) -> str:
-    if robust:
-        return "robust" if len(role_by_how) > 1 else "one mode judged"
-    return "mode-dependent (" + ", ".join(f"{how}: {role}" for how, role in role_by_how) + ")"
-
 
 @dataclass(frozen=True)
-class MlpRole:
+class MlpRole(_ModeNote):
     """The role of one layer's MLP (whole ``hook_mlp_out`` ablated / patched)."""
 
     layer: int
@@ -131,10 +125,6 @@ class MlpRole:
     robust: bool = True
     disagreeing: tuple[str, ...] = ()
 
-    def mode_note(self) -> str:
-        """``"robust"`` or ``"mode-dependent (zero: X, mean: Y, ...)"``."""
-        return _mode_note(self.role_by_how, self.robust)
-
 
 # ----------------------------------------------------------------------------- decisions
 
@@ -143,8 +133,8 @@ def _pct(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{100 * value:.1f}%"
 
 
-def _num(value: float, digits: int = 2) -> str:
-    return "n/a" if math.isnan(value) else f"{value:.{digits}f}"
+def _num(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.2f}"
 
 
 def _lt(value: float, bound: float) -> bool:
@@ -174,6 +164,10 @@ class _Context:
         if math.isnan(baseline) or baseline < self.t.incapable:
             return math.nan
         return (ablated - chance) / (baseline - chance)
+
+    def harms_elimination(self, retention: float, mae_increase: float) -> bool:
+        """Elimination retention below ``survives``, or a steps 1..V-1 MAE rise of ``mae_increase`` or more."""
+        return _lt(retention, self.t.survives) or _ge(mae_increase, self.t.mae_increase)
 
     def signal_retention(self, component: str) -> float:
         baseline = self.signals.get(("none", "none"), math.nan)
@@ -223,6 +217,12 @@ def _ablation_sentence(ctx: _Context, row: AblationRow, signal_retention: float)
     return text
 
 
+def _patch_sentence(effect: float, low: float, high: float) -> str:
+    if math.isnan(effect):
+        return ""
+    return f"Patching its clean output restores {_num(effect)} [{_num(low)}, {_num(high)}] of recall."
+
+
 def _attention_sentence(score: HeadScore) -> str:
     return (
         f"Attention: x queries put {_num(score.elim_y_mass)} of their weight on prior y positions "
@@ -265,31 +265,22 @@ def _judge_head(
     joint_ret = math.nan
     if joint is not None:
         joint_ret = ctx.retention(joint.elimination_accuracy, base.elimination_accuracy)
-    needs_elim = _lt(e_ret, t.survives) or _ge(mae_up, t.mae_increase)
+    needs_elim = ctx.harms_elimination(e_ret, mae_up)
     redundant = not needs_elim and _lt(joint_ret, t.survives) and not explained
     needs_recall, note = _recall_needed(ctx, r_ret, needs_elim or redundant, signal_ret, effect)
+    matched = score.patterns
     if (needs_elim or redundant) and needs_recall:
-        causal = "both"
+        causal, role = "both", "mixed"
     elif needs_elim or redundant:
         causal = "elimination (redundant)" if redundant else "elimination"
+        role = "eliminator" if "eliminator" in matched else "other"
     elif needs_recall:
         causal = "recall"
-    else:
-        causal = "none"
-    matched = score.patterns
-    if causal == "both":
-        role = "mixed"
-    elif causal.startswith("elimination"):
-        role = "eliminator" if "eliminator" in matched else "other"
-    elif causal == "recall":
         role = "duplicate/recall" if "duplicate" in matched else "binder" if "binder" in matched else "other"
     else:
-        role = "unused" if loss_up < t.loss_increase else "minor"
-    parts = [_attention_sentence(score), _ablation_sentence(ctx, row, signal_ret) + "."]
-    if note:
-        parts.append(note)
-    if not math.isnan(effect):
-        parts.append(f"Patching its clean output restores {_num(effect)} [{_num(low)}, {_num(high)}] of recall.")
+        causal, role = "none", "unused" if loss_up < t.loss_increase else "minor"
+    parts = [_attention_sentence(score), _ablation_sentence(ctx, row, signal_ret) + ".", note,
+             _patch_sentence(effect, low, high)]
     if joint is not None:
         parts.append(
             f"Ablating every head with the eliminator pattern together ({joint.component}): elimination "
@@ -301,13 +292,13 @@ def _judge_head(
         attention_role=score.attention_role, causal_role=causal, elimination_accuracy=row.elimination_accuracy,
         recall_accuracy=row.recall_accuracy, elimination_retention=e_ret, recall_retention=r_ret,
         early_mae_increase=mae_up, loss_increase=loss_up, patch_effect=effect, patch_ci_low=low, patch_ci_high=high,
-        joint_elimination_retention=joint_ret, recall_signal_retention=signal_ret, reason=" ".join(parts))
+        joint_elimination_retention=joint_ret, recall_signal_retention=signal_ret, reason=" ".join(filter(None, parts)))
 
 
 def _judge_mlp(ctx: _Context, layer: int, row: AblationRow, patching: PatchingSweep | None) -> MlpRole:
     t, component = ctx.t, _component(layer, None)
     e_ret, r_ret, mae_up, loss_up, signal_ret, (effect, low, high) = _measures(ctx, component, row, patching, layer=layer)
-    elim_harmed = _lt(e_ret, t.survives) or _ge(mae_up, t.mae_increase)
+    elim_harmed = ctx.harms_elimination(e_ret, mae_up)
     needs_recall, note = _recall_needed(ctx, r_ret, elim_harmed, signal_ret, math.nan)
     if needs_recall and not elim_harmed:
         role = "completes recall" if _le(r_ret, t.destroyed) else "contributes to recall"
@@ -317,11 +308,8 @@ def _judge_mlp(ctx: _Context, layer: int, row: AblationRow, patching: PatchingSw
         role = "needed for elimination"
     else:
         role = "unused" if loss_up < t.loss_increase else "minor"
-    reason = _ablation_sentence(ctx, row, signal_ret) + "."
-    if note:
-        reason += " " + note
-    if not math.isnan(effect):
-        reason += f" Patching its clean output restores {_num(effect)} [{_num(low)}, {_num(high)}] of recall."
+    reason = " ".join(filter(None, [_ablation_sentence(ctx, row, signal_ret) + ".", note,
+                                    _patch_sentence(effect, low, high)]))
     return MlpRole(layer=layer, component=component, role=role, elimination_accuracy=row.elimination_accuracy,
         recall_accuracy=row.recall_accuracy, elimination_retention=e_ret, recall_retention=r_ret,
         early_mae_increase=mae_up, loss_increase=loss_up, patch_effect=effect, patch_ci_low=low, patch_ci_high=high,

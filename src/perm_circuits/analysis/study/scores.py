@@ -1,8 +1,8 @@
 """Attention scores of every head: where each head attends, per source position, and how well it
 matches the study's hypothesised patterns.
 
-Part of the head-role analysis (:mod:`perm_circuits.analysis.study.verdict` runs it end to end):
-scores (this module) -> per-component roles (:mod:`~perm_circuits.analysis.study.roles`) -> the study's
+The first step of the head-role analysis (:mod:`perm_circuits.analysis.study.verdict` runs it end to
+end): scores (this module) -> per-component roles (:mod:`~perm_circuits.analysis.study.roles`) -> the study's
 claims (:mod:`~perm_circuits.analysis.study.claims`) -> the verdict.
 
 1. :func:`attention_by_source` -- the mean attention of every query position on every source
@@ -25,14 +25,8 @@ claims (:mod:`~perm_circuits.analysis.study.claims`) -> the verdict.
 
    The last query counts towards the elimination and binding scores on non-repeated sequences
    only (on repeated ones elimination is the wrong algorithm); earlier queries on every sequence.
-3. :func:`head_roles` -- combines the attention scores with causal evidence: the ablation table
-   of :mod:`perm_circuits.analysis.interventions.ablation` (zero / mean / resample; decisions use one mode,
 
-Attention patterns (thresholds are fields of :class:`RoleThresholds`, shared by every step of
-the verdict): ``"unused"`` (loss rises by < ``loss_increase`` = 0.05 nats) or ``"minor"``.
-- MLP role: needed for recall while elimination survives -> ``"completes recall"`` (recall
-  retention ``<= destroyed``) or ``"contributes to recall"``; needed for recall and elimination
-
+The thresholds of every step of the verdict are fields of :class:`RoleThresholds`.
 :func:`recall_signal` measures recall in logits (used by the verdict to tell a broken recall from
 a broken output).
 
@@ -42,6 +36,7 @@ no hooks on the model.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -54,20 +49,13 @@ from torch import Tensor
 from perm_circuits.analysis.interventions.checks import check_index, check_int, check_task_config
 from perm_circuits.checks import check_number
 from perm_circuits.devices import model_device
-from perm_circuits.hooks import HookList, check_hooks, run_capture
+from perm_circuits.hooks import check_hooks, run_capture
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_test_set, repeat_source_of, validate_tokens
 
 __all__ = [
-    "DEFAULT_THRESHOLDS",
-    "AttentionBySource",
-    "HeadScore",
-    "HeadScores",
-    "RoleThresholds",
-    "attention_by_source",
-    "head_scores",
-    "recall_signal",
-    "repeat_source_of",
+    "DEFAULT_THRESHOLDS", "AttentionBySource", "HeadScore", "HeadScores", "RoleThresholds", "attention_by_source",
+    "head_scores", "recall_signal", "repeat_source_of",
 ]
 
 STUDY_REPEAT_RATIO = 0.3
@@ -80,7 +68,7 @@ model's own task has none, so that recall can always be measured."""
 
 @dataclass(frozen=True)
 class RoleThresholds:
-    """Every threshold the verdict uses (see the module docstring for the rules).
+    """Every threshold the verdict uses (the rules are in :mod:`~perm_circuits.analysis.study.roles`).
 
     Attributes:
         eliminator_y_mass: minimum mass of x queries on prior y positions for the eliminator pattern.
@@ -258,23 +246,12 @@ class AttentionBySource:
             if count == 0:
                 continue
             values = mean.tolist()
-            for layer in range(n_layers):
-                for head in range(n_heads):
-                    for q in range(seq):
-                        for k in range(q + 1):
-                            rows.append({
-                                "group": group, "n": count, "layer": layer, "head": head,
-                                "component": _component(layer, head), "query_pos": q,
-                                "query": _position_label(q), "source_pos": k,
-                                "source": _position_label(k), "attention": values[layer][head][q][k],
-                            })
+            for layer, head, q in itertools.product(range(n_layers), range(n_heads), range(seq)):
+                rows += [{"group": group, "n": count, "layer": layer, "head": head,
+                          "component": _component(layer, head), "query_pos": q, "query": _position_label(q),
+                          "source_pos": k, "source": _position_label(k), "attention": values[layer][head][q][k]}
+                         for k in range(q + 1)]
         return pd.DataFrame(rows)
-
-
-def _capture_patterns(model, tokens: Tensor, hooks: HookList) -> Tensor:
-    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(model_config_of(model).n_layers)]
-    store = run_capture(model, tokens, names, hooks)[1]
-    return torch.stack([store[name].float() for name in names], dim=1)  # [batch, layer, head, q, k]
 
 
 def attention_by_source(
@@ -306,17 +283,14 @@ def attention_by_source(
     tokens = _resolve_tokens(model, test_set, task_config, n, seed)
     hooks = check_hooks(model, hooks)
     config = model_config_of(model)
-    patterns = _capture_patterns(model, tokens, hooks)
+    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(config.n_layers)]
+    store = run_capture(model, tokens, names, hooks)[1]
+    patterns = torch.stack([store[name].float() for name in names], dim=1)  # [batch, layer, head, q, k]
     source = repeat_source_of(tokens)
     repeated = source >= 0
-
-    def group_mean(rows: Tensor) -> Tensor:
-        if not rows.any():
-            return torch.full(patterns.shape[1:], math.nan, device=patterns.device)
-        return patterns[rows].mean(dim=0)
-
     return AttentionBySource(model_name=config.name, V=config.V, n_samples=len(tokens), n_repeated=int(repeated.sum()),
-        mean_not_repeated=group_mean(~repeated), mean_repeated=group_mean(repeated), patterns=patterns, source=source)
+        mean_not_repeated=_mean_rows(patterns, ~repeated), mean_repeated=_mean_rows(patterns, repeated),
+        patterns=patterns, source=source)
 
 
 # ----------------------------------------------------------------------------- head scores
@@ -378,10 +352,10 @@ class HeadScores:
 
 
 def _mean_rows(values: Tensor, rows: Tensor) -> Tensor:
-    """Mean over the selected batch rows of ``values [batch, layer, head]`` (nan if none)."""
+    """Mean over the selected batch rows of ``values [batch, ...]`` (nan, of the same dtype, if none)."""
     if not rows.any():
-        return torch.full(values.shape[1:], math.nan, dtype=torch.float64, device=values.device)
-    return values[rows].double().mean(dim=0)
+        return torch.full(values.shape[1:], math.nan, dtype=values.dtype, device=values.device)
+    return values[rows].mean(dim=0)
 
 
 def _patterns_matched(score: dict, thresholds: RoleThresholds) -> tuple[str, ...]:
@@ -409,14 +383,11 @@ def _scores(attention: AttentionBySource, thresholds: RoleThresholds) -> HeadSco
             "scores need some (the last query is scored on non-repeated sequences only)"
         )
 
-    def rows_for(q: int) -> Tensor:
-        return ~repeated if q == last else everyone
-
     y_mass, entropy, prev_y = [], [], []
     for j in range(2, V + 1):  # x_j at position 2(j-1)
         q = 2 * (j - 1)
         prior = list(range(1, q, 2))
-        rows = rows_for(q)
+        rows = ~repeated if q == last else everyone  # the last query: non-repeated sequences only
         A = P[:, :, :, q, prior]  # [batch, layer, head, j-1]
         mass = A.sum(dim=-1)
         y_mass.append(_mean_rows(mass, rows))
@@ -427,53 +398,49 @@ def _scores(attention: AttentionBySource, thresholds: RoleThresholds) -> HeadSco
             entropy.append(_mean_rows(h, rows))
     y_self = [_mean_rows(P[:, :, :, 2 * j - 1, 2 * j - 1], everyone) for j in range(1, V)]
 
+    nan = torch.full(P.shape[1:3], math.nan, dtype=torch.float64, device=P.device)
+
     def stack_mean(items: list[Tensor]) -> Tensor:
-        if not items:
-            return torch.full(P.shape[1:3], math.nan, dtype=torch.float64, device=P.device)
-        return torch.stack(items).mean(dim=0)
+        return torch.stack(items).mean(dim=0) if items else nan
 
     elim_y_mass, elim_entropy = stack_mean(y_mass), stack_mean(entropy)
     x_prev_y, y_self_mean = stack_mean(prev_y), stack_mean(y_self)
 
     # duplicate token: last query -> the repeated x (position 2k) and its y (2k + 1)
-    nan = torch.full(P.shape[1:3], math.nan, dtype=torch.float64, device=P.device)
     dup_rep, dup_base, src_rep, src_base = nan, nan, nan, nan
     if repeated.any():
         k = source[repeated]
         rows_last = P[repeated][:, :, :, last]  # [n_rep, layer, head, k]
-        dup_rep = rows_last[torch.arange(len(k), device=k.device), :, :, 2 * k].mean(dim=0)
-        src_rep = rows_last[torch.arange(len(k), device=k.device), :, :, 2 * k + 1].mean(dim=0)
+        sample = torch.arange(len(k), device=k.device)
+        dup_rep = rows_last[sample, :, :, 2 * k].mean(dim=0)
+        src_rep = rows_last[sample, :, :, 2 * k + 1].mean(dim=0)
         base_last = P[~repeated][:, :, :, last].mean(dim=0)  # [layer, head, k]
         weights = torch.bincount(k, minlength=V - 1).double() / len(k)  # share of each source
         dup_base = (base_last[:, :, 0 : 2 * (V - 1) : 2] * weights).sum(dim=-1)
         src_base = (base_last[:, :, 1 : 2 * (V - 1) : 2] * weights).sum(dim=-1)
 
     heads = []
-    n_layers, n_heads = P.shape[1], P.shape[2]
-    for layer in range(n_layers):
-        for head in range(n_heads):
-            def at(t: Tensor) -> float:
-                return float(t[layer, head])
+    for layer, head in itertools.product(range(P.shape[1]), range(P.shape[2])):
+        def at(t: Tensor) -> float:
+            return float(t[layer, head])
 
-            score = {
-                "elim_y_mass": at(elim_y_mass),
-                "elim_entropy": at(elim_entropy),
-                "elimination_score": at(elim_y_mass) * at(elim_entropy),
-                "x_prev_y": at(x_prev_y),
-                "y_self": at(y_self_mean),
-                "binding_score": (at(x_prev_y) + at(y_self_mean)) / 2,
-                "dup_repeated": at(dup_rep),
-                "dup_baseline": at(dup_base),
-                "duplicate_score": at(dup_rep) - at(dup_base),
-                "source_y_repeated": at(src_rep),
-                "source_y_baseline": at(src_base),
-                "source_y_shift": at(src_rep) - at(src_base),
-            }
-            matched = _patterns_matched(score, thresholds)
-            heads.append(
-                HeadScore(layer=layer, head=head, component=_component(layer, head), **score, patterns=matched,
-                    attention_role="+".join(matched) or "other")
-            )
+        score = {
+            "elim_y_mass": at(elim_y_mass),
+            "elim_entropy": at(elim_entropy),
+            "elimination_score": at(elim_y_mass) * at(elim_entropy),
+            "x_prev_y": at(x_prev_y),
+            "y_self": at(y_self_mean),
+            "binding_score": (at(x_prev_y) + at(y_self_mean)) / 2,
+            "dup_repeated": at(dup_rep),
+            "dup_baseline": at(dup_base),
+            "duplicate_score": at(dup_rep) - at(dup_base),
+            "source_y_repeated": at(src_rep),
+            "source_y_baseline": at(src_base),
+            "source_y_shift": at(src_rep) - at(src_base),
+        }
+        matched = _patterns_matched(score, thresholds)
+        heads.append(HeadScore(layer=layer, head=head, component=_component(layer, head), **score, patterns=matched,
+                               attention_role="+".join(matched) or "other"))
     return HeadScores(model_name=attention.model_name, n_samples=attention.n_samples, n_repeated=attention.n_repeated,
         thresholds=thresholds, heads=tuple(heads))
 

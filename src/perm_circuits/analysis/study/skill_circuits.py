@@ -20,13 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from perm_circuits.analysis.circuits.criteria import (
-    CircuitMetrics,
-    FaithfulnessByMode,
-    Node,
-    circuit_metrics,
-    faithfulness_by_mode,
-    propose_circuit,
-    shared_ablations,
+    CircuitMetrics, FaithfulnessByMode, Node, circuit_metrics, faithfulness_by_mode, propose_circuit, shared_ablations,
     skill_logit_diff,
 )
 from perm_circuits.hooks import HookList
@@ -75,13 +69,14 @@ class SkillCircuit:
         return self.metrics.subgroup(self.skill)
 
     @property
+    def mode_rows(self) -> tuple:
+        """The skill's :class:`~perm_circuits.analysis.circuits.criteria.FaithfulnessRow` under every mode judged."""
+        return tuple(row for row in self.by_mode.rows if row.subgroup == self.skill)
+
+    @property
     def faithful_by_how(self) -> tuple[tuple[str, bool], ...]:
         """``(mode, faithful)`` for every mode judged (nan error counts as not faithful)."""
-        out = []
-        for row in self.by_mode.rows:
-            if row.subgroup == self.skill:
-                out.append((row.how, bool(row.faithfulness_error <= self.tolerance)))
-        return tuple(out)
+        return tuple((row.how, bool(row.faithfulness_error <= self.tolerance)) for row in self.mode_rows)
 
     @property
     def mode_dependent(self) -> bool:
@@ -90,7 +85,7 @@ class SkillCircuit:
 
     def note(self) -> str:
         """The mode sensitivity in words, e.g. ``"faithful under mean (0.90) but not under zero (error 1.44)"``."""
-        rows = {row.how: row for row in self.by_mode.rows if row.subgroup == self.skill}
+        rows = {row.how: row for row in self.mode_rows}
         good = [h for h, ok in self.faithful_by_how if ok]
         bad = [h for h, ok in self.faithful_by_how if not ok]
         if not bad:

@@ -1,26 +1,16 @@
 """Head roles end to end: assign every head and MLP a role and say whether the study's story holds.
 
-The study's story (one eliminating head, one binding head, the FFN completing recall, no recall
-without a second head) is spelled out claim by claim in :mod:`perm_circuits.analysis.study.claims`; this
-module measures each piece and says, per model (any seed, any size), whether it holds.
-
-:func:`head_roles` combines the attention scores (:mod:`~perm_circuits.analysis.study.scores`) with
-causal evidence, all measured once: the ablation table of :mod:`perm_circuits.analysis.interventions.ablation`
-under every mode (zero / mean / resample / binding-free / optimal), a joint ablation of heads
-that share the eliminator pattern (redundant accumulators survive single ablations), the recall
-patching of :mod:`perm_circuits.analysis.study.recall_patching` (how much of the clean logit difference each
-head's / the MLP's clean output restores) and the :func:`~perm_circuits.analysis.study.scores.recall_signal`
-under every ablation (this separates "recall broken" from "output broken" when an ablation kills
-elimination and recall together).  Per-component roles follow the rules of
-:mod:`~perm_circuits.analysis.study.roles`, the study's claims those of
-:mod:`~perm_circuits.analysis.study.claims`.  Decisions use one mode (``how="mean"`` by default, see
+:func:`head_roles` measures the causal evidence once (attention scores, the ablation table under
+every mode, the joint ablation of heads sharing the eliminator pattern, recall patching, recall
+signals; its docstring lists the steps); :func:`judge_roles` is the pure decision step, usable on
+precomputed or hand-made evidence.  Both return a :class:`RoleVerdict`: a role per head and per MLP
+(rules in :mod:`~perm_circuits.analysis.study.roles`), the study's claims (supported / contradicted /
+inconclusive, with the numbers; :mod:`~perm_circuits.analysis.study.claims`) and a plain-text
+:meth:`RoleVerdict.summary`.  Decisions use one mode (``how="mean"`` by default, see
 :data:`MODE_REASONS` for why); every other mode is judged too, so each role and claim says whether
 it is robust to the ablation choice, and the verdict whether it is the same in every mode
-(``RoleVerdict.verdict_by_how``).  It returns a :class:`RoleVerdict` with a role per head and per
-MLP, a claims table (supported / contradicted / inconclusive, with the numbers) and a plain-text
-:meth:`RoleVerdict.summary`.  :func:`judge_roles` is the pure decision step, usable on
-precomputed or hand-made evidence.  The story holds when every claim is supported and does not
-when any is contradicted.
+(``RoleVerdict.verdict_by_how``).  The story holds when every claim is supported and does not when
+any is contradicted.
 
 Nothing here prints; every function validates its arguments before any forward pass and leaves
 no hooks on the model.
@@ -42,16 +32,11 @@ from perm_circuits.analysis.study.claims import Claim, ClaimTable, study_claims
 from perm_circuits.analysis.circuits.induction_story import InductionStory, induction_story
 from perm_circuits.analysis.study.recall_patching import PatchingSweep, patch_head_outputs, patch_mlp
 from perm_circuits.checks import check_number
-from perm_circuits.analysis.study.roles import HeadRole, MlpRole, _Context, _ge, _judge_head, _judge_mlp, _lt, _pct
-from perm_circuits.analysis.study.roles import mode_label
+from perm_circuits.analysis.study.roles import (
+    HeadRole, MlpRole, _Context, _ge, _judge_head, _judge_mlp, _pct, mode_label,
+)
 from perm_circuits.analysis.study.scores import (
-    HeadScores,
-    RoleThresholds,
-    _check_thresholds,
-    _component,
-    _resolve_batch,
-    _scores,
-    attention_by_source,
+    HeadScores, RoleThresholds, _check_thresholds, _component, _resolve_batch, _scores, attention_by_source,
     recall_signal,
 )
 from perm_circuits.analysis.study.skill_circuits import CIRCUIT_MAX_N, CIRCUIT_TOLERANCE, SkillCircuit, skill_circuits
@@ -164,13 +149,10 @@ class RoleVerdict:
 
         for head in self.heads:
             score = self.scores.get(head.layer, head.head)
-            record = record_of(head, kind="head")
-            for name in ("elim_y_mass", "elim_entropy", "elimination_score", "x_prev_y", "y_self",
-                         "binding_score", "dup_repeated", "dup_baseline", "duplicate_score", "source_y_shift"):
-                record[name] = getattr(score, name)
-            rows.append(record)
-        for mlp in self.mlps:
-            rows.append(record_of(mlp, kind="mlp", head=None))
+            rows.append({**record_of(head, kind="head"), **{name: getattr(score, name) for name in (
+                "elim_y_mass", "elim_entropy", "elimination_score", "x_prev_y", "y_self", "binding_score",
+                "dup_repeated", "dup_baseline", "duplicate_score", "source_y_shift")}})
+        rows += [record_of(mlp, kind="mlp", head=None) for mlp in self.mlps]
         return pd.DataFrame(rows)
 
     def circuit(self, skill: str) -> SkillCircuit:
@@ -197,10 +179,9 @@ class RoleVerdict:
                 "min_minimality": min((e.minimality for e in m.minimality), default=math.nan),
             }
             record.update({f"minimality_{e.node}": e.minimality for e in m.minimality})
-            for row in item.by_mode.rows:
-                if row.subgroup == item.skill:
-                    record[f"faithfulness_{row.how}"] = row.faithfulness
-                    record[f"faithfulness_error_{row.how}"] = row.faithfulness_error
+            for row in item.mode_rows:
+                record[f"faithfulness_{row.how}"] = row.faithfulness
+                record[f"faithfulness_error_{row.how}"] = row.faithfulness_error
             record["mode_dependent"] = item.mode_dependent
             rows.append(record)
         return pd.DataFrame(rows)
@@ -226,33 +207,22 @@ class RoleVerdict:
         lines += [f"- {mlp.component} = {mlp.role} [{mlp.mode_note()}]. {mlp.reason}" for mlp in self.mlps]
         if self.induction is not None:
             lines.append(f"Induction: {self.induction.summary()}")
-        contradicted = [c for c in self.claims if c.status == "contradicted"]
         if self.story_holds is True:
             lines.append(f"Verdict: the study's story holds for {self.model_name}: every claim below is supported.")
         elif self.story_holds is False:
-            lines.append(
-                f"Verdict: the study's story does NOT hold for {self.model_name}: "
-                + "; ".join(c.evidence.rstrip(".") for c in contradicted)
-                + "."
-            )
+            contradicted = "; ".join(c.evidence.rstrip(".") for c in self.claims if c.status == "contradicted")
+            lines.append(f"Verdict: the study's story does NOT hold for {self.model_name}: {contradicted}.")
         else:
-            lines.append(
-                f"Verdict: the study's story is neither confirmed nor refuted for {self.model_name}: "
-                "no claim is contradicted, but not every claim is supported."
-            )
-        if len(self.verdict_by_how) > 1:
+            lines.append(f"Verdict: the study's story is neither confirmed nor refuted for {self.model_name}: "
+                         "no claim is contradicted, but not every claim is supported.")
+        if len(self.verdict_by_how) > 1 and self.verdict_robust:
+            lines.append(f"The verdict is the same under every ablation mode judged ({', '.join(self.hows)})"
+                         + (f", though the roles of {', '.join(self.mode_dependent)} change with the mode."
+                            if self.mode_dependent else "; so is every component's role."))
+        elif len(self.verdict_by_how) > 1:
             words = {True: "holds", False: "does not hold", None: "undecided"}
-            if self.verdict_robust:
-                lines.append(
-                    f"The verdict is the same under every ablation mode judged ({', '.join(self.hows)})"
-                    + (f", though the roles of {', '.join(self.mode_dependent)} change with the mode."
-                       if self.mode_dependent else "; so is every component's role.")
-                )
-            else:
-                lines.append(
-                    "The verdict depends on the ablation mode: "
-                    + ", ".join(f"{how}: {words[holds]}" for how, holds in self.verdict_by_how) + "."
-                )
+            lines.append("The verdict depends on the ablation mode: "
+                         + ", ".join(f"{how}: {words[holds]}" for how, holds in self.verdict_by_how) + ".")
         if self.circuits:
             lines.append(f"Proposed circuits (IOI criteria, {self.circuits[0].metrics.n_samples} sequences):")
             lines += [f"- {item.summary()}" for item in self.circuits]
@@ -269,18 +239,12 @@ class RoleVerdict:
         return self.summary()
 
 
-
 def _assess(
-    scores: HeadScores,
-    ablation: AblationTable,
-    config: ModelConfig,
-    how: str,
-    t: RoleThresholds,
-    head_patching: PatchingSweep | None,
-    mlp_patching: PatchingSweep | None,
-    joint: tuple[AblationRow, ...],
+    scores: HeadScores, ablation: AblationTable, config: ModelConfig, how: str, t: RoleThresholds,
+    head_patching: PatchingSweep | None, mlp_patching: PatchingSweep | None, joint: tuple[AblationRow, ...],
     signals: dict[tuple[str, str], float],
 ) -> tuple[list[HeadRole], list[MlpRole], list[Claim]]:
+    """Roles and claims under one mode ``how`` (the per-mode step of :func:`judge_roles`)."""
     base = ablation.baseline
     ctx = _Context(V=config.V, how=how, t=t, base=base, recall_present=_ge(base.recall_accuracy, t.incapable),
         elimination_present=_ge(base.elimination_accuracy, t.incapable), signals=signals)
@@ -289,8 +253,8 @@ def _assess(
 
     def breaks_elimination(component: str) -> bool:
         row = ablation.get(component, how)
-        retention = ctx.retention(row.elimination_accuracy, base.elimination_accuracy)
-        return _lt(retention, t.survives) or _ge(row.early_mae_train - base.early_mae_train, t.mae_increase)
+        return ctx.harms_elimination(ctx.retention(row.elimination_accuracy, base.elimination_accuracy),
+                                     row.early_mae_train - base.early_mae_train)
 
     alone = [c for c in joint_members if breaks_elimination(c)] if joint_row is not None else []
     heads = [
@@ -336,12 +300,11 @@ def judge_roles(
         probe: P(y = 1..V) on the study's probe, quoted in the summary.
     """
     t = _check_thresholds(thresholds)
-    if not isinstance(scores, HeadScores):
-        raise TypeError(f"scores must be HeadScores, got {type(scores).__name__}")
-    if not isinstance(ablation, AblationTable):
-        raise TypeError(f"ablation must be an AblationTable, got {type(ablation).__name__}")
-    if not isinstance(model_config, ModelConfig):
-        raise TypeError(f"model_config must be a ModelConfig, got {type(model_config).__name__}")
+    for name, value, kind, what in (("scores", scores, HeadScores, "HeadScores"),
+                                    ("ablation", ablation, AblationTable, "an AblationTable"),
+                                    ("model_config", model_config, ModelConfig, "a ModelConfig")):
+        if not isinstance(value, kind):
+            raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
     if how not in HOWS:
         raise ValueError(f"how must be one of {HOWS}, got {how!r}")
     for sweep, label in ((head_patching, "head_patching"), (mlp_patching, "mlp_patching")):
@@ -373,7 +336,7 @@ def judge_roles(
     judged = {h: _assess(scores, ablation, model_config, h, t, head_patching, mlp_patching, joint, signals)
               for h in dict.fromkeys([how, *hows])}
     heads, mlps, claims = judged[how]
-    modes = [h for h in hows] or [how]
+    modes = hows or [how]
 
     def with_modes(item: HeadRole | MlpRole, index: int, kind: int) -> HeadRole | MlpRole:
         by_how = tuple((h, judged[h][kind][index].role) for h in modes)
@@ -443,22 +406,15 @@ def head_roles(
     3. when the model recalls (baseline recall >= ``thresholds.incapable``):
        :func:`~perm_circuits.analysis.study.recall_patching.patch_head_outputs` and
        :func:`~perm_circuits.analysis.study.recall_patching.patch_mlp` (clean -> corrupted recall patching on
-       ``n_pair`` pairs from ``patching_pair(task, n_pair, pair_seed)`` -- ``task`` being
-       ``task_config`` when given, else the model's task -- and ``n_boot`` bootstrap resamples
-       seeded with ``pair_seed``) and the :func:`recall_signal` of the baseline and of every ablation
-       (from the ablation table's logits, no extra forward);
+       ``n_pair`` pairs, ``n_boot`` bootstrap resamples) and the :func:`recall_signal` of the baseline
+       and of every ablation (from the ablation table's logits, no extra forward);
     4. the probe's probabilities (V = 5);
     5. when ``circuits`` (default): a circuit per skill -- elimination always, recall when the
-       model recalls (the gate of step 3) -- proposed by
-       :func:`~perm_circuits.analysis.circuits.criteria.propose_circuit` under ``how`` and judged by the IOI
-       criteria (Wang et al. 2022): :func:`~perm_circuits.analysis.circuits.criteria.circuit_metrics` under
-       ``how`` (faithfulness, completeness, minimality per node) and
-       :func:`~perm_circuits.analysis.circuits.criteria.faithfulness_by_mode` under every mode in ``hows``
-       (``RoleVerdict.circuits``, :class:`SkillCircuit`).  This step uses the first
-       :data:`CIRCUIT_MAX_N` sequences of the test set (all of them when fewer) and the same
-       ``ablation_seed``; two skills with the same proposed nodes share one measurement; a skill
-       with no rows in that sub-batch, or a model F of exactly 0 on it, gets no circuit;
-
+       model recalls (the gate of step 3) -- proposed under ``how`` and judged by the IOI criteria
+       (Wang et al. 2022) under ``how`` and every mode in ``hows``
+       (:func:`~perm_circuits.analysis.study.skill_circuits.skill_circuits`; ``RoleVerdict.circuits``,
+       :class:`SkillCircuit`), on the first :data:`CIRCUIT_MAX_N` sequences of the test set (all of
+       them when fewer) with the same ``ablation_seed``;
     6. when ``induction`` (default) and ``n_layers >= 2``: the induction story
        (:func:`~perm_circuits.analysis.circuits.induction_story.induction_story` on ``n_pair`` sequences,
        ``pair_seed``, ``n_boot``; ``RoleVerdict.induction``, a line of the summary);
@@ -471,12 +427,9 @@ def head_roles(
     :func:`~perm_circuits.analysis.study.claims.single_head`).
 
     Decision mode: mean ablation (``DECISION_MODE``), unchanged from earlier versions and not
-    chosen for the story it tells.  It is the IOI convention (Wang et al. 2022) and keeps every
-    activation on its usual values; zero ablation is off-distribution for components with a
-    large mean output (d32h2's L0H0: zero-ablating it removes elimination, mean-ablating it
-    removes recall); optimal ablation (Li & Janson 2024) would be the principled "least harmful
-    constant", but its constant comes from a truncated numerical search, so it is reported, not
-    used for decisions.  ``RoleVerdict.how_reason`` says this in a sentence.
+    chosen for the story it tells; :data:`MODE_REASONS` says why (``RoleVerdict.how_reason``).
+    Zero ablation is off-distribution for components with a large mean output (d32h2's L0H0:
+    zero-ablating it removes elimination, mean-ablating it removes recall).
 
     Args:
         test_set: default ``make_test_set(task, n=n, seed=seed)`` of ``task_config`` (default:
@@ -487,10 +440,8 @@ def head_roles(
             ``task_config_of(model)``); must have the model's V.
         seed: the seed of the default test set only (``make_test_set(task, n=n, seed=seed)``);
             unused when ``test_set`` is given.  The other measurements have their own seeds.
-        n_pair: number of patching pairs.
         pair_seed: the seed of the patching pairs (``patching_pair(task, n_pair, pair_seed)``)
             and of the patching bootstrap.
-        n_boot: bootstrap resamples of the patching confidence intervals.
         hooks: an intervention applied in every run (the verdict of the intervened model); it
             must work on any batch, as it also runs on the patching pairs (and the probe).
         ablation_seed: the resample-ablation seed (which reference sample replaces each test
@@ -514,9 +465,7 @@ def head_roles(
         raise ValueError(f"how must be one of {HOWS}, got {how!r}")
     if how not in hows:
         raise ValueError(f"how={how!r} must be one of hows={tuple(hows)}")
-    if not isinstance(probe, bool):
-        raise TypeError(f"probe must be a bool, got {probe!r}")
-    for name, flag in (("circuits", circuits), ("induction", induction)):
+    for name, flag in (("probe", probe), ("circuits", circuits), ("induction", induction)):
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be a bool, got {flag!r}")
     for name, value, minimum in (("n_pair", n_pair, 2), ("pair_seed", pair_seed, 0), ("n_boot", n_boot, 10),
