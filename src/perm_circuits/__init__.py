@@ -107,7 +107,7 @@ __all__ = [
 ]
 
 MOVED: dict[str, str] = {
-    **dict.fromkeys(("task_ablation_table", "ablate", "ffn_key_value_probe", "memory_recall", "mlp_prediction_flips", "optimal_constant",
+    **dict.fromkeys(("ablate", "ffn_key_value_probe", "memory_recall", "mlp_prediction_flips", "optimal_constant",
                      "TaskAblationTable", "TaskPatch", "target_logprob"), "perm_circuits.analysis"),
     **dict.fromkeys(("Evaluation", "RecallGeneralisation", "StepMetrics", "SubgroupMetrics", "probe_probabilities"),
                     "perm_circuits.evaluate"),

@@ -227,7 +227,6 @@ from perm_circuits.analysis.interventions.ablation_table import (  # noqa: E402
     TaskAblationRow,
     TaskAblationTable,
     ablate_tokens,
-    task_ablation_table,
 )
 from perm_circuits.analysis.interventions.activation_patching import TaskPatch, patch_activation, patch_head, target_logprob  # noqa: E402
 
@@ -243,4 +242,4 @@ from perm_circuits.analysis.probes.task_attribution import (  # noqa: E402
 __all__ += ["AttentionScores", "TargetAttribution", "TaskReportData", "attention_scores", "target_logit_attribution",
             "target_logprob_gain", "task_report_data"]
 __all__ += ["ANY_TASK_HOWS", "TASK_HOWS", "TaskAblationRow", "TaskAblationTable", "TaskPatch", "ablate_tokens", "patch_activation",
-            "patch_head", "target_logprob", "task_ablation_table"]
+            "patch_head", "target_logprob"]

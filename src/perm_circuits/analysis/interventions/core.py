@@ -48,6 +48,9 @@ __all__ = [
     "check_hook_point",
     "check_how",
     "check_pairing",
+    "component_hook",
+    "components_of",
+    "lbfgs_constant",
     "minimise_constant",
     "next_token_loss",
     "reference_tokens",
@@ -163,6 +166,24 @@ def activation_axes(activation_shape: Sequence[int], layout: str) -> tuple[int, 
 def layout_of(hook_name: str) -> str:
     """``"pattern"`` for ``[batch, head, dest, src]`` attention patterns, else ``"pos"``."""
     return "pattern" if hook_name.endswith("hook_pattern") else "pos"
+
+
+def components_of(model) -> list[tuple[str, int, int | None]]:
+    """Every head (``L{l}H{h}``, where ``blocks.L.attn.hook_z`` exists) and MLP (``L{l}MLP``) of ``model``:
+    ``(label, layer, head or None)``."""
+    shape = model_shape(model)
+    out: list[tuple[str, int, int | None]] = []
+    for layer in range(shape.n_layers):
+        if shape.heads(layer) and shape.n_heads:
+            out += [(f"L{layer}H{head}", layer, head) for head in range(shape.n_heads)]
+        if shape.mlp(layer):
+            out.append((f"L{layer}MLP", layer, None))
+    return out
+
+
+def component_hook(layer: int, head: int | None) -> str:
+    """The hook a component is ablated on: ``blocks.L.attn.hook_z`` (a head) or ``blocks.L.hook_mlp_out``."""
+    return f"blocks.{layer}.attn.hook_z" if head is not None else f"blocks.{layer}.hook_mlp_out"
 
 
 # ----------------------------------------------------------------------------- the hook closure
@@ -288,6 +309,32 @@ def next_token_loss(reference: TaskBatch | Tensor) -> Callable[[Tensor], Tensor]
     return shifted
 
 
+def lbfgs_constant(model, loss_of: Callable[[Tensor], Tensor], start: Tensor, steps: int) -> Tensor:
+    """The constant after ``steps`` full-batch L-BFGS iterations (strong-Wolfe line search) on
+    ``loss_of(constant)`` from ``start``, with ``model``'s parameters frozen meanwhile.  Deterministic on CPU."""
+    constant = start.detach().clone().requires_grad_(True)
+    if steps == 0:
+        return constant.detach()
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        optimiser = torch.optim.LBFGS([constant], lr=1.0, max_iter=steps, line_search_fn="strong_wolfe")
+
+        def closure() -> Tensor:
+            optimiser.zero_grad()
+            value = loss_of(constant)
+            value.backward()
+            return value
+
+        with torch.enable_grad():
+            optimiser.step(closure)
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+    return constant.detach()
+
+
 def minimise_constant(
     model,
     hook_name: str,
@@ -304,31 +351,15 @@ def minimise_constant(
     iterations (strong-Wolfe line search) from the mean of ``activation`` over the batch, the model
     frozen.  Deterministic on CPU; any model whose forward is differentiable.
     """
-    constant = activation.detach().float().mean(dim=0).clone().requires_grad_(True)
-    if steps == 0:
-        return constant.detach()
-    params = [p for p in model.parameters() if p.requires_grad]
-    for p in params:
-        p.requires_grad_(False)
-    try:
-        optimiser = torch.optim.LBFGS([constant], lr=1.0, max_iter=steps, line_search_fn="strong_wolfe")
 
+    def loss_of(constant: Tensor) -> Tensor:
         def replace(act: Tensor, hook) -> Tensor:
             return torch.where(mask.to(act.device), constant.to(act.device, act.dtype), act)
 
-        def closure() -> Tensor:
-            optimiser.zero_grad()
-            with model.hooks(fwd_hooks=list(hooks) + [(hook_name, replace)]):
-                value = loss(device_forward(model, tokens))
-            value.backward()
-            return value
+        with model.hooks(fwd_hooks=list(hooks) + [(hook_name, replace)]):
+            return loss(device_forward(model, tokens))
 
-        with torch.enable_grad():
-            optimiser.step(closure)
-    finally:
-        for p in params:
-            p.requires_grad_(True)
-    return constant.detach()
+    return lbfgs_constant(model, loss_of, activation.detach().float().mean(dim=0), steps)
 
 
 def pair_tokens(model, clean: object, corrupted: object) -> tuple[Tensor, Tensor]:
