@@ -108,7 +108,7 @@ __all__ = [
 
 
 def check_reference(reference: object, V: int) -> Batch | None:
-    """A permutation :class:`~perm_circuits.tasks.permutation_data.Batch` reference (or ``None``) with tokens valid for ``V``."""
+    """A permutation :class:`~perm_circuits.tasks.permutation_data.Batch` (or ``None``) with tokens valid for ``V``."""
     if reference is None:
         return None
     if not isinstance(reference, Batch):
@@ -135,7 +135,8 @@ def reference_activations(
     return run_capture(model, reference.inputs, names, hooks)[1]
 
 
-def _check_selection(model, hook_name: object, index: object, positions: object) -> tuple[str, str, list[int] | None, list[int] | None]:
+def _check_selection(model, hook_name: object, index: object,
+                     positions: object) -> tuple[str, str, list[int] | None, list[int] | None]:
     """``(hook_name, layout, index_list, position_list)`` validated against a permutation model."""
     n_positions = seq_len(model)
     hook_name = check_hook_point(model, hook_name)
@@ -167,11 +168,6 @@ def ablate(
     reference batch's masked next-token loss), with the reference required for all but zero.
 
     Args:
-        model: the bridge; indices are validated against its config.
-        hook_name: any hook point of the model except ``hook_attn_scores`` (edits to it are
-            ignored in TL4).
-        how: ``"zero"``, ``"mean"``, ``"resample"``, ``"binding_free"`` or ``"optimal"`` (see the
-            module docstring).
         reference: batch for every mode but ``"zero"`` (default: the model's fixed test set
             ``make_test_set(task_config_of(model))``): the mean, the resample pool, the queries of
             the binding-free reference (whose hooks then fit only this batch, row for row), or the

@@ -175,10 +175,7 @@ def _ablation_runs(
     components = components_of(model)
     names = list(dict.fromkeys(component_hook(layer, head) for _, layer, head in components))
 
-    posteriors = (
-        bayes_posterior(test_set.inputs, config, "uniform"),
-        bayes_posterior(test_set.inputs, config, "train"),
-    )
+    posteriors = tuple(bayes_posterior(test_set.inputs, config, prior) for prior in ("uniform", "train"))
 
     def run(extra: HookList) -> tuple[Tensor, object]:
         with torch.no_grad(), model.hooks(fwd_hooks=hooks + extra):
