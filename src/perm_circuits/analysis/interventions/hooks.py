@@ -210,6 +210,7 @@ def ablate(
         activation = run_capture(model, reference.inputs, [hook_name], hooks)[1][hook_name]
     return [(hook_name, ablation_fn(how, layout, index_list, position_list, activation, seed, pairing, constant))]
 
+
 def optimal_constant(
     model,
     hook_name: str,

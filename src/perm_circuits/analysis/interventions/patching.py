@@ -1,13 +1,8 @@
-"""The machinery of activation patching: cached runs, the patch loop, results and setters.
-
-:mod:`perm_circuits.analysis.study.recall_patching` builds on this module: it owns the recall set-up (the
-clean/corrupted pair of Wang et al. 2022's denoising patching, see its docstring), the public
-:func:`~perm_circuits.analysis.study.recall_patching.generic_patch` and the named sweeps.  Here live the
-parts that know nothing about recall: the logit-difference metric, the result dataclasses
-(:class:`PatchCell`, :class:`PatchingSweep`), the cache of the two unpatched runs
-(:class:`PatchingCache`), the paired bootstrap, the validation of index rows, the loop that runs one
-forward per cell and normalises, and the patch setters (``patch_setter(target, index, source)``
-in the style of TransformerLens' ``generic_activation_patch``).
+"""The machinery of activation patching that knows nothing about recall: cached runs, the patch
+loop, the paired bootstrap, results and the patch setters (``patch_setter(target, index, source)``
+in the style of TransformerLens' ``generic_activation_patch``).  The recall set-up of Wang et al.
+2022's denoising patching and the named sweeps live in :mod:`perm_circuits.analysis.study.recall_patching`;
+path patching and any-task activation patching share the loop and the bootstrap.
 """
 
 from __future__ import annotations
@@ -193,14 +188,9 @@ class PatchingSweep:
 
 @dataclass
 class PatchingCache:
-    """Cached clean/corrupted activations and logit differences of one pair under ``hooks``.
-
-    Built by :func:`patching_cache`; the sweeps of :mod:`perm_circuits.analysis.study.recall_patching` take
-    it as ``cache=`` to share the two unpatched forward passes (and the bootstrap resamples)
-    across several sweeps of the same pair.
-
-    ``weights`` (the bootstrap's resample weights) are drawn once per (n_boot, seed), so every
-    sweep of a report uses the same resamples.
+    """Cached clean/corrupted activations and logit differences of one pair under ``hooks``
+    (:func:`patching_cache`), shared by several sweeps of the pair as ``cache=``; the bootstrap's
+    resample ``weights`` are drawn once per (n_boot, seed), so every sweep uses the same resamples.
     """
 
     model: object

@@ -214,9 +214,7 @@ def _ablation_runs(
                                              upstream=activations)
             fn = ablation_fn(how, "pos", index, position_list, activation, seed, pairing, constant)
             logits, evaluation = run([(hook_name, fn)])
-            follows = math.nan
-            if how in answers:
-                follows = float((logits[:, -1].argmax(-1) == answers[how]).float().mean())
+            follows = float((logits[:, -1].argmax(-1) == answers[how]).float().mean()) if how in answers else math.nan
             rows.append(_row(component, how, layer, head, evaluation, follows))
             hook_lists[(component, how)] = [(hook_name, fn)]
             all_logits[(component, how)] = logits
