@@ -91,10 +91,8 @@ def check_pairing(pairing: object) -> str:
 
 
 def _is_bridge(model) -> bool:
-    try:
-        from transformer_lens.model_bridge import TransformerBridge
-    except ImportError:  # pragma: no cover - TL4 always has it
-        return False
+    from transformer_lens.model_bridge import TransformerBridge
+
     return isinstance(model, TransformerBridge)
 
 

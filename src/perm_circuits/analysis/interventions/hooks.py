@@ -21,11 +21,9 @@ paper, sections 3 and A; Chan et al. 2022 on resample ablation):
   reference's own queries, paired by row: sample ``i``'s activation is replaced by the one the
   component computes on the *same queries* (same tokens at the x positions, same repeat
   structure) with the answers of an independent permutation.  Only the (x, y) binding the
-  sample shows is destroyed (the analogue of the IOI paper's "ABC" reference).  It is a
-  row-paired resample, not a mean: as a distribution the binding-free batch *is* the task's
-  (see :func:`binding_free_reference`), so its mean equals the ``"mean"`` mode's up to sampling
-  noise and would add nothing.  Its hooks fit batches of the reference's size only (the batch
-  that is evaluated, row for row).
+  sample shows is destroyed (the analogue of the IOI paper's "ABC" reference).  Not a mean: as
+  a distribution the binding-free batch *is* the task's, so its mean would be the ``"mean"``
+  mode's.  Its hooks fit batches of the reference's size only (row for row).
 - ``"optimal"``: optimal ablation (Li & Janson 2024, "Optimal ablation for interpretability"):
   the activation is set to the constant (per position, and per head / neuron) that minimises the
   task loss on the reference batch, found by a fixed number of L-BFGS iterations from the mean
