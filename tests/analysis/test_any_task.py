@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from perm_circuits import ModelConfig, TaskConfig, build_model
-from perm_circuits.analysis.interventions.ablation import ablate_head, ablation_table, task_ablation_table
+from perm_circuits.analysis.interventions.ablation import ablate_head, ablation_table
 from perm_circuits.analysis.probes.memory import ov_memory_probe
 from perm_circuits.analysis.circuits.criteria import (
     Node,
@@ -187,13 +187,8 @@ def test_optimal_ablation_on_a_task_model_beats_mean_ablation_on_its_reference(f
     assert hook_count(model) == 0
 
 
-def test_the_deprecated_task_table_warns_and_gives_the_same_numbers(forner):
+def test_the_task_table_needs_a_task_and_zero_ablation_silences_the_head(forner):
     model, task = forner
-    with pytest.warns(DeprecationWarning, match="use perm_circuits.analysis.ablation_table"):
-        old = task_ablation_table(model, task, ("zero", "mean"), n=80, seed=3)
-    new = ablation_table(model, ("zero", "mean"), task=task, test_set=task.test_set(80, 3),
-                         reference=task.test_set(500, 4), test_seed=3)
-    assert old.to_dataframe().equals(new.to_dataframe())
     with pytest.raises(TypeError, match="needs task="):
         ablation_table(model)
     zero = run_logits(model, task.test_set(5).tokens, ablate_head(model, 0, 0, "zero"))

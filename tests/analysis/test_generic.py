@@ -13,12 +13,11 @@ from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from perm_circuits import ModelConfig, TaskConfig, build_model
-from perm_circuits.analysis import ablate, ablate_head, ablate_mlp
+from perm_circuits.analysis import ablate, ablate_head, ablate_mlp, ablation_table
 from perm_circuits.analysis.probes.memory import memory_recall
 from perm_circuits.analysis.interventions.ablation_table import (
     ablate_tokens,
     reference_tokens,
-    task_ablation_table,
 )
 from perm_circuits.analysis.interventions.activation_patching import (
     patch_activation,
@@ -129,9 +128,9 @@ def test_mean_and_resample_use_the_reference_tokens():
     assert hook_count(model) == 0
 
 
-def test_task_ablation_table_on_a_toy_model():
+def test_task_ablation_table_of_a_toy_model():
     model = ToyModel()
-    table = task_ablation_table(model, TOY_TASK, n=100)
+    table = ablation_table(model, task=TOY_TASK, n=100)
     frame = table.to_dataframe()
     assert list(frame["component"]) == ["none"] + ["L0H0", "L0H1", "L0MLP"] * 3
     assert table.primary_metric == "accuracy"
@@ -142,7 +141,7 @@ def test_task_ablation_table_on_a_toy_model():
     assert zero.metrics["accuracy"] == expected.metrics["accuracy"]
     assert zero.test_loss == pytest.approx(expected.test_loss, abs=1e-5)
     assert frame.loc[0, "delta_accuracy"] == 0.0
-    again = task_ablation_table(ToyModel(), TOY_TASK, n=100)
+    again = ablation_table(ToyModel(), task=TOY_TASK, n=100)
     assert again.to_dataframe().equals(frame)  # same arguments, same numbers
 
 
@@ -174,7 +173,7 @@ def test_bad_inputs_raise_clear_errors_before_any_work():
     with pytest.raises(ValueError, match=r"one number per sequence, shape \(10,\)"):
         patch_head(model, clean, clean, lambda logits: logits.sum(), 0, 0)
     with pytest.raises(ValueError, match="hows entries must be in"):
-        task_ablation_table(model, TOY_TASK, ("zero", "optimal"))
+        ablation_table(model, ("zero", "binding_free"), task=TOY_TASK)
     assert hook_count(model) == 0
 
 
@@ -224,7 +223,7 @@ def test_forner_mean_ablation_uses_the_reference(forner):
     assert torch.allclose(store["blocks.0.attn.hook_z"], ref["blocks.0.attn.hook_z"].mean(0, keepdim=True).expand(400, -1, -1, -1))
     mean = evaluate_task(model, task, test_set, hooks=hooks).metrics["teacher_forced_accuracy"]
     assert 0.2 < mean < 0.5  # the mean output still names a likely action at each position
-    table = task_ablation_table(model, task, n=400, seed=11, reference=reference)
+    table = ablation_table(model, task=task, n=400, test_seed=11, reference=reference)
     assert table.get("L0H0", "mean").metrics["teacher_forced_accuracy"] == mean
     assert [row.component for row in table.rows] == ["none", "L0H0", "L0H0", "L0H0"]
 
@@ -267,7 +266,7 @@ def test_study_bridge_with_a_task_batch_reference_matches_the_batch_reference():
     via_task = run_logits(model, tokens, ablate_head(model, 0, 1, "mean", reference=reference))
     via_batch = run_logits(model, tokens, ablate_head(model, 0, 1, "mean", reference=as_batch(reference)))
     assert torch.equal(via_task, via_batch)
-    table = task_ablation_table(model, task, ("zero",), n=100)
+    table = ablation_table(model, ("zero",), task=task, n=100)
     assert [row.component for row in table.rows] == ["none", "L0H0", "L0H1", "L0MLP"]
 
 
@@ -304,7 +303,7 @@ def test_birth_ablation_table_finds_the_induction_head(birth):
     model, task = birth
     shape = model_shape(model)
     assert (shape.n_layers, shape.n_heads, shape.d_mlp, shape.mlp(0)) == (2, 1, None, False)
-    table = task_ablation_table(model, task, ("zero", "mean"), n=200)
+    table = ablation_table(model, ("zero", "mean"), task=task, n=200, reference=task.test_set(500, 1235))
     assert [row.component for row in table.rows] == ["none", "L0H0", "L1H0", "L0H0", "L1H0"]
     assert table.primary_metric == "in_context_acc"
     base = table.baseline.metrics["in_context_acc"]
@@ -357,7 +356,7 @@ def factual():
 def test_factual_ablations_remove_every_fact(factual):
     model, task = factual
     assert model_shape(model).mlp(0) and model_shape(model).n_heads == 1
-    table = task_ablation_table(model, task, ("zero", "mean"), n=300)
+    table = ablation_table(model, ("zero", "mean"), task=task, n=300, reference=task.test_set(500, 1235))
     assert [row.component for row in table.rows] == ["none", "L0H0", "L0MLP", "L0H0", "L0MLP"]
     assert table.baseline.metrics["fact_accuracy"] == 1.0
     answers = task.test_set(300).extras["answer"]

@@ -1,25 +1,15 @@
-"""Ablation on every model: the hook builders and one ablation table.
-
-One public module for ablation (Wang et al. 2022, "Interpretability in the Wild", sections 3 and
-A; Chan et al. 2022 on resample ablation; Li & Janson 2024, "Optimal ablation for
-interpretability"), assembled from three layers that import downwards only:
-
-- :mod:`perm_circuits.analysis.interventions.core`: the task-free core (modes, selection, the hook
-  closure, hook-point checks, :func:`ablate_tokens` on any hooked model);
-- :mod:`perm_circuits.analysis.interventions.hooks`: :func:`ablate`, :func:`ablate_head`,
-  :func:`ablate_mlp` and :func:`optimal_constant` (the study's bridges in all five modes; any
-  other model, or a :class:`~perm_circuits.tasks.base.TaskBatch` reference, through the core);
-- the tables: :mod:`perm_circuits.analysis.interventions.permutation_table` (the study's metrics) and
-  :mod:`perm_circuits.analysis.interventions.ablation_table` (any task's own metrics).
-
-:func:`ablation_table` picks the table from the model and the arguments.
+"""Ablation on every model: the hook builders of :mod:`.hooks` and :mod:`.core`, and one ablation table
+(Wang et al. 2022, "Interpretability in the Wild"; Chan et al. 2022 on resample ablation; Li & Janson
+2024, "Optimal ablation for interpretability").  :func:`ablation_table` picks the table from the
+model and the arguments: the permutation study's metrics (:mod:`.permutation_table`) or any
+task's own (:mod:`.ablation_table`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from perm_circuits.analysis.interventions.checks import check_int, check_layer, check_positions, check_seed  # noqa: F401 (shared validators)
+from perm_circuits.analysis.interventions.checks import check_int, check_layer, check_positions, check_seed  # noqa: F401 (re-exported)
 from perm_circuits.analysis.interventions.hooks import (
     HOWS,
     PAIRINGS,
@@ -33,7 +23,7 @@ from perm_circuits.analysis.interventions.hooks import (
 )
 from perm_circuits.analysis.interventions.permutation_table import AblationRow, AblationTable, _ablation_runs
 from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, TASK_HOWS, ablate_tokens
-from perm_circuits.analysis.interventions.ablation_table import TaskAblationRow, TaskAblationTable, task_ablation_table, task_table
+from perm_circuits.analysis.interventions.ablation_table import TaskAblationRow, TaskAblationTable, task_table
 from perm_circuits.model_shape import is_permutation_model
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig
 from perm_circuits.tasks.base import Task, TaskBatch
@@ -56,7 +46,6 @@ __all__ = [
     "optimal_constant",
     "reference_activations",
     "resample_rows",
-    "task_ablation_table",
 ]
 
 

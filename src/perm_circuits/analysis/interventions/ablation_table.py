@@ -11,19 +11,20 @@ resample, optimal; Wang et al. 2022, the IOI paper, section 3; Chan et al. 2022;
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
 from tqdm.auto import tqdm
 
-from perm_circuits.analysis.interventions.checks import check_int, check_seed
+from perm_circuits.analysis.interventions.checks import check_seed
 from perm_circuits.analysis.interventions.core import (
     ANY_TASK_HOWS,
     TASK_HOWS,
     ablate_tokens,
     check_hook_point,
+    component_hook,
+    components_of,
     reference_tokens,
 )
 from perm_circuits.devices import model_device
@@ -39,7 +40,6 @@ __all__ = [
     "check_hook_point",
     "components_of",
     "reference_tokens",
-    "task_ablation_table",
     "task_table",
 ]
 
@@ -85,35 +85,18 @@ class TaskAblationTable:
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per (component, mode): the metrics, ``test_loss`` and ``delta_<metric>`` vs the baseline."""
-        base = self.baseline
-        records = []
-        for row in self.rows:
-            record = {"component": row.component, "how": row.how, "layer": row.layer, "head": row.head}
-            record.update(row.metrics)
-            record["test_loss"] = row.test_loss
-            for name in self.metric_names:
-                record[f"delta_{name}"] = row.metrics[name] - base.metrics[name]
-            records.append(record)
-        return pd.DataFrame(records)
+        base = self.baseline.metrics
+        return pd.DataFrame([
+            {"component": row.component, "how": row.how, "layer": row.layer, "head": row.head, **row.metrics,
+             "test_loss": row.test_loss, **{f"delta_{m}": row.metrics[m] - base[m] for m in self.metric_names}}
+            for row in self.rows
+        ])
 
     def get(self, component: str, how: str) -> TaskAblationRow:
         for row in self.rows:
             if row.component == component and row.how == how:
                 return row
         raise KeyError(f"no row for component {component!r} under how={how!r}")
-
-
-def components_of(model) -> list[tuple[str, int, int | None]]:
-    """Every head (``L{l}H{h}``, where ``blocks.L.attn.hook_z`` exists) and MLP (``L{l}MLP``) of ``model``:
-    ``(label, layer, head or None)``."""
-    shape = model_shape(model)
-    out: list[tuple[str, int, int | None]] = []
-    for layer in range(shape.n_layers):
-        if shape.heads(layer) and shape.n_heads:
-            out += [(f"L{layer}H{head}", layer, head) for head in range(shape.n_heads)]
-        if shape.mlp(layer):
-            out.append((f"L{layer}MLP", layer, None))
-    return out
 
 
 def task_table(
@@ -165,46 +148,10 @@ def task_table(
     rows = [TaskAblationRow("none", "none", None, None, dict(base.metrics), base.test_loss)]
     cells = [(how, c) for how in hows for c in components]
     for how, (label, layer, head) in tqdm(cells, disable=not progress, desc="task ablation", leave=False):
-        hook_name = f"blocks.{layer}.attn.hook_z" if head is not None else f"blocks.{layer}.hook_mlp_out"
-        extra = ablate_tokens(model, hook_name, how, reference=None if how == "zero" else reference, index=head,
-                              positions=positions, seed=resample_seed, hooks=hooks)
+        extra = ablate_tokens(model, component_hook(layer, head), how, reference=None if how == "zero" else reference,
+                              index=head, positions=positions, seed=resample_seed, hooks=hooks)
         result = measure_task(model, task, test_set, hooks=hooks + extra)
         rows.append(TaskAblationRow(label, how, layer, head, dict(result.metrics), result.test_loss))
     return TaskAblationTable(task.name, base.model_name, tuple(task.metric_names), tuple(rows), len(test_set),
                              test_seed)
 
-
-def task_ablation_table(
-    model,
-    task: Task,
-    hows: Sequence[str] = TASK_HOWS,
-    *,
-    n: int = 500,
-    seed: int = 1234,
-    reference: TaskBatch | None = None,
-    n_reference: int = 500,
-    resample_seed: int = 0,
-    progress: bool = False,
-) -> TaskAblationTable:
-    """Deprecated: use ``ablation_table(model, hows, task.test_set(n, seed), task=task, reference=...)``.
-
-    The same table: ``task.test_set(n, seed)`` evaluated with each component ablated, the
-    reference ``task.test_set(n_reference, seed + 1)`` by default, ``resample_seed`` the resample
-    seed; modes from :data:`TASK_HOWS`.
-    """
-    warnings.warn("task_ablation_table is deprecated; use perm_circuits.analysis.ablation_table(model, hows, "
-                  "test_set, task=task, reference=...)", DeprecationWarning, stacklevel=2)
-    if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:
-        raise TypeError(f"hows must be a non-empty list or tuple of modes from {TASK_HOWS}, got {hows!r}")
-    for how in hows:
-        if how not in TASK_HOWS:
-            raise ValueError(f"hows entries must be in {TASK_HOWS}, got {how!r}")
-    check_int("n", n, 1)
-    check_int("n_reference", n_reference, 1)
-    check_seed(seed)
-    if reference is not None and not isinstance(reference, TaskBatch):
-        raise TypeError(f"reference must be a TaskBatch or None, got {type(reference).__name__}")
-    if reference is None and any(how != "zero" for how in hows):
-        reference = task.test_set(n_reference, seed + 1)
-    return task_table(model, task, list(hows), task.test_set(n, seed), reference=reference,
-                      resample_seed=resample_seed, test_seed=seed, progress=progress)

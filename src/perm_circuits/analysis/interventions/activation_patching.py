@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import pandas as pd
 import torch
@@ -27,14 +28,21 @@ from jaxtyping import Float
 from torch import Tensor
 
 from perm_circuits.analysis.interventions.checks import check_head, check_index_list, check_layer, check_positions
-from perm_circuits.analysis.interventions.core import activation_axes, check_hook_point, pair_tokens, selection
+from perm_circuits.analysis.interventions.core import (
+    activation_axes,
+    check_hook_point,
+    layout_of,
+    pair_tokens,
+    selection,
+)
 from perm_circuits.analysis.interventions.patching import (
     _check_options,
     bootstrap_weights,
     metric_values,
     normalised_effects,
+    patched_values,
 )
-from perm_circuits.devices import device_forward, model_device
+from perm_circuits.devices import model_device
 from perm_circuits.hooks import check_hooks, run_capture
 from perm_circuits.tasks.base import TaskBatch
 
@@ -118,26 +126,17 @@ def patch_activation(
 ) -> TaskPatch:
     """Patch ``hook_name`` from the clean run into the corrupted one and measure ``metric`` (module docstring).
 
-    Args:
-        model: any model with TransformerLens hook points.
-        clean: token ids ``[batch, seq]`` (or a :class:`TaskBatch`), row ``i`` paired with row
-            ``i`` of ``corrupted``.
-        corrupted: token ids of the same shape (or a :class:`TaskBatch`).
-        metric: ``metric(logits) -> [batch]`` (e.g. ``target_logprob(clean_batch)``).
-        index: entries of the axis after ``pos`` (heads for ``attn.hook_*``; heads for
-            ``hook_pattern``); ``None`` patches the whole activation.
-        positions: positions of the activation's own position axis (destination positions for
-            ``hook_pattern``); ``None`` = all.
-        layer: reported in the result only.
-        n_boot: resamples of the paired bootstrap.
-        seed: seeds the bootstrap resamples.
-        confidence: level of the percentile interval.
-        hooks: interventions active in all three runs.
+    ``clean`` and ``corrupted`` are token ids ``[batch, seq]`` of one shape (or :class:`TaskBatch`
+    es), row ``i`` paired with row ``i``; ``metric(logits) -> [batch]`` (e.g.
+    ``target_logprob(clean_batch)``).  ``index`` selects entries of the axis after ``pos`` (heads
+    for ``attn.hook_*`` and ``hook_pattern``) and ``positions`` the activation's own positions
+    (destination positions for ``hook_pattern``); ``None`` patches everything.  ``layer`` is
+    reported only; ``n_boot`` paired-bootstrap resamples, seeded with ``seed``, give the
+    ``confidence`` interval; ``hooks`` are active in all three runs.  Any hooked model.
     """
     hook_name = check_hook_point(model, hook_name)
-    pair_tokens(model, clean, corrupted)  # validated as given, then moved once: the three runs stay on the model
-    device = model_device(model)
-    clean_tokens, corrupted_tokens = pair_tokens(model, clean.to(device), corrupted.to(device))
+    device = model_device(model)  # validated as given, then moved once: the three runs stay on the model
+    clean_tokens, corrupted_tokens = (tokens.to(device) for tokens in pair_tokens(model, clean, corrupted))
     if not callable(metric):
         raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
     _check_options("clean", "corrupted", n_boot, seed, confidence)
@@ -147,13 +146,11 @@ def patch_activation(
     if hook_name not in clean_store:
         raise ValueError(f"hook point {hook_name!r} did not run in {type(model).__name__}'s forward pass")
     source = clean_store[hook_name]
-    layout = "pattern" if hook_name.endswith("hook_pattern") else "pos"
+    layout = layout_of(hook_name)
     n_pos, n_index = activation_axes(source.shape, layout)
     chosen = check_index_list("index", index, n_index) if index is not None else None
     where = check_positions(positions, n_pos)
     clean_values = metric_values(metric, clean_logits, batch)
-    with torch.no_grad(), model.hooks(fwd_hooks=hooks):
-        corrupted_values = metric_values(metric, device_forward(model, corrupted_tokens), batch)
     mask = selection(source.shape, layout, chosen, where, source.device)
 
     def patch(activation: Tensor, hook) -> Tensor:
@@ -161,26 +158,16 @@ def patch_activation(
             raise ValueError(f"activation {tuple(activation.shape)} does not match the clean one {tuple(source.shape)}")
         return torch.where(mask.to(activation.device), source.to(activation.device, activation.dtype), activation)
 
-    with torch.no_grad(), model.hooks(fwd_hooks=hooks + [(hook_name, patch)]):
-        patched_values = metric_values(metric, device_forward(model, corrupted_tokens), batch)
-    _, means, low, high = normalised_effects(patched_values[None], clean_values, corrupted_values,
+    # the corrupted run unpatched, then with the clean activation patched in
+    corrupted_values, patched = patched_values(model, corrupted_tokens, hooks, [[], [(hook_name, patch)]],
+                                               partial(metric_values, metric, batch=batch), None)
+    _, means, low, high = normalised_effects(patched[None], clean_values, corrupted_values,
                                              lambda: bootstrap_weights(batch, n_boot, seed), confidence)
-    return TaskPatch(
-        hook_name=hook_name,
-        layer=layer,
-        head=chosen[0] if chosen is not None and len(chosen) == 1 and hook_name.endswith(("attn.hook_z", "hook_pattern")) else None,
-        positions=tuple(where) if where is not None else None,
-        clean=float(clean_values.mean()),
-        corrupted=float(corrupted_values.mean()),
-        patched=float(patched_values.mean()),
-        effect=float(means[0]),
-        ci_low=float(low[0]),
-        ci_high=float(high[0]),
-        n=batch,
-        confidence=confidence,
-        n_boot=n_boot,
-    )
-
+    one_head = chosen is not None and len(chosen) == 1 and hook_name.endswith(("attn.hook_z", "hook_pattern"))
+    return TaskPatch(hook_name=hook_name, layer=layer, head=chosen[0] if one_head else None,
+                     positions=tuple(where) if where is not None else None, clean=float(clean_values.mean()),
+                     corrupted=float(corrupted_values.mean()), patched=float(patched.mean()), effect=float(means[0]),
+                     ci_low=float(low[0]), ci_high=float(high[0]), n=batch, confidence=confidence, n_boot=n_boot)
 
 def patch_head(
     model,

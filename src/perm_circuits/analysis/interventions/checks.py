@@ -12,7 +12,7 @@ normalised, non-negative index is what results and labels report.  ``bool`` is n
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -84,48 +84,38 @@ def check_position(position: object, size: int, name: str = "position") -> int:
     return check_index(name, position, size, f"sequences have {size} positions")
 
 
+def _distinct_indices(name: str, value: object, check_one: Callable[[object], int]) -> list[int] | None:
+    """``None``, or the int / non-empty sequence (or 1-D integer tensor) ``value`` as distinct checked indices."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, int) and not isinstance(value, bool) else value
+    if isinstance(items, Tensor):
+        if items.dtype.is_floating_point or items.dtype.is_complex or items.dtype == torch.bool or items.ndim > 1:
+            raise TypeError(f"{name} must be ints, got a {items.dtype} tensor of shape {tuple(items.shape)}")
+        items = [int(v) for v in items.tolist()]
+    if not isinstance(items, (list, tuple, range)):
+        raise TypeError(f"{name} must be an int or a sequence of ints, got {type(value).__name__} {value!r}")
+    if len(items) == 0:
+        raise ValueError(f"{name} must not be empty")
+    out = [check_one(item) for item in items]
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name} has repeated entries: {list(items)}")
+    return out
+
+
 def check_positions(positions: object, size: int, name: str = "positions") -> list[int] | None:
     """``None`` (all positions), an int, or a non-empty sequence of distinct positions.
 
     Negative positions count from the end; the result holds the normalised positions.
     """
-    if positions is None:
-        return None
-    items = [positions] if isinstance(positions, int) and not isinstance(positions, bool) else positions
-    if isinstance(items, Tensor):
-        items = _tensor_ints(name, items)
-    if not isinstance(items, (list, tuple, range)):
-        raise TypeError(f"{name} must be an int or a sequence of ints, got {type(positions).__name__} {positions!r}")
-    if len(items) == 0:
-        raise ValueError(f"{name} must not be empty")
-    out = [check_position(p, size, "position") for p in items]
-    if len(set(out)) != len(out):
-        raise ValueError(f"{name} has repeated entries: {list(items)}")
-    return out
-
-
-def _tensor_ints(name: str, items: Tensor) -> list[int]:
-    if items.dtype.is_floating_point or items.dtype.is_complex or items.dtype == torch.bool or items.ndim > 1:
-        raise TypeError(f"{name} must be ints, got a {items.dtype} tensor of shape {tuple(items.shape)}")
-    return [int(v) for v in items.tolist()]
+    return _distinct_indices(name, positions, lambda p: check_position(p, size, "position"))
 
 
 def check_index_list(name: str, value: object, size: int) -> list[int] | None:
     """``None`` (everything), an int, or a non-empty sequence (or 1-D integer tensor) of distinct
     indices into an axis of ``size`` entries (negative indices count from the end)."""
-    if value is None:
-        return None
-    items = [value] if isinstance(value, int) and not isinstance(value, bool) else value
-    if isinstance(items, Tensor):
-        items = _tensor_ints(name, items)
-    if not isinstance(items, (list, tuple, range)):
-        raise TypeError(f"{name} must be an int or a sequence of ints, got {type(value).__name__} {value!r}")
-    if len(items) == 0:
-        raise ValueError(f"{name} must not be empty")
-    out = [check_index(f"{name} entry", item, size, f"the axis has {size} entries") for item in items]
-    if len(set(out)) != len(out):
-        raise ValueError(f"{name} has repeated entries: {list(items)}")
-    return out
+    what = f"the axis has {size} entries"
+    return _distinct_indices(name, value, lambda i: check_index(f"{name} entry", i, size, what))
 
 
 def check_neurons(model, neurons: int | Sequence[int] | Tensor | None) -> list[int] | None:

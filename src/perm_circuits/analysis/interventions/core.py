@@ -2,18 +2,11 @@
 
 What every ablation and patch needs, whatever the task (Wang et al. 2022, "Interpretability in
 the Wild", section 3; Chan et al. 2022 on resample ablation; Li & Janson 2024, "Optimal ablation
-for interpretability"):
-
-- the modes (:data:`HOWS`) and their checks, the hook-point check (TransformerLens 4 traps
-  rejected: ``hook_attn_scores`` is post-softmax and edits to it are ignored; in native bridges
-  ``blocks.L.hook_resid_mid`` is the MLP's input, so an edit there misses the residual stream);
-- :func:`selection` (which entries of an activation an intervention replaces) and
-  :func:`ablation_fn` (the hook closure that replaces them by zero, a mean, a resampled
-  reference activation or a constant);
-- :func:`ablate_tokens`: a one-hook list for any model, with reference token ids or a
-  :class:`~perm_circuits.tasks.base.TaskBatch` (modes ``"zero"``, ``"mean"``, ``"resample"`` and
-  ``"optimal"``; the last minimises the batch's masked next-token loss, or the plain next-token
-  loss of a token tensor, over a constant activation: :func:`minimise_constant`).
+for interpretability"): the modes, the hook-point check (the TransformerLens 4 traps rejected:
+``hook_attn_scores`` is post-softmax and edits to it are ignored; in native bridges
+``blocks.L.hook_resid_mid`` is the MLP's input, so an edit there misses the residual stream), the
+selection of entries, the hook closure, and :func:`ablate_tokens` (modes zero, mean, resample and
+optimal on any model, with reference token ids or a :class:`~perm_circuits.tasks.base.TaskBatch`).
 
 ``"binding_free"`` needs the permutation-lookup task (its queries and answers) and raises here.
 Positions and indices refer to the activation's own axes (the factual-recall model's attention
@@ -48,6 +41,9 @@ __all__ = [
     "check_hook_point",
     "check_how",
     "check_pairing",
+    "component_hook",
+    "components_of",
+    "lbfgs_constant",
     "minimise_constant",
     "next_token_loss",
     "reference_tokens",
@@ -95,10 +91,8 @@ def check_pairing(pairing: object) -> str:
 
 
 def _is_bridge(model) -> bool:
-    try:
-        from transformer_lens.model_bridge import TransformerBridge
-    except ImportError:  # pragma: no cover - TL4 always has it
-        return False
+    from transformer_lens.model_bridge import TransformerBridge
+
     return isinstance(model, TransformerBridge)
 
 
@@ -165,6 +159,24 @@ def layout_of(hook_name: str) -> str:
     return "pattern" if hook_name.endswith("hook_pattern") else "pos"
 
 
+def components_of(model) -> list[tuple[str, int, int | None]]:
+    """Every head (``L{l}H{h}``, where ``blocks.L.attn.hook_z`` exists) and MLP (``L{l}MLP``) of ``model``:
+    ``(label, layer, head or None)``."""
+    shape = model_shape(model)
+    out: list[tuple[str, int, int | None]] = []
+    for layer in range(shape.n_layers):
+        if shape.heads(layer) and shape.n_heads:
+            out += [(f"L{layer}H{head}", layer, head) for head in range(shape.n_heads)]
+        if shape.mlp(layer):
+            out.append((f"L{layer}MLP", layer, None))
+    return out
+
+
+def component_hook(layer: int, head: int | None) -> str:
+    """The hook a component is ablated on: ``blocks.L.attn.hook_z`` (a head) or ``blocks.L.hook_mlp_out``."""
+    return f"blocks.{layer}.attn.hook_z" if head is not None else f"blocks.{layer}.hook_mlp_out"
+
+
 # ----------------------------------------------------------------------------- the hook closure
 
 
@@ -210,53 +222,41 @@ def ablation_fn(
     on the binding-free batch for ``"binding_free"``, always row-paired); ``constant``: the
     optimal constant ``[*activation.shape[1:]]`` for ``"optimal"``.
     """
-    replacement_mean = None
+    fixed = None  # the replacement shared by every sample: the mean or the optimal constant
+    pairing = "row" if how == "binding_free" else pairing
     if how == "mean":
         assert reference_activation is not None
-        replacement_mean = reference_activation.mean(dim=0, keepdim=True)
-    if how == "binding_free":
-        pairing = "row"
-
-    def check_shape(activation: Tensor, reference: Tensor) -> None:
-        if activation.shape[1:] != reference.shape[1:]:
-            raise ValueError(
-                f"activation shape {tuple(activation.shape)} does not match the reference activation "
-                f"shape {tuple(reference.shape)} beyond the batch axis"
-            )
+        fixed = reference_activation.mean(dim=0, keepdim=True)
+    elif how == "optimal":
+        assert constant is not None
+        fixed = constant[None]
 
     def hook_fn(activation: Tensor, hook) -> Tensor:
         mask = selection(activation.shape, layout, index, positions, activation.device)
         if how == "zero":
-            replacement = torch.zeros((), dtype=activation.dtype, device=activation.device)
-        elif how == "mean":
-            assert replacement_mean is not None
-            check_shape(activation, replacement_mean)
-            replacement = replacement_mean.to(activation.device, activation.dtype)
-        elif how == "optimal":
-            assert constant is not None
-            check_shape(activation, constant[None])
-            replacement = constant[None].to(activation.device, activation.dtype)
-        else:
-            assert reference_activation is not None
-            check_shape(activation, reference_activation)
-            batch = activation.shape[0]
-            if pairing == "row":
-                if reference_activation.shape[0] != batch and how == "binding_free":
-                    raise ValueError(
-                        f"binding_free ablation pairs by row and needs a batch of the reference's size "
-                        f"{reference_activation.shape[0]}, got a batch of {batch}"
-                    )
-                if reference_activation.shape[0] != batch:
-                    raise ValueError(
-                        f"pairing='row' needs a reference of the batch's size {batch}, "
-                        f"got {reference_activation.shape[0]} reference samples"
-                    )
-                replacement = reference_activation
-            else:
-                rows = resample_rows(reference_activation.shape[0], batch, seed)
-                replacement = reference_activation[rows.to(reference_activation.device)]
-            replacement = replacement.to(activation.device, activation.dtype)  # a no-op on the model's device
-        return torch.where(mask, replacement, activation)
+            return torch.where(mask, torch.zeros((), dtype=activation.dtype, device=activation.device), activation)
+        replacement = fixed if fixed is not None else reference_activation
+        assert replacement is not None
+        if activation.shape[1:] != replacement.shape[1:]:
+            raise ValueError(
+                f"activation shape {tuple(activation.shape)} does not match the reference activation "
+                f"shape {tuple(replacement.shape)} beyond the batch axis"
+            )
+        batch = activation.shape[0]
+        if fixed is None and pairing == "row":
+            if replacement.shape[0] != batch and how == "binding_free":
+                raise ValueError(
+                    f"binding_free ablation pairs by row and needs a batch of the reference's size "
+                    f"{replacement.shape[0]}, got a batch of {batch}"
+                )
+            if replacement.shape[0] != batch:
+                raise ValueError(
+                    f"pairing='row' needs a reference of the batch's size {batch}, "
+                    f"got {replacement.shape[0]} reference samples"
+                )
+        elif fixed is None:
+            replacement = replacement[resample_rows(replacement.shape[0], batch, seed).to(replacement.device)]
+        return torch.where(mask, replacement.to(activation.device, activation.dtype), activation)
 
     return hook_fn
 
@@ -288,6 +288,32 @@ def next_token_loss(reference: TaskBatch | Tensor) -> Callable[[Tensor], Tensor]
     return shifted
 
 
+def lbfgs_constant(model, loss_of: Callable[[Tensor], Tensor], start: Tensor, steps: int) -> Tensor:
+    """The constant after ``steps`` full-batch L-BFGS iterations (strong-Wolfe line search) on
+    ``loss_of(constant)`` from ``start``, with ``model``'s parameters frozen meanwhile.  Deterministic on CPU."""
+    constant = start.detach().clone().requires_grad_(True)
+    if steps == 0:
+        return constant.detach()
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        optimiser = torch.optim.LBFGS([constant], lr=1.0, max_iter=steps, line_search_fn="strong_wolfe")
+
+        def closure() -> Tensor:
+            optimiser.zero_grad()
+            value = loss_of(constant)
+            value.backward()
+            return value
+
+        with torch.enable_grad():
+            optimiser.step(closure)
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+    return constant.detach()
+
+
 def minimise_constant(
     model,
     hook_name: str,
@@ -304,31 +330,15 @@ def minimise_constant(
     iterations (strong-Wolfe line search) from the mean of ``activation`` over the batch, the model
     frozen.  Deterministic on CPU; any model whose forward is differentiable.
     """
-    constant = activation.detach().float().mean(dim=0).clone().requires_grad_(True)
-    if steps == 0:
-        return constant.detach()
-    params = [p for p in model.parameters() if p.requires_grad]
-    for p in params:
-        p.requires_grad_(False)
-    try:
-        optimiser = torch.optim.LBFGS([constant], lr=1.0, max_iter=steps, line_search_fn="strong_wolfe")
 
+    def loss_of(constant: Tensor) -> Tensor:
         def replace(act: Tensor, hook) -> Tensor:
             return torch.where(mask.to(act.device), constant.to(act.device, act.dtype), act)
 
-        def closure() -> Tensor:
-            optimiser.zero_grad()
-            with model.hooks(fwd_hooks=list(hooks) + [(hook_name, replace)]):
-                value = loss(device_forward(model, tokens))
-            value.backward()
-            return value
+        with model.hooks(fwd_hooks=list(hooks) + [(hook_name, replace)]):
+            return loss(device_forward(model, tokens))
 
-        with torch.enable_grad():
-            optimiser.step(closure)
-    finally:
-        for p in params:
-            p.requires_grad_(True)
-    return constant.detach()
+    return lbfgs_constant(model, loss_of, activation.detach().float().mean(dim=0), steps)
 
 
 def pair_tokens(model, clean: object, corrupted: object) -> tuple[Tensor, Tensor]:
@@ -396,8 +406,8 @@ def ablate_tokens(
         constant = None
         if how == "optimal":
             mask = selection(activation.shape, layout, index, positions, activation.device)
-            constant = minimise_constant(model, hook_name, mask, tokens, next_token_loss(reference if isinstance(
-                reference, TaskBatch) else tokens), hooks, activation, steps=steps)
+            loss = next_token_loss(reference if isinstance(reference, TaskBatch) else tokens)
+            constant = minimise_constant(model, hook_name, mask, tokens, loss, hooks, activation, steps=steps)
         return [(hook_name, ablation_fn(how, layout, index, positions, activation, seed, pairing, constant))]
     raw_index, raw_positions = index, positions
     if raw_positions is not None:

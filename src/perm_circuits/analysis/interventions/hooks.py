@@ -21,11 +21,9 @@ paper, sections 3 and A; Chan et al. 2022 on resample ablation):
   reference's own queries, paired by row: sample ``i``'s activation is replaced by the one the
   component computes on the *same queries* (same tokens at the x positions, same repeat
   structure) with the answers of an independent permutation.  Only the (x, y) binding the
-  sample shows is destroyed (the analogue of the IOI paper's "ABC" reference).  It is a
-  row-paired resample, not a mean: as a distribution the binding-free batch *is* the task's
-  (see :func:`binding_free_reference`), so its mean equals the ``"mean"`` mode's up to sampling
-  noise and would add nothing.  Its hooks fit batches of the reference's size only (the batch
-  that is evaluated, row for row).
+  sample shows is destroyed (the analogue of the IOI paper's "ABC" reference).  Not a mean: as
+  a distribution the binding-free batch *is* the task's, so its mean would be the ``"mean"``
+  mode's.  Its hooks fit batches of the reference's size only (row for row).
 - ``"optimal"``: optimal ablation (Li & Janson 2024, "Optimal ablation for interpretability"):
   the activation is set to the constant (per position, and per head / neuron) that minimises the
   task loss on the reference batch, found by a fixed number of L-BFGS iterations from the mean
@@ -45,21 +43,15 @@ native bridges have no per-head ``hook_result``.  The whole MLP is ablated on
 ``blocks.L.mlp.hook_post``.  ``positions`` restricts any ablation to some sequence positions
 (for attention patterns: to some destination / query positions).
 
-Every function validates all indices, modes and tokens before any forward pass (with the
-package's shared rule, :mod:`perm_circuits.analysis.interventions.checks`: layer, head, position and neuron
-indices accept Python-style negative values, ``layer=-1`` being the last layer), and builds its
-hooks as closures (inside a TL4 hook ``hook.name`` may be an internal alias such as
-``blocks.0.attn.o.hook_in``, so nothing keys on it).  The selection, the hook closure and the
-hook-point checks are the task-free intervention core (:mod:`perm_circuits.analysis.interventions.core`);
-any model that is not one of the study's bridges, or a :class:`~perm_circuits.tasks.base.TaskBatch`
-reference, goes there (:func:`~perm_circuits.analysis.interventions.core.ablate_tokens`).  The ablation
-table of every model is :func:`perm_circuits.analysis.interventions.ablation.ablation_table`.
-
-TL 4.3 traps handled here: ``hook_attn_scores`` edits are ignored (rejected); and
-``blocks.L.hook_resid_mid`` is an alias of ``ln2.hook_in``, so an edit there changes the MLP's
-input but not the residual stream that reaches ``resid_post`` (rejected, with the alternative).
-Row-paired resample hooks fit only batches of the reference's size; ``evaluate(hooks=...)`` also
-runs the 1-row probe, so evaluate such hooks with ``evaluate_logits(run_logits(...))``.
+Indices follow the package's rule (:mod:`perm_circuits.analysis.interventions.checks`: negative
+values count from the end, ``layer=-1`` is the last layer) and everything is validated before
+any forward pass.  Hooks are closures: inside a TL4 hook ``hook.name`` may be an internal alias
+such as ``blocks.0.attn.o.hook_in``, so nothing keys on it.  Any model that is not one of the
+study's bridges, or a :class:`~perm_circuits.tasks.base.TaskBatch` reference, goes to the
+task-free core (:func:`~perm_circuits.analysis.interventions.core.ablate_tokens`), whose hook-point
+check also rejects the TL 4.3 traps (``hook_attn_scores``, ``hook_resid_mid``).  Row-paired
+resample hooks fit only batches of the reference's size; ``evaluate(hooks=...)`` also runs the
+1-row probe, so evaluate such hooks with ``evaluate_logits(run_logits(...))``.
 """
 
 from __future__ import annotations
@@ -75,6 +67,7 @@ from perm_circuits.analysis.interventions.checks import (
     check_layer,
     check_positions,
     check_seed,
+    seq_len,
 )
 from perm_circuits.analysis.interventions.core import (
     HOWS,
@@ -85,6 +78,8 @@ from perm_circuits.analysis.interventions.core import (
     check_hook_point,
     check_how,
     check_pairing,
+    declared_size,
+    layout_of,
     resample_rows,
     selection,
 )
@@ -93,8 +88,8 @@ from perm_circuits.analysis.interventions.references import binding_free_referen
 from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.model_shape import is_permutation_model, model_shape
 from perm_circuits.models import model_config_of, task_config_of
-from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_test_set, validate_tokens
 from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.permutation_data import Batch, make_test_set, validate_tokens
 
 __all__ = [
     "HOWS",
@@ -109,48 +104,15 @@ __all__ = [
     "resample_rows",
 ]
 
-# Suffix of a hook name -> (size of the indexed axis as a function of the model config, layout).
-# Layout "pos": [batch, pos, index, ...]; layout "pattern": [batch, head, dest, src].
-_INDEXED: dict[str, tuple[Callable, str]] = {
-    "attn.hook_q": (lambda c: c.n_heads, "pos"),
-    "attn.hook_k": (lambda c: c.n_heads, "pos"),
-    "attn.hook_v": (lambda c: c.n_heads, "pos"),
-    "attn.hook_z": (lambda c: c.n_heads, "pos"),
-    "attn.hook_pattern": (lambda c: c.n_heads, "pattern"),
-    "mlp.hook_pre": (lambda c: c.resolved_d_mlp, "pos"),
-    "mlp.hook_post": (lambda c: c.resolved_d_mlp, "pos"),
-    "hook_resid_pre": (lambda c: c.d_model, "pos"),
-    "hook_resid_post": (lambda c: c.d_model, "pos"),
-    "hook_attn_out": (lambda c: c.d_model, "pos"),
-    "hook_mlp_out": (lambda c: c.d_model, "pos"),
-    "hook_embed": (lambda c: c.d_model, "pos"),
-    "hook_pos_embed": (lambda c: c.d_model, "pos"),
-}
-
 
 def check_reference(reference: object, V: int) -> Batch | None:
-    """A permutation :class:`~perm_circuits.tasks.permutation_data.Batch` reference (or ``None``) with tokens valid for ``V``."""
+    """A permutation :class:`~perm_circuits.tasks.permutation_data.Batch` (or ``None``) with tokens valid for ``V``."""
     if reference is None:
         return None
     if not isinstance(reference, Batch):
         raise TypeError(f"reference must be a perm_circuits.Batch or None, got {type(reference).__name__}")
     validate_tokens(reference.inputs, V)
     return reference
-
-
-def _any_task(model, reference: object) -> bool:
-    """Whether :func:`ablate` goes task-agnostic: not a study bridge, or a TaskBatch as the reference."""
-    return not is_permutation_model(model) or isinstance(reference, TaskBatch)
-
-
-def _hook_suffix(hook_name: str) -> str | None:
-    for suffix in _INDEXED:
-        if hook_name.endswith(suffix):
-            return suffix
-    return None
-
-
-# ----------------------------------------------------------------------------- reference data
 
 
 def reference_activations(
@@ -164,56 +126,23 @@ def reference_activations(
 
     One forward under ``hooks``; the dict is keyed by the names asked for (aliases included).
     """
-    V = model_config_of(model).V
-    reference = check_reference(reference, V)
+    reference = check_reference(reference, model_config_of(model).V)
     names = [check_hook_point(model, name) for name in hook_names]
     hooks = check_hooks(model, hooks)
-    if reference is None:
-        reference = make_test_set(task_config_of(model))
+    reference = make_test_set(task_config_of(model)) if reference is None else reference
     return run_capture(model, reference.inputs, names, hooks)[1]
 
 
-# ----------------------------------------------------------------------------- hooks
-
-
-
-
-
-
-def _replacement(
-    model,
-    how: str,
-    hook_name: str,
-    layout: str,
-    index: list[int] | None,
-    positions: list[int] | None,
-    reference: Batch,
-    activation: Tensor | None,
-    seed: int,
-    hooks: HookList,
-    task_config: TaskConfig,
-) -> tuple[Tensor | None, Tensor | None]:
-    """(reference activation, optimal constant) a mode needs, given the activation on ``reference``."""
-    if how == "binding_free":
-        free = binding_free_reference(task_config, seed=seed, queries=reference)
-        return run_capture(model, free.inputs, [hook_name], hooks)[1][hook_name], None
-    if how == "optimal":
-        assert activation is not None
-        mask = selection(activation.shape, layout, index, positions, activation.device)
-        return activation, optimise_constant(model, hook_name, mask, reference, hooks, activation)
-    return activation, None
-
-
-def _check_selection(model, hook_name: object, index: object, positions: object) -> tuple[str, str, list[int] | None, list[int] | None]:
+def _check_selection(model, hook_name: object, index: object,
+                     positions: object) -> tuple[str, str, list[int] | None, list[int] | None]:
     """``(hook_name, layout, index_list, position_list)`` validated against a permutation model."""
-    config = model_config_of(model)
+    n_positions = seq_len(model)
     hook_name = check_hook_point(model, hook_name)
-    suffix = _hook_suffix(hook_name)
-    if index is not None and suffix is None:
+    size = declared_size(model, hook_name)
+    if index is not None and size is None:
         raise ValueError(f"index is not supported for hook {hook_name!r}; ablate it whole or pick another hook")
-    index_list = check_index_list("index", index, _INDEXED[suffix][0](config)) if suffix else None
-    layout = "pattern" if suffix == "attn.hook_pattern" else "pos"
-    return hook_name, layout, index_list, check_positions(positions, 2 * config.V - 1)
+    index_list = None if size is None else check_index_list("index", index, size)
+    return hook_name, layout_of(hook_name), index_list, check_positions(positions, n_positions)
 
 
 def ablate(
@@ -237,11 +166,6 @@ def ablate(
     reference batch's masked next-token loss), with the reference required for all but zero.
 
     Args:
-        model: the bridge; indices are validated against its config.
-        hook_name: any hook point of the model except ``hook_attn_scores`` (edits to it are
-            ignored in TL4).
-        how: ``"zero"``, ``"mean"``, ``"resample"``, ``"binding_free"`` or ``"optimal"`` (see the
-            module docstring).
         reference: batch for every mode but ``"zero"`` (default: the model's fixed test set
             ``make_test_set(task_config_of(model))``): the mean, the resample pool, the queries of
             the binding-free reference (whose hooks then fit only this batch, row for row), or the
@@ -263,7 +187,7 @@ def ablate(
         hooks: interventions applied while the reference activations (and the optimal constant)
             are computed.
     """
-    if _any_task(model, reference):
+    if not is_permutation_model(model) or isinstance(reference, TaskBatch):
         return ablate_tokens(model, hook_name, how, reference=reference, index=index, positions=positions,
                              seed=seed, pairing=pairing, hooks=hooks)
     hook_name, layout, index_list, position_list = _check_selection(model, hook_name, index, positions)
@@ -273,14 +197,15 @@ def ablate(
     reference = check_reference(reference, model_config_of(model).V)
     hooks = check_hooks(model, hooks)
     activation = constant = None
-    if how != "zero":
+    if how == "optimal":
+        constant = optimal_constant(model, hook_name, reference=reference, index=index, positions=positions,
+                                    hooks=hooks)
+    elif how != "zero":
         task = task_config_of(model)
-        if reference is None:
-            reference = make_test_set(task)
-        if how != "binding_free":
-            activation = reference_activations(model, reference, [hook_name], hooks=hooks)[hook_name]
-        activation, constant = _replacement(model, how, hook_name, layout, index_list, position_list, reference,
-                                            activation, seed, hooks, task)
+        reference = make_test_set(task) if reference is None else reference
+        if how == "binding_free":
+            reference = binding_free_reference(task, seed=seed, queries=reference)
+        activation = run_capture(model, reference.inputs, [hook_name], hooks)[1][hook_name]
     return [(hook_name, ablation_fn(how, layout, index_list, position_list, activation, seed, pairing, constant))]
 
 
@@ -309,12 +234,10 @@ def optimal_constant(
     check_int("steps", steps, 0)
     reference = check_reference(reference, model_config_of(model).V)
     hooks = check_hooks(model, hooks)
-    if reference is None:
-        reference = make_test_set(task_config_of(model))
-    activation = reference_activations(model, reference, [hook_name], hooks=hooks)[hook_name]
+    reference = make_test_set(task_config_of(model)) if reference is None else reference
+    activation = run_capture(model, reference.inputs, [hook_name], hooks)[1][hook_name]
     mask = selection(activation.shape, layout, index_list, position_list, activation.device)
     return optimise_constant(model, hook_name, mask, reference, hooks, activation, steps=steps)
-
 
 def ablate_head(
     model,
@@ -364,7 +287,7 @@ def ablate_mlp(
         hook_name, index = f"blocks.{layer}.hook_mlp_out", None
     else:
         hook_name = f"blocks.{layer}.mlp.hook_post"
-        d_mlp = model_config_of(model).resolved_d_mlp if is_permutation_model(model) else model_shape(model).d_mlp
+        d_mlp = model_shape(model).d_mlp
         index = check_index_list("neurons", neurons, d_mlp) if d_mlp is not None else neurons
     return ablate(model, hook_name, how, reference=reference, index=index, positions=positions, seed=seed,
                   pairing=pairing, hooks=hooks)

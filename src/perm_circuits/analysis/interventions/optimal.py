@@ -42,15 +42,13 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from perm_circuits.analysis.interventions.core import OPTIMAL_STEPS, lbfgs_constant
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import HookList, run_capture
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_data import Batch
 
 __all__ = ["OPTIMAL_STEPS", "answer_loss", "optimise_constant", "upstream_hooks"]
-
-OPTIMAL_STEPS = 20
-"""L-BFGS iterations of the optimal-ablation search."""
 
 _FAST = re.compile(r"^blocks\.(\d+)\.(attn\.hook_z|mlp\.hook_post|hook_mlp_out)$")
 
@@ -120,23 +118,6 @@ def _downstream(model, w: dict[str, Tensor], layer: int, stage: str, value: Tens
     return out
 
 
-def _minimise(loss_of: Callable[[Tensor], Tensor], start: Tensor, steps: int) -> Tensor:
-    """``steps`` L-BFGS iterations (strong-Wolfe line search) on ``loss_of`` from ``start``: deterministic."""
-    constant = start.detach().clone().requires_grad_(True)
-    if steps == 0:
-        return constant.detach()
-    optimiser = torch.optim.LBFGS([constant], lr=1.0, max_iter=steps, line_search_fn="strong_wolfe")
-
-    def closure() -> Tensor:
-        optimiser.zero_grad()
-        loss = loss_of(constant)
-        loss.backward()
-        return loss
-
-    optimiser.step(closure)
-    return constant.detach()
-
-
 def upstream_hooks(model, hook_name: str) -> list[str]:
     """Hook names whose activations the fast search needs besides ``hook_name`` (empty: it uses the bridge)."""
     match = _FAST.match(hook_name)
@@ -148,9 +129,8 @@ def upstream_hooks(model, hook_name: str) -> list[str]:
     return [f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.hook_attn_out"]
 
 
-def _distinct_rows(reference: Batch) -> tuple[Tensor, Tensor]:
-    """(first row, count) of every distinct (sequence, answers) pair of ``reference``."""
-    key = torch.cat([reference.inputs, reference.ys], dim=1)
+def _first_rows(key: Tensor) -> tuple[Tensor, Tensor]:
+    """(first row, count) of every distinct row of ``key``."""
     n = len(key)
     _, inverse, count = torch.unique(key, dim=0, return_inverse=True, return_counts=True)
     first = torch.full((len(count),), n, dtype=torch.long, device=inverse.device).scatter_reduce(
@@ -165,13 +145,9 @@ def _distinct_x_rows(reference: Batch) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     tokens up to ``p`` only, so rows sharing the prefix and the answer have the same loss term.
     """
     tokens, answers = reference.inputs, reference.ys
-    n = len(tokens)
     rows, positions, targets, counts = [], [], [], []
     for j in range(answers.shape[1]):
-        key = torch.cat([tokens[:, : 2 * j + 1], answers[:, j : j + 1]], dim=1)
-        _, inverse, count = torch.unique(key, dim=0, return_inverse=True, return_counts=True)
-        first = torch.full((len(count),), n, dtype=torch.long, device=inverse.device).scatter_reduce(
-            0, inverse, torch.arange(n, device=inverse.device), "amin")
+        first, count = _first_rows(torch.cat([tokens[:, : 2 * j + 1], answers[:, j : j + 1]], dim=1))
         rows.append(first)
         positions.append(torch.full_like(first, 2 * j))
         targets.append(answers[first, j])
@@ -206,58 +182,52 @@ def optimise_constant(
         upstream = {name: value.to(device) for name, value in upstream.items()}
     start = activation.float().mean(dim=0)
     names = upstream_hooks(model, hook_name)
-    params = [p for p in model.parameters() if p.requires_grad]
-    for p in params:
-        p.requires_grad_(False)
-    try:
-        with torch.enable_grad():
-            if names and not hooks:
-                match = _FAST.match(hook_name)
-                assert match is not None
-                layer, stage = int(match.group(1)), match.group(2)
-                if upstream is None or any(name not in upstream for name in names):
-                    upstream = run_capture(model, reference.inputs, names, [])[1]
-                cache = {"resid_pre": upstream[names[0]].detach().float()}
-                if len(names) == 2:
-                    cache["resid_mid"] = cache["resid_pre"] + upstream[names[1]].detach().float()
-                w = {k: v.detach() for k, v in model.state_dict().items()}
-                captured = activation.detach().float()
-                if layer == config.n_layers - 1:
-                    # last layer: each x position's loss depends on its own prefix only; one term per
-                    # distinct (prefix, answer), weighted by its count (the same mean loss, fewer rows)
-                    rows, positions, targets, counts = _distinct_x_rows(reference)
-                    cache = {key: value[rows, positions] for key, value in cache.items()}
-                    captured, row_mask = captured[rows, positions], mask[positions]
-                    weights = counts.float() / counts.sum()
+    if not names or hooks:  # the bridge itself
 
-                    def loss_of(constant: Tensor) -> Tensor:
-                        value = torch.where(row_mask, constant[positions], captured)
-                        logits = _downstream(model, w, layer, stage, value, cache)
-                        losses = -logits.float().log_softmax(dim=-1).gather(1, targets[:, None])[:, 0]
-                        return (losses * weights).sum()
-                else:
-                    # an earlier layer: whole sequences (later attention reads every position), each
-                    # distinct (sequence, answers) once, weighted by its count; logits of the x positions only
-                    rows, counts = _distinct_rows(reference)
-                    cache = {key: value[rows] for key, value in cache.items()}
-                    captured, answers = captured[rows], reference.ys[rows]
-                    weights = counts.float() / (counts.sum() * answers.shape[1])
-                    keep = torch.arange(0, 2 * answers.shape[1] - 1, 2, device=answers.device)
+        def loss_of(constant: Tensor) -> Tensor:
+            def replace(act: Tensor, hook) -> Tensor:
+                return torch.where(mask, constant.to(act.dtype), act)
 
-                    def loss_of(constant: Tensor) -> Tensor:
-                        value = torch.where(mask, constant, captured)
-                        logits = _downstream(model, w, layer, stage, value, cache, keep)
-                        losses = -logits.float().log_softmax(dim=-1).gather(2, answers[..., None])[..., 0]
-                        return (losses * weights[:, None]).sum()
-            else:
-                def loss_of(constant: Tensor) -> Tensor:
-                    def replace(act: Tensor, hook) -> Tensor:
-                        return torch.where(mask, constant.to(act.dtype), act)
+            with model.hooks(fwd_hooks=list(hooks) + [(hook_name, replace)]):
+                return answer_loss(model(reference.inputs), reference)
 
-                    with model.hooks(fwd_hooks=list(hooks) + [(hook_name, replace)]):
-                        return answer_loss(model(reference.inputs), reference)
+        return lbfgs_constant(model, loss_of, start, steps)
+    match = _FAST.match(hook_name)
+    assert match is not None
+    layer, stage = int(match.group(1)), match.group(2)
+    if upstream is None or any(name not in upstream for name in names):
+        upstream = run_capture(model, reference.inputs, names, [])[1]
+    cache = {"resid_pre": upstream[names[0]].detach().float()}
+    if len(names) == 2:
+        cache["resid_mid"] = cache["resid_pre"] + upstream[names[1]].detach().float()
+    w = {k: v.detach() for k, v in model.state_dict().items()}
+    captured = activation.detach().float()
+    if layer == config.n_layers - 1:
+        # last layer: each x position's loss depends on its own prefix only; one term per
+        # distinct (prefix, answer), weighted by its count (the same mean loss, fewer rows)
+        rows, positions, targets, counts = _distinct_x_rows(reference)
+        cache = {key: value[rows, positions] for key, value in cache.items()}
+        captured, row_mask = captured[rows, positions], mask[positions]
+        weights = counts.float() / counts.sum()
 
-            return _minimise(loss_of, start, steps)
-    finally:
-        for p in params:
-            p.requires_grad_(True)
+        def loss_of(constant: Tensor) -> Tensor:
+            value = torch.where(row_mask, constant[positions], captured)
+            logits = _downstream(model, w, layer, stage, value, cache)
+            losses = -logits.float().log_softmax(dim=-1).gather(1, targets[:, None])[:, 0]
+            return (losses * weights).sum()
+    else:
+        # an earlier layer: whole sequences (later attention reads every position), each
+        # distinct (sequence, answers) once, weighted by its count; logits of the x positions only
+        rows, counts = _first_rows(torch.cat([reference.inputs, reference.ys], dim=1))
+        cache = {key: value[rows] for key, value in cache.items()}
+        captured, answers = captured[rows], reference.ys[rows]
+        weights = counts.float() / (counts.sum() * answers.shape[1])
+        keep = torch.arange(0, 2 * answers.shape[1] - 1, 2, device=answers.device)
+
+        def loss_of(constant: Tensor) -> Tensor:
+            value = torch.where(mask, constant, captured)
+            logits = _downstream(model, w, layer, stage, value, cache, keep)
+            losses = -logits.float().log_softmax(dim=-1).gather(2, answers[..., None])[..., 0]
+            return (losses * weights[:, None]).sum()
+
+    return lbfgs_constant(model, loss_of, start, steps)

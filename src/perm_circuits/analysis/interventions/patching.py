@@ -1,20 +1,15 @@
-"""The machinery of activation patching: cached runs, the patch loop, results and setters.
-
-:mod:`perm_circuits.analysis.study.recall_patching` builds on this module: it owns the recall set-up (the
-clean/corrupted pair of Wang et al. 2022's denoising patching, see its docstring), the public
-:func:`~perm_circuits.analysis.study.recall_patching.generic_patch` and the named sweeps.  Here live the
-parts that know nothing about recall: the logit-difference metric, the result dataclasses
-(:class:`PatchCell`, :class:`PatchingSweep`), the cache of the two unpatched runs
-(:class:`PatchingCache`), the paired bootstrap, the validation of index rows, the loop that runs one
-forward per cell and normalises, and the patch setters (``patch_setter(target, index, source)``
-in the style of TransformerLens' ``generic_activation_patch``).
+"""The machinery of activation patching that knows nothing about recall: cached runs, the patch
+loop, the paired bootstrap, results and the patch setters (``patch_setter(target, index, source)``
+in the style of TransformerLens' ``generic_activation_patch``).  The recall set-up of Wang et al.
+2022's denoising patching and the named sweeps live in :mod:`perm_circuits.analysis.study.recall_patching`;
+path patching and any-task activation patching share the loop and the bootstrap.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import pandas as pd
@@ -47,9 +42,11 @@ __all__ = [
     "PatchingSweep",
     "bootstrap_weights",
     "check_pair",
+    "effect_fields",
     "logit_diff",
     "metric_values",
     "normalised_effects",
+    "patched_values",
     "patching_cache",
     "set_all",
     "set_head",
@@ -61,7 +58,7 @@ __all__ = [
 ]
 
 PatchingPair = tuple[Batch, Batch, Tensor, Tensor]
-"""``(clean, corrupted, answer, wrong)`` as :func:`~perm_circuits.analysis.study.recall_patching.patching_pair` returns it."""
+"""The ``(clean, corrupted, answer, wrong)`` of :func:`~perm_circuits.analysis.study.recall_patching.patching_pair`."""
 
 ACTIVATIONS: dict[str, str] = {
     "z": "blocks.{layer}.attn.hook_z",
@@ -112,13 +109,8 @@ class PatchCell:
 
     @property
     def label(self) -> str:
-        parts = [f"L{self.layer}"]
-        if self.head is not None:
-            parts.append(f"H{self.head}")
-        if self.position is not None:
-            parts.append(f"p{self.position}")
-        if self.source_position is not None:
-            parts.append(f"s{self.source_position}")
+        marks = (("H", self.head), ("p", self.position), ("s", self.source_position))
+        parts = [f"L{self.layer}"] + [f"{mark}{value}" for mark, value in marks if value is not None]
         if self.neurons is not None:
             parts.append(f"n{self.neurons[0]}-{self.neurons[-1]}" if len(self.neurons) > 1 else f"n{self.neurons[0]}")
         return f"{self.activation}:{''.join(parts)}"
@@ -196,14 +188,9 @@ class PatchingSweep:
 
 @dataclass
 class PatchingCache:
-    """Cached clean/corrupted activations and logit differences of one pair under ``hooks``.
-
-    Built by :func:`patching_cache`; the sweeps of :mod:`perm_circuits.analysis.study.recall_patching` take
-    it as ``cache=`` to share the two unpatched forward passes (and the bootstrap resamples)
-    across several sweeps of the same pair.
-
-    ``weights`` (the bootstrap's resample weights) are drawn once per (n_boot, seed), so every
-    sweep of a report uses the same resamples.
+    """Cached clean/corrupted activations and logit differences of one pair under ``hooks``
+    (:func:`patching_cache`), shared by several sweeps of the pair as ``cache=``; the bootstrap's
+    resample ``weights`` are drawn once per (n_boot, seed), so every sweep uses the same resamples.
     """
 
     model: object
@@ -245,8 +232,7 @@ def patching_cache(model, pair: PatchingPair, hooks: HookList, names: Sequence[s
     forwards once.
     """
     device = model_device(model)  # once: every sweep on this cache runs on the model's device
-    clean, corrupted, answer, wrong = pair = (pair[0].to(device), pair[1].to(device), pair[2].to(device),
-                                              pair[3].to(device))
+    clean, corrupted, answer, wrong = pair = tuple(part.to(device) for part in pair)
     caches, diffs = {}, {}
     for run, batch in zip(RUNS, (clean, corrupted)):
         logits, caches[run] = run_capture(model, batch.inputs, names, hooks)
@@ -300,6 +286,47 @@ def metric_values(metric: Callable[[Tensor], Tensor], logits: Tensor, batch: int
     return values.detach().double()
 
 
+def patched_values(
+    model, tokens: Tensor, hooks: HookList, patches: Iterable[HookList | None], metric: Callable[[Tensor], Tensor],
+    idle: Tensor | None,
+) -> Float[Tensor, "cell batch"]:
+    """``metric`` of one no-grad forward on ``tokens`` per patch (its hooks after ``hooks``), stacked
+    ``[cell, batch]``; a patch given as ``None`` changes nothing and is ``idle``, without a forward."""
+    results = []
+    for extra in patches:
+        if extra is None:
+            results.append(idle)
+            continue
+        with torch.no_grad(), model.hooks(fwd_hooks=hooks + extra):
+            results.append(metric(device_forward(model, tokens)))
+    return torch.stack(results)
+
+
+def effect_fields(
+    raw: Float[Tensor, "cell batch"],
+    clean: Float[Tensor, " batch"],
+    corrupted: Float[Tensor, " batch"],
+    weights: Callable[[], Tensor],
+    confidence: float,
+    n_boot: int,
+    idle: Sequence[bool] | None = None,
+) -> tuple[list[dict[str, float]], dict]:
+    """The :func:`normalised_effects` of ``raw`` as result fields: per cell ``mean``, ``ci_low``,
+    ``ci_high`` and the raw mean ``logit_diff``; for the sweep ``per_sample``, the unpatched means
+    ``clean_logit_diff`` / ``corrupted_logit_diff``, ``n``, ``confidence`` and ``n_boot``.  Cells
+    marked ``idle`` (their patch changes nothing) report exactly 0, not 0 plus rounding, when the
+    runs differ."""
+    per_sample, means, low, high = normalised_effects(raw, clean, corrupted, weights, confidence)
+    if idle is not None and abs(float(clean.mean() - corrupted.mean())) >= MIN_DENOMINATOR:
+        mask = torch.tensor(idle, device=raw.device)
+        means, low, high = (values.masked_fill(mask, 0.0) for values in (means, low, high))
+    cells = [{"mean": float(means[c]), "ci_low": float(low[c]), "ci_high": float(high[c]),
+              "logit_diff": float(raw[c].mean())} for c in range(len(raw))]
+    return cells, {"per_sample": per_sample.float(), "clean_logit_diff": float(clean.mean()),
+                   "corrupted_logit_diff": float(corrupted.mean()), "n": raw.shape[1], "confidence": confidence,
+                   "n_boot": n_boot}
+
+
 def _check_options(source: object, target: object, n_boot: object, seed: object, confidence: object) -> None:
     for name, run in (("source", source), ("target", target)):
         if run not in RUNS:
@@ -311,13 +338,8 @@ def _check_options(source: object, target: object, n_boot: object, seed: object,
 
 
 def _rows_from_axes(model, axes: Sequence[str]) -> list[dict[str, int]]:
-    config = model_config_of(model)
-    ranges = {
-        "layer": config.n_layers,
-        "head": config.n_heads,
-        "position": 2 * config.V - 1,
-        "source_position": 2 * config.V - 1,
-    }
+    config, n_positions = model_config_of(model), seq_len(model)
+    ranges = {"layer": config.n_layers, "head": config.n_heads, "position": n_positions, "source_position": n_positions}
     if isinstance(axes, str) or not axes or axes[0] != "layer" or any(a not in ranges for a in axes):
         raise ValueError(f"index_axes must start with 'layer' and use {sorted(ranges)}, got {axes!r}")
     return [dict(zip(axes, combo)) for combo in itertools.product(*(range(ranges[a]) for a in axes))]
@@ -405,43 +427,38 @@ def _run_sweep(
     it measures); ``cache`` already holds the activations of ``activation_name`` at every layer
     the cells name.  ``seed`` seeds the bootstrap resamples.
     """
-    config = model_config_of(model)
     _, _, answer, wrong = cache.pair
+    hook_names = [ACTIVATIONS[activation_name].format(layer=row["layer"]) for row in index_rows]
+
+    def patches() -> Iterator[HookList | None]:
+        for row, hook_name in zip(index_rows, hook_names):
+            source_activation = cache.caches[source][hook_name]
+            target_activation = cache.caches[target][hook_name]
+            if torch.equal(patch_setter(target_activation.clone(), row, source_activation), target_activation):
+                yield None
+            elif activation_name == "resid_mid":
+                yield _resid_mid_hooks(row["layer"], row, source_activation)
+            else:
+
+                def patch_hook(activation: Tensor, hook, row=row, source_activation=source_activation) -> Tensor:
+                    return patch_setter(activation.clone(), row, source_activation)
+
+                yield [(hook_name, patch_hook)]
+
     tokens = (cache.pair[0] if target == "clean" else cache.pair[1]).inputs
-    results, cells = [], []
-    for row in index_rows:
-        hook_name = ACTIVATIONS[activation_name].format(layer=row["layer"])
-        source_activation = cache.caches[source][hook_name]
-        target_activation = cache.caches[target][hook_name]
-        cells.append((row, hook_name))
-        if torch.equal(patch_setter(target_activation.clone(), row, source_activation), target_activation):
-            results.append(cache.logit_diffs[target])
-            continue
-        if activation_name == "resid_mid":
-            patch_hooks = _resid_mid_hooks(row["layer"], row, source_activation)
-        else:
-
-            def patch_hook(activation: Tensor, hook, row=row, source_activation=source_activation) -> Tensor:
-                return patch_setter(activation.clone(), row, source_activation)
-
-            patch_hooks = [(hook_name, patch_hook)]
-        with torch.no_grad(), model.hooks(fwd_hooks=cache.hooks + patch_hooks):
-            logits = device_forward(model, tokens)
-        results.append(logit_diff(logits, answer, wrong).double())
-    raw = torch.stack(results)
-    clean, corrupted = cache.logit_diffs["clean"], cache.logit_diffs["corrupted"]
-    per_sample, means, low, high = normalised_effects(raw, clean, corrupted,
-        lambda: cache.bootstrap_weights(n_boot, seed), confidence)
-    patch_cells = [
-        PatchCell(activation=label or activation_name, hook_name=hook_name, layer=int(row["layer"]),
-            head=row.get("head"), position=row.get("position"), source_position=row.get("source_position"),
-            neurons=tuple(row["neurons"]) if row.get("neurons") is not None else None, mean=float(means[c]),
-            ci_low=float(low[c]), ci_high=float(high[c]), logit_diff=float(raw[c].mean()))
-        for c, (row, hook_name) in enumerate(cells)
-    ]
-    return PatchingSweep(model_name=config.name, activation=label or activation_name, source=source, target=target,
-        cells=tuple(patch_cells), per_sample=per_sample.float(), clean_logit_diff=float(clean.mean()),
-        corrupted_logit_diff=float(corrupted.mean()), n=raw.shape[1], confidence=confidence, n_boot=n_boot)
+    raw = patched_values(model, tokens, cache.hooks, patches(),
+                         lambda logits: logit_diff(logits, answer, wrong).double(), cache.logit_diffs[target])
+    fields, sweep = effect_fields(raw, cache.logit_diffs["clean"], cache.logit_diffs["corrupted"],
+                                  lambda: cache.bootstrap_weights(n_boot, seed), confidence, n_boot)
+    name = label or activation_name
+    cells = tuple(
+        PatchCell(activation=name, hook_name=hook_name, layer=int(row["layer"]), head=row.get("head"),
+                  position=row.get("position"), source_position=row.get("source_position"),
+                  neurons=tuple(row["neurons"]) if row.get("neurons") is not None else None, **cell)
+        for row, hook_name, cell in zip(index_rows, hook_names, fields)
+    )
+    return PatchingSweep(model_name=model_config_of(model).name, activation=name, source=source, target=target,
+                         cells=cells, **sweep)
 
 
 # ----------------------------------------------------------------------------- patch setters

@@ -28,27 +28,11 @@ but cannot enable them (``set_use_split_qkv_input`` raises NotImplementedError f
 Metric and normalisation as in activation patching: the logit difference ``logit(answer) -
 logit(wrong)`` at the last position, ``(LD_patched - mean LD_corrupted) / (mean LD_clean - mean
 LD_corrupted)`` (1 = the edge restores the clean run, 0 = no effect; nan when the runs do not
-differ), with paired percentile-bootstrap CIs over sequences (:mod:`~perm_circuits.analysis.
-patching_core`'s resamples, seeded with ``seed``).
-
-Any task, any TransformerLens model: ``pair`` may be a ``(clean, corrupted)`` pair of
-:class:`~perm_circuits.tasks.base.TaskBatch` batches or token ids (row ``i`` paired with row ``i``)
-with ``metric(logits) -> [batch]`` any per-sequence number in place of the logit difference
-(default for a clean TaskBatch: :func:`~perm_circuits.analysis.interventions.activation_patching.target_logprob` of
-the clean batch's targets); the same normalisation and bootstrap.  The model needs per-head
-``W_Q``, ``W_K``, ``W_V``, ``W_O`` and the ``attn.hook_q/k/v/z`` hook points (every
-TransformerLens bridge and ``HookedTransformer``).
-
-The induction pair (:func:`induction_patching_pair`): clean sequences repeat ``x_k`` (``k``
-uniform over ``1..V-1``); the default corruption ``"swap"`` exchanges ``x_k`` with another earlier
-query ``x_j`` *in the context*, keeping every y and the last query: the last query now matches
-slot ``j``, so the induction answer moves from ``y_k`` (clean, ``answer``) to ``y_j``
-(``wrong``).  Only the context changes, so a previous-token head's output differs at the two y
-slots whose previous token was swapped: the corruption that exposes the K-composition edge.
-``"query"`` changes the last query to ``x_j`` instead (only the last token differs: in a model
-where no layer-0 head reads the last position, every head-to-head path is then exactly 0 and the
-effect enters the induction head's query from the embedding); ``"unused"`` changes it to the one
-unused x (the recall pair of :func:`~perm_circuits.analysis.study.recall_patching.patching_pair`, for any k).
+differ), with paired percentile-bootstrap CIs over sequences
+(:func:`~perm_circuits.analysis.interventions.patching.bootstrap_weights`, seeded with ``seed``).
+On any task and any TransformerLens model (with per-head ``W_Q``, ``W_K``, ``W_V``, ``W_O`` and
+``attn.hook_q/k/v/z``), ``pair`` may be ``(clean, corrupted)`` TaskBatches or token ids measured
+with any per-sequence ``metric`` instead (:func:`path_patch`).
 """
 
 from __future__ import annotations
@@ -71,18 +55,18 @@ from perm_circuits.analysis.interventions.checks import (
 )
 from perm_circuits.analysis.interventions.core import pair_tokens
 from perm_circuits.analysis.interventions.patching import (
-    MIN_DENOMINATOR,
+    RUNS,
     PatchingPair,
     _check_options,
-    check_pair,
-    patching_cache,
     bootstrap_weights,
+    check_pair,
+    effect_fields,
     logit_diff,
     metric_values,
-    normalised_effects,
+    patched_values,
 )
 from perm_circuits.analysis.interventions.activation_patching import target_logprob
-from perm_circuits.devices import device_forward, model_device
+from perm_circuits.devices import model_device
 from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.model_shape import is_permutation_model, model_shape, normalization_of
 from perm_circuits.models import model_config_of
@@ -125,7 +109,15 @@ def induction_patching_pair(
     ``seed + 1``), and ``corruption`` (module docstring) builds the corrupted row: ``"swap"``
     exchanges ``x_k`` and ``x_j`` in the context, ``"query"`` sets the last query to ``x_j``
     (both: corrupted answer ``y_j``, ``wrong = y_j``), ``"unused"`` sets it to the unused x
-    (``wrong`` = the unused y).  ``answer = y_k``.  Needs ``V >= 3`` (two earlier queries).
+    (``wrong`` = the unused y; the recall pair of
+    :func:`~perm_circuits.analysis.study.recall_patching.patching_pair`, for any k).  ``answer = y_k``.
+    Needs ``V >= 3`` (two earlier queries).
+
+    Under ``"swap"`` only the context changes, so a previous-token head's output differs at the two
+    y slots whose previous token was swapped: the corruption that exposes the K-composition edge.
+    Under ``"query"`` only the last token differs: in a model where no layer-0 head reads the last
+    position every head-to-head path is exactly 0 (the effect enters the induction head's query
+    from the embedding).
     """
     if not isinstance(task_config, TaskConfig):
         raise TypeError(f"task_config must be a TaskConfig, got {type(task_config).__name__}")
@@ -285,7 +277,8 @@ def sender_delta(
 def input_change(
     model, receiver: tuple[int, int], input: str, delta: Tensor, resid_pre: Tensor | None
 ) -> Float[Tensor, "batch pos d_head"]:
-    """What a residual change ``delta`` adds to head ``receiver``'s ``input`` (its LayerNorm recomputed on ``resid_pre``)."""
+    """What a residual change ``delta`` adds to head ``receiver``'s ``input`` (its LayerNorm recomputed on
+    ``resid_pre``)."""
     layer, head = receiver
     W = {"q": model.W_Q, "k": model.W_K, "v": model.W_V}[input][layer, head].detach()
     with torch.no_grad():
@@ -350,32 +343,16 @@ class _Runs:
     tokens: Tensor
     metric: Callable[[Tensor], Tensor]
     hooks: HookList
-    weights: Callable[[int, int], Tensor]
     model_name: str
 
 
-def _permutation_runs(model, pair: PatchingPair, hooks: HookList) -> _Runs:
-    ctx = patching_cache(model, pair, hooks, _names(model))
-    _, corrupted, answer, wrong = ctx.pair  # on the model's device (moved once by patching_cache)
-    return _Runs(ctx.caches, ctx.logit_diffs, corrupted.inputs,
-                 lambda logits: logit_diff(logits, answer, wrong).double(), hooks, ctx.bootstrap_weights,
-                 model_config_of(model).name)
-
-
-def _general_runs(model, clean: Tensor, corrupted: Tensor, metric: Callable[[Tensor], Tensor], hooks: HookList) -> _Runs:
-    n = len(clean)
-    values = partial(metric_values, metric, batch=n)
-
-    caches, results = {}, {}
-    for run, tokens in (("clean", clean), ("corrupted", corrupted)):
+def _runs(model, clean: Tensor, corrupted: Tensor, metric: Callable[[Tensor], Tensor], hooks: HookList,
+          model_name: str) -> _Runs:
+    caches, values = {}, {}
+    for run, tokens in zip(RUNS, (clean, corrupted)):
         logits, caches[run] = run_capture(model, tokens, _names(model), hooks)
-        results[run] = values(logits)
-
-    def weights(n_boot: int, seed: int) -> Tensor:
-        return bootstrap_weights(n, n_boot, seed)
-
-    name = getattr(getattr(model, "cfg", None), "model_name", None)
-    return _Runs(caches, results, corrupted, values, hooks, weights, name if isinstance(name, str) else type(model).__name__)
+        values[run] = metric(logits)
+    return _Runs(caches, values, corrupted, metric, hooks, model_name)
 
 
 def _check_norms(model, ctx: _Runs) -> None:
@@ -388,39 +365,29 @@ def _check_norms(model, ctx: _Runs) -> None:
             raise RuntimeError(f"cannot reproduce blocks.{layer}.ln1 of this model; path patching would be inexact")
 
 
-def _measure(
-    model, ctx: _Runs, edges: list[tuple[tuple[int, int], tuple[int, int], str]], n_boot: int, seed: int, confidence: float
-) -> PathPatchingTable:
-    tokens = ctx.tokens
+def _measure(model, ctx: _Runs, edges: list[tuple[tuple[int, int], tuple[int, int], str]], n_boot: int, seed: int,
+             confidence: float) -> PathPatchingTable:
     clean_cache, corrupted_cache = ctx.caches["clean"], ctx.caches["corrupted"]
-    results, carried = [], []
-    for (sl, sh), (rl, rh), input in edges:
-        z = f"blocks.{sl}.attn.hook_z"
-        delta = sender_delta(model, (sl, sh), clean_cache[z], corrupted_cache[z])
-        resid = corrupted_cache.get(f"blocks.{rl}.hook_resid_pre")
-        change = input_change(model, (rl, rh), input, delta, resid)
-        carried.append(bool(change.any()))
-        if not carried[-1]:  # the edge carries nothing: the corrupted run, without a forward
-            results.append(ctx.values["corrupted"])
-            continue
-        with torch.no_grad(), model.hooks(fwd_hooks=ctx.hooks + add_to_input_hooks((rl, rh), input, change)):
-            logits = device_forward(model, tokens)
-        results.append(ctx.metric(logits))
-    raw = torch.stack(results)
-    clean, corrupted = ctx.values["clean"], ctx.values["corrupted"]
-    per_sample, means, low, high = normalised_effects(raw, clean, corrupted, lambda: ctx.weights(n_boot, seed), confidence)
-    if abs(float(clean.mean() - corrupted.mean())) >= MIN_DENOMINATOR:  # an idle edge is the corrupted run: 0, not 0 + rounding
-        idle = ~torch.tensor(carried, device=raw.device)
-        means, low, high = means.masked_fill(idle, 0.0), low.masked_fill(idle, 0.0), high.masked_fill(idle, 0.0)
+    idle = []
+
+    def patches() -> Iterator[HookList | None]:
+        for (sl, sh), (rl, rh), input in edges:
+            z = f"blocks.{sl}.attn.hook_z"
+            delta = sender_delta(model, (sl, sh), clean_cache[z], corrupted_cache[z])
+            change = input_change(model, (rl, rh), input, delta, corrupted_cache.get(f"blocks.{rl}.hook_resid_pre"))
+            idle.append(not change.any())  # an edge that carries nothing is the corrupted run
+            yield None if idle[-1] else add_to_input_hooks((rl, rh), input, change)
+
+    raw = patched_values(model, ctx.tokens, ctx.hooks, patches(), ctx.metric, ctx.values["corrupted"])
+    n = raw.shape[1]
+    fields, table = effect_fields(raw, ctx.values["clean"], ctx.values["corrupted"],
+                                  lambda: bootstrap_weights(n, n_boot, seed), confidence, n_boot, idle)
     effects = tuple(
         PathPatchEffect(sender=f"L{sl}H{sh}", sender_layer=sl, sender_head=sh, receiver=f"L{rl}H{rh}",
-            receiver_layer=rl, receiver_head=rh, input=input, mean=float(means[e]), ci_low=float(low[e]),
-            ci_high=float(high[e]), logit_diff=float(raw[e].mean()))
-        for e, ((sl, sh), (rl, rh), input) in enumerate(edges)
+                        receiver_layer=rl, receiver_head=rh, input=input, **cell)
+        for ((sl, sh), (rl, rh), input), cell in zip(edges, fields)
     )
-    return PathPatchingTable(model_name=ctx.model_name, effects=effects, per_sample=per_sample.float(),
-        clean_logit_diff=float(clean.mean()), corrupted_logit_diff=float(corrupted.mean()), n=raw.shape[1],
-        confidence=confidence, n_boot=n_boot)
+    return PathPatchingTable(model_name=ctx.model_name, effects=effects, **table)
 
 
 def _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corruption, metric) -> _Runs:
@@ -430,17 +397,19 @@ def _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corru
     if corruption not in CORRUPTIONS:
         raise ValueError(f"corruption must be one of {CORRUPTIONS}, got {corruption!r}")
     hooks = check_hooks(model, hooks)
+    device = model_device(model)
     if isinstance(pair, tuple) and len(pair) == 2:  # any task: (clean, corrupted) TaskBatches or token ids
-        pair_tokens(model, *pair)  # validated where the caller made them, then moved once for every edge
-        pair = tuple(batch.to(model_device(model)) for batch in pair)
-        clean, corrupted = pair_tokens(model, *pair)
+        # validated where the caller made them, then moved once for every edge
+        clean, corrupted = (tokens.to(device) for tokens in pair_tokens(model, *pair))
         if metric is None:
             if not isinstance(pair[0], TaskBatch):
                 raise ValueError("token ids carry no targets: pass metric= (a callable logits -> [batch])")
-            metric = target_logprob(pair[0])
+            metric = target_logprob(pair[0].to(device))
         elif not callable(metric):
             raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
-        runs = _general_runs(model, clean, corrupted, metric, hooks)
+        name = getattr(getattr(model, "cfg", None), "model_name", None)
+        runs = _runs(model, clean, corrupted, partial(metric_values, metric, batch=len(clean)), hooks,
+                     name if isinstance(name, str) else type(model).__name__)
     else:
         if metric is not None:
             raise ValueError("metric= is for a (clean, corrupted) pair; the permutation pair's metric is its logit "
@@ -453,7 +422,9 @@ def _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corru
             pair = induction_patching_pair(config, n=n, seed=seed, corruption=corruption)
         else:
             pair = check_pair(model, pair)
-        runs = _permutation_runs(model, pair, hooks)
+        clean, corrupted, answer, wrong = (part.to(device) for part in pair)
+        runs = _runs(model, clean.inputs, corrupted.inputs, lambda logits: logit_diff(logits, answer, wrong).double(),
+                     hooks, model_config_of(model).name)
     _check_norms(model, runs)
     return runs
 

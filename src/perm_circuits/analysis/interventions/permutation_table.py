@@ -1,11 +1,10 @@
 """The permutation study's ablation table: every head and MLP under every mode, on one test set.
 
-:func:`perm_circuits.analysis.interventions.ablation.ablation_table` comes here for the study's bridges (and
-goes to :mod:`perm_circuits.analysis.interventions.ablation_table` for any task's model).  Each component's
-hook is built with the intervention core (:mod:`perm_circuits.analysis.interventions.core`; modes
-(modes zero / mean / resample / binding_free / optimal, Wang et al. 2022; Chan et al. 2022; Li &
-Janson 2024) and evaluates it through :func:`~perm_circuits.evaluate.evaluate_logits` (the numbers
-of :func:`~perm_circuits.evaluate.evaluate` with the posteriors computed once).
+:func:`perm_circuits.analysis.interventions.ablation.ablation_table` comes here for the study's
+bridges.  Each component's hook is built with the intervention core (modes zero / mean / resample /
+binding_free / optimal; Wang et al. 2022; Chan et al. 2022; Li & Janson 2024) and evaluated through
+:func:`~perm_circuits.evaluate.evaluate_logits` (the numbers of :func:`~perm_circuits.evaluate.evaluate`
+with the posteriors computed once).
 """
 
 from __future__ import annotations
@@ -20,7 +19,15 @@ from torch import Tensor
 
 from perm_circuits.analysis.interventions.checks import check_positions, check_seed, check_task_config
 from perm_circuits.analysis.interventions.hooks import check_reference
-from perm_circuits.analysis.interventions.core import HOWS, ablation_fn, check_how, resample_rows, selection
+from perm_circuits.analysis.interventions.core import (
+    HOWS,
+    ablation_fn,
+    check_how,
+    component_hook,
+    components_of,
+    resample_rows,
+    selection,
+)
 from perm_circuits.analysis.interventions.optimal import optimise_constant, upstream_hooks
 from perm_circuits.analysis.interventions.references import binding_free_reference
 from perm_circuits.devices import model_device
@@ -165,17 +172,10 @@ def _ablation_runs(
         label = f"batch of {len(reference)}"
     hooks = check_hooks(model, hooks)
 
-    components: list[tuple[str, int, int | None, str, list[int] | None]] = []
-    for layer in range(model_config.n_layers):
-        for head in range(model_config.n_heads):
-            components.append((f"L{layer}H{head}", layer, head, f"blocks.{layer}.attn.hook_z", [head]))
-        components.append((f"L{layer}MLP", layer, None, f"blocks.{layer}.hook_mlp_out", None))
-    names = list(dict.fromkeys(c[3] for c in components))
+    components = components_of(model)
+    names = list(dict.fromkeys(component_hook(layer, head) for _, layer, head in components))
 
-    posteriors = (
-        bayes_posterior(test_set.inputs, config, "uniform"),
-        bayes_posterior(test_set.inputs, config, "train"),
-    )
+    posteriors = tuple(bayes_posterior(test_set.inputs, config, prior) for prior in ("uniform", "train"))
 
     def run(extra: HookList) -> tuple[Tensor, object]:
         with torch.no_grad(), model.hooks(fwd_hooks=hooks + extra):
@@ -201,7 +201,8 @@ def _ablation_runs(
     rows = [_row("none", "none", None, None, base_evaluation)]
     hook_lists: dict[tuple[str, str], HookList] = {("none", "none"): []}
     all_logits: dict[tuple[str, str], Tensor] = {("none", "none"): base_logits}
-    for component, layer, head, hook_name, index in components:
+    for component, layer, head in components:
+        hook_name, index = component_hook(layer, head), None if head is None else [head]
         for how in hows:
             activation, constant = activations.get(hook_name), None
             if how == "binding_free":
@@ -213,9 +214,7 @@ def _ablation_runs(
                                              upstream=activations)
             fn = ablation_fn(how, "pos", index, position_list, activation, seed, pairing, constant)
             logits, evaluation = run([(hook_name, fn)])
-            follows = math.nan
-            if how in answers:
-                follows = float((logits[:, -1].argmax(-1) == answers[how]).float().mean())
+            follows = float((logits[:, -1].argmax(-1) == answers[how]).float().mean()) if how in answers else math.nan
             rows.append(_row(component, how, layer, head, evaluation, follows))
             hook_lists[(component, how)] = [(hook_name, fn)]
             all_logits[(component, how)] = logits

@@ -7,7 +7,6 @@ intervention core (:mod:`perm_circuits.analysis.interventions.core`) and is re-e
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 
 from perm_circuits.analysis.interventions.checks import check_seed
 from perm_circuits.analysis.interventions.core import resample_rows
@@ -63,13 +62,9 @@ def binding_free_reference(
     elif queries.V != task_config.V:
         raise ValueError(f"queries have V={queries.V}, task_config has V={task_config.V}")
     answers = make_batch(task_config, len(queries), split=split, seed=seed + 1, repeat_ratio=0.0)
-    return _with_permutation(queries, answers.perms.to(queries.xs.device))  # beside the queries
-
-
-def _with_permutation(queries: Batch, perms: Tensor) -> Batch:
-    """``queries`` with every answer re-read from ``perms`` (``y_k = perms[x_k - 1]``)."""
+    perms = answers.perms.to(queries.xs.device)  # beside the queries
     xs = queries.xs
-    ys = perms.gather(1, xs - 1)
+    ys = perms.gather(1, xs - 1)  # y_k = q(x_k)
     seq = torch.stack([xs, ys], dim=2).flatten(1)
     return Batch(inputs=seq[:, :-1].contiguous(), targets=seq[:, 1:].contiguous(), mask=queries.mask.clone(),
         xs=xs.clone(), ys=ys, perms=perms.clone(), repeated=queries.repeated.clone(),
