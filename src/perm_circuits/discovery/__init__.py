@@ -23,7 +23,7 @@
 
 from __future__ import annotations
 
-from perm_circuits.discovery.benchmark import benchmark_curves, run_benchmark
+from perm_circuits.discovery.benchmark import METHODS, benchmark_curves, run_benchmark
 from perm_circuits.discovery.edge_hooks import edge_hooks
 from perm_circuits.discovery.graph import (
     CircuitGraph,
@@ -69,18 +69,6 @@ __all__ = [
     "target_logprob_metric",
 ]
 
-METHODS = {
-    "acdc": acdc,
-    "eap": eap,
-    "eap_ig": eap_ig,
-    "node_attribution": node_attribution,
-    "greedy_edges": greedy_edges,
-    "mask_pruning": mask_pruning,
-    "random_baseline": random_baseline,
-    "exhaustive_oracle": exhaustive_oracle,
-}
-"""Discovery methods by name."""
-
 
 def discover(model, method: str = "eap", how: str = "resample", task=None, *, n: int = 500, seed: int = 0,
              batch=None, **kwargs) -> DiscoveryResult:
@@ -108,6 +96,7 @@ def discover(model, method: str = "eap", how: str = "resample", task=None, *, n:
 
             task = PermutationTask(task_config_of(model))
         if not hasattr(task, "test_set"):
-            raise TypeError(f"task must have a test_set(n, seed) method (the Task interface), got {type(task).__name__}")
+            raise TypeError("task must have a test_set(n, seed) method (the Task interface), got "
+                            f"{type(task).__name__}")
         batch = task.test_set(n, seed=seed + 1234)
     return METHODS[method](model, batch, how=how, seed=seed, **kwargs)
