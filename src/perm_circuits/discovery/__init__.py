@@ -1,8 +1,7 @@
 """Edge-level circuit discovery on TransformerLens 4 models.
 
-- :mod:`~perm_circuits.discovery.graph`: the computational graph (senders ``embed``,
-  ``L{l}H{h}``, ``L{l}MLP``; receivers ``L{l}H{h}.q/k/v``, ``L{l}MLP``, ``logits``; edges
-  ``"SENDER->RECEIVER"``), with the choice of nodes documented there.
+- :mod:`~perm_circuits.discovery.graph`: the computational graph (edges ``"SENDER->RECEIVER"``
+  between heads, MLPs, embeddings and logits), with the choice of nodes documented there.
 - :mod:`~perm_circuits.discovery.interventions`: runs with any (soft) edge mask, in the ablation
   modes zero, mean, resample and optimal, exact with LayerNorm; the metric and faithfulness.
   :func:`edge_hooks` runs the same intervention as TL hooks on the bridge.

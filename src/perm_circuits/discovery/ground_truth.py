@@ -212,6 +212,21 @@ def _carried(model, edge: str, labels: list[str], tol: float = 1e-6) -> tuple[st
     return tuple(names)
 
 
+def _weight_truths(name: str, model, varying_tokens,
+                   labels: list[str] | None = None) -> tuple[GroundTruth, GroundTruth]:
+    """The zero-ablation and the resample/mean :func:`weight_circuit` of ``model``, with what each
+    edge carries when the residual ``labels`` are given."""
+    out = []
+    for modes, tokens, how in (
+        (("zero",), None, "non-zero weight compositions on paths to logits"),
+        (("mean", "resample"), varying_tokens, "compositions carrying input differences (same-length inputs)"),
+    ):
+        edges = weight_circuit(model, varying_tokens=tokens)
+        carries = () if labels is None else tuple((e, _carried(model, e, labels)) for e in sorted(edges))
+        out.append(GroundTruth(name, edges, modes, model.cfg.n_layers, model.cfg.n_heads, True, how, carries))
+    return out[0], out[1]
+
+
 def tracr_ground_truths(tracr_model) -> tuple[GroundTruth, GroundTruth]:
     """The zero-ablation and the resample/mean circuits of a compiled RASP program.
 
@@ -221,22 +236,11 @@ def tracr_ground_truths(tracr_model) -> tuple[GroundTruth, GroundTruth]:
     only the aggregating head that copies tokens stays.
     """
     bridge = tracr_model.bridge
-    cfg = bridge.cfg
     table = tracr_model.assembled.input_encoder.encoding_map
     from perm_circuits.discovery.tracr_models import BOS
 
     varying = [[table[BOS]]] + [[table[t] for t in tracr_model.vocab]] * tracr_model.max_seq_len
-    labels = list(tracr_model.assembled.residual_labels)
-    name = f"tracr:{tracr_model.name}"
-    out = []
-    for modes, tokens, how in (
-        (("zero",), None, "non-zero weight compositions on paths to logits"),
-        (("mean", "resample"), varying, "compositions carrying input differences (same-length inputs)"),
-    ):
-        edges = weight_circuit(bridge, varying_tokens=tokens)
-        carries = tuple((e, _carried(bridge, e, labels)) for e in sorted(edges))
-        out.append(GroundTruth(name, edges, modes, cfg.n_layers, cfg.n_heads, True, how, carries))
-    return out[0], out[1]
+    return _weight_truths(f"tracr:{tracr_model.name}", bridge, varying, list(tracr_model.assembled.residual_labels))
 
 
 def induction_ground_truths(V: int = 5, *, eliminate: bool = True) -> tuple[GroundTruth, GroundTruth]:
@@ -251,15 +255,8 @@ def induction_ground_truths(V: int = 5, *, eliminate: bool = True) -> tuple[Grou
     """
     from perm_circuits.handbuilt import build_induction_model
 
-    model = build_induction_model(V, eliminate=eliminate)
-    n = 2 * V - 1
     name = f"perm_circuits.handbuilt.build_induction_model(V={V}, eliminate={eliminate})"
-    zero = weight_circuit(model)
-    resample = weight_circuit(model, varying_tokens=[list(range(1, V + 1))] * n)
-    return (
-        GroundTruth(name, zero, ("zero",), 2, 2, True, "non-zero weight compositions on paths to logits"),
-        GroundTruth(name, resample, ("mean", "resample"), 2, 2, True, "compositions carrying input differences"),
-    )
+    return _weight_truths(name, build_induction_model(V, eliminate=eliminate), [list(range(1, V + 1))] * (2 * V - 1))
 
 
 BIRTH_EDGES = frozenset(

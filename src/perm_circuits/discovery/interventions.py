@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import torch
@@ -127,10 +127,9 @@ class _Weights:
             self.W_in, self.b_in, self.W_out, self.b_out = get("W_in"), get("b_in"), get("W_out"), get("b_out")
         self.W_U, self.b_U = get("W_U"), get("b_U")
         sd = model.state_dict()
-        self.norms = {}
-        for name in [f"blocks.{l}.ln{i}" for l in range(self.n_layers) for i in (1, 2)] + ["ln_final"]:
-            w, b = sd.get(f"{name}.weight"), sd.get(f"{name}.bias")
-            self.norms[name] = (None if w is None else w.detach().clone(), None if b is None else b.detach().clone())
+        param = lambda key: None if sd.get(key) is None else sd[key].detach().clone()
+        self.norms = {name: (param(f"{name}.weight"), param(f"{name}.bias"))
+                      for name in [f"blocks.{l}.ln{i}" for l in range(self.n_layers) for i in (1, 2)] + ["ln_final"]}
 
     def norm(self, x: Tensor, name: str) -> Tensor:
         kind = self.norm_type
@@ -175,27 +174,19 @@ class EdgeIntervention:
 
     # ------------------------------------------------------------------ the forward pass
 
-    def run(
-        self,
-        mask: Float[Tensor, "*masks edge"],
-        *,
-        retain: dict[str, Tensor] | None = None,
-        tokens: Int[Tensor, "batch seq"] | None = None,
-        ablated: dict[str, Tensor] | None = None,
-    ) -> Float[Tensor, "*masks batch seq vocab"]:
+    def run(self, mask: Float[Tensor, "*masks edge"], *,
+            retain: dict[str, Tensor] | None = None) -> Float[Tensor, "*masks batch seq vocab"]:
         """Logits with each edge weighted by ``mask`` (module docstring); one run per mask row.
 
         ``retain``: a dict filled with every sender's output (``"out:S"``) and receiver's input
-        (``"in:R"``), gradients retained, for attribution methods.  ``tokens`` / ``ablated``
-        replace the prepared batch and ablated values (used to compute ablated values).
+        (``"in:R"``), gradients retained, for attribution methods.
         """
         if not isinstance(mask, Tensor) or mask.shape[-1] != self.n_edges or mask.dim() not in (1, 2):
             raise ValueError(f"mask must be a tensor [edges] or [masks, edges] with {self.n_edges} edges, got "
                              f"{getattr(mask, 'shape', type(mask).__name__)}")
         single = mask.dim() == 1
-        mask = mask[None] if single else mask
-        logits = self._forward(mask.to(self.device, self.weights.W_E.dtype), self.tokens if tokens is None else tokens,
-                               self.ablated if ablated is None else ablated, retain)
+        logits = self._forward((mask[None] if single else mask).to(self.device, self.weights.W_E.dtype), self.tokens,
+                               self.ablated, retain)
         return logits[0] if single else logits
 
     def _forward(self, mask: Tensor, tokens: Tensor, ablated: dict[str, Tensor], retain: dict | None,
@@ -432,11 +423,10 @@ def prepare_edges(
             ablated = {s: v.mean(0, keepdim=True) for s, v in _capture(probe, reference_tokens)[1].items()}
     if how == "optimal":
         ablated = _optimal(probe, ablated, optimal_steps)
-    done = EdgeIntervention(graph, how, tokens, metric, weights, clean, ablated, math.nan, math.nan, vectorised)
+    done = replace(probe, clean=clean, ablated=ablated)
     values = done.evaluate(torch.stack([done.ones(), torch.zeros(graph.n_edges, device=device)]))
-    loss_mask = batch.mask.float() if isinstance(batch, TaskBatch) else None
-    return EdgeIntervention(graph, how, tokens, metric, weights, clean, ablated, float(values[0]), float(values[1]),
-                            vectorised, loss_mask)
+    return replace(done, full_metric=float(values[0]), empty_metric=float(values[1]),
+                   loss_mask=batch.mask.float() if isinstance(batch, TaskBatch) else None)
 
 
 def _capture(probe: EdgeIntervention, tokens: Tensor) -> tuple[Tensor, dict[str, Tensor]]:

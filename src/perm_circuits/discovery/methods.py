@@ -45,11 +45,8 @@ def edge_attribution(ei: EdgeIntervention) -> Tensor:
         value.backward()
     deltas = {s: (ei.ablated[s] - ei.clean[s]).expand_as(ei.clean[s]).flatten() for s in ei.graph.senders}
     grads = {r: retain[f"in:{r}"].grad[0].flatten() for r in ei.graph.receivers}
-    scores = torch.zeros(ei.n_edges, dtype=torch.float64, device=ei.device)
-    for e, edge in enumerate(ei.graph.edges):
-        sender, receiver = split_edge(edge)
-        scores[e] = deltas[sender] @ grads[receiver]  # stays on the device: no transfer per edge
-    return scores
+    # stays on the device: no transfer per edge
+    return torch.stack([deltas[s] @ grads[r] for s, r in map(split_edge, ei.graph.edges)]).double()
 
 
 def eap(model=None, batch=None, *, how: str | None = None, intervention: EdgeIntervention | None = None,

@@ -63,11 +63,8 @@ class DiscoveryResult:
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per edge: method, how, edge, sender, receiver, score, in_circuit."""
-        rows = []
-        for edge, score in self.scores.items():
-            sender, receiver = split_edge(str(edge))
-            rows.append({"method": self.method, "how": self.how, "edge": edge, "sender": sender,
-                         "receiver": receiver, "score": float(score), "in_circuit": edge in self.circuit})
+        rows = [(self.method, self.how, edge, *split_edge(str(edge)), float(score), edge in self.circuit)
+                for edge, score in self.scores.items()]
         return pd.DataFrame(rows, columns=["method", "how", "edge", "sender", "receiver", "score", "in_circuit"])
 
 
