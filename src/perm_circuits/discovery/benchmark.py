@@ -45,6 +45,7 @@ from perm_circuits.devices import device_forward
 from perm_circuits.discovery.interventions import prepare_edges
 from perm_circuits.discovery.methods import acdc, eap, eap_ig, node_attribution, random_baseline
 from perm_circuits.discovery.oracle import exhaustive_oracle
+from perm_circuits.discovery.result import prefix_masks
 from perm_circuits.discovery.scoring import average_precision, circuit_metrics, faithfulness_area, roc_auc
 from perm_circuits.discovery.search import greedy_edges, mask_pruning
 from perm_circuits.tasks.base import TaskBatch
@@ -183,13 +184,9 @@ def faithfulness_curve(result, ei) -> Float[Tensor, " k"]:
     The curve behind ``faith_area`` (Hanna et al. 2024, "Have Faith in Faithfulness"): entry ``k``
     keeps the ``k`` highest-scoring edges and ablates the rest on ``ei``'s batch and mode.
     """
-    order = result.ranking()
-    n = ei.n_edges
-    prefixes = torch.zeros(n + 1, n, device=ei.device)
-    for k in range(1, n + 1):
-        prefixes[k, [ei.graph.edge_index(e) for e in order[:k]]] = 1.0
+    masks = prefix_masks([ei.graph.edge_index(e) for e in result.ranking()], ei.device)
     with torch.no_grad():
-        return ei.faithfulness(ei.evaluate(prefixes, chunk=16, dedupe=True)).double()
+        return ei.faithfulness(ei.evaluate(masks, chunk=16, dedupe=True)).double()
 
 
 def score_result(result, ei, truth, *, oracle=None) -> dict:
@@ -292,21 +289,15 @@ def _benchmark_runs(models, methods, hows, seeds, n, *, lean, progress):
     for s in seeds:
         check_int("seeds entry", s)
     check_int("n", n, low=2)
-    jobs = []
-    for name in models:
-        truths = registry[name].truths()
-        for how in hows:
-            if truths and how not in truths:
-                continue
-            jobs += [(name, how, seed) for seed in seeds]
+    truths_of = {name: registry[name].truths() for name in models}
+    jobs = [(name, how, seed) for name in models for how in hows if not truths_of[name] or how in truths_of[name]
+            for seed in seeds]
     built: dict = {}
     for name, how, seed in tqdm(jobs, disable=not progress, desc="discovery benchmark"):
-        spec = registry[name]
-        if name not in built:
-            built[name] = (spec.build(), spec.truths())
-        model, truths = built[name]
-        batch = spec.batch(model, n, 1000 + seed)
-        ei = prepare_edges(model, batch, how=how, seed=seed)
+        if name not in built:  # load each model once
+            built[name] = registry[name].build()
+        model, truths = built[name], truths_of[name]
+        ei = prepare_edges(model, registry[name].batch(model, n, 1000 + seed), how=how, seed=seed)
         start = time.perf_counter()
         oracle = None
         if ei.n_edges <= MAX_ORACLE_EDGES:

@@ -45,10 +45,7 @@ def edge_hooks(ei: EdgeIntervention, mask: Float[Tensor, " edge"]) -> HookList:
     incoming = graph.senders_into()
 
     def removed(receiver: str) -> Tensor:
-        total = 0.0
-        for sender, e in incoming[receiver]:
-            total = total + (1 - mask[e]) * (current[sender] - ei.ablated[sender])
-        return total
+        return sum((1 - mask[e]) * (current[sender] - ei.ablated[sender]) for sender, e in incoming[receiver])
 
     def store(key: str):
         def hook(activation: Tensor, hook) -> None:

@@ -143,12 +143,10 @@ def exhaustive_oracle(model=None, batch=None, *, target: float = 0.9, how: str |
     any circuit of at most ``k`` edges, for every size searched (what a method's top ``k`` edges
     are measured against for the oracle regret at each size).  ``chunk``: masks per batched forward.
     """
-    for name, value, low in (("max_exhaustive", max_exhaustive, 0), ("max_size", max_size, 0),
-                             ("max_subsets", max_subsets, 1), ("chunk", chunk, 1)):
+    check_int("max_exhaustive", max_exhaustive, 0, 25)  # at most 2^24 subsets
+    for name, value, low in (("max_size", max_size, 0), ("max_subsets", max_subsets, 1), ("chunk", chunk, 1)):
         check_int(name, value, low=low)
     check_number("target", target, finite=False)
-    if max_exhaustive > 24:
-        raise ValueError(f"max_exhaustive must be <= 24 (2^24 subsets), got {max_exhaustive}")
     ei, start = setup(model, batch, intervention, how=how, seed=seed, **options)
     n = ei.n_edges
     if n <= max_exhaustive:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 import torch
-from jaxtyping import Float
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from perm_circuits.checks import check_int, check_number
@@ -16,7 +16,7 @@ from perm_circuits.discovery.graph import split_edge
 from perm_circuits.discovery.interventions import EdgeIntervention, prepare_edges
 from perm_circuits.tasks.base import TaskBatch
 
-__all__ = ["DiscoveryResult", "choose_circuit", "flip_each", "setup"]
+__all__ = ["DiscoveryResult", "choose_circuit", "flip_each", "prefix_masks", "setup"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,15 @@ def flip_each(mask: Float[Tensor, " edge"]) -> Float[Tensor, "edge edge"]:
     return rows
 
 
+def prefix_masks(order: Int[Tensor, " edge"] | list[int],
+                 device: torch.device | None = None) -> Float[Tensor, "k edge"]:
+    """Row ``k`` (``0 .. E``) keeps the first ``k`` edges of ``order`` (edge indices, most important first)."""
+    n = len(order)
+    masks = torch.zeros(n + 1, n, device=device)
+    masks[:, order] = torch.ones(n + 1, n, device=device).tril(-1)
+    return masks
+
+
 def choose_circuit(
     ei: EdgeIntervention, scores: Tensor, *, n_edges: int | None, threshold: float | None, target: float
 ) -> tuple[frozenset[str], float, int]:
@@ -120,10 +129,7 @@ def choose_circuit(
         mask[keep] = 1.0
         faith = float(ei.faithfulness(ei.evaluate(mask[None]))[0])
         return frozenset(edges[i] for i in keep.tolist()), faith, 1
-    prefixes = torch.zeros(ei.n_edges + 1, ei.n_edges, device=ei.device)
-    for k in range(1, ei.n_edges + 1):
-        prefixes[k, order[:k]] = 1.0
-    faith = ei.faithfulness(ei.evaluate(prefixes, chunk=8))
+    faith = ei.faithfulness(ei.evaluate(prefix_masks(order, ei.device), chunk=8))
     reached = torch.nonzero(faith >= target)[:, 0]
     k = int(reached[0]) if len(reached) else ei.n_edges
     return frozenset(edges[i] for i in order[:k].tolist()), float(faith[k]), ei.n_edges + 1

@@ -156,17 +156,12 @@ class TracrModel:
 
     def domain(self, length: int | None = None) -> list[tuple]:
         """Every input (without BOS) of the given length, or of every length 1..max_seq_len."""
+        if length is not None and not 1 <= length <= self.max_seq_len:
+            raise ValueError(f"length must be in 1..{self.max_seq_len}, got {length}")
         lengths = range(1, self.max_seq_len + 1) if length is None else [length]
-        for n in lengths:
-            if not 1 <= n <= self.max_seq_len:
-                raise ValueError(f"length must be in 1..{self.max_seq_len}, got {n}")
-        out: list[tuple] = []
-        for n in lengths:
-            if self.distinct_tokens:
-                out.extend(itertools.permutations(self.vocab, n))
-            else:
-                out.extend(itertools.product(self.vocab, repeat=n))
-        return out
+        if self.distinct_tokens:
+            return [word for n in lengths for word in itertools.permutations(self.vocab, n)]
+        return [word for n in lengths for word in itertools.product(self.vocab, repeat=n)]
 
     def _check(self, inputs: list[tuple]) -> None:
         """ValueError unless ``inputs`` is a non-empty list of sequences of vocabulary tokens."""
