@@ -1,8 +1,7 @@
 """Edge-level circuit discovery on TransformerLens 4 models.
 
-- :mod:`~perm_circuits.discovery.graph`: the computational graph (senders ``embed``,
-  ``L{l}H{h}``, ``L{l}MLP``; receivers ``L{l}H{h}.q/k/v``, ``L{l}MLP``, ``logits``; edges
-  ``"SENDER->RECEIVER"``), with the choice of nodes documented there.
+- :mod:`~perm_circuits.discovery.graph`: the computational graph (edges ``"SENDER->RECEIVER"``
+  between heads, MLPs, embeddings and logits), with the choice of nodes documented there.
 - :mod:`~perm_circuits.discovery.interventions`: runs with any (soft) edge mask, in the ablation
   modes zero, mean, resample and optimal, exact with LayerNorm; the metric and faithfulness.
   :func:`edge_hooks` runs the same intervention as TL hooks on the bridge.
@@ -23,7 +22,7 @@
 
 from __future__ import annotations
 
-from perm_circuits.discovery.benchmark import benchmark_curves, run_benchmark
+from perm_circuits.discovery.benchmark import METHODS, benchmark_curves, run_benchmark
 from perm_circuits.discovery.edge_hooks import edge_hooks
 from perm_circuits.discovery.graph import (
     CircuitGraph,
@@ -69,18 +68,6 @@ __all__ = [
     "target_logprob_metric",
 ]
 
-METHODS = {
-    "acdc": acdc,
-    "eap": eap,
-    "eap_ig": eap_ig,
-    "node_attribution": node_attribution,
-    "greedy_edges": greedy_edges,
-    "mask_pruning": mask_pruning,
-    "random_baseline": random_baseline,
-    "exhaustive_oracle": exhaustive_oracle,
-}
-"""Discovery methods by name."""
-
 
 def discover(model, method: str = "eap", how: str = "resample", task=None, *, n: int = 500, seed: int = 0,
              batch=None, **kwargs) -> DiscoveryResult:
@@ -108,6 +95,7 @@ def discover(model, method: str = "eap", how: str = "resample", task=None, *, n:
 
             task = PermutationTask(task_config_of(model))
         if not hasattr(task, "test_set"):
-            raise TypeError(f"task must have a test_set(n, seed) method (the Task interface), got {type(task).__name__}")
+            raise TypeError("task must have a test_set(n, seed) method (the Task interface), got "
+                            f"{type(task).__name__}")
         batch = task.test_set(n, seed=seed + 1234)
     return METHODS[method](model, batch, how=how, seed=seed, **kwargs)

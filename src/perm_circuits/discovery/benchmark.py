@@ -32,6 +32,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import pandas as pd
 import torch
@@ -44,12 +45,13 @@ from perm_circuits.devices import device_forward
 from perm_circuits.discovery.interventions import prepare_edges
 from perm_circuits.discovery.methods import acdc, eap, eap_ig, node_attribution, random_baseline
 from perm_circuits.discovery.oracle import exhaustive_oracle
+from perm_circuits.discovery.result import prefix_masks
 from perm_circuits.discovery.scoring import average_precision, circuit_metrics, faithfulness_area, roc_auc
 from perm_circuits.discovery.search import greedy_edges, mask_pruning
 from perm_circuits.tasks.base import TaskBatch
 
-__all__ = ["BENCHMARK_COLUMNS", "ORACLE_BEST", "BenchModel", "benchmark_curves", "benchmark_models", "faithfulness_curve",
-           "run_benchmark", "score_result", "write_by_model"]
+__all__ = ["BENCHMARK_COLUMNS", "ORACLE_BEST", "BenchModel", "benchmark_curves", "benchmark_models",
+           "faithfulness_curve", "run_benchmark", "score_result", "write_by_model"]
 
 BENCHMARK_COLUMNS = (
     "model", "n_edges_graph", "method", "how", "seed", "n", "truth", "truth_modes", "n_true",
@@ -59,12 +61,11 @@ BENCHMARK_COLUMNS = (
 )
 """The columns of :func:`run_benchmark`'s table (``results/discovery.csv``), in order."""
 
-DEFAULT_METHODS = ("acdc", "eap", "eap_ig", "node_attribution", "greedy_edges", "mask_pruning", "random_baseline",
-                   "exhaustive_oracle")
-DEFAULT_HOWS = ("zero", "mean", "resample")
 METHODS = {f.__name__: f for f in (acdc, eap, eap_ig, node_attribution, greedy_edges, mask_pruning, random_baseline,
                                    exhaustive_oracle)}
-"""The methods by name (the same as ``perm_circuits.discovery.METHODS``, a test checks it)."""
+"""Discovery methods by name (re-exported as ``perm_circuits.discovery.METHODS``)."""
+DEFAULT_METHODS = tuple(METHODS)
+DEFAULT_HOWS = ("zero", "mean", "resample")
 TRAINED = ("d16h1", "d32h1", "d32h2", "d16h1l2-any")
 ORACLE_BEST = "oracle_best"
 """The method name :func:`benchmark_curves` gives the oracle's best faithfulness at each size."""
@@ -97,58 +98,48 @@ def _induction_batch(model, n: int, seed: int) -> TaskBatch:
     return TaskBatch(batch.tokens, batch.targets, last)
 
 
-def _induction_truths(eliminate: bool = True):
-    def truths() -> dict:
-        from perm_circuits.discovery.ground_truth import induction_ground_truths
-
-        return {mode: truth.edges for truth in induction_ground_truths(5, eliminate=eliminate) for mode in truth.modes}
-
-    return truths
+def _by_mode(truths) -> dict:
+    """Ground truths -> ``{ablation mode: true edge set}``."""
+    return {mode: truth.edges for truth in truths for mode in truth.modes}
 
 
-def _tracr_batch(name: str):
-    def batch(model, n: int, seed: int) -> TaskBatch:
-        from perm_circuits.discovery.tracr_models import cached_tracr_model
+def _induction_truths(eliminate: bool = True) -> dict:
+    from perm_circuits.discovery.ground_truth import induction_ground_truths
 
-        tm = cached_tracr_model(name)
-        domain = tm.domain(tm.max_seq_len)
-        rows = torch.randint(len(domain), (n,), generator=torch.Generator().manual_seed(seed))
-        tokens = tm.encode([domain[i] for i in rows.tolist()])
-        with torch.no_grad():
-            targets = device_forward(model, tokens).argmax(-1)
-        mask = torch.ones(tokens.shape, dtype=torch.float32, device=tokens.device)
-        mask[:, 0] = 0.0  # BOS
-        return TaskBatch(tokens, targets, mask)
-
-    return batch
+    return _by_mode(induction_ground_truths(5, eliminate=eliminate))
 
 
-def _tracr_truths(name: str):
-    def truths() -> dict:
-        from perm_circuits.discovery.ground_truth import tracr_ground_truths
-        from perm_circuits.discovery.tracr_models import cached_tracr_model
+def _tracr_batch(name: str, model, n: int, seed: int) -> TaskBatch:
+    from perm_circuits.discovery.tracr_models import cached_tracr_model
 
-        return {mode: truth.edges for truth in tracr_ground_truths(cached_tracr_model(name)) for mode in truth.modes}
+    tm = cached_tracr_model(name)
+    domain = tm.domain(tm.max_seq_len)
+    rows = torch.randint(len(domain), (n,), generator=torch.Generator().manual_seed(seed))
+    tokens = tm.encode([domain[i] for i in rows.tolist()])
+    with torch.no_grad():
+        targets = device_forward(model, tokens).argmax(-1)
+    mask = torch.ones(tokens.shape, dtype=torch.float32, device=tokens.device)
+    mask[:, 0] = 0.0  # BOS
+    return TaskBatch(tokens, targets, mask)
 
-    return truths
+
+def _tracr_truths(name: str) -> dict:
+    from perm_circuits.discovery.ground_truth import tracr_ground_truths
+    from perm_circuits.discovery.tracr_models import cached_tracr_model
+
+    return _by_mode(tracr_ground_truths(cached_tracr_model(name)))
 
 
 def _tracr_build(name: str):
-    def build():
-        from perm_circuits.discovery.tracr_models import cached_tracr_model
+    from perm_circuits.discovery.tracr_models import cached_tracr_model
 
-        return cached_tracr_model(name).bridge
-
-    return build
+    return cached_tracr_model(name).bridge
 
 
 def _trained_build(name: str):
-    def build():
-        from perm_circuits.models import load_pretrained
+    from perm_circuits.models import load_pretrained
 
-        return load_pretrained(name).eval()
-
-    return build
+    return load_pretrained(name).eval()
 
 
 def _trained_batch(model, n: int, seed: int) -> TaskBatch:
@@ -168,15 +159,15 @@ def benchmark_models(*, include_tracr: bool | None = None) -> dict[str, BenchMod
 
     if include_tracr is None:
         include_tracr = tracr_available()
-    out = {"induction": BenchModel("induction", lambda: build_induction_model(5), _induction_batch, _induction_truths()),
-           "induction_bare": BenchModel("induction_bare", lambda: build_induction_model(5, eliminate=False),
-                                        _induction_batch, _induction_truths(eliminate=False))}
+    out = {"induction": BenchModel("induction", partial(build_induction_model, 5), _induction_batch, _induction_truths),
+           "induction_bare": BenchModel("induction_bare", partial(build_induction_model, 5, eliminate=False),
+                                        _induction_batch, partial(_induction_truths, eliminate=False))}
     if include_tracr:
         for name in ("reverse", "frac_prevs", "sort"):
-            out[f"tracr:{name}"] = BenchModel(f"tracr:{name}", _tracr_build(name), _tracr_batch(name),
-                                              _tracr_truths(name))
+            out[f"tracr:{name}"] = BenchModel(f"tracr:{name}", partial(_tracr_build, name), partial(_tracr_batch, name),
+                                              partial(_tracr_truths, name))
     for name in TRAINED:
-        out[name] = BenchModel(name, _trained_build(name), _trained_batch, dict)
+        out[name] = BenchModel(name, partial(_trained_build, name), _trained_batch, dict)
     return out
 
 
@@ -193,13 +184,9 @@ def faithfulness_curve(result, ei) -> Float[Tensor, " k"]:
     The curve behind ``faith_area`` (Hanna et al. 2024, "Have Faith in Faithfulness"): entry ``k``
     keeps the ``k`` highest-scoring edges and ablates the rest on ``ei``'s batch and mode.
     """
-    order = result.ranking()
-    n = ei.n_edges
-    prefixes = torch.zeros(n + 1, n, device=ei.device)
-    for k in range(1, n + 1):
-        prefixes[k, [ei.graph.edge_index(e) for e in order[:k]]] = 1.0
+    masks = prefix_masks([ei.graph.edge_index(e) for e in result.ranking()], ei.device)
     with torch.no_grad():
-        return ei.faithfulness(ei.evaluate(prefixes, chunk=16, dedupe=True)).double()
+        return ei.faithfulness(ei.evaluate(masks, chunk=16, dedupe=True)).double()
 
 
 def score_result(result, ei, truth, *, oracle=None) -> dict:
@@ -228,23 +215,18 @@ def score_result(result, ei, truth, *, oracle=None) -> dict:
             row.update({f"precision{suffix}": m.precision, f"recall{suffix}": m.recall, f"exact{suffix}": m.exact})
         else:
             row.update({f"precision{suffix}": math.nan, f"recall{suffix}": math.nan, f"exact{suffix}": False})
-    reached = oracle is not None and "target not reached" not in oracle.search
-    if reached:
+    row.update({"oracle_size": math.nan, "oracle_faithfulness": math.nan, "oracle_regret": math.nan,
+                "oracle_search": "" if oracle is None else oracle.search})
+    if oracle is not None and "target not reached" not in oracle.search:
         k = len(oracle.circuit)
         row.update({"oracle_size": k, "oracle_faithfulness": oracle.faithfulness,
-                    "oracle_regret": oracle.faithfulness - float(curve[k]), "oracle_search": oracle.search})
-    else:
-        row.update({"oracle_size": math.nan, "oracle_faithfulness": math.nan, "oracle_regret": math.nan,
-                    "oracle_search": "" if oracle is None else oracle.search})
+                    "oracle_regret": oracle.faithfulness - float(curve[k])})
     return row
 
 
 def _method_options(method: str, lean: bool) -> dict:
-    if method == "mask_pruning":
-        return {"steps": 60 if lean else 300}
-    if method == "exhaustive_oracle":
-        return {"max_size": 8, "max_subsets": 300_000 if lean else 3_000_000}
-    return {}
+    return {"mask_pruning": {"steps": 60 if lean else 300},
+            "exhaustive_oracle": {"max_size": 8, "max_subsets": 300_000 if lean else 3_000_000}}.get(method, {})
 
 
 def run_benchmark(models: Sequence[str] | None = None, methods: Sequence[str] = DEFAULT_METHODS,
@@ -297,35 +279,25 @@ def _benchmark_runs(models, methods, hows, seeds, n, *, lean, progress):
     """Each (model, mode, seed, method)'s result on its shared intervention, after checking every argument."""
     registry = benchmark_models()
     models = list(registry) if models is None else list(models)
-    unknown = [m for m in models if m not in registry]
-    if unknown:
-        raise ValueError(f"unknown models {unknown}; expected names from {sorted(registry)}")
-    bad = [m for m in methods if m not in METHODS]
-    if bad:
-        raise ValueError(f"unknown methods {bad}; expected names from {sorted(METHODS)}")
-    bad = [h for h in hows if h not in DEFAULT_HOWS]
-    if bad:
-        raise ValueError(f"hows must be among {DEFAULT_HOWS}, got {bad}")
+    for kind, given, known in (("models", models, registry), ("methods", methods, METHODS),
+                               ("hows", hows, DEFAULT_HOWS)):
+        unknown = [x for x in given if x not in known]
+        if unknown:
+            raise ValueError(f"unknown {kind} {unknown}; expected names from {sorted(known)}")
     if not seeds:
         raise ValueError(f"seeds must be a non-empty sequence of ints, got {seeds!r}")
     for s in seeds:
         check_int("seeds entry", s)
     check_int("n", n, low=2)
-    jobs = []
-    for name in models:
-        truths = registry[name].truths()
-        for how in hows:
-            if truths and how not in truths:
-                continue
-            jobs += [(name, how, seed) for seed in seeds]
+    truths_of = {name: registry[name].truths() for name in models}
+    jobs = [(name, how, seed) for name in models for how in hows if not truths_of[name] or how in truths_of[name]
+            for seed in seeds]
     built: dict = {}
     for name, how, seed in tqdm(jobs, disable=not progress, desc="discovery benchmark"):
-        spec = registry[name]
-        if name not in built:
-            built[name] = (spec.build(), spec.truths())
-        model, truths = built[name]
-        batch = spec.batch(model, n, 1000 + seed)
-        ei = prepare_edges(model, batch, how=how, seed=seed)
+        if name not in built:  # load each model once
+            built[name] = registry[name].build()
+        model, truths = built[name], truths_of[name]
+        ei = prepare_edges(model, registry[name].batch(model, n, 1000 + seed), how=how, seed=seed)
         start = time.perf_counter()
         oracle = None
         if ei.n_edges <= MAX_ORACLE_EDGES:
@@ -340,9 +312,9 @@ def _benchmark_runs(models, methods, hows, seeds, n, *, lean, progress):
         else:
             truth, source, truth_modes = oracle.circuit, "oracle", how
         for method in methods:
-            if method == "exhaustive_oracle" and oracle is None:
-                continue
             if method == "exhaustive_oracle":
+                if oracle is None:
+                    continue
                 result = oracle
             else:
                 result = METHODS[method](intervention=ei, seed=seed, **_method_options(method, lean))

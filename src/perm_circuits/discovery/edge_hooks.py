@@ -11,7 +11,8 @@ hooks and can be checked against the bridge for any mask:
 - edits each receiver's input as path patching does
   (:mod:`perm_circuits.analysis.interventions.path_patching`), its LayerNorm recomputed on the modified residual
   ``r - D`` with ``D = sum over senders S of (1 - m_SR) (out_S - abl_S)``:
-  ``attn.hook_q``/``hook_k``/``hook_v`` of the head (``+ norm(r - D) @ W - norm(r) @ W``),
+  ``attn.hook_q``/``hook_k``/``hook_v`` of the head (``+ norm(r - D) @ W - norm(r) @ W``; TL 4
+  native bridges cannot enable split q/k/v inputs),
   ``blocks.{l}.mlp.hook_in`` (the ``ln2`` output, read only by the MLP) and ``unembed.hook_in``
   (the ``ln_final`` output).
 """
@@ -21,7 +22,6 @@ from __future__ import annotations
 from jaxtyping import Float
 from torch import Tensor
 
-from perm_circuits.discovery.graph import split_edge
 from perm_circuits.discovery.interventions import EdgeIntervention
 from perm_circuits.hooks import HookList
 
@@ -42,16 +42,10 @@ def edge_hooks(ei: EdgeIntervention, mask: Float[Tensor, " edge"]) -> HookList:
     mask = mask.detach().to(w.W_E.dtype)
     current: dict[str, Tensor] = {s: ei.clean[s] for s in graph.senders if s.endswith("embed")}
     resid: dict[str, Tensor] = {}
-    incoming: dict[str, list[tuple[str, int]]] = {r: [] for r in graph.receivers}
-    for e, edge in enumerate(graph.edges):
-        sender, receiver = split_edge(edge)
-        incoming[receiver].append((sender, e))
+    incoming = graph.senders_into()
 
     def removed(receiver: str) -> Tensor:
-        total = 0.0
-        for sender, e in incoming[receiver]:
-            total = total + (1 - mask[e]) * (current[sender] - ei.ablated[sender])
-        return total
+        return sum((1 - mask[e]) * (current[sender] - ei.ablated[sender]) for sender, e in incoming[receiver])
 
     def store(key: str):
         def hook(activation: Tensor, hook) -> None:

@@ -137,6 +137,14 @@ class CircuitGraph:
             raise KeyError(f"no sender {sender!r}; senders are {self.senders}")
         return tuple(i for i, e in enumerate(self.edges) if split_edge(e)[0] == sender)
 
+    def senders_into(self) -> dict[str, list[tuple[str, int]]]:
+        """Per receiver, ``(sender, edge index)`` of each edge into it, in sender order."""
+        table: dict[str, list[tuple[str, int]]] = {r: [] for r in self.receivers}
+        for e, edge in enumerate(self.edges):
+            sender, receiver = split_edge(edge)
+            table[receiver].append((sender, e))
+        return table
+
     def mask_of(self, edges: Iterable[str]) -> list[float]:
         """A 0/1 list over :attr:`edges`: 1 for the given edges (each must be in the graph)."""
         mask = [0.0] * self.n_edges
@@ -201,6 +209,7 @@ def circuit_graph_of(model, *, split_embed: bool = False) -> CircuitGraph:
         raise TypeError(f"split_embed must be a bool, got {type(split_embed).__name__}")
     cfg = getattr(model, "cfg", None)
     if cfg is None or not hasattr(cfg, "n_layers") or not hasattr(cfg, "n_heads"):
-        raise TypeError(f"model must be a TransformerLens model with a cfg (n_layers, n_heads), got {type(model).__name__}")
+        raise TypeError("model must be a TransformerLens model with a cfg (n_layers, n_heads), got "
+                        f"{type(model).__name__}")
     return build_graph(int(cfg.n_layers), int(cfg.n_heads), has_mlp=not bool(getattr(cfg, "attn_only", False)),
                        split_embed=split_embed)

@@ -1,11 +1,9 @@
 """Ground-truth circuits that nobody tuned: read off the weights of compiled and weight-built models.
 
-Graph (shared with the discovery methods): sender nodes ``embed`` (token + positional embedding),
-``L{l}H{h}`` (a head's output) and ``L{l}MLP`` (an MLP's output); receiver nodes
-``L{l}H{h}.q|.k|.v``, ``L{l}MLP`` (the MLP's input) and ``logits``; an edge ``"S->R"`` joins a
-sender to every receiver downstream of it (13 edges for one layer and two heads, 23 for two layers
-and one head, 46 for two layers and two heads), as in path patching (Wang et al., "Interpretability
-in the Wild", ICLR 2023) and ACDC (Conmy et al., NeurIPS 2023).
+The graph is the discovery methods' (:mod:`~perm_circuits.discovery.graph`): edges ``"S->R"`` from
+senders ``embed``, ``L{l}H{h}``, ``L{l}MLP`` to receivers ``L{l}H{h}.q|.k|.v``, ``L{l}MLP``,
+``logits``, as in path patching (Wang et al., "Interpretability in the Wild", ICLR 2023) and ACDC
+(Conmy et al., NeurIPS 2023).
 
 The rule (:func:`weight_circuit`), from the weights alone:
 
@@ -28,20 +26,20 @@ The rule (:func:`weight_circuit`), from the weights alone:
 
 Both rules are structural (a non-zero composition could still be functionally idle: zeroing
 tracr ``reverse``'s length head reads as the largest length, right by chance on full-length inputs
-and wrong on shorter ones); on tracr
-models every weight outside a RASP operation's spaces is exactly zero, so the structure is the
-program's. :func:`tracr_ground_truths` also names the RASP variables each edge carries (from
-tracr's residual labels).
+and wrong on shorter ones); on tracr models every weight outside a RASP operation's spaces is
+exactly zero, so the structure is the program's. :func:`tracr_ground_truths` also names the RASP
+variables each edge carries (from tracr's residual labels).
 """
 
 from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
-from perm_circuits.discovery.graph import graph_edges, head_of, receiver_nodes, sender_nodes
+from perm_circuits.discovery.graph import graph_edges, head_of, receiver_nodes, sender_nodes, split_edge
 
 ABLATION_MODES = ("zero", "mean", "resample")
 
@@ -151,14 +149,11 @@ def _write_matrices(model, varying_tokens) -> dict[str, torch.Tensor]:
 def _prune_to_paths(edges: set[str], *, from_embed: bool) -> frozenset:
     """Keep the edges on some path to ``logits`` (and, with ``from_embed``, from ``embed``)."""
     while True:
-        senders = {e.split("->")[0] for e in edges}
-        fed = {"embed"} | {edge_receiver_node(e.split("->")[1]) for e in edges}
-        kept = {
-            e
-            for e in edges
-            if (not from_embed or e.split("->")[0] in fed)
-            and (e.split("->")[1] == "logits" or edge_receiver_node(e.split("->")[1]) in senders)
-        }
+        pairs = {e: split_edge(e) for e in edges}
+        senders = {s for s, _ in pairs.values()}
+        fed = {"embed"} | {head_of(r) for _, r in pairs.values()}
+        kept = {e for e, (s, r) in pairs.items()
+                if (not from_embed or s in fed) and (r == "logits" or head_of(r) in senders)}
         if kept == edges:
             return frozenset(kept)
         edges = kept
@@ -194,18 +189,18 @@ def weight_circuit(model, *, varying_tokens=None, tol: float = 1e-6) -> frozense
         live = {"embed"} if bool((writes["embed"].abs() > tol).any()) else set()
     edges: set[str] = set()
     for edge in candidates:  # forward order: a sender's liveness is settled before it sends
-        sender, receiver = edge.split("->")
+        sender, receiver = split_edge(edge)
         if sender not in live:
             continue
         if (writes[sender] @ reads[receiver]).abs().max() > tol:
             edges.add(edge)
-            live.add(edge_receiver_node(receiver))
+            live.add(head_of(receiver))
     return _prune_to_paths(edges, from_embed=varying_tokens is not None)
 
 
 def _carried(model, edge: str, labels: list[str], tol: float = 1e-6) -> tuple[str, ...]:
     """Residual labels (tracr variables) that the sender writes and the receiver reads."""
-    sender, receiver = edge.split("->")
+    sender, receiver = split_edge(edge)
     written = (_write_matrices(model, None)[sender].abs() > tol).any(0)
     read = (_read_matrices(model)[receiver].abs() > tol).any(1)
     names = []
@@ -217,6 +212,21 @@ def _carried(model, edge: str, labels: list[str], tol: float = 1e-6) -> tuple[st
     return tuple(names)
 
 
+def _weight_truths(name: str, model, varying_tokens,
+                   labels: list[str] | None = None) -> tuple[GroundTruth, GroundTruth]:
+    """The zero-ablation and the resample/mean :func:`weight_circuit` of ``model``, with what each
+    edge carries when the residual ``labels`` are given."""
+    out = []
+    for modes, tokens, how in (
+        (("zero",), None, "non-zero weight compositions on paths to logits"),
+        (("mean", "resample"), varying_tokens, "compositions carrying input differences (same-length inputs)"),
+    ):
+        edges = weight_circuit(model, varying_tokens=tokens)
+        carries = () if labels is None else tuple((e, _carried(model, e, labels)) for e in sorted(edges))
+        out.append(GroundTruth(name, edges, modes, model.cfg.n_layers, model.cfg.n_heads, True, how, carries))
+    return out[0], out[1]
+
+
 def tracr_ground_truths(tracr_model) -> tuple[GroundTruth, GroundTruth]:
     """The zero-ablation and the resample/mean circuits of a compiled RASP program.
 
@@ -226,22 +236,11 @@ def tracr_ground_truths(tracr_model) -> tuple[GroundTruth, GroundTruth]:
     only the aggregating head that copies tokens stays.
     """
     bridge = tracr_model.bridge
-    cfg = bridge.cfg
     table = tracr_model.assembled.input_encoder.encoding_map
     from perm_circuits.discovery.tracr_models import BOS
 
     varying = [[table[BOS]]] + [[table[t] for t in tracr_model.vocab]] * tracr_model.max_seq_len
-    labels = list(tracr_model.assembled.residual_labels)
-    name = f"tracr:{tracr_model.name}"
-    out = []
-    for modes, tokens, how in (
-        (("zero",), None, "non-zero weight compositions on paths to logits"),
-        (("mean", "resample"), varying, "compositions carrying input differences (same-length inputs)"),
-    ):
-        edges = weight_circuit(bridge, varying_tokens=tokens)
-        carries = tuple((e, _carried(bridge, e, labels)) for e in sorted(edges))
-        out.append(GroundTruth(name, edges, modes, cfg.n_layers, cfg.n_heads, True, how, carries))
-    return out[0], out[1]
+    return _weight_truths(f"tracr:{tracr_model.name}", bridge, varying, list(tracr_model.assembled.residual_labels))
 
 
 def induction_ground_truths(V: int = 5, *, eliminate: bool = True) -> tuple[GroundTruth, GroundTruth]:
@@ -256,15 +255,8 @@ def induction_ground_truths(V: int = 5, *, eliminate: bool = True) -> tuple[Grou
     """
     from perm_circuits.handbuilt import build_induction_model
 
-    model = build_induction_model(V, eliminate=eliminate)
-    n = 2 * V - 1
     name = f"perm_circuits.handbuilt.build_induction_model(V={V}, eliminate={eliminate})"
-    zero = weight_circuit(model)
-    resample = weight_circuit(model, varying_tokens=[list(range(1, V + 1))] * n)
-    return (
-        GroundTruth(name, zero, ("zero",), 2, 2, True, "non-zero weight compositions on paths to logits"),
-        GroundTruth(name, resample, ("mean", "resample"), 2, 2, True, "compositions carrying input differences"),
-    )
+    return _weight_truths(name, build_induction_model(V, eliminate=eliminate), [list(range(1, V + 1))] * (2 * V - 1))
 
 
 BIRTH_EDGES = frozenset(
@@ -302,12 +294,9 @@ def birth_ground_truth() -> GroundTruth:
 
 
 def _induction_entry(eliminate: bool):
-    def build():
-        from perm_circuits.handbuilt import build_induction_model
+    from perm_circuits.handbuilt import build_induction_model
 
-        return build_induction_model(5, eliminate=eliminate), induction_ground_truths(5, eliminate=eliminate)
-
-    return build
+    return build_induction_model(5, eliminate=eliminate), induction_ground_truths(5, eliminate=eliminate)
 
 
 def _birth_entry():
@@ -317,13 +306,10 @@ def _birth_entry():
 
 
 def _tracr_entry(name: str):
-    def build():
-        from perm_circuits.discovery.tracr_models import build_tracr_model
+    from perm_circuits.discovery.tracr_models import build_tracr_model
 
-        model = build_tracr_model(name)
-        return model.bridge, tracr_ground_truths(model)
-
-    return build
+    model = build_tracr_model(name)
+    return model.bridge, tracr_ground_truths(model)
 
 
 def ground_truth_models(*, include_tracr: bool | None = None) -> dict:
@@ -340,7 +326,8 @@ def ground_truth_models(*, include_tracr: bool | None = None) -> dict:
         include_tracr = tracr_available()
     if not isinstance(include_tracr, bool):
         raise TypeError(f"include_tracr must be a bool or None, got {include_tracr!r}")
-    out = {"induction": _induction_entry(True), "induction_bare": _induction_entry(False), "birth": _birth_entry}
+    out = {"induction": partial(_induction_entry, True), "induction_bare": partial(_induction_entry, False),
+           "birth": _birth_entry}
     if include_tracr:
-        out.update({f"tracr:{name}": _tracr_entry(name) for name in TRACR_PROGRAMS})
+        out.update({f"tracr:{name}": partial(_tracr_entry, name) for name in TRACR_PROGRAMS})
     return out

@@ -23,16 +23,13 @@ Ablated values ``abl_S`` per mode (``how``):
   initialised at the mean, then ``optimal_steps`` L-BFGS iterations on the constant alone, as
   :mod:`perm_circuits.analysis.interventions.optimal` does for whole components.
 
-Hooks on the bridge and a batched run: the receivers ``L{l}H{h}.q/k/v`` are reached through
-``hook_q``, ``hook_k``, ``hook_v`` (as :mod:`perm_circuits.analysis.interventions.path_patching` does: TL4 native
-bridges cannot enable split q/k/v inputs), the MLP inputs through ``blocks.{l}.mlp.hook_in`` (the
-``ln2`` output, read only by the MLP) and the logits through ``unembed.hook_in`` (the ``ln_final``
-output); :func:`~perm_circuits.discovery.edge_hooks.edge_hooks` builds that hook list for one
-mask.  Discovery, though, evaluates thousands of masks (the exhaustive oracle: every subset of 13
-edges), batched several at a time and differentiated, so :meth:`EdgeIntervention.run` computes
-the same run in plain PyTorch on the bridge's own weights (``W_Q`` ... ``W_U``, the norms'
-parameters), as :func:`perm_circuits.models.fast_forward` does for training, with a leading mask
-dimension.  The tests check it against the hooked bridge for random hard and soft masks, and
+Hooks and a batched run: :func:`~perm_circuits.discovery.edge_hooks.edge_hooks` builds the TL
+hook list that runs one mask on the bridge (its module docstring names the hooks).  Discovery,
+though, evaluates thousands of masks (the exhaustive oracle: every subset of 13 edges), batched
+several at a time and differentiated, so :meth:`EdgeIntervention.run` computes the same run in
+plain PyTorch on the bridge's own weights (``W_Q`` ... ``W_U``, the norms' parameters), as
+:func:`perm_circuits.models.fast_forward` does for training, with a leading mask dimension.  The
+tests check it against the hooked bridge for random hard and soft masks, and
 :func:`prepare_edges` checks on the given tokens that it reproduces ``model(tokens)`` (to 1e-4)
 and raises otherwise, so an unsupported architecture fails loudly instead of giving inexact
 edges.  Supported: standard positional embeddings, normalisation ``LN``, ``LNPre``, ``RMS``,
@@ -50,7 +47,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 
 import torch
 from jaxtyping import Float, Int
@@ -58,21 +56,16 @@ from torch import Tensor
 
 from perm_circuits.checks import check_int
 from perm_circuits.devices import model_device
-from perm_circuits.discovery.graph import CircuitGraph, circuit_graph_of, split_edge
+from perm_circuits.discovery.graph import CircuitGraph, circuit_graph_of, head_of
 from perm_circuits.tasks.base import TaskBatch
 
 __all__ = ["HOWS", "EdgeIntervention", "Metric", "prepare_edges", "target_logprob_metric"]
 
 HOWS = ("zero", "mean", "resample", "optimal")
 Metric = Callable[[Tensor], Tensor]
-_ACTS = {
-    "relu": torch.relu,
-    "gelu": torch.nn.functional.gelu,
-    "gelu_new": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
-    "gelu_fast": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
-    "silu": torch.nn.functional.silu,
-}
+_GELU_TANH = partial(torch.nn.functional.gelu, approximate="tanh")
+_ACTS = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "gelu_new": _GELU_TANH, "gelu_fast": _GELU_TANH,
+         "gelu_pytorch_tanh": _GELU_TANH, "silu": torch.nn.functional.silu}
 
 
 def target_logprob_metric(batch: TaskBatch) -> Metric:
@@ -106,7 +99,8 @@ class _Weights:
             raise ValueError(f"edge interventions need a TransformerLens model config; {type(model).__name__}'s cfg "
                              f"has no {missing}")
         if getattr(cfg, "positional_embedding_type", "standard") != "standard":
-            raise ValueError(f"edge interventions need standard positional embeddings, got {cfg.positional_embedding_type!r}")
+            raise ValueError("edge interventions need standard positional embeddings, got "
+                             f"{cfg.positional_embedding_type!r}")
         if getattr(cfg, "parallel_attn_mlp", False):
             raise ValueError("edge interventions do not support parallel attention and MLP blocks")
         self.norm_type = cfg.normalization_type
@@ -118,7 +112,8 @@ class _Weights:
         self.causal = getattr(cfg, "attention_dir", "causal") != "bidirectional"
         d_head = int(cfg.d_head)
         scale = float(getattr(cfg, "attn_scale", -1.0))
-        self.scale = (1.0 / (scale if scale > 0 else math.sqrt(d_head))) if getattr(cfg, "use_attn_scale", True) else 1.0
+        use_scale = getattr(cfg, "use_attn_scale", True)
+        self.scale = (1.0 / (scale if scale > 0 else math.sqrt(d_head))) if use_scale else 1.0
         if self.has_mlp:
             act = getattr(cfg, "act_fn", "relu")
             if act not in _ACTS:
@@ -132,10 +127,9 @@ class _Weights:
             self.W_in, self.b_in, self.W_out, self.b_out = get("W_in"), get("b_in"), get("W_out"), get("b_out")
         self.W_U, self.b_U = get("W_U"), get("b_U")
         sd = model.state_dict()
-        self.norms = {}
-        for name in [f"blocks.{l}.ln{i}" for l in range(self.n_layers) for i in (1, 2)] + ["ln_final"]:
-            w, b = sd.get(f"{name}.weight"), sd.get(f"{name}.bias")
-            self.norms[name] = (None if w is None else w.detach().clone(), None if b is None else b.detach().clone())
+        param = lambda key: None if sd.get(key) is None else sd[key].detach().clone()
+        self.norms = {name: (param(f"{name}.weight"), param(f"{name}.bias"))
+                      for name in [f"blocks.{l}.ln{i}" for l in range(self.n_layers) for i in (1, 2)] + ["ln_final"]}
 
     def norm(self, x: Tensor, name: str) -> Tensor:
         kind = self.norm_type
@@ -180,27 +174,19 @@ class EdgeIntervention:
 
     # ------------------------------------------------------------------ the forward pass
 
-    def run(
-        self,
-        mask: Float[Tensor, "*masks edge"],
-        *,
-        retain: dict[str, Tensor] | None = None,
-        tokens: Int[Tensor, "batch seq"] | None = None,
-        ablated: dict[str, Tensor] | None = None,
-    ) -> Float[Tensor, "*masks batch seq vocab"]:
+    def run(self, mask: Float[Tensor, "*masks edge"], *,
+            retain: dict[str, Tensor] | None = None) -> Float[Tensor, "*masks batch seq vocab"]:
         """Logits with each edge weighted by ``mask`` (module docstring); one run per mask row.
 
         ``retain``: a dict filled with every sender's output (``"out:S"``) and receiver's input
-        (``"in:R"``), gradients retained, for attribution methods.  ``tokens`` / ``ablated``
-        replace the prepared batch and ablated values (used to compute ablated values).
+        (``"in:R"``), gradients retained, for attribution methods.
         """
         if not isinstance(mask, Tensor) or mask.shape[-1] != self.n_edges or mask.dim() not in (1, 2):
             raise ValueError(f"mask must be a tensor [edges] or [masks, edges] with {self.n_edges} edges, got "
                              f"{getattr(mask, 'shape', type(mask).__name__)}")
         single = mask.dim() == 1
-        mask = mask[None] if single else mask
-        logits = self._forward(mask.to(self.device, self.weights.W_E.dtype), self.tokens if tokens is None else tokens,
-                               self.ablated if ablated is None else ablated, retain)
+        logits = self._forward((mask[None] if single else mask).to(self.device, self.weights.W_E.dtype), self.tokens,
+                               self.ablated, retain)
         return logits[0] if single else logits
 
     def _forward(self, mask: Tensor, tokens: Tensor, ablated: dict[str, Tensor], retain: dict | None,
@@ -221,7 +207,7 @@ class EdgeIntervention:
             diffs[sender] = ((value - ablated[sender])[None], None)
         base = sum(ablated[s] for s in embeds)  # every ablated sender so far, [batch or 1, seq, d]
         bias = torch.zeros(w.W_E.shape[1], dtype=w.W_E.dtype, device=w.W_E.device)
-        incoming, cones = _incoming(graph), _cones(graph)
+        incoming, cones = graph.senders_into(), _cones(graph)
 
         def rows(component: str) -> tuple[Tensor, Tensor | None]:
             """Representative mask rows of the component's distinct cone settings, and each row's one."""
@@ -300,7 +286,8 @@ class EdgeIntervention:
             return self.metric(logits).reshape(logits.shape[0])
         return torch.stack([self.metric(one).reshape(()) for one in logits])
 
-    def evaluate(self, masks: Float[Tensor, "masks edge"], *, chunk: int = 64, dedupe: bool = False) -> Float[Tensor, " masks"]:
+    def evaluate(self, masks: Float[Tensor, "masks edge"], *, chunk: int = 64,
+                 dedupe: bool = False) -> Float[Tensor, " masks"]:
         """The metric of every mask row, without gradients, ``chunk`` masks per batched forward.
 
         ``dedupe``: compute each component once per distinct setting of its cone's edges.
@@ -338,22 +325,12 @@ class EdgeIntervention:
         return torch.cat(out)
 
 
-def _incoming(graph: CircuitGraph) -> dict[str, list[tuple[str, int]]]:
-    table: dict[str, list[tuple[str, int]]] = {r: [] for r in graph.receivers}
-    for e, edge in enumerate(graph.edges):
-        sender, receiver = split_edge(edge)
-        table[receiver].append((sender, e))
-    return table
-
-
 def _cones(graph: CircuitGraph) -> dict[str, list[int]]:
     """Per component (head, MLP, logits): the edges whose mask can change its output."""
-    incoming = _incoming(graph)
     cones: dict[str, set[int]] = {s: set() for s in graph.senders}
-    for receiver in graph.receivers:
-        component = receiver.split(".")[0]
-        cone = cones.setdefault(component, set())
-        for sender, e in incoming[receiver]:
+    for receiver, incoming in graph.senders_into().items():
+        cone = cones.setdefault(head_of(receiver), set())
+        for sender, e in incoming:
             cone |= {e} | cones[sender]
     return {c: sorted(v) for c, v in cones.items()}
 
@@ -430,14 +407,10 @@ def prepare_edges(
     zeros = {s: torch.zeros(1, tokens.shape[1], weights.W_E.shape[1], dtype=weights.W_E.dtype, device=device)
              for s in graph.senders}
     probe = EdgeIntervention(graph, how, tokens, metric, weights, {}, zeros, math.nan, math.nan, vectorised)
-    ones = torch.ones(graph.n_edges, dtype=weights.W_E.dtype, device=device)
     with torch.no_grad():
-        clean: dict[str, Tensor] = {}
-        logits = probe.run(ones)
-        _capture(probe, ones, tokens, zeros, clean)
+        logits, clean = _capture(probe, tokens)
         if check:
-            with torch.no_grad():
-                expected = model(tokens[:256])
+            expected = model(tokens[:256])
             if not torch.allclose(logits[:256], expected.to(logits.dtype), atol=1e-4, rtol=1e-4):
                 raise RuntimeError("the edge forward does not reproduce model(tokens) for this architecture "
                                    f"(max difference {float((logits[:256] - expected).abs().max()):.2e}); edge "
@@ -445,26 +418,22 @@ def prepare_edges(
         if how == "zero":
             ablated = zeros
         elif how == "resample":
-            ablated = {}
-            _capture(probe, ones, corrupted_tokens, zeros, ablated)
+            ablated = _capture(probe, corrupted_tokens)[1]
         else:
-            reference_out: dict[str, Tensor] = {}
-            _capture(probe, ones, reference_tokens, zeros, reference_out)
-            ablated = {s: v.mean(0, keepdim=True) for s, v in reference_out.items()}
+            ablated = {s: v.mean(0, keepdim=True) for s, v in _capture(probe, reference_tokens)[1].items()}
     if how == "optimal":
         ablated = _optimal(probe, ablated, optimal_steps)
-    done = EdgeIntervention(graph, how, tokens, metric, weights, clean, ablated, math.nan, math.nan, vectorised)
-    values = done.evaluate(torch.stack([ones, torch.zeros(graph.n_edges, device=device)]))
-    loss_mask = batch.mask.float() if isinstance(batch, TaskBatch) else None
-    return EdgeIntervention(graph, how, tokens, metric, weights, clean, ablated, float(values[0]), float(values[1]),
-                            vectorised, loss_mask)
+    done = replace(probe, clean=clean, ablated=ablated)
+    values = done.evaluate(torch.stack([done.ones(), torch.zeros(graph.n_edges, device=device)]))
+    return replace(done, full_metric=float(values[0]), empty_metric=float(values[1]),
+                   loss_mask=batch.mask.float() if isinstance(batch, TaskBatch) else None)
 
 
-def _capture(probe: EdgeIntervention, ones: Tensor, tokens: Tensor, zeros: dict, into: dict) -> None:
-    """Every sender's output on ``tokens`` with every edge kept, into ``into`` ([batch, seq, d])."""
+def _capture(probe: EdgeIntervention, tokens: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    """The logits and every sender's output ([batch, seq, d]) on ``tokens`` with every edge kept."""
     record: dict[str, Tensor] = {}
-    probe._forward(ones[None], tokens, zeros, None, record)
-    into.update({sender: value[0] for sender, value in record.items()})
+    logits = probe._forward(probe.ones()[None], tokens, probe.ablated, None, record)
+    return logits[0], {sender: value[0] for sender, value in record.items()}
 
 
 def _optimal(probe: EdgeIntervention, start: dict[str, Tensor], steps: int) -> dict[str, Tensor]:

@@ -14,7 +14,8 @@ smallest top-k prefix whose faithfulness reaches ``target`` (0.9).
 
 from __future__ import annotations
 
-import time
+import math
+from collections import defaultdict
 
 import torch
 from torch import Tensor
@@ -44,11 +45,8 @@ def edge_attribution(ei: EdgeIntervention) -> Tensor:
         value.backward()
     deltas = {s: (ei.ablated[s] - ei.clean[s]).expand_as(ei.clean[s]).flatten() for s in ei.graph.senders}
     grads = {r: retain[f"in:{r}"].grad[0].flatten() for r in ei.graph.receivers}
-    scores = torch.zeros(ei.n_edges, dtype=torch.float64, device=ei.device)
-    for e, edge in enumerate(ei.graph.edges):
-        sender, receiver = split_edge(edge)
-        scores[e] = deltas[sender] @ grads[receiver]  # stays on the device: no transfer per edge
-    return scores
+    # stays on the device: no transfer per edge
+    return torch.stack([deltas[s] @ grads[r] for s, r in map(split_edge, ei.graph.edges)]).double()
 
 
 def eap(model=None, batch=None, *, how: str | None = None, intervention: EdgeIntervention | None = None,
@@ -59,10 +57,8 @@ def eap(model=None, batch=None, *, how: str | None = None, intervention: EdgeInt
     Score of ``S -> R``: ``(abl_S - out_S) . dMetric/dInput_R`` (:func:`edge_attribution`), one
     forward and one backward pass.
     """
-    ei = setup(model, batch, intervention, how=how, seed=seed, **options)
-    start = time.perf_counter()
-    scores = edge_attribution(ei)
-    return finish("eap", ei, scores, start, 2, n_edges=n_edges, threshold=threshold, target=target, params={})
+    ei, start = setup(model, batch, intervention, how=how, seed=seed, **options)
+    return finish("eap", ei, edge_attribution(ei), start, 2, {}, n_edges=n_edges, threshold=threshold, target=target)
 
 
 def eap_ig(model=None, batch=None, *, steps: int = 10, how: str | None = None,
@@ -82,8 +78,7 @@ def eap_ig(model=None, batch=None, *, steps: int = 10, how: str | None = None,
     """
     check_int("steps", steps, 1)
     check_int("chunk", chunk, 1)
-    ei = setup(model, batch, intervention, how=how, seed=seed, **options)
-    start = time.perf_counter()
+    ei, start = setup(model, batch, intervention, how=how, seed=seed, **options)
     alphas = (torch.arange(steps, dtype=torch.float64, device=ei.device) + 0.5) / steps
     total = torch.zeros(ei.n_edges, dtype=torch.float64, device=ei.device)
     for first in range(0, steps, chunk):
@@ -92,9 +87,8 @@ def eap_ig(model=None, batch=None, *, steps: int = 10, how: str | None = None,
         with torch.enable_grad():
             ei.metric_of(ei.run(mask)).sum().backward()
         total += mask.grad.double().sum(0)
-    scores = -total / steps
-    return finish("eap_ig", ei, scores, start, 2 * steps, n_edges=n_edges, threshold=threshold, target=target,
-                  params={"steps": steps})
+    return finish("eap_ig", ei, -total / steps, start, 2 * steps, {"steps": steps}, n_edges=n_edges,
+                  threshold=threshold, target=target)
 
 
 def node_attribution(model=None, batch=None, *, how: str | None = None, intervention: EdgeIntervention | None = None,
@@ -109,23 +103,16 @@ def node_attribution(model=None, batch=None, *, how: str | None = None, interven
     edge gets ``min(|score(sender)|, |score(receiver)|)`` (the logits count as infinite): an edge
     matters only when both its ends do.  Scores are non-negative.
     """
-    ei = setup(model, batch, intervention, how=how, seed=seed, **options)
-    start = time.perf_counter()
-    per_edge = edge_attribution(ei)
-    senders: dict[str, float] = {}
-    components: dict[str, float] = {}
-    values = per_edge.tolist()  # one transfer, not one per edge
-    for e, edge in enumerate(ei.graph.edges):
-        sender, receiver = split_edge(edge)
-        senders[sender] = senders.get(sender, 0.0) + values[e]
-        components[receiver] = components.get(receiver, 0.0) + values[e]
-    scores = torch.zeros(ei.n_edges, dtype=torch.float64, device=ei.device)
-    for e, edge in enumerate(ei.graph.edges):
-        sender, receiver = split_edge(edge)
-        end = float("inf") if receiver == "logits" else abs(components[receiver])
-        scores[e] = min(abs(senders[sender]), end)
-    return finish("node_attribution", ei, scores, start, 2, n_edges=n_edges, threshold=threshold, target=target,
-                  params={})
+    ei, start = setup(model, batch, intervention, how=how, seed=seed, **options)
+    pairs = [split_edge(edge) for edge in ei.graph.edges]
+    senders: dict[str, float] = defaultdict(float)
+    receivers: dict[str, float] = defaultdict(float)
+    for (sender, receiver), value in zip(pairs, edge_attribution(ei).tolist()):  # one transfer, not one per edge
+        senders[sender] += value
+        receivers[receiver] += value
+    scores = [min(abs(senders[s]), math.inf if r == "logits" else abs(receivers[r])) for s, r in pairs]
+    return finish("node_attribution", ei, torch.tensor(scores, dtype=torch.float64, device=ei.device), start, 2, {},
+                  n_edges=n_edges, threshold=threshold, target=target)
 
 
 def acdc(model=None, batch=None, *, tau: float = 0.01, criterion: str = "kl", how: str | None = None,
@@ -145,8 +132,7 @@ def acdc(model=None, batch=None, *, tau: float = 0.01, criterion: str = "kl", ho
     check_number("tau", tau, low=0, finite=False)
     if criterion not in CRITERIA:
         raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
-    ei = setup(model, batch, intervention, how=how, seed=seed, **options)
-    start = time.perf_counter()
+    ei, start = setup(model, batch, intervention, how=how, seed=seed, **options)
     graph = ei.graph
     with torch.no_grad():
         full_logits = ei.run(ei.ones())
@@ -174,19 +160,15 @@ def acdc(model=None, batch=None, *, tau: float = 0.01, criterion: str = "kl", ho
             scores[e] = new - value
             if new - value < tau:
                 current, value = trial, new
-    circuit = graph.edges_of(current.tolist())
-    faith = float(ei.faithfulness(ei.evaluate(current[None]))[0])
-    return finish("acdc", ei, scores, start, runs + 2, n_edges=None, threshold=None, target=0.0,
-                  params={"tau": tau, "criterion": criterion}, circuit=circuit, faithfulness=faith)
+    return finish("acdc", ei, scores, start, runs + 1, {"tau": tau, "criterion": criterion}, keep=current)
 
 
 def random_baseline(model=None, batch=None, *, seed: int = 0, how: str | None = None,
                     intervention: EdgeIntervention | None = None, n_edges: int | None = None,
                     threshold: float | None = None, target: float = 0.9, **options) -> DiscoveryResult:
     """Uniform random scores in [0, 1) from a generator seeded with ``seed``: the chance line."""
-    ei = setup(model, batch, intervention, how=how, seed=seed, **options)
-    start = time.perf_counter()
+    ei, start = setup(model, batch, intervention, how=how, seed=seed, **options)
     scores = torch.rand(ei.n_edges, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     scores = scores.to(ei.device)  # drawn on the CPU generator: the same edges anywhere
-    return finish("random_baseline", ei, scores, start, 0, n_edges=n_edges, threshold=threshold, target=target,
-                  params={"seed": seed})
+    return finish("random_baseline", ei, scores, start, 0, {"seed": seed}, n_edges=n_edges, threshold=threshold,
+                  target=target)

@@ -28,7 +28,6 @@ Scores (for ROC curves): ``1 + |faith(C) - faith(C without e)|`` for the circuit
 from __future__ import annotations
 
 import itertools
-import time
 
 import torch
 from torch import Tensor
@@ -37,7 +36,7 @@ from tqdm.auto import tqdm
 from perm_circuits.checks import check_int, check_number
 from perm_circuits.discovery.graph import head_of, split_edge
 from perm_circuits.discovery.interventions import EdgeIntervention
-from perm_circuits.discovery.result import DiscoveryResult, finish, setup
+from perm_circuits.discovery.result import DiscoveryResult, finish, flip_each, setup
 
 __all__ = ["exhaustive_oracle"]
 
@@ -90,34 +89,30 @@ def _by_size(ei: EdgeIntervention, target: float, chunk: int, max_size: int, max
              progress: bool) -> tuple[int, float, int, str, tuple[float, ...]]:
     graph, n = ei.graph, ei.n_edges
     bit = [1 << (n - 1 - e) for e in range(n)]
+    pairs = [(sender, head_of(receiver)) for sender, receiver in map(split_edge, graph.edges)]
     out_bits = {s: sum(bit[e] for e in graph.outgoing(s)) for s in graph.senders}
-    in_bits = {s: 0 for s in graph.senders}
-    for e, edge in enumerate(graph.edges):
-        component = head_of(split_edge(edge)[1])
-        if component in in_bits:
-            in_bits[component] |= bit[e]
-    needs, feeds = [], []
-    for edge in graph.edges:
-        sender, receiver = split_edge(edge)
-        component = head_of(receiver)
-        needs.append(0 if component == "logits" else out_bits[component])
-        feeds.append(in_bits[sender] if ei.how == "resample" else 0)
+    in_bits = {s: sum(bit[e] for e, (_, component) in enumerate(pairs) if component == s) for s in graph.senders}
+    needs = [0 if component == "logits" else out_bits[component] for _, component in pairs]
+    feeds = [in_bits[sender] if ei.how == "resample" else 0 for sender, _ in pairs]
 
     def fed(subset: int) -> bool:
         return all(not subset & bit[e] or feeds[e] == 0 or subset & feeds[e] for e in range(n))
+
+    def done(how: str) -> tuple[int, float, int, str, tuple[float, ...]]:
+        return best_number, best_faith, seen, f"by size: {how}", _cumulative_best(by_size)
+
     level, seen = {0}, 1
     best_number, best_faith = 0, float(_evaluate(ei, torch.zeros(1, n, device=ei.device), chunk)[0])
     by_size = [best_faith]  # the best of each size searched (a size with no subset to run: -inf)
     if best_faith >= target:
-        return 0, best_faith, seen, "by size: the empty circuit reaches the target", (best_faith,)
+        return done("the empty circuit reaches the target")
     for size in range(1, max_size + 1):
         grown = {s | bit[e] for s in level for e in range(n) if not s & bit[e] and (needs[e] == 0 or s & needs[e])}
         if not grown:
             break
         if seen + len(grown) > max_subsets:
-            return best_number, best_faith, seen, (f"by size: stopped before size {size} ({len(grown)} connected subsets "
-                                                   f"would pass max_subsets={max_subsets}); target not reached"), \
-                _cumulative_best(by_size)
+            return done(f"stopped before size {size} ({len(grown)} connected subsets would pass "
+                        f"max_subsets={max_subsets}); target not reached")
         level = grown
         numbers = sorted(x for x in level if fed(x))
         if not len(numbers):
@@ -131,10 +126,8 @@ def _by_size(ei: EdgeIntervention, target: float, chunk: int, max_size: int, max
         if float(faith[i]) > best_faith:
             best_number, best_faith = int(numbers[i]), float(faith[i])
         if best_faith >= target:
-            return (best_number, best_faith, seen, f"by size: every connected subset of up to {size} edges ({seen} subsets)",
-                    _cumulative_best(by_size))
-    return best_number, best_faith, seen, (f"by size: every connected subset of up to {max_size} edges ({seen} subsets); "
-                                           "target not reached"), _cumulative_best(by_size)
+            return done(f"every connected subset of up to {size} edges ({seen} subsets)")
+    return done(f"every connected subset of up to {max_size} edges ({seen} subsets); target not reached")
 
 
 def exhaustive_oracle(model=None, batch=None, *, target: float = 0.9, how: str | None = None,
@@ -150,26 +143,19 @@ def exhaustive_oracle(model=None, batch=None, *, target: float = 0.9, how: str |
     any circuit of at most ``k`` edges, for every size searched (what a method's top ``k`` edges
     are measured against for the oracle regret at each size).  ``chunk``: masks per batched forward.
     """
-    for name, value, low in (("max_exhaustive", max_exhaustive, 0), ("max_size", max_size, 0),
-                             ("max_subsets", max_subsets, 1), ("chunk", chunk, 1)):
+    check_int("max_exhaustive", max_exhaustive, 0, 25)  # at most 2^24 subsets
+    for name, value, low in (("max_size", max_size, 0), ("max_subsets", max_subsets, 1), ("chunk", chunk, 1)):
         check_int(name, value, low=low)
     check_number("target", target, finite=False)
-    if max_exhaustive > 24:
-        raise ValueError(f"max_exhaustive must be <= 24 (2^24 subsets), got {max_exhaustive}")
-    ei = setup(model, batch, intervention, how=how, seed=seed, **options)
-    start = time.perf_counter()
+    ei, start = setup(model, batch, intervention, how=how, seed=seed, **options)
     n = ei.n_edges
     if n <= max_exhaustive:
         number, faith, runs, search, best_by_size = _exhaustive(ei, float(target), chunk, progress)
     else:
         number, faith, runs, search, best_by_size = _by_size(ei, float(target), chunk, max_size, max_subsets, progress)
     best = _masks_of([number], n, ei.device)[0]
-    toggled = best[None].repeat(n, 1)
-    diagonal = torch.arange(n, device=best.device)
-    toggled[diagonal, diagonal] = 1 - best
-    change = (_evaluate(ei, toggled, chunk) - faith).abs()
+    change = (_evaluate(ei, flip_each(best), chunk) - faith).abs()
     scores = torch.where(best > 0, 1 + change, change / (1 + change))
-    circuit = ei.graph.edges_of(best.tolist())
-    return finish("exhaustive_oracle", ei, scores, start, runs + n, n_edges=None, threshold=None, target=float(target),
-                  params={"target": float(target), "max_exhaustive": max_exhaustive, "max_size": max_size},
-                  circuit=circuit, faithfulness=faith, search=search, best_by_size=best_by_size)
+    return finish("exhaustive_oracle", ei, scores, start, runs + n,
+                  {"target": float(target), "max_exhaustive": max_exhaustive, "max_size": max_size},
+                  keep=best, faithfulness=faith, search=search, best_by_size=best_by_size)

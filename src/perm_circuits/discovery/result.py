@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 import torch
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from perm_circuits.checks import check_int, check_number
@@ -15,7 +16,7 @@ from perm_circuits.discovery.graph import split_edge
 from perm_circuits.discovery.interventions import EdgeIntervention, prepare_edges
 from perm_circuits.tasks.base import TaskBatch
 
-__all__ = ["DiscoveryResult", "choose_circuit", "setup"]
+__all__ = ["DiscoveryResult", "choose_circuit", "flip_each", "prefix_masks", "setup"]
 
 
 @dataclass(frozen=True)
@@ -62,38 +63,48 @@ class DiscoveryResult:
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per edge: method, how, edge, sender, receiver, score, in_circuit."""
-        rows = []
-        for edge, score in self.scores.items():
-            sender, receiver = split_edge(str(edge))
-            rows.append({"method": self.method, "how": self.how, "edge": edge, "sender": sender,
-                         "receiver": receiver, "score": float(score), "in_circuit": edge in self.circuit})
+        rows = [(self.method, self.how, edge, *split_edge(str(edge)), float(score), edge in self.circuit)
+                for edge, score in self.scores.items()]
         return pd.DataFrame(rows, columns=["method", "how", "edge", "sender", "receiver", "score", "in_circuit"])
 
 
-def setup(model, batch, intervention: EdgeIntervention | None, *, how: str | None = None, **options) -> EdgeIntervention:
-    """The prepared intervention: ``intervention`` when given (then ``model``/``batch`` may be None and
-    ``how``, if given, must be its mode), else
-    :func:`~perm_circuits.discovery.interventions.prepare_edges` with ``how`` (default
-    ``"resample"``) and ``options``."""
+def setup(model, batch, intervention: EdgeIntervention | None, *, how: str | None = None,
+          **options) -> tuple[EdgeIntervention, float]:
+    """The prepared intervention and the time the method's own work starts (``time.perf_counter()``).
+
+    ``intervention`` when given (then ``model``/``batch`` may be None and ``how``, if given, must be
+    its mode), else :func:`~perm_circuits.discovery.interventions.prepare_edges` with ``how``
+    (default ``"resample"``) and ``options``.
+    """
     if intervention is not None:
         if not isinstance(intervention, EdgeIntervention):
             raise TypeError(f"intervention must be an EdgeIntervention, got {type(intervention).__name__}")
         if how is not None and how != intervention.how:
             raise ValueError(f"how={how!r} but the intervention was prepared with how={intervention.how!r}")
-        return intervention
+        return intervention, time.perf_counter()
     if model is None or batch is None:
         raise ValueError("give model and batch, or a prepared intervention")
     if not isinstance(batch, (TaskBatch, Tensor)):
         raise TypeError(f"batch must be a TaskBatch or tokens tensor, got {type(batch).__name__}")
-    return prepare_edges(model, batch, how="resample" if how is None else how, **options)
+    ei = prepare_edges(model, batch, how="resample" if how is None else how, **options)
+    return ei, time.perf_counter()
 
 
-def _check_choice(n_edges: int | None, threshold: float | None, target: float, total: int) -> None:
-    if n_edges is not None:
-        check_int("n_edges", n_edges, 0, total + 1)
-    if threshold is not None:
-        check_number("threshold", threshold, finite=False)
-    check_number("target", target, finite=False)
+def flip_each(mask: Float[Tensor, " edge"]) -> Float[Tensor, "edge edge"]:
+    """One row per edge: ``mask`` with that edge flipped (kept <-> ablated)."""
+    rows = mask[None].repeat(len(mask), 1)
+    diagonal = torch.arange(len(mask), device=mask.device)
+    rows[diagonal, diagonal] = 1 - mask
+    return rows
+
+
+def prefix_masks(order: Int[Tensor, " edge"] | list[int],
+                 device: torch.device | None = None) -> Float[Tensor, "k edge"]:
+    """Row ``k`` (``0 .. E``) keeps the first ``k`` edges of ``order`` (edge indices, most important first)."""
+    n = len(order)
+    masks = torch.zeros(n + 1, n, device=device)
+    masks[:, order] = torch.ones(n + 1, n, device=device).tril(-1)
+    return masks
 
 
 def choose_circuit(
@@ -105,7 +116,11 @@ def choose_circuit(
 
     Returns ``(circuit, faithfulness, forward passes used)``.
     """
-    _check_choice(n_edges, threshold, target, ei.n_edges)
+    if n_edges is not None:
+        check_int("n_edges", n_edges, 0, ei.n_edges + 1)
+    if threshold is not None:
+        check_number("threshold", threshold, finite=False)
+    check_number("target", target, finite=False)
     order = torch.argsort(-scores.abs(), stable=True)
     edges = ei.graph.edges
     if n_edges is not None or threshold is not None:
@@ -114,23 +129,29 @@ def choose_circuit(
         mask[keep] = 1.0
         faith = float(ei.faithfulness(ei.evaluate(mask[None]))[0])
         return frozenset(edges[i] for i in keep.tolist()), faith, 1
-    prefixes = torch.zeros(ei.n_edges + 1, ei.n_edges, device=ei.device)
-    for k in range(1, ei.n_edges + 1):
-        prefixes[k, order[:k]] = 1.0
-    faith = ei.faithfulness(ei.evaluate(prefixes, chunk=8))
+    faith = ei.faithfulness(ei.evaluate(prefix_masks(order, ei.device), chunk=8))
     reached = torch.nonzero(faith >= target)[:, 0]
     k = int(reached[0]) if len(reached) else ei.n_edges
     return frozenset(edges[i] for i in order[:k].tolist()), float(faith[k]), ei.n_edges + 1
 
 
-def finish(method: str, ei: EdgeIntervention, scores: Tensor, start: float, n_forward: int, *,
-           n_edges: int | None, threshold: float | None, target: float, params: dict[str, Any],
-           circuit: frozenset[str] | None = None, faithfulness: float | None = None, search: str = "",
+def finish(method: str, ei: EdgeIntervention, scores: Tensor, start: float, n_forward: int, params: dict[str, Any],
+           *, n_edges: int | None = None, threshold: float | None = None, target: float = 0.9,
+           keep: Tensor | None = None, faithfulness: float | None = None, search: str = "",
            best_by_size: tuple[float, ...] = ()) -> DiscoveryResult:
-    """Choose the circuit (unless given), time the method and package the result."""
-    if circuit is None:
+    """Time the method and package its result.
+
+    The circuit is the edges of the 0/1 mask ``keep`` when given (its faithfulness measured here,
+    one more forward, unless given), else :func:`choose_circuit` from the scores.
+    """
+    if keep is None:
         circuit, faithfulness, used = choose_circuit(ei, scores, n_edges=n_edges, threshold=threshold, target=target)
         n_forward += used
+    else:
+        circuit = ei.graph.edges_of(keep.tolist())
+        if faithfulness is None:
+            faithfulness = float(ei.faithfulness(ei.evaluate(keep[None]))[0])
+            n_forward += 1
     series = pd.Series(scores.detach().double().cpu().numpy(), index=list(ei.graph.edges), name=method)
     return DiscoveryResult(method, ei.how, series, circuit, float(faithfulness), time.perf_counter() - start,
                            int(n_forward), search, params, tuple(best_by_size))

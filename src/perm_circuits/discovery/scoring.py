@@ -16,8 +16,9 @@
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import SupportsFloat
 
@@ -59,6 +60,13 @@ def _ranked(scores: Mapping[str, SupportsFloat], truth: Iterable[str], edges, ab
     return values
 
 
+def _tied(values: list[tuple[float, bool]], *, descending: bool) -> Iterator[list[bool]]:
+    """The labels of each group of tied scores, groups in score order."""
+    order = sorted(values, key=lambda item: -item[0] if descending else item[0])
+    for _, group in itertools.groupby(order, key=lambda item: item[0]):
+        yield [label for _, label in group]
+
+
 def roc_auc(scores: Mapping[str, SupportsFloat], truth: Iterable[str], *, edges=None, absolute: bool = True) -> float:
     """Area under the ROC curve of ranking edges by score (ties count one half).
 
@@ -68,22 +76,18 @@ def roc_auc(scores: Mapping[str, SupportsFloat], truth: Iterable[str], *, edges=
     ``|score|`` (effects of either sign count).
     """
     values = _ranked(scores, truth, edges, absolute)
-    order = sorted(values, key=lambda item: item[0])
     # midranks for ties, then the Mann-Whitney U of the true edges
-    rank_sum, i, n = 0.0, 0, len(order)
-    while i < n:
-        j = i
-        while j < n and order[j][0] == order[i][0]:
-            j += 1
-        midrank = (i + 1 + j) / 2
-        rank_sum += midrank * sum(label for _, label in order[i:j])
+    rank_sum, i = 0.0, 0
+    for labels in _tied(values, descending=False):
+        j = i + len(labels)
+        rank_sum += (i + 1 + j) / 2 * sum(labels)
         i = j
     n_pos = sum(label for _, label in values)
-    n_neg = n - n_pos
-    return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+    return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * (len(values) - n_pos))
 
 
-def average_precision(scores: Mapping[str, SupportsFloat], truth: Iterable[str], *, edges=None, absolute: bool = True) -> float:
+def average_precision(scores: Mapping[str, SupportsFloat], truth: Iterable[str], *, edges=None,
+                      absolute: bool = True) -> float:
     """Area under the precision-recall curve as average precision, ties grouped.
 
     ``AP = sum_k (R_k - R_{k-1}) P_k`` over the distinct score thresholds from high to low, all
@@ -92,18 +96,13 @@ def average_precision(scores: Mapping[str, SupportsFloat], truth: Iterable[str],
     """
     values = _ranked(scores, truth, edges, absolute)
     n_pos = sum(label for _, label in values)
-    order = sorted(values, key=lambda item: -item[0])
-    ap, tp, seen, last_recall, i = 0.0, 0, 0, 0.0, 0
-    while i < len(order):
-        j = i
-        while j < len(order) and order[j][0] == order[i][0]:
-            j += 1
-        tp += sum(label for _, label in order[i:j])
-        seen = j
+    ap, tp, seen, last_recall = 0.0, 0, 0, 0.0
+    for labels in _tied(values, descending=True):
+        tp += sum(labels)
+        seen += len(labels)
         recall = tp / n_pos
         ap += (recall - last_recall) * (tp / seen)
         last_recall = recall
-        i = j
     return ap
 
 

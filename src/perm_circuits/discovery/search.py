@@ -12,14 +12,13 @@
 from __future__ import annotations
 
 import math
-import time
 
 import torch
 from tqdm.auto import tqdm
 
 from perm_circuits.checks import check_int, check_number
 from perm_circuits.discovery.interventions import EdgeIntervention
-from perm_circuits.discovery.result import DiscoveryResult, finish, setup
+from perm_circuits.discovery.result import DiscoveryResult, finish, flip_each, setup
 
 __all__ = ["greedy_edges", "mask_pruning"]
 
@@ -45,16 +44,12 @@ def greedy_edges(model=None, batch=None, *, threshold: float = 0.1, tolerance: f
     """
     for name, value in (("threshold", threshold), ("tolerance", tolerance)):
         check_number(name, value, low=0)
-    ei = setup(model, batch, intervention, how=how, seed=seed, **options)
-    start = time.perf_counter()
+    ei, start = setup(model, batch, intervention, how=how, seed=seed, **options)
     n = ei.n_edges
     error = lambda masks: (1 - ei.faithfulness(ei.evaluate(masks, chunk=chunk))).abs().double()
-    singles = ei.ones()[None].repeat(n, 1)
-    diagonal = torch.arange(n, device=singles.device)
-    singles[diagonal, diagonal] = 0.0
-    effect = error(singles)
+    effect = error(flip_each(ei.ones()))
     runs = n
-    current = (effect >= threshold).to(singles.dtype)
+    current = (effect >= threshold).to(ei.weights.W_E.dtype)
     now = float(error(current[None])[0])
     runs += 1
     for _ in tqdm(range(n), disable=not progress, desc="greedy grow"):
@@ -78,11 +73,8 @@ def greedy_edges(model=None, batch=None, *, threshold: float = 0.1, tolerance: f
         runs += 1
         if value <= tolerance:
             current, now = trial, value
-    scores = effect / (1 + effect) + current.double()
-    faith = float(ei.faithfulness(ei.evaluate(current[None]))[0])
-    return finish("greedy_edges", ei, scores, start, runs + 1, n_edges=None, threshold=None, target=0.0,
-                  params={"threshold": threshold, "tolerance": tolerance},
-                  circuit=ei.graph.edges_of(current.tolist()), faithfulness=faith)
+    return finish("greedy_edges", ei, effect / (1 + effect) + current.double(), start, runs,
+                  {"threshold": threshold, "tolerance": tolerance}, keep=current)
 
 
 def mask_pruning(model=None, batch=None, *, steps: int = 300, penalty: float = 0.5, lr: float = 0.1,
@@ -102,11 +94,10 @@ def mask_pruning(model=None, batch=None, *, steps: int = 300, penalty: float = 0
     check_int("steps", steps, low=1)
     for name, value in (("penalty", penalty), ("lr", lr)):
         check_number(name, value, low=0)
-    ei = setup(model, batch, intervention, how=how, seed=seed, **options)
+    ei, start = setup(model, batch, intervention, how=how, seed=seed, **options)
     span = ei.full_metric - ei.empty_metric
     if abs(span) < 1e-12:
         raise ValueError("the full and the fully ablated model have the same metric: nothing to prune against")
-    start = time.perf_counter()
     generator = torch.Generator().manual_seed(seed)
     dtype = ei.weights.W_E.dtype
     log_alpha = torch.full((ei.n_edges,), 3.0, dtype=dtype, device=ei.device, requires_grad=True)
@@ -123,8 +114,5 @@ def mask_pruning(model=None, batch=None, *, steps: int = 300, penalty: float = 0
             loss.backward()
         optimiser.step()
     final = (torch.sigmoid(log_alpha.detach()) * (_HIGH - _LOW) + _LOW).clamp(0.0, 1.0)
-    keep = (final > 0.5).float()
-    faith = float(ei.faithfulness(ei.evaluate(keep[None]))[0])
-    return finish("mask_pruning", ei, torch.sigmoid(log_alpha.detach().double()), start, 2 * steps + 1, n_edges=None, threshold=None,
-                  target=0.0, params={"steps": steps, "penalty": penalty, "lr": lr},
-                  circuit=ei.graph.edges_of(keep.tolist()), faithfulness=faith)
+    return finish("mask_pruning", ei, torch.sigmoid(log_alpha.detach().double()), start, 2 * steps,
+                  {"steps": steps, "penalty": penalty, "lr": lr}, keep=(final > 0.5).float())

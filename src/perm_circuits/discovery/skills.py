@@ -22,12 +22,6 @@ from perm_circuits.tasks.base import TaskBatch
 __all__ = ["discover_skills", "skill_batches", "skill_oracle_table"]
 
 
-def _last_position_only(batch: TaskBatch) -> TaskBatch:
-    mask = torch.zeros_like(batch.mask)
-    mask[:, -1] = batch.mask[:, -1]
-    return TaskBatch(batch.tokens, batch.targets, mask, dict(batch.extras))
-
-
 def skill_batches(batch: TaskBatch) -> dict[str, TaskBatch]:
     """``{skill: batch}``: elimination and recall for a permutation batch (``extras["repeated"]``), else ``task``.
 
@@ -38,7 +32,9 @@ def skill_batches(batch: TaskBatch) -> dict[str, TaskBatch]:
     repeated = batch.extras.get("repeated")
     if repeated is None:
         return {"task": batch}
-    last = _last_position_only(batch)
+    mask = torch.zeros_like(batch.mask)
+    mask[:, -1] = batch.mask[:, -1]
+    last = TaskBatch(batch.tokens, batch.targets, mask, dict(batch.extras))  # scored at the last position only
     out = {}
     for skill, rows in (("elimination", ~repeated.bool()), ("recall", repeated.bool())):
         if bool(rows.any()):

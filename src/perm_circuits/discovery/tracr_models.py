@@ -156,29 +156,29 @@ class TracrModel:
 
     def domain(self, length: int | None = None) -> list[tuple]:
         """Every input (without BOS) of the given length, or of every length 1..max_seq_len."""
+        if length is not None and not 1 <= length <= self.max_seq_len:
+            raise ValueError(f"length must be in 1..{self.max_seq_len}, got {length}")
         lengths = range(1, self.max_seq_len + 1) if length is None else [length]
-        for n in lengths:
-            if not 1 <= n <= self.max_seq_len:
-                raise ValueError(f"length must be in 1..{self.max_seq_len}, got {n}")
-        out: list[tuple] = []
-        for n in lengths:
-            if self.distinct_tokens:
-                out.extend(itertools.permutations(self.vocab, n))
-            else:
-                out.extend(itertools.product(self.vocab, repeat=n))
-        return out
+        if self.distinct_tokens:
+            return [word for n in lengths for word in itertools.permutations(self.vocab, n)]
+        return [word for n in lengths for word in itertools.product(self.vocab, repeat=n)]
 
-    def encode(self, inputs: list[tuple]) -> Int[Tensor, "batch seq"]:
-        """Token ids (tracr's input encoding, BOS first) of equal-length inputs."""
+    def _check(self, inputs: list[tuple]) -> None:
+        """ValueError unless ``inputs`` is a non-empty list of sequences of vocabulary tokens."""
         if not inputs:
             raise ValueError("inputs must be a non-empty list of sequences")
-        lengths = {len(seq) for seq in inputs}
-        if len(lengths) != 1:
-            raise ValueError(f"inputs must share one length, got lengths {sorted(lengths)}")
         table = self.assembled.input_encoder.encoding_map
         bad = sorted({repr(tok) for seq in inputs for tok in seq if tok not in table or tok == BOS})
         if bad:
             raise ValueError(f"tokens {bad} are not in the vocabulary {self.vocab}")
+
+    def encode(self, inputs: list[tuple]) -> Int[Tensor, "batch seq"]:
+        """Token ids (tracr's input encoding, BOS first) of equal-length inputs."""
+        self._check(inputs)
+        lengths = {len(seq) for seq in inputs}
+        if len(lengths) != 1:
+            raise ValueError(f"inputs must share one length, got lengths {sorted(lengths)}")
+        table = self.assembled.input_encoder.encoding_map
         return torch.tensor([[table[BOS]] + [table[tok] for tok in seq] for seq in inputs], dtype=torch.long)
 
     def tracr_outputs(self, inputs: list[tuple]) -> list[list]:
@@ -190,13 +190,9 @@ class TracrModel:
         """
         import jax.numpy as jnp
 
-        if not inputs:
-            raise ValueError("inputs must be a non-empty list of sequences")
+        self._check(inputs)
         encoder = self.assembled.input_encoder
         width = max(len(seq) for seq in inputs)
-        bad = sorted({repr(tok) for seq in inputs for tok in seq if tok not in encoder.encoding_map or tok == BOS})
-        if bad:
-            raise ValueError(f"tokens {bad} are not in the vocabulary {self.vocab}")
         pad = encoder.pad_token
         rows = [encoder.encode([BOS, *seq, *[pad] * (width - len(seq))]) for seq in inputs]
         unembedded = self.assembled.forward(self.assembled.params, jnp.asarray(rows)).unembedded_output
@@ -222,18 +218,10 @@ def build_tracr_model(name: str) -> TracrModel:
     program = spec.make()
     from tracr.compiler import compiling
 
-    assembled = compiling.compile_rasp_to_model(
-        program, vocab=set(spec.vocab), max_seq_len=spec.max_seq_len, compiler_bos=BOS
-    )
-    return TracrModel(
-        name=name,
-        program=program,
-        assembled=assembled,
-        bridge=tracr_to_bridge(assembled),
-        vocab=spec.vocab,
-        max_seq_len=spec.max_seq_len,
-        distinct_tokens=spec.distinct_tokens,
-    )
+    assembled = compiling.compile_rasp_to_model(program, vocab=set(spec.vocab), max_seq_len=spec.max_seq_len,
+                                                compiler_bos=BOS)
+    return TracrModel(name, program, assembled, tracr_to_bridge(assembled), spec.vocab, spec.max_seq_len,
+                      spec.distinct_tokens)
 
 
 @functools.lru_cache(maxsize=None)
