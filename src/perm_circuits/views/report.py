@@ -41,6 +41,7 @@ from perm_circuits.tasks.permutation_data import make_test_set
 from perm_circuits.views import figures as F
 from perm_circuits.views.comparison_page import COMPARISON_SECTIONS, _comparison_page
 from perm_circuits.views.circuit_hero import HERO_CSS, circuit_hero, collapsible
+from perm_circuits.views.figure_style import is_model
 from perm_circuits.views.html import Section, html_page, write_plotly_js
 from perm_circuits.views.model_page import (
     MIN_SECTION_N,
@@ -85,10 +86,6 @@ _NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 # ----------------------------------------------------------------------------- inputs
-
-
-def _is_model(item: object) -> bool:
-    return hasattr(item, "cfg") and hasattr(item, "hook_dict") and callable(item)
 
 
 def _check_n(n: object) -> int:
@@ -150,7 +147,7 @@ def _resolve(item: object, index: int, device=None) -> tuple[str, str, Any]:
             return text, f"pretrained model {text!r} (shipped with perm_circuits)", model
         folder = folder.resolve()
         return folder.name, f"checkpoint folder {str(folder)!r}", model
-    if _is_model(item):
+    if is_model(item):
         return model_config_of(item).name, "model object passed to write_report", item
     raise TypeError(
         f"models[{index}] must be a pretrained name, a checkpoint folder or a model, got {type(item).__name__}"
