@@ -177,16 +177,9 @@ def walkthrough(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"] | None 
         used = set(ys[:k])
         repeated = xs[k] in xs[:k]
         trap = next(iter(set(values) - used)) if repeated and len(used) == V - 1 else None
-        ticks = []
-        for v in values:
-            if v == targets[k]:
-                ticks.append(f"y={v}<br>✓ {'recall' if repeated else 'target'}")
-            elif v == trap:
-                ticks.append(f"y={v}<br>trap")
-            elif v in used:
-                ticks.append(f"y={v}<br>✕ used")
-            else:
-                ticks.append(f"y={v}")
+        notes = {v: "<br>✕ used" for v in used} | ({} if trap is None else {trap: "<br>trap"})
+        notes[targets[k]] = f"<br>✓ {'recall' if repeated else 'target'}"  # the target's note wins
+        ticks = [f"y={v}{notes.get(v, '')}" for v in values]
         fallback = bool(train.fallback[0, k])
         series = (
             ("model", model_probs[k], MODEL_COLOR, True),
