@@ -32,10 +32,9 @@ __all__ = [
     "write_plotly_js",
 ]
 
-# --- the HTML report (views.report); imported lazily: it pulls in the analyses and plotly
-__all__ += ["write_report"]
-# --- sweep figures and the sweep report (views.sweep_figures, views.sweep_report); lazily too
-_SWEEP_NAMES = {
+# --- imported lazily (they pull in the analyses and plotly): name -> module of perm_circuits.views
+_LAZY = {
+    "write_report": "report",  # the HTML report
     "phase_diagram": "sweep_figures",
     "epoch_to_recall": "sweep_figures",
     "roles_frequency": "sweep_figures",
@@ -44,16 +43,12 @@ _SWEEP_NAMES = {
     "task_report": "task_report",  # the generic "task model" page (views.task_report)
     "render_task_report": "task_report",  # the same page from computed analysis.report_data.TaskReportData
 }
-__all__ += list(_SWEEP_NAMES)
+__all__ += list(_LAZY)
 
 
 def __getattr__(name: str):
-    if name == "write_report":
-        from perm_circuits.views.report import write_report
-
-        return write_report
-    if name in _SWEEP_NAMES:
+    if name in _LAZY:
         from importlib import import_module
 
-        return getattr(import_module(f"perm_circuits.views.{_SWEEP_NAMES[name]}"), name)
+        return getattr(import_module(f"perm_circuits.views.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -53,8 +53,16 @@ def attention_trace(
         hoverongaps=False)
 
 
-def attention_layout(fig: go.Figure, rows: int, cols: int) -> None:
-    """Axes of a ``rows`` x ``cols`` grid of attention heatmaps: one 0-1 color axis, keys across, queries down."""
+def attention_grid(
+    traces: Sequence[tuple[int, int, go.Heatmap]], titles: Sequence[str], rows: int, cols: int, title: str,
+    *, vertical_spacing: float = 0.18,
+) -> go.Figure:
+    """Attention heatmaps ``(row, col, trace)`` (0-based) on a ``rows`` x ``cols`` grid in the house style:
+    one 0-1 color axis, keys across, queries down."""
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.12,
+                        vertical_spacing=vertical_spacing)
+    for row, col, trace in traces:
+        fig.add_trace(trace, row=row + 1, col=col + 1)
     fig.update_layout(
         coloraxis={"colorscale": "Blues", "cmin": 0.0, "cmax": 1.0, "colorbar": {"title": {"text": "attention"}}}
     )
@@ -63,7 +71,7 @@ def attention_layout(fig: go.Figure, rows: int, cols: int) -> None:
             fig.update_xaxes(title_text="key (attended) position", tickangle=-45, type="category", row=row, col=col)
             fig.update_yaxes(title_text="query position" if col == 1 else None, autorange="reversed", type="category",
                 row=row, col=col)
-
+    return house_style(fig, title, height=150 + 420 * rows, width=max(620, 520 * cols))
 
 
 def attention_heatmaps(
@@ -121,13 +129,9 @@ def attention_heatmaps(
             for head in range(config.n_heads):
                 name = f"L{layer}H{head}"
                 titles.append(f"{name}: {label} (n={int(rows.sum())})")
-                traces.append(attention_trace(mean[layer, head], labels, name))
-    fig = make_subplots(rows=n_rows, cols=n_cols, subplot_titles=titles, horizontal_spacing=0.12, vertical_spacing=0.18)
-    for index, trace in enumerate(traces):
-        fig.add_trace(trace, row=index // n_cols + 1, col=index % n_cols + 1)
-    attention_layout(fig, n_rows, n_cols)
+                traces.append((len(traces) // n_cols, head, attention_trace(mean[layer, head], labels, name)))
     title = f"{config.name}: mean attention pattern per head over {len(test_set)} test sequences"
-    return house_style(fig, title, height=150 + 420 * n_rows, width=max(620, 520 * n_cols))
+    return attention_grid(traces, titles, n_rows, n_cols, title)
 
 
 def sequence_attention(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"]) -> go.Figure:
@@ -147,12 +151,8 @@ def sequence_attention(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"])
         raise ValueError(f"tokens must be one sequence, got a batch of {seq.shape[0]}")
     pattern = _attention_patterns(model, seq)[0]  # [layer, head, q, k]
     labels = token_labels(seq[0])
-    n_rows, n_cols = config.n_layers, config.n_heads
-    names = [f"L{layer}H{head}" for layer in range(n_rows) for head in range(n_cols)]
-    fig = make_subplots(rows=n_rows, cols=n_cols, subplot_titles=names, horizontal_spacing=0.12, vertical_spacing=0.18)
-    for index, name in enumerate(names):
-        layer, head = divmod(index, n_cols)
-        fig.add_trace(attention_trace(pattern[layer, head], labels, name), row=layer + 1, col=head + 1)
-    attention_layout(fig, n_rows, n_cols)
+    cells = [(layer, head) for layer in range(config.n_layers) for head in range(config.n_heads)]
+    names = [f"L{layer}H{head}" for layer, head in cells]
+    traces = [(*cell, attention_trace(pattern[cell], labels, name)) for cell, name in zip(cells, names)]
     title = f"{config.name}: attention on {format_sequence(seq[0].tolist())}"
-    return house_style(fig, title, height=150 + 420 * n_rows, width=max(620, 520 * n_cols))
+    return attention_grid(traces, names, config.n_layers, config.n_heads, title)

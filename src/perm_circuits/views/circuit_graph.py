@@ -56,9 +56,7 @@ class CircuitGraph:
         suffix = path.suffix.lower()
         if suffix not in (".svg", ".html", ".htm"):
             raise ValueError(f"path must end in .svg or .html, got {str(path)!r}")
-        text = self.svg if suffix == ".svg" else self.to_html()
-        if suffix == ".svg":
-            text = "<?xml version='1.0' encoding='UTF-8'?>\n" + text
+        text = "<?xml version='1.0' encoding='UTF-8'?>\n" + self.svg if suffix == ".svg" else self.to_html()
         return atomic_write_text(path, text)
 
     def _repr_html_(self) -> str:

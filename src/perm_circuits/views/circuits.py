@@ -78,10 +78,6 @@ class OfflineView:
         return f"OfflineView({self.component}: {self.title!r})"
 
 
-# --------------------------------------------------------------------------
-# validation helpers
-
-
 def _check_tokens(tokens: object, name: str = "tokens") -> list[str]:
     """Require a non-empty list/tuple of str."""
     if not isinstance(tokens, (list, tuple)):
@@ -110,10 +106,7 @@ def _check_labels(labels: object, name: str, expected: int, what: str) -> list[s
 def _check_real_tensor(x: object, name: str, dims: str) -> Tensor:
     """Require a finite real tensor with ``len(dims.split())`` dims; return float32 CPU."""
     if not isinstance(x, Tensor):
-        raise TypeError(
-            f"{name} must be a torch.Tensor [{dims}], got {type(x).__name__} "
-            "(wrap with torch.as_tensor)"
-        )
+        raise TypeError(f"{name} must be a torch.Tensor [{dims}], got {type(x).__name__} (wrap with torch.as_tensor)")
     if x.dtype == torch.bool or x.is_complex():
         raise TypeError(f"{name} must be real-valued, got dtype {x.dtype}")
     ndim = len(dims.split())
@@ -125,15 +118,10 @@ def _check_real_tensor(x: object, name: str, dims: str) -> Tensor:
     return x
 
 
-# --------------------------------------------------------------------------
-# capturing circuitsvis' render call
-
 _CAPTURE_LOCK = threading.Lock()
 
 
-def _capture_view(
-    module: ModuleType, fn: Callable[..., Any], title: str, **kwargs: Any
-) -> OfflineView:
+def _capture_view(module: ModuleType, fn: Callable[..., Any], title: str, **kwargs: Any) -> OfflineView:
     """Run a circuitsvis view function, recording what it would render.
 
     ``module.render`` (circuitsvis' HTML builder, imported into each view
@@ -160,10 +148,6 @@ def _capture_view(
     return OfflineView(title=title, component=component, props_json=script_json(clean))
 
 
-# --------------------------------------------------------------------------
-# public views
-
-
 @no_type_check  # validates its own inputs (lists, numpy, tensors) with precise messages
 def attention_view(
     pattern: Float[Tensor, "head q k"],
@@ -184,9 +168,6 @@ def attention_view(
         head_names: Optional label per head (``len == head``).
         mask_upper_tri: Grey out the upper triangle (causal); circuitsvis'
             default when ``None``.
-
-    Raises:
-        TypeError: wrong argument types. ValueError: shape mismatches.
     """
     title = check_str("title", title)
     tokens = _check_tokens(tokens)
@@ -263,31 +244,20 @@ def neuron_activations_view(
     neuron_labels = _check_labels(neuron_labels, "neuron_labels", n_neurons, "neurons")
     if not isinstance(layer_label, str):
         raise TypeError(f"layer_label must be a str, got {type(layer_label).__name__}")
-    return _capture_view(
-        circuitsvis.activations,
-        circuitsvis.activations.text_neuron_activations,
-        title,
-        tokens=tokens,
-        activations=activations.unsqueeze(1),  # [tokens x layers x neurons]
-        first_dimension_name="Layer",
-        second_dimension_name="Neuron",
-        first_dimension_labels=[layer_label],
-        second_dimension_labels=neuron_labels,
-    )
+    return _capture_view(circuitsvis.activations, circuitsvis.activations.text_neuron_activations, title,
+        tokens=tokens, activations=activations.unsqueeze(1),  # [tokens x layers x neurons]
+        first_dimension_name="Layer", second_dimension_name="Neuron", first_dimension_labels=[layer_label],
+        second_dimension_labels=neuron_labels)
 
 
 @no_type_check  # validates its own inputs (lists, numpy, tensors) with precise messages
 def token_labels(tokens: Sequence[int] | Int[Tensor, "pos"]) -> list[str]:
     """Readable labels for a permutation-lookup sequence ``x1 y1 x2 y2 ...``.
 
-    Even positions are queries (``"0: x=2"``), odd positions answers
-    (``"1: y=5"``).
+    Even positions are queries (``"0: x=2"``), odd positions answers (``"1: y=5"``).
 
     Args:
         tokens: Token ids as a list of int or a 1-D integer tensor.
-
-    Raises:
-        TypeError: not ints / not an integer tensor. ValueError: not 1-D.
     """
     if isinstance(tokens, Tensor):
         if tokens.dtype.is_floating_point or tokens.is_complex() or tokens.dtype == torch.bool:
@@ -296,16 +266,10 @@ def token_labels(tokens: Sequence[int] | Int[Tensor, "pos"]) -> list[str]:
             raise ValueError(f"tokens must be 1-D [pos], got shape {tuple(tokens.shape)}")
         ids = tokens.tolist()
     elif isinstance(tokens, (list, tuple)):
-        bad = [
-            i
-            for i, t in enumerate(tokens)
-            if isinstance(t, bool) or not isinstance(t, numbers.Integral)
-        ]
+        bad = [i for i, t in enumerate(tokens) if isinstance(t, bool) or not isinstance(t, numbers.Integral)]
         if bad:
-            kind = type(tokens[bad[0]]).__name__
-            raise TypeError(f"tokens must be ints; tokens[{bad[0]}] is {kind}")
+            raise TypeError(f"tokens must be ints; tokens[{bad[0]}] is {type(tokens[bad[0]]).__name__}")
         ids = [int(t) for t in tokens]
     else:
-        kind = type(tokens).__name__
-        raise TypeError(f"tokens must be a list of int or a 1-D tensor, got {kind}")
+        raise TypeError(f"tokens must be a list of int or a 1-D tensor, got {type(tokens).__name__}")
     return [f"{pos}: {'x' if pos % 2 == 0 else 'y'}={tok}" for pos, tok in enumerate(ids)]

@@ -1,9 +1,7 @@
 """The report's comparison page (``index.html``): several models side by side.
 
-Split from :mod:`perm_circuits.views.report` (:func:`~perm_circuits.views.report.write_report`
-writes it when given several models): links to each model's page, a summary table (evaluation,
-roles and claims of each head-role verdict), step accuracy, probe distribution, recall
-generalisation, the verdicts and each model's attention on the study's probe.
+:func:`~perm_circuits.views.report.write_report` writes it when given several models; its sections
+are :data:`COMPARISON_SECTIONS`.
 """
 
 from __future__ import annotations

@@ -44,11 +44,9 @@ def emergence_figure(
     order = which_first(record, names, threshold)
     fig = go.Figure()
     colors = {}
-    palette = list(MODEL_PALETTE)
     for index, name in enumerate(names):
         norm, first, last, status = normalised(record.series(name).tolist())
-        color = _FIXED_COLORS.get(name, palette[index % len(palette)])
-        colors[name] = color
+        color = colors[name] = _FIXED_COLORS.get(name, MODEL_PALETTE[index % len(MODEL_PALETTE)])
         fig.add_trace(
             go.Scatter(
                 x=list(record.steps), y=norm, mode="lines", name=name, legendgroup=name,
@@ -66,13 +64,10 @@ def emergence_figure(
             go.Scatter(
                 x=[crossing.step], y=[y], mode="markers", name=f"{crossing.signal} crosses",
                 legendgroup=crossing.signal, showlegend=False,
-                marker={
-                    "color": colors[crossing.signal], "size": 10, "symbol": "diamond",
-                    "line": {"width": 1, "color": "white"},
-                },
-                hovertemplate=(
-                    f"{crossing.signal} crosses {threshold:g} at step {crossing.step} (rank {crossing.rank})<extra></extra>"
-                ),
+                marker={"color": colors[crossing.signal], "size": 10, "symbol": "diamond",
+                        "line": {"width": 1, "color": "white"}},
+                hovertemplate=f"{crossing.signal} crosses {threshold:g} at step {crossing.step} "
+                              f"(rank {crossing.rank})<extra></extra>",
             )
         )
     fig.add_hline(y=threshold, line={"color": "#adb5bd", "dash": "dot", "width": 1})

@@ -42,7 +42,6 @@ def _value_probs(model, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor, "batc
     return value_probs(run_logits(model, tokens).float(), model_config_of(model).V).cpu()
 
 
-
 def _unique_names(names: Sequence[str]) -> list[str]:
     seen: dict[str, int] = {}
     out = []
@@ -88,38 +87,18 @@ def step_accuracy(*evaluations: Evaluation, prior: str = "uniform") -> go.Figure
             last += f", recall {evaluation.recall_accuracy:.2%}"
         extra = [""] * (len(steps) - 1) + [last]
         fig.add_trace(
-            go.Bar(
-                x=x,
-                y=accuracy,
-                name=f"{name} accuracy",
-                marker_color=color,
-                text=[f"{a:.1%}" for a in accuracy],
-                textposition="outside",
-                textfont={"size": 10},
-                textangle=0,
-                customdata=extra,
-                hovertemplate=f"{name}<br>%{{x}}<br>accuracy %{{y:.2%}}%{{customdata}}<extra></extra>",
-                legendgroup=name,
-            ),
+            go.Bar(x=x, y=accuracy, name=f"{name} accuracy", marker_color=color, text=[f"{a:.1%}" for a in accuracy],
+                textposition="outside", textfont={"size": 10}, textangle=0, customdata=extra, legendgroup=name,
+                hovertemplate=f"{name}<br>%{{x}}<br>accuracy %{{y:.2%}}%{{customdata}}<extra></extra>"),
             secondary_y=False,
         )
         mae = [s.mae_uniform if prior == "uniform" else s.mae_train for s in evaluation.steps]
         max_ae = [s.max_ae_uniform if prior == "uniform" else s.max_ae_train for s in evaluation.steps]
         fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=mae,
-                name=f"{name} MAE vs {prior}-prior posterior",
-                mode="lines+markers",
-                line={"color": color, "dash": "dot"},
-                marker={"symbol": "diamond", "size": 9},
-                customdata=max_ae,
-                hovertemplate=(
-                    f"{name}<br>%{{x}}<br>MAE vs {prior} posterior %{{y:.6f}}"
-                    "<br>max AE %{customdata:.6f}<extra></extra>"
-                ),
-                legendgroup=name,
-            ),
+            go.Scatter(x=x, y=mae, name=f"{name} MAE vs {prior}-prior posterior", mode="lines+markers",
+                line={"color": color, "dash": "dot"}, marker={"symbol": "diamond", "size": 9}, customdata=max_ae,
+                legendgroup=name, hovertemplate=f"{name}<br>%{{x}}<br>MAE vs {prior} posterior %{{y:.6f}}"
+                                                "<br>max AE %{customdata:.6f}<extra></extra>"),
             secondary_y=True,
         )
     # the Bayesian targets depend on the test set only: draw each distinct one once
@@ -198,16 +177,9 @@ def walkthrough(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"] | None 
         used = set(ys[:k])
         repeated = xs[k] in xs[:k]
         trap = next(iter(set(values) - used)) if repeated and len(used) == V - 1 else None
-        ticks = []
-        for v in values:
-            if v == targets[k]:
-                ticks.append(f"y={v}<br>✓ {'recall' if repeated else 'target'}")
-            elif v == trap:
-                ticks.append(f"y={v}<br>trap")
-            elif v in used:
-                ticks.append(f"y={v}<br>✕ used")
-            else:
-                ticks.append(f"y={v}")
+        notes = {v: "<br>✕ used" for v in used} | ({} if trap is None else {trap: "<br>trap"})
+        notes[targets[k]] = f"<br>✓ {'recall' if repeated else 'target'}"  # the target's note wins
+        ticks = [f"y={v}{notes.get(v, '')}" for v in values]
         fallback = bool(train.fallback[0, k])
         series = (
             ("model", model_probs[k], MODEL_COLOR, True),
@@ -217,26 +189,15 @@ def walkthrough(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"] | None 
         )
         for name, probs, color, labelled in series:
             group = name.split(" (")[0]
+            outline = [RECALL_COLOR if repeated and v == targets[k] else ELIMINATION_COLOR if v == trap else color
+                       for v in values]
             fig.add_trace(
-                go.Bar(
-                    x=ticks,
-                    y=probs.tolist(),
-                    name=group,
-                    legendgroup=group,
-                    showlegend=k == 0,
-                    marker_color=color,
-                    marker_line={"color": [RECALL_COLOR if repeated and v == targets[k] else
-                                           ELIMINATION_COLOR if v == trap else color for v in values],
-                                 "width": 2},
-                    text=[f"{p:.3f}" for p in probs.tolist()] if labelled else None,
-                    textposition="outside",
-                    textfont={"size": 10, "color": MODEL_COLOR},
-                    textangle=0,
-                    cliponaxis=False,
-                    hovertemplate=f"step {k + 1}, {name}<br>P(%{{x}}) = %{{y:.4f}}<extra></extra>",
-                ),
-                row=1,
-                col=k + 1,
+                go.Bar(x=ticks, y=probs.tolist(), name=group, legendgroup=group, showlegend=k == 0, marker_color=color,
+                    marker_line={"color": outline, "width": 2},
+                    text=[f"{p:.3f}" for p in probs.tolist()] if labelled else None, textposition="outside",
+                    textfont={"size": 10, "color": MODEL_COLOR}, textangle=0, cliponaxis=False,
+                    hovertemplate=f"step {k + 1}, {name}<br>P(%{{x}}) = %{{y:.4f}}<extra></extra>"),
+                row=1, col=k + 1,
             )
         fig.update_xaxes(type="category", tickfont={"size": 10}, row=1, col=k + 1)
     fig.update_layout(barmode="group", bargap=0.15, bargroupgap=0.0, uniformtext={"minsize": 8, "mode": "show"})

@@ -46,9 +46,6 @@ class Tabular(Protocol):
     def to_dataframe(self) -> pd.DataFrame: ...
 
 
-# ----------------------------------------------------------------------------- shared helpers
-
-
 def house_style(
     fig: go.Figure,
     title: str,
@@ -68,11 +65,9 @@ def house_style(
         legend={
             "orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0.01, "x": 0.5, "xanchor": "center"
         },
+        height=height,  # None: left unset
+        width=width,
     )
-    if height is not None:
-        fig.update_layout(height=height)
-    if width is not None:
-        fig.update_layout(width=width)
     if x_title is not None:
         fig.update_xaxes(title_text=x_title)
     if y_title is not None:
@@ -80,9 +75,14 @@ def house_style(
     return fig
 
 
+def is_model(item: object) -> bool:
+    """Whether ``item`` is a hooked model (has ``cfg`` and ``hook_dict`` and is callable)."""
+    return hasattr(item, "cfg") and hasattr(item, "hook_dict") and callable(item)
+
+
 def check_model(model: object) -> None:
-    """TypeError unless ``model`` is a hooked model (has ``cfg`` and ``hook_dict`` and is callable)."""
-    if not (hasattr(model, "cfg") and hasattr(model, "hook_dict") and callable(model)):
+    """TypeError unless ``model`` is a hooked model (:func:`is_model`)."""
+    if not is_model(model):
         raise TypeError(
             f"model must be a TransformerBridge from perm_circuits.build_model/load_pretrained, "
             f"got {type(model).__name__}"

@@ -1,25 +1,9 @@
-"""Plotly figures for the study's plots, offline (one module per concept, all re-exported here).
+"""Plotly figures for the study's plots ("Can a Tiny Transformer Learn to Remember?"), offline.
 
-Every function validates its inputs, then returns a ``plotly.graph_objects.Figure`` with a title,
-axis labels and hover text.  Elimination is always drawn in :data:`ELIMINATION_COLOR` and recall
-in :data:`RECALL_COLOR`; the model's own distribution in :data:`MODEL_COLOR` and the exact
-Bayesian posterior in :data:`BAYES_COLOR` (uniform prior) / :data:`BAYES_TRAIN_COLOR` (train
-prior).  :func:`write_html` writes a page with plotly.js inlined (no CDN, works offline).
-
-Figures of the study ("Can a Tiny Transformer Learn to Remember?", its presentation's sections):
-
-* :func:`walkthrough`: section 06's five-step walkthrough (predicted distribution vs posterior).
-* :func:`step_accuracy`: section 06's table (per-step accuracy vs the Bayesian target, MAE).
-* :func:`probe_distribution`: section 07's memorization probe ``[2,4,5,3,4,5,3,2,2]``.
-* :func:`attention_heatmaps` / :func:`sequence_attention`: section 08's attention maps.
-* :func:`heatmap`, :func:`ablation_heatmap`, :func:`patching_heatmap`, :func:`ffn_table`,
-  :func:`training_curves`, :func:`probe_curves`: the analyses' results.
-
-Where they live: :mod:`~perm_circuits.views.figure_style` (colors, house style, input checks),
-:mod:`~perm_circuits.views.attention_figures`, :mod:`~perm_circuits.views.evaluation_figures`
-(step accuracy, walkthrough, probe), :mod:`~perm_circuits.views.table_figures` (heatmaps, FFN
-table) and :mod:`~perm_circuits.views.training_figures` (curves).  This module re-exports all of
-them and holds :func:`write_html`.
+Re-exports every figure of :mod:`~perm_circuits.views.attention_figures`,
+:mod:`~perm_circuits.views.evaluation_figures`, :mod:`~perm_circuits.views.table_figures` and
+:mod:`~perm_circuits.views.training_figures` with the house colors of
+:mod:`~perm_circuits.views.figure_style`, and holds :func:`write_html` (plotly.js inlined: no CDN).
 """
 
 from __future__ import annotations
@@ -72,9 +56,6 @@ __all__ = [
     "walkthrough",
     "write_html",
 ]
-
-
-# ----------------------------------------------------------------------------- output
 
 
 def write_html(fig: go.Figure, path: str | os.PathLike, *, plotly_js: str = "inline") -> Path:

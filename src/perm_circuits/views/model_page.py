@@ -1,10 +1,7 @@
 """The per-model report page's content: sample sizes, what a page computed, and its sections as HTML.
 
-Split from :mod:`perm_circuits.views.report`, which runs the analyses of one model and assembles
-its page (``_model_page``) from the renderers here: the head-role verdict's claims, roles, roles
-under every ablation mode and proposed circuits (IOI criteria, Wang et al. 2022), the evaluation
-and recall-generalisation tables, the circuitsvis views of one forward pass over the study's
-probe and walkthrough sequences, the training provenance and the summary.
+:mod:`perm_circuits.views.report` runs the analyses of one model and assembles its page
+(``_model_page``) from the renderers here.
 """
 
 from __future__ import annotations
@@ -202,9 +199,6 @@ def _claims_table(verdict: Any) -> str:
 # ----------------------------------------------------------------------------- views
 
 
-# ----------------------------------------------------------------------------- views
-
-
 def _last_target(seq: torch.Tensor, task: TaskConfig) -> int:
     """The last step's correct y: the earlier y of a repeated query, else the unused value."""
     return int(bayes_posterior(seq, task, "uniform").probs[0, -1].argmax()) + 1
@@ -275,9 +269,6 @@ def _views(model: Any, task: TaskConfig, test_set: Batch) -> list[tuple[str, Off
     return views
 
 
-# ----------------------------------------------------------------------------- per-model page
-
-
 # ----------------------------------------------------------------------------- sizes, provenance and summary
 
 
@@ -299,31 +290,23 @@ def _history_frame(metadata: dict) -> pd.DataFrame | None:
 
 def _provenance_html(entry: _Entry, metadata: dict, task: TaskConfig) -> str:
     config = model_config_of(entry.model)
-    out = [f"<p>{_esc(describe(entry.model))}. Loaded from the {_esc(entry.source)}.</p>"]
-    out.append("<h3>Model and task configuration</h3>")
+    out = [f"<p>{_esc(describe(entry.model))}. Loaded from the {_esc(entry.source)}.</p>",
+           "<h3>Model and task configuration</h3>"]
     out.append(_kv_table({**{f"model.{k}": v for k, v in config.to_dict().items()},
                           **{f"task.{k}": v for k, v in task.to_dict().items()}}))
     if not metadata:
         out.append(_note("No training metadata is stored with this model (command, seed and metrics unknown)."))
         return "\n".join(out) + "\n"
     command = metadata.get("command")
-    out.append("<h3>Command</h3>")
-    out.append(f'<pre class="pc-command">{_esc(command) if command else "not stored"}</pre>')
+    out += ["<h3>Command</h3>", f'<pre class="pc-command">{_esc(command) if command else "not stored"}</pre>']
     facts = {k: metadata[k] for k in ("seed", "epochs_run", "stopped_early", "train_seconds") if k in metadata}
     versions = metadata.get("versions")
     if isinstance(versions, dict):
         facts.update({f"version {k}": v for k, v in versions.items()})
-    if facts:
-        out.append("<h3>Seed and run</h3>")
-        out.append(_kv_table(facts))
-    train_config = metadata.get("train_config")
-    if isinstance(train_config, dict) and train_config:
-        out.append("<h3>Training configuration</h3>")
-        out.append(_kv_table(train_config))
-    metrics = metadata.get("metrics")
-    if isinstance(metrics, dict) and metrics:
-        out.append("<h3>Final metrics recorded at the end of training</h3>")
-        out.append(_kv_table(metrics))
+    for heading, items in (("Seed and run", facts), ("Training configuration", metadata.get("train_config")),
+                           ("Final metrics recorded at the end of training", metadata.get("metrics"))):
+        if isinstance(items, dict) and items:
+            out += [f"<h3>{heading}</h3>", _kv_table(items)]
     return "\n".join(out) + "\n"
 
 

@@ -2,46 +2,26 @@
 
 :func:`write_report` (``perm-circuits report NAME... --out DIR``) has each model's analyses
 computed by :func:`perm_circuits.analysis.report_data.study_report_data` and writes
-``DIR/NAME.html`` with:
-
-* a generated summary of the head-role verdict (:func:`~perm_circuits.analysis.head_roles`:
-  ``RoleVerdict.summary()``, its claims and roles tables, the roles under every ablation mode and
-  the circuit proposed per skill with its IOI numbers, faithfulness under every mode included);
-* the evaluation tables of :class:`~perm_circuits.evaluate.Evaluation` (per step and per last-step
-  subgroup, against the exact Bayesian posteriors) and the recall generalisation;
-* plotly figures: per-step accuracy, the study's walkthrough, the probe distribution, the mean
-  attention patterns (new vs repeated last query), the ablation heatmap, per-head and per-head x
-  source-position recall patching, the FFN key-value table (one per layer's MLP) and the training
-  curves;
-* the memory-probe table (Bietti et al. 2023, every layer) and the MLP-flip (per layer) /
-  direct-logit-attribution tables;
-* circuitsvis views of one forward pass over the study's probe and walkthrough sequences:
-  attention of every head, P(correct) per prediction position, ``mlp.hook_post`` on the probe;
-* the command, seed, training configuration and final metrics stored with the model.
-
-With several models it also writes ``DIR/index.html`` putting them side by side.  Pages inline
-the circuitsvis bundle once each (:func:`perm_circuits.views.html.html_page`) and share one copy
-of plotly.js saved beside them, ``DIR/plotly-<version>.min.js``
-(:func:`perm_circuits.views.html.write_plotly_js`, loaded by a relative ``<script src>``); they
-work with no network.
+``DIR/NAME.html``: the head-role verdict (its claims, roles under every ablation mode and the
+circuit proposed per skill with its IOI numbers), the evaluation against the exact Bayesian
+posteriors, the study's figures, the memory-probe (Bietti et al. 2023), MLP-flip and
+direct-logit-attribution tables, circuitsvis views of one forward pass over the study's probe and
+walkthrough sequences, and the training provenance (the sections of :data:`MODEL_SECTIONS`).  With
+several models it also writes ``DIR/index.html`` side by side (:data:`COMPARISON_SECTIONS`).
+Pages inline the circuitsvis bundle and share one plotly.js saved beside them
+(:func:`perm_circuits.views.html.write_plotly_js`): they work with no network.
 
 Sample sizes: the evaluation, the attention maps and the attribution tables use the ``n``
-requested; the head-role verdict (some 40 forward passes: every head and MLP ablated five ways,
-joint ablations, recall patching with a bootstrap) uses at most :data:`ROLES_MAX_N` sequences
-(its circuit step at most :data:`~perm_circuits.analysis.study.verdict.CIRCUIT_MAX_N` of them) and the
-patching sweeps at most :data:`PATCH_MAX_N` pairs with :data:`N_BOOT` bootstrap resamples, so the
-whole report stays a few seconds per model; each page says which sizes it used.
-
-Layout: this module checks the inputs, resolves the models, runs the analyses of each model and
-assembles its page (``_model_page``), and writes the files (:func:`write_report`, the folder
-marker :data:`REPORT_MARKER`); the page's sections and sample sizes are rendered by
-:mod:`perm_circuits.views.model_page`, the comparison page by
-:mod:`perm_circuits.views.comparison_page`, both with the HTML helpers of
-:mod:`perm_circuits.views.report_html`.  Their public names are re-exported here.
+requested; the head-role verdict (some 40 forward passes) uses at most :data:`ROLES_MAX_N`
+sequences and the patching sweeps at most :data:`PATCH_MAX_N` pairs with :data:`N_BOOT`
+bootstrap resamples, so the whole report stays a few seconds per model; each page says which
+sizes it used.  The sections are rendered by :mod:`perm_circuits.views.model_page` and
+:mod:`perm_circuits.views.comparison_page` with the helpers of :mod:`perm_circuits.views.report_html`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -61,6 +41,7 @@ from perm_circuits.tasks.permutation_data import make_test_set
 from perm_circuits.views import figures as F
 from perm_circuits.views.comparison_page import COMPARISON_SECTIONS, _comparison_page
 from perm_circuits.views.circuit_hero import HERO_CSS, circuit_hero, collapsible
+from perm_circuits.views.figure_style import is_model
 from perm_circuits.views.html import Section, html_page, write_plotly_js
 from perm_circuits.views.model_page import (
     MIN_SECTION_N,
@@ -107,10 +88,6 @@ _NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 # ----------------------------------------------------------------------------- inputs
 
 
-def _is_model(item: object) -> bool:
-    return hasattr(item, "cfg") and hasattr(item, "hook_dict") and callable(item)
-
-
 def _check_n(n: object) -> int:
     if check_int("n", n) <= 0:
         raise ValueError(f"n must be a positive int (test sequences), got {n}")
@@ -146,9 +123,6 @@ def _check_overwrite(out: Path, force: object) -> None:
 
 def _write_marker(out: Path, pages: list[Path]) -> None:
     """Record the pages of this report (and those of earlier reports still there) in the marker."""
-    import json
-
-
     files = {page.name for page in pages}
     try:
         previous = json.loads((out / REPORT_MARKER).read_text(encoding="utf-8")).get("files", [])
@@ -173,7 +147,7 @@ def _resolve(item: object, index: int, device=None) -> tuple[str, str, Any]:
             return text, f"pretrained model {text!r} (shipped with perm_circuits)", model
         folder = folder.resolve()
         return folder.name, f"checkpoint folder {str(folder)!r}", model
-    if _is_model(item):
+    if is_model(item):
         return model_config_of(item).name, "model object passed to write_report", item
     raise TypeError(
         f"models[{index}] must be a pretrained name, a checkpoint folder or a model, got {type(item).__name__}"
@@ -213,9 +187,7 @@ def _model_page(entry: _Entry, n: int, step: Any, plotly_js: bool | str = True) 
                              repeat_ratio=STUDY_REPEAT_RATIO, step=step, roles=head_roles)
     test_set, evaluation, generalisation, verdict = data.test_set, data.evaluation, data.generalisation, data.verdict
     entry.evaluation, entry.generalisation, entry.verdict = evaluation, generalisation, verdict
-    head_sweep, source_sweep, ffns, memory, flips, dla = (data.head_sweep, data.source_sweep, data.ffns, data.memory,
-                                                          data.flips, data.dla)
-    ffn = ffns[0]
+    ffn = data.ffns[0]
 
     entry.sizes = {
         "evaluation, MLP flips, DLA": f"{n} test sequences ({int(test_set.repeated.sum())} repeated)",
@@ -233,13 +205,13 @@ def _model_page(entry: _Entry, n: int, step: Any, plotly_js: bool | str = True) 
     step("figures")
     history = _history_frame(getattr(model, "metadata", None) or {})
     smaller = n_roles != n or n_patch != n
-    add("Head-role verdict", _verdict_html(verdict.summary()))
-    add("Head-role verdict", "<h3>Claims of the study, judged on this model</h3>\n" + _claims_table(verdict))
-    add("Head-role verdict", "<h3>Roles of the heads and MLPs (decision mode: "
-        f"{_esc(verdict.how)} ablation)</h3>\n" + _roles_table(verdict))
-    add("Head-role verdict", "<h3>Roles under every ablation mode (mode-dependent roles flagged)</h3>\n"
-        + _modes_table(verdict))
-    add("Head-role verdict", "<h3>Proposed circuits (IOI criteria)</h3>\n" + _circuits_table(verdict))
+    body["Head-role verdict"] += [Section("", html) for html in (
+        _verdict_html(verdict.summary()),
+        "<h3>Claims of the study, judged on this model</h3>\n" + _claims_table(verdict),
+        f"<h3>Roles of the heads and MLPs (decision mode: {_esc(verdict.how)} ablation)</h3>\n" + _roles_table(verdict),
+        "<h3>Roles under every ablation mode (mode-dependent roles flagged)</h3>\n" + _modes_table(verdict),
+        "<h3>Proposed circuits (IOI criteria)</h3>\n" + _circuits_table(verdict),
+    )]
     add("Evaluation", _evaluation_html(evaluation))
     add("Recall generalisation", _generalisation_html(generalisation))
     add("Step accuracy", fig(F.step_accuracy(evaluation)))
@@ -264,11 +236,11 @@ def _model_page(entry: _Entry, n: int, step: Any, plotly_js: bool | str = True) 
         "normalised logit difference restored, 1 = all of recall; "
         f"{n_patch} pairs, {N_BOOT} bootstrap resamples for the CIs (hover)."
     ))
-    add("Activation patching", fig(F.patching_heatmap(head_sweep, x="activation",
-                                                      title=f"{config.name}: patching each head's whole output (hook_z)")))
-    add("Activation patching", fig(F.patching_heatmap(
-        source_sweep, title=f"{config.name}: patching one attention weight of the last query, per head x source position")))
-    for probe in ffns:  # the MLP of every layer
+    add("Activation patching", fig(F.patching_heatmap(data.head_sweep, x="activation",
+        title=f"{config.name}: patching each head's whole output (hook_z)")))
+    add("Activation patching", fig(F.patching_heatmap(data.source_sweep,
+        title=f"{config.name}: patching one attention weight of the last query, per head x source position")))
+    for probe in data.ffns:  # the MLP of every layer
         live = [row.neuron for row in probe.neurons if row.live]
         summary = probe.summary()
         add("FFN neurons as key-value memories", _note(
@@ -284,16 +256,16 @@ def _model_page(entry: _Entry, n: int, step: Any, plotly_js: bool | str = True) 
         "OV copy / suppress and QK maps, and the MLP, of every layer; chance in the last column."
         + (" In layers after the first the probes feed the token embeddings alone (the direct path), not what "
            "earlier layers write into the residual stream." if config.n_layers > 1 else "")
-    ) + _table(memory.to_dataframe(), index=False, digits=3))
+    ) + _table(data.memory.to_dataframe(), index=False, digits=3))
     flip_html = "".join(
         f"<h3>Logit lens before vs after the MLP of layer {item.layer} (L{item.layer}MLP; top-1 over values)</h3>\n"
         + _table(item.to_dataframe(), digits=3)
-        for item in flips
+        for item in data.flips
     )
     add("MLP prediction flips and direct logit attribution", flip_html
         + "<h3>Direct logit attribution (mean logit difference per component and subgroup)</h3>\n"
-        + _note(f"Recall subgroup baseline: the {dla.recall_baseline} answer; rows sum to 'total' = 'actual'.")
-        + _table(dla.to_dataframe(), digits=3))
+        + _note(f"Recall subgroup baseline: the {data.dla.recall_baseline} answer; rows sum to 'total' = 'actual'.")
+        + _table(data.dla.to_dataframe(), digits=3))
     if history is not None:
         columns = [c for c in ("train_loss", *F.DEFAULT_CURVES) if c in history.columns]
         add("Training curves", fig(F.training_curves(history, columns, title=f"{config.name}: training curves "

@@ -1,10 +1,8 @@
 """HTML building blocks of the report pages: escaping, headings, notes, tables, figures, the TOC and CSS.
 
-Split from :mod:`perm_circuits.views.report`; the per-model sections
-(:mod:`perm_circuits.views.model_page`) and the comparison page
+The per-model sections (:mod:`perm_circuits.views.model_page`) and the comparison page
 (:mod:`perm_circuits.views.comparison_page`) are written with them.  Figures are embedded without
-plotly.js (the page loads one shared copy, :func:`perm_circuits.views.html.write_plotly_js`) and
-with the local topojson setting, so every page renders offline.
+plotly.js (the page loads one shared copy) and with the local topojson setting: pages render offline.
 """
 
 from __future__ import annotations
@@ -91,20 +89,17 @@ def _kv_table(items: dict[str, object]) -> str:
     return _table(frame, wide=True)
 
 
-def _figure(fig: go.Figure, div_id: str) -> str:
-    body = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=_PLOTLY_CONFIG)
-    return f'<div class="pc-figure">{body}</div>\n'
-
-
 class _Figures:
-    """Numbers plotly divs of one page (deterministic ids)."""
+    """Embeds the plotly figures of one page (without plotly.js), numbering their divs (deterministic ids)."""
 
     def __init__(self, prefix: str) -> None:
         self.prefix, self.count = prefix, 0
 
     def __call__(self, fig: go.Figure) -> str:
         self.count += 1
-        return _figure(fig, f"{self.prefix}-fig-{self.count}")
+        body = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"{self.prefix}-fig-{self.count}",
+                           config=_PLOTLY_CONFIG)
+        return f'<div class="pc-figure">{body}</div>\n'
 
 
 def _toc(titles: Sequence[str]) -> str:

@@ -1,14 +1,8 @@
 """Population figures from a sweep table (one row per run, see ``perm_circuits.sweep.load_sweep``).
 
-The study claims its capacity story and head specialisation hold "across seeds"; these figures show
-what a population of seeds says:
-
-* :func:`phase_diagram`: the share of seeds that learn recall (``recall_accuracy >= 0.99``) over
-  d_model x n_heads, one panel per dropout value, each cell annotated ``k/n`` seeds;
-* :func:`epoch_to_recall`: the spread across seeds of the first epoch with recall >= 0.99, one
-  colour per dropout, never-learned seeds on their own "never" row;
-* :func:`roles_frequency`: how often each head role and each claim status appears across seeds,
-  per configuration and per ablation mode (modes discovered from the column names).
+The study claims its capacity story and head specialisation hold "across seeds"; these figures
+(:func:`phase_diagram`, :func:`epoch_to_recall`, :func:`roles_frequency`) show what a population of
+seeds says.
 
 A *configuration* is one point of the grid without the seed: ``(d_model, n_heads, dropout)`` plus
 any other config axis that varies within those (``n_layers``, ``repeat_ratio``, ``epochs``, ...).
@@ -212,12 +206,11 @@ def phase_diagram(frame: pd.DataFrame, threshold: float = 0.99) -> go.Figure:
                 z[i, j] = cell["share"]
                 if done:
                     text[i][j] = f"{learned}/{done}" + (f"<br>({failed} failed)" if failed else "")
-                    hover[i][j] = f"{learned} of {done} seeds learn recall ({cell['share']:.0%})"
+                    hover[i][j] = (f"{learned} of {done} seeds learn recall ({cell['share']:.0%})"
+                                   + (f"; {failed} failed" if failed else ""))
                 else:
                     text[i][j] = f"{failed} failed"
                     hover[i][j] = f"all {failed} runs failed"
-                if failed and done:
-                    hover[i][j] += f"; {failed} failed"
             fig.add_trace(
                 go.Heatmap(z=z, x=x_labels, y=y_labels, text=text, texttemplate="%{text}", textfont={"size": 12},
                     customdata=hover, coloraxis="coloraxis",
@@ -255,9 +248,7 @@ def epoch_to_recall(frame: pd.DataFrame) -> go.Figure:
     epochs = done["epoch_recall_99"].astype(float)
     top = float(epochs.max()) if epochs.notna().any() else 0.0
     never_y = math.ceil(top * 1.15) + 2
-    order_keys = ["d_model", "n_heads", *others]
-    configs = done[order_keys].drop_duplicates().sort_values(order_keys, na_position="last")
-    labels = [config_label(row, others) for _, row in configs.iterrows()]
+    labels = _ordered_labels(done, others, dropout=False)
     fig = go.Figure()
     for index, dropout in enumerate(_sorted_values(done["dropout"])):
         color = MODEL_PALETTE[index % len(MODEL_PALETTE)]
@@ -386,10 +377,11 @@ def role_counts(frame: pd.DataFrame, how: str | None = None) -> pd.DataFrame:
     return table.drop(columns=["_order", "_how"]).reset_index(drop=True)
 
 
-def _ordered_labels(done: pd.DataFrame, others: Sequence[str]) -> list[str]:
-    keys = [*PHASE_KEYS, *others]
+def _ordered_labels(done: pd.DataFrame, others: Sequence[str], *, dropout: bool = True) -> list[str]:
+    """The configurations' labels, sorted by (d_model, n_heads[, dropout], other axes)."""
+    keys = ["d_model", "n_heads", *(["dropout"] if dropout else []), *others]
     configs = done[keys].drop_duplicates().sort_values(keys, na_position="last")
-    return [config_label(row, others, dropout=True) for _, row in configs.iterrows()]
+    return [config_label(row, others, dropout=dropout) for _, row in configs.iterrows()]
 
 
 def roles_frequency(frame: pd.DataFrame, how: str | None = None) -> go.Figure:
@@ -461,9 +453,5 @@ def roles_frequency(frame: pd.DataFrame, how: str | None = None) -> go.Figure:
 
 def _value_colors(counts: pd.DataFrame) -> dict[str, str]:
     """Claim statuses get fixed colours (supported green, contradicted red); roles the palette."""
-    colors = dict(_STATUS_COLORS)
-    others = [v for v in dict.fromkeys(counts["value"]) if v not in colors]
-    palette = _ROLE_PALETTE
-    for index, value in enumerate(sorted(others)):
-        colors[value] = palette[index % len(palette)]
-    return colors
+    others = sorted(v for v in dict.fromkeys(counts["value"]) if v not in _STATUS_COLORS)
+    return {**_STATUS_COLORS, **{v: _ROLE_PALETTE[i % len(_ROLE_PALETTE)] for i, v in enumerate(others)}}

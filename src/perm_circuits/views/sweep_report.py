@@ -189,13 +189,13 @@ def write_sweep_report(
             )
     # build everything (validating the table) before writing anything
     summary = sweep_summary(frame, threshold)
-    figures = [
+    phase, epochs, roles, survival = (
         _figure_html(phase_diagram(frame, threshold), "pc-sweep-phase"),
         _figure_html(epoch_to_recall(frame), "pc-sweep-epochs"),
         _figure_html(roles_frequency(frame), "pc-sweep-roles") if sweep_modes(frame) else
         "<p>The table has no head-role columns (role_&lt;how&gt;_&lt;component&gt;).</p>",
         _survival_html(frame),
-    ]
+    )
     n_done, n_failed = int((frame["status"] == "done").sum()), int((frame["status"] == "failed").sum())
     intro = (
         f"<style>{_CSS}</style>\n<p>{len(frame)} runs: {n_done} finished, {n_failed} failed. A seed "
@@ -204,15 +204,8 @@ def write_sweep_report(
         + (_html.escape(", ".join(config_axes(frame))) or "none")
         + ".</p>"
     )
-    sections = [
-        Section("", intro),
-        Section(SWEEP_SECTIONS[0], _table_html(summary)),
-        Section(SWEEP_SECTIONS[1], figures[0]),
-        Section(SWEEP_SECTIONS[2], figures[1]),
-        Section(SWEEP_SECTIONS[3], figures[3]),
-        Section(SWEEP_SECTIONS[4], figures[2]),
-        Section(SWEEP_SECTIONS[5], _errors_html(frame)),
-    ]
+    bodies = [_table_html(summary), phase, epochs, survival, roles, _errors_html(frame)]
+    sections = [Section("", intro), *(Section(heading, body) for heading, body in zip(SWEEP_SECTIONS, bodies))]
     path.parent.mkdir(parents=True, exist_ok=True)
     shared = write_plotly_js(path.parent).name
     page = html_page(title if title is not None else f"perm_circuits sweep: {origin}", sections, include_plotlyjs=shared)

@@ -23,29 +23,14 @@ from perm_circuits.views.figure_style import (
 __all__ = ["FFN_COLUMNS", "ablation_heatmap", "ffn_table", "heatmap", "patching_heatmap"]
 
 FFN_COLUMNS: tuple[str, ...] = (
-    "neuron",
-    "live",
-    "value_top",
-    "value_bottom",
-    "agreement",
-    "top1_agrees",
-    "top1_agreement",
-    "top_pattern",
-    "top_pattern_share",
-    "top_query",
-    "n_triggers",
-    "fires_on_repeated",
-    "recall_agreement",
-    "trap_agreement",
+    "neuron", "live", "value_top", "value_bottom", "agreement", "top1_agrees", "top1_agreement", "top_pattern",
+    "top_pattern_share", "top_query", "n_triggers", "fires_on_repeated", "recall_agreement", "trap_agreement",
     "max_activation",
 )
 
-_FFN_HEADERS = {
-    "neuron": "neuron",
-    "live": "live",
+_FFN_HEADERS = {  # column -> table header, where they differ
     "value_top": "value top token",
     "value_bottom": "value bottom token",
-    "agreement": "agreement",
     "top1_agrees": "top-1 agrees",
     "top1_agreement": "top-1 agreement",
     "top_pattern": "top trigger pattern",
@@ -192,10 +177,7 @@ def ablation_heatmap(
         raise ValueError("table has only the baseline row")
     model_name = getattr(table, "model_name", None)
     accuracy = all("accuracy" in v for v in values)
-    titles = []
-    for v in values:
-        base = f" (baseline {float(baseline[v].iloc[0]):.3f})" if len(baseline) else ""
-        titles.append(f"{v}{base}")
+    titles = [v + (f" (baseline {float(baseline[v].iloc[0]):.3f})" if len(baseline) else "") for v in values]
     fig = make_subplots(rows=1, cols=len(values), subplot_titles=titles, shared_yaxes=True, horizontal_spacing=0.06)
     for col, v in enumerate(values, start=1):
         shared = {"coloraxis": "coloraxis"} if accuracy else {"colorscale": "Viridis", "showscale": False}
@@ -333,10 +315,8 @@ def ffn_table(
         check_str("sort_by", sort_by)
         require_columns(frame, [sort_by], "result")
         frame = frame.sort_values(sort_by, ascending=False, na_position="last", kind="stable")
-    if "fires_on_repeated" in frame.columns:
-        tint = ["#fff4e6" if bool(r) else "white" for r in frame["fires_on_repeated"]]
-    else:
-        tint = ["white"] * len(frame)
+    repeated = frame["fires_on_repeated"] if "fires_on_repeated" in frame.columns else [False] * len(frame)
+    tint = ["#fff4e6" if bool(r) else "white" for r in repeated]
     cells = [[_cell(v) for v in frame[c]] for c in columns]
     fig = go.Figure(
         go.Table(

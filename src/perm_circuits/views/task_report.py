@@ -3,30 +3,18 @@
 :func:`render_task_report` renders a :class:`~perm_circuits.analysis.report_data.TaskReportData`
 (computed by :func:`~perm_circuits.analysis.report_data.task_report_data`; this module computes
 nothing) into ``OUT/<task name>.html``; :func:`task_report` does both in one call.  The page opens
-with the discovered circuit and three to five findings (:func:`~perm_circuits.views.circuit_hero.circuit_hero`,
-as the study's pages do); every section below is collapsed (``<details>``, one click away):
+with the discovered circuit and three to five findings (:func:`~perm_circuits.views.circuit_hero.circuit_hero`);
+every section below is collapsed (``<details>``): the task's settings and the model's size, the
+task's metrics (and agreement with its exact reference where it has one), a few test sequences
+position by position with the attention of every head (plotly heatmaps, and circuitsvis views of
+the first), the ablation of every head and MLP under each of ``ablation_hows`` (a table and a
+heatmap of the change in the primary metric), attention scores, activation patching with
+bootstrap CIs, direct logit attribution and a proposed circuit with its IOI criteria.
 
-* the task's settings (:meth:`Task.to_dict`) and the model's size (parameters, trainable ones);
-* the task's metrics on its test set, the test loss and the agreement with the task's exact
-  reference where it has one (:func:`~perm_circuits.evaluate` with ``task=``);
-* a few test sequences, position by position: token, target, loss weight, the model's top token
-  and its probability of the target;
-* the attention pattern of every layer and head on each of those sequences (plotly heatmaps, and
-  one circuitsvis view per layer for the first sequence);
-* an "Ablation" section: every head (``blocks.L.attn.hook_z``) and MLP (``blocks.L.hook_mlp_out``)
-  ablated under each of ``ablation_hows`` and the task's metrics measured
-  (:func:`~perm_circuits.analysis.interventions.ablation.ablation_table`), as a table and a plotly
-  heatmap of the change in the primary metric (``ablation_hows=()`` leaves it out);
-* the general analyses, as tables: where each head looks (attention scores), activation
-  patching of every head and MLP with bootstrap CIs, direct logit attribution to the targets,
-  and a proposed circuit with its IOI criteria (faithfulness, completeness, minimality).
-
-Attention is read from every hook point whose name ends in ``hook_pattern`` (``[batch, head, q,
-k]``, or ``[batch, q, k]`` for one head), so a TransformerLens bridge and a ``HookedRootModule``
-with ``HookPoint``\\ s both work; a model without such hook points gets a note instead.  Token
-labels come from the task's optional ``token_labels(tokens) -> list[str]`` method, else
-``"pos: token"``.  The page loads plotly.js from a copy saved beside it and inlines the
-circuitsvis bundle: it renders with no network.
+Attention comes from every hook point whose name ends in ``hook_pattern``, so a TransformerLens
+bridge and a ``HookedRootModule`` both work; a model without one gets a note instead.  The page
+loads plotly.js from a copy saved beside it and inlines the circuitsvis bundle: it renders with no
+network.
 """
 
 from __future__ import annotations
@@ -39,7 +27,6 @@ from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 from torch import Tensor
 
 from perm_circuits._util import atomic_write_text
@@ -49,7 +36,7 @@ from perm_circuits.analysis.report_data import TaskReportData, task_report_data
 from perm_circuits.analysis.interventions.ablation_table import TaskAblationTable
 from perm_circuits.analysis.probes.task_attribution import attention_patterns
 from perm_circuits.tasks.base import Task
-from perm_circuits.views.attention_figures import attention_layout, attention_trace
+from perm_circuits.views.attention_figures import attention_grid, attention_trace
 from perm_circuits.views.circuit_hero import HERO_CSS, CollapsedViews, circuit_hero, collapsible
 from perm_circuits.views.circuits import attention_view
 from perm_circuits.views.figure_style import house_style
@@ -59,22 +46,15 @@ from perm_circuits.views.report_html import _CSS, _Figures, _kv_table, _note, _t
 
 __all__ = ["attention_patterns", "render_task_report", "task_ablation_figure", "task_report"]
 
-_LAYER_RE = re.compile(r"blocks\.(\d+)\.")
-
 
 def _attention_figure(patterns: dict[str, Tensor], row: int, labels: list[str], title: str):
-    layers = list(patterns)
     n_heads = max(p.shape[1] for p in patterns.values())
-    names = [f"L{index}H{head}" for index in range(len(layers)) for head in range(n_heads)]
-    fig = make_subplots(rows=len(layers), cols=n_heads, subplot_titles=names,
-                        horizontal_spacing=0.12, vertical_spacing=max(0.18 / len(layers), 0.04))
-    for index, layer in enumerate(layers):
-        for head in range(patterns[layer].shape[1]):
-            trace = attention_trace(patterns[layer][row, head], labels, f"L{index}H{head}",
-                                     cell_text=len(labels) <= 12)
-            fig.add_trace(trace, row=index + 1, col=head + 1)
-    attention_layout(fig, len(layers), n_heads)
-    return house_style(fig, title, height=150 + 420 * len(layers), width=max(620, 520 * n_heads))
+    names = [f"L{index}H{head}" for index in range(len(patterns)) for head in range(n_heads)]
+    cell_text = len(labels) <= 12
+    traces = [(index, head, attention_trace(pattern[row, head], labels, f"L{index}H{head}", cell_text=cell_text))
+              for index, pattern in enumerate(patterns.values()) for head in range(pattern.shape[1])]
+    return attention_grid(traces, names, len(patterns), n_heads, title,
+                          vertical_spacing=max(0.18 / len(patterns), 0.04))
 
 
 def task_ablation_figure(table: TaskAblationTable, metric: str | None = None):

@@ -42,9 +42,6 @@ _PANEL_TITLES = {
 }
 
 
-# ----------------------------------------------------------------------------- curves
-
-
 def _epoch_frame(frame: pd.DataFrame, name: str) -> pd.DataFrame:
     """``frame`` with ``epoch`` as a column (taken from the index if it is named so)."""
     if "epoch" not in frame.columns:
@@ -52,6 +49,12 @@ def _epoch_frame(frame: pd.DataFrame, name: str) -> pd.DataFrame:
             raise ValueError(f"{name} needs an 'epoch' column or index; columns: {list(frame.columns)}")
         frame = frame.reset_index()
     return frame.sort_values("epoch", kind="stable")
+
+
+def _epoch_line(epochs: pd.Series, values: pd.Series, name: str, line: dict) -> go.Scatter:
+    """One curve over epochs, hover ``epoch e<br>name = value``."""
+    return go.Scatter(x=epochs, y=values.astype(float), name=name, mode="lines+markers", marker={"size": 5}, line=line,
+                      hovertemplate=f"epoch %{{x}}<br>{name} = %{{y:.4f}}<extra></extra>")
 
 
 def _panel(column: str) -> str:
@@ -93,14 +96,8 @@ def training_curves(
     for column in columns:
         row = panels.index(_panel(column)) + 1
         color = _CURVE_COLORS.get(column) or next(others)
-        dash = "dot" if column.startswith("probe") else None
-        fig.add_trace(
-            go.Scatter(x=frame["epoch"], y=frame[column].astype(float), name=column, mode="lines+markers",
-                marker={"size": 5}, line={"color": color, "dash": dash},
-                hovertemplate=f"epoch %{{x}}<br>{column} = %{{y:.4f}}<extra></extra>"),
-            row=row,
-            col=1,
-        )
+        line = {"color": color, "dash": "dot" if column.startswith("probe") else None}
+        fig.add_trace(_epoch_line(frame["epoch"], frame[column], column, line), row=row, col=1)
     for row, panel in enumerate(panels, start=1):
         fig.update_yaxes(title_text=_PANEL_TITLES[panel], row=row, col=1)
         if panel in ("accuracy", "probe"):
@@ -145,16 +142,7 @@ def probe_curves(frame: pd.DataFrame, *, title: str = "Memory-recall probes over
         raise TypeError(f"probe columns must be numeric; not numeric: {bad}")
     fig = go.Figure()
     for index, probe in enumerate(probes):
-        fig.add_trace(
-            go.Scatter(
-                x=wide["epoch"],
-                y=wide[probe].astype(float),
-                name=str(probe),
-                mode="lines+markers",
-                marker={"size": 5},
-                line={"color": MODEL_PALETTE[index % len(MODEL_PALETTE)],
-                      "dash": ("solid", "dash", "dot")[index // len(MODEL_PALETTE) % 3]},
-                hovertemplate=f"epoch %{{x}}<br>{probe} = %{{y:.4f}}<extra></extra>",
-            )
-        )
+        line = {"color": MODEL_PALETTE[index % len(MODEL_PALETTE)],
+                "dash": ("solid", "dash", "dot")[index // len(MODEL_PALETTE) % 3]}
+        fig.add_trace(_epoch_line(wide["epoch"], wide[probe], str(probe), line))
     return house_style(fig, title, x_title="epoch", y_title=y_title, height=480, width=900)
