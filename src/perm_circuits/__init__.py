@@ -122,7 +122,7 @@ MOVED: dict[str, str] = {
                     "perm_circuits.tasks"),
     **dict.fromkeys(("DynamicsRecord", "load_dynamics", "save_dynamics", "which_first"), "perm_circuits.dynamics"),
     **dict.fromkeys(("Comparison", "Reproduction"), "perm_circuits.reproduce"),
-    **dict.fromkeys(("TaskEvaluation", "evaluate_task", "train_task"), "perm_circuits.tasks.runner"),
+    **dict.fromkeys(("TaskEvaluation",), "perm_circuits.tasks.runner"),
     **dict.fromkeys(("ModelShape", "model_shape"), "perm_circuits.model_shape"),
 }
 """Names that were exported here before, and the module that exports them now."""

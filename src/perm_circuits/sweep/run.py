@@ -8,10 +8,12 @@ The row's columns are described in :mod:`perm_circuits.sweep` and ``docs/sweeps.
 
 from __future__ import annotations
 
+import functools
 import math
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +27,8 @@ from perm_circuits.tasks.permutation_data import TaskConfig
 from perm_circuits.train import TrainConfig, TrainResult, train
 
 __all__ = [
-    "ANALYSIS_PREFIXES", "CURVE_COLUMNS", "analysis_columns", "config_columns", "first_epoch", "history_curve",
-    "parse_curve", "roles_columns", "run_one", "versions",
+    "ANALYSIS_PREFIXES", "CURVE_COLUMNS", "analysis_columns", "checkpoint_files", "config_columns", "first_epoch",
+    "guarded_row", "history_curve", "parse_curve", "roles_columns", "run_one", "trained_row", "versions",
 ]
 
 VERDICT = {True: "holds", False: "fails", None: "open"}
@@ -141,9 +143,8 @@ def analysis_columns(model, task_config: TaskConfig, analysis: dict[str, int]) -
     return row
 
 
-def _metrics(result: TrainResult, model, task_config: TaskConfig, analysis: dict[str, int]) -> dict[str, Any]:
+def _metrics(result: TrainResult, analysis: dict[str, int]) -> dict[str, Any]:
     evaluation = result.evaluation
-    summary = evaluation.summary()
     row: dict[str, Any] = {
         "epochs_run": result.epochs_run,
         "test_loss": evaluation.test_loss,
@@ -152,23 +153,55 @@ def _metrics(result: TrainResult, model, task_config: TaskConfig, analysis: dict
     }
     for step in evaluation.steps:
         row[f"step{step.step}_accuracy"] = step.accuracy
-    for value in range(1, task_config.V + 1):
-        if f"probe_p{value}" in summary:
-            row[f"probe_p{value}"] = summary[f"probe_p{value}"]
+    row.update({name: p for name, p in evaluation.summary().items() if name.startswith("probe_p")})
     row["epoch_recall_99"] = first_epoch(result.history.rows, "recall_accuracy")
     row["epoch_elimination_99"] = first_epoch(result.history.rows, "elimination_accuracy")
     for name, column in CURVE_COLUMNS.items():
         row[name] = history_curve(result.history.rows, column)
-    row.update(analysis_columns(model, task_config, analysis))
+    row.update(analysis_columns(result.model, result.task_config, analysis))
     return row
 
 
-def _checkpoint_bytes(result: TrainResult, run_id: str, config: dict[str, Any]) -> dict[str, bytes]:
+def trained_row(row: dict[str, Any], result: TrainResult, run_id: str, config: dict[str, Any],
+                keep_model: bool) -> dict[str, bytes] | None:
+    """Add a trained run's metric and analysis columns to ``row``; its checkpoint files with ``keep_model``."""
+    result.model.eval()
+    row.update(_metrics(result, config["analysis"]))
+    if not keep_model:
+        return None
+    metadata = {"run_id": run_id, "sweep_config": config, "epochs_run": result.epochs_run,
+                "metrics": result.evaluation.summary(), "history": list(result.history.rows)}
+    return checkpoint_files(functools.partial(save_model, result.model, task_config=result.task_config,
+                                              metadata=metadata))
+
+
+def checkpoint_files(save: Callable[[str], Any]) -> dict[str, bytes]:
+    """The checkpoint ``save(folder)`` writes, as ``{file name: bytes}`` (the driver writes it: workers
+    may not share its disk)."""
     with tempfile.TemporaryDirectory(prefix="perm_sweep_") as tmp:
-        metadata = {"run_id": run_id, "sweep_config": config, "epochs_run": result.epochs_run,
-                    "metrics": result.evaluation.summary(), "history": list(result.history.rows)}
-        save_model(result.model, tmp, task_config=result.task_config, metadata=metadata)
+        save(tmp)
         return {name: (Path(tmp) / name).read_bytes() for name in (WEIGHTS_FILE, CONFIG_FILE)}
+
+
+def guarded_row(run_id: str, work: Callable[[dict[str, Any]], dict[str, bytes] | None],
+                seconds: float = 0.0) -> tuple[dict[str, Any], dict[str, bytes] | None]:
+    """``(row, checkpoint files or None)`` of one run: ``work(row)`` fills the row on one torch thread
+    and returns the files.  Never raises: an exception gives a ``status="failed"`` row whose ``error``
+    is the traceback.  ``wall_seconds`` adds ``seconds`` spent on the run before."""
+    start = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    row: dict[str, Any] = {"run_id": run_id, "status": "failed", "error": ""}
+    try:
+        files = work(row)
+        row["status"] = "done"
+    except Exception:  # noqa: BLE001 - a failed run is a row, the sweep goes on
+        row["error"], files = traceback.format_exc(), None
+    finally:
+        torch.set_num_threads(threads)
+    row["wall_seconds"] = seconds + time.perf_counter() - start
+    row.update(versions())
+    return row, files
 
 
 def _seed_globals(seed: int) -> None:
@@ -198,31 +231,14 @@ def run_one(run_id: str, config: dict[str, Any], keep_model: bool = False) -> tu
         from perm_circuits.sweep.task_sweep import run_task_keeping
 
         return run_task_keeping(run_id, config, keep_model)
-    start = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    row: dict[str, Any] = {"run_id": run_id, "status": "failed", "error": ""}
-    files = None
-    try:
+
+    def work(row: dict[str, Any]) -> dict[str, bytes] | None:
         row.update(config_columns(run_id, config))
         model_config = ModelConfig.from_dict(config["model"])
         task_config = TaskConfig.from_dict(config["task"])
         train_config = TrainConfig.from_dict(config["train"])
         _seed_globals(model_config.seed)
         on = {"device": config["device"]} if "device" in config else {}  # the CPU runs call _train as always
-        result = _train(model_config, task_config, train_config, **on)
-        model = result.model
-        model.eval()
-        row.update(_metrics(result, model, task_config, config["analysis"]))
-        if keep_model:
-            files = _checkpoint_bytes(result, run_id, config)
-        row["status"] = "done"
-    except Exception:  # noqa: BLE001 - a failed run is a row, the sweep goes on
-        row["status"] = "failed"
-        row["error"] = traceback.format_exc()
-        files = None
-    finally:
-        torch.set_num_threads(threads)
-    row["wall_seconds"] = time.perf_counter() - start
-    row.update(versions())
-    return row, files
+        return trained_row(row, _train(model_config, task_config, train_config, **on), run_id, config, keep_model)
+
+    return guarded_row(run_id, work)

@@ -23,14 +23,10 @@ that records its task (:func:`~perm_circuits.tasks.checkpoint.save_task_model`).
 from __future__ import annotations
 
 import dataclasses
-import time
-import traceback
+import functools
 from typing import Any
 
-import torch
-
 from perm_circuits.checks import check_int
-from perm_circuits.sweep.store import versions
 
 __all__ = ["FIT_DEFAULTS", "is_task_spec", "resolve_task_run", "run_task", "run_task_keeping", "task_keys"]
 
@@ -101,22 +97,14 @@ def run_task_keeping(run_id: str, config: dict[str, Any],
     """:func:`run_task`'s row and, with ``keep_model``, the trained model's checkpoint files
     (:func:`~perm_circuits.tasks.checkpoint.save_task_model`, which records the task: ``perm-circuits
     report DIR/models/RUN_ID`` pages it) as ``{file name: bytes}``; ``None`` for a failed run."""
-    import tempfile
-    from pathlib import Path
-
     from perm_circuits.evaluate import evaluate
-    from perm_circuits.models import CONFIG_FILE, WEIGHTS_FILE
+    from perm_circuits.sweep.run import checkpoint_files, guarded_row
     from perm_circuits.tasks import FitConfig, task_from_dict
     from perm_circuits.tasks.checkpoint import save_task_model
     from perm_circuits.tasks.runner import task_model
     from perm_circuits.train import train
 
-    start = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    row: dict[str, Any] = {"run_id": run_id, "status": "failed", "error": ""}
-    files = None
-    try:
+    def work(row: dict[str, Any]) -> dict[str, bytes] | None:
         task = task_from_dict(config["task"])
         row.update({**config["task"], "task": task.name, "seed": config["seed"], **config["model"], **config["fit"]})
         model, forward = task_model(task, seed=config["seed"], **config["model"])
@@ -124,19 +112,9 @@ def run_task_keeping(run_id: str, config: dict[str, Any],
         metrics = evaluate(result.model, task=task, forward=forward).summary()
         row.update(metrics)
         row["final_train_loss"] = result.losses[-1]
-        if keep_model:
-            with tempfile.TemporaryDirectory(prefix="perm_sweep_") as tmp:
-                save_task_model(result.model, tmp, task, metadata={"run_id": run_id, "sweep_config": config,
-                                                                   "metrics": metrics,
-                                                                   "final_train_loss": result.losses[-1]})
-                files = {name: (Path(tmp) / name).read_bytes() for name in (WEIGHTS_FILE, CONFIG_FILE)}
-        row["status"] = "done"
-    except Exception:  # noqa: BLE001 - a failed run is a row, the sweep goes on
-        row["status"] = "failed"
-        row["error"] = traceback.format_exc()
-        files = None
-    finally:
-        torch.set_num_threads(threads)
-    row["wall_seconds"] = time.perf_counter() - start
-    row.update(versions())
-    return row, files
+        if not keep_model:
+            return None
+        metadata = {"run_id": run_id, "sweep_config": config, "metrics": metrics, "final_train_loss": result.losses[-1]}
+        return checkpoint_files(functools.partial(save_task_model, result.model, task=task, metadata=metadata))
+
+    return guarded_row(run_id, work)

@@ -27,6 +27,7 @@ step callbacks, a silenceable tqdm bar, and bit-identical results for a fixed se
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,8 +39,8 @@ from torch import Tensor
 
 from perm_circuits.checks import check_int, check_number
 
-__all__ = ["DEFAULT_MODEL_KEYS", "TASKS", "FitConfig", "FitResult", "StepState", "Task", "TaskBatch", "TaskEntry",
-           "fit", "import_module_or_file", "load_object", "log_spaced_steps", "masked_cross_entropy",
+__all__ = ["DEFAULT_MODEL_KEYS", "SPLITS", "TASKS", "DataclassTask", "FitConfig", "FitResult", "StepState", "Task",
+           "TaskBatch", "TaskEntry", "check_sample", "fit", "import_module_or_file", "load_object", "log_spaced_steps", "masked_cross_entropy",
            "register_task", "task_entries", "task_entry", "task_from_dict"]
 
 
@@ -129,6 +130,41 @@ class Task(Protocol):
         ...
 
     def to_dict(self) -> dict[str, Any]: ...
+
+
+SPLITS = ("train", "test")
+
+
+def check_sample(n: object, generator: object, split: object) -> None:
+    """The checks of a task's ``sample(n, generator, split)``: ``n >= 1``, a ``torch.Generator``,
+    ``split`` one of :data:`SPLITS`."""
+    check_int("n", n, low=1)
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+
+
+class DataclassTask:
+    """The parts of :class:`Task` shared by a task that is a dataclass of its settings: the test set
+    is ``sample(n, torch.Generator().manual_seed(seed), "test")``, and ``to_dict`` / ``from_dict``
+    round-trip its init fields."""
+
+    name: ClassVar[str]
+
+    def test_set(self, n: int = 2000, seed: int = 1234) -> TaskBatch:
+        return self.sample(n, torch.Generator().manual_seed(seed), "test")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task": self.name, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Any:
+        known = sorted(f.name for f in dataclasses.fields(cls) if f.init)
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} fields {unknown}; expected a subset of {known}")
+        return cls(**data)
 
 
 TASKS: dict[str, type] = {}

@@ -8,15 +8,11 @@ reference (:meth:`Task.reference`), how far the model's next-token distribution 
 work for any ``tokens -> logits`` module: a TransformerLens bridge or a ``HookedRootModule``.
 :func:`task_model` builds a task's model from its registry entry: the task's own builder, or a
 default ``boot_native`` transformer sized from ``task.d_vocab`` and ``task.n_ctx``.
-
-``train_task`` and ``evaluate_task`` are deprecated aliases of ``train(model, task, FitConfig(...))``
-and ``evaluate(model, task=task)``.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,8 +37,8 @@ from perm_circuits.tasks.base import (
     task_entry,
 )
 
-__all__ = ["DEFAULT_MODEL", "TaskEvaluation", "check_fit", "check_model_fields", "default_model", "evaluate_task", "fit_task", "measure_task",
-           "model_name", "reference_agreement", "task_logits", "task_model", "train_task"]
+__all__ = ["DEFAULT_MODEL", "TaskEvaluation", "check_fit", "check_model_fields", "default_model", "fit_task", "measure_task",
+           "model_name", "reference_agreement", "task_logits", "task_model"]
 
 Forward = Callable[[torch.nn.Module, Tensor], Tensor]
 
@@ -168,33 +164,8 @@ def fit_task(
     run = forward
     if run is None and isinstance(config, ModelConfig) and config.dropout == 0:
         run = fast_forward  # a build_model bridge: the same logits, several times faster
-    result = fit(model, task, steps=recipe.steps, batch_size=recipe.batch_size, lr=recipe.lr,
-                 optimizer=recipe.optimizer, weight_decay=recipe.weight_decay, momentum=recipe.momentum,
-                 seed=recipe.seed, forward=run, callbacks=callbacks, progress=progress)
+    result = fit(model, task, **recipe.to_dict(), forward=run, callbacks=callbacks, progress=progress)
     return FitResult(result.model, result.losses, result.records, task, forward)
-
-
-def train_task(
-    model: torch.nn.Module,
-    task: Task,
-    *,
-    steps: int,
-    batch_size: int = 64,
-    lr: float = 1e-3,
-    seed: int = 0,
-    callbacks: Sequence[Callable[[StepState], Any]] = (),
-    progress: bool = True,
-    **fit_options: Any,
-) -> FitResult:
-    """Deprecated: ``perm_circuits.train(model, task, FitConfig(steps=..., ...), forward=...)``."""
-    warnings.warn("train_task is deprecated; use perm_circuits.train(model, task, FitConfig(steps=..., batch_size=..., "
-                  "lr=..., seed=...))", DeprecationWarning, stacklevel=2)
-    forward = fit_options.pop("forward", None)
-    unknown = sorted(set(fit_options) - {"optimizer", "weight_decay", "momentum"})
-    if unknown:
-        raise TypeError(f"unknown keyword(s) {unknown}; expected optimizer, weight_decay, momentum or forward")
-    recipe = FitConfig(steps=steps, batch_size=batch_size, lr=lr, seed=seed, **fit_options)
-    return fit_task(model, task, recipe, forward=forward, callbacks=callbacks, progress=progress)
 
 
 def task_logits(model: torch.nn.Module, tokens: Int[Tensor, "batch seq"], forward: Forward | None = None) -> Tensor:
@@ -351,9 +322,3 @@ def measure_task(
         metrics={name: float(metrics[name]) for name in task.metric_names}, test_loss=test_loss, reference=agreement,
         n_samples=len(test_set), task_dict=task.to_dict())
 
-
-def evaluate_task(model: torch.nn.Module, task: Task, test_set: TaskBatch | None = None, **options: Any) -> TaskEvaluation:
-    """Deprecated: ``perm_circuits.evaluate(model, test_set, task=task, ...)``; ``options`` as :func:`measure_task`."""
-    warnings.warn("evaluate_task is deprecated; use perm_circuits.evaluate(model, test_set, task=task)",
-                  DeprecationWarning, stacklevel=2)
-    return measure_task(model, task, test_set, **options)
