@@ -1,8 +1,8 @@
 """Where runs execute: in this process (``serial``), a local process pool (``local``), or Ray (``ray``).
 
-The local pool's workers fork from a forkserver that imported torch and TransformerLens once
-(spawned processes where there is none), run one torch thread each, and exit when the driver
-dies, even by SIGKILL.
+The local pool's workers fork from a forkserver that imported torch, TransformerLens' bridge and
+this package once, so each starts at once (spawned processes, importing on their own, where there
+is no forkserver); they run one torch thread each and exit when the driver dies, even by SIGKILL.
 
 Every backend calls :func:`~perm_circuits.sweep.run.run_one` on each run and hands ``(row,
 checkpoint files)`` back to the driver's ``on_result`` callback, which writes them: workers never
@@ -157,12 +157,8 @@ def run_each(runs: Sequence[tuple[str, dict[str, Any]]], keep_models: bool) -> l
 def run_pool(groups: Sequence[Sequence[RunConfig]], job: Callable[..., list[Row]], on_result: OnResult,
              on_running: OnStart, *, workers: int, keep_models: bool) -> None:
     """``job([(run_id, config), ...], keep_models) -> [(row, files), ...]`` per group of runs, each group a
-    task of a process pool of ``workers`` processes, one torch thread each.
-
-    Workers fork from a clean forkserver that imported torch, TransformerLens' bridge and this
-    package once (seconds), so each worker starts at once; where there is no forkserver
-    (Windows) they are spawned and import on their own.  Never plain ``fork`` (this process may
-    hold threads).  A group whose worker dies gives each of its runs a failed row.
+    task of a pool of ``workers`` processes (see the module docstring; never plain ``fork``: this process
+    may hold threads).  A group whose worker dies gives each of its runs a failed row.
     """
     sources = task_modules([run for group in groups for run in group])
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context(), initializer=_init_worker,

@@ -9,6 +9,7 @@ The row's columns are described in :mod:`perm_circuits.sweep` and ``docs/sweeps.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import tempfile
 import time
@@ -59,15 +60,10 @@ def config_columns(run_id: str, config: dict[str, Any]) -> dict[str, Any]:
     }
     if "device" in config:  # only a run off the CPU says where it trained (its id differs too)
         row["device"] = config["device"]
-    for name, value in config["model"].items():  # any other model field (act_fn, ...)
-        row.setdefault(name, value)
-    for name, value in config["task"].items():
-        row.setdefault(name, value)
-    for name, value in train_cfg.items():
-        if name not in ("samples_per_epoch", "early_stop_patience"):
-            row.setdefault(name, value)
-    for name, value in config["analysis"].items():
-        row[f"analysis_{name}"] = value
+    train_rest = {k: v for k, v in train_cfg.items() if k not in ("samples_per_epoch", "early_stop_patience")}
+    for name, value in itertools.chain(config["model"].items(), task.items(), train_rest.items()):
+        row.setdefault(name, value)  # any other field (act_fn, ...)
+    row.update({f"analysis_{name}": value for name, value in config["analysis"].items()})
     return row
 
 

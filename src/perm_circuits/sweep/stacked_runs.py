@@ -25,8 +25,8 @@ import torch
 
 from perm_circuits.checks import check_int
 from perm_circuits.models import ModelConfig
-from perm_circuits.sweep.backends import OnResult, OnStart, Row, run_pool
-from perm_circuits.sweep.run import _seed_globals, config_columns, guarded_row, run_one, trained_row
+from perm_circuits.sweep.backends import OnResult, OnStart, Row, run_each, run_pool
+from perm_circuits.sweep.run import _seed_globals, config_columns, guarded_row, trained_row
 from perm_circuits.sweep.spec import RunConfig
 from perm_circuits.tasks.permutation_data import TaskConfig
 from perm_circuits.train import TrainConfig
@@ -124,13 +124,13 @@ def run_group(runs: Sequence[tuple[str, dict[str, Any]]], keep_models: bool = Fa
     """
     runs = list(runs)
     if len(runs) == 1 or any("fit" in config for _, config in runs):
-        return [run_one(run_id, config, keep_models) for run_id, config in runs]
+        return run_each(runs, keep_models)
     start = time.perf_counter()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as run_one: results must not depend on the worker's thread count
     try:
         if not stacked_reproduces_single():
-            return [run_one(run_id, config, keep_models) for run_id, config in runs]
+            return run_each(runs, keep_models)
         from perm_circuits.stacked import train_stacked
 
         model_configs = [ModelConfig.from_dict(config["model"]) for _, config in runs]
@@ -139,7 +139,7 @@ def run_group(runs: Sequence[tuple[str, dict[str, Any]]], keep_models: bool = Fa
         try:
             results = train_stacked(model_configs, task_config, train_configs, progress=False)
         except Exception:  # noqa: BLE001 - each run then trains alone and reports its own failure
-            return [run_one(run_id, config, keep_models) for run_id, config in runs]
+            return run_each(runs, keep_models)
         share = (time.perf_counter() - start) / len(runs)
         return [_member_row(run_id, config, result, share, keep_models) for (run_id, config), result in zip(runs, results)]
     finally:

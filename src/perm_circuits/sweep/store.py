@@ -22,8 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from perm_circuits._util import json_safe
-from perm_circuits._util import atomic_write, atomic_write_text
+from perm_circuits._util import atomic_write, atomic_write_text, json_safe
 
 __all__ = ["clean_stale", "export_parquet", "finished_runs", "load_rows", "load_sweep", "versions", "write_checkpoint",
            "write_row"]
@@ -48,15 +47,11 @@ def versions() -> dict[str, str]:
     return out
 
 
-def _write_text(path: Path, text: str) -> None:
-    atomic_write_text(path, text)
-
-
 def write_row(out_dir: str | os.PathLike, row: Mapping[str, Any]) -> Path:
     """Write ``runs/<run_id>.json`` atomically (NaN stored as null)."""
     text = json.dumps(json_safe(dict(row)), indent=1, sort_keys=True, allow_nan=False)
     path = Path(out_dir) / RUNS_DIR / f"{row['run_id']}.json"
-    _write_text(path, text + "\n")
+    atomic_write_text(path, text + "\n")
     return path
 
 
@@ -69,7 +64,7 @@ def write_checkpoint(out_dir: str | os.PathLike, run_id: str, files: Mapping[str
 
 
 def write_spec(out_dir: str | os.PathLike, spec: Mapping[str, Any]) -> None:
-    _write_text(Path(out_dir) / "spec.json", json.dumps(spec, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(Path(out_dir) / "spec.json", json.dumps(spec, indent=2, sort_keys=True) + "\n")
 
 
 def clean_stale(out_dir: str | os.PathLike) -> list[Path]:
@@ -87,13 +82,8 @@ def clean_stale(out_dir: str | os.PathLike) -> list[Path]:
 
 def load_rows(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
     """Every stored row (skipping temp files), sorted by run id."""
-    folder = Path(out_dir) / RUNS_DIR
-    rows = []
-    for path in sorted(folder.glob("*.json")):
-        if path.name.startswith("."):
-            continue
-        rows.append(json.loads(path.read_text(encoding="utf-8")))
-    return rows
+    paths = sorted((Path(out_dir) / RUNS_DIR).glob("*.json"))
+    return [json.loads(path.read_text(encoding="utf-8")) for path in paths if not path.name.startswith(".")]
 
 
 def finished_runs(out_dir: str | os.PathLike) -> dict[str, str]:

@@ -13,11 +13,10 @@ keys are then
   ``optimizer``, ``momentum``, ``weight_decay``; defaults :data:`FIT_DEFAULTS` updated by the
   entry's ``fit_defaults``), and ``seed`` (the model's initialisation and the data stream).
 
-Each run builds the task's model (:func:`~perm_circuits.tasks.runner.task_model`), trains it with
-:func:`~perm_circuits.train` and evaluates it with :func:`~perm_circuits.evaluate`; its row holds
-the config columns, the task's metrics and the final training loss.  Run ids hash the resolved
-configuration as for the study.  With ``keep_models`` each run's model is kept as a checkpoint
-that records its task (:func:`~perm_circuits.tasks.checkpoint.save_task_model`).
+Each run builds the task's model (:func:`~perm_circuits.tasks.runner.task_model`), trains and evaluates
+it; its row holds the config columns, the task's metrics and the final training loss.  With
+``keep_models`` its model is kept as a checkpoint that records its task
+(:func:`~perm_circuits.tasks.checkpoint.save_task_model`).
 """
 
 from __future__ import annotations
@@ -57,10 +56,6 @@ def _task_fields(name: str) -> list[str]:
     return [f.name for f in dataclasses.fields(cls) if f.init]
 
 
-def _fit_defaults(name: str) -> dict[str, Any]:
-    return {**FIT_DEFAULTS, **{k: v for k, v in _entry(name).fit_defaults.items() if k != "seed"}}
-
-
 def task_keys(name: str) -> list[str]:
     """Every key a spec of task ``name`` may hold."""
     return sorted({"task", "seed", *_task_fields(name), *_entry(name).model_keys, *FIT_DEFAULTS})
@@ -81,7 +76,8 @@ def resolve_task_run(values: dict[str, Any]) -> dict[str, Any]:
     task = entry.cls(**{k: v for k, v in values.items() if k in task_fields})
     seed = check_int("seed", values.get("seed", 0))
     model_fields = {k: v for k, v in values.items() if k in entry.model_keys}
-    fit = {**_fit_defaults(name), **{k: v for k, v in values.items() if k in FIT_DEFAULTS}}
+    defaults = {k: v for k, v in entry.fit_defaults.items() if k != "seed"}
+    fit = {**FIT_DEFAULTS, **defaults, **{k: v for k, v in values.items() if k in FIT_DEFAULTS}}
     FitConfig(**fit, seed=seed)  # validates the recipe
     check_model_fields(task, seed=seed, **model_fields)  # validates the model's fields now, before anything runs
     return {"task": task.to_dict(), "model": model_fields, "fit": fit, "seed": seed}

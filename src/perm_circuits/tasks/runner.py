@@ -1,13 +1,6 @@
-"""The generic halves of :func:`perm_circuits.train` and :func:`perm_circuits.evaluate`: any model,
-any task (the :class:`~perm_circuits.tasks.base.Task` interface).
-
-:func:`fit_task` is the :func:`~perm_circuits.tasks.base.fit` loop after checking that the model
-and the task fit together; :func:`measure_task` measures a model on the task's fixed test set:
-the task's own metrics, the masked test loss and, where the task has an exact or analytic
-reference (:meth:`Task.reference`), how far the model's next-token distribution is from it.  Both
-work for any ``tokens -> logits`` module: a TransformerLens bridge or a ``HookedRootModule``.
-:func:`task_model` builds a task's model from its registry entry: the task's own builder, or a
-default ``boot_native`` transformer sized from ``task.d_vocab`` and ``task.n_ctx``.
+"""The generic halves of :func:`perm_circuits.train` (:func:`fit_task`) and :func:`perm_circuits.evaluate`
+(:func:`measure_task`) for any ``tokens -> logits`` model on any :class:`~perm_circuits.tasks.base.Task`, and a
+task's model from its registry entry (:func:`task_model`).
 """
 
 from __future__ import annotations
@@ -25,17 +18,7 @@ from torch import Tensor
 from perm_circuits.checks import check_int
 from perm_circuits.devices import model_device
 from perm_circuits.models import ModelConfig, fast_forward
-from perm_circuits.tasks.base import (
-    DEFAULT_MODEL_KEYS,
-    FitConfig,
-    FitResult,
-    StepState,
-    Task,
-    TaskBatch,
-    fit,
-    masked_cross_entropy,
-    task_entry,
-)
+from perm_circuits.tasks.base import FitConfig, FitResult, StepState, Task, TaskBatch, fit, masked_cross_entropy, task_entry
 
 __all__ = ["DEFAULT_MODEL", "TaskEvaluation", "check_fit", "check_model_fields", "default_model", "fit_task", "measure_task",
            "model_name", "reference_agreement", "task_logits", "task_model"]
@@ -106,7 +89,7 @@ def _entry_fields(task: Task, fields: Mapping[str, Any]):
         raise ValueError(f"unknown model field(s) {bad} for task {task.name!r}; allowed: {list(entry.model_keys)}")
     builder = entry.builder()
     if builder is None:
-        fields = {**{k: v for k, v in DEFAULT_MODEL.items() if k in DEFAULT_MODEL_KEYS}, **fields}
+        fields = {**DEFAULT_MODEL, **fields}
     return entry, builder, dict(fields)
 
 
@@ -282,16 +265,10 @@ def measure_task(
     forward: Forward | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> TaskEvaluation:
-    """Measure ``model`` on ``task``: its metrics, the test loss and the agreement with its reference
-    (what ``evaluate(model, test_set, task=task)`` returns).
-
-    Args:
-        model: any ``tokens -> logits`` module (a bridge, a ``HookedRootModule``).
-        task: any :class:`~perm_circuits.tasks.base.Task`.
-        test_set: default ``task.test_set(n, seed)``.
-        forward: ``forward(model, tokens) -> logits``; default ``model(tokens)``.
-        hooks: a TransformerLens hook list (e.g. an ablation) run during the forward pass and
-            removed afterwards, always; needs the model's own forward (not ``forward``).
+    """Measure ``model`` on ``task``'s ``test_set`` (default ``task.test_set(n, seed)``): the task's metrics,
+    the masked test loss and the agreement with its reference (what ``evaluate(model, test_set, task=task)``
+    returns).  ``forward(model, tokens)`` replaces ``model(tokens)``; ``hooks``, a TransformerLens hook list
+    (e.g. an ablation), run during the model's own forward pass and are removed afterwards, always.
     """
     check_fit(model, task)
     if hooks is not None:
