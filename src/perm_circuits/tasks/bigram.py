@@ -61,11 +61,9 @@ def _stationary(table: Float[Tensor, "N N"]) -> Float[Tensor, " N"]:
     p = torch.full((table.shape[0],), 1.0 / table.shape[0], dtype=torch.float64)
     t = table.double()
     for _ in range(2000):
-        q = p @ t
-        if (q - p).abs().max() < 1e-13:
-            p = q
+        p, previous = p @ t, p
+        if (p - previous).abs().max() < 1e-13:
             break
-        p = q
     return (p / p.sum()).float()
 
 

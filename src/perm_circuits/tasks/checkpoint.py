@@ -31,18 +31,10 @@ __all__ = ["TaskCheckpoint", "load_task_checkpoint", "save_task_model", "task_re
 
 @dataclass(frozen=True)
 class TaskCheckpoint:
-    """A loaded task checkpoint: the model (eval mode), its task, and what was stored beside them.
-
-    Attributes:
-        model: the model, rebuilt by ``task_model(task, seed=seed, **model_fields)`` with the
-            stored weights; it carries ``metadata`` and ``task_build`` attributes.
-        task: the task it was trained on, rebuilt from its ``to_dict()``.
-        forward: the task's registered forward for its own model (``None``: ``model(tokens)``);
-            evaluate and report with it.
-        model_fields, seed: the model's fields and initialisation seed.
-        metadata: the JSON metadata saved with it.
-        path: the checkpoint folder.
-    """
+    """A loaded task checkpoint: the model (eval mode, rebuilt by ``task_model(task, seed=seed,
+    **model_fields)`` with the stored weights; it carries ``metadata`` and ``task_build`` attributes), its
+    task, the task's registered ``forward`` for its own model (``None``: ``model(tokens)``; evaluate and
+    report with it), the JSON ``metadata`` saved with it and the checkpoint folder ``path``."""
 
     model: Any
     task: Task

@@ -24,6 +24,7 @@ accuracy ``P(s_hat_L = s_L)`` (section 5).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -75,24 +76,16 @@ class PermutationChainTask(DataclassTask):
     name: ClassVar[str] = "perm_chain"
 
     def __post_init__(self) -> None:
-        check_int("N", self.N, 2)
-        check_int("d_g", self.d_g, 1)
-        check_int("L", self.L, 1)
-        check_int("perm_seed", self.perm_seed, 0)
-        import math
-
+        for name, low in (("N", 2), ("d_g", 1), ("L", 1), ("perm_seed", 0)):
+            check_int(name, getattr(self, name), low)
         if self.d_g > math.factorial(min(self.N, 20)):
             raise ValueError(f"d_g must be <= N! = {math.factorial(self.N)} (distinct permutations), got {self.d_g}")
         generator = torch.Generator().manual_seed(self.perm_seed)
-        seen: set[tuple[int, ...]] = set()
-        perms = []
+        perms: dict[tuple[int, ...], Tensor] = {}  # distinct, in order of drawing
         while len(perms) < self.d_g:
             p = torch.randperm(self.N, generator=generator)
-            key = tuple(p.tolist())
-            if key not in seen:
-                seen.add(key)
-                perms.append(p)
-        object.__setattr__(self, "perms", torch.stack(perms))
+            perms.setdefault(tuple(p.tolist()), p)
+        object.__setattr__(self, "perms", torch.stack(list(perms.values())))
 
     # ------------------------------------------------------------------ Task protocol
 

@@ -98,22 +98,16 @@ class TaskConfig:
 
     @classmethod
     def from_dict(cls, data: dict, *, complete: bool = False) -> TaskConfig:
-        """From :meth:`to_dict` output; unknown fields (and missing ones if ``complete``) are errors.
-
-        ``complete`` is how checkpoints are loaded.  Its one exception is :data:`ADDED_FIELDS`:
-        a field added after checkpoints were first written that a stored config lacks takes the
-        value that reproduces the behaviour from before it existed (a checkpoint without
-        ``repeat_sources`` was trained with the last query repeating ``x1`` only).  Every other
-        missing field is still an error.
-        """
+        """From :meth:`to_dict` output; unknown fields (and missing ones if ``complete``, how checkpoints
+        are loaded, except those of :data:`ADDED_FIELDS`) are errors."""
         return dataclass_from_dict(cls, data, complete=complete, added=ADDED_FIELDS)
 
 
 ADDED_FIELDS: dict[str, object] = {"repeat_sources": (1,)}
-"""TaskConfig fields newer than the checkpoint format, with the value an older checkpoint implies.
-
-The one place where loading a checkpoint (``TaskConfig.from_dict(..., complete=True)``) fills in a
-missing field; the shipped pretrained models' configs predate ``repeat_sources``."""
+"""TaskConfig fields newer than the checkpoint format, with the value that reproduces the behaviour
+from before they existed: the one place where loading a checkpoint (``TaskConfig.from_dict(...,
+complete=True)``) fills in a missing field.  The shipped pretrained models' configs predate
+``repeat_sources`` (they were trained with the last query repeating ``x1`` only)."""
 
 
 def _check_sources(sources: object, V: int) -> tuple[int, ...]:
