@@ -11,25 +11,20 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import tempfile
-import time
-import traceback
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from perm_circuits.analysis import HOWS, head_roles
 from perm_circuits.evaluate import recall_generalisation
-from perm_circuits.models import CONFIG_FILE, WEIGHTS_FILE, ModelConfig, save_model
-from perm_circuits.sweep.store import versions
+from perm_circuits.models import ModelConfig, save_model
+from perm_circuits.sweep.store import checkpoint_files, guarded_row, versions
 from perm_circuits.tasks.permutation_data import TaskConfig
 from perm_circuits.train import TrainConfig, TrainResult, train
 
 __all__ = [
-    "ANALYSIS_PREFIXES", "CURVE_COLUMNS", "analysis_columns", "checkpoint_files", "config_columns", "first_epoch",
-    "guarded_row", "history_curve", "parse_curve", "roles_columns", "run_one", "trained_row", "versions",
+    "ANALYSIS_PREFIXES", "CURVE_COLUMNS", "analysis_columns", "config_columns", "first_epoch", "history_curve",
+    "parse_curve", "roles_columns", "run_one", "trained_row", "versions",
 ]
 
 VERDICT = {True: "holds", False: "fails", None: "open"}
@@ -169,35 +164,6 @@ def trained_row(row: dict[str, Any], result: TrainResult, run_id: str, config: d
                 "metrics": result.evaluation.summary(), "history": list(result.history.rows)}
     return checkpoint_files(functools.partial(save_model, result.model, task_config=result.task_config,
                                               metadata=metadata))
-
-
-def checkpoint_files(save: Callable[[str], Any]) -> dict[str, bytes]:
-    """The checkpoint ``save(folder)`` writes, as ``{file name: bytes}`` (the driver writes it: workers
-    may not share its disk)."""
-    with tempfile.TemporaryDirectory(prefix="perm_sweep_") as tmp:
-        save(tmp)
-        return {name: (Path(tmp) / name).read_bytes() for name in (WEIGHTS_FILE, CONFIG_FILE)}
-
-
-def guarded_row(run_id: str, work: Callable[[dict[str, Any]], dict[str, bytes] | None],
-                seconds: float = 0.0) -> tuple[dict[str, Any], dict[str, bytes] | None]:
-    """``(row, checkpoint files or None)`` of one run: ``work(row)`` fills the row on one torch thread
-    and returns the files.  Never raises: an exception gives a ``status="failed"`` row whose ``error``
-    is the traceback.  ``wall_seconds`` adds ``seconds`` spent on the run before."""
-    start = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    row: dict[str, Any] = {"run_id": run_id, "status": "failed", "error": ""}
-    try:
-        files = work(row)
-        row["status"] = "done"
-    except Exception:  # noqa: BLE001 - a failed run is a row, the sweep goes on
-        row["error"], files = traceback.format_exc(), None
-    finally:
-        torch.set_num_threads(threads)
-    row["wall_seconds"] = seconds + time.perf_counter() - start
-    row.update(versions())
-    return row, files
 
 
 def _seed_globals(seed: int) -> None:

@@ -26,8 +26,9 @@ import torch
 from perm_circuits.checks import check_int
 from perm_circuits.models import ModelConfig
 from perm_circuits.sweep.backends import OnResult, OnStart, Row, run_each, run_pool
-from perm_circuits.sweep.run import _seed_globals, config_columns, guarded_row, trained_row
+from perm_circuits.sweep.run import _seed_globals, config_columns, trained_row
 from perm_circuits.sweep.spec import RunConfig
+from perm_circuits.sweep.store import guarded_row
 from perm_circuits.tasks.permutation_data import TaskConfig
 from perm_circuits.train import TrainConfig
 

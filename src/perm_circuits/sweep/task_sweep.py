@@ -26,6 +26,7 @@ import functools
 from typing import Any
 
 from perm_circuits.checks import check_int
+from perm_circuits.sweep.store import checkpoint_files, guarded_row
 
 __all__ = ["FIT_DEFAULTS", "is_task_spec", "resolve_task_run", "run_task", "run_task_keeping", "task_keys"]
 
@@ -94,7 +95,6 @@ def run_task_keeping(run_id: str, config: dict[str, Any],
     (:func:`~perm_circuits.tasks.checkpoint.save_task_model`, which records the task: ``perm-circuits
     report DIR/models/RUN_ID`` pages it) as ``{file name: bytes}``; ``None`` for a failed run."""
     from perm_circuits.evaluate import evaluate
-    from perm_circuits.sweep.run import checkpoint_files, guarded_row
     from perm_circuits.tasks import FitConfig, task_from_dict
     from perm_circuits.tasks.checkpoint import save_task_model
     from perm_circuits.tasks.runner import task_model
