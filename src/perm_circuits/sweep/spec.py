@@ -54,14 +54,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-__all__ = [
-    "ANALYSIS_DEFAULTS",
-    "RunConfig",
-    "SweepSpec",
-    "allowed_keys",
-    "load_spec",
-    "run_id_of",
-]
+__all__ = ["ANALYSIS_DEFAULTS", "RunConfig", "SweepSpec", "allowed_keys", "load_spec", "run_id_of"]
 
 TRAIN_ALIASES: dict[str, str] = {"samples": "samples_per_epoch", "early_stop": "early_stop_patience"}
 """Short spec names of TrainConfig fields."""
