@@ -80,11 +80,7 @@ def history_curve(history_rows, column: str) -> str:
 
     An epoch without the column (or with NaN) is written ``nan``; :func:`parse_curve` reads it back.
     """
-    values = []
-    for row in history_rows:
-        value = row.get(column)
-        values.append("nan" if value is None else repr(float(value)))
-    return ",".join(values)
+    return ",".join("nan" if row.get(column) is None else repr(float(row[column])) for row in history_rows)
 
 
 def parse_curve(cell: Any) -> list[float]:
