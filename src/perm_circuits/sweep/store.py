@@ -30,8 +30,8 @@ import torch
 from perm_circuits._util import atomic_write, atomic_write_text, json_safe
 from perm_circuits.models import CONFIG_FILE, WEIGHTS_FILE
 
-__all__ = ["checkpoint_files", "clean_stale", "export_parquet", "finished_runs", "guarded_row", "load_rows", "load_sweep",
-           "versions", "write_checkpoint", "write_row"]
+__all__ = ["checkpoint_files", "clean_stale", "export_parquet", "finished_runs", "guarded_row", "load_rows",
+           "load_sweep", "versions", "write_checkpoint", "write_row"]
 
 RUNS_DIR = "runs"
 MODELS_DIR = "models"

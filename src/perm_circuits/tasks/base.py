@@ -27,8 +27,9 @@ from torch import Tensor
 from perm_circuits.checks import check_int, check_number
 
 __all__ = ["DEFAULT_MODEL_KEYS", "SPLITS", "TASKS", "DataclassTask", "FitConfig", "FitResult", "StepState", "Task",
-           "TaskBatch", "TaskEntry", "check_sample", "fit", "import_module_or_file", "load_object", "log_spaced_steps", "masked_cross_entropy",
-           "register_task", "task_entries", "task_entry", "task_from_dict"]
+           "TaskBatch", "TaskEntry", "check_sample", "fit", "import_module_or_file", "load_object",
+           "log_spaced_steps", "masked_cross_entropy", "register_task", "task_entries", "task_entry",
+           "task_from_dict"]
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,11 @@ from torch import Tensor
 from perm_circuits.checks import check_int
 from perm_circuits.devices import model_device
 from perm_circuits.models import ModelConfig, fast_forward
-from perm_circuits.tasks.base import FitConfig, FitResult, StepState, Task, TaskBatch, fit, masked_cross_entropy, task_entry
+from perm_circuits.tasks.base import (FitConfig, FitResult, StepState, Task, TaskBatch, fit, masked_cross_entropy,
+                                      task_entry)
 
-__all__ = ["DEFAULT_MODEL", "TaskEvaluation", "check_fit", "check_model_fields", "default_model", "fit_task", "measure_task",
-           "model_name", "reference_agreement", "task_logits", "task_model"]
+__all__ = ["DEFAULT_MODEL", "TaskEvaluation", "check_fit", "check_model_fields", "default_model", "fit_task",
+           "measure_task", "model_name", "reference_agreement", "task_logits", "task_model"]
 
 Forward = Callable[[torch.nn.Module, Tensor], Tensor]
 
