@@ -18,7 +18,7 @@ from perm_circuits import TaskConfig, TrainConfig, build_model, evaluate, make_t
 from perm_circuits.models import fast_forward
 from perm_circuits.posterior import bayes_posterior
 from perm_circuits.tasks.permutation_data import PROBE_SEQUENCE, make_batch
-from perm_circuits.tasks.runner import TaskEvaluation, evaluate_task, measure_task, reference_agreement, train_task
+from perm_circuits.tasks.runner import TaskEvaluation, measure_task, reference_agreement
 from perm_circuits.tasks import TASKS, FitConfig, PermutationTask, Task, TaskBatch, task_from_dict
 from perm_circuits.tasks.permutation import as_batch, as_task_batch
 from perm_circuits.views.html import local_script_refs, remote_resource_refs
@@ -231,15 +231,8 @@ def test_task_eval_errors(pretrained):
         reference_agreement(logits, batch, torch.zeros(4, 6))
 
 
-def test_the_old_names_warn_and_give_the_same_results(pretrained):
+def test_a_task_config_means_its_permutation_task(pretrained):
     task = Successor()
-    with pytest.warns(DeprecationWarning, match=r"train_task is deprecated; use perm_circuits.train"):
-        old = train_task(TinyAttention(), task, steps=20, batch_size=32, lr=0.05, seed=0, progress=False)
-    new = train(TinyAttention(), task, FitConfig(steps=20, batch_size=32, lr=0.05, seed=0), progress=False)
-    assert old.losses == new.losses and old.losses[-1] < old.losses[0]
-    with pytest.warns(DeprecationWarning, match=r"evaluate_task is deprecated; use perm_circuits.evaluate"):
-        before = evaluate_task(old.model, task, n=300)
-    assert before.summary() == evaluate(new.model, task=task, n=300).summary()
     # the study's evaluation is unchanged by task=: a TaskConfig means its PermutationTask
     model = pretrained("d16h1")
     study = evaluate(model, task=REPEATED, n=200)

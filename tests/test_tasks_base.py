@@ -282,3 +282,27 @@ def test_fit_custom_forward():
 
     result = _train(steps=3, forward=forward)
     assert calls == [(32, 6)] * 3 and len(result.losses) == 3
+
+
+def test_a_dataclass_task_inherits_its_test_set_and_dict_round_trip():
+    from perm_circuits.tasks import FactualRecallTask, PermutationChainTask
+    from perm_circuits.tasks.base import check_sample
+
+    task = FactualRecallTask(S=4, R=2, D=2)
+    assert task.to_dict() == {"task": "factual_recall", "S": 4, "R": 2, "D": 2, "n_noise": 16, "seq_len": 8,
+                              "fact_seed": 0}
+    assert task_from_dict(task.to_dict()) == task
+    test = task.test_set(5, 3)
+    assert test.tokens.shape == (5, 8)
+    assert torch.equal(test.tokens, task.sample(5, torch.Generator().manual_seed(3), "test").tokens)
+    chain = PermutationChainTask(N=4, d_g=3, L=2)
+    assert chain.to_dict() == {"task": "perm_chain", "N": 4, "d_g": 3, "L": 2, "perm_seed": 0}  # no perms
+    with pytest.raises(ValueError, match=r"unknown PermutationChainTask fields \['perms'\]; "
+                                         r"expected a subset of \['L', 'N', 'd_g', 'perm_seed'\]"):
+        PermutationChainTask.from_dict({"N": 4, "perms": [0]})
+    with pytest.raises(ValueError, match="n must be >= 1, got 0"):
+        check_sample(0, torch.Generator(), "train")
+    with pytest.raises(TypeError, match="generator must be a torch.Generator, got int"):
+        check_sample(2, 0, "train")
+    with pytest.raises(ValueError, match=r"split must be one of \('train', 'test'\), got 'val'"):
+        chain.sample(2, torch.Generator(), "val")

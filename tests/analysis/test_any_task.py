@@ -30,9 +30,9 @@ from perm_circuits.analysis.report_data import task_report_data
 from perm_circuits.analysis.interventions.ablation_table import TaskAblationTable
 from perm_circuits.analysis.probes.task_attribution import target_logit_attribution
 from perm_circuits.analysis.interventions.activation_patching import target_logprob
+from perm_circuits.evaluate import evaluate
 from perm_circuits.hooks import hook_count, run_logits
 from perm_circuits.systems.forner_model import teacher_model
-from perm_circuits.tasks.runner import evaluate_task
 from perm_circuits.tasks import PermutationTask
 from perm_circuits.views.html import remote_resource_refs
 from perm_circuits.views.task_report import render_task_report, task_report
@@ -177,9 +177,9 @@ def test_optimal_ablation_on_a_task_model_beats_mean_ablation_on_its_reference(f
     """Li & Janson 2024: the L-BFGS search starts at the mean and only accepts steps that lower the loss."""
     model, task = forner
     reference = task.test_set(200, 4)
-    mean = evaluate_task(model, task, reference, hooks=ablate_head(model, 0, 0, "mean", reference=reference))
-    optimal = evaluate_task(model, task, reference, hooks=ablate_head(model, 0, 0, "optimal", reference=reference))
-    base = evaluate_task(model, task, reference)
+    mean = evaluate(model, reference, task=task, hooks=ablate_head(model, 0, 0, "mean", reference=reference))
+    optimal = evaluate(model, reference, task=task, hooks=ablate_head(model, 0, 0, "optimal", reference=reference))
+    base = evaluate(model, reference, task=task)
     assert base.test_loss < optimal.test_loss < mean.test_loss - 0.05
     table = ablation_table(model, ("mean", "optimal"), task=task, test_set=reference)
     assert table.get("L0H0", "optimal").test_loss == pytest.approx(optimal.test_loss, abs=1e-6)

@@ -28,7 +28,6 @@ from perm_circuits.evaluate import evaluate
 from perm_circuits.hooks import hook_count, run_capture, run_logits
 from perm_circuits.model_shape import model_shape
 from perm_circuits.systems.forner_model import FornerConfig, FornerModel, teacher_model
-from perm_circuits.tasks.runner import evaluate_task
 from perm_circuits.tasks import PermutationTask
 from perm_circuits.tasks.permutation import as_batch
 from perm_circuits.views.html import remote_resource_refs
@@ -137,7 +136,7 @@ def test_task_ablation_table_of_a_toy_model():
     zero = table.get("L0H1", "zero")
     with torch.no_grad():
         model.W_O[1] = 0.0
-    expected = evaluate_task(model, TOY_TASK, TOY_TASK.test_set(100))
+    expected = evaluate(model, TOY_TASK.test_set(100), task=TOY_TASK)
     assert zero.metrics["accuracy"] == expected.metrics["accuracy"]
     assert zero.test_loss == pytest.approx(expected.test_loss, abs=1e-5)
     assert frame.loc[0, "delta_accuracy"] == 0.0
@@ -164,7 +163,7 @@ def test_bad_inputs_raise_clear_errors_before_any_work():
     with pytest.raises(ValueError, match="position 9 out of range"):
         ablate_head(model, 0, 0, "mean", reference=TOY_TASK.test_set(10), positions=9)
     with pytest.raises(ValueError, match="hooks= need the model's own forward"):
-        evaluate_task(model, TOY_TASK, hooks=ablate_head(model, 0, 0), forward=lambda m, t: m(t))
+        evaluate(model, task=TOY_TASK, hooks=ablate_head(model, 0, 0), forward=lambda m, t: m(t))
     with pytest.raises(TypeError, match="not a permutation-lookup model"):
         evaluate(teacher_model())
     clean = TOY_TASK.test_set(10)
@@ -181,7 +180,7 @@ def test_hooks_never_leak_after_an_exception():
     model = ToyModel()
     zero_far = ablate_head(model, 0, 0, "zero", positions=[40])  # range known only when the hook runs
     with pytest.raises(ValueError, match="position 40 out of range"):
-        evaluate_task(model, TOY_TASK, n=10, hooks=zero_far)
+        evaluate(model, task=TOY_TASK, n=10, hooks=zero_far)
     assert hook_count(model) == 0
     clean = TOY_TASK.test_set(10)
 
@@ -204,8 +203,8 @@ def forner():
 
 def test_forner_zero_ablation_drops_accuracy_to_the_share_of_state_zero(forner):
     model, task, test_set = forner
-    assert evaluate_task(model, task, test_set).metrics["teacher_forced_accuracy"] == 1.0
-    zero = evaluate_task(model, task, test_set, hooks=ablate_head(model, 0, 0, "zero"))
+    assert evaluate(model, test_set, task=task).metrics["teacher_forced_accuracy"] == 1.0
+    zero = evaluate(model, test_set, task=task, hooks=ablate_head(model, 0, 0, "zero"))
     # o_i = 0 makes every logit 0: the argmax is state 0, right exactly where the target is state 0
     share = float((test_set.targets[test_set.mask > 0] == 0).float().mean())
     assert zero.metrics["teacher_forced_accuracy"] == pytest.approx(share, abs=1e-7)
@@ -221,7 +220,7 @@ def test_forner_mean_ablation_uses_the_reference(forner):
     _, ref = run_capture(model, reference.tokens, ["blocks.0.attn.hook_z"])
     _, store = run_capture(model, test_set.tokens, ["blocks.0.attn.hook_z"], hooks)
     assert torch.allclose(store["blocks.0.attn.hook_z"], ref["blocks.0.attn.hook_z"].mean(0, keepdim=True).expand(400, -1, -1, -1))
-    mean = evaluate_task(model, task, test_set, hooks=hooks).metrics["teacher_forced_accuracy"]
+    mean = evaluate(model, test_set, task=task, hooks=hooks).metrics["teacher_forced_accuracy"]
     assert 0.2 < mean < 0.5  # the mean output still names a likely action at each position
     table = ablation_table(model, task=task, n=400, test_seed=11, reference=reference)
     assert table.get("L0H0", "mean").metrics["teacher_forced_accuracy"] == mean

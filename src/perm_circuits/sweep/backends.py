@@ -1,8 +1,8 @@
 """Where runs execute: in this process (``serial``), a local process pool (``local``), or Ray (``ray``).
 
-The local pool's workers fork from a forkserver that imported torch and TransformerLens once
-(spawned processes where there is none), run one torch thread each, and exit when the driver
-dies, even by SIGKILL.
+The local pool's workers fork from a forkserver that imported torch, TransformerLens' bridge and
+this package once, so each starts at once (spawned processes, importing on their own, where there
+is no forkserver); they run one torch thread each and exit when the driver dies, even by SIGKILL.
 
 Every backend calls :func:`~perm_circuits.sweep.run.run_one` on each run and hands ``(row,
 checkpoint files)`` back to the driver's ``on_result`` callback, which writes them: workers never
@@ -12,6 +12,7 @@ thread per run, so results are bit-identical across backends.
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import threading
@@ -24,13 +25,14 @@ from typing import Any
 from perm_circuits.sweep.run import config_columns, run_one, versions
 from perm_circuits.sweep.spec import RunConfig
 
-__all__ = ["BACKENDS", "default_workers", "import_task_modules", "run_local", "run_one_importing", "run_ray",
-           "run_serial", "task_modules"]
+__all__ = ["BACKENDS", "default_workers", "import_task_modules", "run_each", "run_local", "run_one_importing",
+           "run_pool", "run_ray", "run_serial", "task_modules"]
 
 BACKENDS = ("local", "ray", "serial")
 
 OnResult = Callable[[dict[str, Any], "dict[str, bytes] | None"], None]
 OnStart = Callable[[int], None]
+Row = tuple[dict[str, Any], "dict[str, bytes] | None"]
 
 
 def default_workers() -> int:
@@ -143,28 +145,42 @@ def _pool_context():
 
 def run_local(runs: Sequence[RunConfig], on_result: OnResult, on_running: OnStart, *, workers: int,
               keep_models: bool) -> None:
-    """A process pool of ``workers`` processes, one torch thread each.
+    """A process pool of ``workers`` processes, one torch thread each, one run per task (:func:`run_pool`)."""
+    run_pool([(run,) for run in runs], run_each, on_result, on_running, workers=workers, keep_models=keep_models)
 
-    Workers fork from a clean forkserver that imported torch, TransformerLens' bridge and this
-    package once (seconds), so each worker starts at once; where there is no forkserver
-    (Windows) they are spawned and import on their own.  Never plain ``fork`` (this process may
-    hold threads).
+
+def run_each(runs: Sequence[tuple[str, dict[str, Any]]], keep_models: bool) -> list[Row]:
+    """:func:`~perm_circuits.sweep.run.run_one` on each ``(run_id, config)``."""
+    return [run_one(run_id, config, keep_models) for run_id, config in runs]
+
+
+def run_pool(groups: Sequence[Sequence[RunConfig]], job: Callable[..., list[Row]], on_result: OnResult,
+             on_running: OnStart, *, workers: int, keep_models: bool) -> None:
+    """``job([(run_id, config), ...], keep_models) -> [(row, files), ...]`` per group of runs, each group a
+    task of a pool of ``workers`` processes (see the module docstring; never plain ``fork``: this process
+    may hold threads).  A group whose worker dies gives each of its runs a failed row.
     """
-    context = _pool_context()
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
-                               initargs=(os.getpid(), task_modules(runs)))
+    sources = task_modules([run for group in groups for run in group])
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context(), initializer=_init_worker,
+                               initargs=(os.getpid(), sources))
     try:
-        futures = {pool.submit(run_one, run.run_id, run.config, keep_models): run for run in runs}
-        pending = len(futures)
-        on_running(min(workers, pending))
+        futures = {pool.submit(job, [(run.run_id, run.config) for run in group], keep_models): group
+                   for group in groups}
+        pending = dict.fromkeys(futures)  # in submission order: the first ``workers`` groups are running
+
+        def running() -> int:
+            return sum(len(futures[future]) for future in itertools.islice(pending, workers))
+
+        on_running(running())
         for future in as_completed(futures):
-            pending -= 1
+            del pending[future]
             try:
-                row, files = future.result()
+                rows = future.result()
             except Exception:  # noqa: BLE001 - a worker died (killed, out of memory)
-                row, files = _lost_row(futures[future], traceback.format_exc()), None
-            on_running(min(workers, pending))
-            on_result(row, files)
+                rows = [(_lost_row(run, traceback.format_exc()), None) for run in futures[future]]
+            on_running(running())
+            for row, files in rows:
+                on_result(row, files)
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         raise

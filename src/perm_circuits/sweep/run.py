@@ -8,25 +8,23 @@ The row's columns are described in :mod:`perm_circuits.sweep` and ``docs/sweeps.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
-import tempfile
-import time
-import traceback
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from perm_circuits.analysis import HOWS, head_roles
 from perm_circuits.evaluate import recall_generalisation
-from perm_circuits.models import CONFIG_FILE, WEIGHTS_FILE, ModelConfig, save_model
-from perm_circuits.sweep.store import versions
+from perm_circuits.models import ModelConfig, save_model
+from perm_circuits.sweep.store import checkpoint_files, guarded_row, versions
 from perm_circuits.tasks.permutation_data import TaskConfig
 from perm_circuits.train import TrainConfig, TrainResult, train
 
 __all__ = [
     "ANALYSIS_PREFIXES", "CURVE_COLUMNS", "analysis_columns", "config_columns", "first_epoch", "history_curve",
-    "parse_curve", "roles_columns", "run_one", "versions",
+    "parse_curve", "roles_columns", "run_one", "trained_row", "versions",
 ]
 
 VERDICT = {True: "holds", False: "fails", None: "open"}
@@ -57,15 +55,10 @@ def config_columns(run_id: str, config: dict[str, Any]) -> dict[str, Any]:
     }
     if "device" in config:  # only a run off the CPU says where it trained (its id differs too)
         row["device"] = config["device"]
-    for name, value in config["model"].items():  # any other model field (act_fn, ...)
-        row.setdefault(name, value)
-    for name, value in config["task"].items():
-        row.setdefault(name, value)
-    for name, value in train_cfg.items():
-        if name not in ("samples_per_epoch", "early_stop_patience"):
-            row.setdefault(name, value)
-    for name, value in config["analysis"].items():
-        row[f"analysis_{name}"] = value
+    train_rest = {k: v for k, v in train_cfg.items() if k not in ("samples_per_epoch", "early_stop_patience")}
+    for name, value in itertools.chain(config["model"].items(), task.items(), train_rest.items()):
+        row.setdefault(name, value)  # any other field (act_fn, ...)
+    row.update({f"analysis_{name}": value for name, value in config["analysis"].items()})
     return row
 
 
@@ -87,11 +80,7 @@ def history_curve(history_rows, column: str) -> str:
 
     An epoch without the column (or with NaN) is written ``nan``; :func:`parse_curve` reads it back.
     """
-    values = []
-    for row in history_rows:
-        value = row.get(column)
-        values.append("nan" if value is None else repr(float(value)))
-    return ",".join(values)
+    return ",".join("nan" if row.get(column) is None else repr(float(row[column])) for row in history_rows)
 
 
 def parse_curve(cell: Any) -> list[float]:
@@ -141,9 +130,8 @@ def analysis_columns(model, task_config: TaskConfig, analysis: dict[str, int]) -
     return row
 
 
-def _metrics(result: TrainResult, model, task_config: TaskConfig, analysis: dict[str, int]) -> dict[str, Any]:
+def _metrics(result: TrainResult, analysis: dict[str, int]) -> dict[str, Any]:
     evaluation = result.evaluation
-    summary = evaluation.summary()
     row: dict[str, Any] = {
         "epochs_run": result.epochs_run,
         "test_loss": evaluation.test_loss,
@@ -152,23 +140,26 @@ def _metrics(result: TrainResult, model, task_config: TaskConfig, analysis: dict
     }
     for step in evaluation.steps:
         row[f"step{step.step}_accuracy"] = step.accuracy
-    for value in range(1, task_config.V + 1):
-        if f"probe_p{value}" in summary:
-            row[f"probe_p{value}"] = summary[f"probe_p{value}"]
+    row.update({name: p for name, p in evaluation.summary().items() if name.startswith("probe_p")})
     row["epoch_recall_99"] = first_epoch(result.history.rows, "recall_accuracy")
     row["epoch_elimination_99"] = first_epoch(result.history.rows, "elimination_accuracy")
     for name, column in CURVE_COLUMNS.items():
         row[name] = history_curve(result.history.rows, column)
-    row.update(analysis_columns(model, task_config, analysis))
+    row.update(analysis_columns(result.model, result.task_config, analysis))
     return row
 
 
-def _checkpoint_bytes(result: TrainResult, run_id: str, config: dict[str, Any]) -> dict[str, bytes]:
-    with tempfile.TemporaryDirectory(prefix="perm_sweep_") as tmp:
-        metadata = {"run_id": run_id, "sweep_config": config, "epochs_run": result.epochs_run,
-                    "metrics": result.evaluation.summary(), "history": list(result.history.rows)}
-        save_model(result.model, tmp, task_config=result.task_config, metadata=metadata)
-        return {name: (Path(tmp) / name).read_bytes() for name in (WEIGHTS_FILE, CONFIG_FILE)}
+def trained_row(row: dict[str, Any], result: TrainResult, run_id: str, config: dict[str, Any],
+                keep_model: bool) -> dict[str, bytes] | None:
+    """Add a trained run's metric and analysis columns to ``row``; its checkpoint files with ``keep_model``."""
+    result.model.eval()
+    row.update(_metrics(result, config["analysis"]))
+    if not keep_model:
+        return None
+    metadata = {"run_id": run_id, "sweep_config": config, "epochs_run": result.epochs_run,
+                "metrics": result.evaluation.summary(), "history": list(result.history.rows)}
+    return checkpoint_files(functools.partial(save_model, result.model, task_config=result.task_config,
+                                              metadata=metadata))
 
 
 def _seed_globals(seed: int) -> None:
@@ -198,31 +189,14 @@ def run_one(run_id: str, config: dict[str, Any], keep_model: bool = False) -> tu
         from perm_circuits.sweep.task_sweep import run_task_keeping
 
         return run_task_keeping(run_id, config, keep_model)
-    start = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    row: dict[str, Any] = {"run_id": run_id, "status": "failed", "error": ""}
-    files = None
-    try:
+
+    def work(row: dict[str, Any]) -> dict[str, bytes] | None:
         row.update(config_columns(run_id, config))
         model_config = ModelConfig.from_dict(config["model"])
         task_config = TaskConfig.from_dict(config["task"])
         train_config = TrainConfig.from_dict(config["train"])
         _seed_globals(model_config.seed)
         on = {"device": config["device"]} if "device" in config else {}  # the CPU runs call _train as always
-        result = _train(model_config, task_config, train_config, **on)
-        model = result.model
-        model.eval()
-        row.update(_metrics(result, model, task_config, config["analysis"]))
-        if keep_model:
-            files = _checkpoint_bytes(result, run_id, config)
-        row["status"] = "done"
-    except Exception:  # noqa: BLE001 - a failed run is a row, the sweep goes on
-        row["status"] = "failed"
-        row["error"] = traceback.format_exc()
-        files = None
-    finally:
-        torch.set_num_threads(threads)
-    row["wall_seconds"] = time.perf_counter() - start
-    row.update(versions())
-    return row, files
+        return trained_row(row, _train(model_config, task_config, train_config, **on), run_id, config, keep_model)
+
+    return guarded_row(run_id, work)

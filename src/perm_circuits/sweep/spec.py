@@ -54,14 +54,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-__all__ = [
-    "ANALYSIS_DEFAULTS",
-    "RunConfig",
-    "SweepSpec",
-    "allowed_keys",
-    "load_spec",
-    "run_id_of",
-]
+__all__ = ["ANALYSIS_DEFAULTS", "RunConfig", "SweepSpec", "allowed_keys", "load_spec", "run_id_of"]
 
 TRAIN_ALIASES: dict[str, str] = {"samples": "samples_per_epoch", "early_stop": "early_stop_patience"}
 """Short spec names of TrainConfig fields."""
@@ -119,13 +112,10 @@ def _normalize(cls, values: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _canonical(config: Mapping[str, Any]) -> str:
-    return json.dumps(config, sort_keys=True, separators=(",", ":"), allow_nan=False)
-
-
 def run_id_of(config: Mapping[str, Any]) -> str:
-    """First 16 hex chars of the SHA-256 of the canonical JSON of a resolved run config."""
-    return hashlib.sha256(_canonical(config).encode()).hexdigest()[:16]
+    """First 16 hex chars of the SHA-256 of the canonical JSON (sorted keys) of a resolved run config."""
+    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -147,8 +137,8 @@ class RunConfig:
         )
 
 
-def _resolve(values: dict[str, Any], analysis: dict[str, int]) -> RunConfig:
-    """Build and validate the configs of one grid point (raises the configs' own errors)."""
+def _resolve(values: dict[str, Any], analysis: dict[str, int]) -> dict[str, Any]:
+    """The resolved config of one grid point (raises the configs' own errors)."""
     values = {k: v for k, v in values.items() if k != "task"}  # task = "permutation": the default
     device = values.pop("device", DEFAULT_DEVICE)
     if not isinstance(device, str) or not device:
@@ -171,14 +161,7 @@ def _resolve(values: dict[str, Any], analysis: dict[str, int]) -> RunConfig:
     }
     if device != DEFAULT_DEVICE:  # another device, other float arithmetic: part of the run's identity
         config["device"] = device
-    return RunConfig(run_id_of(config), config)
-
-
-def _resolve_task(values: dict[str, Any]) -> RunConfig:
-    from perm_circuits.sweep.task_sweep import resolve_task_run
-
-    config = resolve_task_run(values)
-    return RunConfig(run_id_of(config), config)
+    return config
 
 
 LIST_KEYS = frozenset({"repeat_sources"})
@@ -229,7 +212,7 @@ class SweepSpec:
         task_name = fixed_in.get("task", "permutation")
         allowed = allowed_keys()
         if task_name != "permutation":  # any other registered task (sweep/task_sweep.py)
-            from perm_circuits.sweep.task_sweep import task_keys
+            from perm_circuits.sweep.task_sweep import resolve_task_run, task_keys
 
             try:
                 allowed = task_keys(task_name)
@@ -268,19 +251,18 @@ class SweepSpec:
         if analysis["roles"] not in (0, 1):
             raise ValueError(f"[analysis] roles must be 0 (skip head_roles) or 1, got {analysis['roles']!r}")
 
-        runs, seen = [], set()
+        runs: dict[str, RunConfig] = {}
         keys = list(grid)
         for combo in itertools.product(*(grid[k] for k in keys)):
             values = {**fixed, **dict(zip(keys, combo))}
             try:
-                run = _resolve(values, analysis) if task_name == "permutation" else _resolve_task(values)
+                config = _resolve(values, analysis) if task_name == "permutation" else resolve_task_run(values)
+                run = RunConfig(run_id_of(config), config)
             except (TypeError, ValueError) as error:
                 point = ", ".join(f"{k}={v!r}" for k, v in zip(keys, combo)) or "the fixed values"
                 raise ValueError(f"invalid run ({point}): {error}") from None
-            if run.run_id not in seen:  # e.g. d_model=16 and 16.0 can name the same run
-                seen.add(run.run_id)
-                runs.append(run)
-        return cls(grid=grid, fixed=fixed, analysis=analysis, runs=tuple(runs))
+            runs.setdefault(run.run_id, run)  # e.g. d_model=16 and 16.0 can name the same run
+        return cls(grid=grid, fixed=fixed, analysis=analysis, runs=tuple(runs.values()))
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike) -> SweepSpec:

@@ -17,19 +17,18 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import time
-import traceback
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from perm_circuits.checks import check_int
 from perm_circuits.models import ModelConfig
-from perm_circuits.sweep.run import _checkpoint_bytes, _metrics, _seed_globals, config_columns, run_one, versions
+from perm_circuits.sweep.backends import OnResult, OnStart, Row, run_each, run_pool
+from perm_circuits.sweep.run import _seed_globals, config_columns, trained_row
 from perm_circuits.sweep.spec import RunConfig
+from perm_circuits.sweep.store import guarded_row
 from perm_circuits.tasks.permutation_data import TaskConfig
 from perm_circuits.train import TrainConfig
 
@@ -39,8 +38,6 @@ __all__ = ["TRAINERS", "architecture_key", "choose_trainer", "group_runs", "run_
 TRAINERS = ("auto", "single", "stacked")
 """``run_sweep``'s ``trainer`` choices: one model at a time, groups of seeds stacked, or ``auto``
 (:func:`choose_trainer`)."""
-
-Row = tuple[dict[str, Any], "dict[str, bytes] | None"]
 
 
 def architecture_key(config: dict[str, Any]) -> str:
@@ -128,13 +125,13 @@ def run_group(runs: Sequence[tuple[str, dict[str, Any]]], keep_models: bool = Fa
     """
     runs = list(runs)
     if len(runs) == 1 or any("fit" in config for _, config in runs):
-        return [run_one(run_id, config, keep_models) for run_id, config in runs]
+        return run_each(runs, keep_models)
     start = time.perf_counter()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as run_one: results must not depend on the worker's thread count
     try:
         if not stacked_reproduces_single():
-            return [run_one(run_id, config, keep_models) for run_id, config in runs]
+            return run_each(runs, keep_models)
         from perm_circuits.stacked import train_stacked
 
         model_configs = [ModelConfig.from_dict(config["model"]) for _, config in runs]
@@ -143,7 +140,7 @@ def run_group(runs: Sequence[tuple[str, dict[str, Any]]], keep_models: bool = Fa
         try:
             results = train_stacked(model_configs, task_config, train_configs, progress=False)
         except Exception:  # noqa: BLE001 - each run then trains alone and reports its own failure
-            return [run_one(run_id, config, keep_models) for run_id, config in runs]
+            return run_each(runs, keep_models)
         share = (time.perf_counter() - start) / len(runs)
         return [_member_row(run_id, config, result, share, keep_models) for (run_id, config), result in zip(runs, results)]
     finally:
@@ -151,28 +148,15 @@ def run_group(runs: Sequence[tuple[str, dict[str, Any]]], keep_models: bool = Fa
 
 
 def _member_row(run_id: str, config: dict[str, Any], result, train_seconds: float, keep_models: bool) -> Row:
-    start = time.perf_counter()
-    row: dict[str, Any] = {"run_id": run_id, "status": "failed", "error": ""}
-    files = None
-    try:
+    def work(row: dict[str, Any]) -> dict[str, bytes] | None:
         row.update(config_columns(run_id, config))
         _seed_globals(result.model_config.seed)  # where run_one seeds them (training draws from none)
-        result.model.eval()
-        row.update(_metrics(result, result.model, result.task_config, config["analysis"]))
-        if keep_models:
-            files = _checkpoint_bytes(result, run_id, config)
-        row["status"] = "done"
-    except Exception:  # noqa: BLE001 - a failed run is a row, the sweep goes on
-        row["status"], row["error"], files = "failed", traceback.format_exc(), None
-    row["wall_seconds"] = train_seconds + time.perf_counter() - start
-    row.update(versions())
-    return row, files
+        return trained_row(row, result, run_id, config, keep_models)
+
+    return guarded_row(run_id, work, train_seconds)
 
 
-OnResult = Callable[[dict[str, Any], "dict[str, bytes] | None"], None]
-
-
-def run_groups_serial(groups: Sequence[Sequence[RunConfig]], on_result: OnResult, on_running: Callable[[int], None],
+def run_groups_serial(groups: Sequence[Sequence[RunConfig]], on_result: OnResult, on_running: OnStart,
                       *, keep_models: bool) -> None:
     """One group after another in this process."""
     for group in groups:
@@ -191,30 +175,7 @@ def _balanced(groups: Sequence[Sequence[RunConfig]], workers: int) -> list[tuple
     return out
 
 
-def run_groups_local(groups: Sequence[Sequence[RunConfig]], on_result: OnResult, on_running: Callable[[int], None],
+def run_groups_local(groups: Sequence[Sequence[RunConfig]], on_result: OnResult, on_running: OnStart,
                      *, workers: int, keep_models: bool) -> None:
-    """One group per worker of the local process pool (the ``local`` backend's pool and workers)."""
-    from perm_circuits.sweep.backends import _init_worker, _lost_row, _pool_context
-
-    groups = _balanced(groups, workers)
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context(), initializer=_init_worker,
-                               initargs=(os.getpid(),))
-    try:
-        futures = {pool.submit(run_group, [(run.run_id, run.config) for run in group], keep_models): group
-                   for group in groups}
-        pending = list(groups)
-        on_running(sum(map(len, pending[:workers])))
-        for future in as_completed(futures):
-            group = futures[future]
-            pending.remove(group)
-            try:
-                rows = future.result()
-            except Exception:  # noqa: BLE001 - a worker died (killed, out of memory)
-                rows = [(_lost_row(run, traceback.format_exc()), None) for run in group]
-            on_running(sum(map(len, pending[:workers])))
-            for row, files in rows:
-                on_result(row, files)
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
+    """One group per worker of the local backend's process pool (:func:`~perm_circuits.sweep.backends.run_pool`)."""
+    run_pool(_balanced(groups, workers), run_group, on_result, on_running, workers=workers, keep_models=keep_models)

@@ -1,4 +1,5 @@
-"""Sweep storage: one JSON file per run, written atomically by the driver; loading and export.
+"""Sweep storage: a run's row and checkpoint files as workers return them, one JSON file per run
+written atomically by the driver, loading and export.
 
 Layout of a sweep folder::
 
@@ -16,17 +17,21 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import torch
 
-from perm_circuits._util import json_safe
-from perm_circuits._util import atomic_write, atomic_write_text
+from perm_circuits._util import atomic_write, atomic_write_text, json_safe
+from perm_circuits.models import CONFIG_FILE, WEIGHTS_FILE
 
-__all__ = ["clean_stale", "export_parquet", "finished_runs", "load_rows", "load_sweep", "versions", "write_checkpoint",
-           "write_row"]
+__all__ = ["checkpoint_files", "clean_stale", "export_parquet", "finished_runs", "guarded_row", "load_rows",
+           "load_sweep", "versions", "write_checkpoint", "write_row"]
 
 RUNS_DIR = "runs"
 MODELS_DIR = "models"
@@ -48,15 +53,40 @@ def versions() -> dict[str, str]:
     return out
 
 
-def _write_text(path: Path, text: str) -> None:
-    atomic_write_text(path, text)
+def checkpoint_files(save: Callable[[str], Any]) -> dict[str, bytes]:
+    """The checkpoint ``save(folder)`` writes, as ``{file name: bytes}`` (the driver writes it: workers
+    may not share its disk)."""
+    with tempfile.TemporaryDirectory(prefix="perm_sweep_") as tmp:
+        save(tmp)
+        return {name: (Path(tmp) / name).read_bytes() for name in (WEIGHTS_FILE, CONFIG_FILE)}
+
+
+def guarded_row(run_id: str, work: Callable[[dict[str, Any]], dict[str, bytes] | None],
+                seconds: float = 0.0) -> tuple[dict[str, Any], dict[str, bytes] | None]:
+    """``(row, checkpoint files or None)`` of one run: ``work(row)`` fills the row on one torch thread
+    and returns the files.  Never raises: an exception gives a ``status="failed"`` row whose ``error``
+    is the traceback.  ``wall_seconds`` adds ``seconds`` spent on the run before."""
+    start = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    row: dict[str, Any] = {"run_id": run_id, "status": "failed", "error": ""}
+    try:
+        files = work(row)
+        row["status"] = "done"
+    except Exception:  # noqa: BLE001 - a failed run is a row, the sweep goes on
+        row["error"], files = traceback.format_exc(), None
+    finally:
+        torch.set_num_threads(threads)
+    row["wall_seconds"] = seconds + time.perf_counter() - start
+    row.update(versions())
+    return row, files
 
 
 def write_row(out_dir: str | os.PathLike, row: Mapping[str, Any]) -> Path:
     """Write ``runs/<run_id>.json`` atomically (NaN stored as null)."""
     text = json.dumps(json_safe(dict(row)), indent=1, sort_keys=True, allow_nan=False)
     path = Path(out_dir) / RUNS_DIR / f"{row['run_id']}.json"
-    _write_text(path, text + "\n")
+    atomic_write_text(path, text + "\n")
     return path
 
 
@@ -69,7 +99,7 @@ def write_checkpoint(out_dir: str | os.PathLike, run_id: str, files: Mapping[str
 
 
 def write_spec(out_dir: str | os.PathLike, spec: Mapping[str, Any]) -> None:
-    _write_text(Path(out_dir) / "spec.json", json.dumps(spec, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(Path(out_dir) / "spec.json", json.dumps(spec, indent=2, sort_keys=True) + "\n")
 
 
 def clean_stale(out_dir: str | os.PathLike) -> list[Path]:
@@ -87,13 +117,8 @@ def clean_stale(out_dir: str | os.PathLike) -> list[Path]:
 
 def load_rows(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
     """Every stored row (skipping temp files), sorted by run id."""
-    folder = Path(out_dir) / RUNS_DIR
-    rows = []
-    for path in sorted(folder.glob("*.json")):
-        if path.name.startswith("."):
-            continue
-        rows.append(json.loads(path.read_text(encoding="utf-8")))
-    return rows
+    paths = sorted((Path(out_dir) / RUNS_DIR).glob("*.json"))
+    return [json.loads(path.read_text(encoding="utf-8")) for path in paths if not path.name.startswith(".")]
 
 
 def finished_runs(out_dir: str | os.PathLike) -> dict[str, str]:

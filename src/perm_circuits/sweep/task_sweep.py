@@ -13,24 +13,20 @@ keys are then
   ``optimizer``, ``momentum``, ``weight_decay``; defaults :data:`FIT_DEFAULTS` updated by the
   entry's ``fit_defaults``), and ``seed`` (the model's initialisation and the data stream).
 
-Each run builds the task's model (:func:`~perm_circuits.tasks.runner.task_model`), trains it with
-:func:`~perm_circuits.train` and evaluates it with :func:`~perm_circuits.evaluate`; its row holds
-the config columns, the task's metrics and the final training loss.  Run ids hash the resolved
-configuration as for the study.  With ``keep_models`` each run's model is kept as a checkpoint
-that records its task (:func:`~perm_circuits.tasks.checkpoint.save_task_model`).
+Each run builds the task's model (:func:`~perm_circuits.tasks.runner.task_model`), trains and evaluates
+it; its row holds the config columns, the task's metrics and the final training loss.  With
+``keep_models`` its model is kept as a checkpoint that records its task
+(:func:`~perm_circuits.tasks.checkpoint.save_task_model`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
-import traceback
+import functools
 from typing import Any
 
-import torch
-
 from perm_circuits.checks import check_int
-from perm_circuits.sweep.store import versions
+from perm_circuits.sweep.store import checkpoint_files, guarded_row
 
 __all__ = ["FIT_DEFAULTS", "is_task_spec", "resolve_task_run", "run_task", "run_task_keeping", "task_keys"]
 
@@ -61,10 +57,6 @@ def _task_fields(name: str) -> list[str]:
     return [f.name for f in dataclasses.fields(cls) if f.init]
 
 
-def _fit_defaults(name: str) -> dict[str, Any]:
-    return {**FIT_DEFAULTS, **{k: v for k, v in _entry(name).fit_defaults.items() if k != "seed"}}
-
-
 def task_keys(name: str) -> list[str]:
     """Every key a spec of task ``name`` may hold."""
     return sorted({"task", "seed", *_task_fields(name), *_entry(name).model_keys, *FIT_DEFAULTS})
@@ -85,7 +77,8 @@ def resolve_task_run(values: dict[str, Any]) -> dict[str, Any]:
     task = entry.cls(**{k: v for k, v in values.items() if k in task_fields})
     seed = check_int("seed", values.get("seed", 0))
     model_fields = {k: v for k, v in values.items() if k in entry.model_keys}
-    fit = {**_fit_defaults(name), **{k: v for k, v in values.items() if k in FIT_DEFAULTS}}
+    defaults = {k: v for k, v in entry.fit_defaults.items() if k != "seed"}
+    fit = {**FIT_DEFAULTS, **defaults, **{k: v for k, v in values.items() if k in FIT_DEFAULTS}}
     FitConfig(**fit, seed=seed)  # validates the recipe
     check_model_fields(task, seed=seed, **model_fields)  # validates the model's fields now, before anything runs
     return {"task": task.to_dict(), "model": model_fields, "fit": fit, "seed": seed}
@@ -101,22 +94,13 @@ def run_task_keeping(run_id: str, config: dict[str, Any],
     """:func:`run_task`'s row and, with ``keep_model``, the trained model's checkpoint files
     (:func:`~perm_circuits.tasks.checkpoint.save_task_model`, which records the task: ``perm-circuits
     report DIR/models/RUN_ID`` pages it) as ``{file name: bytes}``; ``None`` for a failed run."""
-    import tempfile
-    from pathlib import Path
-
     from perm_circuits.evaluate import evaluate
-    from perm_circuits.models import CONFIG_FILE, WEIGHTS_FILE
     from perm_circuits.tasks import FitConfig, task_from_dict
     from perm_circuits.tasks.checkpoint import save_task_model
     from perm_circuits.tasks.runner import task_model
     from perm_circuits.train import train
 
-    start = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    row: dict[str, Any] = {"run_id": run_id, "status": "failed", "error": ""}
-    files = None
-    try:
+    def work(row: dict[str, Any]) -> dict[str, bytes] | None:
         task = task_from_dict(config["task"])
         row.update({**config["task"], "task": task.name, "seed": config["seed"], **config["model"], **config["fit"]})
         model, forward = task_model(task, seed=config["seed"], **config["model"])
@@ -124,19 +108,9 @@ def run_task_keeping(run_id: str, config: dict[str, Any],
         metrics = evaluate(result.model, task=task, forward=forward).summary()
         row.update(metrics)
         row["final_train_loss"] = result.losses[-1]
-        if keep_model:
-            with tempfile.TemporaryDirectory(prefix="perm_sweep_") as tmp:
-                save_task_model(result.model, tmp, task, metadata={"run_id": run_id, "sweep_config": config,
-                                                                   "metrics": metrics,
-                                                                   "final_train_loss": result.losses[-1]})
-                files = {name: (Path(tmp) / name).read_bytes() for name in (WEIGHTS_FILE, CONFIG_FILE)}
-        row["status"] = "done"
-    except Exception:  # noqa: BLE001 - a failed run is a row, the sweep goes on
-        row["status"] = "failed"
-        row["error"] = traceback.format_exc()
-        files = None
-    finally:
-        torch.set_num_threads(threads)
-    row["wall_seconds"] = time.perf_counter() - start
-    row.update(versions())
-    return row, files
+        if not keep_model:
+            return None
+        metadata = {"run_id": run_id, "sweep_config": config, "metrics": metrics, "final_train_loss": result.losses[-1]}
+        return checkpoint_files(functools.partial(save_task_model, result.model, task=task, metadata=metadata))
+
+    return guarded_row(run_id, work)

@@ -3,24 +3,9 @@
 A new task is one file: a class satisfying :class:`Task` and one :func:`register_task` line.
 """
 
-from perm_circuits.tasks.base import (
-    DEFAULT_MODEL_KEYS,
-    TASKS,
-    FitConfig,
-    FitResult,
-    StepState,
-    Task,
-    TaskBatch,
-    TaskEntry,
-    fit,
-    load_object,
-    log_spaced_steps,
-    masked_cross_entropy,
-    register_task,
-    task_entries,
-    task_entry,
-    task_from_dict,
-)
+from perm_circuits.tasks.base import (DEFAULT_MODEL_KEYS, TASKS, FitConfig, FitResult, StepState, Task, TaskBatch,
+                                      TaskEntry, fit, load_object, log_spaced_steps, masked_cross_entropy,
+                                      register_task, task_entries, task_entry, task_from_dict)
 from perm_circuits.tasks.bigram import BigramTriggerTask  # registers "bigram_triggers"
 from perm_circuits.tasks.factual import FactualRecallTask  # registers "factual_recall"
 from perm_circuits.tasks.perm_chain import PermutationChainTask, rollout  # registers "perm_chain"

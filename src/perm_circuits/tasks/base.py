@@ -1,32 +1,20 @@
 """The task interface: what ``train``, ``evaluate``, the sweep and the report need from a task.
 
-A task is a small object (usually a frozen dataclass of its settings) that
+A task is a small object (usually a frozen dataclass of its settings, :class:`DataclassTask`) that
+makes batches of ``(tokens, targets, mask)`` from a ``torch.Generator`` (the same generator state
+gives the same batch bit for bit), names and computes its metrics from logits, gives its exact or
+analytic reference where one exists, and round-trips through JSON so checkpoints and sweep rows can
+store it.  The study's permutation lookup is one task (:class:`~perm_circuits.tasks.permutation.PermutationTask`);
+the seed papers' systems are others.  A new task is one file: a class satisfying :class:`Task` plus
+``register_task(name, cls)``, whose registry entry (:class:`TaskEntry`) also carries the task's own
+model builder, sweep keys and reproduction, so no other module holds per-task code.
 
-* makes batches of ``(tokens, targets, mask)`` from a ``torch.Generator`` (:meth:`Task.sample`),
-  so the same generator state gives the same batch bit for bit;
-* names its metrics and computes them from logits (:meth:`Task.metrics`);
-* gives its exact or analytic reference where one exists (:meth:`Task.reference`, else ``None``);
-* round-trips through JSON (:meth:`Task.to_dict` / :func:`task_from_dict`) so checkpoints and sweep
-  rows can store it.
-
-The permutation lookup of the study is one task behind this interface
-(:class:`perm_circuits.tasks.permutation.PermutationTask`); the seed papers' systems
-(induction-head bigrams, permutation-chain state tracking, factual recall) are others.  A new task
-is one file: a class satisfying :class:`Task` plus ``register_task(name, cls)``.
-
-The registry (:func:`register_task`, :class:`TaskEntry`) also carries what the rest of the
-library needs from a task (its own model builder, its sweep keys, its reproduction), so no other
-module holds per-task code.
-
-:func:`fit` is the generic loop under :func:`perm_circuits.train` for any ``tokens -> logits``
-module (a TransformerLens bridge or a ``HookedRootModule``), with the recipe of a
-:class:`FitConfig`: masked next-token cross-entropy, Adam or SGD on the parameters
-that require grad (frozen parameters are declared by the model's config, never patched in here),
-step callbacks, a silenceable tqdm bar, and bit-identical results for a fixed seed on CPU.
+:func:`fit` is the generic step loop under :func:`perm_circuits.train` for any ``tokens -> logits`` module.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,9 +26,10 @@ from torch import Tensor
 
 from perm_circuits.checks import check_int, check_number
 
-__all__ = ["DEFAULT_MODEL_KEYS", "TASKS", "FitConfig", "FitResult", "StepState", "Task", "TaskBatch", "TaskEntry",
-           "fit", "import_module_or_file", "load_object", "log_spaced_steps", "masked_cross_entropy",
-           "register_task", "task_entries", "task_entry", "task_from_dict"]
+__all__ = ["DEFAULT_MODEL_KEYS", "SPLITS", "TASKS", "DataclassTask", "FitConfig", "FitResult", "StepState", "Task",
+           "TaskBatch", "TaskEntry", "check_sample", "fit", "import_module_or_file", "load_object",
+           "log_spaced_steps", "masked_cross_entropy", "register_task", "task_entries", "task_entry",
+           "task_from_dict"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +118,41 @@ class Task(Protocol):
         ...
 
     def to_dict(self) -> dict[str, Any]: ...
+
+
+SPLITS = ("train", "test")
+
+
+def check_sample(n: object, generator: object, split: object) -> None:
+    """The checks of a task's ``sample(n, generator, split)``: ``n >= 1``, a ``torch.Generator``,
+    ``split`` one of :data:`SPLITS`."""
+    check_int("n", n, low=1)
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+
+
+class DataclassTask:
+    """The parts of :class:`Task` shared by a task that is a dataclass of its settings: the test set
+    is ``sample(n, torch.Generator().manual_seed(seed), "test")``, and ``to_dict`` / ``from_dict``
+    round-trip its init fields."""
+
+    name: ClassVar[str]
+
+    def test_set(self, n: int = 2000, seed: int = 1234) -> TaskBatch:
+        return self.sample(n, torch.Generator().manual_seed(seed), "test")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task": self.name, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Any:
+        known = sorted(f.name for f in dataclasses.fields(cls) if f.init)
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} fields {unknown}; expected a subset of {known}")
+        return cls(**data)
 
 
 TASKS: dict[str, type] = {}
@@ -292,17 +316,22 @@ def task_entry(name: str) -> TaskEntry:
     """The registry entry of task ``name`` (ValueError listing the registered tasks if unknown)."""
     if not isinstance(name, str):
         raise TypeError(f"a task name must be a string, got {type(name).__name__} {name!r}")
-    if name not in _ENTRIES:
-        _import_task_modules()
-    if name not in _ENTRIES:
-        raise ValueError(f"unknown task {name!r}; registered tasks: {sorted(_ENTRIES)}")
-    return _ENTRIES[name]
+    return _ENTRIES[_registered(name, _ENTRIES)]
 
 
 def task_entries() -> tuple[TaskEntry, ...]:
     """Every registered task's entry (the built-in tasks included), sorted by name."""
     _import_task_modules()
     return tuple(_ENTRIES[name] for name in sorted(_ENTRIES))
+
+
+def _registered(name: Any, registry: Mapping[str, Any]) -> str:
+    """``name`` once ``registry`` holds it (the built-in tasks imported first if it does not yet), else ValueError."""
+    if name not in registry:
+        _import_task_modules()
+    if name not in registry:
+        raise ValueError(f"unknown task {name!r}; registered tasks: {sorted(registry)}")
+    return name
 
 
 def _import_task_modules() -> None:
@@ -322,12 +351,7 @@ def task_from_dict(data: Mapping[str, Any]) -> Task:
         raise TypeError(f"a task dict must be a mapping with a 'task' key, got {type(data).__name__}")
     if "task" not in data:
         raise ValueError(f"a task dict needs a 'task' key naming one of {sorted(TASKS)}, got {data!r}")
-    name = data["task"]
-    if name not in TASKS:
-        _import_task_modules()
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; registered tasks: {sorted(TASKS)}")
-    cls = TASKS[name]
+    cls = TASKS[_registered(data["task"], TASKS)]
     return cls.from_dict({k: v for k, v in data.items() if k != "task"})
 
 
@@ -451,12 +475,9 @@ def fit(
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("the model has no trainable parameter (every parameter has requires_grad=False)")
-    if optimizer == "sgd":
-        opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    elif optimizer == "adamw":
-        opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-    else:
-        opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    sgd = {"momentum": momentum} if optimizer == "sgd" else {}
+    optimizers = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+    opt = optimizers[optimizer](params, lr=lr, weight_decay=weight_decay, **sgd)
     run = forward or (lambda m, tokens: m(tokens))
     generator = torch.Generator().manual_seed(seed)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))  # the model's device

@@ -26,7 +26,7 @@ exactly (power iteration) and is the distribution of ``z_1`` and of the triggers
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -35,7 +35,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from perm_circuits.checks import check_int, check_number
-from perm_circuits.tasks.base import TaskBatch, load_object, register_task
+from perm_circuits.tasks.base import DataclassTask, TaskBatch, check_sample, load_object, register_task
 
 __all__ = ["BigramTriggerTask", "build_birth_model", "zipf_bigram_table"]
 
@@ -61,16 +61,14 @@ def _stationary(table: Float[Tensor, "N N"]) -> Float[Tensor, " N"]:
     p = torch.full((table.shape[0],), 1.0 / table.shape[0], dtype=torch.float64)
     t = table.double()
     for _ in range(2000):
-        q = p @ t
-        if (q - p).abs().max() < 1e-13:
-            p = q
+        p, previous = p @ t, p
+        if (p - previous).abs().max() < 1e-13:
             break
-        p = q
     return (p / p.sum()).float()
 
 
 @dataclass(frozen=True)
-class BigramTriggerTask:
+class BigramTriggerTask(DataclassTask):
     """Bigram sequences with in-context trigger -> output rules (module docstring; Bietti et al. 2023 §3).
 
     Attributes:
@@ -132,11 +130,7 @@ class BigramTriggerTask:
         accepted for the protocol).  ``extras``: ``triggers`` [n, K], ``outputs`` [n, K] and
         ``occurrence`` [n, T] (k >= 1 where the input token is the k-th occurrence of a trigger,
         0 elsewhere)."""
-        check_int("n", n, low=1)
-        if not isinstance(generator, torch.Generator):
-            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
-        if split not in ("train", "test"):
-            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        check_sample(n, generator, split)
         N, T, K = self.N, self.T, self.K
         triggers = torch.multinomial(self.unigram.expand(n, N), K, replacement=False, generator=generator)
         outputs = torch.randint(N, (n, K), generator=generator)
@@ -160,9 +154,6 @@ class BigramTriggerTask:
         in_context = (occurrence >= 2).float()
         mask = in_context if self.loss_on == "outputs" else torch.ones(n, T)
         return TaskBatch(tokens, targets, mask, {"triggers": triggers, "outputs": outputs, "occurrence": occurrence})
-
-    def test_set(self, n: int = 2000, seed: int = 1234) -> TaskBatch:
-        return self.sample(n, torch.Generator().manual_seed(seed), "test")
 
     def metrics(self, logits: Float[Tensor, "batch seq vocab"], batch: TaskBatch) -> dict[str, float]:
         """In-context accuracy and loss (second-and-later trigger occurrences, the paper's
@@ -188,17 +179,6 @@ class BigramTriggerTask:
         """No closed-form reference: the first occurrence of a trigger is unpredictable without
         knowing the triggers (see :attr:`bigram` for the global model)."""
         return None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"task": self.name, **asdict(self)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BigramTriggerTask:
-        known = {"N", "T", "K", "zipf_exponent", "chain_seed", "loss_on"}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown BigramTriggerTask fields {unknown}; expected a subset of {sorted(known)}")
-        return cls(**data)
 
 
 def build_birth_model(task: BigramTriggerTask, *, seed: int = 0, **fields: Any):

@@ -1,16 +1,12 @@
 """Checkpoints of a model trained on any registered task: its weights plus the record of its task.
 
-A study model's checkpoint (:func:`perm_circuits.models.save_model`) stores the model's
-``ModelConfig`` and the permutation task's ``TaskConfig``.  A model trained on any other registered
-task (``train(None, task, FitConfig(...))``) has neither: :func:`save_task_model` stores, in the
-same two files (``model.safetensors`` and ``config.json``, each written atomically, the weights'
-SHA-256 beside them), the record ``{"task": task.to_dict(), "model": fields, "seed": seed}`` under
-``config.json``'s :data:`~perm_circuits.models.TASK_RECORD` key.  :func:`load_task_checkpoint`
-rebuilds the task from it by its registry name (:func:`~perm_circuits.tasks.task_from_dict`), the
-model with :func:`~perm_circuits.tasks.runner.task_model` (the task's own builder, or the default
-transformer), and loads the weights after checking every key, shape and dtype.  Nothing is
-unpickled.  A task defined in the user's own module must be registered before loading (import that
-module first; ``perm-circuits report PATH --import MODULE``).
+A study model's checkpoint (:func:`perm_circuits.models.save_model`) stores its ``ModelConfig`` and
+``TaskConfig``; a model of any other task stores, in the same two files, the record
+``{"task": task.to_dict(), "model": fields, "seed": seed}`` under ``config.json``'s
+:data:`~perm_circuits.models.TASK_RECORD` key, from which :func:`load_task_checkpoint` rebuilds the task
+(by registry name) and the model (:func:`~perm_circuits.tasks.runner.task_model`) before loading the
+checked weights.  Nothing is unpickled.  A task defined in the user's own module must be registered
+before loading (``perm-circuits report PATH --import MODULE``).
 """
 
 from __future__ import annotations
@@ -25,22 +21,9 @@ from typing import Any
 import torch
 
 from perm_circuits.checks import check_int
-from perm_circuits.models import (
-    CONFIG_FILE,
-    TASK_RECORD,
-    CheckpointError,
-    load_weights,
-    read_checkpoint_files,
-    write_checkpoint_files,
-)
-from perm_circuits.tasks.base import (
-    DEFAULT_MODEL_KEYS,
-    TASKS,
-    Task,
-    task_entries,
-    task_entry,
-    task_from_dict,
-)
+from perm_circuits.models import (CONFIG_FILE, TASK_RECORD, CheckpointError, load_weights, read_checkpoint_files,
+                                  write_checkpoint_files)
+from perm_circuits.tasks.base import DEFAULT_MODEL_KEYS, TASKS, Task, task_entries, task_entry, task_from_dict
 from perm_circuits.tasks.runner import task_logits, task_model
 
 __all__ = ["TaskCheckpoint", "load_task_checkpoint", "save_task_model", "task_record"]
@@ -48,18 +31,10 @@ __all__ = ["TaskCheckpoint", "load_task_checkpoint", "save_task_model", "task_re
 
 @dataclass(frozen=True)
 class TaskCheckpoint:
-    """A loaded task checkpoint: the model (eval mode), its task, and what was stored beside them.
-
-    Attributes:
-        model: the model, rebuilt by ``task_model(task, seed=seed, **model_fields)`` with the
-            stored weights; it carries ``metadata`` and ``task_build`` attributes.
-        task: the task it was trained on, rebuilt from its ``to_dict()``.
-        forward: the task's registered forward for its own model (``None``: ``model(tokens)``);
-            evaluate and report with it.
-        model_fields, seed: the model's fields and initialisation seed.
-        metadata: the JSON metadata saved with it.
-        path: the checkpoint folder.
-    """
+    """A loaded task checkpoint: the model (eval mode, rebuilt by ``task_model(task, seed=seed,
+    **model_fields)`` with the stored weights; it carries ``metadata`` and ``task_build`` attributes), its
+    task, the task's registered ``forward`` for its own model (``None``: ``model(tokens)``; evaluate and
+    report with it), the JSON ``metadata`` saved with it and the checkpoint folder ``path``."""
 
     model: Any
     task: Task
@@ -103,24 +78,15 @@ def save_task_model(
     seed: int | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> Path:
-    """Save ``model``, trained on registered ``task``, as a checkpoint folder that records the task.
+    """Save ``model``, trained on registered ``task``, as checkpoint folder ``path`` (files already there
+    are replaced atomically) that records the task; returns ``path``.
 
-    Args:
-        model: a model of ``task`` built by :func:`~perm_circuits.tasks.runner.task_model` (what
-            ``train(None, task, FitConfig(...))`` trains), or any module that
-            ``task_model(task, seed=seed, **model_fields)`` rebuilds.
-        path: the folder (created; files already there are replaced atomically).
-        task: the task it was trained on; it must be registered (its ``to_dict()`` names it).
-        model_fields: how to rebuild the model (``task_model``'s fields); default the ones the
-            model carries (``model.task_build``), else, for the default transformer, its
-            ``d_model``, ``n_heads`` and ``n_layers``.
-        seed: the seed that rebuilds it; default the one the model carries.
-        metadata: JSON-serializable dict stored beside (training recipe, metrics...).
-
-    Returns:
-        ``path``.  Before anything is written, the model rebuilt from the record is given these
-        weights and must give ``model``'s logits on a few test sequences (ValueError otherwise,
-        e.g. another activation or width), so the checkpoint loads as this model.
+    ``model`` is one that ``task_model(task, seed=seed, **model_fields)`` rebuilds; ``model_fields`` and
+    ``seed`` default to what the model carries (``model.task_build``), else, for the default transformer,
+    its ``d_model``, ``n_heads`` and ``n_layers``.  ``metadata``: a JSON-serializable dict stored beside.
+    Before anything is written, the rebuilt model is given these weights and must give ``model``'s logits
+    on a few test sequences (ValueError otherwise, e.g. another activation or width), so the checkpoint
+    loads as this model.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")

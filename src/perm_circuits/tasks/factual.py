@@ -33,22 +33,18 @@ set shows the same facts with fresh noise and positions.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from perm_circuits._util import dataclass_from_dict
 from perm_circuits.checks import check_int
-from perm_circuits.tasks.base import TaskBatch, register_task
+from perm_circuits.tasks.base import DataclassTask, TaskBatch, check_sample, register_task
 
 __all__ = ["FactualRecallTask", "fact_table"]
-
-SPLITS = ("train", "test")
-
 
 @lru_cache(maxsize=32)
 def _fact_table(S: int, R: int, D: int, seed: int) -> Tensor:
@@ -69,7 +65,7 @@ def fact_table(S: int, R: int, D: int, seed: int = 0) -> Int[Tensor, "S R"]:
 
 
 @dataclass(frozen=True)
-class FactualRecallTask:
+class FactualRecallTask(DataclassTask):
     """Factual recall: ``S`` subjects, ``R`` relations, ``D`` answers per relation (see the module).
 
     Attributes:
@@ -149,10 +145,6 @@ class FactualRecallTask:
 
     # ------------------------------------------------------------------ data
 
-    def _check_split(self, split: object) -> None:
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-
     def build(
         self,
         subjects: Int[Tensor, " batch"],
@@ -188,17 +180,10 @@ class FactualRecallTask:
 
     def sample(self, n: int, generator: torch.Generator, split: str = "train") -> TaskBatch:
         """``n`` sequences with ``(s, r)`` uniform over all ``S R`` facts."""
-        check_int("n", n, low=1)
-        if not isinstance(generator, torch.Generator):
-            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
-        self._check_split(split)
+        check_sample(n, generator, split)
         subjects = torch.randint(0, self.S, (n,), generator=generator)
         relations = torch.randint(0, self.R, (n,), generator=generator)
         return self.build(subjects, relations, generator)
-
-    def test_set(self, n: int = 2000, seed: int = 1234) -> TaskBatch:
-        """``n`` fresh test sequences from ``seed``."""
-        return self.sample(n, torch.Generator().manual_seed(seed), "test")
 
     def all_facts(self, seed: int = 1234, repeats: int = 1) -> TaskBatch:
         """Every fact ``repeats`` times (subject-major order), each in a fresh noise context."""
@@ -247,15 +232,6 @@ class FactualRecallTask:
         return {"loss": float(loss.mean()), "fact_accuracy": float(accuracy.mean()),
                 "relation_only_loss": float(relation_only.mean()), "subject_only_loss": float(subject_only.mean()),
                 "kl_to_relation_prior": float(kl.mean())}
-
-    # ------------------------------------------------------------------ serialisation
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"task": self.name, **asdict(self)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> FactualRecallTask:
-        return dataclass_from_dict(cls, dict(data))
 
 
 register_task(

@@ -24,7 +24,8 @@ accuracy ``P(s_hat_L = s_L)`` (section 5).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import math
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -32,10 +33,9 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from perm_circuits.checks import check_int
-from perm_circuits.tasks.base import TaskBatch, load_object, register_task
+from perm_circuits.tasks.base import DataclassTask, TaskBatch, check_sample, load_object, register_task
 
 __all__ = ["PermutationChainTask", "RolloutResult", "build_chain_model", "chain_states", "permutation_matrices", "rollout"]
-
 
 
 def chain_states(
@@ -57,7 +57,7 @@ def permutation_matrices(perms: Int[Tensor, "d_g N"]) -> Float[Tensor, "d_g N N"
 
 
 @dataclass(frozen=True)
-class PermutationChainTask:
+class PermutationChainTask(DataclassTask):
     """The permutation-chain task (module docstring); ``perm_seed`` fixes the action vocabulary.
 
     Attributes:
@@ -76,24 +76,16 @@ class PermutationChainTask:
     name: ClassVar[str] = "perm_chain"
 
     def __post_init__(self) -> None:
-        check_int("N", self.N, 2)
-        check_int("d_g", self.d_g, 1)
-        check_int("L", self.L, 1)
-        check_int("perm_seed", self.perm_seed, 0)
-        import math
-
+        for name, low in (("N", 2), ("d_g", 1), ("L", 1), ("perm_seed", 0)):
+            check_int(name, getattr(self, name), low)
         if self.d_g > math.factorial(min(self.N, 20)):
             raise ValueError(f"d_g must be <= N! = {math.factorial(self.N)} (distinct permutations), got {self.d_g}")
         generator = torch.Generator().manual_seed(self.perm_seed)
-        seen: set[tuple[int, ...]] = set()
-        perms = []
+        perms: dict[tuple[int, ...], Tensor] = {}  # distinct, in order of drawing
         while len(perms) < self.d_g:
             p = torch.randperm(self.N, generator=generator)
-            key = tuple(p.tolist())
-            if key not in seen:
-                seen.add(key)
-                perms.append(p)
-        object.__setattr__(self, "perms", torch.stack(perms))
+            perms.setdefault(tuple(p.tolist()), p)
+        object.__setattr__(self, "perms", torch.stack(list(perms.values())))
 
     # ------------------------------------------------------------------ Task protocol
 
@@ -118,9 +110,7 @@ class PermutationChainTask:
 
     def sample(self, n: int, generator: torch.Generator, split: str = "train") -> TaskBatch:
         """``n`` chains from ``generator`` (the split does not change the distribution)."""
-        check_int("n", n, 1)
-        if split not in ("train", "test"):
-            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        check_sample(n, generator, split)
         actions = torch.randint(self.d_g, (n, self.L), generator=generator)
         s0 = torch.randint(self.N, (n,), generator=generator)
         return self.batch_from(actions, s0)
@@ -144,9 +134,6 @@ class PermutationChainTask:
         mask[:, L:] = 1.0
         return TaskBatch(tokens, targets, mask, {"actions": actions, "states": states})
 
-    def test_set(self, n: int = 2000, seed: int = 1234) -> TaskBatch:
-        return self.sample(n, torch.Generator().manual_seed(seed), "test")
-
     def metrics(self, logits: Tensor, batch: TaskBatch) -> dict[str, float]:
         """Masked cross-entropy and teacher-forced accuracy (the paper's one-step accuracy ``rho``)."""
         from perm_circuits.tasks.base import masked_cross_entropy
@@ -161,16 +148,6 @@ class PermutationChainTask:
     def reference(self, batch: TaskBatch) -> Tensor | None:
         """The exact next state (the teacher's prediction) at every position; it equals ``targets``."""
         return batch.targets
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {k: v for k, v in asdict(self).items() if k != "perms"}
-        return {"task": self.name, **data}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PermutationChainTask:
-        from perm_circuits._util import dataclass_from_dict
-
-        return dataclass_from_dict(cls, dict(data))
 
 
 def build_chain_model(task: PermutationChainTask, *, seed: int = 0, **fields: Any):

@@ -1,13 +1,9 @@
 """The study's in-context permutation lookup behind the :class:`~perm_circuits.tasks.base.Task` interface.
 
-:class:`PermutationTask` wraps a :class:`~perm_circuits.tasks.permutation_data.TaskConfig` and delegates to the
-task module: :meth:`PermutationTask.sample` is :func:`~perm_circuits.tasks.permutation_data.make_batch` with the
-given generator (the same tokens bit for bit), :meth:`PermutationTask.test_set` is
-:func:`~perm_circuits.tasks.permutation_data.make_test_set`, the metrics are :func:`~perm_circuits.evaluate.evaluate_logits`'
-(elimination / recall / per-step accuracy, test loss) and the reference is the exact Bayesian
-posterior of :mod:`perm_circuits.posterior` (uniform prior over all ``V!`` permutations).
-``TaskConfig``, ``make_batch``, ``make_test_set`` and ``Batch`` keep working unchanged; this is an
-adapter, not a second implementation.
+:class:`PermutationTask` is an adapter over :mod:`~perm_circuits.tasks.permutation_data`, not a second
+implementation: ``sample`` is ``make_batch`` with the given generator (the same tokens bit for bit),
+the metrics are :func:`evaluate_logits`' and the reference is the exact Bayesian posterior of
+:mod:`perm_circuits.posterior` (uniform prior over all ``V!`` permutations).
 """
 
 from __future__ import annotations
@@ -305,12 +301,11 @@ class PermutationTask:
         return [f"{'x' if pos % 2 == 0 else 'y'}={token}" for pos, token in enumerate(tokens)]
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"task": "permutation", **config.to_dict()}``."""
         return {"task": self.name, **self.config.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PermutationTask:
-        """From :meth:`to_dict` output (with or without the ``"task"`` key)."""
+        """From :meth:`to_dict` output, with or without the ``"task"`` key."""
         data = dict(data)
         name = data.pop("task", cls.name)
         if name != cls.name:

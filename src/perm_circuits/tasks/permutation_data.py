@@ -29,21 +29,9 @@ from torch import Tensor
 from perm_circuits._util import dataclass_from_dict
 from perm_circuits.checks import check_int, check_number
 
-__all__ = [
-    "PROBE_SEQUENCE",
-    "Batch",
-    "TaskConfig",
-    "all_permutations",
-    "exhaustive_batch",
-    "make_batch",
-    "make_sequence",
-    "make_test_set",
-    "probe_sequence",
-    "repeat_source_of",
-    "split_permutations",
-    "validate_tokens",
-    "y_positions",
-]
+__all__ = ["PROBE_SEQUENCE", "Batch", "TaskConfig", "all_permutations", "exhaustive_batch", "make_batch",
+           "make_sequence", "make_test_set", "probe_sequence", "repeat_source_of", "split_permutations",
+           "validate_tokens", "y_positions"]
 
 MIN_V, MAX_V = 2, 8
 
@@ -98,22 +86,16 @@ class TaskConfig:
 
     @classmethod
     def from_dict(cls, data: dict, *, complete: bool = False) -> TaskConfig:
-        """From :meth:`to_dict` output; unknown fields (and missing ones if ``complete``) are errors.
-
-        ``complete`` is how checkpoints are loaded.  Its one exception is :data:`ADDED_FIELDS`:
-        a field added after checkpoints were first written that a stored config lacks takes the
-        value that reproduces the behaviour from before it existed (a checkpoint without
-        ``repeat_sources`` was trained with the last query repeating ``x1`` only).  Every other
-        missing field is still an error.
-        """
+        """From :meth:`to_dict` output; unknown fields (and missing ones if ``complete``, how checkpoints
+        are loaded, except those of :data:`ADDED_FIELDS`) are errors."""
         return dataclass_from_dict(cls, data, complete=complete, added=ADDED_FIELDS)
 
 
 ADDED_FIELDS: dict[str, object] = {"repeat_sources": (1,)}
-"""TaskConfig fields newer than the checkpoint format, with the value an older checkpoint implies.
-
-The one place where loading a checkpoint (``TaskConfig.from_dict(..., complete=True)``) fills in a
-missing field; the shipped pretrained models' configs predate ``repeat_sources``."""
+"""TaskConfig fields newer than the checkpoint format, with the value that reproduces the behaviour
+from before they existed: the one place where loading a checkpoint (``TaskConfig.from_dict(...,
+complete=True)``) fills in a missing field.  The shipped pretrained models' configs predate
+``repeat_sources`` (they were trained with the last query repeating ``x1`` only)."""
 
 
 def _check_sources(sources: object, V: int) -> tuple[int, ...]:
@@ -272,8 +254,7 @@ def make_batch(
     else:
         source = torch.full((n,), repeat_source, dtype=torch.long)
     xs[:, -1] = torch.where(repeated, xs.gather(1, source[:, None])[:, 0], xs[:, -1])
-    ys = perms.gather(1, xs - 1)
-    return _assemble(xs, ys, perms, repeated, torch.where(repeated, source, -1))
+    return batch_from_queries(xs, perms, torch.where(repeated, source, -1))
 
 
 def _pool(config: TaskConfig, split: str) -> Tensor:
@@ -285,14 +266,6 @@ def _pool(config: TaskConfig, split: str) -> Tensor:
     return train if split == "train" else test
 
 
-def _assemble(xs: Tensor, ys: Tensor, perms: Tensor, repeated: Tensor, source: Tensor) -> Batch:
-    seq = torch.stack([xs, ys], dim=2).flatten(1)  # x1 y1 x2 y2 ...
-    mask = torch.zeros(seq.shape[1] - 1, device=seq.device)
-    mask[0::2] = 1.0
-    return Batch(inputs=seq[:, :-1].contiguous(), targets=seq[:, 1:].contiguous(),
-        mask=mask.expand(len(xs), -1).contiguous(), xs=xs, ys=ys, perms=perms, repeated=repeated, repeat_source=source)
-
-
 def batch_from_queries(
     xs: Int[Tensor, "batch V"], perms: Int[Tensor, "batch V"], repeat_source: Int[Tensor, " batch"]
 ) -> Batch:
@@ -302,7 +275,12 @@ def batch_from_queries(
     For building clean/corrupted pairs by editing a batch's queries or permutations.
     """
     ys = perms.gather(1, xs - 1)
-    return _assemble(xs, ys, perms, repeat_source >= 0, repeat_source)
+    seq = torch.stack([xs, ys], dim=2).flatten(1)  # x1 y1 x2 y2 ...
+    mask = torch.zeros(seq.shape[1] - 1, device=seq.device)
+    mask[0::2] = 1.0
+    return Batch(inputs=seq[:, :-1].contiguous(), targets=seq[:, 1:].contiguous(),
+        mask=mask.expand(len(xs), -1).contiguous(), xs=xs, ys=ys, perms=perms, repeated=repeat_source >= 0,
+        repeat_source=repeat_source)
 
 
 def unused_query(xs: Int[Tensor, "batch V"]) -> Int[Tensor, " batch"]:
@@ -327,16 +305,10 @@ def exhaustive_batch(config: TaskConfig, *, split: str = "test", repeat_source: 
     orders = _all_permutations(config.V).clone()
     perms = pool.repeat_interleave(len(orders), dim=0)
     xs = orders.repeat(len(pool), 1)
-    n = len(xs)
-    if repeat_source is None:
-        repeated = torch.zeros(n, dtype=torch.bool)
-        source = torch.full((n,), -1, dtype=torch.long)
-    else:
+    if repeat_source is not None:
         xs[:, -1] = xs[:, repeat_source]
-        repeated = torch.ones(n, dtype=torch.bool)
-        source = torch.full((n,), repeat_source, dtype=torch.long)
-    ys = perms.gather(1, xs - 1)
-    return _assemble(xs, ys, perms, repeated, source)
+    source = -1 if repeat_source is None else repeat_source
+    return batch_from_queries(xs, perms, torch.full((len(xs),), source, dtype=torch.long))
 
 
 def make_test_set(config: TaskConfig, n: int = 5000, seed: int = 1234) -> Batch:

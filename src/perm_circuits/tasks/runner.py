@@ -1,22 +1,11 @@
-"""The generic halves of :func:`perm_circuits.train` and :func:`perm_circuits.evaluate`: any model,
-any task (the :class:`~perm_circuits.tasks.base.Task` interface).
-
-:func:`fit_task` is the :func:`~perm_circuits.tasks.base.fit` loop after checking that the model
-and the task fit together; :func:`measure_task` measures a model on the task's fixed test set:
-the task's own metrics, the masked test loss and, where the task has an exact or analytic
-reference (:meth:`Task.reference`), how far the model's next-token distribution is from it.  Both
-work for any ``tokens -> logits`` module: a TransformerLens bridge or a ``HookedRootModule``.
-:func:`task_model` builds a task's model from its registry entry: the task's own builder, or a
-default ``boot_native`` transformer sized from ``task.d_vocab`` and ``task.n_ctx``.
-
-``train_task`` and ``evaluate_task`` are deprecated aliases of ``train(model, task, FitConfig(...))``
-and ``evaluate(model, task=task)``.
+"""The generic halves of :func:`perm_circuits.train` (:func:`fit_task`) and :func:`perm_circuits.evaluate`
+(:func:`measure_task`) for any ``tokens -> logits`` model on any :class:`~perm_circuits.tasks.base.Task`, and a
+task's model from its registry entry (:func:`task_model`).
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,20 +18,11 @@ from torch import Tensor
 from perm_circuits.checks import check_int
 from perm_circuits.devices import model_device
 from perm_circuits.models import ModelConfig, fast_forward
-from perm_circuits.tasks.base import (
-    DEFAULT_MODEL_KEYS,
-    FitConfig,
-    FitResult,
-    StepState,
-    Task,
-    TaskBatch,
-    fit,
-    masked_cross_entropy,
-    task_entry,
-)
+from perm_circuits.tasks.base import (FitConfig, FitResult, StepState, Task, TaskBatch, fit, masked_cross_entropy,
+                                      task_entry)
 
-__all__ = ["DEFAULT_MODEL", "TaskEvaluation", "check_fit", "check_model_fields", "default_model", "evaluate_task", "fit_task", "measure_task",
-           "model_name", "reference_agreement", "task_logits", "task_model", "train_task"]
+__all__ = ["DEFAULT_MODEL", "TaskEvaluation", "check_fit", "check_model_fields", "default_model", "fit_task",
+           "measure_task", "model_name", "reference_agreement", "task_logits", "task_model"]
 
 Forward = Callable[[torch.nn.Module, Tensor], Tensor]
 
@@ -110,7 +90,7 @@ def _entry_fields(task: Task, fields: Mapping[str, Any]):
         raise ValueError(f"unknown model field(s) {bad} for task {task.name!r}; allowed: {list(entry.model_keys)}")
     builder = entry.builder()
     if builder is None:
-        fields = {**{k: v for k, v in DEFAULT_MODEL.items() if k in DEFAULT_MODEL_KEYS}, **fields}
+        fields = {**DEFAULT_MODEL, **fields}
     return entry, builder, dict(fields)
 
 
@@ -168,33 +148,8 @@ def fit_task(
     run = forward
     if run is None and isinstance(config, ModelConfig) and config.dropout == 0:
         run = fast_forward  # a build_model bridge: the same logits, several times faster
-    result = fit(model, task, steps=recipe.steps, batch_size=recipe.batch_size, lr=recipe.lr,
-                 optimizer=recipe.optimizer, weight_decay=recipe.weight_decay, momentum=recipe.momentum,
-                 seed=recipe.seed, forward=run, callbacks=callbacks, progress=progress)
+    result = fit(model, task, **recipe.to_dict(), forward=run, callbacks=callbacks, progress=progress)
     return FitResult(result.model, result.losses, result.records, task, forward)
-
-
-def train_task(
-    model: torch.nn.Module,
-    task: Task,
-    *,
-    steps: int,
-    batch_size: int = 64,
-    lr: float = 1e-3,
-    seed: int = 0,
-    callbacks: Sequence[Callable[[StepState], Any]] = (),
-    progress: bool = True,
-    **fit_options: Any,
-) -> FitResult:
-    """Deprecated: ``perm_circuits.train(model, task, FitConfig(steps=..., ...), forward=...)``."""
-    warnings.warn("train_task is deprecated; use perm_circuits.train(model, task, FitConfig(steps=..., batch_size=..., "
-                  "lr=..., seed=...))", DeprecationWarning, stacklevel=2)
-    forward = fit_options.pop("forward", None)
-    unknown = sorted(set(fit_options) - {"optimizer", "weight_decay", "momentum"})
-    if unknown:
-        raise TypeError(f"unknown keyword(s) {unknown}; expected optimizer, weight_decay, momentum or forward")
-    recipe = FitConfig(steps=steps, batch_size=batch_size, lr=lr, seed=seed, **fit_options)
-    return fit_task(model, task, recipe, forward=forward, callbacks=callbacks, progress=progress)
 
 
 def task_logits(model: torch.nn.Module, tokens: Int[Tensor, "batch seq"], forward: Forward | None = None) -> Tensor:
@@ -311,16 +266,10 @@ def measure_task(
     forward: Forward | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> TaskEvaluation:
-    """Measure ``model`` on ``task``: its metrics, the test loss and the agreement with its reference
-    (what ``evaluate(model, test_set, task=task)`` returns).
-
-    Args:
-        model: any ``tokens -> logits`` module (a bridge, a ``HookedRootModule``).
-        task: any :class:`~perm_circuits.tasks.base.Task`.
-        test_set: default ``task.test_set(n, seed)``.
-        forward: ``forward(model, tokens) -> logits``; default ``model(tokens)``.
-        hooks: a TransformerLens hook list (e.g. an ablation) run during the forward pass and
-            removed afterwards, always; needs the model's own forward (not ``forward``).
+    """Measure ``model`` on ``task``'s ``test_set`` (default ``task.test_set(n, seed)``): the task's metrics,
+    the masked test loss and the agreement with its reference (what ``evaluate(model, test_set, task=task)``
+    returns).  ``forward(model, tokens)`` replaces ``model(tokens)``; ``hooks``, a TransformerLens hook list
+    (e.g. an ablation), run during the model's own forward pass and are removed afterwards, always.
     """
     check_fit(model, task)
     if hooks is not None:
@@ -351,9 +300,3 @@ def measure_task(
         metrics={name: float(metrics[name]) for name in task.metric_names}, test_loss=test_loss, reference=agreement,
         n_samples=len(test_set), task_dict=task.to_dict())
 
-
-def evaluate_task(model: torch.nn.Module, task: Task, test_set: TaskBatch | None = None, **options: Any) -> TaskEvaluation:
-    """Deprecated: ``perm_circuits.evaluate(model, test_set, task=task, ...)``; ``options`` as :func:`measure_task`."""
-    warnings.warn("evaluate_task is deprecated; use perm_circuits.evaluate(model, test_set, task=task)",
-                  DeprecationWarning, stacklevel=2)
-    return measure_task(model, task, test_set, **options)
