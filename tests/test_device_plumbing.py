@@ -43,6 +43,7 @@ CPU_SIDE: dict[tuple[str, str], str] = {
     ("tasks/perm_chain.py", "permutation_matrices"): "the task's teacher matrices, data side",
     ("tasks/perm_chain.py", "PermutationChainTask.batch_from"): "batch assembly from CPU-drawn chains",
     ("tasks/permutation_data.py", "_all_permutations"): "the task's permutation table, data side",
+    ("analysis/circuits/general_recall.py", "value_swap_pair"): "a patching pair built from CPU-drawn batches",
     ("tasks/permutation_data.py", "make_batch"): "batch generation on the CPU generator",
     ("tasks/permutation_data.py", "exhaustive_batch"): "the enumerated batch, data side",
     ("tasks/permutation_data.py", "make_sequence"): "one hand-written sequence from Python ints",

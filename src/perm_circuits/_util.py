@@ -1,4 +1,5 @@
-"""Small shared helpers: strict dataclass construction from dicts, JSON-safe values, atomic writes."""
+"""Small shared helpers: strict dataclass construction from dicts, JSON-safe values, atomic writes, generated
+sections of text files."""
 
 from __future__ import annotations
 
@@ -91,3 +92,13 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """:func:`atomic_write` of UTF-8 ``text``; returns the path."""
     atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     return Path(path)
+
+
+def replace_section(text: str, body: str, begin: str, end: str) -> str:
+    """``text`` with everything between the marker lines ``begin`` and ``end`` replaced by ``body``."""
+    for marker in (begin, end):
+        if text.count(marker) != 1:
+            raise ValueError(f"expected the marker {marker!r} exactly once, found it {text.count(marker)} times")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{body.strip()}\n{end}{tail}"

@@ -278,7 +278,8 @@ def test_propose_circuit_on_the_known_model(model, batch):
         (CIRCUIT, {"how": "median"}, ValueError, r"how must be one of \("),
         (CIRCUIT, {"max_exhaustive": 30}, ValueError, r"max_exhaustive must be in \[0, 20\]"),
         (CIRCUIT, {"n_subsets": 0}, ValueError, r"n_subsets must be >= 1"),
-        (CIRCUIT, {"test_set": "x"}, TypeError, r"test_set must be a perm_circuits.Batch|parameter 'test_set'"),
+        (CIRCUIT, {"test_set": "x"}, TypeError, r"test_set must be a perm_circuits.tasks.permutation_data.Batch"
+         r"|parameter 'test_set'"),
     ],
 )
 def test_validation_before_any_forward(model, circuit, kwargs, error, match):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from perm_circuits._util import atomic_write_text
+from perm_circuits._util import atomic_write_text, replace_section
 from perm_circuits.dynamics.emergence import which_first
 from perm_circuits.dynamics.record import DynamicsRecord
 
@@ -275,7 +275,6 @@ def study_dynamics(record: DynamicsRecord, epochs: pd.DataFrame | None = None) -
 
 def render_docs(path: str | Path, answer: StudyDynamics) -> Path:
     """Replace the generated section of the docs page ``path`` with ``answer.to_markdown()``."""
-    from perm_circuits.pages.render import replace_section  # loaded only when a page is written
 
     text = Path(path).read_text(encoding="utf-8")
     return atomic_write_text(path, replace_section(text, answer.to_markdown(), DOCS_BEGIN, DOCS_END))

@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 
+from perm_circuits._util import replace_section
 from perm_circuits.checks import check_number
 
 __all__ = ["FORMATS", "PLACEHOLDER", "format_value", "render", "replace_section", "template_keys"]
@@ -116,12 +117,3 @@ def render(template: str, numbers: Mapping[str, object], blocks: Mapping[str, st
     text = BLOCK.sub(block, template)
     return PLACEHOLDER.sub(lambda m: format_value(numbers[m.group(1)], m.group(2) or "str", m.group(1)), text)
 
-
-def replace_section(text: str, body: str, begin: str, end: str) -> str:
-    """``text`` with everything between the marker lines ``begin`` and ``end`` replaced by ``body``."""
-    for marker in (begin, end):
-        if text.count(marker) != 1:
-            raise ValueError(f"expected the marker {marker!r} exactly once, found it {text.count(marker)} times")
-    head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    return f"{head}{begin}\n{body.strip()}\n{end}{tail}"

@@ -34,7 +34,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from perm_circuits._util import atomic_write_text
+from perm_circuits._util import atomic_write_text, replace_section
 from perm_circuits.devices import model_device, to_device
 from perm_circuits.reproduce import Comparison, Reproduction
 from perm_circuits.systems.factual_model import (
@@ -506,7 +506,6 @@ def results_markdown(comparison: pd.DataFrame, capacity: pd.DataFrame, run: str 
 
 def replace_docs_block(page: str, block: str, run: str = "quick") -> str:
     """``page`` with the text between the ``run`` block's markers (:data:`DOCS_MARKERS`) replaced by ``block``."""
-    from perm_circuits.pages.render import replace_section  # here: pages imports this module
 
     return replace_section(page, block, *DOCS_MARKERS[run])
 

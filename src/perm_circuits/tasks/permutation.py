@@ -31,7 +31,7 @@ _EXTRAS = ("xs", "ys", "perms", "repeated", "repeat_source")
 def as_task_batch(batch: Batch) -> TaskBatch:
     """A :class:`~perm_circuits.tasks.permutation_data.Batch` as a :class:`TaskBatch` (its fields kept in ``extras``)."""
     if not isinstance(batch, Batch):
-        raise TypeError(f"batch must be a perm_circuits.Batch, got {type(batch).__name__}")
+        raise TypeError(f"batch must be a perm_circuits.tasks.permutation_data.Batch, got {type(batch).__name__}")
     return TaskBatch(batch.inputs, batch.targets, batch.mask, {name: getattr(batch, name) for name in _EXTRAS})
 
 

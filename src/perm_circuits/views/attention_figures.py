@@ -103,7 +103,7 @@ def attention_heatmaps(
         check_int("n", n, low=1)
         test_set = make_test_set(task_config_of(model), n=n)
     if not isinstance(test_set, Batch):
-        raise TypeError(f"test_set must be a perm_circuits.Batch, got {type(test_set).__name__}")
+        raise TypeError(f"test_set must be a perm_circuits.tasks.permutation_data.Batch, got {type(test_set).__name__}")
     validate_tokens(test_set.inputs, config.V)
     everything = torch.ones(len(test_set), dtype=torch.bool)
     groups = {

@@ -69,7 +69,8 @@ def step_accuracy(*evaluations: Evaluation, prior: str = "uniform") -> go.Figure
         raise ValueError("step_accuracy needs at least one Evaluation")
     for index, evaluation in enumerate(evaluations):
         if not isinstance(evaluation, Evaluation):
-            raise TypeError(f"evaluations[{index}] must be a perm_circuits.Evaluation, got {type(evaluation).__name__}")
+            raise TypeError(f"evaluations[{index}] must be a perm_circuits.evaluate.Evaluation, "
+                            f"got {type(evaluation).__name__}")
     if prior not in ("uniform", "train"):
         raise ValueError(f"prior must be 'uniform' or 'train', got {prior!r}")
     n_steps = {len(e.steps) for e in evaluations}

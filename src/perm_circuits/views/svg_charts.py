@@ -25,12 +25,12 @@ class Series:
     """One line: ``name``, its points (``x``, ``y``), colour (default: the palette by position) and shape."""
 
     name: str
-    x: Sequence[float]
-    y: Sequence[float]
+    x: Sequence[float | int]
+    y: Sequence[float | int]
     color: str | None = None
     step: bool = False
     dash: bool = False
-    marks: Sequence[float] = field(default_factory=tuple)
+    marks: Sequence[float | int] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         if len(self.x) != len(self.y) or not len(self.x):

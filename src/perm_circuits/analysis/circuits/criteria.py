@@ -205,7 +205,8 @@ def _setup(model, circuit, test_set, how, n, seed, task_config, hooks, reference
     for name, batch in (("test_set", test_set), ("reference", reference)):
         if batch is not None:
             if not isinstance(batch, Batch):
-                raise TypeError(f"{name} must be a perm_circuits.Batch or None, got {type(batch).__name__}")
+                raise TypeError(f"{name} must be a perm_circuits.tasks.permutation_data.Batch or None, "
+                                f"got {type(batch).__name__}")
             validate_tokens(batch.inputs, V)
     hooks = check_hooks(model, hooks)
     if test_set is None:

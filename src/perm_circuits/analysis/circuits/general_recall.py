@@ -44,7 +44,7 @@ from perm_circuits.analysis.interventions.path_patching import (
     check_head_pair,
     induction_patching_pair,
     input_change,
-    input_change_hooks,
+    add_to_input_hooks,
     path_patch,
     sender_delta,
 )
@@ -123,7 +123,7 @@ def path_patch_through_mlp(
     delta_mlp = patched[out] - corr_cache[out]
     carried = delta_mlp + delta if direct else delta_mlp
     change = input_change(model, (r_layer, r_head), input, carried, corr_cache.get(pre))
-    with torch.no_grad(), model.hooks(fwd_hooks=input_change_hooks((r_layer, r_head), input, change)):
+    with torch.no_grad(), model.hooks(fwd_hooks=add_to_input_hooks((r_layer, r_head), input, change)):
         logits = model(corrupted.inputs)
     return _normalised(logit_diff(logits, answer, wrong), logit_diff(clean_logits, answer, wrong),
                        logit_diff(corr_logits, answer, wrong))

@@ -110,7 +110,8 @@ def check_reference(reference: object, V: int) -> Batch | None:
     if reference is None:
         return None
     if not isinstance(reference, Batch):
-        raise TypeError(f"reference must be a perm_circuits.Batch or None, got {type(reference).__name__}")
+        raise TypeError(f"reference must be a perm_circuits.tasks.permutation_data.Batch or None, "
+                        f"got {type(reference).__name__}")
     validate_tokens(reference.inputs, V)
     return reference
 

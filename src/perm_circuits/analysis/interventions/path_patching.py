@@ -504,5 +504,3 @@ def path_patching_table(
     edges = [(s, r, i) for s in heads for r in heads if s[0] < r[0] for i in inputs]
     return _measure(model, runs, edges, n_boot, seed, confidence)
 
-
-input_change_hooks = add_to_input_hooks  # the name another branch gave it

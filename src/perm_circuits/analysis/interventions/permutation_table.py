@@ -154,7 +154,7 @@ def _ablation_runs(
     if test_set is None:
         test_set = make_test_set(config)
     if not isinstance(test_set, Batch):
-        raise TypeError(f"test_set must be a perm_circuits.Batch, got {type(test_set).__name__}")
+        raise TypeError(f"test_set must be a perm_circuits.tasks.permutation_data.Batch, got {type(test_set).__name__}")
     test_set = test_set.to(model_device(model))  # once: every run below stays on the model's device
     validate_tokens(test_set.inputs, model_config.V)
     position_list = check_positions(positions, 2 * model_config.V - 1)

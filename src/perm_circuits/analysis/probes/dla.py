@@ -147,7 +147,7 @@ def check_batch(model, test_set: Batch | None, n: int = 5000, seed: int = 1234) 
         config = task_config_of(model)
         return make_test_set(config, n=n, seed=seed).to(model_device(model))
     if not isinstance(test_set, Batch):
-        raise TypeError(f"test_set must be a perm_circuits.Batch, got {type(test_set).__name__}")
+        raise TypeError(f"test_set must be a perm_circuits.tasks.permutation_data.Batch, got {type(test_set).__name__}")
     validate_tokens(test_set.inputs, V)
     return test_set.to(model_device(model))  # once: the measurement runs on the model's device
 
@@ -253,7 +253,7 @@ def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: 
     recall_baseline = _check_recall_baseline(recall_baseline)
     tolerance = _check_tolerance(tolerance)
     if not isinstance(batch, Batch):
-        raise TypeError(f"batch must be a perm_circuits.Batch, got {type(batch).__name__}")
+        raise TypeError(f"batch must be a perm_circuits.tasks.permutation_data.Batch, got {type(batch).__name__}")
     config = model_config_of(model)
     V, n_layers = config.V, config.n_layers
     inputs = validate_tokens(batch.inputs, V)

@@ -122,7 +122,8 @@ def _resolve_tokens(model, test_set: object, n: int, seed: int) -> Int[Tensor, "
         return validate_tokens(test_set.inputs, V)
     if isinstance(test_set, Tensor):
         return validate_tokens(test_set, V)
-    raise TypeError(f"test_set must be a perm_circuits.Batch, a token tensor or None, got {type(test_set).__name__}")
+    raise TypeError(f"test_set must be a perm_circuits.tasks.permutation_data.Batch, a token tensor or None, "
+                    f"got {type(test_set).__name__}")
 
 
 def _last_query_scores(

@@ -147,7 +147,8 @@ def _resolve_batch(model, test_set: object, task_config: TaskConfig | None, n: i
     if test_set is None:
         return make_test_set(config, n=n, seed=seed).to(model_device(model)), config
     if not isinstance(test_set, Batch):
-        raise TypeError(f"test_set must be a perm_circuits.Batch or None, got {type(test_set).__name__}")
+        raise TypeError(f"test_set must be a perm_circuits.tasks.permutation_data.Batch or None, "
+                        f"got {type(test_set).__name__}")
     validate_tokens(test_set.inputs, model_config_of(model).V)
     return test_set.to(model_device(model)), config  # once: every run on it stays on the model's device
 
