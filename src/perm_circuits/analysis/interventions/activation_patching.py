@@ -135,8 +135,9 @@ def patch_activation(
     ``confidence`` interval; ``hooks`` are active in all three runs.  Any hooked model.
     """
     hook_name = check_hook_point(model, hook_name)
-    device = model_device(model)  # validated as given, then moved once: the three runs stay on the model
-    clean_tokens, corrupted_tokens = (tokens.to(device) for tokens in pair_tokens(model, clean, corrupted))
+    pair_tokens(model, clean, corrupted)  # validated as given, then moved once: the three runs stay on the model
+    device = model_device(model)
+    clean_tokens, corrupted_tokens = pair_tokens(model, clean.to(device), corrupted.to(device))
     if not callable(metric):
         raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
     _check_options("clean", "corrupted", n_boot, seed, confidence)

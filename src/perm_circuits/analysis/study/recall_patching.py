@@ -237,7 +237,7 @@ def patch_head_outputs(
     """Patch each head's ``hook_z`` (its whole output), at all positions or per position.
 
     Shared arguments (``hooks``, ``source``, ``target``, ``n``, ``seed``, ``n_boot``, ``confidence``,
-    ``task_config``, ``cache``) as in :func:`generic_patch`.
+    ``task_config``, ``cache``) as in :func:`generic_patch`: ``seed`` seeds the default pair and the bootstrap.
     """
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
@@ -261,7 +261,8 @@ def patch_head_sources(
     ``"pattern"`` patches the weight from ``dest_position`` (default the last position) to each
     causal source position ``s <= dest``; ``"value"`` patches ``hook_v`` at each source
     position.  See the module docstring for what these measure.  ``dest_position`` accepts a
-    negative index (counted from the end).  Shared arguments as in :func:`generic_patch`.
+    negative index (counted from the end).  Shared arguments as in :func:`generic_patch` (``seed``
+    seeds the default pair and the bootstrap).
     """
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
@@ -305,7 +306,7 @@ def patch_mlp(
 
     With ``neuron_groups`` (a group size, or explicit lists of neurons; negative neurons count
     from the end) the sweep patches ``mlp.hook_post`` for each group at every position instead.
-    Shared arguments as in :func:`generic_patch`.
+    Shared arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap).
     """
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
@@ -331,7 +332,7 @@ def patch_residual(
     """Patch the residual stream (``site`` = resid_pre / resid_mid / resid_post) per layer and position.
 
     ``positions`` (default all; negative ones count from the end) restricts the cells.  Shared
-    arguments as in :func:`generic_patch`.
+    arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap).
     """
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
@@ -357,7 +358,7 @@ def find_recall_head(
 
     Runs :func:`patch_head_outputs` (clean -> corrupted, denoising) and names the head with the
     largest normalised effect, with its bootstrap CI and the runner-up's effect.  Arguments as in
-    :func:`generic_patch`.
+    :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap).
 
     Raises:
         ValueError: when the clean and corrupted runs (under ``hooks``) have mean logit
@@ -403,7 +404,8 @@ def recall_patching(
     Heads (``hook_z`` all positions), heads x source position (attention weight from the last
     position), whole attention patterns per head, MLP output, MLP neuron groups (skipped when
     ``neuron_groups`` is None) and the residual stream per position at resid_pre, resid_mid and
-    resid_post.  Arguments as in :func:`generic_patch`.
+    resid_post.  Arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the
+    bootstrap).
     """
     _check_options(source, target, n_boot, seed, confidence)
     pair = _resolve_pair(model, pair, n, seed, task_config)
