@@ -230,17 +230,17 @@ def test_no_source_file_over_600_lines():
 
 def private_imports_across_packages(trees: dict[str, ast.Module]) -> list[str]:
     """``"importer imports module._name"`` for each ``_name`` imported from outside the importer's
-    package: allowed are modules beside the importer and modules of the same subpackage of
-    ``perm_circuits`` (``analysis``, ``views``, ...), as ``structure.py`` counts them."""
+    own package: only modules beside the importer may share a private name, so a subpackage
+    (``analysis.study``) never reaches into another one (``analysis.interventions``).  Stricter than
+    ``structure.py``, which lets the subpackages of one top-level package share private names."""
     bad = []
     for module, tree in trees.items():
         for base, names in _imports(module, ast.walk(tree)):
             if not base.startswith("perm_circuits"):
                 continue
             same_parent = base.rsplit(".", 1)[0] == module.rsplit(".", 1)[0]
-            same_subpackage = base.split(".")[:2] == module.split(".")[:2]
             for name in names:
-                if name.startswith("_") and not name.startswith("__") and not (same_parent or same_subpackage):
+                if name.startswith("_") and not name.startswith("__") and not same_parent:
                     bad.append(f"{module} imports {base}.{name}")
     return bad
 
@@ -252,6 +252,11 @@ def test_private_import_finder_on_hand_written_imports():
         "perm_circuits.cli": ast.parse("def f():\n    from perm_circuits.train import _optimizer"),
     }
     assert private_imports_across_packages(trees) == ["perm_circuits.views.page imports perm_circuits.analysis.interventions.ablation._selection"]
+    sibling = {"perm_circuits.analysis.study.verdict": ast.parse(
+        "from perm_circuits.analysis.interventions.permutation_table import _runs\n"
+        "from perm_circuits.analysis.study.claims import _capability")}
+    assert private_imports_across_packages(sibling) == [
+        "perm_circuits.analysis.study.verdict imports perm_circuits.analysis.interventions.permutation_table._runs"]
 
 
 def test_no_private_name_imported_across_packages():

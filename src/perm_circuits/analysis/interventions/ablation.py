@@ -21,7 +21,7 @@ from perm_circuits.analysis.interventions.hooks import (
     reference_activations,
     resample_rows,
 )
-from perm_circuits.analysis.interventions.permutation_table import AblationRow, AblationTable, _ablation_runs
+from perm_circuits.analysis.interventions.permutation_table import AblationRow, AblationTable, ablation_runs
 from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, TASK_HOWS, ablate_tokens
 from perm_circuits.analysis.interventions.ablation_table import TaskAblationRow, TaskAblationTable, task_table
 from perm_circuits.model_shape import is_permutation_model
@@ -72,7 +72,7 @@ def ablation_table(
       :class:`AblationTable` (elimination and recall accuracies, the early MAE against the
       posterior, losses, ``follows_reference``); ``hows`` defaults to all five :data:`HOWS`,
       ``test_set`` to ``make_test_set(task_config)``, ``reference`` is ``"test"``,
-      ``"binding_free"`` or a Batch (see :func:`~perm_circuits.analysis.interventions.permutation_table._ablation_runs`).
+      ``"binding_free"`` or a Batch (see :func:`~perm_circuits.analysis.interventions.permutation_table.ablation_runs`).
       ``n``, ``test_seed`` and ``progress`` are unused there.
     - any other model, or a ``task`` given: a :class:`TaskAblationTable` of the task's own
       metrics (:attr:`Task.metric_names`) and masked loss; ``task`` is required,
@@ -87,7 +87,7 @@ def ablation_table(
     """
     general = task is not None or isinstance(test_set, TaskBatch) or not is_permutation_model(model)
     if not general:
-        return _ablation_runs(model, HOWS if hows is None else hows, test_set, reference=reference,
+        return ablation_runs(model, HOWS if hows is None else hows, test_set, reference=reference,
                               positions=positions, task_config=task_config, hooks=hooks, seed=seed)[0]
     if not isinstance(task, Task):
         raise TypeError(

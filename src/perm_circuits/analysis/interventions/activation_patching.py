@@ -36,7 +36,7 @@ from perm_circuits.analysis.interventions.core import (
     selection,
 )
 from perm_circuits.analysis.interventions.patching import (
-    _check_options,
+    check_patch_options,
     bootstrap_weights,
     metric_values,
     normalised_effects,
@@ -140,7 +140,7 @@ def patch_activation(
     clean_tokens, corrupted_tokens = pair_tokens(model, clean.to(device), corrupted.to(device))
     if not callable(metric):
         raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
-    _check_options("clean", "corrupted", n_boot, seed, confidence)
+    check_patch_options("clean", "corrupted", n_boot, seed, confidence)
     hooks = check_hooks(model, hooks)
     batch = clean_tokens.shape[0]
     clean_logits, clean_store = run_capture(model, clean_tokens, [hook_name], hooks)

@@ -35,19 +35,21 @@ from perm_circuits.tasks.permutation_data import Batch, validate_tokens
 __all__ = [
     "ACTIVATIONS",
     "MIN_DENOMINATOR",
-    "RUNS",
     "PatchCell",
     "PatchingCache",
     "PatchingPair",
     "PatchingSweep",
+    "RUNS",
     "bootstrap_weights",
     "check_pair",
+    "check_patch_options",
     "effect_fields",
     "logit_diff",
     "metric_values",
     "normalised_effects",
     "patched_values",
     "patching_cache",
+    "run_patch_sweep",
     "set_all",
     "set_head",
     "set_head_pos",
@@ -55,6 +57,7 @@ __all__ = [
     "set_pattern",
     "set_pattern_entry",
     "set_pos",
+    "sweep_cells",
 ]
 
 PatchingPair = tuple[Batch, Batch, Tensor, Tensor]
@@ -327,7 +330,7 @@ def effect_fields(
                    "n_boot": n_boot}
 
 
-def _check_options(source: object, target: object, n_boot: object, seed: object, confidence: object) -> None:
+def check_patch_options(source: object, target: object, n_boot: object, seed: object, confidence: object) -> None:
     for name, run in (("source", source), ("target", target)):
         if run not in RUNS:
             raise ValueError(f"{name} must be one of {RUNS}, got {run!r}")
@@ -392,7 +395,7 @@ def _resid_mid_hooks(layer: int, row: Mapping, source_activation: Tensor) -> Hoo
     return [(f"blocks.{layer}.hook_resid_pre", read_resid_pre), (f"blocks.{layer}.hook_attn_out", set_attn_out)]
 
 
-def _index_rows(
+def sweep_cells(
     model, index_axes: Sequence[str] | None, index_rows: Sequence[Mapping[str, int | tuple[int, ...]]] | None
 ) -> list[dict]:
     """The cells of a sweep: ``index_axes`` expanded or ``index_rows`` validated (exactly one given)."""
@@ -407,7 +410,7 @@ def _index_rows(
     return [_check_row(model, row) for row in index_rows]
 
 
-def _run_sweep(
+def run_patch_sweep(
     model,
     cache: PatchingCache,
     *,
@@ -510,31 +513,6 @@ def set_neurons(target: Tensor, index: Mapping, source: Tensor) -> Tensor:
     group = list(index["neurons"])
     target[..., group] = source[..., group]
     return target
-
-
-# ----------------------------------------------------------------------------- sweep axes
-
-
-def _layers(model) -> range:
-    return range(model_config_of(model).n_layers)
-
-
-def _heads(model) -> range:
-    return range(model_config_of(model).n_heads)
-
-
-def _neuron_groups(groups: int | Sequence[Sequence[int]], d_mlp: int) -> list[tuple[int, ...]]:
-    if isinstance(groups, int) and not isinstance(groups, bool):
-        size = check_int("neuron_groups", groups, 1, d_mlp + 1)
-        return [tuple(range(start, min(start + size, d_mlp))) for start in range(0, d_mlp, size)]
-    if not isinstance(groups, (list, tuple)) or not groups:
-        raise TypeError("neuron_groups must be a group size (int) or a non-empty sequence of neuron lists")
-    out = []
-    for group in groups:
-        if not isinstance(group, (list, tuple, range)) or len(group) == 0:
-            raise ValueError(f"each neuron group must be a non-empty sequence of ints, got {group!r}")
-        out.append(tuple(check_index_list("neuron group", group, d_mlp)))
-    return out
 
 
 def check_pair(model, pair: object) -> PatchingPair:

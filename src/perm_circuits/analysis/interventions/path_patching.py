@@ -57,7 +57,7 @@ from perm_circuits.analysis.interventions.core import pair_tokens
 from perm_circuits.analysis.interventions.patching import (
     RUNS,
     PatchingPair,
-    _check_options,
+    check_patch_options,
     bootstrap_weights,
     check_pair,
     effect_fields,
@@ -392,7 +392,7 @@ def _measure(model, ctx: _Runs, edges: list[tuple[tuple[int, int], tuple[int, in
 
 def _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corruption, metric) -> _Runs:
     """Validate the shared arguments (before any forward) and run the clean and corrupted inputs once."""
-    _check_options("clean", "corrupted", n_boot, seed, confidence)
+    check_patch_options("clean", "corrupted", n_boot, seed, confidence)
     check_positive_int("n", n)
     if corruption not in CORRUPTIONS:
         raise ValueError(f"corruption must be one of {CORRUPTIONS}, got {corruption!r}")

@@ -102,7 +102,7 @@ def _row(component: str, how: str, layer, head, evaluation, follows: float = mat
         recall_loss=memorization.loss if memorization is not None else math.nan, follows_reference=follows)
 
 
-def _ablation_runs(
+def ablation_runs(
     model,
     hows: Sequence[str],
     test_set: Batch | None,

@@ -69,11 +69,13 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from perm_circuits.analysis.interventions.checks import check_position, check_positions, check_task_config, seq_len
+from perm_circuits.analysis.interventions.checks import (
+    check_index_list, check_int, check_position, check_positions, check_task_config, seq_len,
+)
 from perm_circuits.analysis.interventions.patching import (  # the setters are re-exported for callers of generic_patch
-    ACTIVATIONS, MIN_DENOMINATOR, PatchCell, PatchingCache, PatchingPair, PatchingSweep, _check_options, _heads,
-    _index_rows, _layers, _neuron_groups, _run_sweep, check_pair, logit_diff, patching_cache, set_all, set_head,
-    set_head_pos, set_neurons, set_pattern, set_pattern_entry, set_pos,
+    ACTIVATIONS, MIN_DENOMINATOR, PatchCell, PatchingCache, PatchingPair, PatchingSweep, check_pair,
+    check_patch_options, logit_diff, patching_cache, run_patch_sweep, set_all, set_head, set_head_pos, set_neurons,
+    set_pattern, set_pattern_entry, set_pos, sweep_cells,
 )
 from perm_circuits.hooks import check_hooks
 from perm_circuits.models import model_config_of
@@ -87,6 +89,31 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------- data
+
+
+# ----------------------------------------------------------------------------- sweep axes
+
+
+def _layers(model) -> range:
+    return range(model_config_of(model).n_layers)
+
+
+def _heads(model) -> range:
+    return range(model_config_of(model).n_heads)
+
+
+def _neuron_groups(groups: int | Sequence[Sequence[int]], d_mlp: int) -> list[tuple[int, ...]]:
+    if isinstance(groups, int) and not isinstance(groups, bool):
+        size = check_int("neuron_groups", groups, 1, d_mlp + 1)
+        return [tuple(range(start, min(start + size, d_mlp))) for start in range(0, d_mlp, size)]
+    if not isinstance(groups, (list, tuple)) or not groups:
+        raise TypeError("neuron_groups must be a group size (int) or a non-empty sequence of neuron lists")
+    out = []
+    for group in groups:
+        if not isinstance(group, (list, tuple, range)) or len(group) == 0:
+            raise ValueError(f"each neuron group must be a non-empty sequence of ints, got {group!r}")
+        out.append(tuple(check_index_list("neuron group", group, d_mlp)))
+    return out
 
 
 def patching_pair(
@@ -211,9 +238,9 @@ def generic_patch(
         raise ValueError("cache was built on a different model than the one being patched")
     if activation_name not in ACTIVATIONS:
         raise ValueError(f"activation_name must be one of {sorted(ACTIVATIONS)}, got {activation_name!r}")
-    _check_options(source, target, n_boot, seed, confidence)
+    check_patch_options(source, target, n_boot, seed, confidence)
     check_task_config(model, task_config)
-    index_rows = _index_rows(model, index_axes, index_rows)
+    index_rows = sweep_cells(model, index_axes, index_rows)
     names = sorted({ACTIVATIONS[activation_name].format(layer=row["layer"]) for row in index_rows})
     if cache is None:
         pair = _resolve_pair(model, pair, n, seed, task_config)
@@ -221,7 +248,7 @@ def generic_patch(
         cache = patching_cache(model, pair, hooks, names)
     else:
         cache.add(names)
-    return _run_sweep(model, cache, patch_setter=patch_setter, activation_name=activation_name, index_rows=index_rows,
+    return run_patch_sweep(model, cache, patch_setter=patch_setter, activation_name=activation_name, index_rows=index_rows,
         label=label, source=source, target=target, n_boot=n_boot, seed=seed, confidence=confidence)
 
 
@@ -365,7 +392,7 @@ def find_recall_head(
             differences closer than 1e-6: nothing is recalled that a head could restore, so no
             head can be named (checked after the two unpatched runs, before any patch).
     """
-    _check_options("clean", "corrupted", n_boot, seed, confidence)
+    check_patch_options("clean", "corrupted", n_boot, seed, confidence)
     pair = _resolve_pair(model, pair, n, seed, task_config)
     hooks = check_hooks(model, hooks)
     names = [ACTIVATIONS["z"].format(layer=layer) for layer in _layers(model)]
@@ -407,7 +434,7 @@ def recall_patching(
     resid_post.  Arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the
     bootstrap).
     """
-    _check_options(source, target, n_boot, seed, confidence)
+    check_patch_options(source, target, n_boot, seed, confidence)
     pair = _resolve_pair(model, pair, n, seed, task_config)
     hooks = check_hooks(model, hooks)
     groups = None

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 import pandas as pd
 
 from perm_circuits.analysis.interventions.checks import check_int
-from perm_circuits.analysis.interventions.permutation_table import AblationRow, AblationTable, _ablation_runs
+from perm_circuits.analysis.interventions.permutation_table import AblationRow, AblationTable, ablation_runs
 from perm_circuits.analysis.study.joint_ablation import joint_eliminator_rows
 from perm_circuits.analysis.interventions.core import HOWS
 from perm_circuits.analysis.study.claims import Claim, ClaimTable, study_claims
@@ -477,7 +477,7 @@ def head_roles(
 
     attention = attention_by_source(model, batch, task_config=config, hooks=hooks)
     scores = _scores(attention, thresholds)
-    ablation, single, logits = _ablation_runs(model, tuple(hows), batch, task_config=config, hooks=hooks,
+    ablation, single, logits = ablation_runs(model, tuple(hows), batch, task_config=config, hooks=hooks,
                                               seed=ablation_seed)
     joint, joint_signals = joint_eliminator_rows(model, scores, batch, config, hows, hooks, single)
     head_patching = mlp_patching = None
