@@ -345,7 +345,7 @@ def _report(args: argparse.Namespace) -> int:
         paths = write_report(study, args.out, n=args.samples or 5000, progress=not args.quiet, force=args.force,
                              device=args.device)
     if loaded:
-        from perm_circuits.views.task_report import task_report
+        from perm_circuits.views.task_page import task_report
 
         taken = {path.stem.lower() for path in paths}
         for item, checkpoint in loaded:

@@ -15,7 +15,7 @@ import pytest
 
 from perm_circuits.analysis.report_data import TaskReportData, task_report_data
 from perm_circuits.views.html import remote_resource_refs
-from perm_circuits.views.task_report import render_task_report
+from perm_circuits.views.task_page import render_task_report
 
 _CACHE: dict[str, dict[str, tuple[TaskReportData, Path]]] = {}
 
@@ -121,3 +121,14 @@ def test_the_findings_state_the_reports_numbers(task_pages):
     assert len(data.findings) == 5 and data.findings[-1] == (
         f"Model size: {data.about['parameters']} parameters, {data.about['trainable parameters']} trainable "
         "(no ablation).")
+
+
+def test_the_package_name_task_report_is_the_function_even_after_its_module_loads():
+    """The page's module is ``views.task_page``, so importing it never rebinds ``views.task_report``."""
+    import importlib
+
+    import perm_circuits.views as views
+
+    module = importlib.import_module("perm_circuits.views.task_page")
+    assert views.task_report is module.task_report and callable(views.task_report)
+    assert views.render_task_report is module.render_task_report

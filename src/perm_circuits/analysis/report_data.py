@@ -2,7 +2,7 @@
 
 :func:`task_report_data` runs the analyses that need nothing but a
 :class:`~perm_circuits.tasks.base.Task` and a model with TransformerLens hook points, and returns
-them in a :class:`TaskReportData`; :func:`perm_circuits.views.task_report.render_task_report`
+them in a :class:`TaskReportData`; :func:`perm_circuits.views.task_page.render_task_report`
 renders it (views render, they do not compute).  The sections:
 
 - the task's metrics on ``task.test_set(n, seed)`` (:func:`~perm_circuits.evaluate` with ``task=``)

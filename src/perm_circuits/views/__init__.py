@@ -40,8 +40,8 @@ _LAZY = {
     "roles_frequency": "sweep_figures",
     "sweep_summary": "sweep_report",
     "write_sweep_report": "sweep_report",
-    "task_report": "task_report",  # the generic "task model" page (views.task_report)
-    "render_task_report": "task_report",  # the same page from computed analysis.report_data.TaskReportData
+    "task_report": "task_page",  # the generic "task model" page
+    "render_task_report": "task_page",  # the same page from computed analysis.report_data.TaskReportData
 }
 __all__ += list(_LAZY)
 
