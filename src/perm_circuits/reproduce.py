@@ -11,6 +11,7 @@ paper-size run that this CPU cannot afford.
 from __future__ import annotations
 
 import importlib
+import math
 import inspect
 import time
 from collections.abc import Callable, Mapping
@@ -45,6 +46,19 @@ class Comparison:
     ours: str
     holds: bool | None
     note: str = ""
+
+
+def comparison_table(table: pd.DataFrame) -> list[str]:
+    """The "paper vs ours" rows of ``table`` (:meth:`Reproduction.to_dataframe`, or its CSV read back) as
+    Markdown table lines: ``holds`` as ``yes`` / ``**no**`` / ``-`` (no verdict), ``|`` escaped, NaN as ``-``."""
+    mark = {"True": "yes", "False": "**no**"}  # a bool, or its text read back from a CSV
+
+    def cell(value: object) -> str:
+        return "-" if isinstance(value, float) and math.isnan(value) else str(value).replace("|", "\\|")
+
+    rows = [f"| {cell(r.claim)} | {cell(r.paper)} | {cell(r.ours)} | {mark.get(str(r.holds), '-')} |"
+            for r in table.itertuples(index=False)]
+    return ["| claim | paper | ours | holds |", "|---|---|---|---|", *rows]
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ import torch
 
 from perm_circuits.checks import check_int, check_number
 from perm_circuits.devices import resolve_device, to_device
-from perm_circuits.reproduce import Comparison, Reproduction
+from perm_circuits.reproduce import Comparison, Reproduction, comparison_table
 from perm_circuits.systems.birth_model import (
     BirthModelConfig,
     FullModelConfig,
@@ -196,12 +196,7 @@ def load_results(folder: str | Path = QUICK_RESULTS) -> tuple[pd.DataFrame, dict
 
 def markdown_table(table: pd.DataFrame) -> str:
     """The paper-vs-ours table as the Markdown of ``docs/birth.md`` (one row per claim)."""
-    mark = {"True": "yes", "False": "**no**", "": "-"}
-    lines = ["| claim | paper | ours | holds |", "|---|---|---|---|"]
-    for row in table.itertuples(index=False):
-        cells = [str(row.claim), str(row.paper), str(row.ours), mark.get(str(row.holds), str(row.holds))]
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    return "\n".join(lines)
+    return "\n".join(comparison_table(table))
 
 
 def describe_settings(settings: Mapping[str, Any]) -> str:

@@ -36,7 +36,7 @@ import torch
 
 from perm_circuits._util import atomic_write_text, replace_section
 from perm_circuits.devices import model_device, to_device
-from perm_circuits.reproduce import Comparison, Reproduction
+from perm_circuits.reproduce import Comparison, Reproduction, comparison_table
 from perm_circuits.systems.factual_model import (
     FactualConfig,
     FactualTransformer,
@@ -487,17 +487,9 @@ DOCS_MARKERS = {"quick": (DOCS_BEGIN, DOCS_END),
 
 def results_markdown(comparison: pd.DataFrame, capacity: pd.DataFrame, run: str = "quick") -> str:
     """The "paper vs ours" table and the capacity table as Markdown (what docs/factual.md shows)."""
-    mark = {"True": "yes", "False": "**no**"}  # anything else (no verdict): -
-
-    def cell(value: Any) -> str:
-        return "-" if isinstance(value, float) and math.isnan(value) else str(value).replace("|", "\\|")
-
     seconds = comparison["seconds"].iloc[0] if "seconds" in comparison else float("nan")
     command = "perm-circuits reproduce factual" + (" --quick" if run == "quick" else "")
-    lines = [f"{run.capitalize()} run (`{command}`), {seconds:.0f} s on one CPU core.", "",
-             "| claim | paper | ours | holds |", "|---|---|---|---|"]
-    for row in comparison.itertuples(index=False):
-        lines.append(f"| {cell(row.claim)} | {cell(row.paper)} | {cell(row.ours)} | {mark.get(str(row.holds), '-')} |")
+    lines = [f"{run.capitalize()} run (`{command}`), {seconds:.0f} s on one CPU core.", "", *comparison_table(comparison)]
     lines += ["", "| seed | d_model | d_mlp | trainable params | facts stored at 99% | runs |", "|---|---|---|---|---|---|"]
     for row in capacity.itertuples(index=False):
         lines.append(f"| {row.seed} | {row.d_model} | {row.d_mlp} | {row.params} | {row.facts_stored} | {row.runs} |")

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from perm_circuits.reproduce import Comparison, Reproduction
+from perm_circuits.reproduce import Comparison, Reproduction, comparison_table
 from perm_circuits.systems.forner_dynamics import (
     ChainRun,
     OrderParameters,
@@ -254,17 +254,10 @@ def comparison_markdown(table: pd.DataFrame, seconds: float | None = None, quick
     table, with the run's kind and time; docs/forner.md holds this block between the
     :func:`docs_markers` of its kind."""
     begin, end = docs_markers(quick)
-
-    def cell(value: object) -> str:
-        return str(value).replace("|", "\\|")
-
     took = f", {seconds:.0f} s on one shared CPU core" if seconds else ""
-    lines = [begin, "", f"{'`--quick`' if quick else 'full'} run{took}:", "",
-             "| claim | paper | ours | holds |", "|---|---|---|---|"]
-    for row in table.itertuples(index=False):
-        holds = "yes" if str(row.holds) == "True" else "**no**"  # a bool, or its text read back from the CSV
-        lines.append(f"| {cell(row.claim)} | {cell(row.paper)} | {cell(row.ours)} | {holds} |")
-    notes = [f"* *{cell(row.claim)}*: {cell(row.note)}" for row in table.itertuples(index=False) if isinstance(row.note, str) and row.note]
+    lines = [begin, "", f"{'`--quick`' if quick else 'full'} run{took}:", "", *comparison_table(table)]
+    notes = [f"* *{row.claim}*: {row.note}".replace("|", "\\|") for row in table.itertuples(index=False)
+             if isinstance(row.note, str) and row.note]
     if notes:
         lines += ["", *notes]
     return "\n".join([*lines, "", end])
