@@ -168,6 +168,7 @@ def task_report_data(
     hookable = isinstance(getattr(model, "hook_dict", None), dict) and bool(components_of(model))
     ablation = patching = attribution = circuit = attention = None
     skills: Mapping[str, Any] = {}
+    subset = _first(test_set, n_analysis)
     if not hookable:
         notes["ablation"] = notes["patching"] = notes["circuit"] = (
             "The model has no blocks.L.attn.hook_z or blocks.L.hook_mlp_out hook point: nothing to intervene on.")
@@ -180,7 +181,6 @@ def task_report_data(
             ablation = ablation_table(model, tuple(ablation_hows), test_set, task=task, reference=reference,
                                       test_seed=seed)
         if analyses:
-            subset = _first(test_set, n_analysis)
             try:
                 patching = _patching(model, subset, n_boot)
             except ValueError as error:
@@ -201,7 +201,7 @@ def task_report_data(
         attention = scores if scores.heads else None
         if forward is None:
             try:
-                attribution = target_logit_attribution(model, _first(test_set, n_analysis))
+                attribution = target_logit_attribution(model, subset)
             except (TypeError, ValueError) as error:
                 notes["attribution"] = str(error)
     data = TaskReportData(task_name=task.name, about=about, evaluation=evaluation, n=n, seed=seed,
