@@ -11,12 +11,10 @@ several models it also writes ``DIR/index.html`` side by side (:data:`COMPARISON
 Pages inline the circuitsvis bundle and share one plotly.js saved beside them
 (:func:`perm_circuits.views.html.write_plotly_js`): they work with no network.
 
-Sample sizes: the evaluation, the attention maps and the attribution tables use the ``n``
-requested; the head-role verdict (some 40 forward passes) uses at most :data:`ROLES_MAX_N`
-sequences and the patching sweeps at most :data:`PATCH_MAX_N` pairs with :data:`N_BOOT`
-bootstrap resamples, so the whole report stays a few seconds per model; each page says which
-sizes it used.  The sections are rendered by :mod:`perm_circuits.views.model_page` and
-:mod:`perm_circuits.views.comparison_page` with the helpers of :mod:`perm_circuits.views.report_html`.
+Sample sizes (:func:`write_report`'s ``n``, capped for the head-role verdict and the patching
+sweeps) keep the whole report a few seconds per model.  The sections are rendered by
+:mod:`perm_circuits.views.model_page` and :mod:`perm_circuits.views.comparison_page` with the
+helpers of :mod:`perm_circuits.views.report_html`.
 """
 
 from __future__ import annotations

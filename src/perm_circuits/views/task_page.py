@@ -4,12 +4,9 @@
 (computed by :func:`~perm_circuits.analysis.report_data.task_report_data`; this module computes
 nothing) into ``OUT/<task name>.html``; :func:`task_report` does both in one call.  The page opens
 with the discovered circuit and three to five findings (:func:`~perm_circuits.views.circuit_hero.circuit_hero`);
-every section below is collapsed (``<details>``): the task's settings and the model's size, the
-task's metrics (and agreement with its exact reference where it has one), a few test sequences
-position by position with the attention of every head (plotly heatmaps, and circuitsvis views of
-the first), the ablation of every head and MLP under each of ``ablation_hows`` (a table and a
-heatmap of the change in the primary metric), attention scores, activation patching with
-bootstrap CIs, direct logit attribution and a proposed circuit with its IOI criteria.
+every section below is collapsed (``<details>``): the task's settings and the model's size, then the
+data's sections, the test sequences with the attention of every head (plotly heatmaps, and circuitsvis
+views of the first) and the ablation as a table and a heatmap of the change in the primary metric.
 
 Attention comes from every hook point whose name ends in ``hook_pattern``, so a TransformerLens
 bridge and a ``HookedRootModule`` both work; a model without one gets a note instead.  The page
@@ -41,7 +38,7 @@ from perm_circuits.views.circuit_hero import HERO_CSS, CollapsedViews, _collapse
 from perm_circuits.views.circuits import attention_view
 from perm_circuits.views.figure_style import house_style
 from perm_circuits.views.html import Section, html_page
-from perm_circuits.views.report import _check_out, _start_folder
+from perm_circuits.views.report import _NAME_RE, _check_out, _start_folder
 from perm_circuits.views.report_html import _CSS, _Figures, _kv_table, _note, _table
 
 __all__ = ["attention_patterns", "render_task_report", "task_ablation_figure", "task_report"]
@@ -223,7 +220,7 @@ def render_task_report(
         sections.append(_ablation_section(data, fig))
     sections += _analysis_sections(data)
 
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", data.task_name if page is None else page)
+    stem = _NAME_RE.sub("_", data.task_name if page is None else page)
     target = path / f"{stem}.html"
     plotly_js = _start_folder(path, [target])
     atomic_write_text(target, html_page(title, sections, include_plotlyjs=plotly_js))
