@@ -168,6 +168,7 @@ def task_report_data(
     hookable = isinstance(getattr(model, "hook_dict", None), dict) and bool(components_of(model))
     ablation = patching = attribution = circuit = attention = None
     skills: Mapping[str, Any] = {}
+    subset = _first(test_set, n_analysis)
     if not hookable:
         notes["ablation"] = notes["patching"] = notes["circuit"] = (
             "The model has no blocks.L.attn.hook_z or blocks.L.hook_mlp_out hook point: nothing to intervene on.")
@@ -180,7 +181,6 @@ def task_report_data(
             ablation = ablation_table(model, tuple(ablation_hows), test_set, task=task, reference=reference,
                                       test_seed=seed)
         if analyses:
-            subset = _first(test_set, n_analysis)
             try:
                 patching = _patching(model, subset, n_boot)
             except ValueError as error:
@@ -191,9 +191,7 @@ def task_report_data(
             except ValueError as error:
                 notes["circuit"] = str(error)
             try:
-                from perm_circuits.discovery.skills import discover_skills
-
-                skills = discover_skills(model, subset, method=SKILL_METHOD, how=SKILL_HOW)
+                skills = _skills(model, subset)
             except (TypeError, ValueError) as error:  # e.g. a model the edge graph does not cover
                 notes["skills"] = str(error)
     if analyses:
@@ -201,7 +199,7 @@ def task_report_data(
         attention = scores if scores.heads else None
         if forward is None:
             try:
-                attribution = target_logit_attribution(model, _first(test_set, n_analysis))
+                attribution = target_logit_attribution(model, subset)
             except (TypeError, ValueError) as error:
                 notes["attribution"] = str(error)
     data = TaskReportData(task_name=task.name, about=about, evaluation=evaluation, n=n, seed=seed,
@@ -238,6 +236,13 @@ class StudyReportData:
 SKILL_METHOD, SKILL_HOW, SKILL_ROWS = "acdc", "resample", 300
 """How the report's opening circuits are found: ACDC (Conmy et al. 2023) under resample ablation, on
 at most 300 test sequences per skill."""
+
+
+def _skills(model: Any, batch: TaskBatch, **options: Any) -> Mapping[str, Any]:
+    """The opening circuit of each skill, found as :data:`SKILL_METHOD` says."""
+    from perm_circuits.discovery.skills import discover_skills
+
+    return discover_skills(model, batch, method=SKILL_METHOD, how=SKILL_HOW, **options)
 
 
 def _pct(value: float) -> str:
@@ -317,9 +322,8 @@ def study_report_data(
     flips = tuple(mlp_prediction_flips(model, test_set, layer=layer) for layer in layers)
     dla = direct_logit_attribution(model, test_set)
     step("circuits")
-    from perm_circuits.discovery.skills import discover_skills
     from perm_circuits.tasks.permutation import as_task_batch
 
-    skills = discover_skills(model, as_task_batch(test_set), method=SKILL_METHOD, how=SKILL_HOW, max_rows=SKILL_ROWS)
+    skills = _skills(model, as_task_batch(test_set), max_rows=SKILL_ROWS)
     return StudyReportData(task, analysis_task, test_set, evaluation, generalisation, verdict, head_sweep,
                            source_sweep, ffns, memory, flips, dla, skills, study_findings(evaluation, verdict, skills))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perm_circuits.views.circuit_graph import circuit_graph
+from perm_circuits.views.html import Section
 
 __all__ = ["HERO_CSS", "CollapsedViews", "circuit_hero", "collapsible"]
 
@@ -55,6 +56,11 @@ def collapsible(title: str, body: str, *, open_: bool = False, heading_id: str |
     anchor = f' id="{html.escape(heading_id)}"' if heading_id else ""
     return (f'<details class="pc-details"{flag}><summary><h2{anchor}>{html.escape(title, quote=False)}</h2></summary>\n'
             f"{body}\n</details>")
+
+
+def _collapsed(title: str, body: str, heading_id: str | None = None) -> Section:
+    """A page section shown collapsed (:func:`collapsible`)."""
+    return Section("", collapsible(title, body, heading_id=heading_id))
 
 
 @dataclass(frozen=True)

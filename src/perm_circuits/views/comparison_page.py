@@ -63,10 +63,8 @@ def _comparison_page(entries: Sequence[_Entry], plotly_js: bool | str = True) ->
         for claim in verdict.claims:
             column[f"claim: {claim.claim}"] = claim.status
         columns[e.name] = column
-    frame = pd.DataFrame(columns)  # rows: metrics, roles, claims; one column per model
-    order = [r for r in frame.index if not r.startswith(("role of", "claim:"))]
-    order += [r for r in frame.index if r.startswith("role of")] + [r for r in frame.index if r.startswith("claim:")]
-    frame = frame.loc[order]
+    frame = pd.DataFrame(columns)  # rows: metrics, then roles, then claims; one column per model
+    frame = frame.loc[sorted(frame.index, key=lambda row: (row.startswith("claim:"), row.startswith("role of")))]
     frame.index.name = "model"
     add(_note("Evaluation on each model's test set; roles and claims of the head-role verdict under its decision "
               "mode (mean ablation); '–': not measured or not a claim for this architecture (1-head models are "

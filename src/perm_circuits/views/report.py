@@ -11,12 +11,10 @@ several models it also writes ``DIR/index.html`` side by side (:data:`COMPARISON
 Pages inline the circuitsvis bundle and share one plotly.js saved beside them
 (:func:`perm_circuits.views.html.write_plotly_js`): they work with no network.
 
-Sample sizes: the evaluation, the attention maps and the attribution tables use the ``n``
-requested; the head-role verdict (some 40 forward passes) uses at most :data:`ROLES_MAX_N`
-sequences and the patching sweeps at most :data:`PATCH_MAX_N` pairs with :data:`N_BOOT`
-bootstrap resamples, so the whole report stays a few seconds per model; each page says which
-sizes it used.  The sections are rendered by :mod:`perm_circuits.views.model_page` and
-:mod:`perm_circuits.views.comparison_page` with the helpers of :mod:`perm_circuits.views.report_html`.
+Sample sizes (:func:`write_report`'s ``n``, capped for the head-role verdict and the patching
+sweeps) keep the whole report a few seconds per model.  The sections are rendered by
+:mod:`perm_circuits.views.model_page` and :mod:`perm_circuits.views.comparison_page` with the
+helpers of :mod:`perm_circuits.views.report_html`.
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.tasks.permutation_data import make_test_set
 from perm_circuits.views import figures as F
 from perm_circuits.views.comparison_page import COMPARISON_SECTIONS, _comparison_page
-from perm_circuits.views.circuit_hero import HERO_CSS, circuit_hero, collapsible
+from perm_circuits.views.circuit_hero import HERO_CSS, _collapsed, circuit_hero
 from perm_circuits.views.figure_style import is_model
 from perm_circuits.views.html import Section, html_page, write_plotly_js
 from perm_circuits.views.model_page import (
@@ -94,7 +92,8 @@ def _check_n(n: object) -> int:
     return n
 
 
-def _check_out(out: object) -> Path:
+def _check_out(out: object, force: object) -> Path:
+    """``out`` as a folder path, refused as :func:`_check_overwrite` says."""
     if not isinstance(out, (str, os.PathLike)):
         raise TypeError(f"out must be a folder path (str or Path), got {type(out).__name__}")
     path = Path(out)
@@ -102,6 +101,7 @@ def _check_out(out: object) -> Path:
         raise ValueError("out must be a folder path, got an empty string")
     if path.exists() and not path.is_dir():
         raise ValueError(f"out {str(path)!r} exists and is not a folder")
+    _check_overwrite(path, force)
     return path
 
 
@@ -121,9 +121,12 @@ def _check_overwrite(out: Path, force: object) -> None:
     )
 
 
-def _write_marker(out: Path, pages: list[Path]) -> None:
-    """Record the pages of this report (and those of earlier reports still there) in the marker."""
-    files = {page.name for page in pages}
+def _start_folder(out: Path, pages: list[Path]) -> str:
+    """Create ``out`` with the pages' shared plotly.js, record it and ``pages`` (and the pages of earlier
+    reports still there) in the marker, and return plotly.js's file name."""
+    out.mkdir(parents=True, exist_ok=True)
+    plotly_js = write_plotly_js(out).name
+    files = {plotly_js} | {page.name for page in pages}
     try:
         previous = json.loads((out / REPORT_MARKER).read_text(encoding="utf-8")).get("files", [])
         files |= {name for name in previous if isinstance(name, str) and (out / name).is_file()}
@@ -131,6 +134,7 @@ def _write_marker(out: Path, pages: list[Path]) -> None:
         pass
     text = json.dumps({"format": "perm_circuits.report", "files": sorted(files)}, indent=2)
     atomic_write_text(out / REPORT_MARKER, text + "\n")
+    return plotly_js
 
 
 def _resolve(item: object, index: int, device=None) -> tuple[str, str, Any]:
@@ -295,7 +299,7 @@ def _model_page(entry: _Entry, n: int, step: Any, plotly_js: bool | str = True) 
         items = body[title]
         if title in COLLAPSED and all(isinstance(item.body, str) for item in items):
             inner = "\n".join(item.body for item in items)  # long tables: one click away, first screen stays short
-            sections.append(Section("", collapsible(title, inner, heading_id=_slug(title))))
+            sections.append(_collapsed(title, inner, heading_id=_slug(title)))
             continue
         sections.append(Section("", _h2(title)))
         sections.extend(items)
@@ -348,8 +352,7 @@ def write_report(
         TypeError: arguments of the wrong type.
     """
     n = _check_n(n)
-    out = _check_out(out)
-    _check_overwrite(out, force)
+    out = _check_out(out, force)
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
     if isinstance(models, (str, os.PathLike)):
@@ -373,11 +376,9 @@ def write_report(
             name, source, model = _resolve(item, index, device)
             entries.append(_Entry(name=name, source=source, model=model))
             bar.update(1)
-        out.mkdir(parents=True, exist_ok=True)
-        plotly_js = write_plotly_js(out).name  # one shared copy beside the pages
         for entry in entries:
             entry.page = out / f"{_file_stem(entry.name, taken)}.html"
-        _write_marker(out, [out / plotly_js] + [e.page for e in entries] + ([out / INDEX_PAGE] if several else []))
+        plotly_js = _start_folder(out, [e.page for e in entries] + ([out / INDEX_PAGE] if several else []))
         written: list[Path] = []
         for entry in entries:
             state: dict[str, Any] = {"started": False}

@@ -4,12 +4,9 @@
 (computed by :func:`~perm_circuits.analysis.report_data.task_report_data`; this module computes
 nothing) into ``OUT/<task name>.html``; :func:`task_report` does both in one call.  The page opens
 with the discovered circuit and three to five findings (:func:`~perm_circuits.views.circuit_hero.circuit_hero`);
-every section below is collapsed (``<details>``): the task's settings and the model's size, the
-task's metrics (and agreement with its exact reference where it has one), a few test sequences
-position by position with the attention of every head (plotly heatmaps, and circuitsvis views of
-the first), the ablation of every head and MLP under each of ``ablation_hows`` (a table and a
-heatmap of the change in the primary metric), attention scores, activation patching with
-bootstrap CIs, direct logit attribution and a proposed circuit with its IOI criteria.
+every section below is collapsed (``<details>``): the task's settings and the model's size, then the
+data's sections, the test sequences with the attention of every head (plotly heatmaps, and circuitsvis
+views of the first) and the ablation as a table and a heatmap of the change in the primary metric.
 
 Attention comes from every hook point whose name ends in ``hook_pattern``, so a TransformerLens
 bridge and a ``HookedRootModule`` both work; a model without one gets a note instead.  The page
@@ -37,11 +34,11 @@ from perm_circuits.analysis.interventions.ablation_table import TaskAblationTabl
 from perm_circuits.analysis.probes.task_attribution import attention_patterns
 from perm_circuits.tasks.base import Task
 from perm_circuits.views.attention_figures import attention_grid, attention_trace
-from perm_circuits.views.circuit_hero import HERO_CSS, CollapsedViews, circuit_hero, collapsible
+from perm_circuits.views.circuit_hero import HERO_CSS, CollapsedViews, _collapsed, circuit_hero
 from perm_circuits.views.circuits import attention_view
 from perm_circuits.views.figure_style import house_style
-from perm_circuits.views.html import Section, html_page, write_plotly_js
-from perm_circuits.views.report import _check_out, _check_overwrite, _write_marker
+from perm_circuits.views.html import Section, html_page
+from perm_circuits.views.report import _NAME_RE, _check_out, _start_folder
 from perm_circuits.views.report_html import _CSS, _Figures, _kv_table, _note, _table
 
 __all__ = ["attention_patterns", "render_task_report", "task_ablation_figure", "task_report"]
@@ -86,11 +83,6 @@ def task_ablation_figure(table: TaskAblationTable, metric: str | None = None):
                   x_title="ablation", y_title="component", height=220 + 40 * len(grid.index), width=620)
 
 
-def _collapsed(title: str, body: str) -> Section:
-    """A page section shown collapsed (``<details>`` whose summary is the heading ``title``)."""
-    return Section("", collapsible(title, body))
-
-
 def _views_section(patterns: dict[str, Tensor], labels: list[str]) -> Section:
     """One circuitsvis view per layer on test sequence 0, collapsed (a note for a non-square pattern)."""
     views, notes = [], ""
@@ -124,36 +116,32 @@ def _ablation_section(data: TaskReportData, fig: _Figures) -> Section:
 
 
 def _analysis_sections(data: TaskReportData) -> list[Section]:
-    """Attention scores, activation patching, direct logit attribution and the proposed circuit, as collapsed tables."""
-    out = []
+    """Attention scores, activation patching, direct logit attribution and the proposed circuit, as collapsed
+    tables (a computed section, else the note saying why it is empty)."""
+    bodies: dict[str, str] = {}
     if data.attention is not None:
-        out.append(_collapsed("Attention scores", _note(
+        bodies["attention"] = _note(
             "Mean attention of each query position (>= 1) to itself, to the previous position and to position 0, "
             "over the shown test sequences (Olsson et al. 2022: a previous-token head has 'previous' near 1)."
-        ) + _table(data.attention.to_dataframe().set_index("head"), digits=3)))
+        ) + _table(data.attention.to_dataframe().set_index("head"), digits=3)
     if data.patching is not None:
         frame = pd.DataFrame([{"component": f"L{p.layer}H{p.head}" if p.head is not None else f"L{p.layer}MLP",
                                "effect": p.effect, "ci_low": p.ci_low, "ci_high": p.ci_high, "clean": p.clean,
                                "corrupted": p.corrupted, "patched": p.patched} for p in data.patching])
         first = data.patching[0] if data.patching else None
-        body = _note(
+        bodies["patching"] = _note(
             "Denoising activation patching (Wang et al. 2022; Meng et al. 2022): each component's activation on a "
             "test sequence patched into the run on another test sequence (the batch shifted by one row); metric: "
             "the clean targets' mean log-probability over the loss positions. effect = (patched - corrupted) / "
             f"(clean - corrupted), 1 = the component carries everything; {first.confidence:.0%} bootstrap CIs over "
             f"{first.n} sequences." if first else "No component to patch."
-        )
-        out.append(_collapsed("Activation patching", body + _table(frame.set_index("component"), digits=4)))
-    elif "patching" in data.notes:
-        out.append(_collapsed("Activation patching", _note(data.notes["patching"])))
+        ) + _table(frame.set_index("component"), digits=4)
     if data.attribution is not None:
-        out.append(_collapsed("Direct logit attribution", _note(
+        bodies["attribution"] = _note(
             "Each component's direct push on logit(target) - mean logit at the loss positions (Elhage et al. 2021), "
             f"through the final norm frozen at its clean value; {data.attribution.n} test sequences; 'remainder' is "
             "what no component accounts for (biases)."
-        ) + _table(data.attribution.to_dataframe().set_index("component"), digits=4)))
-    elif "attribution" in data.notes:
-        out.append(_collapsed("Direct logit attribution", _note(data.notes["attribution"])))
+        ) + _table(data.attribution.to_dataframe().set_index("component"), digits=4)
     if data.circuit is not None:
         group = data.circuit.subgroups[0]
         rows = [("circuit", ", ".join(data.circuit.circuit) or "(empty)"), ("ablation", data.circuit.how),
@@ -161,14 +149,15 @@ def _analysis_sections(data: TaskReportData) -> list[Section]:
                 ("completeness", group.completeness)]
         rows += [(f"minimality {m.node}", m.minimality) for m in group.minimality]
         frame = pd.DataFrame(rows, columns=["criterion", "value"]).set_index("criterion")
-        out.append(_collapsed("Circuit", _note(
+        bodies["circuit"] = _note(
             "A circuit proposed by single-component mean ablation, grown and pruned to faithfulness error <= 0.1, "
             "and its IOI criteria (Wang et al. 2022, section 4); F: the targets' log-probability in nats above a "
             f"uniform guess, over {data.circuit.n_samples} test sequences."
-        ) + _table(frame, digits=4)))
-    elif "circuit" in data.notes:
-        out.append(_collapsed("Circuit", _note(data.notes["circuit"])))
-    return out
+        ) + _table(frame, digits=4)
+    titles = {"attention": "Attention scores", "patching": "Activation patching",
+              "attribution": "Direct logit attribution", "circuit": "Circuit"}
+    return [_collapsed(title, bodies[key] if key in bodies else _note(data.notes[key]))
+            for key, title in titles.items() if key in bodies or key in data.notes]
 
 
 def model_shape_of_skills(skills) -> tuple[int, int] | None:
@@ -181,7 +170,9 @@ def model_shape_of_skills(skills) -> tuple[int, int] | None:
     return max(layers) + 1, max(heads) + 1
 
 
-def _check_page(page: object) -> None:
+def _check_title_page(title: object, page: object) -> None:
+    if title is not None and not isinstance(title, str):
+        raise TypeError(f"title must be a str or None, got {type(title).__name__}")
     if page is not None and (not isinstance(page, str) or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", page)):
         raise ValueError(f"page must be None or a file name stem of letters, digits, '_', '.', '-', got {page!r}")
 
@@ -199,11 +190,8 @@ def render_task_report(
     """
     if not isinstance(data, TaskReportData):
         raise TypeError(f"data must be a TaskReportData (analysis.report_data.task_report_data), got {type(data).__name__}")
-    if title is not None and not isinstance(title, str):
-        raise TypeError(f"title must be a str or None, got {type(title).__name__}")
-    _check_page(page)
-    path = _check_out(out)
-    _check_overwrite(path, force)
+    _check_title_page(title, page)
+    path = _check_out(out, force)
     evaluation = data.evaluation
     title = title or f"{evaluation.model_name} on {data.task_name}"
     fig = _Figures(re.sub(r"[^A-Za-z0-9_-]+", "-", data.task_name))
@@ -232,11 +220,9 @@ def render_task_report(
         sections.append(_ablation_section(data, fig))
     sections += _analysis_sections(data)
 
-    path.mkdir(parents=True, exist_ok=True)
-    plotly_js = write_plotly_js(path).name
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", data.task_name if page is None else page)
+    stem = _NAME_RE.sub("_", data.task_name if page is None else page)
     target = path / f"{stem}.html"
-    _write_marker(path, [path / plotly_js, target])
+    plotly_js = _start_folder(path, [target])
     atomic_write_text(target, html_page(title, sections, include_plotlyjs=plotly_js))
     return target
 
@@ -277,10 +263,8 @@ def task_report(
     """
     n = check_int("n", n, 1)
     n_sequences = check_int("n_sequences", n_sequences, 1)
-    if title is not None and not isinstance(title, str):
-        raise TypeError(f"title must be a str or None, got {type(title).__name__}")
-    _check_page(page)
-    _check_overwrite(_check_out(out), force)
+    _check_title_page(title, page)
+    _check_out(out, force)
     data = task_report_data(model, task, n=n, n_sequences=n_sequences, seed=seed, forward=forward,
                             ablation_hows=ablation_hows, analyses=analyses)
     return render_task_report(data, out, title=title, force=force, page=page)
