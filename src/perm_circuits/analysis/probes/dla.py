@@ -215,14 +215,10 @@ class LogitDiffDecomposition:
         return pd.DataFrame(mean, index=list(self.components), columns=columns)
 
 
-def _check_recall_baseline(recall_baseline: object) -> str:
+def _check_options(recall_baseline: object, tolerance: object) -> tuple[str, float]:
     if recall_baseline not in RECALL_BASELINES:
         raise ValueError(f"recall_baseline must be one of {RECALL_BASELINES}, got {recall_baseline!r}")
-    return str(recall_baseline)
-
-
-def _check_tolerance(tolerance: object) -> float:
-    return check_number("tolerance (logits)", tolerance, low=0, strict=True)
+    return str(recall_baseline), check_number("tolerance (logits)", tolerance, low=0, strict=True)
 
 
 def decompose_logit_diff(
@@ -245,8 +241,7 @@ def decompose_logit_diff(
 def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: object,
                where: str) -> LogitDiffDecomposition:
     """:func:`decompose_logit_diff`, whose warning names ``where`` the gaps are (called by the public functions)."""
-    recall_baseline = _check_recall_baseline(recall_baseline)
-    tolerance = _check_tolerance(tolerance)
+    recall_baseline, tolerance = _check_options(recall_baseline, tolerance)
     if not isinstance(batch, Batch):
         raise TypeError(f"batch must be a perm_circuits.tasks.permutation_data.Batch, got {type(batch).__name__}")
     config = model_config_of(model)
@@ -254,16 +249,14 @@ def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: 
     inputs = validate_tokens(batch.inputs, V)
     check_hooks(model, hooks)
 
-    names = ["hook_embed", "hook_pos_embed", f"blocks.{n_layers - 1}.hook_resid_post"] + [
-        f"blocks.{layer}.{hook}"
-        for layer in range(n_layers)
-        for hook in ("attn.hook_z", "hook_attn_out", "mlp.hook_post", "hook_mlp_out")
-    ]
+    components = component_hooks(model)  # embed, pos_embed, per layer its heads (attn.hook_z) and MLP
+    names = [hook for _, hook in components] + [f"blocks.{n_layers - 1}.hook_resid_post"] + [
+        f"blocks.{layer}.{hook}" for layer in range(n_layers) for hook in ("hook_attn_out", "mlp.hook_post")]
     has_scale = "ln_final.hook_scale" in model.hook_dict and config.normalization_type is not None
     if has_scale:
         names.append("ln_final.hook_scale")
     logits, acts, _ = run_cache(model, inputs, names, hooks)
-    parts = residual_components(model, component_hooks(model), acts)  # heads: z_h @ W_O[h] from the cached z
+    parts = residual_components(model, components, acts)
 
     ypos = slice(0, 2 * V - 1, 2)
     dtype = torch.float64
@@ -416,8 +409,7 @@ def direct_logit_attribution(
     ``test_set`` defaults to the model's fixed 5,000-sample test set; ``hooks`` (an intervention),
     ``recall_baseline`` and ``tolerance`` as in :func:`decompose_logit_diff` (module docstring).
     """
-    recall_baseline = _check_recall_baseline(recall_baseline)
-    tolerance = _check_tolerance(tolerance)
+    recall_baseline, tolerance = _check_options(recall_baseline, tolerance)
     batch = check_batch(model, test_set)  # _decompose checks the hooks before its forward
     dec = _decompose(model, batch, hooks, recall_baseline, tolerance, "the residual_error row of to_dataframe()")
     masks = [dec.subgroups[name] for name in SUBGROUPS]

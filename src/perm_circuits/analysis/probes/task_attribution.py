@@ -2,7 +2,8 @@
 
 Direct logit attribution (Elhage et al. 2021, "A Mathematical Framework for Transformer
 Circuits"; Wang et al. 2022, the IOI paper, section 3.1) splits the residual stream that reaches
-the unembedding into the outputs of its components and reads each through the unembedding:
+the unembedding into the outputs of its components (:func:`residual_components`; TransformerLens 4
+native models have no per-head ``hook_result``) and reads each through the unembedding:
 
     DLA(c) = mask-weighted mean over loss positions of  (c / s) @ (W_U[:, target] - mean_v W_U[:, v]),
 
@@ -72,10 +73,8 @@ def _name(model) -> str:
 
 
 def component_hooks(model) -> list[tuple[str, str]]:
-    """``(label, hook point)`` of every direct component of the residual stream, in layer order (module
-    docstring): ``embed`` and ``pos_embed`` where the model has them, then per layer its heads (label
-    ``L{l}``, hook ``attn.hook_z``) or, without a per-layer ``W_O``, ``L{l}ATTN`` (``hook_attn_out``),
-    and ``L{l}MLP`` (``hook_mlp_out``)."""
+    """``(label, hook point)`` per direct component of the residual stream (module docstring), in layer
+    order; label ``L{l}`` at ``attn.hook_z`` stands for layer ``l``'s heads."""
     shape = model_shape(model)
     W_O = getattr(model, "W_O", None)
     per_head = isinstance(W_O, Tensor) and W_O.ndim == 4 and bool(shape.n_heads)
@@ -92,9 +91,8 @@ def component_hooks(model) -> list[tuple[str, str]]:
 
 
 def residual_components(model, names: list[tuple[str, str]], acts: dict[str, Tensor]) -> dict[str, Tensor]:
-    """``{label: [batch, pos, d_model]}``, each component's direct write into the residual stream, from
-    the activations ``acts`` at :func:`component_hooks`' hook points: head ``h`` of layer ``l`` is
-    ``L{l}H{h}`` = ``z_h @ W_O[l, h]`` (TransformerLens 4 native models have no per-head ``hook_result``)."""
+    """``{label: [batch, pos, d_model]}``: each component's direct write into the residual stream, from the
+    activations ``acts`` at :func:`component_hooks`' points; head ``L{l}H{h}`` is ``z_h @ W_O[l, h]``."""
     out = {}
     for label, hook in names:
         if hook.endswith("attn.hook_z"):
