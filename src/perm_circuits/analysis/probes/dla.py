@@ -347,11 +347,9 @@ class LogitAttribution:
         n: predictions per subgroup.
         mean: ``[subgroup, component]`` mean logit-difference contribution (NaN for an empty subgroup).
         actual: ``[subgroup]`` mean actual logit difference.
-        neuron_mean: ``[subgroup, layer * d_mlp]`` mean per-neuron contribution (nan where
-            some prediction's neurons do not add up to its cached MLP output, module docstring).
+        neuron_mean: ``[subgroup, layer * d_mlp]`` mean per-neuron contribution (nan: module docstring).
         recall_baseline: ``"elimination"`` or ``"mean"``.
-        residual_error: ``[subgroup]`` mean of ``actual - sum of components`` (0 up to float
-            error unless something acts after the residual stream).
+        residual_error: ``[subgroup]`` mean of ``actual - sum of components`` (module docstring).
         max_residual_error: ``max |actual - sum of components|`` over every prediction.
         tolerance: the tolerance (logits) above which that gap was warned about.
     """
