@@ -8,10 +8,10 @@ sum once its per-position scale is fixed.  With the *cached* scale ``s = ln_fina
     logit = sum_c (C c) * w_lnf / s @ W_U  +  (b_lnf @ W_U + b_U)
 
 exactly, where ``C`` centres over ``d_model`` (Elhage et al. 2021, "A Mathematical Framework for
-Transformer Circuits"; Nanda's TransformerLens DLA recipe).  Per-head outputs come from
-``ActivationCache.stack_head_results()`` (TransformerLens 4 native models have no per-head
-``hook_result``; the cache rebuilds it from ``attn.hook_z`` and ``W_O``, checked equal in the
-tests).
+Transformer Circuits"; Nanda's TransformerLens DLA recipe).  Embeddings, per-head outputs and
+MLP outputs come from :func:`~perm_circuits.analysis.probes.task_attribution.residual_components`,
+as for any task's model; the reading through the final LayerNorm differs: here the centring,
+``w_lnf`` and ``1/s`` fold into one float64 direction per prediction.
 
 What is attributed is a *logit difference* at each y-prediction position (steps ``1..V``):
 
@@ -74,7 +74,8 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from perm_circuits.analysis.probes.memory import _params, effective_unembed
+from perm_circuits.analysis.probes.memory import effective_unembed
+from perm_circuits.analysis.probes.task_attribution import component_hooks, residual_components
 from perm_circuits.checks import check_number
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import check_hooks
@@ -128,16 +129,10 @@ def elimination_answers(inputs: Int[Tensor, "batch seq"], V: int) -> Int[Tensor,
 def subgroup_masks(inputs: Int[Tensor, "batch seq"]) -> dict[str, Bool[Tensor, "batch step"]]:
     """Boolean masks over ``(sample, step)`` for :data:`SUBGROUPS`."""
     n_steps = (inputs.shape[1] + 1) // 2
-    repeated = repeated_queries(inputs)[:, -1]
-    early = torch.zeros(inputs.shape[0], n_steps, dtype=torch.bool, device=inputs.device)
-    early[:, :-1] = True
-    last = torch.zeros_like(early)
+    repeated = repeated_queries(inputs)[:, -1:]
+    last = torch.zeros(inputs.shape[0], n_steps, dtype=torch.bool, device=inputs.device)
     last[:, -1] = True
-    return {
-        SUBGROUPS[0]: early,
-        SUBGROUPS[1]: last & ~repeated[:, None],
-        SUBGROUPS[2]: last & repeated[:, None],
-    }
+    return {SUBGROUPS[0]: ~last, SUBGROUPS[1]: last & ~repeated, SUBGROUPS[2]: last & repeated}
 
 
 def check_batch(model, test_set: Batch | None, n: int = 5000, seed: int = 1234) -> Batch:
@@ -220,14 +215,10 @@ class LogitDiffDecomposition:
         return pd.DataFrame(mean, index=list(self.components), columns=columns)
 
 
-def _check_recall_baseline(recall_baseline: object) -> str:
+def _check_options(recall_baseline: object, tolerance: object) -> tuple[str, float]:
     if recall_baseline not in RECALL_BASELINES:
         raise ValueError(f"recall_baseline must be one of {RECALL_BASELINES}, got {recall_baseline!r}")
-    return str(recall_baseline)
-
-
-def _check_tolerance(tolerance: object) -> float:
-    return check_number("tolerance (logits)", tolerance, low=0, strict=True)
+    return str(recall_baseline), check_number("tolerance (logits)", tolerance, low=0, strict=True)
 
 
 def decompose_logit_diff(
@@ -250,8 +241,7 @@ def decompose_logit_diff(
 def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: object,
                where: str) -> LogitDiffDecomposition:
     """:func:`decompose_logit_diff`, whose warning names ``where`` the gaps are (called by the public functions)."""
-    recall_baseline = _check_recall_baseline(recall_baseline)
-    tolerance = _check_tolerance(tolerance)
+    recall_baseline, tolerance = _check_options(recall_baseline, tolerance)
     if not isinstance(batch, Batch):
         raise TypeError(f"batch must be a perm_circuits.tasks.permutation_data.Batch, got {type(batch).__name__}")
     config = model_config_of(model)
@@ -259,15 +249,14 @@ def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: 
     inputs = validate_tokens(batch.inputs, V)
     check_hooks(model, hooks)
 
-    names = ["hook_embed", "hook_pos_embed", f"blocks.{n_layers - 1}.hook_resid_post"] + [
-        f"blocks.{layer}.{hook}"
-        for layer in range(n_layers)
-        for hook in ("attn.hook_z", "hook_attn_out", "mlp.hook_post", "hook_mlp_out")
-    ]
+    components = component_hooks(model)  # embed, pos_embed, per layer its heads (attn.hook_z) and MLP
+    names = [hook for _, hook in components] + [f"blocks.{n_layers - 1}.hook_resid_post"] + [
+        f"blocks.{layer}.{hook}" for layer in range(n_layers) for hook in ("hook_attn_out", "mlp.hook_post")]
     has_scale = "ln_final.hook_scale" in model.hook_dict and config.normalization_type is not None
     if has_scale:
         names.append("ln_final.hook_scale")
-    logits, acts, cache = run_cache(model, inputs, names, hooks)
+    logits, acts, _ = run_cache(model, inputs, names, hooks)
+    parts = residual_components(model, components, acts)
 
     ypos = slice(0, 2 * V - 1, 2)
     dtype = torch.float64
@@ -284,40 +273,31 @@ def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: 
 
     U = effective_unembed(model).to(dtype)  # [d, V]
     direction = torch.einsum("dv,bsv->bsd", U, direction_v)  # residual direction of the logit diff
-    scale = (acts["ln_final.hook_scale"][:, ypos, 0].to(dtype) if has_scale
-             else torch.ones(inputs.shape[0], V, dtype=dtype, device=direction.device))
-    direction = direction / scale[..., None]
+    if has_scale:  # [b, step, 1]
+        direction = direction / acts["ln_final.hook_scale"][:, ypos].to(dtype)
 
     def attribute(x: Tensor) -> Tensor:  # [..., b, pos, d] -> [..., b, step]
         return (x[..., ypos, :].to(dtype) * direction).sum(-1)
 
-    params = _params(model)
-    columns: dict[str, Tensor] = {}  # component name -> [b, step]
     shape = acts["hook_embed"].shape
-    embed, pos_embed = acts["hook_embed"].to(dtype), acts["hook_pos_embed"].expand(shape).to(dtype)
-    columns["embed"] = attribute(embed)
-    columns["pos_embed"] = attribute(pos_embed)
+    embed, pos_embed = parts["embed"].to(dtype), parts["pos_embed"].expand(shape).to(dtype)
+    columns = {"embed": attribute(embed), "pos_embed": attribute(pos_embed)}  # component name -> [b, step]
     total = embed + pos_embed  # the residual stream the components account for
-    with torch.no_grad():  # rebuilt from cached z and the W_O parameters
-        heads = cache.stack_head_results(layer=-1)  # [layer * head, b, pos, d]
     neuron_columns, exact_columns = [], []
     for layer in range(n_layers):
         # attention: the cached hook_attn_out, split into heads, b_O and what an edit added
         attn_out = acts[f"blocks.{layer}.hook_attn_out"].to(dtype)
         b_O = model.b_O.detach()[layer].to(dtype).expand(shape)
-        head_sum = torch.zeros_like(attn_out)
-        for head in range(config.n_heads):
-            result = heads[layer * config.n_heads + head].to(dtype)
-            head_sum = head_sum + result
-            columns[f"L{layer}H{head}"] = attribute(result)
+        heads = [parts[f"L{layer}H{head}"].to(dtype) for head in range(config.n_heads)]
+        columns.update({f"L{layer}H{head}": attribute(result) for head, result in enumerate(heads)})
+        head_sum = sum(heads, torch.zeros_like(attn_out))
         columns[f"L{layer}attn_bias"] = attribute(b_O)
         columns[f"L{layer}attn_edit"] = attribute(attn_out - head_sum - b_O)
         total = total + attn_out
         # MLP: the cached hook_mlp_out, split into b_out and the rest; neurons as a breakdown
-        mlp_out = acts[f"blocks.{layer}.hook_mlp_out"].to(dtype)
+        mlp_out = parts[f"L{layer}MLP"].to(dtype)
         b_out = model.b_out.detach()[layer].to(dtype).expand(shape)
-        mlp_column = attribute(mlp_out - b_out)
-        columns[f"L{layer}mlp"] = mlp_column
+        mlp_column = columns[f"L{layer}mlp"] = attribute(mlp_out - b_out)
         columns[f"L{layer}mlp_bias"] = attribute(b_out)
         total = total + mlp_out
         post = acts[f"blocks.{layer}.mlp.hook_post"].to(dtype)  # [b, pos, d_mlp]
@@ -331,8 +311,9 @@ def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: 
     columns["other"] = attribute(resid - total)
 
     const = model.b_U.detach().to(dtype)[1 : V + 1].clone()
-    if "ln_final.bias" in params:
-        const = const + (params["ln_final.bias"].to(dtype) @ model.W_U.detach().to(dtype))[1 : V + 1]
+    ln_bias = model.state_dict().get("ln_final.bias")
+    if ln_bias is not None:
+        const = const + (ln_bias.to(dtype) @ model.W_U.detach().to(dtype))[1 : V + 1]
     columns["unembed_bias"] = torch.einsum("v,bsv->bs", const, direction_v)
 
     value_logits = logits[:, ypos, 1 : V + 1].to(dtype)
@@ -366,11 +347,9 @@ class LogitAttribution:
         n: predictions per subgroup.
         mean: ``[subgroup, component]`` mean logit-difference contribution (NaN for an empty subgroup).
         actual: ``[subgroup]`` mean actual logit difference.
-        neuron_mean: ``[subgroup, layer * d_mlp]`` mean per-neuron contribution (nan where
-            some prediction's neurons do not add up to its cached MLP output, module docstring).
+        neuron_mean: ``[subgroup, layer * d_mlp]`` mean per-neuron contribution (nan: module docstring).
         recall_baseline: ``"elimination"`` or ``"mean"``.
-        residual_error: ``[subgroup]`` mean of ``actual - sum of components`` (0 up to float
-            error unless something acts after the residual stream).
+        residual_error: ``[subgroup]`` mean of ``actual - sum of components`` (module docstring).
         max_residual_error: ``max |actual - sum of components|`` over every prediction.
         tolerance: the tolerance (logits) above which that gap was warned about.
     """
@@ -428,8 +407,7 @@ def direct_logit_attribution(
     ``test_set`` defaults to the model's fixed 5,000-sample test set; ``hooks`` (an intervention),
     ``recall_baseline`` and ``tolerance`` as in :func:`decompose_logit_diff` (module docstring).
     """
-    recall_baseline = _check_recall_baseline(recall_baseline)
-    tolerance = _check_tolerance(tolerance)
+    recall_baseline, tolerance = _check_options(recall_baseline, tolerance)
     batch = check_batch(model, test_set)  # _decompose checks the hooks before its forward
     dec = _decompose(model, batch, hooks, recall_baseline, tolerance, "the residual_error row of to_dataframe()")
     masks = [dec.subgroups[name] for name in SUBGROUPS]

@@ -2,7 +2,8 @@
 
 Direct logit attribution (Elhage et al. 2021, "A Mathematical Framework for Transformer
 Circuits"; Wang et al. 2022, the IOI paper, section 3.1) splits the residual stream that reaches
-the unembedding into the outputs of its components and reads each through the unembedding:
+the unembedding into the outputs of its components (:func:`residual_components`; TransformerLens 4
+native models have no per-head ``hook_result``) and reads each through the unembedding:
 
     DLA(c) = mask-weighted mean over loss positions of  (c / s) @ (W_U[:, target] - mean_v W_U[:, v]),
 
@@ -71,22 +72,10 @@ def _name(model) -> str:
     return name if isinstance(name, str) and name else type(model).__name__
 
 
-def target_logit_attribution(model, batch: TaskBatch) -> TargetAttribution:
-    """Direct logit attribution of every component to the targets of ``batch`` (module docstring).
-
-    Needs the model's ``W_U`` ``[d_model, n_out]`` and residual-stream hook points; TypeError
-    for a model without ``W_U``, ValueError for a normalization other than LayerNorm or none.
-    """
-    if not isinstance(batch, TaskBatch):
-        raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
-    batch = batch.to(model_device(model))  # the forward and the attribution run on the model's device
+def component_hooks(model) -> list[tuple[str, str]]:
+    """``(label, hook point)`` per direct component of the residual stream (module docstring), in layer
+    order; label ``L{l}`` at ``attn.hook_z`` stands for layer ``l``'s heads."""
     shape = model_shape(model)
-    W_U = getattr(model, "W_U", None)
-    if not isinstance(W_U, Tensor) or W_U.ndim != 2:
-        raise TypeError(f"{type(model).__name__} has no unembedding W_U [d_model, n_out]: no direct logit attribution")
-    norm = getattr(getattr(model, "cfg", None), "normalization_type", None)
-    if norm not in (None, "LN", "LNPre"):
-        raise ValueError(f"direct logit attribution handles LayerNorm or no normalization, got {norm!r}")
     W_O = getattr(model, "W_O", None)
     per_head = isinstance(W_O, Tensor) and W_O.ndim == 4 and bool(shape.n_heads)
     names = [(label, hook) for label, hook in (("embed", "hook_embed"), ("pos_embed", "hook_pos_embed"))
@@ -98,6 +87,39 @@ def target_logit_attribution(model, batch: TaskBatch) -> TargetAttribution:
             names.append((f"L{layer}ATTN", f"blocks.{layer}.hook_attn_out"))
         if shape.mlp(layer):
             names.append((f"L{layer}MLP", f"blocks.{layer}.hook_mlp_out"))
+    return names
+
+
+def residual_components(model, names: list[tuple[str, str]], acts: dict[str, Tensor]) -> dict[str, Tensor]:
+    """``{label: [batch, pos, d_model]}``: each component's direct write into the residual stream, from the
+    activations ``acts`` at :func:`component_hooks`' points; head ``L{l}H{h}`` is ``z_h @ W_O[l, h]``."""
+    out = {}
+    for label, hook in names:
+        if hook.endswith("attn.hook_z"):
+            layer = int(_LAYER.match(hook).group(1))
+            for head in range(acts[hook].shape[2]):
+                out[f"{label}H{head}"] = acts[hook][:, :, head] @ model.W_O[layer, head].detach()
+        else:
+            out[label] = acts[hook]
+    return out
+
+
+def target_logit_attribution(model, batch: TaskBatch) -> TargetAttribution:
+    """Direct logit attribution of every component to the targets of ``batch`` (module docstring).
+
+    Needs the model's ``W_U`` ``[d_model, n_out]`` and residual-stream hook points; TypeError
+    for a model without ``W_U``, ValueError for a normalization other than LayerNorm or none.
+    """
+    if not isinstance(batch, TaskBatch):
+        raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
+    batch = batch.to(model_device(model))  # the forward and the attribution run on the model's device
+    names = component_hooks(model)
+    W_U = getattr(model, "W_U", None)
+    if not isinstance(W_U, Tensor) or W_U.ndim != 2:
+        raise TypeError(f"{type(model).__name__} has no unembedding W_U [d_model, n_out]: no direct logit attribution")
+    norm = getattr(getattr(model, "cfg", None), "normalization_type", None)
+    if norm not in (None, "LN", "LNPre"):
+        raise ValueError(f"direct logit attribution handles LayerNorm or no normalization, got {norm!r}")
     extra = ["ln_final.hook_scale"] if norm is not None else []
     logits, cache = run_capture(model, batch.tokens, [hook for _, hook in names] + extra)
     weights = batch.mask.double()
@@ -116,15 +138,7 @@ def target_logit_attribution(model, batch: TaskBatch) -> TargetAttribution:
         value = torch.einsum("bsd,dbs->bs", x, direction)
         return float((value * weights).sum() / weights.sum())
 
-    values: dict[str, float] = {}  # component label -> attribution
-    for label, hook in names:
-        activation = cache[hook]
-        if hook.endswith("attn.hook_z"):
-            layer = int(_LAYER.match(hook).group(1))
-            for head in range(shape.n_heads):
-                values[f"{label}H{head}"] = read(activation[:, :, head] @ W_O[layer, head].detach())
-        else:
-            values[label] = read(activation)
+    values = {label: read(x) for label, x in residual_components(model, names, cache).items()}
     out = logits.double()
     diff = out.gather(-1, targets[..., None])[..., 0] - out.mean(-1)
     total = float((diff * weights).sum() / weights.sum())
