@@ -31,6 +31,7 @@ from perm_circuits.checks import check_int
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import run_logits
 from perm_circuits.models import model_config_of, task_config_of
+from perm_circuits.posterior import Posterior
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig, exhaustive_batch, make_batch, make_test_set, probe_sequence
 from perm_circuits.tasks.runner import TaskEvaluation, measure_task
 from perm_circuits.tasks.base import Task, TaskBatch
@@ -53,6 +54,7 @@ __all__ = [
     "TaskEvaluation",
     "evaluate",
     "evaluate_logits",
+    "evaluate_run",
     "probe_probabilities",
     "recall_generalisation",
     "value_probs",
@@ -132,9 +134,25 @@ def evaluate(
     if not isinstance(test_set, Batch):
         raise TypeError(f"test_set must be a perm_circuits.tasks.permutation_data.Batch, got {type(test_set).__name__}")
     test_set = test_set.to(model_device(model))  # once: the forward and the posteriors run on the model's device
+    return evaluate_run(model, test_set, task_config, hooks, probe=probe)[1]
+
+
+def evaluate_run(
+    model,
+    test_set: Batch,
+    config: TaskConfig,
+    hooks: Sequence[tuple[str, Callable]] | None = None,
+    *,
+    posteriors: tuple[Posterior, Posterior] | None = None,
+    probe: bool = False,
+) -> tuple[Float[Tensor, "batch seq vocab"], Evaluation]:
+    """The study's evaluation of one forward: the logits on ``test_set`` under ``hooks`` and their
+    :class:`Evaluation` (:func:`evaluate_logits`; ``posteriors`` = (uniform, train) may be cached,
+    e.g. across the runs of an ablation table).  ``probe``: also run the probe sequence (V = 5)."""
     logits = run_logits(model, test_set.inputs, hooks)
-    probs = probe_probabilities(model, hooks).tolist() if probe and task_config.V == 5 else None
-    return evaluate_logits(logits, test_set, task_config, model_name=model_config_of(model).name, probe=probs)
+    probs = probe_probabilities(model, hooks).tolist() if probe and config.V == 5 else None
+    return logits, evaluate_logits(logits, test_set, config, posteriors=posteriors,
+                                   model_name=model_config_of(model).name, probe=probs)
 
 
 @dataclass(frozen=True)

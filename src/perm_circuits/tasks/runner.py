@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -284,10 +285,7 @@ def measure_task(
     if not isinstance(test_set, TaskBatch):
         raise TypeError(f"test_set must be a TaskBatch (task.test_set(...)), got {type(test_set).__name__}")
     test_set = test_set.to(model_device(model))  # once: the forward and the metrics run on the model's device
-    if hooks:
-        with model.hooks(fwd_hooks=hooks):
-            logits = task_logits(model, test_set.tokens)
-    else:
+    with model.hooks(fwd_hooks=hooks) if hooks else nullcontext():  # forward is None under hooks
         logits = task_logits(model, test_set.tokens, forward)
     metrics = task.metrics(logits, test_set)
     missing = [name for name in task.metric_names if name not in metrics]

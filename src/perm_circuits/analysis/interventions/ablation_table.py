@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from perm_circuits.analysis.interventions.checks import check_seed
 from perm_circuits.analysis.interventions.core import (
@@ -23,12 +22,12 @@ from perm_circuits.analysis.interventions.core import (
     TASK_HOWS,
     ablate_tokens,
     check_hook_point,
-    component_hook,
+    component_sweep,
     components_of,
     reference_tokens,
 )
 from perm_circuits.devices import model_device
-from perm_circuits.hooks import check_hooks
+from perm_circuits.hooks import HookList, check_hooks
 from perm_circuits.model_shape import model_shape
 from perm_circuits.tasks.base import Task, TaskBatch
 
@@ -43,8 +42,6 @@ __all__ = [
     "task_table",
 ]
 
-
-# ----------------------------------------------------------------------------- the table
 
 
 @dataclass(frozen=True)
@@ -144,14 +141,15 @@ def task_table(
         )
     if reference is None and any(how != "zero" for how in hows):
         raise ValueError(f"modes {[h for h in hows if h != 'zero']} need a reference TaskBatch")
-    base = measure_task(model, task, test_set, hooks=hooks or None)
-    rows = [TaskAblationRow("none", "none", None, None, dict(base.metrics), base.test_loss)]
-    cells = [(how, c) for how in hows for c in components]
-    for how, (label, layer, head) in tqdm(cells, disable=not progress, desc="task ablation", leave=False):
-        extra = ablate_tokens(model, component_hook(layer, head), how, reference=None if how == "zero" else reference,
-                              index=head, positions=positions, seed=resample_seed, hooks=hooks)
-        result = measure_task(model, task, test_set, hooks=hooks + extra)
-        rows.append(TaskAblationRow(label, how, layer, head, dict(result.metrics), result.test_loss))
-    return TaskAblationTable(task.name, base.model_name, tuple(task.metric_names), tuple(rows), len(test_set),
+
+    def build(hook_name: str, head: int | None, how: str) -> HookList:
+        return ablate_tokens(model, hook_name, how, reference=None if how == "zero" else reference, index=head,
+                             positions=positions, seed=resample_seed, hooks=hooks)
+
+    runs = component_sweep(components, hows, build, lambda extra: measure_task(model, task, test_set,
+                           hooks=hooks + extra or None), by_mode=True, progress=progress, desc="task ablation")
+    rows = tuple(TaskAblationRow(component, how, layer, head, dict(result.metrics), result.test_loss)
+                 for component, how, layer, head, _, result in runs)
+    return TaskAblationTable(task.name, runs[0][-1].model_name, tuple(task.metric_names), rows, len(test_set),
                              test_seed)
 

@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import pandas as pd
-import torch
 from torch import Tensor
 
 from perm_circuits.analysis.interventions.checks import check_positions, check_seed, check_task_config
@@ -24,6 +23,7 @@ from perm_circuits.analysis.interventions.core import (
     ablation_fn,
     check_how,
     component_hook,
+    component_sweep,
     components_of,
     resample_rows,
     selection,
@@ -31,7 +31,7 @@ from perm_circuits.analysis.interventions.core import (
 from perm_circuits.analysis.interventions.optimal import optimise_constant, upstream_hooks
 from perm_circuits.analysis.interventions.references import binding_free_reference
 from perm_circuits.devices import model_device
-from perm_circuits.evaluate import evaluate_logits
+from perm_circuits.evaluate import evaluate_run
 from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.models import model_config_of
 from perm_circuits.posterior import bayes_posterior
@@ -177,12 +177,6 @@ def ablation_runs(
 
     posteriors = tuple(bayes_posterior(test_set.inputs, config, prior) for prior in ("uniform", "train"))
 
-    def run(extra: HookList) -> tuple[Tensor, object]:
-        with torch.no_grad(), model.hooks(fwd_hooks=hooks + extra):
-            logits = model(test_set.inputs)
-        evaluation = evaluate_logits(logits, test_set, config, posteriors=posteriors, model_name=model_config.name)
-        return logits, evaluation
-
     if pairing == "row" and len(reference_batch) != len(test_set):
         raise ValueError(f"a row-paired reference needs {len(test_set)} rows, got {len(reference_batch)}")
     answers = {"resample": reference_batch.ys[:, -1] if pairing == "row" else
@@ -197,27 +191,24 @@ def ablation_runs(
         free = run_capture(model, free_batch.inputs, names, hooks)[1]
         answers["binding_free"] = free_batch.ys[:, -1]
 
-    base_logits, base_evaluation = run([])
-    rows = [_row("none", "none", None, None, base_evaluation)]
-    hook_lists: dict[tuple[str, str], HookList] = {("none", "none"): []}
-    all_logits: dict[tuple[str, str], Tensor] = {("none", "none"): base_logits}
-    for component, layer, head in components:
-        hook_name, index = component_hook(layer, head), None if head is None else [head]
-        for how in hows:
-            activation, constant = activations.get(hook_name), None
-            if how == "binding_free":
-                activation = free[hook_name]
-            elif how == "optimal":
-                assert activation is not None
-                mask = selection(activation.shape, "pos", index, position_list, activation.device)
-                constant = optimise_constant(model, hook_name, mask, reference_batch, hooks, activation,
-                                             upstream=activations)
-            fn = ablation_fn(how, "pos", index, position_list, activation, seed, pairing, constant)
-            logits, evaluation = run([(hook_name, fn)])
-            follows = float((logits[:, -1].argmax(-1) == answers[how]).float().mean()) if how in answers else math.nan
-            rows.append(_row(component, how, layer, head, evaluation, follows))
-            hook_lists[(component, how)] = [(hook_name, fn)]
-            all_logits[(component, how)] = logits
+    def build(hook_name: str, head: int | None, how: str) -> HookList:
+        index, activation, constant = None if head is None else [head], activations.get(hook_name), None
+        if how == "binding_free":
+            activation = free[hook_name]
+        elif how == "optimal":
+            assert activation is not None
+            mask = selection(activation.shape, "pos", index, position_list, activation.device)
+            constant = optimise_constant(model, hook_name, mask, reference_batch, hooks, activation,
+                                         upstream=activations)
+        return [(hook_name, ablation_fn(how, "pos", index, position_list, activation, seed, pairing, constant))]
+
+    runs = component_sweep(components, hows, build, lambda extra: evaluate_run(model, test_set, config, hooks + extra,
+                                                                               posteriors=posteriors))
+    rows, hook_lists, all_logits = [], {}, {}
+    for component, how, layer, head, extra, (logits, evaluation) in runs:
+        follows = float((logits[:, -1].argmax(-1) == answers[how]).float().mean()) if how in answers else math.nan
+        rows.append(_row(component, how, layer, head, evaluation, follows))
+        hook_lists[component, how], all_logits[component, how] = extra, logits
     table = AblationTable(model_name=model_config.name, reference=label,
         positions=tuple(position_list) if position_list is not None else None, n_samples=len(test_set),
         n_recall=int(test_set.repeated.sum()), rows=tuple(rows))
