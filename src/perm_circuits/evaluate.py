@@ -94,11 +94,9 @@ def evaluate(
       own metrics, the masked test loss and the agreement with the task's reference.
 
     Args:
-        model: the model.
         test_set: the batch to evaluate on; default: the task's fixed test set of ``n`` samples
             drawn with ``seed`` (the study's: from the test permutations, with the model's training
             ``repeat_ratio`` and ``repeat_sources``).
-        task: any task; gives a :class:`TaskEvaluation`.
         task_config: the study's task; default: the one stored with the model.  A
             :class:`~perm_circuits.tasks.PermutationTask` (and a ``TaskBatch`` test set from it)
             is unwrapped: the same :class:`Evaluation`.
@@ -138,13 +136,8 @@ def evaluate(
 
 
 def evaluate_run(
-    model,
-    test_set: Batch,
-    config: TaskConfig,
-    hooks: Sequence[tuple[str, Callable]] | None = None,
-    *,
-    posteriors: tuple[Posterior, Posterior] | None = None,
-    probe: bool = False,
+    model, test_set: Batch, config: TaskConfig, hooks: Sequence[tuple[str, Callable]] | None = None, *,
+    posteriors: tuple[Posterior, Posterior] | None = None, probe: bool = False,
 ) -> tuple[Float[Tensor, "batch seq vocab"], Evaluation]:
     """The study's evaluation of one forward: the logits on ``test_set`` under ``hooks`` and their
     :class:`Evaluation` (:func:`evaluate_logits`; ``posteriors`` = (uniform, train) may be cached,

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from perm_circuits.checks import check_int
 from perm_circuits.devices import model_device
+from perm_circuits.hooks import check_hooks
 from perm_circuits.models import ModelConfig, fast_forward
 from perm_circuits.tasks.base import (FitConfig, FitResult, StepState, Task, TaskBatch, fit, masked_cross_entropy,
                                       task_entry)
@@ -274,8 +275,6 @@ def measure_task(
     """
     check_fit(model, task)
     if hooks is not None:
-        from perm_circuits.hooks import check_hooks
-
         if forward is not None:
             raise ValueError("hooks= need the model's own forward pass; pass forward=None (a custom forward skips hook points)")
         hooks = check_hooks(model, hooks)

@@ -1,12 +1,7 @@
-"""The ablation table of any task's model: every head and MLP ablated, the task's own metrics.
-
-:func:`~perm_circuits.analysis.interventions.ablation.ablation_table` comes here for a model that is not one of
-the study's bridges, or whenever a ``task`` is given: each head (``blocks.L.attn.hook_z``) and
-each MLP (``blocks.L.hook_mlp_out``, where the model has one) is ablated under each mode with the
-task-free hooks of :func:`~perm_circuits.analysis.interventions.core.ablate_tokens` (zero, mean,
-resample, optimal; Wang et al. 2022, the IOI paper, section 3; Chan et al. 2022; Li & Janson
-2024) and the task's own metrics are measured with :func:`~perm_circuits.evaluate` with ``task=``
-(``hooks=``), next to the unablated baseline.
+"""The ablation table of any task's model: every head (``blocks.L.attn.hook_z``) and MLP (``blocks.L.hook_mlp_out``)
+ablated under each mode by :func:`~perm_circuits.analysis.interventions.core.ablate_tokens` (zero, mean, resample,
+optimal; Wang et al. 2022, the IOI paper, section 3; Chan et al. 2022; Li & Janson 2024), the task's own metrics
+(:func:`~perm_circuits.tasks.runner.measure_task`) next to the unablated baseline.
 """
 
 from __future__ import annotations
@@ -30,6 +25,7 @@ from perm_circuits.devices import model_device
 from perm_circuits.hooks import HookList, check_hooks
 from perm_circuits.model_shape import model_shape
 from perm_circuits.tasks.base import Task, TaskBatch
+from perm_circuits.tasks.runner import measure_task
 
 __all__ = [
     "TASK_HOWS",
@@ -117,8 +113,6 @@ def task_table(
     in the table only.  Use :func:`~perm_circuits.analysis.interventions.ablation.ablation_table`, which
     validates the arguments and builds the defaults.
     """
-    from perm_circuits.tasks.runner import measure_task
-
     shape = model_shape(model)
     if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:
         raise TypeError(f"hows must be a non-empty list or tuple of modes from {ANY_TASK_HOWS}, got {hows!r}")

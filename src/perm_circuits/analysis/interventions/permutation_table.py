@@ -1,10 +1,9 @@
 """The permutation study's ablation table: every head and MLP under every mode, on one test set.
 
-:func:`perm_circuits.analysis.interventions.ablation.ablation_table` comes here for the study's
-bridges.  Each component's hook is built with the intervention core (modes zero / mean / resample /
-binding_free / optimal; Wang et al. 2022; Chan et al. 2022; Li & Janson 2024) and evaluated through
-:func:`~perm_circuits.evaluate.evaluate_logits` (the numbers of :func:`~perm_circuits.evaluate.evaluate`
-with the posteriors computed once).
+:func:`perm_circuits.analysis.interventions.ablation.ablation_table` comes here for the study's bridges.  The
+any-task table's loop (:func:`~perm_circuits.analysis.interventions.core.component_sweep`) with the study's hooks
+(modes zero / mean / resample / binding_free / optimal; Wang et al. 2022; Chan et al. 2022; Li & Janson 2024) and
+the study's metrics (:func:`~perm_circuits.evaluate.evaluate_run`, the posteriors computed once).
 """
 
 from __future__ import annotations
@@ -93,15 +92,6 @@ class AblationTable:
         return self.get("none", "none")
 
 
-def _row(component: str, how: str, layer, head, evaluation, follows: float = math.nan) -> AblationRow:
-    memorization = evaluation.memorization
-    return AblationRow(component=component, how=how, layer=layer, head=head,
-        elimination_accuracy=evaluation.elimination.accuracy, recall_accuracy=evaluation.recall_accuracy,
-        early_mae_train=evaluation.early_mae_train, loss=evaluation.test_loss,
-        elimination_loss=evaluation.elimination.loss,
-        recall_loss=memorization.loss if memorization is not None else math.nan, follows_reference=follows)
-
-
 def ablation_runs(
     model,
     hows: Sequence[str],
@@ -121,8 +111,7 @@ def ablation_runs(
     with the ablation's hooks (plus ``hooks``, applied in every run including the reference one).
 
     Args:
-        hows: modes among :data:`HOWS` (default: all five, ``"zero"``, ``"mean"``,
-            ``"resample"``, ``"binding_free"``, ``"optimal"``).
+        hows: modes among :data:`HOWS` (``"zero"``, ``"mean"``, ``"resample"``, ``"binding_free"``, ``"optimal"``).
         test_set: default ``make_test_set(task_config)`` (the model's training task, so with its
             ``repeat_ratio`` there is a memorization subgroup).
         reference: ``"test"`` (mean / resample / optimal over the test set itself, random
@@ -207,7 +196,10 @@ def ablation_runs(
     rows, hook_lists, all_logits = [], {}, {}
     for component, how, layer, head, extra, (logits, evaluation) in runs:
         follows = float((logits[:, -1].argmax(-1) == answers[how]).float().mean()) if how in answers else math.nan
-        rows.append(_row(component, how, layer, head, evaluation, follows))
+        recall_loss = evaluation.memorization.loss if evaluation.memorization is not None else math.nan
+        rows.append(AblationRow(component, how, layer, head, evaluation.elimination.accuracy,
+                                evaluation.recall_accuracy, evaluation.early_mae_train, evaluation.test_loss,
+                                evaluation.elimination.loss, recall_loss, follows))
         hook_lists[component, how], all_logits[component, how] = extra, logits
     table = AblationTable(model_name=model_config.name, reference=label,
         positions=tuple(position_list) if position_list is not None else None, n_samples=len(test_set),
