@@ -1,9 +1,6 @@
-"""The one evaluation: :func:`evaluate` measures any model on any task.
-
-``evaluate(model, task=task)`` runs the task's own metrics, the masked test loss and the agreement
-with the task's reference (:func:`perm_circuits.tasks.runner.measure_task`) on any ``tokens -> logits``
-module.  ``evaluate(model)`` on one of the study's permutation-lookup models gives the study's
-per-step evaluation against the exact Bayesian posterior:
+"""The one evaluation: :func:`evaluate` measures any model on any task (``task=``:
+:func:`perm_circuits.tasks.runner.measure_task`), and the study's permutation-lookup models by default,
+per step against the exact Bayesian posterior:
 
 for every y-prediction step ``1..V`` of a fixed test set, :func:`evaluate` measures the model's
 accuracy, the accuracy a Bayesian predictor would reach (its mean probability on the target),
@@ -139,9 +136,8 @@ def evaluate_run(
     model, test_set: Batch, config: TaskConfig, hooks: Sequence[tuple[str, Callable]] | None = None, *,
     posteriors: tuple[Posterior, Posterior] | None = None, probe: bool = False,
 ) -> tuple[Float[Tensor, "batch seq vocab"], Evaluation]:
-    """The study's evaluation of one forward: the logits on ``test_set`` under ``hooks`` and their
-    :class:`Evaluation` (:func:`evaluate_logits`; ``posteriors`` = (uniform, train) may be cached,
-    e.g. across the runs of an ablation table).  ``probe``: also run the probe sequence (V = 5)."""
+    """The logits on ``test_set`` under ``hooks`` and their :class:`Evaluation` (:func:`evaluate_logits`, whose
+    ``posteriors`` an ablation table caches across its runs); ``probe`` also runs the probe sequence (V = 5)."""
     logits = run_logits(model, test_set.inputs, hooks)
     probs = probe_probabilities(model, hooks).tolist() if probe and config.V == 5 else None
     return logits, evaluate_logits(logits, test_set, config, posteriors=posteriors,
