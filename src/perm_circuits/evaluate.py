@@ -1,9 +1,6 @@
-"""The one evaluation: :func:`evaluate` measures any model on any task.
-
-``evaluate(model, task=task)`` runs the task's own metrics, the masked test loss and the agreement
-with the task's reference (:func:`perm_circuits.tasks.runner.measure_task`) on any ``tokens -> logits``
-module.  ``evaluate(model)`` on one of the study's permutation-lookup models gives the study's
-per-step evaluation against the exact Bayesian posterior:
+"""The one evaluation: :func:`evaluate` measures any model on any task (``task=``:
+:func:`perm_circuits.tasks.runner.measure_task`), and the study's permutation-lookup models by default,
+per step against the exact Bayesian posterior:
 
 for every y-prediction step ``1..V`` of a fixed test set, :func:`evaluate` measures the model's
 accuracy, the accuracy a Bayesian predictor would reach (its mean probability on the target),
@@ -31,6 +28,7 @@ from perm_circuits.checks import check_int
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import run_logits
 from perm_circuits.models import model_config_of, task_config_of
+from perm_circuits.posterior import Posterior
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig, exhaustive_batch, make_batch, make_test_set, probe_sequence
 from perm_circuits.tasks.runner import TaskEvaluation, measure_task
 from perm_circuits.tasks.base import Task, TaskBatch
@@ -53,6 +51,7 @@ __all__ = [
     "TaskEvaluation",
     "evaluate",
     "evaluate_logits",
+    "evaluate_run",
     "probe_probabilities",
     "recall_generalisation",
     "value_probs",
@@ -92,11 +91,9 @@ def evaluate(
       own metrics, the masked test loss and the agreement with the task's reference.
 
     Args:
-        model: the model.
         test_set: the batch to evaluate on; default: the task's fixed test set of ``n`` samples
             drawn with ``seed`` (the study's: from the test permutations, with the model's training
             ``repeat_ratio`` and ``repeat_sources``).
-        task: any task; gives a :class:`TaskEvaluation`.
         task_config: the study's task; default: the one stored with the model.  A
             :class:`~perm_circuits.tasks.PermutationTask` (and a ``TaskBatch`` test set from it)
             is unwrapped: the same :class:`Evaluation`.
@@ -132,9 +129,19 @@ def evaluate(
     if not isinstance(test_set, Batch):
         raise TypeError(f"test_set must be a perm_circuits.tasks.permutation_data.Batch, got {type(test_set).__name__}")
     test_set = test_set.to(model_device(model))  # once: the forward and the posteriors run on the model's device
+    return evaluate_run(model, test_set, task_config, hooks, probe=probe)[1]
+
+
+def evaluate_run(
+    model, test_set: Batch, config: TaskConfig, hooks: Sequence[tuple[str, Callable]] | None = None, *,
+    posteriors: tuple[Posterior, Posterior] | None = None, probe: bool = False,
+) -> tuple[Float[Tensor, "batch seq vocab"], Evaluation]:
+    """The logits on ``test_set`` under ``hooks`` and their :class:`Evaluation` (:func:`evaluate_logits`, whose
+    ``posteriors`` an ablation table caches across its runs); ``probe`` also runs the probe sequence (V = 5)."""
     logits = run_logits(model, test_set.inputs, hooks)
-    probs = probe_probabilities(model, hooks).tolist() if probe and task_config.V == 5 else None
-    return evaluate_logits(logits, test_set, task_config, model_name=model_config_of(model).name, probe=probs)
+    probs = probe_probabilities(model, hooks).tolist() if probe and config.V == 5 else None
+    return logits, evaluate_logits(logits, test_set, config, posteriors=posteriors,
+                                   model_name=model_config_of(model).name, probe=probs)
 
 
 @dataclass(frozen=True)

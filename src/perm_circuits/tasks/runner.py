@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ from torch import Tensor
 
 from perm_circuits.checks import check_int
 from perm_circuits.devices import model_device
+from perm_circuits.hooks import check_hooks
 from perm_circuits.models import ModelConfig, fast_forward
 from perm_circuits.tasks.base import (FitConfig, FitResult, StepState, Task, TaskBatch, fit, masked_cross_entropy,
                                       task_entry)
@@ -273,8 +275,6 @@ def measure_task(
     """
     check_fit(model, task)
     if hooks is not None:
-        from perm_circuits.hooks import check_hooks
-
         if forward is not None:
             raise ValueError("hooks= need the model's own forward pass; pass forward=None (a custom forward skips hook points)")
         hooks = check_hooks(model, hooks)
@@ -284,10 +284,7 @@ def measure_task(
     if not isinstance(test_set, TaskBatch):
         raise TypeError(f"test_set must be a TaskBatch (task.test_set(...)), got {type(test_set).__name__}")
     test_set = test_set.to(model_device(model))  # once: the forward and the metrics run on the model's device
-    if hooks:
-        with model.hooks(fwd_hooks=hooks):
-            logits = task_logits(model, test_set.tokens)
-    else:
+    with model.hooks(fwd_hooks=hooks) if hooks else nullcontext():  # forward is None under hooks
         logits = task_logits(model, test_set.tokens, forward)
     metrics = task.metrics(logits, test_set)
     missing = [name for name in task.metric_names if name not in metrics]

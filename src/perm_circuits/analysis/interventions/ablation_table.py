@@ -1,12 +1,7 @@
-"""The ablation table of any task's model: every head and MLP ablated, the task's own metrics.
-
-:func:`~perm_circuits.analysis.interventions.ablation.ablation_table` comes here for a model that is not one of
-the study's bridges, or whenever a ``task`` is given: each head (``blocks.L.attn.hook_z``) and
-each MLP (``blocks.L.hook_mlp_out``, where the model has one) is ablated under each mode with the
-task-free hooks of :func:`~perm_circuits.analysis.interventions.core.ablate_tokens` (zero, mean,
-resample, optimal; Wang et al. 2022, the IOI paper, section 3; Chan et al. 2022; Li & Janson
-2024) and the task's own metrics are measured with :func:`~perm_circuits.evaluate` with ``task=``
-(``hooks=``), next to the unablated baseline.
+"""The ablation table of any task's model: every head (``blocks.L.attn.hook_z``) and MLP (``blocks.L.hook_mlp_out``)
+ablated under each mode by :func:`~perm_circuits.analysis.interventions.core.ablate_tokens` (zero, mean, resample,
+optimal; Wang et al. 2022, the IOI paper, section 3; Chan et al. 2022; Li & Janson 2024), the task's own metrics
+(:func:`~perm_circuits.tasks.runner.measure_task`) next to the unablated baseline.
 """
 
 from __future__ import annotations
@@ -15,7 +10,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from perm_circuits.analysis.interventions.checks import check_seed
 from perm_circuits.analysis.interventions.core import (
@@ -23,14 +17,15 @@ from perm_circuits.analysis.interventions.core import (
     TASK_HOWS,
     ablate_tokens,
     check_hook_point,
-    component_hook,
+    component_sweep,
     components_of,
     reference_tokens,
 )
 from perm_circuits.devices import model_device
-from perm_circuits.hooks import check_hooks
+from perm_circuits.hooks import HookList, check_hooks
 from perm_circuits.model_shape import model_shape
 from perm_circuits.tasks.base import Task, TaskBatch
+from perm_circuits.tasks.runner import measure_task
 
 __all__ = [
     "TASK_HOWS",
@@ -43,8 +38,6 @@ __all__ = [
     "task_table",
 ]
 
-
-# ----------------------------------------------------------------------------- the table
 
 
 @dataclass(frozen=True)
@@ -120,8 +113,6 @@ def task_table(
     in the table only.  Use :func:`~perm_circuits.analysis.interventions.ablation.ablation_table`, which
     validates the arguments and builds the defaults.
     """
-    from perm_circuits.tasks.runner import measure_task
-
     shape = model_shape(model)
     if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:
         raise TypeError(f"hows must be a non-empty list or tuple of modes from {ANY_TASK_HOWS}, got {hows!r}")
@@ -144,14 +135,15 @@ def task_table(
         )
     if reference is None and any(how != "zero" for how in hows):
         raise ValueError(f"modes {[h for h in hows if h != 'zero']} need a reference TaskBatch")
-    base = measure_task(model, task, test_set, hooks=hooks or None)
-    rows = [TaskAblationRow("none", "none", None, None, dict(base.metrics), base.test_loss)]
-    cells = [(how, c) for how in hows for c in components]
-    for how, (label, layer, head) in tqdm(cells, disable=not progress, desc="task ablation", leave=False):
-        extra = ablate_tokens(model, component_hook(layer, head), how, reference=None if how == "zero" else reference,
-                              index=head, positions=positions, seed=resample_seed, hooks=hooks)
-        result = measure_task(model, task, test_set, hooks=hooks + extra)
-        rows.append(TaskAblationRow(label, how, layer, head, dict(result.metrics), result.test_loss))
-    return TaskAblationTable(task.name, base.model_name, tuple(task.metric_names), tuple(rows), len(test_set),
+
+    def build(hook_name: str, head: int | None, how: str) -> HookList:
+        return ablate_tokens(model, hook_name, how, reference=None if how == "zero" else reference, index=head,
+                             positions=positions, seed=resample_seed, hooks=hooks)
+
+    runs = component_sweep(components, hows, build, lambda extra: measure_task(model, task, test_set,
+                           hooks=hooks + extra or None), by_mode=True, progress=progress, desc="task ablation")
+    rows = tuple(TaskAblationRow(component, how, layer, head, dict(result.metrics), result.test_loss)
+                 for component, how, layer, head, _, result in runs)
+    return TaskAblationTable(task.name, runs[0][-1].model_name, tuple(task.metric_names), rows, len(test_set),
                              test_seed)
 

@@ -20,9 +20,12 @@ has no hooks left).  The permutation study's ablations
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import product
+from typing import Any
 
 import torch
 from torch import Tensor
+from tqdm.auto import tqdm
 
 from perm_circuits.analysis.interventions.checks import check_index_list, check_int, check_positions, check_seed
 from perm_circuits.devices import device_forward
@@ -42,6 +45,7 @@ __all__ = [
     "check_how",
     "check_pairing",
     "component_hook",
+    "component_sweep",
     "components_of",
     "lbfgs_constant",
     "minimise_constant",
@@ -175,6 +179,31 @@ def components_of(model) -> list[tuple[str, int, int | None]]:
 def component_hook(layer: int, head: int | None) -> str:
     """The hook a component is ablated on: ``blocks.L.attn.hook_z`` (a head) or ``blocks.L.hook_mlp_out``."""
     return f"blocks.{layer}.attn.hook_z" if head is not None else f"blocks.{layer}.hook_mlp_out"
+
+
+def component_sweep(
+    components: Sequence[tuple[str, int, int | None]],
+    hows: Sequence[str],
+    build: Callable[[str, int | None, str], HookList],
+    measure: Callable[[HookList], Any],
+    *,
+    by_mode: bool = False,
+    progress: bool = False,
+    desc: str = "ablation",
+) -> list[tuple[str, str, int | None, int | None, HookList, Any]]:
+    """The ablation table's loop on any model: ``measure(hooks)`` unablated, then with each of ``components``
+    (:func:`components_of`) ablated under each of ``hows`` by the hooks ``build(hook_name, head, how)``.
+
+    Returns ``(component, how, layer, head, hooks, result)`` per run, the baseline (``"none"``,
+    ``"none"``, no hooks) first, then component by component (each under every mode), or mode by
+    mode with ``by_mode``.
+    """
+    cells = list(product(hows, components)) if by_mode else [(how, c) for c, how in product(components, hows)]
+    runs = [("none", "none", None, None, [], measure([]))]
+    for how, (component, layer, head) in tqdm(cells, disable=not progress, desc=desc, leave=False):
+        extra = build(component_hook(layer, head), head, how)
+        runs.append((component, how, layer, head, extra, measure(extra)))
+    return runs
 
 
 # ----------------------------------------------------------------------------- the hook closure

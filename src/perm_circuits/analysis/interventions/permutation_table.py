@@ -1,10 +1,9 @@
 """The permutation study's ablation table: every head and MLP under every mode, on one test set.
 
-:func:`perm_circuits.analysis.interventions.ablation.ablation_table` comes here for the study's
-bridges.  Each component's hook is built with the intervention core (modes zero / mean / resample /
-binding_free / optimal; Wang et al. 2022; Chan et al. 2022; Li & Janson 2024) and evaluated through
-:func:`~perm_circuits.evaluate.evaluate_logits` (the numbers of :func:`~perm_circuits.evaluate.evaluate`
-with the posteriors computed once).
+:func:`perm_circuits.analysis.interventions.ablation.ablation_table` comes here for the study's bridges.  The
+any-task table's loop (:func:`~perm_circuits.analysis.interventions.core.component_sweep`) with the study's hooks
+(modes zero / mean / resample / binding_free / optimal; Wang et al. 2022; Chan et al. 2022; Li & Janson 2024) and
+the study's metrics (:func:`~perm_circuits.evaluate.evaluate_run`, the posteriors computed once).
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import pandas as pd
-import torch
 from torch import Tensor
 
 from perm_circuits.analysis.interventions.checks import check_positions, check_seed, check_task_config
@@ -24,6 +22,7 @@ from perm_circuits.analysis.interventions.core import (
     ablation_fn,
     check_how,
     component_hook,
+    component_sweep,
     components_of,
     resample_rows,
     selection,
@@ -31,7 +30,7 @@ from perm_circuits.analysis.interventions.core import (
 from perm_circuits.analysis.interventions.optimal import optimise_constant, upstream_hooks
 from perm_circuits.analysis.interventions.references import binding_free_reference
 from perm_circuits.devices import model_device
-from perm_circuits.evaluate import evaluate_logits
+from perm_circuits.evaluate import evaluate_run
 from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.models import model_config_of
 from perm_circuits.posterior import bayes_posterior
@@ -93,15 +92,6 @@ class AblationTable:
         return self.get("none", "none")
 
 
-def _row(component: str, how: str, layer, head, evaluation, follows: float = math.nan) -> AblationRow:
-    memorization = evaluation.memorization
-    return AblationRow(component=component, how=how, layer=layer, head=head,
-        elimination_accuracy=evaluation.elimination.accuracy, recall_accuracy=evaluation.recall_accuracy,
-        early_mae_train=evaluation.early_mae_train, loss=evaluation.test_loss,
-        elimination_loss=evaluation.elimination.loss,
-        recall_loss=memorization.loss if memorization is not None else math.nan, follows_reference=follows)
-
-
 def ablation_runs(
     model,
     hows: Sequence[str],
@@ -121,8 +111,7 @@ def ablation_runs(
     with the ablation's hooks (plus ``hooks``, applied in every run including the reference one).
 
     Args:
-        hows: modes among :data:`HOWS` (default: all five, ``"zero"``, ``"mean"``,
-            ``"resample"``, ``"binding_free"``, ``"optimal"``).
+        hows: modes among :data:`HOWS` (``"zero"``, ``"mean"``, ``"resample"``, ``"binding_free"``, ``"optimal"``).
         test_set: default ``make_test_set(task_config)`` (the model's training task, so with its
             ``repeat_ratio`` there is a memorization subgroup).
         reference: ``"test"`` (mean / resample / optimal over the test set itself, random
@@ -177,12 +166,6 @@ def ablation_runs(
 
     posteriors = tuple(bayes_posterior(test_set.inputs, config, prior) for prior in ("uniform", "train"))
 
-    def run(extra: HookList) -> tuple[Tensor, object]:
-        with torch.no_grad(), model.hooks(fwd_hooks=hooks + extra):
-            logits = model(test_set.inputs)
-        evaluation = evaluate_logits(logits, test_set, config, posteriors=posteriors, model_name=model_config.name)
-        return logits, evaluation
-
     if pairing == "row" and len(reference_batch) != len(test_set):
         raise ValueError(f"a row-paired reference needs {len(test_set)} rows, got {len(reference_batch)}")
     answers = {"resample": reference_batch.ys[:, -1] if pairing == "row" else
@@ -197,27 +180,27 @@ def ablation_runs(
         free = run_capture(model, free_batch.inputs, names, hooks)[1]
         answers["binding_free"] = free_batch.ys[:, -1]
 
-    base_logits, base_evaluation = run([])
-    rows = [_row("none", "none", None, None, base_evaluation)]
-    hook_lists: dict[tuple[str, str], HookList] = {("none", "none"): []}
-    all_logits: dict[tuple[str, str], Tensor] = {("none", "none"): base_logits}
-    for component, layer, head in components:
-        hook_name, index = component_hook(layer, head), None if head is None else [head]
-        for how in hows:
-            activation, constant = activations.get(hook_name), None
-            if how == "binding_free":
-                activation = free[hook_name]
-            elif how == "optimal":
-                assert activation is not None
-                mask = selection(activation.shape, "pos", index, position_list, activation.device)
-                constant = optimise_constant(model, hook_name, mask, reference_batch, hooks, activation,
-                                             upstream=activations)
-            fn = ablation_fn(how, "pos", index, position_list, activation, seed, pairing, constant)
-            logits, evaluation = run([(hook_name, fn)])
-            follows = float((logits[:, -1].argmax(-1) == answers[how]).float().mean()) if how in answers else math.nan
-            rows.append(_row(component, how, layer, head, evaluation, follows))
-            hook_lists[(component, how)] = [(hook_name, fn)]
-            all_logits[(component, how)] = logits
+    def build(hook_name: str, head: int | None, how: str) -> HookList:
+        index, activation, constant = None if head is None else [head], activations.get(hook_name), None
+        if how == "binding_free":
+            activation = free[hook_name]
+        elif how == "optimal":
+            assert activation is not None
+            mask = selection(activation.shape, "pos", index, position_list, activation.device)
+            constant = optimise_constant(model, hook_name, mask, reference_batch, hooks, activation,
+                                         upstream=activations)
+        return [(hook_name, ablation_fn(how, "pos", index, position_list, activation, seed, pairing, constant))]
+
+    runs = component_sweep(components, hows, build, lambda extra: evaluate_run(model, test_set, config, hooks + extra,
+                                                                               posteriors=posteriors))
+    rows, hook_lists, all_logits = [], {}, {}
+    for component, how, layer, head, extra, (logits, evaluation) in runs:
+        follows = float((logits[:, -1].argmax(-1) == answers[how]).float().mean()) if how in answers else math.nan
+        recall_loss = evaluation.memorization.loss if evaluation.memorization is not None else math.nan
+        rows.append(AblationRow(component, how, layer, head, evaluation.elimination.accuracy,
+                                evaluation.recall_accuracy, evaluation.early_mae_train, evaluation.test_loss,
+                                evaluation.elimination.loss, recall_loss, follows))
+        hook_lists[component, how], all_logits[component, how] = extra, logits
     table = AblationTable(model_name=model_config.name, reference=label,
         positions=tuple(position_list) if position_list is not None else None, n_samples=len(test_set),
         n_recall=int(test_set.repeated.sum()), rows=tuple(rows))
