@@ -39,7 +39,15 @@ from perm_circuits.hooks import run_capture
 from perm_circuits.model_shape import model_shape
 from perm_circuits.tasks.base import TaskBatch
 
-__all__ = ["AttentionScores", "TargetAttribution", "attention_patterns", "attention_scores", "target_logit_attribution"]
+__all__ = [
+    "AttentionScores",
+    "TargetAttribution",
+    "attention_patterns",
+    "attention_scores",
+    "component_hooks",
+    "residual_components",
+    "target_logit_attribution",
+]
 
 _LAYER = re.compile(r"blocks\.(\d+)\.")
 
