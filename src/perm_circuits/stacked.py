@@ -52,7 +52,7 @@ from perm_circuits.evaluate import Evaluation
 from perm_circuits.models import ModelConfig, build_model, resolve_config, run_blocks
 from perm_circuits.tasks.permutation_data import TaskConfig, make_batch
 from perm_circuits.tasks.permutation import PermutationTask
-from perm_circuits.train import (TrainConfig, TrainingHistory, TrainResult, _converged, _Evaluator, dropout_seed,
+from perm_circuits.train import (TrainConfig, TrainingHistory, TrainResult, converged, EpochEvaluator, dropout_seed,
                                  study_task)
 
 __all__ = ["STACKED_UNSUPPORTED", "stack_weights", "stacked_forward", "stacked_loss", "train_stacked"]
@@ -343,7 +343,7 @@ def train_stacked(
     data_seeds = sorted({c.seed for c in train_configs})
     generators = {seed: torch.Generator().manual_seed(seed) for seed in data_seeds}
     dropout_generators = [torch.Generator().manual_seed(dropout_seed(c.seed)) for c in train_configs]
-    evaluator = _Evaluator(task_config, recipe, config.name, device)
+    evaluator = EpochEvaluator(task_config, recipe, config.name, device)
     has_recall = task_config.repeat_ratio > 0
 
     live = list(range(len(states)))  # member indices in stack order
@@ -384,7 +384,7 @@ def train_stacked(
                    **state.evaluation.summary()}
             state.history = TrainingHistory(state.history.rows + (row,))
             state.epochs_run = epoch
-            if _converged(state.history, state.train_config, has_recall):
+            if converged(state.history, state.train_config, has_recall):
                 state.stopped_early = epoch < recipe.epochs
                 state.seconds = time.perf_counter() - start
                 stopped.append(row_index)

@@ -207,7 +207,7 @@ def _restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, Tens
     optimizer.load_state_dict(document)
 
 
-class _Evaluator:
+class EpochEvaluator:
     """The per-epoch evaluation of both trainers: the fixed test set, its posteriors computed once and
     the study's probe.  The logits are computed on ``device`` and come back to the CPU for the
     metrics: the one transfer per epoch besides the loss."""
@@ -242,7 +242,7 @@ def study_task(task: TaskConfig | PermutationTask | None, V: int) -> TaskConfig:
     return task
 
 
-def _converged(history: TrainingHistory, config: TrainConfig, has_recall: bool) -> bool:
+def converged(history: TrainingHistory, config: TrainConfig, has_recall: bool) -> bool:
     patience = config.early_stop_patience
     if patience is None or len(history) <= patience:
         return False
@@ -412,7 +412,7 @@ def _train_study(
     optimizer = _optimizer(model, train_config.lr)
     if resume_from is not None:
         _restore_optimizer(optimizer, tensors)
-    evaluator = _Evaluator(task_config, train_config, model_config.name, device)
+    evaluator = EpochEvaluator(task_config, train_config, model_config.name, device)
     weights = model.state_dict(keep_vars=True)
     evaluation = evaluator(model, weights)
     stopped_early = False
@@ -446,7 +446,7 @@ def _train_study(
             save_training_checkpoint(Path(train_config.checkpoint_dir) / f"epoch_{epoch:04d}", model, optimizer,
                 generator, task_config, train_config, history, epoch, dropout_generator=dropout_generator)
         stop = [callback(EpochState(epoch, model, evaluation, history)) for callback in callbacks]
-        if any(s is True for s in stop) or _converged(history, train_config, task_config.repeat_ratio > 0):
+        if any(s is True for s in stop) or converged(history, train_config, task_config.repeat_ratio > 0):
             stopped_early = epoch < train_config.epochs
             break
     bar.close()

@@ -404,12 +404,12 @@ def _table(rows: list[AblationRow]) -> AblationTable:
     return AblationTable(**{f.name: known.get(f.name) for f in dataclasses.fields(AblationTable)})
 
 
-def _scores(*heads: HeadScore) -> HeadScores:
+def head_score_rows(*heads: HeadScore) -> HeadScores:
     return HeadScores(model_name="synthetic", n_samples=1000, n_repeated=300, thresholds=RoleThresholds(), heads=heads)
 
 
 def test_judge_says_d16h1_recalls():
-    scores = _scores(_score(0, 0, ("eliminator",)))
+    scores = head_score_rows(_score(0, 0, ("eliminator",)))
     table = _table([_row("none", 1.0, 0.95, how="none"), _row("L0H0", 0.2, 0.9, mae=0.2), _row("L0MLP", 1.0, 0.0)])
     v = judge_roles(scores, table, model_config=ModelConfig(d_model=16, n_heads=1))
     claim = v.claims.get("no_recall")
@@ -420,7 +420,7 @@ def test_judge_says_d16h1_recalls():
 
 
 def test_judge_says_the_ffn_does_not_decode():
-    scores = _scores(_score(0, 0, ("eliminator",)), _score(0, 1, ("binder",)))
+    scores = head_score_rows(_score(0, 0, ("eliminator",)), _score(0, 1, ("binder",)))
     table = _table([
         _row("none", 1.0, 1.0, how="none"),
         _row("L0H0", 0.2, 1.0, mae=0.2), _row("L0H1", 1.0, 0.0),
@@ -436,7 +436,7 @@ def test_judge_says_the_ffn_does_not_decode():
 
 
 def test_judge_whole_story_holds_and_mode_sensitivity():
-    scores = _scores(_score(0, 0, ("eliminator",)), _score(0, 1, ("binder",)))
+    scores = head_score_rows(_score(0, 0, ("eliminator",)), _score(0, 1, ("binder",)))
     rows = [_row("none", 1.0, 1.0, how="none")]
     rows += [_row("L0H0", 0.21, 0.99, mae=0.2), _row("L0H1", 1.0, 0.02), _row("L0MLP", 0.99, 0.01)]
     # under zero ablation the MLP also kills elimination: the FFN claim becomes inconclusive
@@ -452,7 +452,7 @@ def test_judge_whole_story_holds_and_mode_sensitivity():
 
 
 def test_judge_validates_its_evidence():
-    scores = _scores(_score(0, 0, ("eliminator",)))
+    scores = head_score_rows(_score(0, 0, ("eliminator",)))
     table = _table([_row("none", 1.0, 0.0, how="none"), _row("L0H0", 0.2, 0.0)])
     with pytest.raises(ValueError, match="lacks a row"):
         judge_roles(scores, table, model_config=ModelConfig(d_model=16, n_heads=1))
@@ -481,7 +481,7 @@ def test_recall_signal_exact():
 @pytest.mark.parametrize("kept, role, division", [(0.9, "eliminator", "supported"), (0.0, "mixed", "contradicted")])
 def test_judge_uses_the_recall_signal_when_both_capabilities_fall(kept, role, division):
     """Ablating L0H0 breaks elimination and recall; whether recall itself needed it is the signal's call."""
-    scores = _scores(_score(0, 0, ("eliminator",)), _score(0, 1, ("duplicate",), duplicate_score=0.6))
+    scores = head_score_rows(_score(0, 0, ("eliminator",)), _score(0, 1, ("duplicate",), duplicate_score=0.6))
     table = _table([
         _row("none", 1.0, 1.0, how="none"),
         _row("L0H0", 0.2, 0.2, mae=0.2), _row("L0H1", 1.0, 0.0), _row("L0MLP", 0.2, 0.2, mae=0.1),

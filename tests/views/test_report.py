@@ -124,10 +124,10 @@ def test_pages_are_offline_with_each_bundle_once(report_pages):
 
 def test_verdict_summary_and_claims_are_on_the_page(report_pages):
     from perm_circuits.analysis import head_roles
-    from perm_circuits.views.report import N_BOOT, _sizes
+    from perm_circuits.views.report import N_BOOT, page_sizes
 
     model = load_pretrained("d16h1")
-    n_roles, n_patch, _ = _sizes(N)
+    n_roles, n_patch, _ = page_sizes(N)
     verdict = head_roles(model, n=n_roles, n_pair=n_patch, n_boot=N_BOOT)
     text = _text(report_pages[0])
     for line in verdict.summary().splitlines():

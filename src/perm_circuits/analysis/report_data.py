@@ -48,7 +48,7 @@ from perm_circuits.analysis.probes.task_attribution import (
     AttentionScores, TargetAttribution, attention_patterns, attention_scores, target_logit_attribution,
 )
 from perm_circuits.analysis.interventions.activation_patching import TaskPatch, patch_activation, patch_head, target_logprob
-from perm_circuits.analysis.task_findings import _discovered, task_findings
+from perm_circuits.analysis.task_findings import discovered_sentence, task_findings
 from perm_circuits.checks import check_int
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig
 from perm_circuits.tasks.runner import TaskEvaluation, measure_task, task_logits
@@ -253,7 +253,7 @@ def study_findings(evaluation: Any, verdict: Any, skills: Mapping[str, Any]) -> 
     """Three to five one-line findings from the numbers, each naming its ablation mode (or none)."""
     lines = [f"Accuracy at the last step (no ablation): elimination {_pct(evaluation.elimination_accuracy)}, "
              f"recall {_pct(evaluation.recall_accuracy)}."]
-    lines += [f"{skill.capitalize()} {_discovered(result)}" for skill, result in skills.items()]
+    lines += [f"{skill.capitalize()} {discovered_sentence(result)}" for skill, result in skills.items()]
     roles = [f"{item.component} {item.role}" for item in (*verdict.heads, *verdict.mlps)]
     changing = [item.component for item in (*verdict.heads, *verdict.mlps) if not item.robust]
     lines.append(f"Roles ({verdict.how} ablation): " + ", ".join(roles) + "; "

@@ -35,7 +35,7 @@ def _metrics(data: Any) -> list[str]:
             + ", ".join(f"{k} {v:.3f}" for k, v in shown) + "."]
 
 
-def _discovered(result: Any) -> str:
+def discovered_sentence(result: Any) -> str:
     """``"circuit (ACDC, resample ablation): 5 of 40 edges, faithfulness 0.93; strongest edge X."``"""
     strongest = max(result.circuit, key=lambda edge: abs(float(result.scores[edge]))) if result.circuit else "none"
     return (f"circuit ({result.method.upper()}, {result.how} ablation): {result.n_edges} of {len(result.scores)} "
@@ -43,7 +43,7 @@ def _discovered(result: Any) -> str:
 
 
 def _skills(data: Any) -> list[str]:
-    return [f"Discovered {skill} {_discovered(result)}" for skill, result in data.skills.items()]
+    return [f"Discovered {skill} {discovered_sentence(result)}" for skill, result in data.skills.items()]
 
 
 def _ablation(data: Any, index: int) -> list[str]:

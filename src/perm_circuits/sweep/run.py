@@ -162,7 +162,7 @@ def trained_row(row: dict[str, Any], result: TrainResult, run_id: str, config: d
                                               metadata=metadata))
 
 
-def _seed_globals(seed: int) -> None:
+def seed_globals(seed: int) -> None:
     """Seed the global RNGs too, so nothing depends on what the worker process ran before."""
     import random
 
@@ -195,7 +195,7 @@ def run_one(run_id: str, config: dict[str, Any], keep_model: bool = False) -> tu
         model_config = ModelConfig.from_dict(config["model"])
         task_config = TaskConfig.from_dict(config["task"])
         train_config = TrainConfig.from_dict(config["train"])
-        _seed_globals(model_config.seed)
+        seed_globals(model_config.seed)
         on = {"device": config["device"]} if "device" in config else {}  # the CPU runs call _train as always
         return trained_row(row, _train(model_config, task_config, train_config, **on), run_id, config, keep_model)
 

@@ -26,7 +26,7 @@ import torch
 from perm_circuits.checks import check_int
 from perm_circuits.models import ModelConfig
 from perm_circuits.sweep.backends import OnResult, OnStart, Row, run_each, run_pool
-from perm_circuits.sweep.run import _seed_globals, config_columns, trained_row
+from perm_circuits.sweep.run import seed_globals, config_columns, trained_row
 from perm_circuits.sweep.spec import RunConfig
 from perm_circuits.sweep.store import guarded_row
 from perm_circuits.tasks.permutation_data import TaskConfig
@@ -150,7 +150,7 @@ def run_group(runs: Sequence[tuple[str, dict[str, Any]]], keep_models: bool = Fa
 def _member_row(run_id: str, config: dict[str, Any], result, train_seconds: float, keep_models: bool) -> Row:
     def work(row: dict[str, Any]) -> dict[str, bytes] | None:
         row.update(config_columns(run_id, config))
-        _seed_globals(result.model_config.seed)  # where run_one seeds them (training draws from none)
+        seed_globals(result.model_config.seed)  # where run_one seeds them (training draws from none)
         return trained_row(row, result, run_id, config, keep_models)
 
     return guarded_row(run_id, work, train_seconds)

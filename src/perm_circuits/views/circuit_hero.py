@@ -58,7 +58,7 @@ def collapsible(title: str, body: str, *, open_: bool = False, heading_id: str |
             f"{body}\n</details>")
 
 
-def _collapsed(title: str, body: str, heading_id: str | None = None) -> Section:
+def collapsible_section(title: str, body: str, heading_id: str | None = None) -> Section:
     """A page section shown collapsed (:func:`collapsible`)."""
     return Section("", collapsible(title, body, heading_id=heading_id))
 

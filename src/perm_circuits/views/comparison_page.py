@@ -16,8 +16,19 @@ import pandas as pd
 from perm_circuits.models import describe, model_config_of
 from perm_circuits.views import figures as F
 from perm_circuits.views.html import Section, html_page
-from perm_circuits.views.model_page import _Entry
-from perm_circuits.views.report_html import _CSS, _Figures, _esc, _fmt, _h2, _note, _status_cells, _table, _toc, _verdict_html
+from perm_circuits.views.model_page import ModelEntry
+from perm_circuits.views.report_html import (
+    REPORT_CSS,
+    cell,
+    esc,
+    FigureHTML,
+    h2_html,
+    html_note,
+    html_table,
+    html_toc,
+    status_cells,
+    verdict_html,
+)
 
 COMPARISON_SECTIONS: tuple[str, ...] = (
     "Models",
@@ -31,27 +42,27 @@ COMPARISON_SECTIONS: tuple[str, ...] = (
 """The ``<h2>`` headings of the comparison page, in order."""
 
 
-def _comparison_page(entries: Sequence[_Entry], plotly_js: bool | str = True) -> str:
-    fig = _Figures("cmp")
-    sections: list[Section] = [Section("", f"<style>{_CSS}</style>\n" + _toc(COMPARISON_SECTIONS))]
+def comparison_html(entries: Sequence[ModelEntry], plotly_js: bool | str = True) -> str:
+    fig = FigureHTML("cmp")
+    sections: list[Section] = [Section("", f"<style>{REPORT_CSS}</style>\n" + html_toc(COMPARISON_SECTIONS))]
 
     def add(html: str | Any) -> None:
         sections.append(Section("", html))
 
-    add(_h2("Models"))
+    add(h2_html("Models"))
     links = "".join(
-        f'<li><a href="{_html.escape(e.page.name)}">{_esc(e.name)}</a>: {_esc(describe(e.model))} '
-        f"({_esc(e.source)})</li>" for e in entries if e.page is not None
+        f'<li><a href="{_html.escape(e.page.name)}">{esc(e.name)}</a>: {esc(describe(e.model))} '
+        f"({esc(e.source)})</li>" for e in entries if e.page is not None
     )
     add(f"<ul>{links}</ul>\n")
 
-    add(_h2("Summary table"))
+    add(h2_html("Summary table"))
     columns: dict[str, dict[str, object]] = {}
     for e in entries:
         ev, verdict, gen = e.evaluation, e.verdict, e.generalisation
         column: dict[str, object] = {
             "parameters": str(sum(p.numel() for p in e.model.parameters())),
-            "test loss": _fmt(ev.test_loss),
+            "test loss": cell(ev.test_loss),
             "elimination accuracy": f"{100 * ev.elimination_accuracy:.2f}%",
             "recall accuracy": "–" if math.isnan(ev.recall_accuracy) else f"{100 * ev.recall_accuracy:.2f}%",
             "probe P(4) recall / P(1) trap": f"{ev.probe[3]:.4f} / {ev.probe[0]:.4f}" if ev.probe else "–",
@@ -66,12 +77,12 @@ def _comparison_page(entries: Sequence[_Entry], plotly_js: bool | str = True) ->
     frame = pd.DataFrame(columns)  # rows: metrics, then roles, then claims; one column per model
     frame = frame.loc[sorted(frame.index, key=lambda row: (row.startswith("claim:"), row.startswith("role of")))]
     frame.index.name = "model"
-    add(_note("Evaluation on each model's test set; roles and claims of the head-role verdict under its decision "
+    add(html_note("Evaluation on each model's test set; roles and claims of the head-role verdict under its decision "
               "mode (mean ablation); '–': not measured or not a claim for this architecture (1-head models are "
               "judged on the study's d16h1 claims, multi-head models on the d32h2 ones).")
-        + _status_cells(_table(frame.fillna("–"), wide=True)))
+        + status_cells(html_table(frame.fillna("–"), wide=True)))
 
-    add(_h2("Step accuracy"))
+    add(h2_html("Step accuracy"))
     evaluations = [e.evaluation for e in entries]
     if len({len(ev.steps) for ev in evaluations}) == 1:
         add(fig(F.step_accuracy(*evaluations)))
@@ -79,31 +90,31 @@ def _comparison_page(entries: Sequence[_Entry], plotly_js: bool | str = True) ->
         for ev in evaluations:
             add(fig(F.step_accuracy(ev)))
 
-    add(_h2("Probe distribution"))
+    add(h2_html("Probe distribution"))
     probe_models = {e.name: e.model for e in entries if model_config_of(e.model).V == 5}
     if probe_models:
         add(fig(F.probe_distribution(probe_models)))
     else:
-        add(_note("No model has V = 5, for which the study's probe is defined."))
+        add(html_note("No model has V = 5, for which the study's probe is defined."))
 
-    add(_h2("Recall generalisation"))
+    add(h2_html("Recall generalisation"))
     recall = pd.DataFrame(
         {e.name: {**{f"x{k}": f"{100 * a:.1f}%" for k, a in enumerate(e.generalisation.recall, start=1)},
                   "new query (elimination)": f"{100 * e.generalisation.elimination:.1f}%"} for e in entries}
     ).T
-    add(_note("Last-step accuracy when the last query repeats x_k (training repeats only x1).") + _table(recall))
+    add(html_note("Last-step accuracy when the last query repeats x_k (training repeats only x1).") + html_table(recall))
 
-    add(_h2("Verdicts"))
+    add(h2_html("Verdicts"))
     cells = "".join(
-        f'<div><h3><a href="{_html.escape(e.page.name)}">{_esc(e.name)}</a></h3>\n{_verdict_html(e.verdict.summary())}</div>'
+        f'<div><h3><a href="{_html.escape(e.page.name)}">{esc(e.name)}</a></h3>\n{verdict_html(e.verdict.summary())}</div>'
         for e in entries
     )
     add(f'<div class="pc-grid">{cells}</div>\n')
 
-    add(_h2("Attention on the probe"))
+    add(h2_html("Attention on the probe"))
     for e in entries:
         for title, view in e.probe_views:
-            add(f"<h3>{_esc(e.name)}: {_esc(title)}</h3>")
+            add(f"<h3>{esc(e.name)}: {esc(title)}</h3>")
             add(view)
     names = ", ".join(e.name for e in entries)
     return html_page(f"perm_circuits report: {names} compared", sections, include_plotlyjs=plotly_js)

@@ -27,7 +27,7 @@ from perm_circuits.views.circuits import (
     neuron_activations_view,
     token_labels,
 )
-from perm_circuits.views.report_html import _esc, _kv_table, _note, _status_cells, _table
+from perm_circuits.views.report_html import esc, html_note, html_table, kv_table, status_cells
 
 ROLES_MAX_N = 2000
 """Largest test set :func:`~perm_circuits.analysis.head_roles` runs on in a report."""
@@ -68,7 +68,7 @@ MODEL_SECTIONS: tuple[str, ...] = (
 
 
 @dataclass
-class _Entry:
+class ModelEntry:
     """One model of the report and what its page computed (kept for the comparison page)."""
 
     name: str
@@ -86,7 +86,7 @@ class _Entry:
 # ----------------------------------------------------------------------------- tables
 
 
-def _evaluation_html(evaluation: Evaluation) -> str:
+def evaluation_html(evaluation: Evaluation) -> str:
     """``Evaluation.to_markdown()`` as HTML tables."""
     steps = evaluation.to_dataframe()
     pct = ["accuracy", "bayes_accuracy", "bayes_accuracy_train"]
@@ -94,31 +94,31 @@ def _evaluation_html(evaluation: Evaluation) -> str:
     groups = evaluation.subgroup_dataframe()
     groups["accuracy"] = groups["accuracy"].map(lambda v: "–" if math.isnan(v) else f"{100 * v:.2f}%")
     out = [
-        f"<p><b>{_esc(evaluation.model_name)}: {evaluation.n_samples} test samples, "
+        f"<p><b>{esc(evaluation.model_name)}: {evaluation.n_samples} test samples, "
         f"test loss {evaluation.test_loss:.4f}</b></p>",
         "<h3>Per step (MAE / max AE vs the exact Bayesian posterior, uniform and train prior)</h3>",
-        _table(steps, digits=6),
+        html_table(steps, digits=6),
         "<h3>Last step by subgroup (errors vs the uniform-prior posterior)</h3>",
-        _table(groups, digits=6),
+        html_table(groups, digits=6),
     ]
     if evaluation.probe is not None:
         probs = ", ".join(f"p({v})={p:.4f}" for v, p in enumerate(evaluation.probe, start=1))
-        out.append(f"<p>Probe [2,4,5,3,4,5,3,2,2] (recall 4, elimination 1): {_esc(probs)}</p>")
+        out.append(f"<p>Probe [2,4,5,3,4,5,3,2,2] (recall 4, elimination 1): {esc(probs)}</p>")
     return "\n".join(out) + "\n"
 
 
-def _generalisation_html(result: RecallGeneralisation) -> str:
+def generalisation_html(result: RecallGeneralisation) -> str:
     frame = result.to_dataframe()
     frame["recall_accuracy"] = frame["recall_accuracy"].map(lambda v: f"{100 * v:.1f}%")
     frame = frame.T
     frame["new last query (elimination)"] = [f"{100 * result.elimination:.1f}%"]
     return (
-        _note(
+        html_note(
             "Last-step accuracy when the last query repeats x_k (training repeats only x1: a model "
             "with general in-context recall answers every k, a position-1 shortcut only k = 1); "
             f"{result.n_per_source} test-permutation sequences per k."
         )
-        + _table(frame)
+        + html_table(frame)
     )
 
 
@@ -129,13 +129,13 @@ _ROLE_COLUMNS = (
 )
 
 
-def _roles_table(verdict: Any) -> str:
+def roles_table(verdict: Any) -> str:
     frame = verdict.to_dataframe()
     frame = frame[[c for c in _ROLE_COLUMNS if c in frame.columns]].set_index("component")
-    return _table(frame, digits=3)
+    return html_table(frame, digits=3)
 
 
-def _modes_table(verdict: Any) -> str:
+def modes_table(verdict: Any) -> str:
     """Role of every component under every ablation mode; mode-dependent roles flagged."""
     hows = list(verdict.hows)
     rows = []
@@ -146,18 +146,18 @@ def _modes_table(verdict: Any) -> str:
     frame = pd.DataFrame(rows, columns=["component", *hows, "robust?"]).set_index("component")
     words = {True: "holds", False: "does not hold", None: "undecided"}
     outcome = ", ".join(f"{how}: {words[holds]}" for how, holds in verdict.verdict_by_how)
-    return _note(
+    return html_note(
         f"Decisions use {verdict.how} ablation. Why: {verdict.how_reason} The study's story per mode: {outcome}"
         + (" (the same in every mode)." if verdict.verdict_robust else " (it DEPENDS on the mode).")
-    ) + _table(frame)
+    ) + html_table(frame)
 
 
-def _circuits_table(verdict: Any) -> str:
+def circuits_table(verdict: Any) -> str:
     """The circuit proposed per skill with its IOI numbers (Wang et al. 2022) under the decision
     mode, and its faithfulness under every mode (mode-dependent faithfulness flagged)."""
     circuits = getattr(verdict, "circuits", ())
     if not circuits:
-        return _note("No circuit was proposed (the verdict ran without its circuit step).")
+        return html_note("No circuit was proposed (the verdict ran without its circuit step).")
     hows = list(verdict.hows)
     rows = []
     for item in circuits:
@@ -179,7 +179,7 @@ def _circuits_table(verdict: Any) -> str:
         rows.append(row)
     frame = pd.DataFrame(rows).set_index("skill")
     first = circuits[0]
-    return _note(
+    return html_note(
         f"Per skill, the circuit proposed by propose_circuit under {first.how} ablation (nodes: a head or MLP at a "
         f"position class), judged on {first.metrics.n_samples} test sequences by the IOI criteria (Wang et al. 2022): "
         "faithfulness F(C)/F(M) (1 is perfect) and its error |F(M) - F(C)|/|F(M)| (0 is perfect), completeness "
@@ -187,13 +187,13 @@ def _circuits_table(verdict: Any) -> str:
         "F is the skill's logit difference at the last position; everything outside the circuit is ablated. "
         f"Faithful under a mode = error <= {first.tolerance}; the faithfulness under every ablation mode "
         f"({', '.join(hows)}) says whether the circuit is a claim about the model or about one mode."
-    ) + _table(frame, wide=True)
+    ) + html_table(frame, wide=True)
 
 
-def _claims_table(verdict: Any) -> str:
+def claims_table(verdict: Any) -> str:
     frame = verdict.claims.to_dataframe()
     frame = frame.drop(columns=[c for c in ("model", "numbers") if c in frame.columns]).set_index("claim")
-    return _status_cells(_table(frame, wide=True))
+    return status_cells(html_table(frame, wide=True))
 
 
 # ----------------------------------------------------------------------------- views
@@ -204,7 +204,7 @@ def _last_target(seq: torch.Tensor, task: TaskConfig) -> int:
     return int(bayes_posterior(seq, task, "uniform").probs[0, -1].argmax()) + 1
 
 
-def _example_sequences(task: TaskConfig, test_set: Batch) -> list[tuple[str, torch.Tensor]]:
+def example_sequences(task: TaskConfig, test_set: Batch) -> list[tuple[str, torch.Tensor]]:
     """The study's probe and walkthrough sequences (V = 5), else one repeated and one new test sequence."""
     if task.V == 5:
         return [
@@ -222,10 +222,10 @@ def _example_sequences(task: TaskConfig, test_set: Batch) -> list[tuple[str, tor
     return out
 
 
-def _views(model: Any, task: TaskConfig, test_set: Batch) -> list[tuple[str, OfflineView]]:
+def model_views(model: Any, task: TaskConfig, test_set: Batch) -> list[tuple[str, OfflineView]]:
     """circuitsvis views from one forward pass over the example sequences."""
     config = model_config_of(model)
-    examples = _example_sequences(task, test_set)
+    examples = example_sequences(task, test_set)
     if not examples:
         return []
     tokens = torch.cat([seq for _, seq in examples])
@@ -272,7 +272,7 @@ def _views(model: Any, task: TaskConfig, test_set: Batch) -> list[tuple[str, Off
 # ----------------------------------------------------------------------------- sizes, provenance and summary
 
 
-def _sizes(n: int) -> tuple[int, int, int]:
+def page_sizes(n: int) -> tuple[int, int, int]:
     """(verdict test set, patching pairs, recall generalisation per position) for a requested ``n``."""
     roles = max(min(n, ROLES_MAX_N), MIN_SECTION_N)
     patch = max(min(n, PATCH_MAX_N), MIN_SECTION_N)
@@ -280,7 +280,7 @@ def _sizes(n: int) -> tuple[int, int, int]:
     return roles, patch, recall
 
 
-def _history_frame(metadata: dict) -> pd.DataFrame | None:
+def history_frame(metadata: dict) -> pd.DataFrame | None:
     history = metadata.get("history") if isinstance(metadata, dict) else None
     if not isinstance(history, list) or not history:
         return None
@@ -288,17 +288,17 @@ def _history_frame(metadata: dict) -> pd.DataFrame | None:
     return frame if "epoch" in frame.columns else None
 
 
-def _provenance_html(entry: _Entry, metadata: dict, task: TaskConfig) -> str:
+def provenance_html(entry: ModelEntry, metadata: dict, task: TaskConfig) -> str:
     config = model_config_of(entry.model)
-    out = [f"<p>{_esc(describe(entry.model))}. Loaded from the {_esc(entry.source)}.</p>",
+    out = [f"<p>{esc(describe(entry.model))}. Loaded from the {esc(entry.source)}.</p>",
            "<h3>Model and task configuration</h3>"]
-    out.append(_kv_table({**{f"model.{k}": v for k, v in config.to_dict().items()},
+    out.append(kv_table({**{f"model.{k}": v for k, v in config.to_dict().items()},
                           **{f"task.{k}": v for k, v in task.to_dict().items()}}))
     if not metadata:
-        out.append(_note("No training metadata is stored with this model (command, seed and metrics unknown)."))
+        out.append(html_note("No training metadata is stored with this model (command, seed and metrics unknown)."))
         return "\n".join(out) + "\n"
     command = metadata.get("command")
-    out += ["<h3>Command</h3>", f'<pre class="pc-command">{_esc(command) if command else "not stored"}</pre>']
+    out += ["<h3>Command</h3>", f'<pre class="pc-command">{esc(command) if command else "not stored"}</pre>']
     facts = {k: metadata[k] for k in ("seed", "epochs_run", "stopped_early", "train_seconds") if k in metadata}
     versions = metadata.get("versions")
     if isinstance(versions, dict):
@@ -306,11 +306,11 @@ def _provenance_html(entry: _Entry, metadata: dict, task: TaskConfig) -> str:
     for heading, items in (("Seed and run", facts), ("Training configuration", metadata.get("train_config")),
                            ("Final metrics recorded at the end of training", metadata.get("metrics"))):
         if isinstance(items, dict) and items:
-            out += [f"<h3>{heading}</h3>", _kv_table(items)]
+            out += [f"<h3>{heading}</h3>", kv_table(items)]
     return "\n".join(out) + "\n"
 
 
-def _summary_html(entry: _Entry, n: int, smaller: bool) -> str:
+def summary_html(entry: ModelEntry, n: int, smaller: bool) -> str:
     evaluation, verdict = entry.evaluation, entry.verdict
     assert evaluation is not None and verdict is not None
     probe = evaluation.probe
@@ -325,12 +325,12 @@ def _summary_html(entry: _Entry, n: int, smaller: bool) -> str:
         facts["probe P(4) recall / P(1) trap"] = f"{probe[3]:.4f} / {probe[0]:.4f}"
     facts["study's story holds"] = {True: "yes", False: "no", None: "undecided"}[verdict.story_holds]
     facts["roles"] = ", ".join(f"{c.component} = {c.role}" for c in (*verdict.heads, *verdict.mlps))
-    out = [_kv_table(facts), "<h3>Sample sizes</h3>", _kv_table(entry.sizes)]
+    out = [kv_table(facts), "<h3>Sample sizes</h3>", kv_table(entry.sizes)]
     if entry.timings:
         steps = ", ".join(f"{label} {seconds:.1f} s" for label, seconds in entry.timings.items())
-        out.append(_note(f"Computed in {sum(entry.timings.values()):.1f} s ({steps})."))
+        out.append(html_note(f"Computed in {sum(entry.timings.values()):.1f} s ({steps})."))
     if smaller:
-        out.append(_note(
+        out.append(html_note(
             f"The head-role verdict uses at most {ROLES_MAX_N} test sequences and the patching sweeps at most "
             f"{PATCH_MAX_N} pairs ({N_BOOT} bootstrap resamples), fewer than the n = {n} requested, so that "
             "the report takes seconds (each runs some 40 forward passes); see the sample sizes above."

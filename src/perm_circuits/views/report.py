@@ -37,8 +37,8 @@ from perm_circuits.checks import check_int
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.tasks.permutation_data import make_test_set
 from perm_circuits.views import figures as F
-from perm_circuits.views.comparison_page import COMPARISON_SECTIONS, _comparison_page
-from perm_circuits.views.circuit_hero import HERO_CSS, _collapsed, circuit_hero
+from perm_circuits.views.comparison_page import COMPARISON_SECTIONS, comparison_html
+from perm_circuits.views.circuit_hero import HERO_CSS, collapsible_section, circuit_hero
 from perm_circuits.views.figure_style import is_model
 from perm_circuits.views.html import Section, html_page, write_plotly_js
 from perm_circuits.views.model_page import (
@@ -49,21 +49,32 @@ from perm_circuits.views.model_page import (
     RECALL_MAX_N,
     ROLES_MAX_N,
     STUDY_REPEAT_RATIO,
-    _circuits_table,
-    _claims_table,
-    _Entry,
-    _evaluation_html,
-    _example_sequences,
-    _generalisation_html,
-    _history_frame,
-    _modes_table,
-    _provenance_html,
-    _roles_table,
-    _sizes,
-    _summary_html,
-    _views,
+    circuits_table,
+    claims_table,
+    ModelEntry,
+    evaluation_html,
+    example_sequences,
+    generalisation_html,
+    history_frame,
+    modes_table,
+    provenance_html,
+    roles_table,
+    page_sizes,
+    summary_html,
+    model_views,
 )
-from perm_circuits.views.report_html import _CSS, _esc, _Figures, _fmt, _h2, _note, _slug, _table, _toc, _verdict_html
+from perm_circuits.views.report_html import (
+    REPORT_CSS,
+    cell,
+    esc,
+    FigureHTML,
+    h2_html,
+    html_note,
+    html_table,
+    html_toc,
+    slug,
+    verdict_html,
+)
 
 __all__ = [
     "COMPARISON_SECTIONS",
@@ -80,7 +91,7 @@ INDEX_PAGE = "index.html"
 """File name of the comparison page (written when several models are given)."""
 
 _MODEL_STEPS = ("evaluate", "head roles", "patching", "FFN and memory", "figures", "views", "write")
-_NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
+NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -92,7 +103,7 @@ def _check_n(n: object) -> int:
     return n
 
 
-def _check_out(out: object, force: object) -> Path:
+def check_out(out: object, force: object) -> Path:
     """``out`` as a folder path, refused as :func:`_check_overwrite` says."""
     if not isinstance(out, (str, os.PathLike)):
         raise TypeError(f"out must be a folder path (str or Path), got {type(out).__name__}")
@@ -121,7 +132,7 @@ def _check_overwrite(out: Path, force: object) -> None:
     )
 
 
-def _start_folder(out: Path, pages: list[Path]) -> str:
+def start_folder(out: Path, pages: list[Path]) -> str:
     """Create ``out`` with the pages' shared plotly.js, record it and ``pages`` (and the pages of earlier
     reports still there) in the marker, and return plotly.js's file name."""
     out.mkdir(parents=True, exist_ok=True)
@@ -159,7 +170,7 @@ def _resolve(item: object, index: int, device=None) -> tuple[str, str, Any]:
 
 
 def _file_stem(name: str, taken: set[str]) -> str:
-    stem = _NAME_RE.sub("_", name).strip("._") or "model"
+    stem = NAME_RE.sub("_", name).strip("._") or "model"
     candidate, k = stem, 2
     while candidate.lower() in taken:
         candidate, k = f"{stem}-{k}", k + 1
@@ -170,7 +181,7 @@ def _file_stem(name: str, taken: set[str]) -> str:
 # ----------------------------------------------------------------------------- per-model page
 
 
-def _model_page(entry: _Entry, n: int, step: Any, plotly_js: bool | str = True) -> str:
+def _model_page(entry: ModelEntry, n: int, step: Any, plotly_js: bool | str = True) -> str:
     """Run every analysis of one model and assemble its page (``step(label)`` reports progress).
 
     ``plotly_js``: ``html_page``'s ``include_plotlyjs`` (True inlines; a file name loads the shared copy).
@@ -178,8 +189,8 @@ def _model_page(entry: _Entry, n: int, step: Any, plotly_js: bool | str = True) 
     model = entry.model
     config = model_config_of(model)
     task = task_config_of(model)
-    n_roles, n_patch, n_recall = _sizes(n)
-    fig = _Figures(_NAME_RE.sub("-", entry.name))
+    n_roles, n_patch, n_recall = page_sizes(n)
+    fig = FigureHTML(NAME_RE.sub("-", entry.name))
     body: dict[str, list[Section]] = {title: [] for title in MODEL_SECTIONS}
 
     def add(title: str, html: str) -> None:
@@ -207,35 +218,35 @@ def _model_page(entry: _Entry, n: int, step: Any, plotly_js: bool | str = True) 
 
     # 5. figures
     step("figures")
-    history = _history_frame(getattr(model, "metadata", None) or {})
+    history = history_frame(getattr(model, "metadata", None) or {})
     smaller = n_roles != n or n_patch != n
     body["Head-role verdict"] += [Section("", html) for html in (
-        _verdict_html(verdict.summary()),
-        "<h3>Claims of the study, judged on this model</h3>\n" + _claims_table(verdict),
-        f"<h3>Roles of the heads and MLPs (decision mode: {_esc(verdict.how)} ablation)</h3>\n" + _roles_table(verdict),
-        "<h3>Roles under every ablation mode (mode-dependent roles flagged)</h3>\n" + _modes_table(verdict),
-        "<h3>Proposed circuits (IOI criteria)</h3>\n" + _circuits_table(verdict),
+        verdict_html(verdict.summary()),
+        "<h3>Claims of the study, judged on this model</h3>\n" + claims_table(verdict),
+        f"<h3>Roles of the heads and MLPs (decision mode: {esc(verdict.how)} ablation)</h3>\n" + roles_table(verdict),
+        "<h3>Roles under every ablation mode (mode-dependent roles flagged)</h3>\n" + modes_table(verdict),
+        "<h3>Proposed circuits (IOI criteria)</h3>\n" + circuits_table(verdict),
     )]
-    add("Evaluation", _evaluation_html(evaluation))
-    add("Recall generalisation", _generalisation_html(generalisation))
+    add("Evaluation", evaluation_html(evaluation))
+    add("Recall generalisation", generalisation_html(generalisation))
     add("Step accuracy", fig(F.step_accuracy(evaluation)))
     if config.V == 5:
         add("Walkthrough", fig(F.walkthrough(model)))
         add("Probe distribution", fig(F.probe_distribution({entry.name: model})))
     else:
-        example = _example_sequences(task, test_set)
+        example = example_sequences(task, test_set)
         if example:
             add("Walkthrough", fig(F.walkthrough(model, example[0][1])))
-        add("Probe distribution", _note(f"The study's probe is defined for V = 5; this model has V = {config.V}."))
+        add("Probe distribution", html_note(f"The study's probe is defined for V = 5; this model has V = {config.V}."))
     attention_set = test_set if n >= MIN_SECTION_N else make_test_set(data.analysis_task, n=MIN_SECTION_N)
     both = bool(attention_set.repeated.any()) and bool((~attention_set.repeated).any())
     add("Attention patterns", fig(F.attention_heatmaps(model, attention_set, repeated="split" if both else None)))
-    add("Ablation", _note(
+    add("Ablation", html_note(
         f"Last-step accuracies with each head / MLP ablated (zero, mean, resample, binding-free, optimal; "
         f"references: the test set), "
         f"on the verdict's {verdict.n_samples} test sequences."
     ) + fig(F.ablation_heatmap(verdict.ablation)))
-    add("Activation patching", _note(
+    add("Activation patching", html_note(
         "Denoising recall patching (clean x5 = x1 run into the corrupted run with x5 replaced by the unused x): "
         "normalised logit difference restored, 1 = all of recall; "
         f"{n_patch} pairs, {N_BOOT} bootstrap resamples for the CIs (hover)."
@@ -247,61 +258,61 @@ def _model_page(entry: _Entry, n: int, step: Any, plotly_js: bool | str = True) 
     for probe in data.ffns:  # the MLP of every layer
         live = [row.neuron for row in probe.neurons if row.live]
         summary = probe.summary()
-        add("FFN neurons as key-value memories", _note(
+        add("FFN neurons as key-value memories", html_note(
             f"Geva et al. (2021) key-value view of the MLP of layer {probe.layer} (L{probe.layer}MLP): {len(live)} of "
             f"{len(probe.neurons)} neurons fire on some enumerated input; mean agreement "
-            f"{_fmt(summary['mean_agreement'])} (chance {1 / config.V:.2f}), {int(summary['n_repeated_neurons'])} "
+            f"{cell(summary['mean_agreement'])} (chance {1 / config.V:.2f}), {int(summary['n_repeated_neurons'])} "
             "neurons fire mostly on repeated queries (tinted)."
             + (" Values are read through the unembedding directly (the neuron's direct effect on the logits); "
                "later layers can still transform them." if probe.layer < config.n_layers - 1 else "")
         ) + fig(F.ffn_table(probe, live_only=bool(live))))
-    add("Memory probes", _note(
+    add("Memory probes", html_note(
         "Bietti et al. (2023) recall R of the associative memories stored in the weights (no forward pass): per head "
         "OV copy / suppress and QK maps, and the MLP, of every layer; chance in the last column."
         + (" In layers after the first the probes feed the token embeddings alone (the direct path), not what "
            "earlier layers write into the residual stream." if config.n_layers > 1 else "")
-    ) + _table(data.memory.to_dataframe(), index=False, digits=3))
+    ) + html_table(data.memory.to_dataframe(), index=False, digits=3))
     flip_html = "".join(
         f"<h3>Logit lens before vs after the MLP of layer {item.layer} (L{item.layer}MLP; top-1 over values)</h3>\n"
-        + _table(item.to_dataframe(), digits=3)
+        + html_table(item.to_dataframe(), digits=3)
         for item in data.flips
     )
     add("MLP prediction flips and direct logit attribution", flip_html
         + "<h3>Direct logit attribution (mean logit difference per component and subgroup)</h3>\n"
-        + _note(f"Recall subgroup baseline: the {data.dla.recall_baseline} answer; rows sum to 'total' = 'actual'.")
-        + _table(data.dla.to_dataframe(), digits=3))
+        + html_note(f"Recall subgroup baseline: the {data.dla.recall_baseline} answer; rows sum to 'total' = 'actual'.")
+        + html_table(data.dla.to_dataframe(), digits=3))
     if history is not None:
         columns = [c for c in ("train_loss", *F.DEFAULT_CURVES) if c in history.columns]
         add("Training curves", fig(F.training_curves(history, columns, title=f"{config.name}: training curves "
                                                                               f"({len(history)} epochs)")))
     else:
-        add("Training curves", _note("No per-epoch training history is stored with this model."))
+        add("Training curves", html_note("No per-epoch training history is stored with this model."))
 
     # 6. circuitsvis views (one forward over the example sequences)
     step("views")
-    views = _views(model, task, test_set)
+    views = model_views(model, task, test_set)
     entry.probe_views = views[: config.n_layers]  # attention of every layer on the first example
-    add("Interactive views", _note(
+    add("Interactive views", html_note(
         "circuitsvis views of one forward pass (inlined bundle, offline): hover a head's thumbnail to see its "
         "pattern; tokens are labelled position: role=token."
     ))
     for title, view in views:
-        body["Interactive views"].append(Section("", f"<h3>{_esc(title)}</h3>"))
+        body["Interactive views"].append(Section("", f"<h3>{esc(title)}</h3>"))
         body["Interactive views"].append(Section("", view))
-    add("Training provenance", _provenance_html(entry, getattr(model, "metadata", None) or {}, task))
+    add("Training provenance", provenance_html(entry, getattr(model, "metadata", None) or {}, task))
 
     step("write")
-    add("Summary", _summary_html(entry, n, smaller))
+    add("Summary", summary_html(entry, n, smaller))
     roles = {item.component: item.role for item in (*verdict.heads, *verdict.mlps)}
     hero = circuit_hero(data.skills, data.findings, n_layers=config.n_layers, n_heads=config.n_heads, labels=roles)
-    sections: list[Section] = [Section("", f"<style>{_CSS}{HERO_CSS}</style>\n" + hero + _toc(MODEL_SECTIONS))]
+    sections: list[Section] = [Section("", f"<style>{REPORT_CSS}{HERO_CSS}</style>\n" + hero + html_toc(MODEL_SECTIONS))]
     for title in MODEL_SECTIONS:
         items = body[title]
         if title in COLLAPSED and all(isinstance(item.body, str) for item in items):
             inner = "\n".join(item.body for item in items)  # long tables: one click away, first screen stays short
-            sections.append(_collapsed(title, inner, heading_id=_slug(title)))
+            sections.append(collapsible_section(title, inner, heading_id=slug(title)))
             continue
-        sections.append(Section("", _h2(title)))
+        sections.append(Section("", h2_html(title)))
         sections.extend(items)
     return html_page(f"perm_circuits report: {entry.name}", sections, include_plotlyjs=plotly_js)
 
@@ -352,7 +363,7 @@ def write_report(
         TypeError: arguments of the wrong type.
     """
     n = _check_n(n)
-    out = _check_out(out, force)
+    out = check_out(out, force)
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
     if isinstance(models, (str, os.PathLike)):
@@ -369,21 +380,21 @@ def write_report(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # these models are tiny: one thread is fastest, and steady on a busy CPU
     try:
-        entries: list[_Entry] = []
+        entries: list[ModelEntry] = []
         taken = {INDEX_PAGE.removesuffix(".html")} if several else set()
         for index, item in enumerate(models):
             bar.set_postfix_str(f"load {item if isinstance(item, (str, os.PathLike)) else 'model'}")
             name, source, model = _resolve(item, index, device)
-            entries.append(_Entry(name=name, source=source, model=model))
+            entries.append(ModelEntry(name=name, source=source, model=model))
             bar.update(1)
         for entry in entries:
             entry.page = out / f"{_file_stem(entry.name, taken)}.html"
-        plotly_js = _start_folder(out, [e.page for e in entries] + ([out / INDEX_PAGE] if several else []))
+        plotly_js = start_folder(out, [e.page for e in entries] + ([out / INDEX_PAGE] if several else []))
         written: list[Path] = []
         for entry in entries:
             state: dict[str, Any] = {"started": False}
 
-            def step(label: str, entry: _Entry = entry, state: dict = state) -> None:
+            def step(label: str, entry: ModelEntry = entry, state: dict = state) -> None:
                 now = time.perf_counter()
                 if state["started"]:
                     entry.timings[state["label"]] = now - state["since"]
@@ -399,7 +410,7 @@ def write_report(
         if several:
             bar.set_postfix_str("comparison page")
             path = out / INDEX_PAGE
-            path.write_text(_comparison_page(entries, plotly_js), encoding="utf-8")
+            path.write_text(comparison_html(entries, plotly_js), encoding="utf-8")
             bar.update(1)
             written.append(path)
         bar.set_postfix_str("done")

@@ -19,7 +19,7 @@ from perm_circuits.views.html import TOPOJSON_LOCAL
 
 _PLOTLY_CONFIG = {"displaylogo": False, "responsive": False, "topojsonURL": TOPOJSON_LOCAL}
 
-_CSS = """
+REPORT_CSS = """
 body { max-width: 1680px; line-height: 1.45; }
 h2 { border-bottom: 1px solid #dee2e6; padding-bottom: 4px; }
 h3 { font-size: 1.0em; margin: 1.2em 0 0.4em; }
@@ -49,23 +49,23 @@ pre.pc-command { background: #f1f3f5; padding: 8px 12px; white-space: pre-wrap; 
 """
 
 
-def _esc(text: object) -> str:
+def esc(text: object) -> str:
     return _html.escape(str(text), quote=False)
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     return "s-" + re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def _h2(title: str) -> str:
-    return f'<h2 id="{_slug(title)}">{_esc(title)}</h2>\n'
+def h2_html(title: str) -> str:
+    return f'<h2 id="{slug(title)}">{esc(title)}</h2>\n'
 
 
-def _note(text: str) -> str:
-    return f'<p class="pc-note">{_esc(text)}</p>\n'
+def html_note(text: str) -> str:
+    return f'<p class="pc-note">{esc(text)}</p>\n'
 
 
-def _fmt(value: object) -> str:
+def cell(value: object) -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return "–"
@@ -73,7 +73,7 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
-def _table(frame: pd.DataFrame, *, index: bool = True, digits: int = 4, wide: bool = False) -> str:
+def html_table(frame: pd.DataFrame, *, index: bool = True, digits: int = 4, wide: bool = False) -> str:
     """A DataFrame as an HTML table (``DataFrame.to_html``, escaped)."""
     classes = ["pc-table"] + (["pc-wide"] if wide else [])
     frame = frame.rename(columns=lambda c: str(c).replace("_", " "))
@@ -84,12 +84,12 @@ def _table(frame: pd.DataFrame, *, index: bool = True, digits: int = 4, wide: bo
     return f'<div class="pc-scroll">{table}</div>\n'
 
 
-def _kv_table(items: dict[str, object]) -> str:
-    frame = pd.DataFrame({"value": [_fmt(v) for v in items.values()]}, index=list(items))
-    return _table(frame, wide=True)
+def kv_table(items: dict[str, object]) -> str:
+    frame = pd.DataFrame({"value": [cell(v) for v in items.values()]}, index=list(items))
+    return html_table(frame, wide=True)
 
 
-class _Figures:
+class FigureHTML:
     """Embeds the plotly figures of one page (without plotly.js), numbering their divs (deterministic ids)."""
 
     def __init__(self, prefix: str) -> None:
@@ -102,12 +102,12 @@ class _Figures:
         return f'<div class="pc-figure">{body}</div>\n'
 
 
-def _toc(titles: Sequence[str]) -> str:
-    items = "".join(f'<li><a href="#{_slug(t)}">{_esc(t)}</a></li>' for t in titles)
+def html_toc(titles: Sequence[str]) -> str:
+    items = "".join(f'<li><a href="#{slug(t)}">{esc(t)}</a></li>' for t in titles)
     return f'<ul class="pc-toc">{items}</ul>\n'
 
 
-def _verdict_html(summary: str) -> str:
+def verdict_html(summary: str) -> str:
     """``RoleVerdict.summary()`` as paragraphs and lists; claim statuses become badges."""
     parts, items = [], []
 
@@ -122,22 +122,22 @@ def _verdict_html(summary: str) -> str:
             match = re.match(r"\[(supported|contradicted|inconclusive)\] (.*)", text, re.DOTALL)
             if match:
                 status, rest = match.groups()
-                items.append(f'<span class="pc-status pc-{status}">{status}</span> {_esc(rest)}')
+                items.append(f'<span class="pc-status pc-{status}">{status}</span> {esc(rest)}')
             else:
-                items.append(_esc(text))
+                items.append(esc(text))
             continue
         flush()
         if line.startswith("Verdict:"):
-            parts.append(f'<p class="pc-verdict-line">{_esc(line)}</p>')
+            parts.append(f'<p class="pc-verdict-line">{esc(line)}</p>')
         elif line.endswith(":") and len(line) < 24:
-            parts.append(f"<p><b>{_esc(line)}</b></p>")
+            parts.append(f"<p><b>{esc(line)}</b></p>")
         else:
-            parts.append(f"<p>{_esc(line)}</p>")
+            parts.append(f"<p>{esc(line)}</p>")
     flush()
     return '<div class="pc-verdict">' + "\n".join(parts) + "</div>\n"
 
 
-def _status_cells(table_html: str) -> str:
+def status_cells(table_html: str) -> str:
     for status in ("supported", "contradicted", "inconclusive"):
         table_html = table_html.replace(f"<td>{status}</td>",
             f'<td><span class="pc-status pc-{status}">{status}</span></td>')

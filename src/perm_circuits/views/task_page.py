@@ -34,12 +34,12 @@ from perm_circuits.analysis.interventions.ablation_table import TaskAblationTabl
 from perm_circuits.analysis.probes.task_attribution import attention_patterns
 from perm_circuits.tasks.base import Task
 from perm_circuits.views.attention_figures import attention_grid, attention_trace
-from perm_circuits.views.circuit_hero import HERO_CSS, CollapsedViews, _collapsed, circuit_hero
+from perm_circuits.views.circuit_hero import HERO_CSS, CollapsedViews, collapsible_section, circuit_hero
 from perm_circuits.views.circuits import attention_view
 from perm_circuits.views.figure_style import house_style
 from perm_circuits.views.html import Section, html_page
-from perm_circuits.views.report import _NAME_RE, _check_out, _start_folder
-from perm_circuits.views.report_html import _CSS, _Figures, _kv_table, _note, _table
+from perm_circuits.views.report import NAME_RE, check_out, start_folder
+from perm_circuits.views.report_html import REPORT_CSS, FigureHTML, html_note, html_table, kv_table
 
 __all__ = ["attention_patterns", "render_task_report", "task_ablation_figure", "task_report"]
 
@@ -89,30 +89,30 @@ def _views_section(patterns: dict[str, Tensor], labels: list[str]) -> Section:
     for index, (name, pattern) in enumerate(patterns.items()):
         heads = [f"L{index}H{head}" for head in range(pattern.shape[1])]
         if pattern.shape[-2] != pattern.shape[-1]:  # e.g. a query at the last position only
-            notes += _note(f"Layer {index} ({name}): {pattern.shape[-2]} query position(s) over {pattern.shape[-1]} "
+            notes += html_note(f"Layer {index} ({name}): {pattern.shape[-2]} query position(s) over {pattern.shape[-1]} "
                            "keys: no circuitsvis view (it needs a square pattern); the heatmaps above show it.")
             continue
         views.append(attention_view(pattern[0], labels, heads, f"Layer {index} ({name}), test sequence 0"))
     title = "Attention views (test sequence 0)"
     if not views:
-        return _collapsed(title, notes)
-    notes += _note("circuitsvis views, one per layer: " + "; ".join(view.title for view in views) + ".")
+        return collapsible_section(title, notes)
+    notes += html_note("circuitsvis views, one per layer: " + "; ".join(view.title for view in views) + ".")
     return Section("", CollapsedViews(title, tuple(views), notes))
 
 
-def _ablation_section(data: TaskReportData, fig: _Figures) -> Section:
+def _ablation_section(data: TaskReportData, fig: FigureHTML) -> Section:
     table = data.ablation
     if table is None:
-        return _collapsed("Ablation", _note(data.notes.get("ablation", "No ablation was computed.")))
+        return collapsible_section("Ablation", html_note(data.notes.get("ablation", "No ablation was computed.")))
     hows = data.ablation_hows
-    body = _note(
+    body = html_note(
         f"Each head (blocks.L.attn.hook_z) and MLP (blocks.L.hook_mlp_out) ablated under {', '.join(hows)} "
         f"(Wang et al. 2022), measured on the same {data.n} test sequences; mean and resample use task.test_set({data.n}, "
         f"seed={data.seed + 1}) as the reference. 'delta' columns: change from the unablated model (row 'none')."
     )
     body += fig(task_ablation_figure(table))
-    body += _table(table.to_dataframe().set_index(["component", "how"]), digits=4, wide=True)
-    return _collapsed("Ablation", body)
+    body += html_table(table.to_dataframe().set_index(["component", "how"]), digits=4, wide=True)
+    return collapsible_section("Ablation", body)
 
 
 def _analysis_sections(data: TaskReportData) -> list[Section]:
@@ -120,28 +120,28 @@ def _analysis_sections(data: TaskReportData) -> list[Section]:
     tables (a computed section, else the note saying why it is empty)."""
     bodies: dict[str, str] = {}
     if data.attention is not None:
-        bodies["attention"] = _note(
+        bodies["attention"] = html_note(
             "Mean attention of each query position (>= 1) to itself, to the previous position and to position 0, "
             "over the shown test sequences (Olsson et al. 2022: a previous-token head has 'previous' near 1)."
-        ) + _table(data.attention.to_dataframe().set_index("head"), digits=3)
+        ) + html_table(data.attention.to_dataframe().set_index("head"), digits=3)
     if data.patching is not None:
         frame = pd.DataFrame([{"component": f"L{p.layer}H{p.head}" if p.head is not None else f"L{p.layer}MLP",
                                "effect": p.effect, "ci_low": p.ci_low, "ci_high": p.ci_high, "clean": p.clean,
                                "corrupted": p.corrupted, "patched": p.patched} for p in data.patching])
         first = data.patching[0] if data.patching else None
-        bodies["patching"] = _note(
+        bodies["patching"] = html_note(
             "Denoising activation patching (Wang et al. 2022; Meng et al. 2022): each component's activation on a "
             "test sequence patched into the run on another test sequence (the batch shifted by one row); metric: "
             "the clean targets' mean log-probability over the loss positions. effect = (patched - corrupted) / "
             f"(clean - corrupted), 1 = the component carries everything; {first.confidence:.0%} bootstrap CIs over "
             f"{first.n} sequences." if first else "No component to patch."
-        ) + _table(frame.set_index("component"), digits=4)
+        ) + html_table(frame.set_index("component"), digits=4)
     if data.attribution is not None:
-        bodies["attribution"] = _note(
+        bodies["attribution"] = html_note(
             "Each component's direct push on logit(target) - mean logit at the loss positions (Elhage et al. 2021), "
             f"through the final norm frozen at its clean value; {data.attribution.n} test sequences; 'remainder' is "
             "what no component accounts for (biases)."
-        ) + _table(data.attribution.to_dataframe().set_index("component"), digits=4)
+        ) + html_table(data.attribution.to_dataframe().set_index("component"), digits=4)
     if data.circuit is not None:
         group = data.circuit.subgroups[0]
         rows = [("circuit", ", ".join(data.circuit.circuit) or "(empty)"), ("ablation", data.circuit.how),
@@ -149,14 +149,14 @@ def _analysis_sections(data: TaskReportData) -> list[Section]:
                 ("completeness", group.completeness)]
         rows += [(f"minimality {m.node}", m.minimality) for m in group.minimality]
         frame = pd.DataFrame(rows, columns=["criterion", "value"]).set_index("criterion")
-        bodies["circuit"] = _note(
+        bodies["circuit"] = html_note(
             "A circuit proposed by single-component mean ablation, grown and pruned to faithfulness error <= 0.1, "
             "and its IOI criteria (Wang et al. 2022, section 4); F: the targets' log-probability in nats above a "
             f"uniform guess, over {data.circuit.n_samples} test sequences."
-        ) + _table(frame, digits=4)
+        ) + html_table(frame, digits=4)
     titles = {"attention": "Attention scores", "patching": "Activation patching",
               "attribution": "Direct logit attribution", "circuit": "Circuit"}
-    return [_collapsed(title, bodies[key] if key in bodies else _note(data.notes[key]))
+    return [collapsible_section(title, bodies[key] if key in bodies else html_note(data.notes[key]))
             for key, title in titles.items() if key in bodies or key in data.notes]
 
 
@@ -191,38 +191,38 @@ def render_task_report(
     if not isinstance(data, TaskReportData):
         raise TypeError(f"data must be a TaskReportData (analysis.report_data.task_report_data), got {type(data).__name__}")
     _check_title_page(title, page)
-    path = _check_out(out, force)
+    path = check_out(out, force)
     evaluation = data.evaluation
     title = title or f"{evaluation.model_name} on {data.task_name}"
-    fig = _Figures(re.sub(r"[^A-Za-z0-9_-]+", "-", data.task_name))
+    fig = FigureHTML(re.sub(r"[^A-Za-z0-9_-]+", "-", data.task_name))
     # the first screen: the discovered circuit (or a line saying there is none), then the findings
     shape = model_shape_of_skills(data.skills)
     skills, (n_layers, n_heads) = (data.skills, shape) if shape else ({}, (1, 1))
     hero = circuit_hero(skills, data.findings, n_layers=n_layers, n_heads=n_heads)
-    sections: list[Section | str] = [Section("", f"<style>{_CSS}{HERO_CSS}</style>" + hero),
-                                     _collapsed("Task and model", _kv_table(data.about))]
-    sections.append(_collapsed("Metrics", _note(
+    sections: list[Section | str] = [Section("", f"<style>{REPORT_CSS}{HERO_CSS}</style>" + hero),
+                                     collapsible_section("Task and model", kv_table(data.about))]
+    sections.append(collapsible_section("Metrics", html_note(
         f"{evaluation.n_samples} test sequences (task.test_set(n={data.n}, seed={data.seed})); 'reference' rows compare "
         "the model with the task's exact or analytic reference over the loss positions."
-    ) + _table(evaluation.to_dataframe(), digits=4)))
+    ) + html_table(evaluation.to_dataframe(), digits=4)))
     patterns = data.patterns
     for row, table in enumerate(data.sequences):
         labels = list(data.labels[row])
-        body = _table(table, digits=3)
+        body = html_table(table, digits=3)
         if patterns:
             body += fig(_attention_figure(patterns, row, labels, f"{title}: attention on test sequence {row}"))
         else:
-            body += _note("The model exposes no attention-pattern hook point (*hook_pattern): no attention to show.")
-        sections.append(_collapsed(f"Test sequence {row}", body))
+            body += html_note("The model exposes no attention-pattern hook point (*hook_pattern): no attention to show.")
+        sections.append(collapsible_section(f"Test sequence {row}", body))
     if patterns:
         sections.append(_views_section(patterns, list(data.labels[0])))
     if data.ablation_hows:
         sections.append(_ablation_section(data, fig))
     sections += _analysis_sections(data)
 
-    stem = _NAME_RE.sub("_", data.task_name if page is None else page)
+    stem = NAME_RE.sub("_", data.task_name if page is None else page)
     target = path / f"{stem}.html"
-    plotly_js = _start_folder(path, [target])
+    plotly_js = start_folder(path, [target])
     atomic_write_text(target, html_page(title, sections, include_plotlyjs=plotly_js))
     return target
 
@@ -264,7 +264,7 @@ def task_report(
     n = check_int("n", n, 1)
     n_sequences = check_int("n_sequences", n_sequences, 1)
     _check_title_page(title, page)
-    _check_out(out, force)
+    check_out(out, force)
     data = task_report_data(model, task, n=n, n_sequences=n_sequences, seed=seed, forward=forward,
                             ablation_hows=ablation_hows, analyses=analyses)
     return render_task_report(data, out, title=title, force=force, page=page)

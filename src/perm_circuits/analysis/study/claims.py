@@ -39,7 +39,7 @@ from functools import partial
 
 import pandas as pd
 
-from perm_circuits.analysis.study.roles import HeadRole, MlpRole, _Context, _ge, _le, _lt, _num, _pct, mode_label
+from perm_circuits.analysis.study.roles import HeadRole, MlpRole, Context, ge, le, lt, num, pct, mode_label
 from perm_circuits.analysis.study.scores import HeadScore
 from perm_circuits.models import ModelConfig
 
@@ -111,16 +111,16 @@ def _claim(claim: str, statement: str, status: str, evidence: str, numbers: dict
     return Claim(claim, statement, status, evidence, tuple((k, float(v)) for k, v in numbers.items()), ())
 
 
-def _capability(ctx: _Context, accuracy: float, skill: str, failure: str, missing: str | None = None) -> tuple[str, str]:
+def _capability(ctx: Context, accuracy: float, skill: str, failure: str, missing: str | None = None) -> tuple[str, str]:
     """Status and evidence of "the model has this skill": supported at >= ``capable``, contradicted
     below ``incapable``, inconclusive between (or, with ``missing``, when the accuracy is nan)."""
     if missing is not None and math.isnan(accuracy):
         return "inconclusive", missing
-    if _ge(accuracy, ctx.t.capable):
-        return "supported", f"{skill} accuracy {_pct(accuracy)}."
-    if _lt(accuracy, ctx.t.incapable):
-        return "contradicted", f"{failure}: {skill.lower()} accuracy {_pct(accuracy)}."
-    return "inconclusive", f"{skill} accuracy {_pct(accuracy)} (partial)."
+    if ge(accuracy, ctx.t.capable):
+        return "supported", f"{skill} accuracy {pct(accuracy)}."
+    if lt(accuracy, ctx.t.incapable):
+        return "contradicted", f"{failure}: {skill.lower()} accuracy {pct(accuracy)}."
+    return "inconclusive", f"{skill} accuracy {pct(accuracy)} (partial)."
 
 
 def single_head(config: ModelConfig) -> bool:
@@ -128,7 +128,7 @@ def single_head(config: ModelConfig) -> bool:
     return config.n_heads * config.n_layers == 1
 
 
-def _capability_claims(ctx: _Context, config: ModelConfig, name: str) -> list[Claim]:
+def _capability_claims(ctx: Context, config: ModelConfig, name: str) -> list[Claim]:
     t, base = ctx.t, ctx.base
     e_acc, r_acc = base.elimination_accuracy, base.recall_accuracy
     status, evidence = _capability(ctx, e_acc, "Elimination", f"{name} does not eliminate")
@@ -154,15 +154,15 @@ def _capability_claims(ctx: _Context, config: ModelConfig, name: str) -> list[Cl
     if math.isnan(r_acc):
         status, evidence = "inconclusive", "No repeated sequences in the test set."
     elif r_acc <= t.recall_absent:
-        status, evidence = "supported", f"Recall accuracy {_pct(r_acc)}."
+        status, evidence = "supported", f"Recall accuracy {pct(r_acc)}."
     elif r_acc >= t.incapable:
-        status, evidence = "contradicted", f"{name} recalls: recall accuracy {_pct(r_acc)}."
+        status, evidence = "contradicted", f"{name} recalls: recall accuracy {pct(r_acc)}."
     else:
-        status, evidence = "inconclusive", f"Recall accuracy {_pct(r_acc)}: above chance but below {_pct(t.incapable)}."
+        status, evidence = "inconclusive", f"Recall accuracy {pct(r_acc)}: above chance but below {pct(t.incapable)}."
     return claims + [_claim("no_recall", statement, status, evidence, {"recall_accuracy": r_acc})]
 
 
-def _eliminator_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadScore], single: bool) -> Claim:
+def _eliminator_claim(ctx: Context, heads: list[HeadRole], scores: dict[str, HeadScore], single: bool) -> Claim:
     t = ctx.t
     if single:
         judged = partial(_claim, "single_head_accumulates",
@@ -179,18 +179,18 @@ def _eliminator_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, He
     if not pattern:
         return judged("contradicted",
             f"No head spreads its x-query attention uniformly over the prior ys (closest: {best.component}, y-mass "
-            f"{_num(best_score.elim_y_mass)}, entropy {_num(best_score.elim_entropy)}; needs >= "
+            f"{num(best_score.elim_y_mass)}, entropy {num(best_score.elim_entropy)}; needs >= "
             f"{t.eliminator_y_mass} and >= {t.eliminator_entropy}).", numbers)
     if not ctx.elimination_present:
         return judged("inconclusive",
             f"{', '.join(h.component for h in pattern)} has the eliminator pattern, but the model does not eliminate "
-            f"(accuracy {_pct(ctx.base.elimination_accuracy)}).", numbers)
+            f"(accuracy {pct(ctx.base.elimination_accuracy)}).", numbers)
 
     def strongest(h: HeadRole) -> float:
         values = [v for v in (h.elimination_retention, h.joint_elimination_retention) if not math.isnan(v)]
         return min(values) if values else 2.0
 
-    alone = [h for h in pattern if _le(h.elimination_retention, t.destroyed)]
+    alone = [h for h in pattern if le(h.elimination_retention, t.destroyed)]
     chosen = min(alone, key=lambda h: h.elimination_retention) if alone else min(pattern, key=strongest)
     score = scores[chosen.component]
     numbers.update({
@@ -202,30 +202,30 @@ def _eliminator_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, He
         "early_mae_increase": chosen.early_mae_increase,
     })
     description = (
-        f"{chosen.component}: x queries put {_num(score.elim_y_mass)} on prior ys, entropy "
-        f"{_num(score.elim_entropy)}; {mode_label(ctx.how)}-ablating it leaves elimination at "
-        f"{_pct(chosen.elimination_accuracy)} (retention {_num(chosen.elimination_retention)}), steps 1-{ctx.V - 1} "
+        f"{chosen.component}: x queries put {num(score.elim_y_mass)} on prior ys, entropy "
+        f"{num(score.elim_entropy)}; {mode_label(ctx.how)}-ablating it leaves elimination at "
+        f"{pct(chosen.elimination_accuracy)} (retention {num(chosen.elimination_retention)}), steps 1-{ctx.V - 1} "
         f"MAE {chosen.early_mae_increase:+.3f}"
     )
     if alone:
         if chosen.causal_role == "both":
             description += (
-                f"; it is needed for recall too (recall {_pct(chosen.recall_accuracy)}, recall signal kept "
-                f"{_num(chosen.recall_signal_retention)})"
+                f"; it is needed for recall too (recall {pct(chosen.recall_accuracy)}, recall signal kept "
+                f"{num(chosen.recall_signal_retention)})"
             )
         return judged("supported", description + ".", numbers)
-    if _le(chosen.joint_elimination_retention, t.destroyed):
+    if le(chosen.joint_elimination_retention, t.destroyed):
         group = "+".join(h.component for h in pattern)
         return judged("inconclusive",
             description + f"; elimination is shared by {group}: no single head's ablation destroys it, ablating them "
-            f"together does (retention {_num(chosen.joint_elimination_retention)}).", numbers)
+            f"together does (retention {num(chosen.joint_elimination_retention)}).", numbers)
     if ctx.harms_elimination(chosen.elimination_retention, chosen.early_mae_increase):
         return judged("inconclusive", description + ": elimination is damaged, not destroyed.", numbers)
     return judged("inconclusive",
         description + ": the attention pattern is there but elimination does not depend on the head.", numbers)
 
 
-def _binding_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadScore]) -> Claim:
+def _binding_claim(ctx: Context, heads: list[HeadRole], scores: dict[str, HeadScore]) -> Claim:
     t = ctx.t
     judged = partial(_claim, "binding_head",
         "Another head binds: x attends to the immediately preceding y and y attends to itself (study section 08, "
@@ -238,14 +238,14 @@ def _binding_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadS
     if not pattern:
         if all("eliminator" in scores[h.component].patterns for h in heads):
             detail = ", ".join(
-                f"{h.component} y-mass {_num(scores[h.component].elim_y_mass)} entropy {_num(scores[h.component].elim_entropy)}"
+                f"{h.component} y-mass {num(scores[h.component].elim_y_mass)} entropy {num(scores[h.component].elim_entropy)}"
                 for h in heads
             )
             evidence = f"No binding head: all heads accumulate (every head has the eliminator pattern: {detail})."
         else:
             evidence = (
-                f"No binding head (closest: {best.component}, x->preceding y {_num(best_score.x_prev_y)}, y->itself "
-                f"{_num(best_score.y_self)}; needs >= {t.binder_x_prev_y} and >= {t.binder_y_self})"
+                f"No binding head (closest: {best.component}, x->preceding y {num(best_score.x_prev_y)}, y->itself "
+                f"{num(best_score.y_self)}; needs >= {t.binder_x_prev_y} and >= {t.binder_y_self})"
             )
             duplicates = [h.component for h in heads if h.role == "duplicate/recall"]
             if duplicates:
@@ -259,15 +259,15 @@ def _binding_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadS
         "recall_retention": chosen.recall_retention, "patch_effect": chosen.patch_effect,
     })
     description = (
-        f"{chosen.component}: x->preceding y {_num(score.x_prev_y)}, y->itself {_num(score.y_self)}; "
-        f"{mode_label(ctx.how)}-ablating it leaves recall at {_pct(chosen.recall_accuracy)} (retention "
-        f"{_num(chosen.recall_retention)}); patching its clean output restores {_num(chosen.patch_effect)} of recall"
+        f"{chosen.component}: x->preceding y {num(score.x_prev_y)}, y->itself {num(score.y_self)}; "
+        f"{mode_label(ctx.how)}-ablating it leaves recall at {pct(chosen.recall_accuracy)} (retention "
+        f"{num(chosen.recall_retention)}); patching its clean output restores {num(chosen.patch_effect)} of recall"
     )
     if not ctx.recall_present:
         return judged("inconclusive",
-            f"{chosen.component} binds by attention (x->preceding y {_num(score.x_prev_y)}, y->itself "
-            f"{_num(score.y_self)}), but the model does not recall, so recall cannot need it.", numbers)
-    if _le(chosen.recall_retention, t.destroyed) or _ge(chosen.patch_effect, t.patch_restores):
+            f"{chosen.component} binds by attention (x->preceding y {num(score.x_prev_y)}, y->itself "
+            f"{num(score.y_self)}), but the model does not recall, so recall cannot need it.", numbers)
+    if le(chosen.recall_retention, t.destroyed) or ge(chosen.patch_effect, t.patch_restores):
         return judged("supported", description + ".", numbers)
     if chosen.role in ("binder", "mixed"):
         return judged("inconclusive", description + ": recall is damaged, not destroyed.", numbers)
@@ -275,7 +275,7 @@ def _binding_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadS
                   numbers)
 
 
-def _division_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadScore]) -> Claim:
+def _division_claim(ctx: Context, heads: list[HeadRole], scores: dict[str, HeadScore]) -> Claim:
     judged = partial(_claim, "division_of_labour",
         "The heads divide the labour: one head for elimination, a different head for recall (study section 08; "
         "section 10, findings 3-4).")
@@ -301,7 +301,7 @@ def _division_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, Head
     return judged("inconclusive", f"Roles: {roles}.", numbers)
 
 
-def _ffn_claim(ctx: _Context, mlps: list[MlpRole]) -> Claim:
+def _ffn_claim(ctx: Context, mlps: list[MlpRole]) -> Claim:
     judged = partial(_claim, "ffn_completes_recall",
         "The FFN completes recall: without the MLP the model cannot recall, while attention alone keeps "
         "eliminating (study section 09; section 10, finding 5).")
@@ -313,20 +313,20 @@ def _ffn_claim(ctx: _Context, mlps: list[MlpRole]) -> Claim:
     }
     base = ctx.base
     text = (
-        f"{mode_label(ctx.how).capitalize()}-ablating {mlp.component}: recall {_pct(base.recall_accuracy)} -> "
-        f"{_pct(mlp.recall_accuracy)}, elimination {_pct(base.elimination_accuracy)} -> {_pct(mlp.elimination_accuracy)}"
+        f"{mode_label(ctx.how).capitalize()}-ablating {mlp.component}: recall {pct(base.recall_accuracy)} -> "
+        f"{pct(mlp.recall_accuracy)}, elimination {pct(base.elimination_accuracy)} -> {pct(mlp.elimination_accuracy)}"
     )
     if not math.isnan(mlp.recall_signal_retention):
-        text += f", recall signal kept {_num(mlp.recall_signal_retention)}"
+        text += f", recall signal kept {num(mlp.recall_signal_retention)}"
     if not math.isnan(mlp.patch_effect):
-        text += f"; patching its clean output restores {_num(mlp.patch_effect)} of recall"
+        text += f"; patching its clean output restores {num(mlp.patch_effect)} of recall"
     if not ctx.recall_present:
         return judged("inconclusive",
-            f"The model does not recall (recall {_pct(base.recall_accuracy)}): there is no recall to complete.",
+            f"The model does not recall (recall {pct(base.recall_accuracy)}): there is no recall to complete.",
             numbers)
     if mlp.role == "completes recall":
         return judged("supported", text + ".", numbers)
-    if mlp.role == "needed for both" and _le(mlp.recall_signal_retention, ctx.t.destroyed):
+    if mlp.role == "needed for both" and le(mlp.recall_signal_retention, ctx.t.destroyed):
         return judged("supported",
             text + ": recall needs the MLP (its signal is gone), though elimination needs it too.", numbers)
     if not any(m.role in ("completes recall", "contributes to recall", "needed for both") for m in mlps):
@@ -337,7 +337,7 @@ def _ffn_claim(ctx: _Context, mlps: list[MlpRole]) -> Claim:
     return judged("inconclusive", text + ": recall is damaged, not destroyed.", numbers)
 
 
-def _lookup_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadScore]) -> Claim:
+def _lookup_claim(ctx: Context, heads: list[HeadRole], scores: dict[str, HeadScore]) -> Claim:
     judged = partial(_claim, "no_attention_lookup",
         "Attention does not look up the repeated query: x tokens attend to the preceding y, not to the earlier x1; "
         "the lookup happens in the FFN (study section 09).")
@@ -349,11 +349,11 @@ def _lookup_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadSc
         return judged("inconclusive", "No repeated sequences in the test set.", numbers)
     if not ctx.recall_present:
         return judged("inconclusive",
-            f"The model does not recall (recall {_pct(ctx.base.recall_accuracy)}), so there is no lookup to "
+            f"The model does not recall (recall {pct(ctx.base.recall_accuracy)}), so there is no lookup to "
             f"locate (largest duplicate-token rise: {best.component} {score.duplicate_score:+.2f}).", numbers)
     dup_text = (
-        f"{best.component}: the last query puts {_num(score.dup_repeated)} of its attention on the x it repeats, vs "
-        f"{_num(score.dup_baseline)} on the same positions when it is new"
+        f"{best.component}: the last query puts {num(score.dup_repeated)} of its attention on the x it repeats, vs "
+        f"{num(score.dup_baseline)} on the same positions when it is new"
     )
     if "duplicate" not in score.patterns:
         return judged("supported",
@@ -362,13 +362,13 @@ def _lookup_claim(ctx: _Context, heads: list[HeadRole], scores: dict[str, HeadSc
     if best.causal_role in ("recall", "both"):
         return judged("contradicted",
             f"Attention looks up the repeated x: {best.component} is a duplicate-token head ({dup_text}) and recall "
-            f"needs it ({mode_label(ctx.how)}-ablated recall {_pct(best.recall_accuracy)}, patching restores "
-            f"{_num(best.patch_effect)}).", numbers)
+            f"needs it ({mode_label(ctx.how)}-ablated recall {pct(best.recall_accuracy)}, patching restores "
+            f"{num(best.patch_effect)}).", numbers)
     return judged("inconclusive", f"{dup_text}, but recall does not need {best.component}.", numbers)
 
 
 def study_claims(
-    ctx: _Context, config: ModelConfig, heads: Sequence[HeadRole], mlps: Sequence[MlpRole], scores: Sequence[HeadScore]
+    ctx: Context, config: ModelConfig, heads: Sequence[HeadRole], mlps: Sequence[MlpRole], scores: Sequence[HeadScore]
 ) -> list[Claim]:
     """The study's claims for a model of ``config``, judged from its per-component roles under ``ctx.how``.
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from perm_circuits.analysis.interventions.permutation_table import AblationRow
 from perm_circuits.analysis.study.recall_patching import PatchingSweep
-from perm_circuits.analysis.study.scores import HeadScore, RoleThresholds, _component
+from perm_circuits.analysis.study.scores import HeadScore, RoleThresholds, label_of
 
 __all__ = ["HeadRole", "MlpRole", "mode_label"]
 
@@ -129,28 +129,28 @@ class MlpRole(_ModeNote):
 # ----------------------------------------------------------------------------- decisions
 
 
-def _pct(value: float) -> str:
+def pct(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{100 * value:.1f}%"
 
 
-def _num(value: float) -> str:
+def num(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{value:.2f}"
 
 
-def _lt(value: float, bound: float) -> bool:
+def lt(value: float, bound: float) -> bool:
     return not math.isnan(value) and value < bound
 
 
-def _ge(value: float, bound: float) -> bool:
+def ge(value: float, bound: float) -> bool:
     return not math.isnan(value) and value >= bound
 
 
-def _le(value: float, bound: float) -> bool:
+def le(value: float, bound: float) -> bool:
     return not math.isnan(value) and value <= bound
 
 
 @dataclass(frozen=True)
-class _Context:
+class Context:
     V: int
     how: str
     t: RoleThresholds
@@ -167,7 +167,7 @@ class _Context:
 
     def harms_elimination(self, retention: float, mae_increase: float) -> bool:
         """Elimination retention below ``survives``, or a steps 1..V-1 MAE rise of ``mae_increase`` or more."""
-        return _lt(retention, self.t.survives) or _ge(mae_increase, self.t.mae_increase)
+        return lt(retention, self.t.survives) or ge(mae_increase, self.t.mae_increase)
 
     def signal_retention(self, component: str) -> float:
         baseline = self.signals.get(("none", "none"), math.nan)
@@ -191,7 +191,7 @@ def _effect(sweep: PatchingSweep | None, **where: int) -> tuple[float, float, fl
     return cell.mean, cell.ci_low, cell.ci_high
 
 
-def _measures(ctx: _Context, component: str, row: AblationRow, patching: PatchingSweep | None, **where: int) -> tuple:
+def _measures(ctx: Context, component: str, row: AblationRow, patching: PatchingSweep | None, **where: int) -> tuple:
     """A component's elimination and recall retention, MAE and loss rise, recall-signal retention and
     patching effect (mean, CI; nan where the model does not recall)."""
     base = ctx.base
@@ -205,55 +205,55 @@ def _measures(ctx: _Context, component: str, row: AblationRow, patching: Patchin
     )
 
 
-def _ablation_sentence(ctx: _Context, row: AblationRow, signal_retention: float) -> str:
+def _ablation_sentence(ctx: Context, row: AblationRow, signal_retention: float) -> str:
     base = ctx.base
     text = (
-        f"{mode_label(ctx.how).capitalize()}-ablating it: elimination {_pct(base.elimination_accuracy)} -> "
-        f"{_pct(row.elimination_accuracy)}, recall {_pct(base.recall_accuracy)} -> {_pct(row.recall_accuracy)}, "
+        f"{mode_label(ctx.how).capitalize()}-ablating it: elimination {pct(base.elimination_accuracy)} -> "
+        f"{pct(row.elimination_accuracy)}, recall {pct(base.recall_accuracy)} -> {pct(row.recall_accuracy)}, "
         f"steps 1-{ctx.V - 1} MAE {row.early_mae_train - base.early_mae_train:+.3f}, loss {row.loss - base.loss:+.3f}"
     )
     if not math.isnan(signal_retention):
-        text += f", recall signal kept {_num(signal_retention)}"
+        text += f", recall signal kept {num(signal_retention)}"
     return text
 
 
 def _patch_sentence(effect: float, low: float, high: float) -> str:
     if math.isnan(effect):
         return ""
-    return f"Patching its clean output restores {_num(effect)} [{_num(low)}, {_num(high)}] of recall."
+    return f"Patching its clean output restores {num(effect)} [{num(low)}, {num(high)}] of recall."
 
 
 def _attention_sentence(score: HeadScore) -> str:
     return (
-        f"Attention: x queries put {_num(score.elim_y_mass)} of their weight on prior y positions "
-        f"(normalised entropy {_num(score.elim_entropy)}); x->preceding y {_num(score.x_prev_y)}, "
-        f"y->itself {_num(score.y_self)}; last query->repeated x {_num(score.dup_repeated)} on repeated "
-        f"vs {_num(score.dup_baseline)} on new queries (pattern: {score.attention_role})."
+        f"Attention: x queries put {num(score.elim_y_mass)} of their weight on prior y positions "
+        f"(normalised entropy {num(score.elim_entropy)}); x->preceding y {num(score.x_prev_y)}, "
+        f"y->itself {num(score.y_self)}; last query->repeated x {num(score.dup_repeated)} on repeated "
+        f"vs {num(score.dup_baseline)} on new queries (pattern: {score.attention_role})."
     )
 
 
-def _recall_needed(ctx: _Context, r_ret: float, elim_harmed: bool, signal_ret: float, effect: float) -> tuple[bool, str]:
+def _recall_needed(ctx: Context, r_ret: float, elim_harmed: bool, signal_ret: float, effect: float) -> tuple[bool, str]:
     """Whether the component is needed for recall, and a note when the call needed the recall signal."""
     t = ctx.t
     if not ctx.recall_present:
         return False, ""
-    if _lt(r_ret, t.survives) and not elim_harmed:
+    if lt(r_ret, t.survives) and not elim_harmed:
         return True, ""
-    if _lt(r_ret, t.survives):
+    if lt(r_ret, t.survives):
         # both capabilities fall: the accuracy cannot tell a broken recall from a broken output
         if math.isnan(signal_ret):
             return True, "Recall and elimination fall together and the recall signal was not measured."
         if signal_ret < t.survives:
-            return True, f"The recall signal falls too (kept {_num(signal_ret)}): the recall mechanism needs it."
+            return True, f"The recall signal falls too (kept {num(signal_ret)}): the recall mechanism needs it."
         return False, (
-            f"The recall signal survives (kept {_num(signal_ret)}): the recall accuracy falls only because the "
+            f"The recall signal survives (kept {num(signal_ret)}): the recall accuracy falls only because the "
             "output breaks."
         )
-    return _ge(effect, t.patch_restores), ""
+    return ge(effect, t.patch_restores), ""
 
 
-def _judge_head(
-    ctx: _Context, score: HeadScore, row: AblationRow, patching: PatchingSweep | None, joint: AblationRow | None,
+def judge_head(
+    ctx: Context, score: HeadScore, row: AblationRow, patching: PatchingSweep | None, joint: AblationRow | None,
     explained: str = "",
 ) -> HeadRole:
     """The role of one head.  ``explained``: another head of the joint group (``joint``) whose own
@@ -266,7 +266,7 @@ def _judge_head(
     if joint is not None:
         joint_ret = ctx.retention(joint.elimination_accuracy, base.elimination_accuracy)
     needs_elim = ctx.harms_elimination(e_ret, mae_up)
-    redundant = not needs_elim and _lt(joint_ret, t.survives) and not explained
+    redundant = not needs_elim and lt(joint_ret, t.survives) and not explained
     needs_recall, note = _recall_needed(ctx, r_ret, needs_elim or redundant, signal_ret, effect)
     matched = score.patterns
     if (needs_elim or redundant) and needs_recall:
@@ -284,7 +284,7 @@ def _judge_head(
     if joint is not None:
         parts.append(
             f"Ablating every head with the eliminator pattern together ({joint.component}): elimination "
-            f"{_pct(joint.elimination_accuracy)}"
+            f"{pct(joint.elimination_accuracy)}"
             + (f", which {explained} alone already breaks." if explained and not needs_elim else ".")
         )
     parts.append(f"Causally needed for: {causal}.")
@@ -295,13 +295,13 @@ def _judge_head(
         joint_elimination_retention=joint_ret, recall_signal_retention=signal_ret, reason=" ".join(filter(None, parts)))
 
 
-def _judge_mlp(ctx: _Context, layer: int, row: AblationRow, patching: PatchingSweep | None) -> MlpRole:
-    t, component = ctx.t, _component(layer, None)
+def judge_mlp(ctx: Context, layer: int, row: AblationRow, patching: PatchingSweep | None) -> MlpRole:
+    t, component = ctx.t, label_of(layer, None)
     e_ret, r_ret, mae_up, loss_up, signal_ret, (effect, low, high) = _measures(ctx, component, row, patching, layer=layer)
     elim_harmed = ctx.harms_elimination(e_ret, mae_up)
     needs_recall, note = _recall_needed(ctx, r_ret, elim_harmed, signal_ret, math.nan)
     if needs_recall and not elim_harmed:
-        role = "completes recall" if _le(r_ret, t.destroyed) else "contributes to recall"
+        role = "completes recall" if le(r_ret, t.destroyed) else "contributes to recall"
     elif needs_recall:
         role = "needed for both"
     elif elim_harmed:

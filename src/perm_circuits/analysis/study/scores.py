@@ -122,7 +122,7 @@ class RoleThresholds:
 DEFAULT_THRESHOLDS = RoleThresholds()
 
 
-def _check_thresholds(thresholds: object) -> RoleThresholds:
+def check_thresholds(thresholds: object) -> RoleThresholds:
     if thresholds is None:
         return DEFAULT_THRESHOLDS
     if not isinstance(thresholds, RoleThresholds):
@@ -140,7 +140,7 @@ def _default_task(model, task_config: TaskConfig | None) -> TaskConfig:
     return config
 
 
-def _resolve_batch(model, test_set: object, task_config: TaskConfig | None, n: int, seed: int) -> tuple[Batch, TaskConfig]:
+def resolve_batch(model, test_set: object, task_config: TaskConfig | None, n: int, seed: int) -> tuple[Batch, TaskConfig]:
     config = _default_task(model, task_config)
     check_int("n", n, 1)
     check_int("seed", seed, 0)
@@ -157,7 +157,7 @@ def _resolve_tokens(model, test_set: object, task_config: TaskConfig | None, n: 
     if isinstance(test_set, Tensor):
         _default_task(model, task_config)
         return validate_tokens(test_set, model_config_of(model).V).to(model_device(model))
-    return _resolve_batch(model, test_set, task_config, n, seed)[0].inputs
+    return resolve_batch(model, test_set, task_config, n, seed)[0].inputs
 
 
 def recall_signal(logits: Float[Tensor, "batch seq vocab"], inputs: Int[Tensor, "batch seq"]) -> float:
@@ -191,7 +191,7 @@ def _position_label(position: int) -> str:
     return f"x{position // 2 + 1}" if position % 2 == 0 else f"y{(position + 1) // 2}"
 
 
-def _component(layer: int, head: int | None) -> str:
+def label_of(layer: int, head: int | None) -> str:
     return f"L{layer}MLP" if head is None else f"L{layer}H{head}"
 
 
@@ -249,7 +249,7 @@ class AttentionBySource:
             values = mean.tolist()
             for layer, head, q in itertools.product(range(n_layers), range(n_heads), range(seq)):
                 rows += [{"group": group, "n": count, "layer": layer, "head": head,
-                          "component": _component(layer, head), "query_pos": q, "query": _position_label(q),
+                          "component": label_of(layer, head), "query_pos": q, "query": _position_label(q),
                           "source_pos": k, "source": _position_label(k), "attention": values[layer][head][q][k]}
                          for k in range(q + 1)]
         return pd.DataFrame(rows)
@@ -370,7 +370,7 @@ def _patterns_matched(score: dict, thresholds: RoleThresholds) -> tuple[str, ...
     return tuple(matched)
 
 
-def _scores(attention: AttentionBySource, thresholds: RoleThresholds) -> HeadScores:
+def head_score_rows(attention: AttentionBySource, thresholds: RoleThresholds) -> HeadScores:
     """Head scores from per-sample patterns (vectorized over the batch)."""
     P = attention.patterns.double()  # [batch, layer, head, q, k]
     V = attention.V
@@ -440,7 +440,7 @@ def _scores(attention: AttentionBySource, thresholds: RoleThresholds) -> HeadSco
             "source_y_shift": at(src_rep) - at(src_base),
         }
         matched = _patterns_matched(score, thresholds)
-        heads.append(HeadScore(layer=layer, head=head, component=_component(layer, head), **score, patterns=matched,
+        heads.append(HeadScore(layer=layer, head=head, component=label_of(layer, head), **score, patterns=matched,
                                attention_role="+".join(matched) or "other"))
     return HeadScores(model_name=attention.model_name, n_samples=attention.n_samples, n_repeated=attention.n_repeated,
         thresholds=thresholds, heads=tuple(heads))
@@ -468,7 +468,7 @@ def head_scores(
     seed=seed)``) and nothing else; all three are unused when ``test_set`` or ``attention`` is
     given.
     """
-    thresholds = _check_thresholds(thresholds)
+    thresholds = check_thresholds(thresholds)
     if attention is not None:
         if not isinstance(attention, AttentionBySource):
             raise TypeError(f"attention must be an AttentionBySource or None, got {type(attention).__name__}")
@@ -481,4 +481,4 @@ def head_scores(
             )
     else:
         attention = attention_by_source(model, test_set, task_config=task_config, hooks=hooks, n=n, seed=seed)
-    return _scores(attention, thresholds)
+    return head_score_rows(attention, thresholds)

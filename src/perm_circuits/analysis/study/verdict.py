@@ -33,10 +33,10 @@ from perm_circuits.analysis.circuits.induction_story import InductionStory, indu
 from perm_circuits.analysis.study.recall_patching import PatchingSweep, patch_head_outputs, patch_mlp
 from perm_circuits.checks import check_number
 from perm_circuits.analysis.study.roles import (
-    HeadRole, MlpRole, _Context, _ge, _judge_head, _judge_mlp, _pct, mode_label,
+    HeadRole, MlpRole, Context, ge, judge_head, judge_mlp, pct, mode_label,
 )
 from perm_circuits.analysis.study.scores import (
-    HeadScores, RoleThresholds, _check_thresholds, _component, _resolve_batch, _scores, attention_by_source,
+    HeadScores, RoleThresholds, check_thresholds, label_of, resolve_batch, head_score_rows, attention_by_source,
     recall_signal,
 )
 from perm_circuits.analysis.study.skill_circuits import CIRCUIT_MAX_N, CIRCUIT_TOLERANCE, SkillCircuit, skill_circuits
@@ -194,7 +194,7 @@ class RoleVerdict:
             f"{self.n_samples} test sequences ({self.n_repeated} with a repeated last query); decisions use "
             f"{mode_label(self.how)} ablation (chance-corrected retention: destroyed <= {self.thresholds.destroyed}, "
             f"survives >= {self.thresholds.survives}). Why: {self.how_reason}",
-            f"Baseline: elimination {_pct(self.elimination_accuracy)}, recall {_pct(self.recall_accuracy)}"
+            f"Baseline: elimination {pct(self.elimination_accuracy)}, recall {pct(self.recall_accuracy)}"
             + (
                 f"; probe [2,4,5,3,4,5,3,2,2]: P(4, recall) = {self.probe[3]:.4f}, P(1, elimination) = {self.probe[0]:.4f}."
                 if self.probe is not None and len(self.probe) >= 4
@@ -246,8 +246,8 @@ def _assess(
 ) -> tuple[list[HeadRole], list[MlpRole], list[Claim]]:
     """Roles and claims under one mode ``how`` (the per-mode step of :func:`judge_roles`)."""
     base = ablation.baseline
-    ctx = _Context(V=config.V, how=how, t=t, base=base, recall_present=_ge(base.recall_accuracy, t.incapable),
-        elimination_present=_ge(base.elimination_accuracy, t.incapable), signals=signals)
+    ctx = Context(V=config.V, how=how, t=t, base=base, recall_present=ge(base.recall_accuracy, t.incapable),
+        elimination_present=ge(base.elimination_accuracy, t.incapable), signals=signals)
     joint_row = next((row for row in joint if row.how == how), None)
     joint_members = set(joint_row.component.split("+")) if joint_row is not None else set()
 
@@ -258,12 +258,12 @@ def _assess(
 
     alone = [c for c in joint_members if breaks_elimination(c)] if joint_row is not None else []
     heads = [
-        _judge_head(ctx, score, ablation.get(score.component, how), head_patching,
+        judge_head(ctx, score, ablation.get(score.component, how), head_patching,
                     joint_row if score.component in joint_members else None,
                     explained=", ".join(sorted(c for c in alone if c != score.component)))
         for score in scores.heads
     ]
-    mlps = [_judge_mlp(ctx, layer, ablation.get(_component(layer, None), how), mlp_patching)
+    mlps = [judge_mlp(ctx, layer, ablation.get(label_of(layer, None), how), mlp_patching)
             for layer in range(config.n_layers)]
     claims = study_claims(ctx, config, heads, mlps, scores.heads)
     return heads, mlps, claims
@@ -299,7 +299,7 @@ def judge_roles(
             elimination and recall together is then taken to break recall).
         probe: P(y = 1..V) on the study's probe, quoted in the summary.
     """
-    t = _check_thresholds(thresholds)
+    t = check_thresholds(thresholds)
     for name, value, kind, what in (("scores", scores, HeadScores, "HeadScores"),
                                     ("ablation", ablation, AblationTable, "an AblationTable"),
                                     ("model_config", model_config, ModelConfig, "a ModelConfig")):
@@ -329,7 +329,7 @@ def judge_roles(
             for score in scores.heads:
                 ablation.get(score.component, h)
             for layer in range(model_config.n_layers):
-                ablation.get(_component(layer, None), h)
+                ablation.get(label_of(layer, None), h)
     except KeyError as error:
         raise ValueError(f"the ablation table lacks a row the verdict needs: {error}") from None
 
@@ -455,7 +455,7 @@ def head_roles(
             ``circuits`` is empty.  With ``hooks`` tied to the test set's batch size, pass False
             too (the circuit step runs on a sub-batch).
     """
-    thresholds = _check_thresholds(thresholds)
+    thresholds = check_thresholds(thresholds)
     if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:
         raise TypeError(f"hows must be a non-empty sequence of modes from {HOWS}, got {hows!r}")
     bad = [h for h in hows if h not in HOWS]
@@ -471,18 +471,18 @@ def head_roles(
     for name, value, minimum in (("n_pair", n_pair, 2), ("pair_seed", pair_seed, 0), ("n_boot", n_boot, 10),
                                  ("ablation_seed", ablation_seed, 0)):
         check_int(name, value, minimum)
-    batch, config = _resolve_batch(model, test_set, task_config, n, seed)
+    batch, config = resolve_batch(model, test_set, task_config, n, seed)
     hooks = check_hooks(model, hooks)
     model_config = model_config_of(model)
 
     attention = attention_by_source(model, batch, task_config=config, hooks=hooks)
-    scores = _scores(attention, thresholds)
+    scores = head_score_rows(attention, thresholds)
     ablation, single, logits = ablation_runs(model, tuple(hows), batch, task_config=config, hooks=hooks,
                                               seed=ablation_seed)
     joint, joint_signals = joint_eliminator_rows(model, scores, batch, config, hows, hooks, single)
     head_patching = mlp_patching = None
     signals: dict[tuple[str, str], float] = {}
-    if _ge(ablation.baseline.recall_accuracy, thresholds.incapable):
+    if ge(ablation.baseline.recall_accuracy, thresholds.incapable):
         options = dict(hooks=hooks, n=n_pair, seed=pair_seed, n_boot=n_boot, task_config=config)
         head_patching = patch_head_outputs(model, **options)
         mlp_patching = patch_mlp(model, **options)
