@@ -19,9 +19,9 @@ from perm_circuits.views.html import Section, html_page
 from perm_circuits.views.model_page import ModelEntry
 from perm_circuits.views.report_html import (
     REPORT_CSS,
+    FigureHTML,
     cell,
     esc,
-    FigureHTML,
     h2_html,
     html_note,
     html_table,

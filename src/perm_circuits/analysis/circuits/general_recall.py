@@ -41,10 +41,10 @@ from perm_circuits.analysis.probes.dla import direct_logit_attribution
 from perm_circuits.analysis.interventions.patching import PatchingPair, logit_diff
 from perm_circuits.analysis.interventions.path_patching import (
     INPUTS,
+    add_to_input_hooks,
     check_head_pair,
     induction_patching_pair,
     input_change,
-    add_to_input_hooks,
     path_patch,
     sender_delta,
 )

@@ -36,8 +36,8 @@ from perm_circuits.analysis.interventions.core import (
     selection,
 )
 from perm_circuits.analysis.interventions.patching import (
-    check_patch_options,
     bootstrap_weights,
+    check_patch_options,
     metric_values,
     normalised_effects,
     patched_values,

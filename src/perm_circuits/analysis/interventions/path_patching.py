@@ -57,9 +57,9 @@ from perm_circuits.analysis.interventions.core import pair_tokens
 from perm_circuits.analysis.interventions.patching import (
     RUNS,
     PatchingPair,
-    check_patch_options,
     bootstrap_weights,
     check_pair,
+    check_patch_options,
     effect_fields,
     logit_diff,
     metric_values,
