@@ -1,13 +1,8 @@
 """perm_circuits: train tiny transformers on in-context permutation lookup (and any other task) and take them apart.
 
-Built on TransformerLens 4 (``TransformerBridge.boot_native``).  The data path:
-task -> models -> train -> evaluate -> analyses -> views.
-
-The top level holds what the README and the notebooks use: the tasks, the models, the one
-:func:`train` and the one :func:`evaluate`, the main analyses, sweeps and reproductions.  Everything
-else is public in its subpackage (``perm_circuits.analysis``, ``perm_circuits.tasks``,
-``perm_circuits.tasks.permutation_data``, ``perm_circuits.models``, ``perm_circuits.sweep``, ``perm_circuits.dynamics``,
-...).
+Built on TransformerLens 4 (``TransformerBridge.boot_native``); the data path is task -> models ->
+train -> evaluate -> analyses -> views.  The top level holds what the README and the notebooks use;
+everything else is public in its subpackage (``perm_circuits.analysis``, ``perm_circuits.tasks``, ...).
 """
 
 from typing import TYPE_CHECKING

@@ -1,11 +1,9 @@
 """Lazy top-level names for a package (PEP 562): ``import perm_circuits`` loads no torch.
 
-A package's ``__init__`` lists its re-exports as ordinary imports under ``if TYPE_CHECKING:``
-(so editors and type checkers see them) and ends with ``attach(__name__, __file__)``. That reads
-the block once with :mod:`ast` and resolves each name on first access, importing only the module
-that defines it. Names that are also submodule names (``train``, ``evaluate``, ...) keep meaning
-the re-exported object even after the submodule itself is imported, as they did with eager imports.
-Uses the standard library only.
+A package's ``__init__`` lists its re-exports as imports under ``if TYPE_CHECKING:`` (seen by
+editors and type checkers) and ends with ``attach(__name__, __file__)``, which reads that block with
+:mod:`ast` and imports each name's module on first access.  Names that are also submodule names
+(``train``, ``evaluate``, ...) keep meaning the re-exported object after the submodule is imported.
 """
 
 from __future__ import annotations

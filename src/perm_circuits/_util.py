@@ -15,12 +15,9 @@ T = TypeVar("T")
 
 
 def dataclass_from_dict(cls: type[T], data: Any, *, complete: bool = False, added: dict[str, Any] | None = None) -> T:
-    """Build dataclass ``cls`` from ``data``, rejecting unknown fields (and missing ones if ``complete``).
-
-    ``added`` maps fields newer than the stored format to the value a document without them
-    implies (e.g. a checkpoint written before ``dropout`` existed was trained without dropout);
-    with ``complete`` those are the only fields that may be missing.
-    """
+    """Build dataclass ``cls`` from ``data``, rejecting unknown fields (and missing ones if ``complete``,
+    except those in ``added``: fields newer than the stored format, mapped to the value their
+    absence implies, e.g. ``dropout`` 0.0)."""
     if not isinstance(data, dict):
         raise TypeError(f"{cls.__name__} data must be a dict, got {type(data).__name__}")
     if complete and added:
@@ -60,13 +57,6 @@ def without_added_defaults(document: dict[str, Any], added: dict[str, Any]) -> d
     return {k: v for k, v in document.items() if not (k in added and same(v, added[k]))}
 
 
-def _new_file_mode() -> int:
-    """The mode ``open(path, "w")`` would give a new file: 0o666 less the process umask."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
 def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> None:
     """Write ``path`` atomically: ``write(tmp)`` fills a temp file in the same folder, which is
     fsynced and renamed over ``path``; on any error (or interrupt) the temp file is removed and
@@ -74,10 +64,12 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> Non
     ``.<name>.*.tmp`` file behind."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mask = os.umask(0)  # read the process umask (and restore it)
+    os.umask(mask)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        os.chmod(tmp, _new_file_mode())  # mkstemp makes 0600; a written file gets the usual umask mode
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; a written file gets the mode open(path, "w") gives
         write(tmp)
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())

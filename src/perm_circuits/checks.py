@@ -1,9 +1,7 @@
 """Argument checks shared by every part of the package (standard library only).
 
-Each check raises ``TypeError`` for a value of the wrong type and ``ValueError`` for one out of
-range, with a message naming the argument, the bad value and what was expected, and returns the
-checked value.  ``bool`` is never an int.  The analysis-specific checks (layer, head, position
-indices against a model) live in :mod:`perm_circuits.analysis` beside the code that uses them.
+Each check returns the checked value, or raises ``TypeError`` for a wrong type and ``ValueError``
+out of range, naming the argument, the bad value and what was expected.  ``bool`` is never an int.
 """
 
 from __future__ import annotations
@@ -16,10 +14,7 @@ __all__ = [
 
 
 def check_int(name: str, value: object, low: int | None = None, high: int | None = None) -> int:
-    """``value`` as an int in ``[low, high)`` (either bound optional).
-
-    TypeError for a non-int (``bool`` included), ValueError out of range.
-    """
+    """``value`` as an int in ``[low, high)`` (either bound optional)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if low is not None and high is not None:
@@ -35,12 +30,9 @@ def check_int(name: str, value: object, low: int | None = None, high: int | None
 def check_number(
     name: str, value: object, low: int | float | None = None, *, strict: bool = False, finite: bool = True,
 ) -> float:
-    """``value`` (an int or a float, not a ``bool``) as a float, optionally bounded below.
-
-    ``low`` is a lower bound: ``value >= low``, or ``value > low`` when ``strict``.  With ``finite``
-    (the default) NaN and infinities are rejected; without it NaN still fails any bound.
-    TypeError for a non-number (``bool`` included), ValueError out of range.
-    """
+    """``value`` (an int or a float) as a float, ``>= low`` (``> low`` when ``strict``) if ``low`` is
+    given.  With ``finite`` (the default) NaN and infinities are rejected; without it NaN still fails
+    any bound."""
     expected = ("a finite number" if finite else "a number") + (
         "" if low is None else f" {'>' if strict else '>='} {low}")
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -15,32 +15,27 @@ from pathlib import Path
 __all__ = ["main"]
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+def _argument(convert, accept, expected: str):
+    """An argparse ``type``: ``convert(text)``, and an ArgumentTypeError saying ``expected`` when the
+    text does not convert or ``accept(value)`` is false."""
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not accept(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
+        return value
+
+    return parse
 
 
-def _ratio(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {value}")
-    return value
-
-
-def _sources(text: str) -> tuple[int, ...]:
-    """``--repeat-sources 1,2,3,4`` -> ``(1, 2, 3, 4)`` (range and duplicates: TaskConfig checks)."""
-    try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 1,2,3,4, got {text!r}") from None
+_positive_int = _argument(int, lambda value: value > 0, "a positive integer")
+_ratio = _argument(float, lambda value: 0.0 <= value <= 1.0, "a number in [0, 1]")
+# --repeat-sources 1,2,3,4 -> (1, 2, 3, 4); range and duplicates: TaskConfig checks
+_sources = _argument(lambda text: tuple(int(part) for part in text.split(",")), lambda value: True,
+                     "comma-separated integers like 1,2,3,4")
 
 
 def _import_flag(parser: argparse.ArgumentParser, what: str) -> None:

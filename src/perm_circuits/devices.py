@@ -1,13 +1,14 @@
 """Which device a model and its tensors live on.
 
-Everything runs on the model's device: training, evaluation and the analyses create their tensors
-there (``model_device(model)``), and nothing moves back to the CPU inside a loop.  The data
-generators stay on the CPU (a ``torch.Generator`` on the CPU gives the same batches on every
-machine); a batch moves to the model's device once, right after it is drawn.  CPU is the default
-everywhere; ``device=`` takes ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"`` or a ``torch.device``.
+Everything runs on the model's device (``model_device(model)``), with nothing moved back to the CPU
+inside a loop.  The data generators stay on the CPU (the same batches on every machine); a batch
+moves to the model's device once, right after it is drawn.  ``device=`` (default the CPU) takes
+``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"`` or a ``torch.device``.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import torch
 
@@ -33,25 +34,17 @@ def resolve_device(device: object) -> torch.device:
 
 def model_device(model: torch.nn.Module) -> torch.device:
     """The device of ``model``'s parameters (the CPU for a module without any)."""
-    for parameter in model.parameters():
-        return parameter.device
-    for buffer in model.buffers():
-        return buffer.device
-    return torch.device("cpu")
+    tensor = next(itertools.chain(model.parameters(), model.buffers()), None)
+    return torch.device("cpu") if tensor is None else tensor.device
 
 
 def to_device(model: torch.nn.Module, device: str | torch.device | None) -> torch.nn.Module:
     """Move ``model`` to ``device`` (``None``: leave it where it is); returns the model."""
-    if device is None:
-        return model
-    return model.to(resolve_device(device))
+    return model if device is None else model.to(resolve_device(device))
 
 
 def device_forward(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
-    """``model(tokens)`` run on the model's device, the output returned on the tokens' device.
-
-    Both moves are no-ops when the two devices agree (a batch made on the model's device keeps
-    everything there); hooks active on ``model`` run as usual.  Gradients flow through.
-    """
+    """``model(tokens)`` run on the model's device, the output returned on the tokens' device (no-op
+    moves when they agree); active hooks run as usual, gradients flow through."""
     out = model(tokens.to(model_device(model)))
     return out.to(tokens.device) if isinstance(out, torch.Tensor) else out

@@ -1,18 +1,13 @@
 """The one evaluation: :func:`evaluate` measures any model on any task (``task=``:
-:func:`perm_circuits.tasks.runner.measure_task`), and the study's permutation-lookup models by default,
-per step against the exact Bayesian posterior:
-
-for every y-prediction step ``1..V`` of a fixed test set, :func:`evaluate` measures the model's
-accuracy, the accuracy a Bayesian predictor would reach (its mean probability on the target),
-the mean and max absolute error between the model's distribution over the ``V`` value tokens
-and each posterior (uniform prior over all permutations, and the train-split prior), and the
-loss.  The last step is split into the elimination subgroup (a new query) and the memorization
-subgroup (the query repeats an earlier one: recall must beat elimination), as in the study's
-section 07, and the memorization subgroup further into one subgroup ``recall_x{k}`` per repeated
-earlier query ``x_k`` (``TaskConfig.repeat_sources``; the study repeats only ``x1``).
-Distributions are the softmax over the full vocabulary restricted to tokens ``1..V`` (mass on the
-unused token 0 counts as error).  Accuracy everywhere is the argmax over the full
-vocabulary equal to the target, so a model that prefers token 0 is wrong.
+:func:`perm_circuits.tasks.runner.measure_task`), and the study's permutation-lookup models by
+default, per y-prediction step ``1..V`` of a fixed test set: accuracy, the Bayesian predictor's
+accuracy (its mean probability on the target), mean and max absolute error against each posterior
+(:mod:`perm_circuits.posterior`: uniform and train-split prior) and the loss.  The last step is split
+into the elimination subgroup (a new query) and the memorization subgroup (a repeated query, where
+recall must beat elimination; the study's section 07), and that into ``recall_x{k}`` per repeated
+``x_k`` (``TaskConfig.repeat_sources``).  Distributions are the full-vocabulary softmax restricted
+to tokens ``1..V`` (mass on the unused token 0 counts as error); accuracy is the full-vocabulary
+argmax equal to the target (preferring token 0 is wrong).
 """
 
 from __future__ import annotations
@@ -91,19 +86,18 @@ def evaluate(
       own metrics, the masked test loss and the agreement with the task's reference.
 
     Args:
-        test_set: the batch to evaluate on; default: the task's fixed test set of ``n`` samples
-            drawn with ``seed`` (the study's: from the test permutations, with the model's training
-            ``repeat_ratio`` and ``repeat_sources``).
+        test_set: default: the task's fixed test set of ``n`` samples drawn with ``seed`` (the
+            study's: from the test permutations, with the model's training ``repeat_ratio`` and
+            ``repeat_sources``).
         task_config: the study's task; default: the one stored with the model.  A
-            :class:`~perm_circuits.tasks.PermutationTask` (and a ``TaskBatch`` test set from it)
-            is unwrapped: the same :class:`Evaluation`.
-        hooks: a TransformerLens hook list applied during the forward pass (ablation, patching...)
-            and removed afterwards, always.
+            :class:`~perm_circuits.tasks.PermutationTask` (and a ``TaskBatch`` from it) is
+            unwrapped: the same :class:`Evaluation`.
+        hooks: a TransformerLens hook list active during the forward pass (removed afterwards).
         n: test-set size; default 5000 for the study's evaluation, 2000 with ``task=``.
         probe: also run the study's probe sequence (a batch of one) under ``hooks``; turn off
             for hooks tied to the test set's batch size (row-paired resampling).
         forward: with ``task=``: ``forward(model, tokens) -> logits`` instead of ``model(tokens)``
-            (e.g. a hook-free fast path; not with ``hooks``).
+            (not with ``hooks``).
     """
     if task is not None:
         if task_config is not None:
@@ -146,14 +140,11 @@ def evaluate_run(
 
 @dataclass(frozen=True)
 class RecallGeneralisation:
-    """Recall accuracy when the last query repeats ``x_k``, for each ``k = 1..V-1``.
-
-    Every ``k`` is measured whatever the model was trained on (``TaskConfig.repeat_sources``):
-    the study trains on repeats of ``x1`` only, and a model with general in-context recall
-    answers every ``k`` while a position-1 shortcut answers only ``k = 1``.  ``elimination`` is
-    the accuracy on non-repeated last queries.  ``trained_sources`` are the ``k`` that the task
-    (``TaskConfig.repeat_sources``) repeats, i.e. the ones seen in training.
-    """
+    """Recall accuracy when the last query repeats ``x_k``, for each ``k = 1..V-1``, whatever the
+    model was trained on: a model with general in-context recall answers every ``k``, a position-1
+    shortcut only ``k = 1`` (the study trains on ``x1`` only).  ``elimination`` is the accuracy on
+    non-repeated last queries; ``trained_sources`` the ``k`` seen in training
+    (``TaskConfig.repeat_sources``)."""
 
     model_name: str
     recall: tuple[float, ...]
@@ -176,9 +167,8 @@ def recall_generalisation(
 ) -> RecallGeneralisation:
     """Measure recall when the repeated query is ``x_k`` for every ``k`` (test permutations).
 
-    Batch ``k`` repeats ``x_k`` in every sample (an explicit source, so the task's own
-    ``repeat_sources`` do not restrict which ``k`` are measured; the batches are the same for
-    every ``repeat_sources``).  ``n=None`` measures exhaustively: every test permutation with
+    Batch ``k`` repeats ``x_k`` in every sample, the same batches whatever the task's
+    ``repeat_sources``.  ``n=None`` measures exhaustively: every test permutation with
     every order of the queries (:func:`~perm_circuits.tasks.permutation_data.exhaustive_batch`; ``n_per_source``
     is then that count, 2,880 for the study's split).
     """

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
+from functools import partial
 
 import torch
 
@@ -65,10 +66,8 @@ def check_token_ids(tokens: object, d_vocab: int | None = None) -> Tensor:
 
 def hook_count(model) -> int:
     """Number of forward/backward hooks attached anywhere on ``model`` (0 when clean)."""
-    total = 0
-    for hook_point in {id(h): h for h in model.hook_dict.values()}.values():
-        total += len(hook_point._forward_hooks) + len(hook_point._backward_hooks)
-    return total
+    hook_points = {id(h): h for h in model.hook_dict.values()}.values()
+    return sum(len(h._forward_hooks) + len(h._backward_hooks) for h in hook_points)
 
 
 def run_logits(
@@ -76,12 +75,9 @@ def run_logits(
 ) -> Float[Tensor, "batch seq vocab"]:
     """Logits of ``model`` on validated ``tokens`` under ``hooks`` (removed afterwards, always).
 
-    The forward runs on the model's device; the logits come back on the tokens' device (so a
-    batch made on the CPU gives CPU logits from a model on a GPU: make the batch on the model's
-    device to keep everything there).
-
-    The study's bridges check the tokens against the permutation task; any other hooked model
-    (:func:`~perm_circuits.model_shape.model_shape`) against its vocabulary, where it declares one.
+    The forward runs on the model's device; the logits come back on the tokens' device.  The
+    study's bridges check the tokens against the permutation task, any other hooked model against
+    its vocabulary (:func:`~perm_circuits.model_shape.model_shape`), where it declares one.
     """
     if is_permutation_model(model):
         tokens = validate_tokens(tokens, model_config_of(model).V)
@@ -95,20 +91,14 @@ def run_logits(
 def run_capture(
     model, tokens: Int[Tensor, "batch seq"], names: Sequence[str], hooks: Sequence[tuple[str, Callable]] | None = None
 ) -> tuple[Float[Tensor, "batch seq vocab"], dict[str, Tensor]]:
-    """Logits and the activations at ``names`` as they are after ``hooks`` (which run first).
-
-    One no-grad forward; the hooks (and the capturing ones) are removed afterwards, always.
-    Callers validate ``tokens``, ``names`` and ``hooks``.
-    """
+    """Logits and the activations at ``names`` as they are after ``hooks`` (which run first), from one
+    no-grad forward (all hooks removed afterwards, always).  Callers validate the arguments."""
     store: dict[str, Tensor] = {}
 
-    def make(name: str) -> Callable:
-        def capture(activation: Tensor, hook) -> None:
-            store[name] = activation.detach().clone()
+    def capture(activation: Tensor, hook, name: str) -> None:
+        store[name] = activation.detach().clone()
 
-        return capture
-
-    fwd = list(hooks or []) + [(name, make(name)) for name in dict.fromkeys(names)]
+    fwd = list(hooks or []) + [(name, partial(capture, name=name)) for name in dict.fromkeys(names)]
     with torch.no_grad(), model.hooks(fwd_hooks=fwd):
         logits = model(tokens.to(model_device(model)))
     if logits.device != tokens.device:  # back to where the caller's batch lives (see run_logits)

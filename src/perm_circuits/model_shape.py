@@ -1,15 +1,10 @@
 """The shape of any model with TransformerLens hook points: layers, heads, widths, hook names.
 
-The permutation-lookup analyses read a :class:`~perm_circuits.models.ModelConfig` (through
-:func:`~perm_circuits.models.model_config_of`); the task-agnostic ones need only
-what every hooked model exposes, which :func:`model_shape` reads:
-
-* a bridge built by :func:`~perm_circuits.models.build_model` (it carries ``perm_config``): the
-  numbers of its ``ModelConfig``, so nothing changes for the study's models;
-* any other TransformerLens bridge or ``HookedRootModule``: ``model.cfg``'s ``n_layers``,
-  ``n_heads``, ``d_head``, ``d_model``, ``d_mlp``, ``d_vocab`` and ``n_ctx`` where present
-  (duck-typed: a missing one is ``None``), the number of layers otherwise counted from the
-  ``blocks.L.`` hook names, and the hook names from ``model.hook_dict``.
+The permutation-lookup analyses read a :class:`~perm_circuits.models.ModelConfig`; the
+task-agnostic ones read :func:`model_shape`: a :func:`~perm_circuits.models.build_model` bridge's
+``ModelConfig`` numbers, else ``model.cfg``'s ``n_layers``, ``n_heads``, ``d_head``, ``d_model``,
+``d_mlp``, ``d_vocab`` and ``n_ctx`` where present (duck-typed: a missing one is ``None``; the
+layers otherwise counted from the ``blocks.L.`` hook names), and the hook names of ``model.hook_dict``.
 """
 
 from __future__ import annotations
@@ -77,10 +72,8 @@ def _positive(cfg: object, name: str) -> int | None:
 
 
 def model_shape(model: object) -> ModelShape:
-    """The :class:`ModelShape` of a bridge or ``HookedRootModule`` (see the module docstring).
-
-    TypeError for an object without TransformerLens hook points (``hook_dict``).
-    """
+    """The :class:`ModelShape` of a bridge or ``HookedRootModule`` (module docstring); TypeError
+    for an object without TransformerLens hook points (``hook_dict``)."""
     hook_dict = getattr(model, "hook_dict", None)
     if not isinstance(hook_dict, dict):
         raise TypeError(
@@ -98,9 +91,7 @@ def model_shape(model: object) -> ModelShape:
     if n_layers is None:
         layers = {int(m.group(1)) for name in names if (m := _BLOCK_RE.match(name))}
         n_layers = max(layers) + 1 if layers else 0
-    d_mlp = _positive(cfg, "d_mlp")
-    if getattr(cfg, "attn_only", False):
-        d_mlp = None
+    d_mlp = None if getattr(cfg, "attn_only", False) else _positive(cfg, "d_mlp")
     return ModelShape(n_layers=n_layers, n_heads=_positive(cfg, "n_heads"), d_head=_positive(cfg, "d_head"),
         d_model=_positive(cfg, "d_model"), d_mlp=d_mlp, d_vocab=_positive(cfg, "d_vocab"),
         n_ctx=_positive(cfg, "n_ctx"), hook_names=names, permutation=False)

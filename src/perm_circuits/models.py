@@ -1,22 +1,16 @@
 """Tiny transformers as TransformerLens 4 configs, and their checkpoints.
 
-Models are ``TransformerBridge.boot_native(TransformerBridgeConfig(...))`` bridges: the same hook
-names as the old ``HookedTransformer`` (``blocks.0.attn.hook_pattern``, ``hook_z``,
-``mlp.hook_post``...).  Architecture: token + learned positional embedding, ``n_layers``
-pre-LayerNorm blocks of causal multi-head attention and a ReLU MLP of width ``2 d_model``, a final
-LayerNorm and an unembedding to ``V + 1`` logits.
+Models are ``TransformerBridge.boot_native(TransformerBridgeConfig(...))`` bridges (hook names as
+``HookedTransformer``'s: ``blocks.0.attn.hook_pattern``, ``hook_z``, ``mlp.hook_post``...): token +
+learned positional embedding, ``n_layers`` pre-LayerNorm blocks of causal multi-head attention and
+a ReLU MLP of width ``2 d_model``, a final LayerNorm and an unembedding to ``V + 1`` logits.
+Dropout (``ModelConfig.dropout``, default 0.0; the study's PyTorch model had torch's 0.1, with which
+recall has been reported not to form) acts only in :func:`fast_forward` in train mode, where
+``torch.nn.TransformerEncoderLayer`` puts it; the bridge itself, evaluation and every analysis run
+without it.
 
-Dropout (``ModelConfig.dropout``, default 0.0; the study's PyTorch model had torch's default 0.1,
-with which recall has been reported not to form) acts in training only, in the four places
-``torch.nn.TransformerEncoderLayer`` puts it: the attention pattern (after the softmax), the
-attention output (after ``W_O``, before the residual add), the MLP hidden activation and the MLP
-output (before the residual add).  Only :func:`fast_forward` applies it, and only when the model is
-in train mode, ``dropout > 0`` and a ``torch.Generator`` is passed for the masks (training passes a
-dedicated one, see :mod:`perm_circuits.train`).  The bridge itself never applies dropout, so
-evaluation and every analysis (bridge forward, hooks, ``fast_forward`` in eval mode) run without it.
-
-Checkpoints are a folder with ``model.safetensors`` (the bridge's clean ``state_dict`` keys) and
-``config.json`` (model and task config, training metadata and the weights' SHA-256), each written
+Checkpoints are a folder with ``model.safetensors`` (the bridge's ``state_dict`` keys) and
+``config.json`` (model and task config, training metadata, the weights' SHA-256), each written
 atomically.  Loading checks the JSON, the hash, every key and shape, and never unpickles.
 """
 
@@ -75,8 +69,8 @@ class ModelConfig:
 
     ``d_mlp`` defaults to ``2 * d_model``, ``d_head`` to ``d_model // n_heads`` and ``n_ctx`` to
     ``2V - 1``.  ``seed`` seeds the initialization (TransformerLens' scoped, RNG-forking init).
-    ``dropout`` is the drop probability in [0, 1) used in training only (see the module docstring);
-    it needs LayerNorm or no normalization (the configurations :func:`fast_forward` computes).
+    ``dropout`` is the drop probability in [0, 1) of training (:func:`fast_forward`); it needs
+    LayerNorm or no normalization.
     """
 
     d_model: int = 32
@@ -143,12 +137,8 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, complete: bool = False) -> ModelConfig:
-        """From :meth:`to_dict` output; unknown fields (and missing ones if ``complete``) are errors.
-
-        The one exception is :data:`ADDED_FIELDS`: a missing ``dropout`` reads as 0.0, so
-        checkpoints written before the field existed (the shipped pretrained models among them)
-        still load.
-        """
+        """From :meth:`to_dict` output; unknown fields (and missing ones if ``complete``) are errors,
+        except :data:`ADDED_FIELDS` (a missing ``dropout`` reads as 0.0: older checkpoints load)."""
         return dataclass_from_dict(cls, data, complete=complete, added=ADDED_FIELDS)
 
     def to_tl_config(self):
@@ -240,11 +230,10 @@ def run_blocks(
     linear: Callable[[Tensor, str], Tensor],
     drop: Callable[[Tensor], Tensor] | None = None,
 ) -> Float[Tensor, "*batch seq d_model"]:
-    """The residual stream after every block of ``config``: the body of :func:`fast_forward` and
-    :func:`perm_circuits.stacked.stacked_forward`, which pass their own ``norm(x, name)`` and
-    ``linear(x, name)`` (applying the weights under ``name``, e.g. ``blocks.0.attn.q``) and, for
-    dropout, ``drop`` (applied where :func:`fast_forward` says; attention is then explicit).  The
-    leading axes of ``resid`` are batch axes."""
+    """The residual stream after every block of ``config`` (leading axes: batch): the body of
+    :func:`fast_forward` and :func:`perm_circuits.stacked.stacked_forward`, which pass their own
+    ``norm(x, name)``, ``linear(x, name)`` (the weights under ``name``, e.g. ``blocks.0.attn.q``)
+    and, for dropout, ``drop`` (where :func:`fast_forward` says; attention is then explicit)."""
     n_heads, d_head, seq = config.n_heads, config.resolved_d_head, resid.shape[-2]
     act = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}.get(
         config.act_fn, lambda x: torch.nn.functional.gelu(x, approximate="tanh")
@@ -272,18 +261,17 @@ def fast_forward(
     *,
     generator: torch.Generator | None = None,
 ) -> Float[Tensor, "batch seq vocab"]:
-    """The bridge's forward pass in plain PyTorch, on the bridge's own parameters.
+    """The bridge's forward pass in plain PyTorch, on the bridge's own parameters (gradients reach
+    the same ``Parameter`` objects; the logits equal ``model(tokens)``).
 
-    Used by training: the bridge's per-call hook and wrapper machinery costs several times the
-    arithmetic of a model this small.  Gradients flow to the same ``Parameter`` objects, and
-    ``tests/test_models.py`` checks the logits equal ``model(tokens)``.  Supports the
-    configurations :class:`ModelConfig` builds with LayerNorm or no normalization.  Pass
-    ``weights=model.state_dict(keep_vars=True)`` to skip re-collecting them on every call.
+    Training uses it: the bridge's per-call hook machinery costs several times the arithmetic of a
+    model this small.  Computes LayerNorm or no normalization (other configurations run the
+    bridge).  ``weights=model.state_dict(keep_vars=True)`` skips re-collecting them on every call.
 
-    Dropout: when the model is in train mode and ``ModelConfig.dropout > 0``, masks are drawn from
-    ``generator`` (required then; never the global RNG) at the attention pattern, attention output,
-    MLP hidden and MLP output of each layer, in that order, and attention is computed explicitly.
-    In eval mode, or with ``dropout == 0``, the result is the bridge's and ``generator`` is unused.
+    Dropout: in train mode with ``ModelConfig.dropout > 0``, masks are drawn from ``generator``
+    (required then; never the global RNG) at the attention pattern, attention output (after
+    ``W_O``), MLP hidden and MLP output of each layer, in that order, with explicit attention.  In
+    eval mode, or with ``dropout == 0``, the result is the bridge's and ``generator`` is unused.
     """
     config = model_config_of(model)
     p = config.dropout if model.training else 0.0
@@ -314,9 +302,6 @@ def fast_forward(
     if "unembed.bias" in w:
         out = out + w["unembed.bias"]
     return out
-
-
-# ----------------------------------------------------------------------------- checkpoints
 
 
 @dataclass(frozen=True)

@@ -1,34 +1,22 @@
 """Exact Bayesian posteriors over the next y at every y-prediction step.
 
-Given the pairs revealed before step ``k`` and the query ``x_k``, the posterior over ``y_k`` is
+Given the pairs revealed before step ``k`` and the query ``x_k``, with a uniform prior over a set of
+permutations,
 
     P(y_k = v | context) = #{p in prior support consistent with context, p(x_k) = v} / #{p consistent}
 
-with a uniform prior over a set of permutations.  Two priors matter:
+Priors: ``"uniform"`` (all ``V!`` permutations: uniform over the unused values for a new x, a point
+mass on the earlier y for a repeated x) and ``"train"`` (the train split only, 96 of 120 for V=5:
+the best a model trained on it can learn; on test permutations it is *not* uniform).  Where no train
+permutation is consistent (always at the last step of a test permutation, often at step ``V - 1``)
+the uniform posterior is used and ``fallback`` says where.
 
-* ``"uniform"``: all ``V!`` permutations.  For a new x this is uniform over the unused values
-  (pure elimination); for a repeated x it is a point mass on the earlier y.
-* ``"train"``: the train split only (96 of 120 for V=5).  A model trained on the train split can
-  at best learn this posterior, and on test permutations it is *not* uniform: it favours
-  completions that are train permutations.  When no train permutation is consistent with the
-  context (always the case at the last step of a test permutation, often at step ``V - 1``), the
-  train prior says nothing and we fall back to the uniform posterior; ``fallback`` reports where.
-
-**The repeat distribution does not enter.**  The generator draws the permutation ``p`` (from the
-prior), the x order and, at the last step, whether and which earlier query is repeated
-(``repeat_ratio``, ``k`` uniform over ``TaskConfig.repeat_sources``), all independently of ``p``.
-So the likelihood of the observed queries ``x_1..x_k`` does not depend on ``p``, and since
-``y_k = p(x_k)`` is fixed by ``p`` and the observed ``x_k``,
-
-    P(y_k = v | x_1, y_1, ..., x_k) = sum_p prior(p) P(x_1..x_k) [p consistent, p(x_k) = v]
-                                      / sum_p prior(p) P(x_1..x_k) [p consistent]
-
-and ``P(x_1..x_k)`` cancels: the formula above holds for every ``repeat_ratio`` and every
-``repeat_sources``.  A repeated last query gets a point mass on its earlier y whichever ``x_k`` it
-repeats; a new one gets the elimination posterior.  (The repeat settings only change *which*
-contexts occur and how often, i.e. the weights of the per-step averages in
-:func:`~perm_circuits.evaluate.evaluate`.)  ``tests/test_posterior.py`` checks this against brute-force
-enumeration of the whole generative process for several ``repeat_sources``.
+The repeat distribution does not enter: the generator draws the permutation, the x order and the
+repeat (``repeat_ratio``, ``k`` uniform over ``repeat_sources``) independently, so the likelihood
+``P(x_1..x_k)`` of the observed queries is the same for every ``p`` and cancels from the posterior.
+The formula holds for every ``repeat_ratio`` and ``repeat_sources`` (which only change how often
+each context occurs); ``tests/test_posterior.py`` checks it against brute-force enumeration of the
+generative process.
 """
 
 from __future__ import annotations
@@ -46,14 +34,9 @@ __all__ = ["Posterior", "bayes_posterior", "prior_permutations"]
 
 @dataclass(frozen=True)
 class Posterior:
-    """Posterior over values ``1..V`` at each step.
-
-    Attributes:
-        probs: ``probs[b, k, v - 1] = P(y_{k+1} = v | context)``.
-        fallback: where the requested prior had no consistent permutation and the uniform
-            posterior was used instead.
-        n_consistent: number of prior permutations consistent with the context at each step.
-    """
+    """Posterior over values ``1..V`` at each step: ``probs[b, k, v - 1] = P(y_{k+1} = v | context)``,
+    ``fallback`` where the requested prior had no consistent permutation (the uniform posterior is
+    used there), ``n_consistent`` the prior permutations consistent with the context."""
 
     probs: Float[Tensor, "batch step value"]
     fallback: Bool[Tensor, "batch step"]

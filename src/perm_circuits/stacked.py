@@ -1,39 +1,27 @@
 """Many models at once: K models of one architecture trained as one stacked computation.
 
-:func:`train_stacked` trains K members that share an architecture (they differ in seeds) with
-every weight carrying a leading member axis: one batched matmul per linear layer for all members,
-one attention call over ``member x batch`` rows, one loss, one backward, one Adam update.  Adam is
-elementwise, so each member's update is its own.  The recipe is :func:`perm_circuits.train.train`'s
-(Adam lr, batch, epochs, per-epoch evaluation on the fixed test set, early stopping) and each
-member is the stacked twin of one ``train()`` run:
-
-* its initial weights are ``build_model(member_config)``'s (``ModelConfig.seed``);
-* its batches are drawn from its own ``torch.Generator().manual_seed(TrainConfig.seed)`` in the
-  same order, on the CPU (members with the same data seed share one generator and one draw), and
-  moved to the device once per step;
-* with ``dropout > 0`` its masks come from its own generator seeded with
-  :func:`~perm_circuits.train.dropout_seed`, drawn in the order ``fast_forward`` draws them;
-* its history rows come from the same evaluation (the member copied into its own bridge), and it
-  stops by the same early-stopping rule.  A stopped member leaves the stack: the others' later
-  steps neither touch its weights nor spend compute on it.
+:func:`train_stacked` trains K members that differ only in seeds, every weight carrying a leading
+member axis: one batched matmul per linear layer, one attention call over ``member x batch`` rows,
+one loss, one backward, one Adam update (elementwise, so each member's update is its own).  Each
+member is the stacked twin of one :func:`perm_circuits.train.train` run: ``build_model``'s initial
+weights, its batches from its own ``torch.Generator().manual_seed(TrainConfig.seed)`` in the same
+order on the CPU (members with one data seed share a generator and a draw), its dropout masks from
+its own :func:`~perm_circuits.train.dropout_seed` generator in ``fast_forward``'s order, the same
+per-epoch evaluation and early stopping.  A stopped member leaves the stack.
 
 **Bit for bit on CPU.**  With ``exact=True`` (the default on CPU) every member's weights, history
-and final evaluation equal its single run's bit for bit, for any K (``tests/test_stacked.py``
-checks it).  This needs three choices where the natural stacked arithmetic rounds differently:
-LayerNorm runs per member (its weight gradient is a reduction whose order depends on the shape),
-the linear layers' weight gradients are computed as ``grad^T @ input`` (the operand order
-``torch.mm``'s backward uses), and Adam updates a weight as one stacked tensor only where each
-member's share is a multiple of 16 floats (the fused CPU kernel runs its SIMD tail in double
-precision, so an element must be in the same part of the loop as in the single run); other
-weights are updated member by member, in one fused call.  ``exact=False`` (the default on other
-devices) normalises all members in one call and updates whole tensors: the same training to float
-tolerance, fewer kernel launches.  Exactness holds for the same torch build and CPU capability as
-:mod:`perm_circuits.train`'s own reproducibility.
+and evaluation equal its single run's, for any K, given three choices where the natural stacked
+arithmetic rounds differently: LayerNorm runs per member (its weight gradient's reduction order
+depends on the shape), linear weight gradients are ``grad^T @ input`` (``torch.mm``'s backward
+order), and Adam updates a weight as one stacked tensor only where each member's share is a
+multiple of 16 floats (the fused CPU kernel's SIMD tail runs in double precision), else member by
+member in one fused call.  ``exact=False`` (the default elsewhere) normalises all members in one
+call and updates whole tensors: the same training to float tolerance, fewer kernel launches.
+Exactness needs the same torch build and CPU capability as :mod:`perm_circuits.train`'s.
 
-Measured throughput is in ``benchmarks/stacked_training.py``.  The idea of training an ensemble of
-small networks as one batched computation is the one of ``torch.func.stack_module_state`` +
-``vmap`` (PyTorch "Model ensembling" tutorial); here the stacked forward is written out so the
-arithmetic can match the single run's.
+Batched ensembles as in ``torch.func.stack_module_state`` + ``vmap`` (PyTorch "Model ensembling"
+tutorial), written out here so the arithmetic matches the single run's; throughput in
+``benchmarks/stacked_training.py``.
 """
 
 from __future__ import annotations
@@ -65,9 +53,6 @@ STACKED_UNSUPPORTED = frozenset({"checkpoint_every", "checkpoint_dir"})
 """TrainConfig fields the stacked trainer does not implement (it refuses them when set)."""
 
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults, as train() uses them
-
-
-# ----------------------------------------------------------------------------- the stacked forward
 
 
 class _StackedLinear(torch.autograd.Function):
@@ -176,9 +161,6 @@ def stack_weights(models: Sequence, device: torch.device | str | None = None) ->
         stacked = torch.stack([state[name].detach() for state in states]).to(device or first.device).clone()
         out[name] = stacked.requires_grad_(isinstance(first, torch.nn.Parameter) and first.requires_grad)
     return out
-
-
-# ----------------------------------------------------------------------------- members and their optimiser
 
 
 def _same_except_seed(configs: Sequence, what: str) -> None:
@@ -290,9 +272,6 @@ class _Member:
     seconds: float = 0.0
 
 
-# ----------------------------------------------------------------------------- the trainer
-
-
 def train_stacked(
     members: Sequence[ModelConfig | str | int],
     task_config: TaskConfig | PermutationTask | None = None,
@@ -305,24 +284,19 @@ def train_stacked(
 ) -> list[TrainResult]:
     """Train K models of one architecture as one stacked computation; one ``TrainResult`` per member.
 
-    Member ``i`` is the twin of ``train(model_config_i, task_config, train_config_i)``: same initial
-    weights, same batches in the same order, same dropout masks, same evaluation and early stopping
-    (see the module docstring; bit for bit on CPU with ``exact``).
+    Member ``i`` is the twin of ``train(model_config_i, task_config, train_config_i)`` (module
+    docstring; bit for bit on CPU with ``exact``, the default there).
 
     Args:
-        members: per member a :class:`ModelConfig` or preset name (its data seed is its
-            ``train_config``'s ``seed``), or an int seed ``s``: ``architecture`` with
-            ``seed=s`` and the data stream of ``seed=s`` too, as the sweep and ``perm-circuits
-            train --seed`` seed a run.  All members must share every model field but ``seed``.
+        members: per member a :class:`ModelConfig` or preset name (data seed: its
+            ``train_config``'s ``seed``), or an int seed ``s``: ``architecture`` with ``seed=s`` and
+            the data stream of ``seed=s``, as the sweep and ``perm-circuits train --seed`` seed a
+            run.  Members must share every model field but ``seed``.
         task_config: the data (default: the plain task for the members' V).
-        train_config: the recipe (default: the study's), or one per member; they may differ in
-            ``seed`` only.  Checkpointing is not supported (``checkpoint_every`` must be None).
-        architecture: the architecture of int members.
-        device: where weights, optimiser state and every step's tensors live (default CPU).
-            Batches are drawn on the CPU from the CPU generators, exactly as ``train()`` draws
-            them, and moved once per step; only the per-epoch evaluation comes back to the CPU.
-        exact: bit-for-bit twins of the single runs on CPU (default: True on CPU, False elsewhere).
-        progress: a tqdm bar over epochs.
+        train_config: the recipe (default: the study's), or one per member differing in ``seed``
+            only.  Checkpointing is not supported (``checkpoint_every`` must be None).
+        device: where weights, optimiser state and every step live (default CPU); batches are drawn
+            on the CPU as ``train()`` draws them and moved once per step.
     """
     start = time.perf_counter()
     model_configs, train_configs = _resolve_members(members, architecture, train_config)

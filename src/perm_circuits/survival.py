@@ -1,17 +1,13 @@
 """Time to recall across seeds: a survival curve per configuration, censored at the training budget.
 
-A sweep row records ``epoch_recall_99``, the first epoch whose test recall accuracy reaches 0.99
-(NaN if it never does), with ``samples`` training sequences per epoch.  The *event* of a run is
-learning recall, at ``epoch_recall_99 x samples`` training sequences; a run that never learns
-it is *censored* at the data it saw (``epochs_run x samples``, the budget).  For each
-configuration, :func:`time_to_recall` gives the Kaplan-Meier estimate (Kaplan & Meier 1958,
-"Nonparametric estimation from incomplete observations") of the fraction of seeds that have
-learned recall by ``N`` training sequences.  When every run of a configuration has the same budget
-(a sweep grid), this is simply the share of its seeds whose event came by ``N``; the estimator
-matters only when budgets differ.  A learned run is never censored, even when early stopping
-ended it before the budget: it stops only after recall has been reached.
-
-:func:`recall_by` reads the curve at chosen sample counts (e.g. the cut budget and the study's).
+A sweep row's ``epoch_recall_99`` is the first epoch whose test recall accuracy reaches 0.99 (NaN if
+none), with ``samples`` sequences per epoch.  A run's *event* is learning recall, at
+``epoch_recall_99 x samples`` sequences; a run that never learns it is *censored* at its budget
+``epochs_run x samples`` (a learned run never is, even when early stopping ended it: it stops only
+after recall).  :func:`time_to_recall` gives per configuration the Kaplan-Meier estimate (Kaplan &
+Meier 1958, "Nonparametric estimation from incomplete observations") of the fraction of seeds that
+have learned recall by ``N`` sequences: with one budget for all runs (a sweep grid), simply the share
+of seeds whose event came by ``N``.
 """
 
 from __future__ import annotations

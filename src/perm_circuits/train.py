@@ -1,20 +1,16 @@
 """Training: the one :func:`train` of every task and model (which loop runs when: its docstring).
 
-The study's epoch loop: Adam on the masked next-token loss, evaluated on the fixed test set every
-epoch.  The recipe's defaults are: 50 epochs x 100,000 samples, batch 128, Adam (lr 1e-3),
-cross-entropy on the y positions only.  Batches are drawn vectorized from a seeded
-``torch.Generator``; the step runs :func:`~perm_circuits.models.fast_forward` (plain PyTorch on the
-bridge's own parameters) with fused Adam.  Same seeds -> bit-identical weights and history on CPU,
-for the same torch build and ATen CPU capability (``torch.backends.cpu.get_cpu_capability()``):
-the AVX2 and AVX512 kernels of ``scaled_dot_product_attention``, ``softmax`` and ``log_softmax``
-round differently in the last bit, and training amplifies that.  The shipped pretrained models were
-trained with AVX2 kernels; on an AVX512 host, ``ATEN_CPU_CAPABILITY=avx2`` (set before starting
-Python) reproduces their first epoch bit for bit (tests/test_reproduce_shipped.py).
-With ``ModelConfig.dropout > 0`` the dropout masks come from a second, dedicated generator seeded
-with :func:`dropout_seed` of ``TrainConfig.seed`` (never the global RNG), so dropout runs are just
-as reproducible; evaluation runs in eval mode, without dropout.  A checkpoint stores the model, the
-optimizer state and both generators' states, so resuming gives the same result as an uninterrupted
-run.
+The study's epoch loop: Adam (lr 1e-3, fused) on the cross-entropy of the y positions, 50 epochs x
+100,000 samples in batches of 128, evaluated on the fixed test set every epoch.  Batches are drawn
+vectorized from a seeded ``torch.Generator``; the step runs
+:func:`~perm_circuits.models.fast_forward`.  Same seeds -> bit-identical weights and history on CPU
+for the same torch build and ATen CPU capability (``torch.backends.cpu.get_cpu_capability()``): the
+AVX2 and AVX512 kernels of ``scaled_dot_product_attention``, ``softmax`` and ``log_softmax`` round
+differently in the last bit.  The shipped models were trained with AVX2; on an AVX512 host
+``ATEN_CPU_CAPABILITY=avx2`` (set before Python starts) reproduces their first epoch bit for bit
+(tests/test_reproduce_shipped.py).  Dropout masks come from a second generator seeded with
+:func:`dropout_seed` (never the global RNG).  A checkpoint stores the model, the optimizer state and
+both generators' states, so a resumed run equals an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -71,14 +67,11 @@ def dropout_seed(seed: int) -> int:
 class TrainConfig:
     """Optimization settings (defaults: the study's recipe).
 
-    Attributes:
-        epochs, samples_per_epoch, batch_size, lr: the recipe.
-        seed: seeds the data stream and, through :func:`dropout_seed`, the dropout masks (the
-            model's init seed is ``ModelConfig.seed``).
-        test_size, test_seed: the fixed evaluation set.
-        checkpoint_every: save a resumable checkpoint every N epochs into ``checkpoint_dir``.
-        early_stop_patience: stop once the last-step subgroup accuracies are >= ``early_stop_accuracy``
-            and the test loss improved by less than ``early_stop_min_delta`` over that many epochs.
+    ``seed`` seeds the data stream and, through :func:`dropout_seed`, the dropout masks (the init
+    seed is ``ModelConfig.seed``); ``test_size``/``test_seed`` the fixed evaluation set.
+    ``checkpoint_every`` saves a resumable checkpoint every N epochs into ``checkpoint_dir``.
+    ``early_stop_patience``: stop once the last-step subgroup accuracies are >= ``early_stop_accuracy``
+    and the test loss improved by less than ``early_stop_min_delta`` over that many epochs.
     """
 
     epochs: int = 50
@@ -272,49 +265,43 @@ def train(
 
     * **The study's epoch loop** (a :class:`TrainConfig`, or no recipe with a permutation task):
       ``train("d16h1", TaskConfig(repeat_ratio=0.3), TrainConfig(epochs=5))`` builds the preset's
-      bridge, trains it for ``epochs`` x ``samples_per_epoch`` samples, evaluates it on the fixed
-      test set every epoch (:class:`TrainingHistory`), checkpoints, stops early, resumes, and
-      returns a :class:`TrainResult`.  Same seeds -> bit-identical weights (module docstring).
-    * **The step loop** (a :class:`~perm_circuits.tasks.FitConfig`, or any task other than the
-      permutation lookup): ``train(model, task, FitConfig(steps=500, lr=1e-2))`` trains on
-      ``task.sample`` batches with masked next-token loss (:func:`~perm_circuits.tasks.fit`) and
-      returns a :class:`~perm_circuits.tasks.FitResult` (``model``, per-step ``losses``, the
-      callbacks' ``records``, ``task``, ``forward``); evaluate it with
+      bridge, trains and evaluates it every epoch (:class:`TrainingHistory`), checkpoints, stops
+      early, resumes, and returns a :class:`TrainResult` (bit-identical per seed: module docstring).
+    * **The step loop** (a :class:`~perm_circuits.tasks.FitConfig`, or any other task):
+      ``train(model, task, FitConfig(steps=500, lr=1e-2))`` trains on ``task.sample`` batches with
+      masked next-token loss (:func:`~perm_circuits.tasks.fit`) and returns a
+      :class:`~perm_circuits.tasks.FitResult`; evaluate it with
       ``evaluate(result.model, task=task, forward=result.forward)``.
 
     Args:
-        model: the study's loop: a :class:`ModelConfig` or preset name (``"d16h1"``, ``"d32h1"``,
-            ``"d32h2"``).  The step loop also takes a built ``tokens -> logits`` module (trained in
-            place), ``None`` (the task's own model from its registry entry, else a default
-            ``boot_native`` transformer sized from ``task.d_vocab`` and ``task.n_ctx``), or a dict
-            of that model's fields (e.g. ``{"d_model": 64, "n_layers": 2}``).  A preset or
-            ``ModelConfig`` whose vocabulary and context do not fit the task names the
-            architecture (``d_model``, ``n_heads``, ``n_layers``) of that default transformer.
-            Built models are seeded with the recipe's ``seed``, a ``ModelConfig`` with its own.
-        task: a :class:`TaskConfig` (the study's task; default the plain task, ``repeat_ratio=0``)
-            or any registered :class:`~perm_circuits.tasks.Task`.  A ``PermutationTask`` in the
-            study's loop is unwrapped to its ``TaskConfig`` (the same run bit for bit).
-        recipe: a :class:`TrainConfig` (the study's loop; default the study's recipe) or a
-            :class:`~perm_circuits.tasks.FitConfig` (the step loop; default ``FitConfig()``).
-        callbacks: the study's loop: called with an :class:`EpochState` after every epoch's
-            evaluation, returning ``True`` stops training.  The step loop: called with a
-            :class:`~perm_circuits.tasks.StepState` after every step; returns other than ``None``
-            are kept in ``FitResult.records``.
+        model: the study's loop: a :class:`ModelConfig` or preset name.  The step loop also takes a
+            built ``tokens -> logits`` module (trained in place), ``None`` (the task's own model from
+            its registry entry, else a default ``boot_native`` transformer sized from
+            ``task.d_vocab`` and ``task.n_ctx``), or a dict of that model's fields (e.g.
+            ``{"d_model": 64, "n_layers": 2}``).  A preset or ``ModelConfig`` that does not fit the
+            task names the architecture (``d_model``, ``n_heads``, ``n_layers``) of that default
+            transformer.  Built models are seeded with the recipe's ``seed``, a ``ModelConfig``
+            with its own.
+        task: a :class:`TaskConfig` (default the plain task, ``repeat_ratio=0``) or any registered
+            :class:`~perm_circuits.tasks.Task`; a ``PermutationTask`` in the study's loop is
+            unwrapped to its ``TaskConfig`` (the same run bit for bit).
+        recipe: a :class:`TrainConfig` (default the study's) or a
+            :class:`~perm_circuits.tasks.FitConfig` (default ``FitConfig()``).
+        callbacks: the study's loop: called with an :class:`EpochState` after every epoch, ``True``
+            stops training.  The step loop: called with a :class:`~perm_circuits.tasks.StepState`
+            after every step; returns other than ``None`` are kept in ``FitResult.records``.
         step_callbacks: the study's loop: called with a :class:`StepInfo` after every optimiser
-            step (their return value is ignored); e.g. :class:`perm_circuits.dynamics.DynamicsRecorder`.
-            The step loop: as ``callbacks``.
-        resume_from: the study's loop: a checkpoint folder from ``checkpoint_every``.  Model, task
-            and recipe are taken from it; a ``recipe`` passed with it may change only
-            :data:`RESUMABLE_FIELDS` (more epochs, checkpointing, early stopping).
-        forward: the step loop: ``forward(model, tokens) -> logits`` for training (default: the
-            task's registered forward for its own model, ``fast_forward`` for a ``build_model``
-            bridge, else ``model(tokens)``).
-        progress: show a tqdm bar.
-        device: where the model trains (``"cpu"``, ``"cuda"``, a ``torch.device``; default: the
-            CPU, or where a built model already is).  Batches are drawn on the CPU with the same
-            generator as always and moved there once per step; the CPU run is bit for bit the
-            same as without ``device``.  On another device the float arithmetic (and dropout's
-            mask stream, drawn by a generator on that device) differ.
+            step (e.g. :class:`perm_circuits.dynamics.DynamicsRecorder`).  The step loop: as
+            ``callbacks``.
+        resume_from: the study's loop: a checkpoint folder from ``checkpoint_every``, which fixes
+            model, task and recipe; a ``recipe`` passed with it may change only
+            :data:`RESUMABLE_FIELDS`.
+        forward: the step loop: ``forward(model, tokens) -> logits`` (default: the task's
+            registered forward for its own model, ``fast_forward`` for a ``build_model`` bridge,
+            else ``model(tokens)``).
+        device: default the CPU, or where a built model already is.  Batches are drawn on the CPU
+            and moved once per step, so the CPU run is bit for bit the one without ``device``; on
+            another device the float arithmetic and dropout's mask stream differ.
     """
     study_task = task is None or isinstance(task, (TaskConfig, PermutationTask))
     if resume_from is not None or isinstance(recipe, TrainConfig) or (
