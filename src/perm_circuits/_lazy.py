@@ -16,10 +16,8 @@ from pathlib import Path
 
 
 def type_checking_imports(package: str, init_file: str) -> dict[str, tuple[str, str]]:
-    """Each name imported under ``if TYPE_CHECKING:`` in ``init_file`` -> ``(module, attribute)``.
-
-    ``module`` is the package itself for a submodule imported as ``from package import sub``.
-    """
+    """Each name imported under ``if TYPE_CHECKING:`` in ``init_file`` -> ``(module, attribute)``
+    (``module`` is the package itself for ``from package import sub``)."""
     tree = ast.parse(Path(init_file).read_text())
     exports: dict[str, tuple[str, str]] = {}
     for node in tree.body:

@@ -44,17 +44,13 @@ def json_safe(value: Any) -> Any:
 
 
 def without_added_defaults(document: dict[str, Any], added: dict[str, Any]) -> dict[str, Any]:
-    """``document`` without the ``added`` fields that hold the value their absence implies.
+    """``document`` without the ``added`` fields that hold the value their absence implies: hashing it
+    keeps identifiers (sweep run ids) stable when a field is added later."""
 
-    Hashing this form keeps identifiers (sweep run ids) stable when a field is added later.
-    """
+    def plain(value: Any) -> Any:  # a list and a tuple of the same items are the same value
+        return list(value) if isinstance(value, (list, tuple)) else value
 
-    def same(a: Any, b: Any) -> bool:
-        if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-            return list(a) == list(b)
-        return a == b
-
-    return {k: v for k, v in document.items() if not (k in added and same(v, added[k]))}
+    return {k: v for k, v in document.items() if not (k in added and plain(v) == plain(added[k]))}
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> None:

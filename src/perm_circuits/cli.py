@@ -189,11 +189,9 @@ def _train(args: argparse.Namespace) -> int:
         "checkpoint_dir": str(args.out / "checkpoints") if args.checkpoint_every else None,
     }
     if args.resume is not None:
-        fixed = {"--preset": args.preset, "--d-model": args.d_model, "--heads": args.heads, "--d-head": args.d_head,
-                 "--repeat-ratio": args.repeat_ratio, "--repeat-sources": args.repeat_sources,
-                 "--seed": args.seed, "--samples": args.samples,
-                 "--batch-size": args.batch_size, "--lr": args.lr, "--dropout": args.dropout}
-        clash = [flag for flag, value in fixed.items() if value is not None]
+        fixed = ("preset", "d_model", "heads", "d_head", "repeat_ratio", "repeat_sources", "seed", "samples",
+                 "batch_size", "lr", "dropout")
+        clash = ["--" + name.replace("_", "-") for name in fixed if getattr(args, name) is not None]
         if clash:
             raise ValueError(f"{clash} cannot be given with --resume: the checkpoint fixes them")
         saved = load_resumable(args.resume)[3]

@@ -168,9 +168,8 @@ def recall_generalisation(
     """Measure recall when the repeated query is ``x_k`` for every ``k`` (test permutations).
 
     Batch ``k`` repeats ``x_k`` in every sample, the same batches whatever the task's
-    ``repeat_sources``.  ``n=None`` measures exhaustively: every test permutation with
-    every order of the queries (:func:`~perm_circuits.tasks.permutation_data.exhaustive_batch`; ``n_per_source``
-    is then that count, 2,880 for the study's split).
+    ``repeat_sources``.  ``n=None``: every test permutation with every order of the queries
+    (:func:`~perm_circuits.tasks.permutation_data.exhaustive_batch`; 2,880 per ``k`` for the study's split).
     """
     if n is not None and check_int("n", n) < 1:
         raise ValueError(f"n must be a positive int or None (exhaustive), got {n!r}")

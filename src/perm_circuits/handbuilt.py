@@ -71,13 +71,10 @@ def elimination_weight(V: int) -> float:
 def induction_layout(V: int = 5) -> dict[str, range]:
     """The residual subspaces of :func:`build_induction_model` (module docstring) as index ranges."""
     TaskConfig(V=V)  # validates V
-    n = 2 * V - 1
-    tok = range(V + 1)
-    pos = range(V + 1, V + 1 + n)
-    is_x = range(pos.stop, pos.stop + 1)
-    prev = range(is_x.stop, is_x.stop + V + 1)
-    out = range(prev.stop, prev.stop + V + 1)
-    return {"TOK": tok, "POS": pos, "IS_X": is_x, "PREV": prev, "OUT": out}
+    layout, start = {}, 0
+    for name, width in (("TOK", V + 1), ("POS", 2 * V - 1), ("IS_X", 1), ("PREV", V + 1), ("OUT", V + 1)):
+        layout[name], start = range(start, start + width), start + width
+    return layout
 
 
 def build_induction_model(
@@ -114,8 +111,7 @@ def build_induction_model(
     n, d_head = 2 * V - 1, d_model // 2
     config = ModelConfig(d_model=d_model, n_heads=2, n_layers=2, V=V, d_head=d_head, normalization_type=None, seed=0)
     model = build_model(config)
-    lay = induction_layout(V)
-    TOK, POS, IS_X, PREV, OUT = (lay[name] for name in ("TOK", "POS", "IS_X", "PREV", "OUT"))
+    TOK, POS, IS_X, PREV, OUT = induction_layout(V).values()
     sd = {key: torch.zeros_like(value) for key, value in model.state_dict().items()}
     key_gain = float(sharpness) * math.sqrt(d_head)  # undoes the 1/sqrt(d_head) attention scale
     head = lambda h, i: h * d_head + i  # row of head h's i-th dimension in the q/k/v weights

@@ -46,11 +46,8 @@ def check_hooks(model, hooks: Sequence[tuple[str, Callable]] | None) -> HookList
 
 
 def check_token_ids(tokens: object, d_vocab: int | None = None) -> Tensor:
-    """``tokens`` as an integer ``[batch, seq]`` tensor of ids in ``[0, d_vocab)`` (any task's tokens).
-
-    TypeError for a non-tensor or a non-integer dtype, ValueError for a wrong rank, an empty batch
-    or an id out of range (``d_vocab=None``: only non-negative).
-    """
+    """``tokens`` as an integer ``[batch >= 1, seq >= 1]`` tensor of ids in ``[0, d_vocab)`` (any task's
+    tokens; ``d_vocab=None``: only non-negative)."""
     if not isinstance(tokens, Tensor):
         raise TypeError(f"tokens must be an integer torch.Tensor [batch, seq], got {type(tokens).__name__}")
     if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:

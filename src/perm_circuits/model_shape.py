@@ -35,12 +35,8 @@ def normalization_of(model: object) -> str | None:
 
 @dataclass(frozen=True)
 class ModelShape:
-    """What the task-agnostic analyses need to know about a hooked model.
-
-    ``None`` marks a size the model does not declare (e.g. ``d_model`` of a model without a
-    residual stream, ``d_mlp`` of an attention-only one).  ``permutation`` is True for the
-    study's permutation-lookup bridges.
-    """
+    """What the task-agnostic analyses need to know about a hooked model: ``None`` marks a size it does
+    not declare (e.g. ``d_mlp`` of an attention-only model); ``permutation`` marks the study's bridges."""
 
     n_layers: int
     n_heads: int | None

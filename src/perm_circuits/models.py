@@ -187,11 +187,8 @@ def resolve_config(config: ModelConfig | str, seed: int | None = None) -> ModelC
 
 def build_model(config: ModelConfig | str = "d32h2", *, seed: int | None = None,
                 device: str | torch.device | None = None):
-    """Boot a freshly initialized bridge (seeded, in eval mode) from a config or preset name.
-
-    The weights are initialised on the CPU (the same numbers on every machine) and then moved to
-    ``device`` (default: stay on the CPU).
-    """
+    """Boot a freshly initialized bridge (seeded, in eval mode) from a config or preset name; the
+    weights are initialised on the CPU (the same numbers on every machine), then moved to ``device``."""
     from transformer_lens.model_bridge import TransformerBridge
 
     target = resolve_device(device)
@@ -326,12 +323,11 @@ def save_model(
     metadata: dict[str, Any] | None = None,
     extra_tensors: dict[str, Tensor] | None = None,
 ) -> Path:
-    """Write ``model.safetensors`` + ``config.json`` into folder ``path`` (atomically).
+    """Write ``model.safetensors`` + ``config.json`` into folder ``path`` (:func:`write_checkpoint_files`).
 
-    ``metadata`` must be a JSON-serializable dict (training config, command, metrics...); NaN
-    becomes ``null``.  The task defaults to the one the model carries (:func:`task_config_of`).
-    ``extra_tensors`` (optimizer state, RNG state) are stored in the same safetensors file under
-    an ``extra.`` prefix.
+    The task defaults to the one the model carries (:func:`task_config_of`); ``metadata`` is e.g.
+    training config, command, metrics; ``extra_tensors`` (optimizer state, RNG state) are stored in
+    the same safetensors file under an ``extra.`` prefix.
     """
     path = Path(path)
     config = model_config_of(model)
@@ -347,11 +343,8 @@ def write_checkpoint_files(
 ) -> Path:
     """Write ``tensors`` to ``path/model.safetensors`` and ``fields`` (what rebuilds the model), the
     weights' SHA-256 and ``metadata`` to ``path/config.json``, each atomically (the writer of
-    :func:`save_model` and of :func:`perm_circuits.tasks.checkpoint.save_task_model`).
-
-    ``metadata`` must be a JSON-serializable dict (NaN becomes ``null``); it is checked before
-    anything is written.
-    """
+    :func:`save_model` and of :func:`perm_circuits.tasks.checkpoint.save_task_model`).  ``metadata``
+    must be a JSON-serializable dict (NaN becomes ``null``), checked before anything is written."""
     path = Path(path)
     if metadata is not None and not isinstance(metadata, dict):
         raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
@@ -466,11 +459,8 @@ def load_weights(model: torch.nn.Module, tensors: dict[str, Tensor], name: str) 
 
 
 def load_model(path: str | os.PathLike, *, device: str | torch.device | None = None):
-    """Load the model of a checkpoint folder (validated, eval mode, on ``device``; default CPU).
-
-    The bridge carries ``perm_config``, ``task_config`` and ``metadata`` attributes, so analyses
-    know the task it was trained on.
-    """
+    """Load the model of a checkpoint folder (validated, eval mode, on ``device``; default CPU),
+    carrying ``perm_config``, ``task_config`` and ``metadata`` attributes (analyses read its task)."""
     return load_checkpoint(path, device=device).model
 
 
@@ -490,12 +480,9 @@ def list_pretrained() -> list[str]:
 
 
 def load_pretrained(name: str = "d32h2", *, device: str | torch.device | None = None):
-    """A shipped pretrained model, offline, in eval mode, on ``device`` (default CPU).
-
-    Each was trained by ``scripts/train_pretrained.py`` on the study's recipe (repeat_ratio 0.3);
-    the command, seed and final metrics are in ``model.metadata``, the task in
-    ``model.task_config``.
-    """
+    """A shipped pretrained model, offline, in eval mode, on ``device`` (default CPU), trained by
+    ``scripts/train_pretrained.py`` on the study's recipe (repeat_ratio 0.3); the command, seed and
+    final metrics are in ``model.metadata``, the task in ``model.task_config``."""
     if not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     available = list_pretrained()
@@ -505,11 +492,8 @@ def load_pretrained(name: str = "d32h2", *, device: str | torch.device | None = 
 
 
 def load_any(name: str | os.PathLike[str], *, device: str | torch.device | None = None):
-    """A model from a checkpoint folder or, when no such folder exists, a pretrained name.
-
-    A folder holding ``config.json`` wins over a shipped model of the same name; a folder without
-    it is loaded as a checkpoint (and its error says what is missing).
-    """
+    """A model from a checkpoint folder or, when no such folder exists, a pretrained name (a folder
+    holding ``config.json`` wins; one without it is loaded as a checkpoint, whose error says why)."""
     if not isinstance(name, (str, os.PathLike)):
         raise TypeError(f"name must be a pretrained name or checkpoint folder (str or Path), got {type(name).__name__}")
     path = Path(name)

@@ -120,11 +120,7 @@ class Reproduction:
 
 def reproduce(name: str, *, quick: bool = False, progress: bool = True, device=None) -> Reproduction:
     """Run reproduction ``name`` (one of :data:`REPRODUCTIONS`); ``quick`` is the CPU-sized run.
-
-    ``device`` (default the CPU) is passed to the reproduction's ``run`` when it takes one; a
-    reproduction whose ``run`` has no ``device`` parameter runs on the CPU only, and asking it for
-    another device is a ValueError.
-    """
+    ``device`` (default the CPU) goes to ``run`` when it takes one; otherwise only the CPU is allowed."""
     if name not in REPRODUCTIONS:
         REPRODUCTIONS.update({k: v for k, v in registered_reproductions().items() if k not in REPRODUCTIONS})
     if name not in REPRODUCTIONS:

@@ -93,12 +93,11 @@ def stacked_forward(
 ) -> Float[Tensor, "member batch seq vocab"]:
     """:func:`~perm_circuits.models.fast_forward` of K members at once; member ``i`` reads ``tokens[i]``.
 
-    ``weights`` maps the bridge's ``state_dict`` keys to tensors with a leading member axis (see
-    :func:`stack_weights`).  Member ``i``'s logits equal ``fast_forward`` of a bridge holding
-    ``weights[...][i]``: bit for bit on CPU with ``exact=True``, to float tolerance otherwise.
-    Dropout (``config.dropout > 0``) is applied only when ``dropout_generators`` (one CPU
-    generator per member) is given, the stacked counterpart of train mode; masks are drawn per
-    member on the CPU in ``fast_forward``'s order and moved to the weights' device.
+    ``weights``: the bridge's ``state_dict`` keys, each with a leading member axis
+    (:func:`stack_weights`).  Member ``i``'s logits equal ``fast_forward`` of ``weights[...][i]``:
+    bit for bit on CPU with ``exact=True``, to float tolerance otherwise.  Dropout is applied only
+    when ``dropout_generators`` (one CPU generator per member: train mode) is given, the masks drawn
+    per member in ``fast_forward``'s order and moved to the weights' device.
     """
     _check_forward_config(config)
     w = weights
@@ -149,10 +148,8 @@ def stacked_loss(
 
 
 def stack_weights(models: Sequence, device: torch.device | str | None = None) -> dict[str, Tensor]:
-    """The bridges' ``state_dict`` tensors stacked on a new leading member axis (detached copies).
-
-    Entries that are trainable parameters in the bridge require grad here; buffers do not.
-    """
+    """The bridges' ``state_dict`` tensors stacked on a new leading member axis (detached copies;
+    the bridge's trainable parameters require grad here, buffers do not)."""
     if not models:
         raise ValueError("stack_weights needs at least one model")
     states = [model.state_dict(keep_vars=True) for model in models]
@@ -212,12 +209,9 @@ def _resolve_members(members, architecture, train_config) -> tuple[list[ModelCon
 
 
 class _StackedAdam:
-    """Adam (torch's defaults, fused where the device has it) over the live members' stacked weights.
-
-    A weight whose per-member size is a multiple of :data:`SIMD_FLOATS` (or any weight when not
-    ``exact``) is one tensor in the fused call; any other is passed as one view per member, so
-    each element takes the same path through the kernel as in the member's single run.
-    """
+    """Adam (torch's defaults, fused where the device has it) over the live members' stacked weights:
+    one tensor per weight in the fused call, or one view per member where ``exact`` needs it (module
+    docstring)."""
 
     def __init__(self, params: dict[str, Tensor], lr: float, exact: bool, step: int = 0,
                  exp_avg: dict[str, Tensor] | None = None, exp_avg_sq: dict[str, Tensor] | None = None):

@@ -38,25 +38,20 @@ def _check(frame: object) -> pd.DataFrame:
     return done
 
 
-def _keys(done: pd.DataFrame) -> list[str]:
-    others = [c for c in _OTHER_AXES if c in done.columns]
-    grouped = done.groupby(list(SURVIVAL_KEYS), dropna=False)
-    return [*SURVIVAL_KEYS, *(c for c in others if (grouped[c].nunique(dropna=False) > 1).any())]
-
-
 def time_to_recall(frame: pd.DataFrame) -> pd.DataFrame:
     """Kaplan-Meier curves of "has learned recall (>= 0.99) by N training sequences", per configuration.
 
-    Returns a tidy table, one row per configuration and step of its curve: the configuration
-    columns, ``samples_seen`` (N; the first row of each configuration is N = 0), ``learned``
-    (the estimated fraction of seeds that have learned recall by N), ``events`` (runs learning
-    at N), ``at_risk`` (runs not yet learned nor censored just before N), ``censored`` (runs
-    whose budget ends at N without recall), ``seeds`` (finished runs of the configuration) and
-    ``budget`` (how far the curve is known: the largest N a run without recall saw, or the planned
-    budget ``epochs x samples`` where every seed learned and stopped early).  Failed runs are left out.
+    One row per configuration and step of its curve: the configuration columns, ``samples_seen``
+    (N, from 0), ``learned`` (estimated fraction of seeds that learned recall by N), ``events`` (runs
+    learning at N), ``at_risk`` (runs neither learned nor censored just before N), ``censored`` (runs
+    whose budget ends at N without recall), ``seeds`` (finished runs) and ``budget`` (how far the
+    curve is known: the largest N a run without recall saw, else the planned ``epochs x samples``).
+    Failed runs are left out.
     """
     done = _check(frame).copy()
-    keys = _keys(done)
+    grouped = done.groupby(list(SURVIVAL_KEYS), dropna=False)  # any other axis that varies splits the curves
+    others = [c for c in _OTHER_AXES if c in done.columns]
+    keys = [*SURVIVAL_KEYS, *(c for c in others if (grouped[c].nunique(dropna=False) > 1).any())]
     done["_event"] = done["epoch_recall_99"].astype(float) * done["samples"].astype(float)
     done["_end"] = done["epochs_run"].astype(float) * done["samples"].astype(float)
     done["_planned"] = done["epochs"].astype(float) * done["samples"].astype(float) if "epochs" in done else done["_end"]
@@ -85,10 +80,8 @@ def time_to_recall(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def recall_by(curves: pd.DataFrame, samples: Sequence[float]) -> pd.DataFrame:
-    """The curves of :func:`time_to_recall` read at each of ``samples`` (one column ``by_<N>`` each).
-
-    A configuration whose budget is below N gets NaN there (its curve is censored before N).
-    """
+    """The curves of :func:`time_to_recall` read at each of ``samples`` (one column ``by_<N>`` each;
+    NaN where a configuration's budget is below N)."""
     if not isinstance(curves, pd.DataFrame) or "samples_seen" not in curves or "learned" not in curves:
         raise TypeError("curves must be the table time_to_recall returns")
     points = [float(n) for n in samples]

@@ -54,11 +54,8 @@ __all__ = ["EpochState", "FitConfig", "FitResult", "StepInfo", "TrainConfig", "T
 
 
 def dropout_seed(seed: int) -> int:
-    """The seed of training's dropout-mask generator for ``TrainConfig.seed = seed``.
-
-    The first 8 bytes (little-endian, top bit cleared) of SHA-256 of ``"perm_circuits.dropout:{seed}"``:
-    a stream unrelated to the data stream ``torch.Generator().manual_seed(seed)`` of any seed.
-    """
+    """The dropout-mask generator's seed for ``TrainConfig.seed = seed``: the first 8 bytes (little-endian,
+    top bit cleared) of SHA-256 of ``"perm_circuits.dropout:{seed}"``, unrelated to any data stream."""
     digest = hashlib.sha256(f"perm_circuits.dropout:{seed}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
@@ -139,13 +136,10 @@ class EpochState:
 
 @dataclass(frozen=True)
 class StepInfo:
-    """What a step callback sees after each optimiser step.
-
-    ``step`` is the global step (1-based, counted over all epochs, also across a resume), ``loss``
-    the step's training loss (a detached 0-d tensor), ``model`` the bridge, still in train mode:
-    a callback that evaluates must switch to eval mode and back, use ``torch.no_grad()`` and leave
-    the parameters and every RNG it did not create untouched.
-    """
+    """What a step callback sees after each optimiser step: ``step`` (global, 1-based, across epochs
+    and a resume), ``loss`` (detached 0-d tensor) and ``model``, still in train mode: a callback that
+    evaluates must switch to eval mode and back, use ``torch.no_grad()`` and leave the parameters
+    and every RNG it did not create untouched."""
 
     step: int
     epoch: int
