@@ -62,9 +62,7 @@ class ModelShape:
 
 def _positive(cfg: object, name: str) -> int | None:
     value = getattr(cfg, name, None)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        return None
-    return value
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
 def model_shape(model: object) -> ModelShape:

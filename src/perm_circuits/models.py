@@ -266,9 +266,10 @@ def fast_forward(
     bridge).  ``weights=model.state_dict(keep_vars=True)`` skips re-collecting them on every call.
 
     Dropout: in train mode with ``ModelConfig.dropout > 0``, masks are drawn from ``generator``
-    (required then; never the global RNG) at the attention pattern, attention output (after
-    ``W_O``), MLP hidden and MLP output of each layer, in that order, with explicit attention.  In
-    eval mode, or with ``dropout == 0``, the result is the bridge's and ``generator`` is unused.
+    (required then; never the global RNG) at the attention pattern (after the softmax), attention
+    output (after ``W_O``, before the residual add), MLP hidden activation and MLP output (before the
+    residual add) of each layer, in that order, with explicit attention.  In eval mode, or with
+    ``dropout == 0``, the result is the bridge's and ``generator`` is unused.
     """
     config = model_config_of(model)
     p = config.dropout if model.training else 0.0
@@ -467,9 +468,7 @@ def load_model(path: str | os.PathLike, *, device: str | torch.device | None = N
 def task_config_of(model) -> TaskConfig:
     """The task a model was trained on (stored on loaded models), else the plain task for its V."""
     config = getattr(model, "task_config", None)
-    if isinstance(config, TaskConfig):
-        return config
-    return TaskConfig(V=model_config_of(model).V)
+    return config if isinstance(config, TaskConfig) else TaskConfig(V=model_config_of(model).V)
 
 
 def list_pretrained() -> list[str]:

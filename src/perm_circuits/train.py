@@ -55,7 +55,8 @@ __all__ = ["EpochState", "FitConfig", "FitResult", "StepInfo", "TrainConfig", "T
 
 def dropout_seed(seed: int) -> int:
     """The dropout-mask generator's seed for ``TrainConfig.seed = seed``: the first 8 bytes (little-endian,
-    top bit cleared) of SHA-256 of ``"perm_circuits.dropout:{seed}"``, unrelated to any data stream."""
+    top bit cleared) of SHA-256 of ``"perm_circuits.dropout:{seed}"``, a stream unrelated to the data
+    stream ``torch.Generator().manual_seed(seed)`` of any seed."""
     digest = hashlib.sha256(f"perm_circuits.dropout:{seed}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
@@ -210,9 +211,8 @@ class EpochEvaluator:
     def __call__(self, model, weights: dict[str, Tensor]) -> Evaluation:
         with torch.no_grad():
             logits = fast_forward(model, self.inputs, weights).cpu()
-            probe = None
-            if self.probe is not None:
-                probe = value_probs(fast_forward(model, self.probe, weights).cpu(), self.config.V)[0, -1].tolist()
+            probe = None if self.probe is None else (
+                value_probs(fast_forward(model, self.probe, weights).cpu(), self.config.V)[0, -1].tolist())
         return evaluate_logits(logits, self.test_set, self.config, self.posteriors, self.name, probe)
 
 
