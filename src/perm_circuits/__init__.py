@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING
 
 from perm_circuits._lazy import attach
 
-# Re-exports, loaded on first use (so `import perm_circuits` does not import torch): each name
-# below becomes an attribute of the package through `attach` at the end of this file.
+# Re-exports, loaded on first use (perm_circuits._lazy)
 if TYPE_CHECKING:
     from perm_circuits import analysis, dynamics, sweep, tasks
     from perm_circuits.analysis import (

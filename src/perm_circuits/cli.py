@@ -158,7 +158,7 @@ def _reproduce(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     import torch
 
-    from perm_circuits.models import PRESETS, ModelConfig, save_model
+    from perm_circuits.models import CONFIG_FILE, PRESETS, WEIGHTS_FILE, ModelConfig, save_model
     from perm_circuits.tasks.permutation_data import TaskConfig
     from perm_circuits.train import TrainConfig, load_resumable, train
 
@@ -167,8 +167,6 @@ def _train(args: argparse.Namespace) -> int:
     if args.record_dynamics is not None and args.resume is not None:
         raise ValueError("--record-dynamics cannot be combined with --resume (the record would miss the steps before the checkpoint)")
     if args.out.is_dir() and not (args.force or args.resume is not None):
-        from perm_circuits.models import CONFIG_FILE, WEIGHTS_FILE
-
         if (args.out / CONFIG_FILE).exists() or (args.out / WEIGHTS_FILE).exists():
             raise ValueError(
                 f"--out {str(args.out)!r} already holds a checkpoint ({CONFIG_FILE} / {WEIGHTS_FILE}); "
