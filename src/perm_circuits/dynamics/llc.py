@@ -30,9 +30,6 @@ from perm_circuits.train import masked_loss
 
 __all__ = ["LLCConfig", "LLCEstimate", "local_learning_coefficient", "require_devinterp"]
 
-INSTALL_HINT = 'pip install -e ".[dynamics]"'
-
-
 def require_devinterp():
     """devinterp's SGLD optimiser factory; ImportError naming the extra when it is not installed."""
     try:
@@ -42,7 +39,7 @@ def require_devinterp():
             from devinterp.optim import SGLD
         except ImportError:
             raise ImportError(
-                f"the local learning coefficient needs devinterp (an optional extra): {INSTALL_HINT}"
+                'the local learning coefficient needs devinterp (an optional extra): pip install -e ".[dynamics]"'
             ) from None
         return SGLD
     return SGMCMC.sgld

@@ -314,10 +314,8 @@ QUICK = {"hallucination": {"steps": 1500, "alpha": 0.01}, "sizes": ((16, 32), (1
 FULL = {"hallucination": {"steps": 2500, "alpha": 0.001},
         "sizes": ((16, 16), (16, 32), (16, 64), (16, 128), (16, 256)), "subjects": LADDER, "steps": 1500,
         "seeds": (0, 1)}
-"""The two run sizes.  ``--quick`` keeps two MLP widths of the full run's five (32 and 128: 2.5x apart
-in parameters, against 6x for the full run), one seed instead of two, starts the subject ladder at
-S = 8, and trains the hallucination model from ``alpha = 0.01`` for 1500 steps instead of
-``alpha = 0.001`` for 2500 (a shorter plateau)."""
+"""The two run sizes: ``--quick`` keeps two of the full run's five MLP widths (2.5x apart in parameters,
+against 6x) and one seed of two, and its larger hallucination init ``alpha`` gives a shorter plateau."""
 
 KL_PLATEAU = 0.1
 """Largest ``KL(p(.|r) || p_model)`` (nats) on the stage for "the model outputs p(a|r)"."""
