@@ -130,8 +130,6 @@ class DynamicsRecorder:
         else:  # head scores need both repeated and new last queries
             self._mixed = make_test_set(replace(task_config, repeat_ratio=STUDY_REPEAT_RATIO), n=test_n, seed=seed)
 
-    # ------------------------------------------------------------------ callback
-
     def __call__(self, info: Any) -> None:
         if info.step in self._pending:
             self._pending.discard(info.step)
@@ -193,8 +191,6 @@ class DynamicsRecorder:
                 for name in _HEAD_SCORE_FIELDS:
                     values[f"{score.component}.{name}"] = getattr(score, name)
         return values
-
-    # ------------------------------------------------------------------ result
 
     def result(self) -> DynamicsRecord:
         """The record so far (signals in first-seen order; nan where a step lacks one)."""

@@ -50,9 +50,6 @@ FULL_COMMAND = ('python -c "from perm_circuits.systems.factual import storage_ca
                 'steps=20000, seeds=(0, 1, 2), device=\'cuda\').capacity)"  # paper-scale figure 3 (left): hours on this CPU')
 
 
-# ----------------------------------------------------------------------------- hallucination phase
-
-
 @dataclass(frozen=True)
 class HallucinationResult:
     """The hallucination experiment's ``trajectory`` (one row per logged step: ``step`` and the task's
@@ -140,9 +137,6 @@ RELATION_KNOWN = 0.1
 """The relation is known when the relation-only loss ``-log p(A_r)`` is below this (nats)."""
 SUBJECT_UNKNOWN = 0.9
 """The subject is unknown while the subject-only loss is above this fraction of ``log D``."""
-
-
-# ----------------------------------------------------------------------------- storage capacity
 
 
 LADDER = (4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320)
@@ -306,8 +300,6 @@ def storage_capacity(
                 "batch_size": batch_size, "subjects": list(subjects), "seeds": list(seeds)}
     return StorageResult(runs_df, cap, exponent, per_param, per_param * math.log2(D), target, settings)
 
-
-# ----------------------------------------------------------------------------- reproduction
 
 QUICK = {"hallucination": {"steps": 1500, "alpha": 0.01}, "sizes": ((16, 32), (16, 128)),
          "subjects": LADDER[3:], "steps": 1500, "seeds": (0,)}

@@ -180,9 +180,6 @@ def build_factual_model(task, **kwargs: Any) -> FactualTransformer:
     return FactualTransformer(FactualConfig.for_task(task, **kwargs))
 
 
-# ----------------------------------------------------------------------------- linear attention
-
-
 @dataclass(frozen=True)
 class LinearAttentionConfig:
     """Section 5's model: ``d = |V|`` one-hot embeddings, one linear head, init ``alpha``."""

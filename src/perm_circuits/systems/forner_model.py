@@ -226,9 +226,9 @@ def fast_forward(model: FornerModel, tokens: Int[Tensor, "batch pos"]) -> Float[
 def teacher_model(cfg: FornerConfig | None = None, margin: float = 30.0) -> FornerModel:
     """The teacher of section 3.3 in the student's architecture: ``M_a = O(sigma_a)`` and RoPE
     keys/queries that attend from ``s_{t-1}`` to ``g_t`` (offset ``-L``) with attention logit gap
-    at least ``margin`` (so ``pi_{i,i-L} >= 1 - (L-1) e^{-margin}``): ``W_K = Omega(L) W_Q`` makes ``q_i . k_j = W_Q^T Omega(j - i + L) W_Q``, largest at ``j = i - L``;
-    ``W_Q`` has equal weight on every frequency with ``omega_n`` not a multiple of ``2 pi`` and is
-    scaled to the margin."""
+    at least ``margin`` (so ``pi_{i,i-L} >= 1 - (L-1) e^{-margin}``): ``W_K = Omega(L) W_Q`` makes
+    ``q_i . k_j = W_Q^T Omega(j - i + L) W_Q``, largest at ``j = i - L``; ``W_Q`` has equal weight
+    on every frequency with ``omega_n`` not a multiple of ``2 pi``, scaled to the margin."""
     cfg = cfg if cfg is not None else FornerConfig()
     model = FornerModel(cfg)
     omega = rope_frequencies(cfg.d_h, cfg.rope_theta, cfg.rope_two_pi).double()
