@@ -10,7 +10,7 @@ step past half its rise, :meth:`SeedResult.crossing`), early positions stored be
 (``W_K^1`` probe on the first vs second half of the context), and in-context accuracy of 2 layers
 (~99%) vs 1 layer (~55%).  The paper's scale costs about 1.7 s per step on this CPU, so
 :data:`QUICK` shrinks ``T``, ``d``, the batch and the steps; :data:`FULL` is the paper's size.
-The bigram table is synthetic (a seeded Zipf-marginal Markov chain, see the task's docstring).
+The bigrams are synthetic (a seeded Zipf-marginal Markov chain; the paper's are tiny Shakespeare's).
 """
 
 from __future__ import annotations

@@ -10,9 +10,8 @@ against the paper's eq. 8 memories:
   ``k -> k`` over all ``N`` tokens (random triggers: ``pi_q = pi_u``); ``W_K2_frequent`` scores only
   the frequent half of the queries (rare tokens are rarely triggers, so their memories form last);
 * ``W_K1``: ``W_Q^1 W_K^1ᵀ``, queries ``p_t``, keys every ``p_s`` of the window (no causal mask, as
-  in the paper), target ``t -> t-1``.  ``window=c`` keeps the first ``c`` positions (the paper's
-  "t < 64" at ``T = 256``); ``queries=(a, b)`` scores only queries ``a <= t < b`` against the same
-  keys (``W_K1_early``/``W_K1_late``: the two halves of the context, comparable).
+  in the paper), target ``t -> t-1``; ``W_K1_window`` keeps the first positions (the paper's "t < 64"
+  of 256), ``W_K1_early``/``W_K1_late`` score the two halves of the queries against the same keys.
 
 Chance level is ``1/N`` for the token probes and ``1/(number of keys)`` for the positional ones.
 """

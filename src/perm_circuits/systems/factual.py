@@ -102,7 +102,8 @@ def hallucination_phase(
     ``model="linear"``: the paper's linear attention with one-hot embeddings (eq. 7, SGD: Theorem 6's
     gradient flow); ``"softmax"``: the one-layer transformer (Adam, ``model_kwargs`` to
     :class:`FactualConfig`), figure 5 right.  Metrics on every fact in ``repeats`` fresh contexts at
-    ``n_log`` log-spaced steps; the model is initialised on the CPU and trains on ``device``."""
+    ``n_log`` log-spaced steps.  The model is initialised and the batches drawn on the CPU, then
+    moved to ``device`` (default the CPU)."""
     task = FactualRecallTask(S=16, R=4, D=8) if task is None else task
     if not isinstance(task, FactualRecallTask):
         raise TypeError(f"task must be a FactualRecallTask, got {type(task).__name__}")
