@@ -1,17 +1,13 @@
-"""Which signal moves first: half-crossing steps of normalised signals.
+"""Which signal moves first: crossing steps of normalised signals.
 
-Each signal of a :class:`~perm_circuits.dynamics.DynamicsRecord` is normalised to its own change
-over the run, ``n(t) = (v(t) - v_0) / (v_final - v_0)`` with ``v_0`` the first and ``v_final``
-the last finite recorded value, so every signal goes from 0 to 1 whether it rises (an accuracy,
-a probe) or falls (a loss).  Its *crossing step* is the first recorded step with
-``n(t) >= threshold``; at the default ``threshold = 0.5`` that is where the signal has made half
-of its final change (for a signal starting at 0: where it reaches half its final value).  This
-is how Hoogland et al. (2024, "The developmental landscape of in-context learning") and Olsson et
-al. (2022) date the formation of a circuit piece against the loss curve.
-
-The resolution is the recording grid: the crossing lies between the previous recorded step and
-the one reported.  A signal that does not change (``|v_final - v_0| <= 1e-12``) never crosses
-(status ``"flat"``), nor does one with fewer than two finite values (``"no data"``).
+Each signal of a :class:`~perm_circuits.dynamics.DynamicsRecord` is normalised to its own change,
+``n(t) = (v(t) - v_0) / (v_final - v_0)`` (``v_0``, ``v_final``: its first and last finite values),
+so every signal goes from 0 to 1, rising (an accuracy, a probe) or falling (a loss).  Its crossing
+step is the first recorded step with ``n(t) >= threshold`` (at 0.5: half its final change), as
+Hoogland et al. (2024, "The developmental landscape of in-context learning") and Olsson et al.
+(2022) date a circuit piece against the loss curve.  The resolution is the recording grid (the
+crossing lies after the previous recorded step).  A signal with ``|v_final - v_0| <= 1e-12``
+never crosses (``"flat"``), nor does one with fewer than two finite values (``"no data"``).
 """
 
 from __future__ import annotations
@@ -54,10 +50,8 @@ def check_signals(record: DynamicsRecord, signals: object) -> tuple[str, ...]:
 
 
 def normalised(values: Sequence[float]) -> tuple[list[float], float, float, str]:
-    """``(n(t), v_0, v_final, status)``: the values rescaled to their change (module docstring).
-
-    ``status`` is ``"ok"``, ``"flat"`` (n is all 0) or ``"no data"`` (n is all nan).
-    """
+    """``(n(t), v_0, v_final, status)``: the values rescaled to their change (module docstring);
+    ``status`` is ``"ok"``, ``"flat"`` (n is all 0) or ``"no data"`` (n is all nan)."""
     finite = [v for v in values if not math.isnan(v)]
     if len(finite) < 2:
         return [math.nan] * len(values), math.nan, math.nan, "no data"
@@ -73,23 +67,20 @@ def half_crossing(steps: Sequence[int], values: Sequence[float], threshold: floa
     if len(steps) != len(values):
         raise ValueError(f"steps ({len(steps)}) and values ({len(values)}) differ in length")
     norm, _, _, status = normalised(values)
-    if status != "ok":
-        return None
-    return next(step for step, n in zip(steps, norm) if not math.isnan(n) and n >= threshold)
+    return _first_at(steps, norm, threshold) if status == "ok" else None
+
+
+def _first_at(steps: Sequence[int], norm: Sequence[float], threshold: float) -> int:
+    """The first step whose normalised value reaches ``threshold`` (one exists: the last finite is 1)."""
+    return next(step for step, n in zip(steps, norm) if n >= threshold)  # nan >= threshold is False
 
 
 @dataclass(frozen=True)
 class Crossing:
-    """One signal's place in the order.
-
-    Attributes:
-        signal: the signal name.
-        step: its crossing step (None when it never crosses).
-        rank: 1 for the earliest; tied signals share the smallest rank; None if it never crosses.
-        tied: whether another signal crosses at the same step.
-        status: ``"crossed"``, ``"flat"`` or ``"no data"``.
-        initial, final: ``v_0`` and ``v_final``.
-    """
+    """One signal's place in the order: its crossing ``step`` and ``rank`` (1 for the earliest, ties
+    share the smallest; both None when it never crosses), whether another signal crosses at the
+    same step (``tied``), ``status`` (``"crossed"``, ``"flat"``, ``"no data"``), and ``initial``,
+    ``final``: ``v_0`` and ``v_final``."""
 
     signal: str
     step: int | None
@@ -146,9 +137,8 @@ def which_first(record: DynamicsRecord, signals: Sequence[str] | None = None, th
     names = check_signals(record, signals)
     found = []
     for name in names:
-        values = record.series(name).tolist()
-        _, first, last, status = normalised(values)
-        step = half_crossing(record.steps, values, threshold) if status == "ok" else None
+        norm, first, last, status = normalised(record.series(name).tolist())
+        step = _first_at(record.steps, norm, threshold) if status == "ok" else None
         found.append((name, step, "crossed" if step is not None else status, first, last))
     crossed = sorted((f for f in found if f[1] is not None), key=lambda f: (f[1], f[0]))
     never = sorted((f for f in found if f[1] is None), key=lambda f: (f[2] != "flat", f[0]))

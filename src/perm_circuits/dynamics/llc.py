@@ -2,23 +2,15 @@
 degeneracy in singular models via the learning coefficient"; used as a developmental signal by
 Hoogland et al. 2024, "The developmental landscape of in-context learning").
 
-The estimator is devinterp's: SGLD chains localised at the current weights ``w*`` sample
-``w ~ exp(-n_beta L_n(w) - gamma/2 |w - w*|^2)`` with devinterp's own optimiser
-(``devinterp.optim.SGMCMC.sgld``), and
-
-    LLC_hat = n_beta * (E_chain[L_n(w)] - L_n(w*))
-
-where ``L_n`` is the training loss (here the task's masked next-token cross-entropy on a fixed set
-of ``n`` training sequences).  The loop is devinterp's ``sample_single_chain`` with our loss and
-``fast_forward``, without its zarr output (which costs seconds per estimate): every random draw
-(mini-batch indices, SGLD noise) comes from one ``torch.Generator`` per chain seeded from
-``LLCConfig.seed``, so an estimate is deterministic for a fixed seed on CPU and never touches the
-global RNG.  The model's weights are not modified (chains run on copies).
-
-devinterp is an optional dependency: ``pip install -e ".[dynamics]"``.  The defaults are cheap
-(2 chains x 50 draws of 64 sequences, about 100 training steps' worth of compute), enough to
-follow the LLC's trend over training at one fixed setting, not a converged absolute value (raise
-``draws`` and ``chains`` for that).
+devinterp's estimator: SGLD chains (``devinterp.optim.SGMCMC.sgld``) localised at the current
+weights ``w*`` sample ``w ~ exp(-n_beta L_n(w) - gamma/2 |w - w*|^2)``, and
+``LLC_hat = n_beta * (E_chain[L_n(w)] - L_n(w*))`` with ``L_n`` the task's masked next-token
+cross-entropy on a fixed set of ``n`` training sequences.  The loop is devinterp's
+``sample_single_chain`` without its zarr output (seconds per estimate); every draw comes from one
+``torch.Generator`` per chain seeded from ``LLCConfig.seed`` (deterministic on CPU, global RNG
+untouched), and the chains run on copies of the weights.  devinterp is an optional extra
+(``pip install -e ".[dynamics]"``).  The defaults (2 chains x 50 draws of 64 sequences, about 100
+training steps' compute) follow the LLC's trend over training, not a converged absolute value.
 """
 
 from __future__ import annotations
@@ -38,9 +30,6 @@ from perm_circuits.train import masked_loss
 
 __all__ = ["LLCConfig", "LLCEstimate", "local_learning_coefficient", "require_devinterp"]
 
-INSTALL_HINT = 'pip install -e ".[dynamics]"'
-
-
 def require_devinterp():
     """devinterp's SGLD optimiser factory; ImportError naming the extra when it is not installed."""
     try:
@@ -50,7 +39,7 @@ def require_devinterp():
             from devinterp.optim import SGLD
         except ImportError:
             raise ImportError(
-                f"the local learning coefficient needs devinterp (an optional extra): {INSTALL_HINT}"
+                'the local learning coefficient needs devinterp (an optional extra): pip install -e ".[dynamics]"'
             ) from None
         return SGLD
     return SGMCMC.sgld
@@ -58,19 +47,11 @@ def require_devinterp():
 
 @dataclass(frozen=True)
 class LLCConfig:
-    """SGLD settings of an LLC estimate.
-
-    Attributes:
-        chains: independent SGLD chains.
-        draws: SGLD steps per chain that enter the estimate (after ``burnin``).
-        burnin: SGLD steps per chain discarded first.
-        batch_size: sequences per SGLD step (drawn with replacement from the ``n`` sequences).
-        lr: SGLD step size epsilon.
-        n_beta: inverse temperature n * beta.
-        localization: gamma, the pull towards the weights being measured.
-        n: training sequences defining L_n (a fixed sample of the task's train split).
-        seed: seeds the sequences and every chain.
-    """
+    """SGLD settings of an LLC estimate: ``chains`` independent chains of ``burnin`` discarded then
+    ``draws`` kept steps, each on ``batch_size`` sequences drawn with replacement from the ``n``
+    training sequences that define ``L_n``; step size ``lr`` (epsilon), inverse temperature
+    ``n_beta`` (n * beta), ``localization`` (gamma, the pull towards the measured weights);
+    ``seed`` seeds the sequences and every chain."""
 
     chains: int = 2
     draws: int = 50
@@ -116,15 +97,9 @@ def _chain_seed(seed: int, chain: int) -> int:
 def local_learning_coefficient(
     model, task_config: TaskConfig | None = None, config: LLCConfig | None = None
 ) -> LLCEstimate:
-    """Estimate the LLC of ``model`` at its current weights on ``task_config``'s training loss.
-
-    Args:
-        model: a perm_circuits bridge (LayerNorm or no normalization, as :func:`fast_forward`).
-        task_config: the task whose train split defines the loss (default: the model's own).
-        config: SGLD settings (default :class:`LLCConfig`).
-
-    Raises ImportError (naming ``pip install -e ".[dynamics]"``) without devinterp.
-    """
+    """Estimate the LLC of ``model`` (a bridge that :func:`fast_forward` runs) at its current weights
+    on the training loss of ``task_config`` (default the model's own) with ``config``'s SGLD
+    settings; ImportError naming ``pip install -e ".[dynamics]"`` without devinterp."""
     config = LLCConfig() if config is None else config
     if not isinstance(config, LLCConfig):
         raise TypeError(f"config must be an LLCConfig or None, got {type(config).__name__}")

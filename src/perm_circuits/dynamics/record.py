@@ -1,10 +1,6 @@
-"""The record of a training run's dynamics: signal values at recorded steps, saved with the checkpoint.
-
-A :class:`DynamicsRecord` is what :class:`~perm_circuits.dynamics.DynamicsRecorder` produces: for
-each recorded optimiser step, the value of every signal (accuracies, losses, memory probes, head
-scores, optionally the local learning coefficient; ``nan`` where a signal is undefined at a step).
-It is stored next to the checkpoint as ``dynamics.json`` (:func:`save_dynamics`, written
-atomically) and read back, validated, by :func:`load_dynamics`.
+"""The record of a training run's dynamics (what :class:`~perm_circuits.dynamics.DynamicsRecorder`
+produces), stored next to the checkpoint as ``dynamics.json`` (:func:`save_dynamics`, atomically) and
+read back, validated, by :func:`load_dynamics`.
 """
 
 from __future__ import annotations
@@ -32,15 +28,10 @@ FORMAT_VERSION = 1
 
 @dataclass(frozen=True)
 class DynamicsRecord:
-    """Signal values over training.
-
-    Attributes:
-        steps: the recorded global optimiser steps, strictly increasing.
-        signals: the signal names (e.g. ``"recall_accuracy"``, ``"L0H0.QK.x_match"``).
-        values: ``values[i][j]`` is signal ``j`` at ``steps[i]`` (``nan`` where undefined).
-        settings: how the record was made (task, test-set size and seed, signal groups, LLC
-            settings, model name); JSON-serialisable.
-    """
+    """Signal values over training: ``values[i][j]`` is signal ``signals[j]`` (e.g. ``"recall_accuracy"``,
+    ``"L0H0.QK.x_match"``) at the global optimiser step ``steps[i]`` (strictly increasing), ``nan``
+    where undefined; ``settings`` (JSON-serialisable) say how the record was made (task, test-set
+    size and seed, signal groups, LLC settings, model name)."""
 
     steps: tuple[int, ...]
     signals: tuple[str, ...]

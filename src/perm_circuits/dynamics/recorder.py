@@ -1,30 +1,16 @@
 """Record the dynamics of a training run at log-spaced optimiser steps.
 
-:class:`DynamicsRecorder` is a step callback for :func:`perm_circuits.train.train`
-(``train(..., step_callbacks=[recorder])``).  At each of its ``steps`` it measures, in eval mode
-and without gradients, on fixed seeded test sets built once:
-
-* ``"accuracy"``: last-step accuracy of the elimination and memorization subgroups of the task's
-  own test set (``elimination_accuracy``, ``recall_accuracy``, as in the training history) and
-  ``recall_x{k}_accuracy`` for every earlier query ``k = 1..V-1`` on sequences that all repeat
-  (the :func:`~perm_circuits.analysis.probes.induction.induction_test_set`), so a shortcut that recalls
-  only ``x1`` shows;
-* ``"loss"``: ``test_loss`` (the task's test set) and ``train_loss`` (the step's batch);
-* ``"memory"``: every memory-recall probe R(W_hat, W*) of every layer (Bietti et al. 2023;
-  :func:`~perm_circuits.analysis.probes.memory.model_memory_probes`), named
-  ``{component}.{circuit}.{map}`` (``L0H0.QK.x_match``, ``L0H1.OV.suppress``, ``L0MLP.MLP.copy``);
-* ``"induction"``: previous-token, induction and duplicate-token scores of every head
-  (:func:`~perm_circuits.analysis.probes.induction.induction_scores`), ``L0H0.previous_token`` ...;
-* ``"head_scores"``: the study's attention scores of every head
-  (:func:`~perm_circuits.analysis.study.scores.head_scores`), ``L0H0.duplicate_score`` ...;
-* ``llc=True``: the local learning coefficient ``llc`` (:mod:`perm_circuits.dynamics.llc`,
-  needs the ``dynamics`` extra).
-
-Recording reads the model and its own test sets only: the weights, the optimiser and training's
-generators are untouched, so a run gives bit-identical weights with and without a recorder, and
-the record itself is deterministic for a fixed seed.  The cost is one measurement per recorded
-step (about ten training steps' worth on d32h2 without the LLC), so log-spaced steps keep it
-small: :data:`DEFAULT_POINTS` points cost a few seconds whatever the run's length.
+:class:`DynamicsRecorder` measures, in eval mode without gradients, on fixed seeded test sets built
+once, the groups ``"accuracy"`` (``elimination_accuracy``, ``recall_accuracy`` on the task's test
+set, and ``recall_x{k}_accuracy`` for every earlier query ``k = 1..V-1`` on the all-repeating
+:func:`~perm_circuits.analysis.probes.induction.induction_test_set`, so a shortcut that recalls only
+``x1`` shows), ``"loss"`` (``test_loss``, and the step's ``train_loss``), ``"memory"`` (every
+memory-recall probe of every layer, Bietti et al. 2023: ``L0H0.QK.x_match`` ...), ``"induction"``
+(``L0H0.previous_token`` ...) and ``"head_scores"`` (the study's, ``L0H0.duplicate_score`` ...),
+and with ``llc=True`` the local learning coefficient ``llc``.  Recording never touches the weights,
+the optimiser or training's generators (bit-identical weights with and without a recorder; the
+record is deterministic for a seed); a measurement costs about ten d32h2 training steps without
+the LLC, so :data:`DEFAULT_POINTS` log-spaced points cost seconds whatever the run's length.
 """
 
 from __future__ import annotations
@@ -65,13 +51,9 @@ _INDUCTION_FIELDS = ("previous_token", "induction", "duplicate_token")
 
 
 class _WeightsView:
-    """The bridge as the weight-only memory probes read it, with its ``state_dict()`` built once.
-
-    The bridge rebuilds its state dict on every call (about 10 ms on d32h2) and
-    :func:`~perm_circuits.analysis.probes.memory.model_memory_probes` asks for it about twenty times per
-    layer; everything else is the bridge's own attribute.  Valid while the weights do not change
-    (one measurement); ``tests/test_dynamics.py`` checks the probes equal the bridge's.
-    """
+    """The bridge with its ``state_dict()`` built once (the bridge rebuilds it per call, ~10 ms on
+    d32h2, and :func:`~perm_circuits.analysis.probes.memory.model_memory_probes` asks ~20 times per
+    layer); valid while the weights do not change (one measurement)."""
 
     def __init__(self, model):
         self._model = model
@@ -93,18 +75,11 @@ def default_steps(total_steps: int, n: int = DEFAULT_POINTS) -> tuple[int, ...]:
 class DynamicsRecorder:
     """A ``train(..., step_callbacks=[recorder])`` callback recording signals at ``steps``.
 
-    Args:
-        task_config: the task being trained (its test sets are built here, once).
-        steps: the global optimiser steps to record at, strictly increasing positive ints
-            (e.g. :func:`default_steps` of ``train_config.epochs * train_config.steps_per_epoch``).
-        signals: which groups of :data:`SIGNAL_GROUPS` to record (default all).
-        test_n: sequences in each test set.
-        seed: seed of the test sets.
-        llc: also estimate the local learning coefficient at every recorded step (needs devinterp).
-        llc_config: its SGLD settings (default :class:`LLCConfig`).
-
-    After training, :meth:`result` gives the :class:`DynamicsRecord`.
-    """
+    ``steps``: global optimiser steps, strictly increasing positive ints (e.g. :func:`default_steps`
+    of ``epochs * steps_per_epoch``); ``signals``: groups of :data:`SIGNAL_GROUPS` (default all);
+    the test sets (``test_n`` sequences, seeded by ``seed``) are built once from ``task_config``;
+    ``llc`` adds the local learning coefficient (needs devinterp) with ``llc_config``'s SGLD
+    settings.  After training, :meth:`result` gives the :class:`DynamicsRecord`."""
 
     def __init__(
         self,
@@ -155,18 +130,14 @@ class DynamicsRecorder:
         else:  # head scores need both repeated and new last queries
             self._mixed = make_test_set(replace(task_config, repeat_ratio=STUDY_REPEAT_RATIO), n=test_n, seed=seed)
 
-    # ------------------------------------------------------------------ callback
-
     def __call__(self, info: Any) -> None:
         if info.step in self._pending:
             self._pending.discard(info.step)
             self.measure(info.model, info.step, train_loss=info.loss)
 
     def measure(self, model, step: int, *, train_loss: float | torch.Tensor | None = None) -> dict[str, float]:
-        """Measure every signal of ``model`` now and add it to the record as ``step``.
-
-        The model's train/eval mode is restored afterwards; its weights are not touched.
-        """
+        """Measure every signal of ``model`` now and add it to the record as ``step`` (the model's
+        train/eval mode is restored afterwards; its weights are not touched)."""
         check_int("step", step, 0)
         if self._rows and step <= self._rows[-1][0]:
             raise ValueError(f"step {step} is not after the last recorded step {self._rows[-1][0]}")
@@ -220,8 +191,6 @@ class DynamicsRecorder:
                 for name in _HEAD_SCORE_FIELDS:
                     values[f"{score.component}.{name}"] = getattr(score, name)
         return values
-
-    # ------------------------------------------------------------------ result
 
     def result(self) -> DynamicsRecord:
         """The record so far (signals in first-seen order; nan where a step lacks one)."""

@@ -1,11 +1,9 @@
 """The study's dynamics question, answered from a recorded run (``results/study_dynamics.csv``).
 
 Does L0H0's QK match probe rise before recall accuracy jumps, and does the local learning
-coefficient mark the transition?  :func:`study_dynamics` reads the answer off a
-:class:`~perm_circuits.dynamics.DynamicsRecord` of the shipped d32h2 recipe
-(``scripts/study_dynamics.py`` records it); :func:`render_docs` writes it into the generated
-section of ``docs/dynamics.md`` and ``tests/test_dynamics.py`` checks that section against the
-committed CSV, so every number on that page comes from this code.
+coefficient mark the transition?  :func:`study_dynamics` reads the answer off a record of the
+shipped d32h2 recipe (``scripts/study_dynamics.py``); :func:`render_docs` writes it into
+``docs/dynamics.md``, so every number on that page comes from this code.
 """
 
 from __future__ import annotations
@@ -83,35 +81,27 @@ def _fmt(value: float | int | None, digits: int = 3) -> str:
 
 @dataclass(frozen=True)
 class StudyDynamics:
-    """The measured answer (see :func:`study_dynamics`); every field is read off the record.
+    """The measured answer, every field read off the record (steps are recorded steps):
 
-    Attributes:
-        n_recorded, last_step, steps_per_epoch: the recording.
-        table: per signal of :data:`TABLE_SIGNALS` present: initial and final value and the steps
-            where it crosses 10%, 50% and 90% of its change.
-        recall_99_step: the first recorded step with recall accuracy >= 0.99.
-        recall_off_floor_step: recall starts at chance and falls to about 0 while elimination forms
-            (the model eliminates x1's answer); this is the recorded step after the last one,
-            before recall's half-crossing, where recall accuracy is <= 0.02.
-        probe_first_rise_step: the first recorded step where the match probe exceeds its
-            initial value.
-        probe_starts_before_recall: whether the match probe crosses 10% of its change strictly
-            before recall accuracy does (None: same recorded step or no crossing).
-        probe_before_recall, attention_before_recall: the same at 50%, for the match probe and
-            for L0H0's duplicate score.
-        probe_at_recall_half: the match probe's value at recall's half-crossing step.
-        llc_recorded: whether the record has the LLC.
-        llc_trough_step, llc_trough: the lowest LLC between elimination's 90% crossing and
-            recall's 50% crossing (the stretch between the two skills).
-        llc_plateau: the median LLC from ``recall_99_step`` on; llc_noise: the median absolute
-            change between consecutive records there (the estimator's jitter).
-        llc_half_rise_step: the first step after the trough where the LLC is at least halfway
-            from the trough to the plateau.
-        llc_marks_transition: the LLC marks recall's transition when its rise (plateau - trough)
-            exceeds 3 x llc_noise and its half-rise step lies within recall's transition, from
-            the recorded step before recall's 10% crossing to its 90% crossing.
-        window: the recorded values of the key signals around the transition.
-        epochs: per-epoch test loss / accuracies of this run and of the shipped history.
+    * ``table``: per signal of :data:`TABLE_SIGNALS` present, its initial and final value and the
+      steps where it crosses 10%, 50% and 90% of its change; ``recall_99_step``: the first step with
+      recall accuracy >= 0.99.
+    * ``recall_off_floor_step``: recall starts at chance and falls to about 0 while elimination forms
+      (x1's answer is eliminated); the step after the last one before recall's half-crossing with
+      recall accuracy <= 0.02.
+    * ``probe_first_rise_step``: the first step where the match probe exceeds its initial value;
+      ``probe_starts_before_recall``: whether it crosses 10% of its change strictly before recall
+      does (None: same step or no crossing); ``probe_before_recall``, ``attention_before_recall``:
+      the same at 50%, for the probe and for L0H0's duplicate score; ``probe_at_recall_half``: the
+      probe's value at recall's half-crossing.
+    * LLC: ``llc_trough_step``, ``llc_trough``: its lowest value between elimination's 90% and
+      recall's 50% crossings; ``llc_plateau``: its median from ``recall_99_step`` on, ``llc_noise``
+      the median absolute change between consecutive records there; ``llc_half_rise_step``: the
+      first step after the trough at least halfway from trough to plateau; ``llc_marks_transition``:
+      the rise exceeds 3 x ``llc_noise`` and the half-rise step lies within recall's transition (from
+      the step before its 10% crossing to its 90% crossing).
+    * ``window``: the key signals around the transition; ``epochs``: per-epoch test loss and
+      accuracies of this run and of the shipped history.
     """
 
     n_recorded: int

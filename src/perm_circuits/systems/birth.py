@@ -1,25 +1,16 @@
 """Birth of a Transformer: A Memory Viewpoint (Bietti et al. 2023), reproduced at CPU scale.
 
-``perm-circuits reproduce birth [--quick]`` calls :func:`run`, which, for each seed,
-
-1. trains the simplified two-layer model (:func:`~perm_circuits.systems.birth_model.build_birth_model`:
-   only ``W_K^1``, ``W_K^2``, ``W_O^2`` train) on the bigram-with-triggers task
-   (:class:`~perm_circuits.tasks.bigram.BigramTriggerTask`, loss on the second-and-later trigger
-   outputs) with SGD + momentum, logging the eq. 9 memory-recall probes
-   (:mod:`~perm_circuits.systems.birth_probes`) at log-spaced steps;
-2. trains full pre-LN 1-layer and 2-layer transformers on the same task and measures their
-   in-context accuracy.
-
-and compares three of the paper's claims: the learning order (``W_O^2``, then ``W_K^2``, then
-``W_K^1``, read as the first logged step at which each probe has made half its rise from
-initialisation to the end of training), early
-positions stored before late ones (``W_K^1`` probe on the first vs the second half of the
-context), and in-context accuracy of 2 layers (~99%) vs 1 layer (~55%).
-
-The paper's scale (``N = 65``, ``T = 256``, ``d = 128``, batch 512; tiny-Shakespeare bigrams) costs
-about 1.7 s per step on this CPU, so ``--quick`` shrinks ``T``, ``d``, the batch and the number
-of steps (:data:`QUICK`); :data:`FULL` is the paper-size setting (:data:`FULL_COMMAND`).  The
-bigram table is synthetic (a seeded Zipf-marginal Markov chain, see the task's docstring).
+``perm-circuits reproduce birth [--quick]`` calls :func:`run`, which, for each seed, trains the
+simplified two-layer model (:func:`~perm_circuits.systems.birth_model.build_birth_model`: only
+``W_K^1``, ``W_K^2``, ``W_O^2`` train) on :class:`~perm_circuits.tasks.bigram.BigramTriggerTask`
+with SGD + momentum, logging the eq. 9 memory-recall probes (:mod:`~perm_circuits.systems.birth_probes`)
+at log-spaced steps, and trains full pre-LN 1- and 2-layer transformers on the same task.  It
+checks three claims: the learning order ``W_O^2``, ``W_K^2``, ``W_K^1`` (each probe's first logged
+step past half its rise, :meth:`SeedResult.crossing`), early positions stored before late ones
+(``W_K^1`` probe on the first vs second half of the context), and in-context accuracy of 2 layers
+(~99%) vs 1 layer (~55%).  The paper's scale costs about 1.7 s per step on this CPU, so
+:data:`QUICK` shrinks ``T``, ``d``, the batch and the steps; :data:`FULL` is the paper's size.
+The bigrams are synthetic (a seeded Zipf-marginal Markov chain; the paper's are tiny Shakespeare's).
 """
 
 from __future__ import annotations

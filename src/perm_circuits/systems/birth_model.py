@@ -1,24 +1,14 @@
 """The models of Bietti et al. (2023), "Birth of a Transformer", as TransformerLens 4 configs.
 
-* :class:`BirthModelConfig` / :func:`build_birth_model`: the paper's simplified two-layer model
-  (section 4.2): attention-only, one head per layer with ``d_head = d_model``, no LayerNorm,
-  no MLP, and
-
-  - frozen random token embeddings ``w_E``, positional vectors ``p_t`` and unembedding ``w_U``;
-  - frozen random value matrices ``W_V^1``, ``W_V^2`` and layer-1 output ``W_O^1``;
-  - ``W_Q^1 = W_Q^2 = I`` (frozen);
-  - trainable ``W_K^1``, ``W_K^2`` and ``W_O^2``; biases zero and frozen.
-
-  The frozen set is a field of the config (:attr:`BirthModelConfig.frozen`) and the builder
-  applies it (``requires_grad=False``); nothing is patched in afterwards.  Scores are divided by
-  ``sqrt(d_head)`` (TransformerLens' native attention; the authors' code does the same by default).
-  Initialisation: ``w_E`` and ``p_t`` standard normal, every other matrix uniform in
-  ``±1/sqrt(d_model)`` (PyTorch's ``nn.Linear`` default, the authors' code's), all from
-  ``torch.Generator().manual_seed(seed)``.
-
-* :class:`FullModelConfig` / :func:`build_full_model`: the ordinary pre-LayerNorm transformers
-  (attention + ReLU MLP, everything trainable) of the paper's 1-layer vs 2-layer comparison.
-
+* :func:`build_birth_model`: the paper's simplified two-layer model (section 4.2): attention-only,
+  one head per layer with ``d_head = d_model``, no LayerNorm, no MLP; frozen random ``w_E``,
+  ``p_t``, ``w_U``, ``W_V^1``, ``W_V^2``, ``W_O^1``; ``W_Q^1 = W_Q^2 = I``; trainable ``W_K^1``,
+  ``W_K^2``, ``W_O^2``; zero frozen biases.  The frozen set is a config field
+  (:attr:`BirthModelConfig.frozen`) applied by the builder.  Scores are divided by ``sqrt(d_head)``
+  (as in the authors' code).  Init from ``torch.Generator().manual_seed(seed)``: ``w_E``, ``p_t``
+  standard normal, every other matrix uniform in ``±1/sqrt(d_model)`` (``nn.Linear``'s default).
+* :func:`build_full_model`: the ordinary pre-LN transformers (attention + ReLU MLP, all trainable)
+  of the paper's 1-layer vs 2-layer comparison.
 """
 
 from __future__ import annotations
@@ -53,17 +43,10 @@ _MATRIX = {"W_Q": "q", "W_K": "k", "W_V": "v", "W_O": "o"}
 
 @dataclass(frozen=True)
 class BirthModelConfig:
-    """The simplified two-layer model (module docstring).
-
-    Attributes:
-        N: vocabulary size.
-        T: context length (number of positional vectors).
-        d_model: residual width (= head width; the paper uses 128).
-        seed: seed of the random (frozen and trainable) initialisation.
-        frozen: parameters that never train; entries from :data:`FROZEN_NAMES`, ``W_*`` optionally
-            with a layer (``"W_O.0"`` is layer 1's output matrix in the paper's 1-based count).
-            The default leaves exactly ``W_K.0``, ``W_K.1`` and ``W_O.1`` trainable.
-    """
+    """The simplified two-layer model (module docstring): vocabulary ``N``, context ``T``, width
+    ``d_model`` (= head width; the paper's 128), ``seed`` of the whole initialisation, and the
+    ``frozen`` parameters (entries of :data:`FROZEN_NAMES`; ``"W_O.0"`` is layer 1's output matrix in
+    the paper's 1-based count).  The default leaves exactly ``W_K.0``, ``W_K.1``, ``W_O.1`` trainable."""
 
     N: int = 65
     T: int = 256
@@ -203,16 +186,13 @@ def _dual(x: Tensor) -> Tensor:
 def handbuilt_induction_model(config: BirthModelConfig | None = None, *, beta: float = 20.0, gamma: float = 20.0):
     """The simplified model with its trainable matrices set to the paper's eq. 8 memories.
 
-    ``W_K^1 = beta sum_t p_{t-1} p_t^T`` (previous-token head), ``W_K^2 = beta sum_k
-    w_1(k) w_E(k)^T`` with ``w_1(k) = w_E(k) W_V^1 W_O^1`` (induction head keys), and ``W_O^2 =
-    gamma sum_k (w_E(k) W_V^2)^T w_U(k)`` (copy the attended token), each built from dual vectors
-    ``x / |x|^2`` so a stored pair scores ``beta`` (``gamma``) and the ``sqrt(d)`` score scaling is
-    undone.  When ``d > N + T`` the keys ``w_1(k)`` are first projected off the span of the token
-    and positional embeddings (which the key's residual stream also carries and which are ~3x
-    longer than ``w_1(k)`` at this initialisation), so the induction head is not drowned in
-    cross-talk.  The frozen matrices are the random ones of :func:`build_birth_model` (same seed).
-    A reference for the probes (each is 1 when ``d`` is large enough) and for the analyses.
-    """
+    ``W_K^1 = beta sum_t p_{t-1} p_t^T`` (previous-token head), ``W_K^2 = beta sum_k w_1(k) w_E(k)^T``
+    with ``w_1(k) = w_E(k) W_V^1 W_O^1`` (induction keys), ``W_O^2 = gamma sum_k (w_E(k) W_V^2)^T
+    w_U(k)`` (copy), each from dual vectors ``x / |x|^2`` so a stored pair scores ``beta`` (``gamma``)
+    after the ``sqrt(d)`` scaling.  When ``d > N + T`` the keys ``w_1(k)`` are first projected off
+    the span of the token and positional embeddings (~3x longer than ``w_1(k)`` at this init), so
+    cross-talk does not drown the induction head.  Frozen matrices as :func:`build_birth_model`'s
+    (same seed).  A reference for the probes (each is 1 when ``d`` is large enough)."""
     model = build_birth_model(config)
     w = model.state_dict(keep_vars=True)
     d = model.cfg.d_model
@@ -234,11 +214,8 @@ def handbuilt_induction_model(config: BirthModelConfig | None = None, *, beta: f
 
 
 def plain_forward(model, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch seq vocab"]:
-    """``model(tokens)`` in plain PyTorch on the bridge's parameters (gradients flow to them).
-
-    Handles the two architectures built here (no normalization + attention only, or pre-LN with a
-    ReLU MLP); anything else falls back to the bridge's own forward.
-    """
+    """``model(tokens)`` in plain PyTorch on the bridge's parameters (gradients flow to them), for
+    the two architectures built here; anything else falls back to the bridge's own forward."""
     cfg = model.cfg
     if cfg.normalization_type not in (None, "LN") or cfg.positional_embedding_type != "standard":
         return model(tokens)

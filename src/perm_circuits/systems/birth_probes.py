@@ -1,22 +1,17 @@
 """Memory-recall probes of the simplified Birth model (Bietti et al. 2023, eq. 9), logged over training.
 
-Every probe is :func:`perm_circuits.analysis.probes.memory.memory_recall` (``R(W_hat, W*)``: the fraction of
-target pairs ``(i, j)`` whose input ``u_i`` scores highest on its output ``v_j`` through ``W_hat``)
-on one trained matrix of the model built by :func:`~perm_circuits.systems.birth_model.build_birth_model`,
-with the paper's target memories (its eq. 8; row-vector convention ``u @ W_hat @ v``):
+Each probe is :func:`~perm_circuits.analysis.probes.memory.memory_recall` ``R(W_hat, W*)`` (the
+fraction of target pairs whose input scores highest on its output through ``W_hat``, row-vector
+convention ``u @ W_hat @ v``) on one matrix of :func:`~perm_circuits.systems.birth_model.build_birth_model`,
+against the paper's eq. 8 memories:
 
-* ``W_O2``: ``W_hat = W_O^2``, inputs ``w_E(k) W_V^2``, outputs the unembedding ``w_U(k)``,
-  target ``k -> k`` (the induction head copies the attended token to the output);
-* ``W_K2``: ``W_hat = W_Q^2 W_K^2ᵀ``, queries ``w_E(k)``, keys the remapped previous tokens
-  ``w_1(k) = w_E(k) W_V^1 W_O^1``, target ``k -> k`` (all ``N`` tokens: the triggers are random,
-  ``pi_q = pi_u``); ``W_K2_frequent`` scores only the frequent half of the queries (rare tokens
-  are rarely triggers, so their memories form last);
-* ``W_K1``: ``W_hat = W_Q^1 W_K^1ᵀ``, queries ``p_t``, keys ``p_s`` for every ``s`` in the window
-  (no causal mask, as in the paper's probe), target ``t -> t-1`` (the previous-token head).
-  ``window=c`` restricts queries and keys to the first ``c`` positions (the paper's "t < 64" at
-  ``T = 256``); ``queries=(a, b)`` keeps all keys but scores only query positions ``a <= t < b``
-  (``W_K1_early``/``W_K1_late``: the first and second half of the context, same candidates, so the
-  two are comparable).
+* ``W_O2``: ``W_O^2``, inputs ``w_E(k) W_V^2``, outputs ``w_U(k)``, target ``k -> k`` (copy);
+* ``W_K2``: ``W_Q^2 W_K^2ᵀ``, queries ``w_E(k)``, keys ``w_1(k) = w_E(k) W_V^1 W_O^1``, target
+  ``k -> k`` over all ``N`` tokens (random triggers: ``pi_q = pi_u``); ``W_K2_frequent`` scores only
+  the frequent half of the queries (rare tokens are rarely triggers, so their memories form last);
+* ``W_K1``: ``W_Q^1 W_K^1ᵀ``, queries ``p_t``, keys every ``p_s`` of the window (no causal mask, as
+  in the paper), target ``t -> t-1``; ``W_K1_window`` keeps the first positions (the paper's "t < 64"
+  of 256), ``W_K1_early``/``W_K1_late`` score the two halves of the queries against the same keys.
 
 Chance level is ``1/N`` for the token probes and ``1/(number of keys)`` for the positional ones.
 """
@@ -87,11 +82,8 @@ def wk2_recall(model, tokens: Sequence[int] | None = None) -> float:
 
 
 def wk1_recall(model, *, window: int | None = None, queries: tuple[int, int] | None = None) -> float:
-    """R of ``W_Q^1 W_K^1ᵀ`` for query ``p_t`` -> key ``p_{t-1}`` among the window's keys.
-
-    ``window``: positions ``0 .. window-1`` only (default all ``T``); ``queries=(a, b)``: score
-    query positions ``max(a, 1) <= t < b`` of the window against all its keys.
-    """
+    """R of ``W_Q^1 W_K^1ᵀ`` for query ``p_t`` -> key ``p_{t-1}`` among the keys of positions
+    ``0 .. window-1`` (default all ``T``), over the queries ``max(a, 1) <= t < b`` of ``queries=(a, b)``."""
     m = _matrices(model)
     T = m["W_pos"].shape[0]
     c = T if window is None else window
@@ -152,12 +144,9 @@ def birth_probes(model, *, step: int = 0, window: int | None = None,
 
 class BirthProbeTracker:
     """A :func:`perm_circuits.tasks.fit` callback: :func:`birth_probes` (plus the step's loss and,
-    if an ``eval_batch`` is given, its in-context accuracy) at each step in ``steps``.
-
-    ``fit`` keeps the returned :class:`BirthProbes` in ``FitResult.records``; the tracker also keeps
-    its own list (``tracker.to_dataframe()``), and ``tracker.record(model, 0)`` adds the state at
-    initialisation.
-    """
+    with an ``eval_batch``, its in-context accuracy) at each step in ``steps``, kept in ``fit``'s
+    ``FitResult.records`` and in ``tracker.to_dataframe()``; ``tracker.record(model, 0)`` adds the
+    state at initialisation."""
 
     def __init__(self, steps: Sequence[int], *, eval_batch: TaskBatch | None = None, window: int | None = None,
                  forward: Any = None):

@@ -1,18 +1,10 @@
 """Factual recall with associative memories (Nichani, Lee & Bietti 2024, arXiv:2412.06538).
 
 ``perm-circuits reproduce factual [--quick]`` runs the paper's two headline experiments at CPU
-scale on :class:`~perm_circuits.tasks.factual.FactualRecallTask`:
-
-* :func:`hallucination_phase` (section 5, Theorem 6 and figure 5 left): the linear-attention model
-  with orthogonal embeddings (:class:`~perm_circuits.systems.factual_model.LinearAttentionModel`),
-  ``S = 16, R = 4, D = 8``, trained from a constant initialisation.  The loss starts at
-  ``log |A|``, plateaus at ``log D`` while the model outputs ``p(a | r)`` (the *hallucination*
-  stage: an answer of the right relation, whatever the subject), then falls to 0 as the facts
-  are stored.
-* :func:`storage_capacity` (section 4.4, figure 3 left): for each size of the one-layer
-  transformer (:class:`~perm_circuits.systems.factual_model.FactualTransformer`), the largest
-  fact table ``S R`` it stores at >= 99% accuracy, on a ladder of subject counts; the number of
-  facts stored grows linearly with the number of trainable parameters.
+scale on :class:`~perm_circuits.tasks.factual.FactualRecallTask`: :func:`hallucination_phase`
+(section 5, Theorem 6, figure 5: the loss plateaus at ``log D`` while the model outputs ``p(a | r)``,
+then falls to 0) and :func:`storage_capacity` (section 4.4, figure 3 left: facts stored grow
+linearly with trainable parameters).
 
 Sources: seed 003 (the paper's sections 4-5 excerpted: task, constructions, figure captions,
 ``S = 16, R = 4, D = 8`` for figure 5, ``S = R = 32, D = 8`` for figure 3 right), seed 002
@@ -58,23 +50,13 @@ FULL_COMMAND = ('python -c "from perm_circuits.systems.factual import storage_ca
                 'steps=20000, seeds=(0, 1, 2), device=\'cuda\').capacity)"  # paper-scale figure 3 (left): hours on this CPU')
 
 
-# ----------------------------------------------------------------------------- hallucination phase
-
-
 @dataclass(frozen=True)
 class HallucinationResult:
-    """The training trajectory of the hallucination experiment and its plateau.
-
-    Attributes:
-        trajectory: one row per logged step (``step`` and the task's metrics on every fact,
-            each in ``repeats`` fresh contexts).
-        log_answers: ``log |A|`` (the loss of the uniform prediction at initialisation).
-        log_D: ``log D`` (the loss of the relation-only predictor ``p(a | r)``).
-        stage: the logged rows of the hallucination stage: the relation is known (relation-only
-            loss < :data:`RELATION_KNOWN`) but the subject is not (subject-only loss >
-            :data:`SUBJECT_UNKNOWN` ``* log D``).  Empty if there is no such stage.
-        final: the last row.
-    """
+    """The hallucination experiment's ``trajectory`` (one row per logged step: ``step`` and the task's
+    metrics on every fact, each in ``repeats`` fresh contexts), ``log_answers = log |A|`` (the uniform
+    prediction's loss), ``log_D`` (the relation-only predictor ``p(a | r)``'s loss), the ``stage``
+    rows (relation known: relation-only loss < :data:`RELATION_KNOWN`; subject unknown: subject-only
+    loss > :data:`SUBJECT_UNKNOWN` ``* log D``; empty if no such stage) and the ``final`` row."""
 
     trajectory: pd.DataFrame
     log_answers: float
@@ -117,12 +99,11 @@ def hallucination_phase(
 ) -> HallucinationResult:
     """Train from a small constant init and log the loss against ``log D`` (section 5).
 
-    ``model="linear"`` is the paper's linear attention with one-hot embeddings (eq. 7, SGD: the
-    gradient flow of Theorem 6); ``model="softmax"`` the one-layer transformer (Adam at ``lr``,
-    ``model_kwargs`` go to :class:`FactualConfig`), the paper's figure 5 right.  Metrics are
-    taken on every fact in ``repeats`` fresh contexts at ``n_log`` log-spaced steps.  ``device``
-    (default the CPU): where the model trains (initialised on the CPU, batches drawn there and moved).
-    """
+    ``model="linear"``: the paper's linear attention with one-hot embeddings (eq. 7, SGD: Theorem 6's
+    gradient flow); ``"softmax"``: the one-layer transformer (Adam, ``model_kwargs`` to
+    :class:`FactualConfig`), figure 5 right.  Metrics on every fact in ``repeats`` fresh contexts at
+    ``n_log`` log-spaced steps.  The model is initialised and the batches drawn on the CPU, then
+    moved to ``device`` (default the CPU)."""
     task = FactualRecallTask(S=16, R=4, D=8) if task is None else task
     if not isinstance(task, FactualRecallTask):
         raise TypeError(f"task must be a FactualRecallTask, got {type(task).__name__}")
@@ -157,9 +138,6 @@ RELATION_KNOWN = 0.1
 """The relation is known when the relation-only loss ``-log p(A_r)`` is below this (nats)."""
 SUBJECT_UNKNOWN = 0.9
 """The subject is unknown while the subject-only loss is above this fraction of ``log D``."""
-
-
-# ----------------------------------------------------------------------------- storage capacity
 
 
 LADDER = (4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320)
@@ -212,16 +190,11 @@ def storage_run(
 
 @dataclass(frozen=True)
 class StorageResult:
-    """Facts stored at the target accuracy per model size, and the fitted scaling.
-
-    Attributes:
-        runs: every training run (one row per model size and table size tried).
-        capacity: one row per seed and model size: ``params`` and ``facts_stored`` (the largest
-            ``S R`` stored at >= ``target``; 0 if none on the ladder) and the number of ``runs``.
-        exponent: slope of ``log facts_stored`` on ``log params`` (linear scaling: 1).
-        facts_per_param: least-squares slope of ``facts_stored = c * params`` through the origin.
-        bits_per_param: ``facts_per_param * log2 D``.
-    """
+    """Every training run (``runs``), and per seed and model size (``capacity``) its ``params`` and
+    ``facts_stored`` (the largest ``S R`` stored at >= ``target``, 0 if none on the ladder); the
+    ``exponent`` of ``log facts_stored`` on ``log params`` (linear scaling: 1), the least-squares
+    ``facts_per_param`` of ``facts_stored = c * params`` through the origin, and
+    ``bits_per_param = facts_per_param * log2 D``."""
 
     runs: pd.DataFrame
     capacity: pd.DataFrame
@@ -329,17 +302,13 @@ def storage_capacity(
     return StorageResult(runs_df, cap, exponent, per_param, per_param * math.log2(D), target, settings)
 
 
-# ----------------------------------------------------------------------------- reproduction
-
 QUICK = {"hallucination": {"steps": 1500, "alpha": 0.01}, "sizes": ((16, 32), (16, 128)),
          "subjects": LADDER[3:], "steps": 1500, "seeds": (0,)}
 FULL = {"hallucination": {"steps": 2500, "alpha": 0.001},
         "sizes": ((16, 16), (16, 32), (16, 64), (16, 128), (16, 256)), "subjects": LADDER, "steps": 1500,
         "seeds": (0, 1)}
-"""The two run sizes.  ``--quick`` keeps two MLP widths of the full run's five (32 and 128: 2.5x apart
-in parameters, against 6x for the full run), one seed instead of two, starts the subject ladder at
-S = 8, and trains the hallucination model from ``alpha = 0.01`` for 1500 steps instead of
-``alpha = 0.001`` for 2500 (a shorter plateau)."""
+"""The two run sizes: ``--quick`` keeps two of the full run's five MLP widths (2.5x apart in parameters,
+against 6x) and one seed of two, and its larger hallucination init ``alpha`` gives a shorter plateau."""
 
 KL_PLATEAU = 0.1
 """Largest ``KL(p(.|r) || p_model)`` (nats) on the stage for "the model outputs p(a|r)"."""
@@ -477,9 +446,8 @@ def write_tables(result: Reproduction, out: str | Path, prefix: str = "factual_q
             for suffix, frame in frames.items()]
 
 
-DOCS_BEGIN = "<!-- factual-table:begin (generated by `python -m perm_circuits.systems.factual`) -->"
-DOCS_END = "<!-- factual-table:end -->"
-DOCS_MARKERS = {"quick": (DOCS_BEGIN, DOCS_END),
+DOCS_MARKERS = {"quick": ("<!-- factual-table:begin (generated by `python -m perm_circuits.systems.factual`) -->",
+                          "<!-- factual-table:end -->"),
                 "full": ("<!-- factual-full-table:begin (generated by `python -m perm_circuits.systems.factual --full`) -->",
                          "<!-- factual-full-table:end -->")}
 """The docs page's generated blocks: the quick run's tables and the full run's."""
@@ -494,12 +462,6 @@ def results_markdown(comparison: pd.DataFrame, capacity: pd.DataFrame, run: str 
     for row in capacity.itertuples(index=False):
         lines.append(f"| {row.seed} | {row.d_model} | {row.d_mlp} | {row.params} | {row.facts_stored} | {row.runs} |")
     return "\n".join(lines)
-
-
-def replace_docs_block(page: str, block: str, run: str = "quick") -> str:
-    """``page`` with the text between the ``run`` block's markers (:data:`DOCS_MARKERS`) replaced by ``block``."""
-
-    return replace_section(page, block, *DOCS_MARKERS[run])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -521,7 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.docs:
         frames = [pd.read_csv(paths[0]), pd.read_csv(paths[1])]
         page = Path(args.docs).read_text()
-        atomic_write_text(args.docs, replace_docs_block(page, results_markdown(*frames, run=run), run=run))
+        atomic_write_text(args.docs, replace_section(page, results_markdown(*frames, run=run), *DOCS_MARKERS[run]))
     return 0
 
 

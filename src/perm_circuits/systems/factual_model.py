@@ -1,26 +1,18 @@
 """The one-layer models of Nichani, Lee & Bietti (2024, arXiv:2412.06538) for factual recall.
 
-* :class:`FactualTransformer` (section 4): frozen random token embeddings and a frozen random
-  unembedding over the answer tokens, one layer of multi-head softmax attention whose only query
-  is the last (EOS) token, and a ReLU MLP on the attention output (residual around both, no
-  LayerNorm, no positional embedding: the task does not depend on positions).
-* :class:`LinearAttentionModel` (section 5, eq. 7): orthogonal (one-hot) embeddings and one linear
-  attention head in the combined parametrisation ``logit(a) = sum_t W_OV(z_t, a) w_KQ(z_t)``,
-  initialised at a constant ``alpha``: the setting of the paper's hallucination theorem.
+* :class:`FactualTransformer` (section 4): frozen random token embeddings and answer unembedding,
+  one layer of multi-head softmax attention whose only query is the last (EOS) token, then a ReLU
+  MLP (residual around both, no LayerNorm, no positional embedding).
+* :class:`LinearAttentionModel` (section 5, eq. 7): one-hot embeddings, one linear head
+  ``logit(a) = sum_t W_OV(z_t, a) w_KQ(z_t)`` initialised at a constant ``alpha`` (Theorem 6's setting).
 
-Why a ``HookedRootModule`` and not a TransformerLens bridge config: the readout is at EOS only
-(a bridge computes attention and the MLP at every position, ``seq_len`` times the work in the
-capacity sweep), the unembedding covers the answer tokens only (eq. 7 normalises over ``A``),
-and linear attention has no TL config at all.  Both models carry ``HookPoint`` s under
-TransformerLens' names (``hook_embed``, ``blocks.0.attn.hook_q/k/v/pattern/z``,
-``blocks.0.hook_attn_out``, ``blocks.0.hook_resid_mid``, ``blocks.0.mlp.hook_pre/post``,
-``blocks.0.hook_mlp_out``, ``blocks.0.hook_resid_post``), so ``model.hooks(...)``,
-``run_with_cache`` and hook-list interventions work as on the bridges.  Because the query is the
-last token only, every hook after the keys and values has a position axis of length 1 (the EOS).
-
-The frozen parameters are declared in the config (``frozen``) and applied when the model is
-built; ``logits`` are ``[batch, seq, n_out]`` with the EOS readout in the last position and zeros
-elsewhere (the task's loss mask is the EOS only).
+Both are ``HookedRootModule`` s, not bridges: the readout is at EOS only (a bridge would compute
+every position), the unembedding covers the answers only (eq. 7 normalises over ``A``), and TL has
+no linear attention.  Their ``HookPoint`` s carry TL's names (``hook_embed``,
+``blocks.0.attn.hook_q/k/v/pattern/z``, ``blocks.0.hook_attn_out/resid_mid/mlp_out/resid_post``,
+``blocks.0.mlp.hook_pre/post``); after the keys and values the position axis has length 1 (the
+EOS).  Logits are ``[batch, seq, n_out]``: the EOS readout in the last position, zeros elsewhere
+(the task's loss mask is the EOS).
 """
 
 from __future__ import annotations
@@ -52,18 +44,11 @@ PARAMS = ("W_E", "W_Q", "W_K", "W_V", "W_O", "W_in", "b_in", "W_out", "W_U")
 
 @dataclass(frozen=True)
 class FactualConfig:
-    """Architecture of :class:`FactualTransformer`.
-
-    Attributes:
-        d_vocab: input vocabulary (``task.d_vocab``).
-        n_out: readout classes (``task.n_answers``: the answer ids ``0..n_out-1``).
-        n_ctx: sequence length.
-        d_model: residual width ``d`` (random embeddings are nearly orthogonal when ``d`` is large).
-        n_heads, d_head: ``H`` heads of width ``d_h``.
-        d_mlp: MLP width ``m`` (0: attention only).
-        frozen: the parameters that do not train (default: the embeddings and the unembedding).
-        seed: seeds every initial value (embeddings included).
-    """
+    """Architecture of :class:`FactualTransformer`: ``d_vocab`` input tokens, ``n_out`` readout classes
+    (``task.n_answers``: answer ids ``0..n_out-1``), ``n_ctx`` positions, residual width ``d_model``
+    (random embeddings are nearly orthogonal when it is large), ``n_heads`` heads of width ``d_head``,
+    MLP width ``d_mlp`` (0: attention only); ``frozen`` parameters never train (default the
+    embeddings and the unembedding); ``seed`` seeds every initial value, embeddings included."""
 
     d_vocab: int
     n_out: int
@@ -74,6 +59,7 @@ class FactualConfig:
     d_mlp: int = 64
     frozen: tuple[str, ...] = ("W_E", "W_U")
     seed: int = 0
+    n_layers = 1  # what TransformerLens' patching helpers read (a class attribute, not a field)
 
     def __post_init__(self) -> None:
         for name, low in (("d_vocab", 2), ("n_out", 2), ("n_ctx", 1), ("d_model", 1), ("n_heads", 1),
@@ -85,10 +71,6 @@ class FactualConfig:
             raise ValueError(f"frozen must be a tuple of parameter names from {PARAMS}, got {self.frozen!r}")
         if self.d_mlp == 0 and any(name in self.frozen for name in ("W_in", "b_in", "W_out")):
             raise ValueError("frozen names an MLP parameter but d_mlp=0 (no MLP)")
-
-    @property
-    def n_layers(self) -> int:
-        return 1
 
     @classmethod
     def for_task(cls, task, **kwargs: Any) -> FactualConfig:
@@ -198,9 +180,6 @@ def build_factual_model(task, **kwargs: Any) -> FactualTransformer:
     return FactualTransformer(FactualConfig.for_task(task, **kwargs))
 
 
-# ----------------------------------------------------------------------------- linear attention
-
-
 @dataclass(frozen=True)
 class LinearAttentionConfig:
     """Section 5's model: ``d = |V|`` one-hot embeddings, one linear head, init ``alpha``."""
@@ -224,12 +203,9 @@ class LinearAttentionConfig:
 
 
 class LinearAttentionModel(HookedRootModule):
-    """``logit(a) = sum_t W_OV(z_t, a) w_KQ(z_t)`` (eq. 7 with orthogonal embeddings).
-
-    ``W_OV(z, a) = e_a^T W_O W_V e_z`` and ``w_KQ(z) = e_z^T W_K^T W_Q e_EOS`` are the parameters
-    (the embeddings are the identity, so nothing else exists to freeze).  ``hook_pattern`` is the
-    unnormalised linear attention ``w_KQ(z_t)`` of the EOS query on each position.
-    """
+    """``logit(a) = sum_t W_OV(z_t, a) w_KQ(z_t)`` (eq. 7 with orthogonal embeddings): the parameters are
+    ``W_OV(z, a) = e_a^T W_O W_V e_z`` and ``w_KQ(z) = e_z^T W_K^T W_Q e_EOS`` (nothing else to freeze);
+    ``hook_pattern`` is the unnormalised linear attention ``w_KQ(z_t)`` of the EOS query."""
 
     def __init__(self, config: LinearAttentionConfig):
         super().__init__()

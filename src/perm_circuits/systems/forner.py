@@ -1,16 +1,11 @@
 """Permutation-chain state tracking (Forner, Kühn, Thamm, Rosenow 2026): ``perm-circuits reproduce forner``.
 
-The system lives in three modules, re-exported here:
-
-* :mod:`~perm_circuits.systems.forner_model`: the solvable one-block model (a ``HookedRootModule``),
-  its config, the hand-set teacher and a hook-free training forward;
-* :mod:`~perm_circuits.systems.forner_dynamics`: the order parameters A, R, S and logged training;
-* :mod:`~perm_circuits.systems.forner_theory`: eqs. 11-18 (mean logits, the ODE, rollout model).
-
-:func:`run` is the reproduction at a CPU size ``N = d_g = 8, L = 10, d_h = 32`` (SGD, learning rate
-0.5 as in the paper, fresh batches of 2048 chains per step instead of the paper's fixed full batch
-of 32,768), 1600 steps (alpha = 25).  ``quick=True`` trains one seed (seed 0) and compares the ODE
-with it; the full run trains seeds 0-4 and compares the ODE with their mean.
+Re-exports :mod:`~perm_circuits.systems.forner_model` (the solvable model, its teacher and training
+forward), :mod:`~perm_circuits.systems.forner_dynamics` (order parameters A, R, S and logged
+training) and :mod:`~perm_circuits.systems.forner_theory` (eqs. 11-18).  :func:`run` reproduces at
+``N = d_g = 8, L = 10, d_h = 32`` with SGD at the paper's learning rate 0.5 on fresh batches of 2048
+chains per step (the paper: one fixed full batch of 32,768), 1600 steps (alpha = 25); ``quick=True``
+trains seed 0 and compares the ODE with it, the full run seeds 0-4 and their mean.
 """
 
 from __future__ import annotations
@@ -149,12 +144,10 @@ def figures(log: pd.DataFrame, ode: pd.DataFrame) -> dict:
 
 
 def seed_stats(rows: pd.DataFrame, L: int) -> dict:
-    """One seed's plateau, lock-in, S peak and final accuracies from its training log rows.
-
+    """One seed's plateau, lock-in, S peak and final accuracies from its training log rows:
     ``plateau_end``: the first ``alpha`` where ``A`` reaches ``1.5/L``; ``A_090``: where it reaches 0.9;
     ``plateau``: ``A <= 1.5/L`` for at least a quarter of the time to 0.9, and final ``A > 0.9``;
-    ``S_first``: ``S``'s maximum comes before ``A_090``; ``perfect``: final accuracies >= 0.999.
-    """
+    ``S_first``: ``S``'s maximum comes before ``A_090``; ``perfect``: final accuracies >= 0.999."""
     rows = rows.sort_values("alpha")
     alpha, A, S = rows["alpha"].to_numpy(), rows["A"].to_numpy(), rows["S"].to_numpy()
     plateau_end, a_sat = crossing(alpha, A, 1.5 / L), crossing(alpha, A, 0.9)
@@ -264,12 +257,9 @@ def comparison_markdown(table: pd.DataFrame, seconds: float | None = None, quick
 
 
 def run(quick: bool = False, progress: bool = True, device: str | torch.device | None = None) -> Reproduction:
-    """The reproduction (module docstring): trains, integrates the ODE and fills the comparison rows.
-
-    ``numbers`` holds the measured values, the training log (``"log"``, one dict per logged step
-    and seed) and the simulation-vs-ODE table (``"ode"``).  ``device`` (default the CPU): where the
-    models train.
-    """
+    """The reproduction (module docstring); ``numbers`` holds the measured values, the training log
+    (``"log"``, one dict per logged step and seed) and the simulation-vs-ODE table (``"ode"``);
+    the models train on ``device`` (default the CPU)."""
     if not isinstance(quick, bool):
         raise TypeError(f"quick must be a bool, got {quick!r}")
     torch.set_num_threads(1)

@@ -1,41 +1,21 @@
 """The solvable one-block model of Forner et al. 2026 (section 3.2), as a TransformerLens ``HookedRootModule``.
 
-Exactly the paper's parameterisation:
+Exactly the paper's parameterisation: every token embeds to ``u = 1`` in ``R^1`` (fixed); one head
+with RoPE, ``q_i = RoPE_i(W_Q u_i)``, ``k_j = RoPE_j(W_K u_j)`` (eq. 3; ``omega_n = 2 pi
+theta^{-2(n-1)/d_h}``, appendix A, without the ``2 pi`` when ``rope_two_pi=False`` as in appendix J),
+scores ``q_i . k_j / sqrt(d_h)``, softmax over ``j <= min(i, L)`` (eq. 4; 0-based ``j <= i``, ``j < L``);
+fixed one-hot values ``Val(g) = e_g`` (0 for a state token), ``o_i = sum_j pi_ij v_j``; and the
+learnable logic module ``z_{i+1} = (sum_a (o_i)_a M_a) e_s`` (eq. 6) for the current state ``s``:
+``N`` state logits.  :class:`FornerConfig` declares what trains (the paper: ``W_Q``, ``W_K``, ``M``).
+Init from ``seed``: ``W_Q``, ``W_K`` ~ U(-1, 1) (``nn.Linear(1, d_h)``'s default, variance 1/3: the
+paper's ``sigma^2``), ``M`` ~ U(-logic_init, logic_init) (1 gives the paper's initial logit
+variance of about 0.044 at N = d_g = 32; appendix B says only "uniformly").
 
-* embeddings fixed to 1: every token embeds to ``u = 1`` in ``R^1`` (``embed.W_E``, all ones);
-* one attention head with RoPE on queries and keys, ``q_i = RoPE_i(W_Q u_i)``,
-  ``k_j = RoPE_j(W_K u_j)`` in ``R^{d_h}`` (eq. 3), so ``W_Q`` and ``W_K`` are vectors; RoPE
-  frequencies ``omega_n = 2 pi theta^{-2(n-1)/d_h}`` (appendix A; ``rope_two_pi=False`` drops the
-  ``2 pi`` as in appendix J); scores ``q_i . k_j / sqrt(d_h)``, softmax over ``j <= min(i, L)``
-  (eq. 4; 0-based: ``j <= i`` and ``j < L``);
-* fixed one-hot values: ``Val(g) = e_g`` in ``R^{d_g}`` for an action token, ``0`` for a state
-  token (``blocks.0.attn.W_V``); the head output is ``o_i = sum_j pi_ij v_j`` (eq. 4);
-* the logic module: learnable ``M_a`` in ``R^{N x N}`` (``blocks.0.logic.M``),
-  ``z_{i+1} = (sum_a (o_i)_a M_a) e_{s}`` (eq. 6) for the current state ``s`` (one-hot; zero at an
-  action token).  The logits ``z`` have ``N`` entries: the model predicts states only.
-
-Which parts train is declared by :class:`FornerConfig` (``train_embed``, ``train_values``,
-``train_qk``, ``train_logic``; the paper's model trains ``W_Q``, ``W_K`` and ``M``), never patched
-in afterwards.  Initialisation from ``seed``: ``W_Q``, ``W_K`` ~ U(-1, 1), PyTorch's default for
-an ``nn.Linear(1, d_h)`` (variance 1/3, the paper's ``sigma^2``), and ``M`` ~
-U(-logic_init, logic_init) (default 1, which gives the paper's initial logit variance of about
-0.044 at N = d_g = 32; appendix B says only "uniformly").
-
-Hook points (names follow TransformerLens; head axis of size 1 where TL has one):
-
-=============================  ===========================  ========================================
-hook                           shape                        what
-=============================  ===========================  ========================================
-``hook_embed``                 [batch, pos, 1]              the fixed embedding ``u_i``
-``blocks.0.attn.hook_q``       [batch, pos, 1, d_h]         query after RoPE
-``blocks.0.attn.hook_k``       [batch, pos, 1, d_h]         key after RoPE
-``blocks.0.attn.hook_v``       [batch, pos, 1, d_g]         one-hot value
-``blocks.0.attn.hook_attn_scores``  [batch, 1, dest, src]   masked pre-softmax scores (edits apply)
-``blocks.0.attn.hook_pattern`` [batch, 1, dest, src]        ``pi_ij``
-``blocks.0.attn.hook_z``       [batch, pos, 1, d_g]         head output ``o_i``
-``blocks.0.logic.hook_pre``    [batch, pos, d_g + N]        logic input ``(o_i, e_s)`` (appendix C)
-``blocks.0.logic.hook_post``   [batch, pos, N]              logits ``z_{i+1}``
-=============================  ===========================  ========================================
+Hooks (TL names, head axis of size 1): ``hook_embed`` [batch, pos, 1]; ``blocks.0.attn.hook_q``,
+``hook_k`` [batch, pos, 1, d_h] (after RoPE), ``hook_v`` [batch, pos, 1, d_g];
+``hook_attn_scores`` (masked pre-softmax, edits apply) and ``hook_pattern`` (``pi_ij``)
+[batch, 1, dest, src]; ``hook_z`` [batch, pos, 1, d_g] (``o_i``); ``blocks.0.logic.hook_pre``
+[batch, pos, d_g + N] (``(o_i, e_s)``, appendix C) and ``hook_post`` [batch, pos, N] (the logits).
 """
 
 from __future__ import annotations
@@ -59,11 +39,8 @@ __all__ = ["FornerConfig", "FornerModel", "fast_forward", "rope_frequencies", "t
 
 @dataclass(frozen=True)
 class FornerConfig:
-    """Settings of the solvable model and its task (defaults: a CPU size, N = d_g = 8).
-
-    The paper's size (appendix A, table 1) is ``N = d_g = 32, L = 10, d_h = 128``.
-    ``train_*`` declare which parts train (frozen parts get ``requires_grad=False`` at build time).
-    """
+    """Settings of the solvable model and its task (defaults: a CPU size; the paper's, appendix A
+    table 1, is ``N = d_g = 32, L = 10, d_h = 128``); ``train_*`` declare which parts train."""
 
     N: int = 8
     d_g: int = 8
@@ -97,14 +74,11 @@ class FornerConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    # what TransformerLens' own patching helpers read from ``model.cfg`` (``transformer_lens.patching``)
-    @property
-    def n_layers(self) -> int:
-        return 1
-
-    @property
-    def n_heads(self) -> int:
-        return 1
+    # what TransformerLens' own patching helpers read from ``model.cfg`` (``transformer_lens.patching``);
+    # class attributes, not fields (no annotation)
+    n_layers = 1
+    n_heads = 1
+    device = "cpu"
 
     @property
     def d_head(self) -> int:
@@ -114,10 +88,6 @@ class FornerConfig:
     @property
     def n_ctx(self) -> int:
         return 2 * self.L + 1
-
-    @property
-    def device(self) -> str:
-        return "cpu"
 
 
 def rope_frequencies(d_h: int, theta: float = 10000.0, two_pi: bool = True) -> Float[Tensor, " half"]:
@@ -149,12 +119,8 @@ class _ActionHead(nn.Module):
         values[torch.arange(cfg.d_g), torch.arange(cfg.d_g)] = 1.0
         self.W_V = nn.Parameter(values, requires_grad=cfg.train_values)
         self.register_buffer("omega", rope_frequencies(cfg.d_h, cfg.rope_theta, cfg.rope_two_pi), persistent=False)
-        self.hook_q = HookPoint()
-        self.hook_k = HookPoint()
-        self.hook_v = HookPoint()
-        self.hook_attn_scores = HookPoint()
-        self.hook_pattern = HookPoint()
-        self.hook_z = HookPoint()
+        for name in ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z"):
+            setattr(self, name, HookPoint())
 
     def forward(self, u: Float[Tensor, "batch pos 1"], tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos 1 d_g"]:
         seq = tokens.shape[1]
@@ -233,13 +199,9 @@ class FornerModel(HookedRootModule):
 
 
 def fast_forward(model: FornerModel, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos N"]:
-    """``model(tokens)`` in plain PyTorch without hook points, for training (``fit(forward=...)``).
-
-    Uses that the attention pattern does not depend on the tokens while the embeddings are fixed
-    to 1 (``train_embed=False``; otherwise it falls back to ``model(tokens)``), and that the logits
-    are 0 at action tokens (their state vector is 0).  Equal to ``model(tokens)`` up to float
-    rounding (tested).
-    """
+    """``model(tokens)`` up to float rounding, without hook points, for training (``fit(forward=...)``):
+    the pattern does not depend on the tokens while the embeddings are fixed (with ``train_embed``
+    it falls back to ``model(tokens)``) and the logits are 0 at action tokens (state vector 0)."""
     cfg = model.cfg
     if cfg.train_embed or tokens.shape[1] <= cfg.L:
         return model(tokens)
@@ -264,12 +226,9 @@ def fast_forward(model: FornerModel, tokens: Int[Tensor, "batch pos"]) -> Float[
 def teacher_model(cfg: FornerConfig | None = None, margin: float = 30.0) -> FornerModel:
     """The teacher of section 3.3 in the student's architecture: ``M_a = O(sigma_a)`` and RoPE
     keys/queries that attend from ``s_{t-1}`` to ``g_t`` (offset ``-L``) with attention logit gap
-    at least ``margin`` (so ``pi_{i,i-L} >= 1 - (L-1) e^{-margin}``).
-
-    ``W_K = Omega(L) W_Q`` makes ``q_i . k_j = W_Q^T Omega(j - i + L) W_Q``, largest at ``j = i - L``;
-    ``W_Q`` has equal weight on every frequency with ``omega_n`` not a multiple of ``2 pi`` and is
-    scaled to the margin.
-    """
+    at least ``margin`` (so ``pi_{i,i-L} >= 1 - (L-1) e^{-margin}``): ``W_K = Omega(L) W_Q`` makes
+    ``q_i . k_j = W_Q^T Omega(j - i + L) W_Q``, largest at ``j = i - L``; ``W_Q`` has equal weight
+    on every frequency with ``omega_n`` not a multiple of ``2 pi``, scaled to the margin."""
     cfg = cfg if cfg is not None else FornerConfig()
     model = FornerModel(cfg)
     omega = rope_frequencies(cfg.d_h, cfg.rope_theta, cfg.rope_two_pi).double()

@@ -37,11 +37,9 @@ def rope_omegas(d_h: int, theta: float = 10000.0, two_pi: bool = True) -> np.nda
 
 
 def c_omega(N: int, d_g: int, L: int, d_h: int, sigma2: float = 1 / 3, omegas: np.ndarray | None = None) -> float:
-    """Eq. 14: ``c_omega = 2 d_g N / (L (L-1)) sigma^2 (2/d_h) sum_n [1 - (sin(w_n L/2) / sin(w_n/2))^2 / L^2]^2``.
-
-    A frequency with ``omega_n`` a multiple of ``2 pi`` has ``lambda_n = 1`` (appendix E) and adds 0.
-    ``sigma2`` is the variance of the key/query initialisation (1/3 for PyTorch's ``nn.Linear(1, d_h)``).
-    """
+    """Eq. 14: ``c_omega = 2 d_g N / (L (L-1)) sigma^2 (2/d_h) sum_n [1 - (sin(w_n L/2) / sin(w_n/2))^2 / L^2]^2``;
+    an ``omega_n`` multiple of ``2 pi`` has ``lambda_n = 1`` (appendix E) and adds 0.  ``sigma2``: the
+    key/query init variance (1/3 for PyTorch's ``nn.Linear(1, d_h)``)."""
     if L < 2:
         raise ValueError(f"c_omega needs L >= 2, got {L}")
     omegas = rope_omegas(d_h) if omegas is None else np.asarray(omegas, dtype=float)
@@ -103,11 +101,9 @@ def integrate_order_parameters(
     omegas: np.ndarray | None = None,
     method: str = "auto",
 ) -> OdeSolution:
-    """Integrate eq. 15 from ``(A0, R0, S0)`` (default the paper's ``(1/L, 0, 0)``) to the times ``alpha``.
-
-    ``method``: ``"scipy"`` (``solve_ivp``, RK45, rtol 1e-8), ``"rk4"`` (fixed step 0.01 in alpha)
-    or ``"auto"`` (scipy when installed).
-    """
+    """Integrate eq. 15 from ``(A0, R0, S0)`` (default the paper's ``(1/L, 0, 0)``) to the times ``alpha``
+    by ``method`` ``"scipy"`` (``solve_ivp``, RK45, rtol 1e-8), ``"rk4"`` (fixed step 0.01 in alpha)
+    or ``"auto"`` (scipy when installed)."""
     alpha = np.asarray(alpha, dtype=float)
     if alpha.ndim != 1 or alpha.size == 0 or np.any(np.diff(alpha) < 0) or alpha[0] < 0:
         raise ValueError("alpha must be a non-empty, non-decreasing 1-d array of times >= 0")
