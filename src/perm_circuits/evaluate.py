@@ -92,7 +92,8 @@ def evaluate(
         task_config: the study's task; default: the one stored with the model.  A
             :class:`~perm_circuits.tasks.PermutationTask` (and a ``TaskBatch`` from it) is
             unwrapped: the same :class:`Evaluation`.
-        hooks: a TransformerLens hook list active during the forward pass (removed afterwards).
+        hooks: a TransformerLens hook list active during the forward pass (always removed
+            afterwards, also after an exception).
         n: test-set size; default 5000 for the study's evaluation, 2000 with ``task=``.
         probe: also run the study's probe sequence (a batch of one) under ``hooks``; turn off
             for hooks tied to the test set's batch size (row-paired resampling).

@@ -1,47 +1,67 @@
-"""A 2-layer induction circuit with hand-set weights: the reference model for the multi-layer tools.
+"""A 2-layer induction circuit with weights set by hand: the reference model for the multi-layer tools.
 
-:func:`build_induction_model` returns a TransformerLens 4 bridge (no normalization, zero MLPs) that
-answers every repeated last query ``x5 = x_k`` with ``y_k`` through the two-head circuit of Elhage
-et al. 2021 ("A Mathematical Framework for Transformer Circuits", section "Induction heads"), Olsson
-et al. 2022 ("In-context Learning and Induction Heads") and Bietti et al. 2023 ("Birth of a
-Transformer: A Memory Viewpoint", section 3): a previous-token head in layer 0, then an induction
-head in layer 1 whose *key* reads what the previous-token head wrote (K-composition).  Nothing is
-trained: the weights are a closed-form function of ``V``, ``d_model``, ``sharpness`` and
-``logit_scale``.
+:func:`build_induction_model` returns a TransformerLens 4 bridge (no normalization, MLP weights
+zero, so attention-only in effect) that answers every repeated last query ``x5 = x_k`` with
+``y_k``, for every ``k``, through the two-head circuit of Elhage et al. 2021 ("A Mathematical
+Framework for Transformer Circuits", section "Induction heads"), Olsson et al. 2022 ("In-context
+Learning and Induction Heads") and Bietti et al. 2023 ("Birth of a Transformer: A Memory
+Viewpoint", section 3 on the induction mechanism): a previous-token head in layer 0, then an
+induction head in layer 1 whose *key* reads what the previous-token head wrote (K-composition).
 
-Residual layout (``n = 2V - 1`` positions, ``d_model >= 5V + 3``, other dimensions 0): ``TOK`` =
-``0..V`` (one-hot token embedding), ``POS`` = ``V+1..V+n`` (one-hot positional embedding), ``IS_X``
-= ``V+1+n`` (positional: 1 at the x slots, the even positions), ``PREV`` = the next ``V + 1`` (L0H0:
-one-hot of the *previous* token), ``OUT`` = the next ``V + 1`` (layer 1; all the unembedding reads).
+Residual stream layout (``n = 2V - 1`` positions; ``d_model`` at least ``5V + 3``, default 32 for
+V = 5; every other dimension stays 0):
 
-The heads (``s = sharpness``; scores are after TransformerLens' ``1/sqrt(d_head)``, which the key
-weights undo):
+| subspace | dimensions | written by |
+|---|---|---|
+| ``TOK`` | ``0 .. V`` (token ``t`` -> ``t``) | token embedding (one-hot) |
+| ``POS`` | ``V+1 .. V+n`` | positional embedding (one-hot) |
+| ``IS_X`` | ``V+1+n`` | positional embedding: 1 at x slots (even positions) |
+| ``PREV`` | the next ``V + 1`` | L0H0: one-hot of the *previous* token |
+| ``OUT`` | the next ``V + 1`` | layer 1; the unembedding reads only this |
 
-- **L0H0, previous-token head.**  Query ``POS_p -> e_p``, key ``POS_j -> s e_{j+1}``: score ``s [j =
-  p - 1]``, so every ``p >= 1`` attends to ``p - 1`` with weight ``>= 1 - p e^-s`` (position 0 only to
-  itself).  OV copies ``TOK_t`` into ``PREV_t`` (``t = 1..V``; token 0 never occurs).
-- **L1H0, induction head.**  Query ``TOK_t -> e_t`` (``t = 1..V``), ``IS_X -> e_{V+1}``; key ``PREV_t
-  -> s e_t``, ``IS_X -> -2s e_{V+1}``.  For the last query the score of key ``j`` is ``s [prev(j) =
-  x5] - 2s [j is an x slot]``: ``s`` exactly at ``y_k``, 0 at the other y slots, ``<= -s`` at the x
-  slots, so ``y_k`` gets weight ``>= 1 - 8 e^-s`` (no match: the earlier y slots evenly).  The
-  ``IS_X`` term stops a false match: x and y share the tokens ``1..V``, and the x slot after ``y_j``
-  would match when ``y_j = x5``.  The match uses only ``PREV`` (K-composition); the K-composition
-  score L0H0 -> L1H0 is ``1 / sqrt(V + 4)`` (1/3 at V = 5, about 0.18 for random heads of these
-  shapes; Q and V composition exactly 0): Elhage et al.'s ``1 / sqrt(rank)`` for a rank-V copy, with
-  4 added to ``W_QK``'s squared norm by ``IS_X``.  OV copies ``TOK`` into ``OUT`` with weight 1.
-- **L1H1, elimination head** (``eliminate=True``, the default).  Query ``IS_X -> e_0``, key ``IS_X
-  -> -s e_0``: an x slot attends uniformly to the y slots before it (independent of the tokens); OV
-  writes ``-V/2`` times ``TOK`` into ``OUT`` (:func:`elimination_weight`): ``-V/(2(V-1))`` on each of
-  ``y1..y_{V-1}`` from the last position (``-5/8`` at V = 5).
-- L0H1 and both MLPs are zero; the unembedding is ``logit_scale`` times ``OUT``, with bias
+The heads (``s = sharpness``; the attention scores quoted are after TransformerLens' division by
+``sqrt(d_head)``, which the key weights undo):
+
+- **L0H0, previous-token head.**  Query ``POS_p -> e_p``, key ``POS_j -> s e_{j+1}``: the score of
+  key ``j`` for query ``p`` is ``s [j = p - 1]``, so every position ``p >= 1`` attends to ``p - 1``
+  with weight ``>= 1 - p e^-s`` (position 0 can only attend to itself).  Its OV circuit copies
+  ``TOK_t`` into ``PREV_t`` (``t = 1..V``; token 0 never occurs): after layer 0, position ``j`` holds its own token in ``TOK`` and the token
+  before it in ``PREV``.
+- **L1H0, induction head.**  Query ``TOK_t -> e_t`` (``t = 1..V``) and ``IS_X -> e_{V+1}``; key ``PREV_t -> s e_t``
+  and ``IS_X -> -2s e_{V+1}``.  For the last query (token ``x5``, an x slot) the score of key ``j``
+  is ``s [prev(j) = x5] - 2s [j is an x slot]``: it is ``s`` exactly at ``y_k`` (the position
+  whose previous token is the earlier ``x_k = x5``), 0 at the other y slots and ``<= -s`` at the x
+  slots, so the head attends to ``y_k`` with weight ``>= 1 - 8 e^-s`` (and, when nothing matches,
+  evenly to the earlier y slots).  The ``IS_X`` term is needed because x and y share the
+  vocabulary ``1..V``: an x slot ``x_{j+1}`` follows ``y_j``, and ``y_j`` may equal ``x5`` as a
+  token, which would be a false match.  The match itself uses only ``PREV``, i.e. only what L0H0
+  wrote: this is K-composition.  The K-composition score L0H0 -> L1H0 is ``1 / sqrt(V + 4)``
+  (1/3 at V = 5, against about 0.18 for random heads of these shapes; Q and V composition are
+  exactly 0): the score of Elhage et al. is ``1 / sqrt(rank)`` for a perfect rank-V copy, and the
+  ``IS_X`` term adds 4 to the squared norm of ``W_QK``.  Its OV circuit copies ``TOK`` (the attended
+  ``y_k``) into ``OUT`` with weight 1.
+- **L1H1, elimination head** (``eliminate=True``, the default).  Query ``IS_X -> e_0``, key
+  ``IS_X -> -s e_0``: an x-slot query attends uniformly to the y slots before it (a fixed
+  positional pattern, independent of every token), and its OV writes ``-V/2`` times ``TOK`` into
+  ``OUT`` (:func:`elimination_weight`): from the last position, ``-V/(2(V-1))`` on each of
+  ``y1..y_{V-1}`` (``-5/8`` at V = 5).
+- L0H1 and both MLPs are zero; the unembedding is ``logit_scale`` times ``OUT`` plus a bias of
   ``-logit_scale`` on the unused token 0.
 
-Last-position logits (units of ``logit_scale``, V = 5, without the ``e^-s`` leaks): a repeated ``x5 =
-x_k`` gives ``y_k`` ``1 - 5/8``, the other revealed ys ``-5/8``, ``y5`` 0, token 0 ``-1`` (the answer
-is ``y_k`` for every ``k``, by ``logit_scale`` over any other revealed y); a new query gives
-``y1..y4`` ``1/4 - 5/8 = -3/8``, ``y5`` 0, token 0 ``-1`` (the elimination answer ``y5``, right for
-V >= 3).  With ``eliminate=False`` a new query ties ``y1..y4`` at ``1/4`` (the bare induction
-circuit).  Positions other than the last are not designed.
+Logits at the last position (in units of ``logit_scale``, V = 5, ignoring the ``e^-s`` leaks):
+
+- repeated ``x5 = x_k``: ``y_k`` gets ``1 - 5/8``, the other revealed ys ``-5/8``, the unrevealed
+  ``y5`` 0 and token 0 ``-1``: the answer is ``y_k`` for every ``k`` (recall generalises), with a
+  logit difference of ``logit_scale`` against any other revealed y;
+- not repeated: the induction head finds no match and spreads uniformly over ``y1..y4`` (``+1/4``
+  each), the elimination head removes ``5/8`` each: ``y1..y4`` get ``-3/8``, ``y5`` 0, token 0
+  ``-1``, so the answer is the unrevealed ``y5`` (elimination is right too, for V >= 3).
+
+With ``eliminate=False`` the non-repeated last query gets ``1/4`` on each of ``y1..y4`` (a four-way
+tie, the elimination answer ``y5`` loses) and the model is the bare induction circuit.  Positions
+other than the last are not designed (an x slot before the last finds no match and averages the
+earlier ys).  Nothing is trained: the weights are a closed-form function of ``V``, ``d_model``,
+``sharpness`` and ``logit_scale`` (no random numbers are used).
 """
 
 from __future__ import annotations
@@ -73,7 +93,8 @@ def induction_layout(V: int = 5) -> dict[str, range]:
     TaskConfig(V=V)  # validates V
     layout, start = {}, 0
     for name, width in (("TOK", V + 1), ("POS", 2 * V - 1), ("IS_X", 1), ("PREV", V + 1), ("OUT", V + 1)):
-        layout[name], start = range(start, start + width), start + width
+        layout[name] = range(start, start + width)
+        start += width
     return layout
 
 

@@ -36,7 +36,7 @@ __all__ = ["Posterior", "bayes_posterior", "prior_permutations"]
 class Posterior:
     """Posterior over values ``1..V`` at each step: ``probs[b, k, v - 1] = P(y_{k+1} = v | context)``,
     ``fallback`` where the requested prior had no consistent permutation (the uniform posterior is
-    used there), ``n_consistent`` the prior permutations consistent with the context."""
+    used there), ``n_consistent`` the number of prior permutations consistent with the context at each step."""
 
     probs: Float[Tensor, "batch step value"]
     fallback: Bool[Tensor, "batch step"]

@@ -120,7 +120,10 @@ class Reproduction:
 
 def reproduce(name: str, *, quick: bool = False, progress: bool = True, device=None) -> Reproduction:
     """Run reproduction ``name`` (one of :data:`REPRODUCTIONS`); ``quick`` is the CPU-sized run.
-    ``device`` (default the CPU) goes to ``run`` when it takes one; otherwise only the CPU is allowed."""
+
+    ``device`` (default the CPU) goes to ``run`` when it takes one; for a reproduction that does
+    not, asking for another device is a ValueError.
+    """
     if name not in REPRODUCTIONS:
         REPRODUCTIONS.update({k: v for k, v in registered_reproductions().items() if k not in REPRODUCTIONS})
     if name not in REPRODUCTIONS:

@@ -293,7 +293,8 @@ def train(
         forward: the step loop: ``forward(model, tokens) -> logits`` (default: the task's
             registered forward for its own model, ``fast_forward`` for a ``build_model`` bridge,
             else ``model(tokens)``).
-        device: default the CPU, or where a built model already is.  Batches are drawn on the CPU
+        device: where the model trains (``"cpu"``, ``"cuda"``, a ``torch.device``); default the CPU,
+            or where a built model already is.  Batches are drawn on the CPU
             and moved once per step, so the CPU run is bit for bit the one without ``device``; on
             another device the float arithmetic and dropout's mask stream differ.
     """

@@ -5,8 +5,8 @@ Each signal of a :class:`~perm_circuits.dynamics.DynamicsRecord` is normalised t
 so every signal goes from 0 to 1, rising (an accuracy, a probe) or falling (a loss).  Its crossing
 step is the first recorded step with ``n(t) >= threshold`` (at 0.5: half its final change), as
 Hoogland et al. (2024, "The developmental landscape of in-context learning") and Olsson et al.
-(2022) date a circuit piece against the loss curve.  The resolution is the recording grid (the
-crossing lies after the previous recorded step).  A signal with ``|v_final - v_0| <= 1e-12``
+(2022) date a circuit piece against the loss curve.  The resolution is the recording grid (the true
+crossing lies between the previous recorded step and the reported one).  A signal with ``|v_final - v_0| <= 1e-12``
 never crosses (``"flat"``), nor does one with fewer than two finite values (``"no data"``).
 """
 

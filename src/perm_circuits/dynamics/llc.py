@@ -10,7 +10,8 @@ cross-entropy on a fixed set of ``n`` training sequences.  The loop is devinterp
 ``torch.Generator`` per chain seeded from ``LLCConfig.seed`` (deterministic on CPU, global RNG
 untouched), and the chains run on copies of the weights.  devinterp is an optional extra
 (``pip install -e ".[dynamics]"``).  The defaults (2 chains x 50 draws of 64 sequences, about 100
-training steps' compute) follow the LLC's trend over training, not a converged absolute value.
+training steps' compute) follow the LLC's trend over training, not a converged absolute value; raise ``draws`` and
+``chains`` for one.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from perm_circuits.tasks.permutation_data import TaskConfig, make_batch
 from perm_circuits.train import masked_loss
 
 __all__ = ["LLCConfig", "LLCEstimate", "local_learning_coefficient", "require_devinterp"]
+
 
 def require_devinterp():
     """devinterp's SGLD optimiser factory; ImportError naming the extra when it is not installed."""

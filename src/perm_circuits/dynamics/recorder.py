@@ -1,16 +1,30 @@
 """Record the dynamics of a training run at log-spaced optimiser steps.
 
-:class:`DynamicsRecorder` measures, in eval mode without gradients, on fixed seeded test sets built
-once, the groups ``"accuracy"`` (``elimination_accuracy``, ``recall_accuracy`` on the task's test
-set, and ``recall_x{k}_accuracy`` for every earlier query ``k = 1..V-1`` on the all-repeating
-:func:`~perm_circuits.analysis.probes.induction.induction_test_set`, so a shortcut that recalls only
-``x1`` shows), ``"loss"`` (``test_loss``, and the step's ``train_loss``), ``"memory"`` (every
-memory-recall probe of every layer, Bietti et al. 2023: ``L0H0.QK.x_match`` ...), ``"induction"``
-(``L0H0.previous_token`` ...) and ``"head_scores"`` (the study's, ``L0H0.duplicate_score`` ...),
-and with ``llc=True`` the local learning coefficient ``llc``.  Recording never touches the weights,
-the optimiser or training's generators (bit-identical weights with and without a recorder; the
-record is deterministic for a seed); a measurement costs about ten d32h2 training steps without
-the LLC, so :data:`DEFAULT_POINTS` log-spaced points cost seconds whatever the run's length.
+:class:`DynamicsRecorder` is a step callback for :func:`perm_circuits.train.train`
+(``train(..., step_callbacks=[recorder])``).  At each of its ``steps`` it measures, in eval mode
+and without gradients, on fixed seeded test sets built once:
+
+* ``"accuracy"``: last-step accuracy of the elimination and memorization subgroups of the task's
+  own test set (``elimination_accuracy``, ``recall_accuracy``, as in the training history) and
+  ``recall_x{k}_accuracy`` for every earlier query ``k = 1..V-1`` on sequences that all repeat
+  (the :func:`~perm_circuits.analysis.probes.induction.induction_test_set`), so a shortcut that recalls
+  only ``x1`` shows;
+* ``"loss"``: ``test_loss`` (the task's test set) and ``train_loss`` (the step's batch);
+* ``"memory"``: every memory-recall probe R(W_hat, W*) of every layer (Bietti et al. 2023;
+  :func:`~perm_circuits.analysis.probes.memory.model_memory_probes`), named
+  ``{component}.{circuit}.{map}`` (``L0H0.QK.x_match``, ``L0H1.OV.suppress``, ``L0MLP.MLP.copy``);
+* ``"induction"``: previous-token, induction and duplicate-token scores of every head
+  (:func:`~perm_circuits.analysis.probes.induction.induction_scores`), ``L0H0.previous_token`` ...;
+* ``"head_scores"``: the study's attention scores of every head
+  (:func:`~perm_circuits.analysis.study.scores.head_scores`), ``L0H0.duplicate_score`` ...;
+* ``llc=True``: the local learning coefficient ``llc`` (:mod:`perm_circuits.dynamics.llc`,
+  needs the ``dynamics`` extra).
+
+Recording reads the model and its own test sets only: the weights, the optimiser and training's
+generators are untouched, so a run gives bit-identical weights with and without a recorder, and
+the record itself is deterministic for a fixed seed.  The cost is one measurement per recorded
+step (about ten training steps' worth on d32h2 without the LLC), so log-spaced steps keep it
+small: :data:`DEFAULT_POINTS` points cost a few seconds whatever the run's length.
 """
 
 from __future__ import annotations

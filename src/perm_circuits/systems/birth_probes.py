@@ -82,8 +82,11 @@ def wk2_recall(model, tokens: Sequence[int] | None = None) -> float:
 
 
 def wk1_recall(model, *, window: int | None = None, queries: tuple[int, int] | None = None) -> float:
-    """R of ``W_Q^1 W_K^1ᵀ`` for query ``p_t`` -> key ``p_{t-1}`` among the keys of positions
-    ``0 .. window-1`` (default all ``T``), over the queries ``max(a, 1) <= t < b`` of ``queries=(a, b)``."""
+    """R of ``W_Q^1 W_K^1ᵀ`` for query ``p_t`` -> key ``p_{t-1}``.
+
+    ``window``: positions ``0 .. window-1`` serve as queries and keys (default all ``T``);
+    ``queries=(a, b)``: score only the queries ``max(a, 1) <= t < b`` of the window (default all).
+    """
     m = _matrices(model)
     T = m["W_pos"].shape[0]
     c = T if window is None else window

@@ -194,7 +194,7 @@ class StorageResult:
     ``facts_stored`` (the largest ``S R`` stored at >= ``target``, 0 if none on the ladder); the
     ``exponent`` of ``log facts_stored`` on ``log params`` (linear scaling: 1), the least-squares
     ``facts_per_param`` of ``facts_stored = c * params`` through the origin, and
-    ``bits_per_param = facts_per_param * log2 D``."""
+    ``bits_per_param = facts_per_param * log2 D``; ``capacity`` also counts each row's ``runs``."""
 
     runs: pd.DataFrame
     capacity: pd.DataFrame

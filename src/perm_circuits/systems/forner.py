@@ -144,7 +144,8 @@ def figures(log: pd.DataFrame, ode: pd.DataFrame) -> dict:
 
 
 def seed_stats(rows: pd.DataFrame, L: int) -> dict:
-    """One seed's plateau, lock-in, S peak and final accuracies from its training log rows:
+    """One seed's plateau, lock-in, S peak and final accuracies from its training log rows.
+
     ``plateau_end``: the first ``alpha`` where ``A`` reaches ``1.5/L``; ``A_090``: where it reaches 0.9;
     ``plateau``: ``A <= 1.5/L`` for at least a quarter of the time to 0.9, and final ``A > 0.9``;
     ``S_first``: ``S``'s maximum comes before ``A_090``; ``perfect``: final accuracies >= 0.999."""

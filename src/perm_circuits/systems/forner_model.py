@@ -1,21 +1,41 @@
 """The solvable one-block model of Forner et al. 2026 (section 3.2), as a TransformerLens ``HookedRootModule``.
 
-Exactly the paper's parameterisation: every token embeds to ``u = 1`` in ``R^1`` (fixed); one head
-with RoPE, ``q_i = RoPE_i(W_Q u_i)``, ``k_j = RoPE_j(W_K u_j)`` (eq. 3; ``omega_n = 2 pi
-theta^{-2(n-1)/d_h}``, appendix A, without the ``2 pi`` when ``rope_two_pi=False`` as in appendix J),
-scores ``q_i . k_j / sqrt(d_h)``, softmax over ``j <= min(i, L)`` (eq. 4; 0-based ``j <= i``, ``j < L``);
-fixed one-hot values ``Val(g) = e_g`` (0 for a state token), ``o_i = sum_j pi_ij v_j``; and the
-learnable logic module ``z_{i+1} = (sum_a (o_i)_a M_a) e_s`` (eq. 6) for the current state ``s``:
-``N`` state logits.  :class:`FornerConfig` declares what trains (the paper: ``W_Q``, ``W_K``, ``M``).
-Init from ``seed``: ``W_Q``, ``W_K`` ~ U(-1, 1) (``nn.Linear(1, d_h)``'s default, variance 1/3: the
-paper's ``sigma^2``), ``M`` ~ U(-logic_init, logic_init) (1 gives the paper's initial logit
-variance of about 0.044 at N = d_g = 32; appendix B says only "uniformly").
+Exactly the paper's parameterisation:
 
-Hooks (TL names, head axis of size 1): ``hook_embed`` [batch, pos, 1]; ``blocks.0.attn.hook_q``,
-``hook_k`` [batch, pos, 1, d_h] (after RoPE), ``hook_v`` [batch, pos, 1, d_g];
-``hook_attn_scores`` (masked pre-softmax, edits apply) and ``hook_pattern`` (``pi_ij``)
-[batch, 1, dest, src]; ``hook_z`` [batch, pos, 1, d_g] (``o_i``); ``blocks.0.logic.hook_pre``
-[batch, pos, d_g + N] (``(o_i, e_s)``, appendix C) and ``hook_post`` [batch, pos, N] (the logits).
+* embeddings fixed to 1: every token embeds to ``u = 1`` in ``R^1`` (``embed.W_E``, all ones);
+* one attention head with RoPE on queries and keys, ``q_i = RoPE_i(W_Q u_i)``,
+  ``k_j = RoPE_j(W_K u_j)`` in ``R^{d_h}`` (eq. 3), so ``W_Q`` and ``W_K`` are vectors; RoPE
+  frequencies ``omega_n = 2 pi theta^{-2(n-1)/d_h}`` (appendix A; ``rope_two_pi=False`` drops the
+  ``2 pi`` as in appendix J); scores ``q_i . k_j / sqrt(d_h)``, softmax over ``j <= min(i, L)``
+  (eq. 4; 0-based: ``j <= i`` and ``j < L``);
+* fixed one-hot values: ``Val(g) = e_g`` in ``R^{d_g}`` for an action token, ``0`` for a state
+  token (``blocks.0.attn.W_V``); the head output is ``o_i = sum_j pi_ij v_j`` (eq. 4);
+* the logic module: learnable ``M_a`` in ``R^{N x N}`` (``blocks.0.logic.M``),
+  ``z_{i+1} = (sum_a (o_i)_a M_a) e_{s}`` (eq. 6) for the current state ``s`` (one-hot; zero at an
+  action token).  The logits ``z`` have ``N`` entries: the model predicts states only.
+
+Which parts train is declared by :class:`FornerConfig` (``train_embed``, ``train_values``,
+``train_qk``, ``train_logic``; the paper's model trains ``W_Q``, ``W_K`` and ``M``), never patched
+in afterwards.  Initialisation from ``seed``: ``W_Q``, ``W_K`` ~ U(-1, 1), PyTorch's default for
+an ``nn.Linear(1, d_h)`` (variance 1/3, the paper's ``sigma^2``), and ``M`` ~
+U(-logic_init, logic_init) (default 1, which gives the paper's initial logit variance of about
+0.044 at N = d_g = 32; appendix B says only "uniformly").
+
+Hook points (names follow TransformerLens; head axis of size 1 where TL has one):
+
+=============================  ===========================  ========================================
+hook                           shape                        what
+=============================  ===========================  ========================================
+``hook_embed``                 [batch, pos, 1]              the fixed embedding ``u_i``
+``blocks.0.attn.hook_q``       [batch, pos, 1, d_h]         query after RoPE
+``blocks.0.attn.hook_k``       [batch, pos, 1, d_h]         key after RoPE
+``blocks.0.attn.hook_v``       [batch, pos, 1, d_g]         one-hot value
+``blocks.0.attn.hook_attn_scores``  [batch, 1, dest, src]   masked pre-softmax scores (edits apply)
+``blocks.0.attn.hook_pattern`` [batch, 1, dest, src]        ``pi_ij``
+``blocks.0.attn.hook_z``       [batch, pos, 1, d_g]         head output ``o_i``
+``blocks.0.logic.hook_pre``    [batch, pos, d_g + N]        logic input ``(o_i, e_s)`` (appendix C)
+``blocks.0.logic.hook_post``   [batch, pos, N]              logits ``z_{i+1}``
+=============================  ===========================  ========================================
 """
 
 from __future__ import annotations
