@@ -1,9 +1,8 @@
 """Sweep runs that differ only in their seed, trained as one stacked group
 (:func:`~perm_circuits.stacked.train_stacked`), then evaluated and analysed as
-:func:`~perm_circuits.sweep.run.run_one` does.  On CPU this reproduces single runs bit for bit (checked
-once per process by :func:`stacked_reproduces_single`; where it fails, groups fall back to single
-runs), so the rows are the single trainer's (``wall_seconds`` aside: a member's share of the group's
-training plus its own analysis) and the trainer is not part of the run id.
+:func:`~perm_circuits.sweep.run.run_one` does: the rows are the single trainer's bit for bit on CPU
+(``wall_seconds`` aside: a member's share of the group's training plus its own analysis), so the
+trainer is not part of the run id.
 """
 
 from __future__ import annotations

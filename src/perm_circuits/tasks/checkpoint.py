@@ -45,10 +45,9 @@ def _build_of(model: torch.nn.Module, task: Task, model_fields: Mapping[str, Any
               seed: int | None) -> tuple[dict[str, Any], int]:
     """(fields, seed) that rebuild ``model``: given, else its ``task_build``, else its TransformerLens config."""
     build = getattr(model, "task_build", None)
-    if model_fields is None and isinstance(build, Mapping):
-        model_fields = build.get("model")
-    if seed is None and isinstance(build, Mapping):
-        seed = build.get("seed")
+    if isinstance(build, Mapping):
+        model_fields = build.get("model") if model_fields is None else model_fields
+        seed = build.get("seed") if seed is None else seed
     cfg = getattr(model, "cfg", None)
     if model_fields is None:
         if task_entry(task.name).builder() is not None or not all(hasattr(cfg, k) for k in DEFAULT_MODEL_KEYS):
