@@ -1,10 +1,8 @@
 """Sweeps: the study's claims across seeds and sizes, on one machine or a Ray cluster.
 
-``run_sweep(spec, out_dir)`` runs the Cartesian product of a spec's grid (one training, evaluation
-and head-roles analysis per run), one JSON row per run in ``out_dir/runs/``; ``load_sweep(out_dir)``
-gives them back as a tidy DataFrame; ``reanalyse_sweep(out_dir)`` recomputes the analysis columns
-from the kept models when the analyses change.  See :mod:`perm_circuits.sweep.spec` for the spec format
-and ``perm-circuits sweep --help`` for the command line.
+``run_sweep(spec, out_dir)`` trains, evaluates and analyses each run of a spec's grid
+(:mod:`perm_circuits.sweep.spec`) into one JSON row; ``load_sweep`` reads them back as a DataFrame;
+``reanalyse_sweep`` recomputes the analysis columns from kept models.
 """
 
 from perm_circuits.sweep.backends import BACKENDS, default_workers

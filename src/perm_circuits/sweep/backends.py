@@ -1,17 +1,15 @@
 """Where runs execute: in this process (``serial``), a local process pool (``local``), or Ray (``ray``).
 
-The local pool's workers fork from a forkserver that imported torch, TransformerLens' bridge and
-this package once, so each starts at once (spawned processes, importing on their own, where there
-is no forkserver); they run one torch thread each and exit when the driver dies, even by SIGKILL.
-
-Every backend calls :func:`~perm_circuits.sweep.run.run_one` on each run and hands ``(row,
-checkpoint files)`` back to the driver's ``on_result`` callback, which writes them: workers never
-touch the sweep folder (Ray workers may not share the driver's disk).  ``run_one`` sets one torch
-thread per run, so results are bit-identical across backends.
+Every backend calls :func:`~perm_circuits.sweep.run.run_one` on each run (one torch thread, so
+results are bit-identical across backends) and hands ``(row, checkpoint files)`` to the driver's
+``on_result``, which writes them: workers never touch the sweep folder.  The local pool's workers
+fork from a forkserver that imported torch and TransformerLens once (else they are spawned) and
+exit when the driver dies, even by SIGKILL.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import multiprocessing
 import os
@@ -87,22 +85,17 @@ ModuleSource = tuple[str, str | None]
 
 
 def import_task_modules(sources: Sequence[ModuleSource]) -> None:
-    """Import each ``(module, file)`` of :func:`task_modules` in a worker: by name, else from its
-    file (a worker's path may lack the user's folder: Ray's workers, a pool's on another platform).
-    A module that does not import is skipped: its runs fail as rows with the registry's "unknown
-    task" message."""
+    """Import each ``(module, file)`` of :func:`task_modules` in a worker, by name, else from its file.
+    A module that does not import is skipped (its runs fail with the registry's "unknown task")."""
     from perm_circuits.tasks.base import import_module_or_file
 
     for module, file in sources:
-        try:
+        with contextlib.suppress(Exception):  # reported by the runs that need it
             import_module_or_file(module, file)
-        except Exception:  # noqa: BLE001 - reported by the runs that need it
-            pass
 
 
 def _init_worker(driver: int, task_modules: Sequence[ModuleSource] = ()) -> None:
-    """One torch thread, a watchdog on the driver, TransformerLens' bridge imported up front, and
-    the modules that define (and register) the swept tasks imported, so a user's task is found."""
+    """One torch thread, a watchdog on the driver, the bridge and the swept tasks' modules imported."""
     import torch
 
     threading.Thread(target=_exit_with, args=(driver,), daemon=True).start()
@@ -113,8 +106,7 @@ def _init_worker(driver: int, task_modules: Sequence[ModuleSource] = ()) -> None
 
 
 def task_modules(runs: Sequence[RunConfig]) -> tuple[ModuleSource, ...]:
-    """The modules (outside this package) whose task classes the runs sweep, with their files, for
-    the workers to import (:func:`import_task_modules`)."""
+    """The modules (outside this package) and files of the task classes the runs sweep."""
     import sys
 
     from perm_circuits.tasks import TASKS
@@ -156,10 +148,9 @@ def run_each(runs: Sequence[tuple[str, dict[str, Any]]], keep_models: bool) -> l
 
 def run_pool(groups: Sequence[Sequence[RunConfig]], job: Callable[..., list[Row]], on_result: OnResult,
              on_running: OnStart, *, workers: int, keep_models: bool) -> None:
-    """``job([(run_id, config), ...], keep_models) -> [(row, files), ...]`` per group of runs, each group a
-    task of a pool of ``workers`` processes (see the module docstring; never plain ``fork``: this process
-    may hold threads).  A group whose worker dies gives each of its runs a failed row.
-    """
+    """``job([(run_id, config), ...], keep_models) -> [(row, files), ...]`` per group of runs, each group
+    a task of a pool of ``workers`` processes (never plain ``fork``: this process may hold threads).
+    A group whose worker dies gives each of its runs a failed row."""
     sources = task_modules([run for group in groups for run in group])
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context(), initializer=_init_worker,
                                initargs=(os.getpid(), sources))
@@ -198,14 +189,10 @@ def import_ray():
 
 def run_ray(runs: Sequence[RunConfig], on_result: OnResult, on_running: OnStart, *, workers: int | None,
             address: str | None, keep_models: bool) -> None:
-    """Each run a Ray task with ``num_cpus=1``; results come back to this driver.
-
-    Connects to the cluster at ``address`` (``ray start --head`` elsewhere), or starts a local
-    instance with ``workers`` CPUs and no dashboard (shut down afterwards).  An already
-    initialised Ray (``ray.init`` in the caller) is used as is.  Each task first imports the
-    modules that register the swept tasks (:func:`task_modules`: by name, else from the file the
-    driver imported; on a cluster that file must exist at the same path on every node).
-    """
+    """Each run a Ray task with ``num_cpus=1``, on the cluster at ``address``, else a local instance
+    with ``workers`` CPUs (shut down afterwards); an already initialised Ray is used as is.  Each task
+    first imports the swept tasks' modules (:func:`task_modules`; on a cluster, a module's file must
+    exist at the same path on every node)."""
     ray = import_ray()
     started = False
     if not ray.is_initialized():
@@ -232,10 +219,8 @@ def run_ray(runs: Sequence[RunConfig], on_result: OnResult, on_running: OnStart,
                 on_result(row, files)
     except BaseException:
         for ref in refs if "refs" in locals() else ():
-            try:
+            with contextlib.suppress(Exception):
                 ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001
-                pass
         raise
     finally:
         if started:

@@ -40,11 +40,9 @@ class SweepResult:
 
 
 def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per config (everything but the seed): runs, done, failed, and the share of done runs learning recall.
-
-    ``learned_recall`` = share of done runs with final ``recall_accuracy >= 0.99``;
-    ``median_epoch_recall_99`` over the runs that got there.
-    """
+    """Per config (everything but the seed): runs, done, failed, ``learned_recall`` (share of done runs
+    with final ``recall_accuracy >= 0.99``) and their ``median_epoch_recall_99``; task sweeps: the
+    mean over done runs of each metric."""
     if frame.empty:
         return pd.DataFrame()
     if "task" in frame.columns and frame["task"].notna().any():
@@ -64,8 +62,7 @@ def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _task_summary(frame: pd.DataFrame) -> pd.DataFrame:
-    """A task sweep's summary: per config (everything but the seed), runs, done, failed and the mean
-    over done runs of each metric (the task's metrics, ``test_loss``, ``final_train_loss``...)."""
+    """:func:`summary_table` of a task sweep."""
     from perm_circuits.sweep.task_sweep import task_keys
 
     config: set[str] = {"task", "seed"}
@@ -87,17 +84,6 @@ def _task_summary(frame: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index()
 
 
-def _check_args(backend: str, workers: int | None, address: str | None, out_dir: Path) -> None:
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if workers is not None and check_int("workers", workers) <= 0:
-        raise ValueError(f"workers must be a positive int or None, got {workers!r}")
-    if address is not None and backend != "ray":
-        raise ValueError(f"address is for the ray backend only (backend={backend!r})")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"out_dir {str(out_dir)!r} exists and is not a folder")
-
-
 def run_sweep(
     spec: SweepSpec | dict[str, Any] | str | os.PathLike,
     out_dir: str | os.PathLike,
@@ -110,26 +96,24 @@ def run_sweep(
     progress: bool = True,
     trainer: str = "auto",
 ) -> SweepResult:
-    """Run every run of ``spec`` not yet stored in ``out_dir``; one JSON row per run.
+    """Run every run of ``spec`` (validated first) not yet stored in ``out_dir``; one JSON row per run.
 
-    Args:
-        spec: a :class:`SweepSpec`, the spec dict, or a TOML file path; validated (every run's
-            configs built) before anything is created or started.
-        out_dir: the sweep folder (``runs/<run_id>.json``, ``models/<run_id>/``).  Runs whose
-            row is already there are skipped; so are failed ones unless ``retry_failed``.
-        backend: ``"local"`` (process pool), ``"ray"``, or ``"serial"`` (this process).
-        workers: pool size / local Ray CPUs (default: one per core).
-        address: a running Ray cluster (``"HEAD_IP:6379"``); default: a local instance.
-        keep_models: also save each run's checkpoint in ``models/<run_id>/``.
-        progress: one tqdm bar (done / failed / running, ETA).
-        trainer: ``"single"`` trains one model per run; ``"stacked"`` trains the runs that differ
-            only in their seed as one stacked group (serial and local backends;
-            :mod:`perm_circuits.sweep.stacked_runs`); ``"auto"`` (default) stacks where that is
-            faster (:func:`~perm_circuits.sweep.stacked_runs.choose_trainer`).  The rows are the
-            same bit for bit, so the trainer is not part of the run id.
+    Runs whose row is stored are skipped (failed ones too unless ``retry_failed``).  ``backend``:
+    ``"local"`` (process pool of ``workers``, default one per core), ``"ray"`` (the cluster at
+    ``address``, default a local instance) or ``"serial"``.  ``keep_models`` also saves each run's
+    checkpoint in ``models/<run_id>/``.  ``trainer``: ``"single"``, ``"stacked"`` (the runs that
+    differ only in their seed train as one group; serial and local backends) or ``"auto"``
+    (:func:`~perm_circuits.sweep.stacked_runs.choose_trainer`); the rows are the same bit for bit.
     """
     out_dir = Path(out_dir)
-    _check_args(backend, workers, address, out_dir)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if workers is not None and check_int("workers", workers) <= 0:
+        raise ValueError(f"workers must be a positive int or None, got {workers!r}")
+    if address is not None and backend != "ray":
+        raise ValueError(f"address is for the ray backend only (backend={backend!r})")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"out_dir {str(out_dir)!r} exists and is not a folder")
     if trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {TRAINERS}, got {trainer!r}")
     if trainer == "stacked" and backend == "ray":
@@ -146,13 +130,12 @@ def run_sweep(
             if run.run_id not in stored or (retry_failed and stored[run.run_id] != "done")]
     write_spec(out_dir, spec.to_dict())
     done: list[str] = []
-    failed: list[str] = []
-    errors: dict[str, str] = {}
+    errors: dict[str, str] = {}  # of the failed runs, in order
     bar = tqdm(total=len(todo), desc="sweep", unit="run", disable=not progress, dynamic_ncols=True)
     running = [0]
 
     def postfix() -> None:
-        bar.set_postfix(done=len(done), failed=len(failed), running=running[0], refresh=False)
+        bar.set_postfix(done=len(done), failed=len(errors), running=running[0], refresh=False)
 
     def on_running(count: int) -> None:
         running[0] = count
@@ -166,7 +149,6 @@ def run_sweep(
         if row["status"] == "done":
             done.append(row["run_id"])
         else:
-            failed.append(row["run_id"])
             errors[row["run_id"]] = row.get("error", "")
             last = (row.get("error") or "").strip().splitlines()[-1:] or ["?"]
             bar.write(f"run {row['run_id']} failed: {last[0]}", file=sys.stderr)
@@ -190,4 +172,4 @@ def run_sweep(
     finally:
         bar.close()
     return SweepResult(out_dir=out_dir, n_runs=len(spec.runs), n_skipped=len(spec.runs) - len(todo),
-                       done=tuple(done), failed=tuple(failed), errors=errors)
+                       done=tuple(done), failed=tuple(errors), errors=errors)

@@ -1,15 +1,4 @@
-"""Re-analyse a finished sweep from its kept models, without training again.
-
-Analyses grow (a new ablation mode, a new claim) faster than sweeps can be re-trained.  A sweep run
-with ``keep_models=True`` stores each run's checkpoint in ``DIR/models/<run_id>/``;
-:func:`reanalyse_sweep` loads each one, recomputes the analysis columns of its row
-(:func:`~perm_circuits.sweep.run.analysis_columns`: recall generalisation and the head roles
-under every ablation mode of :data:`~perm_circuits.analysis.HOWS`, with the run's own analysis
-sizes) and rewrites the row atomically.  Training columns (accuracies, losses, epochs, wall time)
-are kept as they are; the old analysis columns are replaced, not merged, so a mode that no longer
-exists leaves no stale column.  The analysis is a pure function of the weights, so re-analysing with
-the same code reproduces the row bit for bit.
-"""
+"""Re-analyse a finished sweep from its kept models, without training again."""
 
 from __future__ import annotations
 
@@ -41,16 +30,11 @@ def _analysis_sizes(row: dict[str, Any]) -> dict[str, int]:
 def reanalyse_sweep(
     out_dir: str | os.PathLike, *, run_ids: Iterable[str] | None = None, progress: bool = True
 ) -> list[str]:
-    """Recompute the analysis columns of every finished run whose model was kept; returns their ids.
-
-    Args:
-        out_dir: a sweep folder written by :func:`~perm_circuits.sweep.run_sweep` with
-            ``keep_models=True``.
-        run_ids: only these runs (default: every ``done`` run); each must have a row and a kept model.
-        progress: show a tqdm bar.
-
-    Raises ``ValueError`` before any work when the folder has no rows, or a requested run has no
-    row, is not ``done`` or has no kept model.
+    """Recompute the analysis columns (:func:`~perm_circuits.sweep.run.analysis_columns`, with each run's
+    own sizes) of every ``done`` run (or ``run_ids``) of a sweep run with ``keep_models=True``, from
+    its kept model; returns their ids.  The old analysis columns are replaced, not merged (no stale
+    mode), training columns kept; same code, same row bit for bit.  ValueError before any work
+    when a run has no row, is not done or has no kept model.
     """
     if not isinstance(out_dir, (str, os.PathLike)):
         raise TypeError(f"out_dir must be a folder path, got {type(out_dir).__name__}")

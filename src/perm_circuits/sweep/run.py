@@ -1,10 +1,5 @@
-"""One sweep run: train, evaluate and analyse one resolved config, and return one flat row.
-
-:func:`run_one` is a pure function of the resolved config (every seed comes from it; torch runs
-on one thread), so the same config gives the same row bit for bit in any process, on any
-backend.  It never raises: a failure becomes a ``status="failed"`` row with the traceback.
-The row's columns are described in :mod:`perm_circuits.sweep` and ``docs/sweeps.md``.
-"""
+"""One sweep run: train, evaluate and analyse one resolved config into one flat row (columns:
+``docs/sweeps.md``), the same bit for bit in any process on any backend."""
 
 from __future__ import annotations
 
@@ -18,6 +13,7 @@ import torch
 from perm_circuits.analysis import HOWS, head_roles
 from perm_circuits.evaluate import recall_generalisation
 from perm_circuits.models import ModelConfig, save_model
+from perm_circuits.sweep.spec import RunConfig
 from perm_circuits.sweep.store import checkpoint_files, guarded_row, versions
 from perm_circuits.tasks.permutation_data import TaskConfig
 from perm_circuits.train import TrainConfig, TrainResult, train
@@ -76,10 +72,7 @@ CURVE_COLUMNS = {"recall_curve": "recall_accuracy", "elimination_curve": "elimin
 
 
 def history_curve(history_rows, column: str) -> str:
-    """``column`` of every epoch, comma-joined at full precision (``repr``), so curves need no retraining.
-
-    An epoch without the column (or with NaN) is written ``nan``; :func:`parse_curve` reads it back.
-    """
+    """``column`` of every epoch, comma-joined at full precision (``repr``; missing: ``nan``)."""
     return ",".join("nan" if row.get(column) is None else repr(float(row[column])) for row in history_rows)
 
 
@@ -92,13 +85,9 @@ def parse_curve(cell: Any) -> list[float]:
 
 def roles_columns(model, task_config: TaskConfig, *, n: int, n_pair: int, n_boot: int,
                   hows=None) -> dict[str, Any]:
-    """``verdict_<how>``, ``role_<how>_<component>``, ``claim_<how>_<claim>`` for every ablation mode.
-
-    One :func:`~perm_circuits.analysis.head_roles` over every mode in ``hows`` (default
-    :data:`~perm_circuits.analysis.HOWS`), read per mode from ``verdict_by_how``,
-    ``role_by_how`` and ``status_by_how`` (its circuit step is skipped: rows hold no circuits).
-    The only place the sweep touches the roles API.
-    """
+    """``verdict_<how>``, ``role_<how>_<component>``, ``claim_<how>_<claim>`` for every ablation mode in
+    ``hows`` (default :data:`~perm_circuits.analysis.HOWS`), from one
+    :func:`~perm_circuits.analysis.head_roles` without its circuit step."""
     hows = tuple(HOWS if hows is None else hows)
     verdict = head_roles(model, task_config=task_config, how="mean" if "mean" in hows else hows[0], hows=hows,
                          n=n, n_pair=n_pair, n_boot=n_boot, circuits=False)
@@ -117,11 +106,8 @@ ANALYSIS_PREFIXES = ("recall_gen_x", "verdict_", "role_", "claim_")
 
 
 def analysis_columns(model, task_config: TaskConfig, analysis: dict[str, int]) -> dict[str, Any]:
-    """The analysis part of a row, from a trained model alone: recall generalisation and roles.
-
-    ``recall_n`` 0 measures recall per repeated x_k exhaustively (``recall_generalisation(n=None)``);
-    ``roles`` 0 skips the ``head_roles`` columns.
-    """
+    """The analysis part of a row from a trained model: recall generalisation (``recall_n`` 0:
+    exhaustive) and, unless ``roles`` is 0, :func:`roles_columns`."""
     recall_n = analysis["recall_n"] or None
     general = recall_generalisation(model, task_config=task_config, n=recall_n)
     row: dict[str, Any] = {f"recall_gen_x{k}": accuracy for k, accuracy in enumerate(general.recall, start=1)}
@@ -130,30 +116,23 @@ def analysis_columns(model, task_config: TaskConfig, analysis: dict[str, int]) -
     return row
 
 
-def _metrics(result: TrainResult, analysis: dict[str, int]) -> dict[str, Any]:
-    evaluation = result.evaluation
-    row: dict[str, Any] = {
-        "epochs_run": result.epochs_run,
-        "test_loss": evaluation.test_loss,
-        "elimination_accuracy": evaluation.elimination_accuracy,
-        "recall_accuracy": evaluation.recall_accuracy,
-    }
-    for step in evaluation.steps:
-        row[f"step{step.step}_accuracy"] = step.accuracy
-    row.update({name: p for name, p in evaluation.summary().items() if name.startswith("probe_p")})
-    row["epoch_recall_99"] = first_epoch(result.history.rows, "recall_accuracy")
-    row["epoch_elimination_99"] = first_epoch(result.history.rows, "elimination_accuracy")
-    for name, column in CURVE_COLUMNS.items():
-        row[name] = history_curve(result.history.rows, column)
-    row.update(analysis_columns(result.model, result.task_config, analysis))
-    return row
-
-
 def trained_row(row: dict[str, Any], result: TrainResult, run_id: str, config: dict[str, Any],
                 keep_model: bool) -> dict[str, bytes] | None:
     """Add a trained run's metric and analysis columns to ``row``; its checkpoint files with ``keep_model``."""
     result.model.eval()
-    row.update(_metrics(result, config["analysis"]))
+    evaluation, history = result.evaluation, result.history.rows
+    metrics: dict[str, Any] = {
+        "epochs_run": result.epochs_run,
+        "test_loss": evaluation.test_loss,
+        "elimination_accuracy": evaluation.elimination_accuracy,
+        "recall_accuracy": evaluation.recall_accuracy,
+        **{f"step{step.step}_accuracy": step.accuracy for step in evaluation.steps},
+        **{name: p for name, p in evaluation.summary().items() if name.startswith("probe_p")},
+        "epoch_recall_99": first_epoch(history, "recall_accuracy"),
+        "epoch_elimination_99": first_epoch(history, "elimination_accuracy"),
+        **{name: history_curve(history, column) for name, column in CURVE_COLUMNS.items()},
+    }
+    row.update({**metrics, **analysis_columns(result.model, result.task_config, config["analysis"])})
     if not keep_model:
         return None
     metadata = {"run_id": run_id, "sweep_config": config, "epochs_run": result.epochs_run,
@@ -179,12 +158,9 @@ def _train(model_config: ModelConfig, task_config: TaskConfig, train_config: Tra
 
 
 def run_one(run_id: str, config: dict[str, Any], keep_model: bool = False) -> tuple[dict[str, Any], dict[str, bytes] | None]:
-    """Train, evaluate and analyse one resolved run; ``(row, checkpoint files or None)``.
-
-    Never raises: any exception gives a ``status="failed"`` row whose ``error`` is the traceback
-    (metrics absent, i.e. NaN in :func:`~perm_circuits.sweep.load_sweep`).  The checkpoint comes
-    back as ``{file name: bytes}`` (the driver writes it; workers may not share its disk).
-    """
+    """Train, evaluate and analyse one resolved run (every seed from its config, one torch thread):
+    ``(row, checkpoint {file name: bytes} or None)``.  Never raises: an exception gives a
+    ``status="failed"`` row whose ``error`` is the traceback."""
     if "fit" in config:  # any task but the study's (sweep/task_sweep.py)
         from perm_circuits.sweep.task_sweep import run_task_keeping
 
@@ -192,9 +168,7 @@ def run_one(run_id: str, config: dict[str, Any], keep_model: bool = False) -> tu
 
     def work(row: dict[str, Any]) -> dict[str, bytes] | None:
         row.update(config_columns(run_id, config))
-        model_config = ModelConfig.from_dict(config["model"])
-        task_config = TaskConfig.from_dict(config["task"])
-        train_config = TrainConfig.from_dict(config["train"])
+        model_config, task_config, train_config = RunConfig(run_id, config).configs()
         seed_globals(model_config.seed)
         on = {"device": config["device"]} if "device" in config else {}  # the CPU runs call _train as always
         return trained_row(row, _train(model_config, task_config, train_config, **on), run_id, config, keep_model)

@@ -4,28 +4,18 @@ A spec is a TOML file or the same dict in Python::
 
     [grid]                 # axes: lists, the sweep runs their Cartesian product
     d_model = [16, 32]
-    n_heads = [1, 2]
-    dropout = [0.0, 0.1]
     seed = [0, 1, 2, 3, 4]
     [fixed]                # scalars shared by every run
     repeat_ratio = 0.3
-    early_stop = 3
     [analysis]             # optional: sizes of the per-run analysis (defaults: ANALYSIS_DEFAULTS)
     n = 2000
 
-``task = "NAME"`` in ``[fixed]`` sweeps any registered task instead (its own keys; see
-:mod:`perm_circuits.sweep.task_sweep`).  Otherwise keys are :class:`~perm_circuits.models.ModelConfig` fields (``d_model``, ``n_heads``,
-``n_layers``, ``dropout``, ``d_head``...), :class:`~perm_circuits.tasks.permutation_data.TaskConfig` fields
-(``repeat_ratio``...), :class:`~perm_circuits.train.TrainConfig` fields with two short names
-(``samples`` = ``samples_per_epoch``, ``early_stop`` = ``early_stop_patience``), and ``seed``,
-which seeds both the model's initialization and the data stream (as ``perm-circuits train
---seed`` does).  Unspecified training fields take the study's recipe (the ``TrainConfig``
-defaults).  Every run's configs are built before anything runs, so a bad spec is refused with the
-config's own message.
-
-A run's id is the first 16 hex characters of the SHA-256 of its resolved configuration as
-canonical JSON (sorted keys): the same configuration gets the same id on every machine, so a
-grown spec runs only its new runs.
+Keys are :class:`~perm_circuits.models.ModelConfig`, :class:`~perm_circuits.tasks.permutation_data.TaskConfig`
+and :class:`~perm_circuits.train.TrainConfig` fields (``samples`` = ``samples_per_epoch``, ``early_stop`` =
+``early_stop_patience``; unset ones take the study's recipe) and ``seed`` (model init and data
+stream); ``task = "NAME"`` in ``[fixed]`` sweeps another registered task (:mod:`perm_circuits.sweep.task_sweep`).
+Every run's configs are built first, so a bad spec is refused with the config's own message.  A run's
+id hashes its resolved configuration (:func:`run_id_of`): a grown spec runs only its new runs.
 """
 
 from __future__ import annotations
@@ -88,24 +78,17 @@ def _task_keys() -> list[str]:
     return [f.name for f in dataclasses.fields(TaskConfig) if f.name != "V"]  # V is the model's
 
 
-def _train_keys() -> list[str]:
-    inverse = {v: k for k, v in TRAIN_ALIASES.items()}
-    return [inverse.get(f.name, f.name) for f in dataclasses.fields(TrainConfig) if f.name not in TRAIN_EXCLUDED]
-
-
 def allowed_keys() -> list[str]:
-    """Every key a spec's ``[grid]`` / ``[fixed]`` may hold (for the permutation task; a spec with
-    ``task = "NAME"`` in ``[fixed]`` takes :func:`~perm_circuits.sweep.task_sweep.task_keys`)."""
-    return sorted({*_model_keys(), *_task_keys(), *_train_keys(), "seed", "task", "device"})
-
-
-def _float_fields(cls) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls) if str(f.type).split("|")[0].strip() == "float"}
+    """Every key a permutation spec's ``[grid]`` / ``[fixed]`` may hold (other tasks:
+    :func:`~perm_circuits.sweep.task_sweep.task_keys`)."""
+    inverse = {v: k for k, v in TRAIN_ALIASES.items()}
+    train = [inverse.get(f.name, f.name) for f in dataclasses.fields(TrainConfig) if f.name not in TRAIN_EXCLUDED]
+    return sorted({*_model_keys(), *_task_keys(), *train, "seed", "task", "device"})
 
 
 def _normalize(cls, values: dict[str, Any]) -> dict[str, Any]:
     """Ints given for float fields become floats, so ``dropout = 0`` and ``0.0`` name the same run."""
-    floats = _float_fields(cls)
+    floats = {f.name for f in dataclasses.fields(cls) if str(f.type).split("|")[0].strip() == "float"}
     return {
         k: float(v) if k in floats and isinstance(v, int) and not isinstance(v, bool) else v
         for k, v in values.items()
@@ -120,11 +103,8 @@ def run_id_of(config: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """One fully resolved run: plain JSON-able dicts (they travel to worker processes and Ray).
-
-    ``config`` = ``{"model": ModelConfig.to_dict(), "task": TaskConfig.to_dict(), "train":
-    TrainConfig fields minus checkpointing, "analysis": analysis sizes}``; ``run_id`` hashes it.
-    """
+    """One fully resolved run as JSON-able dicts (they travel to workers): ``config`` = ``{"model": ...,
+    "task": ..., "train": TrainConfig fields minus checkpointing, "analysis": sizes}``; ``run_id`` hashes it."""
 
     run_id: str
     config: dict[str, Any]
@@ -188,13 +168,8 @@ class SweepSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepSpec:
-        """Validate a spec dict (``{"grid": {...}, "fixed": {...}, "analysis": {...}}``).
-
-        Raises ValueError / TypeError naming the bad key or value before anything runs: unknown
-        section or key (listing the allowed ones), an axis that is not a non-empty list, a
-        key both in ``grid`` and ``fixed``, or a value a config rejects (the first failing
-        combination, with the config's own message).
-        """
+        """Validate a spec dict (``{"grid": {...}, "fixed": {...}, "analysis": {...}}``): ValueError /
+        TypeError naming the bad key or value (the first failing combination for a config's error)."""
         if isinstance(data, SweepSpec):
             return data
         if not isinstance(data, Mapping):
@@ -202,9 +177,8 @@ class SweepSpec:
         unknown = sorted(set(data) - set(SECTIONS))
         if unknown:
             raise ValueError(f"unknown spec section(s) {unknown}; allowed sections: {list(SECTIONS)}")
-        grid_in, fixed_in = data.get("grid", {}), data.get("fixed", {})
-        analysis_in = data.get("analysis", {})
-        for name, section in (("grid", grid_in), ("fixed", fixed_in), ("analysis", analysis_in)):
+        grid_in, fixed_in, analysis_in = (data.get(name, {}) for name in SECTIONS)
+        for name, section in zip(SECTIONS, (grid_in, fixed_in, analysis_in)):
             if not isinstance(section, Mapping):
                 raise TypeError(f"spec section [{name}] must be a table/dict, got {type(section).__name__}")
         if "task" in grid_in:
@@ -285,8 +259,6 @@ class SweepSpec:
 
 def load_spec(spec: SweepSpec | Mapping[str, Any] | str | os.PathLike) -> SweepSpec:
     """A validated :class:`SweepSpec` from a spec, a dict or a TOML file path."""
-    if isinstance(spec, SweepSpec):
-        return spec
     if isinstance(spec, (str, os.PathLike)):
         return SweepSpec.from_toml(spec)
     return SweepSpec.from_dict(spec)

@@ -1,16 +1,8 @@
-"""Sweep runs trained many at once: runs that differ only in their seed train as one stacked group.
-
-``run_sweep(..., trainer="stacked")`` groups the runs to do by architecture (:func:`group_runs`:
-every config key but the seed) and trains each group with
-:func:`~perm_circuits.stacked.train_stacked`, then evaluates and analyses each member exactly as
-:func:`~perm_circuits.sweep.run.run_one` does.  On CPU the stacked trainer reproduces single runs
-bit for bit, so the rows are the single trainer's rows (``wall_seconds`` aside) and the trainer is
-an implementation detail: it is not part of the spec, the row or the run id, and a sweep folder may
-hold rows of both.  Before a process first stacks, :func:`stacked_reproduces_single` checks that
-promise on a tiny case on this machine (a few tenths of a second); where it fails, every group
-falls back to single runs.  A member's ``wall_seconds`` is its share of the group's training plus
-its own analysis.  Groups run in this process (``serial``) or one group per worker of the local
-process pool (``local``; groups are split so that every worker gets work).
+"""Sweep runs that differ only in their seed, trained as one stacked group
+(:func:`~perm_circuits.stacked.train_stacked`), then evaluated and analysed as
+:func:`~perm_circuits.sweep.run.run_one` does: the rows are the single trainer's bit for bit on CPU
+(``wall_seconds`` aside: a member's share of the group's training plus its own analysis), so the
+trainer is not part of the run id.
 """
 
 from __future__ import annotations
@@ -36,16 +28,12 @@ __all__ = ["TRAINERS", "architecture_key", "choose_trainer", "group_runs", "run_
            "stacked_reproduces_single"]
 
 TRAINERS = ("auto", "single", "stacked")
-"""``run_sweep``'s ``trainer`` choices: one model at a time, groups of seeds stacked, or ``auto``
-(:func:`choose_trainer`)."""
+"""``run_sweep``'s ``trainer`` choices (:func:`choose_trainer`)."""
 
 
 def architecture_key(config: dict[str, Any]) -> str:
-    """What a run shares with the other members of its stacked group: its config minus the seeds.
-
-    The analysis sizes are part of it (a group's rows come out alike); a seed paper's task run
-    (``"fit"`` in its config) is never stacked and keys by its whole config.
-    """
+    """What a run shares with its stacked group: its config minus the seeds (a task run, never
+    stacked, keys by its whole config)."""
     if "fit" in config:
         return json.dumps(config, sort_keys=True)
     model = {k: v for k, v in config["model"].items() if k != "seed"}
@@ -68,16 +56,10 @@ def group_runs(runs: Sequence[RunConfig], max_size: int | None = None) -> list[t
 
 
 def choose_trainer(trainer: str, backend: str, runs: Sequence[RunConfig]) -> str:
-    """The trainer a sweep uses: ``trainer`` itself, or for ``"auto"`` the faster one here.
-
-    ``"auto"`` stacks where stacking is faster and changes no row: on the serial and local
-    backends, when some architecture has two or more runs to do (a group of one gains nothing).
-    Stacked training of 5 to 20 d32h2 seeds runs 1.03-1.08x the speed of the same single runs on one
-    quiet CPU thread, 1.15-1.35x on a loaded 2-core CPU (``benchmarks/stacked_training.py``): never
-    slower, so it is used.  On a GPU, where one member alone leaves the device idle, the gain
-    should be larger (not measured here).  The rows are the single trainer's either way, bit for bit on the CPU (checked by
-    :func:`stacked_reproduces_single` before the first group trains).  Ray trains one run per task.
-    """
+    """The trainer a sweep uses: ``trainer``, or for ``"auto"`` ``"stacked"`` on the serial and local
+    backends when some architecture has two or more runs to do.  Stacking 5 to 20 d32h2 seeds runs
+    1.03-1.08x the speed of single runs on one quiet CPU thread, 1.15-1.35x on a loaded 2-core CPU
+    (``benchmarks/stacked_training.py``).  Ray trains one run per task."""
     if trainer not in TRAINERS:
         raise ValueError(f"trainer must be one of {TRAINERS}, got {trainer!r}")
     if trainer != "auto":
@@ -89,12 +71,8 @@ def choose_trainer(trainer: str, backend: str, runs: Sequence[RunConfig]) -> str
 
 @functools.cache
 def stacked_reproduces_single() -> bool:
-    """Whether, on this machine's CPU, two stacked members equal their single runs bit for bit.
-
-    A tiny case that exercises every path of the exactness argument (d_model 8 and 1 head, so
-    Adam updates some weights member by member; dropout on; a short last batch).  Cached per
-    process.
-    """
+    """Whether, on this machine's CPU, two stacked members equal their single runs bit for bit, on a
+    tiny case exercising every path (one head, dropout, a short last batch).  Cached per process."""
     from perm_circuits.stacked import train_stacked
     from perm_circuits.train import train
 
@@ -117,12 +95,9 @@ def stacked_reproduces_single() -> bool:
 
 
 def run_group(runs: Sequence[tuple[str, dict[str, Any]]], keep_models: bool = False) -> list[Row]:
-    """``run_one``'s ``(row, checkpoint files)`` for every ``(run_id, config)`` of one group, trained stacked.
-
-    Never raises.  A group of one, a seed paper's task, a machine where stacking does not
-    reproduce single runs, or a failure of the stacked training itself fall back to
-    :func:`~perm_circuits.sweep.run.run_one` per run, so the rows are always the single trainer's.
-    """
+    """``run_one``'s ``(row, checkpoint files)`` for every ``(run_id, config)`` of one group, trained
+    stacked.  Never raises; a group of one, a task run, a machine where stacking is not exact or a
+    failed stacked training fall back to ``run_one`` per run."""
     runs = list(runs)
     if len(runs) == 1 or any("fit" in config for _, config in runs):
         return run_each(runs, keep_models)

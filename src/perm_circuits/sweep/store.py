@@ -1,15 +1,7 @@
-"""Sweep storage: a run's row and checkpoint files as workers return them, one JSON file per run
-written atomically by the driver, loading and export.
-
-Layout of a sweep folder::
-
-    DIR/spec.json               the last spec run into this folder (informational)
-    DIR/runs/<run_id>.json      one row per run (the commit point of a run)
-    DIR/models/<run_id>/        its checkpoint, with --keep-models (written before the row)
-
-Every file is written to a temp file in the same folder, fsynced and ``os.replace``-d into
-place, so killing the sweep (SIGKILL included) at any moment leaves either no row or a whole
-one, never a partial or duplicate row; leftover temp files are removed when a sweep starts.
+"""Sweep storage: ``DIR/spec.json`` (the last spec run there), ``DIR/runs/<run_id>.json`` (one row
+per run, its commit point) and ``DIR/models/<run_id>/`` (its checkpoint, written before the row).
+Every file is written atomically (temp file, fsync, ``os.replace``), so killing a sweep leaves no
+partial or duplicate row; leftover temp files are removed when a sweep starts.
 """
 
 from __future__ import annotations
@@ -39,8 +31,7 @@ TEXT_COLUMNS = ("run_id", "status", "error", "recall_curve", "elimination_curve"
 
 
 def versions() -> dict[str, str]:
-    """The package versions every row records (``version_perm_circuits``, ``version_torch``,
-    ``version_transformer_lens``; empty where not installed)."""
+    """The package versions every row records (empty where not installed)."""
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}
@@ -64,8 +55,8 @@ def checkpoint_files(save: Callable[[str], Any]) -> dict[str, bytes]:
 def guarded_row(run_id: str, work: Callable[[dict[str, Any]], dict[str, bytes] | None],
                 seconds: float = 0.0) -> tuple[dict[str, Any], dict[str, bytes] | None]:
     """``(row, checkpoint files or None)`` of one run: ``work(row)`` fills the row on one torch thread
-    and returns the files.  Never raises: an exception gives a ``status="failed"`` row whose ``error``
-    is the traceback.  ``wall_seconds`` adds ``seconds`` spent on the run before."""
+    and returns the files; an exception gives a ``status="failed"`` row with the traceback.
+    ``wall_seconds`` adds ``seconds`` spent on the run before."""
     start = time.perf_counter()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -126,20 +117,13 @@ def finished_runs(out_dir: str | os.PathLike) -> dict[str, str]:
     return {row["run_id"]: row.get("status", "failed") for row in load_rows(out_dir)}
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 METRIC_PREFIXES = ("test_loss", "elimination_accuracy", "recall_accuracy", "step", "probe_p", "recall_gen_x",
                    "epoch_recall_99", "epoch_elimination_99", "epochs_run", "wall_seconds")
 
 
 def load_sweep(out_dir: str | os.PathLike) -> pd.DataFrame:
-    """The sweep as a tidy DataFrame: one row per run, one column per schema field.
-
-    Missing values (metrics of failed runs, null in JSON) are NaN; numeric columns with any
-    missing value are float.  Rows are sorted by their config columns, then run id.
-    """
+    """The sweep as a tidy DataFrame, one row per run sorted by config then run id; missing values
+    are NaN (numeric columns with any missing value are float)."""
     out_dir = Path(out_dir)
     if not (out_dir / RUNS_DIR).is_dir():
         raise ValueError(f"{str(out_dir)!r} is not a sweep folder (no {RUNS_DIR}/ inside)")
@@ -149,11 +133,10 @@ def load_sweep(out_dir: str | os.PathLike) -> pd.DataFrame:
         return frame
     for column in frame.columns:
         values = [v for v in frame[column] if v is not None and not (isinstance(v, float) and math.isnan(v))]
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
         if column in TEXT_COLUMNS:
             frame[column] = frame[column].fillna("")
-        elif (values and all(_is_number(v) for v in values) and len(values) < len(frame)) or (
-            not values and column.startswith(METRIC_PREFIXES)
-        ):
+        elif (values and numbers and len(values) < len(frame)) or (not values and column.startswith(METRIC_PREFIXES)):
             frame[column] = frame[column].astype(float)
     order = [c for c in ("d_model", "n_heads", "n_layers", "dropout", "repeat_ratio", "epochs", "samples", "seed")
              if c in frame.columns]

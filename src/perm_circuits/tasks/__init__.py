@@ -1,7 +1,4 @@
-"""Tasks behind one interface (:class:`~perm_circuits.tasks.base.Task`), their registry and the generic step loop.
-
-A new task is one file: a class satisfying :class:`Task` and one :func:`register_task` line.
-"""
+"""Tasks behind one interface (:class:`~perm_circuits.tasks.base.Task`), their registry and the generic step loop."""
 
 from perm_circuits.tasks.base import (DEFAULT_MODEL_KEYS, TASKS, FitConfig, FitResult, StepState, Task, TaskBatch,
                                       TaskEntry, fit, load_object, log_spaced_steps, masked_cross_entropy,

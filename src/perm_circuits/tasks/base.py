@@ -1,15 +1,11 @@
 """The task interface: what ``train``, ``evaluate``, the sweep and the report need from a task.
 
-A task is a small object (usually a frozen dataclass of its settings, :class:`DataclassTask`) that
-makes batches of ``(tokens, targets, mask)`` from a ``torch.Generator`` (the same generator state
-gives the same batch bit for bit), names and computes its metrics from logits, gives its exact or
-analytic reference where one exists, and round-trips through JSON so checkpoints and sweep rows can
-store it.  The study's permutation lookup is one task (:class:`~perm_circuits.tasks.permutation.PermutationTask`);
-the seed papers' systems are others.  A new task is one file: a class satisfying :class:`Task` plus
-``register_task(name, cls)``, whose registry entry (:class:`TaskEntry`) also carries the task's own
-model builder, sweep keys and reproduction, so no other module holds per-task code.
-
-:func:`fit` is the generic step loop under :func:`perm_circuits.train` for any ``tokens -> logits`` module.
+A task (usually a frozen dataclass of its settings, :class:`DataclassTask`) makes batches of
+``(tokens, targets, mask)`` from a ``torch.Generator`` (same generator state, same batch bit for
+bit), computes its named metrics from logits, gives its exact reference where one exists, and
+round-trips through JSON.  A new task is one file: a :class:`Task` class plus
+``register_task(name, cls)``, whose :class:`TaskEntry` also carries its model builder, sweep keys
+and reproduction.  :func:`fit` is the generic step loop under :func:`perm_circuits.train`.
 """
 
 from __future__ import annotations
@@ -34,15 +30,9 @@ __all__ = ["DEFAULT_MODEL_KEYS", "SPLITS", "TASKS", "DataclassTask", "FitConfig"
 
 @dataclass(frozen=True)
 class TaskBatch:
-    """One batch of any task.
-
-    Attributes:
-        tokens: model inputs.
-        targets: the next token at every input position (any value where ``mask`` is 0).
-        mask: loss weight per position (1.0 where the loss is taken, 0.0 elsewhere).
-        extras: task-specific tensors with the batch as first dimension (e.g. the fact ids,
-            the hidden chain states), for metrics and analyses.
-    """
+    """One batch of any task: ``targets`` is the next token at every input position (any value
+    where ``mask``, the per-position loss weight, is 0); ``extras`` holds task-specific tensors with
+    the batch as first dimension (e.g. fact ids, hidden chain states) for metrics and analyses."""
 
     tokens: Int[Tensor, "batch seq"]
     targets: Int[Tensor, "batch seq"]
@@ -76,14 +66,12 @@ class TaskBatch:
                          {k: v[index] for k, v in self.extras.items()})
 
     def to(self, device: torch.device | str) -> TaskBatch:
-        """The batch on ``device`` (itself when every tensor is already there): batches are drawn
-        on the CPU and moved once to the model's device."""
-        tensors = (self.tokens, self.targets, self.mask)
+        """The batch on ``device`` (itself when every tensor is already there)."""
+        tensors = (self.tokens, self.targets, self.mask, *self.extras.values())
         moved = [t.to(device) for t in tensors]
-        extras = {k: v.to(device) for k, v in self.extras.items()}
-        if all(a is b for a, b in zip(moved, tensors)) and all(extras[k] is v for k, v in self.extras.items()):
+        if all(a is b for a, b in zip(moved, tensors)):
             return self
-        return TaskBatch(*moved, extras)
+        return TaskBatch(*moved[:3], dict(zip(self.extras, moved[3:])))
 
 
 @runtime_checkable
@@ -108,13 +96,9 @@ class Task(Protocol):
     def metrics(self, logits: Tensor, batch: TaskBatch) -> dict[str, float]: ...
 
     def reference(self, batch: TaskBatch) -> Tensor | None:
-        """The exact or analytic answer on ``batch``, or ``None`` where the task has none.
-
-        Either the reference's next-token distribution over the full vocabulary,
-        ``Float[batch, seq, vocab]`` (e.g. the Bayesian posterior), or its next token,
-        ``Int[batch, seq]``; only positions where ``batch.mask`` > 0 are compared
-        (:func:`perm_circuits.evaluate`).
-        """
+        """The exact or analytic answer on ``batch`` (``None``: none): a next-token distribution
+        ``Float[batch, seq, vocab]`` (e.g. the Bayesian posterior) or next tokens ``Int[batch, seq]``,
+        compared where ``batch.mask`` > 0 (:func:`perm_circuits.evaluate`)."""
         ...
 
     def to_dict(self) -> dict[str, Any]: ...
@@ -124,8 +108,7 @@ SPLITS = ("train", "test")
 
 
 def check_sample(n: object, generator: object, split: object) -> None:
-    """The checks of a task's ``sample(n, generator, split)``: ``n >= 1``, a ``torch.Generator``,
-    ``split`` one of :data:`SPLITS`."""
+    """The checks of a task's ``sample(n, generator, split)``."""
     check_int("n", n, low=1)
     if not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
@@ -164,24 +147,14 @@ Builder = Callable[..., Any]
 
 @dataclass(frozen=True)
 class TaskEntry:
-    """What the registry knows about a task besides its class: everything the rest of the library
-    (training, sweeps, reproductions) needs, so that no other module holds per-task code.
-
-    Attributes:
-        name, cls: the registry name and the task class.
-        model: the task's own model builder ``builder(task, *, seed, **fields)``, or a
-            ``"module:function"`` string naming one (imported on first use, so a task file never
-            imports the model module that imports it), or ``None``: the task trains a default
-            ``boot_native`` transformer sized from ``task.d_vocab`` and ``task.n_ctx``
-            (:func:`perm_circuits.tasks.runner.task_model`).
-        model_keys: the builder's keyword fields a sweep spec may set (with ``model=None``: the
-            default transformer's ``d_model``, ``n_heads``, ``n_layers``).
-        forward: the ``forward(model, tokens) -> logits`` that trains and evaluates the builder's
-            models (a callable, a ``"module:function"`` string, or ``None``: ``model(tokens)``).
-        fit_defaults: the task's own defaults for the fit recipe (:class:`FitConfig` fields) in a sweep.
-        reproduction: ``(name, "module", title)`` of the seed paper's headline experiment, whose
-            module defines ``run(quick, progress) -> Reproduction`` (``perm-circuits reproduce NAME``).
-    """
+    """What the registry knows about a task besides its class: ``model``, its builder
+    ``builder(task, *, seed, **fields)``, a ``"module:function"`` string naming one (imported on first
+    use) or ``None`` (a default ``boot_native`` transformer sized from the task,
+    :func:`perm_circuits.tasks.runner.task_model`); ``model_keys``, the builder's fields a sweep may set
+    (``model=None``: :data:`DEFAULT_MODEL_KEYS`); ``forward(model, tokens) -> logits`` for its models
+    (callable, string or ``None``: ``model(tokens)``); ``fit_defaults``, its :class:`FitConfig` defaults
+    in a sweep; ``reproduction``, ``(name, "module", title)`` of the seed paper's headline experiment,
+    whose module defines ``run(quick, progress) -> Reproduction`` (``perm-circuits reproduce NAME``)."""
 
     name: str
     cls: type
@@ -192,11 +165,11 @@ class TaskEntry:
     reproduction: tuple[str, str, str] | None = None
 
     def builder(self) -> Builder | None:
-        """The model builder, imported if it was named by a string."""
+        """The model builder, imported if named by a string."""
         return load_object(self.model) if isinstance(self.model, str) else self.model
 
     def forward_fn(self) -> Callable[..., Any] | None:
-        """The training/evaluation forward, imported if it was named by a string."""
+        """The forward, imported if named by a string."""
         return load_object(self.forward) if isinstance(self.forward, str) else self.forward
 
 
@@ -220,13 +193,10 @@ def load_object(reference: str) -> Any:
 
 
 def import_module_or_file(reference: str, file: str | None = None) -> Any:
-    """Import the module that defines (and registers) a task: ``reference`` is a module name, tried
-    with the current folder on the path too, or a ``.py`` file (imported as the module named by its
-    stem).  ``file``: the module's file, loaded under the name ``reference`` where the name does not
-    import (e.g. in a sweep's worker, whose path lacks the user's folder).
-
-    Returns the module; ValueError naming ``reference`` when neither imports.
-    """
+    """The module that defines (and registers) a task, imported: ``reference`` is a module name
+    (the current folder on the path too) or a ``.py`` file (imported under its stem).  ``file``: the
+    module's file, loaded as ``reference`` where the name does not import (e.g. in a sweep worker).
+    ValueError naming ``reference`` when neither imports."""
     import importlib
     import importlib.util
     import os
@@ -245,17 +215,13 @@ def import_module_or_file(reference: str, file: str | None = None) -> Any:
             raise ValueError(f"cannot import {file!r} as module {name!r}: another module of that name is already "
                              f"imported ({here or 'built in'}); rename the file")
         return loaded
-    if file is None:
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        try:
-            return importlib.import_module(name)
-        except ImportError as error:
-            raise ValueError(f"cannot import {reference!r} (a module name or a .py file expected): {error}") from None
+    if file is None and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         return importlib.import_module(name)
-    except ImportError:
-        pass
+    except ImportError as error:
+        if file is None:
+            raise ValueError(f"cannot import {reference!r} (a module name or a .py file expected): {error}") from None
     spec = importlib.util.spec_from_file_location(name, file)
     if spec is None or spec.loader is None or not Path(file).is_file():
         raise ValueError(f"cannot import {name!r} from {file!r}: not a Python file")
@@ -279,13 +245,9 @@ def register_task(
     fit_defaults: Mapping[str, Any] | None = None,
     reproduction: tuple[str, str, str] | None = None,
 ) -> type:
-    """Register ``cls`` under ``name`` (a new task's one line of wiring); returns ``cls``.
-
-    With only ``name`` and ``cls`` the task gets everything: :func:`task_from_dict`, training and
-    evaluation (:func:`perm_circuits.train`, :func:`perm_circuits.evaluate`) and sweeps
-    (``task = "NAME"`` in a spec) on a default transformer sized from the task.  The keywords
-    describe a task's own model, sweep defaults and reproduction (:class:`TaskEntry`).
-    """
+    """Register ``cls`` under ``name``; returns ``cls``.  With only these the task gets
+    :func:`task_from_dict`, training, evaluation and sweeps on a default transformer sized from the
+    task; the keywords describe its own model, sweep defaults and reproduction (:class:`TaskEntry`)."""
     if not isinstance(name, str):
         raise TypeError(f"task name must be a non-empty string, got {type(name).__name__} {name!r}")
     if not name:
@@ -379,9 +341,7 @@ def log_spaced_steps(total: int, n: int = 40, first: int = 1) -> tuple[int, ...]
 
 @dataclass(frozen=True)
 class FitConfig:
-    """The recipe of the generic loop (:func:`fit`): ``steps`` optimiser steps on batches of
-    ``batch_size``, ``optimizer`` (``"adam"``, ``"adamw"`` or ``"sgd"``) with ``lr``,
-    ``momentum`` (SGD) and ``weight_decay``; ``seed`` seeds the data stream (and, in
+    """The recipe of :func:`fit` (``momentum`` is SGD's); ``seed`` seeds the data stream (and, in
     :func:`perm_circuits.train`, a model it builds).  The defaults are a sweep's."""
 
     steps: int = 1000
@@ -453,13 +413,10 @@ def fit(
 ) -> FitResult:
     """Train ``model`` on ``task`` for ``steps`` optimiser steps of masked next-token loss.
 
-    Only parameters with ``requires_grad`` train (the model's config declares the frozen ones).
-    Batches come from one ``torch.Generator`` seeded with ``seed``, so a fixed seed gives
-    bit-identical weights and losses on CPU.  ``forward(model, tokens)`` defaults to
-    ``model(tokens)`` (pass e.g. :func:`perm_circuits.models.fast_forward` for a bridge).  Each
-    callback gets a :class:`StepState` after every step; whatever it returns that is not ``None``
-    is kept in ``FitResult.records`` (a callback decides its own cadence, e.g. with
-    :func:`log_spaced_steps`).  The model is left in eval mode.
+    Only parameters with ``requires_grad`` train.  Batches come from one ``torch.Generator`` seeded
+    with ``seed`` (bit-identical weights and losses on CPU).  ``forward(model, tokens)`` defaults to
+    ``model(tokens)``.  Each callback gets a :class:`StepState` after every step; what it returns,
+    if not ``None``, is kept in ``FitResult.records``.  The model is left in eval mode.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module mapping tokens to logits, got {type(model).__name__}")

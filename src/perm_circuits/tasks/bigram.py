@@ -1,27 +1,15 @@
 """The bigram-with-triggers task of Bietti et al. (2023), "Birth of a Transformer: A Memory Viewpoint".
 
-Each sequence ``z_1 .. z_{T+1}`` over ``N`` tokens is a Markov chain that follows a *global* bigram
-model ``pi_b`` except after ``K`` sequence-specific *trigger* tokens (paper section 3):
+Each sequence ``z_1 .. z_{T+1}`` over ``N`` tokens follows a global bigram model ``pi_b`` except
+after ``K`` per-sequence triggers (paper section 3): triggers ``q_k`` drawn without replacement from
+the unigram ``pi_u`` ("random triggers"), outputs ``o_k`` uniform on ``[N]``, ``z_1 ~ pi_u`` and
+``z_{t+1} = o_k`` if ``z_t = q_k``, else ``z_{t+1} ~ pi_b(. | z_t)``.  From a trigger's second
+occurrence on, its output can be copied from the context (an induction head); ``loss_on="outputs"``
+(the paper's Figure 3 loss) takes the loss exactly there, ``"all"`` on every next token.
 
-* triggers ``q_1 .. q_K`` are drawn per sequence, without replacement, from the unigram
-  distribution (``pi_q = pi_u``, the paper's "random triggers");
-* each trigger's output ``o_k`` is drawn uniformly from ``[N]`` (``pi_o`` uniform), per sequence;
-* ``z_1 ~ pi_u``; ``z_{t+1} = o_k`` if ``z_t = q_k``, else ``z_{t+1} ~ pi_b(. | z_t)``.
-
-The output after a trigger's *first* occurrence is unpredictable; from the *second* occurrence on
-it can be copied from the context (an induction head).  The loss mask (``loss_on="outputs"``, the
-paper's "loss on predictable tokens after trigger", as in its Figure 3) is 1 exactly at the input
-positions holding the second-or-later occurrence of a trigger, whose target is that trigger's
-output; ``loss_on="all"`` trains on every next token (the full language-modelling loss) while the
-metrics still read the in-context positions.
-
-**The global bigram model is synthetic.**  The paper estimates ``pi_b`` from Karpathy's
-character-level tiny-Shakespeare (``N = 65``), which cannot be downloaded here.  We use a seeded
-random Markov chain with a Zipf marginal instead: row ``i`` is ``pi_b(j | i) ∝ w_j g_ij`` with
-``w_j = (j + 1)^(-zipf_exponent)`` (token 0 the most frequent) and ``g_ij`` i.i.d. Gamma(1)
-noise drawn from ``torch.Generator().manual_seed(chain_seed)``, so each row is a different noisy
-Zipf profile and the stationary distribution ``pi_u`` is close to Zipf.  ``pi_u`` is computed
-exactly (power iteration) and is the distribution of ``z_1`` and of the triggers.
+The paper's ``pi_b`` comes from tiny-Shakespeare (``N = 65``), not downloadable here: ours is a
+seeded random chain with a Zipf marginal (:func:`zipf_bigram_table`); ``pi_u`` is its exact
+stationary distribution (power iteration).
 """
 
 from __future__ import annotations
@@ -45,8 +33,8 @@ LOSS_ON = ("outputs", "all")
 def zipf_bigram_table(N: int, zipf_exponent: float = 1.0, seed: int = 0) -> Float[Tensor, "N N"]:
     """A seeded random bigram table ``pi_b[i, j] = p(j | i)`` with a Zipf-shaped marginal.
 
-    Row ``i`` is ``w_j g_ij`` normalised, ``w_j = (j+1)^-zipf_exponent``, ``g_ij ~ Gamma(1)``
-    from ``torch.Generator().manual_seed(seed)`` (see the module docstring).
+    Row ``i`` is ``w_j g_ij`` normalised, ``w_j = (j+1)^-zipf_exponent`` (token 0 the most frequent),
+    ``g_ij ~ Gamma(1)`` i.i.d. from ``torch.Generator().manual_seed(seed)``: each row a noisy Zipf profile.
     """
     check_int("N", N, low=2)
     check_number("zipf_exponent", zipf_exponent, low=0, finite=False)
@@ -69,16 +57,9 @@ def _stationary(table: Float[Tensor, "N N"]) -> Float[Tensor, " N"]:
 
 @dataclass(frozen=True)
 class BigramTriggerTask(DataclassTask):
-    """Bigram sequences with in-context trigger -> output rules (module docstring; Bietti et al. 2023 §3).
-
-    Attributes:
-        N: vocabulary size (the paper's tiny-Shakespeare has 65 characters).
-        T: sequence length fed to the model (the paper uses 256); ``T + 1`` tokens are drawn.
-        K: triggers per sequence (drawn from ``pi_u`` without replacement).
-        zipf_exponent: exponent of the synthetic bigram table's Zipf profile.
-        chain_seed: seed of the synthetic bigram table (fixed for the task, not per batch).
-        loss_on: ``"outputs"`` (loss on second-and-later trigger outputs) or ``"all"``.
-    """
+    """Bigram sequences with in-context trigger -> output rules (module docstring; Bietti et al. 2023 §3):
+    ``N`` tokens (paper: 65), ``T`` model inputs (paper: 256; ``T + 1`` tokens drawn), ``K`` triggers,
+    the synthetic table's ``zipf_exponent`` and ``chain_seed`` (fixed for the task), ``loss_on``."""
 
     name: ClassVar[str] = "bigram_triggers"
 
@@ -99,8 +80,6 @@ class BigramTriggerTask(DataclassTask):
         if self.loss_on not in LOSS_ON:
             raise ValueError(f"loss_on must be one of {LOSS_ON}, got {self.loss_on!r}")
 
-    # ------------------------------------------------------------------ distributions
-
     @cached_property
     def bigram(self) -> Float[Tensor, "N N"]:
         """The global bigram table ``pi_b[i, j] = p(z_{t+1} = j | z_t = i)``."""
@@ -110,8 +89,6 @@ class BigramTriggerTask(DataclassTask):
     def unigram(self) -> Float[Tensor, " N"]:
         """``pi_u``: the stationary distribution of :attr:`bigram` (first token and triggers)."""
         return _stationary(self.bigram)
-
-    # ------------------------------------------------------------------ Task protocol
 
     @property
     def d_vocab(self) -> int:
@@ -126,10 +103,8 @@ class BigramTriggerTask(DataclassTask):
         return ("in_context_acc", "in_context_loss", "bigram_loss")
 
     def sample(self, n: int, generator: torch.Generator, split: str = "train") -> TaskBatch:
-        """``n`` fresh sequences (train and test come from the same distribution; ``split`` is
-        accepted for the protocol).  ``extras``: ``triggers`` [n, K], ``outputs`` [n, K] and
-        ``occurrence`` [n, T] (k >= 1 where the input token is the k-th occurrence of a trigger,
-        0 elsewhere)."""
+        """``n`` fresh sequences (both splits alike).  ``extras``: ``triggers`` and ``outputs`` [n, K],
+        ``occurrence`` [n, T] (k where the input is a trigger's k-th occurrence, else 0)."""
         check_sample(n, generator, split)
         N, T, K = self.N, self.T, self.K
         triggers = torch.multinomial(self.unigram.expand(n, N), K, replacement=False, generator=generator)
@@ -156,9 +131,9 @@ class BigramTriggerTask(DataclassTask):
         return TaskBatch(tokens, targets, mask, {"triggers": triggers, "outputs": outputs, "occurrence": occurrence})
 
     def metrics(self, logits: Float[Tensor, "batch seq vocab"], batch: TaskBatch) -> dict[str, float]:
-        """In-context accuracy and loss (second-and-later trigger occurrences, the paper's
-        "in-context accuracy"), and the mean loss on the other positions (its "global loss" reads
-        non-trigger tokens; here every position not following a trigger)."""
+        """In-context accuracy and loss (second-and-later trigger occurrences, the paper's "in-context
+        accuracy") and ``bigram_loss``, the mean loss at every input that is not a trigger (its
+        "global loss"); nan where a group is empty."""
         if logits.shape[:2] != batch.tokens.shape or logits.shape[-1] != self.N:
             raise ValueError(f"logits must be [batch, {self.T}, {self.N}], got {tuple(logits.shape)}")
         occurrence = batch.extras["occurrence"]
@@ -176,15 +151,13 @@ class BigramTriggerTask(DataclassTask):
         }
 
     def reference(self, batch: TaskBatch) -> Tensor | None:
-        """No closed-form reference: the first occurrence of a trigger is unpredictable without
-        knowing the triggers (see :attr:`bigram` for the global model)."""
+        """None: a trigger's first output is unpredictable."""
         return None
 
 
 def build_birth_model(task: BigramTriggerTask, *, seed: int = 0, **fields: Any):
-    """The simplified two-layer model of Bietti et al. (2023) for ``task`` (vocabulary ``N``, context
-    ``T``): :func:`perm_circuits.systems.birth_model.build_birth_model`; ``fields`` are the other
-    ``BirthModelConfig`` fields (``d_model``)."""
+    """The simplified two-layer model of Bietti et al. (2023) for ``task``
+    (:func:`perm_circuits.systems.birth_model.build_birth_model`; ``fields``: ``d_model``)."""
     birth = load_object("perm_circuits.systems.birth_model:BirthModelConfig")
     build = load_object("perm_circuits.systems.birth_model:build_birth_model")
     return build(birth(N=task.N, T=task.T, seed=seed, **fields))

@@ -1,12 +1,9 @@
-"""Checkpoints of a model trained on any registered task: its weights plus the record of its task.
-
-A study model's checkpoint (:func:`perm_circuits.models.save_model`) stores its ``ModelConfig`` and
-``TaskConfig``; a model of any other task stores, in the same two files, the record
+"""Checkpoints of a model trained on any registered task: its weights plus the record
 ``{"task": task.to_dict(), "model": fields, "seed": seed}`` under ``config.json``'s
-:data:`~perm_circuits.models.TASK_RECORD` key, from which :func:`load_task_checkpoint` rebuilds the task
-(by registry name) and the model (:func:`~perm_circuits.tasks.runner.task_model`) before loading the
-checked weights.  Nothing is unpickled.  A task defined in the user's own module must be registered
-before loading (``perm-circuits report PATH --import MODULE``).
+:data:`~perm_circuits.models.TASK_RECORD` key (a study model's checkpoint,
+:func:`perm_circuits.models.save_model`, stores its configs instead), from which the task and its
+model (:func:`~perm_circuits.tasks.runner.task_model`) are rebuilt.  Nothing is unpickled; a user's
+task must be registered before loading (``perm-circuits report PATH --import MODULE``).
 """
 
 from __future__ import annotations
@@ -31,10 +28,9 @@ __all__ = ["TaskCheckpoint", "load_task_checkpoint", "save_task_model", "task_re
 
 @dataclass(frozen=True)
 class TaskCheckpoint:
-    """A loaded task checkpoint: the model (eval mode, rebuilt by ``task_model(task, seed=seed,
-    **model_fields)`` with the stored weights; it carries ``metadata`` and ``task_build`` attributes), its
-    task, the task's registered ``forward`` for its own model (``None``: ``model(tokens)``; evaluate and
-    report with it), the JSON ``metadata`` saved with it and the checkpoint folder ``path``."""
+    """A loaded task checkpoint: the model (eval mode, ``task_model(task, seed=seed, **model_fields)``
+    with the stored weights, carrying ``metadata`` and ``task_build``), its task, the task's ``forward``
+    (``None``: ``model(tokens)``; evaluate with it), the saved ``metadata`` and the folder ``path``."""
 
     model: Any
     task: Task
@@ -47,13 +43,11 @@ class TaskCheckpoint:
 
 def _build_of(model: torch.nn.Module, task: Task, model_fields: Mapping[str, Any] | None,
               seed: int | None) -> tuple[dict[str, Any], int]:
-    """(fields, seed) that rebuild ``model``: given, else the model's ``task_build`` (set by
-    ``task_model``), else read off a default transformer's TransformerLens config."""
+    """(fields, seed) that rebuild ``model``: given, else its ``task_build``, else its TransformerLens config."""
     build = getattr(model, "task_build", None)
-    if model_fields is None and isinstance(build, Mapping):
-        model_fields = build.get("model")
-    if seed is None and isinstance(build, Mapping):
-        seed = build.get("seed")
+    if isinstance(build, Mapping):
+        model_fields = build.get("model") if model_fields is None else model_fields
+        seed = build.get("seed") if seed is None else seed
     cfg = getattr(model, "cfg", None)
     if model_fields is None:
         if task_entry(task.name).builder() is not None or not all(hasattr(cfg, k) for k in DEFAULT_MODEL_KEYS):
@@ -78,15 +72,13 @@ def save_task_model(
     seed: int | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> Path:
-    """Save ``model``, trained on registered ``task``, as checkpoint folder ``path`` (files already there
-    are replaced atomically) that records the task; returns ``path``.
+    """Save ``model``, trained on registered ``task``, as checkpoint folder ``path`` (atomically) that
+    records the task; returns ``path``.
 
-    ``model`` is one that ``task_model(task, seed=seed, **model_fields)`` rebuilds; ``model_fields`` and
-    ``seed`` default to what the model carries (``model.task_build``), else, for the default transformer,
-    its ``d_model``, ``n_heads`` and ``n_layers``.  ``metadata``: a JSON-serializable dict stored beside.
-    Before anything is written, the rebuilt model is given these weights and must give ``model``'s logits
-    on a few test sequences (ValueError otherwise, e.g. another activation or width), so the checkpoint
-    loads as this model.
+    ``task_model(task, seed=seed, **model_fields)`` must rebuild ``model``; ``model_fields`` and ``seed``
+    default to ``model.task_build``, else the default transformer's ``d_model``, ``n_heads``, ``n_layers``.
+    Before anything is written, the rebuilt model with these weights must give ``model``'s logits on a
+    few test sequences (ValueError otherwise, e.g. another activation), so the checkpoint loads as this model.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -124,8 +116,8 @@ def save_task_model(
 
 
 def task_record(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The task record in checkpoint folder ``path``'s ``config.json`` (``None``: no such folder,
-    or a study checkpoint, whose task is the permutation lookup).  Reads the JSON only."""
+    """The task record in checkpoint folder ``path``'s ``config.json`` (``None``: no such folder, or a
+    study checkpoint).  Reads the JSON only."""
     config = Path(path) / CONFIG_FILE
     if not config.is_file():
         return None
@@ -139,14 +131,9 @@ def task_record(path: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 def load_task_checkpoint(path: str | os.PathLike[str], *, device: str | torch.device | None = None) -> TaskCheckpoint:
     """Load a checkpoint written by :func:`save_task_model`: its task, rebuilt by registry name, and
-    its model, rebuilt and validated (eval mode, on ``device``; default the CPU).
-
-    Raises:
-        CheckpointError (a ValueError): a missing or corrupted checkpoint, one without a task
-            record (a study checkpoint: :func:`perm_circuits.models.load_model`), a task name
-            that is not registered (import the module that registers it first) or settings the
-            task rejects, or weights that do not fit the rebuilt model.
-    """
+    its model, rebuilt with the checked weights (eval mode, on ``device``; default the CPU).
+    CheckpointError (a ValueError) for a missing or corrupted checkpoint, a study checkpoint, an
+    unregistered task, settings the task rejects or weights that do not fit."""
     document, tensors = read_checkpoint_files(path)
     record = document.get(TASK_RECORD)
     if record is None:
@@ -157,14 +144,13 @@ def load_task_checkpoint(path: str | os.PathLike[str], *, device: str | torch.de
         raise CheckpointError(f"the {TASK_RECORD!r} record of {str(path)!r} must be "
                               f"{{'task': {{'task': NAME, ...}}, 'model': {{...}}, 'seed': INT}}, got {record!r}")
     name = record["task"].get("task")
+    task_entries()  # imports the built-in tasks
     if not isinstance(name, str) or name not in TASKS:
-        task_entries()  # imports the built-in tasks
-        if not isinstance(name, str) or name not in TASKS:
-            raise CheckpointError(
-                f"checkpoint {str(path)!r} was trained on task {name!r}, which is not registered; registered tasks: "
-                f"{sorted(TASKS)}. Import the module that defines and registers it first "
-                "(perm-circuits report PATH --import MODULE_OR_FILE.py)"
-            )
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} was trained on task {name!r}, which is not registered; registered tasks: "
+            f"{sorted(TASKS)}. Import the module that defines and registers it first "
+            "(perm-circuits report PATH --import MODULE_OR_FILE.py)"
+        )
     try:
         task = task_from_dict(record["task"])
         model, forward = task_model(task, seed=record["seed"], **record["model"])

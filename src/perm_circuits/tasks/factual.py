@@ -1,33 +1,15 @@
 """Synthetic factual recall (Nichani, Lee & Bietti 2024, "Understanding Factual Recall in
 Transformers via Associative Memories", arXiv:2412.06538, section 4; seed 003).
 
-There are ``S`` subjects, ``R`` relations and a set of noise tokens.  Each relation ``r`` owns a
-block ``A_r`` of ``D`` answer tokens, and a seeded fact table gives every pair its answer
-``a*(s, r) in A_r`` (a balanced random assignment drawn once from ``fact_seed``: see :func:`fact_table`).  A sequence is
-``seq_len - 1`` tokens of i.i.d. uniform noise in which one subject and one relation token sit at two
-distinct random positions, then ``EOS``; the label at ``EOS`` is ``a*(s, r)`` and the loss is taken
-there only ("What is the capital of France? -> Paris", with the question's other words as noise).
-
-Token ids (the answers first, so a model whose readout covers only the answers, as the paper's
-eq. 7 normalises over ``A``, uses the answer ids as its class indices):
-
-=================  ==========================================
-``0 .. RD-1``      answers; ``A_r = [rD, (r+1)D)``
-``RD .. RD+S-1``   subjects
-``.. +R``          relations
-``.. +n_noise``    noise tokens
-``d_vocab - 1``    EOS
-=================  ==========================================
-
-Reference predictors:
-
-* the Bayes-optimal prediction is the fact table itself (loss 0): :meth:`FactualRecallTask.reference`;
-* the *relation-only* predictor ``p(a | r)`` (uniform over ``A_r``, ignoring the subject) has loss
-  exactly ``log D``: the paper's "hallucination" plateau (section 5, Theorem 6), where the model
-  outputs a plausible answer of the right type.  :meth:`FactualRecallTask.relation_prior`.
-
-Facts are memorised, not generalised, so ``split`` changes nothing but the random draws: the test
-set shows the same facts with fresh noise and positions.
+``S`` subjects, ``R`` relations, each relation ``r`` owning a block ``A_r`` of ``D`` answers, and a
+seeded fact table ``a*(s, r) in A_r`` (:func:`fact_table`).  A sequence is ``seq_len - 1`` uniform
+noise tokens with one subject and one relation token at two distinct random positions, then
+``EOS``, whose label ``a*(s, r)`` is the only loss.  Token ids: answers ``0 .. RD-1``
+(``A_r = [rD, (r+1)D)``, first so an answers-only readout, the paper's eq. 7, uses them as class
+indices), then subjects, relations, noise and ``EOS = d_vocab - 1``.  The relation-only predictor
+``p(a | r)`` (:meth:`FactualRecallTask.relation_prior`) has loss exactly ``log D``: the paper's
+"hallucination" plateau (section 5, Theorem 6).  Facts are memorised, so the test split shows the
+same facts with fresh noise and positions.
 """
 
 from __future__ import annotations
@@ -45,6 +27,7 @@ from perm_circuits.checks import check_int
 from perm_circuits.tasks.base import DataclassTask, TaskBatch, check_sample, register_task
 
 __all__ = ["FactualRecallTask", "fact_table"]
+
 
 @lru_cache(maxsize=32)
 def _fact_table(S: int, R: int, D: int, seed: int) -> Tensor:
@@ -66,16 +49,9 @@ def fact_table(S: int, R: int, D: int, seed: int = 0) -> Int[Tensor, "S R"]:
 
 @dataclass(frozen=True)
 class FactualRecallTask(DataclassTask):
-    """Factual recall: ``S`` subjects, ``R`` relations, ``D`` answers per relation (see the module).
-
-    Attributes:
-        S: number of subjects.
-        R: number of relations.
-        D: answers per relation (``|A_r|``); the relation-only loss is ``log D``.
-        n_noise: number of distinct noise tokens.
-        seq_len: tokens per sequence, ``EOS`` included (so ``seq_len - 3`` noise tokens).
-        fact_seed: seeds the fact table ``a*``.
-    """
+    """Factual recall (module docstring): ``S`` subjects, ``R`` relations, ``D`` answers per relation,
+    ``n_noise`` distinct noise tokens, ``seq_len`` tokens per sequence (``EOS`` included, so
+    ``seq_len - 3`` noise tokens), ``fact_seed`` seeding the fact table."""
 
     S: int = 16
     R: int = 4
@@ -94,11 +70,9 @@ class FactualRecallTask(DataclassTask):
         if self.n_noise < 0 or (self.n_noise == 0 and self.seq_len > 3):
             raise ValueError(f"n_noise must be >= 1 when seq_len > 3 (noise fills the gaps), got {self.n_noise}")
 
-    # ------------------------------------------------------------------ vocabulary
-
     @property
     def n_answers(self) -> int:
-        """``|A| = R D`` (answer ids are ``0 .. RD-1``)."""
+        """``|A| = R D``."""
         return self.R * self.D
 
     @property
@@ -142,8 +116,6 @@ class FactualRecallTask(DataclassTask):
     def facts(self) -> Int[Tensor, "S R"]:
         """The fact table ``a*(s, r)`` (answer token ids)."""
         return fact_table(self.S, self.R, self.D, self.fact_seed)
-
-    # ------------------------------------------------------------------ data
 
     def build(
         self,
@@ -192,8 +164,6 @@ class FactualRecallTask(DataclassTask):
         relations = torch.arange(self.R).repeat(self.S).repeat(repeats)
         return self.build(subjects, relations, torch.Generator().manual_seed(seed))
 
-    # ------------------------------------------------------------------ metrics and references
-
     def relation_prior(self, batch: TaskBatch) -> Float[Tensor, "batch answers"]:
         """``p(a | r)``: uniform over the relation's block ``A_r`` (the hallucination predictor)."""
         relation = batch.extras["relation"]
@@ -204,7 +174,10 @@ class FactualRecallTask(DataclassTask):
         """The Bayes-optimal prediction at EOS: all mass on ``a*(s, r)`` (loss 0)."""
         return torch.nn.functional.one_hot(batch.extras["answer"], self.n_answers).double()
 
-    def _eos_log_probs(self, logits: Tensor, batch: TaskBatch) -> Tensor:
+    def metrics(self, logits: Tensor, batch: TaskBatch) -> dict[str, float]:
+        """At EOS: cross-entropy, fact accuracy (argmax = ``a*``), the relation-only loss
+        ``-log sum_{a in A_r} p(a)`` and subject-only loss ``-log sum_{r'} p(a*(s, r'))`` (the
+        paper's figure 5), and ``KL(p(.|r) || p_model)``: 0 exactly when the model outputs ``p(a|r)``."""
         if not isinstance(logits, Tensor) or logits.ndim != 3 or logits.shape[:2] != batch.tokens.shape:
             raise ValueError(
                 f"logits must be [batch, seq, out] matching tokens {tuple(batch.tokens.shape)}, "
@@ -212,13 +185,7 @@ class FactualRecallTask(DataclassTask):
             )
         if logits.shape[-1] < self.n_answers:
             raise ValueError(f"logits cover {logits.shape[-1]} classes, fewer than the {self.n_answers} answers")
-        return torch.log_softmax(logits[:, -1].detach().double(), dim=-1)
-
-    def metrics(self, logits: Tensor, batch: TaskBatch) -> dict[str, float]:
-        """At EOS: cross-entropy, fact accuracy (argmax = ``a*``), the relation-only loss
-        ``-log sum_{a in A_r} p(a)`` and subject-only loss ``-log sum_{r'} p(a*(s, r'))`` (the
-        paper's figure 5), and ``KL(p(.|r) || p_model)``: 0 exactly when the model outputs ``p(a|r)``."""
-        logp = self._eos_log_probs(logits, batch)
+        logp = torch.log_softmax(logits[:, -1].detach().double(), dim=-1)
         answer = batch.extras["answer"]
         relation, subject = batch.extras["relation"], batch.extras["subject"]
         loss = -logp.gather(1, answer[:, None])[:, 0]

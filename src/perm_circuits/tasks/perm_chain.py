@@ -1,25 +1,12 @@
 """Permutation-chain state tracking (Forner, Kühn, Thamm, Rosenow 2026, section 3.1), as a :class:`Task`.
 
-``d_g`` fixed permutations ``sigma_1..sigma_{d_g}`` of ``[N]`` are the actions (drawn once from
-``perm_seed``).  A sequence draws ``L`` actions ``g_1..g_L`` i.i.d. uniformly and an initial state
-``s_0`` uniformly, and chains them (the paper's eq. 1)::
-
-    s_t = sigma_{g_t}(s_{t-1}),   t = 1..L
-
-The token sequence is the paper's eq. 2, ``(g_1..g_L, s_0, s_1..s_L)``, ``2L + 1`` tokens.  Token
-ids follow the bundled embedding of the paper's appendix C: actions are ``0..d_g-1`` (action ``a``
-is token ``a``) and states are ``d_g..d_g+N-1`` (state ``s`` is token ``d_g + s``), with states
-and actions counted from 0 here (the paper counts from 1).
-
-Model inputs are the first ``2L`` tokens (``x_1..x_{2L}``); the loss is teacher-forced on
-``s_1..s_L`` only (eq. 7): position ``p`` in ``L..2L-1`` (0-based; it holds ``s_{p-L}``) predicts
-``s_{p-L+1}``.  The model predicts *states*, so ``targets`` hold the next state's index in
-``[0, N)`` (not its token id) and a model's logits have ``N`` entries (the paper's ``z``).
-
-Inference is greedy rollout (:func:`rollout`): from the prefix ``(g_1..g_L, s_0)`` the model
-generates ``s_1..s_L`` one token at a time, each generated state fed back as the next input.  The
-metrics are the teacher-forced (one-step) accuracy, the paper's ``rho``, and the final rollout
-accuracy ``P(s_hat_L = s_L)`` (section 5).
+``d_g`` fixed permutations ``sigma_a`` of ``[N]`` (drawn once from ``perm_seed``) are the actions.  A
+sequence draws ``L`` uniform actions ``g_t`` and a uniform ``s_0`` and chains them,
+``s_t = sigma_{g_t}(s_{t-1})`` (eq. 1), as the tokens ``(g_1..g_L, s_0, s_1..s_L)`` (eq. 2; appendix
+C's ids, counted from 0: action ``a`` is token ``a``, state ``s`` is token ``d_g + s``).  The model
+reads the first ``2L`` tokens; the loss is teacher-forced on ``s_1..s_L`` (eq. 7): input position
+``p`` in ``L..2L-1`` predicts ``s_{p-L+1}``, as a state index in ``[0, N)`` (logits have ``N``
+entries).  :func:`rollout` is greedy inference from ``(g_1..g_L, s_0)`` (section 5's final accuracy).
 """
 
 from __future__ import annotations
@@ -33,7 +20,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from perm_circuits.checks import check_int
-from perm_circuits.tasks.base import DataclassTask, TaskBatch, check_sample, load_object, register_task
+from perm_circuits.tasks.base import (DataclassTask, TaskBatch, check_sample, load_object, masked_cross_entropy,
+                                      register_task)
 
 __all__ = ["PermutationChainTask", "RolloutResult", "build_chain_model", "chain_states", "permutation_matrices", "rollout"]
 
@@ -58,14 +46,9 @@ def permutation_matrices(perms: Int[Tensor, "d_g N"]) -> Float[Tensor, "d_g N N"
 
 @dataclass(frozen=True)
 class PermutationChainTask(DataclassTask):
-    """The permutation-chain task (module docstring); ``perm_seed`` fixes the action vocabulary.
-
-    Attributes:
-        N: states ``[N]`` (paper: 32; >= 2).
-        d_g: number of actions, distinct permutations of ``[N]`` (paper: 32; ``<= N!``).
-        L: chain length (paper: 10).
-        perm_seed: seed of the action permutations (drawn with ``torch.randperm``, rejecting repeats).
-    """
+    """The permutation-chain task (module docstring): ``N`` states (paper: 32), ``d_g`` distinct
+    action permutations (paper: 32; drawn with ``torch.randperm`` from ``perm_seed``, rejecting
+    repeats), chains of length ``L`` (paper: 10)."""
 
     N: int = 8
     d_g: int = 8
@@ -87,8 +70,6 @@ class PermutationChainTask(DataclassTask):
             perms.setdefault(tuple(p.tolist()), p)
         object.__setattr__(self, "perms", torch.stack(list(perms.values())))
 
-    # ------------------------------------------------------------------ Task protocol
-
     @property
     def d_vocab(self) -> int:
         """Input vocabulary: ``d_g`` action tokens then ``N`` state tokens."""
@@ -109,7 +90,7 @@ class PermutationChainTask(DataclassTask):
         return permutation_matrices(self.perms)
 
     def sample(self, n: int, generator: torch.Generator, split: str = "train") -> TaskBatch:
-        """``n`` chains from ``generator`` (the split does not change the distribution)."""
+        """``n`` chains (both splits alike)."""
         check_sample(n, generator, split)
         actions = torch.randint(self.d_g, (n, self.L), generator=generator)
         s0 = torch.randint(self.N, (n,), generator=generator)
@@ -136,8 +117,6 @@ class PermutationChainTask(DataclassTask):
 
     def metrics(self, logits: Tensor, batch: TaskBatch) -> dict[str, float]:
         """Masked cross-entropy and teacher-forced accuracy (the paper's one-step accuracy ``rho``)."""
-        from perm_circuits.tasks.base import masked_cross_entropy
-
         if logits.shape[:2] != batch.tokens.shape or logits.shape[-1] != self.N:
             raise ValueError(f"logits must have shape [*{tuple(batch.tokens.shape)}, N={self.N}], got {tuple(logits.shape)}")
         mask = batch.mask > 0
@@ -152,8 +131,7 @@ class PermutationChainTask(DataclassTask):
 
 def build_chain_model(task: PermutationChainTask, *, seed: int = 0, **fields: Any):
     """The solvable model of Forner et al. (2026) for ``task``
-    (:class:`perm_circuits.systems.forner_model.FornerModel`); ``fields`` are the other
-    ``FornerConfig`` fields (``d_h``, ``rope_theta``, ``logic_init``)."""
+    (:class:`perm_circuits.systems.forner_model.FornerModel`; ``fields``: ``d_h``, ``rope_theta``, ``logic_init``)."""
     config = load_object("perm_circuits.systems.forner_model:FornerConfig")
     model = load_object("perm_circuits.systems.forner_model:FornerModel")
     return model(config(N=task.N, d_g=task.d_g, L=task.L, perm_seed=task.perm_seed, seed=seed, **fields))
@@ -166,14 +144,9 @@ register_task(PermutationChainTask.name, PermutationChainTask, model=build_chain
 
 @dataclass(frozen=True)
 class RolloutResult:
-    """Greedy rollout from ``(g_1..g_L, s_0)``: generated states and accuracies.
-
-    Attributes:
-        states: the generated ``s_hat_1..s_hat_L`` ``[batch, L]``.
-        final_accuracy: ``P(s_hat_L = s_L)``, the paper's final rollout accuracy (section 5).
-        step_accuracy: ``P(s_hat_t = s_t)`` for ``t = 1..L``.
-        sequence_accuracy: fraction of chains with every generated state right.
-    """
+    """Greedy rollout: the generated ``s_hat_1..s_hat_L`` ``[batch, L]``, ``P(s_hat_L = s_L)`` (the
+    paper's final rollout accuracy, section 5), ``P(s_hat_t = s_t)`` per ``t`` and the share of chains
+    with every generated state right."""
 
     states: Tensor
     final_accuracy: float
@@ -182,10 +155,9 @@ class RolloutResult:
 
 
 def rollout(model, batch: TaskBatch, task: PermutationChainTask | None = None, forward=None) -> RolloutResult:
-    """Greedy rollout: feed the prefix ``(g_1..g_L, s_0)``, append ``argmax`` of the last logits as the
-    next state token, ``L`` times (inference in the paper's section 3.1).  ``model(tokens)`` must
-    return state logits ``[batch, seq, N]``; ``task`` defaults to ``model.task``; ``forward(model,
-    tokens)`` replaces ``model(tokens)`` (e.g. a hook-free fast path)."""
+    """Greedy rollout (the paper's inference, section 3.1): from ``(g_1..g_L, s_0)``, append the argmax
+    of the last state logits ``[batch, seq, N]`` as the next state token, ``L`` times.  ``task``
+    defaults to ``model.task``; ``forward(model, tokens)`` replaces ``model(tokens)``."""
     task = task if task is not None else getattr(model, "task", None)
     if not isinstance(task, PermutationChainTask):
         raise TypeError(f"rollout needs a PermutationChainTask (argument or model.task), got {type(task).__name__}")

@@ -1,10 +1,7 @@
-"""The study's in-context permutation lookup behind the :class:`~perm_circuits.tasks.base.Task` interface.
-
-:class:`PermutationTask` is an adapter over :mod:`~perm_circuits.tasks.permutation_data`, not a second
-implementation: ``sample`` is ``make_batch`` with the given generator (the same tokens bit for bit),
-the metrics are :func:`evaluate_logits`' and the reference is the exact Bayesian posterior of
-:mod:`perm_circuits.posterior` (uniform prior over all ``V!`` permutations).
-"""
+"""The study's permutation lookup behind the :class:`~perm_circuits.tasks.base.Task` interface: an
+adapter over :mod:`~perm_circuits.tasks.permutation_data` (the same tokens bit for bit), with the
+metrics of :func:`evaluate_logits` and the exact Bayesian posterior of :mod:`perm_circuits.posterior`
+as its reference."""
 
 from __future__ import annotations
 
@@ -36,12 +33,9 @@ def as_task_batch(batch: Batch) -> TaskBatch:
 
 
 def as_batch(batch: TaskBatch) -> Batch:
-    """A permutation-lookup :class:`TaskBatch` back as a :class:`~perm_circuits.tasks.permutation_data.Batch`.
-
-    Uses ``extras`` when :meth:`PermutationTask.sample` made the batch; otherwise rebuilds the
-    fields from the tokens (queries, answers, the repeated query, and the permutation, whose one
-    unrevealed value on a repeated sequence is the value left over).
-    """
+    """A permutation-lookup :class:`TaskBatch` back as a :class:`~perm_circuits.tasks.permutation_data.Batch`:
+    from ``extras`` where :meth:`PermutationTask.sample` made it, else rebuilt from the tokens (the
+    one unrevealed value of a repeated sequence's permutation is the value left over)."""
     if isinstance(batch, Batch):
         return batch
     if not isinstance(batch, TaskBatch):
@@ -110,7 +104,7 @@ class Evaluation:
 
     @property
     def recall_accuracy_by_source(self) -> dict[int, float]:
-        """``{k: accuracy}`` of the last step where the last query repeats ``x_k`` (1-based ``k``)."""
+        """``{k: accuracy}`` of the last step where the last query repeats ``x_k`` (1-based)."""
         return {int(g.name.removeprefix("recall_x")): g.accuracy for g in self.recall_by_source}
 
     @property
@@ -133,12 +127,8 @@ class Evaluation:
         return pd.DataFrame(rows).set_index("name")
 
     def summary(self) -> dict[str, float]:
-        """Flat dict of headline numbers (used in training history and checkpoint metadata).
-
-        Per-source recall accuracies ``recall_x{k}_accuracy`` are included unless the only
-        repeated query is ``x1`` (the study, where it equals ``recall_accuracy``), so the study's
-        summaries keep the keys stored with the shipped checkpoints.
-        """
+        """Flat dict of headline numbers (training history, checkpoint metadata); ``recall_x{k}_accuracy``
+        only where some repeated query is not ``x1`` (the study's keys stay those of the shipped checkpoints)."""
         out: dict[str, float] = {
             "test_loss": self.test_loss,
             "elimination_accuracy": self.elimination.accuracy,
@@ -149,21 +139,17 @@ class Evaluation:
         if set(by_source) - {1}:
             out.update({f"recall_x{k}_accuracy": acc for k, acc in by_source.items()})
         for s in self.steps:
-            out[f"step{s.step}_accuracy"] = s.accuracy
-            out[f"step{s.step}_mae_uniform"] = s.mae_uniform
-            out[f"step{s.step}_mae_train"] = s.mae_train
-        if self.probe is not None:
-            for value, p in enumerate(self.probe, start=1):
-                out[f"probe_p{value}"] = p
+            out.update({f"step{s.step}_{key}": getattr(s, key) for key in ("accuracy", "mae_uniform", "mae_train")})
+        out.update({f"probe_p{value}": p for value, p in enumerate(self.probe or (), start=1)})
         return out
 
     def to_markdown(self) -> str:
         steps = self.to_dataframe()
         pct = ["accuracy", "bayes_accuracy", "bayes_accuracy_train"]
         steps[pct] = steps[pct].map(lambda v: f"{100 * v:.2f}%")
-        lines = [f"## {self.model_name}: {self.n_samples} test samples, test loss {self.test_loss:.4f}", ""]
-        lines.append(steps.to_markdown(floatfmt=".6f"))
-        lines += ["", "Last step by subgroup (errors vs the uniform-prior posterior):", ""]
+        lines = [f"## {self.model_name}: {self.n_samples} test samples, test loss {self.test_loss:.4f}", "",
+                 steps.to_markdown(floatfmt=".6f"), "",
+                 "Last step by subgroup (errors vs the uniform-prior posterior):", ""]
         groups = self.subgroup_dataframe()
         groups["accuracy"] = groups["accuracy"].map(lambda v: f"{100 * v:.2f}%")
         lines.append(groups.to_markdown(floatfmt=".6f"))
@@ -237,12 +223,8 @@ def evaluate_logits(
 
 @dataclass(frozen=True)
 class PermutationTask:
-    """In-context permutation lookup (the study): sequences ``x1 y1 ... xV``, loss on the y predictions.
-
-    Attributes:
-        config: the data distribution (:class:`~perm_circuits.tasks.permutation_data.TaskConfig`; default: V = 5,
-            no repeated query).
-    """
+    """In-context permutation lookup (the study) on the distribution ``config`` (default: V = 5, no
+    repeated query)."""
 
     config: TaskConfig = field(default_factory=TaskConfig)
     name: ClassVar[str] = "permutation"
@@ -253,12 +235,10 @@ class PermutationTask:
 
     @property
     def d_vocab(self) -> int:
-        """``V + 1`` (token 0 unused)."""
         return self.config.d_vocab
 
     @property
     def n_ctx(self) -> int:
-        """``2V - 1`` input tokens."""
         return self.config.seq_len
 
     @property
@@ -268,26 +248,24 @@ class PermutationTask:
         return ("elimination_accuracy", "recall_accuracy", *steps, "test_loss")
 
     def sample(self, n: int, generator: torch.Generator, split: str = "train") -> TaskBatch:
-        """``make_batch(config, n, split=split, generator=generator)`` as a TaskBatch (same tokens)."""
+        """``make_batch(config, n, split=split, generator=generator)`` as a TaskBatch."""
         if not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
         return as_task_batch(make_batch(self.config, n, split=split, generator=generator))
 
     def test_set(self, n: int = 2000, seed: int = 1234) -> TaskBatch:
-        """``make_test_set(config, n, seed)``: ``n`` seeded sequences from the test permutations."""
+        """``make_test_set(config, n, seed)`` as a TaskBatch."""
         return as_task_batch(make_test_set(self.config, n=n, seed=seed))
 
     def metrics(self, logits: Float[Tensor, "batch seq vocab"], batch: TaskBatch) -> dict[str, float]:
-        """:func:`~perm_circuits.evaluate.evaluate_logits` on ``batch``, read off as :attr:`metric_names`
-        (``recall_accuracy`` is nan when no last query repeats)."""
+        """:func:`evaluate_logits`' :attr:`metric_names` (``recall_accuracy`` nan when no last query repeats)."""
         evaluation = evaluate_logits(logits, as_batch(batch), self.config)
         summary = evaluation.summary()
         return {name: float(summary[name]) for name in self.metric_names}
 
     def reference(self, batch: TaskBatch) -> Float[Tensor, "batch seq vocab"]:
-        """The exact Bayesian posterior (uniform prior over all permutations, :func:`bayes_posterior`)
-        over the full vocabulary at every y-prediction position; rows at x positions (no loss) are
-        uniform over the values."""
+        """The exact Bayesian posterior (uniform prior over all permutations) over the vocabulary at
+        every y-prediction position; uniform over the values at x positions (no loss)."""
         posterior = bayes_posterior(batch.tokens, self.config, "uniform").probs  # [batch, step, value]
         n, seq = batch.tokens.shape
         V = self.config.V
@@ -297,7 +275,7 @@ class PermutationTask:
         return probs
 
     def token_labels(self, tokens: list[int]) -> list[str]:
-        """``["x=2", "y=4", "x=5", ...]``: queries at even positions, answers at odd ones (for views)."""
+        """``["x=2", "y=4", "x=5", ...]`` (for views)."""
         return [f"{'x' if pos % 2 == 0 else 'y'}={token}" for pos, token in enumerate(tokens)]
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,18 +1,12 @@
 """The in-context permutation-lookup task.
 
-Each sample is a permutation ``p`` of ``1..V`` drawn from a fixed train/test split of all ``V!``
-permutations, revealed as interleaved pairs ``x1 y1 x2 y2 ... xV yV`` with ``y_k = p(x_k)`` and the
-x order shuffled.  The model reads the first ``2V - 1`` tokens and predicts the next token at every
-position; only the y predictions (the even input positions ``0, 2, ..., 2V - 2``) carry loss.
-
-In the *repeated* variant (the study's "memorization probe" training set) the last query repeats
-an earlier query with probability ``repeat_ratio``; its target is then that query's earlier y,
-which pure elimination gets wrong.  Which earlier query is repeated is ``x_k`` with ``k`` drawn
-uniformly from ``TaskConfig.repeat_sources`` (1-based; the study's default ``(1,)`` always repeats
-``x1``, ``(1, 2, 3, 4)`` asks for general in-context recall at V=5).
-
-Token 0 is never used (vocabulary ``0..V``).  Everything here is vectorized over a batch and driven
-by an explicit ``torch.Generator``, so the same seed gives the same batches on every run.
+Each sample is a permutation ``p`` of ``1..V`` from a fixed train/test split of all ``V!``
+permutations, revealed as pairs ``x1 y1 x2 y2 ... xV yV`` (``y_k = p(x_k)``, x order shuffled).  The
+model reads the first ``2V - 1`` tokens; only the y predictions (even input positions) carry loss.
+In the *repeated* variant (the study's memorization probe) the last query repeats an earlier query
+``x_k`` with probability ``repeat_ratio`` (``k`` uniform over ``TaskConfig.repeat_sources``); its
+answer is then that query's y, which pure elimination gets wrong.  Token 0 is unused.  Batches are
+vectorized and driven by an explicit ``torch.Generator`` (same seed, same batches).
 """
 
 from __future__ import annotations
@@ -41,19 +35,12 @@ PROBE_SEQUENCE: tuple[int, ...] = (2, 4, 5, 3, 4, 5, 3, 2, 2)
 
 @dataclass(frozen=True)
 class TaskConfig:
-    """Settings that define the data distribution.
-
-    Attributes:
-        V: number of values; tokens are ``1..V`` and token 0 is unused.
-        repeat_ratio: probability that the last query repeats an earlier query.
-        train_fraction: share of the ``V!`` permutations in the train split (0.8 -> 96 of 120;
-            rounded, keeping at least one permutation on each side).
-        split_seed: seed of the one shuffle that splits the permutations.
-        repeat_sources: the earlier queries (1-based ``k`` of ``x_k``, each in ``1..V-1``) that a
-            repeated last query may repeat, uniformly; stored sorted (a list is accepted).  The
-            default ``(1,)`` is the study (always ``x1``) and draws no extra random numbers, so
-            its seeded batches are the ones from before this field existed.
-    """
+    """Settings that define the data distribution: ``V`` values (tokens ``1..V``); ``repeat_ratio``,
+    the probability that the last query repeats an earlier one; ``train_fraction`` of the ``V!``
+    permutations in the train split (0.8 -> 96 of 120; rounded, at least one on each side), split by
+    one shuffle seeded with ``split_seed``; ``repeat_sources``, the earlier queries (1-based ``k`` of
+    ``x_k``, in ``1..V-1``) a repeated last query repeats, uniformly (stored sorted; the study's
+    ``(1,)`` draws no extra random numbers)."""
 
     V: int = 5
     repeat_ratio: float = 0.0
@@ -81,7 +68,6 @@ class TaskConfig:
         return self.V + 1
 
     def to_dict(self) -> dict:
-        """JSON-ready fields (``repeat_sources`` as a list)."""
         return {**asdict(self), "repeat_sources": list(self.repeat_sources)}
 
     @classmethod
@@ -92,10 +78,9 @@ class TaskConfig:
 
 
 ADDED_FIELDS: dict[str, object] = {"repeat_sources": (1,)}
-"""TaskConfig fields newer than the checkpoint format, with the value that reproduces the behaviour
-from before they existed: the one place where loading a checkpoint (``TaskConfig.from_dict(...,
-complete=True)``) fills in a missing field.  The shipped pretrained models' configs predate
-``repeat_sources`` (they were trained with the last query repeating ``x1`` only)."""
+"""TaskConfig fields newer than the checkpoint format, with the value that reproduces the older
+behaviour: what ``TaskConfig.from_dict(..., complete=True)`` fills in (the shipped models predate
+``repeat_sources``)."""
 
 
 def _check_sources(sources: object, V: int) -> tuple[int, ...]:
@@ -122,11 +107,6 @@ def _check_sources(sources: object, V: int) -> tuple[int, ...]:
 def _check_ratio(name: str, value: float) -> None:
     if not 0.0 <= check_number(name, value, finite=False) <= 1.0:  # also rejects NaN
         raise ValueError(f"{name} must be in [0, 1], got {value}")
-
-
-def _check_positive_int(name: str, value: int) -> None:
-    if check_int(name, value) <= 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
 
 
 @lru_cache(maxsize=None)
@@ -162,17 +142,10 @@ def y_positions(V: int) -> list[int]:
 
 @dataclass(frozen=True)
 class Batch:
-    """A batch of task sequences.
-
-    Attributes:
-        inputs: the first ``2V - 1`` tokens.
-        targets: the next token at every input position.
-        mask: 1.0 at y-prediction positions (loss positions), 0.0 elsewhere.
-        xs, ys: the V queries and their answers (``ys[:, k]`` is the target of step ``k + 1``).
-        perms: the permutation of each sample.
-        repeated: whether the last query repeats an earlier one.
-        repeat_source: index of the repeated earlier query (-1 where not repeated).
-    """
+    """A batch of task sequences: ``inputs`` (the first ``2V - 1`` tokens), ``targets`` (next
+    tokens), ``mask`` (1.0 at y-prediction positions), the queries ``xs`` and answers ``ys``
+    (``ys[:, k]`` is step ``k + 1``'s target), each sample's permutation, whether its last query
+    repeats an earlier one, and that query's 0-based index (``repeat_source``, -1 where new)."""
 
     inputs: Int[Tensor, "batch seq"]
     targets: Int[Tensor, "batch seq"]
@@ -195,8 +168,7 @@ class Batch:
         return Batch(**{name: getattr(self, name)[index] for name in self.__dataclass_fields__})
 
     def to(self, device: torch.device | str) -> Batch:
-        """The batch on ``device`` (itself when every tensor is already there): draw on the CPU,
-        move once, then analyse on the model's device."""
+        """The batch on ``device`` (itself when every tensor is already there)."""
         moved = {name: getattr(self, name).to(device) for name in self.__dataclass_fields__}
         if all(moved[name] is getattr(self, name) for name in moved):
             return self
@@ -213,23 +185,15 @@ def make_batch(
     repeat_ratio: float | None = None,
     repeat_source: int | Literal["config"] | None = "config",
 ) -> Batch:
-    """Draw ``n`` sequences, vectorized.
+    """Draw ``n`` sequences from the ``"train"``, ``"test"`` (or ``"all"``) permutations.
 
-    Args:
-        config: the task; its ``repeat_ratio`` is used unless ``repeat_ratio`` overrides it.
-        n: number of sequences.
-        split: ``"train"`` or ``"test"`` permutations (``"all"`` draws from every permutation).
-        generator: the random stream to draw from (pass this or ``seed``, not both).
-        seed: seed of a fresh generator (``0`` if neither is given).
-        repeat_source: which earlier query a repeated last query repeats.  ``"config"`` (the
-            default): ``x_k`` with ``k`` uniform over ``config.repeat_sources``, drawn per
-            sample from ``generator`` (no draw when there is one source, so the study's ``(1,)``
-            batches are unchanged); an int: always that 0-based query (0 = x1); ``None``:
-            uniform over all of ``x1..x_{V-1}``.
-
-    ``Batch.repeat_source`` stores the 0-based index (``k - 1``), -1 where not repeated.
+    ``repeat_ratio`` overrides ``config.repeat_ratio``.  Pass ``generator`` or ``seed`` (a fresh
+    generator; ``0`` if neither).  ``repeat_source``: which earlier query a repeated last query
+    repeats: ``"config"``: ``x_k``, ``k`` uniform over ``config.repeat_sources`` per sample (no draw
+    for one source); an int: always that 0-based query; ``None``: uniform over ``x1..x_{V-1}``.
     """
-    _check_positive_int("n", n)
+    if check_int("n", n) <= 0:
+        raise ValueError(f"n must be > 0, got {n}")
     ratio = config.repeat_ratio if repeat_ratio is None else repeat_ratio
     _check_ratio("repeat_ratio", ratio)
     if repeat_source is not None and repeat_source != "config":
@@ -269,11 +233,7 @@ def _pool(config: TaskConfig, split: str) -> Tensor:
 def batch_from_queries(
     xs: Int[Tensor, "batch V"], perms: Int[Tensor, "batch V"], repeat_source: Int[Tensor, " batch"]
 ) -> Batch:
-    """The batch asking queries ``xs`` of permutations ``perms`` (answers ``y = perm(x)``).
-
-    ``repeat_source`` is the 0-based earlier query each last query repeats, -1 where it is new.
-    For building clean/corrupted pairs by editing a batch's queries or permutations.
-    """
+    """The batch asking queries ``xs`` of permutations ``perms``; ``repeat_source`` as in :class:`Batch`."""
     ys = perms.gather(1, xs - 1)
     seq = torch.stack([xs, ys], dim=2).flatten(1)  # x1 y1 x2 y2 ...
     mask = torch.zeros(seq.shape[1] - 1, device=seq.device)
@@ -292,13 +252,8 @@ def unused_query(xs: Int[Tensor, "batch V"]) -> Int[Tensor, " batch"]:
 
 
 def exhaustive_batch(config: TaskConfig, *, split: str = "test", repeat_source: int | None = None) -> Batch:
-    """Every sequence of a split: each permutation of ``split`` x every order of the queries.
-
-    ``repeat_source=None``: the plain task (``|split| * V!`` sequences, the last query new);
-    an int ``j`` (0-based): the last query repeats ``x_{j+1}`` in every sequence (each order of the
-    first ``V - 1`` queries once, ``|split| * V!`` sequences).  Used to check recall claims
-    exhaustively instead of on a sample.
-    """
+    """Every sequence of a split (``|split| * V!``): each permutation x every order of the queries;
+    with ``repeat_source=j`` (0-based) the last query repeats ``x_{j+1}`` in every sequence."""
     if repeat_source is not None:
         check_int("repeat_source", repeat_source, 0, config.V - 1)
     pool = _pool(config, split)
@@ -312,20 +267,13 @@ def exhaustive_batch(config: TaskConfig, *, split: str = "test", repeat_source: 
 
 
 def make_test_set(config: TaskConfig, n: int = 5000, seed: int = 1234) -> Batch:
-    """The fixed evaluation set: ``n`` sequences from the test permutations (seeded).
-
-    Repeated last queries follow ``config.repeat_ratio`` and ``config.repeat_sources``.
-    """
+    """The fixed evaluation set: ``n`` seeded sequences from the test permutations."""
     return make_batch(config, n, split="test", seed=seed)
 
 
 def repeat_source_of(inputs: Int[Tensor, "batch seq"]) -> Int[Tensor, " batch"]:
-    """0-based index ``k - 1`` of the earlier query ``x_k`` that the last query repeats, else -1.
-
-    Read from the tokens (the earlier x equal to the last x; on a valid sequence there is at most
-    one), so it works for any source ``k`` and for raw token tensors; on task batches it equals
-    ``Batch.repeat_source``.
-    """
+    """0-based index of the earlier query the last query repeats, else -1, read from the tokens
+    (equals ``Batch.repeat_source`` on task batches)."""
     last = inputs[:, -1]
     match = inputs[:, 0:-1:2] == last[:, None]
     first = match.int().argmax(dim=1)
@@ -333,11 +281,8 @@ def repeat_source_of(inputs: Int[Tensor, "batch seq"]) -> Int[Tensor, " batch"]:
 
 
 def validate_tokens(tokens: object, V: int) -> Int[Tensor, "batch seq"]:
-    """Check a model input and return it as a 2-D long tensor.
-
-    Raises ``TypeError`` for non-integer tensors and ``ValueError`` for a wrong length (must be
-    ``2V - 1``) or tokens outside ``1..V``.  A 1-D sequence becomes a batch of one.
-    """
+    """A model input checked (integer tokens in ``1..V``, length ``2V - 1``) as a 2-D long tensor;
+    a 1-D sequence becomes a batch of one."""
     if not isinstance(tokens, Tensor):
         raise TypeError(f"tokens must be a torch.Tensor of integer token ids, got {type(tokens).__name__}")
     if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
@@ -358,11 +303,7 @@ def validate_tokens(tokens: object, V: int) -> Int[Tensor, "batch seq"]:
 
 
 def make_sequence(tokens: list[int] | tuple[int, ...] | Tensor, V: int = 5) -> Int[Tensor, "1 seq"]:
-    """Build a custom input sequence ``[x1, y1, ..., xV]`` with validation.
-
-    Besides the token checks of :func:`validate_tokens`, the revealed pairs must be consistent
-    with a permutation: one x never maps to two ys, and two xs never share a y.
-    """
+    """A custom input ``[x1, y1, ..., xV]``, checked by :func:`validate_tokens` and :func:`check_consistent`."""
     if isinstance(tokens, (list, tuple)):
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
             raise TypeError(f"tokens must be ints, got {tokens!r}")
@@ -373,10 +314,9 @@ def make_sequence(tokens: list[int] | tuple[int, ...] | Tensor, V: int = 5) -> I
 
 
 def check_consistent(inputs: Int[Tensor, "batch seq"]) -> None:
-    """Raise ``ValueError`` if any sequence's revealed pairs contradict a permutation."""
-    xs, ys = inputs[:, 0::2], inputs[:, 1::2]
-    n_pairs = ys.shape[1]
-    px, py = xs[:, :n_pairs], ys
+    """ValueError if any sequence's revealed pairs contradict a permutation (an x with two ys, a y
+    with two xs)."""
+    px, py = inputs[:, 0:-1:2], inputs[:, 1::2]  # the revealed pairs
     same_x = px[:, :, None] == px[:, None, :]
     same_y = py[:, :, None] == py[:, None, :]
     conflict = same_x != same_y

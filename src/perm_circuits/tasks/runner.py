@@ -1,6 +1,5 @@
 """The generic halves of :func:`perm_circuits.train` (:func:`fit_task`) and :func:`perm_circuits.evaluate`
-(:func:`measure_task`) for any ``tokens -> logits`` model on any :class:`~perm_circuits.tasks.base.Task`, and a
-task's model from its registry entry (:func:`task_model`).
+(:func:`measure_task`) for any ``tokens -> logits`` model and task, and a task's model (:func:`task_model`).
 """
 
 from __future__ import annotations
@@ -56,7 +55,6 @@ def check_fit(model: object, task: object) -> None:
         raise ValueError(f"the model's context ({n_ctx}) is shorter than task {task.name!r}'s sequences ({task.n_ctx})")
 
 
-
 def _default_config(task: Task, *, seed: int, d_model: int, n_heads: int, n_layers: int) -> dict[str, Any]:
     if not isinstance(task, Task):
         raise TypeError(f"task must implement perm_circuits.tasks.Task, got {type(task).__name__}")
@@ -71,9 +69,8 @@ def _default_config(task: Task, *, seed: int, d_model: int, n_heads: int, n_laye
 
 
 def default_model(task: Task, *, seed: int = 0, d_model: int = 32, n_heads: int = 2, n_layers: int = 1):
-    """A fresh ``boot_native`` transformer for ``task``: vocabulary ``task.d_vocab``, context
-    ``task.n_ctx``, ``n_layers`` blocks of ``n_heads`` heads on a residual of ``d_model`` (the study's
-    block: LayerNorm, a ReLU MLP of width ``2 d_model``), seeded init, in eval mode."""
+    """A fresh, seeded ``boot_native`` transformer sized from ``task`` (the study's block: LayerNorm,
+    a ReLU MLP of width ``2 d_model``), in eval mode."""
     config = _default_config(task, seed=seed, d_model=d_model, n_heads=n_heads, n_layers=n_layers)
     from transformer_lens.config import TransformerBridgeConfig
     from transformer_lens.model_bridge import TransformerBridge
@@ -97,15 +94,10 @@ def _entry_fields(task: Task, fields: Mapping[str, Any]):
 
 
 def task_model(task: Task, *, seed: int = 0, **fields: Any) -> tuple[torch.nn.Module, Forward | None]:
-    """``(model, forward)`` for ``task`` from its registry entry (:func:`~perm_circuits.tasks.register_task`).
-
-    The task's own builder ``builder(task, seed=seed, **fields)`` and forward where it registered
-    one; otherwise :func:`default_model` with ``fields`` among ``d_model``, ``n_heads``,
-    ``n_layers`` (defaults :data:`DEFAULT_MODEL`) and ``forward=None`` (``model(tokens)``).
-    Unknown fields raise a ValueError naming the allowed ones.  The model carries
-    ``task_build = {"seed": seed, "model": fields}`` (the fields with their defaults), which
-    :func:`~perm_circuits.tasks.checkpoint.save_task_model` records in its checkpoint.
-    """
+    """``(model, forward)`` for ``task`` from its registry entry: the task's own builder and forward,
+    else :func:`default_model` (fields default to :data:`DEFAULT_MODEL`) and ``forward=None``.  The
+    model carries ``task_build = {"seed": seed, "model": fields}`` (with defaults), which
+    :func:`~perm_circuits.tasks.checkpoint.save_task_model` records."""
     entry, builder, fields = _entry_fields(task, fields)
     if builder is None:
         model, forward = default_model(task, seed=seed, **fields), None
@@ -116,8 +108,8 @@ def task_model(task: Task, *, seed: int = 0, **fields: Any) -> tuple[torch.nn.Mo
 
 
 def check_model_fields(task: Task, *, seed: int = 0, **fields: Any) -> None:
-    """Raise the error :func:`task_model` would raise for these fields (a task's own builder is
-    called; the default transformer's settings are checked without booting it)."""
+    """Raise the error :func:`task_model` would raise for these fields (the default transformer is
+    not booted)."""
     _, builder, fields = _entry_fields(task, fields)
     if builder is None:
         _default_config(task, seed=seed, **fields)
@@ -134,15 +126,9 @@ def fit_task(
     callbacks: Sequence[Callable[[StepState], Any]] = (),
     progress: bool = True,
 ) -> FitResult:
-    """Train ``model`` on ``task`` with :func:`~perm_circuits.tasks.base.fit` and ``recipe``.
-
-    Checks first that the model's vocabulary equals ``task.d_vocab`` and its context holds
-    ``task.n_ctx`` tokens (where the model has a TransformerLens ``cfg``).  A bridge from
-    :func:`~perm_circuits.models.build_model` without dropout trains through
-    :func:`~perm_circuits.models.fast_forward` unless ``forward`` is given (same logits, faster);
-    any other module through ``model(tokens)``.  A fixed ``recipe.seed`` gives bit-identical
-    weights, losses and records on CPU.
-    """
+    """Train ``model`` on ``task`` with :func:`~perm_circuits.tasks.base.fit` and ``recipe``, after
+    :func:`check_fit`.  A :func:`~perm_circuits.models.build_model` bridge without dropout trains
+    through :func:`~perm_circuits.models.fast_forward` unless ``forward`` is given (same logits)."""
     check_fit(model, task)
     if not isinstance(recipe, FitConfig):
         raise TypeError(f"recipe must be a FitConfig, got {type(recipe).__name__}")
@@ -172,16 +158,13 @@ def reference_agreement(
 ) -> dict[str, float]:
     """How close the model is to a task's reference, over the positions where ``batch.mask`` > 0.
 
-    A distribution ``[batch, seq, vocab]`` gives ``reference_tv`` (mean total-variation distance
-    ½ Σ|p − q| between the model's softmax and the reference), ``reference_max_ae`` (largest
-    absolute error of one probability), ``reference_loss`` (the reference's own masked
-    cross-entropy: the loss a perfect match would have) and ``reference_agreement`` (share of
-    positions where the model's top token has the reference's top probability, ties included).
-    A distribution ``[batch, vocab]`` is the reference at the last position, for tasks whose loss
-    mask selects only that position (e.g. factual recall's EOS readout).
-    Token ids ``[batch, seq]`` give ``reference_agreement`` (share of positions where the model's
-    top token is the reference's token) and ``reference_accuracy`` (the reference's accuracy on
-    the targets).
+    A distribution ``[batch, seq, vocab]`` gives ``reference_tv`` (mean total variation ½ Σ|p − q|
+    of the model's softmax), ``reference_max_ae`` (largest error of one probability),
+    ``reference_loss`` (the reference's own masked cross-entropy) and ``reference_agreement`` (share
+    of positions where the model's top token has the reference's top probability, ties included);
+    ``[batch, vocab]`` is that distribution at the last position only (e.g. factual recall's EOS).
+    Token ids ``[batch, seq]`` give ``reference_agreement`` (model top token = reference token) and
+    ``reference_accuracy`` (the reference's accuracy on the targets).
     """
     rows = batch.mask > 0
     if reference.ndim == 2 and reference.shape == (logits.shape[0], logits.shape[2]) and reference.dtype.is_floating_point:
@@ -222,16 +205,9 @@ def reference_agreement(
 
 @dataclass(frozen=True)
 class TaskEvaluation:
-    """A model measured on a task's test set (``evaluate(model, task=task)``).
-
-    Attributes:
-        task: the task's name; ``task_dict`` its full settings (:meth:`Task.to_dict`).
-        model_name: the model's preset name, else its class name.
-        metrics: the task's metrics, :attr:`Task.metric_names` in order.
-        test_loss: masked next-token cross-entropy on the test set.
-        reference: :func:`reference_agreement` against :meth:`Task.reference` (empty: no reference).
-        n_samples: test sequences.
-    """
+    """A model measured on a task's test set (``evaluate(model, task=task)``): the task's name and
+    settings (``task_dict``), its metrics in :attr:`Task.metric_names` order, the masked test loss,
+    :func:`reference_agreement` (empty: no reference) and the number of test sequences."""
 
     task: str
     model_name: str
@@ -268,11 +244,9 @@ def measure_task(
     forward: Forward | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> TaskEvaluation:
-    """Measure ``model`` on ``task``'s ``test_set`` (default ``task.test_set(n, seed)``): the task's metrics,
-    the masked test loss and the agreement with its reference (what ``evaluate(model, test_set, task=task)``
-    returns).  ``forward(model, tokens)`` replaces ``model(tokens)``; ``hooks``, a TransformerLens hook list
-    (e.g. an ablation), run during the model's own forward pass and are removed afterwards, always.
-    """
+    """:class:`TaskEvaluation` of ``model`` on ``test_set`` (default ``task.test_set(n, seed)``).
+    ``forward(model, tokens)`` replaces ``model(tokens)``; ``hooks`` (a TransformerLens hook list, e.g.
+    an ablation) run during the model's own forward pass and are always removed afterwards."""
     check_fit(model, task)
     if hooks is not None:
         if forward is not None:
