@@ -65,20 +65,18 @@ def ablation_table(
 ) -> AblationTable | TaskAblationTable:
     """Ablate every head and every MLP under each mode in ``hows`` and evaluate on ``test_set``.
 
-    - A study bridge with no ``task`` (and no TaskBatch ``test_set``): the permutation study's
-      :class:`AblationTable` (:func:`~perm_circuits.analysis.interventions.permutation_table.ablation_runs`);
-      ``hows`` defaults to all five :data:`HOWS`, ``test_set`` to ``make_test_set(task_config)``,
-      ``reference`` is ``"test"``, ``"binding_free"`` or a Batch; ``n``, ``test_seed`` and
-      ``progress`` are unused.
-    - Any other model, or a ``task`` given (required then): a :class:`TaskAblationTable` of the
-      task's own metrics and masked loss; ``hows`` defaults to :data:`TASK_HOWS` and may use any of
-      :data:`ANY_TASK_HOWS` (``"optimal"`` minimises the reference's masked loss), ``test_set`` to
-      ``task.test_set(n, test_seed)``, ``reference`` is ``"test"`` or a TaskBatch; ``task_config``
-      is unused.
+    - A study bridge with no ``task`` (and no TaskBatch ``test_set``): the study's
+      :class:`AblationTable` (:func:`~perm_circuits.analysis.interventions.permutation_table.ablation_runs`
+      says what ``test_set`` and ``reference`` default to); ``hows`` defaults to all five :data:`HOWS`;
+      ``n``, ``test_seed`` and ``progress`` are unused.
+    - Otherwise (``task`` required): a :class:`TaskAblationTable` of the task's own metrics and
+      masked loss; ``hows`` defaults to :data:`TASK_HOWS`, any of :data:`ANY_TASK_HOWS` allowed
+      (``"optimal"`` minimises the reference's masked loss); ``test_set`` defaults to
+      ``task.test_set(n, test_seed)``, ``reference`` is ``"test"`` or a TaskBatch; ``task_config`` is unused.
 
     In both, ``seed`` is the resample seed (which reference row replaces each sample),
-    ``positions`` restricts every ablation to those positions and ``hooks`` are active in every
-    run (the reference runs included).
+    ``positions`` restricts every ablation and ``hooks`` are active in every run (the reference
+    runs included).
     """
     general = task is not None or isinstance(test_set, TaskBatch) or not is_permutation_model(model)
     if not general:

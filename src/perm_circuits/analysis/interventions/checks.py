@@ -49,9 +49,7 @@ def check_index(name: str, value: object, size: int, what: str = "") -> int:
 
 
 def _shape_of(model):
-    if is_permutation_model(model):
-        return model_config_of(model)
-    return model_shape(model)
+    return model_config_of(model) if is_permutation_model(model) else model_shape(model)
 
 
 def check_layer(model, layer: object) -> int:

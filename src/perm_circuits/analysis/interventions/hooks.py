@@ -20,13 +20,9 @@ questions and can disagree:
   what is lost is only the information the component's input-dependent output carries.
 
 Heads are ablated on ``blocks.L.attn.hook_z`` (TL4's native bridges have no per-head
-``hook_result``), the whole MLP on ``blocks.L.hook_mlp_out`` (zero ablation also removes
-``b_out``), groups of neurons on ``blocks.L.mlp.hook_post``.  Indices follow
-:mod:`perm_circuits.analysis.interventions.checks` and are validated before any forward pass.  Any
-model that is not one of the study's bridges, or a :class:`~perm_circuits.tasks.base.TaskBatch`
-reference, goes to :func:`~perm_circuits.analysis.interventions.core.ablate_tokens`.  Row-paired
-hooks fit only batches of the reference's size; ``evaluate(hooks=...)`` also runs a 1-row probe,
-so evaluate them with ``evaluate_logits(run_logits(...))``.
+``hook_result``), MLPs on ``hook_mlp_out`` or neurons on ``mlp.hook_post`` (:func:`ablate_mlp`).
+Row-paired hooks fit only batches of the reference's size; ``evaluate(hooks=...)`` also runs a
+1-row probe, so evaluate them with ``evaluate_logits(run_logits(...))``.
 """
 
 from __future__ import annotations
