@@ -253,20 +253,15 @@ def ablation_fn(
                 f"activation shape {tuple(activation.shape)} does not match the reference activation "
                 f"shape {tuple(replacement.shape)} beyond the batch axis"
             )
-        batch = activation.shape[0]
-        if fixed is None and pairing == "row":
-            if replacement.shape[0] != batch and how == "binding_free":
-                raise ValueError(
-                    f"binding_free ablation pairs by row and needs a batch of the reference's size "
-                    f"{replacement.shape[0]}, got a batch of {batch}"
-                )
-            if replacement.shape[0] != batch:
-                raise ValueError(
-                    f"pairing='row' needs a reference of the batch's size {batch}, "
-                    f"got {replacement.shape[0]} reference samples"
-                )
-        elif fixed is None:
-            replacement = replacement[resample_rows(replacement.shape[0], batch, seed).to(replacement.device)]
+        batch, n_reference = activation.shape[0], replacement.shape[0]
+        if fixed is None and pairing == "row" and n_reference != batch:
+            if how == "binding_free":
+                raise ValueError(f"binding_free ablation pairs by row and needs a batch of the reference's size "
+                                 f"{n_reference}, got a batch of {batch}")
+            raise ValueError(f"pairing='row' needs a reference of the batch's size {batch}, "
+                             f"got {n_reference} reference samples")
+        if fixed is None and pairing != "row":
+            replacement = replacement[resample_rows(n_reference, batch, seed).to(replacement.device)]
         return torch.where(mask, replacement.to(activation.device, activation.dtype), activation)
 
     return hook_fn

@@ -144,9 +144,8 @@ def ablate(
     ``hooks`` are active while the reference activations (and the optimal constant) are computed.
 
     Any other hooked model, or a :class:`~perm_circuits.tasks.base.TaskBatch` ``reference``, goes to
-    :func:`~perm_circuits.analysis.interventions.core.ablate_tokens` (which also takes token ids):
-    modes zero, mean, resample and optimal (the constant minimising the reference's masked
-    next-token loss), the reference required for all but zero.
+    :func:`~perm_circuits.analysis.interventions.core.ablate_tokens` (all modes but ``"binding_free"``;
+    token ids also accepted; the reference required for all but zero).
     """
     if not is_permutation_model(model) or isinstance(reference, TaskBatch):
         return ablate_tokens(model, hook_name, how, reference=reference, index=index, positions=positions,

@@ -153,8 +153,6 @@ def ablation_runs(
 
     posteriors = tuple(bayes_posterior(test_set.inputs, config, prior) for prior in ("uniform", "train"))
 
-    if pairing == "row" and len(reference_batch) != len(test_set):
-        raise ValueError(f"a row-paired reference needs {len(test_set)} rows, got {len(reference_batch)}")
     answers = {"resample": reference_batch.ys[:, -1] if pairing == "row" else
                reference_batch.ys[resample_rows(len(reference_batch), len(test_set), seed), -1]}
     activations: dict[str, Tensor] = {}
