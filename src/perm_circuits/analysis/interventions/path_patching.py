@@ -376,7 +376,7 @@ def _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corru
         if metric is None:
             if not isinstance(pair[0], TaskBatch):
                 raise ValueError("token ids carry no targets: pass metric= (a callable logits -> [batch])")
-            metric = target_logprob(pair[0])
+            metric = target_logprob(pair[0].to(device))
         elif not callable(metric):
             raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
         name = getattr(getattr(model, "cfg", None), "model_name", None)
