@@ -1,8 +1,7 @@
-"""Ablation on every model: the hook builders of :mod:`.hooks` and :mod:`.core`, and one ablation table
+"""Ablation on every model: the hook builders of :mod:`.hooks` and :mod:`.core`, and :func:`ablation_table`,
+which runs the permutation study's table (:mod:`.permutation_table`) or any task's (:mod:`.ablation_table`)
 (Wang et al. 2022, "Interpretability in the Wild"; Chan et al. 2022 on resample ablation; Li & Janson
-2024, "Optimal ablation for interpretability").  :func:`ablation_table` picks the table from the
-model and the arguments: the permutation study's metrics (:mod:`.permutation_table`) or any
-task's own (:mod:`.ablation_table`).
+2024, "Optimal ablation for interpretability").
 """
 
 from __future__ import annotations
@@ -66,24 +65,18 @@ def ablation_table(
 ) -> AblationTable | TaskAblationTable:
     """Ablate every head and every MLP under each mode in ``hows`` and evaluate on ``test_set``.
 
-    Two tables, one call:
-
-    - a study bridge with no ``task`` (and no TaskBatch ``test_set``): the permutation study's
-      :class:`AblationTable` (elimination and recall accuracies, the early MAE against the
-      posterior, losses, ``follows_reference``); ``hows`` defaults to all five :data:`HOWS`,
-      ``test_set`` to ``make_test_set(task_config)``, ``reference`` is ``"test"``,
-      ``"binding_free"`` or a Batch (see :func:`~perm_circuits.analysis.interventions.permutation_table.ablation_runs`).
-      ``n``, ``test_seed`` and ``progress`` are unused there.
-    - any other model, or a ``task`` given: a :class:`TaskAblationTable` of the task's own
-      metrics (:attr:`Task.metric_names`) and masked loss; ``task`` is required,
-      ``hows`` defaults to :data:`TASK_HOWS` and may use any of :data:`ANY_TASK_HOWS`
-      (``"optimal"`` minimises the reference's masked loss), ``test_set`` to
-      ``task.test_set(n, test_seed)``, ``reference`` is ``"test"`` (the test set itself) or a
-      TaskBatch.  ``task_config`` is unused there.
+    - A study bridge with no ``task`` (and no TaskBatch ``test_set``): the study's
+      :class:`AblationTable` (:func:`~perm_circuits.analysis.interventions.permutation_table.ablation_runs`
+      says what ``test_set`` and ``reference`` default to); ``hows`` defaults to all five :data:`HOWS`;
+      ``n``, ``test_seed`` and ``progress`` are unused.
+    - Otherwise (``task`` required): a :class:`TaskAblationTable` of the task's own metrics and
+      masked loss; ``hows`` defaults to :data:`TASK_HOWS`, any of :data:`ANY_TASK_HOWS` allowed
+      (``"optimal"`` minimises the reference's masked loss); ``test_set`` defaults to
+      ``task.test_set(n, test_seed)``, ``reference`` is ``"test"`` or a TaskBatch; ``task_config`` is unused.
 
     In both, ``seed`` is the resample seed (which reference row replaces each sample),
-    ``positions`` restricts every ablation to those positions and ``hooks`` are active in every
-    run (the reference runs included).  Same arguments, same numbers.
+    ``positions`` restricts every ablation and ``hooks`` are active in every run (the reference
+    runs included).
     """
     general = task is not None or isinstance(test_set, TaskBatch) or not is_permutation_model(model)
     if not general:

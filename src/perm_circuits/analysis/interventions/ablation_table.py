@@ -1,7 +1,6 @@
 """The ablation table of any task's model: every head (``blocks.L.attn.hook_z``) and MLP (``blocks.L.hook_mlp_out``)
-ablated under each mode by :func:`~perm_circuits.analysis.interventions.core.ablate_tokens` (zero, mean, resample,
-optimal; Wang et al. 2022, the IOI paper, section 3; Chan et al. 2022; Li & Janson 2024), the task's own metrics
-(:func:`~perm_circuits.tasks.runner.measure_task`) next to the unablated baseline.
+ablated by :func:`~perm_circuits.analysis.interventions.core.ablate_tokens` (Wang et al. 2022, the IOI paper,
+section 3; Chan et al. 2022; Li & Janson 2024), the task's own metrics next to the unablated baseline.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from perm_circuits.analysis.interventions.checks import check_seed
 from perm_circuits.analysis.interventions.core import (
     ANY_TASK_HOWS,
     TASK_HOWS,
@@ -37,7 +35,6 @@ __all__ = [
     "reference_tokens",
     "task_table",
 ]
-
 
 
 @dataclass(frozen=True)
@@ -108,10 +105,9 @@ def task_table(
     """Ablate every head and MLP of ``model`` under each of ``hows`` and measure ``task``'s metrics on ``test_set``.
 
     ``reference`` gives the mean, the resample pool (``resample_seed`` seeds the draw) and the
-    batch whose masked loss the optimal constant minimises; ``positions`` restricts every
-    ablation to those positions; ``hooks`` are active in every run.  ``test_seed`` is recorded
-    in the table only.  Use :func:`~perm_circuits.analysis.interventions.ablation.ablation_table`, which
-    validates the arguments and builds the defaults.
+    batch whose masked loss the optimal constant minimises; ``test_seed`` is recorded only.  Called
+    by :func:`~perm_circuits.analysis.interventions.ablation.ablation_table`, which validates
+    ``resample_seed``, ``test_set`` and ``reference`` and builds the defaults.
     """
     shape = model_shape(model)
     if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:
@@ -119,11 +115,6 @@ def task_table(
     for how in hows:
         if how not in ANY_TASK_HOWS:
             raise ValueError(f"hows entries must be in {ANY_TASK_HOWS} on a task's model, got {how!r}")
-    check_seed(resample_seed, "resample_seed")
-    if not isinstance(test_set, TaskBatch):
-        raise TypeError(f"test_set must be a TaskBatch, got {type(test_set).__name__}")
-    if reference is not None and not isinstance(reference, TaskBatch):
-        raise TypeError(f"reference must be a TaskBatch or None, got {type(reference).__name__}")
     hooks = check_hooks(model, hooks)
     test_set = test_set.to(model_device(model))  # once: every run below stays on the model's device
     reference = None if reference is None else reference.to(model_device(model))

@@ -1,19 +1,14 @@
 """Activation patching on any task and any hooked model.
 
 Denoising activation patching (Wang et al. 2022, the IOI paper, section 3; Meng et al. 2022) on a
-clean/corrupted pair of token sequences of any task: run the corrupted tokens with one
-activation replaced by its value on the clean tokens and measure how much of the clean
-``metric`` comes back,
+clean/corrupted pair of token sequences of any task: the corrupted tokens are run with one
+activation replaced by its value on the clean tokens, and
 
     effect = (mean metric(patched) - mean metric(corrupted)) / (mean metric(clean) - mean metric(corrupted)),
 
-1 when the patched activation carries everything the pair differs by, 0 when it carries nothing.
-The confidence interval is the paired percentile bootstrap of
-:mod:`perm_circuits.analysis.interventions.patching` (each resample reweights the clean, corrupted and
-patched runs jointly).  ``metric(logits) -> [batch]`` is any per-sequence number;
-:func:`target_logprob` gives the usual one (the mean log-probability of a batch's targets over its
-loss mask).  The permutation study's recall patching
-(:mod:`perm_circuits.analysis.study.recall_patching`) stays as it is; this module needs only hook points.
+1 when the patched activation carries everything the pair differs by, 0 when it carries nothing,
+with the paired percentile bootstrap of :mod:`perm_circuits.analysis.interventions.patching`.
+``metric(logits) -> [batch]`` is any per-sequence number, usually :func:`target_logprob`.
 """
 
 from __future__ import annotations
@@ -126,18 +121,15 @@ def patch_activation(
 ) -> TaskPatch:
     """Patch ``hook_name`` from the clean run into the corrupted one and measure ``metric`` (module docstring).
 
-    ``clean`` and ``corrupted`` are token ids ``[batch, seq]`` of one shape (or :class:`TaskBatch`
-    es), row ``i`` paired with row ``i``; ``metric(logits) -> [batch]`` (e.g.
-    ``target_logprob(clean_batch)``).  ``index`` selects entries of the axis after ``pos`` (heads
-    for ``attn.hook_*`` and ``hook_pattern``) and ``positions`` the activation's own positions
-    (destination positions for ``hook_pattern``); ``None`` patches everything.  ``layer`` is
-    reported only; ``n_boot`` paired-bootstrap resamples, seeded with ``seed``, give the
-    ``confidence`` interval; ``hooks`` are active in all three runs.  Any hooked model.
+    ``clean`` and ``corrupted``: token ids ``[batch, seq]`` of one shape (or :class:`TaskBatch` es),
+    row ``i`` paired with row ``i``.  ``index`` selects entries of the axis after ``pos`` (heads for
+    ``attn.hook_*`` and ``hook_pattern``), ``positions`` the activation's own positions (destination
+    positions for ``hook_pattern``); ``None`` patches everything.  ``layer`` is reported only;
+    ``n_boot`` bootstrap resamples seeded with ``seed``; ``hooks`` are active in all three runs.
     """
     hook_name = check_hook_point(model, hook_name)
-    pair_tokens(model, clean, corrupted)  # validated as given, then moved once: the three runs stay on the model
-    device = model_device(model)
-    clean_tokens, corrupted_tokens = pair_tokens(model, clean.to(device), corrupted.to(device))
+    # validated as given, then moved once: the three runs stay on the model's device
+    clean_tokens, corrupted_tokens = (tokens.to(model_device(model)) for tokens in pair_tokens(model, clean, corrupted))
     if not callable(metric):
         raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
     check_patch_options("clean", "corrupted", n_boot, seed, confidence)
@@ -149,7 +141,7 @@ def patch_activation(
     source = clean_store[hook_name]
     layout = layout_of(hook_name)
     n_pos, n_index = activation_axes(source.shape, layout)
-    chosen = check_index_list("index", index, n_index) if index is not None else None
+    chosen = check_index_list("index", index, n_index)
     where = check_positions(positions, n_pos)
     clean_values = metric_values(metric, clean_logits, batch)
     mask = selection(source.shape, layout, chosen, where, source.device)
@@ -170,6 +162,7 @@ def patch_activation(
                      corrupted=float(corrupted_values.mean()), patched=float(patched.mean()), effect=float(means[0]),
                      ci_low=float(low[0]), ci_high=float(high[0]), n=batch, confidence=confidence, n_boot=n_boot)
 
+
 def patch_head(
     model,
     clean: TaskBatch | Tensor,
@@ -184,11 +177,8 @@ def patch_head(
     confidence: float = 0.95,
     hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> TaskPatch:
-    """Patch head ``head`` of layer ``layer`` (its ``blocks.L.attn.hook_z``) from clean into corrupted.
-
-    TL4's native bridges have no per-head ``hook_result``, so a head's output is patched on
-    ``hook_z`` (before ``W_O``), as in :func:`~perm_circuits.analysis.study.recall_patching.patch_head_outputs`.
-    See :func:`patch_activation` for the other arguments.
+    """Patch head ``head`` of layer ``layer`` on its ``blocks.L.attn.hook_z`` (TL4's native bridges have no
+    per-head ``hook_result``) from clean into corrupted; the other arguments as in :func:`patch_activation`.
     """
     layer, head = check_layer(model, layer), check_head(model, head)
     return patch_activation(model, clean, corrupted, metric, f"blocks.{layer}.attn.hook_z", index=head,

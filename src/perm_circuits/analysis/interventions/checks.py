@@ -1,13 +1,11 @@
-"""Shared argument validation for the analysis modules (one rule for the whole package).
+"""Shared argument validation for the analysis modules, run *before* any forward pass: ``TypeError``
+for a wrong type, ``ValueError`` out of range, the message naming the argument, the bad value and
+what was expected.
 
-Every analysis function validates its arguments with these helpers *before* any forward pass,
-raising ``TypeError`` for a value of the wrong type and ``ValueError`` for one out of range,
-with a message naming the argument, the bad value and what was expected.
-
-Index rule: every index that names a layer, a head, a sequence position or an entry of an
-activation axis (a neuron, a residual dimension) accepts Python-style negative values: ``i`` in
-``[-size, size)`` is normalised to ``i % size`` (so ``layer=-1`` is the last layer), and the
-normalised, non-negative index is what results and labels report.  ``bool`` is never an int.
+Index rule: every index of a layer, a head, a sequence position or an entry of an activation axis
+accepts Python-style negative values: ``i`` in ``[-size, size)`` is normalised to ``i % size``
+(``layer=-1`` is the last layer), and results and labels report the normalised index.  ``bool``
+is never an int.
 """
 
 from __future__ import annotations
@@ -51,9 +49,7 @@ def check_index(name: str, value: object, size: int, what: str = "") -> int:
 
 
 def _shape_of(model):
-    if is_permutation_model(model):
-        return model_config_of(model)
-    return model_shape(model)
+    return model_config_of(model) if is_permutation_model(model) else model_shape(model)
 
 
 def check_layer(model, layer: object) -> int:

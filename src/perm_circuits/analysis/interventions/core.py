@@ -2,19 +2,13 @@
 
 What every ablation and patch needs, whatever the task (Wang et al. 2022, "Interpretability in
 the Wild", section 3; Chan et al. 2022 on resample ablation; Li & Janson 2024, "Optimal ablation
-for interpretability"): the modes, the hook-point check (the TransformerLens 4 traps rejected:
-``hook_attn_scores`` is post-softmax and edits to it are ignored; in native bridges
-``blocks.L.hook_resid_mid`` is the MLP's input, so an edit there misses the residual stream), the
-selection of entries, the hook closure, and :func:`ablate_tokens` (modes zero, mean, resample and
-optimal on any model, with reference token ids or a :class:`~perm_circuits.tasks.base.TaskBatch`).
-
-``"binding_free"`` needs the permutation-lookup task (its queries and answers) and raises here.
-Positions and indices refer to the activation's own axes (the factual-recall model's attention
-hooks have one position, its EOS): with a reference they are validated against the reference
-activation before anything else runs; in zero mode, against the model's declared sizes where it
-has them, else when the hook first runs (a ValueError inside the forward, after which the model
-has no hooks left).  The permutation study's ablations
-(:mod:`perm_circuits.analysis.interventions.hooks`) build on this module.
+for interpretability"): the modes, the hook-point check (rejecting the TransformerLens 4 traps
+``hook_attn_scores`` and the native bridges' ``hook_resid_mid``), the selection of entries, the
+hook closure and :func:`ablate_tokens` (modes zero, mean, resample and optimal on any model).
+``"binding_free"`` needs the permutation-lookup task and raises here.  Positions and indices refer
+to the activation's own axes; they are validated against the reference activation before
+anything runs, or in zero mode against the model's declared sizes where it has them, else when
+the hook first runs (a ValueError inside the forward, after which the model has no hooks left).
 """
 
 from __future__ import annotations
@@ -94,20 +88,16 @@ def check_pairing(pairing: object) -> str:
     return pairing
 
 
-def _is_bridge(model) -> bool:
-    from transformer_lens.model_bridge import TransformerBridge
-
-    return isinstance(model, TransformerBridge)
-
-
 def check_hook_point(model, hook_name: object) -> str:
     """A hook point of any hooked model that an edit reaches (TransformerLens 4 bridge traps rejected)."""
+    from transformer_lens.model_bridge import TransformerBridge
+
     if not isinstance(hook_name, str):
         raise TypeError(f"hook_name must be a str, got {type(hook_name).__name__}")
     shape = model_shape(model)
     if hook_name not in model.hook_dict:
         raise ValueError(f"unknown hook point {hook_name!r} for {type(model).__name__}")
-    if _is_bridge(model):
+    if isinstance(model, TransformerBridge):
         if hook_name.endswith("hook_attn_scores"):
             raise ValueError(
                 f"{hook_name!r}: in TransformerLens 4 hook_attn_scores is post-softmax and edits to it are "
@@ -142,13 +132,8 @@ def reference_tokens(model, reference: object) -> Tensor | None:
 def declared_size(model, hook_name: str) -> int | None:
     """Size of the axis ``index`` selects at ``hook_name``, where the model declares it."""
     shape = model_shape(model)
-    if hook_name.endswith(_HEAD_SUFFIXES):
-        return shape.n_heads
-    if hook_name.endswith(_MLP_SUFFIXES):
-        return shape.d_mlp
-    if hook_name.endswith(_RESID_SUFFIXES):
-        return shape.d_model
-    return None
+    sizes = ((_HEAD_SUFFIXES, shape.n_heads), (_MLP_SUFFIXES, shape.d_mlp), (_RESID_SUFFIXES, shape.d_model))
+    return next((size for suffixes, size in sizes if hook_name.endswith(suffixes)), None)
 
 
 def activation_axes(activation_shape: Sequence[int], layout: str) -> tuple[int, int]:
@@ -194,9 +179,8 @@ def component_sweep(
     """The ablation table's loop on any model: ``measure(hooks)`` unablated, then with each of ``components``
     (:func:`components_of`) ablated under each of ``hows`` by the hooks ``build(hook_name, head, how)``.
 
-    Returns ``(component, how, layer, head, hooks, result)`` per run, the baseline (``"none"``,
-    ``"none"``, no hooks) first, then component by component (each under every mode), or mode by
-    mode with ``by_mode``.
+    Returns ``(component, how, layer, head, hooks, result)`` per run: the baseline (``"none"``,
+    ``"none"``, no hooks) first, then component by component, or mode by mode with ``by_mode``.
     """
     cells = list(product(hows, components)) if by_mode else [(how, c) for c, how in product(components, hows)]
     runs = [("none", "none", None, None, [], measure([]))]
@@ -210,10 +194,8 @@ def component_sweep(
 
 
 def resample_rows(n_reference: int, batch: int, seed: int) -> Tensor:
-    """The reference row that replaces each sample's activation under random-pairing resample.
-
-    ``seed`` seeds the draw of rows (the resample seed), ``torch.Generator().manual_seed(seed)``.
-    """
+    """The reference row that replaces each sample's activation under random-pairing resample, drawn
+    with ``torch.Generator().manual_seed(seed)`` (the resample seed)."""
     return torch.randint(n_reference, (batch,), generator=torch.Generator().manual_seed(seed))
 
 
@@ -271,20 +253,15 @@ def ablation_fn(
                 f"activation shape {tuple(activation.shape)} does not match the reference activation "
                 f"shape {tuple(replacement.shape)} beyond the batch axis"
             )
-        batch = activation.shape[0]
-        if fixed is None and pairing == "row":
-            if replacement.shape[0] != batch and how == "binding_free":
-                raise ValueError(
-                    f"binding_free ablation pairs by row and needs a batch of the reference's size "
-                    f"{replacement.shape[0]}, got a batch of {batch}"
-                )
-            if replacement.shape[0] != batch:
-                raise ValueError(
-                    f"pairing='row' needs a reference of the batch's size {batch}, "
-                    f"got {replacement.shape[0]} reference samples"
-                )
-        elif fixed is None:
-            replacement = replacement[resample_rows(replacement.shape[0], batch, seed).to(replacement.device)]
+        batch, n_reference = activation.shape[0], replacement.shape[0]
+        if fixed is None and pairing == "row" and n_reference != batch:
+            if how == "binding_free":
+                raise ValueError(f"binding_free ablation pairs by row and needs a batch of the reference's size "
+                                 f"{n_reference}, got a batch of {batch}")
+            raise ValueError(f"pairing='row' needs a reference of the batch's size {batch}, "
+                             f"got {n_reference} reference samples")
+        if fixed is None and pairing != "row":
+            replacement = replacement[resample_rows(n_reference, batch, seed).to(replacement.device)]
         return torch.where(mask, replacement.to(activation.device, activation.dtype), activation)
 
     return hook_fn
@@ -423,14 +400,14 @@ def ablate_tokens(
     hooks = check_hooks(model, hooks)
     layout = layout_of(hook_name)
     size = declared_size(model, hook_name)
-    if index is not None and size is not None:
+    if size is not None:
         index = check_index_list("index", index, size)
     if tokens is not None and how != "zero":
         activation = run_capture(model, tokens, [hook_name], hooks)[1].get(hook_name)
         if activation is None:
             raise ValueError(f"hook point {hook_name!r} did not run in {type(model).__name__}'s forward pass")
         n_pos, n_index = activation_axes(activation.shape, layout)
-        index = check_index_list("index", index, n_index) if index is not None else None
+        index = check_index_list("index", index, n_index)
         positions = check_positions(positions, n_pos)
         constant = None
         if how == "optimal":
@@ -438,14 +415,12 @@ def ablate_tokens(
             loss = next_token_loss(reference if isinstance(reference, TaskBatch) else tokens)
             constant = minimise_constant(model, hook_name, mask, tokens, loss, hooks, activation, steps=steps)
         return [(hook_name, ablation_fn(how, layout, index, positions, activation, seed, pairing, constant))]
-    raw_index, raw_positions = index, positions
-    if raw_positions is not None:
-        check_positions(raw_positions, 1 << 30)  # type and repeats now; the range when the hook runs
+    check_positions(positions, 1 << 30)  # type and repeats now; the range when the hook runs
 
     def zero_hook(act: Tensor, hook) -> Tensor:
         n_pos, n_index = activation_axes(act.shape, layout)
-        chosen = check_index_list("index", raw_index, n_index) if raw_index is not None else None
-        where = check_positions(raw_positions, n_pos)
+        chosen = check_index_list("index", index, n_index)
+        where = check_positions(positions, n_pos)
         return ablation_fn("zero", layout, chosen, where, None, seed, pairing)(act, hook)
 
     return [(hook_name, zero_hook)]

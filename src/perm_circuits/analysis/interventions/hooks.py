@@ -1,57 +1,28 @@
-"""Ablations: zero, mean, resample, binding-free and optimal interventions as TransformerLens hook lists.
+"""Ablations as TransformerLens hook lists: modes zero, mean, resample, binding_free and optimal.
 
 An ablation replaces one activation by a value that carries no information about the current
 sample and measures what the model loses (Wang et al. 2022, "Interpretability in the Wild", the IOI
-paper, sections 3 and A; Chan et al. 2022 on resample ablation):
+paper, sections 3 and A; Chan et al. 2022 on resample ablation).  The modes answer different
+questions and can disagree:
 
-- ``"zero"``: the activation is set to 0.  For a head (``blocks.L.attn.hook_z``) this removes the
-  head's whole contribution ``z_h W_O^h`` to the residual stream (the output bias ``b_O`` stays,
-  as it belongs to no head).
-- ``"mean"``: the activation is set to its mean over a *reference* batch, per position (and per
-  head / neuron, i.e. the whole activation vector is averaged over the reference samples at each
-  position).  This keeps the activation in its usual range but removes everything that varies
-  from sample to sample.
-- ``"resample"``: each sample's activation is replaced by the activation the same component
-  computes on a reference sample: a random one (drawn once per forward from a ``torch.Generator``
-  seeded with ``seed``, so the same seed gives the same replacement), or, with
-  ``pairing="row"``, reference row ``i`` for sample ``i``.  One reference sample replaces the
-  activation at every ablated position of a sample, so the replacement is a coherent activation
-  of one real sequence.
-- ``"binding_free"``: resample ablation from :func:`binding_free_reference` built on the
-  reference's own queries, paired by row: sample ``i``'s activation is replaced by the one the
-  component computes on the *same queries* (same tokens at the x positions, same repeat
-  structure) with the answers of an independent permutation.  Only the (x, y) binding the
-  sample shows is destroyed (the analogue of the IOI paper's "ABC" reference).  Not a mean: as
-  a distribution the binding-free batch *is* the task's, so its mean would be the ``"mean"``
-  mode's.  Its hooks fit batches of the reference's size only (row for row).
-- ``"optimal"``: optimal ablation (Li & Janson 2024, "Optimal ablation for interpretability"):
-  the activation is set to the constant (per position, and per head / neuron) that minimises the
-  task loss on the reference batch, found by a fixed number of L-BFGS iterations from the mean
-  activation with the model frozen (:mod:`perm_circuits.analysis.interventions.optimal`).  What the model
-  loses under it is only the information the component's *input-dependent* output carries, not
-  the loss of a constant it relies on (zero) nor of a constant it is poorly adapted to (mean).
+- ``"zero"``: the activation is set to 0 (far off distribution for a component whose mean output
+  is large).  On ``blocks.L.attn.hook_z`` this removes the head's ``z_h W_O^h`` (``b_O`` stays).
+- ``"mean"``: its mean over a *reference* batch, per position and per entry (the IOI paper's
+  convention): the usual range kept, everything that varies from sample to sample removed.
+- ``"resample"``: the same component's activation on one reference sample, the same sample at
+  every ablated position (a coherent real activation): a random one (drawn per forward from a
+  generator seeded with ``seed``) or, with ``pairing="row"``, reference row ``i`` for sample ``i``.
+- ``"binding_free"``: row-paired resample from :func:`binding_free_reference` on the reference's
+  own queries: same queries, answers of an independent permutation, so only the sample's (x, y)
+  binding is destroyed (the analogue of the IOI paper's "ABC" reference).
+- ``"optimal"``: the constant minimising the task loss on the reference (Li & Janson 2024,
+  "Optimal ablation for interpretability"; :mod:`perm_circuits.analysis.interventions.optimal`):
+  what is lost is only the information the component's input-dependent output carries.
 
-Why several modes: they answer different questions and can disagree.  Zero ablation is far off
-distribution for a component whose mean output is large (the rest of the model loses a constant
-it relies on as well as the information); mean ablation keeps each coordinate at its usual value
-(the IOI paper's convention, Wang et al. 2022); resample keeps a coherent real activation;
-binding-free resample keeps the queries; optimal ablation is the least harmful constant.
-
-Per-head interventions act on ``blocks.L.attn.hook_z`` ``[batch, pos, head, d_head]``: TL4's
-native bridges have no per-head ``hook_result``.  The whole MLP is ablated on
-``blocks.L.hook_mlp_out`` (so zero ablation also removes ``b_out``); groups of neurons on
-``blocks.L.mlp.hook_post``.  ``positions`` restricts any ablation to some sequence positions
-(for attention patterns: to some destination / query positions).
-
-Indices follow the package's rule (:mod:`perm_circuits.analysis.interventions.checks`: negative
-values count from the end, ``layer=-1`` is the last layer) and everything is validated before
-any forward pass.  Hooks are closures: inside a TL4 hook ``hook.name`` may be an internal alias
-such as ``blocks.0.attn.o.hook_in``, so nothing keys on it.  Any model that is not one of the
-study's bridges, or a :class:`~perm_circuits.tasks.base.TaskBatch` reference, goes to the
-task-free core (:func:`~perm_circuits.analysis.interventions.core.ablate_tokens`), whose hook-point
-check also rejects the TL 4.3 traps (``hook_attn_scores``, ``hook_resid_mid``).  Row-paired
-resample hooks fit only batches of the reference's size; ``evaluate(hooks=...)`` also runs the
-1-row probe, so evaluate such hooks with ``evaluate_logits(run_logits(...))``.
+Heads are ablated on ``blocks.L.attn.hook_z`` (TL4's native bridges have no per-head
+``hook_result``), MLPs on ``hook_mlp_out`` or neurons on ``mlp.hook_post`` (:func:`ablate_mlp`).
+Row-paired hooks fit only batches of the reference's size; ``evaluate(hooks=...)`` also runs a
+1-row probe, so evaluate them with ``evaluate_logits(run_logits(...))``.
 """
 
 from __future__ import annotations
@@ -158,35 +129,23 @@ def ablate(
     pairing: str = "random",
     hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> HookList:
-    """A one-hook list ablating ``hook_name`` under mode ``how`` (one of :data:`HOWS`).
+    """A one-hook list ablating ``hook_name`` under mode ``how`` (one of :data:`HOWS`, module docstring).
 
-    Any other hooked model (not one of the study's bridges), or a ``reference`` that is a
-    :class:`~perm_circuits.tasks.base.TaskBatch`, goes to
-    :func:`~perm_circuits.analysis.interventions.core.ablate_tokens` (which also takes a token tensor):
-    modes ``"zero"``, ``"mean"``, ``"resample"`` and ``"optimal"`` (the constant minimising the
-    reference batch's masked next-token loss), with the reference required for all but zero.
+    ``reference`` (every mode but ``"zero"``; default the model's fixed test set
+    ``make_test_set(task_config_of(model))``) gives the mean, the resample pool, the queries of the
+    binding-free reference (whose hooks then fit only this batch, row for row) or the batch on
+    which the optimal constant minimises the loss.  ``index``: entries of the axis after ``pos``
+    (heads for ``hook_q/k/v/z`` and ``hook_pattern``, neurons for ``mlp.hook_pre/post``, residual
+    dimensions for d_model-wide hooks); ``positions``: sequence positions (destination positions
+    for ``hook_pattern``); ``None`` = all, negative entries count from the end.  ``seed`` seeds the
+    random-pairing resample draw (the same draw every forward) and the binding-free answers
+    (``binding_free_reference(task, seed=seed, queries=reference)``); ``pairing`` is ``"random"``
+    or ``"row"`` (reference row ``i`` for sample ``i``; ``"binding_free"`` always pairs by row).
+    ``hooks`` are active while the reference activations (and the optimal constant) are computed.
 
-    Args:
-        reference: batch for every mode but ``"zero"`` (default: the model's fixed test set
-            ``make_test_set(task_config_of(model))``): the mean, the resample pool, the queries of
-            the binding-free reference (whose hooks then fit only this batch, row for row), or the
-            batch on which the optimal constant minimises the loss.
-        index: entries of the axis after ``pos`` to ablate (heads for ``hook_q/k/v/z``, neurons
-            for ``mlp.hook_pre/post``, residual dimensions for d_model-wide hooks; heads for
-            ``hook_pattern``); ``None`` ablates the whole activation.  Negative entries count
-            from the end.
-        positions: sequence positions to ablate (destination positions for ``hook_pattern``);
-            ``None`` = all.  Negative positions count from the end.
-        seed: seeds the choice of reference samples for ``"resample"`` with
-            ``pairing="random"`` (each forward redraws from the same seed, so repeated runs are
-            identical) and the binding-free answers for ``"binding_free"``
-            (``binding_free_reference(task, seed=seed, queries=reference)``); unused by
-            ``"zero"``, ``"mean"``, ``"optimal"`` (deterministic) and ``pairing="row"``.
-        pairing: ``"random"`` (a seeded random reference sample per sample) or ``"row"``
-            (reference row ``i`` for sample ``i``; the batch must be as long as the reference),
-            for ``"resample"``; ``"binding_free"`` always pairs by row.
-        hooks: interventions applied while the reference activations (and the optimal constant)
-            are computed.
+    Any other hooked model, or a :class:`~perm_circuits.tasks.base.TaskBatch` ``reference``, goes to
+    :func:`~perm_circuits.analysis.interventions.core.ablate_tokens` (all modes but ``"binding_free"``;
+    token ids also accepted; the reference required for all but zero).
     """
     if not is_permutation_model(model) or isinstance(reference, TaskBatch):
         return ablate_tokens(model, hook_name, how, reference=reference, index=index, positions=positions,
@@ -198,15 +157,15 @@ def ablate(
     reference = check_reference(reference, model_config_of(model).V)
     hooks = check_hooks(model, hooks)
     activation = constant = None
-    if how == "optimal":
-        constant = optimal_constant(model, hook_name, reference=reference, index=index, positions=positions,
-                                    hooks=hooks)
-    elif how != "zero":
+    if how != "zero":
         task = task_config_of(model)
         reference = make_test_set(task) if reference is None else reference
         if how == "binding_free":
             reference = binding_free_reference(task, seed=seed, queries=reference)
         activation = run_capture(model, reference.inputs, [hook_name], hooks)[1][hook_name]
+        if how == "optimal":  # arguments validated above: the search runs directly
+            mask = selection(activation.shape, layout, index_list, position_list, activation.device)
+            constant = optimise_constant(model, hook_name, mask, reference, hooks, activation)
     return [(hook_name, ablation_fn(how, layout, index_list, position_list, activation, seed, pairing, constant))]
 
 
@@ -222,14 +181,12 @@ def optimal_constant(
 ) -> Tensor:
     """The optimal-ablation constant of ``hook_name`` (Li & Janson 2024), shape ``activation.shape[1:]``.
 
-    The value ``c`` minimising the task loss (mean cross-entropy of the V answers) on
-    ``reference`` when the selected entries (``index``, ``positions`` as in :func:`ablate`) are
-    set to ``c`` with the model frozen: ``steps`` full-batch L-BFGS iterations from the mean
-    activation over ``reference`` (default: the model's fixed test set); see
-    :mod:`perm_circuits.analysis.interventions.optimal`.
-    Deterministic: the same model, batch and selection give the same constant.  Entries outside
-    the selection hold the mean activation.  ``ablate(..., how="optimal")`` uses it with the
-    default ``steps``.
+    The ``c`` minimising the task loss (mean cross-entropy of the V answers) on ``reference``
+    (default: the model's fixed test set) with the selected entries (``index``, ``positions`` as in
+    :func:`ablate`) set to ``c``: ``steps`` full-batch L-BFGS iterations from the mean activation,
+    the model frozen (:mod:`perm_circuits.analysis.interventions.optimal`).  Deterministic; entries
+    outside the selection hold the mean activation.  ``ablate(..., how="optimal")`` uses the default
+    ``steps``.
     """
     hook_name, layout, index_list, position_list = _check_selection(model, hook_name, index, positions)
     check_int("steps", steps, 0)
@@ -239,6 +196,7 @@ def optimal_constant(
     activation = run_capture(model, reference.inputs, [hook_name], hooks)[1][hook_name]
     mask = selection(activation.shape, layout, index_list, position_list, activation.device)
     return optimise_constant(model, hook_name, mask, reference, hooks, activation, steps=steps)
+
 
 def ablate_head(
     model,
@@ -255,9 +213,9 @@ def ablate_head(
     """Ablate head ``head`` of layer ``layer`` on ``blocks.{layer}.attn.hook_z``.
 
     Zero ablation equals deleting the head's columns of ``W_O``
-    (``blocks.L.attn.o.weight[:, head*d_head:(head+1)*d_head] = 0``).  ``layer`` and ``head``
-    accept Python-style negative indices (``layer=-1`` is the last layer).  See :func:`ablate`
-    for the other arguments (``seed`` seeds the ``"resample"`` draw of reference samples).
+    (``blocks.L.attn.o.weight[:, head*d_head:(head+1)*d_head] = 0``).  Negative ``layer`` and
+    ``head`` count from the end; the other arguments as in :func:`ablate` (``seed`` seeds the
+    resample draw).
     """
     layer, head = check_layer(model, layer), check_head(model, head)
     return ablate(model, f"blocks.{layer}.attn.hook_z", how, reference=reference, index=head, positions=positions,
@@ -279,9 +237,8 @@ def ablate_mlp(
     """Ablate the MLP of layer ``layer``: whole on ``hook_mlp_out``, or ``neurons`` on ``mlp.hook_post``.
 
     Zero-ablating the whole MLP removes its output including ``b_out``; zero-ablating all
-    neurons would leave ``b_out``.  ``layer`` (and ``neurons``) accept Python-style negative
-    indices (``layer=-1`` is the last layer).  See :func:`ablate` for the other arguments
-    (``seed`` seeds the ``"resample"`` draw of reference samples).
+    neurons would leave ``b_out``.  Negative ``layer`` (and ``neurons``) count from the end; the
+    other arguments as in :func:`ablate` (``seed`` seeds the resample draw).
     """
     layer = check_layer(model, layer)
     if neurons is None:

@@ -2,47 +2,32 @@
 
 Li and Janson ("Optimal ablation for interpretability", NeurIPS 2024) define a component's
 ablation loss gap as ``min_c L(M with the component's activation set to the constant c) - L(M)``:
-of every value the component could be frozen to, the one that does least harm.  Zero, mean and
-resample ablation each pick one particular constant or distribution; zero ablation can move the
-model far off its usual inputs (a head whose mean output is large loses a constant the rest of
-the model relies on), and mean ablation, though on-distribution per coordinate, is not the value
-the rest of the model is best adapted to.  The optimal constant removes exactly the information
-that *varies* with the input, and nothing the model could get from a constant: what is left of
-the loss gap is the information the component carries.
+the constant removes exactly the information that varies with the input, and nothing the model
+could get from a constant (zero and mean ablation each impose one particular constant).  Here the
+loss is the mean cross-entropy of the V answers (the training objective) on a reference batch and
+``c`` comes from ``steps`` (20) full-batch L-BFGS iterations (strong-Wolfe line search) on ``c``
+alone, the model frozen, from the mean activation: deterministic on CPU, not a guaranteed global
+minimum, never worse than mean ablation on the reference batch (the line search only accepts
+descent; on a held-out batch it can be).  On d32h2, 20 L-BFGS iterations beat 200 Adam steps
+(L0H1: 1.69 vs 1.76 nats, mean ablation 3.01; learning rates 0.01-0.1) at a sixth of the cost.
 
-Here the task loss is the mean cross-entropy of the V answers (the ``loss`` of
-:func:`~perm_circuits.evaluate.evaluate_logits`, the training objective) on a reference batch (by
-default the test set being evaluated), and ``c`` is found by ``steps`` (20) full-batch L-BFGS
-iterations (strong-Wolfe line search) on ``c`` alone, the model frozen, initialised at the mean
-activation over the same batch: a fixed, deterministic procedure (same model, batch and selection
--> the same constant on CPU), not a guaranteed global minimum.  The line search only accepts
-steps that lower the loss, so on the reference batch the result is never worse than mean
-ablation; on a held-out batch it can be.  L-BFGS rather than Adam: on d32h2, 20 L-BFGS
-iterations reach a lower loss than 200 Adam steps (L0H1: 1.69 vs 1.76 nats, mean ablation 3.01;
-learning rates 0.01-0.1 tried), at a sixth of the cost.
-
-Speed: the bridge's per-call machinery costs far more than this model's arithmetic, so the
-search runs in plain PyTorch on the bridge's weights from the ablated activation onwards (the
-activations upstream are captured once with the bridge): ``blocks.L.attn.hook_z``,
-``blocks.L.mlp.hook_post`` and ``blocks.L.hook_mlp_out`` of LayerNorm / unnormalised models, with
-no extra ``hooks``.  Any other hook point, normalisation or an intervention in ``hooks`` uses the
-bridge itself (same result, slower).  Only the answers' x positions are scored, so the last
-layer's queries, MLP and unembedding run at those positions only; and rows that repeat a
-(sequence, answers) pair count once, weighted by how often they occur (the same mean loss).  A
-component in the last layer needs only each x position's own prefix (one term per distinct
-prefix and answer); a component in an earlier layer needs whole sequences, as the later layers'
-attention reads every position.
+Speed: for ``blocks.L.attn.hook_z``, ``blocks.L.mlp.hook_post`` and ``blocks.L.hook_mlp_out`` of
+LayerNorm / unnormalised models with no extra ``hooks``, the search runs in plain PyTorch on the
+bridge's weights from the ablated activation on (upstream activations captured once), scores the
+x positions only, and counts each distinct (sequence, answers) once, weighted by its count (the
+same mean loss); in the last layer one term per distinct (prefix, answer) suffices.  Anything
+else runs the bridge itself (same result, slower).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import Tensor
 
-from perm_circuits.analysis.interventions.core import OPTIMAL_STEPS, lbfgs_constant
+from perm_circuits.analysis.interventions.core import OPTIMAL_STEPS, lbfgs_constant, minimise_constant
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import HookList, run_capture
 from perm_circuits.models import model_config_of
@@ -59,23 +44,16 @@ def answer_loss(logits: Tensor, batch: Batch) -> Tensor:
     return -log_probs.gather(2, batch.ys[..., None]).mean()
 
 
-def _act(name: str) -> Callable[[Tensor], Tensor]:
-    functional = torch.nn.functional
-    return {"relu": torch.relu, "gelu": functional.gelu, "silu": functional.silu}.get(name,
-        lambda x: functional.gelu(x, approximate="tanh"))
-
-
 def _downstream(model, w: dict[str, Tensor], layer: int, stage: str, value: Tensor, cache: dict[str, Tensor],
                 keep: Tensor | None = None) -> Tensor:
-    """Logits from the (replaced) activation ``value`` at ``stage`` of ``layer`` onwards, as the bridge computes them.
-
-    Mirrors :func:`perm_circuits.models.fast_forward` (checked against the bridge in the tests).
-    ``keep`` (sequence positions, for ``layer`` below the last): the logits of those positions
-    only, ``[batch, len(keep), vocab]``; the last layer's queries, MLP and unembedding then run at
-    those positions only (its keys and values, and every earlier layer, at all of them).
+    """Logits from the (replaced) activation ``value`` at ``stage`` of ``layer`` onwards, as the bridge
+    computes them (as :func:`perm_circuits.models.fast_forward`; checked against the bridge in the tests).
+    ``keep`` (positions, for ``layer`` below the last): only those positions' logits,
+    ``[batch, len(keep), vocab]``, the last layer's queries, MLP and unembedding run there only.
     """
     config = model_config_of(model)
-    act = _act(config.act_fn)
+    act = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}.get(
+        config.act_fn, lambda x: torch.nn.functional.gelu(x, approximate="tanh"))
 
     def norm(x: Tensor, name: str) -> Tensor:
         if config.normalization_type is None:
@@ -102,14 +80,12 @@ def _downstream(model, w: dict[str, Tensor], layer: int, stage: str, value: Tens
         b = f"blocks.{later}"
         h = norm(resid, f"{b}.ln1")
         k, v = (linear(h, f"{b}.attn.{n}").view(batch, seq, n_heads, d_head).transpose(1, 2) for n in "kv")
-        if keep is not None and later == config.n_layers - 1:  # the last layer: only the kept queries
+        kept = keep is not None and later == config.n_layers - 1  # the last layer: only the kept queries
+        if kept:
             resid, h = resid[:, keep], h[:, keep]
-            q = linear(h, f"{b}.attn.q").view(batch, len(keep), n_heads, d_head).transpose(1, 2)
-            causal = keep[:, None] >= torch.arange(seq, device=keep.device)[None, :]
-            z = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=causal)
-        else:
-            q = linear(h, f"{b}.attn.q").view(batch, seq, n_heads, d_head).transpose(1, 2)
-            z = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        q = linear(h, f"{b}.attn.q").view(batch, -1, n_heads, d_head).transpose(1, 2)
+        causal = keep[:, None] >= torch.arange(seq, device=keep.device)[None, :] if kept else None
+        z = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=causal, is_causal=not kept)
         resid = resid + linear(z.transpose(1, 2).reshape(batch, -1, n_heads * d_head), f"{b}.attn.o")
         resid = resid + mlp(resid, b)
     out = torch.nn.functional.linear(norm(resid, "ln_final"), w["unembed.weight"])
@@ -168,30 +144,19 @@ def optimise_constant(
 ) -> Tensor:
     """The constant ``c`` (shape ``activation.shape[1:]``) minimising the task loss with ``where(mask, c, act)``.
 
-    ``activation`` is the activation at ``hook_name`` on ``reference`` (under ``hooks``); ``c``
-    starts at its mean over the batch and takes ``steps`` L-BFGS iterations with the model
-    frozen.  Entries outside ``mask`` keep their start value (they are never used).
-    ``upstream``: the activations of :func:`upstream_hooks` on ``reference`` if already captured.
-    Arguments are validated by the callers (:func:`~perm_circuits.analysis.interventions.ablation.ablate`,
-    :func:`~perm_circuits.analysis.interventions.ablation.optimal_constant`).
+    ``activation``: the activation at ``hook_name`` on ``reference`` (under ``hooks``), whose batch
+    mean is the start; entries outside ``mask`` keep it.  ``upstream``: the activations of
+    :func:`upstream_hooks` on ``reference`` if already captured.  The callers validate the arguments.
     """
     config = model_config_of(model)
     device = model_device(model)  # the search runs beside the weights; no-ops when everything is there
     reference, activation, mask = reference.to(device), activation.to(device), mask.to(device)
     if upstream is not None:
         upstream = {name: value.to(device) for name, value in upstream.items()}
-    start = activation.float().mean(dim=0)
     names = upstream_hooks(model, hook_name)
     if not names or hooks:  # the bridge itself
-
-        def loss_of(constant: Tensor) -> Tensor:
-            def replace(act: Tensor, hook) -> Tensor:
-                return torch.where(mask, constant.to(act.dtype), act)
-
-            with model.hooks(fwd_hooks=list(hooks) + [(hook_name, replace)]):
-                return answer_loss(model(reference.inputs), reference)
-
-        return lbfgs_constant(model, loss_of, start, steps)
+        return minimise_constant(model, hook_name, mask, reference.inputs, partial(answer_loss, batch=reference), hooks,
+                                 activation, steps=steps)
     match = _FAST.match(hook_name)
     assert match is not None
     layer, stage = int(match.group(1)), match.group(2)
@@ -230,4 +195,4 @@ def optimise_constant(
             losses = -logits.float().log_softmax(dim=-1).gather(2, answers[..., None])[..., 0]
             return (losses * weights[:, None]).sum()
 
-    return lbfgs_constant(model, loss_of, start, steps)
+    return lbfgs_constant(model, loss_of, activation.float().mean(dim=0), steps)

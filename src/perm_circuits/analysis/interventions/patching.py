@@ -158,14 +158,10 @@ class PatchingSweep:
         return self.source == "corrupted"
 
     def best(self) -> PatchCell:
-        """The cell whose patch matters most, in the sweep's direction.
-
-        Denoising (``source="clean"``, the default): the cell with the *largest* normalised
-        mean, the patch that restores the most of the clean logit difference.  Noising
-        (``source="corrupted"``): the cell with the *smallest* normalised mean, the patch whose
-        corrupted activation takes the most away from the clean run (1 = nothing lost, 0 = all
-        lost).  Cells with a nan mean are skipped; a ValueError when every mean is nan (e.g. the
-        clean and corrupted runs do not differ, see :attr:`runs_differ`).
+        """The cell whose patch matters most in the sweep's direction: the *largest* normalised mean
+        when denoising (``source="clean"``: restores the most of the clean logit difference), the
+        *smallest* when noising (``source="corrupted"``: takes the most away; 1 = nothing lost).
+        Nan means are skipped; a ValueError when all are nan (see :attr:`runs_differ`).
         """
         finite = [cell for cell in self.cells if not math.isnan(cell.mean)]
         if not finite:
@@ -227,12 +223,9 @@ def bootstrap_weights(n: int, n_boot: int, seed: int) -> Tensor:
 
 
 def patching_cache(model, pair: PatchingPair, hooks: HookList, names: Sequence[str]) -> PatchingCache:
-    """Run ``pair``'s clean and corrupted inputs once under ``hooks``, caching activations ``names``.
-
-    ``hooks`` is a checked hook list (:func:`perm_circuits.hooks.check_hooks`); ``names`` are the
-    hook names to cache (more are added on demand by :meth:`PatchingCache.add`).  Pass the result
-    as ``cache=`` to several sweeps of the same model, pair and hooks to run the two unpatched
-    forwards once.
+    """Run ``pair``'s clean and corrupted inputs once under checked ``hooks``, caching activations ``names``
+    (more on demand, :meth:`PatchingCache.add`); pass the result as ``cache=`` to several sweeps of
+    the same model, pair and hooks to run the two unpatched forwards once.
     """
     device = model_device(model)  # once: every sweep on this cache runs on the model's device
     clean, corrupted, answer, wrong = pair = tuple(part.to(device) for part in pair)
@@ -241,23 +234,6 @@ def patching_cache(model, pair: PatchingPair, hooks: HookList, names: Sequence[s
         logits, caches[run] = run_capture(model, batch.inputs, names, hooks)
         diffs[run] = logit_diff(logits, answer, wrong).double()
     return PatchingCache(model, pair, hooks, caches, diffs)
-
-
-def _bootstrap(
-    weights: Tensor, values: Tensor, clean: Tensor, corrupted: Tensor, confidence: float
-) -> tuple[Tensor, Tensor]:
-    """Percentile bootstrap of the normalised mean; each resample reweights all three runs jointly.
-
-    ``weights[b, i]`` is how often resample ``b`` drew sample ``i`` (divided by n), so
-    ``weights @ x`` are the resampled means of a per-sample quantity ``x``.
-    """
-    weights = weights.to(values.device)  # drawn on the CPU generator; moved once per sweep
-    patched = weights @ values.T  # [boot, cell]
-    mean_clean, mean_corrupted = weights @ clean, weights @ corrupted
-    ratio = (patched - mean_corrupted[:, None]) / (mean_clean - mean_corrupted)[:, None]
-    alpha = (1 - confidence) / 2
-    bounds = torch.quantile(ratio, torch.tensor([alpha, 1 - alpha], dtype=torch.float64, device=ratio.device), dim=0)
-    return bounds[0], bounds[1]
 
 
 def normalised_effects(
@@ -276,8 +252,14 @@ def normalised_effects(
         return torch.full_like(raw, math.nan), nan, nan, nan
     per_sample = (raw - corrupted.mean()) / denominator
     means = (raw.mean(dim=1) - corrupted.mean()) / denominator
-    low, high = _bootstrap(weights(), raw, clean, corrupted, confidence)
-    return per_sample, means, low, high
+    # paired percentile bootstrap: resample b reweights all three runs jointly (w[b, i]: draws of i / n)
+    w = weights().to(raw.device)  # drawn on the CPU generator; moved once per sweep
+    patched = w @ raw.T  # [boot, cell]
+    mean_clean, mean_corrupted = w @ clean, w @ corrupted
+    ratio = (patched - mean_corrupted[:, None]) / (mean_clean - mean_corrupted)[:, None]
+    alpha = (1 - confidence) / 2
+    bounds = torch.quantile(ratio, torch.tensor([alpha, 1 - alpha], dtype=torch.float64, device=ratio.device), dim=0)
+    return per_sample, means, bounds[0], bounds[1]
 
 
 def metric_values(metric: Callable[[Tensor], Tensor], logits: Tensor, batch: int) -> Float[Tensor, " batch"]:
@@ -375,11 +357,9 @@ def _check_row(model, row: object) -> dict:
 def _resid_mid_hooks(layer: int, row: Mapping, source_activation: Tensor) -> HookList:
     """Set the residual stream after attention to the source run's at ``row['position']``.
 
-    In TL 4.3 native bridges ``blocks.L.hook_resid_mid`` is an alias of ``ln2.hook_in``: an
-    edit there changes the MLP's input but not the residual stream that reaches
-    ``resid_post``.  So the patch is made on ``hook_attn_out`` instead:
-    ``attn_out = source_resid_mid - resid_pre`` (``resid_pre`` read live in the same forward),
-    which makes ``resid_pre + attn_out`` (the MLP input and the stream) the source's value.
+    In TL 4.3 native bridges ``blocks.L.hook_resid_mid`` is an alias of ``ln2.hook_in`` (an edit
+    there misses the residual stream), so ``hook_attn_out`` is set to ``source_resid_mid -
+    resid_pre`` (``resid_pre`` read live), making ``resid_pre + attn_out`` the source's value.
     """
     live: dict[str, Tensor] = {}
     p = row["position"]
@@ -424,11 +404,9 @@ def run_patch_sweep(
     seed: int,
     confidence: float,
 ) -> PatchingSweep:
-    """One patched forward per validated cell on the cached pair, normalised and bootstrapped.
-
-    The loop of :func:`~perm_circuits.analysis.study.recall_patching.generic_patch` (whose docstring says what
-    it measures); ``cache`` already holds the activations of ``activation_name`` at every layer
-    the cells name.  ``seed`` seeds the bootstrap resamples.
+    """One patched forward per validated cell on the cached pair, normalised and bootstrapped (seeded
+    with ``seed``): the loop of :func:`~perm_circuits.analysis.study.recall_patching.generic_patch`,
+    whose docstring says what it measures; ``cache`` holds ``activation_name`` at every layer named.
     """
     _, _, answer, wrong = cache.pair
     hook_names = [ACTIVATIONS[activation_name].format(layer=row["layer"]) for row in index_rows]

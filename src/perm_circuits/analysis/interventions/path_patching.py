@@ -1,38 +1,24 @@
 """Path patching: does head A affect head B's query, key or value (Wang et al. 2022, IOI section 3.1)?
 
-Activation patching (:mod:`perm_circuits.analysis.study.recall_patching`) says *which* head matters; path
-patching says *through which edge*.  For a sender head ``A = (l_A, h_A)`` and a receiver head
-``B = (l_B, h_B)`` with ``l_A < l_B`` and one of B's inputs ``q``, ``k`` or ``v``:
+Activation patching says *which* head matters; path patching says *through which edge*.  For a
+sender ``A = (l_A, h_A)``, a receiver ``B = (l_B, h_B)`` with ``l_A < l_B`` and one of B's inputs
+``q``, ``k`` or ``v``: the clean and corrupted runs are cached once; a clean A adds
+``delta = (z_A^clean - z_A^corrupted) @ W_O^A`` (``[batch, pos, d_model]``) to the residual
+stream; the corrupted input is run again with *only* B's ``hook_{input}`` of head ``h_B`` changed
+by ``norm(r + delta) @ W - norm(r) @ W`` (``r`` the corrupted ``blocks.{l_B}.hook_resid_pre``,
+``norm`` B's ``ln1``, ``W`` its ``W_Q``, ``W_K`` or ``W_V``; ``delta @ W`` without normalization).
+Everything else keeps its corrupted value up to B, and B's output flows on (the IOI paper's
+receiver-side recomputation), so only the direct edge counts (MLPs frozen: a route A -> MLP -> B
+is not counted).  The recomputed LayerNorm is exact (checked against the cached ``ln1.hook_out``;
+a test compares the edge with the IOI paper's two-run procedure).  TL4 native bridges cannot
+enable ``hook_q_input``/``hook_k_input``, hence the edit of ``hook_q``/``hook_k``/``hook_v``.
 
-- run the clean and the corrupted input once and cache every head's ``hook_z``;
-- A's contribution to the residual stream is ``z_A @ W_O^A``, so the change a clean A makes is
-  ``delta = (z_A^clean - z_A^corrupted) @ W_O^A`` (``[batch, pos, d_model]``, every position);
-- run the corrupted input again, changing *only* B's ``input`` (its ``hook_q``, ``hook_k`` or
-  ``hook_v`` for head ``h_B``) to what it would be if its residual stream input held ``delta``
-  on top of the corrupted one: ``norm(r + delta) @ W - norm(r) @ W`` is added, with ``r`` the
-  corrupted run's ``blocks.{l_B}.hook_resid_pre``, ``norm`` B's ``ln1`` (the identity when
-  ``normalization_type`` is None, where the added term is simply ``delta @ W``) and ``W`` head
-  ``h_B``'s ``W_Q``, ``W_K`` or ``W_V``.  B's other inputs, every other head (A included) and
-  every MLP keep their corrupted values up to B; what B then writes flows on normally (the
-  receiver-side "recompute downstream" step of the IOI paper).
-
-So the effect flows only along the direct edge A -> B's ``input``.  This is the IOI paper's
-path patching with the MLPs frozen as well (the edge's effect is the direct residual path; a
-route A -> MLP -> B is not counted).  The receiver's LayerNorm is recomputed on ``r + delta``
-(not frozen), which is exact: it is what B's input would be if A alone were clean (the recomputed
-norm is checked against the cached ``ln1.hook_out`` first, and a test compares the whole edge with
-the IOI paper's two-run procedure).  TL4 native bridges list ``hook_q_input``/``hook_k_input``
-but cannot enable them (``set_use_split_qkv_input`` raises NotImplementedError for their
-``AttentionBridge``), hence the edit of ``hook_q``/``hook_k``/``hook_v``.
-
-Metric and normalisation as in activation patching: the logit difference ``logit(answer) -
-logit(wrong)`` at the last position, ``(LD_patched - mean LD_corrupted) / (mean LD_clean - mean
-LD_corrupted)`` (1 = the edge restores the clean run, 0 = no effect; nan when the runs do not
-differ), with paired percentile-bootstrap CIs over sequences
-(:func:`~perm_circuits.analysis.interventions.patching.bootstrap_weights`, seeded with ``seed``).
-On any task and any TransformerLens model (with per-head ``W_Q``, ``W_K``, ``W_V``, ``W_O`` and
-``attn.hook_q/k/v/z``), ``pair`` may be ``(clean, corrupted)`` TaskBatches or token ids measured
-with any per-sequence ``metric`` instead (:func:`path_patch`).
+Metric: the logit difference ``logit(answer) - logit(wrong)`` at the last position, normalised
+``(LD_patched - mean LD_corrupted) / (mean LD_clean - mean LD_corrupted)`` (1 = the edge restores
+the clean run, 0 = no effect, nan when the runs do not differ), with paired percentile-bootstrap
+CIs (:func:`~perm_circuits.analysis.interventions.patching.bootstrap_weights`, seeded with
+``seed``).  On any task and TransformerLens model, ``pair`` may be ``(clean, corrupted)``
+TaskBatches or token ids measured with any per-sequence ``metric`` (:func:`path_patch`).
 """
 
 from __future__ import annotations
@@ -102,22 +88,20 @@ def induction_patching_pair(
 ) -> PatchingPair:
     """Clean/corrupted batches for the induction question, with the answer and wrong tokens.
 
-    ``clean``: ``make_batch(task_config, n, split=split, seed=seed, repeat_ratio=1.0,
+    ``clean = make_batch(task_config, n, split=split, seed=seed, repeat_ratio=1.0,
     repeat_source=None)``: every last query repeats an earlier ``x_k``, ``k`` uniform over
-    ``1..V-1`` (whatever ``task_config.repeat_sources`` says: the question is general recall).
-    For each row another earlier query ``j != k`` is drawn uniformly (a generator seeded with
-    ``seed + 1``), and ``corruption`` (module docstring) builds the corrupted row: ``"swap"``
-    exchanges ``x_k`` and ``x_j`` in the context, ``"query"`` sets the last query to ``x_j``
-    (both: corrupted answer ``y_j``, ``wrong = y_j``), ``"unused"`` sets it to the unused x
-    (``wrong`` = the unused y; the recall pair of
-    :func:`~perm_circuits.analysis.study.recall_patching.patching_pair`, for any k).  ``answer = y_k``.
-    Needs ``V >= 3`` (two earlier queries).
+    ``1..V-1`` (general recall, whatever ``task_config.repeat_sources`` says); ``answer = y_k``.
+    Per row another earlier query ``j != k`` is drawn uniformly (generator seeded with
+    ``seed + 1``) and ``corruption`` builds the corrupted row: ``"swap"`` exchanges ``x_k`` and
+    ``x_j`` in the context, ``"query"`` sets the last query to ``x_j`` (both: ``wrong = y_j``),
+    ``"unused"`` sets it to the unused x (``wrong`` = its y; the recall pair of
+    :func:`~perm_circuits.analysis.study.recall_patching.patching_pair`, for any k).  Needs ``V >= 3``.
 
     Under ``"swap"`` only the context changes, so a previous-token head's output differs at the two
     y slots whose previous token was swapped: the corruption that exposes the K-composition edge.
-    Under ``"query"`` only the last token differs: in a model where no layer-0 head reads the last
-    position every head-to-head path is exactly 0 (the effect enters the induction head's query
-    from the embedding).
+    Under ``"query"`` only the last token differs: with no layer-0 head reading the last position
+    every head-to-head path is exactly 0 (the effect enters the induction head's query from the
+    embedding).
     """
     if not isinstance(task_config, TaskConfig):
         raise TypeError(f"task_config must be a TaskConfig, got {type(task_config).__name__}")
@@ -295,12 +279,10 @@ def path_patch_hooks(
     delta: Float[Tensor, "batch pos d_model"],
     resid_pre: Float[Tensor, "batch pos d_model"] | None = None,
 ) -> HookList:
-    """A TL hook list that adds a residual-stream change ``delta`` to one receiver input only.
-
-    Edits ``blocks.{l}.attn.hook_{input}`` of head ``h`` (``receiver = (l, h)``) by
-    ``norm(resid_pre + delta) @ W - norm(resid_pre) @ W`` (``delta @ W`` without normalization,
-    where ``resid_pre`` is not needed); ``resid_pre`` is the run's ``blocks.{l}.hook_resid_pre``.
-    Run it inside ``model.hooks(...)`` on the run whose ``resid_pre`` was given.
+    """A TL hook list adding a residual-stream change ``delta`` to one receiver input only: head ``h``'s
+    ``blocks.{l}.attn.hook_{input}`` (``receiver = (l, h)``) by ``norm(resid_pre + delta) @ W -
+    norm(resid_pre) @ W`` (``delta @ W`` without normalization), ``resid_pre`` the run's
+    ``blocks.{l}.hook_resid_pre``; run it on the run whose ``resid_pre`` was given.
     """
     layer, head = check_head_pair(model, "receiver", receiver)
     if input not in INPUTS:
@@ -355,16 +337,6 @@ def _runs(model, clean: Tensor, corrupted: Tensor, metric: Callable[[Tensor], Te
     return _Runs(caches, values, corrupted, metric, hooks, model_name)
 
 
-def _check_norms(model, ctx: _Runs) -> None:
-    if normalization_of(model) is None:
-        return
-    for layer in range(1, model_shape(model).n_layers):
-        cache = ctx.caches["corrupted"]
-        mine = _norm(model, layer)(cache[f"blocks.{layer}.hook_resid_pre"])
-        if not torch.allclose(mine, cache[f"blocks.{layer}.ln1.hook_out"], atol=1e-4, rtol=1e-4):
-            raise RuntimeError(f"cannot reproduce blocks.{layer}.ln1 of this model; path patching would be inexact")
-
-
 def _measure(model, ctx: _Runs, edges: list[tuple[tuple[int, int], tuple[int, int], str]], n_boot: int, seed: int,
              confidence: float) -> PathPatchingTable:
     clean_cache, corrupted_cache = ctx.caches["clean"], ctx.caches["corrupted"]
@@ -399,13 +371,12 @@ def _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corru
     hooks = check_hooks(model, hooks)
     device = model_device(model)
     if isinstance(pair, tuple) and len(pair) == 2:  # any task: (clean, corrupted) TaskBatches or token ids
-        pair_tokens(model, *pair)  # validated where the caller made them, then moved once for every edge
-        pair = tuple(batch.to(device) for batch in pair)
-        clean, corrupted = pair_tokens(model, *pair)
+        # validated where the caller made them, then moved once for every edge
+        clean, corrupted = (tokens.to(device) for tokens in pair_tokens(model, *pair))
         if metric is None:
             if not isinstance(pair[0], TaskBatch):
                 raise ValueError("token ids carry no targets: pass metric= (a callable logits -> [batch])")
-            metric = target_logprob(pair[0])
+            metric = target_logprob(pair[0].to(device))
         elif not callable(metric):
             raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
         name = getattr(getattr(model, "cfg", None), "model_name", None)
@@ -426,7 +397,12 @@ def _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corru
         clean, corrupted, answer, wrong = (part.to(device) for part in pair)
         runs = _runs(model, clean.inputs, corrupted.inputs, lambda logits: logit_diff(logits, answer, wrong).double(),
                      hooks, model_config_of(model).name)
-    _check_norms(model, runs)
+    if normalization_of(model) is not None:  # the receivers' recomputed ln1 must be the model's
+        cache = runs.caches["corrupted"]
+        for layer in range(1, model_shape(model).n_layers):
+            mine = _norm(model, layer)(cache[f"blocks.{layer}.hook_resid_pre"])
+            if not torch.allclose(mine, cache[f"blocks.{layer}.ln1.hook_out"], atol=1e-4, rtol=1e-4):
+                raise RuntimeError(f"cannot reproduce blocks.{layer}.ln1 of this model; path patching would be inexact")
     return runs
 
 
@@ -448,20 +424,14 @@ def path_patch(
 ) -> PathPatchingTable:
     """Path-patch one edge ``sender -> receiver.input`` (module docstring); a one-row table.
 
-    Args:
-        sender: ``(layer, head)`` of the head whose output is patched; its layer must be before
-            the receiver's (negative indices count from the end).
-        receiver: ``(layer, head)`` of the head whose input gets it.
-        input: ``"q"``, ``"k"`` or ``"v"``: which input of the receiver gets the sender's
-            clean-minus-corrupted output.
-        pair: ``(clean, corrupted, answer, wrong)``; default ``induction_patching_pair(task_config,
-            n, seed, corruption=corruption)`` with the model's training task by default.  On any
-            task: ``(clean, corrupted)`` TaskBatches or token ids, measured with ``metric``.
-        metric: ``metric(logits) -> [batch]`` for a ``(clean, corrupted)`` pair (default
-            ``target_logprob(clean)`` for a clean TaskBatch), e.g. a logit difference.
-        seed: seeds the default pair and the bootstrap resamples.
-        hooks: interventions active in every forward (the cached runs and the patched one).
-    Everything is validated before any forward; no hooks are left on the model.
+    ``sender`` and ``receiver`` are ``(layer, head)`` (negative indices count from the end), the
+    sender's layer before the receiver's; ``input`` (``"q"``, ``"k"`` or ``"v"``) is the receiver
+    input that gets the sender's clean-minus-corrupted output.  ``pair``: ``(clean, corrupted,
+    answer, wrong)``, default ``induction_patching_pair(task_config, n, seed,
+    corruption=corruption)`` on the model's training task; on any task ``(clean, corrupted)``
+    TaskBatches or token ids measured with ``metric(logits) -> [batch]`` (default
+    ``target_logprob(clean)`` for a clean TaskBatch).  ``seed`` seeds the default pair and the
+    bootstrap; ``hooks`` are active in every forward.  Everything is validated before any forward.
     """
     edge = _check_edge(model, sender, receiver, input)
     runs = _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corruption, metric)
@@ -484,10 +454,9 @@ def path_patching_table(
 ) -> PathPatchingTable:
     """Every edge: each sender head x each receiver head in a later layer x each of ``inputs``.
 
-    Rows are sender-major (layer, head), then receiver (layer, head), then input in ``inputs``
-    order; two cached forwards, then one patched forward per edge that carries anything (an edge
-    whose input change is exactly zero reports the corrupted run without a forward).  Arguments
-    as in :func:`path_patch`.  A 1-layer model has no edges: ValueError.
+    Rows are sender-major (layer, head), then receiver, then input in ``inputs`` order; an edge whose
+    input change is exactly zero reports the corrupted run without a forward.  Arguments as in
+    :func:`path_patch`; a 1-layer model has no edges (ValueError).
     """
     if isinstance(inputs, str) or not isinstance(inputs, (list, tuple)) or not inputs:
         raise TypeError(f"inputs must be a non-empty sequence drawn from {INPUTS}, got {inputs!r}")

@@ -1,8 +1,5 @@
-"""Reference data for ablations: the binding-free reference batch and the resample draw.
-
-The binding-free reference is the permutation task's; the resample draw lives in the task-free
-intervention core (:mod:`perm_circuits.analysis.interventions.core`) and is re-exported here.
-"""
+"""The binding-free reference batch of the permutation task (the resample draw, from
+:mod:`perm_circuits.analysis.interventions.core`, is re-exported here)."""
 
 from __future__ import annotations
 
@@ -25,32 +22,25 @@ def binding_free_reference(
 ) -> Batch:
     """Reference sequences with the queries of one sample and the answers of an independent permutation.
 
-    ``seed`` seeds the reference batch (the test-set seed by default, 1234) and, plus one, the draw
-    of the independent permutations.
+    ``seed`` seeds the reference batch (the test-set seed by default, 1234) and, plus one, the
+    independent permutations.  The analogue of the IOI paper's "ABC" reference (Wang et al. 2022,
+    section 3), which keeps a prompt's template but destroys the information the circuit uses:
+    here every query and the repeat structure are kept and the (x, y) binding is destroyed.
 
-    The IOI paper (Wang et al. 2022, section 3) ablates with the mean over the "ABC" distribution,
-    which keeps a prompt's template but destroys the information the circuit uses.  The analogue
-    here keeps every query and the repeat structure and destroys the (x, y) binding:
+    - queries: ``xs`` (including ``x_V = x_1`` on repeated rows), ``repeated`` and
+      ``repeat_source`` are copied from ``queries``, by default
+      ``make_batch(task_config, n, split=split, seed=seed)`` (for the default ``n`` and ``seed``
+      exactly the fixed test set ``make_test_set(task_config)``, row for row; ``n`` is ignored
+      when ``queries`` is given);
+    - answers: an independent permutation ``q`` per row from the same split, ``y_k = q(x_k)``;
+      ``perms`` holds ``q``.
 
-    - queries: ``xs`` (the query order, including ``x_V = x_1`` on repeated rows) and
-      ``repeated`` / ``repeat_source`` are copied from ``queries``; by default from
-      ``make_batch(task_config, n, split=split, seed=seed)``, which for the default ``n`` and
-      ``seed`` is exactly the fixed test set ``make_test_set(task_config)``, row for row;
-    - answers: an independent permutation ``q`` is drawn per row from the same split (generator
-      seeded with ``seed + 1``) and each answer is ``y_k = q(x_k)``; ``perms`` holds ``q``.
-
-    So row ``i`` shows the same queries at the same positions as ``queries`` row ``i`` (tokens,
-    positions and repeat structure are unchanged, and every row is still a valid sequence of
-    the task), but which y is bound to which x is independent of the original sample: with
-    ``pairing="row"`` resample ablation replaces a component's activation on sample ``i`` by its
-    activation on the same queries with other answers.  As a distribution (for mean ablation)
-    the batch equals the task's; only the row-to-row pairing differs.  With a pool of ``m``
-    permutations a row keeps its own answers with probability ``1/m`` (1/24 on the test split).
-    ``n`` is ignored when ``queries`` is given.
-
-    Why not a reference without any binding: every sequence of distinct (x, y) pairs is
-    consistent with some permutation, so a token-level reference cannot lack a binding of its
-    own; what it can lack is the *sample's* binding, which is what this construction removes.
+    Row ``i`` is a valid sequence with ``queries`` row ``i``'s queries at the same positions, but
+    which y is bound to which x is independent of the original sample (it keeps its own answers
+    with probability ``1/m`` for a pool of ``m`` permutations, 1/24 on the test split).  As a
+    distribution (for mean ablation) the batch equals the task's; only the row pairing differs.
+    No token-level reference can lack a binding of its own (every sequence of distinct (x, y)
+    pairs fits some permutation); what it lacks is the *sample's* binding.
     """
     if not isinstance(task_config, TaskConfig):
         raise TypeError(f"task_config must be a TaskConfig, got {type(task_config).__name__}")
