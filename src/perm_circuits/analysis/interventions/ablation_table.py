@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from perm_circuits.analysis.interventions.checks import check_seed
 from perm_circuits.analysis.interventions.core import (
     ANY_TASK_HOWS,
     TASK_HOWS,
@@ -105,9 +106,9 @@ def task_table(
     """Ablate every head and MLP of ``model`` under each of ``hows`` and measure ``task``'s metrics on ``test_set``.
 
     ``reference`` gives the mean, the resample pool (``resample_seed`` seeds the draw) and the
-    batch whose masked loss the optimal constant minimises; ``test_seed`` is recorded only.  Called
-    by :func:`~perm_circuits.analysis.interventions.ablation.ablation_table`, which validates
-    ``resample_seed``, ``test_set`` and ``reference`` and builds the defaults.
+    batch whose masked loss the optimal constant minimises; ``test_seed`` is recorded only.  Most
+    callers want :func:`~perm_circuits.analysis.interventions.ablation.ablation_table`, which builds
+    the defaults.
     """
     shape = model_shape(model)
     if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:
@@ -115,6 +116,11 @@ def task_table(
     for how in hows:
         if how not in ANY_TASK_HOWS:
             raise ValueError(f"hows entries must be in {ANY_TASK_HOWS} on a task's model, got {how!r}")
+    check_seed(resample_seed, "resample_seed")
+    if not isinstance(test_set, TaskBatch):
+        raise TypeError(f"test_set must be a TaskBatch, got {type(test_set).__name__}")
+    if reference is not None and not isinstance(reference, TaskBatch):
+        raise TypeError(f"reference must be a TaskBatch or None, got {type(reference).__name__}")
     hooks = check_hooks(model, hooks)
     test_set = test_set.to(model_device(model))  # once: every run below stays on the model's device
     reference = None if reference is None else reference.to(model_device(model))
