@@ -1,65 +1,43 @@
 """IOI-style circuit evaluation: faithfulness, completeness and minimality of a set of nodes.
 
-Wang et al. 2022 ("Interpretability in the Wild", the IOI paper, section 4) judge a claimed
-circuit ``C`` of a model ``M`` by three criteria on a metric ``F`` (their logit difference);
-``M \\ K`` and ``C \\ K`` mean the model and the circuit with the nodes ``K`` knocked out, and
-"the circuit" means the model with *every node outside C* knocked out:
+Wang et al. 2022 ("Interpretability in the Wild", the IOI paper, section 4) judge a circuit ``C``
+of a model ``M`` on a metric ``F``; ``M \\ K`` / ``C \\ K`` are the model / the circuit with the
+nodes ``K`` knocked out, and "the circuit" is the model with *every node outside C* knocked out:
 
-- **faithfulness**: the circuit alone does what the model does, ``F(C) ~ F(M)``.  Reported two
-  ways: ``faithfulness = F(C) / F(M)`` (the share of the model's F the circuit recovers, the
-  paper's "87%"; 1 is perfect) and ``faithfulness_error = |F(M) - F(C)| / |F(M)|`` (0 is
-  perfect).  ``faithfulness_error == |1 - faithfulness|`` always.
-- **completeness**: ``max over K subset of C of |F(C \\ K) - F(M \\ K)|`` (0 is perfect): a
-  complete circuit and the model lose the same when the same nodes are removed, so no node the
-  model uses is missing from C.  Reported in logit units (``completeness``), relative to
-  ``|F(M)|`` (``completeness_relative``), with the worst ``K``.
-- **minimality**, per node ``v``: ``max over K subset of C \\ {v} of |F(C \\ (K + {v})) -
-  F(C \\ K)|`` (larger is better; 0 means v does nothing in any context), with the ``K`` found,
-  also relative to ``|F(C)|``.
+- **faithfulness** ``= F(C) / F(M)`` (the paper's "87%"; 1 is perfect), also as
+  ``faithfulness_error = |F(M) - F(C)| / |F(M)| == |1 - faithfulness|`` (0 is perfect);
+- **completeness** ``= max over K subset of C of |F(C \\ K) - F(M \\ K)|`` (0 is perfect: no node
+  the model uses is missing from C), in logits, relative to ``|F(M)|`` and with the worst ``K``;
+- **minimality** of node ``v`` ``= max over K subset of C \\ {v} of |F(C \\ (K + {v})) - F(C \\ K)|``
+  (larger is better; 0: v does nothing in any context), with its ``K``, also relative to ``|F(C)|``.
 
-The subsets are enumerated exhaustively when ``|C| <= max_exhaustive`` (8 by default; ``2^|C|``
-subsets).  Larger circuits are *sampled*: ``ceil(n_subsets / |C|)``
-random orderings of C (seeded by ``subset_seed``), each contributing its ``|C| + 1`` prefixes
-``{} = K_0 < K_1 < ... < K_|C| = C`` as completeness subsets and each step ``K_i -> K_i + v``
-as a minimality sample for ``v`` (every node gets one sample per ordering); the result says
-which (``completeness_method``) and how many distinct K were checked (``n_subsets_checked``).
+The subsets are enumerated when ``|C| <= max_exhaustive`` (``2^|C|`` of them); larger circuits are
+*sampled*: ``ceil(n_subsets / |C|)`` random orderings of C (``subset_seed``), each giving its
+``|C| + 1`` prefixes ``{} = K_0 < ... < K_|C| = C`` as completeness subsets and each step
+``K_i -> K_i + v`` as a minimality sample for ``v`` (``completeness_method``, ``n_subsets_checked``).
 
-Nodes.  A node is a component (head ``L{layer}H{head}`` on ``blocks.L.attn.hook_z``, or MLP
-``L{layer}MLP`` on ``blocks.L.hook_mlp_out``) at a position class (:data:`POSITION_CLASSES`,
-defined for any V, sequences of ``2V - 1`` positions):
+Nodes (:class:`~perm_circuits.analysis.circuits.nodes.Node`, ``"L0H1@last"``): a head (on
+``blocks.L.attn.hook_z``) or an MLP (``blocks.L.hook_mlp_out``) at a position class of the
+``2V - 1`` positions: ``all``; ``query`` (the x positions ``0, 2, ..., 2V-2``); ``answer`` (the y
+positions ``1, 3, ..., 2V-3``); ``last`` (``2V-2``, where elimination and recall are decided);
+``context`` (every position before it); ``p{k}`` (position ``k``).  A circuit keeps each component
+at the union of its nodes' positions and ablates every head and MLP everywhere else; embeddings,
+the attention output bias and the unembedding are never ablated.
 
-- ``all``: every position; ``query``: the x positions ``0, 2, ..., 2V-2`` (where a y is
-  predicted); ``answer``: the y positions ``1, 3, ..., 2V-3``; ``last``: the final position
-  ``2V-2`` (the last query, where elimination and recall are decided); ``context``: every
-  position before the last; ``p{k}``: the single position ``k``.
+Ablation: a mode of :data:`~perm_circuits.analysis.interventions.ablation.HOWS` (mean by default,
+the IOI choice; means over ``reference``, by default the test set).  Each component's
+:func:`~perm_circuits.analysis.interventions.ablation.ablate` hook (all positions) is built once
+and applied at the ablated positions only: exactly ``ablate(..., positions=P)`` for zero, mean and
+resample; a fitted mode (optimal) uses the value fitted with the whole component ablated.  Each run
+is one forward inside ``model.hooks(...)`` after ``hooks`` (user interventions, also in the
+reference runs).
 
-Written ``"L0H1@last"`` (:meth:`Node.parse`; without ``@`` the class is ``all``).  A circuit
-keeps each component at the union of its nodes' positions; everywhere else every head and MLP
-is ablated.  Embeddings, the attention output bias and the unembedding are never ablated.
-
-Ablation.  ``how`` is a mode of :data:`perm_circuits.analysis.interventions.ablation.HOWS` (mean by default,
-the IOI choice; the means are over ``reference``, by default the evaluated test set itself).
-For every component the hook of :func:`~perm_circuits.analysis.interventions.ablation.ablate` (whole
-component, all positions) is built once, so its reference activations are computed once, and
-each run applies it only at the positions that run ablates (``torch.where`` over positions).
-For zero, mean and resample ablation this equals ``ablate(..., positions=P)`` exactly (their
-replacement at a position does not depend on which other positions are ablated); a mode whose
-replacement is fitted (optimal ablation) uses the value fitted with the whole component ablated.
-Each run (one set of ablated nodes) is one forward over the test set, inside a
-``model.hooks(...)`` context after ``hooks`` (user interventions, applied in every run and in the
-reference runs), so no hook outlives a call, even after an exception.
-
-The metric F, per subgroup, at the last position (value logits ``1..V`` only; token 0 is never
-a target), averaged over the subgroup's rows:
-
-- ``elimination`` (the last query is new): ``logit(answer) - max over the other values of
-  their logit``, the correct answer's margin over its strongest competitor (> 0 iff the model
-  answers correctly among values);
-- ``recall`` (the last query repeats an earlier one): ``logit(answer) - logit(unused y)``, the
-  recalled y against the elimination answer, the value no earlier y took (the logit difference
-  of :func:`~perm_circuits.analysis.study.recall_patching.patching_pair`'s clean run).
-
-A subgroup without rows has nan metrics.  Relative values are nan where the denominator is 0.
+F, per subgroup, at the last position over the value logits ``1..V``, averaged over its rows:
+``elimination`` (the last query is new): ``logit(answer) - max over the other values``, the
+margin over the strongest competitor (> 0 iff correct among values); ``recall`` (the last query
+repeats one): ``logit(answer) - logit(unused y)``, against the one value no earlier y took (the
+clean logit difference of :func:`~perm_circuits.analysis.study.recall_patching.patching_pair`).
+An empty subgroup has nan metrics; relative values are nan where the denominator is 0.
 """
 
 from __future__ import annotations
@@ -100,6 +78,7 @@ from perm_circuits.analysis.circuits.runs import (
 from perm_circuits.analysis.interventions.core import check_how, reference_tokens
 from perm_circuits.analysis.interventions.patching import metric_values
 from perm_circuits.analysis.interventions.ablation_table import components_of
+from perm_circuits.analysis.probes.task_attribution import model_label
 from perm_circuits.checks import check_number
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import HookList, check_hooks
@@ -132,16 +111,6 @@ def _ratio(numerator: float, denominator: float) -> float:
     if math.isnan(numerator) or math.isnan(denominator) or denominator == 0:
         return math.nan
     return numerator / denominator
-
-
-# ----------------------------------------------------------------------------- validation
-
-
-def _model_name(model) -> str:
-    if is_permutation_model(model):
-        return model_config_of(model).name
-    name = getattr(getattr(model, "cfg", None), "model_name", None)
-    return name if isinstance(name, str) and name else type(model).__name__
 
 
 def _general_problem(model, test_set, task, metric, reference, n, seed) -> CircuitProblem:
@@ -248,9 +217,6 @@ def _names(nodes: Sequence[Node], mask: int) -> tuple[str, ...]:
     return tuple(node.name for i, node in enumerate(nodes) if mask & (1 << i))
 
 
-# ----------------------------------------------------------------------------- public
-
-
 def circuit_metrics(
     model,
     circuit: Node | str | Iterable,
@@ -273,35 +239,22 @@ def circuit_metrics(
 ) -> CircuitMetrics:
     """Faithfulness, completeness and minimality of ``circuit`` (Wang et al. 2022, section 4).
 
-    See the module docstring for the nodes, the metric F (per subgroup: elimination, recall),
-    the ablation of everything outside the circuit and the three definitions.
-
-    On any task's model (or any TransformerLens model), or with ``task`` / ``metric`` given, F
-    is ``metric`` (default :func:`target_logprob_gain` of the test set: the targets'
-    log-probability at the task's loss positions, in nats above a uniform guess), reported on
-    one subgroup ``"all"`` (``result.subgroup("all")``), e.g.
-    ``circuit_metrics(model, ["L0H0", "L0MLP"], task=task)``; position classes ``all``,
+    Nodes, F, the ablation and the three definitions: module docstring.  On any task's model (or
+    any TransformerLens model), or with ``task`` / ``metric``, F is ``metric`` (default
+    :func:`target_logprob_gain` of the test set: the targets' log-probability at the task's loss
+    positions, in nats above a uniform guess) on one subgroup ``"all"`` (``result.subgroup("all")``),
+    e.g. ``circuit_metrics(model, ["L0H0", "L0MLP"], task=task)``; position classes ``all``,
     ``last``, ``context``, ``p{k}``; ablation modes zero, mean, resample, optimal.
 
-    Args:
-        circuit: nodes (``Node`` or strings like ``"L0H1@last"``).
-        test_set: the sequences F is averaged over; default ``make_test_set(task_config, n,
-            seed)``, i.e. ``seed`` is the test-set seed and ``task_config`` defaults to the
-            model's training task (its ``repeat_ratio`` gives the recall subgroup); on any task
-            a TaskBatch (default ``task.test_set(n, seed)``) or token ids (with ``metric``).
-        task: any task (:class:`~perm_circuits.tasks.base.Task`): its test set and F by default.
-        metric: F per sequence, ``metric(logits) -> [batch]`` (e.g. a logit difference).
-        how: ablation mode, one of :data:`perm_circuits.analysis.interventions.ablation.HOWS`.
-        hooks: interventions applied in every run (and in the reference runs).
-        max_exhaustive: enumerate all ``2^|C|`` subsets up to this many nodes, else sample.
-        n_subsets: the sampling budget (about this many subsets K; see the module docstring).
-        subset_seed: seeds the random orderings of the sampled subsets.
-        reference: the batch mean / resample ablation draws from (default: the test set).
-        ablation_seed: the resample seed (which reference row replaces each sample), passed to
-            :func:`~perm_circuits.analysis.interventions.ablation.ablate` as its ``seed``.
-        ablate_kwargs: extra keyword arguments for every ``ablate`` call (for modes that need
-            more, e.g. a reference of their own).
-        progress: show a tqdm bar over the forward passes.
+    ``test_set``: the sequences F is averaged over; default ``make_test_set(task_config, n, seed)``
+    (``task_config`` defaults to the model's training task: its ``repeat_ratio`` gives the recall
+    subgroup); on any task a TaskBatch (default ``task.test_set(n, seed)``) or token ids (with
+    ``metric(logits) -> [batch]``).  ``hooks``: interventions in every run and reference run.
+    ``max_exhaustive``, ``n_subsets`` (about this many subsets K), ``subset_seed``: the subsets
+    (module docstring).  ``reference``: the batch mean / resample ablation draws from (default
+    the test set); ``ablation_seed``: the resample ``seed`` of
+    :func:`~perm_circuits.analysis.interventions.ablation.ablate`; ``ablate_kwargs``: extra
+    arguments of every ``ablate`` call (modes that need more).  ``progress``: a tqdm bar.
 
     Cost: one forward per distinct run, ``2^(|C|+1)`` at most when exhaustive, plus one
     reference forward per ablated component.
@@ -342,7 +295,7 @@ def circuit_metrics(
             faithfulness_error=_ratio(abs(f_model - f_circuit), abs(f_model)), completeness=completeness,
             completeness_relative=_ratio(completeness, abs(f_model)),
             completeness_subset=_names(nodes, worst) if worst is not None else (), minimality=tuple(minimality))
-    return CircuitMetrics(model_name=_model_name(model), how=how, circuit=tuple(node.name for node in nodes),
+    return CircuitMetrics(model_name=model_label(model), how=how, circuit=tuple(node.name for node in nodes),
         n_samples=len(problem.tokens), completeness_method=method, n_subsets_checked=len(masks),
         elimination=groups.get("elimination"), recall=groups.get("recall"),
         groups=tuple(groups.values()) if problem.general else ())
@@ -381,11 +334,9 @@ def faithfulness_by_mode(
     if ablate_kwargs is not None and (not isinstance(ablate_kwargs, Mapping)
                                       or not all(isinstance(v, Mapping) for v in ablate_kwargs.values())):
         raise TypeError("ablate_kwargs must map a mode to a mapping of extra ablate() arguments")
-    nodes, problem, hooks = _setup(model, circuit, test_set, hows[0], n, seed, task_config, hooks,
+    first = "binding_free" if "binding_free" in hows else hows[0]  # _setup refuses it on any task
+    nodes, problem, hooks = _setup(model, circuit, test_set, first, n, seed, task_config, hooks,
                                    reference, ablation_seed, None, progress, task, metric)
-    if problem.general and "binding_free" in hows:
-        raise ValueError("how='binding_free' needs the permutation-lookup task; on any task use zero, mean, "
-                         "resample or optimal")
     rows, f_model = [], None
     for how in hows:
         extra = (ablate_kwargs or {}).get(how, {})
@@ -396,7 +347,7 @@ def faithfulness_by_mode(
             fc = runner.f(circuit_run(runner, nodes), group)
             rows.append(FaithfulnessRow(how=how, subgroup=group, f_model=fm, f_circuit=fc,
                                         faithfulness=_ratio(fc, fm), faithfulness_error=_ratio(abs(fm - fc), abs(fm))))
-    return FaithfulnessByMode(model_name=_model_name(model), circuit=tuple(v.name for v in nodes), rows=tuple(rows))
+    return FaithfulnessByMode(model_name=model_label(model), circuit=tuple(v.name for v in nodes), rows=tuple(rows))
 
 
 def propose_circuit(

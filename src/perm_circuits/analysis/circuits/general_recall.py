@@ -1,31 +1,24 @@
 """How the generalising 2-layer model ``d16h1l2-any`` recalls ``y_k`` for every ``k``.
 
 The Birth-of-a-Transformer story (a previous-token head feeding an induction head through
-K-composition; Bietti et al. 2023) does not describe this model
-(:func:`perm_circuits.analysis.circuits.induction_story.induction_story`).  :func:`any_circuit_numbers`
-measures what it does instead, as flat numbers for the results template
-``docs/templates/general_recall_circuit.md``:
+K-composition; Bietti et al. 2023; :mod:`~perm_circuits.analysis.circuits.induction_story`) does not
+describe this model.  :func:`any_circuit_numbers` measures what it does instead, as flat numbers for
+``docs/templates/general_recall_circuit.md`` (deterministic: fixed seeds, exhaustive batches):
 
-- ``attn.*``: where the two heads attend on repeated sequences (exhaustive test batches, one per
-  repeated source ``k``): L0H0 at the last position on the matching ``x_k`` (a duplicate-token
-  match), L0H0 at ``x_{j+1}`` on the ``y_j`` before it, L1H0 at the last position on ``x_k``,
-  ``y_k`` and ``x_{k+1}``; the share of L1H0's key variance (context) explained by position and
-  of its query variance (last position) explained by ``k``;
-- ``abl.*``: recall per ``k`` when one component is ablated at some positions only (the last
-  position, the x positions ``x1..x4``, the y positions, or all), under the zero, mean and
-  resample modes (:func:`~perm_circuits.analysis.interventions.ablation.ablate_head` /
-  :func:`~perm_circuits.analysis.interventions.ablation.ablate_mlp`);
+- ``attn.*``: on repeated sequences (one exhaustive batch per source ``k``), L0H0's attention from
+  the last position on the matching ``x_k`` (a duplicate-token match) and from ``x_{j+1}`` on the
+  ``y_j`` before it, L1H0's from the last position on ``x_k``, ``y_k`` and ``x_{k+1}``; the share
+  of L1H0's key variance (context) explained by position and of its query variance (last
+  position) explained by ``k``;
+- ``abl.*``: recall per ``k`` with one component zero / mean / resample ablated at some positions
+  only (the last, ``x1..x4``, the y positions, or all);
 - ``dla.*``: direct logit attribution of the last-step recall logit difference (answer minus the
   mean of the other values) per component and ``k``;
-- ``path.*``: path patching on the swap pair (:func:`~perm_circuits.analysis.interventions.path_patching.
-  induction_patching_pair`, ``path.swap.*``: which slot) and on the value-swap pair
-  (:func:`value_swap_pair`, ``path.yswap.*``: which value): the direct edge L0H0 -> L1H0's q/k/v (the library's
-  :func:`~perm_circuits.analysis.interventions.path_patching.path_patch`) and the edge *through* MLP0
-  (:func:`path_patch_through_mlp`), and ``path.swap.into_MLP1_*``: the change of L0H0 / MLP0 / L1H0
-  added to MLP1's input only; ``patch.*``: activation patching of MLP0's and L0H0's
-  output at chosen positions (clean into corrupted; 1 = restores the clean run).
-
-Everything is deterministic (fixed seeds, exhaustive batches where cheap).
+- ``path.*``: path patching L0H0 -> L1H0's q/k/v, direct and through MLP0
+  (:func:`path_patch_through_mlp`), on the swap pair (``path.swap.*``: which slot) and on
+  :func:`value_swap_pair` (``path.yswap.*``: which value); ``path.swap.into_MLP1_*``: the change
+  of L0H0 / MLP0 / L1H0 added to MLP1's input only; ``patch.*``: activation patching (clean into
+  corrupted) of MLP0's and L0H0's output at chosen positions (1 = restores the clean run).
 """
 
 from __future__ import annotations
@@ -60,7 +53,9 @@ RESAMPLE_SEED = 0
 """Seed of the resample ablations' draw of reference sequences."""
 
 
-def _normalised(value: Tensor, clean: Tensor, corrupted: Tensor) -> float:
+def _restored(patched: Tensor, clean: Tensor, corrupted: Tensor, answer: Tensor, wrong: Tensor) -> float:
+    """``(LD_patched - LD_corrupted) / (LD_clean - LD_corrupted)`` on mean logit differences, from logits."""
+    value, clean, corrupted = (logit_diff(logits, answer, wrong) for logits in (patched, clean, corrupted))
     return float((value.mean() - corrupted.mean()) / (clean.mean() - corrupted.mean()))
 
 
@@ -125,8 +120,7 @@ def path_patch_through_mlp(
     change = input_change(model, (r_layer, r_head), input, carried, corr_cache.get(pre))
     with torch.no_grad(), model.hooks(fwd_hooks=add_to_input_hooks((r_layer, r_head), input, change)):
         logits = model(corrupted.inputs)
-    return _normalised(logit_diff(logits, answer, wrong), logit_diff(clean_logits, answer, wrong),
-                       logit_diff(corr_logits, answer, wrong))
+    return _restored(logits, clean_logits, corr_logits, answer, wrong)
 
 
 def patch_positions(model, hook_name: str, positions: Sequence[int], pair: PatchingPair, index: int | None = None) -> float:
@@ -150,8 +144,7 @@ def patch_positions(model, hook_name: str, positions: Sequence[int], pair: Patch
 
     with torch.no_grad(), model.hooks(fwd_hooks=[(hook_name, put)]):
         logits = model(corrupted.inputs)
-    return _normalised(logit_diff(logits, answer, wrong), logit_diff(clean_logits, answer, wrong),
-                       logit_diff(corr_logits, answer, wrong))
+    return _restored(logits, clean_logits, corr_logits, answer, wrong)
 
 
 def _attention(model, numbers: dict, prefix: str) -> None:
@@ -215,7 +208,6 @@ def _into_last_mlp(model, pair: PatchingPair, key: str) -> dict[str, float]:
     names = ["blocks.0.attn.hook_z", "blocks.0.hook_mlp_out", "blocks.1.attn.hook_z"]
     clean_logits, cc = run_capture(model, clean.inputs, names)
     corr_logits, cx = run_capture(model, corrupted.inputs, names)
-    ld_clean, ld_corr = logit_diff(clean_logits, answer, wrong), logit_diff(corr_logits, answer, wrong)
     l0 = sender_delta(model, (0, 0), cc[names[0]], cx[names[0]])
     mlp0 = cc[names[1]] - cx[names[1]]
     l1 = sender_delta(model, (1, 0), cc[names[2]], cx[names[2]])
@@ -226,7 +218,7 @@ def _into_last_mlp(model, pair: PatchingPair, key: str) -> dict[str, float]:
 
         with torch.no_grad(), model.hooks(fwd_hooks=[("blocks.1.ln2.hook_in", add)]):
             logits = model(corrupted.inputs)
-        out[f"{key}_{name}"] = _normalised(logit_diff(logits, answer, wrong), ld_clean, ld_corr)
+        out[f"{key}_{name}"] = _restored(logits, clean_logits, corr_logits, answer, wrong)
     return out
 
 

@@ -1,10 +1,6 @@
-"""The runs behind the IOI-style circuit criteria: one forward per set of ablated nodes, cached.
-
-:mod:`perm_circuits.analysis.circuits.criteria` (whose docstring defines the nodes, F and the criteria)
-measures F on runs that ablate given positions of given components.  Here: the problem
-(:class:`CircuitProblem`: tokens, F per row, subgroups, reference; the permutation task's or any
-task's), the runner that builds each component's ablation hook once and caches F per run
-(Wang et al. 2022, "Interpretability in the Wild", section 4), and :func:`shared_ablations`.
+"""The runs behind the IOI-style circuit criteria (Wang et al. 2022, "Interpretability in the Wild",
+section 4; defined in :mod:`perm_circuits.analysis.circuits.criteria`): one forward per set of
+ablated node positions, its F per subgroup cached, each component's ablation hook built once.
 """
 
 from __future__ import annotations
@@ -50,12 +46,11 @@ _SHARED: list[dict] = []  # a stack of ablation caches; the top one is active (s
 def shared_ablations() -> Iterator[None]:
     """Inside the block, circuit runs on the same model, reference batch and hooks share their ablations.
 
-    :func:`propose_circuit`, :func:`circuit_metrics` and :func:`faithfulness_by_mode` each build
-    every component's ablation hook per mode (:func:`ablation.ablate`, one reference forward per
-    component, an optimal-ablation search each).  Inside this block a hook built once is reused,
-    and the zero / mean / resample / optimal modes read one reference forward that captures every
-    component (and what the optimal search needs upstream): the same hooks, the same numbers.
-    Only for callers that do not change the model's weights inside the block
+    Each call of :func:`propose_circuit`, :func:`circuit_metrics` or :func:`faithfulness_by_mode`
+    builds every component's ablation hook per mode (one reference forward each, an optimal-ablation
+    search each); inside the block a hook is built once, and the mean / resample / optimal modes
+    read one reference forward capturing every component (and optimal's upstream): the same
+    numbers.  Only for callers that keep the model's weights fixed inside the block
     (:func:`~perm_circuits.analysis.study.skill_circuits.skill_circuits`).
     """
     _SHARED.append({})
@@ -69,12 +64,9 @@ def shared_ablations() -> Iterator[None]:
 class CircuitProblem:
     """What a circuit run measures: the tokens, F per row, the subgroups' row masks, the reference.
 
-    The permutation task (:func:`permutation_problem`): its test Batch, :func:`skill_logit_diff`,
-    the elimination / recall subgroups, sequences of ``2V - 1`` tokens with its position
-    classes.  Any task or tokens (``general``): F any per-row metric, one subgroup ``"all"``, the
-    position classes of :func:`positions_in`, ablations through
-    :func:`~perm_circuits.analysis.interventions.core.ablate_tokens` with ``reference`` (a TaskBatch or
-    token ids; ``None`` only for zero ablation).
+    The permutation task's (:func:`permutation_problem`), or any task's (``general``): F any
+    per-row metric, one subgroup ``"all"``, the position classes of :func:`positions_in`, ablations
+    through :func:`~perm_circuits.analysis.interventions.core.ablate_tokens` with ``reference``.
     """
 
     tokens: Tensor
@@ -101,12 +93,8 @@ def permutation_problem(batch: Batch, reference: Batch) -> CircuitProblem:
 
 
 class CircuitRunner:
-    """F on each subgroup for runs that ablate given positions of given components.
-
-    A run is a tuple ``positions[c]`` over the model's components (empty: not ablated); its F is
-    cached, the ablation hooks of each component are built once (:func:`ablation.ablate`, or
-    :func:`ablate_tokens` on any task).
-    """
+    """F on each subgroup (cached) for runs: a run is a tuple ``positions[c]`` of ablated positions
+    over the model's components (empty: not ablated)."""
 
     def __init__(self, model, problem: CircuitProblem, how: str, hooks: HookList,
                  ablation_seed: int, ablate_kwargs: Mapping, progress: bool) -> None:

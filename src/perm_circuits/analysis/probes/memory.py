@@ -1,64 +1,41 @@
 """Memory-recall probes (Bietti et al. 2023, "Birth of a Transformer: A Memory Viewpoint", eq. 9).
 
-A weight matrix ``W_hat`` stores an associative memory ``W* = sum_{(i,j) in M} v_j u_i^T`` when,
-for every stored pair, the input embedding ``u_i`` is mapped closest to its output embedding
-``v_j``.  The recall metric
+A weight matrix ``W_hat`` stores an associative memory ``W* = sum_{(i,j) in M} v_j u_i^T`` when
+every stored input embedding ``u_i`` is mapped closest to its output embedding ``v_j``.  The recall
 
     R(W_hat, W*) = 1/|M| sum_{(i,j) in M} 1{ argmax_j' v_j'^T W_hat u_i = j }
 
-is the fraction of stored pairs that the matrix retrieves; the *argmin* variant scores a
-suppressing memory (each input pushes its target down the most).
+is the fraction of stored pairs retrieved (*argmin*: a suppressing memory, each input pushes its
+target down the most).  Row-vector convention ``x @ W``: ``W_hat`` is ``[d_in, d_out]`` and
+``scores[i, j'] = u_i @ W_hat @ v_j'``.  Ties count as failures (the target must score *strictly*
+above every other candidate: an all-zero matrix has R = 0); ``allowed`` restricts the candidates
+per input (e.g. causal attention).  ``layer``, ``head`` and ``position`` may count from the end
+(:mod:`perm_circuits.analysis.interventions.checks`); labels show the normalised indices.
 
-Conventions (all functions in this module):
+The concrete probes read one layer's weights (no forward pass, no ``hooks``) on the token (and
+position) embeddings through that layer's own ``ln1`` / ``ln2``: exactly what layer 0 reads.  In a
+later layer they measure the memory on the *direct path* from the embeddings (with the LayerNorm
+scale of the embedding alone), not what earlier layers wrote (an induction head's key reading a
+previous-token head: see :mod:`~perm_circuits.analysis.circuits.composition`); ``inputs=`` of
+:func:`mlp_memory_probe` / :func:`qk_scores` probes any other residual vectors.
 
-* Matrices follow TransformerLens' row-vector convention ``x @ W``: ``W_hat`` is ``[d_in, d_out]``
-  and ``scores[i, j'] = u_i @ W_hat @ v_j'`` (the paper's ``v_j'^T W_hat u_i``, transposed).
-* Ties count as failures: a pair is recalled only if its target's score is *strictly* above every
-  other candidate's, so an all-zero matrix has R = 0.
-* ``allowed`` restricts the candidates ``j'`` per input (e.g. causal attention: no future keys).
-* ``layer``, ``head`` and ``position`` follow the package's index rule (negative values count from
-  the end; :mod:`perm_circuits.analysis.interventions.checks`); labels show the normalised indices.
-
-The concrete probes read one layer's weights only (no forward pass, no ``hooks``).  Their inputs
-are the token (and position) embeddings through that layer's own ``ln1`` / ``ln2``: exactly what
-layer 0 reads.  **In a later layer** the residual stream also holds what earlier layers wrote, so
-R there measures the memory on the *direct path* from the embeddings (e.g. does layer 1's OV
-circuit copy the token it attends to), with the LayerNorm scale of the embedding alone; an
-induction head's key reads the previous-token head's output, which these probes do not see (the
-K-composition scores of :mod:`~perm_circuits.analysis.circuits.composition` measure that path).
-``inputs=`` of :func:`mlp_memory_probe` / :func:`qk_scores` probes any other residual vectors.
-
-* **OV** of head ``h`` (:func:`ov_memory_probe`): inputs ``ln1(W_E[t] + W_pos[p])`` for the value
-  tokens ``t = 1..V`` (the full LayerNorm; ``position=None`` drops ``W_pos``), matrix
-  ``W_V[h] @ W_O[h]``, outputs the :func:`effective_unembed` of the value tokens.  Target
-  ``t -> t``: ``argmax`` = a copying / binding head, ``argmin`` = a suppressing / elimination head.
-  Biases (``b_V @ W_O``, ``b_O``) are left out: they add the same vector whatever the head attends
-  to, not an association.
-* **QK** of head ``h`` (:func:`qk_memory_probe`), maps over the attention score
-  ``ln1(query) W_Q[h] W_K[h]^T ln1(key)^T`` (``include_bias`` adds ``b_Q``/``b_K``):
-
-  - ``"x_match"``: query ``ln1(W_E[t] + W_pos[2V-2])`` (the last query) against keys
-    ``ln1(W_E[t'] + W_pos[0])`` (the x1 slot), target ``t -> t``: does a query prefer the earlier
-    x carrying the *same token* (the repeat detector)?
-  - ``"prev_y"``: query positions ``2, 4, .., 2V-2`` (x slots) against key positions ``0..q``
-    (causal), target ``q -> q-1``: does an x attend to the y just before it (the study's "local
-    (x, y) binding")?  Token-averaged: the score of positions ``(q, k)`` is averaged over all
-    query and key tokens (a bilinear form: the score between the token-mean inputs).
-  - ``"self_y"``: query positions ``1, 3, .., 2V-3`` (y slots), keys ``0..q``, target ``q -> q``:
-    does a y attend to itself?
-  - ``"last_to_y1"``: the last query position ``2V-2`` for each query token ``t``, keys ``0..2V-2``
-    token-averaged, target position 1 (y1): the positional shortcut for recall of ``x5 = x1``.
-
-* **MLP** (:func:`mlp_memory_probe`): ``W_E[t] (+ W_pos[p])`` through ``ln2``, the MLP (``b_in``
-  included: it sits inside the nonlinearity; ``b_out`` left out as a constant) and the effective
-  unembedding; target ``t -> t`` (argmax: the MLP re-emits a token it reads; argmin: it
-  suppresses it).
-
-Effective unembedding: a residual-stream vector ``c`` reaches the logits as
-``(C c) * w_lnf / s @ W_U`` where ``C`` centres over ``d_model`` and ``s`` is the final
-LayerNorm's per-position scale.  :func:`effective_unembed` folds the fixed part ``C diag(w_lnf)``
-into ``W_U`` (restricted to the value tokens ``1..V``); the positive scalar ``1/s`` depends on the
-whole residual stream and cannot change a ranking over tokens, which is all these probes read.
+* **OV** of head ``h``: ``ln1(W_E[t] + W_pos[p])`` for the value tokens ``t = 1..V``
+  (``position=None`` drops ``W_pos``) through ``W_V[h] @ W_O[h]`` onto :func:`effective_unembed`
+  (biases left out: they add the same vector whatever the head attends to); target ``t -> t``:
+  argmax a copying / binding head, argmin a suppressing / elimination head.
+* **QK** of head ``h``, on the score ``ln1(query) W_Q[h] W_K[h]^T ln1(key)^T`` (``include_bias``
+  adds ``b_Q`` / ``b_K``), one of :data:`QK_MAPS`: ``"x_match"``, the last query
+  ``ln1(W_E[t] + W_pos[2V-2])`` against keys ``ln1(W_E[t'] + W_pos[0])``, ``t -> t`` (does a query
+  prefer the earlier x with the *same token*: the repeat detector); ``"prev_y"``, x-slot query
+  positions ``2, 4, .., 2V-2`` against causal keys ``0..q``, ``q -> q-1`` (the study's "local
+  (x, y) binding"); ``"self_y"``, y-slot queries ``1, 3, .., 2V-3``, keys ``0..q``, ``q -> q``;
+  ``"last_to_y1"``, the last position ``2V-2`` per query token ``t`` against keys ``0..2V-2``,
+  target position 1 (the positional shortcut for recall of ``x5 = x1``).  The positional maps
+  average the key tokens (a bilinear form: the score against the token-mean key), ``prev_y`` and
+  ``self_y`` the query tokens too.
+* **MLP**: ``W_E[t] (+ W_pos[p])`` through ``ln2``, the MLP (``b_in`` included: it sits inside the
+  nonlinearity; ``b_out`` left out as a constant) and :func:`effective_unembed`; target ``t -> t``
+  (argmax: the MLP re-emits a token it reads; argmin: it suppresses it).
 """
 
 from __future__ import annotations
@@ -276,9 +253,10 @@ def effective_unembed(model) -> Float[Tensor, "d_model value"]:
     """``C diag(w_lnf) W_U[:, 1..V]``: how a residual direction moves the value-token logits
     (every output token of a model that is not the study's).
 
-    ``C`` (centring) and ``w_lnf`` are the fixed, linear part of the final LayerNorm; the
-    per-position ``1/scale`` is a positive scalar and is applied by callers that need magnitudes
-    (direct logit attribution uses the cached ``ln_final.hook_scale``).
+    A residual vector ``c`` reaches the logits as ``(C c) * w_lnf / s @ W_U``, ``C`` centring over
+    ``d_model``: this folds in the fixed part.  The final LayerNorm's per-position scale ``s`` depends
+    on the whole residual stream; ``1/s`` is positive, so it cannot change a ranking over tokens (all
+    the probes read); callers that need magnitudes apply it (DLA: the cached ``ln_final.hook_scale``).
     """
     params = _params(model)
     W_U = model.W_U.detach()[:, _value_tokens(model)]
@@ -299,16 +277,11 @@ def _token_inputs(model, position: int | None) -> Float[Tensor, "value d_model"]
 
 @dataclass(frozen=True)
 class MemoryProbe:
-    """One memory-recall probe of one component.
+    """One memory-recall probe of one component (``"L{layer}H{head}"`` or ``"L{layer}MLP"``).
 
-    Attributes:
-        component: ``"L{layer}H{head}"`` (a head, e.g. ``"L1H0"``) or ``"L{layer}MLP"``.
-        circuit: ``"OV"``, ``"QK"`` or ``"MLP"``.
-        map: the target map (``"copy"``, ``"suppress"``, ``"custom"`` or one of :data:`QK_MAPS`).
-        mode: ``"argmax"`` or ``"argmin"``.
-        recall: R in [0, 1].
-        n_pairs: |M|.
-        chance: R of a random ranking (1 / number of candidates, averaged over pairs).
+    ``circuit`` ``"OV"``, ``"QK"`` or ``"MLP"``; ``map`` ``"copy"``, ``"suppress"``, ``"custom"`` or
+    one of :data:`QK_MAPS`; ``recall`` R in [0, 1] over ``n_pairs`` = |M| pairs; ``chance`` R of a
+    random ranking (1 / number of candidates, averaged over pairs).
     """
 
     component: str

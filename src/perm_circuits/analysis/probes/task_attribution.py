@@ -1,26 +1,20 @@
 """Direct logit attribution and attention scores on any task's model.
 
 Direct logit attribution (Elhage et al. 2021, "A Mathematical Framework for Transformer
-Circuits"; Wang et al. 2022, the IOI paper, section 3.1) splits the residual stream that reaches
-the unembedding into the outputs of its components (:func:`residual_components`; TransformerLens 4
-native models have no per-head ``hook_result``) and reads each through the unembedding:
+Circuits"; Wang et al. 2022, the IOI paper, section 3.1) reads each component ``c`` of the
+residual stream (:func:`residual_components`) through the unembedding:
 
     DLA(c) = mask-weighted mean over loss positions of  (c / s) @ (W_U[:, target] - mean_v W_U[:, v]),
 
-the component's direct push on the target's logit over the mean logit.  Components: each head
-``z_h @ W_O[l, h]`` (from ``blocks.L.attn.hook_z``; where the model has no per-layer ``W_O
-[layer, head, d_head, d_model]``, the layer's ``hook_attn_out`` as one component ``L{l}ATTN``),
-each MLP (``hook_mlp_out``) and the embeddings (``hook_embed``, ``hook_pos_embed``).  With a final
-LayerNorm (``cfg.normalization_type`` ``"LN"``), each component is centred, divided by the
-captured ``ln_final.hook_scale`` ``s`` of the run and multiplied by ``ln_final.weight`` (the
-norm frozen at its value on the clean run, the usual convention); without normalization ``s = 1``.
-What no component accounts for (output biases, the final norm's bias, ``b_U``) is ``remainder``,
-so the attributions plus the remainder equal ``logit(target) - mean logit`` exactly.
+its direct push on the target's logit over the mean logit.  With a final LayerNorm (``"LN"``)
+``c`` is centred, divided by the run's captured ``ln_final.hook_scale`` ``s`` (the norm frozen at
+its clean-run value, the usual convention) and multiplied by ``ln_final.weight``; without one
+``s = 1``.  What no component accounts for (output biases, the norm's bias, ``b_U``) is
+``remainder``: attributions plus remainder equal ``logit(target) - mean logit`` exactly.
 
-:func:`attention_scores` summarises every head's attention pattern by where it looks: the share
-of attention each query position gives to itself, to the previous position and to position 0,
-averaged over positions ``>= 1`` (Olsson et al. 2022, "In-context Learning and Induction Heads":
-a previous-token head has a previous score near 1).
+:func:`attention_scores`: the share of attention each query position ``>= 1`` gives to itself, to
+the previous position and to position 0, averaged (Olsson et al. 2022, "In-context Learning and
+Induction Heads": a previous-token head has a previous score near 1).
 """
 
 from __future__ import annotations
@@ -74,15 +68,17 @@ class TargetAttribution:
         return pd.DataFrame(rows, columns=["component", "direct_logit_attribution"])
 
 
-def _name(model) -> str:
+def model_label(model) -> str:
+    """The model's name: its ``ModelConfig``'s (``"d32h2"``), else ``cfg.model_name``, else its class name."""
     config = getattr(model, "perm_config", None)
     name = getattr(config, "name", None) or getattr(getattr(model, "cfg", None), "model_name", None)
     return name if isinstance(name, str) and name else type(model).__name__
 
 
 def component_hooks(model) -> list[tuple[str, str]]:
-    """``(label, hook point)`` per direct component of the residual stream (module docstring), in layer
-    order; label ``L{l}`` at ``attn.hook_z`` stands for layer ``l``'s heads."""
+    """``(label, hook point)`` per direct component of the residual stream, in layer order: ``embed``
+    / ``pos_embed``, per layer ``L{l}`` at ``attn.hook_z`` (its heads; ``L{l}ATTN`` at
+    ``hook_attn_out`` where the model has no ``W_O [layer, head, d_head, d_model]``), ``L{l}MLP``."""
     shape = model_shape(model)
     W_O = getattr(model, "W_O", None)
     per_head = isinstance(W_O, Tensor) and W_O.ndim == 4 and bool(shape.n_heads)
@@ -100,7 +96,8 @@ def component_hooks(model) -> list[tuple[str, str]]:
 
 def residual_components(model, names: list[tuple[str, str]], acts: dict[str, Tensor]) -> dict[str, Tensor]:
     """``{label: [batch, pos, d_model]}``: each component's direct write into the residual stream, from the
-    activations ``acts`` at :func:`component_hooks`' points; head ``L{l}H{h}`` is ``z_h @ W_O[l, h]``."""
+    activations ``acts`` at :func:`component_hooks`' points; head ``L{l}H{h}`` is ``z_h @ W_O[l, h]``
+    (TransformerLens 4 native models have no per-head ``hook_result``)."""
     out = {}
     for label, hook in names:
         if hook.endswith("attn.hook_z"):
@@ -150,7 +147,7 @@ def target_logit_attribution(model, batch: TaskBatch) -> TargetAttribution:
     out = logits.double()
     diff = out.gather(-1, targets[..., None])[..., 0] - out.mean(-1)
     total = float((diff * weights).sum() / weights.sum())
-    return TargetAttribution(_name(model), tuple(values), tuple(values.values()), total - sum(values.values()), total,
+    return TargetAttribution(model_label(model), tuple(values), tuple(values.values()), total - sum(values.values()), total,
                              len(batch))
 
 
