@@ -133,14 +133,12 @@ def _general_problem(model, test_set, task, metric, reference, n, seed) -> Circu
         metric = target_logprob_gain(test_set)
     elif not callable(metric):
         raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
-    if reference is None:
-        reference = test_set
+    reference = test_set if reference is None else reference
     reference_tokens(model, reference)
     reference = reference.to(model_device(model))
-    masks = {"all": torch.ones(len(tokens), dtype=torch.bool, device=tokens.device)}
-    if isinstance(test_set, TaskBatch):  # rows without a loss position have no target: F skips them
-        masks["all"] = test_set.mask.sum(1) > 0
-    return CircuitProblem(tokens, partial(metric_values, metric, batch=len(tokens)), masks, reference, True)
+    rows = (test_set.mask.sum(1) > 0 if isinstance(test_set, TaskBatch)  # F skips rows without a loss position
+            else torch.ones(len(tokens), dtype=torch.bool, device=tokens.device))
+    return CircuitProblem(tokens, partial(metric_values, metric, batch=len(tokens)), {"all": rows}, reference, True)
 
 
 def _setup(model, circuit, test_set, how, n, seed, task_config, hooks, reference, ablation_seed,
@@ -170,13 +168,12 @@ def _setup(model, circuit, test_set, how, n, seed, task_config, hooks, reference
         return nodes, problem, check_hooks(model, hooks)
     nodes = parse_circuit(model, circuit) if circuit is not None else ()
     config = check_task_config(model, task_config)
-    V = model_config_of(model).V
     for name, batch in (("test_set", test_set), ("reference", reference)):
         if batch is not None:
             if not isinstance(batch, Batch):
                 raise TypeError(f"{name} must be a perm_circuits.tasks.permutation_data.Batch or None, "
                                 f"got {type(batch).__name__}")
-            validate_tokens(batch.inputs, V)
+            validate_tokens(batch.inputs, model_config_of(model).V)
     hooks = check_hooks(model, hooks)
     if test_set is None:
         test_set = make_test_set(config, n=n, seed=seed)
@@ -204,11 +201,11 @@ def _subsets(
     return "sampled", list(masks), list(dict.fromkeys(pairs))
 
 
-def _largest(values: Mapping[int, float]) -> tuple[int | None, float]:
-    """The subset mask with the largest finite value (ties: the smallest subset mask), or (None, nan)."""
+def _largest(values: Mapping[int, float]) -> tuple[int, float]:
+    """The subset mask with the largest finite value (ties: the smallest subset mask), or (0, nan)."""
     finite = {mask: value for mask, value in values.items() if not math.isnan(value)}
     if not finite:
-        return None, math.nan
+        return 0, math.nan
     best = max(finite, key=lambda mask: (finite[mask], -mask))
     return best, finite[best]
 
@@ -289,12 +286,12 @@ def circuit_metrics(
                      for a, b in pairs if not a & bit and b == a | bit}
             best, value = _largest(steps)
             minimality.append(NodeMinimality(node=node.name, subgroup=group, minimality=value,
-                relative=_ratio(value, abs(f_circuit)), subset=_names(nodes, best) if best is not None else ()))
+                relative=_ratio(value, abs(f_circuit)), subset=_names(nodes, best)))
         groups[group] = SubgroupCircuitMetrics(subgroup=group, n=int(runner.masks[group].sum()), f_model=f_model,
             f_circuit=f_circuit, faithfulness=_ratio(f_circuit, f_model),
             faithfulness_error=_ratio(abs(f_model - f_circuit), abs(f_model)), completeness=completeness,
             completeness_relative=_ratio(completeness, abs(f_model)),
-            completeness_subset=_names(nodes, worst) if worst is not None else (), minimality=tuple(minimality))
+            completeness_subset=_names(nodes, worst), minimality=tuple(minimality))
     return CircuitMetrics(model_name=model_label(model), how=how, circuit=tuple(node.name for node in nodes),
         n_samples=len(problem.tokens), completeness_method=method, n_subsets_checked=len(masks),
         elimination=groups.get("elimination"), recall=groups.get("recall"),
@@ -320,13 +317,11 @@ def faithfulness_by_mode(
 ) -> FaithfulnessByMode:
     """Faithfulness of ``circuit`` under every ablation mode in ``hows`` (the mode sensitivity).
 
-    The same F(M) and test set for every mode; F(C) ablates everything outside the circuit
-    by each mode in turn (see :func:`circuit_metrics` for the arguments; ``seed`` is the
-    test-set seed, ``ablation_seed`` the resample seed).  ``ablate_kwargs`` maps a mode to the
-    extra ``ablate`` arguments it needs.  On any task (``task`` / ``metric`` / a TaskBatch), one
-    subgroup ``"all"`` and the modes zero, mean, resample, optimal.  A circuit that is faithful under one mode only is a
-    claim about that mode, not about the model (the role of d32h2's L0H0 flips between
-    zero and mean ablation).
+    One F(M) and test set; F(C) ablates everything outside the circuit by each mode in turn
+    (arguments as in :func:`circuit_metrics`; ``ablate_kwargs`` maps a mode to its extra ``ablate``
+    arguments; on any task one subgroup ``"all"``, no ``binding_free``).  A circuit faithful under
+    one mode only is a claim about that mode, not the model (d32h2's L0H0 changes role between zero
+    and mean ablation).
     """
     if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:
         raise TypeError(f"hows must be a non-empty sequence of modes, got {hows!r}")
@@ -382,10 +377,8 @@ def propose_circuit(
     3. Prune: in order of increasing single-ablation effect, drop a node when the circuit
        without it still has ``faithfulness_error <= tolerance``.
 
-    On any task (``task`` / ``metric`` / a TaskBatch or a model that is not the study's),
-    ``skill`` is ``"all"`` (F on every sequence) and ``where`` uses ``all``, ``last``,
-    ``context``, ``p{k}``.  Returns the nodes in canonical order (pass them to :func:`circuit_metrics`).  ``seed`` is
-    the test-set seed, ``ablation_seed`` the resample seed; the other arguments as in
+    On any task (as in :func:`circuit_metrics`) ``skill`` is ``"all"`` and ``where`` uses ``all``,
+    ``last``, ``context``, ``p{k}``.  Returns the nodes in canonical order; the other arguments as in
     :func:`circuit_metrics`.  Cost: one forward per candidate plus one per tried circuit.
     """
     if skill not in (*SUBGROUPS, "all"):

@@ -62,11 +62,10 @@ def _restored(patched: Tensor, clean: Tensor, corrupted: Tensor, answer: Tensor,
 def value_swap_pair(task_config: TaskConfig, n: int = 1000, seed: int = 0) -> PatchingPair:
     """The swap pair's twin for the *value* side: exchange the answers ``y_k`` and ``y_j`` instead of the queries.
 
-    ``clean`` and ``j`` are those of :func:`~perm_circuits.analysis.interventions.path_patching.
-    induction_patching_pair` (same ``task_config``, ``n``, ``seed``); the corrupted row keeps every x
-    (the last query still repeats ``x_k``) and has ``y_k`` and ``y_j`` exchanged in the context (the
-    permutation changed to match), so its answer is the clean ``y_j`` (``wrong``); ``answer`` is
-    ``y_k``.  Only the two y tokens differ: what carries an answer's *value* to the last position.
+    ``clean`` and ``j`` as in :func:`~perm_circuits.analysis.interventions.path_patching.
+    induction_patching_pair` (same arguments); the corrupted row keeps every x and exchanges
+    ``y_k`` and ``y_j`` (and the permutation), so it answers the clean ``y_j`` (``wrong``) where the
+    clean one answers ``y_k`` (``answer``): what carries an answer's *value* to the last position.
     """
     clean, swapped, answer, _ = induction_patching_pair(task_config, n=n, seed=seed, corruption="swap")
     rows, k = torch.arange(len(clean)), clean.repeat_source
@@ -85,15 +84,12 @@ def path_patch_through_mlp(
     """Normalised effect of the path ``sender -> MLP{mlp_layer} -> receiver.input`` (Wang et al. 2022).
 
     The sender's clean-minus-corrupted output ``delta`` (:func:`~perm_circuits.analysis.
-    path_patching.sender_delta`) is added to the corrupted run's ``blocks.{mlp_layer}.
-    hook_resid_mid`` only to read the MLP's resulting output change ``delta_mlp`` (nothing else of
-    that run is used); ``delta_mlp`` alone is then added to the receiver's ``input`` (q, k or v,
-    its LayerNorm recomputed, as in :func:`~perm_circuits.analysis.interventions.path_patching.path_patch_hooks`)
-    on the corrupted run.  The sender's direct edge is *not* included.  Returns
-    ``(LD_patched - LD_corrupted) / (LD_clean - LD_corrupted)`` on means (1 = the path restores
-    the clean run, 0 = no effect).  ``direct=True`` adds the sender's direct edge too (``delta +
-    delta_mlp``: both routes into the receiver's input at once).  Needs ``sender layer <= mlp_layer
-    < receiver layer``.
+    interventions.path_patching.sender_delta`) is added to the corrupted run's ``hook_resid_mid``
+    of ``mlp_layer`` only to read the MLP's output change ``delta_mlp``, which alone (``direct=True``:
+    plus ``delta``, the sender's direct edge) is added to the receiver's ``input`` (q, k or v, its
+    LayerNorm recomputed, as in :func:`~perm_circuits.analysis.interventions.path_patching.
+    path_patch_hooks`) on the corrupted run: ``(LD_patched - LD_corrupted) / (LD_clean -
+    LD_corrupted)`` on means (1 = the path restores the clean run, 0 = no effect).
     """
     s_layer, s_head = check_head_pair(model, "sender", sender)
     r_layer, r_head = check_head_pair(model, "receiver", receiver)
@@ -225,15 +221,15 @@ def _into_last_mlp(model, pair: PatchingPair, key: str) -> dict[str, float]:
 def _ablations(model, numbers: dict, prefix: str, n: int) -> None:
     V = task_config_of(model).V
     top = model_config_of(model).n_layers - 1
-    parts = [("L0H0", ("last", "x", "y", "all")), ("MLP0", ("last", "x", "y", "all")),
-             (f"L{top}H0", ("last",)), (f"MLP{top}", ("last",))]
+    every = ("last", "x", "y", "all")
+    parts = [("L0H0", 0, 0, every), ("MLP0", 0, None, every), (f"L{top}H0", top, 0, ("last",)),
+             (f"MLP{top}", top, None, ("last",))]
     for how in ABLATION_MODES:
-        for part, sites in parts:
+        for part, layer, head, sites in parts:
             for site in sites:
                 pos = _positions(site, V)
-                layer = int(part[-1]) if part.startswith("MLP") else int(part[1])
-                hooks = (ablate_mlp(model, layer, how, positions=pos, seed=RESAMPLE_SEED) if part.startswith("MLP")
-                         else ablate_head(model, layer, 0, how, positions=pos, seed=RESAMPLE_SEED))
+                hooks = (ablate_mlp(model, layer, how, positions=pos, seed=RESAMPLE_SEED) if head is None
+                         else ablate_head(model, layer, head, how, positions=pos, seed=RESAMPLE_SEED))
                 result = recall_generalisation(model, hooks=hooks, n=n)
                 for k, value in enumerate(result.recall, start=1):
                     numbers[f"{prefix}.abl.{how}.{part}_{site}.k{k}"] = float(value)

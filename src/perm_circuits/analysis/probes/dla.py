@@ -69,9 +69,6 @@ SUBGROUPS = ("steps 1-4", "last-step elimination", "last-step recall")
 RECALL_BASELINES = ("elimination", "mean")
 
 
-# ----------------------------------------------------------------------------- shared helpers
-
-
 def repeated_queries(inputs: Int[Tensor, "batch seq"]) -> Bool[Tensor, "batch step"]:
     """Whether the query of each step repeats an earlier query of the same sequence."""
     xs = inputs[:, 0::2]
@@ -110,8 +107,7 @@ def check_batch(model, test_set: Batch | None, n: int = 5000, seed: int = 1234) 
     """The batch to measure on: ``test_set`` validated, else the model's fixed test set; on the model's device."""
     V = model_config_of(model).V
     if test_set is None:
-        config = task_config_of(model)
-        return make_test_set(config, n=n, seed=seed).to(model_device(model))
+        return make_test_set(task_config_of(model), n=n, seed=seed).to(model_device(model))
     if not isinstance(test_set, Batch):
         raise TypeError(f"test_set must be a perm_circuits.tasks.permutation_data.Batch, got {type(test_set).__name__}")
     validate_tokens(test_set.inputs, V)
@@ -124,11 +120,8 @@ def run_cache(
     names: Sequence[str],
     hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> tuple[Float[Tensor, "batch seq vocab"], dict[str, Tensor], object]:
-    """One no-grad forward under ``hooks`` caching only ``names``; hooks are always removed.
-
-    Returns ``(logits, {name: activation}, cache)`` (the ActivationCache, for
-    ``stack_head_results``).
-    """
+    """One no-grad forward under ``hooks`` caching only ``names``: ``(logits, {name: activation},
+    cache)`` (the ActivationCache, for ``stack_head_results``); hooks are always removed."""
     hooks = check_hooks(model, hooks)
     wanted = set(names)
     missing = wanted - set(model.hook_dict)
@@ -137,9 +130,6 @@ def run_cache(
     with torch.no_grad(), model.hooks(fwd_hooks=hooks) if hooks else nullcontext():
         logits, cache = model.run_with_cache(tokens, names_filter=lambda name: name in wanted)
     return logits, {name: cache[name] for name in wanted}, cache
-
-
-# ----------------------------------------------------------------------------- DLA
 
 
 @dataclass(frozen=True)

@@ -43,11 +43,8 @@ __all__ = ["InductionScore", "InductionScores", "induction_scores", "induction_t
 
 @dataclass(frozen=True)
 class InductionScore:
-    """The scores of one head (see the module docstring).
-
-    ``induction_by_source[k - 1]`` and ``duplicate_by_source[k - 1]`` are the scores over the
-    samples whose last query repeats ``x_k`` (``nan`` where the test set has none).
-    """
+    """The scores of one head (module docstring); ``*_by_source[k - 1]`` over the samples whose last
+    query repeats ``x_k`` (``nan`` where the test set has none)."""
 
     layer: int
     head: int
@@ -133,13 +130,9 @@ def induction_scores(
     seed: int = 1234,
     hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> InductionScores:
-    """Previous-token, induction and duplicate-token scores of every head (module docstring).
-
-    ``test_set``: a Batch or a token tensor ``[batch, 2V-1]`` with at least one sequence whose
-    last query repeats an earlier one (the source is read from the tokens); default
-    :func:`induction_test_set` ``(V, n, seed)`` (``n`` and ``seed`` are used for nothing else).
-    ``hooks``: interventions active during the forward; the scores read the patterns after them.
-    """
+    """Previous-token, induction and duplicate-token scores of every head (module docstring), read
+    from the patterns under ``hooks`` on ``test_set`` (a Batch or tokens ``[batch, 2V-1]``, some
+    last query repeating an earlier one; default :func:`induction_test_set` ``(V, n, seed)``)."""
     check_positive_int("n", n)
     check_seed(seed)
     hooks = check_hooks(model, hooks)

@@ -87,9 +87,6 @@ _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 }
 
 
-# ----------------------------------------------------------------------------- generic probe
-
-
 def identity_map(n: int, *, device: torch.device | str | None = None) -> Int[Tensor, "n 2"]:
     """The target map ``{(i, i)}`` for ``i = 0..n-1`` (a copying memory), on ``device`` (default the CPU)."""
     n = check_positive_int("n", n)
@@ -199,19 +196,11 @@ def memory_recall(
     mode: str = "argmax",
     allowed: Bool[Tensor, "n_in n_out"] | None = None,
 ) -> float:
-    """Bietti et al. (2023) memory-recall probe ``R(W_hat, W*)`` of any matrix.
-
-    ``W_hat`` ``[d_in, d_out]`` acts as ``u @ W_hat`` on the input embeddings ``inputs`` (rows
-    ``u_i``) and is read against the output embeddings ``outputs`` (rows ``v_j``); ``targets`` is
-    the target map M as ``(i, j)`` index pairs (e.g. :func:`identity_map`); ``mode`` ``"argmax"``
-    (the input retrieves its target) or ``"argmin"`` (suppresses it); ``allowed`` an optional
-    candidate mask ``[n_in, n_out]``.
-    """
-    mode = _check_mode(mode)
+    """Bietti et al. (2023) memory-recall probe ``R(W_hat, W*)`` of any matrix: :func:`recall_rate` of
+    :func:`recall_scores`, the input embeddings ``inputs`` (rows ``u_i``) against the output
+    embeddings ``outputs`` (rows ``v_j``), the target map M as ``(i, j)`` pairs (e.g.
+    :func:`identity_map`)."""
     return recall_rate(recall_scores(W_hat, inputs, outputs), targets, mode, allowed)
-
-
-# ----------------------------------------------------------------------------- model weights
 
 
 def _value_tokens(model) -> slice:
@@ -227,17 +216,13 @@ def _check_position(model, position: object) -> int | None:
     return check_index("position", position, n_ctx, f"W_pos has {n_ctx} positions")
 
 
-def _params(model) -> dict[str, Tensor]:
-    return {k: v.detach() for k, v in model.state_dict().items()}
-
-
 def apply_norm(model, x: Float[Tensor, "*batch d_model"], name: str) -> Float[Tensor, "*batch d_model"]:
     """Apply the model's normalization ``name`` (``"blocks.0.ln1"``, ``"blocks.0.ln2"``,
     ``"ln_final"``) to ``x`` exactly as the forward pass does (LN, LNPre, RMS, RMSPre or none)."""
     kind = normalization_of(model)
     if kind is None:
         return x
-    params = _params(model)
+    params = model.state_dict()  # detached tensors
     eps = float(getattr(model.cfg, "eps", 1e-5))
     if kind in ("LN", "LNPre"):
         x = x - x.mean(-1, keepdim=True)
@@ -258,7 +243,7 @@ def effective_unembed(model) -> Float[Tensor, "d_model value"]:
     on the whole residual stream; ``1/s`` is positive, so it cannot change a ranking over tokens (all
     the probes read); callers that need magnitudes apply it (DLA: the cached ``ln_final.hook_scale``).
     """
-    params = _params(model)
+    params = model.state_dict()  # detached tensors
     W_U = model.W_U.detach()[:, _value_tokens(model)]
     kind = normalization_of(model)
     if kind in ("LN", "RMS"):
@@ -332,12 +317,9 @@ def ov_memory_probe(
     mode: str = "argmax",
     targets: Int[Tensor, "m 2"] | Sequence[tuple[int, int]] | None = None,
 ) -> MemoryProbe:
-    """R of head ``head``'s OV circuit as a token memory (identity target by default).
-
-    ``mode="argmax"`` tests a copying/binding head, ``"argmin"`` a suppressing (elimination) head.
-    Inputs and outputs are indexed by value token minus one (row ``t-1`` is token ``t``) on a
-    study model, by token on any other model (e.g. an induction head's copying memory).
-    """
+    """R of head ``head``'s OV circuit as a token memory (default target ``t -> t``; argmax: copying,
+    argmin: suppressing).  Rows and columns are value token minus one (row ``t-1`` is token ``t``) on
+    a study model, tokens on any other model (e.g. an induction head's copying memory)."""
     mode = _check_mode(mode)
     scores = ov_scores(model, head, layer=layer, position=position)
     return _token_probe(f"L{check_layer(model, layer)}H{check_head(model, head)}", "OV", scores, targets, mode)
@@ -447,9 +429,6 @@ def mlp_memory_probe(
     return _token_probe(f"L{layer}MLP", "MLP", scores, targets, mode)
 
 
-# ----------------------------------------------------------------------------- all probes
-
-
 @dataclass(frozen=True)
 class MemoryProbes:
     """Every concrete memory probe of one model (see :func:`model_memory_probes`)."""
@@ -513,12 +492,9 @@ def memory_probe_tracker(
     *, layer: int | None = None, position: int | None = None, include_bias: bool = False, every: int = 1
 ) -> MemoryProbeTracker:
     """A callback for :func:`perm_circuits.train.train` that tracks the memory probes over training
-    (Bietti et al. 2023, Fig. 3: which memory forms first).
-
-    ``layer`` (default ``None``: every layer) and ``position`` follow the package's index rule
-    (negative values count from the end); their range is checked against the model at each
-    record, their type here.
-    """
+    (Bietti et al. 2023, Fig. 3: which memory forms first).  ``layer`` (default ``None``: every
+    layer) and ``position`` may count from the end; their type is checked here, their range
+    against the model at each record."""
     if layer is not None:
         check_int("layer", layer)
     if position is not None:

@@ -37,13 +37,10 @@ __all__ = ["FlipStats", "MLPFlips", "mlp_prediction_flips"]
 
 @dataclass(frozen=True)
 class FlipStats:
-    """Top-1 (over value tokens) before vs after the MLP, for one subgroup of predictions.
-
-    ``consistent`` = the prediction is possible given the context (a value not used yet, or the
-    earlier y of a repeated query); ``trap`` = the elimination answer at a repeated last query
-    (NaN outside the recall subgroup).  ``fixed``: wrong before, right after; ``broken``: the
-    reverse.
-    """
+    """Top-1 (over value tokens) before vs after the MLP, for one subgroup of predictions: rates of
+    ``fixed`` (wrong before, right after), ``broken`` (the reverse), ``consistent`` (possible given
+    the context: a value not used yet, or the earlier y of a repeated query) and ``trap`` (the
+    elimination answer at a repeated last query; NaN outside the recall subgroup)."""
 
     subgroup: str
     n: int
@@ -92,8 +89,8 @@ def mlp_prediction_flips(
     """How often the MLP of ``layer`` changes the top-1 prediction, per subgroup (module docstring).
 
     At the y positions of ``test_set`` (default: the model's fixed 5,000-sample test set) under
-    ``hooks``; subgroups as in :mod:`~perm_circuits.analysis.probes.dla`.  ``layer`` defaults to
-    the last layer (``-1``); the result reports the normalised layer.
+    ``hooks``; subgroups as in :mod:`~perm_circuits.analysis.probes.dla`; ``layer`` (default the
+    last) is reported normalised.
     """
     layer = check_layer(model, layer)
     batch = check_batch(model, test_set)  # run_cache checks the hooks before its forward

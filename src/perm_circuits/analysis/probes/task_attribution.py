@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pandas as pd
@@ -147,20 +148,17 @@ def target_logit_attribution(model, batch: TaskBatch) -> TargetAttribution:
     out = logits.double()
     diff = out.gather(-1, targets[..., None])[..., 0] - out.mean(-1)
     total = float((diff * weights).sum() / weights.sum())
-    return TargetAttribution(model_label(model), tuple(values), tuple(values.values()), total - sum(values.values()), total,
-                             len(batch))
+    return TargetAttribution(model_label(model), tuple(values), tuple(values.values()), total - sum(values.values()),
+                             total, len(batch))
 
 
 def attention_patterns(
     model, tokens: Tensor, forward: Callable[[Any, Tensor], Tensor] | None = None
 ) -> dict[str, Tensor]:
-    """``{hook name: pattern [batch, head, q, k]}`` of every ``*hook_pattern`` hook point, one forward pass.
-
-    Works for any model with TransformerLens hook points (a bridge, a ``HookedRootModule``), in
-    layer order; a pattern captured as ``[batch, q, k]`` (one head) gets a head axis.
-    ``forward(model, tokens)`` defaults to ``model(tokens)``.  The capturing hooks are removed
-    afterwards, always.  Empty when the model has no such hook point.
-    """
+    """``{hook name: pattern [batch, head, q, k]}`` of every ``*hook_pattern`` hook point (in layer
+    order; one forward, ``forward(model, tokens)``, default ``model(tokens)``) of any model with
+    TransformerLens hook points; a pattern captured as ``[batch, q, k]`` (one head) gets a head
+    axis.  Empty when the model has no such hook point."""
     hook_dict = getattr(model, "hook_dict", None)
     if not isinstance(hook_dict, dict):
         return {}
@@ -175,13 +173,10 @@ def attention_patterns(
         return {}
     store: dict[str, Tensor] = {}
 
-    def make(name: str) -> Callable:
-        def capture(pattern: Tensor, hook: Any) -> None:
-            store[name] = pattern.detach().float().to(tokens.device)
+    def capture(pattern: Tensor, hook: Any, name: str) -> None:
+        store[name] = pattern.detach().float().to(tokens.device)
 
-        return capture
-
-    with torch.no_grad(), model.hooks(fwd_hooks=[(name, make(name)) for name in names]):
+    with torch.no_grad(), model.hooks(fwd_hooks=[(name, partial(capture, name=name)) for name in names]):
         device_forward(model, tokens) if forward is None else forward(model, tokens.to(model_device(model)))
     out = {}
     for name in names:
