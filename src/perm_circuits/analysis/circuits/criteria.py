@@ -16,21 +16,19 @@ The subsets are enumerated when ``|C| <= max_exhaustive`` (``2^|C|`` of them); l
 ``|C| + 1`` prefixes ``{} = K_0 < ... < K_|C| = C`` as completeness subsets and each step
 ``K_i -> K_i + v`` as a minimality sample for ``v`` (``completeness_method``, ``n_subsets_checked``).
 
-Nodes (:class:`~perm_circuits.analysis.circuits.nodes.Node`, ``"L0H1@last"``): a head (on
-``blocks.L.attn.hook_z``) or an MLP (``blocks.L.hook_mlp_out``) at a position class of the
-``2V - 1`` positions: ``all``; ``query`` (the x positions ``0, 2, ..., 2V-2``); ``answer`` (the y
-positions ``1, 3, ..., 2V-3``); ``last`` (``2V-2``, where elimination and recall are decided);
-``context`` (every position before it); ``p{k}`` (position ``k``).  A circuit keeps each component
-at the union of its nodes' positions and ablates every head and MLP everywhere else; embeddings,
-the attention output bias and the unembedding are never ablated.
+Nodes (:class:`~perm_circuits.analysis.circuits.nodes.Node`, ``"L0H1@last"``): a head
+(``blocks.L.attn.hook_z``) or an MLP (``blocks.L.hook_mlp_out``) at a class of the ``2V - 1``
+positions: ``all``, ``query`` (x: ``0, 2, ..., 2V-2``), ``answer`` (y: ``1, 3, ..., 2V-3``), ``last``
+(``2V-2``, where elimination and recall are decided), ``context`` (before it), ``p{k}`` (``k``).  A
+circuit keeps each component at the union of its nodes' positions and ablates every head and MLP
+everywhere else (never the embeddings, the attention output bias or the unembedding).
 
 Ablation: a mode of :data:`~perm_circuits.analysis.interventions.ablation.HOWS` (mean by default,
-the IOI choice; means over ``reference``, by default the test set).  Each component's
-:func:`~perm_circuits.analysis.interventions.ablation.ablate` hook (all positions) is built once
-and applied at the ablated positions only: exactly ``ablate(..., positions=P)`` for zero, mean and
-resample; a fitted mode (optimal) uses the value fitted with the whole component ablated.  Each run
-is one forward inside ``model.hooks(...)`` after ``hooks`` (user interventions, also in the
-reference runs).
+the IOI choice; means over ``reference``, default the test set), each component's whole-component
+:func:`~perm_circuits.analysis.interventions.ablation.ablate` hook built once and applied at the
+ablated positions only: exactly ``ablate(..., positions=P)`` for zero, mean and resample; a fitted
+mode (optimal) uses the value fitted with the whole component ablated.  Each run is one forward
+after ``hooks`` (user interventions, also applied in the reference runs).
 
 F, per subgroup, at the last position over the value logits ``1..V``, averaged over its rows:
 ``elimination`` (the last query is new): ``logit(answer) - max over the other values``, the

@@ -42,7 +42,7 @@ from perm_circuits.analysis.interventions.path_patching import (
     sender_delta,
 )
 from perm_circuits.evaluate import recall_generalisation
-from perm_circuits.hooks import run_capture
+from perm_circuits.hooks import HookList, run_capture
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.tasks.permutation_data import TaskConfig, batch_from_queries, exhaustive_batch
 
@@ -53,10 +53,13 @@ RESAMPLE_SEED = 0
 """Seed of the resample ablations' draw of reference sequences."""
 
 
-def _restored(patched: Tensor, clean: Tensor, corrupted: Tensor, answer: Tensor, wrong: Tensor) -> float:
-    """``(LD_patched - LD_corrupted) / (LD_clean - LD_corrupted)`` on mean logit differences, from logits."""
-    value, clean, corrupted = (logit_diff(logits, answer, wrong) for logits in (patched, clean, corrupted))
-    return float((value.mean() - corrupted.mean()) / (clean.mean() - corrupted.mean()))
+def _restored(model, pair: PatchingPair, hooks: HookList, clean_logits: Tensor, corr_logits: Tensor) -> float:
+    """The corrupted run under ``hooks``: ``(LD_patched - LD_corrupted) / (LD_clean - LD_corrupted)`` on means."""
+    _, corrupted, answer, wrong = pair
+    with torch.no_grad(), model.hooks(fwd_hooks=hooks):
+        patched = model(corrupted.inputs)
+    value, clean, corr = (logit_diff(logits, answer, wrong) for logits in (patched, clean_logits, corr_logits))
+    return float((value.mean() - corr.mean()) / (clean.mean() - corr.mean()))
 
 
 def value_swap_pair(task_config: TaskConfig, n: int = 1000, seed: int = 0) -> PatchingPair:
@@ -100,7 +103,7 @@ def path_patch_through_mlp(
         raise TypeError(f"direct must be a bool, got {direct!r}")
     if not s_layer <= mlp_layer < r_layer:
         raise ValueError(f"need sender layer <= mlp_layer < receiver layer, got {s_layer}, {mlp_layer}, {r_layer}")
-    clean, corrupted, answer, wrong = pair
+    clean, corrupted, _, _ = pair
     z = f"blocks.{s_layer}.attn.hook_z"
     mid, out, pre = f"blocks.{mlp_layer}.hook_resid_mid", f"blocks.{mlp_layer}.hook_mlp_out", f"blocks.{r_layer}.hook_resid_pre"
     clean_logits, clean_cache = run_capture(model, clean.inputs, [z])
@@ -114,9 +117,7 @@ def path_patch_through_mlp(
     delta_mlp = patched[out] - corr_cache[out]
     carried = delta_mlp + delta if direct else delta_mlp
     change = input_change(model, (r_layer, r_head), input, carried, corr_cache.get(pre))
-    with torch.no_grad(), model.hooks(fwd_hooks=add_to_input_hooks((r_layer, r_head), input, change)):
-        logits = model(corrupted.inputs)
-    return _restored(logits, clean_logits, corr_logits, answer, wrong)
+    return _restored(model, pair, add_to_input_hooks((r_layer, r_head), input, change), clean_logits, corr_logits)
 
 
 def patch_positions(model, hook_name: str, positions: Sequence[int], pair: PatchingPair, index: int | None = None) -> float:
@@ -124,7 +125,7 @@ def patch_positions(model, hook_name: str, positions: Sequence[int], pair: Patch
 
     Normalised logit difference at the last position (1 = the clean run, 0 = the corrupted one).
     """
-    clean, corrupted, answer, wrong = pair
+    clean, corrupted, _, _ = pair
     positions = list(positions)
     clean_logits, cache = run_capture(model, clean.inputs, [hook_name])
     corr_logits, _ = run_capture(model, corrupted.inputs, [])
@@ -138,9 +139,7 @@ def patch_positions(model, hook_name: str, positions: Sequence[int], pair: Patch
             out[:, positions, index] = source[:, positions, index].to(out.dtype)
         return out
 
-    with torch.no_grad(), model.hooks(fwd_hooks=[(hook_name, put)]):
-        logits = model(corrupted.inputs)
-    return _restored(logits, clean_logits, corr_logits, answer, wrong)
+    return _restored(model, pair, [(hook_name, put)], clean_logits, corr_logits)
 
 
 def _attention(model, numbers: dict, prefix: str) -> None:
@@ -200,7 +199,7 @@ def _into_last_mlp(model, pair: PatchingPair, key: str) -> dict[str, float]:
     """What reaches MLP1's input: the clean-minus-corrupted change of L0H0, MLP0, L1H0 (and sums),
     added to ``blocks.1.ln2.hook_in`` only (the MLP's input; the residual stream itself and the
     logits' direct paths stay corrupted).  Normalised logit difference as in path patching."""
-    clean, corrupted, answer, wrong = pair
+    clean, corrupted, _, _ = pair
     names = ["blocks.0.attn.hook_z", "blocks.0.hook_mlp_out", "blocks.1.attn.hook_z"]
     clean_logits, cc = run_capture(model, clean.inputs, names)
     corr_logits, cx = run_capture(model, corrupted.inputs, names)
@@ -212,9 +211,7 @@ def _into_last_mlp(model, pair: PatchingPair, key: str) -> dict[str, float]:
         def add(activation: Tensor, hook, delta=delta) -> Tensor:
             return activation + delta.to(activation.dtype)
 
-        with torch.no_grad(), model.hooks(fwd_hooks=[("blocks.1.ln2.hook_in", add)]):
-            logits = model(corrupted.inputs)
-        out[f"{key}_{name}"] = _restored(logits, clean_logits, corr_logits, answer, wrong)
+        out[f"{key}_{name}"] = _restored(model, pair, [("blocks.1.ln2.hook_in", add)], clean_logits, corr_logits)
     return out
 
 

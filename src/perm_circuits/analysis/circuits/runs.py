@@ -121,10 +121,9 @@ class CircuitRunner:
     def _fn(self, component: str) -> Callable:
         if component not in self.fns:
             _, hook_name, head = self.components[self.index[component]]
-            if _SHARED and not self.ablate_kwargs and not self.problem.general:
-                self.fns[component] = self._shared_fn(_SHARED[-1], hook_name, head)
-            else:
-                self.fns[component] = self._ablate(hook_name, head)
+            shared = _SHARED and not self.ablate_kwargs and not self.problem.general
+            self.fns[component] = (self._shared_fn(_SHARED[-1], hook_name, head) if shared
+                                   else self._ablate(hook_name, head))
         return self.fns[component]
 
     def _ablate(self, hook_name: str, head: int | None) -> Callable:

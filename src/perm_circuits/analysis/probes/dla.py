@@ -6,11 +6,10 @@ transformer are exactly linear in the residual stream's components ``c``:
 (Elhage et al. 2021, "A Mathematical Framework for Transformer Circuits"; Nanda's TransformerLens
 DLA recipe); centring, ``w_lnf`` and ``1/s`` fold into one float64 direction per prediction.
 
-Attributed at each y prediction (steps ``1..V``): ``logit(correct y) - mean(logit(other value
-tokens))`` (token 0 is never a value); at a repeated last query (the recall subgroup) with
-``recall_baseline="elimination"`` (default) ``logit(correct y) - logit(elimination answer)``, the
-one value not revealed yet (the trap pure elimination falls into); ``"mean"``: the mean baseline
-everywhere.
+Attributed at each y prediction (steps ``1..V``): ``logit(correct y) - mean(logit(other values))``
+(token 0 is never a value), but at a repeated last query (recall) with ``recall_baseline=
+"elimination"`` (default) ``logit(correct y) - logit(elimination answer)``, the one value not
+revealed yet (the trap pure elimination falls into).
 
 Components, read from the run's cache (a ``hooks=`` intervention is attributed where it acts):
 ``embed``, ``pos_embed``; per layer ``l`` the heads ``L{l}H{h}`` (``z_h @ W_O[h]``, as
@@ -21,11 +20,10 @@ what an edit of the attention output changed, else ~0), ``L{l}mlp_bias`` (``b_ou
 ``other`` (the last ``resid_post`` minus all of the above: edits of the residual stream itself)
 and ``unembed_bias`` (``b_lnf @ W_U + b_U``).
 
-Neuron ``n`` of layer ``l`` contributes ``post_n W_out[n]`` (cached ``mlp.hook_post``); where the
-neurons do not add up to ``L{l}mlp`` (an intervention replaced ``hook_mlp_out``) their values are
-**nan**, never rescaled, and ``neuron_split_exact`` is False.  ``residual_error = actual -
-sum(components)`` is ~0 unless something acts after the residual stream (``ln_final`` hooks, the
-unembedding); above ``tolerance`` (default 1e-3 logits) a ``RuntimeWarning`` says so.
+Neuron ``n`` of layer ``l`` contributes ``post_n W_out[n]`` (cached ``mlp.hook_post``), **nan** (never
+rescaled) where the neurons miss ``L{l}mlp`` (an intervention replaced ``hook_mlp_out``).
+``residual_error = actual - sum(components)`` is ~0 unless something acts after the residual
+stream (``ln_final`` hooks, the unembedding); above ``tolerance`` a ``RuntimeWarning`` says so.
 
 Subgroups (as in :mod:`perm_circuits.evaluate`): ``steps 1-4`` (every sample's first ``V-1``
 predictions), ``last-step elimination`` / ``last-step recall`` (the last query new / repeated).

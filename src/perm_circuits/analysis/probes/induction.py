@@ -116,10 +116,8 @@ def _last_query_scores(
 ) -> tuple[Float[Tensor, "batch layer head"], Float[Tensor, "batch layer head"]]:
     """Attention of the last position on ``y_k`` and on ``x_k`` per repeated sample (source k-1 >= 0)."""
     last = patterns[:, :, :, -1, :]  # [batch, layer, head, key]
-    x_pos = 2 * source  # x_k at 2(k-1)
-    y_pos = x_pos + 1  # y_k right after it
-    index = lambda pos: pos[:, None, None, None].expand(-1, last.shape[1], last.shape[2], 1)
-    return last.gather(3, index(y_pos))[..., 0], last.gather(3, index(x_pos))[..., 0]
+    rows = torch.arange(len(source), device=source.device)
+    return last[rows, :, :, 2 * source + 1], last[rows, :, :, 2 * source]  # x_k at 2(k-1), y_k right after it
 
 
 def induction_scores(

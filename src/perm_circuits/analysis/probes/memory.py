@@ -5,24 +5,22 @@ every stored input embedding ``u_i`` is mapped closest to its output embedding `
 
     R(W_hat, W*) = 1/|M| sum_{(i,j) in M} 1{ argmax_j' v_j'^T W_hat u_i = j }
 
-is the fraction of stored pairs retrieved (*argmin*: a suppressing memory, each input pushes its
-target down the most).  Row-vector convention ``x @ W``: ``W_hat`` is ``[d_in, d_out]`` and
-``scores[i, j'] = u_i @ W_hat @ v_j'``.  Ties count as failures (the target must score *strictly*
-above every other candidate: an all-zero matrix has R = 0); ``allowed`` restricts the candidates
-per input (e.g. causal attention).  ``layer``, ``head`` and ``position`` may count from the end
+is the fraction of stored pairs retrieved (*argmin*: a suppressing memory, e.g. an elimination
+head; each input pushes its target down the most).  Row-vector convention ``x @ W``: ``W_hat`` is
+``[d_in, d_out]``, ``scores[i, j'] = u_i @ W_hat @ v_j'``.  Ties count as failures (the target must
+score *strictly* above every other candidate: an all-zero matrix has R = 0); ``allowed`` restricts
+the candidates per input (e.g. causal attention).  ``layer``, ``head`` and ``position`` may count from the end
 (:mod:`perm_circuits.analysis.interventions.checks`); labels show the normalised indices.
 
-The concrete probes read one layer's weights (no forward pass, no ``hooks``) on the token (and
-position) embeddings through that layer's own ``ln1`` / ``ln2``: exactly what layer 0 reads.  In a
-later layer they measure the memory on the *direct path* from the embeddings (with the LayerNorm
-scale of the embedding alone), not what earlier layers wrote (an induction head's key reading a
-previous-token head: see :mod:`~perm_circuits.analysis.circuits.composition`); ``inputs=`` of
-:func:`mlp_memory_probe` / :func:`qk_scores` probes any other residual vectors.
+The concrete probes read one layer's weights (no forward pass) on the token (and position)
+embeddings through that layer's own ``ln1`` / ``ln2``: what layer 0 reads; in a later layer, the
+*direct path* from the embeddings (with the embedding's LayerNorm scale), not what earlier layers
+wrote (e.g. a previous-token head's output an induction head's key reads: see
+:mod:`~perm_circuits.analysis.circuits.composition`); ``inputs=`` probes other residual vectors.
 
 * **OV** of head ``h``: ``ln1(W_E[t] + W_pos[p])`` for the value tokens ``t = 1..V``
-  (``position=None`` drops ``W_pos``) through ``W_V[h] @ W_O[h]`` onto :func:`effective_unembed`
-  (biases left out: they add the same vector whatever the head attends to); target ``t -> t``:
-  argmax a copying / binding head, argmin a suppressing / elimination head.
+  (``position=None`` drops ``W_pos``) through ``W_V[h] @ W_O[h]`` (biases left out: the same
+  vector whatever the head attends to) onto :func:`effective_unembed`; target ``t -> t``.
 * **QK** of head ``h``, on the score ``ln1(query) W_Q[h] W_K[h]^T ln1(key)^T`` (``include_bias``
   adds ``b_Q`` / ``b_K``), one of :data:`QK_MAPS`: ``"x_match"``, the last query
   ``ln1(W_E[t] + W_pos[2V-2])`` against keys ``ln1(W_E[t'] + W_pos[0])``, ``t -> t`` (does a query
@@ -34,8 +32,7 @@ previous-token head: see :mod:`~perm_circuits.analysis.circuits.composition`); `
   average the key tokens (a bilinear form: the score against the token-mean key), ``prev_y`` and
   ``self_y`` the query tokens too.
 * **MLP**: ``W_E[t] (+ W_pos[p])`` through ``ln2``, the MLP (``b_in`` included: it sits inside the
-  nonlinearity; ``b_out`` left out as a constant) and :func:`effective_unembed`; target ``t -> t``
-  (argmax: the MLP re-emits a token it reads; argmin: it suppresses it).
+  nonlinearity; ``b_out``, a constant, left out) and :func:`effective_unembed`; target ``t -> t``.
 """
 
 from __future__ import annotations
