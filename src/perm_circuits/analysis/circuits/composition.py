@@ -10,13 +10,11 @@ that matrix reads:
 
 with ``W_A = W_QK^{h2} = W_Q^{h2} @ W_K^{h2}^T`` for **Q**-composition (the attention logit is
 ``q_resid @ W_QK @ k_resid^T``: the sender feeds the query), ``(W_QK^{h2})^T`` for **K** (it feeds
-the key) and ``W_OV^{h2}`` for **V** (the receiver moves it on).  This is TransformerLens'
-``all_composition_scores(mode)`` (``transformer_lens.utilities.composition_scores``); the paper
-writes the same products column-vector style (``W_QK^T W_OV``, ``W_QK W_OV``, ``W_OV^{h2}
-W_OV^{h1}``).  The score is in ``[0, 1]``: 0 when the receiver reads nothing the sender writes, 1
-only for aligned rank-1 matrices; NaN (0/0, as in TransformerLens) for an all-zero matrix.  As in
-the paper, LayerNorm and biases are ignored: only ``model.W_Q``, ``W_K``, ``W_V``, ``W_O`` are read
-(no forward pass).
+the key) and ``W_OV^{h2}`` for **V** (the receiver moves it on): TransformerLens'
+``all_composition_scores(mode)``, the paper's ``W_QK^T W_OV``, ``W_QK W_OV``, ``W_OV^{h2} W_OV^{h1}``
+in column-vector style.  The score is in ``[0, 1]`` (0: the receiver reads nothing the sender
+writes; 1 only for aligned rank-1 matrices; NaN, 0/0, for an all-zero matrix).  As in the paper,
+LayerNorm and biases are ignored: only ``model.W_Q``, ``W_K``, ``W_V``, ``W_O`` are read.
 
 Random heads compose a little by chance (more when ``d_head`` is large relative to ``d_model``):
 :func:`composition_baseline` is the mean score of ``n_samples`` head pairs whose factors are
@@ -27,6 +25,7 @@ seeded with ``seed`` (the global RNG is untouched; the score is scale invariant)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import product
 
 import pandas as pd
 import torch
@@ -72,14 +71,8 @@ class CompositionScores:
         """One row per pair with a later-layer receiver: ``sender`` / ``receiver`` (``L{l}H{h}``)
         with their layer and head, ``kind``, ``score`` and ``baseline``.  Empty (with these
         columns) for a 1-layer model."""
-        n_layers, n_heads = self.scores.shape[:2]
-        rows = [
-            (f"L{l1}H{h1}", l1, h1, f"L{l2}H{h2}", l2, h2, self.kind, float(self.scores[l1, h1, l2, h2]), self.baseline)
-            for l1 in range(n_layers)
-            for h1 in range(n_heads)
-            for l2 in range(l1 + 1, n_layers)
-            for h2 in range(n_heads)
-        ]
+        rows = [(f"L{l1}H{h1}", l1, h1, f"L{l2}H{h2}", l2, h2, self.kind, float(self.scores[l1, h1, l2, h2]),
+                 self.baseline) for l1, h1, l2, h2 in product(*map(range, self.scores.shape)) if l2 > l1]
         return pd.DataFrame(rows, columns=COLUMNS)
 
 

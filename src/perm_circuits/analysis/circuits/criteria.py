@@ -141,11 +141,8 @@ def _general_problem(model, test_set, task, metric, reference, n, seed) -> Circu
 
 def _setup(model, circuit, test_set, how, n, seed, task_config, hooks, reference, ablation_seed,
            ablate_kwargs, progress, task=None, metric=None) -> tuple[tuple[Node, ...], CircuitProblem, HookList]:
-    """Validate every shared argument (before any forward) and build the default test set.
-
-    The permutation task's problem for a study bridge with a Batch (or no) test set and no
-    ``task`` / ``metric``; any task's otherwise (:func:`_general_problem`).
-    """
+    """Validate every shared argument (before any forward); the permutation task's problem for a study
+    bridge with a Batch (or no) test set and no ``task`` / ``metric``, any task's otherwise."""
     check_how(how)
     check_int("n", n, 1)
     check_seed(seed)
@@ -241,18 +238,14 @@ def circuit_metrics(
     e.g. ``circuit_metrics(model, ["L0H0", "L0MLP"], task=task)``; position classes ``all``,
     ``last``, ``context``, ``p{k}``; ablation modes zero, mean, resample, optimal.
 
-    ``test_set``: the sequences F is averaged over; default ``make_test_set(task_config, n, seed)``
-    (``task_config`` defaults to the model's training task: its ``repeat_ratio`` gives the recall
-    subgroup); on any task a TaskBatch (default ``task.test_set(n, seed)``) or token ids (with
-    ``metric(logits) -> [batch]``).  ``hooks``: interventions in every run and reference run.
-    ``max_exhaustive``, ``n_subsets`` (about this many subsets K), ``subset_seed``: the subsets
-    (module docstring).  ``reference``: the batch mean / resample ablation draws from (default
-    the test set); ``ablation_seed``: the resample ``seed`` of
-    :func:`~perm_circuits.analysis.interventions.ablation.ablate`; ``ablate_kwargs``: extra
-    arguments of every ``ablate`` call (modes that need more).  ``progress``: a tqdm bar.
-
-    Cost: one forward per distinct run, ``2^(|C|+1)`` at most when exhaustive, plus one
-    reference forward per ablated component.
+    ``test_set`` (F's sequences): default ``make_test_set(task_config, n, seed)`` (``task_config``
+    defaults to the model's training task: its ``repeat_ratio`` gives the recall subgroup); on any
+    task a TaskBatch (default ``task.test_set(n, seed)``) or token ids with ``metric(logits) ->
+    [batch]``.  ``hooks`` apply in every run and reference run; ``n_subsets`` is about how many K
+    are sampled; ``reference`` is what mean / resample ablation draws from (default the test set);
+    ``ablation_seed`` and ``ablate_kwargs`` go to every ``ablate`` call (its resample ``seed``,
+    extra arguments).  Cost: one forward per distinct run (``2^(|C|+1)`` at most when exhaustive)
+    plus one reference forward per ablated component.
     """
     check_int("max_exhaustive", max_exhaustive, 0, 21)
     check_int("n_subsets", n_subsets, 1)
@@ -261,15 +254,10 @@ def circuit_metrics(
                                    reference, ablation_seed, ablate_kwargs, progress, task, metric)
     runner = CircuitRunner(model, problem, how, hooks, ablation_seed, ablate_kwargs or {}, progress)
     method, masks, pairs = _subsets(len(nodes), max_exhaustive, n_subsets, subset_seed)
-
-    def without(mask: int) -> tuple:  # C \ K
-        return circuit_run(runner, [v for i, v in enumerate(nodes) if not mask & (1 << i)])
-
-    def knocked(mask: int) -> tuple:  # M \ K
-        return knockout_run(runner, [v for i, v in enumerate(nodes) if mask & (1 << i)])
-
-    runs_c = {mask: without(mask) for mask in set(masks) | {b for pair in pairs for b in pair}}
-    runs_m = {mask: knocked(mask) for mask in masks}
+    runs_c = {mask: circuit_run(runner, [v for i, v in enumerate(nodes) if not mask & (1 << i)])  # C \ K
+              for mask in set(masks) | {b for pair in pairs for b in pair}}
+    runs_m = {mask: knockout_run(runner, [v for i, v in enumerate(nodes) if mask & (1 << i)])  # M \ K
+              for mask in masks}
     runner.evaluate([runs_m[0], runs_c[0], *runs_c.values(), *runs_m.values()])
 
     groups = {}
@@ -375,9 +363,9 @@ def propose_circuit(
     3. Prune: in order of increasing single-ablation effect, drop a node when the circuit
        without it still has ``faithfulness_error <= tolerance``.
 
-    On any task (as in :func:`circuit_metrics`) ``skill`` is ``"all"`` and ``where`` uses ``all``,
-    ``last``, ``context``, ``p{k}``.  Returns the nodes in canonical order; the other arguments as in
-    :func:`circuit_metrics`.  Cost: one forward per candidate plus one per tried circuit.
+    On any task ``skill`` is ``"all"`` and ``where`` uses ``all``, ``last``, ``context``, ``p{k}``; the
+    other arguments as in :func:`circuit_metrics`.  Nodes in canonical order; one forward per
+    candidate plus one per tried circuit.
     """
     if skill not in (*SUBGROUPS, "all"):
         raise ValueError(f"skill must be one of {SUBGROUPS}, got {skill!r} ('all' on any task's model)")

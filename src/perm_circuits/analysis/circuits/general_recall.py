@@ -121,10 +121,8 @@ def path_patch_through_mlp(
 
 
 def patch_positions(model, hook_name: str, positions: Sequence[int], pair: PatchingPair, index: int | None = None) -> float:
-    """Activation patching of ``hook_name`` at ``positions`` (head ``index`` of a ``hook_z``): clean into corrupted.
-
-    Normalised logit difference at the last position (1 = the clean run, 0 = the corrupted one).
-    """
+    """Activation patching of ``hook_name`` at ``positions`` (head ``index`` of a ``hook_z``), clean into
+    corrupted: the normalised last-position logit difference (1 = the clean run, 0 = the corrupted)."""
     clean, corrupted, _, _ = pair
     positions = list(positions)
     clean_logits, cache = run_capture(model, clean.inputs, [hook_name])
@@ -271,12 +269,9 @@ def _paths(model, numbers: dict, prefix: str, n: int) -> None:
 
 
 def any_circuit_numbers(model, *, prefix: str = "any.circuit", n: int = 300, n_pair: int = 1000) -> dict[str, float | str]:
-    """Every number of the general-recall circuit explanation (module docstring), flat keys under ``prefix``.
-
-    ``n``: sampled sequences per source for each ablation's recall (seeded, so deterministic);
-    ``n_pair``: rows of the swap pair for path and activation patching.  Needs a 2-layer model
-    with one head per layer.
-    """
+    """Every number of the general-recall circuit explanation (module docstring) of a 2-layer, 1-head
+    model, flat keys under ``prefix``; ``n`` seeded sequences per source for each ablation's recall,
+    ``n_pair`` rows of the swap pair for path and activation patching."""
     config = model_config_of(model)
     if config.n_layers != 2 or config.n_heads != 1:
         raise ValueError(f"any_circuit_numbers needs a 2-layer, 1-head model, got n_layers={config.n_layers}, "

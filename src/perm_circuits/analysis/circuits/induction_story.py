@@ -4,8 +4,7 @@ Bietti et al. 2023 ("Birth of a Transformer", section 3) and Olsson et al. 2022 
 general in-context recall needs a previous-token head A writing each token's predecessor into the
 residual stream and an induction head B in a later layer whose *key* reads it (Elhage et al. 2021,
 K-composition), so the last query attends after its earlier occurrence and copies what is there.
-Whether a model (``n_layers >= 2``) has it, from three independent kinds of evidence, naming each
-missing piece:
+Three independent kinds of evidence, each missing piece named:
 
 (a) **attention**: B is the head of a layer >= 1 with the highest induction score, A the head of an
     earlier layer with the highest previous-token score (:mod:`~perm_circuits.analysis.probes.
@@ -17,8 +16,7 @@ missing piece:
     ``>= PATH_MIN`` (0.5) of the clean logit difference with a bootstrap CI excluding 0
     (:func:`~perm_circuits.analysis.interventions.path_patching.path_patching_table`).
 
-The story holds only when all three do: attention maps alone are not enough (Wang et al. 2022);
-(c) shows the edge is used.
+The story holds only when all three do: attention maps alone are not enough (Wang et al. 2022).
 """
 
 from __future__ import annotations
@@ -115,12 +113,9 @@ def judge_induction_story(
     composition: Mapping[str, CompositionScores],
     paths: PathPatchingTable,
 ) -> InductionStory:
-    """The decision of :func:`induction_story` from precomputed evidence.
-
-    ``composition`` maps ``"Q"``, ``"K"``, ``"V"`` to :func:`composition_scores` of the same
-    model; ``paths`` must hold the edges from every earlier-layer head into the induction
-    candidate (``path_patching_table`` gives all of them).
-    """
+    """The decision of :func:`induction_story` from precomputed evidence: ``composition`` maps ``"Q"``,
+    ``"K"``, ``"V"`` to :func:`composition_scores` of the model, ``paths`` holds the edges from every
+    earlier-layer head into the induction candidate (as ``path_patching_table`` does)."""
     if not isinstance(scores, InductionScores):
         raise TypeError(f"scores must be InductionScores, got {type(scores).__name__}")
     if not isinstance(paths, PathPatchingTable):
@@ -179,12 +174,9 @@ def induction_story(
     n_boot: int = 1000,
     hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> InductionStory:
-    """Measure (a), (b) and (c) of the module docstring on ``model`` and judge the story.
-
-    (a) on ``induction_test_set(V, n, seed)``; (b) weights only (``hooks``, which run in every
-    forward, do not apply); (c) on ``induction_patching_pair(task_config or the model's, n_pair,
-    pair_seed)`` with ``n_boot`` resamples.
-    """
+    """Measure (a) on ``induction_test_set(V, n, seed)``, (b) (weights only: ``hooks``, which run in
+    every forward, do not apply) and (c) on ``induction_patching_pair(task_config or the model's,
+    n_pair, pair_seed)`` with ``n_boot`` resamples (module docstring), and judge the story."""
     config = model_config_of(model)
     if config.n_layers < 2:
         raise ValueError(f"the induction story needs n_layers >= 2 (a head before a head), {config.name} has 1")

@@ -74,11 +74,9 @@ def positions_in(where: str, seq_len: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Node:
-    """A component at a position class: head ``L{layer}H{head}`` (``head`` set) or ``L{layer}MLP``.
-
-    ``where`` is a position class (:data:`POSITION_CLASSES` or ``p{k}``).  Ordered by layer, then
-    heads before the MLP, then class, so circuits have one canonical order.  A negative layer or
-    head counts from the end (the package's index rule); :func:`parse_circuit` normalises it.
+    """Head ``L{layer}H{head}`` (``head`` set) or ``L{layer}MLP`` at position class ``where``
+    (:data:`POSITION_CLASSES` or ``p{k}``), ordered by layer, heads before the MLP, then class (one
+    canonical order).  A negative layer or head counts from the end (:func:`parse_circuit` normalises it).
     """
 
     layer: int
@@ -93,10 +91,8 @@ class Node:
             raise TypeError(f"Node where must be a str, got {type(self.where).__name__}")
 
     def __lt__(self, other: Node) -> bool:  # MLP (head None) after the heads of its layer
-        return self._key() < other._key()
-
-    def _key(self) -> tuple:
-        return (self.layer, self.head if self.head is not None else 1 << 30, self.where)
+        first, second = ((n.layer, n.head if n.head is not None else 1 << 30, n.where) for n in (self, other))
+        return first < second
 
     @classmethod
     def parse(cls, text: object) -> Node:

@@ -113,9 +113,7 @@ class FaithfulnessByMode:
     rows: tuple[FaithfulnessRow, ...]
 
     def to_dataframe(self) -> pd.DataFrame:
-        frame = pd.DataFrame([asdict(row) for row in self.rows])
-        frame.insert(0, "model", self.model_name)
-        return frame
+        return pd.DataFrame([{"model": self.model_name, **asdict(row)} for row in self.rows])
 
     def get(self, how: str, subgroup: str) -> FaithfulnessRow:
         for row in self.rows:

@@ -46,12 +46,10 @@ _SHARED: list[dict] = []  # a stack of ablation caches; the top one is active (s
 def shared_ablations() -> Iterator[None]:
     """Inside the block, circuit runs on the same model, reference batch and hooks share their ablations.
 
-    Each call of :func:`propose_circuit`, :func:`circuit_metrics` or :func:`faithfulness_by_mode`
-    builds every component's ablation hook per mode (one reference forward each, an optimal-ablation
-    search each); inside the block a hook is built once, and the mean / resample / optimal modes
-    read one reference forward capturing every component (and optimal's upstream): the same
-    numbers.  Only for callers that keep the model's weights fixed inside the block
-    (:func:`~perm_circuits.analysis.study.skill_circuits.skill_circuits`).
+    Every call of :func:`propose_circuit`, :func:`circuit_metrics` or :func:`faithfulness_by_mode`
+    builds each component's ablation hook per mode (a reference forward, an optimal search); in the
+    block each is built once, mean / resample / optimal from one reference forward capturing every
+    component: the same numbers.  Only for callers that keep the model's weights fixed in the block.
     """
     _SHARED.append({})
     try:
@@ -62,12 +60,9 @@ def shared_ablations() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class CircuitProblem:
-    """What a circuit run measures: the tokens, F per row, the subgroups' row masks, the reference.
-
-    The permutation task's (:func:`permutation_problem`), or any task's (``general``): F any
-    per-row metric, one subgroup ``"all"``, the position classes of :func:`positions_in`, ablations
-    through :func:`~perm_circuits.analysis.interventions.core.ablate_tokens` with ``reference``.
-    """
+    """What a circuit run measures: the tokens, F per row, the subgroups' row masks, the reference; the
+    permutation task's (:func:`permutation_problem`) or any task's (``general``: one subgroup ``"all"``,
+    :func:`positions_in`, ablations by :func:`~perm_circuits.analysis.interventions.core.ablate_tokens`)."""
 
     tokens: Tensor
     metric: Callable[[Tensor], Tensor]

@@ -134,12 +134,10 @@ def run_cache(
 class LogitDiffDecomposition:
     """Per-prediction DLA (module docstring): ``contributions.sum(-1) + residual_error == actual``.
 
-    ``contributions`` ``[batch, step, component]`` (axis names ``components``);
-    ``neuron_contributions`` ``[batch, step, layer * d_mlp]`` (neuron ``n`` of layer ``l`` at
-    ``l * d_mlp + n``; nan where ``neuron_split_exact`` ``[batch, step, layer]`` is False, i.e. the
-    layer's neurons miss its ``L{l}mlp`` by more than ``tolerance`` logits); ``answer`` /
-    ``baseline`` the correct and the baseline token (-1 = mean of the others); ``subgroups`` the
-    :data:`SUBGROUPS` masks over ``(sample, step)``.
+    ``neuron_contributions`` has neuron ``n`` of layer ``l`` at ``l * d_mlp + n``, nan where
+    ``neuron_split_exact`` is False (the layer's neurons miss its ``L{l}mlp`` by more than
+    ``tolerance`` logits); ``baseline`` -1 means the mean of the other values; ``subgroups`` are
+    the :data:`SUBGROUPS` masks over ``(sample, step)``.
     """
 
     components: tuple[str, ...]
@@ -179,12 +177,8 @@ def decompose_logit_diff(
     recall_baseline: str = "elimination",
     tolerance: float = 1e-3,
 ) -> LogitDiffDecomposition:
-    """Direct logit attribution of the logit difference at every y position of ``batch``.
-
-    Module docstring: the components, the baseline, the cached ``ln_final.hook_scale`` of the run
-    under ``hooks``, and the two checks within ``tolerance`` logits (nan per-neuron splits flagged
-    in ``neuron_split_exact``; a ``RuntimeWarning``, with the gaps in ``residual_error``).
-    """
+    """Direct logit attribution of the logit difference at every y position of ``batch`` under
+    ``hooks`` (module docstring: components, baseline, the checks within ``tolerance`` logits)."""
     recall_baseline, tolerance = _check_options(recall_baseline, tolerance)
     return _decompose(model, batch, hooks, recall_baseline, tolerance, "the residual_error field")
 
@@ -342,12 +336,8 @@ def direct_logit_attribution(
     recall_baseline: str = "elimination",
     tolerance: float = 1e-3,
 ) -> LogitAttribution:
-    """Direct logit attribution per head, MLP (and neuron), embedding and bias, averaged over the
-    subgroups ``steps 1-4`` / ``last-step elimination`` / ``last-step recall``.
-
-    ``test_set`` defaults to the model's fixed 5,000-sample test set; ``hooks`` (an intervention),
-    ``recall_baseline`` and ``tolerance`` as in :func:`decompose_logit_diff` (module docstring).
-    """
+    """:func:`decompose_logit_diff` averaged over :data:`SUBGROUPS`, on ``test_set`` (default the
+    model's fixed 5,000-sample test set)."""
     recall_baseline, tolerance = _check_options(recall_baseline, tolerance)
     batch = check_batch(model, test_set)  # run_cache checks the hooks before its forward
     dec = _decompose(model, batch, hooks, recall_baseline, tolerance, "the residual_error row of to_dataframe()")

@@ -7,10 +7,9 @@ which Bietti et al. 2023 ("Birth of a Transformer") predict in-context recall ne
 ``blocks.L.attn.hook_pattern`` on the sequences ``x1 y1 x2 y2 ... xV`` (``x_k`` at position
 ``2(k-1)``, ``y_k`` at ``2(k-1) + 1``), per head:
 
-- ``previous_token``: the mean attention of each position ``p >= 1`` on ``p - 1`` (every sample);
-- ``induction``: where the last query ``xV`` repeats an earlier ``x_k``, the last position's
-  attention on ``y_k`` (the token after the earlier occurrence), averaged over those samples;
-- ``duplicate_token``: on the same samples, its attention on ``x_k``.
+``previous_token``, the mean attention of each position ``p >= 1`` on ``p - 1``; ``induction``, where
+the last query ``xV`` repeats an earlier ``x_k``, the last position's attention on ``y_k`` (the token
+after the earlier occurrence), averaged over those samples; ``duplicate_token``, its attention on ``x_k``.
 
 Both recall scores are also given per source ``k = 1..V-1`` (``*_by_source``): a shortcut head that
 only matches ``x1`` is high on the first entry only, a general induction head on every ``k``.
@@ -58,11 +57,9 @@ class InductionScore:
 
 @dataclass(frozen=True)
 class InductionScores:
-    """Induction-circuit scores of every head (``heads``, layer-major) on ``n_samples`` sequences.
-
-    ``n_repeated`` sequences' last query repeats an earlier one (the induction and duplicate-token
-    scores average over these), ``repeated_by_source[k - 1]`` of them repeat ``x_k``.
-    """
+    """Induction-circuit scores of every head (``heads``, layer-major) on ``n_samples`` sequences, of
+    which ``n_repeated`` (those the recall scores average over) repeat an earlier query in their last,
+    ``repeated_by_source[k - 1]`` of them ``x_k``."""
 
     model_name: str
     n_samples: int

@@ -147,11 +147,8 @@ def recall_rate(
     mode: str = "argmax",
     allowed: Bool[Tensor, "n_in n_out"] | None = None,
 ) -> float:
-    """R: the fraction of target pairs ``(i, j)`` whose ``scores[i]`` peak strictly at ``j``.
-
-    ``mode="argmin"`` asks for the strict minimum instead (a suppressing memory).  ``allowed``
-    masks out candidates per input; every target must be allowed.
-    """
+    """R: the fraction of target pairs ``(i, j)`` whose ``scores[i]`` peak strictly at ``j`` (``"argmin"``:
+    the strict minimum) among the candidates ``allowed`` (every target must be allowed)."""
     _check_matrix(scores, "scores")
     mode = _check_mode(mode)
     pairs = _check_targets(targets, *scores.shape, device=scores.device)
@@ -232,14 +229,10 @@ def apply_norm(model, x: Float[Tensor, "*batch d_model"], name: str) -> Float[Te
 
 
 def effective_unembed(model) -> Float[Tensor, "d_model value"]:
-    """``C diag(w_lnf) W_U[:, 1..V]``: how a residual direction moves the value-token logits
-    (every output token of a model that is not the study's).
-
-    A residual vector ``c`` reaches the logits as ``(C c) * w_lnf / s @ W_U``, ``C`` centring over
-    ``d_model``: this folds in the fixed part.  The final LayerNorm's per-position scale ``s`` depends
-    on the whole residual stream; ``1/s`` is positive, so it cannot change a ranking over tokens (all
-    the probes read); callers that need magnitudes apply it (DLA: the cached ``ln_final.hook_scale``).
-    """
+    """``C diag(w_lnf) W_U[:, 1..V]`` (every output token on a model that is not the study's): the
+    fixed part of ``(C c) * w_lnf / s @ W_U``, how a residual vector ``c`` reaches the value-token
+    logits (``C`` centres over ``d_model``).  The final LayerNorm's positive scale ``1/s`` cannot change
+    a ranking over tokens (all the probes read); callers that need magnitudes apply it (DLA)."""
     params = model.state_dict()  # detached tensors
     W_U = model.W_U.detach()[:, _value_tokens(model)]
     kind = normalization_of(model)
@@ -415,10 +408,8 @@ def mlp_memory_probe(
     targets: Int[Tensor, "m 2"] | Sequence[tuple[int, int]] | None = None,
     mode: str = "argmax",
 ) -> MemoryProbe:
-    """R of the MLP as a map from token embeddings (or ``inputs``) to value tokens.
-
-    Default inputs: ``W_E[t] (+ W_pos[position])`` for ``t = 1..V``; default target ``t -> t``.
-    """
+    """R of the MLP as a map from ``inputs`` (default ``W_E[t] (+ W_pos[position])`` for ``t = 1..V``)
+    to value tokens (default target ``t -> t``)."""
     mode = _check_mode(mode)
     layer = check_layer(model, layer)
     position = _check_position(model, position)

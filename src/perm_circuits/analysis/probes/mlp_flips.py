@@ -86,12 +86,9 @@ def mlp_prediction_flips(
     layer: int = -1,
     hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> MLPFlips:
-    """How often the MLP of ``layer`` changes the top-1 prediction, per subgroup (module docstring).
-
-    At the y positions of ``test_set`` (default: the model's fixed 5,000-sample test set) under
-    ``hooks``; subgroups as in :mod:`~perm_circuits.analysis.probes.dla`; ``layer`` (default the
-    last) is reported normalised.
-    """
+    """How often the MLP of ``layer`` (default the last) changes the top-1 prediction at the y positions
+    of ``test_set`` (default the model's fixed 5,000-sample test set) under ``hooks``, per subgroup
+    of :mod:`~perm_circuits.analysis.probes.dla`."""
     layer = check_layer(model, layer)
     batch = check_batch(model, test_set)  # run_cache checks the hooks before its forward
     V = model_config_of(model).V

@@ -6,11 +6,10 @@ residual stream (:func:`residual_components`) through the unembedding:
 
     DLA(c) = mask-weighted mean over loss positions of  (c / s) @ (W_U[:, target] - mean_v W_U[:, v]),
 
-its direct push on the target's logit over the mean logit.  With a final LayerNorm (``"LN"``)
-``c`` is centred, divided by the run's captured ``ln_final.hook_scale`` ``s`` (the norm frozen at
-its clean-run value, the usual convention) and multiplied by ``ln_final.weight``; without one
-``s = 1``.  What no component accounts for (output biases, the norm's bias, ``b_U``) is
-``remainder``: attributions plus remainder equal ``logit(target) - mean logit`` exactly.
+its direct push on the target's logit over the mean logit, with ``c`` centred, divided by the
+run's ``ln_final.hook_scale`` ``s`` (the norm frozen at its clean-run value, the usual convention)
+and times ``ln_final.weight`` under a final LayerNorm (``s = 1`` without one).  ``remainder`` (the
+output biases, the norm's bias, ``b_U``) makes the sum exactly ``logit(target) - mean logit``.
 
 :func:`attention_scores`: the share of attention each query position ``>= 1`` gives to itself, to
 the previous position and to position 0, averaged (Olsson et al. 2022, "In-context Learning and
@@ -49,10 +48,8 @@ _LAYER = re.compile(r"blocks\.(\d+)\.")
 
 @dataclass(frozen=True)
 class TargetAttribution:
-    """Per component, the mean direct contribution to ``logit(target) - mean logit`` at the loss positions.
-
-    ``total`` is the model's own mean ``logit(target) - mean logit``; ``sum(values) + remainder == total``.
-    """
+    """Per component, the mean direct contribution to ``logit(target) - mean logit`` at the loss positions;
+    ``sum(values) + remainder == total``, the model's own mean ``logit(target) - mean logit``."""
 
     model_name: str
     components: tuple[str, ...]
@@ -111,11 +108,8 @@ def residual_components(model, names: list[tuple[str, str]], acts: dict[str, Ten
 
 
 def target_logit_attribution(model, batch: TaskBatch) -> TargetAttribution:
-    """Direct logit attribution of every component to the targets of ``batch`` (module docstring).
-
-    Needs the model's ``W_U`` ``[d_model, n_out]`` and residual-stream hook points; TypeError
-    for a model without ``W_U``, ValueError for a normalization other than LayerNorm or none.
-    """
+    """Direct logit attribution of every component to the targets of ``batch`` (module docstring);
+    needs an unembedding ``W_U`` ``[d_model, n_out]`` and LayerNorm or no normalization."""
     if not isinstance(batch, TaskBatch):
         raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
     batch = batch.to(model_device(model))  # the forward and the attribution run on the model's device
@@ -207,8 +201,7 @@ def attention_scores(patterns: dict[str, Tensor]) -> AttentionScores:
     for index, pattern in enumerate(patterns.values()):
         if pattern.shape[-1] != pattern.shape[-2] or pattern.shape[-1] < 2:
             continue
-        seq = pattern.shape[-1]
-        rows = torch.arange(1, seq, device=pattern.device)
+        rows = torch.arange(1, pattern.shape[-1], device=pattern.device)
         for head in range(pattern.shape[1]):
             p = pattern[:, head].double()
             heads.append(f"L{index}H{head}")
