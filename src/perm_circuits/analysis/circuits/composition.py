@@ -68,9 +68,8 @@ class CompositionScores:
     baseline: float
 
     def to_dataframe(self) -> pd.DataFrame:
-        """One row per pair with a later-layer receiver: ``sender`` / ``receiver`` (``L{l}H{h}``)
-        with their layer and head, ``kind``, ``score`` and ``baseline``.  Empty (with these
-        columns) for a 1-layer model."""
+        """One row per (sender, later-layer receiver) pair, none for a 1-layer model: ``sender`` /
+        ``receiver`` (``L{l}H{h}``) with their layer and head, ``kind``, ``score``, ``baseline``."""
         rows = [(f"L{l1}H{h1}", l1, h1, f"L{l2}H{h2}", l2, h2, self.kind, float(self.scores[l1, h1, l2, h2]),
                  self.baseline) for l1, h1, l2, h2 in product(*map(range, self.scores.shape)) if l2 > l1]
         return pd.DataFrame(rows, columns=COLUMNS)

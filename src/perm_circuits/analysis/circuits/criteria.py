@@ -106,9 +106,8 @@ __all__ = [
 
 
 def _ratio(numerator: float, denominator: float) -> float:
-    if math.isnan(numerator) or math.isnan(denominator) or denominator == 0:
-        return math.nan
-    return numerator / denominator
+    undefined = math.isnan(numerator) or math.isnan(denominator) or denominator == 0
+    return math.nan if undefined else numerator / denominator
 
 
 def _general_problem(model, test_set, task, metric, reference, n, seed) -> CircuitProblem:
@@ -233,10 +232,9 @@ def circuit_metrics(
 
     Nodes, F, the ablation and the three definitions: module docstring.  On any task's model (or
     any TransformerLens model), or with ``task`` / ``metric``, F is ``metric`` (default
-    :func:`target_logprob_gain` of the test set: the targets' log-probability at the task's loss
-    positions, in nats above a uniform guess) on one subgroup ``"all"`` (``result.subgroup("all")``),
-    e.g. ``circuit_metrics(model, ["L0H0", "L0MLP"], task=task)``; position classes ``all``,
-    ``last``, ``context``, ``p{k}``; ablation modes zero, mean, resample, optimal.
+    :func:`target_logprob_gain` of the test set) on one subgroup ``"all"`` (``result.subgroup("all")``),
+    e.g. ``circuit_metrics(model, ["L0H0", "L0MLP"], task=task)``, with the position classes ``all``,
+    ``last``, ``context``, ``p{k}`` and the ablation modes zero, mean, resample, optimal.
 
     ``test_set`` (F's sequences): default ``make_test_set(task_config, n, seed)`` (``task_config``
     defaults to the model's training task: its ``repeat_ratio`` gives the recall subgroup); on any
@@ -353,11 +351,10 @@ def propose_circuit(
 ) -> tuple[Node, ...]:
     """A proposed circuit for ``skill`` (``"elimination"`` or ``"recall"``): F's subgroup of that name.
 
-    1. Candidates: every head and MLP at every position class in ``where`` (default the last
-       position and everything before it, a partition).  A candidate is kept when ablating it
-       alone (``how``) moves F by at least ``threshold`` of ``|F(M)|``, either way (a component
-       that works *against* the skill, as IOI's negative name movers, belongs to a faithful
-       circuit too).
+    1. Candidates: every head and MLP at every position class in ``where`` (default: the last
+       position and everything before it), kept when ablating it alone (``how``) moves F by at
+       least ``threshold`` of ``|F(M)|`` either way (one working *against* the skill, as IOI's
+       negative name movers, belongs to a faithful circuit too).
     2. Grow: while the circuit's ``faithfulness_error`` exceeds ``tolerance``, add the left-out
        candidate that lowers it most (stop when none lowers it).
     3. Prune: in order of increasing single-ablation effect, drop a node when the circuit

@@ -5,11 +5,10 @@ K-composition; Bietti et al. 2023; :mod:`~perm_circuits.analysis.circuits.induct
 describe this model.  :func:`any_circuit_numbers` measures what it does instead, as flat numbers for
 ``docs/templates/general_recall_circuit.md`` (deterministic: fixed seeds, exhaustive batches):
 
-- ``attn.*``: on repeated sequences (one exhaustive batch per source ``k``), L0H0's attention from
-  the last position on the matching ``x_k`` (a duplicate-token match) and from ``x_{j+1}`` on the
-  ``y_j`` before it, L1H0's from the last position on ``x_k``, ``y_k`` and ``x_{k+1}``; the share
-  of L1H0's key variance (context) explained by position and of its query variance (last
-  position) explained by ``k``;
+- ``attn.*``: per source ``k`` (an exhaustive batch each), L0H0's attention from the last position
+  on the matching ``x_k`` (a duplicate-token match) and from ``x_{j+1}`` on ``y_j``, L1H0's from the
+  last position on ``x_k``, ``y_k``, ``x_{k+1}``; the share of L1H0's key variance (context)
+  explained by position and of its query variance (last position) by ``k``;
 - ``abl.*``: recall per ``k`` with one component zero / mean / resample ablated at some positions
   only (the last, ``x1..x4``, the y positions, or all);
 - ``dla.*``: direct logit attribution of the last-step recall logit difference (answer minus the
@@ -63,13 +62,10 @@ def _restored(model, pair: PatchingPair, hooks: HookList, clean_logits: Tensor, 
 
 
 def value_swap_pair(task_config: TaskConfig, n: int = 1000, seed: int = 0) -> PatchingPair:
-    """The swap pair's twin for the *value* side: exchange the answers ``y_k`` and ``y_j`` instead of the queries.
-
-    ``clean`` and ``j`` as in :func:`~perm_circuits.analysis.interventions.path_patching.
-    induction_patching_pair` (same arguments); the corrupted row keeps every x and exchanges
-    ``y_k`` and ``y_j`` (and the permutation), so it answers the clean ``y_j`` (``wrong``) where the
-    clean one answers ``y_k`` (``answer``): what carries an answer's *value* to the last position.
-    """
+    """The swap pair's twin for the *value* side (what carries an answer's value to the last position):
+    ``clean`` and ``j`` as in ``induction_patching_pair`` (same arguments), the corrupted row with every
+    x kept and ``y_k``, ``y_j`` (and the permutation) exchanged, so it answers the clean ``y_j``
+    (``wrong``) where the clean one answers ``y_k`` (``answer``)."""
     clean, swapped, answer, _ = induction_patching_pair(task_config, n=n, seed=seed, corruption="swap")
     rows, k = torch.arange(len(clean)), clean.repeat_source
     j = swapped.repeat_source
@@ -86,13 +82,11 @@ def path_patch_through_mlp(
 ) -> float:
     """Normalised effect of the path ``sender -> MLP{mlp_layer} -> receiver.input`` (Wang et al. 2022).
 
-    The sender's clean-minus-corrupted output ``delta`` (:func:`~perm_circuits.analysis.
-    interventions.path_patching.sender_delta`) is added to the corrupted run's ``hook_resid_mid``
-    of ``mlp_layer`` only to read the MLP's output change ``delta_mlp``, which alone (``direct=True``:
-    plus ``delta``, the sender's direct edge) is added to the receiver's ``input`` (q, k or v, its
-    LayerNorm recomputed, as in :func:`~perm_circuits.analysis.interventions.path_patching.
-    path_patch_hooks`) on the corrupted run: ``(LD_patched - LD_corrupted) / (LD_clean -
-    LD_corrupted)`` on means (1 = the path restores the clean run, 0 = no effect).
+    The sender's clean-minus-corrupted output ``delta`` (``sender_delta``), added to the corrupted
+    run's ``hook_resid_mid`` of ``mlp_layer``, gives the MLP's output change ``delta_mlp``, which
+    alone (``direct=True``: plus ``delta``, the sender's direct edge) is added to the receiver's
+    ``input`` (q, k or v, its LayerNorm recomputed, as in ``path_patch_hooks``) on the corrupted run:
+    ``(LD_patched - LD_corrupted) / (LD_clean - LD_corrupted)`` on means (1 = the clean run's).
     """
     s_layer, s_head = check_head_pair(model, "sender", sender)
     r_layer, r_head = check_head_pair(model, "receiver", receiver)
@@ -226,9 +220,9 @@ def _ablations(model, numbers: dict, prefix: str, n: int) -> None:
                 hooks = (ablate_mlp(model, layer, how, positions=pos, seed=RESAMPLE_SEED) if head is None
                          else ablate_head(model, layer, head, how, positions=pos, seed=RESAMPLE_SEED))
                 result = recall_generalisation(model, hooks=hooks, n=n)
-                for k, value in enumerate(result.recall, start=1):
-                    numbers[f"{prefix}.abl.{how}.{part}_{site}.k{k}"] = float(value)
-                numbers[f"{prefix}.abl.{how}.{part}_{site}.mean"] = float(sum(result.recall) / len(result.recall))
+                key = f"{prefix}.abl.{how}.{part}_{site}"
+                numbers.update({f"{key}.k{k}": float(value) for k, value in enumerate(result.recall, start=1)})
+                numbers[f"{key}.mean"] = float(sum(result.recall) / len(result.recall))
 
 
 def _dla(model, numbers: dict, prefix: str) -> None:
@@ -285,8 +279,7 @@ def any_circuit_numbers(model, *, prefix: str = "any.circuit", n: int = 300, n_p
                                        f"{prefix}.settings.resample_seed": float(RESAMPLE_SEED)}
     torch.manual_seed(0)
     recall = recall_generalisation(model, n=None)
-    for k, value in enumerate(recall.recall, start=1):
-        numbers[f"{prefix}.recall.k{k}"] = float(value)
+    numbers.update({f"{prefix}.recall.k{k}": float(value) for k, value in enumerate(recall.recall, start=1)})
     numbers[f"{prefix}.elimination"] = float(recall.elimination)
     numbers[f"{prefix}.settings.n_exhaustive"] = float(recall.n_per_source)
     _attention(model, numbers, prefix)

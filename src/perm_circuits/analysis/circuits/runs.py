@@ -5,7 +5,6 @@ ablated node positions, its F per subgroup cached, each component's ablation hoo
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -173,9 +172,7 @@ class CircuitRunner:
             with torch.no_grad(), self.model.hooks(fwd_hooks=self._hooks(key)):
                 logits = self.model(self.problem.tokens)
             per_row = self.problem.metric(logits)
-            self.cache[key] = {
-                group: float(per_row[mask].mean()) if mask.any() else math.nan for group, mask in self.masks.items()
-            }
+            self.cache[key] = {group: float(per_row[mask].mean()) for group, mask in self.masks.items()}  # empty: nan
 
     def f(self, key: tuple, group: str) -> float:
         self.evaluate([key])

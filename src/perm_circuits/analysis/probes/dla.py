@@ -281,13 +281,9 @@ def _decompose(model, batch: object, hooks, recall_baseline: str, tolerance: flo
 
 @dataclass(frozen=True)
 class LogitAttribution:
-    """Mean direct logit attribution per subgroup (module docstring), each ``[subgroup, ...]``.
-
-    ``mean`` ``[subgroup, component]`` and ``neuron_mean`` ``[subgroup, layer * d_mlp]`` (nan for an
-    empty subgroup or an inexact neuron split), ``actual`` and ``residual_error`` ``[subgroup]``
-    means; ``n`` predictions per subgroup; ``max_residual_error`` over every prediction, warned
-    about above ``tolerance`` (logits).
-    """
+    """Mean direct logit attribution per subgroup (module docstring) over its ``n`` predictions (nan for
+    an empty subgroup or an inexact neuron split); ``max_residual_error`` over every prediction, warned
+    about above ``tolerance`` logits."""
 
     model_name: str
     components: tuple[str, ...]
@@ -344,8 +340,7 @@ def direct_logit_attribution(
     masks = [dec.subgroups[name] for name in SUBGROUPS]
 
     def means(x: Tensor) -> Tensor:  # [subgroup, ...] means over each subgroup's predictions, nan for an empty one
-        return torch.stack([x[mask].mean(0) if mask.any() else torch.full(x.shape[2:], torch.nan, device=x.device)
-                            for mask in masks])
+        return torch.stack([x[mask].mean(0) for mask in masks])
 
     return LogitAttribution(model_name=model_config_of(model).name, components=dec.components, subgroups=SUBGROUPS,
         n=tuple(int(mask.sum()) for mask in masks), mean=means(dec.contributions), actual=means(dec.actual),

@@ -17,7 +17,6 @@ only matches ``x1`` is high on the first entry only, a general induction head on
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
@@ -152,9 +151,8 @@ def induction_scores(
     to_y, to_x = _last_query_scores(patterns[repeated], kept)
     induction, duplicate = to_y.mean(dim=0), to_x.mean(dim=0)
     counts = tuple(int((kept == k).sum()) for k in range(V - 1))
-    nan = torch.full((n_layers, n_heads), math.nan, device=induction.device)
-    by_y = [to_y[kept == k].mean(dim=0) if counts[k] else nan for k in range(V - 1)]
-    by_x = [to_x[kept == k].mean(dim=0) if counts[k] else nan for k in range(V - 1)]
+    by_y = [to_y[kept == k].mean(dim=0) for k in range(V - 1)]  # nan where no sample repeats x_k
+    by_x = [to_x[kept == k].mean(dim=0) for k in range(V - 1)]
 
     heads = tuple(
         InductionScore(layer=layer, head=head, component=f"L{layer}H{head}",

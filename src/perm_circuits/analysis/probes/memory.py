@@ -23,8 +23,8 @@ wrote (e.g. a previous-token head's output an induction head's key reads: see
   vector whatever the head attends to) onto :func:`effective_unembed`; target ``t -> t``.
 * **QK** of head ``h``, on the score ``ln1(query) W_Q[h] W_K[h]^T ln1(key)^T`` (``include_bias``
   adds ``b_Q`` / ``b_K``), one of :data:`QK_MAPS`: ``"x_match"``, the last query
-  ``ln1(W_E[t] + W_pos[2V-2])`` against keys ``ln1(W_E[t'] + W_pos[0])``, ``t -> t`` (does a query
-  prefer the earlier x with the *same token*: the repeat detector); ``"prev_y"``, x-slot query
+  ``ln1(W_E[t] + W_pos[2V-2])`` against keys ``ln1(W_E[t'] + W_pos[0])``, ``t -> t`` (the repeat
+  detector: a query prefers the earlier x with the *same token*); ``"prev_y"``, x-slot query
   positions ``2, 4, .., 2V-2`` against causal keys ``0..q``, ``q -> q-1`` (the study's "local
   (x, y) binding"); ``"self_y"``, y-slot queries ``1, 3, .., 2V-3``, keys ``0..q``, ``q -> q``;
   ``"last_to_y1"``, the last position ``2V-2`` per query token ``t`` against keys ``0..2V-2``,
@@ -252,12 +252,9 @@ def _token_inputs(model, position: int | None) -> Float[Tensor, "value d_model"]
 
 @dataclass(frozen=True)
 class MemoryProbe:
-    """One memory-recall probe of one component (``"L{layer}H{head}"`` or ``"L{layer}MLP"``).
-
-    ``circuit`` ``"OV"``, ``"QK"`` or ``"MLP"``; ``map`` ``"copy"``, ``"suppress"``, ``"custom"`` or
-    one of :data:`QK_MAPS`; ``recall`` R in [0, 1] over ``n_pairs`` = |M| pairs; ``chance`` R of a
-    random ranking (1 / number of candidates, averaged over pairs).
-    """
+    """One memory-recall probe (``circuit`` ``"OV"``, ``"QK"`` or ``"MLP"``) of one ``component``: R in
+    [0, 1] over ``n_pairs`` = |M| pairs of ``map`` (``"copy"``, ``"suppress"``, ``"custom"`` or one of
+    :data:`QK_MAPS`), and the R of a random ranking (``chance``: 1 / candidates, averaged over pairs)."""
 
     component: str
     circuit: str
@@ -425,8 +422,7 @@ class MemoryProbes:
     probes: tuple[MemoryProbe, ...]
 
     def to_dataframe(self) -> pd.DataFrame:
-        """One row per probe: component, circuit, map, mode, recall, n_pairs, chance."""
-        return pd.DataFrame([asdict(p) for p in self.probes])
+        return pd.DataFrame([asdict(p) for p in self.probes])  # one row per probe
 
     def get(self, component: str, target_map: str) -> float:
         """R of ``component``'s probe ``target_map`` (e.g. ``get("L0H1", "copy")``)."""
@@ -441,8 +437,7 @@ def model_memory_probes(
 ) -> MemoryProbes:
     """All concrete probes of ``layer`` (default ``None``: of every layer, layer by layer): per head
     OV copy/suppress and the four QK maps, and the MLP copy/suppress map (``position`` is passed to
-    the OV and MLP probes).  Components are labelled ``L{layer}H{head}`` / ``L{layer}MLP``; for
-    ``layer >= 1`` the probes read the embeddings only (module docstring)."""
+    the OV and MLP probes; in a layer >= 1 they read the embeddings only, module docstring)."""
     config = model_config_of(model)
     layers = range(config.n_layers) if layer is None else [check_layer(model, layer)]
     position = _check_position(model, position)
@@ -483,9 +478,8 @@ def memory_probe_tracker(
     (Bietti et al. 2023, Fig. 3: which memory forms first).  ``layer`` (default ``None``: every
     layer) and ``position`` may count from the end; their type is checked here, their range
     against the model at each record."""
-    if layer is not None:
-        check_int("layer", layer)
-    if position is not None:
-        check_int("position", position)
+    for name, value in (("layer", layer), ("position", position)):
+        if value is not None:
+            check_int(name, value)
     every = check_positive_int("every", every)
     return MemoryProbeTracker(layer=layer, position=position, include_bias=bool(include_bias), every=every)

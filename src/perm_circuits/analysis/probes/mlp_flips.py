@@ -107,18 +107,14 @@ def mlp_prediction_flips(
         unused = ~used.gather(2, (pred - 1)[..., None])[..., 0]
         return torch.where(repeated, pred == target, unused)
 
+    ok_mid, ok_post = mid == target, post == target
+    flags = dict(flip_rate=mid != post, accuracy_mid=ok_mid, accuracy_post=ok_post, fixed_rate=~ok_mid & ok_post,
+                 broken_rate=ok_mid & ~ok_post, consistent_mid=consistent(mid), consistent_post=consistent(post),
+                 trap_mid=mid == elim, trap_post=post == elim)
     stats = []
     for name, mask in subgroup_masks(batch.inputs).items():
-        def rate(x: Tensor) -> float:
-            return float(x[mask].double().mean())
-
-        ok_mid, ok_post = mid == target, post == target
-        recall = name == SUBGROUPS[2]
-        stats.append(
-            FlipStats(subgroup=name, n=int(mask.sum()), flip_rate=rate(mid != post), accuracy_mid=rate(ok_mid),
-                accuracy_post=rate(ok_post), fixed_rate=rate(~ok_mid & ok_post), broken_rate=rate(ok_mid & ~ok_post),
-                consistent_mid=rate(consistent(mid)), consistent_post=rate(consistent(post)),
-                trap_mid=rate(mid == elim) if recall else float("nan"),
-                trap_post=rate(post == elim) if recall else float("nan"))
-        )
+        rates = {key: float(x[mask].double().mean()) for key, x in flags.items()}
+        if name != SUBGROUPS[2]:  # the trap exists at a repeated last query only
+            rates.update(trap_mid=float("nan"), trap_post=float("nan"))
+        stats.append(FlipStats(subgroup=name, n=int(mask.sum()), **rates))
     return MLPFlips(model_config_of(model).name, layer, tuple(stats))
