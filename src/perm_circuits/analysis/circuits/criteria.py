@@ -1,65 +1,41 @@
 """IOI-style circuit evaluation: faithfulness, completeness and minimality of a set of nodes.
 
-Wang et al. 2022 ("Interpretability in the Wild", the IOI paper, section 4) judge a claimed
-circuit ``C`` of a model ``M`` by three criteria on a metric ``F`` (their logit difference);
-``M \\ K`` and ``C \\ K`` mean the model and the circuit with the nodes ``K`` knocked out, and
-"the circuit" means the model with *every node outside C* knocked out:
+Wang et al. 2022 ("Interpretability in the Wild", the IOI paper, section 4) judge a circuit ``C``
+of a model ``M`` on a metric ``F``; ``M \\ K`` / ``C \\ K`` are the model / the circuit with the
+nodes ``K`` knocked out, and "the circuit" is the model with *every node outside C* knocked out:
 
-- **faithfulness**: the circuit alone does what the model does, ``F(C) ~ F(M)``.  Reported two
-  ways: ``faithfulness = F(C) / F(M)`` (the share of the model's F the circuit recovers, the
-  paper's "87%"; 1 is perfect) and ``faithfulness_error = |F(M) - F(C)| / |F(M)|`` (0 is
-  perfect).  ``faithfulness_error == |1 - faithfulness|`` always.
-- **completeness**: ``max over K subset of C of |F(C \\ K) - F(M \\ K)|`` (0 is perfect): a
-  complete circuit and the model lose the same when the same nodes are removed, so no node the
-  model uses is missing from C.  Reported in logit units (``completeness``), relative to
-  ``|F(M)|`` (``completeness_relative``), with the worst ``K``.
-- **minimality**, per node ``v``: ``max over K subset of C \\ {v} of |F(C \\ (K + {v})) -
-  F(C \\ K)|`` (larger is better; 0 means v does nothing in any context), with the ``K`` found,
-  also relative to ``|F(C)|``.
+- **faithfulness** ``= F(C) / F(M)`` (the paper's "87%"; 1 is perfect), also as
+  ``faithfulness_error = |F(M) - F(C)| / |F(M)| == |1 - faithfulness|`` (0 is perfect);
+- **completeness** ``= max over K subset of C of |F(C \\ K) - F(M \\ K)|`` (0 is perfect: no node
+  the model uses is missing from C), in logits, relative to ``|F(M)|`` and with the worst ``K``;
+- **minimality** of node ``v`` ``= max over K subset of C \\ {v} of |F(C \\ (K + {v})) - F(C \\ K)|``
+  (larger is better; 0: v does nothing in any context), with its ``K``, also relative to ``|F(C)|``.
 
-The subsets are enumerated exhaustively when ``|C| <= max_exhaustive`` (8 by default; ``2^|C|``
-subsets).  Larger circuits are *sampled*: ``ceil(n_subsets / |C|)``
-random orderings of C (seeded by ``subset_seed``), each contributing its ``|C| + 1`` prefixes
-``{} = K_0 < K_1 < ... < K_|C| = C`` as completeness subsets and each step ``K_i -> K_i + v``
-as a minimality sample for ``v`` (every node gets one sample per ordering); the result says
-which (``completeness_method``) and how many distinct K were checked (``n_subsets_checked``).
+The subsets are enumerated when ``|C| <= max_exhaustive`` (``2^|C|`` of them); larger circuits are
+*sampled*: ``ceil(n_subsets / |C|)`` random orderings of C (``subset_seed``), each giving its
+``|C| + 1`` prefixes ``{} = K_0 < ... < K_|C| = C`` as completeness subsets and each step
+``K_i -> K_i + v`` as a minimality sample for ``v`` (``completeness_method``, ``n_subsets_checked``).
 
-Nodes.  A node is a component (head ``L{layer}H{head}`` on ``blocks.L.attn.hook_z``, or MLP
-``L{layer}MLP`` on ``blocks.L.hook_mlp_out``) at a position class (:data:`POSITION_CLASSES`,
-defined for any V, sequences of ``2V - 1`` positions):
+Nodes (:class:`~perm_circuits.analysis.circuits.nodes.Node`, ``"L0H1@last"``): a head
+(``blocks.L.attn.hook_z``) or an MLP (``blocks.L.hook_mlp_out``) at a class of the ``2V - 1``
+positions: ``all``, ``query`` (x: ``0, 2, ..., 2V-2``), ``answer`` (y: ``1, 3, ..., 2V-3``), ``last``
+(``2V-2``, where elimination and recall are decided), ``context`` (before it), ``p{k}`` (``k``).  A
+circuit keeps each component at the union of its nodes' positions and ablates every head and MLP
+everywhere else (never the embeddings, the attention output bias or the unembedding).
 
-- ``all``: every position; ``query``: the x positions ``0, 2, ..., 2V-2`` (where a y is
-  predicted); ``answer``: the y positions ``1, 3, ..., 2V-3``; ``last``: the final position
-  ``2V-2`` (the last query, where elimination and recall are decided); ``context``: every
-  position before the last; ``p{k}``: the single position ``k``.
+Ablation: a mode of :data:`~perm_circuits.analysis.interventions.ablation.HOWS` (mean by default,
+the IOI choice; means over ``reference``, default the test set), each component's whole-component
+:func:`~perm_circuits.analysis.interventions.ablation.ablate` hook built once and applied at the
+ablated positions only: exactly ``ablate(..., positions=P)`` for zero, mean and resample; a fitted
+mode (optimal) uses the value fitted with the whole component ablated.  Each run is one forward
+after ``hooks`` (user interventions, also applied in the reference runs).
 
-Written ``"L0H1@last"`` (:meth:`Node.parse`; without ``@`` the class is ``all``).  A circuit
-keeps each component at the union of its nodes' positions; everywhere else every head and MLP
-is ablated.  Embeddings, the attention output bias and the unembedding are never ablated.
-
-Ablation.  ``how`` is a mode of :data:`perm_circuits.analysis.interventions.ablation.HOWS` (mean by default,
-the IOI choice; the means are over ``reference``, by default the evaluated test set itself).
-For every component the hook of :func:`~perm_circuits.analysis.interventions.ablation.ablate` (whole
-component, all positions) is built once, so its reference activations are computed once, and
-each run applies it only at the positions that run ablates (``torch.where`` over positions).
-For zero, mean and resample ablation this equals ``ablate(..., positions=P)`` exactly (their
-replacement at a position does not depend on which other positions are ablated); a mode whose
-replacement is fitted (optimal ablation) uses the value fitted with the whole component ablated.
-Each run (one set of ablated nodes) is one forward over the test set, inside a
-``model.hooks(...)`` context after ``hooks`` (user interventions, applied in every run and in the
-reference runs), so no hook outlives a call, even after an exception.
-
-The metric F, per subgroup, at the last position (value logits ``1..V`` only; token 0 is never
-a target), averaged over the subgroup's rows:
-
-- ``elimination`` (the last query is new): ``logit(answer) - max over the other values of
-  their logit``, the correct answer's margin over its strongest competitor (> 0 iff the model
-  answers correctly among values);
-- ``recall`` (the last query repeats an earlier one): ``logit(answer) - logit(unused y)``, the
-  recalled y against the elimination answer, the value no earlier y took (the logit difference
-  of :func:`~perm_circuits.analysis.study.recall_patching.patching_pair`'s clean run).
-
-A subgroup without rows has nan metrics.  Relative values are nan where the denominator is 0.
+F, per subgroup, at the last position over the value logits ``1..V``, averaged over its rows:
+``elimination`` (the last query is new): ``logit(answer) - max over the other values``, the
+margin over the strongest competitor (> 0 iff correct among values); ``recall`` (the last query
+repeats one): ``logit(answer) - logit(unused y)``, against the one value no earlier y took (the
+clean logit difference of :func:`~perm_circuits.analysis.study.recall_patching.patching_pair`).
+An empty subgroup has nan metrics; relative values are nan where the denominator is 0.
 """
 
 from __future__ import annotations
@@ -100,6 +76,7 @@ from perm_circuits.analysis.circuits.runs import (
 from perm_circuits.analysis.interventions.core import check_how, reference_tokens
 from perm_circuits.analysis.interventions.patching import metric_values
 from perm_circuits.analysis.interventions.ablation_table import components_of
+from perm_circuits.analysis.probes.task_attribution import model_label
 from perm_circuits.checks import check_number
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import HookList, check_hooks
@@ -129,19 +106,8 @@ __all__ = [
 
 
 def _ratio(numerator: float, denominator: float) -> float:
-    if math.isnan(numerator) or math.isnan(denominator) or denominator == 0:
-        return math.nan
-    return numerator / denominator
-
-
-# ----------------------------------------------------------------------------- validation
-
-
-def _model_name(model) -> str:
-    if is_permutation_model(model):
-        return model_config_of(model).name
-    name = getattr(getattr(model, "cfg", None), "model_name", None)
-    return name if isinstance(name, str) and name else type(model).__name__
+    undefined = math.isnan(numerator) or math.isnan(denominator) or denominator == 0
+    return math.nan if undefined else numerator / denominator
 
 
 def _general_problem(model, test_set, task, metric, reference, n, seed) -> CircuitProblem:
@@ -164,23 +130,18 @@ def _general_problem(model, test_set, task, metric, reference, n, seed) -> Circu
         metric = target_logprob_gain(test_set)
     elif not callable(metric):
         raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
-    if reference is None:
-        reference = test_set
+    reference = test_set if reference is None else reference
     reference_tokens(model, reference)
     reference = reference.to(model_device(model))
-    masks = {"all": torch.ones(len(tokens), dtype=torch.bool, device=tokens.device)}
-    if isinstance(test_set, TaskBatch):  # rows without a loss position have no target: F skips them
-        masks["all"] = test_set.mask.sum(1) > 0
-    return CircuitProblem(tokens, partial(metric_values, metric, batch=len(tokens)), masks, reference, True)
+    rows = (test_set.mask.sum(1) > 0 if isinstance(test_set, TaskBatch)  # F skips rows without a loss position
+            else torch.ones(len(tokens), dtype=torch.bool, device=tokens.device))
+    return CircuitProblem(tokens, partial(metric_values, metric, batch=len(tokens)), {"all": rows}, reference, True)
 
 
 def _setup(model, circuit, test_set, how, n, seed, task_config, hooks, reference, ablation_seed,
            ablate_kwargs, progress, task=None, metric=None) -> tuple[tuple[Node, ...], CircuitProblem, HookList]:
-    """Validate every shared argument (before any forward) and build the default test set.
-
-    The permutation task's problem for a study bridge with a Batch (or no) test set and no
-    ``task`` / ``metric``; any task's otherwise (:func:`_general_problem`).
-    """
+    """Validate every shared argument (before any forward); the permutation task's problem for a study
+    bridge with a Batch (or no) test set and no ``task`` / ``metric``, any task's otherwise."""
     check_how(how)
     check_int("n", n, 1)
     check_seed(seed)
@@ -201,13 +162,12 @@ def _setup(model, circuit, test_set, how, n, seed, task_config, hooks, reference
         return nodes, problem, check_hooks(model, hooks)
     nodes = parse_circuit(model, circuit) if circuit is not None else ()
     config = check_task_config(model, task_config)
-    V = model_config_of(model).V
     for name, batch in (("test_set", test_set), ("reference", reference)):
         if batch is not None:
             if not isinstance(batch, Batch):
                 raise TypeError(f"{name} must be a perm_circuits.tasks.permutation_data.Batch or None, "
                                 f"got {type(batch).__name__}")
-            validate_tokens(batch.inputs, V)
+            validate_tokens(batch.inputs, model_config_of(model).V)
     hooks = check_hooks(model, hooks)
     if test_set is None:
         test_set = make_test_set(config, n=n, seed=seed)
@@ -235,20 +195,17 @@ def _subsets(
     return "sampled", list(masks), list(dict.fromkeys(pairs))
 
 
-def _largest(values: Mapping[int, float]) -> tuple[int | None, float]:
-    """The subset mask with the largest finite value (ties: the smallest subset mask), or (None, nan)."""
+def _largest(values: Mapping[int, float]) -> tuple[int, float]:
+    """The subset mask with the largest finite value (ties: the smallest subset mask), or (0, nan)."""
     finite = {mask: value for mask, value in values.items() if not math.isnan(value)}
     if not finite:
-        return None, math.nan
+        return 0, math.nan
     best = max(finite, key=lambda mask: (finite[mask], -mask))
     return best, finite[best]
 
 
 def _names(nodes: Sequence[Node], mask: int) -> tuple[str, ...]:
     return tuple(node.name for i, node in enumerate(nodes) if mask & (1 << i))
-
-
-# ----------------------------------------------------------------------------- public
 
 
 def circuit_metrics(
@@ -273,38 +230,20 @@ def circuit_metrics(
 ) -> CircuitMetrics:
     """Faithfulness, completeness and minimality of ``circuit`` (Wang et al. 2022, section 4).
 
-    See the module docstring for the nodes, the metric F (per subgroup: elimination, recall),
-    the ablation of everything outside the circuit and the three definitions.
+    Nodes, F, the ablation and the three definitions: module docstring.  On any task's model (or
+    any TransformerLens model), or with ``task`` / ``metric``, F is ``metric`` (default
+    :func:`target_logprob_gain` of the test set) on one subgroup ``"all"`` (``result.subgroup("all")``),
+    e.g. ``circuit_metrics(model, ["L0H0", "L0MLP"], task=task)``, with the position classes ``all``,
+    ``last``, ``context``, ``p{k}`` and the ablation modes zero, mean, resample, optimal.
 
-    On any task's model (or any TransformerLens model), or with ``task`` / ``metric`` given, F
-    is ``metric`` (default :func:`target_logprob_gain` of the test set: the targets'
-    log-probability at the task's loss positions, in nats above a uniform guess), reported on
-    one subgroup ``"all"`` (``result.subgroup("all")``), e.g.
-    ``circuit_metrics(model, ["L0H0", "L0MLP"], task=task)``; position classes ``all``,
-    ``last``, ``context``, ``p{k}``; ablation modes zero, mean, resample, optimal.
-
-    Args:
-        circuit: nodes (``Node`` or strings like ``"L0H1@last"``).
-        test_set: the sequences F is averaged over; default ``make_test_set(task_config, n,
-            seed)``, i.e. ``seed`` is the test-set seed and ``task_config`` defaults to the
-            model's training task (its ``repeat_ratio`` gives the recall subgroup); on any task
-            a TaskBatch (default ``task.test_set(n, seed)``) or token ids (with ``metric``).
-        task: any task (:class:`~perm_circuits.tasks.base.Task`): its test set and F by default.
-        metric: F per sequence, ``metric(logits) -> [batch]`` (e.g. a logit difference).
-        how: ablation mode, one of :data:`perm_circuits.analysis.interventions.ablation.HOWS`.
-        hooks: interventions applied in every run (and in the reference runs).
-        max_exhaustive: enumerate all ``2^|C|`` subsets up to this many nodes, else sample.
-        n_subsets: the sampling budget (about this many subsets K; see the module docstring).
-        subset_seed: seeds the random orderings of the sampled subsets.
-        reference: the batch mean / resample ablation draws from (default: the test set).
-        ablation_seed: the resample seed (which reference row replaces each sample), passed to
-            :func:`~perm_circuits.analysis.interventions.ablation.ablate` as its ``seed``.
-        ablate_kwargs: extra keyword arguments for every ``ablate`` call (for modes that need
-            more, e.g. a reference of their own).
-        progress: show a tqdm bar over the forward passes.
-
-    Cost: one forward per distinct run, ``2^(|C|+1)`` at most when exhaustive, plus one
-    reference forward per ablated component.
+    ``test_set`` (F's sequences): default ``make_test_set(task_config, n, seed)`` (``task_config``
+    defaults to the model's training task: its ``repeat_ratio`` gives the recall subgroup); on any
+    task a TaskBatch (default ``task.test_set(n, seed)``) or token ids with ``metric(logits) ->
+    [batch]``.  ``hooks`` apply in every run and reference run; ``n_subsets`` is about how many K
+    are sampled; ``reference`` is what mean / resample ablation draws from (default the test set);
+    ``ablation_seed`` and ``ablate_kwargs`` go to every ``ablate`` call (its resample ``seed``,
+    extra arguments).  Cost: one forward per distinct run (``2^(|C|+1)`` at most when exhaustive)
+    plus one reference forward per ablated component.
     """
     check_int("max_exhaustive", max_exhaustive, 0, 21)
     check_int("n_subsets", n_subsets, 1)
@@ -313,15 +252,10 @@ def circuit_metrics(
                                    reference, ablation_seed, ablate_kwargs, progress, task, metric)
     runner = CircuitRunner(model, problem, how, hooks, ablation_seed, ablate_kwargs or {}, progress)
     method, masks, pairs = _subsets(len(nodes), max_exhaustive, n_subsets, subset_seed)
-
-    def without(mask: int) -> tuple:  # C \ K
-        return circuit_run(runner, [v for i, v in enumerate(nodes) if not mask & (1 << i)])
-
-    def knocked(mask: int) -> tuple:  # M \ K
-        return knockout_run(runner, [v for i, v in enumerate(nodes) if mask & (1 << i)])
-
-    runs_c = {mask: without(mask) for mask in set(masks) | {b for pair in pairs for b in pair}}
-    runs_m = {mask: knocked(mask) for mask in masks}
+    runs_c = {mask: circuit_run(runner, [v for i, v in enumerate(nodes) if not mask & (1 << i)])  # C \ K
+              for mask in set(masks) | {b for pair in pairs for b in pair}}
+    runs_m = {mask: knockout_run(runner, [v for i, v in enumerate(nodes) if mask & (1 << i)])  # M \ K
+              for mask in masks}
     runner.evaluate([runs_m[0], runs_c[0], *runs_c.values(), *runs_m.values()])
 
     groups = {}
@@ -336,13 +270,13 @@ def circuit_metrics(
                      for a, b in pairs if not a & bit and b == a | bit}
             best, value = _largest(steps)
             minimality.append(NodeMinimality(node=node.name, subgroup=group, minimality=value,
-                relative=_ratio(value, abs(f_circuit)), subset=_names(nodes, best) if best is not None else ()))
+                relative=_ratio(value, abs(f_circuit)), subset=_names(nodes, best)))
         groups[group] = SubgroupCircuitMetrics(subgroup=group, n=int(runner.masks[group].sum()), f_model=f_model,
             f_circuit=f_circuit, faithfulness=_ratio(f_circuit, f_model),
             faithfulness_error=_ratio(abs(f_model - f_circuit), abs(f_model)), completeness=completeness,
             completeness_relative=_ratio(completeness, abs(f_model)),
-            completeness_subset=_names(nodes, worst) if worst is not None else (), minimality=tuple(minimality))
-    return CircuitMetrics(model_name=_model_name(model), how=how, circuit=tuple(node.name for node in nodes),
+            completeness_subset=_names(nodes, worst), minimality=tuple(minimality))
+    return CircuitMetrics(model_name=model_label(model), how=how, circuit=tuple(node.name for node in nodes),
         n_samples=len(problem.tokens), completeness_method=method, n_subsets_checked=len(masks),
         elimination=groups.get("elimination"), recall=groups.get("recall"),
         groups=tuple(groups.values()) if problem.general else ())
@@ -367,13 +301,11 @@ def faithfulness_by_mode(
 ) -> FaithfulnessByMode:
     """Faithfulness of ``circuit`` under every ablation mode in ``hows`` (the mode sensitivity).
 
-    The same F(M) and test set for every mode; F(C) ablates everything outside the circuit
-    by each mode in turn (see :func:`circuit_metrics` for the arguments; ``seed`` is the
-    test-set seed, ``ablation_seed`` the resample seed).  ``ablate_kwargs`` maps a mode to the
-    extra ``ablate`` arguments it needs.  On any task (``task`` / ``metric`` / a TaskBatch), one
-    subgroup ``"all"`` and the modes zero, mean, resample, optimal.  A circuit that is faithful under one mode only is a
-    claim about that mode, not about the model (the role of d32h2's L0H0 flips between
-    zero and mean ablation).
+    One F(M) and test set; F(C) ablates everything outside the circuit by each mode in turn
+    (arguments as in :func:`circuit_metrics`; ``ablate_kwargs`` maps a mode to its extra ``ablate``
+    arguments; on any task one subgroup ``"all"``, no ``binding_free``).  A circuit faithful under
+    one mode only is a claim about that mode, not the model (d32h2's L0H0 changes role between zero
+    and mean ablation).
     """
     if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:
         raise TypeError(f"hows must be a non-empty sequence of modes, got {hows!r}")
@@ -381,11 +313,9 @@ def faithfulness_by_mode(
     if ablate_kwargs is not None and (not isinstance(ablate_kwargs, Mapping)
                                       or not all(isinstance(v, Mapping) for v in ablate_kwargs.values())):
         raise TypeError("ablate_kwargs must map a mode to a mapping of extra ablate() arguments")
-    nodes, problem, hooks = _setup(model, circuit, test_set, hows[0], n, seed, task_config, hooks,
+    first = "binding_free" if "binding_free" in hows else hows[0]  # _setup refuses it on any task
+    nodes, problem, hooks = _setup(model, circuit, test_set, first, n, seed, task_config, hooks,
                                    reference, ablation_seed, None, progress, task, metric)
-    if problem.general and "binding_free" in hows:
-        raise ValueError("how='binding_free' needs the permutation-lookup task; on any task use zero, mean, "
-                         "resample or optimal")
     rows, f_model = [], None
     for how in hows:
         extra = (ablate_kwargs or {}).get(how, {})
@@ -396,7 +326,7 @@ def faithfulness_by_mode(
             fc = runner.f(circuit_run(runner, nodes), group)
             rows.append(FaithfulnessRow(how=how, subgroup=group, f_model=fm, f_circuit=fc,
                                         faithfulness=_ratio(fc, fm), faithfulness_error=_ratio(abs(fm - fc), abs(fm))))
-    return FaithfulnessByMode(model_name=_model_name(model), circuit=tuple(v.name for v in nodes), rows=tuple(rows))
+    return FaithfulnessByMode(model_name=model_label(model), circuit=tuple(v.name for v in nodes), rows=tuple(rows))
 
 
 def propose_circuit(
@@ -421,21 +351,18 @@ def propose_circuit(
 ) -> tuple[Node, ...]:
     """A proposed circuit for ``skill`` (``"elimination"`` or ``"recall"``): F's subgroup of that name.
 
-    1. Candidates: every head and MLP at every position class in ``where`` (default the last
-       position and everything before it, a partition).  A candidate is kept when ablating it
-       alone (``how``) moves F by at least ``threshold`` of ``|F(M)|``, either way (a component
-       that works *against* the skill, as IOI's negative name movers, belongs to a faithful
-       circuit too).
+    1. Candidates: every head and MLP at every position class in ``where`` (default: the last
+       position and everything before it), kept when ablating it alone (``how``) moves F by at
+       least ``threshold`` of ``|F(M)|`` either way (one working *against* the skill, as IOI's
+       negative name movers, belongs to a faithful circuit too).
     2. Grow: while the circuit's ``faithfulness_error`` exceeds ``tolerance``, add the left-out
        candidate that lowers it most (stop when none lowers it).
     3. Prune: in order of increasing single-ablation effect, drop a node when the circuit
        without it still has ``faithfulness_error <= tolerance``.
 
-    On any task (``task`` / ``metric`` / a TaskBatch or a model that is not the study's),
-    ``skill`` is ``"all"`` (F on every sequence) and ``where`` uses ``all``, ``last``,
-    ``context``, ``p{k}``.  Returns the nodes in canonical order (pass them to :func:`circuit_metrics`).  ``seed`` is
-    the test-set seed, ``ablation_seed`` the resample seed; the other arguments as in
-    :func:`circuit_metrics`.  Cost: one forward per candidate plus one per tried circuit.
+    On any task ``skill`` is ``"all"`` and ``where`` uses ``all``, ``last``, ``context``, ``p{k}``; the
+    other arguments as in :func:`circuit_metrics`.  Nodes in canonical order; one forward per
+    candidate plus one per tried circuit.
     """
     if skill not in (*SUBGROUPS, "all"):
         raise ValueError(f"skill must be one of {SUBGROUPS}, got {skill!r} ('all' on any task's model)")

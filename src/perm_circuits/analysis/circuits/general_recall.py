@@ -1,31 +1,23 @@
 """How the generalising 2-layer model ``d16h1l2-any`` recalls ``y_k`` for every ``k``.
 
 The Birth-of-a-Transformer story (a previous-token head feeding an induction head through
-K-composition; Bietti et al. 2023) does not describe this model
-(:func:`perm_circuits.analysis.circuits.induction_story.induction_story`).  :func:`any_circuit_numbers`
-measures what it does instead, as flat numbers for the results template
-``docs/templates/general_recall_circuit.md``:
+K-composition; Bietti et al. 2023; :mod:`~perm_circuits.analysis.circuits.induction_story`) does not
+describe this model.  :func:`any_circuit_numbers` measures what it does instead, as flat numbers for
+``docs/templates/general_recall_circuit.md`` (deterministic: fixed seeds, exhaustive batches):
 
-- ``attn.*``: where the two heads attend on repeated sequences (exhaustive test batches, one per
-  repeated source ``k``): L0H0 at the last position on the matching ``x_k`` (a duplicate-token
-  match), L0H0 at ``x_{j+1}`` on the ``y_j`` before it, L1H0 at the last position on ``x_k``,
-  ``y_k`` and ``x_{k+1}``; the share of L1H0's key variance (context) explained by position and
-  of its query variance (last position) explained by ``k``;
-- ``abl.*``: recall per ``k`` when one component is ablated at some positions only (the last
-  position, the x positions ``x1..x4``, the y positions, or all), under the zero, mean and
-  resample modes (:func:`~perm_circuits.analysis.interventions.ablation.ablate_head` /
-  :func:`~perm_circuits.analysis.interventions.ablation.ablate_mlp`);
+- ``attn.*``: per source ``k`` (an exhaustive batch each), L0H0's attention from the last position
+  on the matching ``x_k`` (a duplicate-token match) and from ``x_{j+1}`` on ``y_j``, L1H0's from the
+  last position on ``x_k``, ``y_k``, ``x_{k+1}``; the share of L1H0's key variance (context)
+  explained by position and of its query variance (last position) by ``k``;
+- ``abl.*``: recall per ``k`` with one component zero / mean / resample ablated at some positions
+  only (the last, ``x1..x4``, the y positions, or all);
 - ``dla.*``: direct logit attribution of the last-step recall logit difference (answer minus the
   mean of the other values) per component and ``k``;
-- ``path.*``: path patching on the swap pair (:func:`~perm_circuits.analysis.interventions.path_patching.
-  induction_patching_pair`, ``path.swap.*``: which slot) and on the value-swap pair
-  (:func:`value_swap_pair`, ``path.yswap.*``: which value): the direct edge L0H0 -> L1H0's q/k/v (the library's
-  :func:`~perm_circuits.analysis.interventions.path_patching.path_patch`) and the edge *through* MLP0
-  (:func:`path_patch_through_mlp`), and ``path.swap.into_MLP1_*``: the change of L0H0 / MLP0 / L1H0
-  added to MLP1's input only; ``patch.*``: activation patching of MLP0's and L0H0's
-  output at chosen positions (clean into corrupted; 1 = restores the clean run).
-
-Everything is deterministic (fixed seeds, exhaustive batches where cheap).
+- ``path.*``: path patching L0H0 -> L1H0's q/k/v, direct and through MLP0
+  (:func:`path_patch_through_mlp`), on the swap pair (``path.swap.*``: which slot) and on
+  :func:`value_swap_pair` (``path.yswap.*``: which value); ``path.swap.into_MLP1_*``: the change
+  of L0H0 / MLP0 / L1H0 added to MLP1's input only; ``patch.*``: activation patching (clean into
+  corrupted) of MLP0's and L0H0's output at chosen positions (1 = restores the clean run).
 """
 
 from __future__ import annotations
@@ -49,7 +41,7 @@ from perm_circuits.analysis.interventions.path_patching import (
     sender_delta,
 )
 from perm_circuits.evaluate import recall_generalisation
-from perm_circuits.hooks import run_capture
+from perm_circuits.hooks import HookList, run_capture
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.tasks.permutation_data import TaskConfig, batch_from_queries, exhaustive_batch
 
@@ -60,19 +52,20 @@ RESAMPLE_SEED = 0
 """Seed of the resample ablations' draw of reference sequences."""
 
 
-def _normalised(value: Tensor, clean: Tensor, corrupted: Tensor) -> float:
-    return float((value.mean() - corrupted.mean()) / (clean.mean() - corrupted.mean()))
+def _restored(model, pair: PatchingPair, hooks: HookList, clean_logits: Tensor, corr_logits: Tensor) -> float:
+    """The corrupted run under ``hooks``: ``(LD_patched - LD_corrupted) / (LD_clean - LD_corrupted)`` on means."""
+    _, corrupted, answer, wrong = pair
+    with torch.no_grad(), model.hooks(fwd_hooks=hooks):
+        patched = model(corrupted.inputs)
+    value, clean, corr = (logit_diff(logits, answer, wrong) for logits in (patched, clean_logits, corr_logits))
+    return float((value.mean() - corr.mean()) / (clean.mean() - corr.mean()))
 
 
 def value_swap_pair(task_config: TaskConfig, n: int = 1000, seed: int = 0) -> PatchingPair:
-    """The swap pair's twin for the *value* side: exchange the answers ``y_k`` and ``y_j`` instead of the queries.
-
-    ``clean`` and ``j`` are those of :func:`~perm_circuits.analysis.interventions.path_patching.
-    induction_patching_pair` (same ``task_config``, ``n``, ``seed``); the corrupted row keeps every x
-    (the last query still repeats ``x_k``) and has ``y_k`` and ``y_j`` exchanged in the context (the
-    permutation changed to match), so its answer is the clean ``y_j`` (``wrong``); ``answer`` is
-    ``y_k``.  Only the two y tokens differ: what carries an answer's *value* to the last position.
-    """
+    """The swap pair's twin for the *value* side (what carries an answer's value to the last position):
+    ``clean`` and ``j`` as in ``induction_patching_pair`` (same arguments), the corrupted row with every
+    x kept and ``y_k``, ``y_j`` (and the permutation) exchanged, so it answers the clean ``y_j``
+    (``wrong``) where the clean one answers ``y_k`` (``answer``)."""
     clean, swapped, answer, _ = induction_patching_pair(task_config, n=n, seed=seed, corruption="swap")
     rows, k = torch.arange(len(clean)), clean.repeat_source
     j = swapped.repeat_source
@@ -89,16 +82,11 @@ def path_patch_through_mlp(
 ) -> float:
     """Normalised effect of the path ``sender -> MLP{mlp_layer} -> receiver.input`` (Wang et al. 2022).
 
-    The sender's clean-minus-corrupted output ``delta`` (:func:`~perm_circuits.analysis.
-    path_patching.sender_delta`) is added to the corrupted run's ``blocks.{mlp_layer}.
-    hook_resid_mid`` only to read the MLP's resulting output change ``delta_mlp`` (nothing else of
-    that run is used); ``delta_mlp`` alone is then added to the receiver's ``input`` (q, k or v,
-    its LayerNorm recomputed, as in :func:`~perm_circuits.analysis.interventions.path_patching.path_patch_hooks`)
-    on the corrupted run.  The sender's direct edge is *not* included.  Returns
-    ``(LD_patched - LD_corrupted) / (LD_clean - LD_corrupted)`` on means (1 = the path restores
-    the clean run, 0 = no effect).  ``direct=True`` adds the sender's direct edge too (``delta +
-    delta_mlp``: both routes into the receiver's input at once).  Needs ``sender layer <= mlp_layer
-    < receiver layer``.
+    The sender's clean-minus-corrupted output ``delta`` (``sender_delta``), added to the corrupted
+    run's ``hook_resid_mid`` of ``mlp_layer``, gives the MLP's output change ``delta_mlp``, which
+    alone (``direct=True``: plus ``delta``, the sender's direct edge) is added to the receiver's
+    ``input`` (q, k or v, its LayerNorm recomputed, as in ``path_patch_hooks``) on the corrupted run:
+    ``(LD_patched - LD_corrupted) / (LD_clean - LD_corrupted)`` on means (1 = the clean run's).
     """
     s_layer, s_head = check_head_pair(model, "sender", sender)
     r_layer, r_head = check_head_pair(model, "receiver", receiver)
@@ -109,7 +97,7 @@ def path_patch_through_mlp(
         raise TypeError(f"direct must be a bool, got {direct!r}")
     if not s_layer <= mlp_layer < r_layer:
         raise ValueError(f"need sender layer <= mlp_layer < receiver layer, got {s_layer}, {mlp_layer}, {r_layer}")
-    clean, corrupted, answer, wrong = pair
+    clean, corrupted, _, _ = pair
     z = f"blocks.{s_layer}.attn.hook_z"
     mid, out, pre = f"blocks.{mlp_layer}.hook_resid_mid", f"blocks.{mlp_layer}.hook_mlp_out", f"blocks.{r_layer}.hook_resid_pre"
     clean_logits, clean_cache = run_capture(model, clean.inputs, [z])
@@ -123,18 +111,13 @@ def path_patch_through_mlp(
     delta_mlp = patched[out] - corr_cache[out]
     carried = delta_mlp + delta if direct else delta_mlp
     change = input_change(model, (r_layer, r_head), input, carried, corr_cache.get(pre))
-    with torch.no_grad(), model.hooks(fwd_hooks=add_to_input_hooks((r_layer, r_head), input, change)):
-        logits = model(corrupted.inputs)
-    return _normalised(logit_diff(logits, answer, wrong), logit_diff(clean_logits, answer, wrong),
-                       logit_diff(corr_logits, answer, wrong))
+    return _restored(model, pair, add_to_input_hooks((r_layer, r_head), input, change), clean_logits, corr_logits)
 
 
 def patch_positions(model, hook_name: str, positions: Sequence[int], pair: PatchingPair, index: int | None = None) -> float:
-    """Activation patching of ``hook_name`` at ``positions`` (head ``index`` of a ``hook_z``): clean into corrupted.
-
-    Normalised logit difference at the last position (1 = the clean run, 0 = the corrupted one).
-    """
-    clean, corrupted, answer, wrong = pair
+    """Activation patching of ``hook_name`` at ``positions`` (head ``index`` of a ``hook_z``), clean into
+    corrupted: the normalised last-position logit difference (1 = the clean run, 0 = the corrupted)."""
+    clean, corrupted, _, _ = pair
     positions = list(positions)
     clean_logits, cache = run_capture(model, clean.inputs, [hook_name])
     corr_logits, _ = run_capture(model, corrupted.inputs, [])
@@ -148,10 +131,7 @@ def patch_positions(model, hook_name: str, positions: Sequence[int], pair: Patch
             out[:, positions, index] = source[:, positions, index].to(out.dtype)
         return out
 
-    with torch.no_grad(), model.hooks(fwd_hooks=[(hook_name, put)]):
-        logits = model(corrupted.inputs)
-    return _normalised(logit_diff(logits, answer, wrong), logit_diff(clean_logits, answer, wrong),
-                       logit_diff(corr_logits, answer, wrong))
+    return _restored(model, pair, [(hook_name, put)], clean_logits, corr_logits)
 
 
 def _attention(model, numbers: dict, prefix: str) -> None:
@@ -211,11 +191,10 @@ def _into_last_mlp(model, pair: PatchingPair, key: str) -> dict[str, float]:
     """What reaches MLP1's input: the clean-minus-corrupted change of L0H0, MLP0, L1H0 (and sums),
     added to ``blocks.1.ln2.hook_in`` only (the MLP's input; the residual stream itself and the
     logits' direct paths stay corrupted).  Normalised logit difference as in path patching."""
-    clean, corrupted, answer, wrong = pair
+    clean, corrupted, _, _ = pair
     names = ["blocks.0.attn.hook_z", "blocks.0.hook_mlp_out", "blocks.1.attn.hook_z"]
     clean_logits, cc = run_capture(model, clean.inputs, names)
     corr_logits, cx = run_capture(model, corrupted.inputs, names)
-    ld_clean, ld_corr = logit_diff(clean_logits, answer, wrong), logit_diff(corr_logits, answer, wrong)
     l0 = sender_delta(model, (0, 0), cc[names[0]], cx[names[0]])
     mlp0 = cc[names[1]] - cx[names[1]]
     l1 = sender_delta(model, (1, 0), cc[names[2]], cx[names[2]])
@@ -224,28 +203,26 @@ def _into_last_mlp(model, pair: PatchingPair, key: str) -> dict[str, float]:
         def add(activation: Tensor, hook, delta=delta) -> Tensor:
             return activation + delta.to(activation.dtype)
 
-        with torch.no_grad(), model.hooks(fwd_hooks=[("blocks.1.ln2.hook_in", add)]):
-            logits = model(corrupted.inputs)
-        out[f"{key}_{name}"] = _normalised(logit_diff(logits, answer, wrong), ld_clean, ld_corr)
+        out[f"{key}_{name}"] = _restored(model, pair, [("blocks.1.ln2.hook_in", add)], clean_logits, corr_logits)
     return out
 
 
 def _ablations(model, numbers: dict, prefix: str, n: int) -> None:
     V = task_config_of(model).V
     top = model_config_of(model).n_layers - 1
-    parts = [("L0H0", ("last", "x", "y", "all")), ("MLP0", ("last", "x", "y", "all")),
-             (f"L{top}H0", ("last",)), (f"MLP{top}", ("last",))]
+    every = ("last", "x", "y", "all")
+    parts = [("L0H0", 0, 0, every), ("MLP0", 0, None, every), (f"L{top}H0", top, 0, ("last",)),
+             (f"MLP{top}", top, None, ("last",))]
     for how in ABLATION_MODES:
-        for part, sites in parts:
+        for part, layer, head, sites in parts:
             for site in sites:
                 pos = _positions(site, V)
-                layer = int(part[-1]) if part.startswith("MLP") else int(part[1])
-                hooks = (ablate_mlp(model, layer, how, positions=pos, seed=RESAMPLE_SEED) if part.startswith("MLP")
-                         else ablate_head(model, layer, 0, how, positions=pos, seed=RESAMPLE_SEED))
+                hooks = (ablate_mlp(model, layer, how, positions=pos, seed=RESAMPLE_SEED) if head is None
+                         else ablate_head(model, layer, head, how, positions=pos, seed=RESAMPLE_SEED))
                 result = recall_generalisation(model, hooks=hooks, n=n)
-                for k, value in enumerate(result.recall, start=1):
-                    numbers[f"{prefix}.abl.{how}.{part}_{site}.k{k}"] = float(value)
-                numbers[f"{prefix}.abl.{how}.{part}_{site}.mean"] = float(sum(result.recall) / len(result.recall))
+                key = f"{prefix}.abl.{how}.{part}_{site}"
+                numbers.update({f"{key}.k{k}": float(value) for k, value in enumerate(result.recall, start=1)})
+                numbers[f"{key}.mean"] = float(sum(result.recall) / len(result.recall))
 
 
 def _dla(model, numbers: dict, prefix: str) -> None:
@@ -286,12 +263,9 @@ def _paths(model, numbers: dict, prefix: str, n: int) -> None:
 
 
 def any_circuit_numbers(model, *, prefix: str = "any.circuit", n: int = 300, n_pair: int = 1000) -> dict[str, float | str]:
-    """Every number of the general-recall circuit explanation (module docstring), flat keys under ``prefix``.
-
-    ``n``: sampled sequences per source for each ablation's recall (seeded, so deterministic);
-    ``n_pair``: rows of the swap pair for path and activation patching.  Needs a 2-layer model
-    with one head per layer.
-    """
+    """Every number of the general-recall circuit explanation (module docstring) of a 2-layer, 1-head
+    model, flat keys under ``prefix``; ``n`` seeded sequences per source for each ablation's recall,
+    ``n_pair`` rows of the swap pair for path and activation patching."""
     config = model_config_of(model)
     if config.n_layers != 2 or config.n_heads != 1:
         raise ValueError(f"any_circuit_numbers needs a 2-layer, 1-head model, got n_layers={config.n_layers}, "
@@ -305,8 +279,7 @@ def any_circuit_numbers(model, *, prefix: str = "any.circuit", n: int = 300, n_p
                                        f"{prefix}.settings.resample_seed": float(RESAMPLE_SEED)}
     torch.manual_seed(0)
     recall = recall_generalisation(model, n=None)
-    for k, value in enumerate(recall.recall, start=1):
-        numbers[f"{prefix}.recall.k{k}"] = float(value)
+    numbers.update({f"{prefix}.recall.k{k}": float(value) for k, value in enumerate(recall.recall, start=1)})
     numbers[f"{prefix}.elimination"] = float(recall.elimination)
     numbers[f"{prefix}.settings.n_exhaustive"] = float(recall.n_per_source)
     _attention(model, numbers, prefix)

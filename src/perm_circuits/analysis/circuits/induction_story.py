@@ -1,28 +1,22 @@
 """The induction story, judged: "previous-token head A feeds induction head B through K-composition".
 
 Bietti et al. 2023 ("Birth of a Transformer", section 3) and Olsson et al. 2022 predict that
-general in-context recall needs two heads in two layers: a previous-token head A that writes each
-token's predecessor into the residual stream, and an induction head B whose *key* reads it, so
-that the last query attends to the position after the earlier occurrence of itself and copies
-what is there (Elhage et al. 2021, "induction heads" via K-composition).  This module says
-whether a model (``n_layers >= 2``) has that circuit, with three independent kinds of evidence,
-and names the piece that is missing when it does not:
+general in-context recall needs a previous-token head A writing each token's predecessor into the
+residual stream and an induction head B in a later layer whose *key* reads it (Elhage et al. 2021,
+K-composition), so the last query attends after its earlier occurrence and copies what is there.
+Three independent kinds of evidence, each missing piece named:
 
-(a) **attention scores** (:func:`~perm_circuits.analysis.probes.induction.induction_scores`): B is the
-    head of a layer >= 1 with the highest induction score, A the head of an earlier layer with
-    the highest previous-token score; both must be ``>= SCORE_MIN`` (0.5: a perfect head scores
-    1, a uniform causal head 0.23 (previous-token) and ``1/(2V-1)`` (induction));
-(b) **weights** (:func:`~perm_circuits.analysis.circuits.composition.composition_scores`): the
-    K-composition score A -> B must exceed both the Q- and the V-composition score A -> B and
-    the K-composition baseline of random heads of the same shapes;
-(c) **causation** (:func:`~perm_circuits.analysis.interventions.path_patching.path_patching_table`, the
-    default ``"swap"`` induction pair): path patching A -> B's key must restore a large share of
-    the clean logit difference, ``>= PATH_MIN`` (0.5), with a bootstrap CI that excludes 0
-    (:attr:`PathPatchEffect.significant`).
+(a) **attention**: B is the head of a layer >= 1 with the highest induction score, A the head of an
+    earlier layer with the highest previous-token score (:mod:`~perm_circuits.analysis.probes.
+    induction`); both ``>= SCORE_MIN`` (0.5; a perfect head scores 1, a uniform causal head 0.23
+    (previous-token) and ``1/(2V-1)`` (induction));
+(b) **weights**: the K-composition score A -> B above the Q- and V-composition scores A -> B and
+    the K baseline of random heads (:mod:`~perm_circuits.analysis.circuits.composition`);
+(c) **causation**: path patching A -> B's key on the ``"swap"`` induction pair restores
+    ``>= PATH_MIN`` (0.5) of the clean logit difference with a bootstrap CI excluding 0
+    (:func:`~perm_circuits.analysis.interventions.path_patching.path_patching_table`).
 
-The story holds only when all three do.  Attention maps alone (a) are not enough, the point of
-Wang et al. 2022: (c) is what shows the edge is used.  Nothing here prints; arguments are
-validated before any forward pass and no hooks are left on the model.
+The story holds only when all three do: attention maps alone are not enough (Wang et al. 2022).
 """
 
 from __future__ import annotations
@@ -68,12 +62,9 @@ PATH_MIN = SIGNIFICANT_EFFECT
 
 @dataclass(frozen=True)
 class InductionStory:
-    """Whether previous-token head A feeds induction head B through K-composition (module docstring).
-
-    ``previous_head`` / ``induction_head`` are the best candidates (``"L{l}H{h}"``) whether or not
-    the story holds; ``missing`` names each piece that fails (empty when ``holds``); ``path_*``
-    are the normalised path-patching effects A -> B's query, key and value.
-    """
+    """Whether previous-token head A feeds induction head B through K-composition (module docstring):
+    the best candidates ``previous_head`` / ``induction_head`` (``"L{l}H{h}"``) either way, each
+    failing piece in ``missing``, the normalised path-patching effects A -> B's q, k, v in ``path_*``."""
 
     model_name: str
     holds: bool
@@ -122,12 +113,9 @@ def judge_induction_story(
     composition: Mapping[str, CompositionScores],
     paths: PathPatchingTable,
 ) -> InductionStory:
-    """The decision of :func:`induction_story` from precomputed evidence.
-
-    ``composition`` maps ``"Q"``, ``"K"``, ``"V"`` to :func:`composition_scores` of the same
-    model; ``paths`` must hold the edges from every earlier-layer head into the induction
-    candidate (``path_patching_table`` gives all of them).
-    """
+    """The decision of :func:`induction_story` from precomputed evidence: ``composition`` maps ``"Q"``,
+    ``"K"``, ``"V"`` to :func:`composition_scores` of the model, ``paths`` holds the edges from every
+    earlier-layer head into the induction candidate (as ``path_patching_table`` does)."""
     if not isinstance(scores, InductionScores):
         raise TypeError(f"scores must be InductionScores, got {type(scores).__name__}")
     if not isinstance(paths, PathPatchingTable):
@@ -186,13 +174,9 @@ def induction_story(
     n_boot: int = 1000,
     hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> InductionStory:
-    """Measure (a), (b) and (c) of the module docstring on ``model`` and judge the story.
-
-    (a) ``induction_scores`` on ``induction_test_set(V, n, seed)``; (b) ``composition_scores``
-    (weights only: ``hooks`` do not apply); (c) ``path_patching_table`` on
-    ``induction_patching_pair(task, n_pair, pair_seed)`` (``task``: ``task_config``, default the
-    model's) with ``n_boot`` resamples.  ``hooks`` run in every forward.  Needs ``n_layers >= 2``.
-    """
+    """Measure (a) on ``induction_test_set(V, n, seed)``, (b) (weights only: ``hooks``, which run in
+    every forward, do not apply) and (c) on ``induction_patching_pair(task_config or the model's,
+    n_pair, pair_seed)`` with ``n_boot`` resamples (module docstring), and judge the story."""
     config = model_config_of(model)
     if config.n_layers < 2:
         raise ValueError(f"the induction story needs n_layers >= 2 (a head before a head), {config.name} has 1")

@@ -40,8 +40,7 @@ SUBGROUPS: tuple[str, ...] = ("elimination", "recall")
 """The subgroups F is reported on for the permutation task (the last query new / repeated)."""
 
 GENERAL_CLASSES: tuple[str, ...] = ("all", "last", "context")
-"""The position classes of any task's sequences (plus ``p{k}``); ``query`` and ``answer`` are the
-permutation task's x and y positions."""
+"""The position classes of any task's sequences (plus ``p{k}``; ``query`` / ``answer`` are the study's)."""
 
 _NODE = re.compile(r"^L(\d+)(?:H(\d+)|(MLP))(?:@(.+))?$")
 
@@ -67,23 +66,17 @@ def class_positions(where: str, V: int) -> tuple[int, ...]:
 
 
 def positions_in(where: str, seq_len: int) -> tuple[int, ...]:
-    """The positions of class ``where`` in sequences of ``seq_len`` tokens of any task.
-
-    ``all``, ``last`` (the final position), ``context`` (every position before it) and ``p{k}``;
-    ValueError for ``query`` / ``answer`` (the permutation task's x and y positions) or an
-    unknown class.
-    """
+    """The positions of class ``where`` (:data:`GENERAL_CLASSES` or ``p{k}``; ValueError otherwise)
+    in sequences of ``seq_len`` tokens of any task."""
     return _positions(where, seq_len, {}, f" on a task's sequences: expected one of {GENERAL_CLASSES} or 'p<k>' "
                       "(query/answer are the permutation task's)")
 
 
 @dataclass(frozen=True)
 class Node:
-    """A component at a position class: head ``L{layer}H{head}`` (``head`` set) or ``L{layer}MLP``.
-
-    ``where`` is a position class (:data:`POSITION_CLASSES` or ``p{k}``).  Ordered by layer, then
-    heads before the MLP, then class, so circuits have one canonical order.  A negative layer or
-    head counts from the end (the package's index rule); :func:`parse_circuit` normalises it.
+    """Head ``L{layer}H{head}`` (``head`` set) or ``L{layer}MLP`` at position class ``where``
+    (:data:`POSITION_CLASSES` or ``p{k}``), ordered by layer, heads before the MLP, then class (one
+    canonical order).  A negative layer or head counts from the end (:func:`parse_circuit` normalises it).
     """
 
     layer: int
@@ -98,10 +91,8 @@ class Node:
             raise TypeError(f"Node where must be a str, got {type(self.where).__name__}")
 
     def __lt__(self, other: Node) -> bool:  # MLP (head None) after the heads of its layer
-        return self._key() < other._key()
-
-    def _key(self) -> tuple:
-        return (self.layer, self.head if self.head is not None else 1 << 30, self.where)
+        first, second = ((n.layer, n.head if n.head is not None else 1 << 30, n.where) for n in (self, other))
+        return first < second
 
     @classmethod
     def parse(cls, text: object) -> Node:
@@ -133,14 +124,9 @@ class Node:
 
 
 def parse_circuit(model, circuit: Node | str | Iterable, seq_len: int | None = None) -> tuple[Node, ...]:
-    """A circuit (a node, a node string, or an iterable of them) validated against ``model``.
-
-    ``seq_len``: validate the position classes for sequences of that length on any task
-    (:func:`positions_in`); default the permutation task's ``2V - 1`` of a study bridge.
-    Returns the nodes in canonical order.  ValueError for a malformed or repeated node, a layer
-    or head out of range, an MLP the model does not have, or an unknown position class;
-    TypeError for a non-node item.
-    """
+    """A circuit (a node, a node string, or an iterable of them) validated against ``model``, in
+    canonical order; position classes for sequences of ``seq_len`` tokens on any task
+    (:func:`positions_in`), default the permutation task's ``2V - 1`` on a study bridge."""
     general = seq_len is not None or not is_permutation_model(model)
     shape = model_shape(model)
     items = [circuit] if isinstance(circuit, (Node, str)) else circuit
@@ -188,15 +174,11 @@ def skill_logit_diff(
 
 
 def target_logprob_gain(batch: TaskBatch) -> Callable[[Tensor], Tensor]:
-    """F on any task: per row, the mean over its loss positions of ``log p(target) + log n_out``.
-
-    The log-probability of the task's own targets (the batch's ``targets`` where ``mask`` > 0,
-    weighted by the mask; nan for a row without one) in nats above a uniform guess over the
-    model's ``n_out`` outputs (the logits' last axis): 0 for a model that says nothing (every
-    logit equal, e.g. with everything that writes the logits zero-ablated), larger the better it
-    predicts.  So ``F(C) / F(M)`` reads as the share of the model's gain over chance that a
-    circuit keeps: the IOI paper's faithfulness (Wang et al. 2022) with log-probability in place
-    of its logit difference.
+    """F on any task: per row, the ``mask``-weighted mean over its loss positions of ``log p(target) +
+    log n_out`` (nan for a row without one), in nats above a uniform guess over the ``n_out`` logits:
+    0 for a model that says nothing (every logit equal, e.g. all writers zero-ablated).  ``F(C) /
+    F(M)`` is then the share of the model's gain over chance a circuit keeps: the IOI paper's
+    faithfulness (Wang et al. 2022) with log-probability in place of its logit difference.
     """
     if not isinstance(batch, TaskBatch):
         raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")

@@ -1,15 +1,10 @@
-"""The runs behind the IOI-style circuit criteria: one forward per set of ablated nodes, cached.
-
-:mod:`perm_circuits.analysis.circuits.criteria` (whose docstring defines the nodes, F and the criteria)
-measures F on runs that ablate given positions of given components.  Here: the problem
-(:class:`CircuitProblem`: tokens, F per row, subgroups, reference; the permutation task's or any
-task's), the runner that builds each component's ablation hook once and caches F per run
-(Wang et al. 2022, "Interpretability in the Wild", section 4), and :func:`shared_ablations`.
+"""The runs behind the IOI-style circuit criteria (Wang et al. 2022, "Interpretability in the Wild",
+section 4; defined in :mod:`perm_circuits.analysis.circuits.criteria`): one forward per set of
+ablated node positions, its F per subgroup cached, each component's ablation hook built once.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -50,13 +45,10 @@ _SHARED: list[dict] = []  # a stack of ablation caches; the top one is active (s
 def shared_ablations() -> Iterator[None]:
     """Inside the block, circuit runs on the same model, reference batch and hooks share their ablations.
 
-    :func:`propose_circuit`, :func:`circuit_metrics` and :func:`faithfulness_by_mode` each build
-    every component's ablation hook per mode (:func:`ablation.ablate`, one reference forward per
-    component, an optimal-ablation search each).  Inside this block a hook built once is reused,
-    and the zero / mean / resample / optimal modes read one reference forward that captures every
-    component (and what the optimal search needs upstream): the same hooks, the same numbers.
-    Only for callers that do not change the model's weights inside the block
-    (:func:`~perm_circuits.analysis.study.skill_circuits.skill_circuits`).
+    Every call of :func:`propose_circuit`, :func:`circuit_metrics` or :func:`faithfulness_by_mode`
+    builds each component's ablation hook per mode (a reference forward, an optimal search); in the
+    block each is built once, mean / resample / optimal from one reference forward capturing every
+    component: the same numbers.  Only for callers that keep the model's weights fixed in the block.
     """
     _SHARED.append({})
     try:
@@ -67,15 +59,9 @@ def shared_ablations() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class CircuitProblem:
-    """What a circuit run measures: the tokens, F per row, the subgroups' row masks, the reference.
-
-    The permutation task (:func:`permutation_problem`): its test Batch, :func:`skill_logit_diff`,
-    the elimination / recall subgroups, sequences of ``2V - 1`` tokens with its position
-    classes.  Any task or tokens (``general``): F any per-row metric, one subgroup ``"all"``, the
-    position classes of :func:`positions_in`, ablations through
-    :func:`~perm_circuits.analysis.interventions.core.ablate_tokens` with ``reference`` (a TaskBatch or
-    token ids; ``None`` only for zero ablation).
-    """
+    """What a circuit run measures: the tokens, F per row, the subgroups' row masks, the reference; the
+    permutation task's (:func:`permutation_problem`) or any task's (``general``: one subgroup ``"all"``,
+    :func:`positions_in`, ablations by :func:`~perm_circuits.analysis.interventions.core.ablate_tokens`)."""
 
     tokens: Tensor
     metric: Callable[[Tensor], Tensor]
@@ -101,12 +87,8 @@ def permutation_problem(batch: Batch, reference: Batch) -> CircuitProblem:
 
 
 class CircuitRunner:
-    """F on each subgroup for runs that ablate given positions of given components.
-
-    A run is a tuple ``positions[c]`` over the model's components (empty: not ablated); its F is
-    cached, the ablation hooks of each component are built once (:func:`ablation.ablate`, or
-    :func:`ablate_tokens` on any task).
-    """
+    """F on each subgroup (cached) for runs: a run is a tuple ``positions[c]`` of ablated positions
+    over the model's components (empty: not ablated)."""
 
     def __init__(self, model, problem: CircuitProblem, how: str, hooks: HookList,
                  ablation_seed: int, ablate_kwargs: Mapping, progress: bool) -> None:
@@ -133,10 +115,9 @@ class CircuitRunner:
     def _fn(self, component: str) -> Callable:
         if component not in self.fns:
             _, hook_name, head = self.components[self.index[component]]
-            if _SHARED and not self.ablate_kwargs and not self.problem.general:
-                self.fns[component] = self._shared_fn(_SHARED[-1], hook_name, head)
-            else:
-                self.fns[component] = self._ablate(hook_name, head)
+            shared = _SHARED and not self.ablate_kwargs and not self.problem.general
+            self.fns[component] = (self._shared_fn(_SHARED[-1], hook_name, head) if shared
+                                   else self._ablate(hook_name, head))
         return self.fns[component]
 
     def _ablate(self, hook_name: str, head: int | None) -> Callable:
@@ -191,9 +172,7 @@ class CircuitRunner:
             with torch.no_grad(), self.model.hooks(fwd_hooks=self._hooks(key)):
                 logits = self.model(self.problem.tokens)
             per_row = self.problem.metric(logits)
-            self.cache[key] = {
-                group: float(per_row[mask].mean()) if mask.any() else math.nan for group, mask in self.masks.items()
-            }
+            self.cache[key] = {group: float(per_row[mask].mean()) for group, mask in self.masks.items()}  # empty: nan
 
     def f(self, key: tuple, group: str) -> float:
         self.evaluate([key])

@@ -1,63 +1,32 @@
 """Direct logit attribution (DLA) per attention head and per MLP neuron at the y positions.
 
-The final residual stream of a (pre-LN) transformer is a sum of components — token embedding,
-positional embedding, each head's output ``z_h @ W_O[h]``, the attention bias ``b_O``, each MLP
-neuron's ``post_n * W_out[n]``, the MLP bias ``b_out`` — and the final LayerNorm is linear in that
-sum once its per-position scale is fixed.  With the *cached* scale ``s = ln_final.hook_scale``,
+With the run's cached final-LayerNorm scale ``s = ln_final.hook_scale``, the logits of a pre-LN
+transformer are exactly linear in the residual stream's components ``c``:
+``logit = sum_c (C c) * w_lnf / s @ W_U + (b_lnf @ W_U + b_U)``, ``C`` centring over ``d_model``
+(Elhage et al. 2021, "A Mathematical Framework for Transformer Circuits"; Nanda's TransformerLens
+DLA recipe); centring, ``w_lnf`` and ``1/s`` fold into one float64 direction per prediction.
 
-    logit = sum_c (C c) * w_lnf / s @ W_U  +  (b_lnf @ W_U + b_U)
+Attributed at each y prediction (steps ``1..V``): ``logit(correct y) - mean(logit(other values))``
+(token 0 is never a value), but at a repeated last query (recall) with ``recall_baseline=
+"elimination"`` (default) ``logit(correct y) - logit(elimination answer)``, the one value not
+revealed yet (the trap pure elimination falls into).
 
-exactly, where ``C`` centres over ``d_model`` (Elhage et al. 2021, "A Mathematical Framework for
-Transformer Circuits"; Nanda's TransformerLens DLA recipe).  Embeddings, per-head outputs and
-MLP outputs come from :func:`~perm_circuits.analysis.probes.task_attribution.residual_components`,
-as for any task's model; the reading through the final LayerNorm differs: here the centring,
-``w_lnf`` and ``1/s`` fold into one float64 direction per prediction.
+Components, read from the run's cache (a ``hooks=`` intervention is attributed where it acts):
+``embed``, ``pos_embed``; per layer ``l`` the heads ``L{l}H{h}`` (``z_h @ W_O[h]``, as
+:func:`~perm_circuits.analysis.probes.task_attribution.residual_components` gives them),
+``L{l}attn_bias`` (``b_O``), ``L{l}attn_edit`` (``hook_attn_out`` minus the heads and ``b_O``:
+what an edit of the attention output changed, else ~0), ``L{l}mlp_bias`` (``b_out``) and
+``L{l}mlp`` (the rest of ``hook_mlp_out``: ``-L{l}mlp_bias`` when the MLP is zero-ablated);
+``other`` (the last ``resid_post`` minus all of the above: edits of the residual stream itself)
+and ``unembed_bias`` (``b_lnf @ W_U + b_U``).
 
-What is attributed is a *logit difference* at each y-prediction position (steps ``1..V``):
-
-* default: ``logit(correct y) - mean(logit(other value tokens))`` (token 0 is never a value);
-* at a *repeated* last query (the recall subgroup) with ``recall_baseline="elimination"``
-  (default): ``logit(correct y) - logit(elimination answer)``, the one value not revealed yet —
-  the trap pure elimination falls into.  This isolates what pushes recall over elimination.
-  ``recall_baseline="mean"`` uses the mean baseline everywhere.
-
-Components, all read from the run's cache (so a ``hooks=`` intervention is attributed where it
-acts):
-
-* ``embed``, ``pos_embed``: ``hook_embed``, ``hook_pos_embed``;
-* per layer ``l``, the attention layer's total is the cached ``blocks.l.hook_attn_out``, split as
-  ``L{l}H{h}`` per head (``z_h @ W_O[h]`` from the cached ``hook_z``), ``L{l}attn_bias``
-  (``b_O``) and ``L{l}attn_edit`` = ``hook_attn_out - sum_h heads - b_O``: what an intervention
-  on the attention output itself (e.g. ``ablate(model, "blocks.l.hook_attn_out", ...)``)
-  changed; zero up to float error otherwise;
-* per layer ``l``, the MLP's total is the cached ``blocks.l.hook_mlp_out``, split as
-  ``L{l}mlp_bias`` (the constant ``b_out``) and ``L{l}mlp`` = the rest of ``hook_mlp_out``.
-  Under ``ablate_mlp(model, l, "zero")`` (which zeroes ``hook_mlp_out``) the layer's direct
-  effect is 0: ``L{l}mlp`` is then ``-L{l}mlp_bias``;
-* ``other``: ``resid_post`` of the last layer minus all of the above — whatever an intervention
-  wrote into the residual stream outside the components (e.g. on ``hook_resid_pre`` /
-  ``hook_resid_post``); zero without such hooks;
-* ``unembed_bias``: ``b_lnf @ W_U + b_U``.
-
-Per-neuron breakdown (``neuron_contributions`` / ``neuron_mean``): neuron ``n`` of layer ``l``
-contributes ``post_n W_out[n]`` (cached ``mlp.hook_post``).  The neurons add up to ``L{l}mlp``
-whenever they produced the MLP's output (also under edits of ``mlp.hook_post``, e.g. neuron
-ablations).  Where they do not — an intervention replaced ``hook_mlp_out`` downstream of the
-neurons — the breakdown does not describe the output: those predictions' neuron values are
-**nan** (so subgroup means over them are nan too) and ``neuron_split_exact`` is False there.
-They are never rescaled.
-
-Check of the whole decomposition: ``residual_error = actual - sum(components)``, recorded per
-prediction (and as a mean per subgroup).  It is zero up to float error unless an intervention
-acts after the residual stream (``ln_final.hook_normalized``, ``ln_final.hook_scale``, the
-unembedding): then the components, which use the cached ``ln_final`` scale and the linear
-unembedding, cannot reproduce the logits.  When ``max |residual_error|`` exceeds ``tolerance``
-(default 1e-3 logits) a ``RuntimeWarning`` says so; the numbers are still returned, with
-``total != actual`` visible in :meth:`LogitAttribution.to_dataframe`.
+Neuron ``n`` of layer ``l`` contributes ``post_n W_out[n]`` (cached ``mlp.hook_post``), **nan** (never
+rescaled) where the neurons miss ``L{l}mlp`` (an intervention replaced ``hook_mlp_out``).
+``residual_error = actual - sum(components)`` is ~0 unless something acts after the residual
+stream (``ln_final`` hooks, the unembedding); above ``tolerance`` a ``RuntimeWarning`` says so.
 
 Subgroups (as in :mod:`perm_circuits.evaluate`): ``steps 1-4`` (every sample's first ``V-1``
-predictions), ``last-step elimination`` (last query new) and ``last-step recall`` (last query
-repeats an earlier x).
+predictions), ``last-step elimination`` / ``last-step recall`` (the last query new / repeated).
 """
 
 from __future__ import annotations
@@ -98,9 +67,6 @@ SUBGROUPS = ("steps 1-4", "last-step elimination", "last-step recall")
 RECALL_BASELINES = ("elimination", "mean")
 
 
-# ----------------------------------------------------------------------------- shared helpers
-
-
 def repeated_queries(inputs: Int[Tensor, "batch seq"]) -> Bool[Tensor, "batch step"]:
     """Whether the query of each step repeats an earlier query of the same sequence."""
     xs = inputs[:, 0::2]
@@ -139,8 +105,7 @@ def check_batch(model, test_set: Batch | None, n: int = 5000, seed: int = 1234) 
     """The batch to measure on: ``test_set`` validated, else the model's fixed test set; on the model's device."""
     V = model_config_of(model).V
     if test_set is None:
-        config = task_config_of(model)
-        return make_test_set(config, n=n, seed=seed).to(model_device(model))
+        return make_test_set(task_config_of(model), n=n, seed=seed).to(model_device(model))
     if not isinstance(test_set, Batch):
         raise TypeError(f"test_set must be a perm_circuits.tasks.permutation_data.Batch, got {type(test_set).__name__}")
     validate_tokens(test_set.inputs, V)
@@ -153,11 +118,8 @@ def run_cache(
     names: Sequence[str],
     hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> tuple[Float[Tensor, "batch seq vocab"], dict[str, Tensor], object]:
-    """One no-grad forward under ``hooks`` caching only ``names``; hooks are always removed.
-
-    Returns ``(logits, {name: activation}, cache)`` (the ActivationCache, for
-    ``stack_head_results``).
-    """
+    """One no-grad forward under ``hooks`` caching only ``names``: ``(logits, {name: activation},
+    cache)`` (the ActivationCache, for ``stack_head_results``); hooks are always removed."""
     hooks = check_hooks(model, hooks)
     wanted = set(names)
     missing = wanted - set(model.hook_dict)
@@ -168,28 +130,14 @@ def run_cache(
     return logits, {name: cache[name] for name in wanted}, cache
 
 
-# ----------------------------------------------------------------------------- DLA
-
-
 @dataclass(frozen=True)
 class LogitDiffDecomposition:
-    """Per-prediction DLA: ``contributions.sum(-1) + residual_error == actual``, with
-    ``residual_error`` zero up to float error unless an intervention acts after the residual
-    stream (module docstring).
+    """Per-prediction DLA (module docstring): ``contributions.sum(-1) + residual_error == actual``.
 
-    Attributes:
-        components: names of the component axis.
-        contributions: ``[batch, step, component]`` logit-difference contributions.
-        neuron_contributions: ``[batch, step, layer * d_mlp]`` per-neuron split of the ``mlp``
-            components (neuron ``n`` of layer ``l`` at index ``l * d_mlp + n``); nan for the
-            predictions and layers where the neurons do not add up to ``L{l}mlp``.
-        actual: ``[batch, step]`` the model's logit difference.
-        answer, baseline: the correct token and the baseline token (-1 = mean of the others).
-        subgroups: :data:`SUBGROUPS` masks over ``(sample, step)``.
-        residual_error: ``[batch, step]`` ``actual - contributions.sum(-1)``.
-        neuron_split_exact: ``[batch, step, layer]`` whether layer ``l``'s neurons add up to its
-            ``L{l}mlp`` component (within ``tolerance``).
-        tolerance: the tolerance (logits) of both checks.
+    ``neuron_contributions`` has neuron ``n`` of layer ``l`` at ``l * d_mlp + n``, nan where
+    ``neuron_split_exact`` is False (the layer's neurons miss its ``L{l}mlp`` by more than
+    ``tolerance`` logits); ``baseline`` -1 means the mean of the other values; ``subgroups`` are
+    the :data:`SUBGROUPS` masks over ``(sample, step)``.
     """
 
     components: tuple[str, ...]
@@ -229,25 +177,20 @@ def decompose_logit_diff(
     recall_baseline: str = "elimination",
     tolerance: float = 1e-3,
 ) -> LogitDiffDecomposition:
-    """Direct logit attribution of the logit difference at every y position of ``batch``.
-
-    Module docstring: the components, the baseline, the cached ``ln_final.hook_scale`` of the run
-    under ``hooks``, and the two checks within ``tolerance`` logits (nan per-neuron splits flagged
-    in ``neuron_split_exact``; a ``RuntimeWarning``, with the gaps in ``residual_error``).
-    """
+    """Direct logit attribution of the logit difference at every y position of ``batch`` under
+    ``hooks`` (module docstring: components, baseline, the checks within ``tolerance`` logits)."""
+    recall_baseline, tolerance = _check_options(recall_baseline, tolerance)
     return _decompose(model, batch, hooks, recall_baseline, tolerance, "the residual_error field")
 
 
-def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: object,
+def _decompose(model, batch: object, hooks, recall_baseline: str, tolerance: float,
                where: str) -> LogitDiffDecomposition:
-    """:func:`decompose_logit_diff`, whose warning names ``where`` the gaps are (called by the public functions)."""
-    recall_baseline, tolerance = _check_options(recall_baseline, tolerance)
+    """:func:`decompose_logit_diff` on checked options, its warning naming ``where`` the gaps are."""
     if not isinstance(batch, Batch):
         raise TypeError(f"batch must be a perm_circuits.tasks.permutation_data.Batch, got {type(batch).__name__}")
     config = model_config_of(model)
     V, n_layers = config.V, config.n_layers
     inputs = validate_tokens(batch.inputs, V)
-    check_hooks(model, hooks)
 
     components = component_hooks(model)  # embed, pos_embed, per layer its heads (attn.hook_z) and MLP
     names = [hook for _, hook in components] + [f"blocks.{n_layers - 1}.hook_resid_post"] + [
@@ -338,21 +281,9 @@ def _decompose(model, batch: object, hooks, recall_baseline: object, tolerance: 
 
 @dataclass(frozen=True)
 class LogitAttribution:
-    """Mean direct logit attribution per subgroup (see the module docstring).
-
-    Attributes:
-        model_name: the model's preset name.
-        components: the component axis (``contributions`` sum to ``actual``).
-        subgroups: :data:`SUBGROUPS`.
-        n: predictions per subgroup.
-        mean: ``[subgroup, component]`` mean logit-difference contribution (NaN for an empty subgroup).
-        actual: ``[subgroup]`` mean actual logit difference.
-        neuron_mean: ``[subgroup, layer * d_mlp]`` mean per-neuron contribution (nan: module docstring).
-        recall_baseline: ``"elimination"`` or ``"mean"``.
-        residual_error: ``[subgroup]`` mean of ``actual - sum of components`` (module docstring).
-        max_residual_error: ``max |actual - sum of components|`` over every prediction.
-        tolerance: the tolerance (logits) above which that gap was warned about.
-    """
+    """Mean direct logit attribution per subgroup (module docstring) over its ``n`` predictions (nan for
+    an empty subgroup or an inexact neuron split); ``max_residual_error`` over every prediction, warned
+    about above ``tolerance`` logits."""
 
     model_name: str
     components: tuple[str, ...]
@@ -401,20 +332,15 @@ def direct_logit_attribution(
     recall_baseline: str = "elimination",
     tolerance: float = 1e-3,
 ) -> LogitAttribution:
-    """Direct logit attribution per head, MLP (and neuron), embedding and bias, averaged over the
-    subgroups ``steps 1-4`` / ``last-step elimination`` / ``last-step recall``.
-
-    ``test_set`` defaults to the model's fixed 5,000-sample test set; ``hooks`` (an intervention),
-    ``recall_baseline`` and ``tolerance`` as in :func:`decompose_logit_diff` (module docstring).
-    """
+    """:func:`decompose_logit_diff` averaged over :data:`SUBGROUPS`, on ``test_set`` (default the
+    model's fixed 5,000-sample test set)."""
     recall_baseline, tolerance = _check_options(recall_baseline, tolerance)
-    batch = check_batch(model, test_set)  # _decompose checks the hooks before its forward
+    batch = check_batch(model, test_set)  # run_cache checks the hooks before its forward
     dec = _decompose(model, batch, hooks, recall_baseline, tolerance, "the residual_error row of to_dataframe()")
     masks = [dec.subgroups[name] for name in SUBGROUPS]
 
     def means(x: Tensor) -> Tensor:  # [subgroup, ...] means over each subgroup's predictions, nan for an empty one
-        return torch.stack([x[mask].mean(0) if mask.any() else torch.full(x.shape[2:], torch.nan, device=x.device)
-                            for mask in masks])
+        return torch.stack([x[mask].mean(0) for mask in masks])
 
     return LogitAttribution(model_name=model_config_of(model).name, components=dec.components, subgroups=SUBGROUPS,
         n=tuple(int(mask.sum()) for mask in masks), mean=means(dec.contributions), actual=means(dec.actual),

@@ -3,29 +3,20 @@
 The attention-pattern scores of the induction-head literature (Elhage et al. 2021, "A
 Mathematical Framework for Transformer Circuits"; Olsson et al. 2022, "In-context Learning and
 Induction Heads"; the duplicate-token head of Wang et al. 2022, "Interpretability in the Wild"),
-read on this task's sequences ``x1 y1 x2 y2 ... xV`` (``2V - 1`` input tokens: ``x_k`` at 0-based
-position ``2(k-1)``, ``y_k`` at ``2(k-1) + 1``).  Bietti et al. 2023 ("Birth of a Transformer")
-predict that in-context recall needs a previous-token head feeding an induction head.
+which Bietti et al. 2023 ("Birth of a Transformer") predict in-context recall needs, read from
+``blocks.L.attn.hook_pattern`` on the sequences ``x1 y1 x2 y2 ... xV`` (``x_k`` at position
+``2(k-1)``, ``y_k`` at ``2(k-1) + 1``), per head:
 
-Per head, from ``blocks.L.attn.hook_pattern`` in one no-grad forward over a test set:
+``previous_token``, the mean attention of each position ``p >= 1`` on ``p - 1``; ``induction``, where
+the last query ``xV`` repeats an earlier ``x_k``, the last position's attention on ``y_k`` (the token
+after the earlier occurrence), averaged over those samples; ``duplicate_token``, its attention on ``x_k``.
 
-- ``previous_token``: the mean attention of each position ``p >= 1`` on ``p - 1``, over every
-  position and every sample;
-- ``induction``: on sequences whose last query ``xV`` repeats an earlier query ``x_k``, the
-  attention of the last position on ``y_k`` (the token right after the earlier occurrence of the
-  last token), averaged over the repeated samples;
-- ``duplicate_token``: on the same sequences, the attention of the last position on ``x_k``.
-
-Both recall scores are also given per source ``k = 1..V-1`` (``induction_by_source``,
-``duplicate_by_source``), so a shortcut head that only matches ``x1`` shows as a high first entry
-and low others, while a general induction head is high for every ``k``.
-
-The default test set (:func:`induction_test_set`) repeats every earlier query.
+Both recall scores are also given per source ``k = 1..V-1`` (``*_by_source``): a shortcut head that
+only matches ``x1`` is high on the first entry only, a general induction head on every ``k``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
@@ -50,11 +41,8 @@ __all__ = ["InductionScore", "InductionScores", "induction_scores", "induction_t
 
 @dataclass(frozen=True)
 class InductionScore:
-    """The scores of one head (see the module docstring).
-
-    ``induction_by_source[k - 1]`` and ``duplicate_by_source[k - 1]`` are the scores over the
-    samples whose last query repeats ``x_k`` (``nan`` where the test set has none).
-    """
+    """The scores of one head (module docstring); ``*_by_source[k - 1]`` over the samples whose last
+    query repeats ``x_k`` (``nan`` where the test set has none)."""
 
     layer: int
     head: int
@@ -68,16 +56,9 @@ class InductionScore:
 
 @dataclass(frozen=True)
 class InductionScores:
-    """Induction-circuit scores of every head of a model.
-
-    Attributes:
-        model_name: the model's config name.
-        n_samples: sequences in the test set.
-        n_repeated: sequences whose last query repeats an earlier one (the induction and
-            duplicate-token scores average over these).
-        repeated_by_source: how many of them repeat ``x_k``, for ``k = 1..V-1``.
-        heads: one record per head, layer-major.
-    """
+    """Induction-circuit scores of every head (``heads``, layer-major) on ``n_samples`` sequences, of
+    which ``n_repeated`` (those the recall scores average over) repeat an earlier query in their last,
+    ``repeated_by_source[k - 1]`` of them ``x_k``."""
 
     model_name: str
     n_samples: int
@@ -131,10 +112,8 @@ def _last_query_scores(
 ) -> tuple[Float[Tensor, "batch layer head"], Float[Tensor, "batch layer head"]]:
     """Attention of the last position on ``y_k`` and on ``x_k`` per repeated sample (source k-1 >= 0)."""
     last = patterns[:, :, :, -1, :]  # [batch, layer, head, key]
-    x_pos = 2 * source  # x_k at 2(k-1)
-    y_pos = x_pos + 1  # y_k right after it
-    index = lambda pos: pos[:, None, None, None].expand(-1, last.shape[1], last.shape[2], 1)
-    return last.gather(3, index(y_pos))[..., 0], last.gather(3, index(x_pos))[..., 0]
+    rows = torch.arange(len(source), device=source.device)
+    return last[rows, :, :, 2 * source + 1], last[rows, :, :, 2 * source]  # x_k at 2(k-1), y_k right after it
 
 
 def induction_scores(
@@ -145,13 +124,9 @@ def induction_scores(
     seed: int = 1234,
     hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> InductionScores:
-    """Previous-token, induction and duplicate-token scores of every head (module docstring).
-
-    ``test_set``: a Batch or a token tensor ``[batch, 2V-1]`` with at least one sequence whose
-    last query repeats an earlier one (the source is read from the tokens); default
-    :func:`induction_test_set` ``(V, n, seed)`` (``n`` and ``seed`` are used for nothing else).
-    ``hooks``: interventions active during the forward; the scores read the patterns after them.
-    """
+    """Previous-token, induction and duplicate-token scores of every head (module docstring), read
+    from the patterns under ``hooks`` on ``test_set`` (a Batch or tokens ``[batch, 2V-1]``, some
+    last query repeating an earlier one; default :func:`induction_test_set` ``(V, n, seed)``)."""
     check_positive_int("n", n)
     check_seed(seed)
     hooks = check_hooks(model, hooks)
@@ -176,9 +151,8 @@ def induction_scores(
     to_y, to_x = _last_query_scores(patterns[repeated], kept)
     induction, duplicate = to_y.mean(dim=0), to_x.mean(dim=0)
     counts = tuple(int((kept == k).sum()) for k in range(V - 1))
-    nan = torch.full((n_layers, n_heads), math.nan, device=induction.device)
-    by_y = [to_y[kept == k].mean(dim=0) if counts[k] else nan for k in range(V - 1)]
-    by_x = [to_x[kept == k].mean(dim=0) if counts[k] else nan for k in range(V - 1)]
+    by_y = [to_y[kept == k].mean(dim=0) for k in range(V - 1)]  # nan where no sample repeats x_k
+    by_x = [to_x[kept == k].mean(dim=0) for k in range(V - 1)]
 
     heads = tuple(
         InductionScore(layer=layer, head=head, component=f"L{layer}H{head}",

@@ -1,13 +1,11 @@
 """How often the MLP of one layer changes the model's prediction (the logit lens before vs after it).
 
-:func:`mlp_prediction_flips` is the layer-level companion of the key-value view of
-:mod:`perm_circuits.analysis.study.ffn` (Geva et al. 2021, "Transformer Feed-Forward Layers Are
-Key-Value Memories"; nostalgebraist 2020 for the logit lens): ``ln_final`` then ``W_U``, each
-residual with its own LayerNorm scale, applied to ``resid_mid`` (before the MLP) and to
-``resid_post`` (after it) of ``layer``, top-1 over the value tokens, per subgroup.  For the last
-layer ``resid_post`` is the model's own prediction; for an earlier layer both are what the
-residual stream would predict if the later layers were skipped (the lens), so a flip there says
-what the MLP changes in the stream, not what the model finally answers.
+The layer-level companion of the key-value view of :mod:`perm_circuits.analysis.study.ffn` (Geva et
+al. 2021, "Transformer Feed-Forward Layers Are Key-Value Memories"; nostalgebraist 2020 for the
+logit lens): ``ln_final`` (each residual with its own scale) then ``W_U`` on ``resid_mid`` (before
+the MLP) and ``resid_post`` (after it), top-1 over the value tokens.  For the last layer
+``resid_post`` is the model's own prediction; for an earlier one both are what the stream would
+predict if the later layers were skipped, so a flip says what the MLP changes in the stream.
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ from perm_circuits.analysis.probes.dla import (
     used_values,
 )
 from perm_circuits.analysis.probes.memory import apply_norm
-from perm_circuits.hooks import check_hooks
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_data import Batch
 
@@ -40,13 +37,10 @@ __all__ = ["FlipStats", "MLPFlips", "mlp_prediction_flips"]
 
 @dataclass(frozen=True)
 class FlipStats:
-    """Top-1 (over value tokens) before vs after the MLP, for one subgroup of predictions.
-
-    ``consistent`` = the prediction is possible given the context (a value not used yet, or the
-    earlier y of a repeated query); ``trap`` = the elimination answer at a repeated last query
-    (NaN outside the recall subgroup).  ``fixed``: wrong before, right after; ``broken``: the
-    reverse.
-    """
+    """Top-1 (over value tokens) before vs after the MLP, for one subgroup of predictions: rates of
+    ``fixed`` (wrong before, right after), ``broken`` (the reverse), ``consistent`` (possible given
+    the context: a value not used yet, or the earlier y of a repeated query) and ``trap`` (the
+    elimination answer at a repeated last query; NaN outside the recall subgroup)."""
 
     subgroup: str
     n: int
@@ -92,15 +86,11 @@ def mlp_prediction_flips(
     layer: int = -1,
     hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> MLPFlips:
-    """How often the MLP of ``layer`` changes the top-1 prediction, per subgroup (module docstring).
-
-    At the y positions of ``test_set`` (default: the model's fixed 5,000-sample test set) under
-    ``hooks``; subgroups as in :mod:`~perm_circuits.analysis.probes.dla`.  ``layer`` defaults to
-    the last layer (``-1``); the result reports the normalised layer.
-    """
+    """How often the MLP of ``layer`` (default the last) changes the top-1 prediction at the y positions
+    of ``test_set`` (default the model's fixed 5,000-sample test set) under ``hooks``, per subgroup
+    of :mod:`~perm_circuits.analysis.probes.dla`."""
     layer = check_layer(model, layer)
-    batch = check_batch(model, test_set)
-    check_hooks(model, hooks)
+    batch = check_batch(model, test_set)  # run_cache checks the hooks before its forward
     V = model_config_of(model).V
     mid_name, post_name = f"blocks.{layer}.hook_resid_mid", f"blocks.{layer}.hook_resid_post"
     _, acts, _ = run_cache(model, batch.inputs, [mid_name, post_name], hooks)
@@ -117,24 +107,14 @@ def mlp_prediction_flips(
         unused = ~used.gather(2, (pred - 1)[..., None])[..., 0]
         return torch.where(repeated, pred == target, unused)
 
+    ok_mid, ok_post = mid == target, post == target
+    flags = dict(flip_rate=mid != post, accuracy_mid=ok_mid, accuracy_post=ok_post, fixed_rate=~ok_mid & ok_post,
+                 broken_rate=ok_mid & ~ok_post, consistent_mid=consistent(mid), consistent_post=consistent(post),
+                 trap_mid=mid == elim, trap_post=post == elim)
     stats = []
     for name, mask in subgroup_masks(batch.inputs).items():
-        n = int(mask.sum())
-        if n == 0:
-            nan = float("nan")
-            stats.append(FlipStats(name, 0, nan, nan, nan, nan, nan, nan, nan, nan, nan))
-            continue
-
-        def rate(x: Tensor) -> float:
-            return float(x[mask].double().mean())
-
-        ok_mid, ok_post = mid == target, post == target
-        recall = name == SUBGROUPS[2]
-        stats.append(
-            FlipStats(subgroup=name, n=n, flip_rate=rate(mid != post), accuracy_mid=rate(ok_mid),
-                accuracy_post=rate(ok_post), fixed_rate=rate(~ok_mid & ok_post), broken_rate=rate(ok_mid & ~ok_post),
-                consistent_mid=rate(consistent(mid)), consistent_post=rate(consistent(post)),
-                trap_mid=rate(mid == elim) if recall else float("nan"),
-                trap_post=rate(post == elim) if recall else float("nan"))
-        )
+        rates = {key: float(x[mask].double().mean()) for key, x in flags.items()}
+        if name != SUBGROUPS[2]:  # the trap exists at a repeated last query only
+            rates.update(trap_mid=float("nan"), trap_post=float("nan"))
+        stats.append(FlipStats(subgroup=name, n=int(mask.sum()), **rates))
     return MLPFlips(model_config_of(model).name, layer, tuple(stats))

@@ -1,26 +1,19 @@
 """Direct logit attribution and attention scores on any task's model.
 
 Direct logit attribution (Elhage et al. 2021, "A Mathematical Framework for Transformer
-Circuits"; Wang et al. 2022, the IOI paper, section 3.1) splits the residual stream that reaches
-the unembedding into the outputs of its components (:func:`residual_components`; TransformerLens 4
-native models have no per-head ``hook_result``) and reads each through the unembedding:
+Circuits"; Wang et al. 2022, the IOI paper, section 3.1) reads each component ``c`` of the
+residual stream (:func:`residual_components`) through the unembedding:
 
     DLA(c) = mask-weighted mean over loss positions of  (c / s) @ (W_U[:, target] - mean_v W_U[:, v]),
 
-the component's direct push on the target's logit over the mean logit.  Components: each head
-``z_h @ W_O[l, h]`` (from ``blocks.L.attn.hook_z``; where the model has no per-layer ``W_O
-[layer, head, d_head, d_model]``, the layer's ``hook_attn_out`` as one component ``L{l}ATTN``),
-each MLP (``hook_mlp_out``) and the embeddings (``hook_embed``, ``hook_pos_embed``).  With a final
-LayerNorm (``cfg.normalization_type`` ``"LN"``), each component is centred, divided by the
-captured ``ln_final.hook_scale`` ``s`` of the run and multiplied by ``ln_final.weight`` (the
-norm frozen at its value on the clean run, the usual convention); without normalization ``s = 1``.
-What no component accounts for (output biases, the final norm's bias, ``b_U``) is ``remainder``,
-so the attributions plus the remainder equal ``logit(target) - mean logit`` exactly.
+its direct push on the target's logit over the mean logit, with ``c`` centred, divided by the
+run's ``ln_final.hook_scale`` ``s`` (the norm frozen at its clean-run value, the usual convention)
+and times ``ln_final.weight`` under a final LayerNorm (``s = 1`` without one).  ``remainder`` (the
+output biases, the norm's bias, ``b_U``) makes the sum exactly ``logit(target) - mean logit``.
 
-:func:`attention_scores` summarises every head's attention pattern by where it looks: the share
-of attention each query position gives to itself, to the previous position and to position 0,
-averaged over positions ``>= 1`` (Olsson et al. 2022, "In-context Learning and Induction Heads":
-a previous-token head has a previous score near 1).
+:func:`attention_scores`: the share of attention each query position ``>= 1`` gives to itself, to
+the previous position and to position 0, averaged (Olsson et al. 2022, "In-context Learning and
+Induction Heads": a previous-token head has a previous score near 1).
 """
 
 from __future__ import annotations
@@ -28,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pandas as pd
@@ -54,10 +48,8 @@ _LAYER = re.compile(r"blocks\.(\d+)\.")
 
 @dataclass(frozen=True)
 class TargetAttribution:
-    """Per component, the mean direct contribution to ``logit(target) - mean logit`` at the loss positions.
-
-    ``total`` is the model's own mean ``logit(target) - mean logit``; ``sum(values) + remainder == total``.
-    """
+    """Per component, the mean direct contribution to ``logit(target) - mean logit`` at the loss positions;
+    ``sum(values) + remainder == total``, the model's own mean ``logit(target) - mean logit``."""
 
     model_name: str
     components: tuple[str, ...]
@@ -74,15 +66,17 @@ class TargetAttribution:
         return pd.DataFrame(rows, columns=["component", "direct_logit_attribution"])
 
 
-def _name(model) -> str:
+def model_label(model) -> str:
+    """The model's name: its ``ModelConfig``'s (``"d32h2"``), else ``cfg.model_name``, else its class name."""
     config = getattr(model, "perm_config", None)
     name = getattr(config, "name", None) or getattr(getattr(model, "cfg", None), "model_name", None)
     return name if isinstance(name, str) and name else type(model).__name__
 
 
 def component_hooks(model) -> list[tuple[str, str]]:
-    """``(label, hook point)`` per direct component of the residual stream (module docstring), in layer
-    order; label ``L{l}`` at ``attn.hook_z`` stands for layer ``l``'s heads."""
+    """``(label, hook point)`` per direct component of the residual stream, in layer order: ``embed``
+    / ``pos_embed``, per layer ``L{l}`` at ``attn.hook_z`` (its heads; ``L{l}ATTN`` at
+    ``hook_attn_out`` where the model has no ``W_O [layer, head, d_head, d_model]``), ``L{l}MLP``."""
     shape = model_shape(model)
     W_O = getattr(model, "W_O", None)
     per_head = isinstance(W_O, Tensor) and W_O.ndim == 4 and bool(shape.n_heads)
@@ -100,7 +94,8 @@ def component_hooks(model) -> list[tuple[str, str]]:
 
 def residual_components(model, names: list[tuple[str, str]], acts: dict[str, Tensor]) -> dict[str, Tensor]:
     """``{label: [batch, pos, d_model]}``: each component's direct write into the residual stream, from the
-    activations ``acts`` at :func:`component_hooks`' points; head ``L{l}H{h}`` is ``z_h @ W_O[l, h]``."""
+    activations ``acts`` at :func:`component_hooks`' points; head ``L{l}H{h}`` is ``z_h @ W_O[l, h]``
+    (TransformerLens 4 native models have no per-head ``hook_result``)."""
     out = {}
     for label, hook in names:
         if hook.endswith("attn.hook_z"):
@@ -113,11 +108,8 @@ def residual_components(model, names: list[tuple[str, str]], acts: dict[str, Ten
 
 
 def target_logit_attribution(model, batch: TaskBatch) -> TargetAttribution:
-    """Direct logit attribution of every component to the targets of ``batch`` (module docstring).
-
-    Needs the model's ``W_U`` ``[d_model, n_out]`` and residual-stream hook points; TypeError
-    for a model without ``W_U``, ValueError for a normalization other than LayerNorm or none.
-    """
+    """Direct logit attribution of every component to the targets of ``batch`` (module docstring);
+    needs an unembedding ``W_U`` ``[d_model, n_out]`` and LayerNorm or no normalization."""
     if not isinstance(batch, TaskBatch):
         raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
     batch = batch.to(model_device(model))  # the forward and the attribution run on the model's device
@@ -150,20 +142,17 @@ def target_logit_attribution(model, batch: TaskBatch) -> TargetAttribution:
     out = logits.double()
     diff = out.gather(-1, targets[..., None])[..., 0] - out.mean(-1)
     total = float((diff * weights).sum() / weights.sum())
-    return TargetAttribution(_name(model), tuple(values), tuple(values.values()), total - sum(values.values()), total,
-                             len(batch))
+    return TargetAttribution(model_label(model), tuple(values), tuple(values.values()), total - sum(values.values()),
+                             total, len(batch))
 
 
 def attention_patterns(
     model, tokens: Tensor, forward: Callable[[Any, Tensor], Tensor] | None = None
 ) -> dict[str, Tensor]:
-    """``{hook name: pattern [batch, head, q, k]}`` of every ``*hook_pattern`` hook point, one forward pass.
-
-    Works for any model with TransformerLens hook points (a bridge, a ``HookedRootModule``), in
-    layer order; a pattern captured as ``[batch, q, k]`` (one head) gets a head axis.
-    ``forward(model, tokens)`` defaults to ``model(tokens)``.  The capturing hooks are removed
-    afterwards, always.  Empty when the model has no such hook point.
-    """
+    """``{hook name: pattern [batch, head, q, k]}`` of every ``*hook_pattern`` hook point (in layer
+    order; one forward, ``forward(model, tokens)``, default ``model(tokens)``) of any model with
+    TransformerLens hook points; a pattern captured as ``[batch, q, k]`` (one head) gets a head
+    axis.  Empty when the model has no such hook point."""
     hook_dict = getattr(model, "hook_dict", None)
     if not isinstance(hook_dict, dict):
         return {}
@@ -178,13 +167,10 @@ def attention_patterns(
         return {}
     store: dict[str, Tensor] = {}
 
-    def make(name: str) -> Callable:
-        def capture(pattern: Tensor, hook: Any) -> None:
-            store[name] = pattern.detach().float().to(tokens.device)
+    def capture(pattern: Tensor, hook: Any, name: str) -> None:
+        store[name] = pattern.detach().float().to(tokens.device)
 
-        return capture
-
-    with torch.no_grad(), model.hooks(fwd_hooks=[(name, make(name)) for name in names]):
+    with torch.no_grad(), model.hooks(fwd_hooks=[(name, partial(capture, name=name)) for name in names]):
         device_forward(model, tokens) if forward is None else forward(model, tokens.to(model_device(model)))
     out = {}
     for name in names:
@@ -215,8 +201,7 @@ def attention_scores(patterns: dict[str, Tensor]) -> AttentionScores:
     for index, pattern in enumerate(patterns.values()):
         if pattern.shape[-1] != pattern.shape[-2] or pattern.shape[-1] < 2:
             continue
-        seq = pattern.shape[-1]
-        rows = torch.arange(1, seq, device=pattern.device)
+        rows = torch.arange(1, pattern.shape[-1], device=pattern.device)
         for head in range(pattern.shape[1]):
             p = pattern[:, head].double()
             heads.append(f"L{index}H{head}")
