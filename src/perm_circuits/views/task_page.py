@@ -1,17 +1,11 @@
 """The "task model" report: one offline HTML page for any :class:`~perm_circuits.tasks.base.Task` and model.
 
 :func:`render_task_report` renders a :class:`~perm_circuits.analysis.report_data.TaskReportData`
-(computed by :func:`~perm_circuits.analysis.report_data.task_report_data`; this module computes
-nothing) into ``OUT/<task name>.html``; :func:`task_report` does both in one call.  The page opens
-with the discovered circuit and three to five findings (:func:`~perm_circuits.views.circuit_hero.circuit_hero`);
-every section below is collapsed (``<details>``): the task's settings and the model's size, then the
-data's sections, the test sequences with the attention of every head (plotly heatmaps, and circuitsvis
-views of the first) and the ablation as a table and a heatmap of the change in the primary metric.
-
-Attention comes from every hook point whose name ends in ``hook_pattern``, so a TransformerLens
-bridge and a ``HookedRootModule`` both work; a model without one gets a note instead.  The page
-loads plotly.js from a copy saved beside it and inlines the circuitsvis bundle: it renders with no
-network.
+(computed by :func:`~perm_circuits.analysis.report_data.task_report_data`) into
+``OUT/<task name>.html``; :func:`task_report` does both.  The page opens with the discovered circuit
+and three to five findings (:func:`~perm_circuits.views.circuit_hero.circuit_hero`); every section
+below is collapsed: the task and model, the metrics, the test sequences with every head's attention
+(from the hook points ending in ``hook_pattern``; a note without one), the ablation and the analyses.
 """
 
 from __future__ import annotations
@@ -181,12 +175,11 @@ def render_task_report(
     data: TaskReportData, out: str | os.PathLike[str], *, title: str | None = None, force: bool = False,
     page: str | None = None,
 ) -> Path:
-    """Write the offline page ``out/<page>.html`` (default ``out/<task name>.html``) for computed
-    ``data`` (module docstring).
+    """Write the offline page ``out/<page>.html`` (default ``out/<task name>.html``) of computed ``data``
+    and return its path (``plotly-<version>.min.js`` is written beside it).
 
-    ``out``: output folder (created); a non-empty folder that no report wrote is refused unless
-    ``force``.  ``title`` defaults to ``"<model> on <task>"``.  Returns the page's path
-    (``plotly-<version>.min.js`` is written beside it).
+    ``out`` is created; a non-empty folder that no report wrote is refused unless ``force``.
+    ``title`` defaults to ``"<model> on <task>"``.
     """
     if not isinstance(data, TaskReportData):
         raise TypeError(f"data must be a TaskReportData (analysis.report_data.task_report_data), got {type(data).__name__}")
@@ -246,20 +239,13 @@ def task_report(
 
     Args:
         model: any ``tokens -> logits`` module with TransformerLens hook points.
-        task: any :class:`~perm_circuits.tasks.base.Task`.
-        out: output folder (created); a non-empty folder that no report wrote is refused unless
-            ``force`` (as :func:`~perm_circuits.views.report.write_report`), before any work.
+        out: checked as :func:`render_task_report` says, before any work.
         n: test sequences for the metrics (``task.test_set(n, seed)``).
         n_sequences: how many of them are shown position by position with their attention.
         forward: ``forward(model, tokens) -> logits``; default ``model(tokens)``.
-        title: page title; default ``"<model> on <task>"``.
         ablation_hows: ablation modes of the "Ablation" section (from ``("zero", "mean",
             "resample", "optimal")``); empty: no ablation section.  Ablation runs the model's own forward.
         analyses: the attention scores, patching, attribution and circuit sections.
-        page: the page's file name stem (default the task's name): ``out/<page>.html``.
-
-    Returns:
-        The page's path (``plotly-<version>.min.js`` is written beside it).
     """
     n = check_int("n", n, 1)
     n_sequences = check_int("n_sequences", n_sequences, 1)
