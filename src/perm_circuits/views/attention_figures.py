@@ -66,6 +66,17 @@ def attention_grid(
     return house_style(fig, title, height=150 + 420 * rows, width=max(620, 520 * cols))
 
 
+def head_grid(
+    patterns: Sequence[Tensor], labels: list[str], title: str, *, cell_text: bool = True, vertical_spacing: float = 0.18
+) -> go.Figure:
+    """One layer's ``[head, q, k]`` attention per row of :func:`attention_grid`, heads ``L{layer}H{head}``."""
+    n_heads = max(pattern.shape[0] for pattern in patterns)
+    names = [f"L{layer}H{head}" for layer in range(len(patterns)) for head in range(n_heads)]
+    traces = [(layer, head, attention_trace(pattern[head], labels, f"L{layer}H{head}", cell_text=cell_text))
+              for layer, pattern in enumerate(patterns) for head in range(pattern.shape[0])]
+    return attention_grid(traces, names, len(patterns), n_heads, title, vertical_spacing=vertical_spacing)
+
+
 def attention_heatmaps(
     model,
     test_set: Batch | None = None,
@@ -134,9 +145,5 @@ def sequence_attention(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"])
     if seq.shape[0] != 1:
         raise ValueError(f"tokens must be one sequence, got a batch of {seq.shape[0]}")
     pattern = _attention_patterns(model, seq)[0]  # [layer, head, q, k]
-    labels = token_labels(seq[0])
-    cells = [(layer, head) for layer in range(config.n_layers) for head in range(config.n_heads)]
-    names = [f"L{layer}H{head}" for layer, head in cells]
-    traces = [(*cell, attention_trace(pattern[cell], labels, name)) for cell, name in zip(cells, names)]
     title = f"{config.name}: attention on {format_sequence(seq[0].tolist())}"
-    return attention_grid(traces, names, config.n_layers, config.n_heads, title)
+    return head_grid(list(pattern), token_labels(seq[0]), title)

@@ -84,9 +84,6 @@ _MODEL_STEPS = ("evaluate", "head roles", "patching", "FFN and memory", "figures
 NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
-# ----------------------------------------------------------------------------- inputs
-
-
 def check_out(out: object, force: object) -> Path:
     """``out`` as a folder path, refused as :func:`_check_overwrite` says."""
     if not isinstance(out, (str, os.PathLike)):
@@ -162,9 +159,6 @@ def _file_stem(name: str, taken: set[str]) -> str:
     return candidate
 
 
-# ----------------------------------------------------------------------------- per-model page
-
-
 def _model_page(entry: ModelEntry, n: int, step: Any, plotly_js: bool | str = True) -> str:
     """Run every analysis of one model and assemble its page (``step(label)`` reports progress)."""
     model = entry.model
@@ -177,8 +171,7 @@ def _model_page(entry: ModelEntry, n: int, step: Any, plotly_js: bool | str = Tr
     def add(title: str, html: str) -> None:
         body[title].append(Section("", html))
 
-    # 1-4. every analysis, computed once (analysis.report_data): evaluation, head roles, patching,
-    # FFN / memory probes, MLP flips, direct logit attribution
+    # 1-4. every analysis, computed once (analysis.report_data)
     data = study_report_data(model, n, n_roles=n_roles, n_patch=n_patch, n_recall=n_recall, n_boot=N_BOOT,
                              repeat_ratio=STUDY_REPEAT_RATIO, step=step, roles=head_roles)
     test_set, evaluation, generalisation, verdict = data.test_set, data.evaluation, data.generalisation, data.verdict
@@ -301,9 +294,6 @@ def _model_page(entry: ModelEntry, n: int, step: Any, plotly_js: bool | str = Tr
 COLLAPSED = frozenset({"Head-role verdict", "Evaluation", "Recall generalisation", "Memory probes",
                        "MLP prediction flips and direct logit attribution", "Training provenance"})
 """Sections of tables and long sentences, shown collapsed (``<details>``) below the opening circuits."""
-
-
-# ----------------------------------------------------------------------------- entry point
 
 
 def write_report(

@@ -64,9 +64,6 @@ _CLAIM_RE = re.compile(r"^claim_(?P<rest>.+)$")
 _COMPONENT_RE = re.compile(r"^L\d+(?:H\d+|MLP)$")
 
 
-# ----------------------------------------------------------------------------- table helpers
-
-
 def check_frame(frame: object, columns: Sequence[str], name: str = "frame") -> pd.DataFrame:
     """``frame`` if it is a sweep table (a DataFrame) with every column in ``columns``."""
     if not isinstance(frame, pd.DataFrame):
@@ -122,9 +119,6 @@ def _matches(frame: pd.DataFrame, column: str, value: object) -> pd.Series:
     if isinstance(value, float) and math.isnan(value):
         return frame[column].isna()
     return frame[column] == value
-
-
-# ----------------------------------------------------------------------------- phase diagram
 
 
 def phase_cells(frame: pd.DataFrame, threshold: float = 0.99) -> pd.DataFrame:
@@ -210,9 +204,6 @@ def phase_diagram(frame: pd.DataFrame, threshold: float = 0.99) -> go.Figure:
     return house_style(fig, title, height=200 + 260 * len(combos), width=max(760, 380 * len(dropouts) + 150))
 
 
-# ----------------------------------------------------------------------------- epoch to recall
-
-
 def epoch_to_recall(frame: pd.DataFrame) -> go.Figure:
     """Spread across seeds of ``epoch_recall_99`` (first epoch with recall >= 0.99), per configuration.
 
@@ -266,9 +257,6 @@ def _nice_ticks(top: float) -> list[int]:
     if top / step < 4:
         step = max(1, step // 2)
     return list(range(0, int(top) + step, step))
-
-
-# ----------------------------------------------------------------------------- roles and claims
 
 
 def sweep_modes(frame: pd.DataFrame) -> list[str]:

@@ -44,9 +44,6 @@ _FFN_HEADERS = {  # column -> table header, where they differ
 }
 
 
-# ----------------------------------------------------------------------------- heatmaps
-
-
 def _categories(series: pd.Series) -> list:
     """Axis order: sorted for numbers, first appearance otherwise."""
     values = list(pd.unique(series))
@@ -252,9 +249,6 @@ def patching_heatmap(
     check_str("title", title)
     return house_style(fig, title, x_title=x_title, y_title="component",
                   height=max(380, 180 + 40 * len(trace.y)), width=max(560, 260 + 70 * len(trace.x)))
-
-
-# ----------------------------------------------------------------------------- tables
 
 
 def _cell(value: object) -> str:
