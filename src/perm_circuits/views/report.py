@@ -313,7 +313,7 @@ def write_report(
     refused unless an earlier report wrote it (it holds :data:`REPORT_MARKER`) or ``force``.  ``n``:
     test sequences of the evaluation, attention maps, MLP flips and DLA; the head-role verdict and
     the patching sweeps use at most :data:`ROLES_MAX_N` / :data:`PATCH_MAX_N` (each page says its
-    sizes).  Bad arguments raise before anything is written.
+    sizes).  ``progress``: a tqdm bar on stderr.  Bad arguments raise before anything is written.
 
     Returns ``out/NAME.html`` per model, in order, then ``out/index.html`` for several models (not
     the shared ``out/plotly-<version>.min.js``).
