@@ -8,6 +8,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from perm_circuits._util import atomic_write_text
 from perm_circuits.views.attention_figures import attention_heatmaps, sequence_attention
 from perm_circuits.views.evaluation_figures import STUDY_SEQUENCE, probe_distribution, step_accuracy, walkthrough
 from perm_circuits.views.figure_style import (
@@ -75,6 +76,4 @@ def write_html(fig: go.Figure, path: str | os.PathLike, *, plotly_js: str = "inl
     include: bool | str = True if plotly_js == "inline" else write_plotly_js(path.parent).name
     page = fig.to_html(full_html=True, include_plotlyjs=include,
         config={"displaylogo": False, "topojsonURL": TOPOJSON_LOCAL})
-    page = offline_plotly(page)
-    path.write_text(page, encoding="utf-8")
-    return path
+    return atomic_write_text(path, offline_plotly(page))

@@ -84,8 +84,13 @@ _MODEL_STEPS = ("evaluate", "head roles", "patching", "FFN and memory", "figures
 NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
+REPORT_MARKER = ".perm-circuits-report.json"
+"""The file :func:`write_report` leaves in its folder (the pages it wrote): such a folder may be rewritten."""
+
+
 def check_out(out: object, force: object) -> Path:
-    """``out`` as a folder path, refused as :func:`_check_overwrite` says."""
+    """``out`` as a folder path; a non-empty folder that no report wrote (no :data:`REPORT_MARKER`) is
+    refused unless ``force``."""
     if not isinstance(out, (str, os.PathLike)):
         raise TypeError(f"out must be a folder path (str or Path), got {type(out).__name__}")
     path = Path(out)
@@ -93,22 +98,12 @@ def check_out(out: object, force: object) -> Path:
         raise ValueError("out must be a folder path, got an empty string")
     if path.exists() and not path.is_dir():
         raise ValueError(f"out {str(path)!r} exists and is not a folder")
-    _check_overwrite(path, force)
-    return path
-
-
-REPORT_MARKER = ".perm-circuits-report.json"
-"""The file :func:`write_report` leaves in its folder (the pages it wrote): such a folder may be rewritten."""
-
-
-def _check_overwrite(out: Path, force: object) -> None:
-    """Refuse a non-empty ``out`` that no report wrote (no :data:`REPORT_MARKER`), unless ``force``."""
     if not isinstance(force, bool):
         raise TypeError(f"force must be a bool, got {type(force).__name__}")
-    if force or not out.is_dir() or (out / REPORT_MARKER).is_file() or not any(out.iterdir()):
-        return
+    if force or not path.is_dir() or (path / REPORT_MARKER).is_file() or not any(path.iterdir()):
+        return path
     raise ValueError(
-        f"out {str(out)!r} is a non-empty folder that perm-circuits report did not write (no {REPORT_MARKER}); "
+        f"out {str(path)!r} is a non-empty folder that perm-circuits report did not write (no {REPORT_MARKER}); "
         "choose another folder, or pass force=True (CLI: --force) to write the report into it anyway"
     )
 

@@ -79,10 +79,6 @@ def check_frame(frame: object, columns: Sequence[str], name: str = "frame") -> p
     return frame
 
 
-def _done(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame[frame["status"] == "done"]
-
-
 def config_axes(frame: pd.DataFrame, keys: Sequence[str] = PHASE_KEYS) -> list[str]:
     """Config columns besides ``keys`` (and the seed) that take several values within one ``keys`` cell
     (NaN counts as a value); derived ones (``d_head``, ``d_mlp``) are constant within a cell."""
@@ -157,13 +153,9 @@ def phase_diagram(frame: pd.DataFrame, threshold: float = 0.99) -> go.Figure:
     x_labels = [_fmt_value(d) for d in d_models]
     y_labels = [_fmt_value(h) for h in heads]
 
-    def combo_title(combo: dict) -> str:
-        return ", ".join(f"{axis}={_fmt_value(value)}" for axis, value in combo.items())
-
-    titles = [
-        f"dropout {_fmt_value(p)}" + (f" | {combo_title(combo)}" if combo else "")
-        for combo in combos for p in dropouts
-    ]
+    suffixes = [" | " + ", ".join(f"{axis}={_fmt_value(v)}" for axis, v in combo.items()) if combo else ""
+                for combo in combos]
+    titles = [f"dropout {_fmt_value(p)}{suffix}" for suffix in suffixes for p in dropouts]
     fig = make_subplots(rows=len(combos), cols=len(dropouts), subplot_titles=titles, horizontal_spacing=0.08,
         vertical_spacing=min(0.15, 0.6 / max(len(combos), 1)))
     for r, combo in enumerate(combos, start=1):
@@ -213,7 +205,7 @@ def epoch_to_recall(frame: pd.DataFrame) -> go.Figure:
     """
     check_frame(frame, ["status", "epoch_recall_99", "seed", *PHASE_KEYS])
     others = config_axes(frame)
-    done = _done(frame)
+    done = frame[frame["status"] == "done"]
     if done.empty:
         raise ValueError("frame has no finished runs (status == 'done'): nothing to draw")
     epochs = done["epoch_recall_99"].astype(float)
@@ -318,7 +310,7 @@ def role_counts(frame: pd.DataFrame, how: str | None = None) -> pd.DataFrame:
         modes = [how]
     roles, claims = role_columns(frame), claim_columns(frame)
     others = config_axes(frame)
-    done = _done(frame)
+    done = frame[frame["status"] == "done"]
     if done.empty:
         raise ValueError("frame has no finished runs (status == 'done'): nothing to count")
     labels = pd.Series([config_label(row, others, dropout=True) for _, row in done.iterrows()], index=done.index)
@@ -357,7 +349,7 @@ def roles_frequency(frame: pd.DataFrame, how: str | None = None) -> go.Figure:
     counts = role_counts(frame, how)
     modes = sweep_modes(frame) if how is None else [how]  # a mode with nothing counted still gets its entry
     others = config_axes(frame)
-    labels = _ordered_labels(_done(frame), others)
+    labels = _ordered_labels(frame[frame["status"] == "done"], others)
     panels = list(dict.fromkeys(zip(counts["kind"], counts["item"])))
     panels.sort(key=lambda p: (p[0] != "role", p[1]))
     if not panels:
