@@ -293,10 +293,10 @@ def test_report_refuses_a_folder_it_did_not_write(tmp_path):
     with pytest.raises(ValueError, match=r"non-empty folder that perm-circuits report did not write .*force=True \(CLI: --force\)"):
         write_report(["d16h1"], out, n=100, progress=False)
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
-    from perm_circuits.views.report import _check_overwrite  # write_report's own check (beartype runs first in tests)
+    from perm_circuits.views.report import check_out  # write_report's own check (beartype runs first in tests)
 
     with pytest.raises(TypeError, match="force must be a bool, got str"):
-        _check_overwrite(out, "yes")
+        check_out(out, "yes")
     model = build_model("d16h1")
     pages = write_report([model], out, n=100, progress=False, force=True)
     assert [p.name for p in pages] == ["d16h1.html"] and (out / "notes.txt").read_text() == "keep me"

@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 from torch import Tensor
 
 from perm_circuits.checks import check_int
-from perm_circuits.hooks import run_logits
+from perm_circuits.hooks import run_capture
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.tasks.permutation_data import Batch, make_test_set, validate_tokens
 from perm_circuits.views.circuits import token_labels
@@ -23,20 +23,12 @@ __all__ = ["attention_heatmaps", "sequence_attention"]
 
 
 def _attention_patterns(model, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch layer head q k"]:
-    """Every layer's ``attn.hook_pattern``, captured in one forward pass (hooks always removed)."""
-    n_layers = model_config_of(model).n_layers
-    store: dict[int, Tensor] = {}
-
-    def make(layer: int):
-        def capture(pattern: Tensor, hook) -> None:
-            store[layer] = pattern.detach().float().cpu()
-
-        return capture
-
-    run_logits(model, tokens, [(f"blocks.{layer}.attn.hook_pattern", make(layer)) for layer in range(n_layers)])
-    if len(store) != n_layers:
-        raise RuntimeError(f"captured attention of layers {sorted(store)}, expected {n_layers} layers")
-    return torch.stack([store[layer] for layer in range(n_layers)], dim=1)
+    """Every layer's ``attn.hook_pattern`` on validated ``tokens``, captured in one forward pass."""
+    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(model_config_of(model).n_layers)]
+    _, store = run_capture(model, tokens, names)
+    if len(store) != len(names):
+        raise RuntimeError(f"captured attention at {sorted(store)}, expected {len(names)} layers")
+    return torch.stack([store[name].float().cpu() for name in names], dim=1)
 
 
 def attention_trace(
@@ -74,6 +66,17 @@ def attention_grid(
     return house_style(fig, title, height=150 + 420 * rows, width=max(620, 520 * cols))
 
 
+def head_grid(
+    patterns: Sequence[Tensor], labels: list[str], title: str, *, cell_text: bool = True, vertical_spacing: float = 0.18
+) -> go.Figure:
+    """One layer's ``[head, q, k]`` attention per row of :func:`attention_grid`, heads ``L{layer}H{head}``."""
+    n_heads = max(pattern.shape[0] for pattern in patterns)
+    names = [f"L{layer}H{head}" for layer in range(len(patterns)) for head in range(n_heads)]
+    traces = [(layer, head, attention_trace(pattern[head], labels, f"L{layer}H{head}", cell_text=cell_text))
+              for layer, pattern in enumerate(patterns) for head in range(pattern.shape[0])]
+    return attention_grid(traces, names, len(patterns), n_heads, title, vertical_spacing=vertical_spacing)
+
+
 def attention_heatmaps(
     model,
     test_set: Batch | None = None,
@@ -81,19 +84,14 @@ def attention_heatmaps(
     *,
     n: int = 5000,
 ) -> go.Figure:
-    """Mean attention pattern of every head over a test set (study section 08).
+    """Mean attention pattern of every head over a test set (study section 08; the elimination head
+    reads as a uniform accumulator over earlier ``y`` tokens, the recall head as local ``(x, y)`` binding).
 
-    One subplot per (layer, head): row ``q``, column ``k`` is the mean over sequences of the
-    weight query position ``q`` puts on key position ``k``; axes carry the positions' roles
-    (``0: x1``, ``1: y1``, ...).  The study reads the elimination head as a uniform accumulator
-    over earlier ``y`` tokens and the recall head as local ``(x, y)`` binding.
-
-    Args:
-        test_set: default ``make_test_set(task_config_of(model), n)``.
-        repeated: ``None`` averages all sequences; ``True`` / ``False`` only those whose last
-            query repeats (does not repeat) an earlier one; ``"split"`` draws both, one row of
-            subplots each.
-        n: size of the default test set.
+    One subplot per (layer, head): row ``q``, column ``k`` is the mean weight query position ``q``
+    puts on key ``k``, axes labelled by role (``0: x1``).  ``test_set`` defaults to
+    ``make_test_set(task_config_of(model), n)``.  ``repeated``: None averages all sequences,
+    True / False those whose last query repeats (does not repeat) an earlier one, ``"split"`` draws
+    both, a row of subplots each.
     """
     check_model(model)
     config = model_config_of(model)
@@ -135,11 +133,8 @@ def attention_heatmaps(
 
 
 def sequence_attention(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"]) -> go.Figure:
-    """Attention of every head on one sequence, tokens labelled ``0: x=2``, ``1: y=4``, ...
-
-    Args:
-        tokens: one sequence ``[x1, y1, ..., xV]`` (a list of ints, a 1-D tensor or ``[1, seq]``).
-    """
+    """Attention of every head on one sequence ``[x1, y1, ..., xV]`` (ints, a 1-D tensor or ``[1, seq]``),
+    tokens labelled ``0: x=2``, ``1: y=4``, ..."""
     check_model(model)
     config = model_config_of(model)
     if isinstance(tokens, (list, tuple)):
@@ -150,9 +145,5 @@ def sequence_attention(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"])
     if seq.shape[0] != 1:
         raise ValueError(f"tokens must be one sequence, got a batch of {seq.shape[0]}")
     pattern = _attention_patterns(model, seq)[0]  # [layer, head, q, k]
-    labels = token_labels(seq[0])
-    cells = [(layer, head) for layer in range(config.n_layers) for head in range(config.n_heads)]
-    names = [f"L{layer}H{head}" for layer, head in cells]
-    traces = [(*cell, attention_trace(pattern[cell], labels, name)) for cell, name in zip(cells, names)]
     title = f"{config.name}: attention on {format_sequence(seq[0].tolist())}"
-    return attention_grid(traces, names, config.n_layers, config.n_heads, title)
+    return head_grid(list(pattern), token_labels(seq[0]), title)

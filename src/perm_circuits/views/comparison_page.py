@@ -1,8 +1,5 @@
-"""The report's comparison page (``index.html``): several models side by side.
-
-:func:`~perm_circuits.views.report.write_report` writes it when given several models; its sections
-are :data:`COMPARISON_SECTIONS`.
-"""
+"""The report's comparison page (``index.html``, sections :data:`COMPARISON_SECTIONS`): several models
+side by side, written by :func:`~perm_circuits.views.report.write_report`."""
 
 from __future__ import annotations
 
@@ -60,7 +57,7 @@ def comparison_html(entries: Sequence[ModelEntry], plotly_js: bool | str = True)
     columns: dict[str, dict[str, object]] = {}
     for e in entries:
         ev, verdict, gen = e.evaluation, e.verdict, e.generalisation
-        column: dict[str, object] = {
+        columns[e.name] = {
             "parameters": str(sum(p.numel() for p in e.model.parameters())),
             "test loss": cell(ev.test_loss),
             "elimination accuracy": f"{100 * ev.elimination_accuracy:.2f}%",
@@ -68,12 +65,9 @@ def comparison_html(entries: Sequence[ModelEntry], plotly_js: bool | str = True)
             "probe P(4) recall / P(1) trap": f"{ev.probe[3]:.4f} / {ev.probe[0]:.4f}" if ev.probe else "–",
             "recall when the last query repeats x1 / x2 / ...": " / ".join(f"{100 * a:.0f}%" for a in gen.recall),
             "study's story holds": {True: "yes", False: "no", None: "undecided"}[verdict.story_holds],
+            **{f"role of {item.component}": item.role for item in (*verdict.heads, *verdict.mlps)},
+            **{f"claim: {claim.claim}": claim.status for claim in verdict.claims},
         }
-        for item in (*verdict.heads, *verdict.mlps):
-            column[f"role of {item.component}"] = item.role
-        for claim in verdict.claims:
-            column[f"claim: {claim.claim}"] = claim.status
-        columns[e.name] = column
     frame = pd.DataFrame(columns)  # rows: metrics, then roles, then claims; one column per model
     frame = frame.loc[sorted(frame.index, key=lambda row: (row.startswith("claim:"), row.startswith("role of")))]
     frame.index.name = "model"
@@ -84,11 +78,8 @@ def comparison_html(entries: Sequence[ModelEntry], plotly_js: bool | str = True)
 
     add(h2_html("Step accuracy"))
     evaluations = [e.evaluation for e in entries]
-    if len({len(ev.steps) for ev in evaluations}) == 1:
-        add(fig(F.step_accuracy(*evaluations)))
-    else:
-        for ev in evaluations:
-            add(fig(F.step_accuracy(ev)))
+    for group in [evaluations] if len({len(ev.steps) for ev in evaluations}) == 1 else [[ev] for ev in evaluations]:
+        add(fig(F.step_accuracy(*group)))  # one figure, or one per model when their step counts differ
 
     add(h2_html("Probe distribution"))
     probe_models = {e.name: e.model for e in entries if model_config_of(e.model).V == 5}

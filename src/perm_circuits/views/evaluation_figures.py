@@ -43,27 +43,18 @@ def _value_probs(model, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor, "batc
 
 
 def _unique_names(names: Sequence[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    out = []
-    for name in names:
-        seen[name] = seen.get(name, 0) + 1
-        out.append(name if seen[name] == 1 else f"{name} ({seen[name]})")
-    return out
+    """``names`` with the second ``"a"`` renamed ``"a (2)"``, the third ``"a (3)"``, ..."""
+    return [name if (k := names[:i].count(name) + 1) == 1 else f"{name} ({k})" for i, name in enumerate(names)]
 
 
 def step_accuracy(*evaluations: Evaluation, prior: str = "uniform") -> go.Figure:
     """Per-step accuracy vs the Bayesian target accuracy, with MAE vs the posterior (section 06).
 
-    Bars: each model's categorical accuracy at steps ``1..V``.  Lines: the accuracy the exact
-    Bayesian predictor reaches (its mean probability on the target), with the uniform prior
-    (``StepMetrics.bayes_accuracy``) and the train-split prior (``bayes_accuracy_train``).
-    Dotted lines on the right axis: each model's mean absolute error against the posterior of
-    ``prior``; hover shows the max error too, and at the last step the elimination and recall
-    (memorization-subgroup) accuracies.
-
-    Args:
-        evaluations: one or more :class:`~perm_circuits.evaluate.Evaluation` (several: compared).
-        prior: which posterior the MAE line measures against: ``"uniform"`` or ``"train"``.
+    Bars: each :class:`~perm_circuits.evaluate.Evaluation`'s accuracy at steps ``1..V``.  Lines: the
+    exact Bayesian predictor's accuracy (mean probability on the target) with the uniform prior
+    (``StepMetrics.bayes_accuracy``) and the train-split prior (``bayes_accuracy_train``).  Dotted,
+    right axis: each model's mean absolute error against the ``prior`` (``"uniform"`` or ``"train"``)
+    posterior; hover adds the max error and, at the last step, elimination and recall accuracy.
     """
     if not evaluations:
         raise ValueError("step_accuracy needs at least one Evaluation")
@@ -103,7 +94,7 @@ def step_accuracy(*evaluations: Evaluation, prior: str = "uniform") -> go.Figure
             secondary_y=True,
         )
     # the Bayesian targets depend on the test set only: draw each distinct one once
-    keys = [_bayes_key(e) for e in evaluations]
+    keys = [tuple((round(s.bayes_accuracy, 9), round(s.bayes_accuracy_train, 9)) for s in e.steps) for e in evaluations]
     for index, (name, evaluation) in enumerate(zip(names, evaluations)):
         if keys[index] in keys[:index]:
             continue
@@ -127,26 +118,15 @@ def step_accuracy(*evaluations: Evaluation, prior: str = "uniform") -> go.Figure
     return house_style(fig, title, x_title="y-prediction step", height=520, width=max(760, 260 + 160 * len(steps)))
 
 
-def _bayes_key(evaluation: Evaluation) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    return (
-        tuple(round(s.bayes_accuracy, 9) for s in evaluation.steps),
-        tuple(round(s.bayes_accuracy_train, 9) for s in evaluation.steps),
-    )
-
-
 def walkthrough(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"] | None = None) -> go.Figure:
-    """The study's five-step walkthrough (section 06): predicted distribution vs the posterior.
+    """The study's five-step walkthrough (section 06) of one sequence ``tokens`` (default
+    :data:`STUDY_SEQUENCE`; ``probe_sequence()`` shows recall vs the trap).
 
-    One subplot per y-prediction step ``k``: the model's P(y = v) for ``v = 1..V`` next to the
-    exact Bayesian posterior with the uniform prior and with the train-split prior
-    (:func:`~perm_circuits.posterior.bayes_posterior`).  Tick labels mark the target (``✓``),
-    the values already used (``✕``), and at a repeated last query the recall answer and the
-    elimination trap.  The last step's target is the uniform posterior's point mass (the
-    unused value, or the earlier ``y`` of a repeated query).
-
-    Args:
-        tokens: one sequence ``[x1, y1, ..., xV]``; default :data:`STUDY_SEQUENCE`
-            ``[2,3, 1,5, 4,4, 3,2, 5]`` (target 1).  ``probe_sequence()`` shows recall vs the trap.
+    One subplot per y-prediction step ``k``: the model's P(y = v), ``v = 1..V``, next to the exact
+    Bayesian posterior with the uniform and the train-split prior
+    (:func:`~perm_circuits.posterior.bayes_posterior`).  Ticks mark the target (``✓``), the used
+    values (``✕``) and, at a repeated last query, the recall answer and the elimination trap.  The
+    last target is the uniform posterior's point mass (the unused value, or the earlier ``y``).
     """
     check_model(model)
     V = model_config_of(model).V
@@ -216,10 +196,7 @@ def probe_distribution(models: Mapping[str, Any]) -> go.Figure:
     """P(y = v) at the last position of the probe ``[2,4, 5,3, 4,5, 3,2, 2]`` per model (section 07).
 
     ``x5 = x1 = 2``: recall answers 4 (orange), elimination's trap is 1, the only unused value
-    (blue).  One bar group per model; the other values are grey.
-
-    Args:
-        models: ``{label: model}`` (V = 5 models), drawn in the given order.
+    (blue); the other values are grey.  ``models``: ``{label: model}`` (V = 5), one bar group each.
     """
     if not isinstance(models, Mapping):
         raise TypeError(f"models must be a dict of name -> model, got {type(models).__name__}")

@@ -1,8 +1,5 @@
-"""The per-model report page's content: sample sizes, what a page computed, and its sections as HTML.
-
-:mod:`perm_circuits.views.report` runs the analyses of one model and assembles its page
-(``_model_page``) from the renderers here.
-"""
+"""The per-model report page's content (assembled by :mod:`perm_circuits.views.report`): sample sizes,
+what a page computed, and its sections as HTML."""
 
 from __future__ import annotations
 
@@ -64,9 +61,6 @@ MODEL_SECTIONS: tuple[str, ...] = (
 """The ``<h2>`` headings of a per-model page, in order."""
 
 
-# ----------------------------------------------------------------------------- what a page computed
-
-
 @dataclass
 class ModelEntry:
     """One model of the report and what its page computed (kept for the comparison page)."""
@@ -81,9 +75,6 @@ class ModelEntry:
     sizes: dict[str, str] = field(default_factory=dict)
     probe_views: list[tuple[str, OfflineView]] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
-
-
-# ----------------------------------------------------------------------------- tables
 
 
 def evaluation_html(evaluation: Evaluation) -> str:
@@ -196,9 +187,6 @@ def claims_table(verdict: Any) -> str:
     return status_cells(html_table(frame, wide=True))
 
 
-# ----------------------------------------------------------------------------- views
-
-
 def _last_target(seq: torch.Tensor, task: TaskConfig) -> int:
     """The last step's correct y: the earlier y of a repeated query, else the unused value."""
     return int(bayes_posterior(seq, task, "uniform").probs[0, -1].argmax()) + 1
@@ -235,13 +223,12 @@ def model_views(model: Any, task: TaskConfig, test_set: Batch) -> list[tuple[str
         logits, cache = model.run_with_cache(tokens, names_filter=lambda name: name in wanted)
     probs = logits[:, 0::2].float().softmax(-1).cpu()
     views: list[tuple[str, OfflineView]] = []
-    heads = [f"L{l}H{h}" for l in layers for h in range(config.n_heads)]
     for i, (label, seq) in enumerate(examples):
         ids = seq[0].tolist()
         labels = token_labels(ids)
         for layer in layers:
             pattern = cache[f"blocks.{layer}.attn.hook_pattern"][i].detach().float().cpu()
-            names = heads[layer * config.n_heads : (layer + 1) * config.n_heads]
+            names = [f"L{layer}H{h}" for h in range(config.n_heads)]
             title = f"Attention of every head of layer {layer} on the {label}"
             views.append((title, attention_view(pattern, labels, names, title=title)))
         targets = ids[1::2] + [_last_target(seq, task)]
@@ -267,9 +254,6 @@ def model_views(model: Any, task: TaskConfig, test_set: Batch) -> list[tuple[str
                 title=title, neuron_labels=[f"n{j} (max {peak[j]:.2f})" for j in order],
                 layer_label=f"L{layer} mlp.hook_post")))
     return views
-
-
-# ----------------------------------------------------------------------------- sizes, provenance and summary
 
 
 def page_sizes(n: int) -> tuple[int, int, int]:

@@ -1,20 +1,10 @@
 """The HTML report: one self-contained, offline page per model, and a comparison page.
 
-:func:`write_report` (``perm-circuits report NAME... --out DIR``) has each model's analyses
-computed by :func:`perm_circuits.analysis.report_data.study_report_data` and writes
-``DIR/NAME.html``: the head-role verdict (its claims, roles under every ablation mode and the
-circuit proposed per skill with its IOI numbers), the evaluation against the exact Bayesian
-posteriors, the study's figures, the memory-probe (Bietti et al. 2023), MLP-flip and
-direct-logit-attribution tables, circuitsvis views of one forward pass over the study's probe and
-walkthrough sequences, and the training provenance (the sections of :data:`MODEL_SECTIONS`).  With
-several models it also writes ``DIR/index.html`` side by side (:data:`COMPARISON_SECTIONS`).
-Pages inline the circuitsvis bundle and share one plotly.js saved beside them
-(:func:`perm_circuits.views.html.write_plotly_js`): they work with no network.
-
-Sample sizes (:func:`write_report`'s ``n``, capped for the head-role verdict and the patching
-sweeps) keep the whole report a few seconds per model.  The sections are rendered by
-:mod:`perm_circuits.views.model_page` and :mod:`perm_circuits.views.comparison_page` with the
-helpers of :mod:`perm_circuits.views.report_html`.
+:func:`write_report` (``perm-circuits report NAME... --out DIR``) computes each model's analyses with
+:func:`perm_circuits.analysis.report_data.study_report_data` and writes ``DIR/NAME.html`` (the
+sections of :data:`MODEL_SECTIONS`, rendered by :mod:`perm_circuits.views.model_page`); with several
+models also ``DIR/index.html`` side by side (:data:`COMPARISON_SECTIONS`).  Pages inline the
+circuitsvis bundle and share one plotly.js saved beside them: they work with no network.
 """
 
 from __future__ import annotations
@@ -94,17 +84,13 @@ _MODEL_STEPS = ("evaluate", "head roles", "patching", "FFN and memory", "figures
 NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
-# ----------------------------------------------------------------------------- inputs
-
-
-def _check_n(n: object) -> int:
-    if check_int("n", n) <= 0:
-        raise ValueError(f"n must be a positive int (test sequences), got {n}")
-    return n
+REPORT_MARKER = ".perm-circuits-report.json"
+"""The file :func:`write_report` leaves in its folder (the pages it wrote): such a folder may be rewritten."""
 
 
 def check_out(out: object, force: object) -> Path:
-    """``out`` as a folder path, refused as :func:`_check_overwrite` says."""
+    """``out`` as a folder path; a non-empty folder that no report wrote (no :data:`REPORT_MARKER`) is
+    refused unless ``force``."""
     if not isinstance(out, (str, os.PathLike)):
         raise TypeError(f"out must be a folder path (str or Path), got {type(out).__name__}")
     path = Path(out)
@@ -112,22 +98,12 @@ def check_out(out: object, force: object) -> Path:
         raise ValueError("out must be a folder path, got an empty string")
     if path.exists() and not path.is_dir():
         raise ValueError(f"out {str(path)!r} exists and is not a folder")
-    _check_overwrite(path, force)
-    return path
-
-
-REPORT_MARKER = ".perm-circuits-report.json"
-"""The file :func:`write_report` leaves in its folder (the pages it wrote): such a folder may be rewritten."""
-
-
-def _check_overwrite(out: Path, force: object) -> None:
-    """Refuse a non-empty ``out`` that no report wrote (no :data:`REPORT_MARKER`), unless ``force``."""
     if not isinstance(force, bool):
         raise TypeError(f"force must be a bool, got {type(force).__name__}")
-    if force or not out.is_dir() or (out / REPORT_MARKER).is_file() or not any(out.iterdir()):
-        return
+    if force or not path.is_dir() or (path / REPORT_MARKER).is_file() or not any(path.iterdir()):
+        return path
     raise ValueError(
-        f"out {str(out)!r} is a non-empty folder that perm-circuits report did not write (no {REPORT_MARKER}); "
+        f"out {str(path)!r} is a non-empty folder that perm-circuits report did not write (no {REPORT_MARKER}); "
         "choose another folder, or pass force=True (CLI: --force) to write the report into it anyway"
     )
 
@@ -178,14 +154,8 @@ def _file_stem(name: str, taken: set[str]) -> str:
     return candidate
 
 
-# ----------------------------------------------------------------------------- per-model page
-
-
 def _model_page(entry: ModelEntry, n: int, step: Any, plotly_js: bool | str = True) -> str:
-    """Run every analysis of one model and assemble its page (``step(label)`` reports progress).
-
-    ``plotly_js``: ``html_page``'s ``include_plotlyjs`` (True inlines; a file name loads the shared copy).
-    """
+    """Run every analysis of one model and assemble its page (``step(label)`` reports progress)."""
     model = entry.model
     config = model_config_of(model)
     task = task_config_of(model)
@@ -196,8 +166,7 @@ def _model_page(entry: ModelEntry, n: int, step: Any, plotly_js: bool | str = Tr
     def add(title: str, html: str) -> None:
         body[title].append(Section("", html))
 
-    # 1-4. every analysis, computed once (analysis.report_data): evaluation, head roles, patching,
-    # FFN / memory probes, MLP flips, direct logit attribution
+    # 1-4. every analysis, computed once (analysis.report_data)
     data = study_report_data(model, n, n_roles=n_roles, n_patch=n_patch, n_recall=n_recall, n_boot=N_BOOT,
                              repeat_ratio=STUDY_REPEAT_RATIO, step=step, roles=head_roles)
     test_set, evaluation, generalisation, verdict = data.test_set, data.evaluation, data.generalisation, data.verdict
@@ -322,9 +291,6 @@ COLLAPSED = frozenset({"Head-role verdict", "Evaluation", "Recall generalisation
 """Sections of tables and long sentences, shown collapsed (``<details>``) below the opening circuits."""
 
 
-# ----------------------------------------------------------------------------- entry point
-
-
 def write_report(
     models: Sequence[Any] | str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -336,33 +302,19 @@ def write_report(
 ) -> list[Path]:
     """Write one self-contained offline HTML report per model, and a comparison page for several.
 
-    ``device`` (default the CPU) is where named models are loaded and run.
+    ``models``: pretrained names (``"d16h1"``, ``"d32h1"``, ``"d32h2"``), checkpoint folders
+    (:func:`perm_circuits.models.load_any`) or model objects (or one name), loaded and run on
+    ``device`` (default the CPU).  ``out`` is created, its pages overwritten; a non-empty folder is
+    refused unless an earlier report wrote it (it holds :data:`REPORT_MARKER`) or ``force``.  ``n``:
+    test sequences of the evaluation, attention maps, MLP flips and DLA; the head-role verdict and
+    the patching sweeps use at most :data:`ROLES_MAX_N` / :data:`PATCH_MAX_N` (each page says its
+    sizes).  ``progress``: a tqdm bar on stderr.  Bad arguments raise before anything is written.
 
-    Args:
-        models: pretrained names (``"d16h1"``, ``"d32h1"``, ``"d32h2"``), checkpoint folders
-            (loaded with :func:`perm_circuits.models.load_any`) or model objects; a single name is
-            accepted too.
-        out: output folder (created; existing pages are overwritten).  A non-empty folder is
-            refused unless an earlier report wrote it (it holds :data:`REPORT_MARKER`, which
-            lists the pages written there) or ``force`` is true.
-        n: test sequences of the evaluation (and of the attention maps, MLP flips and DLA); the
-            head-role verdict and the patching sweeps use at most :data:`ROLES_MAX_N` /
-            :data:`PATCH_MAX_N` (each page says which sizes it used).
-        progress: show a tqdm progress bar (on stderr) over models and sections.
-        force: write into a non-empty folder that no report wrote.
-
-    Returns:
-        The written pages: ``out/NAME.html`` per model, in the given order, then
-        ``out/index.html`` (the comparison) when several models are given.  The shared
-        ``out/plotly-<version>.min.js`` they load is written too (not listed).
-
-    Raises:
-        ValueError: an unknown model name or missing/invalid checkpoint, no models, ``n <= 0``,
-            ``out`` an existing file, or a non-empty folder no report wrote (without ``force``):
-            all before anything is written.
-        TypeError: arguments of the wrong type.
+    Returns ``out/NAME.html`` per model, in order, then ``out/index.html`` for several models (not
+    the shared ``out/plotly-<version>.min.js``).
     """
-    n = _check_n(n)
+    if check_int("n", n) <= 0:
+        raise ValueError(f"n must be a positive int (test sequences), got {n}")
     out = check_out(out, force)
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
@@ -389,8 +341,8 @@ def write_report(
             bar.update(1)
         for entry in entries:
             entry.page = out / f"{_file_stem(entry.name, taken)}.html"
-        plotly_js = start_folder(out, [e.page for e in entries] + ([out / INDEX_PAGE] if several else []))
-        written: list[Path] = []
+        pages = [entry.page for entry in entries] + ([out / INDEX_PAGE] if several else [])
+        plotly_js = start_folder(out, pages)
         for entry in entries:
             state: dict[str, Any] = {"started": False}
 
@@ -402,19 +354,14 @@ def write_report(
                 state.update(started=True, label=label, since=now)
                 bar.set_postfix_str(f"{entry.name}: {label}")
 
-            page = _model_page(entry, n, step, plotly_js)
-            assert entry.page is not None
-            entry.page.write_text(page, encoding="utf-8")
+            entry.page.write_text(_model_page(entry, n, step, plotly_js), encoding="utf-8")
             bar.update(1)
-            written.append(entry.page)
         if several:
             bar.set_postfix_str("comparison page")
-            path = out / INDEX_PAGE
-            path.write_text(comparison_html(entries, plotly_js), encoding="utf-8")
+            pages[-1].write_text(comparison_html(entries, plotly_js), encoding="utf-8")
             bar.update(1)
-            written.append(path)
         bar.set_postfix_str("done")
-        return written
+        return pages
     finally:
         torch.set_num_threads(threads)
         bar.close()

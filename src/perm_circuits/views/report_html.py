@@ -1,8 +1,6 @@
 """HTML building blocks of the report pages: escaping, headings, notes, tables, figures, the TOC and CSS.
 
-The per-model sections (:mod:`perm_circuits.views.model_page`) and the comparison page
-(:mod:`perm_circuits.views.comparison_page`) are written with them.  Figures are embedded without
-plotly.js (the page loads one shared copy) and with the local topojson setting: pages render offline.
+Figures are embedded without plotly.js (the page loads one shared copy), with the local topojson setting.
 """
 
 from __future__ import annotations

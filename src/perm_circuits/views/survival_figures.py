@@ -1,9 +1,6 @@
-"""The time-to-recall figure: per configuration, the share of seeds that have learned recall by N samples.
-
-Draws the curves :func:`perm_circuits.survival.time_to_recall` computes (Kaplan-Meier,
-censored at the training budget): one panel per dropout value, one step line per (d_model,
-n_heads), x = training sequences seen (log scale), y = fraction of seeds with recall >= 0.99.
-A line ends at its budget; a cross there marks seeds censored without recall.
+"""The time-to-recall figure: the Kaplan-Meier curves of :func:`perm_circuits.survival.time_to_recall`
+(share of seeds with recall >= 0.99 by N training sequences, log x, censored at the budget): a panel
+per dropout, a step line per configuration ending at its budget, a cross there for censored seeds.
 """
 
 from __future__ import annotations
@@ -18,11 +15,6 @@ from perm_circuits.views.figure_style import house_style
 from perm_circuits.views.figures import MODEL_PALETTE
 
 __all__ = ["time_to_recall_figure"]
-
-
-def _label(config: dict, others: Sequence[str]) -> str:
-    text = f"d{int(config['d_model'])} h{int(config['n_heads'])}"
-    return text + "".join(f", {axis}={config[axis]:g}" for axis in others)
 
 
 def time_to_recall_figure(curves: pd.DataFrame, *, marks: Sequence[float] = ()) -> go.Figure:
@@ -40,13 +32,14 @@ def time_to_recall_figure(curves: pd.DataFrame, *, marks: Sequence[float] = ()) 
     dropouts = sorted(curves["dropout"].unique())
     fig = make_subplots(rows=1, cols=len(dropouts), shared_yaxes=True,
                         subplot_titles=[f"dropout {p:g}" for p in dropouts])
-    configs = curves[["d_model", "n_heads", *others]].drop_duplicates().sort_values(["d_model", "n_heads", *others])
+    keys = ["d_model", "n_heads", *others]
+    configs = curves[keys].drop_duplicates().sort_values(keys)
     colors = {tuple(row): MODEL_PALETTE[i % len(MODEL_PALETTE)] for i, row in enumerate(configs.itertuples(index=False))}
     for col, dropout in enumerate(dropouts, start=1):
         panel = curves[curves["dropout"] == dropout]
-        for key, curve in panel.groupby(["d_model", "n_heads", *others], sort=True):
-            config = dict(zip(["d_model", "n_heads", *others], key))
-            name = _label(config, others)
+        for key, curve in panel.groupby(keys, sort=True):
+            d_model, n_heads, *values = key
+            name = f"d{int(d_model)} h{int(n_heads)}" + "".join(f", {a}={v:g}" for a, v in zip(others, values))
             x = curve["samples_seen"].clip(lower=1.0).tolist()
             y = curve["learned"].tolist()
             budget = float(curve["budget"].iloc[0])

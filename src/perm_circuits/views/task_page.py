@@ -1,17 +1,11 @@
 """The "task model" report: one offline HTML page for any :class:`~perm_circuits.tasks.base.Task` and model.
 
 :func:`render_task_report` renders a :class:`~perm_circuits.analysis.report_data.TaskReportData`
-(computed by :func:`~perm_circuits.analysis.report_data.task_report_data`; this module computes
-nothing) into ``OUT/<task name>.html``; :func:`task_report` does both in one call.  The page opens
-with the discovered circuit and three to five findings (:func:`~perm_circuits.views.circuit_hero.circuit_hero`);
-every section below is collapsed (``<details>``): the task's settings and the model's size, then the
-data's sections, the test sequences with the attention of every head (plotly heatmaps, and circuitsvis
-views of the first) and the ablation as a table and a heatmap of the change in the primary metric.
-
-Attention comes from every hook point whose name ends in ``hook_pattern``, so a TransformerLens
-bridge and a ``HookedRootModule`` both work; a model without one gets a note instead.  The page
-loads plotly.js from a copy saved beside it and inlines the circuitsvis bundle: it renders with no
-network.
+(computed by :func:`~perm_circuits.analysis.report_data.task_report_data`) into
+``OUT/<task name>.html``; :func:`task_report` does both.  The page opens with the discovered circuit
+and three to five findings (:func:`~perm_circuits.views.circuit_hero.circuit_hero`); every section
+below is collapsed: the task and model, the metrics, the test sequences with every head's attention
+(from the hook points ending in ``hook_pattern``; a note without one), the ablation and the analyses.
 """
 
 from __future__ import annotations
@@ -33,7 +27,7 @@ from perm_circuits.analysis.report_data import TaskReportData, task_report_data
 from perm_circuits.analysis.interventions.ablation_table import TaskAblationTable
 from perm_circuits.analysis.probes.task_attribution import attention_patterns
 from perm_circuits.tasks.base import Task
-from perm_circuits.views.attention_figures import attention_grid, attention_trace
+from perm_circuits.views.attention_figures import head_grid
 from perm_circuits.views.circuit_hero import HERO_CSS, CollapsedViews, collapsible_section, circuit_hero
 from perm_circuits.views.circuits import attention_view
 from perm_circuits.views.figure_style import house_style
@@ -42,16 +36,6 @@ from perm_circuits.views.report import NAME_RE, check_out, start_folder
 from perm_circuits.views.report_html import REPORT_CSS, FigureHTML, html_note, html_table, kv_table
 
 __all__ = ["attention_patterns", "render_task_report", "task_ablation_figure", "task_report"]
-
-
-def _attention_figure(patterns: dict[str, Tensor], row: int, labels: list[str], title: str):
-    n_heads = max(p.shape[1] for p in patterns.values())
-    names = [f"L{index}H{head}" for index in range(len(patterns)) for head in range(n_heads)]
-    cell_text = len(labels) <= 12
-    traces = [(index, head, attention_trace(pattern[row, head], labels, f"L{index}H{head}", cell_text=cell_text))
-              for index, pattern in enumerate(patterns.values()) for head in range(pattern.shape[1])]
-    return attention_grid(traces, names, len(patterns), n_heads, title,
-                          vertical_spacing=max(0.18 / len(patterns), 0.04))
 
 
 def task_ablation_figure(table: TaskAblationTable, metric: str | None = None):
@@ -181,12 +165,11 @@ def render_task_report(
     data: TaskReportData, out: str | os.PathLike[str], *, title: str | None = None, force: bool = False,
     page: str | None = None,
 ) -> Path:
-    """Write the offline page ``out/<page>.html`` (default ``out/<task name>.html``) for computed
-    ``data`` (module docstring).
+    """Write the offline page ``out/<page>.html`` (default ``out/<task name>.html``) of computed ``data``
+    and return its path (``plotly-<version>.min.js`` is written beside it).
 
-    ``out``: output folder (created); a non-empty folder that no report wrote is refused unless
-    ``force``.  ``title`` defaults to ``"<model> on <task>"``.  Returns the page's path
-    (``plotly-<version>.min.js`` is written beside it).
+    ``out`` is created; a non-empty folder that no report wrote is refused unless ``force``.
+    ``title`` defaults to ``"<model> on <task>"``.
     """
     if not isinstance(data, TaskReportData):
         raise TypeError(f"data must be a TaskReportData (analysis.report_data.task_report_data), got {type(data).__name__}")
@@ -210,7 +193,9 @@ def render_task_report(
         labels = list(data.labels[row])
         body = html_table(table, digits=3)
         if patterns:
-            body += fig(_attention_figure(patterns, row, labels, f"{title}: attention on test sequence {row}"))
+            body += fig(head_grid([pattern[row] for pattern in patterns.values()], labels,
+                                  f"{title}: attention on test sequence {row}", cell_text=len(labels) <= 12,
+                                  vertical_spacing=max(0.18 / len(patterns), 0.04)))
         else:
             body += html_note("The model exposes no attention-pattern hook point (*hook_pattern): no attention to show.")
         sections.append(collapsible_section(f"Test sequence {row}", body))
@@ -242,24 +227,14 @@ def task_report(
     analyses: bool = True,
     page: str | None = None,
 ) -> Path:
-    """:func:`~perm_circuits.analysis.report_data.task_report_data` then :func:`render_task_report`.
+    """:func:`~perm_circuits.analysis.report_data.task_report_data` then :func:`render_task_report`
+    (``out`` checked before any work).
 
-    Args:
-        model: any ``tokens -> logits`` module with TransformerLens hook points.
-        task: any :class:`~perm_circuits.tasks.base.Task`.
-        out: output folder (created); a non-empty folder that no report wrote is refused unless
-            ``force`` (as :func:`~perm_circuits.views.report.write_report`), before any work.
-        n: test sequences for the metrics (``task.test_set(n, seed)``).
-        n_sequences: how many of them are shown position by position with their attention.
-        forward: ``forward(model, tokens) -> logits``; default ``model(tokens)``.
-        title: page title; default ``"<model> on <task>"``.
-        ablation_hows: ablation modes of the "Ablation" section (from ``("zero", "mean",
-            "resample", "optimal")``); empty: no ablation section.  Ablation runs the model's own forward.
-        analyses: the attention scores, patching, attribution and circuit sections.
-        page: the page's file name stem (default the task's name): ``out/<page>.html``.
-
-    Returns:
-        The page's path (``plotly-<version>.min.js`` is written beside it).
+    ``model``: any ``tokens -> logits`` module with TransformerLens hook points, run as
+    ``forward(model, tokens)`` (default ``model(tokens)``; ablation runs the model's own forward) on
+    ``task.test_set(n, seed)``, of which ``n_sequences`` are shown position by position.
+    ``ablation_hows``: the "Ablation" section's modes (of zero, mean, resample, optimal; empty: no
+    section); ``analyses``: the attention scores, patching, attribution and circuit sections.
     """
     n = check_int("n", n, 1)
     n_sequences = check_int("n_sequences", n_sequences, 1)
