@@ -1,9 +1,5 @@
-"""The study's joint ablation: every head with the eliminator pattern ablated together, per mode.
-
-``head_roles`` (:mod:`perm_circuits.analysis.study.verdict`) asks whether the eliminating heads are
-redundant: one alone may be dispensable while the group is not.  Built on the general ablation
-table's hooks (:mod:`perm_circuits.analysis.interventions.permutation_table`) and the study's head scores.
-"""
+"""The study's joint ablation: every head with the eliminator pattern ablated together, per mode
+(one such head alone may be dispensable while the group is not)."""
 
 from __future__ import annotations
 

@@ -1,60 +1,27 @@
 """Activation patching of recall: which activations carry "x_V repeats x_1, so answer y_1".
 
-Set-up (the IOI paper's denoising patching, Wang et al. 2022 section 3; Meng et al. 2022, ROME):
+Denoising patching as in the IOI paper (Wang et al. 2022, section 3; Meng et al. 2022, ROME). Clean
+run: a repeated sequence ``x1 y1 ... x4 y4 x5`` with ``x5 = x1`` (answer ``y1``); corrupted run: the
+same with ``x5`` replaced by the one unused x (answer: the unused y, which is what elimination answers
+on the clean run). The runs differ in the last token only, so every activation at positions
+``0..2V-3`` is the same in both. Metric: ``LD = logit(y1) - logit(unused y)`` at the last position.
 
-- clean run: a repeated sequence ``x1 y1 ... x4 y4 x5`` with ``x5 = x1``; the answer is ``y1``;
-- corrupted run: the same sequence with ``x5`` replaced by the one unused x; its answer is the
-  unused y, which is exactly what elimination answers on the clean run.  The two runs differ in
-  one token (the last), so every activation at positions ``0..2V-3`` is identical in them;
-- metric: the logit difference ``LD = logit(y1) - logit(unused y)`` at the last position.
-  Recall makes it large and positive on the clean run, elimination makes it negative on both.
+A patch copies one activation of the ``source`` run into the ``target`` run (all samples, one forward
+per patch). Its effect is normalised per batch, ``(LD_i - mean LD_corrupted) / (mean LD_clean - mean
+LD_corrupted)``: 1 restores the clean LD, 0 does nothing (``per_sample`` keeps the values; their mean is
+the normalised mean LD). Where ``|mean LD_clean - mean LD_corrupted| < 1e-6`` the per-sample values,
+the CI and the mean are nan (and :func:`find_recall_head` raises a ValueError). CIs are paired
+percentile bootstraps over samples (one resample recomputes the clean, corrupted and patched means
+together), ``n_boot`` resamples. Clean -> corrupted is denoising (large = important), corrupted ->
+clean noising (small = important); :meth:`PatchingSweep.best` follows the direction.
 
-A patch copies one activation of the clean run into the corrupted run (all samples at once, one
-forward per patch).  Its effect is normalised per batch, ``(LD_i - mean LD_corrupted) /
-(mean LD_clean - mean LD_corrupted)``: 1 restores the clean logit difference, 0 does nothing.
-``per_sample`` keeps these values for every sample; the reported mean equals the normalised
-mean logit difference.  Confidence intervals are percentile bootstraps over samples (paired:
-one resample of sample indices recomputes the clean, corrupted and patched means together, so
-the uncertainty of the normalising constants is included); ``n_boot`` resamples, seeded.  Where
-``|mean LD_clean - mean LD_corrupted| < 1e-6`` (a model that answers both runs the same way)
-the normalised values are nan: the per-sample values, the confidence interval *and* the cell's
-``mean`` (and :func:`find_recall_head` raises a ValueError).  ``source`` / ``target`` choose the
-runs: the default clean -> corrupted is "denoising" (what a patch restores; large = important),
-corrupted -> clean is "noising" (what the clean run loses; *small* = important, 0 = all of the
-recall lost); :meth:`PatchingSweep.best` follows that direction.
-
-Pairs and seeds: every function builds its default pair with ``patching_pair(task_config, n,
-seed)``, where ``task_config`` defaults to the model's training task (``task_config_of(model)``)
-and is ignored when ``pair`` is given; ``seed`` seeds both that pair and the bootstrap resamples.
-Layer, head and position indices follow the package's rule (negative values count from the end,
-see :mod:`perm_circuits.analysis.interventions.checks`).
-
-"Per head and source position" patches (:func:`patch_head_sources`):
-
-- ``component="pattern"`` (default): the head's attention weight from the destination (the last
-  position by default) to one source position ``s`` is set to its clean value, other weights
-  unchanged (the row is not renormalised).  As ``z_dest = sum_s A[dest, s] v_s``, this patches
-  the head's per-source term ``A[dest, s] v_s`` whenever ``v_s`` is the same in both runs (every
-  ``s`` before the last position, in every layer: attention is causal, so no activation before
-  the last position sees the one token the runs differ in), and the per-source edits of ``z`` add up
-  to the whole-row patch.  TL4 native bridges do apply ``hook_pattern`` edits to the output
-  (checked in the tests: the patched ``hook_z`` equals the edited pattern times ``hook_v``).
-- ``component="value"``: the head's value vector ``hook_v`` at source ``s`` (all destinations).
-  Values before the last position are the same in both runs (in every layer, by causality), so
-  these patches are exactly 0 there: a check, not a finding.
-
-Every sweep covers the heads (``L{layer}H{head}``) and MLPs of every layer.  In a multi-layer
-model a patch of an early layer reaches the logits through the later layers too (the total
-effect); patching one head's output into one later head's input is path patching.
-
-TransformerLens' own ``transformer_lens.patching`` functions run on TL 4.3 bridges (in eval
-mode) and give the same numbers (a test compares them), but they cannot apply extra hooks in
-both runs, so this module has its own :func:`generic_patch` in the style of
-``generic_activation_patch``, specialised with :func:`functools.partial`.
-
-The generic machinery (result dataclasses, cached runs, bootstrap, the patch loop and the patch
-setters) lives in :mod:`perm_circuits.analysis.interventions.patching`; its public names are re-exported
-here, so ``from perm_circuits.analysis.study.recall_patching import PatchingSweep, set_head`` keeps working.
+Every function's default pair is ``patching_pair(task_config or the model's task, n, seed)`` (ignored
+when ``pair`` is given); ``seed`` seeds that pair and the bootstrap. Negative layer, head and position
+indices count from the end. Sweeps cover the heads (``L{layer}H{head}``) and MLPs of every layer; an
+early layer's patch reaches the logits through the later layers too (the total effect).
+TransformerLens' ``transformer_lens.patching`` gives the same numbers on TL 4.3 bridges (a test
+compares them) but cannot apply extra hooks in both runs, hence :func:`generic_patch`. The generic
+machinery is :mod:`perm_circuits.analysis.interventions.patching`, whose names are re-exported here.
 """
 
 from __future__ import annotations
@@ -86,9 +53,6 @@ __all__ = [
     "generic_patch", "logit_diff", "patch_attn_out", "patch_head_outputs", "patch_head_patterns", "patch_head_sources",
     "patch_mlp", "patch_residual", "patching_cache", "patching_pair", "recall_patching",
 ]
-
-
-# ----------------------------------------------------------------------------- data
 
 
 # ----------------------------------------------------------------------------- sweep axes
@@ -137,14 +101,9 @@ def patching_pair(
     return clean, corrupted, clean.ys[:, -1].clone(), corrupted.ys[:, -1].clone()
 
 
-def _resolve_pair(
-    model, pair: PatchingPair | None, n: int, seed: int, task_config: TaskConfig | None = None
-) -> PatchingPair:
-    """``pair`` validated, else ``patching_pair(task_config or the model's task, n, seed)``."""
-    config = check_task_config(model, task_config)
-    if pair is None:
-        return patching_pair(config, n=n, seed=seed)
-    return check_pair(model, pair)
+def _resolve_pair(model, pair: PatchingPair | None, n: int, seed: int, config: TaskConfig) -> PatchingPair:
+    """``pair`` validated, else ``patching_pair(config, n, seed)`` (``config`` already checked)."""
+    return patching_pair(config, n=n, seed=seed) if pair is None else check_pair(model, pair)
 
 
 # ----------------------------------------------------------------------------- results
@@ -207,30 +166,21 @@ def generic_patch(
 ) -> PatchingSweep:
     """Patch ``activation_name`` from the ``source`` run into the ``target`` run, once per cell.
 
-    Like TransformerLens' ``generic_activation_patch``: ``patch_setter(target_activation,
-    index, source_activation)`` writes the patched part of the source activation into (a clone
-    of) the target activation and returns it.  The cells are either ``index_axes`` (every
-    combination of ``layer``, ``head``, ``position``, ``source_position`` over the model's
-    ranges, like TL's ``index_axis_names``) or explicit ``index_rows`` (dicts with ``layer`` and
-    any of ``head``, ``position``, ``source_position``, ``neurons``; negative indices count
-    from the end and cells report the normalised ones).  ``hooks`` run in every forward (both
-    cached runs and every patched run), before the patch.
+    Like TransformerLens' ``generic_activation_patch``: ``patch_setter(target_activation, index,
+    source_activation)`` writes the patched part of the source activation into (a clone of) the
+    target activation and returns it. The cells are either ``index_axes`` (every combination of
+    ``layer``, ``head``, ``position``, ``source_position`` over the model's ranges, like TL's
+    ``index_axis_names``) or explicit ``index_rows`` (dicts with ``layer`` and any of ``head``,
+    ``position``, ``source_position``, ``neurons``; cells report normalised indices). ``hooks`` run
+    in every forward (both cached runs and every patched run), before the patch. ``seed`` seeds the
+    default pair and the ``n_boot`` bootstrap resamples (CIs at level ``confidence``); nan cells as in
+    the module docstring (:attr:`PatchingSweep.runs_differ`).
 
-    ``pair``, ``task_config``, ``n`` and ``seed`` as in the module docstring: ``seed`` seeds the
-    default pair *and* the ``n_boot`` bootstrap resamples of the confidence intervals (at level
-    ``confidence``).  Runs whose mean logit differences differ by less than 1e-6 give nan cells
-    (see :attr:`PatchingSweep.runs_differ`).
-
-    A cell whose patched activation equals the target's own (e.g. any position before the last,
-    in any layer: both runs share those tokens) is not run: its patched forward would be
-    the unpatched target run, whose logit differences are reused exactly.
-    ``activation_name="resid_mid"`` is patched through ``hook_attn_out`` (see
-    :func:`_resid_mid_hooks`).
-
-    ``cache`` (a :class:`PatchingCache` from :func:`patching_cache`) reuses the two unpatched
-    runs of an earlier sweep of the same model; ``pair``, ``hooks``, ``n`` and ``task_config`` are
-    then taken from it.  Every sweep below (``patch_head_outputs``, ``patch_head_sources``,
-    ``patch_mlp``, ``patch_residual``) passes ``cache`` through to here.
+    A cell whose patched activation equals the target's own (any position before the last) is not
+    run: the unpatched target run's logit differences are reused exactly. ``"resid_mid"`` is
+    patched through ``hook_attn_out``. ``cache`` (from :func:`patching_cache`) reuses the two
+    unpatched runs of an earlier sweep of the same model; ``pair``, ``hooks``, ``n`` and
+    ``task_config`` are then taken from it. Every sweep below passes ``cache`` through to here.
     """
     if cache is not None and not isinstance(cache, PatchingCache):
         raise TypeError(f"cache must be a PatchingCache from patching_cache(...), got {type(cache).__name__}")
@@ -239,11 +189,11 @@ def generic_patch(
     if activation_name not in ACTIVATIONS:
         raise ValueError(f"activation_name must be one of {sorted(ACTIVATIONS)}, got {activation_name!r}")
     check_patch_options(source, target, n_boot, seed, confidence)
-    check_task_config(model, task_config)
+    config = check_task_config(model, task_config)
     index_rows = sweep_cells(model, index_axes, index_rows)
     names = sorted({ACTIVATIONS[activation_name].format(layer=row["layer"]) for row in index_rows})
     if cache is None:
-        pair = _resolve_pair(model, pair, n, seed, task_config)
+        pair = _resolve_pair(model, pair, n, seed, config)
         hooks = check_hooks(model, hooks)
         cache = patching_cache(model, pair, hooks, names)
     else:
@@ -263,8 +213,7 @@ def patch_head_outputs(
 ) -> PatchingSweep:
     """Patch each head's ``hook_z`` (its whole output), at all positions or per position.
 
-    Shared arguments (``hooks``, ``source``, ``target``, ``n``, ``seed``, ``n_boot``, ``confidence``,
-    ``task_config``, ``cache``) as in :func:`generic_patch`: ``seed`` seeds the default pair and the bootstrap.
+    Other arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap).
     """
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
@@ -285,11 +234,14 @@ def patch_head_sources(
 ) -> PatchingSweep:
     """Per head and source position: one attention weight (``"pattern"``) or one value vector (``"value"``).
 
-    ``"pattern"`` patches the weight from ``dest_position`` (default the last position) to each
-    causal source position ``s <= dest``; ``"value"`` patches ``hook_v`` at each source
-    position.  See the module docstring for what these measure.  ``dest_position`` accepts a
-    negative index (counted from the end).  Shared arguments as in :func:`generic_patch` (``seed``
-    seeds the default pair and the bootstrap).
+    ``"pattern"`` sets the weight from ``dest_position`` (default the last) to each causal source
+    ``s <= dest`` to its source-run value, the row not renormalised. As ``z_dest = sum_s A[dest, s]
+    v_s`` and ``v_s`` is the same in both runs for every ``s`` before the last position (causality),
+    this patches the per-source term ``A[dest, s] v_s``, and the per-source edits add up to the
+    whole-row patch (TL4 native bridges apply ``hook_pattern`` edits: tested). ``"value"`` patches
+    ``hook_v`` at each source (all destinations); before the last position it is exactly 0 there, a
+    check rather than a finding. Other arguments as in :func:`generic_patch` (``seed`` seeds the
+    default pair and the bootstrap).
     """
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
@@ -331,9 +283,9 @@ def patch_mlp(
 ) -> PatchingSweep:
     """Patch the MLP output (``hook_mlp_out``, all positions or per position), or neuron groups.
 
-    With ``neuron_groups`` (a group size, or explicit lists of neurons; negative neurons count
-    from the end) the sweep patches ``mlp.hook_post`` for each group at every position instead.
-    Shared arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap).
+    With ``neuron_groups`` (a group size, or explicit lists of neurons) the sweep patches
+    ``mlp.hook_post`` for each group at every position instead. Other arguments as in
+    :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap).
     """
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
@@ -358,8 +310,8 @@ def patch_residual(
 ) -> PatchingSweep:
     """Patch the residual stream (``site`` = resid_pre / resid_mid / resid_post) per layer and position.
 
-    ``positions`` (default all; negative ones count from the end) restricts the cells.  Shared
-    arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap).
+    ``positions`` (default all) restricts the cells. Other arguments as in :func:`generic_patch`
+    (``seed`` seeds the default pair and the bootstrap).
     """
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
@@ -383,17 +335,13 @@ def find_recall_head(
 ) -> RecallHead:
     """The head whose clean output (``hook_z``, all positions) restores the most recall.
 
-    Runs :func:`patch_head_outputs` (clean -> corrupted, denoising) and names the head with the
-    largest normalised effect, with its bootstrap CI and the runner-up's effect.  Arguments as in
-    :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap).
-
-    Raises:
-        ValueError: when the clean and corrupted runs (under ``hooks``) have mean logit
-            differences closer than 1e-6: nothing is recalled that a head could restore, so no
-            head can be named (checked after the two unpatched runs, before any patch).
+    Runs :func:`patch_head_outputs` (clean -> corrupted) and names the head with the largest
+    normalised effect, with its bootstrap CI and the runner-up's effect. Arguments as in
+    :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap). Raises a ValueError when the two unpatched runs (under ``hooks``) have
+    mean logit differences closer than 1e-6 (nothing recalled for a head to restore).
     """
     check_patch_options("clean", "corrupted", n_boot, seed, confidence)
-    pair = _resolve_pair(model, pair, n, seed, task_config)
+    pair = _resolve_pair(model, pair, n, seed, check_task_config(model, task_config))
     hooks = check_hooks(model, hooks)
     names = [ACTIVATIONS["z"].format(layer=layer) for layer in _layers(model)]
     ctx = patching_cache(model, pair, hooks, names)
@@ -431,11 +379,10 @@ def recall_patching(
     Heads (``hook_z`` all positions), heads x source position (attention weight from the last
     position), whole attention patterns per head, MLP output, MLP neuron groups (skipped when
     ``neuron_groups`` is None) and the residual stream per position at resid_pre, resid_mid and
-    resid_post.  Arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the
-    bootstrap).
+    resid_post. Arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap).
     """
     check_patch_options(source, target, n_boot, seed, confidence)
-    pair = _resolve_pair(model, pair, n, seed, task_config)
+    pair = _resolve_pair(model, pair, n, seed, check_task_config(model, task_config))
     hooks = check_hooks(model, hooks)
     groups = None
     if neuron_groups is not None:
