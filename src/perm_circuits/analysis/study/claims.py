@@ -351,13 +351,11 @@ def _lookup_claim(ctx: Context, heads: list[HeadRole], scores: dict[str, HeadSco
 def study_claims(
     ctx: Context, config: ModelConfig, heads: Sequence[HeadRole], mlps: Sequence[MlpRole], scores: Sequence[HeadScore]
 ) -> list[Claim]:
-    """The study's claims for a model of ``config``, judged from its per-component roles under ``ctx.how``.
-
-    A model with one head in all gets the d16h1 claims (eliminates, no_recall,
-    single_head_accumulates); every other model (one head per layer in several layers included:
-    their heads can split the work) the d32h2 ones (eliminates, recalls, eliminator_head,
-    binding_head, division_of_labour, ffn_completes_recall, no_attention_lookup).
-    """
+    """The study's claims for a model of ``config``, judged from its per-component roles under ``ctx.how``:
+    the d16h1 ones (eliminates, no_recall, single_head_accumulates) for a model with one head in all,
+    else (one head per layer in several layers included: their heads can split the work) the d32h2 ones
+    (eliminates, recalls, eliminator_head, binding_head, division_of_labour, ffn_completes_recall,
+    no_attention_lookup)."""
     heads, mlps = list(heads), list(mlps)
     by_name = {score.component: score for score in scores}
     claims = _capability_claims(ctx, config, config.name)

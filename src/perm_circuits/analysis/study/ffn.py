@@ -1,26 +1,24 @@
 """The MLP as a key-value memory (Geva et al. 2021, "Transformer Feed-Forward Layers Are Key-Value
-Memories"); :func:`mlp_prediction_flips` (re-exported from :mod:`perm_circuits.analysis.probes.mlp_flips`)
-is the layer-level view of how often it changes the prediction.
+Memories"); :func:`mlp_prediction_flips` (from :mod:`perm_circuits.analysis.probes.mlp_flips`) is the
+layer-level view of how often it changes the prediction.
 
-Neuron ``n`` of layer ``l``: its *key* is ``W_in[l][:, n]``, its *coefficient* on an input the
-activation ``blocks.l.mlp.hook_post[..., n]``, its *value* ``W_out[l][n]``. :func:`ffn_key_value_probe`
-enumerates every x-position input of the task (a *trigger*, a distinct prefix ``x1 y1 .. x_k``:
-:class:`TriggerSet`), takes each neuron's ``top_k`` triggers with a positive coefficient (summarised
-by the pattern ``(position, query, used y values, repeated or not)`` and each attribute alone), and
-projects the value to the value tokens ``1..V`` through ``C diag(w_lnf) W_U``
-(:func:`~perm_circuits.analysis.probes.memory.effective_unembed`) times the mean ``coefficient /
-ln_final scale`` over the top triggers: the neuron's mean direct effect on the logits when it fires.
-The per-trigger ``1/scale`` (cached ``ln_final.hook_scale``) only sets the temperature, not the top token.
+Neuron ``n`` of layer ``l``: *key* ``W_in[l][:, n]``, *coefficient* ``blocks.l.mlp.hook_post[..., n]``,
+*value* ``W_out[l][n]``. :func:`ffn_key_value_probe` enumerates every x-position input of the task (a
+*trigger*: a distinct prefix ``x1 y1 .. x_k``, :class:`TriggerSet`), takes each neuron's ``top_k``
+triggers with a positive coefficient (summarised by the pattern ``(position, query, used y values,
+repeated)`` and by each attribute alone), and projects the value to the tokens ``1..V`` through
+``C diag(w_lnf) W_U`` (:func:`~perm_circuits.analysis.probes.memory.effective_unembed`) times the mean
+``coefficient / ln_final scale`` over those triggers: the neuron's mean direct effect on the logits when
+it fires (``1/scale`` sets the temperature only, not the top token; in a layer before the last, the
+total effect is :func:`~perm_circuits.analysis.interventions.ablation.ablate_mlp` with ``neurons=``).
 
 *Agreement* (Geva et al. 2021, section 4): the fraction of top triggers whose correct y is the value's
-top token (chance ``1/V``); before the last step each trigger counts with ``P(correct y = value top |
-prefix)`` over the enumerated sequences (:attr:`TriggerSet.target_probs`). ``suppress_used``: the
-fraction whose value's *bottom* token is already used (the elimination analogue). For neurons whose top
-triggers are mostly repeated queries (``fires_on_repeated``), ``recall_agreement`` / ``trap_agreement``
-say whether the value writes the recalled y or the elimination answer, ``trap_suppressed`` whether its
-most negative token is the elimination answer: the study's (section 09) "the FFN does the lookup".
-In a layer before the last the value is the *direct* effect; the total effect is
-:func:`~perm_circuits.analysis.interventions.ablation.ablate_mlp` with ``neurons=``.
+top token (chance ``1/V``), each counted with ``P(correct y = value top | prefix)``
+(:attr:`TriggerSet.target_probs`). ``suppress_used``: the fraction whose value's *bottom* token is
+already used (the elimination analogue). For neurons mostly firing on repeated queries
+(``fires_on_repeated``), ``recall_agreement`` / ``trap_agreement`` say whether the value writes the
+recalled y or the elimination answer, ``trap_suppressed`` whether its bottom token is the elimination
+answer: the study's (section 09) "the FFN does the lookup".
 """
 
 from __future__ import annotations

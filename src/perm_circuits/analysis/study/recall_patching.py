@@ -1,27 +1,22 @@
 """Activation patching of recall: which activations carry "x_V repeats x_1, so answer y_1".
 
 Denoising patching as in the IOI paper (Wang et al. 2022, section 3; Meng et al. 2022, ROME). Clean
-run: a repeated sequence ``x1 y1 ... x4 y4 x5`` with ``x5 = x1`` (answer ``y1``); corrupted run: the
-same with ``x5`` replaced by the one unused x (answer: the unused y, which is what elimination answers
-on the clean run). The runs differ in the last token only, so every activation at positions
-``0..2V-3`` is the same in both. Metric: ``LD = logit(y1) - logit(unused y)`` at the last position.
+run: ``x1 y1 ... x4 y4 x5`` with ``x5 = x1`` (answer ``y1``); corrupted run: ``x5`` replaced by the one
+unused x (answer: the unused y, elimination's answer on the clean run), so the runs share every
+activation at positions ``0..2V-3``. Metric: ``LD = logit(y1) - logit(unused y)`` at the last position.
 
 A patch copies one activation of the ``source`` run into the ``target`` run (all samples, one forward
-per patch). Its effect is normalised per batch, ``(LD_i - mean LD_corrupted) / (mean LD_clean - mean
-LD_corrupted)``: 1 restores the clean LD, 0 does nothing (``per_sample`` keeps the values; their mean is
-the normalised mean LD). Where ``|mean LD_clean - mean LD_corrupted| < 1e-6`` the per-sample values,
-the CI and the mean are nan (and :func:`find_recall_head` raises a ValueError). CIs are paired
-percentile bootstraps over samples (one resample recomputes the clean, corrupted and patched means
-together), ``n_boot`` resamples. Clean -> corrupted is denoising (large = important), corrupted ->
-clean noising (small = important); :meth:`PatchingSweep.best` follows the direction.
-
-Every function's default pair is ``patching_pair(task_config or the model's task, n, seed)`` (ignored
-when ``pair`` is given); ``seed`` seeds that pair and the bootstrap. Negative layer, head and position
-indices count from the end. Sweeps cover the heads (``L{layer}H{head}``) and MLPs of every layer; an
-early layer's patch reaches the logits through the later layers too (the total effect).
-TransformerLens' ``transformer_lens.patching`` gives the same numbers on TL 4.3 bridges (a test
-compares them) but cannot apply extra hooks in both runs, hence :func:`generic_patch`. The generic
-machinery is :mod:`perm_circuits.analysis.interventions.patching`, whose names are re-exported here.
+per patch); its effect ``(LD_i - mean LD_corrupted) / (mean LD_clean - mean LD_corrupted)`` is 1 when it
+restores the clean LD and 0 when it does nothing (the mean of ``per_sample`` is the normalised mean LD);
+the values, CI and mean are nan where the two mean LDs differ by less than 1e-6. CIs are paired
+percentile bootstraps over samples (one resample recomputes the clean, corrupted and patched means),
+``n_boot`` resamples. Clean -> corrupted is denoising (large = important), corrupted -> clean noising
+(small = important); :meth:`PatchingSweep.best` follows the direction. The default pair is
+``patching_pair(task_config or the model's task, n, seed)``; ``seed`` also seeds the bootstrap. Sweeps
+cover the heads and MLPs of every layer (an early layer's patch also acts through the later ones: the
+total effect). TransformerLens' ``transformer_lens.patching`` gives the same numbers on TL 4.3 bridges
+(tested) but cannot apply extra hooks in both runs, hence :func:`generic_patch`, on
+:mod:`perm_circuits.analysis.interventions.patching` (whose names are re-exported here).
 """
 
 from __future__ import annotations
@@ -142,9 +137,6 @@ class RecallHead:
     sweep: PatchingSweep = field(repr=False)
 
 
-# ----------------------------------------------------------------------------- generic patch
-
-
 def generic_patch(
     model,
     pair: PatchingPair | None = None,
@@ -168,19 +160,15 @@ def generic_patch(
 
     Like TransformerLens' ``generic_activation_patch``: ``patch_setter(target_activation, index,
     source_activation)`` writes the patched part of the source activation into (a clone of) the
-    target activation and returns it. The cells are either ``index_axes`` (every combination of
-    ``layer``, ``head``, ``position``, ``source_position`` over the model's ranges, like TL's
-    ``index_axis_names``) or explicit ``index_rows`` (dicts with ``layer`` and any of ``head``,
-    ``position``, ``source_position``, ``neurons``; cells report normalised indices). ``hooks`` run
-    in every forward (both cached runs and every patched run), before the patch. ``seed`` seeds the
-    default pair and the ``n_boot`` bootstrap resamples (CIs at level ``confidence``); nan cells as in
-    the module docstring (:attr:`PatchingSweep.runs_differ`).
-
-    A cell whose patched activation equals the target's own (any position before the last) is not
-    run: the unpatched target run's logit differences are reused exactly. ``"resid_mid"`` is
-    patched through ``hook_attn_out``. ``cache`` (from :func:`patching_cache`) reuses the two
-    unpatched runs of an earlier sweep of the same model; ``pair``, ``hooks``, ``n`` and
-    ``task_config`` are then taken from it. Every sweep below passes ``cache`` through to here.
+    target activation and returns it. Cells: every combination of ``index_axes`` (``layer``,
+    ``head``, ``position``, ``source_position``) over the model's ranges, or explicit ``index_rows``
+    (dicts with ``layer`` and any of those or ``neurons``; cells report normalised indices). ``hooks``
+    run in every forward, before the patch. ``seed`` seeds the default pair and the ``n_boot``
+    bootstrap resamples (CIs at level ``confidence``). A cell whose patched activation equals the
+    target's own (any position before the last) reuses the unpatched target run exactly;
+    ``"resid_mid"`` is patched through ``hook_attn_out``. ``cache`` (from :func:`patching_cache`)
+    reuses the unpatched runs of an earlier sweep of the same model, and its ``pair``, ``hooks``,
+    ``n`` and ``task_config``.
     """
     if cache is not None and not isinstance(cache, PatchingCache):
         raise TypeError(f"cache must be a PatchingCache from patching_cache(...), got {type(cache).__name__}")
@@ -337,8 +325,9 @@ def find_recall_head(
 
     Runs :func:`patch_head_outputs` (clean -> corrupted) and names the head with the largest
     normalised effect, with its bootstrap CI and the runner-up's effect. Arguments as in
-    :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap). Raises a ValueError when the two unpatched runs (under ``hooks``) have
-    mean logit differences closer than 1e-6 (nothing recalled for a head to restore).
+    :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap). Raises a ValueError
+    when the two unpatched runs (under ``hooks``) have mean logit differences closer than 1e-6
+    (nothing recalled for a head to restore).
     """
     check_patch_options("clean", "corrupted", n_boot, seed, confidence)
     pair = _resolve_pair(model, pair, n, seed, check_task_config(model, task_config))
@@ -384,9 +373,8 @@ def recall_patching(
     check_patch_options(source, target, n_boot, seed, confidence)
     pair = _resolve_pair(model, pair, n, seed, check_task_config(model, task_config))
     hooks = check_hooks(model, hooks)
-    groups = None
-    if neuron_groups is not None:
-        groups = _neuron_groups(neuron_groups, model_config_of(model).resolved_d_mlp)
+    d_mlp = model_config_of(model).resolved_d_mlp
+    groups = None if neuron_groups is None else _neuron_groups(neuron_groups, d_mlp)
     names = [
         ACTIVATIONS[kind].format(layer=layer)
         for layer in _layers(model)

@@ -1,6 +1,5 @@
 """Attention scores of every head: where it attends, per source position, and how well it matches
 the study's hypothesised patterns (the first step of :func:`~perm_circuits.analysis.study.verdict.head_roles`).
-
 Heads are scored by the attention mass on a hypothesised source, as Olsson et al. 2022 ("In-context
 Learning and Induction Heads") and Wang et al. 2022 ("Interpretability in the Wild") do:
 
@@ -421,7 +420,8 @@ def head_scores(
 
     Pass ``attention`` (from :func:`attention_by_source`) to reuse a forward pass; otherwise one
     forward over ``test_set`` under ``hooks`` (``task_config``, ``n``, ``seed``: the default test set,
-    as in :func:`attention_by_source`; ``seed`` is the test-set seed and nothing else). ``thresholds`` only sets which patterns each head matches.
+    as in :func:`attention_by_source`; ``seed`` is the test-set seed and nothing else).
+    ``thresholds`` only sets which patterns each head matches.
     """
     thresholds = check_thresholds(thresholds)
     if attention is not None:

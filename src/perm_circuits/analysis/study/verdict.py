@@ -242,7 +242,7 @@ def _assess(
         return ctx.harms_elimination(ctx.retention(row.elimination_accuracy, base.elimination_accuracy),
                                      row.early_mae_train - base.early_mae_train)
 
-    alone = [c for c in joint_members if breaks_elimination(c)] if joint_row is not None else []
+    alone = [c for c in joint_members if breaks_elimination(c)]
     heads = [
         judge_head(ctx, score, ablation.get(score.component, how), head_patching,
                     joint_row if score.component in joint_members else None,
@@ -325,8 +325,7 @@ def judge_roles(
     def with_modes(item: HeadRole | MlpRole, index: int, kind: int) -> HeadRole | MlpRole:
         by_how = tuple((h, judged[h][kind][index].role) for h in modes)
         disagreeing = tuple(h for h, role in by_how if role != item.role)
-        robust = len({role for _, role in by_how} | {item.role}) == 1
-        return replace(item, role_by_how=by_how, robust=robust, disagreeing=disagreeing)
+        return replace(item, role_by_how=by_how, robust=not disagreeing, disagreeing=disagreeing)
 
     heads = [with_modes(item, i, 0) for i, item in enumerate(heads)]
     mlps = [with_modes(item, i, 1) for i, item in enumerate(mlps)]
@@ -355,9 +354,6 @@ def _story(claims: Sequence[Claim]) -> bool | None:
     return False if "contradicted" in statuses else True if statuses == {"supported"} else None
 
 
-# ----------------------------------------------------------------------------- head_roles
-
-
 def head_roles(
     model,
     test_set: Batch | None = None,
@@ -377,9 +373,8 @@ def head_roles(
     circuits: bool = True,
     induction: bool = True,
 ) -> RoleVerdict:
-    """Assign every head and MLP a role and judge the study's story on ``model`` (any size, any
-    number of layers; a model with one head in all gets the d16h1 claims, see
-    :func:`~perm_circuits.analysis.study.claims.single_head`).
+    """Assign every head and MLP a role and judge the study's story on ``model`` (any size; a model
+    with one head in all gets the d16h1 claims: :func:`~perm_circuits.analysis.study.claims.single_head`).
 
     Measures, vectorized over the batch (one forward per intervention):
 
@@ -388,16 +383,14 @@ def head_roles(
        logits also give the recall signals, its hooks (optimal constants included) the joint
        ablation of the heads sharing the eliminator pattern when there are several;
     3. when the model recalls (baseline recall >= ``thresholds.incapable``): :func:`patch_head_outputs`
-       and :func:`patch_mlp` (``n_pair`` pairs, ``n_boot`` resamples) and the :func:`recall_signal` of
-       the baseline and of every ablation;
+       and :func:`patch_mlp` (``n_pair`` pairs, ``n_boot`` resamples) and the recall signals;
     4. the probe's probabilities (V = 5);
     5. when ``circuits``: a circuit per skill (elimination; recall when step 3 ran), proposed under
-       ``how`` and judged by the IOI criteria (Wang et al. 2022) under ``how`` and every mode in
-       ``hows``, on the first :data:`CIRCUIT_MAX_N` sequences with the same ``ablation_seed``
-       (:func:`~perm_circuits.analysis.study.skill_circuits.skill_circuits`);
+       ``how`` and judged by the IOI criteria (Wang et al. 2022) under every mode in ``hows``, on the
+       first :data:`CIRCUIT_MAX_N` sequences (:func:`~perm_circuits.analysis.study.skill_circuits.skill_circuits`);
     6. when ``induction`` and ``n_layers >= 2``: the induction story
-       (:func:`~perm_circuits.analysis.circuits.induction_story.induction_story` on ``n_pair``
-       sequences, ``pair_seed``, ``n_boot``);
+       (:func:`~perm_circuits.analysis.circuits.induction_story.induction_story`; ``n_pair``,
+       ``pair_seed``, ``n_boot``);
 
     then :func:`judge_roles` under ``how`` and every other mode in ``hows``. Decision mode: mean
     ablation (``DECISION_MODE``), not chosen for the story it tells (:data:`MODE_REASONS`); zero
@@ -408,19 +401,17 @@ def head_roles(
         test_set: default ``make_test_set(task, n=n, seed=seed)`` of ``task_config`` (default the
             model's task, with the study's repeat ratio 0.3 when it has none); ``seed`` seeds only it.
         hows: the ablation modes measured and judged (default all five); must contain ``how``.
-        task_config: the task of the default test set *and* of the patching pairs; the model's V.
+        task_config: the task of the default test set *and* of the patching pairs.
         pair_seed: the seed of the patching pairs and of their bootstrap.
-        hooks: an intervention applied in every run; it must work on any batch (it also runs on
-            the patching pairs and the probe).
-        ablation_seed: the resample / binding-free seed of the ablation table, the joint ablation
-            and the recall signals.
-        probe: also run the study's probe (a batch of one) under ``hooks``; turn off for hooks tied
-            to the test set's batch size.
-        circuits: also run step 5; callers that only need the roles (the sweep) pass False, and so
-            should hooks tied to the test set's batch size (step 5 runs on a sub-batch).
+        hooks: an intervention applied in every run, on any batch (also the patching pairs and probe).
+        ablation_seed: the resample / binding-free seed of the ablation table, the joint ablation,
+            the recall signals and the circuits.
+        probe: run the study's probe (a batch of one) under ``hooks``.
+        circuits: run step 5 (the sweep, which needs only the roles, passes False). Pass False for
+            ``probe`` and ``circuits`` with hooks tied to the test set's batch size.
     """
     thresholds = check_thresholds(thresholds)
-    if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:
+    if not isinstance(hows, (list, tuple)) or not hows:
         raise TypeError(f"hows must be a non-empty sequence of modes from {HOWS}, got {hows!r}")
     bad = [h for h in hows if h not in HOWS]
     if bad:
