@@ -66,16 +66,11 @@ def enumerate_sequences(config: TaskConfig, split: str = "test", repeat_sources:
     train, test = split_permutations(config)
     perms = {"train": train, "test": test, "all": torch.cat([train, test])}[split]
     orders = torch.tensor(list(itertools.permutations(range(1, V + 1))), dtype=torch.long, device=perms.device)
-    n_p, n_o = len(perms), len(orders)
-    perms_rep = perms.repeat_interleave(n_o, dim=0)
-    xs = orders.repeat(n_p, 1)
-    variants_xs, variants_source = [xs], [torch.full((len(xs),), -1, device=xs.device)]
-    for s in sources:
-        rep = xs.clone()
-        rep[:, -1] = rep[:, s]
-        variants_xs.append(rep)
-        variants_source.append(torch.full((len(xs),), s, device=xs.device))
-    return batch_from_queries(torch.cat(variants_xs), perms_rep.repeat(len(variants_xs), 1), torch.cat(variants_source))
+    xs = orders.repeat(len(perms), 1)
+    variants = [xs] + [torch.cat([xs[:, :-1], xs[:, s : s + 1]], dim=1) for s in sources]  # last query -> x_{s+1}
+    source = torch.cat([torch.full((len(xs),), s, device=xs.device) for s in (-1, *sources)])
+    perms_rep = perms.repeat_interleave(len(orders), dim=0).repeat(len(variants), 1)
+    return batch_from_queries(torch.cat(variants), perms_rep, source)
 
 
 def _check_sources(repeat_sources: object, V: int) -> tuple[int, ...]:

@@ -96,9 +96,14 @@ def patching_pair(
     return clean, corrupted, clean.ys[:, -1].clone(), corrupted.ys[:, -1].clone()
 
 
-def _resolve_pair(model, pair: PatchingPair | None, n: int, seed: int, config: TaskConfig) -> PatchingPair:
-    """``pair`` validated, else ``patching_pair(config, n, seed)`` (``config`` already checked)."""
-    return patching_pair(config, n=n, seed=seed) if pair is None else check_pair(model, pair)
+def _unpatched_runs(
+    model, pair: PatchingPair | None, hooks: Sequence[tuple[str, Callable]] | None, names: Sequence[str], n: int,
+    seed: int, config: TaskConfig,
+) -> PatchingCache:
+    """:func:`patching_cache` of ``pair`` (checked; default ``patching_pair(config, n, seed)``, ``config``
+    already checked) under the checked ``hooks``."""
+    pair = patching_pair(config, n=n, seed=seed) if pair is None else check_pair(model, pair)
+    return patching_cache(model, pair, check_hooks(model, hooks), names)
 
 
 # ----------------------------------------------------------------------------- results
@@ -181,9 +186,7 @@ def generic_patch(
     index_rows = sweep_cells(model, index_axes, index_rows)
     names = sorted({ACTIVATIONS[activation_name].format(layer=row["layer"]) for row in index_rows})
     if cache is None:
-        pair = _resolve_pair(model, pair, n, seed, config)
-        hooks = check_hooks(model, hooks)
-        cache = patching_cache(model, pair, hooks, names)
+        cache = _unpatched_runs(model, pair, hooks, names, n, seed, config)
     else:
         cache.add(names)
     return run_patch_sweep(model, cache, patch_setter=patch_setter, activation_name=activation_name, index_rows=index_rows,
@@ -330,10 +333,8 @@ def find_recall_head(
     (nothing recalled for a head to restore).
     """
     check_patch_options("clean", "corrupted", n_boot, seed, confidence)
-    pair = _resolve_pair(model, pair, n, seed, check_task_config(model, task_config))
-    hooks = check_hooks(model, hooks)
     names = [ACTIVATIONS["z"].format(layer=layer) for layer in _layers(model)]
-    ctx = patching_cache(model, pair, hooks, names)
+    ctx = _unpatched_runs(model, pair, hooks, names, n, seed, check_task_config(model, task_config))
     clean, corrupted = float(ctx.logit_diffs["clean"].mean()), float(ctx.logit_diffs["corrupted"].mean())
     if not abs(clean - corrupted) >= MIN_DENOMINATOR:
         raise ValueError(
@@ -341,7 +342,7 @@ def find_recall_head(
             f"{clean:.6g} and {corrupted:.6g}, |difference| < {MIN_DENOMINATOR:g}), so no head's patch can "
             "restore recall; check the model recalls at all and that hooks do not erase the logits"
         )
-    sweep = patch_head_outputs(model, pair, hooks=hooks, seed=seed, n_boot=n_boot, confidence=confidence, cache=ctx)
+    sweep = patch_head_outputs(model, seed=seed, n_boot=n_boot, confidence=confidence, cache=ctx)  # ctx's pair, hooks
     best = sweep.best()
     others = [cell.mean for cell in sweep.cells if cell is not best and not math.isnan(cell.mean)]
     assert best.head is not None
@@ -371,8 +372,7 @@ def recall_patching(
     resid_post. Arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap).
     """
     check_patch_options(source, target, n_boot, seed, confidence)
-    pair = _resolve_pair(model, pair, n, seed, check_task_config(model, task_config))
-    hooks = check_hooks(model, hooks)
+    config = check_task_config(model, task_config)
     d_mlp = model_config_of(model).resolved_d_mlp
     groups = None if neuron_groups is None else _neuron_groups(neuron_groups, d_mlp)
     names = [
@@ -380,17 +380,17 @@ def recall_patching(
         for layer in _layers(model)
         for kind in ("z", "pattern", "mlp_out", "post", "resid_pre", "resid_mid", "resid_post")
     ]
-    ctx = patching_cache(model, pair, hooks, names)
+    ctx = _unpatched_runs(model, pair, hooks, names, n, seed, config)
     kwargs = dict(source=source, target=target, seed=seed, n_boot=n_boot, confidence=confidence, cache=ctx)
     sweeps = [
-        patch_head_outputs(model, pair, **kwargs),
-        patch_head_sources(model, pair, **kwargs),
-        patch_head_patterns(model, pair, **kwargs),
-        patch_mlp(model, pair, **kwargs),
+        patch_head_outputs(model, **kwargs),
+        patch_head_sources(model, **kwargs),
+        patch_head_patterns(model, **kwargs),
+        patch_mlp(model, **kwargs),
     ]
     if groups is not None:
-        sweeps.append(patch_mlp(model, pair, neuron_groups=[list(g) for g in groups], **kwargs))
-    sweeps += [patch_residual(model, pair, site=site, **kwargs) for site in ("resid_pre", "resid_mid", "resid_post")]
+        sweeps.append(patch_mlp(model, neuron_groups=[list(g) for g in groups], **kwargs))
+    sweeps += [patch_residual(model, site=site, **kwargs) for site in ("resid_pre", "resid_mid", "resid_post")]
     return PatchingReport(model_name=model_config_of(model).name, sweeps=tuple(sweeps),
         clean_logit_diff=float(ctx.logit_diffs["clean"].mean()),
-        corrupted_logit_diff=float(ctx.logit_diffs["corrupted"].mean()), n=len(pair[0]))
+        corrupted_logit_diff=float(ctx.logit_diffs["corrupted"].mean()), n=len(ctx.pair[0]))
