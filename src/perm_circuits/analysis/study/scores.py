@@ -317,15 +317,13 @@ def _mean_rows(values: Tensor, rows: Tensor) -> Tensor:
     return values[rows].mean(dim=0)
 
 
-def _patterns_matched(score: dict, thresholds: RoleThresholds) -> tuple[str, ...]:
-    matched = []
-    if score["elim_y_mass"] >= thresholds.eliminator_y_mass and score["elim_entropy"] >= thresholds.eliminator_entropy:
-        matched.append("eliminator")
-    if score["x_prev_y"] >= thresholds.binder_x_prev_y and score["y_self"] >= thresholds.binder_y_self:
-        matched.append("binder")
-    if score["duplicate_score"] >= thresholds.duplicate_score:
-        matched.append("duplicate")
-    return tuple(matched)
+def _patterns_matched(score: dict, t: RoleThresholds) -> tuple[str, ...]:
+    matches = {
+        "eliminator": score["elim_y_mass"] >= t.eliminator_y_mass and score["elim_entropy"] >= t.eliminator_entropy,
+        "binder": score["x_prev_y"] >= t.binder_x_prev_y and score["y_self"] >= t.binder_y_self,
+        "duplicate": score["duplicate_score"] >= t.duplicate_score,
+    }
+    return tuple(name for name, ok in matches.items() if ok)
 
 
 def head_score_rows(attention: AttentionBySource, thresholds: RoleThresholds) -> HeadScores:

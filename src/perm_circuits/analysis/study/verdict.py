@@ -29,8 +29,7 @@ from perm_circuits.analysis.study.roles import (
     HeadRole, MlpRole, Context, ge, judge_head, judge_mlp, pct, mode_label,
 )
 from perm_circuits.analysis.study.scores import (
-    HeadScores, RoleThresholds, check_thresholds, label_of, resolve_batch, head_score_rows, attention_by_source,
-    recall_signal,
+    HeadScores, RoleThresholds, check_thresholds, label_of, resolve_batch, head_scores, recall_signal,
 )
 from perm_circuits.analysis.study.skill_circuits import CIRCUIT_MAX_N, CIRCUIT_TOLERANCE, SkillCircuit, skill_circuits
 from perm_circuits.evaluate import probe_probabilities
@@ -186,11 +185,10 @@ class RoleVerdict:
                 if self.probe is not None and len(self.probe) >= 4
                 else "."
             ),
-            "Heads:",
         ]
-        lines += [f"- {head.component} = {head.role} [{head.mode_note()}]. {head.reason}" for head in self.heads]
-        lines.append("MLP:")
-        lines += [f"- {mlp.component} = {mlp.role} [{mlp.mode_note()}]. {mlp.reason}" for mlp in self.mlps]
+        for title, items in (("Heads:", self.heads), ("MLP:", self.mlps)):
+            lines.append(title)
+            lines += [f"- {item.component} = {item.role} [{item.mode_note()}]. {item.reason}" for item in items]
         if self.induction is not None:
             lines.append(f"Induction: {self.induction.summary()}")
         if self.story_holds is True:
@@ -273,12 +271,10 @@ def judge_roles(
     Args:
         scores: :func:`head_scores` of the model (its ``thresholds`` are not reused).
         ablation: an :class:`~perm_circuits.analysis.interventions.ablation.AblationTable` with a
-            ``"none"`` baseline and a row per head (``"L{l}H{h}"``) and MLP (``"L{l}MLP"``) under
-            ``how``; every other mode in it is judged too.
-        head_patching: :func:`patch_head_outputs` recall patching; None = not measured.
-        mlp_patching: :func:`patch_mlp` recall patching; None = not measured.
-        joint: per mode, the ablation row of the heads sharing the eliminator pattern ablated
-            together (``component``: their names joined by ``+``).
+            ``"none"`` baseline and a row per head and MLP under ``how`` (other modes: judged too).
+        head_patching: :func:`patch_head_outputs` recall patching (``mlp_patching``: :func:`patch_mlp`);
+            None = not measured.
+        joint: per mode, the row of the heads sharing the eliminator pattern ablated together.
         recall_signals: :func:`recall_signal` per ``(component, how)``, the baseline under
             ``("none", "none")``; a missing entry is not measured.
         probe: P(y = 1..V) on the study's probe, quoted in the summary.
@@ -430,8 +426,7 @@ def head_roles(
     hooks = check_hooks(model, hooks)
     model_config = model_config_of(model)
 
-    attention = attention_by_source(model, batch, task_config=config, hooks=hooks)
-    scores = head_score_rows(attention, thresholds)
+    scores = head_scores(model, batch, task_config=config, hooks=hooks, thresholds=thresholds)
     ablation, single, logits = ablation_runs(model, tuple(hows), batch, task_config=config, hooks=hooks,
                                               seed=ablation_seed)
     joint, joint_signals = joint_eliminator_rows(model, scores, batch, config, hows, hooks, single)
