@@ -128,10 +128,8 @@ class TriggerSet:
 
 
 def x_position_triggers(batch: Batch) -> tuple[TriggerSet, Int[Tensor, " n"], Int[Tensor, " n"]]:
-    """Deduplicate the x-position prefixes of ``batch``.
-
-    Returns ``(triggers, row, step_index)``: trigger ``i`` is prefix ``inputs[row[i], :2*step+1]``.
-    """
+    """Deduplicate the x-position prefixes of ``batch``: ``(triggers, row, step_index)``, trigger ``i``
+    being the prefix ``inputs[row[i], :2*step+1]``."""
     inputs = batch.inputs
     V = batch.V
     used = used_values(inputs, V)
@@ -168,11 +166,9 @@ def x_position_triggers(batch: Batch) -> tuple[TriggerSet, Int[Tensor, " n"], In
 
 @dataclass(frozen=True)
 class NeuronKeyValue:
-    """Key-value summary of one MLP neuron (see the module docstring).
-
-    ``live`` is False when no enumerated input gives a positive coefficient; the trigger and
-    agreement fields are then NaN / empty.  Token fields are value tokens ``1..V``.
-    """
+    """Key-value summary of one MLP neuron (module docstring); token fields are value tokens ``1..V``.
+    ``live`` is False when no enumerated input gives a positive coefficient (the trigger and agreement
+    fields are then NaN / empty, the tokens -1)."""
 
     layer: int
     neuron: int
@@ -338,8 +334,7 @@ def ffn_key_value_probe(
         hit = triggers.target_probs[idx, value_top - 1]  # P(correct y = value top) per trigger
         agreement = float(hit.mean())
         suppress = float(triggers.used[idx, value_bottom - 1].float().mean())
-        patterns = [triggers.pattern(int(i)) for i in idx]
-        top_pattern, pattern_share = _mode_share(patterns)
+        top_pattern, pattern_share = _mode_share([triggers.pattern(int(i)) for i in idx])
         top_position, position_share = _mode_share(triggers.position[idx].tolist())
         top_query, query_share = _mode_share(triggers.query[idx].tolist())
         rep = triggers.repeated[idx]

@@ -78,13 +78,11 @@ def _neuron_groups(groups: int | Sequence[Sequence[int]], d_mlp: int) -> list[tu
 def patching_pair(
     task_config: TaskConfig, n: int = 2000, seed: int = 0, *, split: str = "test"
 ) -> tuple[Batch, Batch, Int[Tensor, " batch"], Int[Tensor, " batch"]]:
-    """Clean and corrupted batches for patching recall, with the answer and wrong tokens.
-
-    ``clean``: ``make_batch(task_config, n, split=split, seed=seed, repeat_ratio=1.0,
-    repeat_source=0)``, every last query repeats ``x1`` (target ``y1``).  ``corrupted``: the same
-    rows with the last query replaced by the unused x (target: the unused y, ``repeated`` False).
-    ``answer`` = ``y1`` (recall), ``wrong`` = the unused y (elimination); they always differ.
-    ``seed`` seeds the clean batch (the corrupted one is derived from it, with no randomness).
+    """``(clean, corrupted, answer, wrong)`` for patching recall. ``clean``: ``make_batch(task_config,
+    n, split=split, seed=seed, repeat_ratio=1.0, repeat_source=0)``, every last query repeating ``x1``;
+    ``corrupted``: the same rows with the last query replaced by the unused x (``repeated`` False);
+    ``answer`` = ``y1`` (recall) and ``wrong`` = the unused y (elimination) always differ. ``seed``
+    seeds the clean batch; the corrupted one is derived from it, with no randomness.
     """
     if not isinstance(task_config, TaskConfig):
         raise TypeError(f"task_config must be a TaskConfig, got {type(task_config).__name__}")
@@ -202,10 +200,8 @@ def patch_head_outputs(
     n: int = 2000, seed: int = 0, n_boot: int = 1000, confidence: float = 0.95, task_config: TaskConfig | None = None,
     cache: PatchingCache | None = None,
 ) -> PatchingSweep:
-    """Patch each head's ``hook_z`` (its whole output), at all positions or per position.
-
-    Other arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap).
-    """
+    """Patch each head's ``hook_z`` (its whole output), at all positions or per position; other
+    arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap)."""
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
     layers, heads = _layers(model), _heads(model)
@@ -326,11 +322,9 @@ def find_recall_head(
 ) -> RecallHead:
     """The head whose clean output (``hook_z``, all positions) restores the most recall.
 
-    Runs :func:`patch_head_outputs` (clean -> corrupted) and names the head with the largest
-    normalised effect, with its bootstrap CI and the runner-up's effect. Arguments as in
-    :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap). Raises a ValueError
-    when the two unpatched runs (under ``hooks``) have mean logit differences closer than 1e-6
-    (nothing recalled for a head to restore).
+    Named from :func:`patch_head_outputs` (clean -> corrupted), with its bootstrap CI and the
+    runner-up's effect; arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the
+    bootstrap). A ValueError when the unpatched runs' mean logit differences are within 1e-6.
     """
     check_patch_options("clean", "corrupted", n_boot, seed, confidence)
     names = [ACTIVATIONS["z"].format(layer=layer) for layer in _layers(model)]

@@ -66,10 +66,8 @@ MODE_REASONS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class RoleVerdict:
-    """Result of :func:`head_roles` / :func:`judge_roles`.
-
-    ``story_holds``: True when every claim is supported, False when any is contradicted, else None.
-    """
+    """Result of :func:`head_roles` / :func:`judge_roles`; ``story_holds`` is True when every claim is
+    supported, False when any is contradicted, else None."""
 
     model_name: str
     model_config: ModelConfig
@@ -375,9 +373,9 @@ def head_roles(
     Measures, vectorized over the batch (one forward per intervention):
 
     1. :func:`head_scores` on ``test_set``;
-    2. the ablation table under every mode in ``hows`` (reference: the test set itself), once: its
-       logits also give the recall signals, its hooks (optimal constants included) the joint
-       ablation of the heads sharing the eliminator pattern when there are several;
+    2. the ablation table under every mode in ``hows`` (reference: the test set itself): its logits
+       also give the recall signals, its hooks (optimal constants included) the joint ablation of the
+       heads sharing the eliminator pattern when there are several;
     3. when the model recalls (baseline recall >= ``thresholds.incapable``): :func:`patch_head_outputs`
        and :func:`patch_mlp` (``n_pair`` pairs, ``n_boot`` resamples) and the recall signals;
     4. the probe's probabilities (V = 5);
