@@ -49,9 +49,6 @@ __all__ = [
 ]
 
 
-# ----------------------------------------------------------------------------- enumeration
-
-
 def enumerate_sequences(config: TaskConfig, split: str = "test", repeat_sources: Sequence[int] = (0,)) -> Batch:
     """Every sequence of ``split``'s permutations (``"test"``, ``"train"`` or ``"all"``) x every x
     order, plain and, for each ``s`` in ``repeat_sources``, with the last query replaced by ``x_{s+1}``
@@ -159,9 +156,6 @@ def x_position_triggers(batch: Batch) -> tuple[TriggerSet, Int[Tensor, " n"], In
         count=counts,
     )
     return triggers, rows, steps
-
-
-# ----------------------------------------------------------------------------- key-value probe
 
 
 @dataclass(frozen=True)

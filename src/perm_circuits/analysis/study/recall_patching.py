@@ -50,9 +50,6 @@ __all__ = [
 ]
 
 
-# ----------------------------------------------------------------------------- sweep axes
-
-
 def _layers(model) -> range:
     return range(model_config_of(model).n_layers)
 
@@ -102,9 +99,6 @@ def _unpatched_runs(
     already checked) under the checked ``hooks``."""
     pair = patching_pair(config, n=n, seed=seed) if pair is None else check_pair(model, pair)
     return patching_cache(model, pair, check_hooks(model, hooks), names)
-
-
-# ----------------------------------------------------------------------------- results
 
 
 @dataclass(frozen=True)
@@ -189,9 +183,6 @@ def generic_patch(
         cache.add(names)
     return run_patch_sweep(model, cache, patch_setter=patch_setter, activation_name=activation_name, index_rows=index_rows,
         label=label, source=source, target=target, n_boot=n_boot, seed=seed, confidence=confidence)
-
-
-# ----------------------------------------------------------------------------- sweeps
 
 
 def patch_head_outputs(

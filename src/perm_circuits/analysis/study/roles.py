@@ -110,9 +110,6 @@ class MlpRole(_ModeNote):
     disagreeing: tuple[str, ...] = ()
 
 
-# ----------------------------------------------------------------------------- decisions
-
-
 def pct(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{100 * value:.1f}%"
 

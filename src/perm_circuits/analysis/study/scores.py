@@ -46,9 +46,6 @@ STUDY_REPEAT_RATIO = 0.3
 model's own task has none, so that recall can always be measured."""
 
 
-# ----------------------------------------------------------------------------- thresholds
-
-
 @dataclass(frozen=True)
 class RoleThresholds:
     """Every threshold the verdict uses (the rules are in :mod:`~perm_circuits.analysis.study.roles`).
@@ -102,9 +99,6 @@ def check_thresholds(thresholds: object) -> RoleThresholds:
     if not isinstance(thresholds, RoleThresholds):
         raise TypeError(f"thresholds must be a RoleThresholds or None, got {type(thresholds).__name__}")
     return thresholds
-
-
-# ----------------------------------------------------------------------------- inputs
 
 
 def _default_task(model, task_config: TaskConfig | None) -> TaskConfig:
@@ -166,9 +160,6 @@ def _position_label(position: int) -> str:
 
 def label_of(layer: int, head: int | None) -> str:
     return f"L{layer}MLP" if head is None else f"L{layer}H{head}"
-
-
-# ----------------------------------------------------------------------------- attention by source
 
 
 @dataclass(frozen=True)
@@ -253,9 +244,6 @@ def attention_by_source(
     return AttentionBySource(model_name=config.name, V=config.V, n_samples=len(tokens), n_repeated=int(repeated.sum()),
         mean_not_repeated=_mean_rows(patterns, ~repeated), mean_repeated=_mean_rows(patterns, repeated),
         patterns=patterns, source=source)
-
-
-# ----------------------------------------------------------------------------- head scores
 
 
 @dataclass(frozen=True)
