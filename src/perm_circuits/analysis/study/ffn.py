@@ -9,16 +9,15 @@ triggers with a positive coefficient (summarised by the pattern ``(position, que
 repeated)`` and by each attribute alone), and projects the value to the tokens ``1..V`` through
 ``C diag(w_lnf) W_U`` (:func:`~perm_circuits.analysis.probes.memory.effective_unembed`) times the mean
 ``coefficient / ln_final scale`` over those triggers: the neuron's mean direct effect on the logits when
-it fires (``1/scale`` sets the temperature only, not the top token; in a layer before the last, the
-total effect is :func:`~perm_circuits.analysis.interventions.ablation.ablate_mlp` with ``neurons=``).
-
-*Agreement* (Geva et al. 2021, section 4): the fraction of top triggers whose correct y is the value's
-top token (chance ``1/V``), each counted with ``P(correct y = value top | prefix)``
-(:attr:`TriggerSet.target_probs`). ``suppress_used``: the fraction whose value's *bottom* token is
-already used (the elimination analogue). For neurons mostly firing on repeated queries
-(``fires_on_repeated``), ``recall_agreement`` / ``trap_agreement`` say whether the value writes the
-recalled y or the elimination answer, ``trap_suppressed`` whether its bottom token is the elimination
-answer: the study's (section 09) "the FFN does the lookup".
+it fires (``1/scale`` sets the temperature only; the total effect of a neuron before the last layer is
+:func:`~perm_circuits.analysis.interventions.ablation.ablate_mlp` with ``neurons=``). *Agreement* (Geva
+et al. 2021, section 4): the fraction of top triggers whose correct y is the value's top token (chance
+``1/V``), each counted with ``P(correct y = value top | prefix)`` (:attr:`TriggerSet.target_probs`).
+``suppress_used`` (the elimination analogue): the fraction whose value's *bottom* token is already
+used. For neurons mostly firing on repeated queries (``fires_on_repeated``), ``recall_agreement`` /
+``trap_agreement`` say whether the value writes the recalled y or the elimination answer,
+``trap_suppressed`` whether its bottom token is the elimination answer: the study's (section 09) "the
+FFN does the lookup".
 """
 
 from __future__ import annotations
@@ -59,18 +58,6 @@ def enumerate_sequences(config: TaskConfig, split: str = "test", repeat_sources:
     if split not in ("train", "test", "all"):
         raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}")
     V = config.V
-    sources = _check_sources(repeat_sources, V)
-    train, test = split_permutations(config)
-    perms = {"train": train, "test": test, "all": torch.cat([train, test])}[split]
-    orders = torch.tensor(list(itertools.permutations(range(1, V + 1))), dtype=torch.long, device=perms.device)
-    xs = orders.repeat(len(perms), 1)
-    variants = [xs] + [torch.cat([xs[:, :-1], xs[:, s : s + 1]], dim=1) for s in sources]  # last query -> x_{s+1}
-    source = torch.cat([torch.full((len(xs),), s, device=xs.device) for s in (-1, *sources)])
-    perms_rep = perms.repeat_interleave(len(orders), dim=0).repeat(len(variants), 1)
-    return batch_from_queries(torch.cat(variants), perms_rep, source)
-
-
-def _check_sources(repeat_sources: object, V: int) -> tuple[int, ...]:
     if not isinstance(repeat_sources, (list, tuple)):
         raise TypeError(f"repeat_sources must be a list/tuple of ints, got {type(repeat_sources).__name__}")
     for s in repeat_sources:
@@ -79,7 +66,14 @@ def _check_sources(repeat_sources: object, V: int) -> tuple[int, ...]:
             raise ValueError(f"repeat source {s} out of range [0, {V - 2}]")
     if len(set(repeat_sources)) != len(repeat_sources):
         raise ValueError(f"repeat_sources has duplicates: {list(repeat_sources)}")
-    return tuple(repeat_sources)
+    train, test = split_permutations(config)
+    perms = {"train": train, "test": test, "all": torch.cat([train, test])}[split]
+    orders = torch.tensor(list(itertools.permutations(range(1, V + 1))), dtype=torch.long, device=perms.device)
+    xs = orders.repeat(len(perms), 1)
+    variants = [xs] + [torch.cat([xs[:, :-1], xs[:, s : s + 1]], dim=1) for s in repeat_sources]  # last -> x_{s+1}
+    source = torch.cat([torch.full((len(xs),), s, device=xs.device) for s in (-1, *repeat_sources)])
+    perms_rep = perms.repeat_interleave(len(orders), dim=0).repeat(len(variants), 1)
+    return batch_from_queries(torch.cat(variants), perms_rep, source)
 
 
 @dataclass(frozen=True)

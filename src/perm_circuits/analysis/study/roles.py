@@ -16,12 +16,12 @@ mode. Thresholds are fields of :class:`~perm_circuits.analysis.study.scores.Role
 - attention patterns: *eliminator* if ``elim_y_mass >= 0.7`` and ``elim_entropy >= 0.8``; *binder* if
   ``x_prev_y >= 0.6`` and ``y_self >= 0.6`` (a uniform accumulator has ``x_prev_y = 25/48 ~ 0.52``);
   *duplicate* if ``duplicate_score >= 0.3`` (scores: :mod:`~perm_circuits.analysis.study.scores`).
-- head role: both -> ``"mixed"``; elimination only -> ``"eliminator"`` with the eliminator pattern,
-  else ``"other"``; recall only -> ``"duplicate/recall"`` with the duplicate pattern, ``"binder"`` with
-  the binder pattern, else ``"other"``; neither -> ``"unused"`` (loss rise < ``loss_increase``) or
-  ``"minor"``. MLP role: recall only -> ``"completes recall"`` (recall retention ``<= destroyed``) or
-  ``"contributes to recall"``; both -> ``"needed for both"``; elimination only -> ``"needed for
-  elimination"``; else ``"unused"`` / ``"minor"``.
+- roles by what a component is needed for. Head: both -> ``"mixed"``; elimination -> ``"eliminator"``
+  with the eliminator pattern, else ``"other"``; recall -> ``"duplicate/recall"`` with the duplicate
+  pattern, ``"binder"`` with the binder pattern, else ``"other"``. MLP: both -> ``"needed for both"``;
+  elimination -> ``"needed for elimination"``; recall -> ``"completes recall"`` (recall retention
+  ``<= destroyed``) or ``"contributes to recall"``. Neither: ``"unused"`` (loss rise < ``loss_increase``)
+  or ``"minor"``.
 """
 
 from __future__ import annotations
@@ -42,8 +42,6 @@ def mode_label(how: str) -> str:
 
 
 class _ModeNote:
-    """``mode_note()`` of :class:`HeadRole` and :class:`MlpRole`."""
-
     def mode_note(self) -> str:
         """``"robust"`` (``"one mode judged"``) or ``"mode-dependent (zero: X, mean: Y, ...)"``."""
         if self.robust:
@@ -243,9 +241,7 @@ def judge_head(
     t, base = ctx.t, ctx.base
     e_ret, r_ret, mae_up, loss_up, signal_ret, (effect, low, high) = _measures(
         ctx, score.component, row, patching, layer=score.layer, head=score.head)
-    joint_ret = math.nan
-    if joint is not None:
-        joint_ret = ctx.retention(joint.elimination_accuracy, base.elimination_accuracy)
+    joint_ret = math.nan if joint is None else ctx.retention(joint.elimination_accuracy, base.elimination_accuracy)
     needs_elim = ctx.harms_elimination(e_ret, mae_up)
     redundant = not needs_elim and lt(joint_ret, t.survives) and not explained
     needs_recall, note = _recall_needed(ctx, r_ret, needs_elim or redundant, signal_ret, effect)
