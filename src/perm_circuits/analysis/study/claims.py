@@ -8,10 +8,9 @@ attends to the immediately preceding y and y to itself, "encoding the (x, y) pai
 finding 5), attention does not look it up. ``d16h1`` cannot recall and its single head is a uniform
 accumulator (sections 07-08); the second head is what enables recall (section 10, finding 3).
 
-Each piece is a :class:`Claim` (supported / contradicted / inconclusive, by the rules of its
-``_*_claim`` function, quoted in its evidence) over the heads and MLPs of every layer. A model has a
-capability at accuracy ``>= capable``, lacks it ``< incapable``; "cannot recall" holds for recall
-``<= recall_absent``. The story holds when every claim is supported, not when any is contradicted.
+Each piece is a :class:`Claim` over the heads and MLPs of every layer, supported / contradicted /
+inconclusive by the rules of its ``_*_claim`` function, quoted in its evidence (capabilities: has it at
+accuracy ``>= capable``, lacks it ``< incapable``; "cannot recall" at recall ``<= recall_absent``).
 """
 
 from __future__ import annotations
@@ -93,8 +92,6 @@ def _claim(claim: str, statement: str, status: str, evidence: str, numbers: dict
 
 
 def _capability(ctx: Context, accuracy: float, skill: str, failure: str, missing: str | None = None) -> tuple[str, str]:
-    """Status and evidence of "the model has this skill": supported at >= ``capable``, contradicted
-    below ``incapable``, inconclusive between (or, with ``missing``, when the accuracy is nan)."""
     if missing is not None and math.isnan(accuracy):
         return "inconclusive", missing
     if ge(accuracy, ctx.t.capable):

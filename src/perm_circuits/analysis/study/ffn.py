@@ -216,8 +216,7 @@ class FFNKeyValueProbe:
 
     @property
     def top1_agreement_rate(self) -> float:
-        """Geva et al.'s agreement rate: mean over live neurons of P(the top trigger's correct y is
-        the value's top token)."""
+        """Geva et al.'s agreement rate: mean over live neurons of P(top trigger's correct y = value's top token)."""
         return _mean([n.top1_agreement for n in self.live])
 
     @property

@@ -95,8 +95,7 @@ def _unpatched_runs(
     model, pair: PatchingPair | None, hooks: Sequence[tuple[str, Callable]] | None, names: Sequence[str], n: int,
     seed: int, config: TaskConfig,
 ) -> PatchingCache:
-    """:func:`patching_cache` of ``pair`` (checked; default ``patching_pair(config, n, seed)``, ``config``
-    already checked) under the checked ``hooks``."""
+    """:func:`patching_cache` of the checked ``pair`` (default ``patching_pair(config, n, seed)``) and ``hooks``."""
     pair = patching_pair(config, n=n, seed=seed) if pair is None else check_pair(model, pair)
     return patching_cache(model, pair, check_hooks(model, hooks), names)
 
@@ -238,15 +237,13 @@ def patch_head_sources(
 
 patch_head_patterns = partial(generic_patch, patch_setter=set_pattern, activation_name="pattern",
     index_axes=("layer", "head"))
-patch_head_patterns.__doc__ = """Patch each head's whole attention pattern (``hook_pattern``, all destinations).
-
-``patch_head_patterns(model, pair=None, **kwargs)``; keyword arguments as :func:`generic_patch`."""
+patch_head_patterns.__doc__ = """Patch each head's whole attention pattern (``hook_pattern``, all destinations):
+``patch_head_patterns(model, pair=None, **kwargs)``, keyword arguments as :func:`generic_patch`."""
 
 patch_attn_out = partial(generic_patch, patch_setter=set_pos, activation_name="attn_out",
     index_axes=("layer", "position"))
-patch_attn_out.__doc__ = """Patch the attention layer's output (``hook_attn_out``) per layer and position.
-
-``patch_attn_out(model, pair=None, **kwargs)``; keyword arguments as :func:`generic_patch`."""
+patch_attn_out.__doc__ = """Patch the attention layer's output (``hook_attn_out``) per layer and position:
+``patch_attn_out(model, pair=None, **kwargs)``, keyword arguments as :func:`generic_patch`."""
 
 
 def patch_mlp(

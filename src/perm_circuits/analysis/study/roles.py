@@ -53,13 +53,12 @@ class _ModeNote:
 class HeadRole(_ModeNote):
     """The role of one head under the decision mode, with the numbers behind it.
 
-    ``*_accuracy``: last-step accuracies with the head ablated; ``*_retention``: chance-corrected
-    (nan where the baseline lacks the capability); ``patch_effect``: normalised recall restored by
-    patching its clean output (nan when not measured); ``joint_elimination_retention``: with every
-    head of the eliminator pattern ablated together (nan unless two or more share it);
-    ``recall_signal_retention``: ablated over baseline :func:`recall_signal`. ``role_by_how``: the
-    role under every mode judged; ``robust``: they all agree; ``disagreeing``: modes whose role
-    differs from ``role``.
+    ``*_accuracy``: last-step accuracies with the head ablated; ``*_retention``: chance-corrected (nan
+    where the baseline lacks the capability); ``patch_effect``: normalised recall restored by patching
+    its clean output (nan when not measured); ``joint_elimination_retention``: with every head of the
+    eliminator pattern ablated together (nan unless two or more share it); ``recall_signal_retention``:
+    ablated over baseline :func:`recall_signal`; ``role_by_how``: the role under every mode judged,
+    ``robust`` when they all agree, ``disagreeing`` the modes whose role differs from ``role``.
     """
 
     layer: int
@@ -145,7 +144,6 @@ class Context:
         return (ablated - chance) / (baseline - chance)
 
     def harms_elimination(self, retention: float, mae_increase: float) -> bool:
-        """Elimination retention below ``survives``, or a steps 1..V-1 MAE rise of ``mae_increase`` or more."""
         return lt(retention, self.t.survives) or ge(mae_increase, self.t.mae_increase)
 
     def signal_retention(self, component: str) -> float:

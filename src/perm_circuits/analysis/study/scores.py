@@ -131,13 +131,12 @@ def _resolve_tokens(model, test_set: object, task_config: TaskConfig | None, n: 
 def recall_signal(logits: Float[Tensor, "batch seq vocab"], inputs: Int[Tensor, "batch seq"]) -> float:
     """How much more the model favours the repeated query's earlier answer when the query repeats.
 
-    At the last position, per sequence, the margin of each used value ``y_k`` (``k < V``) is its
-    logit minus the mean logit of the other used values. The signal is the mean margin of the recall
-    answer ``y_{s+1}`` on repeated sequences (``s`` = the repeated query's index) minus the mean
-    margin of the same index on sequences whose last query is new (weighted like the repeated ones'
-    sources): recall in logits, independent of elimination (which only separates used from unused
-    values), so the verdict can tell a broken recall from a broken output. nan without both kinds of
-    sequence or with ``V < 3``.
+    At the last position, the margin of each used value ``y_k`` (``k < V``) is its logit minus the
+    mean logit of the other used values; the signal is the mean margin of the recall answer ``y_{s+1}``
+    on repeated sequences (``s``: the repeated query's index) minus that of the same index on sequences
+    whose last query is new (weighted like the repeated ones' sources). Recall in logits, independent
+    of elimination (which only separates used from unused values), so the verdict can tell a broken
+    recall from a broken output; nan without both kinds of sequence or with ``V < 3``.
     """
     source = repeat_source_of(inputs)
     repeated = source >= 0

@@ -1,12 +1,11 @@
 """Head roles end to end: assign every head and MLP a role and say whether the study's story holds.
 
-:func:`head_roles` measures the causal evidence; :func:`judge_roles` is the pure decision step,
-usable on precomputed or hand-made evidence. Both return a :class:`RoleVerdict`: a role per head and
-MLP (rules in :mod:`~perm_circuits.analysis.study.roles`), the study's claims
-(:mod:`~perm_circuits.analysis.study.claims`) and a plain-text :meth:`RoleVerdict.summary`.
-Decisions use one mode (``how="mean"`` by default, see :data:`MODE_REASONS`); every other mode is
-judged too, so each role, claim and the verdict (``verdict_by_how``) says whether it is robust to
-the ablation choice.
+:func:`head_roles` measures the causal evidence; :func:`judge_roles` is the pure decision step on
+precomputed or hand-made evidence. Both return a :class:`RoleVerdict`: a role per head and MLP (rules
+in :mod:`~perm_circuits.analysis.study.roles`), the study's claims (:mod:`~perm_circuits.analysis.study.claims`)
+and a plain-text :meth:`RoleVerdict.summary`, decided under one mode (``how="mean"`` by default, see
+:data:`MODE_REASONS`) and judged under every other, so each role, claim and the verdict
+(``verdict_by_how``) says whether it is robust to the ablation choice.
 """
 
 from __future__ import annotations
