@@ -1,9 +1,5 @@
-"""The study's joint ablation: every head with the eliminator pattern ablated together, per mode.
-
-``head_roles`` (:mod:`perm_circuits.analysis.study.verdict`) asks whether the eliminating heads are
-redundant: one alone may be dispensable while the group is not.  Built on the general ablation
-table's hooks (:mod:`perm_circuits.analysis.interventions.permutation_table`) and the study's head scores.
-"""
+"""The study's joint ablation: every head with the eliminator pattern ablated together, per mode
+(one such head alone may be dispensable while the group is not)."""
 
 from __future__ import annotations
 
@@ -35,10 +31,9 @@ def joint_eliminator_rows(
 ) -> tuple[tuple[AblationRow, ...], dict[tuple[str, str], float]]:
     """Ablate every head with the eliminator pattern together, under each mode (if >= 2 share it).
 
-    The single-head hooks of the ablation table (``single``) compose exactly for every mode but
-    ``"optimal"``, whose constant is re-optimised jointly for the heads of each layer (in a
-    multi-layer model, layer by layer from the first, each search with the earlier layers' group
-    already ablated).
+    The ablation table's single-head hooks (``single``) compose exactly for every mode but
+    ``"optimal"``, whose constant is searched jointly for each layer's heads, layer by layer from the
+    first with the earlier layers' group already ablated.
     """
     group = [s for s in scores.heads if "eliminator" in s.patterns]
     if len(group) < 2:

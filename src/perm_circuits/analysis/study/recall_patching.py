@@ -1,60 +1,22 @@
 """Activation patching of recall: which activations carry "x_V repeats x_1, so answer y_1".
 
-Set-up (the IOI paper's denoising patching, Wang et al. 2022 section 3; Meng et al. 2022, ROME):
+Denoising patching as in the IOI paper (Wang et al. 2022, section 3; Meng et al. 2022, ROME). Clean
+run: ``x1 y1 ... x4 y4 x5`` with ``x5 = x1`` (answer ``y1``); corrupted run: ``x5`` replaced by the one
+unused x (answer: the unused y, elimination's answer on the clean run), so the runs share every
+activation at positions ``0..2V-3``. Metric: ``LD = logit(y1) - logit(unused y)`` at the last position.
 
-- clean run: a repeated sequence ``x1 y1 ... x4 y4 x5`` with ``x5 = x1``; the answer is ``y1``;
-- corrupted run: the same sequence with ``x5`` replaced by the one unused x; its answer is the
-  unused y, which is exactly what elimination answers on the clean run.  The two runs differ in
-  one token (the last), so every activation at positions ``0..2V-3`` is identical in them;
-- metric: the logit difference ``LD = logit(y1) - logit(unused y)`` at the last position.
-  Recall makes it large and positive on the clean run, elimination makes it negative on both.
-
-A patch copies one activation of the clean run into the corrupted run (all samples at once, one
-forward per patch).  Its effect is normalised per batch, ``(LD_i - mean LD_corrupted) /
-(mean LD_clean - mean LD_corrupted)``: 1 restores the clean logit difference, 0 does nothing.
-``per_sample`` keeps these values for every sample; the reported mean equals the normalised
-mean logit difference.  Confidence intervals are percentile bootstraps over samples (paired:
-one resample of sample indices recomputes the clean, corrupted and patched means together, so
-the uncertainty of the normalising constants is included); ``n_boot`` resamples, seeded.  Where
-``|mean LD_clean - mean LD_corrupted| < 1e-6`` (a model that answers both runs the same way)
-the normalised values are nan: the per-sample values, the confidence interval *and* the cell's
-``mean`` (and :func:`find_recall_head` raises a ValueError).  ``source`` / ``target`` choose the
-runs: the default clean -> corrupted is "denoising" (what a patch restores; large = important),
-corrupted -> clean is "noising" (what the clean run loses; *small* = important, 0 = all of the
-recall lost); :meth:`PatchingSweep.best` follows that direction.
-
-Pairs and seeds: every function builds its default pair with ``patching_pair(task_config, n,
-seed)``, where ``task_config`` defaults to the model's training task (``task_config_of(model)``)
-and is ignored when ``pair`` is given; ``seed`` seeds both that pair and the bootstrap resamples.
-Layer, head and position indices follow the package's rule (negative values count from the end,
-see :mod:`perm_circuits.analysis.interventions.checks`).
-
-"Per head and source position" patches (:func:`patch_head_sources`):
-
-- ``component="pattern"`` (default): the head's attention weight from the destination (the last
-  position by default) to one source position ``s`` is set to its clean value, other weights
-  unchanged (the row is not renormalised).  As ``z_dest = sum_s A[dest, s] v_s``, this patches
-  the head's per-source term ``A[dest, s] v_s`` whenever ``v_s`` is the same in both runs (every
-  ``s`` before the last position, in every layer: attention is causal, so no activation before
-  the last position sees the one token the runs differ in), and the per-source edits of ``z`` add up
-  to the whole-row patch.  TL4 native bridges do apply ``hook_pattern`` edits to the output
-  (checked in the tests: the patched ``hook_z`` equals the edited pattern times ``hook_v``).
-- ``component="value"``: the head's value vector ``hook_v`` at source ``s`` (all destinations).
-  Values before the last position are the same in both runs (in every layer, by causality), so
-  these patches are exactly 0 there: a check, not a finding.
-
-Every sweep covers the heads (``L{layer}H{head}``) and MLPs of every layer.  In a multi-layer
-model a patch of an early layer reaches the logits through the later layers too (the total
-effect); patching one head's output into one later head's input is path patching.
-
-TransformerLens' own ``transformer_lens.patching`` functions run on TL 4.3 bridges (in eval
-mode) and give the same numbers (a test compares them), but they cannot apply extra hooks in
-both runs, so this module has its own :func:`generic_patch` in the style of
-``generic_activation_patch``, specialised with :func:`functools.partial`.
-
-The generic machinery (result dataclasses, cached runs, bootstrap, the patch loop and the patch
-setters) lives in :mod:`perm_circuits.analysis.interventions.patching`; its public names are re-exported
-here, so ``from perm_circuits.analysis.study.recall_patching import PatchingSweep, set_head`` keeps working.
+A patch copies one activation of the ``source`` run into the ``target`` run (all samples, one forward
+per patch); its effect ``(LD_i - mean LD_corrupted) / (mean LD_clean - mean LD_corrupted)`` is 1 when it
+restores the clean LD and 0 when it does nothing (the mean of ``per_sample`` is the normalised mean LD);
+the values, CI and mean are nan where the two mean LDs differ by less than 1e-6. CIs are paired
+percentile bootstraps over samples (one resample recomputes the clean, corrupted and patched means),
+``n_boot`` resamples. Clean -> corrupted is denoising (large = important), corrupted -> clean noising
+(small = important); :meth:`PatchingSweep.best` follows the direction. The default pair is
+``patching_pair(task_config or the model's task, n, seed)``; ``seed`` also seeds the bootstrap. Sweeps
+cover the heads and MLPs of every layer (an early layer's patch also acts through the later ones: the
+total effect). TransformerLens' ``transformer_lens.patching`` gives the same numbers on TL 4.3 bridges
+(tested) but cannot apply extra hooks in both runs, hence :func:`generic_patch`, on
+:mod:`perm_circuits.analysis.interventions.patching` (whose names are re-exported here).
 """
 
 from __future__ import annotations
@@ -88,12 +50,6 @@ __all__ = [
 ]
 
 
-# ----------------------------------------------------------------------------- data
-
-
-# ----------------------------------------------------------------------------- sweep axes
-
-
 def _layers(model) -> range:
     return range(model_config_of(model).n_layers)
 
@@ -119,13 +75,11 @@ def _neuron_groups(groups: int | Sequence[Sequence[int]], d_mlp: int) -> list[tu
 def patching_pair(
     task_config: TaskConfig, n: int = 2000, seed: int = 0, *, split: str = "test"
 ) -> tuple[Batch, Batch, Int[Tensor, " batch"], Int[Tensor, " batch"]]:
-    """Clean and corrupted batches for patching recall, with the answer and wrong tokens.
-
-    ``clean``: ``make_batch(task_config, n, split=split, seed=seed, repeat_ratio=1.0,
-    repeat_source=0)``, every last query repeats ``x1`` (target ``y1``).  ``corrupted``: the same
-    rows with the last query replaced by the unused x (target: the unused y, ``repeated`` False).
-    ``answer`` = ``y1`` (recall), ``wrong`` = the unused y (elimination); they always differ.
-    ``seed`` seeds the clean batch (the corrupted one is derived from it, with no randomness).
+    """``(clean, corrupted, answer, wrong)`` for patching recall. ``clean``: ``make_batch(task_config,
+    n, split=split, seed=seed, repeat_ratio=1.0, repeat_source=0)``, every last query repeating ``x1``;
+    ``corrupted``: the same rows with the last query replaced by the unused x (``repeated`` False);
+    ``answer`` = ``y1`` (recall) and ``wrong`` = the unused y (elimination) always differ. ``seed``
+    seeds the clean batch; the corrupted one is derived from it, with no randomness.
     """
     if not isinstance(task_config, TaskConfig):
         raise TypeError(f"task_config must be a TaskConfig, got {type(task_config).__name__}")
@@ -137,17 +91,13 @@ def patching_pair(
     return clean, corrupted, clean.ys[:, -1].clone(), corrupted.ys[:, -1].clone()
 
 
-def _resolve_pair(
-    model, pair: PatchingPair | None, n: int, seed: int, task_config: TaskConfig | None = None
-) -> PatchingPair:
-    """``pair`` validated, else ``patching_pair(task_config or the model's task, n, seed)``."""
-    config = check_task_config(model, task_config)
-    if pair is None:
-        return patching_pair(config, n=n, seed=seed)
-    return check_pair(model, pair)
-
-
-# ----------------------------------------------------------------------------- results
+def _unpatched_runs(
+    model, pair: PatchingPair | None, hooks: Sequence[tuple[str, Callable]] | None, names: Sequence[str], n: int,
+    seed: int, config: TaskConfig,
+) -> PatchingCache:
+    """:func:`patching_cache` of the checked ``pair`` (default ``patching_pair(config, n, seed)``) and ``hooks``."""
+    pair = patching_pair(config, n=n, seed=seed) if pair is None else check_pair(model, pair)
+    return patching_cache(model, pair, check_hooks(model, hooks), names)
 
 
 @dataclass(frozen=True)
@@ -183,9 +133,6 @@ class RecallHead:
     sweep: PatchingSweep = field(repr=False)
 
 
-# ----------------------------------------------------------------------------- generic patch
-
-
 def generic_patch(
     model,
     pair: PatchingPair | None = None,
@@ -207,30 +154,17 @@ def generic_patch(
 ) -> PatchingSweep:
     """Patch ``activation_name`` from the ``source`` run into the ``target`` run, once per cell.
 
-    Like TransformerLens' ``generic_activation_patch``: ``patch_setter(target_activation,
-    index, source_activation)`` writes the patched part of the source activation into (a clone
-    of) the target activation and returns it.  The cells are either ``index_axes`` (every
-    combination of ``layer``, ``head``, ``position``, ``source_position`` over the model's
-    ranges, like TL's ``index_axis_names``) or explicit ``index_rows`` (dicts with ``layer`` and
-    any of ``head``, ``position``, ``source_position``, ``neurons``; negative indices count
-    from the end and cells report the normalised ones).  ``hooks`` run in every forward (both
-    cached runs and every patched run), before the patch.
-
-    ``pair``, ``task_config``, ``n`` and ``seed`` as in the module docstring: ``seed`` seeds the
-    default pair *and* the ``n_boot`` bootstrap resamples of the confidence intervals (at level
-    ``confidence``).  Runs whose mean logit differences differ by less than 1e-6 give nan cells
-    (see :attr:`PatchingSweep.runs_differ`).
-
-    A cell whose patched activation equals the target's own (e.g. any position before the last,
-    in any layer: both runs share those tokens) is not run: its patched forward would be
-    the unpatched target run, whose logit differences are reused exactly.
-    ``activation_name="resid_mid"`` is patched through ``hook_attn_out`` (see
-    :func:`_resid_mid_hooks`).
-
-    ``cache`` (a :class:`PatchingCache` from :func:`patching_cache`) reuses the two unpatched
-    runs of an earlier sweep of the same model; ``pair``, ``hooks``, ``n`` and ``task_config`` are
-    then taken from it.  Every sweep below (``patch_head_outputs``, ``patch_head_sources``,
-    ``patch_mlp``, ``patch_residual``) passes ``cache`` through to here.
+    Like TransformerLens' ``generic_activation_patch``: ``patch_setter(target_activation, index,
+    source_activation)`` writes the patched part of the source activation into (a clone of) the
+    target activation and returns it. Cells: every combination of ``index_axes`` (``layer``,
+    ``head``, ``position``, ``source_position``) over the model's ranges, or explicit ``index_rows``
+    (dicts with ``layer`` and any of those or ``neurons``; cells report normalised indices). ``hooks``
+    run in every forward, before the patch. ``seed`` seeds the default pair and the ``n_boot``
+    bootstrap resamples (CIs at level ``confidence``). A cell whose patched activation equals the
+    target's own (any position before the last) reuses the unpatched target run exactly;
+    ``"resid_mid"`` is patched through ``hook_attn_out``. ``cache`` (from :func:`patching_cache`)
+    reuses the unpatched runs of an earlier sweep of the same model, and its ``pair``, ``hooks``,
+    ``n`` and ``task_config``.
     """
     if cache is not None and not isinstance(cache, PatchingCache):
         raise TypeError(f"cache must be a PatchingCache from patching_cache(...), got {type(cache).__name__}")
@@ -239,20 +173,15 @@ def generic_patch(
     if activation_name not in ACTIVATIONS:
         raise ValueError(f"activation_name must be one of {sorted(ACTIVATIONS)}, got {activation_name!r}")
     check_patch_options(source, target, n_boot, seed, confidence)
-    check_task_config(model, task_config)
+    config = check_task_config(model, task_config)
     index_rows = sweep_cells(model, index_axes, index_rows)
     names = sorted({ACTIVATIONS[activation_name].format(layer=row["layer"]) for row in index_rows})
     if cache is None:
-        pair = _resolve_pair(model, pair, n, seed, task_config)
-        hooks = check_hooks(model, hooks)
-        cache = patching_cache(model, pair, hooks, names)
+        cache = _unpatched_runs(model, pair, hooks, names, n, seed, config)
     else:
         cache.add(names)
     return run_patch_sweep(model, cache, patch_setter=patch_setter, activation_name=activation_name, index_rows=index_rows,
         label=label, source=source, target=target, n_boot=n_boot, seed=seed, confidence=confidence)
-
-
-# ----------------------------------------------------------------------------- sweeps
 
 
 def patch_head_outputs(
@@ -261,11 +190,8 @@ def patch_head_outputs(
     n: int = 2000, seed: int = 0, n_boot: int = 1000, confidence: float = 0.95, task_config: TaskConfig | None = None,
     cache: PatchingCache | None = None,
 ) -> PatchingSweep:
-    """Patch each head's ``hook_z`` (its whole output), at all positions or per position.
-
-    Shared arguments (``hooks``, ``source``, ``target``, ``n``, ``seed``, ``n_boot``, ``confidence``,
-    ``task_config``, ``cache``) as in :func:`generic_patch`: ``seed`` seeds the default pair and the bootstrap.
-    """
+    """Patch each head's ``hook_z`` (its whole output), at all positions or per position; other
+    arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap)."""
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
     layers, heads = _layers(model), _heads(model)
@@ -285,11 +211,14 @@ def patch_head_sources(
 ) -> PatchingSweep:
     """Per head and source position: one attention weight (``"pattern"``) or one value vector (``"value"``).
 
-    ``"pattern"`` patches the weight from ``dest_position`` (default the last position) to each
-    causal source position ``s <= dest``; ``"value"`` patches ``hook_v`` at each source
-    position.  See the module docstring for what these measure.  ``dest_position`` accepts a
-    negative index (counted from the end).  Shared arguments as in :func:`generic_patch` (``seed``
-    seeds the default pair and the bootstrap).
+    ``"pattern"`` sets the weight from ``dest_position`` (default the last) to each causal source
+    ``s <= dest`` to its source-run value, the row not renormalised. As ``z_dest = sum_s A[dest, s]
+    v_s`` and ``v_s`` is the same in both runs for every ``s`` before the last position (causality),
+    this patches the per-source term ``A[dest, s] v_s``, and the per-source edits add up to the
+    whole-row patch (TL4 native bridges apply ``hook_pattern`` edits: tested). ``"value"`` patches
+    ``hook_v`` at each source (all destinations); before the last position it is exactly 0 there, a
+    check rather than a finding. Other arguments as in :func:`generic_patch` (``seed`` seeds the
+    default pair and the bootstrap).
     """
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
@@ -308,15 +237,13 @@ def patch_head_sources(
 
 patch_head_patterns = partial(generic_patch, patch_setter=set_pattern, activation_name="pattern",
     index_axes=("layer", "head"))
-patch_head_patterns.__doc__ = """Patch each head's whole attention pattern (``hook_pattern``, all destinations).
-
-``patch_head_patterns(model, pair=None, **kwargs)``; keyword arguments as :func:`generic_patch`."""
+patch_head_patterns.__doc__ = """Patch each head's whole attention pattern (``hook_pattern``, all destinations):
+``patch_head_patterns(model, pair=None, **kwargs)``, keyword arguments as :func:`generic_patch`."""
 
 patch_attn_out = partial(generic_patch, patch_setter=set_pos, activation_name="attn_out",
     index_axes=("layer", "position"))
-patch_attn_out.__doc__ = """Patch the attention layer's output (``hook_attn_out``) per layer and position.
-
-``patch_attn_out(model, pair=None, **kwargs)``; keyword arguments as :func:`generic_patch`."""
+patch_attn_out.__doc__ = """Patch the attention layer's output (``hook_attn_out``) per layer and position:
+``patch_attn_out(model, pair=None, **kwargs)``, keyword arguments as :func:`generic_patch`."""
 
 
 def patch_mlp(
@@ -331,9 +258,9 @@ def patch_mlp(
 ) -> PatchingSweep:
     """Patch the MLP output (``hook_mlp_out``, all positions or per position), or neuron groups.
 
-    With ``neuron_groups`` (a group size, or explicit lists of neurons; negative neurons count
-    from the end) the sweep patches ``mlp.hook_post`` for each group at every position instead.
-    Shared arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap).
+    With ``neuron_groups`` (a group size, or explicit lists of neurons) the sweep patches
+    ``mlp.hook_post`` for each group at every position instead. Other arguments as in
+    :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap).
     """
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
@@ -358,8 +285,8 @@ def patch_residual(
 ) -> PatchingSweep:
     """Patch the residual stream (``site`` = resid_pre / resid_mid / resid_post) per layer and position.
 
-    ``positions`` (default all; negative ones count from the end) restricts the cells.  Shared
-    arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap).
+    ``positions`` (default all) restricts the cells. Other arguments as in :func:`generic_patch`
+    (``seed`` seeds the default pair and the bootstrap).
     """
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
@@ -383,20 +310,13 @@ def find_recall_head(
 ) -> RecallHead:
     """The head whose clean output (``hook_z``, all positions) restores the most recall.
 
-    Runs :func:`patch_head_outputs` (clean -> corrupted, denoising) and names the head with the
-    largest normalised effect, with its bootstrap CI and the runner-up's effect.  Arguments as in
-    :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap).
-
-    Raises:
-        ValueError: when the clean and corrupted runs (under ``hooks``) have mean logit
-            differences closer than 1e-6: nothing is recalled that a head could restore, so no
-            head can be named (checked after the two unpatched runs, before any patch).
+    Named from :func:`patch_head_outputs` (clean -> corrupted), with its bootstrap CI and the
+    runner-up's effect; arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the
+    bootstrap). A ValueError when the unpatched runs' mean logit differences are within 1e-6.
     """
     check_patch_options("clean", "corrupted", n_boot, seed, confidence)
-    pair = _resolve_pair(model, pair, n, seed, task_config)
-    hooks = check_hooks(model, hooks)
     names = [ACTIVATIONS["z"].format(layer=layer) for layer in _layers(model)]
-    ctx = patching_cache(model, pair, hooks, names)
+    ctx = _unpatched_runs(model, pair, hooks, names, n, seed, check_task_config(model, task_config))
     clean, corrupted = float(ctx.logit_diffs["clean"].mean()), float(ctx.logit_diffs["corrupted"].mean())
     if not abs(clean - corrupted) >= MIN_DENOMINATOR:
         raise ValueError(
@@ -404,7 +324,7 @@ def find_recall_head(
             f"{clean:.6g} and {corrupted:.6g}, |difference| < {MIN_DENOMINATOR:g}), so no head's patch can "
             "restore recall; check the model recalls at all and that hooks do not erase the logits"
         )
-    sweep = patch_head_outputs(model, pair, hooks=hooks, seed=seed, n_boot=n_boot, confidence=confidence, cache=ctx)
+    sweep = patch_head_outputs(model, seed=seed, n_boot=n_boot, confidence=confidence, cache=ctx)  # ctx's pair, hooks
     best = sweep.best()
     others = [cell.mean for cell in sweep.cells if cell is not best and not math.isnan(cell.mean)]
     assert best.head is not None
@@ -431,31 +351,28 @@ def recall_patching(
     Heads (``hook_z`` all positions), heads x source position (attention weight from the last
     position), whole attention patterns per head, MLP output, MLP neuron groups (skipped when
     ``neuron_groups`` is None) and the residual stream per position at resid_pre, resid_mid and
-    resid_post.  Arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the
-    bootstrap).
+    resid_post. Arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap).
     """
     check_patch_options(source, target, n_boot, seed, confidence)
-    pair = _resolve_pair(model, pair, n, seed, task_config)
-    hooks = check_hooks(model, hooks)
-    groups = None
-    if neuron_groups is not None:
-        groups = _neuron_groups(neuron_groups, model_config_of(model).resolved_d_mlp)
+    config = check_task_config(model, task_config)
+    d_mlp = model_config_of(model).resolved_d_mlp
+    groups = None if neuron_groups is None else _neuron_groups(neuron_groups, d_mlp)
     names = [
         ACTIVATIONS[kind].format(layer=layer)
         for layer in _layers(model)
         for kind in ("z", "pattern", "mlp_out", "post", "resid_pre", "resid_mid", "resid_post")
     ]
-    ctx = patching_cache(model, pair, hooks, names)
+    ctx = _unpatched_runs(model, pair, hooks, names, n, seed, config)
     kwargs = dict(source=source, target=target, seed=seed, n_boot=n_boot, confidence=confidence, cache=ctx)
     sweeps = [
-        patch_head_outputs(model, pair, **kwargs),
-        patch_head_sources(model, pair, **kwargs),
-        patch_head_patterns(model, pair, **kwargs),
-        patch_mlp(model, pair, **kwargs),
+        patch_head_outputs(model, **kwargs),
+        patch_head_sources(model, **kwargs),
+        patch_head_patterns(model, **kwargs),
+        patch_mlp(model, **kwargs),
     ]
     if groups is not None:
-        sweeps.append(patch_mlp(model, pair, neuron_groups=[list(g) for g in groups], **kwargs))
-    sweeps += [patch_residual(model, pair, site=site, **kwargs) for site in ("resid_pre", "resid_mid", "resid_post")]
+        sweeps.append(patch_mlp(model, neuron_groups=[list(g) for g in groups], **kwargs))
+    sweeps += [patch_residual(model, site=site, **kwargs) for site in ("resid_pre", "resid_mid", "resid_post")]
     return PatchingReport(model_name=model_config_of(model).name, sweeps=tuple(sweeps),
         clean_logit_diff=float(ctx.logit_diffs["clean"].mean()),
-        corrupted_logit_diff=float(ctx.logit_diffs["corrupted"].mean()), n=len(pair[0]))
+        corrupted_logit_diff=float(ctx.logit_diffs["corrupted"].mean()), n=len(ctx.pair[0]))

@@ -1,38 +1,27 @@
-"""Per-component roles: what each head and each MLP is causally needed for, under one ablation mode.
+"""Per-component roles: what each head (``L{layer}H{head}``, ablated and patched on its layer's
+``hook_z``) and each MLP (``L{layer}MLP``) of every layer is causally needed for, under one ablation
+mode. Thresholds are fields of :class:`~perm_circuits.analysis.study.scores.RoleThresholds`:
 
-The middle step of the head-role analysis: attention scores (:mod:`~perm_circuits.analysis.study.scores`)
-and ablation / patching evidence -> a :class:`HeadRole` per head and an :class:`MlpRole` per MLP (this
-module) -> the study's claims (:mod:`~perm_circuits.analysis.study.claims`) -> the verdict
-(:mod:`~perm_circuits.analysis.study.verdict`).  Components are named ``L{layer}H{head}`` and
-``L{layer}MLP``; the same rules judge the heads and MLPs of every layer (a head in layer 1 is ablated
-and patched on its own ``blocks.1.attn.hook_z``, like a head in layer 0).
-
-Decision rules (all thresholds are fields of :class:`~perm_circuits.analysis.study.scores.RoleThresholds`):
-
-- *retention* of a capability under an ablation is chance-corrected,
-  ``(acc_ablated - 1/V) / (acc_baseline - 1/V)``; defined only where the baseline has the
-  capability (baseline accuracy >= ``incapable`` = 0.5).  ``<= destroyed`` (0.25) destroys it,
-  ``>= survives`` (0.75) leaves it, in between damages it.
-- a component is *needed for elimination* if ablating it drops elimination retention below
-  ``survives`` or raises the steps 1..V-1 MAE (vs the train-prior posterior) by ``mae_increase``
-  (0.05); a head with the eliminator pattern is needed *redundantly* if only the joint ablation of
-  every head with that pattern drops it, and no other of those heads breaks elimination alone.
-  It is *needed for recall* if ablating it drops recall retention below ``survives`` while
-  elimination survives; if elimination falls too, only if the recall signal also falls
-  (signal retention ``< survives``; taken as yes when the signal was not measured); a head whose
-  ablation leaves recall is still needed for it if patching its clean output restores
-  ``>= patch_restores`` (0.5) of the clean logit difference (a redundant carrier).
-- attention patterns: *eliminator* if ``elim_y_mass >= 0.7`` and ``elim_entropy >= 0.8``;
-  *binder* if ``x_prev_y >= 0.6`` and ``y_self >= 0.6`` (a uniform accumulator has
-  ``x_prev_y = 25/48 ~ 0.52``); *duplicate* if ``duplicate_score >= 0.3``.
-- head role: needed for both -> ``"mixed"``; for elimination only -> ``"eliminator"`` if it has
-  the eliminator pattern, else ``"other"``; for recall only -> ``"duplicate/recall"`` with the
-  duplicate pattern, ``"binder"`` with the binder pattern, else ``"other"``; for neither ->
-  ``"unused"`` (loss rises by < ``loss_increase`` = 0.05 nats) or ``"minor"``.
-- MLP role: needed for recall while elimination survives -> ``"completes recall"`` (recall
-  retention ``<= destroyed``) or ``"contributes to recall"``; needed for recall and elimination
-  -> ``"needed for both"``; elimination only -> ``"needed for elimination"``; else ``"unused"`` /
-  ``"minor"``.
+- *retention* of a capability, ``(acc_ablated - 1/V) / (acc_baseline - 1/V)``, is defined where the
+  baseline has it (accuracy >= ``incapable``); ``<= destroyed`` destroys it, ``>= survives`` leaves it,
+  in between damages it.
+- *needed for elimination*: ablating it drops elimination retention below ``survives`` or raises the
+  steps 1..V-1 MAE (vs the train-prior posterior) by ``mae_increase``; a head with the eliminator
+  pattern is needed *redundantly* if only the joint ablation of every head with that pattern drops it
+  and no other of those heads breaks elimination alone. *Needed for recall*: ablating it drops recall
+  retention below ``survives`` while elimination survives; if elimination falls too, only if the recall
+  signal also falls (signal retention ``< survives``; yes when not measured); a head whose ablation
+  leaves recall is still needed if patching its clean output restores ``>= patch_restores`` of the
+  clean logit difference (a redundant carrier).
+- attention patterns: *eliminator* if ``elim_y_mass >= 0.7`` and ``elim_entropy >= 0.8``; *binder* if
+  ``x_prev_y >= 0.6`` and ``y_self >= 0.6`` (a uniform accumulator has ``x_prev_y = 25/48 ~ 0.52``);
+  *duplicate* if ``duplicate_score >= 0.3`` (scores: :mod:`~perm_circuits.analysis.study.scores`).
+- roles by what a component is needed for. Head: both -> ``"mixed"``; elimination -> ``"eliminator"``
+  with the eliminator pattern, else ``"other"``; recall -> ``"duplicate/recall"`` with the duplicate
+  pattern, ``"binder"`` with the binder pattern, else ``"other"``. MLP: both -> ``"needed for both"``;
+  elimination -> ``"needed for elimination"``; recall -> ``"completes recall"`` (recall retention
+  ``<= destroyed``) or ``"contributes to recall"``. Neither: ``"unused"`` (loss rise < ``loss_increase``)
+  or ``"minor"``.
 """
 
 from __future__ import annotations
@@ -53,8 +42,6 @@ def mode_label(how: str) -> str:
 
 
 class _ModeNote:
-    """``mode_note()`` of :class:`HeadRole` and :class:`MlpRole`."""
-
     def mode_note(self) -> str:
         """``"robust"`` (``"one mode judged"``) or ``"mode-dependent (zero: X, mean: Y, ...)"``."""
         if self.robust:
@@ -66,18 +53,12 @@ class _ModeNote:
 class HeadRole(_ModeNote):
     """The role of one head under the decision mode, with the numbers behind it.
 
-    ``elimination_accuracy`` / ``recall_accuracy`` are the last-step accuracies with the head
-    ablated; ``*_retention`` their chance-corrected retention (nan where the baseline lacks the
-    capability); ``patch_effect`` the normalised recall restored by patching its clean output
-    (nan when not measured); ``joint_elimination_retention`` the elimination retention when every
-    head with the eliminator pattern is ablated together (nan unless at least two share it);
-    ``recall_signal_retention`` the ablated :func:`recall_signal` over the baseline one (used
-    when an ablation breaks elimination and recall together, to tell whether the recall
-    mechanism itself is broken).
-
-    ``role_by_how`` is the role the same rules give under every ablation mode judged (the
-    decision mode included); ``robust`` is True when they all agree, and ``disagreeing`` lists
-    the modes whose role differs from the decision mode's ``role``.
+    ``*_accuracy``: last-step accuracies with the head ablated; ``*_retention``: chance-corrected (nan
+    where the baseline lacks the capability); ``patch_effect``: normalised recall restored by patching
+    its clean output (nan when not measured); ``joint_elimination_retention``: with every head of the
+    eliminator pattern ablated together (nan unless two or more share it); ``recall_signal_retention``:
+    ablated over baseline :func:`recall_signal`; ``role_by_how``: the role under every mode judged,
+    ``robust`` when they all agree, ``disagreeing`` the modes whose role differs from ``role``.
     """
 
     layer: int
@@ -126,9 +107,6 @@ class MlpRole(_ModeNote):
     disagreeing: tuple[str, ...] = ()
 
 
-# ----------------------------------------------------------------------------- decisions
-
-
 def pct(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{100 * value:.1f}%"
 
@@ -166,7 +144,6 @@ class Context:
         return (ablated - chance) / (baseline - chance)
 
     def harms_elimination(self, retention: float, mae_increase: float) -> bool:
-        """Elimination retention below ``survives``, or a steps 1..V-1 MAE rise of ``mae_increase`` or more."""
         return lt(retention, self.t.survives) or ge(mae_increase, self.t.mae_increase)
 
     def signal_retention(self, component: str) -> float:
@@ -262,9 +239,7 @@ def judge_head(
     t, base = ctx.t, ctx.base
     e_ret, r_ret, mae_up, loss_up, signal_ret, (effect, low, high) = _measures(
         ctx, score.component, row, patching, layer=score.layer, head=score.head)
-    joint_ret = math.nan
-    if joint is not None:
-        joint_ret = ctx.retention(joint.elimination_accuracy, base.elimination_accuracy)
+    joint_ret = math.nan if joint is None else ctx.retention(joint.elimination_accuracy, base.elimination_accuracy)
     needs_elim = ctx.harms_elimination(e_ret, mae_up)
     redundant = not needs_elim and lt(joint_ret, t.survives) and not explained
     needs_recall, note = _recall_needed(ctx, r_ret, needs_elim or redundant, signal_ret, effect)

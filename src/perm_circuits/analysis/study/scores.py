@@ -1,37 +1,20 @@
-"""Attention scores of every head: where each head attends, per source position, and how well it
-matches the study's hypothesised patterns.
+"""Attention scores of every head: where it attends, per source position, and how well it matches
+the study's hypothesised patterns (the first step of :func:`~perm_circuits.analysis.study.verdict.head_roles`).
+Heads are scored by the attention mass on a hypothesised source, as Olsson et al. 2022 ("In-context
+Learning and Induction Heads") and Wang et al. 2022 ("Interpretability in the Wild") do:
 
-The first step of the head-role analysis (:mod:`perm_circuits.analysis.study.verdict` runs it end to
-end): scores (this module) -> per-component roles (:mod:`~perm_circuits.analysis.study.roles`) -> the study's
-claims (:mod:`~perm_circuits.analysis.study.claims`) -> the verdict.
+- elimination: ``elim_y_mass``, the mass of x queries ``x2..xV`` on the prior y positions, and
+  ``elim_entropy``, the entropy of that attention renormalised over the prior ys, divided by
+  ``log(#prior ys)``, per sample, averaged over ``x3..xV`` (for ``x2`` it is 0/0);
+  ``elimination_score = elim_y_mass * elim_entropy`` (1 for a perfect uniform accumulator);
+- binding: ``x_prev_y``, the mass of ``x_j`` (``j = 2..V``) on ``y_{j-1}``, and ``y_self``, the mass
+  of ``y_j`` (``j = 1..V-1``) on itself; ``binding_score`` is their mean;
+- duplicate token: ``dup_repeated``, the mass of the last query on the earlier x it repeats (repeated
+  sequences), minus ``dup_baseline``, the mass on the same positions when the last query is new, is
+  ``duplicate_score``; ``source_y_*``: the same for the y after the repeated x (the recall answer).
 
-1. :func:`attention_by_source` -- the mean attention of every query position on every source
-   position, per (layer, head), split by whether the last query repeats an earlier query (one
-   forward over the batch, ``blocks.L.attn.hook_pattern``).
-2. :func:`head_scores` -- per head (Olsson et al. 2022 and Wang et al. 2022 score heads the same
-   way, by the attention mass on a hypothesised source):
-
-   - elimination: ``elim_y_mass``, the attention mass of x queries ``x2..xV`` on the prior y
-     positions, and ``elim_entropy``, the entropy of that attention restricted to the prior y
-     positions (renormalised), divided by ``log(#prior ys)``, per sample, averaged over ``x3..xV``
-     (``x2`` has a single prior y, where the normalised entropy is 0/0).  ``elimination_score =
-     elim_y_mass * elim_entropy`` (1 for a perfect uniform accumulator);
-   - binding: ``x_prev_y``, the mass of ``x_j`` (``j = 2..V``) on ``y_{j-1}`` and ``y_self``, the
-     mass of ``y_j`` (``j = 1..V-1``) on itself; ``binding_score`` is their mean;
-   - duplicate token: ``dup_repeated``, the mass of the last query on the position of the earlier
-     x it repeats, on repeated sequences, and ``dup_baseline``, the mass on the same positions on
-     sequences whose last query is new; ``duplicate_score`` is the difference.
-     ``source_y_*``: the same for the y that follows the repeated x (the recall answer).
-
-   The last query counts towards the elimination and binding scores on non-repeated sequences
-   only (on repeated ones elimination is the wrong algorithm); earlier queries on every sequence.
-
-The thresholds of every step of the verdict are fields of :class:`RoleThresholds`.
-:func:`recall_signal` measures recall in logits (used by the verdict to tell a broken recall from
-a broken output).
-
-Nothing here prints; every function validates its arguments before any forward pass and leaves
-no hooks on the model.
+The last query counts towards the elimination and binding scores on non-repeated sequences only (on
+repeated ones elimination is the wrong algorithm); earlier queries on every sequence.
 """
 
 from __future__ import annotations
@@ -63,30 +46,18 @@ STUDY_REPEAT_RATIO = 0.3
 model's own task has none, so that recall can always be measured."""
 
 
-# ----------------------------------------------------------------------------- thresholds
-
-
 @dataclass(frozen=True)
 class RoleThresholds:
     """Every threshold the verdict uses (the rules are in :mod:`~perm_circuits.analysis.study.roles`).
 
-    Attributes:
-        eliminator_y_mass: minimum mass of x queries on prior y positions for the eliminator pattern.
-        eliminator_entropy: minimum normalised entropy over the prior y positions for it.
-        binder_x_prev_y: minimum mass of ``x_j`` on ``y_{j-1}`` for the binder pattern.
-        binder_y_self: minimum mass of ``y_j`` on itself for the binder pattern.
-        duplicate_score: minimum rise of the last query's mass on the repeated x (repeated minus
-            non-repeated sequences) for the duplicate-token pattern.
-        destroyed: chance-corrected retention at or below which an ablation destroys a capability.
-        survives: retention at or above which the capability survives (between: damaged).
-        mae_increase: rise of the steps 1..V-1 MAE (vs the train-prior posterior) that counts as
-            harming elimination.
-        loss_increase: rise of the test loss (nats) that separates "minor" from "unused".
-        patch_restores: normalised patching effect from which a component restores recall.
-        patch_none: normalised patching effect below which a component restores nothing.
-        capable: baseline accuracy from which the model has a capability.
-        incapable: baseline accuracy below which it lacks it (retentions need at least this).
-        recall_absent: recall accuracy at or below which "cannot recall" holds (chance, 1/V).
+    Patterns (minimum scores, see the module docstring): ``eliminator_y_mass`` and
+    ``eliminator_entropy``, ``binder_x_prev_y`` and ``binder_y_self``, ``duplicate_score``.
+    Chance-corrected retention: ``<= destroyed`` destroys a capability, ``>= survives`` leaves it
+    (between: damaged). ``mae_increase``: rise of the steps 1..V-1 MAE (vs the train-prior posterior)
+    that harms elimination; ``loss_increase``: test-loss rise (nats) separating "minor" from
+    "unused". Normalised patching effect: ``>= patch_restores`` restores recall, ``< patch_none``
+    restores nothing. Baseline accuracy: ``>= capable`` has a capability, ``< incapable`` lacks it
+    (retentions need at least this); recall ``<= recall_absent`` (chance, 1/V): "cannot recall".
     """
 
     eliminator_y_mass: float = 0.7
@@ -130,9 +101,6 @@ def check_thresholds(thresholds: object) -> RoleThresholds:
     return thresholds
 
 
-# ----------------------------------------------------------------------------- inputs
-
-
 def _default_task(model, task_config: TaskConfig | None) -> TaskConfig:
     config = check_task_config(model, task_config)
     if config.repeat_ratio == 0:
@@ -163,14 +131,12 @@ def _resolve_tokens(model, test_set: object, task_config: TaskConfig | None, n: 
 def recall_signal(logits: Float[Tensor, "batch seq vocab"], inputs: Int[Tensor, "batch seq"]) -> float:
     """How much more the model favours the repeated query's earlier answer when the query repeats.
 
-    At the last position, per sequence, the margin of each used value ``y_k`` (``k < V``) is its
-    logit minus the mean logit of the other used values.  The signal is the mean margin of the
-    recall answer ``y_{s+1}`` on repeated sequences (``s`` = the repeated query's index) minus the
-    mean margin of the same index on sequences whose last query is new (weighted like the
-    repeated ones' sources).  It measures recall in logits, independently of elimination (which
-    only separates used from unused values): an ablation that breaks elimination but leaves the
-    recall mechanism intact keeps the signal; one that breaks recall removes it.  nan without
-    both kinds of sequence or with ``V < 3``.
+    At the last position, the margin of each used value ``y_k`` (``k < V``) is its logit minus the
+    mean logit of the other used values; the signal is the mean margin of the recall answer ``y_{s+1}``
+    on repeated sequences (``s``: the repeated query's index) minus that of the same index on sequences
+    whose last query is new (weighted like the repeated ones' sources). Recall in logits, independent
+    of elimination (which only separates used from unused values), so the verdict can tell a broken
+    recall from a broken output; nan without both kinds of sequence or with ``V < 3``.
     """
     source = repeat_source_of(inputs)
     repeated = source >= 0
@@ -195,20 +161,13 @@ def label_of(layer: int, head: int | None) -> str:
     return f"L{layer}MLP" if head is None else f"L{layer}H{head}"
 
 
-# ----------------------------------------------------------------------------- attention by source
-
-
 @dataclass(frozen=True)
 class AttentionBySource:
     """Mean attention of every query on every source position, per (layer, head).
 
-    Attributes:
-        mean_not_repeated: ``[layer, head, q, k]`` mean pattern over sequences whose last query
-            is new (nan where there are none).
-        mean_repeated: the same over sequences whose last query repeats an earlier one.
-        patterns: every sample's pattern ``[batch, layer, head, q, k]`` (for per-sample scores).
-        source: per sample, the 0-based index of the repeated earlier query, -1 if none
-            (:func:`repeat_source_of`).
+    ``mean_not_repeated`` / ``mean_repeated``: the mean pattern over sequences whose last query is
+    new / repeats an earlier one (nan where there are none); ``patterns``: every sample's pattern;
+    ``source``: per sample, the 0-based index of the repeated query, -1 if none (:func:`repeat_source_of`).
     """
 
     model_name: str
@@ -266,20 +225,12 @@ def attention_by_source(
 ) -> AttentionBySource:
     """Per-source attention of every query position of every head, mean over ``test_set``.
 
-    One forward (under ``hooks``, which run before the capture) records
-    ``blocks.L.attn.hook_pattern`` for every layer; the means are split by whether the last
-    query repeats an earlier query (read from the tokens).  This is the measurement behind the
-    study's attention maps (section 08).
-
-    Args:
-        test_set: a Batch or a token tensor ``[batch, 2V-1]``; default ``make_test_set`` of the
-            model's task (with the study's repeat ratio 0.3 when that task has none), ``n``
-            samples, ``seed``.
-        task_config: the task of the default test set (default: the model's task).
-        hooks: a TransformerLens hook list applied during the forward pass.
-        n: size of the default test set (unused when ``test_set`` is given).
-        seed: the seed of the default test set only (``make_test_set(task, n=n, seed=seed)``);
-            unused when ``test_set`` is given.  Nothing else here is random.
+    One forward (under ``hooks``, which run before the capture) records ``blocks.L.attn.hook_pattern``
+    of every layer; the means are split by whether the last query repeats an earlier one (read from
+    the tokens): the measurement behind the study's attention maps (section 08). ``test_set``: a Batch
+    or tokens ``[batch, 2V-1]``; default ``make_test_set(task, n=n, seed=seed)`` of ``task_config``
+    (default the model's task, with the study's repeat ratio 0.3 when it has none). ``n`` and ``seed``
+    only choose that default set (``seed`` is the test-set seed); nothing else here is random.
     """
     tokens = _resolve_tokens(model, test_set, task_config, n, seed)
     hooks = check_hooks(model, hooks)
@@ -294,17 +245,11 @@ def attention_by_source(
         patterns=patterns, source=source)
 
 
-# ----------------------------------------------------------------------------- head scores
-
-
 @dataclass(frozen=True)
 class HeadScore:
-    """Attention scores of one head (definitions in the module docstring).
-
-    ``patterns`` lists the attention patterns the head matches (``"eliminator"``, ``"binder"``,
-    ``"duplicate"``) under the thresholds used; ``attention_role`` joins them with ``+``
-    (``"other"`` when none).
-    """
+    """Attention scores of one head (definitions in the module docstring); ``patterns``: those it
+    matches (``"eliminator"``, ``"binder"``, ``"duplicate"``), joined by ``+`` in ``attention_role``
+    (``"other"`` when none)."""
 
     layer: int
     head: int
@@ -359,15 +304,13 @@ def _mean_rows(values: Tensor, rows: Tensor) -> Tensor:
     return values[rows].mean(dim=0)
 
 
-def _patterns_matched(score: dict, thresholds: RoleThresholds) -> tuple[str, ...]:
-    matched = []
-    if score["elim_y_mass"] >= thresholds.eliminator_y_mass and score["elim_entropy"] >= thresholds.eliminator_entropy:
-        matched.append("eliminator")
-    if score["x_prev_y"] >= thresholds.binder_x_prev_y and score["y_self"] >= thresholds.binder_y_self:
-        matched.append("binder")
-    if score["duplicate_score"] >= thresholds.duplicate_score:
-        matched.append("duplicate")
-    return tuple(matched)
+def _patterns_matched(score: dict, t: RoleThresholds) -> tuple[str, ...]:
+    matches = {
+        "eliminator": score["elim_y_mass"] >= t.eliminator_y_mass and score["elim_entropy"] >= t.eliminator_entropy,
+        "binder": score["x_prev_y"] >= t.binder_x_prev_y and score["y_self"] >= t.binder_y_self,
+        "duplicate": score["duplicate_score"] >= t.duplicate_score,
+    }
+    return tuple(name for name, ok in matches.items() if ok)
 
 
 def head_score_rows(attention: AttentionBySource, thresholds: RoleThresholds) -> HeadScores:
@@ -457,16 +400,13 @@ def head_scores(
     thresholds: RoleThresholds | None = None,
     attention: AttentionBySource | None = None,
 ) -> HeadScores:
-    """Elimination, binding and duplicate-token attention scores of every head.
+    """Elimination, binding and duplicate-token attention scores of every head (the study's section
+    08 claims; definitions in the module docstring).
 
-    Definitions in the module docstring (the study's section 08 claims, scored the way Olsson et
-    al. 2022 score induction / previous-token heads: attention mass on the hypothesised source).
     Pass ``attention`` (from :func:`attention_by_source`) to reuse a forward pass; otherwise one
-    forward over ``test_set`` under ``hooks``.  ``thresholds`` only sets which patterns each
-    head is said to match.  ``task_config``, ``n`` and ``seed`` choose the default test set as in
-    :func:`attention_by_source`: ``seed`` is the test-set seed (``make_test_set(task, n=n,
-    seed=seed)``) and nothing else; all three are unused when ``test_set`` or ``attention`` is
-    given.
+    forward over ``test_set`` under ``hooks`` (``task_config``, ``n``, ``seed``: the default test set,
+    as in :func:`attention_by_source`; ``seed`` is the test-set seed and nothing else).
+    ``thresholds`` only sets which patterns each head matches.
     """
     thresholds = check_thresholds(thresholds)
     if attention is not None:

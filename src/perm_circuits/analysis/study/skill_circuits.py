@@ -1,14 +1,7 @@
-"""The circuit :func:`~perm_circuits.analysis.study.verdict.head_roles` proposes per skill, judged by the IOI criteria.
-
-Wang et al. 2022 ("Interpretability in the Wild", section 4) judge a circuit by faithfulness,
-completeness and minimality (:mod:`perm_circuits.analysis.circuits.criteria` defines them, the nodes and
-the metric F).  :func:`skill_circuits` proposes a circuit for each skill (elimination, recall)
-with :func:`~perm_circuits.analysis.circuits.criteria.propose_circuit` under the verdict's decision mode,
-measures it there with :func:`~perm_circuits.analysis.circuits.criteria.circuit_metrics`, and its
-faithfulness under every ablation mode with
-:func:`~perm_circuits.analysis.circuits.criteria.faithfulness_by_mode` (a circuit faithful under one mode
-only is a claim about that mode, not about the model).  :class:`SkillCircuit` holds the result, one per
-skill, on ``RoleVerdict.circuits``.
+"""The circuit :func:`~perm_circuits.analysis.study.verdict.head_roles` proposes per skill, judged by
+the IOI criteria of Wang et al. 2022 ("Interpretability in the Wild", section 4): faithfulness,
+completeness and minimality, defined in :mod:`perm_circuits.analysis.circuits.criteria`. A circuit
+faithful under one ablation mode only is a claim about that mode, not about the model.
 """
 
 from __future__ import annotations
@@ -29,32 +22,21 @@ from perm_circuits.tasks.permutation_data import Batch, TaskConfig
 __all__ = ["CIRCUIT_MAX_N", "CIRCUIT_TOLERANCE", "SkillCircuit", "skill_circuits"]
 
 CIRCUIT_MAX_N = 2000
-"""Most test sequences the circuit step of :func:`~perm_circuits.analysis.study.verdict.head_roles`
-uses (the first ones of its batch).
-
-The circuit step (propose a circuit per skill, measure it, its faithfulness under every mode)
-costs some 60 forwards and an optimal-ablation search per component, so it runs on at most
-2,000 sequences (the report's ``ROLES_MAX_N``, and the default ``n`` of
-:func:`~perm_circuits.analysis.circuits.criteria.circuit_metrics`).
-Fewer would be cheaper but d32h2's elimination circuit sits on the proposal's tolerance
+"""Most test sequences (the first ones of its batch) the circuit step uses: it costs some 60 forwards
+and an optimal-ablation search per component. The report's ``ROLES_MAX_N`` and ``circuit_metrics``'s
+default ``n``; fewer would be cheaper, but d32h2's elimination circuit sits on the tolerance
 (faithfulness error 0.098 on these 2,000, 0.105 on the first 1,000, which then keeps L0H0)."""
 
 CIRCUIT_TOLERANCE = 0.1
 """A circuit is *faithful* under a mode when its ``faithfulness_error`` is at most this (the
-tolerance :func:`~perm_circuits.analysis.circuits.criteria.propose_circuit` grows the circuit to)."""
+tolerance ``propose_circuit`` grows the circuit to)."""
 
 
 @dataclass(frozen=True)
 class SkillCircuit:
-    """The circuit :func:`~perm_circuits.analysis.study.verdict.head_roles` proposes for one skill, judged
-    by the IOI criteria.
-
-    ``nodes`` come from :func:`~perm_circuits.analysis.circuits.criteria.propose_circuit` under the
-    verdict's decision mode; ``metrics`` is :func:`~perm_circuits.analysis.circuits.criteria.circuit_metrics`
-    under that mode (read the ``skill`` subgroup: :attr:`measured`); ``by_mode`` is
-    :func:`~perm_circuits.analysis.circuits.criteria.faithfulness_by_mode` under every mode the verdict
-    judged.  Faithful under a mode = ``faithfulness_error <= tolerance``.
-    """
+    """The circuit proposed for one skill: ``nodes`` from ``propose_circuit`` and ``metrics`` from
+    ``circuit_metrics`` under the decision mode ``how`` (the skill's subgroup: :attr:`measured`),
+    ``by_mode`` from ``faithfulness_by_mode`` under every mode judged."""
 
     skill: str
     how: str
@@ -110,12 +92,9 @@ def skill_circuits(
     model, batch: Batch, config: TaskConfig, how: str, hows: tuple[str, ...], hooks: HookList,
     ablation_seed: int, skills: Sequence[str],
 ) -> tuple[SkillCircuit, ...]:
-    """Step 5 of :func:`~perm_circuits.analysis.study.verdict.head_roles`: a circuit per skill in ``skills``.
-
-    Proposed with :func:`propose_circuit` under ``how`` on the first :data:`CIRCUIT_MAX_N` rows of
-    ``batch`` (tolerance :data:`CIRCUIT_TOLERANCE`), measured with :func:`circuit_metrics` under
-    ``how`` and :func:`faithfulness_by_mode` under ``hows`` (skills with the same nodes share one
-    measurement).  A skill without rows, or whose model F is exactly 0, gets no circuit.
+    """Step 5 of :func:`~perm_circuits.analysis.study.verdict.head_roles`: a circuit per skill in
+    ``skills``, on the first :data:`CIRCUIT_MAX_N` rows of ``batch`` (skills with the same nodes share
+    one measurement). A skill without rows, or whose model F is exactly 0, gets no circuit.
     """
     first = torch.arange(CIRCUIT_MAX_N, device=batch.inputs.device)
     sub = batch if len(batch) <= CIRCUIT_MAX_N else batch.subset(first)

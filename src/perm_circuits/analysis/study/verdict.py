@@ -1,19 +1,11 @@
 """Head roles end to end: assign every head and MLP a role and say whether the study's story holds.
 
-:func:`head_roles` measures the causal evidence once (attention scores, the ablation table under
-every mode, the joint ablation of heads sharing the eliminator pattern, recall patching, recall
-signals; its docstring lists the steps); :func:`judge_roles` is the pure decision step, usable on
-precomputed or hand-made evidence.  Both return a :class:`RoleVerdict`: a role per head and per MLP
-(rules in :mod:`~perm_circuits.analysis.study.roles`), the study's claims (supported / contradicted /
-inconclusive, with the numbers; :mod:`~perm_circuits.analysis.study.claims`) and a plain-text
-:meth:`RoleVerdict.summary`.  Decisions use one mode (``how="mean"`` by default, see
-:data:`MODE_REASONS` for why); every other mode is judged too, so each role and claim says whether
-it is robust to the ablation choice, and the verdict whether it is the same in every mode
-(``RoleVerdict.verdict_by_how``).  The story holds when every claim is supported and does not when
-any is contradicted.
-
-Nothing here prints; every function validates its arguments before any forward pass and leaves
-no hooks on the model.
+:func:`head_roles` measures the causal evidence; :func:`judge_roles` is the pure decision step on
+precomputed or hand-made evidence. Both return a :class:`RoleVerdict`: a role per head and MLP (rules
+in :mod:`~perm_circuits.analysis.study.roles`), the study's claims (:mod:`~perm_circuits.analysis.study.claims`)
+and a plain-text :meth:`RoleVerdict.summary`, decided under one mode (``how="mean"`` by default, see
+:data:`MODE_REASONS`) and judged under every other, so each role, claim and the verdict
+(``verdict_by_how``) says whether it is robust to the ablation choice.
 """
 
 from __future__ import annotations
@@ -36,8 +28,7 @@ from perm_circuits.analysis.study.roles import (
     HeadRole, MlpRole, Context, ge, judge_head, judge_mlp, pct, mode_label,
 )
 from perm_circuits.analysis.study.scores import (
-    HeadScores, RoleThresholds, check_thresholds, label_of, resolve_batch, head_score_rows, attention_by_source,
-    recall_signal,
+    HeadScores, RoleThresholds, check_thresholds, label_of, resolve_batch, head_scores, recall_signal,
 )
 from perm_circuits.analysis.study.skill_circuits import CIRCUIT_MAX_N, CIRCUIT_TOLERANCE, SkillCircuit, skill_circuits
 from perm_circuits.evaluate import probe_probabilities
@@ -74,12 +65,8 @@ MODE_REASONS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class RoleVerdict:
-    """Result of :func:`head_roles` / :func:`judge_roles`.
-
-    ``story_holds`` is True when every claim is supported, False when any is contradicted, None
-    otherwise.  ``summary()`` says it in sentences; ``claims.to_dataframe()`` and
-    ``to_dataframe()`` (one row per head and MLP) give the numbers.
-    """
+    """Result of :func:`head_roles` / :func:`judge_roles`; ``story_holds`` is True when every claim is
+    supported, False when any is contradicted, else None."""
 
     model_name: str
     model_config: ModelConfig
@@ -132,12 +119,8 @@ class RoleVerdict:
         return [h.component for h in self.heads if h.role == role]
 
     def to_dataframe(self) -> pd.DataFrame:
-        """One row per head and per MLP: role, scores, ablation and patching numbers.
-
-        Also one ``role_{how}`` column per ablation mode judged, ``robust`` (the same role in
-        every mode) and ``disagreeing`` (the modes whose role differs from ``role``, joined by
-        ``", "``).
-        """
+        """One row per head and per MLP: role, scores, ablation and patching numbers, a ``role_{how}``
+        column per mode judged, ``robust`` and ``disagreeing`` (joined by ``", "``)."""
         rows = []
 
         def record_of(item: HeadRole | MlpRole, **extra: object) -> dict:
@@ -165,9 +148,8 @@ class RoleVerdict:
 
     def circuits_dataframe(self) -> pd.DataFrame:
         """One row per proposed circuit: skill, nodes (``+``-joined), the IOI numbers under the
-        decision mode (faithfulness, error, completeness, its method, smallest minimality), the
-        per-node minimality (``minimality_{node}``), the faithfulness and its error under every
-        mode (``faithfulness_{how}``, ``faithfulness_error_{how}``) and ``mode_dependent``."""
+        decision mode, ``minimality_{node}``, ``faithfulness_{how}`` and ``faithfulness_error_{how}``
+        under every mode, and ``mode_dependent``."""
         rows = []
         for item in self.circuits:
             m = item.measured
@@ -200,11 +182,10 @@ class RoleVerdict:
                 if self.probe is not None and len(self.probe) >= 4
                 else "."
             ),
-            "Heads:",
         ]
-        lines += [f"- {head.component} = {head.role} [{head.mode_note()}]. {head.reason}" for head in self.heads]
-        lines.append("MLP:")
-        lines += [f"- {mlp.component} = {mlp.role} [{mlp.mode_note()}]. {mlp.reason}" for mlp in self.mlps]
+        for title, items in (("Heads:", self.heads), ("MLP:", self.mlps)):
+            lines.append(title)
+            lines += [f"- {item.component} = {item.role} [{item.mode_note()}]. {item.reason}" for item in items]
         if self.induction is not None:
             lines.append(f"Induction: {self.induction.summary()}")
         if self.story_holds is True:
@@ -256,7 +237,7 @@ def _assess(
         return ctx.harms_elimination(ctx.retention(row.elimination_accuracy, base.elimination_accuracy),
                                      row.early_mae_train - base.early_mae_train)
 
-    alone = [c for c in joint_members if breaks_elimination(c)] if joint_row is not None else []
+    alone = [c for c in joint_members if breaks_elimination(c)]
     heads = [
         judge_head(ctx, score, ablation.get(score.component, how), head_patching,
                     joint_row if score.component in joint_members else None,
@@ -285,18 +266,14 @@ def judge_roles(
     """The verdict from precomputed evidence (the decision step of :func:`head_roles`).
 
     Args:
-        scores: :func:`head_scores` of the model (its ``thresholds`` are not reused; pass
-            ``thresholds`` here).
-        ablation: an :class:`~perm_circuits.analysis.interventions.ablation.AblationTable` with a ``"none"``
-            baseline and a row per head (``"L{l}H{h}"``) and MLP (``"L{l}MLP"``) under ``how``;
-            every other mode in it is judged too, for ``Claim.status_by_how``.
-        head_patching: per-head recall patching (``patch_head_outputs``); None = not measured.
-        mlp_patching: per-layer MLP recall patching (``patch_mlp``); None = not measured.
-        joint: ablation rows of several heads ablated together, ``component`` = their names
-            joined by ``+`` (used for heads sharing the eliminator pattern), one per mode.
-        recall_signals: :func:`recall_signal` per ``(component, how)``, with the baseline under
-            ``("none", "none")``; missing entries count as not measured (an ablation that breaks
-            elimination and recall together is then taken to break recall).
+        scores: :func:`head_scores` of the model (its ``thresholds`` are not reused).
+        ablation: an :class:`~perm_circuits.analysis.interventions.ablation.AblationTable` with a
+            ``"none"`` baseline and a row per head and MLP under ``how`` (other modes: judged too).
+        head_patching: :func:`patch_head_outputs` recall patching (``mlp_patching``: :func:`patch_mlp`);
+            None = not measured.
+        joint: per mode, the row of the heads sharing the eliminator pattern ablated together.
+        recall_signals: :func:`recall_signal` per ``(component, how)``, the baseline under
+            ``("none", "none")``; a missing entry is not measured.
         probe: P(y = 1..V) on the study's probe, quoted in the summary.
     """
     t = check_thresholds(thresholds)
@@ -341,8 +318,7 @@ def judge_roles(
     def with_modes(item: HeadRole | MlpRole, index: int, kind: int) -> HeadRole | MlpRole:
         by_how = tuple((h, judged[h][kind][index].role) for h in modes)
         disagreeing = tuple(h for h, role in by_how if role != item.role)
-        robust = len({role for _, role in by_how} | {item.role}) == 1
-        return replace(item, role_by_how=by_how, robust=robust, disagreeing=disagreeing)
+        return replace(item, role_by_how=by_how, robust=not disagreeing, disagreeing=disagreeing)
 
     heads = [with_modes(item, i, 0) for i, item in enumerate(heads)]
     mlps = [with_modes(item, i, 1) for i, item in enumerate(mlps)]
@@ -371,9 +347,6 @@ def _story(claims: Sequence[Claim]) -> bool | None:
     return False if "contradicted" in statuses else True if statuses == {"supported"} else None
 
 
-# ----------------------------------------------------------------------------- head_roles
-
-
 def head_roles(
     model,
     test_set: Batch | None = None,
@@ -393,70 +366,45 @@ def head_roles(
     circuits: bool = True,
     induction: bool = True,
 ) -> RoleVerdict:
-    """Assign every head and MLP a role and judge the study's story on ``model``.
+    """Assign every head and MLP a role and judge the study's story on ``model`` (any size; a model
+    with one head in all gets the d16h1 claims: :func:`~perm_circuits.analysis.study.claims.single_head`).
 
-    Measures, all vectorized over the batch (one forward per intervention):
+    Measures, vectorized over the batch (one forward per intervention):
 
-    1. :func:`head_scores` on ``test_set`` (one forward);
-    2. :func:`~perm_circuits.analysis.interventions.ablation.ablation_table` under every mode in ``hows``
-       (default all five: zero, mean, resample, binding-free, optimal; reference = the test set
-       itself), computed once: its logits also give the recall signals, its hooks (optimal
-       constants included) the joint ablation of the heads sharing the eliminator pattern when
-       there are several;
-    3. when the model recalls (baseline recall >= ``thresholds.incapable``):
-       :func:`~perm_circuits.analysis.study.recall_patching.patch_head_outputs` and
-       :func:`~perm_circuits.analysis.study.recall_patching.patch_mlp` (clean -> corrupted recall patching on
-       ``n_pair`` pairs, ``n_boot`` bootstrap resamples) and the :func:`recall_signal` of the baseline
-       and of every ablation (from the ablation table's logits, no extra forward);
+    1. :func:`head_scores` on ``test_set``;
+    2. the ablation table under every mode in ``hows`` (reference: the test set itself): its logits
+       also give the recall signals, its hooks (optimal constants included) the joint ablation of the
+       heads sharing the eliminator pattern when there are several;
+    3. when the model recalls (baseline recall >= ``thresholds.incapable``): :func:`patch_head_outputs`
+       and :func:`patch_mlp` (``n_pair`` pairs, ``n_boot`` resamples) and the recall signals;
     4. the probe's probabilities (V = 5);
-    5. when ``circuits`` (default): a circuit per skill -- elimination always, recall when the
-       model recalls (the gate of step 3) -- proposed under ``how`` and judged by the IOI criteria
-       (Wang et al. 2022) under ``how`` and every mode in ``hows``
-       (:func:`~perm_circuits.analysis.study.skill_circuits.skill_circuits`; ``RoleVerdict.circuits``,
-       :class:`SkillCircuit`), on the first :data:`CIRCUIT_MAX_N` sequences of the test set (all of
-       them when fewer) with the same ``ablation_seed``;
-    6. when ``induction`` (default) and ``n_layers >= 2``: the induction story
-       (:func:`~perm_circuits.analysis.circuits.induction_story.induction_story` on ``n_pair`` sequences,
-       ``pair_seed``, ``n_boot``; ``RoleVerdict.induction``, a line of the summary);
+    5. when ``circuits``: a circuit per skill (elimination; recall when step 3 ran), proposed under
+       ``how`` and judged by the IOI criteria (Wang et al. 2022) under every mode in ``hows``, on the
+       first :data:`CIRCUIT_MAX_N` sequences (:func:`~perm_circuits.analysis.study.skill_circuits.skill_circuits`);
+    6. when ``induction`` and ``n_layers >= 2``: the induction story
+       (:func:`~perm_circuits.analysis.circuits.induction_story.induction_story`; ``n_pair``,
+       ``pair_seed``, ``n_boot``);
 
-    then :func:`judge_roles` under ``how``, and under every other mode in ``hows``: each role
-    carries its role in every mode and whether it is robust, each claim its status in every mode,
-    and the verdict its outcome in every mode (``verdict_by_how``).  Works for any model, any
-    number of layers (components ``L{layer}H{head}`` / ``L{layer}MLP``; a model with one head in
-    all gets the study's d16h1 claims, every other model the d32h2 ones, see
-    :func:`~perm_circuits.analysis.study.claims.single_head`).
-
-    Decision mode: mean ablation (``DECISION_MODE``), unchanged from earlier versions and not
-    chosen for the story it tells; :data:`MODE_REASONS` says why (``RoleVerdict.how_reason``).
-    Zero ablation is off-distribution for components with a large mean output (d32h2's L0H0:
+    then :func:`judge_roles` under ``how`` and every other mode in ``hows``. Decision mode: mean
+    ablation (``DECISION_MODE``), not chosen for the story it tells (:data:`MODE_REASONS`); zero
+    ablation is off-distribution for components with a large mean output (d32h2's L0H0:
     zero-ablating it removes elimination, mean-ablating it removes recall).
 
     Args:
-        test_set: default ``make_test_set(task, n=n, seed=seed)`` of ``task_config`` (default:
-            the model's task), with the study's repeat ratio 0.3 when the task has none.
-        how: the ablation mode the decisions use; must be in ``hows``.
-        hows: the ablation modes measured and judged (default :data:`HOWS`, all five).
-        task_config: the task of the default test set *and* of the patching pairs (default:
-            ``task_config_of(model)``); must have the model's V.
-        seed: the seed of the default test set only (``make_test_set(task, n=n, seed=seed)``);
-            unused when ``test_set`` is given.  The other measurements have their own seeds.
-        pair_seed: the seed of the patching pairs (``patching_pair(task, n_pair, pair_seed)``)
-            and of the patching bootstrap.
-        hooks: an intervention applied in every run (the verdict of the intervened model); it
-            must work on any batch, as it also runs on the patching pairs (and the probe).
-        ablation_seed: the resample-ablation seed (which reference sample replaces each test
-            sample under ``"resample"``, and the binding-free answers' seed), used by the ablation
-            table, the joint ablation and the recall signals; the ``"mean"`` and ``"optimal"``
-            reference is the test set itself.
-        probe: also run the study's probe sequence (a batch of one) under ``hooks``; turn off for
-            hooks tied to the test set's batch size.
-        circuits: also propose and measure a circuit per skill (step 5; ``RoleVerdict.circuits``).
-            Callers that only need the roles (the sweep) pass False: no circuit forward runs and
-            ``circuits`` is empty.  With ``hooks`` tied to the test set's batch size, pass False
-            too (the circuit step runs on a sub-batch).
+        test_set: default ``make_test_set(task, n=n, seed=seed)`` of ``task_config`` (default the
+            model's task, with the study's repeat ratio 0.3 when it has none); ``seed`` seeds only it.
+        hows: the ablation modes measured and judged (default all five); must contain ``how``.
+        task_config: the task of the default test set *and* of the patching pairs.
+        pair_seed: the seed of the patching pairs and of their bootstrap.
+        hooks: an intervention applied in every run, on any batch (also the patching pairs and probe).
+        ablation_seed: the resample / binding-free seed of the ablation table, the joint ablation,
+            the recall signals and the circuits.
+        probe: run the study's probe (a batch of one) under ``hooks``.
+        circuits: run step 5 (the sweep, which needs only the roles, passes False). Pass False for
+            ``probe`` and ``circuits`` with hooks tied to the test set's batch size.
     """
     thresholds = check_thresholds(thresholds)
-    if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:
+    if not isinstance(hows, (list, tuple)) or not hows:
         raise TypeError(f"hows must be a non-empty sequence of modes from {HOWS}, got {hows!r}")
     bad = [h for h in hows if h not in HOWS]
     if bad:
@@ -475,8 +423,7 @@ def head_roles(
     hooks = check_hooks(model, hooks)
     model_config = model_config_of(model)
 
-    attention = attention_by_source(model, batch, task_config=config, hooks=hooks)
-    scores = head_score_rows(attention, thresholds)
+    scores = head_scores(model, batch, task_config=config, hooks=hooks, thresholds=thresholds)
     ablation, single, logits = ablation_runs(model, tuple(hows), batch, task_config=config, hooks=hooks,
                                               seed=ablation_seed)
     joint, joint_signals = joint_eliminator_rows(model, scores, batch, config, hows, hooks, single)
