@@ -3,6 +3,7 @@ verdict (:mod:`.claims`, :mod:`.verdict`), attention scores by source position (
 recall patching (:mod:`.recall_patching`), the FFN key-value probe (:mod:`.ffn`), the joint ablation
 of the eliminator heads (:mod:`.joint_ablation`) and the circuit its roles propose per skill
 (:mod:`.skill_circuits`). These modules import the general tools; the general tools never import
-them. Every public name is re-exported from :mod:`perm_circuits.analysis`. Nothing here prints;
-every function validates its arguments before any forward pass and leaves no hooks on the model.
+them.
+
+Every public name is re-exported from :mod:`perm_circuits.analysis`.
 """

@@ -1,16 +1,33 @@
 """The study's claims, each judged on one model from its per-component roles.
 
-The study (``001_study_presentation``, sections 08-10) tells this story for ``d32h2``: one head
-*eliminates* (its x queries spread their attention uniformly over the prior y positions, so the
-residual at ``x_k`` holds the average of the used values; section 08, head 1); one head *binds* (x
-attends to the immediately preceding y and y to itself, "encoding the (x, y) pair as a unit"; section
-08, head 2; section 09); the FFN "performs the associative lookup" of the repeated ``x1`` (section 09;
-finding 5), attention does not look it up. ``d16h1`` cannot recall and its single head is a uniform
-accumulator (sections 07-08); the second head is what enables recall (section 10, finding 3).
+The study (``001_study_presentation``, sections 08-10) tells this story for ``d32h2``:
 
-Each piece is a :class:`Claim` over the heads and MLPs of every layer, supported / contradicted /
-inconclusive by the rules of its ``_*_claim`` function, quoted in its evidence (capabilities: has it at
-accuracy ``>= capable``, lacks it ``< incapable``; "cannot recall" at recall ``<= recall_absent``).
+- one head *eliminates*: its x queries spread their attention uniformly over the prior y
+  positions, so the residual at ``x_k`` holds the average of the used values (section 08, head 1);
+- one head *binds*: x attends to the immediately preceding y and y attends to itself, "encoding
+  the (x, y) pair as a unit" (section 08, head 2; section 09);
+- the FFN completes recall: it "performs the associative lookup" of the repeated ``x1``
+  (section 09; finding 5), attention does not look up ``x1`` itself;
+- ``d16h1`` cannot recall and its single head is a uniform accumulator (sections 07-08); the
+  second head is what enables recall (section 10, finding 3).
+
+Each piece is a :class:`Claim` (supported / contradicted / inconclusive, with the evidence in a
+sentence and the numbers behind it), judged per model (any seed, any size) from the per-component
+roles of :mod:`~perm_circuits.analysis.study.roles` and the attention scores of
+:mod:`~perm_circuits.analysis.study.scores`; :func:`study_claims` says which claims a model gets.
+
+Rules:
+
+- heads are compared across every layer, named ``L{layer}H{head}``; the FFN claim looks at the
+  MLP of every layer.
+- each claim is supported / contradicted / inconclusive by the rules in its ``_*_claim``
+  function, quoted in its evidence.  E.g. the FFN claim is supported when an MLP "completes
+  recall", or is "needed for both" with its recall signal destroyed (``<= destroyed``), and
+  contradicted when no MLP is needed for recall ("recall survives MLP ablation: the FFN does not
+  decode").  The story holds when every claim is supported and does not when any is
+  contradicted.
+- model capabilities: accuracy ``>= capable`` (0.9) has it, ``< incapable`` (0.5) lacks it;
+  "cannot recall" holds for recall accuracy ``<= recall_absent`` (0.2, chance).
 """
 
 from __future__ import annotations
@@ -348,11 +365,13 @@ def _lookup_claim(ctx: Context, heads: list[HeadRole], scores: dict[str, HeadSco
 def study_claims(
     ctx: Context, config: ModelConfig, heads: Sequence[HeadRole], mlps: Sequence[MlpRole], scores: Sequence[HeadScore]
 ) -> list[Claim]:
-    """The study's claims for a model of ``config``, judged from its per-component roles under ``ctx.how``:
-    the d16h1 ones (eliminates, no_recall, single_head_accumulates) for a model with one head in all,
-    else (one head per layer in several layers included: their heads can split the work) the d32h2 ones
-    (eliminates, recalls, eliminator_head, binding_head, division_of_labour, ffn_completes_recall,
-    no_attention_lookup)."""
+    """The study's claims for a model of ``config``, judged from its per-component roles under ``ctx.how``.
+
+    A model with one head in all (one layer, one head) gets the study's d16h1 claims (eliminates,
+    no_recall, single_head_accumulates); every other model, one head per layer in several layers
+    included (their heads can split the work), the d32h2 ones (eliminates, recalls,
+    eliminator_head, binding_head, division_of_labour, ffn_completes_recall, no_attention_lookup).
+    """
     heads, mlps = list(heads), list(mlps)
     by_name = {score.component: score for score in scores}
     claims = _capability_claims(ctx, config, config.name)

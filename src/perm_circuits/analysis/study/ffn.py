@@ -1,23 +1,41 @@
-"""The MLP as a key-value memory (Geva et al. 2021, "Transformer Feed-Forward Layers Are Key-Value
-Memories"); :func:`mlp_prediction_flips` (from :mod:`perm_circuits.analysis.probes.mlp_flips`) is the
-layer-level view of how often it changes the prediction.
+"""The MLP as a key-value memory (Geva et al. 2021, "Transformer Feed-Forward Layers Are
+Key-Value Memories"), and how often it changes the model's prediction.
 
-Neuron ``n`` of layer ``l``: *key* ``W_in[l][:, n]``, *coefficient* ``blocks.l.mlp.hook_post[..., n]``,
-*value* ``W_out[l][n]``. :func:`ffn_key_value_probe` enumerates every x-position input of the task (a
-*trigger*: a distinct prefix ``x1 y1 .. x_k``, :class:`TriggerSet`), takes each neuron's ``top_k``
-triggers with a positive coefficient (summarised by the pattern ``(position, query, used y values,
-repeated)`` and by each attribute alone), and projects the value to the tokens ``1..V`` through
-``C diag(w_lnf) W_U`` (:func:`~perm_circuits.analysis.probes.memory.effective_unembed`) times the mean
-``coefficient / ln_final scale`` over those triggers: the neuron's mean direct effect on the logits when
-it fires (``1/scale`` sets the temperature only; the total effect of a neuron before the last layer is
-:func:`~perm_circuits.analysis.interventions.ablation.ablate_mlp` with ``neurons=``). *Agreement* (Geva
-et al. 2021, section 4): the fraction of top triggers whose correct y is the value's top token (chance
-``1/V``), each counted with ``P(correct y = value top | prefix)`` (:attr:`TriggerSet.target_probs`).
-``suppress_used`` (the elimination analogue): the fraction whose value's *bottom* token is already
-used. For neurons mostly firing on repeated queries (``fires_on_repeated``), ``recall_agreement`` /
-``trap_agreement`` say whether the value writes the recalled y or the elimination answer,
-``trap_suppressed`` whether its bottom token is the elimination answer: the study's (section 09) "the
-FFN does the lookup".
+Key-value view of neuron ``n`` of layer ``l``: its *key* is column ``W_in[l][:, n]``, its
+*coefficient* on an input is the activation ``blocks.l.mlp.hook_post[..., n]`` and its *value* is row
+``W_out[l][n]``.  :func:`ffn_key_value_probe`:
+
+1. **Enumerates** every x-position input of the task instead of sampling (:func:`enumerate_sequences`,
+   plain and repeated), one forward pass, and keeps each distinct prefix ``x1 y1 .. x_k`` once (a
+   *trigger*, :class:`TriggerSet`).
+2. Ranks the triggers by each neuron's coefficient; the ``top_k`` with a positive coefficient are
+   its *top triggers*, summarised by the pattern ``(position, query token, set of used y values,
+   repeated or not)`` and by each of those attributes alone.
+3. Projects the value through the unembedding to the value tokens ``1..V``: ``W_out[n] @ C diag(w_lnf)
+   W_U`` (:func:`~perm_circuits.analysis.probes.memory.effective_unembed`), times the mean of
+   ``coefficient / ln_final scale`` over the top triggers — i.e. the neuron's *actual* mean direct
+   effect on the logits when it fires on its triggers.  **ln_final scaling**: centring and the
+   LayerNorm weight are applied (they change the direction, hence the ranking of tokens); the
+   per-position ``1/scale`` is the cached ``ln_final.hook_scale`` at each trigger, a positive number
+   that sets the distribution's temperature only — the value's top token does not depend on it.
+4. **Agreement** (Geva et al. 2021, section 4): the fraction of a neuron's top triggers whose correct
+   y equals the value's top token; chance is ``1/V``.  Before the last step a prefix does not
+   determine its y, so each trigger counts with ``P(correct y = value top | prefix)`` over the
+   enumerated sequences sharing it (:attr:`TriggerSet.target_probs`; 0 or 1 at the last step).
+   ``suppress_used`` is the elimination analogue: the fraction of top triggers for which the
+   value's *bottom* token is a value already used.  For neurons whose top triggers are repeated
+   queries (``fires_on_repeated``: more than half of them), ``recall_agreement`` /
+   ``trap_agreement`` say whether the value writes the recalled y or the elimination answer, and
+   ``trap_suppressed`` whether its most negative token is the elimination answer (recall by vetoing
+   the trap rather than by writing y1) — the study's (section 09) "the FFN does the lookup"
+   hypothesis.
+
+Any layer (``layer``, default 0; negative values count from the end): the coefficients are that
+layer's ``mlp.hook_post``, and the value is read through the unembedding directly, so in a layer
+before the last it is the neuron's *direct* effect on the logits; later layers may still move what
+it writes (its total effect is what :func:`~perm_circuits.analysis.interventions.ablation.ablate_mlp` with
+``neurons=`` measures).  The layer-level view, :func:`mlp_prediction_flips`, is re-exported here
+from :mod:`perm_circuits.analysis.probes.mlp_flips`.
 """
 
 from __future__ import annotations
@@ -80,11 +98,18 @@ def enumerate_sequences(config: TaskConfig, split: str = "test", repeat_sources:
 class TriggerSet:
     """The distinct x-position inputs (prefixes ``x1 y1 .. x_k``) of an enumerated batch.
 
-    ``source``: the batch row of a representative sequence; ``position`` ``2(k-1)``, ``step`` ``k``;
-    ``used``: y values revealed before the query ``x_k``; ``target_probs``: the distribution of the
-    correct y over the enumerated sequences sharing the prefix (the posterior under the split's
-    permutations; one-hot at the last step); ``target``: its most frequent y; ``elimination``: the
-    only unused value (-1 if several); ``count``: enumerated sequences sharing the prefix.
+    Attributes:
+        source: row of the enumerated batch holding a representative sequence.
+        position: input position ``2(k-1)`` of the query; ``step`` = ``k``.
+        query: the query token ``x_k``.
+        used: ``[n, V]`` y values revealed before the query.
+        repeated: the query repeats an earlier x.
+        target_probs: ``[n, V]`` distribution of the correct y over the enumerated sequences that
+            share the prefix (before the last step the prefix does not determine the answer: this
+            is the posterior under the enumerated split's permutations; one-hot at the last step).
+        target: the most frequent correct y (the correct y at the last step).
+        elimination: the pure-elimination answer (the only unused value; -1 if several).
+        count: enumerated sequences sharing this prefix.
     """
 
     source: Int[Tensor, " n"]
@@ -275,16 +300,25 @@ def ffn_key_value_probe(
     task_config: TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> FFNKeyValueProbe:
-    """Geva et al. (2021) key-value probing of the MLP of ``layer`` (``-1``: the last) on the task
-    enumerated by :func:`enumerate_sequences` (``split``, ``repeat_sources``; ``task_config`` default
-    the model's), under ``hooks``. ``neurons``: distinct indices to summarise (default all);
-    ``top_k``: top triggers per neuron (Geva et al. use 25).
+    """Geva et al. (2021) key-value probing of the MLP of ``layer`` on the enumerated task.
+
+    Args:
+        layer: the MLP layer (negative values count from the end: ``-1`` is the last layer).
+        neurons: distinct neuron indices to summarise (default: all; negative ones count from
+            the end).
+        top_k: top triggers per neuron (Geva et al. use 25).
+        split: permutations to enumerate (``"test"``, ``"train"`` or ``"all"``).
+        repeat_sources: which earlier x the repeated variants repeat (``()``: none).
+        task_config: default the model's training task.
+        hooks: an intervention hook list applied during the forward pass.
     """
     config = model_config_of(model)
     layer = check_layer(model, layer)
     if neurons is not None and not isinstance(neurons, (list, tuple)):
         raise TypeError(f"neurons must be a list/tuple of ints or None, got {type(neurons).__name__}")
-    selected = check_neurons(model, neurons) or list(range(config.resolved_d_mlp))  # None: every neuron
+    selected = check_neurons(model, neurons)
+    if selected is None:
+        selected = list(range(config.resolved_d_mlp))
     top_k = check_positive_int("top_k", top_k)
     task = check_task_config(model, task_config)
     check_hooks(model, hooks)

@@ -1,21 +1,37 @@
 """Activation patching of recall: which activations carry "x_V repeats x_1, so answer y_1".
 
-Denoising patching as in the IOI paper (Wang et al. 2022, section 3; Meng et al. 2022, ROME). Clean
-run: ``x1 y1 ... x4 y4 x5`` with ``x5 = x1`` (answer ``y1``); corrupted run: ``x5`` replaced by the one
-unused x (answer: the unused y, elimination's answer on the clean run), so the runs share every
-activation at positions ``0..2V-3``. Metric: ``LD = logit(y1) - logit(unused y)`` at the last position.
+Set-up (the IOI paper's denoising patching, Wang et al. 2022 section 3; Meng et al. 2022, ROME):
 
-A patch copies one activation of the ``source`` run into the ``target`` run (all samples, one forward
-per patch); its effect ``(LD_i - mean LD_corrupted) / (mean LD_clean - mean LD_corrupted)`` is 1 when it
-restores the clean LD and 0 when it does nothing (the mean of ``per_sample`` is the normalised mean LD);
-the values, CI and mean are nan where the two mean LDs differ by less than 1e-6. CIs are paired
-percentile bootstraps over samples (one resample recomputes the clean, corrupted and patched means),
-``n_boot`` resamples. Clean -> corrupted is denoising (large = important), corrupted -> clean noising
-(small = important); :meth:`PatchingSweep.best` follows the direction. The default pair is
-``patching_pair(task_config or the model's task, n, seed)``; ``seed`` also seeds the bootstrap. Sweeps
-cover the heads and MLPs of every layer (an early layer's patch also acts through the later ones: the
-total effect). TransformerLens' ``transformer_lens.patching`` gives the same numbers on TL 4.3 bridges
-(tested) but cannot apply extra hooks in both runs, hence :func:`generic_patch`, on
+- clean run: a repeated sequence ``x1 y1 ... x4 y4 x5`` with ``x5 = x1``; the answer is ``y1``;
+- corrupted run: the same sequence with ``x5`` replaced by the one unused x; its answer is the
+  unused y, which is exactly what elimination answers on the clean run.  The two runs differ in
+  one token (the last), so every activation at positions ``0..2V-3`` is identical in them;
+- metric: the logit difference ``LD = logit(y1) - logit(unused y)`` at the last position.
+  Recall makes it large and positive on the clean run, elimination makes it negative on both.
+
+A patch copies one activation of the clean run into the corrupted run (all samples at once, one
+forward per patch).  Its effect is normalised per batch, ``(LD_i - mean LD_corrupted) /
+(mean LD_clean - mean LD_corrupted)``: 1 restores the clean logit difference, 0 does nothing.
+``per_sample`` keeps these values for every sample; the reported mean equals the normalised
+mean logit difference.  Confidence intervals are percentile bootstraps over samples (paired:
+one resample of sample indices recomputes the clean, corrupted and patched means together, so
+the uncertainty of the normalising constants is included); ``n_boot`` resamples, seeded.  Where
+``|mean LD_clean - mean LD_corrupted| < 1e-6`` (a model that answers both runs the same way)
+the normalised values are nan: the per-sample values, the confidence interval *and* the cell's
+``mean`` (and :func:`find_recall_head` raises a ValueError).  ``source`` / ``target`` choose the
+runs: the default clean -> corrupted is "denoising" (what a patch restores; large = important),
+corrupted -> clean is "noising" (what the clean run loses; *small* = important, 0 = all of the
+recall lost); :meth:`PatchingSweep.best` follows that direction.
+
+Pairs and seeds: every function builds its default pair with ``patching_pair(task_config, n,
+seed)``, where ``task_config`` defaults to the model's training task (``task_config_of(model)``)
+and is ignored when ``pair`` is given; ``seed`` seeds both that pair and the bootstrap resamples.
+Layer, head and position indices follow the package's rule (negative values count from the end,
+see :mod:`perm_circuits.analysis.interventions.checks`).
+
+Sweeps cover the heads and MLPs of every layer (an early layer's patch also acts through the later
+ones: the total effect). TransformerLens' ``transformer_lens.patching`` gives the same numbers on TL 4.3
+bridges (tested) but cannot apply extra hooks in both runs, hence :func:`generic_patch`, on
 :mod:`perm_circuits.analysis.interventions.patching` (whose names are re-exported here).
 """
 
@@ -310,9 +326,14 @@ def find_recall_head(
 ) -> RecallHead:
     """The head whose clean output (``hook_z``, all positions) restores the most recall.
 
-    Named from :func:`patch_head_outputs` (clean -> corrupted), with its bootstrap CI and the
-    runner-up's effect; arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the
-    bootstrap). A ValueError when the unpatched runs' mean logit differences are within 1e-6.
+    Runs :func:`patch_head_outputs` (clean -> corrupted, denoising) and names the head with the
+    largest normalised effect, with its bootstrap CI and the runner-up's effect.  Arguments as in
+    :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap).
+
+    Raises:
+        ValueError: when the clean and corrupted runs (under ``hooks``) have mean logit
+            differences closer than 1e-6: nothing is recalled that a head could restore, so no
+            head can be named (checked after the two unpatched runs, before any patch).
     """
     check_patch_options("clean", "corrupted", n_boot, seed, confidence)
     names = [ACTIVATIONS["z"].format(layer=layer) for layer in _layers(model)]

@@ -2,26 +2,31 @@
 ``hook_z``) and each MLP (``L{layer}MLP``) of every layer is causally needed for, under one ablation
 mode. Thresholds are fields of :class:`~perm_circuits.analysis.study.scores.RoleThresholds`:
 
-- *retention* of a capability, ``(acc_ablated - 1/V) / (acc_baseline - 1/V)``, is defined where the
-  baseline has it (accuracy >= ``incapable``); ``<= destroyed`` destroys it, ``>= survives`` leaves it,
-  in between damages it.
-- *needed for elimination*: ablating it drops elimination retention below ``survives`` or raises the
-  steps 1..V-1 MAE (vs the train-prior posterior) by ``mae_increase``; a head with the eliminator
-  pattern is needed *redundantly* if only the joint ablation of every head with that pattern drops it
-  and no other of those heads breaks elimination alone. *Needed for recall*: ablating it drops recall
-  retention below ``survives`` while elimination survives; if elimination falls too, only if the recall
-  signal also falls (signal retention ``< survives``; yes when not measured); a head whose ablation
-  leaves recall is still needed if patching its clean output restores ``>= patch_restores`` of the
-  clean logit difference (a redundant carrier).
-- attention patterns: *eliminator* if ``elim_y_mass >= 0.7`` and ``elim_entropy >= 0.8``; *binder* if
-  ``x_prev_y >= 0.6`` and ``y_self >= 0.6`` (a uniform accumulator has ``x_prev_y = 25/48 ~ 0.52``);
-  *duplicate* if ``duplicate_score >= 0.3`` (scores: :mod:`~perm_circuits.analysis.study.scores`).
-- roles by what a component is needed for. Head: both -> ``"mixed"``; elimination -> ``"eliminator"``
-  with the eliminator pattern, else ``"other"``; recall -> ``"duplicate/recall"`` with the duplicate
-  pattern, ``"binder"`` with the binder pattern, else ``"other"``. MLP: both -> ``"needed for both"``;
-  elimination -> ``"needed for elimination"``; recall -> ``"completes recall"`` (recall retention
-  ``<= destroyed``) or ``"contributes to recall"``. Neither: ``"unused"`` (loss rise < ``loss_increase``)
-  or ``"minor"``.
+- *retention* of a capability under an ablation is chance-corrected,
+  ``(acc_ablated - 1/V) / (acc_baseline - 1/V)``; defined only where the baseline has the
+  capability (baseline accuracy >= ``incapable`` = 0.5).  ``<= destroyed`` (0.25) destroys it,
+  ``>= survives`` (0.75) leaves it, in between damages it.
+- a component is *needed for elimination* if ablating it drops elimination retention below
+  ``survives`` or raises the steps 1..V-1 MAE (vs the train-prior posterior) by ``mae_increase``
+  (0.05); a head with the eliminator pattern is needed *redundantly* if only the joint ablation of
+  every head with that pattern drops it, and no other of those heads breaks elimination alone.
+  It is *needed for recall* if ablating it drops recall retention below ``survives`` while
+  elimination survives; if elimination falls too, only if the recall signal also falls
+  (signal retention ``< survives``; taken as yes when the signal was not measured); a head whose
+  ablation leaves recall is still needed for it if patching its clean output restores
+  ``>= patch_restores`` (0.5) of the clean logit difference (a redundant carrier).
+- attention patterns: *eliminator* if ``elim_y_mass >= 0.7`` and ``elim_entropy >= 0.8``;
+  *binder* if ``x_prev_y >= 0.6`` and ``y_self >= 0.6`` (a uniform accumulator has
+  ``x_prev_y = 25/48 ~ 0.52``); *duplicate* if ``duplicate_score >= 0.3`` (scores:
+  :mod:`~perm_circuits.analysis.study.scores`).
+- head role: needed for both -> ``"mixed"``; for elimination only -> ``"eliminator"`` if it has
+  the eliminator pattern, else ``"other"``; for recall only -> ``"duplicate/recall"`` with the
+  duplicate pattern, ``"binder"`` with the binder pattern, else ``"other"``; for neither ->
+  ``"unused"`` (loss rises by < ``loss_increase`` = 0.05 nats) or ``"minor"``.
+- MLP role: needed for recall while elimination survives -> ``"completes recall"`` (recall
+  retention ``<= destroyed``) or ``"contributes to recall"``; needed for recall and elimination
+  -> ``"needed for both"``; elimination only -> ``"needed for elimination"``; else ``"unused"`` /
+  ``"minor"``.
 """
 
 from __future__ import annotations

@@ -9,12 +9,16 @@ Learning and Induction Heads") and Wang et al. 2022 ("Interpretability in the Wi
   ``elimination_score = elim_y_mass * elim_entropy`` (1 for a perfect uniform accumulator);
 - binding: ``x_prev_y``, the mass of ``x_j`` (``j = 2..V``) on ``y_{j-1}``, and ``y_self``, the mass
   of ``y_j`` (``j = 1..V-1``) on itself; ``binding_score`` is their mean;
-- duplicate token: ``dup_repeated``, the mass of the last query on the earlier x it repeats (repeated
-  sequences), minus ``dup_baseline``, the mass on the same positions when the last query is new, is
-  ``duplicate_score``; ``source_y_*``: the same for the y after the repeated x (the recall answer).
+- duplicate token: ``dup_repeated``, the mass of the last query on the position of the earlier
+  x it repeats, on repeated sequences, and ``dup_baseline``, the mass on the same positions on
+  sequences whose last query is new; ``duplicate_score`` is the difference.
+  ``source_y_*``: the same for the y that follows the repeated x (the recall answer).
 
 The last query counts towards the elimination and binding scores on non-repeated sequences only (on
 repeated ones elimination is the wrong algorithm); earlier queries on every sequence.
+
+Nothing here prints; every function validates its arguments before any forward pass and leaves
+no hooks on the model.
 """
 
 from __future__ import annotations
@@ -50,14 +54,23 @@ model's own task has none, so that recall can always be measured."""
 class RoleThresholds:
     """Every threshold the verdict uses (the rules are in :mod:`~perm_circuits.analysis.study.roles`).
 
-    Patterns (minimum scores, see the module docstring): ``eliminator_y_mass`` and
-    ``eliminator_entropy``, ``binder_x_prev_y`` and ``binder_y_self``, ``duplicate_score``.
-    Chance-corrected retention: ``<= destroyed`` destroys a capability, ``>= survives`` leaves it
-    (between: damaged). ``mae_increase``: rise of the steps 1..V-1 MAE (vs the train-prior posterior)
-    that harms elimination; ``loss_increase``: test-loss rise (nats) separating "minor" from
-    "unused". Normalised patching effect: ``>= patch_restores`` restores recall, ``< patch_none``
-    restores nothing. Baseline accuracy: ``>= capable`` has a capability, ``< incapable`` lacks it
-    (retentions need at least this); recall ``<= recall_absent`` (chance, 1/V): "cannot recall".
+    Attributes:
+        eliminator_y_mass: minimum mass of x queries on prior y positions for the eliminator pattern.
+        eliminator_entropy: minimum normalised entropy over the prior y positions for it.
+        binder_x_prev_y: minimum mass of ``x_j`` on ``y_{j-1}`` for the binder pattern.
+        binder_y_self: minimum mass of ``y_j`` on itself for the binder pattern.
+        duplicate_score: minimum rise of the last query's mass on the repeated x (repeated minus
+            non-repeated sequences) for the duplicate-token pattern.
+        destroyed: chance-corrected retention at or below which an ablation destroys a capability.
+        survives: retention at or above which the capability survives (between: damaged).
+        mae_increase: rise of the steps 1..V-1 MAE (vs the train-prior posterior) that counts as
+            harming elimination.
+        loss_increase: rise of the test loss (nats) that separates "minor" from "unused".
+        patch_restores: normalised patching effect from which a component restores recall.
+        patch_none: normalised patching effect below which a component restores nothing.
+        capable: baseline accuracy from which the model has a capability.
+        incapable: baseline accuracy below which it lacks it (retentions need at least this).
+        recall_absent: recall accuracy at or below which "cannot recall" holds (chance, 1/V).
     """
 
     eliminator_y_mass: float = 0.7
@@ -225,12 +238,20 @@ def attention_by_source(
 ) -> AttentionBySource:
     """Per-source attention of every query position of every head, mean over ``test_set``.
 
-    One forward (under ``hooks``, which run before the capture) records ``blocks.L.attn.hook_pattern``
-    of every layer; the means are split by whether the last query repeats an earlier one (read from
-    the tokens): the measurement behind the study's attention maps (section 08). ``test_set``: a Batch
-    or tokens ``[batch, 2V-1]``; default ``make_test_set(task, n=n, seed=seed)`` of ``task_config``
-    (default the model's task, with the study's repeat ratio 0.3 when it has none). ``n`` and ``seed``
-    only choose that default set (``seed`` is the test-set seed); nothing else here is random.
+    One forward (under ``hooks``, which run before the capture) records
+    ``blocks.L.attn.hook_pattern`` for every layer; the means are split by whether the last
+    query repeats an earlier query (read from the tokens).  This is the measurement behind the
+    study's attention maps (section 08).
+
+    Args:
+        test_set: a Batch or a token tensor ``[batch, 2V-1]``; default ``make_test_set`` of the
+            model's task (with the study's repeat ratio 0.3 when that task has none), ``n``
+            samples, ``seed``.
+        task_config: the task of the default test set (default: the model's task).
+        hooks: a TransformerLens hook list applied during the forward pass.
+        n: size of the default test set (unused when ``test_set`` is given).
+        seed: the seed of the default test set only (``make_test_set(task, n=n, seed=seed)``);
+            unused when ``test_set`` is given.  Nothing else here is random.
     """
     tokens = _resolve_tokens(model, test_set, task_config, n, seed)
     hooks = check_hooks(model, hooks)

@@ -22,21 +22,32 @@ from perm_circuits.tasks.permutation_data import Batch, TaskConfig
 __all__ = ["CIRCUIT_MAX_N", "CIRCUIT_TOLERANCE", "SkillCircuit", "skill_circuits"]
 
 CIRCUIT_MAX_N = 2000
-"""Most test sequences (the first ones of its batch) the circuit step uses: it costs some 60 forwards
-and an optimal-ablation search per component. The report's ``ROLES_MAX_N`` and ``circuit_metrics``'s
-default ``n``; fewer would be cheaper, but d32h2's elimination circuit sits on the tolerance
+"""Most test sequences the circuit step of :func:`~perm_circuits.analysis.study.verdict.head_roles`
+uses (the first ones of its batch).
+
+The circuit step (propose a circuit per skill, measure it, its faithfulness under every mode)
+costs some 60 forwards and an optimal-ablation search per component, so it runs on at most
+2,000 sequences (the report's ``ROLES_MAX_N``, and the default ``n`` of
+:func:`~perm_circuits.analysis.circuits.criteria.circuit_metrics`).
+Fewer would be cheaper but d32h2's elimination circuit sits on the proposal's tolerance
 (faithfulness error 0.098 on these 2,000, 0.105 on the first 1,000, which then keeps L0H0)."""
 
 CIRCUIT_TOLERANCE = 0.1
 """A circuit is *faithful* under a mode when its ``faithfulness_error`` is at most this (the
-tolerance ``propose_circuit`` grows the circuit to)."""
+tolerance :func:`~perm_circuits.analysis.circuits.criteria.propose_circuit` grows the circuit to)."""
 
 
 @dataclass(frozen=True)
 class SkillCircuit:
-    """The circuit proposed for one skill: ``nodes`` from ``propose_circuit`` and ``metrics`` from
-    ``circuit_metrics`` under the decision mode ``how`` (the skill's subgroup: :attr:`measured`),
-    ``by_mode`` from ``faithfulness_by_mode`` under every mode judged."""
+    """The circuit :func:`~perm_circuits.analysis.study.verdict.head_roles` proposes for one skill, judged
+    by the IOI criteria.
+
+    ``nodes`` come from :func:`~perm_circuits.analysis.circuits.criteria.propose_circuit` under the
+    verdict's decision mode; ``metrics`` is :func:`~perm_circuits.analysis.circuits.criteria.circuit_metrics`
+    under that mode (read the ``skill`` subgroup: :attr:`measured`); ``by_mode`` is
+    :func:`~perm_circuits.analysis.circuits.criteria.faithfulness_by_mode` under every mode the verdict
+    judged.  Faithful under a mode = ``faithfulness_error <= tolerance``.
+    """
 
     skill: str
     how: str
@@ -92,9 +103,12 @@ def skill_circuits(
     model, batch: Batch, config: TaskConfig, how: str, hows: tuple[str, ...], hooks: HookList,
     ablation_seed: int, skills: Sequence[str],
 ) -> tuple[SkillCircuit, ...]:
-    """Step 5 of :func:`~perm_circuits.analysis.study.verdict.head_roles`: a circuit per skill in
-    ``skills``, on the first :data:`CIRCUIT_MAX_N` rows of ``batch`` (skills with the same nodes share
-    one measurement). A skill without rows, or whose model F is exactly 0, gets no circuit.
+    """Step 5 of :func:`~perm_circuits.analysis.study.verdict.head_roles`: a circuit per skill in ``skills``.
+
+    Proposed with :func:`propose_circuit` under ``how`` on the first :data:`CIRCUIT_MAX_N` rows of
+    ``batch`` (tolerance :data:`CIRCUIT_TOLERANCE`), measured with :func:`circuit_metrics` under
+    ``how`` and :func:`faithfulness_by_mode` under ``hows`` (skills with the same nodes share one
+    measurement).  A skill without rows, or whose model F is exactly 0, gets no circuit.
     """
     first = torch.arange(CIRCUIT_MAX_N, device=batch.inputs.device)
     sub = batch if len(batch) <= CIRCUIT_MAX_N else batch.subset(first)

@@ -6,6 +6,9 @@ in :mod:`~perm_circuits.analysis.study.roles`), the study's claims (:mod:`~perm_
 and a plain-text :meth:`RoleVerdict.summary`, decided under one mode (``how="mean"`` by default, see
 :data:`MODE_REASONS`) and judged under every other, so each role, claim and the verdict
 (``verdict_by_how``) says whether it is robust to the ablation choice.
+
+Nothing here prints; every function validates its arguments before any forward pass and leaves
+no hooks on the model.
 """
 
 from __future__ import annotations
@@ -119,8 +122,12 @@ class RoleVerdict:
         return [h.component for h in self.heads if h.role == role]
 
     def to_dataframe(self) -> pd.DataFrame:
-        """One row per head and per MLP: role, scores, ablation and patching numbers, a ``role_{how}``
-        column per mode judged, ``robust`` and ``disagreeing`` (joined by ``", "``)."""
+        """One row per head and per MLP: role, scores, ablation and patching numbers.
+
+        Also one ``role_{how}`` column per ablation mode judged, ``robust`` (the same role in
+        every mode) and ``disagreeing`` (the modes whose role differs from ``role``, joined by
+        ``", "``).
+        """
         rows = []
 
         def record_of(item: HeadRole | MlpRole, **extra: object) -> dict:
@@ -148,8 +155,9 @@ class RoleVerdict:
 
     def circuits_dataframe(self) -> pd.DataFrame:
         """One row per proposed circuit: skill, nodes (``+``-joined), the IOI numbers under the
-        decision mode, ``minimality_{node}``, ``faithfulness_{how}`` and ``faithfulness_error_{how}``
-        under every mode, and ``mode_dependent``."""
+        decision mode (faithfulness, error, completeness, its method, smallest minimality), the
+        per-node minimality (``minimality_{node}``), the faithfulness and its error under every
+        mode (``faithfulness_{how}``, ``faithfulness_error_{how}``) and ``mode_dependent``."""
         rows = []
         for item in self.circuits:
             m = item.measured
@@ -266,14 +274,18 @@ def judge_roles(
     """The verdict from precomputed evidence (the decision step of :func:`head_roles`).
 
     Args:
-        scores: :func:`head_scores` of the model (its ``thresholds`` are not reused).
-        ablation: an :class:`~perm_circuits.analysis.interventions.ablation.AblationTable` with a
-            ``"none"`` baseline and a row per head and MLP under ``how`` (other modes: judged too).
-        head_patching: :func:`patch_head_outputs` recall patching (``mlp_patching``: :func:`patch_mlp`);
-            None = not measured.
-        joint: per mode, the row of the heads sharing the eliminator pattern ablated together.
-        recall_signals: :func:`recall_signal` per ``(component, how)``, the baseline under
-            ``("none", "none")``; a missing entry is not measured.
+        scores: :func:`head_scores` of the model (its ``thresholds`` are not reused; pass
+            ``thresholds`` here).
+        ablation: an :class:`~perm_circuits.analysis.interventions.ablation.AblationTable` with a ``"none"``
+            baseline and a row per head (``"L{l}H{h}"``) and MLP (``"L{l}MLP"``) under ``how``;
+            every other mode in it is judged too, for ``Claim.status_by_how``.
+        head_patching: per-head recall patching (``patch_head_outputs``); None = not measured.
+        mlp_patching: per-layer MLP recall patching (``patch_mlp``); None = not measured.
+        joint: ablation rows of several heads ablated together, ``component`` = their names
+            joined by ``+`` (used for heads sharing the eliminator pattern), one per mode.
+        recall_signals: :func:`recall_signal` per ``(component, how)``, with the baseline under
+            ``("none", "none")``; missing entries count as not measured (an ablation that breaks
+            elimination and recall together is then taken to break recall).
         probe: P(y = 1..V) on the study's probe, quoted in the summary.
     """
     t = check_thresholds(thresholds)
@@ -366,42 +378,63 @@ def head_roles(
     circuits: bool = True,
     induction: bool = True,
 ) -> RoleVerdict:
-    """Assign every head and MLP a role and judge the study's story on ``model`` (any size; a model
-    with one head in all gets the d16h1 claims: :func:`~perm_circuits.analysis.study.claims.single_head`).
+    """Assign every head and MLP a role and judge the study's story on ``model``.
 
     Measures, vectorized over the batch (one forward per intervention):
 
     1. :func:`head_scores` on ``test_set``;
-    2. the ablation table under every mode in ``hows`` (reference: the test set itself): its logits
-       also give the recall signals, its hooks (optimal constants included) the joint ablation of the
-       heads sharing the eliminator pattern when there are several;
-    3. when the model recalls (baseline recall >= ``thresholds.incapable``): :func:`patch_head_outputs`
-       and :func:`patch_mlp` (``n_pair`` pairs, ``n_boot`` resamples) and the recall signals;
+    2. :func:`~perm_circuits.analysis.interventions.ablation.ablation_table` under every mode in ``hows``
+       (default all five: zero, mean, resample, binding-free, optimal; reference = the test set
+       itself), computed once: its logits also give the recall signals, its hooks (optimal
+       constants included) the joint ablation of the heads sharing the eliminator pattern when
+       there are several;
+    3. when the model recalls (baseline recall >= ``thresholds.incapable``):
+       :func:`~perm_circuits.analysis.study.recall_patching.patch_head_outputs` and
+       :func:`~perm_circuits.analysis.study.recall_patching.patch_mlp` (clean -> corrupted recall patching on
+       ``n_pair`` pairs, ``n_boot`` bootstrap resamples) and the :func:`recall_signal` of the baseline
+       and of every ablation (from the ablation table's logits, no extra forward);
     4. the probe's probabilities (V = 5);
-    5. when ``circuits``: a circuit per skill (elimination; recall when step 3 ran), proposed under
-       ``how`` and judged by the IOI criteria (Wang et al. 2022) under every mode in ``hows``, on the
-       first :data:`CIRCUIT_MAX_N` sequences (:func:`~perm_circuits.analysis.study.skill_circuits.skill_circuits`);
+    5. when ``circuits`` (default): a circuit per skill -- elimination always, recall when the
+       model recalls (the gate of step 3) -- proposed under ``how`` and judged by the IOI criteria
+       (Wang et al. 2022) under ``how`` and every mode in ``hows``
+       (:func:`~perm_circuits.analysis.study.skill_circuits.skill_circuits`; ``RoleVerdict.circuits``,
+       :class:`SkillCircuit`), on the first :data:`CIRCUIT_MAX_N` sequences of the test set (all of
+       them when fewer) with the same ``ablation_seed``;
     6. when ``induction`` and ``n_layers >= 2``: the induction story
        (:func:`~perm_circuits.analysis.circuits.induction_story.induction_story`; ``n_pair``,
        ``pair_seed``, ``n_boot``);
 
-    then :func:`judge_roles` under ``how`` and every other mode in ``hows``. Decision mode: mean
+    then :func:`judge_roles` under ``how`` and every other mode in ``hows``. Works for any model, any
+    number of layers (components ``L{layer}H{head}`` / ``L{layer}MLP``; a model with one head in
+    all gets the study's d16h1 claims, every other model the d32h2 ones, see
+    :func:`~perm_circuits.analysis.study.claims.single_head`). Decision mode: mean
     ablation (``DECISION_MODE``), not chosen for the story it tells (:data:`MODE_REASONS`); zero
     ablation is off-distribution for components with a large mean output (d32h2's L0H0:
     zero-ablating it removes elimination, mean-ablating it removes recall).
 
     Args:
-        test_set: default ``make_test_set(task, n=n, seed=seed)`` of ``task_config`` (default the
-            model's task, with the study's repeat ratio 0.3 when it has none); ``seed`` seeds only it.
-        hows: the ablation modes measured and judged (default all five); must contain ``how``.
-        task_config: the task of the default test set *and* of the patching pairs.
-        pair_seed: the seed of the patching pairs and of their bootstrap.
-        hooks: an intervention applied in every run, on any batch (also the patching pairs and probe).
-        ablation_seed: the resample / binding-free seed of the ablation table, the joint ablation,
-            the recall signals and the circuits.
-        probe: run the study's probe (a batch of one) under ``hooks``.
-        circuits: run step 5 (the sweep, which needs only the roles, passes False). Pass False for
-            ``probe`` and ``circuits`` with hooks tied to the test set's batch size.
+        test_set: default ``make_test_set(task, n=n, seed=seed)`` of ``task_config`` (default:
+            the model's task), with the study's repeat ratio 0.3 when the task has none.
+        how: the ablation mode the decisions use; must be in ``hows``.
+        hows: the ablation modes measured and judged (default :data:`HOWS`, all five).
+        task_config: the task of the default test set *and* of the patching pairs (default:
+            ``task_config_of(model)``); must have the model's V.
+        seed: the seed of the default test set only (``make_test_set(task, n=n, seed=seed)``);
+            unused when ``test_set`` is given.  The other measurements have their own seeds.
+        pair_seed: the seed of the patching pairs (``patching_pair(task, n_pair, pair_seed)``)
+            and of the patching bootstrap.
+        hooks: an intervention applied in every run (the verdict of the intervened model); it
+            must work on any batch, as it also runs on the patching pairs (and the probe).
+        ablation_seed: the resample-ablation seed (which reference sample replaces each test
+            sample under ``"resample"``, and the binding-free answers' seed), used by the ablation
+            table, the joint ablation and the recall signals; the ``"mean"`` and ``"optimal"``
+            reference is the test set itself.
+        probe: also run the study's probe sequence (a batch of one) under ``hooks``; turn off for
+            hooks tied to the test set's batch size.
+        circuits: also propose and measure a circuit per skill (step 5; ``RoleVerdict.circuits``).
+            Callers that only need the roles (the sweep) pass False: no circuit forward runs and
+            ``circuits`` is empty.  With ``hooks`` tied to the test set's batch size, pass False
+            too (the circuit step runs on a sub-batch).
     """
     thresholds = check_thresholds(thresholds)
     if not isinstance(hows, (list, tuple)) or not hows:
