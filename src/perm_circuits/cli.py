@@ -15,27 +15,26 @@ from pathlib import Path
 __all__ = ["main"]
 
 
-def _argument(convert, accept, expected: str):
+def _argument(convert, expected: str, accept=None):
     """An argparse ``type``: ``convert(text)``, and an ArgumentTypeError saying ``expected`` when the
-    text does not convert or ``accept(value)`` is false."""
+    text does not convert or ``accept(value)`` is false (``accept=None`` accepts every value)."""
 
     def parse(text: str):
         try:
             value = convert(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-        if not accept(value):
+        if accept is not None and not accept(value):
             raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
         return value
 
     return parse
 
 
-_positive_int = _argument(int, lambda value: value > 0, "a positive integer")
-_ratio = _argument(float, lambda value: 0.0 <= value <= 1.0, "a number in [0, 1]")
+_positive_int = _argument(int, "a positive integer", lambda value: value > 0)
+_ratio = _argument(float, "a number in [0, 1]", lambda value: 0.0 <= value <= 1.0)
 # --repeat-sources 1,2,3,4 -> (1, 2, 3, 4); range and duplicates: TaskConfig checks
-_sources = _argument(lambda text: tuple(int(part) for part in text.split(",")), lambda value: True,
-                     "comma-separated integers like 1,2,3,4")
+_sources = _argument(lambda text: tuple(int(part) for part in text.split(",")), "comma-separated integers like 1,2,3,4")
 
 
 def _import_flag(parser: argparse.ArgumentParser, what: str) -> None:

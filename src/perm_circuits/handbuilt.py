@@ -25,8 +25,8 @@ The heads (``s = sharpness``; the attention scores quoted are after TransformerL
 - **L0H0, previous-token head.**  Query ``POS_p -> e_p``, key ``POS_j -> s e_{j+1}``: the score of
   key ``j`` for query ``p`` is ``s [j = p - 1]``, so every position ``p >= 1`` attends to ``p - 1``
   with weight ``>= 1 - p e^-s`` (position 0 can only attend to itself).  Its OV circuit copies
-  ``TOK_t`` into ``PREV_t`` (``t = 1..V``; token 0 never occurs): after layer 0, position ``j`` holds its own token in ``TOK`` and the token
-  before it in ``PREV``.
+  ``TOK_t`` into ``PREV_t`` (``t = 1..V``; token 0 never occurs): after layer 0, position ``j``
+  holds its own token in ``TOK`` and the token before it in ``PREV``.
 - **L1H0, induction head.**  Query ``TOK_t -> e_t`` (``t = 1..V``) and ``IS_X -> e_{V+1}``; key ``PREV_t -> s e_t``
   and ``IS_X -> -2s e_{V+1}``.  For the last query (token ``x5``, an x slot) the score of key ``j``
   is ``s [prev(j) = x5] - 2s [j is an x slot]``: it is ``s`` exactly at ``y_k`` (the position

@@ -1,15 +1,33 @@
-"""What the reports show, computed (views render, they do not compute).
+"""What the "task model" report shows, computed: every general analysis of one model on one task.
 
-:func:`task_report_data` runs every analysis that needs only a :class:`~perm_circuits.tasks.base.Task`
-and a model with TransformerLens hook points (rendered by
-:func:`perm_circuits.views.task_page.render_task_report`): the task's metrics and a few test
-sequences, attention patterns and scores, the ablation table, activation patching of every head
-and MLP (Wang et al. 2022; Meng et al. 2022: clean = the test sequences with a loss position,
-corrupted = the same batch shifted by one row, metric = the clean targets' log-probability), direct
-logit attribution, a proposed circuit with its IOI criteria (mean ablation), the discovered
-circuits (ACDC under resample ablation) and the opening findings.  A section that does not apply
-(no hook points, no ``W_U``, a custom ``forward``) holds ``None`` and a note saying why.
-:func:`study_report_data` computes the permutation study's page (:mod:`perm_circuits.views.report`).
+:func:`task_report_data` runs the analyses that need nothing but a
+:class:`~perm_circuits.tasks.base.Task` and a model with TransformerLens hook points, and returns
+them in a :class:`TaskReportData`; :func:`perm_circuits.views.task_page.render_task_report`
+renders it (views render, they do not compute).  The sections:
+
+- the task's metrics on ``task.test_set(n, seed)`` (:func:`~perm_circuits.evaluate` with ``task=``)
+  and a few test sequences position by position;
+- attention patterns of every layer and head, and where each head looks
+  (:func:`~perm_circuits.analysis.probes.task_attribution.attention_scores`);
+- the ablation table of every head and MLP (:func:`~perm_circuits.analysis.interventions.ablation.ablation_table`);
+- activation patching of every head and MLP (Wang et al. 2022; Meng et al. 2022): clean = the
+  test sequences with a loss position, corrupted = the same batch shifted by one row (each
+  sequence paired with another sequence of the task), metric = the clean targets' log-probability
+  (:func:`~perm_circuits.analysis.interventions.activation_patching.target_logprob`), with bootstrap CIs;
+- direct logit attribution to the targets
+  (:func:`~perm_circuits.analysis.probes.task_attribution.target_logit_attribution`);
+- a proposed circuit and its IOI criteria (:func:`~perm_circuits.analysis.circuits.criteria.propose_circuit`,
+  :func:`~perm_circuits.analysis.circuits.criteria.circuit_metrics`, mean ablation, F the targets'
+  log-probability above a uniform guess);
+- the discovered circuit (ACDC under resample ablation) and three to five one-line findings from
+  all of the above (:func:`~perm_circuits.analysis.task_findings.task_findings`).
+
+:func:`study_report_data` computes the permutation study's page (the head-role verdict, recall
+patching, FFN and memory probes, the study's attribution), which
+:mod:`perm_circuits.views.report` renders.
+
+A section that does not apply to the model (no hook points to ablate, no ``W_U``, a custom
+``forward``) holds ``None`` and a note saying why.
 """
 
 from __future__ import annotations

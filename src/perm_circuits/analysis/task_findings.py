@@ -1,14 +1,22 @@
 """The one-line findings that open a task report, generated from the report's computed numbers.
 
-:func:`task_findings` returns three to five sentences, each stating numbers the report computed
-and naming its ablation mode ("no ablation" for a plain forward pass): the first five that apply
-of, in order, the task's metrics; each discovered circuit (ACDC, Conmy et al. 2023); the component
-whose ablation lowers the primary metric most under the first mode (Wang et al. 2022); the
-proposed circuit's faithfulness and completeness under mean ablation; the strongest attention
-pattern (previous token, self or first position; Olsson et al. 2022); the top activation patch
-(Meng et al. 2022); the largest direct logit attribution (Elhage et al. 2021); the most important
-component under the second mode; then fallbacks (top-token match on the shown sequences,
-agreement with the task's reference, test loss, parameter count).
+:func:`task_findings` reads a :class:`~perm_circuits.analysis.report_data.TaskReportData` and
+returns three to five sentences, each stating numbers that the report computed (nothing is
+estimated here) and each naming its ablation mode, or "no ablation" for a plain forward pass.
+Candidates, in order of priority (the first five that apply are kept):
+
+1. the task's metrics on the test set;
+2. each discovered circuit (its method, ablation mode, size, faithfulness and strongest edge;
+   ACDC, Conmy et al. 2023);
+3. the component whose ablation lowers the primary metric most, under the first ablation mode
+   (Wang et al. 2022);
+4. the proposed circuit's size, faithfulness and completeness under mean ablation (Wang et al. 2022);
+5. the strongest attention pattern (previous token, self or first position; Olsson et al. 2022);
+6. the component whose activation patching restores the most (Meng et al. 2022);
+7. the largest direct logit attribution (Elhage et al. 2021);
+8. the same as 3 under the second ablation mode;
+9. always-available fallbacks: the top-token match on the shown sequences, the agreement with the
+   task's reference, the test loss and the model's parameter count.
 """
 
 from __future__ import annotations

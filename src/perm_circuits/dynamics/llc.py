@@ -49,11 +49,19 @@ def require_devinterp():
 
 @dataclass(frozen=True)
 class LLCConfig:
-    """SGLD settings of an LLC estimate: ``chains`` independent chains of ``burnin`` discarded then
-    ``draws`` kept steps, each on ``batch_size`` sequences drawn with replacement from the ``n``
-    training sequences that define ``L_n``; step size ``lr`` (epsilon), inverse temperature
-    ``n_beta`` (n * beta), ``localization`` (gamma, the pull towards the measured weights);
-    ``seed`` seeds the sequences and every chain."""
+    """SGLD settings of an LLC estimate.
+
+    Attributes:
+        chains: independent SGLD chains.
+        draws: SGLD steps per chain that enter the estimate (after ``burnin``).
+        burnin: SGLD steps per chain discarded first.
+        batch_size: sequences per SGLD step (drawn with replacement from the ``n`` sequences).
+        lr: SGLD step size epsilon.
+        n_beta: inverse temperature n * beta.
+        localization: gamma, the pull towards the weights being measured.
+        n: training sequences defining L_n (a fixed sample of the task's train split).
+        seed: seeds the sequences and every chain.
+    """
 
     chains: int = 2
     draws: int = 50

@@ -96,14 +96,23 @@ def run_sweep(
     progress: bool = True,
     trainer: str = "auto",
 ) -> SweepResult:
-    """Run every run of ``spec`` (validated first) not yet stored in ``out_dir``; one JSON row per run.
+    """Run every run of ``spec`` not yet stored in ``out_dir``; one JSON row per run.
 
-    Runs whose row is stored are skipped (failed ones too unless ``retry_failed``).  ``backend``:
-    ``"local"`` (process pool of ``workers``, default one per core), ``"ray"`` (the cluster at
-    ``address``, default a local instance) or ``"serial"``.  ``keep_models`` also saves each run's
-    checkpoint in ``models/<run_id>/``.  ``trainer``: ``"single"``, ``"stacked"`` (the runs that
-    differ only in their seed train as one group; serial and local backends) or ``"auto"``
-    (:func:`~perm_circuits.sweep.stacked_runs.choose_trainer`); the rows are the same bit for bit.
+    Args:
+        spec: a :class:`SweepSpec`, the spec dict, or a TOML file path; validated (every run's
+            configs built) before anything is created or started.
+        out_dir: the sweep folder (``runs/<run_id>.json``, ``models/<run_id>/``).  Runs whose
+            row is already there are skipped; so are failed ones unless ``retry_failed``.
+        backend: ``"local"`` (process pool), ``"ray"``, or ``"serial"`` (this process).
+        workers: pool size / local Ray CPUs (default: one per core).
+        address: a running Ray cluster (``"HEAD_IP:6379"``); default: a local instance.
+        keep_models: also save each run's checkpoint in ``models/<run_id>/``.
+        progress: one tqdm bar (done / failed / running, ETA).
+        trainer: ``"single"`` trains one model per run; ``"stacked"`` trains the runs that differ
+            only in their seed as one stacked group (serial and local backends;
+            :mod:`perm_circuits.sweep.stacked_runs`); ``"auto"`` (default) stacks where that is
+            faster (:func:`~perm_circuits.sweep.stacked_runs.choose_trainer`).  The rows are the
+            same bit for bit, so the trainer is not part of the run id.
     """
     out_dir = Path(out_dir)
     if backend not in BACKENDS:

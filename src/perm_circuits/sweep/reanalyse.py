@@ -34,7 +34,7 @@ def reanalyse_sweep(
     own sizes) of every ``done`` run (or ``run_ids``) of a sweep run with ``keep_models=True``, from
     its kept model; returns their ids.  The old analysis columns are replaced, not merged (no stale
     mode), training columns kept; same code, same row bit for bit.  ValueError before any work
-    when a run has no row, is not done or has no kept model.
+    when the folder has no rows, or a requested run has no row, is not done or has no kept model.
     """
     if not isinstance(out_dir, (str, os.PathLike)):
         raise TypeError(f"out_dir must be a folder path, got {type(out_dir).__name__}")

@@ -1,7 +1,15 @@
-"""Sweep storage: ``DIR/spec.json`` (the last spec run there), ``DIR/runs/<run_id>.json`` (one row
-per run, its commit point) and ``DIR/models/<run_id>/`` (its checkpoint, written before the row).
-Every file is written atomically (temp file, fsync, ``os.replace``), so killing a sweep leaves no
-partial or duplicate row; leftover temp files are removed when a sweep starts.
+"""Sweep storage: a run's row and checkpoint files as workers return them, one JSON file per run
+written atomically by the driver, loading and export.
+
+Layout of a sweep folder::
+
+    DIR/spec.json               the last spec run into this folder (informational)
+    DIR/runs/<run_id>.json      one row per run (the commit point of a run)
+    DIR/models/<run_id>/        its checkpoint, with --keep-models (written before the row)
+
+Every file is written to a temp file in the same folder, fsynced and ``os.replace``-d into
+place, so killing the sweep (SIGKILL included) at any moment leaves either no row or a whole
+one, never a partial or duplicate row; leftover temp files are removed when a sweep starts.
 """
 
 from __future__ import annotations
@@ -31,7 +39,8 @@ TEXT_COLUMNS = ("run_id", "status", "error", "recall_curve", "elimination_curve"
 
 
 def versions() -> dict[str, str]:
-    """The package versions every row records (empty where not installed)."""
+    """The package versions every row records (``version_perm_circuits``, ``version_torch``,
+    ``version_transformer_lens``; empty where not installed)."""
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}

@@ -1,10 +1,21 @@
 """Sweeps over any registered task: ``task = "NAME"`` in a spec's ``[fixed]``.
 
-Everything task-specific comes from the task's registry entry, so a new task is swept with no code
-here.  The keys are the task's dataclass fields, its model's ``model_keys``, the fit recipe
-(:class:`~perm_circuits.tasks.FitConfig` fields; defaults :data:`FIT_DEFAULTS` updated by the entry's
-``fit_defaults``) and ``seed`` (model init and data stream).  A run's row holds the config columns,
-the task's metrics and ``final_train_loss``; a kept model records its task
+A spec whose ``[fixed]`` names a registered task other than ``"permutation"`` sweeps that task
+instead of the study's.  Everything task-specific comes from the task's registry entry
+(:func:`perm_circuits.tasks.register_task`), so a new task is swept with no code here.  A spec's
+keys are then
+
+* the task's own dataclass fields (e.g. ``S``, ``R``, ``D`` of ``factual_recall``),
+* its model's fields (the entry's ``model_keys``: e.g. ``d_model``, ``d_mlp`` of the factual
+  model; for a task without a model builder, the default transformer's ``d_model``, ``n_heads``,
+  ``n_layers``),
+* the fit recipe (:class:`~perm_circuits.tasks.FitConfig`: ``steps``, ``batch_size``, ``lr``,
+  ``optimizer``, ``momentum``, ``weight_decay``; defaults :data:`FIT_DEFAULTS` updated by the
+  entry's ``fit_defaults``), and ``seed`` (the model's initialisation and the data stream).
+
+Each run builds the task's model (:func:`~perm_circuits.tasks.runner.task_model`), trains and evaluates
+it; its row holds the config columns, the task's metrics and the final training loss (``final_train_loss``).  With
+``keep_models`` its model is kept as a checkpoint that records its task
 (:func:`~perm_circuits.tasks.checkpoint.save_task_model`).
 """
 

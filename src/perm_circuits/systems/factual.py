@@ -190,11 +190,19 @@ def storage_run(
 
 @dataclass(frozen=True)
 class StorageResult:
-    """Every training run (``runs``), and per seed and model size (``capacity``) its ``params`` and
-    ``facts_stored`` (the largest ``S R`` stored at >= ``target``, 0 if none on the ladder); the
-    ``exponent`` of ``log facts_stored`` on ``log params`` (linear scaling: 1), the least-squares
-    ``facts_per_param`` of ``facts_stored = c * params`` through the origin, and
-    ``bits_per_param = facts_per_param * log2 D``; ``capacity`` also counts each row's ``runs``."""
+    """Facts stored at the target accuracy per model size, and the fitted scaling.
+
+    Attributes:
+        runs: every training run (one row per model size and table size tried).
+        capacity: one row per seed and model size: ``params`` and ``facts_stored`` (the largest
+            ``S R`` stored at >= ``target``; 0 if none on the ladder) and the number of ``runs``.
+        exponent: slope of ``log facts_stored`` on ``log params`` (linear scaling: 1).
+        facts_per_param: least-squares slope of ``facts_stored = c * params`` through the origin.
+        bits_per_param: ``facts_per_param * log2 D``.
+        target: the accuracy at which a fact table counts as stored.
+        settings: the :func:`storage_capacity` arguments it was computed with (``R``, ``D``,
+            ``n_noise``, ``seq_len``, ``steps``, ``lr``, ``batch_size``, ``subjects``, ``seeds``).
+    """
 
     runs: pd.DataFrame
     capacity: pd.DataFrame

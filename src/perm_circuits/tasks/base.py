@@ -30,9 +30,15 @@ __all__ = ["DEFAULT_MODEL_KEYS", "SPLITS", "TASKS", "DataclassTask", "FitConfig"
 
 @dataclass(frozen=True)
 class TaskBatch:
-    """One batch of any task: ``targets`` is the next token at every input position (any value
-    where ``mask``, the per-position loss weight, is 0); ``extras`` holds task-specific tensors with
-    the batch as first dimension (e.g. fact ids, hidden chain states) for metrics and analyses."""
+    """One batch of any task.
+
+    Attributes:
+        tokens: model inputs.
+        targets: the next token at every input position (any value where ``mask`` is 0).
+        mask: loss weight per position (1.0 where the loss is taken, 0.0 elsewhere).
+        extras: task-specific tensors with the batch as first dimension (e.g. the fact ids,
+            the hidden chain states), for metrics and analyses.
+    """
 
     tokens: Int[Tensor, "batch seq"]
     targets: Int[Tensor, "batch seq"]
@@ -108,7 +114,8 @@ SPLITS = ("train", "test")
 
 
 def check_sample(n: object, generator: object, split: object) -> None:
-    """The checks of a task's ``sample(n, generator, split)``."""
+    """The checks of a task's ``sample(n, generator, split)``: ``n >= 1``, a ``torch.Generator``,
+    ``split`` one of :data:`SPLITS`."""
     check_int("n", n, low=1)
     if not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
@@ -147,14 +154,24 @@ Builder = Callable[..., Any]
 
 @dataclass(frozen=True)
 class TaskEntry:
-    """What the registry knows about a task besides its class: ``model``, its builder
-    ``builder(task, *, seed, **fields)``, a ``"module:function"`` string naming one (imported on first
-    use) or ``None`` (a default ``boot_native`` transformer sized from the task,
-    :func:`perm_circuits.tasks.runner.task_model`); ``model_keys``, the builder's fields a sweep may set
-    (``model=None``: :data:`DEFAULT_MODEL_KEYS`); ``forward(model, tokens) -> logits`` for its models
-    (callable, string or ``None``: ``model(tokens)``); ``fit_defaults``, its :class:`FitConfig` defaults
-    in a sweep; ``reproduction``, ``(name, "module", title)`` of the seed paper's headline experiment,
-    whose module defines ``run(quick, progress) -> Reproduction`` (``perm-circuits reproduce NAME``)."""
+    """What the registry knows about a task besides its class: everything the rest of the library
+    (training, sweeps, reproductions) needs, so that no other module holds per-task code.
+
+    Attributes:
+        name, cls: the registry name and the task class.
+        model: the task's own model builder ``builder(task, *, seed, **fields)``, or a
+            ``"module:function"`` string naming one (imported on first use, so a task file never
+            imports the model module that imports it), or ``None``: the task trains a default
+            ``boot_native`` transformer sized from ``task.d_vocab`` and ``task.n_ctx``
+            (:func:`perm_circuits.tasks.runner.task_model`).
+        model_keys: the builder's keyword fields a sweep spec may set (with ``model=None``: the
+            default transformer's :data:`DEFAULT_MODEL_KEYS`, ``d_model``, ``n_heads``, ``n_layers``).
+        forward: the ``forward(model, tokens) -> logits`` that trains and evaluates the builder's
+            models (a callable, a ``"module:function"`` string, or ``None``: ``model(tokens)``).
+        fit_defaults: the task's own defaults for the fit recipe (:class:`FitConfig` fields) in a sweep.
+        reproduction: ``(name, "module", title)`` of the seed paper's headline experiment, whose
+            module defines ``run(quick, progress) -> Reproduction`` (``perm-circuits reproduce NAME``).
+    """
 
     name: str
     cls: type
@@ -341,7 +358,9 @@ def log_spaced_steps(total: int, n: int = 40, first: int = 1) -> tuple[int, ...]
 
 @dataclass(frozen=True)
 class FitConfig:
-    """The recipe of :func:`fit` (``momentum`` is SGD's); ``seed`` seeds the data stream (and, in
+    """The recipe of the generic loop (:func:`fit`): ``steps`` optimiser steps on batches of
+    ``batch_size``, ``optimizer`` (``"adam"``, ``"adamw"`` or ``"sgd"``) with ``lr``,
+    ``momentum`` (SGD) and ``weight_decay``; ``seed`` seeds the data stream (and, in
     :func:`perm_circuits.train`, a model it builds).  The defaults are a sweep's."""
 
     steps: int = 1000

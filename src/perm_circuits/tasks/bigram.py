@@ -1,15 +1,28 @@
 """The bigram-with-triggers task of Bietti et al. (2023), "Birth of a Transformer: A Memory Viewpoint".
 
-Each sequence ``z_1 .. z_{T+1}`` over ``N`` tokens follows a global bigram model ``pi_b`` except
-after ``K`` per-sequence triggers (paper section 3): triggers ``q_k`` drawn without replacement from
-the unigram ``pi_u`` ("random triggers"), outputs ``o_k`` uniform on ``[N]``, ``z_1 ~ pi_u`` and
-``z_{t+1} = o_k`` if ``z_t = q_k``, else ``z_{t+1} ~ pi_b(. | z_t)``.  From a trigger's second
-occurrence on, its output can be copied from the context (an induction head); ``loss_on="outputs"``
-(the paper's Figure 3 loss) takes the loss exactly there, ``"all"`` on every next token.
+Each sequence ``z_1 .. z_{T+1}`` over ``N`` tokens is a Markov chain that follows a *global* bigram
+model ``pi_b`` except after ``K`` sequence-specific *trigger* tokens (paper section 3):
 
-The paper's ``pi_b`` comes from tiny-Shakespeare (``N = 65``), not downloadable here: ours is a
-seeded random chain with a Zipf marginal (:func:`zipf_bigram_table`); ``pi_u`` is its exact
-stationary distribution (power iteration).
+* triggers ``q_1 .. q_K`` are drawn per sequence, without replacement, from the unigram
+  distribution (``pi_q = pi_u``, the paper's "random triggers");
+* each trigger's output ``o_k`` is drawn uniformly from ``[N]`` (``pi_o`` uniform), per sequence;
+* ``z_1 ~ pi_u``; ``z_{t+1} = o_k`` if ``z_t = q_k``, else ``z_{t+1} ~ pi_b(. | z_t)``.
+
+The output after a trigger's *first* occurrence is unpredictable; from the *second* occurrence on
+it can be copied from the context (an induction head).  The loss mask (``loss_on="outputs"``, the
+paper's "loss on predictable tokens after trigger", as in its Figure 3) is 1 exactly at the input
+positions holding the second-or-later occurrence of a trigger, whose target is that trigger's
+output; ``loss_on="all"`` trains on every next token (the full language-modelling loss) while the
+metrics still read the in-context positions.
+
+**The global bigram model is synthetic.**  The paper estimates ``pi_b`` from Karpathy's
+character-level tiny-Shakespeare (``N = 65``), which cannot be downloaded here.  We use a seeded
+random Markov chain with a Zipf marginal instead (:func:`zipf_bigram_table`): row ``i`` is
+``pi_b(j | i) ∝ w_j g_ij`` with ``w_j = (j + 1)^(-zipf_exponent)`` (token 0 the most frequent) and
+``g_ij`` i.i.d. Gamma(1) noise drawn from ``torch.Generator().manual_seed(chain_seed)``, so each
+row is a different noisy Zipf profile and the stationary distribution ``pi_u`` is close to Zipf.
+``pi_u`` is computed exactly (power iteration) and is the distribution of ``z_1`` and of the
+triggers.
 """
 
 from __future__ import annotations

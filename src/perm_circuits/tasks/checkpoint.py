@@ -144,13 +144,14 @@ def load_task_checkpoint(path: str | os.PathLike[str], *, device: str | torch.de
         raise CheckpointError(f"the {TASK_RECORD!r} record of {str(path)!r} must be "
                               f"{{'task': {{'task': NAME, ...}}, 'model': {{...}}, 'seed': INT}}, got {record!r}")
     name = record["task"].get("task")
-    task_entries()  # imports the built-in tasks
     if not isinstance(name, str) or name not in TASKS:
-        raise CheckpointError(
-            f"checkpoint {str(path)!r} was trained on task {name!r}, which is not registered; registered tasks: "
-            f"{sorted(TASKS)}. Import the module that defines and registers it first "
-            "(perm-circuits report PATH --import MODULE_OR_FILE.py)"
-        )
+        task_entries()  # imports the built-in tasks
+        if not isinstance(name, str) or name not in TASKS:
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} was trained on task {name!r}, which is not registered; registered tasks: "
+                f"{sorted(TASKS)}. Import the module that defines and registers it first "
+                "(perm-circuits report PATH --import MODULE_OR_FILE.py)"
+            )
     try:
         task = task_from_dict(record["task"])
         model, forward = task_model(task, seed=record["seed"], **record["model"])

@@ -1,15 +1,33 @@
 """Synthetic factual recall (Nichani, Lee & Bietti 2024, "Understanding Factual Recall in
 Transformers via Associative Memories", arXiv:2412.06538, section 4; seed 003).
 
-``S`` subjects, ``R`` relations, each relation ``r`` owning a block ``A_r`` of ``D`` answers, and a
-seeded fact table ``a*(s, r) in A_r`` (:func:`fact_table`).  A sequence is ``seq_len - 1`` uniform
-noise tokens with one subject and one relation token at two distinct random positions, then
-``EOS``, whose label ``a*(s, r)`` is the only loss.  Token ids: answers ``0 .. RD-1``
-(``A_r = [rD, (r+1)D)``, first so an answers-only readout, the paper's eq. 7, uses them as class
-indices), then subjects, relations, noise and ``EOS = d_vocab - 1``.  The relation-only predictor
-``p(a | r)`` (:meth:`FactualRecallTask.relation_prior`) has loss exactly ``log D``: the paper's
-"hallucination" plateau (section 5, Theorem 6).  Facts are memorised, so the test split shows the
-same facts with fresh noise and positions.
+There are ``S`` subjects, ``R`` relations and a set of noise tokens.  Each relation ``r`` owns a
+block ``A_r`` of ``D`` answer tokens, and a seeded fact table gives every pair its answer
+``a*(s, r) in A_r`` (a balanced random assignment drawn once from ``fact_seed``: see :func:`fact_table`).  A sequence is
+``seq_len - 1`` tokens of i.i.d. uniform noise in which one subject and one relation token sit at two
+distinct random positions, then ``EOS``; the label at ``EOS`` is ``a*(s, r)`` and the loss is taken
+there only ("What is the capital of France? -> Paris", with the question's other words as noise).
+
+Token ids (the answers first, so a model whose readout covers only the answers, as the paper's
+eq. 7 normalises over ``A``, uses the answer ids as its class indices):
+
+=================  ==========================================
+``0 .. RD-1``      answers; ``A_r = [rD, (r+1)D)``
+``RD .. RD+S-1``   subjects
+``.. +R``          relations
+``.. +n_noise``    noise tokens
+``d_vocab - 1``    EOS
+=================  ==========================================
+
+Reference predictors:
+
+* the Bayes-optimal prediction is the fact table itself (loss 0): :meth:`FactualRecallTask.reference`;
+* the *relation-only* predictor ``p(a | r)`` (uniform over ``A_r``, ignoring the subject) has loss
+  exactly ``log D``: the paper's "hallucination" plateau (section 5, Theorem 6), where the model
+  outputs a plausible answer of the right type.  :meth:`FactualRecallTask.relation_prior`.
+
+Facts are memorised, not generalised, so ``split`` changes nothing but the random draws: the test
+set shows the same facts with fresh noise and positions.
 """
 
 from __future__ import annotations

@@ -1,12 +1,25 @@
 """Permutation-chain state tracking (Forner, Kühn, Thamm, Rosenow 2026, section 3.1), as a :class:`Task`.
 
-``d_g`` fixed permutations ``sigma_a`` of ``[N]`` (drawn once from ``perm_seed``) are the actions.  A
-sequence draws ``L`` uniform actions ``g_t`` and a uniform ``s_0`` and chains them,
-``s_t = sigma_{g_t}(s_{t-1})`` (eq. 1), as the tokens ``(g_1..g_L, s_0, s_1..s_L)`` (eq. 2; appendix
-C's ids, counted from 0: action ``a`` is token ``a``, state ``s`` is token ``d_g + s``).  The model
-reads the first ``2L`` tokens; the loss is teacher-forced on ``s_1..s_L`` (eq. 7): input position
-``p`` in ``L..2L-1`` predicts ``s_{p-L+1}``, as a state index in ``[0, N)`` (logits have ``N``
-entries).  :func:`rollout` is greedy inference from ``(g_1..g_L, s_0)`` (section 5's final accuracy).
+``d_g`` fixed permutations ``sigma_1..sigma_{d_g}`` of ``[N]`` are the actions (drawn once from
+``perm_seed``).  A sequence draws ``L`` actions ``g_1..g_L`` i.i.d. uniformly and an initial state
+``s_0`` uniformly, and chains them (the paper's eq. 1)::
+
+    s_t = sigma_{g_t}(s_{t-1}),   t = 1..L
+
+The token sequence is the paper's eq. 2, ``(g_1..g_L, s_0, s_1..s_L)``, ``2L + 1`` tokens.  Token
+ids follow the bundled embedding of the paper's appendix C: actions are ``0..d_g-1`` (action ``a``
+is token ``a``) and states are ``d_g..d_g+N-1`` (state ``s`` is token ``d_g + s``), with states
+and actions counted from 0 here (the paper counts from 1).
+
+Model inputs are the first ``2L`` tokens (``x_1..x_{2L}``); the loss is teacher-forced on
+``s_1..s_L`` only (eq. 7): position ``p`` in ``L..2L-1`` (0-based; it holds ``s_{p-L}``) predicts
+``s_{p-L+1}``.  The model predicts *states*, so ``targets`` hold the next state's index in
+``[0, N)`` (not its token id) and a model's logits have ``N`` entries (the paper's ``z``).
+
+Inference is greedy rollout (:func:`rollout`): from the prefix ``(g_1..g_L, s_0)`` the model
+generates ``s_1..s_L`` one token at a time, each generated state fed back as the next input.  The
+metrics are the teacher-forced (one-step) accuracy, the paper's ``rho``, and the final rollout
+accuracy ``P(s_hat_L = s_L)`` (section 5).
 """
 
 from __future__ import annotations

@@ -1,12 +1,18 @@
 """The in-context permutation-lookup task.
 
-Each sample is a permutation ``p`` of ``1..V`` from a fixed train/test split of all ``V!``
-permutations, revealed as pairs ``x1 y1 x2 y2 ... xV yV`` (``y_k = p(x_k)``, x order shuffled).  The
-model reads the first ``2V - 1`` tokens; only the y predictions (even input positions) carry loss.
-In the *repeated* variant (the study's memorization probe) the last query repeats an earlier query
-``x_k`` with probability ``repeat_ratio`` (``k`` uniform over ``TaskConfig.repeat_sources``); its
-answer is then that query's y, which pure elimination gets wrong.  Token 0 is unused.  Batches are
-vectorized and driven by an explicit ``torch.Generator`` (same seed, same batches).
+Each sample is a permutation ``p`` of ``1..V`` drawn from a fixed train/test split of all ``V!``
+permutations, revealed as interleaved pairs ``x1 y1 x2 y2 ... xV yV`` with ``y_k = p(x_k)`` and the
+x order shuffled.  The model reads the first ``2V - 1`` tokens and predicts the next token at every
+position; only the y predictions (the even input positions ``0, 2, ..., 2V - 2``) carry loss.
+
+In the *repeated* variant (the study's "memorization probe" training set) the last query repeats
+an earlier query with probability ``repeat_ratio``; its target is then that query's earlier y,
+which pure elimination gets wrong.  Which earlier query is repeated is ``x_k`` with ``k`` drawn
+uniformly from ``TaskConfig.repeat_sources`` (1-based; the study's default ``(1,)`` always repeats
+``x1``, ``(1, 2, 3, 4)`` asks for general in-context recall at V=5).
+
+Token 0 is never used (vocabulary ``0..V``).  Everything here is vectorized over a batch and driven
+by an explicit ``torch.Generator``, so the same seed gives the same batches on every run.
 """
 
 from __future__ import annotations
@@ -35,12 +41,19 @@ PROBE_SEQUENCE: tuple[int, ...] = (2, 4, 5, 3, 4, 5, 3, 2, 2)
 
 @dataclass(frozen=True)
 class TaskConfig:
-    """Settings that define the data distribution: ``V`` values (tokens ``1..V``); ``repeat_ratio``,
-    the probability that the last query repeats an earlier one; ``train_fraction`` of the ``V!``
-    permutations in the train split (0.8 -> 96 of 120; rounded, at least one on each side), split by
-    one shuffle seeded with ``split_seed``; ``repeat_sources``, the earlier queries (1-based ``k`` of
-    ``x_k``, in ``1..V-1``) a repeated last query repeats, uniformly (stored sorted; the study's
-    ``(1,)`` draws no extra random numbers)."""
+    """Settings that define the data distribution.
+
+    Attributes:
+        V: number of values; tokens are ``1..V`` and token 0 is unused.
+        repeat_ratio: probability that the last query repeats an earlier query.
+        train_fraction: share of the ``V!`` permutations in the train split (0.8 -> 96 of 120;
+            rounded, keeping at least one permutation on each side).
+        split_seed: seed of the one shuffle that splits the permutations.
+        repeat_sources: the earlier queries (1-based ``k`` of ``x_k``, each in ``1..V-1``) that a
+            repeated last query may repeat, uniformly; stored sorted (a list is accepted).  The
+            default ``(1,)`` is the study (always ``x1``) and draws no extra random numbers, so
+            its seeded batches are the ones from before this field existed.
+    """
 
     V: int = 5
     repeat_ratio: float = 0.0
@@ -142,10 +155,17 @@ def y_positions(V: int) -> list[int]:
 
 @dataclass(frozen=True)
 class Batch:
-    """A batch of task sequences: ``inputs`` (the first ``2V - 1`` tokens), ``targets`` (next
-    tokens), ``mask`` (1.0 at y-prediction positions), the queries ``xs`` and answers ``ys``
-    (``ys[:, k]`` is step ``k + 1``'s target), each sample's permutation, whether its last query
-    repeats an earlier one, and that query's 0-based index (``repeat_source``, -1 where new)."""
+    """A batch of task sequences.
+
+    Attributes:
+        inputs: the first ``2V - 1`` tokens.
+        targets: the next token at every input position.
+        mask: 1.0 at y-prediction positions (loss positions), 0.0 elsewhere.
+        xs, ys: the V queries and their answers (``ys[:, k]`` is the target of step ``k + 1``).
+        perms: the permutation of each sample.
+        repeated: whether the last query repeats an earlier one.
+        repeat_source: index of the repeated earlier query (-1 where not repeated).
+    """
 
     inputs: Int[Tensor, "batch seq"]
     targets: Int[Tensor, "batch seq"]
@@ -185,12 +205,21 @@ def make_batch(
     repeat_ratio: float | None = None,
     repeat_source: int | Literal["config"] | None = "config",
 ) -> Batch:
-    """Draw ``n`` sequences from the ``"train"``, ``"test"`` (or ``"all"``) permutations.
+    """Draw ``n`` sequences, vectorized.
 
-    ``repeat_ratio`` overrides ``config.repeat_ratio``.  Pass ``generator`` or ``seed`` (a fresh
-    generator; ``0`` if neither).  ``repeat_source``: which earlier query a repeated last query
-    repeats: ``"config"``: ``x_k``, ``k`` uniform over ``config.repeat_sources`` per sample (no draw
-    for one source); an int: always that 0-based query; ``None``: uniform over ``x1..x_{V-1}``.
+    Args:
+        config: the task; its ``repeat_ratio`` is used unless ``repeat_ratio`` overrides it.
+        n: number of sequences.
+        split: ``"train"`` or ``"test"`` permutations (``"all"`` draws from every permutation).
+        generator: the random stream to draw from (pass this or ``seed``, not both).
+        seed: seed of a fresh generator (``0`` if neither is given).
+        repeat_source: which earlier query a repeated last query repeats.  ``"config"`` (the
+            default): ``x_k`` with ``k`` uniform over ``config.repeat_sources``, drawn per
+            sample from ``generator`` (no draw when there is one source, so the study's ``(1,)``
+            batches are unchanged); an int: always that 0-based query (0 = x1); ``None``:
+            uniform over all of ``x1..x_{V-1}``.
+
+    ``Batch.repeat_source`` stores the 0-based index (``k - 1``), -1 where not repeated.
     """
     if check_int("n", n) <= 0:
         raise ValueError(f"n must be > 0, got {n}")

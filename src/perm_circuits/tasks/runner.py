@@ -205,9 +205,16 @@ def reference_agreement(
 
 @dataclass(frozen=True)
 class TaskEvaluation:
-    """A model measured on a task's test set (``evaluate(model, task=task)``): the task's name and
-    settings (``task_dict``), its metrics in :attr:`Task.metric_names` order, the masked test loss,
-    :func:`reference_agreement` (empty: no reference) and the number of test sequences."""
+    """A model measured on a task's test set (``evaluate(model, task=task)``).
+
+    Attributes:
+        task: the task's name; ``task_dict`` its full settings (:meth:`Task.to_dict`).
+        model_name: the model's preset name, else its class name.
+        metrics: the task's metrics, :attr:`Task.metric_names` in order.
+        test_loss: masked next-token cross-entropy on the test set.
+        reference: :func:`reference_agreement` against :meth:`Task.reference` (empty: no reference).
+        n_samples: test sequences.
+    """
 
     task: str
     model_name: str

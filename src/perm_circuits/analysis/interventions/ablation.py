@@ -1,7 +1,7 @@
-"""Ablation on every model: the hook builders of :mod:`.hooks` and :mod:`.core`, and :func:`ablation_table`,
-which runs the permutation study's table (:mod:`.permutation_table`) or any task's (:mod:`.ablation_table`)
-(Wang et al. 2022, "Interpretability in the Wild"; Chan et al. 2022 on resample ablation; Li & Janson
-2024, "Optimal ablation for interpretability").
+"""Ablation on every model (Wang et al. 2022, "Interpretability in the Wild"; Chan et al. 2022 on
+resample ablation; Li & Janson 2024, "Optimal ablation for interpretability"): the hook builders of
+:mod:`.hooks` and :mod:`.core`, and :func:`ablation_table`, which runs the permutation study's table
+(:mod:`.permutation_table`) or any task's (:mod:`.ablation_table`).
 """
 
 from __future__ import annotations

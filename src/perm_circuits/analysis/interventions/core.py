@@ -2,13 +2,19 @@
 
 What every ablation and patch needs, whatever the task (Wang et al. 2022, "Interpretability in
 the Wild", section 3; Chan et al. 2022 on resample ablation; Li & Janson 2024, "Optimal ablation
-for interpretability"): the modes, the hook-point check (rejecting the TransformerLens 4 traps
-``hook_attn_scores`` and the native bridges' ``hook_resid_mid``), the selection of entries, the
-hook closure and :func:`ablate_tokens` (modes zero, mean, resample and optimal on any model).
-``"binding_free"`` needs the permutation-lookup task and raises here.  Positions and indices refer
-to the activation's own axes; they are validated against the reference activation before
-anything runs, or in zero mode against the model's declared sizes where it has them, else when
-the hook first runs (a ValueError inside the forward, after which the model has no hooks left).
+for interpretability"): the modes, the hook-point check (the TransformerLens 4 traps rejected:
+``hook_attn_scores`` is post-softmax and edits to it are ignored; in native bridges
+``blocks.L.hook_resid_mid`` is the MLP's input, so an edit there misses the residual stream), the
+selection of entries, the hook closure, and :func:`ablate_tokens` (modes zero, mean, resample and
+optimal on any model, with reference token ids or a :class:`~perm_circuits.tasks.base.TaskBatch`).
+
+``"binding_free"`` needs the permutation-lookup task (its queries and answers) and raises here.
+Positions and indices refer to the activation's own axes (the factual-recall model's attention
+hooks have one position, its EOS): with a reference they are validated against the reference
+activation before anything else runs; in zero mode, against the model's declared sizes where it
+has them, else when the hook first runs (a ValueError inside the forward, after which the model
+has no hooks left).  The permutation study's ablations
+(:mod:`perm_circuits.analysis.interventions.hooks`) build on this module.
 """
 
 from __future__ import annotations

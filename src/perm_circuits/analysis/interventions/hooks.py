@@ -21,8 +21,10 @@ questions and can disagree:
 
 Heads are ablated on ``blocks.L.attn.hook_z`` (TL4's native bridges have no per-head
 ``hook_result``), MLPs on ``hook_mlp_out`` or neurons on ``mlp.hook_post`` (:func:`ablate_mlp`).
-Row-paired hooks fit only batches of the reference's size; ``evaluate(hooks=...)`` also runs a
-1-row probe, so evaluate them with ``evaluate_logits(run_logits(...))``.
+Hooks are closures: inside a TL4 hook ``hook.name`` may be an internal alias such as
+``blocks.0.attn.o.hook_in``, so nothing keys on it.  Row-paired hooks fit only batches of the
+reference's size; ``evaluate(hooks=...)`` also runs a 1-row probe, so evaluate them with
+``evaluate_logits(run_logits(...))``.
 """
 
 from __future__ import annotations
@@ -129,23 +131,35 @@ def ablate(
     pairing: str = "random",
     hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> HookList:
-    """A one-hook list ablating ``hook_name`` under mode ``how`` (one of :data:`HOWS`, module docstring).
+    """A one-hook list ablating ``hook_name`` under mode ``how`` (one of :data:`HOWS`).
 
-    ``reference`` (every mode but ``"zero"``; default the model's fixed test set
-    ``make_test_set(task_config_of(model))``) gives the mean, the resample pool, the queries of the
-    binding-free reference (whose hooks then fit only this batch, row for row) or the batch on
-    which the optimal constant minimises the loss.  ``index``: entries of the axis after ``pos``
-    (heads for ``hook_q/k/v/z`` and ``hook_pattern``, neurons for ``mlp.hook_pre/post``, residual
-    dimensions for d_model-wide hooks); ``positions``: sequence positions (destination positions
-    for ``hook_pattern``); ``None`` = all, negative entries count from the end.  ``seed`` seeds the
-    random-pairing resample draw (the same draw every forward) and the binding-free answers
-    (``binding_free_reference(task, seed=seed, queries=reference)``); ``pairing`` is ``"random"``
-    or ``"row"`` (reference row ``i`` for sample ``i``; ``"binding_free"`` always pairs by row).
-    ``hooks`` are active while the reference activations (and the optimal constant) are computed.
+    Any other hooked model (not one of the study's bridges), or a ``reference`` that is a
+    :class:`~perm_circuits.tasks.base.TaskBatch`, goes to
+    :func:`~perm_circuits.analysis.interventions.core.ablate_tokens` (which also takes a token tensor):
+    modes ``"zero"``, ``"mean"``, ``"resample"`` and ``"optimal"`` (the constant minimising the
+    reference batch's masked next-token loss), with the reference required for all but zero.
 
-    Any other hooked model, or a :class:`~perm_circuits.tasks.base.TaskBatch` ``reference``, goes to
-    :func:`~perm_circuits.analysis.interventions.core.ablate_tokens` (all modes but ``"binding_free"``;
-    token ids also accepted; the reference required for all but zero).
+    Args:
+        reference: batch for every mode but ``"zero"`` (default: the model's fixed test set
+            ``make_test_set(task_config_of(model))``): the mean, the resample pool, the queries of
+            the binding-free reference (whose hooks then fit only this batch, row for row), or the
+            batch on which the optimal constant minimises the loss.
+        index: entries of the axis after ``pos`` to ablate (heads for ``hook_q/k/v/z``, neurons
+            for ``mlp.hook_pre/post``, residual dimensions for d_model-wide hooks; heads for
+            ``hook_pattern``); ``None`` ablates the whole activation.  Negative entries count
+            from the end.
+        positions: sequence positions to ablate (destination positions for ``hook_pattern``);
+            ``None`` = all.  Negative positions count from the end.
+        seed: seeds the choice of reference samples for ``"resample"`` with
+            ``pairing="random"`` (each forward redraws from the same seed, so repeated runs are
+            identical) and the binding-free answers for ``"binding_free"``
+            (``binding_free_reference(task, seed=seed, queries=reference)``); unused by
+            ``"zero"``, ``"mean"``, ``"optimal"`` (deterministic) and ``pairing="row"``.
+        pairing: ``"random"`` (a seeded random reference sample per sample) or ``"row"``
+            (reference row ``i`` for sample ``i``; the batch must be as long as the reference),
+            for ``"resample"``; ``"binding_free"`` always pairs by row.
+        hooks: interventions applied while the reference activations (and the optimal constant)
+            are computed.
     """
     if not is_permutation_model(model) or isinstance(reference, TaskBatch):
         return ablate_tokens(model, hook_name, how, reference=reference, index=index, positions=positions,
@@ -166,6 +180,7 @@ def ablate(
         if how == "optimal":  # arguments validated above: the search runs directly
             mask = selection(activation.shape, layout, index_list, position_list, activation.device)
             constant = optimise_constant(model, hook_name, mask, reference, hooks, activation)
+            activation = None  # the hook uses only the constant
     return [(hook_name, ablation_fn(how, layout, index_list, position_list, activation, seed, pairing, constant))]
 
 

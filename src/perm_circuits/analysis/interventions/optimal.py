@@ -2,21 +2,36 @@
 
 Li and Janson ("Optimal ablation for interpretability", NeurIPS 2024) define a component's
 ablation loss gap as ``min_c L(M with the component's activation set to the constant c) - L(M)``:
-the constant removes exactly the information that varies with the input, and nothing the model
-could get from a constant (zero and mean ablation each impose one particular constant).  Here the
-loss is the mean cross-entropy of the V answers (the training objective) on a reference batch and
-``c`` comes from ``steps`` (20) full-batch L-BFGS iterations (strong-Wolfe line search) on ``c``
-alone, the model frozen, from the mean activation: deterministic on CPU, not a guaranteed global
-minimum, never worse than mean ablation on the reference batch (the line search only accepts
-descent; on a held-out batch it can be).  On d32h2, 20 L-BFGS iterations beat 200 Adam steps
-(L0H1: 1.69 vs 1.76 nats, mean ablation 3.01; learning rates 0.01-0.1) at a sixth of the cost.
+of every value the component could be frozen to, the one that does least harm.  Zero, mean and
+resample ablation each pick one particular constant or distribution; zero ablation can move the
+model far off its usual inputs (a head whose mean output is large loses a constant the rest of
+the model relies on), and mean ablation, though on-distribution per coordinate, is not the value
+the rest of the model is best adapted to.  The optimal constant removes exactly the information
+that *varies* with the input, and nothing the model could get from a constant: what is left of
+the loss gap is the information the component carries.
 
-Speed: for ``blocks.L.attn.hook_z``, ``blocks.L.mlp.hook_post`` and ``blocks.L.hook_mlp_out`` of
-LayerNorm / unnormalised models with no extra ``hooks``, the search runs in plain PyTorch on the
-bridge's weights from the ablated activation on (upstream activations captured once), scores the
-x positions only, and counts each distinct (sequence, answers) once, weighted by its count (the
-same mean loss); in the last layer one term per distinct (prefix, answer) suffices.  Anything
-else runs the bridge itself (same result, slower).
+Here the task loss is the mean cross-entropy of the V answers (the ``loss`` of
+:func:`~perm_circuits.evaluate.evaluate_logits`, the training objective) on a reference batch (by
+default the test set being evaluated), and ``c`` is found by ``steps`` (20) full-batch L-BFGS
+iterations (strong-Wolfe line search) on ``c`` alone, the model frozen, initialised at the mean
+activation over the same batch: a fixed, deterministic procedure (same model, batch and selection
+-> the same constant on CPU), not a guaranteed global minimum.  The line search only accepts
+steps that lower the loss, so on the reference batch the result is never worse than mean
+ablation; on a held-out batch it can be.  L-BFGS rather than Adam: on d32h2, 20 L-BFGS
+iterations reach a lower loss than 200 Adam steps (L0H1: 1.69 vs 1.76 nats, mean ablation 3.01;
+learning rates 0.01-0.1 tried), at a sixth of the cost.
+
+Speed: the bridge's per-call machinery costs far more than this model's arithmetic, so the
+search runs in plain PyTorch on the bridge's weights from the ablated activation onwards (the
+activations upstream are captured once with the bridge): ``blocks.L.attn.hook_z``,
+``blocks.L.mlp.hook_post`` and ``blocks.L.hook_mlp_out`` of LayerNorm / unnormalised models, with
+no extra ``hooks``.  Any other hook point, normalisation or an intervention in ``hooks`` uses the
+bridge itself (same result, slower).  Only the answers' x positions are scored, so the last
+layer's queries, MLP and unembedding run at those positions only; and rows that repeat a
+(sequence, answers) pair count once, weighted by how often they occur (the same mean loss).  A
+component in the last layer needs only each x position's own prefix (one term per distinct
+prefix and answer); a component in an earlier layer needs whole sequences, as the later layers'
+attention reads every position.
 """
 
 from __future__ import annotations
@@ -84,7 +99,7 @@ def _downstream(model, w: dict[str, Tensor], layer: int, stage: str, value: Tens
         if kept:
             resid, h = resid[:, keep], h[:, keep]
         q = linear(h, f"{b}.attn.q").view(batch, -1, n_heads, d_head).transpose(1, 2)
-        causal = keep[:, None] >= torch.arange(seq, device=keep.device)[None, :] if kept else None
+        causal = (keep[:, None] >= torch.arange(seq, device=keep.device)[None, :]) if kept else None
         z = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=causal, is_causal=not kept)
         resid = resid + linear(z.transpose(1, 2).reshape(batch, -1, n_heads * d_head), f"{b}.attn.o")
         resid = resid + mlp(resid, b)

@@ -1,24 +1,38 @@
 """Path patching: does head A affect head B's query, key or value (Wang et al. 2022, IOI section 3.1)?
 
-Activation patching says *which* head matters; path patching says *through which edge*.  For a
-sender ``A = (l_A, h_A)``, a receiver ``B = (l_B, h_B)`` with ``l_A < l_B`` and one of B's inputs
-``q``, ``k`` or ``v``: the clean and corrupted runs are cached once; a clean A adds
-``delta = (z_A^clean - z_A^corrupted) @ W_O^A`` (``[batch, pos, d_model]``) to the residual
-stream; the corrupted input is run again with *only* B's ``hook_{input}`` of head ``h_B`` changed
-by ``norm(r + delta) @ W - norm(r) @ W`` (``r`` the corrupted ``blocks.{l_B}.hook_resid_pre``,
-``norm`` B's ``ln1``, ``W`` its ``W_Q``, ``W_K`` or ``W_V``; ``delta @ W`` without normalization).
-Everything else keeps its corrupted value up to B, and B's output flows on (the IOI paper's
-receiver-side recomputation), so only the direct edge counts (MLPs frozen: a route A -> MLP -> B
-is not counted).  The recomputed LayerNorm is exact (checked against the cached ``ln1.hook_out``;
-a test compares the edge with the IOI paper's two-run procedure).  TL4 native bridges cannot
-enable ``hook_q_input``/``hook_k_input``, hence the edit of ``hook_q``/``hook_k``/``hook_v``.
+Activation patching (:mod:`perm_circuits.analysis.study.recall_patching`) says *which* head matters; path
+patching says *through which edge*.  For a sender head ``A = (l_A, h_A)`` and a receiver head
+``B = (l_B, h_B)`` with ``l_A < l_B`` and one of B's inputs ``q``, ``k`` or ``v``:
 
-Metric: the logit difference ``logit(answer) - logit(wrong)`` at the last position, normalised
-``(LD_patched - mean LD_corrupted) / (mean LD_clean - mean LD_corrupted)`` (1 = the edge restores
-the clean run, 0 = no effect, nan when the runs do not differ), with paired percentile-bootstrap
-CIs (:func:`~perm_circuits.analysis.interventions.patching.bootstrap_weights`, seeded with
-``seed``).  On any task and TransformerLens model, ``pair`` may be ``(clean, corrupted)``
-TaskBatches or token ids measured with any per-sequence ``metric`` (:func:`path_patch`).
+- run the clean and the corrupted input once and cache every head's ``hook_z``;
+- A's contribution to the residual stream is ``z_A @ W_O^A``, so the change a clean A makes is
+  ``delta = (z_A^clean - z_A^corrupted) @ W_O^A`` (``[batch, pos, d_model]``, every position);
+- run the corrupted input again, changing *only* B's ``input`` (its ``hook_q``, ``hook_k`` or
+  ``hook_v`` for head ``h_B``) to what it would be if its residual stream input held ``delta``
+  on top of the corrupted one: ``norm(r + delta) @ W - norm(r) @ W`` is added, with ``r`` the
+  corrupted run's ``blocks.{l_B}.hook_resid_pre``, ``norm`` B's ``ln1`` (the identity when
+  ``normalization_type`` is None, where the added term is simply ``delta @ W``) and ``W`` head
+  ``h_B``'s ``W_Q``, ``W_K`` or ``W_V``.  B's other inputs, every other head (A included) and
+  every MLP keep their corrupted values up to B; what B then writes flows on normally (the
+  receiver-side "recompute downstream" step of the IOI paper).
+
+So the effect flows only along the direct edge A -> B's ``input``.  This is the IOI paper's
+path patching with the MLPs frozen as well (the edge's effect is the direct residual path; a
+route A -> MLP -> B is not counted).  The receiver's LayerNorm is recomputed on ``r + delta``
+(not frozen), which is exact: it is what B's input would be if A alone were clean (the recomputed
+norm is checked against the cached ``ln1.hook_out`` first, and a test compares the whole edge with
+the IOI paper's two-run procedure).  TL4 native bridges list ``hook_q_input``/``hook_k_input``
+but cannot enable them (``set_use_split_qkv_input`` raises NotImplementedError for their
+``AttentionBridge``), hence the edit of ``hook_q``/``hook_k``/``hook_v``.
+
+Metric and normalisation as in activation patching: the logit difference ``logit(answer) -
+logit(wrong)`` at the last position, ``(LD_patched - mean LD_corrupted) / (mean LD_clean - mean
+LD_corrupted)`` (1 = the edge restores the clean run, 0 = no effect; nan when the runs do not
+differ), with paired percentile-bootstrap CIs over sequences
+(:func:`~perm_circuits.analysis.interventions.patching.bootstrap_weights`, seeded with ``seed``).
+On any task and any TransformerLens model (with per-head ``W_Q``, ``W_K``, ``W_V``, ``W_O`` and
+``attn.hook_q/k/v/z``), ``pair`` may be ``(clean, corrupted)`` TaskBatches or token ids measured
+with any per-sequence ``metric`` instead (:func:`path_patch`).
 """
 
 from __future__ import annotations
@@ -424,14 +438,21 @@ def path_patch(
 ) -> PathPatchingTable:
     """Path-patch one edge ``sender -> receiver.input`` (module docstring); a one-row table.
 
-    ``sender`` and ``receiver`` are ``(layer, head)`` (negative indices count from the end), the
-    sender's layer before the receiver's; ``input`` (``"q"``, ``"k"`` or ``"v"``) is the receiver
-    input that gets the sender's clean-minus-corrupted output.  ``pair``: ``(clean, corrupted,
-    answer, wrong)``, default ``induction_patching_pair(task_config, n, seed,
-    corruption=corruption)`` on the model's training task; on any task ``(clean, corrupted)``
-    TaskBatches or token ids measured with ``metric(logits) -> [batch]`` (default
-    ``target_logprob(clean)`` for a clean TaskBatch).  ``seed`` seeds the default pair and the
-    bootstrap; ``hooks`` are active in every forward.  Everything is validated before any forward.
+    Args:
+        sender: ``(layer, head)`` of the head whose output is patched; its layer must be before
+            the receiver's (negative indices count from the end).
+        receiver: ``(layer, head)`` of the head whose input gets it.
+        input: ``"q"``, ``"k"`` or ``"v"``: which input of the receiver gets the sender's
+            clean-minus-corrupted output.
+        pair: ``(clean, corrupted, answer, wrong)``; default ``induction_patching_pair(task_config,
+            n, seed, corruption=corruption)`` with the model's training task by default.  On any
+            task: ``(clean, corrupted)`` TaskBatches or token ids, measured with ``metric``.
+        metric: ``metric(logits) -> [batch]`` for a ``(clean, corrupted)`` pair (default
+            ``target_logprob(clean)`` for a clean TaskBatch), e.g. a logit difference.
+        seed: seeds the default pair and the bootstrap resamples.
+        hooks: interventions active in every forward (the cached runs and the patched one).
+
+    Everything is validated before any forward; no hooks are left on the model.
     """
     edge = _check_edge(model, sender, receiver, input)
     runs = _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corruption, metric)

@@ -102,24 +102,36 @@ def ablation_runs(
     hooks: Sequence[tuple[str, Callable]] | None = None,
     seed: int = 0,
 ) -> tuple[AblationTable, dict[tuple[str, str], HookList], dict[tuple[str, str], Tensor]]:
-    """Ablate every head and every MLP under each mode in ``hows`` (of :data:`HOWS`) and evaluate on ``test_set``.
+    """Ablate every head and every MLP under each mode in ``hows`` and evaluate on ``test_set``.
 
-    Measures, per (component, how) and for an unablated ``"none"`` baseline, the columns of
-    :class:`AblationRow`, exactly as :func:`~perm_circuits.evaluate.evaluate` with the ablation's
-    hooks plus ``hooks`` (active in every run, the reference one included).
+    Measures, per (component, how) and for an unablated ``"none"`` baseline, the last-step
+    elimination and recall (memorization-subgroup) accuracies, the steps ``1..V-1`` MAE against
+    the train-prior posterior and the loss, exactly as :func:`~perm_circuits.evaluate.evaluate`
+    with the ablation's hooks (plus ``hooks``, applied in every run including the reference one).
 
-    ``test_set`` defaults to ``make_test_set(task_config)`` (the model's training task, so with its
-    ``repeat_ratio`` there is a memorization subgroup).  ``reference``: ``"test"`` (mean /
-    resample / optimal over the test set itself, random pairing), ``"binding_free"``
-    (:func:`binding_free_reference` on the test set's queries, resample paired by row) or a Batch
-    (random pairing); the ``"binding_free"`` mode always uses that row-paired binding-free
-    reference, whatever ``reference`` is.  ``positions`` ablates only there (e.g. ``[-1]``: steps
-    ``1..V-1`` untouched, so the last step's subgroups compare).  ``seed`` is the resample seed
-    (which reference sample replaces each test sample under random pairing) and the seed of
-    :func:`binding_free_reference` (answers drawn with ``seed + 1``); it does not choose the test set.
+    Args:
+        hows: modes among :data:`HOWS` (``"zero"``, ``"mean"``, ``"resample"``, ``"binding_free"``, ``"optimal"``).
+        test_set: default ``make_test_set(task_config)`` (the model's training task, so with its
+            ``repeat_ratio`` there is a memorization subgroup).
+        reference: ``"test"`` (mean / resample / optimal over the test set itself, random
+            pairing), ``"binding_free"`` (:func:`binding_free_reference` built on the test set's
+            queries, resample paired by row: same queries, independent answers) or a Batch
+            (random pairing).  The ``"binding_free"`` mode always uses the binding-free
+            reference built on the test set's queries, row-paired, whatever ``reference`` is.
+        positions: ablate only at these positions (e.g. ``[-1]``: the last query only, so
+            steps ``1..V-1`` are untouched and the last step's elimination and recall subgroups
+            can be compared); default all.
+        seed: the resample seed: which reference sample replaces each test sample under
+            ``"resample"`` with random pairing, and the seed of :func:`binding_free_reference`
+            (its answers are drawn with ``seed + 1``) for the ``"binding_free"`` mode and
+            ``reference="binding_free"``.  It does not choose the test set (pass ``test_set``).
+
+    Resample and binding-free rows also report ``follows_reference``: how often the last-step
+    prediction is the answer of the reference sample whose activation was swapped in.
 
     Returns the table, plus each (component, how)'s hooks and logits (``("none", "none")``: the
-    baseline), which the head-role verdict reuses instead of rebuilding every ablation.
+    baseline): the head-role verdict reuses them (recall signals, joint ablations) instead of
+    rebuilding every ablation, optimal constants included.
     """
     config = check_task_config(model, task_config)
     model_config = model_config_of(model)
