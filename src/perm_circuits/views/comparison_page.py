@@ -78,8 +78,11 @@ def comparison_html(entries: Sequence[ModelEntry], plotly_js: bool | str = True)
 
     add(h2_html("Step accuracy"))
     evaluations = [e.evaluation for e in entries]
-    for group in [evaluations] if len({len(ev.steps) for ev in evaluations}) == 1 else [[ev] for ev in evaluations]:
-        add(fig(F.step_accuracy(*group)))  # one figure, or one per model when their step counts differ
+    if len({len(ev.steps) for ev in evaluations}) == 1:
+        add(fig(F.step_accuracy(*evaluations)))
+    else:
+        for ev in evaluations:
+            add(fig(F.step_accuracy(ev)))
 
     add(h2_html("Probe distribution"))
     probe_models = {e.name: e.model for e in entries if model_config_of(e.model).V == 5}

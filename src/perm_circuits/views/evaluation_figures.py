@@ -43,8 +43,12 @@ def _value_probs(model, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor, "batc
 
 
 def _unique_names(names: Sequence[str]) -> list[str]:
-    """``names`` with the second ``"a"`` renamed ``"a (2)"``, the third ``"a (3)"``, ..."""
-    return [name if (k := names[:i].count(name) + 1) == 1 else f"{name} ({k})" for i, name in enumerate(names)]
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name} ({seen[name]})")
+    return out
 
 
 def step_accuracy(*evaluations: Evaluation, prior: str = "uniform") -> go.Figure:
@@ -94,7 +98,7 @@ def step_accuracy(*evaluations: Evaluation, prior: str = "uniform") -> go.Figure
             secondary_y=True,
         )
     # the Bayesian targets depend on the test set only: draw each distinct one once
-    keys = [tuple((round(s.bayes_accuracy, 9), round(s.bayes_accuracy_train, 9)) for s in e.steps) for e in evaluations]
+    keys = [_bayes_key(e) for e in evaluations]
     for index, (name, evaluation) in enumerate(zip(names, evaluations)):
         if keys[index] in keys[:index]:
             continue
@@ -116,6 +120,13 @@ def step_accuracy(*evaluations: Evaluation, prior: str = "uniform") -> go.Figure
     n = evaluations[0].n_samples
     title = f"Per-step accuracy vs the Bayesian target ({', '.join(names)}; {n} test sequences)"
     return house_style(fig, title, x_title="y-prediction step", height=520, width=max(760, 260 + 160 * len(steps)))
+
+
+def _bayes_key(evaluation: Evaluation) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    return (
+        tuple(round(s.bayes_accuracy, 9) for s in evaluation.steps),
+        tuple(round(s.bayes_accuracy_train, 9) for s in evaluation.steps),
+    )
 
 
 def walkthrough(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"] | None = None) -> go.Figure:

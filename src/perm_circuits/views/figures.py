@@ -55,7 +55,7 @@ __all__ = [
 
 
 def write_html(fig: go.Figure, path: str | os.PathLike, *, plotly_js: str = "inline") -> Path:
-    """Write ``fig`` as a full HTML page that works offline; returns the path.
+    """Write ``fig`` as a full HTML page that works offline (written atomically); returns the path.
 
     ``plotly_js="inline"`` (one standalone file) inlines plotly.js; ``"beside"`` saves it once into
     the page's folder (:func:`perm_circuits.views.html.write_plotly_js`) and loads it by a relative

@@ -72,8 +72,13 @@ class MountableView(Protocol):
 
 @dataclass(frozen=True)
 class Section:
-    """One section of a page: ``heading`` (an escaped ``<h2>``, empty for none) above ``body``, a view
-    (e.g. ``OfflineView``) or an HTML fragment such as ``fig.to_html(full_html=False, include_plotlyjs=False)``."""
+    """One headed section of a page: a circuitsvis view or raw HTML.
+
+    Attributes:
+        heading: Text of the ``<h2>`` above the body (escaped; empty for none).
+        body: A view (e.g. ``OfflineView``) or an HTML fragment such as
+            ``fig.to_html(full_html=False, include_plotlyjs=False)``.
+    """
 
     heading: str
     body: MountableView | str

@@ -128,9 +128,14 @@ def heatmap(
 ) -> go.Figure:
     """A tidy DataFrame (one row per cell) as a heatmap: ``frame[value]`` at (``x``, ``y``).
 
-    Numeric axes are sorted, others keep first-appearance order (first row at the top); each cell
-    shows its value, hover the three columns plus ``hover_columns``.  Several rows per cell, missing
-    labels or a non-numeric value column are refused.
+    Numeric axes are sorted, others keep first-appearance order (first row at the top); each
+    cell shows its value; hover shows the three columns plus ``hover_columns``.  Used for
+    ablation tables (component x mode -> accuracy) and patching results (head x source
+    position -> normalised effect).
+
+    Raises:
+        ValueError: missing columns, an empty frame, missing labels, or several rows per cell.
+        TypeError: a non-numeric value column.
     """
     check_str("title", title)
     trace = _heatmap_trace(frame, x, y, value, hover_columns=hover_columns, text_format=text_format,

@@ -1,31 +1,45 @@
 """Q-, K- and V-composition scores between attention heads (Elhage et al. 2021, "A Mathematical
 Framework for Transformer Circuits", section "Virtual weights and composition").
 
-A sender head ``h1`` in layer ``l1`` writes ``x @ W_OV^{h1}`` (``W_OV = W_V @ W_O``,
-``[d_model, d_model]``, TransformerLens' row-vector convention ``x @ W``); a receiver ``h2`` in a
-layer ``l2 > l1`` reads it through ``W_A``, and the score is how much of the sender's output space
-that matrix reads:
+A head ``h1`` in layer ``l1`` (the *sender*) writes ``x @ W_OV^{h1}`` into the residual stream,
+with ``W_OV = W_V @ W_O`` (``[d_model, d_model]``, TransformerLens' row-vector convention
+``x @ W``).  A head ``h2`` in a later layer ``l2 > l1`` (the *receiver*) can read that output in
+three places, and the composition score measures how much of the sender's output space the
+receiver's matrix reads:
 
     score = ||W_OV^{h1} @ W_A^{h2}||_F / (||W_OV^{h1}||_F ||W_A^{h2}||_F)
 
-with ``W_A = W_QK^{h2} = W_Q^{h2} @ W_K^{h2}^T`` for **Q**-composition (the attention logit is
-``q_resid @ W_QK @ k_resid^T``: the sender feeds the query), ``(W_QK^{h2})^T`` for **K** (it feeds
-the key) and ``W_OV^{h2}`` for **V** (the receiver moves it on): TransformerLens'
-``all_composition_scores(mode)``, the paper's ``W_QK^T W_OV``, ``W_QK W_OV``, ``W_OV^{h2} W_OV^{h1}``
-in column-vector style.  The score is in ``[0, 1]`` (0: the receiver reads nothing the sender
-writes; 1 only for aligned rank-1 matrices; NaN, 0/0, for an all-zero matrix).  As in the paper,
-LayerNorm and biases are ignored: only ``model.W_Q``, ``W_K``, ``W_V``, ``W_O`` are read.
+* **Q-composition**: ``W_A = W_QK^{h2} = W_Q^{h2} @ W_K^{h2}^T`` (query side on the left: the
+  attention logit is ``q_resid @ W_QK @ k_resid^T``, so the sender's output feeds the *query*);
+* **K-composition**: ``W_A = (W_QK^{h2})^T = W_K^{h2} @ W_Q^{h2}^T`` (the sender's output feeds
+  the *key*: ``q W_QK k^T = k W_QK^T q^T``);
+* **V-composition**: ``W_A = W_OV^{h2}`` (the sender's output is moved on by the receiver).
 
-Random heads compose a little by chance (more when ``d_head`` is large relative to ``d_model``):
-:func:`composition_baseline` is the mean score of ``n_samples`` head pairs whose factors are
-independent standard Gaussian matrices of the model's shapes, from a private ``torch.Generator``
-seeded with ``seed`` (the global RNG is untouched; the score is scale invariant).
+This is exactly TransformerLens' convention (``TransformerBridge.all_composition_scores(mode)``
+with ``left = FactoredMatrix(W_V, W_O)`` and ``right = W_Q W_K^T``, its transpose, or ``W_OV``,
+scored by ``transformer_lens.utilities.composition_scores``); the paper writes the same products
+in the column-vector convention (``W_QK^T W_OV``, ``W_QK W_OV``, ``W_OV^{h2} W_OV^{h1}``).  The
+score is in ``[0, 1]`` (sub-multiplicativity of the Frobenius norm): 0 when the receiver reads
+nothing the sender writes (orthogonal subspaces), 1 only for perfectly aligned rank-1 matrices.
+
+Simplifications, as in the paper: LayerNorm (its centring and scaling between the two heads) and
+all biases are ignored; only the weight matrices ``model.W_Q``, ``model.W_K``, ``model.W_V``,
+``model.W_O`` (``[n_layers, n_heads, d_model, d_head]`` / ``[n_layers, n_heads, d_head,
+d_model]``) are read.  No forward pass, no hooks.  A sender or receiver whose matrix is exactly
+zero has an undefined (0/0) score: NaN, as in TransformerLens.
+
+Baseline: the paper reads scores against what random matrices of the same shapes give (random
+heads compose a little by chance, more so when ``d_head`` is large relative to ``d_model``).
+:func:`composition_baseline` estimates it as the mean score of ``n_samples`` pairs of heads whose
+factors (``W_V``, ``W_O`` for the sender; ``W_Q``, ``W_K`` or ``W_V``, ``W_O`` for the receiver)
+are independent standard Gaussian matrices of the model's shapes, drawn from a private
+``torch.Generator`` seeded with ``seed`` (so it is deterministic and leaves the global RNG
+untouched).  The score is scale invariant, so the Gaussian's variance does not matter.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import product
 
 import pandas as pd
 import torch
@@ -59,19 +73,32 @@ def _check_kind(kind: object) -> str:
 
 @dataclass(frozen=True)
 class CompositionScores:
-    """``kind``-composition scores between every (sender head, receiver head) pair, ``scores``
-    ``[sender_layer, sender_head, receiver_layer, receiver_head]`` (NaN unless the receiver is in a
-    later layer, and for an all-zero matrix), with the random-heads ``baseline``."""
+    """Composition scores of one kind between every (sender head, receiver head) pair.
+
+    Attributes:
+        kind: ``"Q"``, ``"K"`` or ``"V"``.
+        scores: ``[sender_layer, sender_head, receiver_layer, receiver_head]``; NaN where the
+            receiver is not in a later layer than the sender (and where a matrix is all zero).
+        baseline: mean score of random Gaussian heads of the same shapes
+            (:func:`composition_baseline`).
+    """
 
     kind: str
     scores: Float[Tensor, "sender_layer sender_head receiver_layer receiver_head"]
     baseline: float
 
     def to_dataframe(self) -> pd.DataFrame:
-        """One row per (sender, later-layer receiver) pair, none for a 1-layer model: ``sender`` /
-        ``receiver`` (``L{l}H{h}``) with their layer and head, ``kind``, ``score``, ``baseline``."""
-        rows = [(f"L{l1}H{h1}", l1, h1, f"L{l2}H{h2}", l2, h2, self.kind, float(self.scores[l1, h1, l2, h2]),
-                 self.baseline) for l1, h1, l2, h2 in product(*map(range, self.scores.shape)) if l2 > l1]
+        """One row per pair with a later-layer receiver: ``sender`` / ``receiver`` (``L{l}H{h}``)
+        with their layer and head, ``kind``, ``score`` and ``baseline``.  Empty (with these
+        columns) for a 1-layer model."""
+        n_layers, n_heads = self.scores.shape[:2]
+        rows = [
+            (f"L{l1}H{h1}", l1, h1, f"L{l2}H{h2}", l2, h2, self.kind, float(self.scores[l1, h1, l2, h2]), self.baseline)
+            for l1 in range(n_layers)
+            for h1 in range(n_heads)
+            for l2 in range(l1 + 1, n_layers)
+            for h2 in range(n_heads)
+        ]
         return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -123,9 +150,13 @@ def composition_baseline(
 def composition_scores(
     model, kind: str, *, baseline_samples: int = 100, seed: int = 0
 ) -> CompositionScores:
-    """``kind``-composition scores (``"Q"``, ``"K"`` or ``"V"``, module docstring) from every head
-    to every head of a later layer, in float64 (a 1-layer model has no pairs: all NaN);
-    ``baseline_samples`` and ``seed`` set :func:`composition_baseline`."""
+    """``kind``-composition scores (``"Q"``, ``"K"`` or ``"V"``) from every head to every head of
+    a later layer (Elhage et al. 2021; definitions and conventions in the module docstring).
+
+    Reads ``model.W_Q``/``W_K``/``W_V``/``W_O`` (LayerNorm and biases ignored, as in the paper);
+    computes in float64.  ``baseline_samples`` and ``seed`` set :func:`composition_baseline`.
+    A 1-layer model has no pairs: all NaN.
+    """
     kind = _check_kind(kind)
     baseline_samples = check_positive_int("baseline_samples", baseline_samples)
     seed = check_seed(seed)

@@ -16,26 +16,42 @@ The subsets are enumerated when ``|C| <= max_exhaustive`` (``2^|C|`` of them); l
 ``|C| + 1`` prefixes ``{} = K_0 < ... < K_|C| = C`` as completeness subsets and each step
 ``K_i -> K_i + v`` as a minimality sample for ``v`` (``completeness_method``, ``n_subsets_checked``).
 
-Nodes (:class:`~perm_circuits.analysis.circuits.nodes.Node`, ``"L0H1@last"``): a head
-(``blocks.L.attn.hook_z``) or an MLP (``blocks.L.hook_mlp_out``) at a class of the ``2V - 1``
-positions: ``all``, ``query`` (x: ``0, 2, ..., 2V-2``), ``answer`` (y: ``1, 3, ..., 2V-3``), ``last``
-(``2V-2``, where elimination and recall are decided), ``context`` (before it), ``p{k}`` (``k``).  A
-circuit keeps each component at the union of its nodes' positions and ablates every head and MLP
-everywhere else (never the embeddings, the attention output bias or the unembedding).
+Nodes.  A node is a component (head ``L{layer}H{head}`` on ``blocks.L.attn.hook_z``, or MLP
+``L{layer}MLP`` on ``blocks.L.hook_mlp_out``) at a position class (:data:`POSITION_CLASSES`,
+defined for any V, sequences of ``2V - 1`` positions):
 
-Ablation: a mode of :data:`~perm_circuits.analysis.interventions.ablation.HOWS` (mean by default,
-the IOI choice; means over ``reference``, default the test set), each component's whole-component
-:func:`~perm_circuits.analysis.interventions.ablation.ablate` hook built once and applied at the
-ablated positions only: exactly ``ablate(..., positions=P)`` for zero, mean and resample; a fitted
-mode (optimal) uses the value fitted with the whole component ablated.  Each run is one forward
-after ``hooks`` (user interventions, also applied in the reference runs).
+- ``all``: every position; ``query``: the x positions ``0, 2, ..., 2V-2`` (where a y is
+  predicted); ``answer``: the y positions ``1, 3, ..., 2V-3``; ``last``: the final position
+  ``2V-2`` (the last query, where elimination and recall are decided); ``context``: every
+  position before the last; ``p{k}``: the single position ``k``.
 
-F, per subgroup, at the last position over the value logits ``1..V``, averaged over its rows:
-``elimination`` (the last query is new): ``logit(answer) - max over the other values``, the
-margin over the strongest competitor (> 0 iff correct among values); ``recall`` (the last query
-repeats one): ``logit(answer) - logit(unused y)``, against the one value no earlier y took (the
-clean logit difference of :func:`~perm_circuits.analysis.study.recall_patching.patching_pair`).
-An empty subgroup has nan metrics; relative values are nan where the denominator is 0.
+Written ``"L0H1@last"`` (:meth:`Node.parse`; without ``@`` the class is ``all``).  A circuit
+keeps each component at the union of its nodes' positions; everywhere else every head and MLP
+is ablated.  Embeddings, the attention output bias and the unembedding are never ablated.
+
+Ablation.  ``how`` is a mode of :data:`perm_circuits.analysis.interventions.ablation.HOWS` (mean by default,
+the IOI choice; the means are over ``reference``, by default the evaluated test set itself).
+For every component the hook of :func:`~perm_circuits.analysis.interventions.ablation.ablate` (whole
+component, all positions) is built once, so its reference activations are computed once, and
+each run applies it only at the positions that run ablates (``torch.where`` over positions).
+For zero, mean and resample ablation this equals ``ablate(..., positions=P)`` exactly (their
+replacement at a position does not depend on which other positions are ablated); a mode whose
+replacement is fitted (optimal ablation) uses the value fitted with the whole component ablated.
+Each run (one set of ablated nodes) is one forward over the test set, inside a
+``model.hooks(...)`` context after ``hooks`` (user interventions, applied in every run and in the
+reference runs), so no hook outlives a call, even after an exception.
+
+The metric F, per subgroup, at the last position (value logits ``1..V`` only; token 0 is never
+a target), averaged over the subgroup's rows:
+
+- ``elimination`` (the last query is new): ``logit(answer) - max over the other values of
+  their logit``, the correct answer's margin over its strongest competitor (> 0 iff the model
+  answers correctly among values);
+- ``recall`` (the last query repeats an earlier one): ``logit(answer) - logit(unused y)``, the
+  recalled y against the elimination answer, the value no earlier y took (the logit difference
+  of :func:`~perm_circuits.analysis.study.recall_patching.patching_pair`'s clean run).
+
+A subgroup without rows has nan metrics.  Relative values are nan where the denominator is 0.
 """
 
 from __future__ import annotations
@@ -236,14 +252,25 @@ def circuit_metrics(
     e.g. ``circuit_metrics(model, ["L0H0", "L0MLP"], task=task)``, with the position classes ``all``,
     ``last``, ``context``, ``p{k}`` and the ablation modes zero, mean, resample, optimal.
 
-    ``test_set`` (F's sequences): default ``make_test_set(task_config, n, seed)`` (``task_config``
-    defaults to the model's training task: its ``repeat_ratio`` gives the recall subgroup); on any
-    task a TaskBatch (default ``task.test_set(n, seed)``) or token ids with ``metric(logits) ->
-    [batch]``.  ``hooks`` apply in every run and reference run; ``n_subsets`` is about how many K
-    are sampled; ``reference`` is what mean / resample ablation draws from (default the test set);
-    ``ablation_seed`` and ``ablate_kwargs`` go to every ``ablate`` call (its resample ``seed``,
-    extra arguments).  Cost: one forward per distinct run (``2^(|C|+1)`` at most when exhaustive)
-    plus one reference forward per ablated component.
+    Args:
+        test_set: the sequences F is averaged over; default
+            ``make_test_set(task_config, n, seed)`` (``task_config`` defaults to the model's
+            training task: its ``repeat_ratio`` gives the recall subgroup); on any task a TaskBatch
+            (default ``task.test_set(n, seed)``) or token ids (with ``metric(logits) -> [batch]``).
+        seed: the test-set seed.
+        hooks: interventions applied in every run (and in the reference runs).
+        max_exhaustive: enumerate all ``2^|C|`` subsets up to this many nodes, else sample.
+        n_subsets: the sampling budget (about this many subsets K; see the module docstring).
+        subset_seed: seeds the random orderings of the sampled subsets.
+        reference: the batch mean / resample ablation draws from (default: the test set).
+        ablation_seed: the resample seed (which reference row replaces each sample), passed to
+            :func:`~perm_circuits.analysis.interventions.ablation.ablate` as its ``seed``.
+        ablate_kwargs: extra keyword arguments for every ``ablate`` call (for modes that need
+            more, e.g. a reference of their own).
+        progress: show a tqdm bar over the forward passes.
+
+    Cost: one forward per distinct run, ``2^(|C|+1)`` at most when exhaustive, plus one
+    reference forward per ablated component.
     """
     check_int("max_exhaustive", max_exhaustive, 0, 21)
     check_int("n_subsets", n_subsets, 1)
@@ -302,8 +329,9 @@ def faithfulness_by_mode(
     """Faithfulness of ``circuit`` under every ablation mode in ``hows`` (the mode sensitivity).
 
     One F(M) and test set; F(C) ablates everything outside the circuit by each mode in turn
-    (arguments as in :func:`circuit_metrics`; ``ablate_kwargs`` maps a mode to its extra ``ablate``
-    arguments; on any task one subgroup ``"all"``, no ``binding_free``).  A circuit faithful under
+    (arguments as in :func:`circuit_metrics`; ``seed`` is the test-set seed, ``ablation_seed`` the
+    resample seed; ``ablate_kwargs`` maps a mode to its extra ``ablate`` arguments; on any task one
+    subgroup ``"all"``, no ``binding_free``).  A circuit faithful under
     one mode only is a claim about that mode, not the model (d32h2's L0H0 changes role between zero
     and mean ablation).
     """
@@ -360,8 +388,9 @@ def propose_circuit(
     3. Prune: in order of increasing single-ablation effect, drop a node when the circuit
        without it still has ``faithfulness_error <= tolerance``.
 
-    On any task ``skill`` is ``"all"`` and ``where`` uses ``all``, ``last``, ``context``, ``p{k}``; the
-    other arguments as in :func:`circuit_metrics`.  Nodes in canonical order; one forward per
+    On any task ``skill`` is ``"all"`` and ``where`` uses ``all``, ``last``, ``context``, ``p{k}``.
+    ``seed`` is the test-set seed, ``ablation_seed`` the resample seed; the other arguments as in
+    :func:`circuit_metrics`.  Nodes in canonical order; one forward per
     candidate plus one per tried circuit.
     """
     if skill not in (*SUBGROUPS, "all"):

@@ -3,7 +3,7 @@
 The Birth-of-a-Transformer story (a previous-token head feeding an induction head through
 K-composition; Bietti et al. 2023; :mod:`~perm_circuits.analysis.circuits.induction_story`) does not
 describe this model.  :func:`any_circuit_numbers` measures what it does instead, as flat numbers for
-``docs/templates/general_recall_circuit.md`` (deterministic: fixed seeds, exhaustive batches):
+``docs/templates/general_recall_circuit.md`` (deterministic: fixed seeds, exhaustive batches where cheap):
 
 - ``attn.*``: per source ``k`` (an exhaustive batch each), L0H0's attention from the last position
   on the matching ``x_k`` (a duplicate-token match) and from ``x_{j+1}`` on ``y_j``, L1H0's from the
@@ -62,10 +62,15 @@ def _restored(model, pair: PatchingPair, hooks: HookList, clean_logits: Tensor, 
 
 
 def value_swap_pair(task_config: TaskConfig, n: int = 1000, seed: int = 0) -> PatchingPair:
-    """The swap pair's twin for the *value* side (what carries an answer's value to the last position):
-    ``clean`` and ``j`` as in ``induction_patching_pair`` (same arguments), the corrupted row with every
-    x kept and ``y_k``, ``y_j`` (and the permutation) exchanged, so it answers the clean ``y_j``
-    (``wrong``) where the clean one answers ``y_k`` (``answer``)."""
+    """The swap pair's twin for the *value* side: exchange the answers ``y_k`` and ``y_j`` instead of the queries.
+
+    ``clean`` and ``j`` are those of
+    :func:`~perm_circuits.analysis.interventions.path_patching.induction_patching_pair` (same
+    ``task_config``, ``n``, ``seed``); the corrupted row keeps every x (the last query still repeats
+    ``x_k``) and has ``y_k`` and ``y_j`` exchanged in the context (the permutation changed to match),
+    so its answer is the clean ``y_j`` (``wrong``); ``answer`` is ``y_k``.  Only the two y tokens
+    differ: what carries an answer's *value* to the last position.
+    """
     clean, swapped, answer, _ = induction_patching_pair(task_config, n=n, seed=seed, corruption="swap")
     rows, k = torch.arange(len(clean)), clean.repeat_source
     j = swapped.repeat_source
@@ -82,11 +87,17 @@ def path_patch_through_mlp(
 ) -> float:
     """Normalised effect of the path ``sender -> MLP{mlp_layer} -> receiver.input`` (Wang et al. 2022).
 
-    The sender's clean-minus-corrupted output ``delta`` (``sender_delta``), added to the corrupted
-    run's ``hook_resid_mid`` of ``mlp_layer``, gives the MLP's output change ``delta_mlp``, which
-    alone (``direct=True``: plus ``delta``, the sender's direct edge) is added to the receiver's
-    ``input`` (q, k or v, its LayerNorm recomputed, as in ``path_patch_hooks``) on the corrupted run:
-    ``(LD_patched - LD_corrupted) / (LD_clean - LD_corrupted)`` on means (1 = the clean run's).
+    The sender's clean-minus-corrupted output ``delta``
+    (:func:`~perm_circuits.analysis.interventions.path_patching.sender_delta`) is added to the
+    corrupted run's ``blocks.{mlp_layer}.hook_resid_mid`` only to read the MLP's resulting output
+    change ``delta_mlp`` (nothing else of that run is used); ``delta_mlp`` alone is then added to the
+    receiver's ``input`` (q, k or v, its LayerNorm recomputed, as in
+    :func:`~perm_circuits.analysis.interventions.path_patching.path_patch_hooks`) on the corrupted
+    run.  The sender's direct edge is *not* included.  Returns
+    ``(LD_patched - LD_corrupted) / (LD_clean - LD_corrupted)`` on means (1 = the path restores
+    the clean run, 0 = no effect).  ``direct=True`` adds the sender's direct edge too (``delta +
+    delta_mlp``: both routes into the receiver's input at once).  Needs ``sender layer <= mlp_layer
+    < receiver layer``.
     """
     s_layer, s_head = check_head_pair(model, "sender", sender)
     r_layer, r_head = check_head_pair(model, "receiver", receiver)

@@ -7,9 +7,9 @@ K-composition), so the last query attends after its earlier occurrence and copie
 Three independent kinds of evidence, each missing piece named:
 
 (a) **attention**: B is the head of a layer >= 1 with the highest induction score, A the head of an
-    earlier layer with the highest previous-token score (:mod:`~perm_circuits.analysis.probes.
-    induction`); both ``>= SCORE_MIN`` (0.5; a perfect head scores 1, a uniform causal head 0.23
-    (previous-token) and ``1/(2V-1)`` (induction));
+    earlier layer with the highest previous-token score (:mod:`~perm_circuits.analysis.probes.induction`);
+    both ``>= SCORE_MIN`` (0.5; a perfect head scores 1, a uniform causal head 0.23 (previous-token)
+    and ``1/(2V-1)`` (induction));
 (b) **weights**: the K-composition score A -> B above the Q- and V-composition scores A -> B and
     the K baseline of random heads (:mod:`~perm_circuits.analysis.circuits.composition`);
 (c) **causation**: path patching A -> B's key on the ``"swap"`` induction pair restores
@@ -62,9 +62,12 @@ PATH_MIN = SIGNIFICANT_EFFECT
 
 @dataclass(frozen=True)
 class InductionStory:
-    """Whether previous-token head A feeds induction head B through K-composition (module docstring):
-    the best candidates ``previous_head`` / ``induction_head`` (``"L{l}H{h}"``) either way, each
-    failing piece in ``missing``, the normalised path-patching effects A -> B's q, k, v in ``path_*``."""
+    """Whether previous-token head A feeds induction head B through K-composition (module docstring).
+
+    ``previous_head`` / ``induction_head`` are the best candidates (``"L{l}H{h}"``) whether or not
+    the story holds; ``missing`` names each piece that fails (empty when ``holds``); ``path_*``
+    are the normalised path-patching effects A -> B's query, key and value.
+    """
 
     model_name: str
     holds: bool
@@ -174,9 +177,13 @@ def induction_story(
     n_boot: int = 1000,
     hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> InductionStory:
-    """Measure (a) on ``induction_test_set(V, n, seed)``, (b) (weights only: ``hooks``, which run in
-    every forward, do not apply) and (c) on ``induction_patching_pair(task_config or the model's,
-    n_pair, pair_seed)`` with ``n_boot`` resamples (module docstring), and judge the story."""
+    """Measure (a), (b) and (c) of the module docstring on ``model`` and judge the story.
+
+    (a) ``induction_scores`` on ``induction_test_set(V, n, seed)``; (b) ``composition_scores``
+    (weights only: ``hooks`` do not apply); (c) ``path_patching_table`` on
+    ``induction_patching_pair(task, n_pair, pair_seed)`` (``task``: ``task_config``, default the
+    model's) with ``n_boot`` resamples.  ``hooks`` run in every forward.  Needs ``n_layers >= 2``.
+    """
     config = model_config_of(model)
     if config.n_layers < 2:
         raise ValueError(f"the induction story needs n_layers >= 2 (a head before a head), {config.name} has 1")

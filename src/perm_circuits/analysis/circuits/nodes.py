@@ -91,8 +91,10 @@ class Node:
             raise TypeError(f"Node where must be a str, got {type(self.where).__name__}")
 
     def __lt__(self, other: Node) -> bool:  # MLP (head None) after the heads of its layer
-        first, second = ((n.layer, n.head if n.head is not None else 1 << 30, n.where) for n in (self, other))
-        return first < second
+        return self._key() < other._key()
+
+    def _key(self) -> tuple:
+        return (self.layer, self.head if self.head is not None else 1 << 30, self.where)
 
     @classmethod
     def parse(cls, text: object) -> Node:

@@ -80,15 +80,20 @@ class CircuitMetrics:
         """Tidy: one row per (subgroup, metric[, node]); columns ``model, how, subgroup, metric,
         node, value, relative, subset`` (``subset``: the worst K, nodes joined by ``+``)."""
         rows = []
-        for g in self.subgroups:
-            entries = [(metric, "", value, math.nan, ()) for metric, value in (("F_model", g.f_model),
-                       ("F_circuit", g.f_circuit), ("faithfulness", g.faithfulness),
-                       ("faithfulness_error", g.faithfulness_error))]
-            entries.append(("completeness", "", g.completeness, g.completeness_relative, g.completeness_subset))
-            entries += [("minimality", m.node, m.minimality, m.relative, m.subset) for m in g.minimality]
-            rows += [dict(model=self.model_name, how=self.how, subgroup=g.subgroup, metric=metric, node=node,
-                          value=value, relative=relative, subset="+".join(subset))
-                     for metric, node, value, relative, subset in entries]
+        for group in self.subgroups:
+            base = dict(model=self.model_name, how=self.how, subgroup=group.subgroup)
+            for metric, value, relative, subset in (
+                ("F_model", group.f_model, math.nan, ()),
+                ("F_circuit", group.f_circuit, math.nan, ()),
+                ("faithfulness", group.faithfulness, math.nan, ()),
+                ("faithfulness_error", group.faithfulness_error, math.nan, ()),
+                ("completeness", group.completeness, group.completeness_relative, group.completeness_subset),
+            ):
+                rows.append({**base, "metric": metric, "node": "", "value": value, "relative": relative,
+                             "subset": "+".join(subset)})
+            for entry in group.minimality:
+                rows.append({**base, "metric": "minimality", "node": entry.node, "value": entry.minimality,
+                             "relative": entry.relative, "subset": "+".join(entry.subset)})
         return pd.DataFrame(rows)
 
 

@@ -59,9 +59,15 @@ def shared_ablations() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class CircuitProblem:
-    """What a circuit run measures: the tokens, F per row, the subgroups' row masks, the reference; the
-    permutation task's (:func:`permutation_problem`) or any task's (``general``: one subgroup ``"all"``,
-    :func:`positions_in`, ablations by :func:`~perm_circuits.analysis.interventions.core.ablate_tokens`)."""
+    """What a circuit run measures: the tokens, F per row, the subgroups' row masks, the reference.
+
+    The permutation task (:func:`permutation_problem`): its test Batch, :func:`skill_logit_diff`,
+    the elimination / recall subgroups, sequences of ``2V - 1`` tokens with its position
+    classes.  Any task or tokens (``general``): F any per-row metric, one subgroup ``"all"``, the
+    position classes of :func:`positions_in`, ablations through
+    :func:`~perm_circuits.analysis.interventions.core.ablate_tokens` with ``reference`` (a TaskBatch or
+    token ids; ``None`` only for zero ablation).
+    """
 
     tokens: Tensor
     metric: Callable[[Tensor], Tensor]

@@ -4,26 +4,49 @@ With the run's cached final-LayerNorm scale ``s = ln_final.hook_scale``, the log
 transformer are exactly linear in the residual stream's components ``c``:
 ``logit = sum_c (C c) * w_lnf / s @ W_U + (b_lnf @ W_U + b_U)``, ``C`` centring over ``d_model``
 (Elhage et al. 2021, "A Mathematical Framework for Transformer Circuits"; Nanda's TransformerLens
-DLA recipe); centring, ``w_lnf`` and ``1/s`` fold into one float64 direction per prediction.
+DLA recipe).  Embeddings, per-head outputs and MLP outputs come from
+:func:`~perm_circuits.analysis.probes.task_attribution.residual_components`, as for any task's model;
+the reading through the final LayerNorm differs: here the centring, ``w_lnf`` and ``1/s`` fold into
+one float64 direction per prediction.
 
 Attributed at each y prediction (steps ``1..V``): ``logit(correct y) - mean(logit(other values))``
 (token 0 is never a value), but at a repeated last query (recall) with ``recall_baseline=
 "elimination"`` (default) ``logit(correct y) - logit(elimination answer)``, the one value not
 revealed yet (the trap pure elimination falls into).
 
-Components, read from the run's cache (a ``hooks=`` intervention is attributed where it acts):
-``embed``, ``pos_embed``; per layer ``l`` the heads ``L{l}H{h}`` (``z_h @ W_O[h]``, as
-:func:`~perm_circuits.analysis.probes.task_attribution.residual_components` gives them),
-``L{l}attn_bias`` (``b_O``), ``L{l}attn_edit`` (``hook_attn_out`` minus the heads and ``b_O``:
-what an edit of the attention output changed, else ~0), ``L{l}mlp_bias`` (``b_out``) and
-``L{l}mlp`` (the rest of ``hook_mlp_out``: ``-L{l}mlp_bias`` when the MLP is zero-ablated);
-``other`` (the last ``resid_post`` minus all of the above: edits of the residual stream itself)
-and ``unembed_bias`` (``b_lnf @ W_U + b_U``).
+Components, all read from the run's cache (so a ``hooks=`` intervention is attributed where it
+acts):
 
-Neuron ``n`` of layer ``l`` contributes ``post_n W_out[n]`` (cached ``mlp.hook_post``), **nan** (never
-rescaled) where the neurons miss ``L{l}mlp`` (an intervention replaced ``hook_mlp_out``).
-``residual_error = actual - sum(components)`` is ~0 unless something acts after the residual
-stream (``ln_final`` hooks, the unembedding); above ``tolerance`` a ``RuntimeWarning`` says so.
+* ``embed``, ``pos_embed``: ``hook_embed``, ``hook_pos_embed``;
+* per layer ``l``, the attention layer's total is the cached ``blocks.l.hook_attn_out``, split as
+  ``L{l}H{h}`` per head (``z_h @ W_O[h]`` from the cached ``hook_z``), ``L{l}attn_bias``
+  (``b_O``) and ``L{l}attn_edit`` = ``hook_attn_out - sum_h heads - b_O``: what an intervention
+  on the attention output itself (e.g. ``ablate(model, "blocks.l.hook_attn_out", ...)``)
+  changed; zero up to float error otherwise;
+* per layer ``l``, the MLP's total is the cached ``blocks.l.hook_mlp_out``, split as
+  ``L{l}mlp_bias`` (the constant ``b_out``) and ``L{l}mlp`` = the rest of ``hook_mlp_out``.
+  Under ``ablate_mlp(model, l, "zero")`` (which zeroes ``hook_mlp_out``) the layer's direct
+  effect is 0: ``L{l}mlp`` is then ``-L{l}mlp_bias``;
+* ``other``: ``resid_post`` of the last layer minus all of the above — whatever an intervention
+  wrote into the residual stream outside the components (e.g. on ``hook_resid_pre`` /
+  ``hook_resid_post``); zero without such hooks;
+* ``unembed_bias``: ``b_lnf @ W_U + b_U``.
+
+Per-neuron breakdown (``neuron_contributions`` / ``neuron_mean``): neuron ``n`` of layer ``l``
+contributes ``post_n W_out[n]`` (cached ``mlp.hook_post``).  The neurons add up to ``L{l}mlp``
+whenever they produced the MLP's output (also under edits of ``mlp.hook_post``, e.g. neuron
+ablations).  Where they do not — an intervention replaced ``hook_mlp_out`` downstream of the
+neurons — the breakdown does not describe the output: those predictions' neuron values are
+**nan** (so subgroup means over them are nan too) and ``neuron_split_exact`` is False there.
+They are never rescaled.
+
+Check of the whole decomposition: ``residual_error = actual - sum(components)``, recorded per
+prediction (and as a mean per subgroup).  It is zero up to float error unless an intervention
+acts after the residual stream (``ln_final.hook_normalized``, ``ln_final.hook_scale``, the
+unembedding): then the components, which use the cached ``ln_final`` scale and the linear
+unembedding, cannot reproduce the logits.  When ``max |residual_error|`` exceeds ``tolerance``
+(default 1e-3 logits) a ``RuntimeWarning`` says so; the numbers are still returned, with
+``total != actual`` visible in :meth:`LogitAttribution.to_dataframe`.
 
 Subgroups (as in :mod:`perm_circuits.evaluate`): ``steps 1-4`` (every sample's first ``V-1``
 predictions), ``last-step elimination`` / ``last-step recall`` (the last query new / repeated).
@@ -281,9 +304,21 @@ def _decompose(model, batch: object, hooks, recall_baseline: str, tolerance: flo
 
 @dataclass(frozen=True)
 class LogitAttribution:
-    """Mean direct logit attribution per subgroup (module docstring) over its ``n`` predictions (nan for
-    an empty subgroup or an inexact neuron split); ``max_residual_error`` over every prediction, warned
-    about above ``tolerance`` logits."""
+    """Mean direct logit attribution per subgroup (see the module docstring).
+
+    Attributes:
+        model_name: the model's preset name.
+        components: the component axis (``contributions`` sum to ``actual``).
+        subgroups: :data:`SUBGROUPS`.
+        n: predictions per subgroup.
+        mean: ``[subgroup, component]`` mean logit-difference contribution (NaN for an empty subgroup).
+        actual: ``[subgroup]`` mean actual logit difference.
+        neuron_mean: ``[subgroup, layer * d_mlp]`` mean per-neuron contribution (nan: module docstring).
+        recall_baseline: ``"elimination"`` or ``"mean"``.
+        residual_error: ``[subgroup]`` mean of ``actual - sum of components`` (module docstring).
+        max_residual_error: ``max |actual - sum of components|`` over every prediction.
+        tolerance: the tolerance (logits) above which that gap was warned about.
+    """
 
     model_name: str
     components: tuple[str, ...]

@@ -3,16 +3,24 @@
 The attention-pattern scores of the induction-head literature (Elhage et al. 2021, "A
 Mathematical Framework for Transformer Circuits"; Olsson et al. 2022, "In-context Learning and
 Induction Heads"; the duplicate-token head of Wang et al. 2022, "Interpretability in the Wild"),
-which Bietti et al. 2023 ("Birth of a Transformer") predict in-context recall needs, read from
-``blocks.L.attn.hook_pattern`` on the sequences ``x1 y1 x2 y2 ... xV`` (``x_k`` at position
-``2(k-1)``, ``y_k`` at ``2(k-1) + 1``), per head:
+read on this task's sequences ``x1 y1 x2 y2 ... xV`` (``2V - 1`` input tokens: ``x_k`` at 0-based
+position ``2(k-1)``, ``y_k`` at ``2(k-1) + 1``).  Bietti et al. 2023 ("Birth of a Transformer")
+predict that in-context recall needs a previous-token head feeding an induction head.
 
-``previous_token``, the mean attention of each position ``p >= 1`` on ``p - 1``; ``induction``, where
-the last query ``xV`` repeats an earlier ``x_k``, the last position's attention on ``y_k`` (the token
-after the earlier occurrence), averaged over those samples; ``duplicate_token``, its attention on ``x_k``.
+Per head, from ``blocks.L.attn.hook_pattern`` in one no-grad forward over a test set:
 
-Both recall scores are also given per source ``k = 1..V-1`` (``*_by_source``): a shortcut head that
-only matches ``x1`` is high on the first entry only, a general induction head on every ``k``.
+- ``previous_token``: the mean attention of each position ``p >= 1`` on ``p - 1``, over every
+  position and every sample;
+- ``induction``: on sequences whose last query ``xV`` repeats an earlier query ``x_k``, the
+  attention of the last position on ``y_k`` (the token right after the earlier occurrence of the
+  last token), averaged over the repeated samples;
+- ``duplicate_token``: on the same sequences, the attention of the last position on ``x_k``.
+
+Both recall scores are also given per source ``k = 1..V-1`` (``induction_by_source``,
+``duplicate_by_source``), so a shortcut head that only matches ``x1`` shows as a high first entry
+and low others, while a general induction head is high for every ``k``.
+
+The default test set (:func:`induction_test_set`) repeats every earlier query.
 """
 
 from __future__ import annotations
@@ -56,9 +64,16 @@ class InductionScore:
 
 @dataclass(frozen=True)
 class InductionScores:
-    """Induction-circuit scores of every head (``heads``, layer-major) on ``n_samples`` sequences, of
-    which ``n_repeated`` (those the recall scores average over) repeat an earlier query in their last,
-    ``repeated_by_source[k - 1]`` of them ``x_k``."""
+    """Induction-circuit scores of every head of a model.
+
+    Attributes:
+        model_name: the model's config name.
+        n_samples: sequences in the test set.
+        n_repeated: sequences whose last query repeats an earlier one (the induction and
+            duplicate-token scores average over these).
+        repeated_by_source: how many of them repeat ``x_k``, for ``k = 1..V-1``.
+        heads: one record per head, layer-major.
+    """
 
     model_name: str
     n_samples: int

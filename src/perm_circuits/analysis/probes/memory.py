@@ -1,38 +1,60 @@
 """Memory-recall probes (Bietti et al. 2023, "Birth of a Transformer: A Memory Viewpoint", eq. 9).
 
-A weight matrix ``W_hat`` stores an associative memory ``W* = sum_{(i,j) in M} v_j u_i^T`` when
-every stored input embedding ``u_i`` is mapped closest to its output embedding ``v_j``.  The recall
+A weight matrix ``W_hat`` stores an associative memory ``W* = sum_{(i,j) in M} v_j u_i^T`` when,
+for every stored pair, the input embedding ``u_i`` is mapped closest to its output embedding
+``v_j``.  The recall metric ::
 
     R(W_hat, W*) = 1/|M| sum_{(i,j) in M} 1{ argmax_j' v_j'^T W_hat u_i = j }
 
-is the fraction of stored pairs retrieved (*argmin*: a suppressing memory, e.g. an elimination
-head; each input pushes its target down the most).  Row-vector convention ``x @ W``: ``W_hat`` is
-``[d_in, d_out]``, ``scores[i, j'] = u_i @ W_hat @ v_j'``.  Ties count as failures (the target must
-score *strictly* above every other candidate: an all-zero matrix has R = 0); ``allowed`` restricts
-the candidates per input (e.g. causal attention).  ``layer``, ``head`` and ``position`` may count from the end
-(:mod:`perm_circuits.analysis.interventions.checks`); labels show the normalised indices.
+is the fraction of stored pairs that the matrix retrieves; the *argmin* variant scores a
+suppressing memory (each input pushes its target down the most).
 
-The concrete probes read one layer's weights (no forward pass) on the token (and position)
-embeddings through that layer's own ``ln1`` / ``ln2``: what layer 0 reads; in a later layer, the
-*direct path* from the embeddings (with the embedding's LayerNorm scale), not what earlier layers
-wrote (e.g. a previous-token head's output an induction head's key reads: see
-:mod:`~perm_circuits.analysis.circuits.composition`); ``inputs=`` probes other residual vectors.
+Conventions (all functions in this module):
 
-* **OV** of head ``h``: ``ln1(W_E[t] + W_pos[p])`` for the value tokens ``t = 1..V``
-  (``position=None`` drops ``W_pos``) through ``W_V[h] @ W_O[h]`` (biases left out: the same
-  vector whatever the head attends to) onto :func:`effective_unembed`; target ``t -> t``.
-* **QK** of head ``h``, on the score ``ln1(query) W_Q[h] W_K[h]^T ln1(key)^T`` (``include_bias``
-  adds ``b_Q`` / ``b_K``), one of :data:`QK_MAPS`: ``"x_match"``, the last query
-  ``ln1(W_E[t] + W_pos[2V-2])`` against keys ``ln1(W_E[t'] + W_pos[0])``, ``t -> t`` (the repeat
-  detector: a query prefers the earlier x with the *same token*); ``"prev_y"``, x-slot query
-  positions ``2, 4, .., 2V-2`` against causal keys ``0..q``, ``q -> q-1`` (the study's "local
-  (x, y) binding"); ``"self_y"``, y-slot queries ``1, 3, .., 2V-3``, keys ``0..q``, ``q -> q``;
-  ``"last_to_y1"``, the last position ``2V-2`` per query token ``t`` against keys ``0..2V-2``,
-  target position 1 (the positional shortcut for recall of ``x5 = x1``).  The positional maps
-  average the key tokens (a bilinear form: the score against the token-mean key), ``prev_y`` and
-  ``self_y`` the query tokens too.
-* **MLP**: ``W_E[t] (+ W_pos[p])`` through ``ln2``, the MLP (``b_in`` included: it sits inside the
-  nonlinearity; ``b_out``, a constant, left out) and :func:`effective_unembed`; target ``t -> t``.
+* Matrices follow TransformerLens' row-vector convention ``x @ W``: ``W_hat`` is ``[d_in, d_out]``
+  and ``scores[i, j'] = u_i @ W_hat @ v_j'`` (the paper's ``v_j'^T W_hat u_i``, transposed).
+* Ties count as failures: a pair is recalled only if its target's score is *strictly* above every
+  other candidate's, so an all-zero matrix has R = 0.
+* ``allowed`` restricts the candidates ``j'`` per input (e.g. causal attention: no future keys).
+* ``layer``, ``head`` and ``position`` follow the package's index rule (negative values count from
+  the end; :mod:`perm_circuits.analysis.interventions.checks`); labels show the normalised indices.
+
+The concrete probes read one layer's weights only (no forward pass, no ``hooks``).  Their inputs
+are the token (and position) embeddings through that layer's own ``ln1`` / ``ln2``: exactly what
+layer 0 reads.  **In a later layer** the residual stream also holds what earlier layers wrote, so
+R there measures the memory on the *direct path* from the embeddings (e.g. does layer 1's OV
+circuit copy the token it attends to), with the LayerNorm scale of the embedding alone; an
+induction head's key reads the previous-token head's output, which these probes do not see (the
+K-composition scores of :mod:`~perm_circuits.analysis.circuits.composition` measure that path).
+``inputs=`` of :func:`mlp_memory_probe` / :func:`qk_scores` probes any other residual vectors.
+
+* **OV** of head ``h`` (:func:`ov_memory_probe`): inputs ``ln1(W_E[t] + W_pos[p])`` for the value
+  tokens ``t = 1..V`` (the full LayerNorm; ``position=None`` drops ``W_pos``), matrix
+  ``W_V[h] @ W_O[h]``, outputs the :func:`effective_unembed` of the value tokens.  Target
+  ``t -> t``: ``argmax`` = a copying / binding head, ``argmin`` = a suppressing / elimination head.
+  Biases (``b_V @ W_O``, ``b_O``) are left out: they add the same vector whatever the head attends
+  to, not an association.
+* **QK** of head ``h`` (:func:`qk_memory_probe`), maps over the attention score
+  ``ln1(query) W_Q[h] W_K[h]^T ln1(key)^T`` (``include_bias`` adds ``b_Q``/``b_K``):
+
+  - ``"x_match"``: query ``ln1(W_E[t] + W_pos[2V-2])`` (the last query) against keys
+    ``ln1(W_E[t'] + W_pos[0])`` (the x1 slot), target ``t -> t``: does a query prefer the earlier
+    x carrying the *same token* (the repeat detector)?
+  - ``"prev_y"``: query positions ``2, 4, .., 2V-2`` (x slots) against key positions ``0..q``
+    (causal), target ``q -> q-1``: does an x attend to the y just before it (the study's "local
+    (x, y) binding")?
+  - ``"self_y"``: query positions ``1, 3, .., 2V-3`` (y slots), keys ``0..q``, target ``q -> q``:
+    does a y attend to itself?
+  - ``"last_to_y1"``: the last query position ``2V-2`` for each query token ``t``, keys ``0..2V-2``
+    token-averaged, target position 1 (y1): the positional shortcut for recall of ``x5 = x1``.
+
+  The positional maps average the key tokens (a bilinear form: the score against the token-mean
+  key), ``prev_y`` and ``self_y`` the query tokens too.
+
+* **MLP** (:func:`mlp_memory_probe`): ``W_E[t] (+ W_pos[p])`` through ``ln2``, the MLP (``b_in``
+  included: it sits inside the nonlinearity; ``b_out`` left out as a constant) and the effective
+  unembedding; target ``t -> t`` (argmax: the MLP re-emits a token it reads; argmin: it
+  suppresses it).
 """
 
 from __future__ import annotations
@@ -190,10 +212,15 @@ def memory_recall(
     mode: str = "argmax",
     allowed: Bool[Tensor, "n_in n_out"] | None = None,
 ) -> float:
-    """Bietti et al. (2023) memory-recall probe ``R(W_hat, W*)`` of any matrix: :func:`recall_rate` of
-    :func:`recall_scores`, the input embeddings ``inputs`` (rows ``u_i``) against the output
-    embeddings ``outputs`` (rows ``v_j``), the target map M as ``(i, j)`` pairs (e.g.
-    :func:`identity_map`)."""
+    """Bietti et al. (2023) memory-recall probe ``R(W_hat, W*)`` of any matrix.
+
+    ``W_hat`` ``[d_in, d_out]`` acts as ``u @ W_hat`` on the input embeddings ``inputs`` (rows
+    ``u_i``) and is read against the output embeddings ``outputs`` (rows ``v_j``); ``targets`` is
+    the target map M as ``(i, j)`` index pairs (e.g. :func:`identity_map`); ``mode`` ``"argmax"``
+    (the input retrieves its target) or ``"argmin"`` (suppresses it); ``allowed`` an optional
+    candidate mask ``[n_in, n_out]``.
+    """
+    mode = _check_mode(mode)
     return recall_rate(recall_scores(W_hat, inputs, outputs), targets, mode, allowed)
 
 
@@ -252,9 +279,17 @@ def _token_inputs(model, position: int | None) -> Float[Tensor, "value d_model"]
 
 @dataclass(frozen=True)
 class MemoryProbe:
-    """One memory-recall probe (``circuit`` ``"OV"``, ``"QK"`` or ``"MLP"``) of one ``component``: R in
-    [0, 1] over ``n_pairs`` = |M| pairs of ``map`` (``"copy"``, ``"suppress"``, ``"custom"`` or one of
-    :data:`QK_MAPS`), and the R of a random ranking (``chance``: 1 / candidates, averaged over pairs)."""
+    """One memory-recall probe of one component.
+
+    Attributes:
+        component: ``"L{layer}H{head}"`` (a head, e.g. ``"L1H0"``) or ``"L{layer}MLP"``.
+        circuit: ``"OV"``, ``"QK"`` or ``"MLP"``.
+        map: the target map (``"copy"``, ``"suppress"``, ``"custom"`` or one of :data:`QK_MAPS`).
+        mode: ``"argmax"`` or ``"argmin"``.
+        recall: R in [0, 1].
+        n_pairs: ``|M|``.
+        chance: R of a random ranking (1 / number of candidates, averaged over pairs).
+    """
 
     component: str
     circuit: str
@@ -422,7 +457,8 @@ class MemoryProbes:
     probes: tuple[MemoryProbe, ...]
 
     def to_dataframe(self) -> pd.DataFrame:
-        return pd.DataFrame([asdict(p) for p in self.probes])  # one row per probe
+        """One row per probe: component, circuit, map, mode, recall, n_pairs, chance."""
+        return pd.DataFrame([asdict(p) for p in self.probes])
 
     def get(self, component: str, target_map: str) -> float:
         """R of ``component``'s probe ``target_map`` (e.g. ``get("L0H1", "copy")``)."""
