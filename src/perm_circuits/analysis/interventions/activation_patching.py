@@ -128,8 +128,9 @@ def patch_activation(
     ``n_boot`` bootstrap resamples seeded with ``seed``; ``hooks`` are active in all three runs.
     """
     hook_name = check_hook_point(model, hook_name)
-    # validated as given, then moved once: the three runs stay on the model's device
-    clean_tokens, corrupted_tokens = (tokens.to(model_device(model)) for tokens in pair_tokens(model, clean, corrupted))
+    pair_tokens(model, clean, corrupted)  # validated as given, then moved once: the three runs stay on the model
+    device = model_device(model)
+    clean_tokens, corrupted_tokens = pair_tokens(model, clean.to(device), corrupted.to(device))
     if not callable(metric):
         raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
     check_patch_options("clean", "corrupted", n_boot, seed, confidence)

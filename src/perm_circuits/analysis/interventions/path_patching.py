@@ -385,12 +385,13 @@ def _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corru
     hooks = check_hooks(model, hooks)
     device = model_device(model)
     if isinstance(pair, tuple) and len(pair) == 2:  # any task: (clean, corrupted) TaskBatches or token ids
-        # validated where the caller made them, then moved once for every edge
-        clean, corrupted = (tokens.to(device) for tokens in pair_tokens(model, *pair))
+        pair_tokens(model, *pair)  # validated where the caller made them, then moved once for every edge
+        pair = tuple(batch.to(device) for batch in pair)
+        clean, corrupted = pair_tokens(model, *pair)
         if metric is None:
             if not isinstance(pair[0], TaskBatch):
                 raise ValueError("token ids carry no targets: pass metric= (a callable logits -> [batch])")
-            metric = target_logprob(pair[0].to(device))
+            metric = target_logprob(pair[0])
         elif not callable(metric):
             raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
         name = getattr(getattr(model, "cfg", None), "model_name", None)
