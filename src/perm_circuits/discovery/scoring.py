@@ -1,17 +1,12 @@
 """Scoring a discovery method against a ground-truth circuit: pure functions on edge scores and edge sets.
 
-- :func:`roc_auc` and :func:`average_precision` rank edges by score against the true edge set
-  (Conmy et al., "Towards Automated Circuit Discovery for Mechanistic Interpretability", NeurIPS
-  2023, score ACDC, SP and HISP by ROC AUC on tracr and IOI; the classes are very unbalanced, about
-  6 true edges of 46, hence also the precision-recall area).
-- :func:`circuit_metrics`: precision, recall and exact recovery of the circuit a method chose, on
-  edges or with edges promoted to components as InterpBench does (Gupta, Arcuschin, Kwa,
-  Garriga-Alonso, "InterpBench: Semi-Synthetic Transformers for Evaluating Mechanistic
-  Interpretability Techniques", NeurIPS 2024 Datasets and Benchmarks): a head (or MLP) is in a
-  circuit when any of its q/k/v inputs or its output edges is.
-- :func:`faithfulness_area` and :func:`oracle_regret`: faithfulness against the number of edges kept
-  (Hanna, Pezzelle, Belinkov, "Have Faith in Faithfulness", COLM 2024, compare EAP and EAP-IG this
-  way), and the gap to the best faithfulness any circuit of that size reaches.
+Ranking metrics (:func:`roc_auc`, as Conmy et al., "Towards Automated Circuit Discovery for Mechanistic
+Interpretability", NeurIPS 2023, score ACDC on tracr and IOI; :func:`average_precision`, since about 6
+of 46 edges are true), the chosen circuit's precision and recall on edges or components
+(:func:`circuit_metrics`, after Gupta, Arcuschin, Kwa, Garriga-Alonso, "InterpBench: Semi-Synthetic
+Transformers for Evaluating Mechanistic Interpretability Techniques", NeurIPS 2024 Datasets and
+Benchmarks), and faithfulness against the number of edges kept (:func:`faithfulness_area`,
+:func:`oracle_regret`; Hanna, Pezzelle, Belinkov, "Have Faith in Faithfulness", COLM 2024).
 """
 
 from __future__ import annotations
