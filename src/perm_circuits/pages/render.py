@@ -30,18 +30,10 @@ def _number(value: object, key: str, fmt: str) -> float:
     return check_number(f"{key!r} (format {fmt!r})", value, finite=False)
 
 
-def _fixed(digits: int) -> Callable[[object, str], str]:
+def _decimals(name: str, digits: int, scale: int = 1, suffix: str = "") -> Callable[[object, str], str]:
     def fmt(value: object, key: str) -> str:
-        x = _number(value, key, f"f{digits}")
-        return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
-
-    return fmt
-
-
-def _percent(digits: int) -> Callable[[object, str], str]:
-    def fmt(value: object, key: str) -> str:
-        x = _number(value, key, f"pct{digits}")
-        return "n/a" if math.isnan(x) else f"{100 * x:.{digits}f}%"
+        x = _number(value, key, name)
+        return "n/a" if math.isnan(x) else f"{scale * x:.{digits}f}{suffix}"
 
     return fmt
 
@@ -62,8 +54,8 @@ def _text(value: object, key: str) -> str:
 
 
 FORMATS: dict[str, Callable[[object, str], str]] = {
-    **{f"f{d}": _fixed(d) for d in range(5)},
-    **{f"pct{d}": _percent(d) for d in range(3)},
+    **{f"f{d}": _decimals(f"f{d}", d) for d in range(5)},
+    **{f"pct{d}": _decimals(f"pct{d}", d, 100, "%") for d in range(3)},
     "int": _integer,
     "str": _text,
 }
