@@ -1,25 +1,20 @@
 """The discovery benchmark: every method, on every model with a known circuit, under each ablation mode.
 
 Per model, mode and seed (a test batch drawn with that seed, which also seeds the method), every method of
-:data:`~perm_circuits.discovery.METHODS` runs on one shared
-:class:`~perm_circuits.discovery.interventions.EdgeIntervention` and is scored against that mode's true
-circuit (:mod:`~perm_circuits.discovery.scoring`); columns:
+:data:`~perm_circuits.discovery.METHODS` runs on one shared intervention, scored against that mode's truth:
+``constructed`` (:mod:`~perm_circuits.discovery.ground_truth`; only the modes the construction claims,
+``truth_modes``) or, for trained models, ``oracle`` (the oracle's circuit under that mode on that batch).
 
-- ``roc_auc``, ``pr_auc``: every edge ranked by ``|score|`` against the true edges (Conmy et al. 2023,
-  "Towards Automated Circuit Discovery for Mechanistic Interpretability"; classes unbalanced, hence PR too);
-- ``precision``, ``recall``, ``exact`` of the method's own circuit, on edges and (``*_heads``) with q/k/v
-  inputs promoted to components, as InterpBench (Gupta et al. 2024) scores them;
-- ``faith_area``: area under faithfulness against the ``k = 0..E`` top-ranked edges kept, divided by
-  ``E`` (Hanna et al. 2024, "Have Faith in Faithfulness"); ``faithfulness``: the chosen circuit's;
-- ``oracle_regret``: at the size ``k`` of the oracle's circuit (the smallest reaching faithfulness 0.9),
-  the oracle's faithfulness minus the method's top ``k`` edges'; ``oracle_search``: how the oracle
-  searched (exhaustive up to 16 edges, else by size) and whether it reached the target (else no regret);
-  graphs over :data:`MAX_ORACLE_EDGES` edges get no oracle;
-- ``wall_time`` (seconds, the method only) and ``n_forward`` (forward passes over the batch).
-
-``truth``: ``constructed`` (:mod:`~perm_circuits.discovery.ground_truth`; only the modes the
-construction claims, ``truth_modes``) or ``oracle`` for trained models (the oracle's circuit under that
-mode on that batch).
+- ``roc_auc``, ``pr_auc``: every edge ranked by ``|score|`` (Conmy et al. 2023, "Towards Automated Circuit
+  Discovery for Mechanistic Interpretability"; the classes are unbalanced, hence PR too);
+- ``precision``, ``recall``, ``exact`` of the method's circuit, on edges and (``*_heads``) on components,
+  as InterpBench (Gupta et al. 2024) scores them; ``faithfulness``: the circuit's;
+- ``faith_area``: area under faithfulness against the ``k = 0..E`` top-ranked edges kept, over ``E``
+  (Hanna et al. 2024, "Have Faith in Faithfulness");
+- ``oracle_regret``: the oracle's faithfulness (smallest circuit reaching 0.9, size ``k``) minus the
+  method's top ``k`` edges'; ``oracle_search``: exhaustive up to 16 edges or by size, and whether it
+  reached the target (else no regret); graphs over :data:`MAX_ORACLE_EDGES` edges get no oracle;
+- ``wall_time`` (seconds, the method only), ``n_forward`` (forward passes over the batch).
 """
 
 from __future__ import annotations

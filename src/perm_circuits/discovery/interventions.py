@@ -348,14 +348,13 @@ def prepare_edges(
     if isinstance(batch, TaskBatch):
         batch = batch.to(device)  # once: the metric's targets meet the logits on the model's device
     tokens = _as_tokens(batch, "batch").to(device)
-    if metric is None:
+    vectorised = metric is None  # the default metric scores every mask of a batched run at once
+    if vectorised:
         if not isinstance(batch, TaskBatch):
             raise ValueError("metric is required when batch is a tokens tensor (no targets to score)")
-        metric, vectorised = target_logprob_metric(batch), True
+        metric = target_logprob_metric(batch)
     elif not callable(metric):
         raise TypeError(f"metric must be a callable logits -> scalar tensor, got {type(metric).__name__}")
-    else:
-        vectorised = False
     check_int("seed", seed)
     check_int("optimal_steps", optimal_steps, low=1)
     graph = circuit_graph_of(model, split_embed=split_embed)

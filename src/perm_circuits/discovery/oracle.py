@@ -1,18 +1,14 @@
 """The exhaustive oracle: the smallest edge set whose faithfulness reaches a target.
 
-On graphs this small the answer the discovery heuristics approximate can be computed: the fewest edges
-whose faithfulness (:mod:`~perm_circuits.discovery.interventions`) is at least ``target``, the most
-faithful such circuit of that size.
-
-- **exhaustive** up to ``max_exhaustive`` (16) edges: all ``2^E`` subsets (13 edges: 8,192), batched,
-  the edges into the logits varying fastest, each component computed once per distinct setting of the
-  edges that can reach it within a batch;
-- **by size** otherwise: every *connected* subset (each edge's receiving component is the logits or
-  sends a kept edge) of 0, 1, 2, ... up to ``max_size`` edges, grown breadth-first one edge at a time,
-  stopping at the first size reaching the target.  The smallest faithful circuit is connected (a
-  disconnected edge changes nothing).  Under resample ablation a subset runs only when every kept
-  edge's sender (other than the embeddings) also receives a kept edge: a sender whose inputs are all
-  ablated outputs its ablated value, so such a subset is as faithful as a smaller one.
+On graphs this small the answer discovery heuristics approximate can be computed: the fewest edges whose
+faithfulness (:mod:`~perm_circuits.discovery.interventions`) is at least ``target``, the most faithful
+such circuit of that size.  **Exhaustive** up to ``max_exhaustive`` (16) edges: all ``2^E`` subsets,
+batched, each component computed once per distinct setting of the edges that can reach it.  **By size**
+otherwise: every *connected* subset (each edge's receiving component is the logits or sends a kept edge;
+a disconnected edge changes nothing) of 0, 1, 2, ... up to ``max_size`` edges, grown breadth-first,
+stopping at the first size reaching the target.  Under resample ablation a subset runs only when every
+kept edge's sender (but the embeddings) also receives a kept edge: a sender whose inputs are all ablated
+outputs its ablated value, so such a subset is as faithful as a smaller one.
 
 Scores (for ROC curves): ``1 + |faith(C) - faith(C without e)|`` for the circuit's edges,
 ``g / (1 + g)`` with ``g = |faith(C with e) - faith(C)|`` for the others, so the circuit ranks first.

@@ -67,7 +67,7 @@ def discover_skills(
     return out
 
 
-def skill_oracle_table(models=("d16h1", "d32h1", "d32h2", "d16h1l2-any"), hows=("zero", "resample"),
+def skill_oracle_table(models=TRAINED, hows=("zero", "resample"),
                        seeds=(0, 1, 2, 3, 4), n: int = 300, *, skill: str = "recall", max_size: int = 8,
                        max_subsets: int = 300_000, progress: bool = True):
     """The exhaustive oracle's circuit of one skill alone (default recall), per shipped model, mode and seed.

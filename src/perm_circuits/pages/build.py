@@ -1,13 +1,10 @@
 """Build the results pages from the committed result tables (``python scripts/build_results.py``).
 
-Inputs (paths in this module's constants): the shipped numbers (:func:`~perm_circuits.pages.numbers.shipped_numbers`)
-and the attention table (:func:`~perm_circuits.pages.attention.attention_table`), both refreshed by
-``--recompute``; the numbers the study reports (quoted, not measured); the capacity sweep at the cut budget
-and at the study's full recipe (``sweeps/capacity_full.toml``); the generalisation sweep; the ``d16h1l2-any``
-model's numbers (``scripts/general_recall_numbers.py``); the templates in ``docs/templates/``.  Outputs:
-``docs/results.md``, ``docs/general_recall.md``, the README's section between :data:`README_BEGIN` and
-:data:`README_END`, and the SVG figures in ``docs/figures/`` (:mod:`~perm_circuits.pages.figures`,
-:mod:`~perm_circuits.pages.attention`, :mod:`~perm_circuits.pages.paper_figures`).
+Inputs (this module's path constants): the shipped numbers and the attention table (both refreshed by
+``--recompute``), the numbers the study reports (quoted, not measured), the capacity sweeps at the cut
+budget and the full recipe, the generalisation sweep, the ``d16h1l2-any`` model's numbers and the
+templates in ``docs/templates/``.  Outputs: ``docs/results.md``, ``docs/general_recall.md``, the README's
+section between :data:`README_BEGIN` and :data:`README_END`, and the SVG figures in ``docs/figures/``.
 """
 
 from __future__ import annotations

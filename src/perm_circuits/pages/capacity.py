@@ -299,20 +299,16 @@ def full_recipe_numbers(
     numbers = capacity_numbers(full, prefix="capacity_full")
     for d_model, n_heads, dropout in configurations:
         key = f"capacity_full.d{int(d_model)}h{int(n_heads)}.{_drop_key(dropout)}"
-        numbers.setdefault(f"{key}.done", 0)
-        numbers.setdefault(f"{key}.learned", 0)
         for suffix in ("done", "learned"):
+            numbers.setdefault(f"{key}.{suffix}", 0)
             numbers.setdefault(f"capacity_full.{_drop_key(dropout)}.{suffix}", 0)
         numbers.setdefault(f"capacity_full.{_drop_key(dropout)}.recall_accuracy.max", math.nan)
     done = full[full["status"] == "done"]
     d16 = done[(done["d_model"] == 16) & (done["n_heads"] == 1) & (done["dropout"] == 0)]
-    learned = int((d16["recall_accuracy"] >= LEARNED).sum())
-    numbers["capacity_full.claim.d16h1_cannot_recall"] = (
-        "fails" if learned else ("holds" if len(d16) >= seeds else "open"))
-    dropout = done[done["dropout"] > 0]
-    learned = int((dropout["recall_accuracy"] >= LEARNED).sum())
-    numbers["capacity_full.claim.dropout_prevents_recall"] = (
-        "fails" if learned else ("holds" if len(dropout) >= architectures * seeds else "open"))
+    for claim, runs, needed in (("d16h1_cannot_recall", d16, seeds),
+                                ("dropout_prevents_recall", done[done["dropout"] > 0], architectures * seeds)):
+        learned = int((runs["recall_accuracy"] >= LEARNED).sum())
+        numbers[f"capacity_full.claim.{claim}"] = "fails" if learned else ("holds" if len(runs) >= needed else "open")
     seconds = float(done["wall_seconds"].sum()) if "wall_seconds" in done else math.nan
     numbers["capacity_full.core_hours"] = seconds / 3600  # training + analyses, one core per run
     numbers["capacity_full.wall_hours_2_workers"] = seconds / 3600 / 2

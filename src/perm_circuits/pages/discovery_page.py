@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from perm_circuits.discovery.benchmark import ORACLE_BEST
+from perm_circuits.discovery.benchmark import DEFAULT_METHODS, ORACLE_BEST, TRAINED
 from perm_circuits.discovery.scoring import edge_components
 from perm_circuits.pages.render import format_value, render
 from perm_circuits.views.circuit_graph import circuit_graph
@@ -51,9 +51,8 @@ DISCOVERY_CURVES = Path("results/discovery_curves.csv")
 DISCOVERY_RECALL = Path("results/discovery_recall.csv")
 DISCOVERY_FULL = Path("results/discovery_full.csv")
 
-METHOD_ORDER = ("acdc", "eap", "eap_ig", "node_attribution", "greedy_edges", "mask_pruning", "random_baseline",
-                "exhaustive_oracle")
-SHIPPED = ("d16h1", "d32h1", "d32h2", "d16h1l2-any")
+METHOD_ORDER = DEFAULT_METHODS
+SHIPPED = TRAINED
 
 DESCRIBED = {
     "d16h1": ({"L0H0", "L0MLP"}, frozenset(), "results page, section 5: the head and the MLP at the last position"),

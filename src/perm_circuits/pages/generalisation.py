@@ -82,9 +82,8 @@ def generalisation_markdown(frame: pd.DataFrame) -> str:
     """One row per (n_layers, d_model, n_heads, repeat_sources): runs, seeds, how many seeds
     generalise (``k/n``), how many have only the x1 shortcut, the mean recall accuracy per repeated
     ``x_k`` over the done runs with its range, and the mean elimination accuracy."""
-    _check(frame)
+    ok, short = generalises(frame), _shortcut(frame)  # generalises checks the table
     columns = _recall_columns(frame)
-    ok, short = generalises(frame), _shortcut(frame)
     header = ["layers", "d_model", "heads", "trained on repeats of", "runs done", "seeds",
               f"generalise (every x_k >= {GENERALISES:g})", f"x1 shortcut (others < {SHORTCUT_OTHERS:g})",
               *[f"recall x{c.removeprefix('recall_gen_x')}: mean [min, max]" for c in columns], "elimination (mean)"]
@@ -121,9 +120,8 @@ def generalisation_numbers(frame: pd.DataFrame) -> dict[str, object]:
     generalising seeds where ablating it drops mean recall below one half
     (``<config>.<sources>.necessary.<how>.<component>``).
     """
-    _check(frame)
+    ok, short = generalises(frame), _shortcut(frame)  # generalises checks the table
     columns = _recall_columns(frame)
-    ok, short = generalises(frame), _shortcut(frame)
     done_all = frame[frame["status"] == "done"]
     out: dict[str, object] = {"generalisation.runs": len(frame), "generalisation.done": len(done_all),
                               "generalisation.seeds": int(frame["seed"].nunique()),

@@ -225,8 +225,7 @@ def _mlp(numbers: Numbers, name: str, model, test_set) -> None:
     dla = direct_logit_attribution(model, test_set)
     heads = [c for c in dla.components if c.startswith("L0H")]
     for sub, short in SUBGROUPS.items():
-        actual = float(dla.actual[list(dla.subgroups).index(sub)])
-        _put(numbers, f"{name}.dla.{short}.actual", actual)
+        _put(numbers, f"{name}.dla.{short}.actual", float(dla.actual[list(dla.subgroups).index(sub)]))
         for component in (*heads, "L0mlp"):
             _put(numbers, f"{name}.dla.{short}.{component}", dla.component(component, sub))
     shares = [dla.component("L0mlp", sub) / float(dla.actual[i]) for i, sub in enumerate(dla.subgroups)]
@@ -238,8 +237,7 @@ def _mlp(numbers: Numbers, name: str, model, test_set) -> None:
     for convention, accuracies in _lens_accuracy(model, test_set).items():
         for short, value in accuracies.items():
             _put(numbers, f"{name}.before_mlp.{short}.{convention}", value)
-    kv = ffn_key_value_probe(model)
-    summary = kv.summary()
+    summary = ffn_key_value_probe(model).summary()
     _put(numbers, f"{name}.ffn.n_neurons", int(summary["n_neurons"]))
     _put(numbers, f"{name}.ffn.n_repeated", int(summary["n_repeated_neurons"]))
     _put(numbers, f"{name}.ffn.repeated_trap_suppressed", summary["repeated_trap_suppressed"])

@@ -1,10 +1,8 @@
 """A tiny template language for the results pages: every quoted number is a placeholder.
 
-``{{ key | format }}`` is replaced by ``numbers[key]`` written with ``format`` (see
-:data:`FORMATS`); ``{{> block }}`` is replaced by the text of a named block (a generated
-section such as the capacity tables; an absent block renders as nothing, so a template can
-carry a section whose table does not exist yet).  Nothing else is interpreted: prose stays
-hand-written markdown.  No dependency (jinja is not needed for this).
+``{{ key | format }}`` is ``numbers[key]`` written with ``format`` (:data:`FORMATS`); ``{{> block }}`` the
+text of a named generated block (absent: nothing, so a template can hold a section whose table does not
+exist yet).  Nothing else is interpreted: prose stays hand-written markdown.
 """
 
 from __future__ import annotations
