@@ -72,11 +72,8 @@ def promote_edges(edges: Iterable[str]) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class CircuitGraph:
-    """Senders, receivers (each in topological order) and edges (receiver-major) of a model (module docstring).
-
-    ``has_mlp`` is ``False`` for attention-only models; ``split_embed``: token and positional embeddings as
-    two senders.
-    """
+    """Senders, receivers (each in topological order) and edges (receiver-major) of a model (module docstring);
+    ``has_mlp`` is ``False`` for attention-only models."""
 
     senders: tuple[str, ...]
     receivers: tuple[str, ...]

@@ -62,11 +62,8 @@ all_edges = graph_edges
 
 @dataclass(frozen=True)
 class GroundTruth:
-    """A circuit known by construction: which model, which edges, under which ablation modes.
-
-    ``carries`` names, per edge, what it carries (RASP variables for tracr models, residual
-    subspaces for weight-built ones) where known.
-    """
+    """A circuit known by construction: which model, which edges, under which ablation modes; ``carries``:
+    per edge, what it carries (RASP variables for tracr models) where known."""
 
     model: str
     edges: AbstractSet

@@ -120,12 +120,10 @@ class _Weights:
 
 @dataclass(frozen=True)
 class EdgeIntervention:
-    """A model, a batch and the ablated value of every sender, ready to run any edge mask.
-
-    Build it with :func:`prepare_edges`.  ``clean[s]`` / ``ablated[s]`` are sender ``s``'s output
-    on the clean run and its ablated value (``[batch or 1, seq, d_model]``); ``full_metric`` /
-    ``empty_metric`` the metric with every edge kept / ablated.
-    """
+    """A model, a batch and the ablated value of every sender, ready to run any edge mask (built by
+    :func:`prepare_edges`): ``clean[s]`` / ``ablated[s]`` sender ``s``'s clean output and ablated value
+    (``[batch or 1, seq, d_model]``), ``full_metric`` / ``empty_metric`` the metric with every edge kept /
+    ablated."""
 
     graph: CircuitGraph
     how: str
@@ -152,11 +150,8 @@ class EdgeIntervention:
 
     def run(self, mask: Float[Tensor, "*masks edge"], *,
             retain: dict[str, Tensor] | None = None) -> Float[Tensor, "*masks batch seq vocab"]:
-        """Logits with each edge weighted by ``mask`` (module docstring); one run per mask row.
-
-        ``retain``: a dict filled with every sender's output (``"out:S"``) and receiver's input
-        (``"in:R"``), gradients retained, for attribution methods.
-        """
+        """Logits with each edge weighted by ``mask`` (module docstring), one run per mask row; ``retain`` is
+        filled with every sender's output (``"out:S"``) and receiver's input (``"in:R"``), gradients retained."""
         if not isinstance(mask, Tensor) or mask.shape[-1] != self.n_edges or mask.dim() not in (1, 2):
             raise ValueError(f"mask must be a tensor [edges] or [masks, edges] with {self.n_edges} edges, got "
                              f"{getattr(mask, 'shape', type(mask).__name__)}")

@@ -98,12 +98,9 @@ def prefix_masks(order: Int[Tensor, " edge"] | list[int],
 def choose_circuit(
     ei: EdgeIntervention, scores: Tensor, *, n_edges: int | None, threshold: float | None, target: float
 ) -> tuple[frozenset[str], float, int]:
-    """The circuit from scores: the top ``n_edges`` by ``abs(score)``, else every edge with
-    ``abs(score) >= threshold``, else the smallest top-``k`` prefix whose faithfulness reaches
-    ``target`` (every prefix is evaluated in one batched run; the full graph when none does).
-
-    Returns ``(circuit, faithfulness, forward passes used)``.
-    """
+    """``(circuit, faithfulness, forward passes used)`` from scores: the top ``n_edges`` by ``abs(score)``,
+    else every edge with ``abs(score) >= threshold``, else the smallest top-``k`` prefix whose faithfulness
+    reaches ``target`` (all prefixes in one batched run; the full graph when none does)."""
     if n_edges is not None:
         check_int("n_edges", n_edges, 0, ei.n_edges + 1)
     if threshold is not None:

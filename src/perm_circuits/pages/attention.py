@@ -48,12 +48,10 @@ DIGITS = 4
 
 
 def attention_table(models: Sequence[str] = MODELS) -> pd.DataFrame:
-    """Mean attention pattern of every head of each shipped study model, one row per (head, group, query, key).
-
-    ``weight``: the mean over the group's sequences (``n`` of them) of the post-softmax
-    ``blocks.L.attn.hook_pattern[b, h, query, key]`` on the pages' test set (``settings.test_*`` of
-    :mod:`perm_circuits.pages.numbers`), rounded to :data:`DIGITS` decimals; causal cells (``key > query``)
-    are omitted, so each query's row sums to 1 up to rounding.
+    """Mean attention pattern of every head of each shipped study model, one row per (head, group, query, key):
+    ``weight`` is the mean post-softmax ``blocks.L.attn.hook_pattern[b, h, query, key]`` over the group's
+    ``n`` sequences of the pages' test set (:mod:`perm_circuits.pages.numbers`), to :data:`DIGITS` decimals;
+    causal cells (``key > query``) are omitted, so each query's row sums to 1 up to rounding.
     """
     if isinstance(models, str) or not models:
         raise TypeError(f"models must be a non-empty sequence of shipped model names, got {models!r}")

@@ -92,12 +92,9 @@ def read_numbers(path: str | os.PathLike) -> dict[str, object]:
 
 
 def mode_table(numbers: Mapping[str, object], model: str) -> str:
-    """Markdown: one row per component of ``model``, one column per mode of ``settings.modes``.
-
-    Each cell gives the last-step elimination / recall accuracy with the component ablated in that mode
-    and its ``judge_roles`` role; the last column says whether the role is the same in every mode
-    (*robust*) or not (*mode-dependent*).
-    """
+    """Markdown: one row per component of ``model``, one column per mode of ``settings.modes``: the
+    last-step elimination / recall accuracy with it ablated in that mode and its ``judge_roles`` role;
+    the last column says whether the role is the same in every mode (*robust*) or not."""
     modes = str(numbers["settings.modes"]).split(",")
     prefix = f"{model}.roles.{modes[0]}."
     components = sorted(k[len(prefix):] for k in numbers if k.startswith(prefix))

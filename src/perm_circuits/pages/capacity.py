@@ -116,14 +116,13 @@ def _verdicts(done: pd.DataFrame, how: str) -> str:
 
 
 def capacity_markdown(frame: pd.DataFrame) -> str:
-    """The capacity tables as markdown: one row per (d_model, n_heads, dropout) and any other setting that
-    varies (``n_layers``, ``repeat_ratio``, ``epochs``, ``samples``, ``batch_size``, ``lr``, ``early_stop``:
-    runs of different recipes are never pooled).
+    """The capacity tables as markdown: one row per (d_model, n_heads, dropout) and any other setting of
+    ``n_layers`` and :data:`RECIPE` that varies (runs of different recipes are never pooled).
 
     Columns: runs done (and failed), seeds, done runs that learn recall (final recall accuracy >=
     :data:`LEARNED`) as ``k/n``, the median and range of ``epoch_recall_99`` over the runs reaching it, the
-    mean elimination accuracy, and per ablation mode the ``head_roles`` verdict counts (``holds`` /
-    ``fails`` / ``open``); above the table, the training recipe (each setting's distinct values).
+    mean elimination accuracy, and per ablation mode the ``head_roles`` verdict counts; above the table,
+    the training recipe (each setting's distinct values).
     """
     _check(frame)
     modes = verdict_modes(frame)
@@ -251,12 +250,10 @@ def _samples(value: float) -> str:
 
 
 def budget_comparison_markdown(cut: pd.DataFrame, full: pd.DataFrame) -> str:
-    """Markdown: the capacity grid at the cut budget and at the study's recipe, side by side.
-
-    Per (d_model, n_heads, dropout) and budget: finished seeds that learn recall (>= :data:`LEARNED`) as
-    ``k/n`` and their median training sequences to reach it; from the full-recipe table, the
-    Kaplan-Meier share of seeds with recall by each of :data:`SAMPLE_MARKS` sequences
-    (:func:`perm_circuits.survival.time_to_recall`; ``–`` past a configuration's budget).
+    """Markdown: the capacity grid at the cut budget and at the study's recipe, side by side: per (d_model,
+    n_heads, dropout) and budget, finished seeds that learn recall as ``k/n`` and their median training
+    sequences to reach it; from the full-recipe table, the Kaplan-Meier share of seeds with recall by each
+    of :data:`SAMPLE_MARKS` sequences (:func:`perm_circuits.survival.time_to_recall`; ``–`` past a budget).
     """
     _check(cut)
     _check(full)

@@ -41,11 +41,9 @@ def _share_panel(title: str, runs: pd.DataFrame, hit: pd.Series, widths: list, h
 
 
 def phase_svg(frame: pd.DataFrame, title: str, grid: pd.DataFrame | None = None) -> str:
-    """Share of finished seeds learning recall per (d_model, heads), one panel per dropout.
-
-    The axes are those of ``grid`` (default ``frame``), so a partial table still shows every cell
-    of its grid (grey where no run has finished).
-    """
+    """Share of finished seeds learning recall per (d_model, heads), one panel per dropout, on the axes of
+    ``grid`` (default ``frame``: a partial table still shows every cell of its grid, grey where none
+    finished)."""
     done = frame[frame["status"] == "done"]
     axes = frame if grid is None else grid
     widths, heads = sorted(axes["d_model"].unique()), sorted(axes["n_heads"].unique())
@@ -56,11 +54,8 @@ def phase_svg(frame: pd.DataFrame, title: str, grid: pd.DataFrame | None = None)
 
 
 def time_to_recall_svg(tables: dict[str, pd.DataFrame]) -> str:
-    """Kaplan-Meier time-to-recall curves of each table (solid: dropout 0, dashed: dropout > 0).
-
-    Only configurations where some seed learns recall are drawn (the others stay at 0 up to their
-    budget and are listed in the pages' tables).
-    """
+    """Kaplan-Meier time-to-recall curves of each table (solid: dropout 0, dashed: dropout > 0), for the
+    configurations where some seed learns recall (the others stay at 0 and are in the pages' tables)."""
     series = []
     colors: dict[tuple[int, int], str] = {}
     for label, frame in tables.items():

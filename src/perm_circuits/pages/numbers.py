@@ -249,13 +249,12 @@ def _mlp(numbers: Numbers, name: str, model, test_set) -> None:
 
 
 def _head_output_geometry(numbers: Numbers, name: str, model, test_set, head: int) -> None:
-    """Why zero and mean ablation of one head disagree: where its output ``z_h W_O^h`` at the last position sits.
+    """Why zero and mean ablation of one head disagree: where its last-position output ``z_h W_O^h`` sits.
 
-    Over the test set: the norm of its mean (what mean ablation puts in), the mean distance of an output
-    from that mean, the smallest output norm (how close a real output comes to zero ablation's 0), and
-    each point projected on the unit vector from the new-query mean to the repeated-query mean (0, the
-    mean and the two group means on one line); then the direct logit attribution of the head and the MLP
-    under zero and under mean ablation.
+    Over the test set: the norm of its mean (mean ablation's input), the mean distance of an output from
+    it, the smallest output norm (how near a real output comes to zero ablation's 0), each point projected
+    on the unit vector from the new-query to the repeated-query mean; then the direct logit attribution of
+    the head and the MLP under zero and under mean ablation.
     """
     prefix = f"{name}.L0H{head}_case"
     _, acts = run_capture(model, test_set.inputs, ["blocks.0.attn.hook_z", "blocks.0.hook_resid_mid"])
@@ -311,11 +310,8 @@ def _test_set_numbers(numbers: Numbers, model, test_set, ev: Evaluation) -> None
 
 
 def shipped_numbers(models: Sequence[str] = MODELS, *, progress: bool = False) -> Numbers:
-    """Every number the results pages quote, measured on the shipped ``models`` (module docstring).
-
-    Deterministic on CPU; about 30 s for the three models on one thread.  A flat ``{key: float | int |
-    str}`` mapping, sorted by key.
-    """
+    """Every number the results pages quote, measured on the shipped ``models`` (module docstring), as a flat
+    ``{key: float | int | str}`` mapping sorted by key.  Deterministic on CPU; about 30 s on one thread."""
     if isinstance(models, str) or not models:
         raise TypeError(f"models must be a non-empty sequence of shipped model names, got {models!r}")
     unknown = [m for m in models if m not in MODELS]

@@ -78,10 +78,8 @@ def template_keys(template: str) -> list[str]:
 def render(template: str, numbers: Mapping[str, object], blocks: Mapping[str, str] | None = None) -> str:
     """``template`` with every placeholder filled from ``numbers`` and every block from ``blocks``.
 
-    Raises:
-        KeyError: a placeholder names a key that ``numbers`` lacks (the message suggests near keys).
-        ValueError: an unknown format.
-        TypeError: a number format applied to text.
+    KeyError for a key ``numbers`` lacks (suggesting near keys), ValueError for an unknown format,
+    TypeError for a number format applied to text.
     """
     if not isinstance(template, str):
         raise TypeError(f"template must be a str, got {type(template).__name__}")
