@@ -59,12 +59,10 @@ __all__ = [
 
 def discover(model, method: str = "eap", how: str = "resample", task=None, *, n: int = 500, seed: int = 0,
              batch=None, **kwargs) -> DiscoveryResult:
-    """Run one discovery method (a key of :data:`METHODS`) by name under ablation mode ``how``.
-
-    On ``batch`` (a :class:`~perm_circuits.tasks.TaskBatch` or tokens) when given, else on
-    ``task.test_set(n, seed=seed + 1234)`` (default task: the model's permutation task,
-    ``PermutationTask(task_config_of(model))``); ``seed`` also seeds the method, ``kwargs`` are its options.
-    """
+    """Run one discovery method (a key of :data:`METHODS`) under ablation mode ``how`` on ``batch`` (a
+    :class:`~perm_circuits.tasks.TaskBatch` or tokens), else on ``task.test_set(n, seed=seed + 1234)``
+    (default task: ``PermutationTask(task_config_of(model))``); ``seed`` also seeds the method, ``kwargs``
+    are its options."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {sorted(METHODS)}, got {method!r}")
     if how not in HOWS:

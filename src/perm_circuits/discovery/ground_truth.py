@@ -1,22 +1,20 @@
 """Ground-truth circuits that nobody tuned: read off the weights of compiled and weight-built models.
 
-On the discovery graph (:mod:`~perm_circuits.discovery.graph`; as in path patching, Wang et al.,
+On the discovery graph (:mod:`~perm_circuits.discovery.graph`, as in path patching, Wang et al.,
 "Interpretability in the Wild", ICLR 2023, and ACDC, Conmy et al., NeurIPS 2023), :func:`weight_circuit`
-applies one rule per ablation mode, from the weights alone:
+keeps an edge when the sender's write matrix (``W_E``/``W_pos`` rows, ``W_O[l, h]``, ``W_out[l]``) times the
+receiver's read matrix (``W_Q W_K^T``, ``W_K W_Q^T``, ``W_V W_O`` of head ``(l, h)``: a query or key input
+counts only if it can change an attention score, a value input only if it can change the head's output;
+``W_in[l]``, ``W_U``) is not zero, on a path to ``logits`` through such edges:
 
-- **zero ablation**: an edge is in the circuit when the sender's write matrix (``W_E``/``W_pos`` rows,
-  ``W_O[l, h]``, ``W_out[l]``) times the receiver's read matrix (``W_Q W_K^T``, ``W_K W_Q^T``, ``W_V W_O``
-  of head ``(l, h)``, ``W_in[l]``, ``W_U``: a query or key input counts only if it can change an
-  attention score, a value input only if it can change the head's output) is not zero, and the edge lies
-  on a path to ``logits`` through such edges (a component with no input edge still sends its bias-made
-  output);
+- **zero ablation**: every sender's output counts (a component with no input edge still sends its
+  bias-made output);
 - **resample and mean ablation** (same-length corrupted inputs, the given tokens possible at each
-  position): only differences between inputs can matter. ``embed`` carries the differences of the token
-  embeddings possible at each position (positional embeddings and fixed tokens such as tracr's BOS
-  carry none); a head or MLP carries a difference when one of its inputs does; an edge is in the circuit
-  when the receiver reads a difference it carries, on a path to ``logits``. Hence the truth depends on
-  the mode (Miller, Chughtai, Saunders, "Transformer Circuit Faithfulness Metrics are not Robust", COLM
-  2024): a head reading positions only is in the zero circuit, not the resample one.
+  position): only differences between inputs count: ``embed`` carries those of the token embeddings
+  possible at each position (positions and fixed tokens such as tracr's BOS carry none), a head or MLP
+  one when an input edge does.  Hence the truth depends on the mode (Miller, Chughtai, Saunders,
+  "Transformer Circuit Faithfulness Metrics are not Robust", COLM 2024): a head reading positions only
+  is in the zero circuit, not the resample one.
 
 Both rules are structural: a non-zero composition can still be functionally idle (zeroing tracr
 ``reverse``'s length head reads as the largest length, right by chance on full-length inputs). On tracr
@@ -138,12 +136,9 @@ def _prune_to_paths(edges: set[str], *, from_embed: bool) -> frozenset:
 
 @torch.no_grad()
 def weight_circuit(model, *, varying_tokens=None, tol: float = 1e-6) -> frozenset:
-    """The circuit the weights of a bridge without LayerNorm imply (module docstring).
-
-    ``varying_tokens``: ``None`` for the zero-ablation circuit; for the resample/mean one, per position the
-    token ids inputs can hold there (one id where the token is fixed).  A composition whose largest
-    absolute entry is at most ``tol`` counts as zero.
-    """
+    """The circuit the weights of a bridge without LayerNorm imply (module docstring): zero ablation when
+    ``varying_tokens`` is ``None``, else resample/mean with, per position, the token ids inputs can hold
+    there (one id where the token is fixed).  A composition with no entry above ``tol`` counts as zero."""
     if getattr(model.cfg, "normalization_type", None) is not None:
         raise ValueError(
             f"weight_circuit needs a model without LayerNorm, got normalization_type={model.cfg.normalization_type!r}"

@@ -28,12 +28,9 @@ CRITERIA = ("kl", "metric")
 
 
 def edge_attribution(ei: EdgeIntervention) -> Tensor:
-    """Edge attribution patching scores ``(abl_S - out_S) . dMetric/dInput_R``, summed over batch and positions.
-
-    One forward and one backward on the clean run: the metric's gradient with respect to each receiver's
-    residual input (before its LayerNorm), dotted with the ablation's change of the sender's output (Syed
-    et al. 2023, "Attribution Patching Outperforms Automated Circuit Discovery").
-    """
+    """Edge attribution patching scores ``(abl_S - out_S) . dMetric/dInput_R``, summed over batch and positions,
+    from one forward and one backward on the clean run (the gradient at the receiver's residual input,
+    before its LayerNorm; Syed et al. 2023, "Attribution Patching Outperforms Automated Circuit Discovery")."""
     retain: dict[str, Tensor] = {}
     mask = ei.ones().requires_grad_(True)  # makes every receiver input part of the graph
     with torch.enable_grad():

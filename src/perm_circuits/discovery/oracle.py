@@ -118,13 +118,11 @@ def exhaustive_oracle(model=None, batch=None, *, target: float = 0.9, how: str |
                       intervention: EdgeIntervention | None = None, max_exhaustive: int = 16, max_size: int = 6,
                       max_subsets: int = 2_000_000, chunk: int = 64, progress: bool = False, seed: int = 0,
                       **options) -> DiscoveryResult:
-    """The smallest circuit whose faithfulness reaches ``target`` (module docstring): exhaustive up to
-    ``max_exhaustive`` edges, else by size up to ``max_size`` edges within ``max_subsets`` subsets.
-
-    ``result.search`` says which search ran and whether the target was reached (else ``result.circuit``
-    is the most faithful circuit seen); ``result.best_by_size[k]``: the best faithfulness of any circuit
-    of at most ``k`` edges, for every size searched (the oracle regret's reference).
-    """
+    """The smallest circuit whose faithfulness reaches ``target``: exhaustive up to ``max_exhaustive`` edges,
+    else by size up to ``max_size`` edges within ``max_subsets`` subsets (module docstring).
+    ``result.search`` says which search ran and whether the target was reached (else ``result.circuit`` is
+    the most faithful circuit seen); ``result.best_by_size[k]``: the best faithfulness of any circuit of at
+    most ``k`` edges, for every size searched (the oracle regret's reference)."""
     check_int("max_exhaustive", max_exhaustive, 0, 25)  # at most 2^24 subsets
     for name, value, low in (("max_size", max_size, 0), ("max_subsets", max_subsets, 1), ("chunk", chunk, 1)):
         check_int(name, value, low=low)

@@ -200,12 +200,11 @@ ANY_HOWS: tuple[str, ...] = ("zero", "mean", "resample")
 
 def any_model_numbers(model, *, prefix: str = "any", n_pair: int = 2000, n_boot: int = 200,
                       hows: tuple[str, ...] = ANY_HOWS) -> dict[str, object]:
-    """The numbers the docs quote about a model with general recall, as flat ``<prefix>.*`` keys.
-
-    ``recall.x{k}`` / ``elimination``: exhaustive recall per repeated ``x_k`` and elimination
-    (:func:`~perm_circuits.evaluate.recall_generalisation`, ``n=None``); ``story.*``: the induction story
-    (:func:`~perm_circuits.analysis.circuits.induction_story.induction_story`); ``ablate.<how>.<role>.*``:
-    the same recall with the story's previous-token or induction head ablated, per mode of ``hows``.
+    """The numbers the docs quote about a model with general recall, as flat ``<prefix>.*`` keys: exhaustive
+    recall per repeated ``x_k`` and elimination (:func:`~perm_circuits.evaluate.recall_generalisation`,
+    ``n=None``); the induction story (``story.*``,
+    :func:`~perm_circuits.analysis.circuits.induction_story.induction_story`); the same recall with the
+    story's previous-token or induction head ablated (``ablate.<how>.<role>.*``) per mode of ``hows``.
     """
     task = task_config_of(model)
     out: dict[str, object] = {}
