@@ -70,12 +70,8 @@ def check_sweep_frame(frame: object, required: Sequence[str]) -> None:
 def load_capacity_table(path: str | os.PathLike) -> pd.DataFrame:
     """Read a sweep table (``.csv`` or ``.parquet``) and check it has the capacity columns."""
     frame = read_sweep_table(path)
-    _check(frame)
-    return frame
-
-
-def _check(frame: object) -> None:
     check_sweep_frame(frame, CAPACITY_COLUMNS)
+    return frame
 
 
 def verdict_modes(frame: pd.DataFrame) -> list[str]:
@@ -124,7 +120,7 @@ def capacity_markdown(frame: pd.DataFrame) -> str:
     mean elimination accuracy, and per ablation mode the ``head_roles`` verdict counts; above the table,
     the training recipe (each setting's distinct values).
     """
-    _check(frame)
+    check_sweep_frame(frame, CAPACITY_COLUMNS)
     modes = verdict_modes(frame)
     varying = [c for c in ("n_layers", *RECIPE) if c in frame.columns and frame[c].nunique(dropna=False) > 1]
     group = [*GROUP, *varying]
@@ -181,7 +177,7 @@ def capacity_numbers(frame: pd.DataFrame, prefix: str = "capacity") -> dict[str,
     (``binding_supported.<how>``), runs with a ``binder`` head (``binder_runs.<how>``), and each head-role
     combination of the two-head runs that learn recall with its count (``h2.recall.roles.<how>``).
     """
-    _check(frame)
+    check_sweep_frame(frame, CAPACITY_COLUMNS)
     done = frame[frame["status"] == "done"]
     out: dict[str, object] = {
         f"{prefix}.runs": len(frame),
@@ -255,8 +251,8 @@ def budget_comparison_markdown(cut: pd.DataFrame, full: pd.DataFrame) -> str:
     sequences to reach it; from the full-recipe table, the Kaplan-Meier share of seeds with recall by each
     of :data:`SAMPLE_MARKS` sequences (:func:`perm_circuits.survival.time_to_recall`; ``–`` past a budget).
     """
-    _check(cut)
-    _check(full)
+    check_sweep_frame(cut, CAPACITY_COLUMNS)
+    check_sweep_frame(full, CAPACITY_COLUMNS)
     read = recall_by(time_to_recall(full), SAMPLE_MARKS).set_index(list(GROUP))
     header = ["d_model", "heads", "dropout", "cut budget: learn recall", "cut: median samples to recall",
               "study's recipe: runs done", "learn recall", "median samples to recall",

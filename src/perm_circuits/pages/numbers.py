@@ -1,18 +1,14 @@
 """Every number that ``docs/results.md`` and the README quote, measured on the shipped models.
 
-:func:`shipped_numbers` runs the library's public analyses on ``d16h1``, ``d32h1`` and ``d32h2`` (seed 0,
-``scripts/train_pretrained.py``) into one flat mapping; keys name the model, the measurement and where
-it matters the ablation mode, e.g. ``d32h2.mean.L0H0.recall_accuracy`` (last-step recall with L0H0
-mean-ablated) or ``d32h2.patch.L0H0.ci_low``.  Fixed settings (:data:`SETTINGS`, stored as
-``settings.*``): the test set ``make_test_set(task, n=5000, seed=1234)`` (``evaluate``'s default);
-ablations in every mode of :data:`MODES` (= :data:`~perm_circuits.analysis.HOWS`, so a new mode reaches
-every table), reference the test set, resample / binding-free seed 0; patching on ``patching_pair(task,
-n=2000, seed=0)`` with 1000 bootstrap resamples seeded 0 (``head_roles``' defaults); roles, claims,
-verdict and the circuits (Wang et al. 2022 criteria: ``propose_circuit`` under the decision mode, then
-``circuit_metrics`` and ``faithfulness_by_mode``, on the first ``circuit_n`` test sequences) read per
-mode from one ``head_roles(..., hows=MODES)`` verdict.  "Before the MLP" accuracies come in two
-conventions: ``*.values`` (argmax over the value tokens ``1..V``, as ``mlp_prediction_flips``) and
-``*.vocab`` (over the whole vocabulary, as every other accuracy in the docs).
+:func:`shipped_numbers` runs the library's public analyses on ``d16h1``, ``d32h1`` and ``d32h2`` (seed 0) into
+one flat mapping whose keys name the model, the measurement and, where it matters, the ablation mode, e.g.
+``d32h2.mean.L0H0.recall_accuracy`` (last-step recall with L0H0 mean-ablated).  Sample sizes and seeds are
+:data:`SETTINGS` (stored as ``settings.*``): the test set is ``evaluate``'s default and the ablations'
+reference; patching and bootstrap use ``head_roles``' defaults; roles, claims, verdict and circuits (Wang
+et al. 2022 criteria) are read per mode of :data:`MODES` (every ablation mode) from one ``head_roles(...,
+hows=MODES)`` verdict.  "Before the MLP" accuracies come in two conventions: ``*.values`` (argmax over the
+value tokens ``1..V``, as ``mlp_prediction_flips``) and ``*.vocab`` (over the whole vocabulary, as every
+other accuracy in the docs).
 """
 
 from __future__ import annotations
