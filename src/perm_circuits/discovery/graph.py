@@ -92,9 +92,7 @@ class CircuitGraph:
     @property
     def nodes(self) -> tuple[str, ...]:
         """Every node name once (senders, then receivers not already named; MLP nodes are both)."""
-        seen = dict.fromkeys(self.senders)
-        seen.update(dict.fromkeys(self.receivers))
-        return tuple(seen)
+        return tuple(dict.fromkeys((*self.senders, *self.receivers)))
 
     @property
     def n_edges(self) -> int:

@@ -42,11 +42,9 @@ def greedy_edges(model=None, batch=None, *, threshold: float = 0.1, tolerance: f
     ei, start = setup(model, batch, intervention, how=how, seed=seed, **options)
     n = ei.n_edges
     error = lambda masks: (1 - ei.faithfulness(ei.evaluate(masks, chunk=chunk))).abs().double()
-    effect = error(flip_each(ei.ones()))
-    runs = n
+    effect = error(flip_each(ei.ones()))  # one run per edge
     current = (effect >= threshold).to(ei.weights.W_E.dtype)
-    now = float(error(current[None])[0])
-    runs += 1
+    now, runs = float(error(current[None])[0]), n + 1
     for _ in tqdm(range(n), disable=not progress, desc="greedy grow"):
         if now <= tolerance or bool(current.all()):
             break
