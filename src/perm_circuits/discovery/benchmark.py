@@ -1,29 +1,20 @@
 """The discovery benchmark: every method, on every model with a known circuit, under each ablation mode.
 
-For each model, ablation mode and seed (a test batch drawn with that seed, the method seeded
-with it too), every method of :data:`~perm_circuits.discovery.METHODS` runs on one shared
-:class:`~perm_circuits.discovery.interventions.EdgeIntervention` and is scored against that
-mode's true circuit (:mod:`~perm_circuits.discovery.scoring`):
+Per model, mode and seed (a test batch drawn with that seed, which also seeds the method), every method of
+:data:`~perm_circuits.discovery.METHODS` runs on one shared intervention, scored against that mode's truth:
+``constructed`` (:mod:`~perm_circuits.discovery.ground_truth`; only the modes the construction claims,
+``truth_modes``) or, for trained models, ``oracle`` (the oracle's circuit under that mode on that batch).
 
-- ``roc_auc``, ``pr_auc``: ranking every edge by ``|score|`` against the true edges (Conmy et al.
-  2023, "Towards Automated Circuit Discovery for Mechanistic Interpretability", score methods by
-  ROC AUC; the classes are unbalanced, hence also average precision);
-- ``precision``, ``recall``, ``exact`` at the method's own circuit, on edges and (``*_heads``) with
-  q/k/v inputs promoted to whole components, as InterpBench (Gupta et al. 2024) scores them;
-- ``faith_area``: faithfulness against the number of edges kept, adding edges in the method's
-  ranking order (every prefix ``0..E``), its area divided by ``E`` (Hanna et al. 2024, "Have Faith
-  in Faithfulness"); ``faithfulness``: the chosen circuit's;
-- ``oracle_regret``: at the size ``k`` of the oracle's circuit (the smallest reaching
-  faithfulness 0.9), the oracle's faithfulness minus that of the method's top ``k`` edges;
-  ``oracle_search`` says how the oracle searched (exhaustive up to 16 edges, else by size) and
-  whether it reached the target (the regret is left empty when not); graphs of more than
-  :data:`MAX_ORACLE_EDGES` edges get no oracle;
-- ``wall_time`` (seconds, the method only) and ``n_forward`` (forward passes over the batch).
-
-Truth (column ``truth``): ``constructed`` where the circuit is known by construction
-(:mod:`~perm_circuits.discovery.ground_truth`; a mode is scored only when the construction claims
-it, column ``truth_modes``), ``oracle`` for trained models (the exhaustive oracle's circuit under
-that mode on that batch; ``oracle_search`` says whether it was exhaustive or size-limited).
+- ``roc_auc``, ``pr_auc``: every edge ranked by ``|score|`` (Conmy et al. 2023, "Towards Automated Circuit
+  Discovery for Mechanistic Interpretability"; the classes are unbalanced, hence PR too);
+- ``precision``, ``recall``, ``exact`` of the method's circuit, on edges and (``*_heads``) on components,
+  as InterpBench (Gupta et al. 2024) scores them; ``faithfulness``: the circuit's;
+- ``faith_area``: area under faithfulness against the ``k = 0..E`` top-ranked edges kept, over ``E``
+  (Hanna et al. 2024, "Have Faith in Faithfulness");
+- ``oracle_regret``: the oracle's faithfulness (smallest circuit reaching 0.9, size ``k``) minus the
+  method's top ``k`` edges'; ``oracle_search``: exhaustive up to 16 edges or by size, and whether it
+  reached the target (else no regret); graphs over :data:`MAX_ORACLE_EDGES` edges get no oracle;
+- ``wall_time`` (seconds, the method only), ``n_forward`` (forward passes over the batch).
 """
 
 from __future__ import annotations
@@ -33,6 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -42,13 +34,19 @@ from tqdm.auto import tqdm
 
 from perm_circuits.checks import check_int
 from perm_circuits.devices import device_forward
+from perm_circuits.discovery.ground_truth import induction_ground_truths, tracr_ground_truths
 from perm_circuits.discovery.interventions import prepare_edges
 from perm_circuits.discovery.methods import acdc, eap, eap_ig, node_attribution, random_baseline
 from perm_circuits.discovery.oracle import exhaustive_oracle
 from perm_circuits.discovery.result import prefix_masks
 from perm_circuits.discovery.scoring import average_precision, circuit_metrics, faithfulness_area, roc_auc
 from perm_circuits.discovery.search import greedy_edges, mask_pruning
+from perm_circuits.discovery.tracr_models import cached_tracr_model, tracr_available
+from perm_circuits.handbuilt import build_induction_model
+from perm_circuits.models import load_pretrained, task_config_of
+from perm_circuits.tasks import PermutationTask
 from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.permutation_data import TaskConfig
 
 __all__ = ["BENCHMARK_COLUMNS", "ORACLE_BEST", "BenchModel", "benchmark_curves", "benchmark_models",
            "faithfulness_curve", "run_benchmark", "score_result", "write_by_model"]
@@ -76,11 +74,8 @@ MAX_ORACLE_EDGES = 62
 
 @dataclass(frozen=True)
 class BenchModel:
-    """A benchmark model: ``build() -> model``, ``batch(model, n, seed) -> TaskBatch`` and its truths.
-
-    ``truths`` maps an ablation mode to the constructed true edge set; empty for trained models
-    (the oracle's circuit is the truth).
-    """
+    """A benchmark model: ``build() -> model``, ``batch(model, n, seed) -> TaskBatch`` and ``truths() ->
+    {mode: true edges}`` (empty for trained models: the oracle's circuit is the truth)."""
 
     name: str
     build: Callable
@@ -89,9 +84,6 @@ class BenchModel:
 
 
 def _induction_batch(model, n: int, seed: int) -> TaskBatch:
-    from perm_circuits.tasks import PermutationTask
-    from perm_circuits.tasks.permutation_data import TaskConfig
-
     batch = PermutationTask(TaskConfig(V=5, repeat_ratio=1.0, repeat_sources=(1, 2, 3, 4))).test_set(n, seed=seed)
     last = torch.zeros_like(batch.mask)
     last[:, -1] = 1.0
@@ -104,14 +96,10 @@ def _by_mode(truths) -> dict:
 
 
 def _induction_truths(eliminate: bool = True) -> dict:
-    from perm_circuits.discovery.ground_truth import induction_ground_truths
-
     return _by_mode(induction_ground_truths(5, eliminate=eliminate))
 
 
 def _tracr_batch(name: str, model, n: int, seed: int) -> TaskBatch:
-    from perm_circuits.discovery.tracr_models import cached_tracr_model
-
     tm = cached_tracr_model(name)
     domain = tm.domain(tm.max_seq_len)
     rows = torch.randint(len(domain), (n,), generator=torch.Generator().manual_seed(seed))
@@ -124,28 +112,18 @@ def _tracr_batch(name: str, model, n: int, seed: int) -> TaskBatch:
 
 
 def _tracr_truths(name: str) -> dict:
-    from perm_circuits.discovery.ground_truth import tracr_ground_truths
-    from perm_circuits.discovery.tracr_models import cached_tracr_model
-
     return _by_mode(tracr_ground_truths(cached_tracr_model(name)))
 
 
 def _tracr_build(name: str):
-    from perm_circuits.discovery.tracr_models import cached_tracr_model
-
     return cached_tracr_model(name).bridge
 
 
 def _trained_build(name: str):
-    from perm_circuits.models import load_pretrained
-
     return load_pretrained(name).eval()
 
 
 def _trained_batch(model, n: int, seed: int) -> TaskBatch:
-    from perm_circuits.models import task_config_of
-    from perm_circuits.tasks import PermutationTask
-
     return PermutationTask(task_config_of(model)).test_set(n, seed=seed)
 
 
@@ -154,9 +132,6 @@ def benchmark_models(*, include_tracr: bool | None = None) -> dict[str, BenchMod
     ``induction_bare`` (the same without its elimination head), ``tracr:reverse``, ``tracr:frac_prevs``
     and ``tracr:sort`` (when tracr imports), and the shipped trained models
     ``d16h1``, ``d32h1``, ``d32h2``, ``d16h1l2-any`` (truth: the oracle)."""
-    from perm_circuits.discovery.tracr_models import tracr_available
-    from perm_circuits.handbuilt import build_induction_model
-
     if include_tracr is None:
         include_tracr = tracr_available()
     out = {"induction": BenchModel("induction", partial(build_induction_model, 5), _induction_batch, _induction_truths),
@@ -179,11 +154,8 @@ def _safe(fn, *args, **kwargs) -> float:
 
 
 def faithfulness_curve(result, ei) -> Float[Tensor, " k"]:
-    """Faithfulness of the circuit of the top ``k`` edges of ``result``'s ranking, for ``k = 0 .. E``.
-
-    The curve behind ``faith_area`` (Hanna et al. 2024, "Have Faith in Faithfulness"): entry ``k``
-    keeps the ``k`` highest-scoring edges and ablates the rest on ``ei``'s batch and mode.
-    """
+    """Faithfulness of ``result``'s top ``k`` edges (the rest ablated) on ``ei``, ``k = 0 .. E``: the curve
+    behind ``faith_area`` (Hanna et al. 2024, "Have Faith in Faithfulness")."""
     masks = prefix_masks([ei.graph.edge_index(e) for e in result.ranking()], ei.device)
     with torch.no_grad():
         return ei.faithfulness(ei.evaluate(masks, chunk=16, dedupe=True)).double()
@@ -234,19 +206,11 @@ def run_benchmark(models: Sequence[str] | None = None, methods: Sequence[str] = 
                   lean: bool = True, progress: bool = True) -> pd.DataFrame:
     """Score every method on every model under each ablation mode and seed (module docstring).
 
-    Args:
-        models: names from :func:`benchmark_models` (default: all of them).
-        methods: names from :data:`~perm_circuits.discovery.METHODS`.
-        hows: ablation modes among ``zero``, ``mean``, ``resample``; a constructed truth that does
-            not claim a mode skips it.
-        seeds: one row per seed: the test batch (seed ``1000 + seed``), the resample pairing and the
-            method's own seed.
-        n: sequences per batch.
-        lean: smaller settings (mask pruning 60 steps; the size-limited oracle up to 8 edges within
-            300,000 connected subsets: 6 edges on a 46-edge graph, 8 on a 23-edge one) for a run
-            of about an hour on a CPU; ``False``: 300 steps, 8 edges within 3,000,000 subsets.
-        progress: a tqdm bar over (model, mode, seed).
-
+    ``models``: names from :func:`benchmark_models` (default all); ``hows``: among zero, mean, resample (a
+    constructed truth skips a mode it does not claim); per seed, the test batch (seed ``1000 + seed``),
+    the resample pairing and the method's seed; ``n`` sequences per batch.  ``lean``: mask pruning 60
+    steps, the size-limited oracle up to 8 edges within 300,000 connected subsets (6 edges on a 46-edge
+    graph, 8 on a 23-edge one), about an hour on a CPU; ``False``: 300 steps, 3,000,000 subsets.
     Returns one row per model x method x mode x seed, columns :data:`BENCHMARK_COLUMNS`.
     """
     rows = []
@@ -324,32 +288,25 @@ def _benchmark_runs(models, methods, hows, seeds, n, *, lean, progress):
 def benchmark_curves(models: Sequence[str] | None = None, methods: Sequence[str] = DEFAULT_METHODS,
                      hows: Sequence[str] = ("resample",), seeds: Sequence[int] = (0,), n: int = 60, *,
                      lean: bool = True, progress: bool = True) -> pd.DataFrame:
-    """Faithfulness against the number of edges kept, per method: the curves whose areas are
-    :func:`run_benchmark`'s ``faith_area`` (same arguments, same runs, the same numbers).
-
-    Returns one row per model x mode x seed x method x ``k`` (columns ``model``, ``how``, ``seed``,
-    ``method``, ``n_edges_graph``, ``k``, ``faithfulness``): the faithfulness of the method's top
-    ``k`` edges, ``k = 0 .. E``; and, as method :data:`ORACLE_BEST`, the best faithfulness of any
-    circuit of at most ``k`` edges for every size the oracle searched (the oracle regret at size
-    ``k`` is that minus a method's value).
+    """The faithfulness curves (:func:`faithfulness_curve`) whose areas are :func:`run_benchmark`'s
+    ``faith_area`` (same arguments, runs and numbers): one row per model x mode x seed x method x ``k``;
+    method :data:`ORACLE_BEST` is the best faithfulness of any circuit of at most ``k`` edges, per size
+    the oracle searched (minus a method's value: the oracle regret at ``k``).
     """
     rows = []
     for job in _benchmark_runs(models, methods, hows, seeds, n, lean=lean, progress=progress):
-        curve = faithfulness_curve(job.result, job.ei).tolist()
-        rows += [{"model": job.model, "how": job.how, "seed": job.seed, "method": job.method,
-                  "n_edges_graph": job.ei.n_edges, "k": k, "faithfulness": f} for k, f in enumerate(curve)]
+        curves = {job.method: faithfulness_curve(job.result, job.ei).tolist()}
         if job.method == "exhaustive_oracle":
-            rows += [{"model": job.model, "how": job.how, "seed": job.seed, "method": ORACLE_BEST,
-                      "n_edges_graph": job.ei.n_edges, "k": k, "faithfulness": f}
-                     for k, f in enumerate(job.result.best_by_size)]
+            curves[ORACLE_BEST] = job.result.best_by_size
+        rows += [{"model": job.model, "how": job.how, "seed": job.seed, "method": method,
+                  "n_edges_graph": job.ei.n_edges, "k": k, "faithfulness": f}
+                 for method, curve in curves.items() for k, f in enumerate(curve)]
     return pd.DataFrame(rows, columns=["model", "how", "seed", "method", "n_edges_graph", "k", "faithfulness"])
 
 
 def write_by_model(models: Sequence[str], run: Callable[[str], pd.DataFrame], out) -> pd.DataFrame:
     """``run(model)`` for each model, the table so far written to ``out`` (CSV) after every model, so an
     interrupted run keeps what it finished; returns the whole table."""
-    from pathlib import Path
-
     out, frames = Path(out), []
     for model in models:
         frames.append(run(model))

@@ -1,23 +1,18 @@
-"""The same edge intervention as TransformerLens hooks on the bridge itself (one mask, one run).
+"""The edge intervention as TransformerLens hooks on the bridge itself (one mask, one run).
 
-:meth:`EdgeIntervention.run <perm_circuits.discovery.interventions.EdgeIntervention.run>` computes
-masked runs in plain PyTorch, batched over masks.  :func:`edge_hooks` builds the TL hook list
-that makes ``model(tokens)`` compute the same run, so the intervention composes with any other
-hooks and can be checked against the bridge for any mask:
-
-- captures, in the run itself: each layer's ``hook_resid_pre`` and ``hook_resid_mid``, the last
-  ``hook_resid_post``, each head's output (``attn.hook_z`` times its ``W_O``) and each MLP's
-  (``hook_mlp_out`` minus ``b_out``);
-- edits each receiver's input as path patching does
-  (:mod:`perm_circuits.analysis.interventions.path_patching`), its LayerNorm recomputed on the modified residual
-  ``r - D`` with ``D = sum over senders S of (1 - m_SR) (out_S - abl_S)``:
-  ``attn.hook_q``/``hook_k``/``hook_v`` of the head (``+ norm(r - D) @ W - norm(r) @ W``; TL 4
-  native bridges cannot enable split q/k/v inputs),
-  ``blocks.{l}.mlp.hook_in`` (the ``ln2`` output, read only by the MLP) and ``unembed.hook_in``
-  (the ``ln_final`` output).
+:func:`edge_hooks` makes ``model(tokens)`` compute
+:meth:`~perm_circuits.discovery.interventions.EdgeIntervention.run`'s run, composable with other hooks.  It
+captures each layer's ``hook_resid_pre`` / ``hook_resid_mid``, the last ``hook_resid_post``, each head's
+output (``attn.hook_z`` times its ``W_O``) and each MLP's (``hook_mlp_out`` minus ``b_out``), and edits each
+receiver's input as path patching does (:mod:`perm_circuits.analysis.interventions.path_patching`), its
+LayerNorm recomputed on ``r - D`` with ``D = sum over senders S of (1 - m_SR) (out_S - abl_S)``: heads
+through ``attn.hook_q/k/v`` (``+ norm(r - D) @ W - norm(r) @ W``; TL 4 native bridges cannot split q/k/v
+inputs), MLPs through ``blocks.{l}.mlp.hook_in`` and the logits through ``unembed.hook_in``.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 from jaxtyping import Float
 from torch import Tensor
@@ -29,11 +24,7 @@ __all__ = ["edge_hooks"]
 
 
 def edge_hooks(ei: EdgeIntervention, mask: Float[Tensor, " edge"]) -> HookList:
-    """TL hooks that run ``model(ei.tokens)`` with edges weighted by ``mask`` (module docstring).
-
-    Use inside ``model.hooks(fwd_hooks=edge_hooks(ei, mask))`` on the prepared tokens; the logits
-    equal ``ei.run(mask)``.
-    """
+    """TL hooks running ``model(ei.tokens)`` with edges weighted by ``mask``: the logits equal ``ei.run(mask)``."""
     if not isinstance(ei, EdgeIntervention):
         raise TypeError(f"ei must be an EdgeIntervention, got {type(ei).__name__}")
     if not isinstance(mask, Tensor) or mask.shape != (ei.n_edges,):
@@ -47,56 +38,40 @@ def edge_hooks(ei: EdgeIntervention, mask: Float[Tensor, " edge"]) -> HookList:
     def removed(receiver: str) -> Tensor:
         return sum((1 - mask[e]) * (current[sender] - ei.ablated[sender]) for sender, e in incoming[receiver])
 
-    def store(key: str):
-        def hook(activation: Tensor, hook) -> None:
-            resid[key] = activation
+    def store(activation: Tensor, hook, *, key: str) -> None:
+        resid[key] = activation
 
-        return hook
+    def heads_out(z: Tensor, hook, *, layer: int) -> None:
+        for h in range(w.n_heads):
+            current[f"L{layer}H{h}"] = z[:, :, h] @ w.W_O[layer, h]
 
-    def heads_out(layer: int):
-        def hook(z: Tensor, hook) -> None:
-            for h in range(w.n_heads):
-                current[f"L{layer}H{h}"] = z[:, :, h] @ w.W_O[layer, h]
+    def mlp_out(out: Tensor, hook, *, layer: int) -> None:
+        current[f"L{layer}MLP"] = out - w.b_out[layer]
 
-        return hook
-
-    def mlp_out(layer: int):
-        def hook(out: Tensor, hook) -> None:
-            current[f"L{layer}MLP"] = out - w.b_out[layer]
-
-        return hook
-
-    def head_input(layer: int, head: int, inp: str):
+    def head_input(activation: Tensor, hook, *, layer: int, head: int, inp: str) -> Tensor:
+        r, norm = resid[f"pre{layer}"], partial(w.norm, name=f"blocks.{layer}.ln1")
         weight = {"q": w.W_Q, "k": w.W_K, "v": w.W_V}[inp][layer, head]
-        norm = lambda x: w.norm(x, f"blocks.{layer}.ln1")
+        out = activation.clone()
+        out[:, :, head] = out[:, :, head] + (norm(r - removed(f"L{layer}H{head}.{inp}")) - norm(r)) @ weight
+        return out
 
-        def hook(activation: Tensor, hook) -> Tensor:
-            r = resid[f"pre{layer}"]
-            change = (norm(r - removed(f"L{layer}H{head}.{inp}")) - norm(r)) @ weight
-            out = activation.clone()
-            out[:, :, head] = out[:, :, head] + change
-            return out
-
-        return hook
-
-    def replace_input(key: str, receiver: str, norm_name: str):
-        def hook(activation: Tensor, hook) -> Tensor:
-            r = resid[key]
-            return activation + w.norm(r - removed(receiver), norm_name) - w.norm(r, norm_name)
-
-        return hook
+    def replace_input(activation: Tensor, hook, *, key: str, receiver: str, norm_name: str) -> Tensor:
+        r = resid[key]
+        return activation + w.norm(r - removed(receiver), norm_name) - w.norm(r, norm_name)
 
     hooks: HookList = []
     last = w.n_layers - 1
     for layer in range(w.n_layers):
         b = f"blocks.{layer}"
-        hooks.append((f"{b}.hook_resid_pre", store(f"pre{layer}")))
-        hooks += [(f"{b}.attn.hook_{inp}", head_input(layer, h, inp)) for h in range(w.n_heads) for inp in "qkv"]
-        hooks.append((f"{b}.attn.hook_z", heads_out(layer)))
+        hooks.append((f"{b}.hook_resid_pre", partial(store, key=f"pre{layer}")))
+        hooks += [(f"{b}.attn.hook_{inp}", partial(head_input, layer=layer, head=h, inp=inp))
+                  for h in range(w.n_heads) for inp in "qkv"]
+        hooks.append((f"{b}.attn.hook_z", partial(heads_out, layer=layer)))
         if w.has_mlp:
-            hooks.append((f"{b}.hook_resid_mid", store(f"mid{layer}")))
-            hooks.append((f"{b}.mlp.hook_in", replace_input(f"mid{layer}", f"L{layer}MLP", f"{b}.ln2")))
-            hooks.append((f"{b}.hook_mlp_out", mlp_out(layer)))
-    hooks.append((f"blocks.{last}.hook_resid_post", store("post")))
-    hooks.append(("unembed.hook_in", replace_input("post", "logits", "ln_final")))
+            hooks.append((f"{b}.hook_resid_mid", partial(store, key=f"mid{layer}")))
+            hooks.append((f"{b}.mlp.hook_in", partial(replace_input, key=f"mid{layer}", receiver=f"L{layer}MLP",
+                                                      norm_name=f"{b}.ln2")))
+            hooks.append((f"{b}.hook_mlp_out", partial(mlp_out, layer=layer)))
+    hooks.append((f"blocks.{last}.hook_resid_post", partial(store, key="post")))
+    hooks.append(("unembed.hook_in", partial(replace_input, key="post", receiver="logits", norm_name="ln_final")))
     return hooks

@@ -1,31 +1,21 @@
 """The computational graph of a TransformerLens 4 model: sender and receiver nodes, and the edges between them.
 
-This is the graph that edge-level circuit discovery searches (ACDC, Conmy et al. 2023, "Towards
-Automated Circuit Discovery for Mechanistic Interpretability"; edge attribution patching, Syed et
-al. 2023; the auto-circuit library), with the positions merged: an edge stands for a sender's
-contribution to a receiver's input at every position at once.
+The graph edge-level circuit discovery searches (ACDC, Conmy et al. 2023, "Towards Automated Circuit
+Discovery for Mechanistic Interpretability"; edge attribution patching, Syed et al. 2023; auto-circuit),
+positions merged: an edge is a sender's contribution to a receiver's input at every position at once.
 
-Nodes:
+- **Senders** write to the residual stream: ``"embed"`` (token plus positional embedding; with
+  ``split_embed=True`` two nodes ``"tok_embed"`` and ``"pos_embed"``), ``"L{l}H{h}"`` (``z @ W_O``,
+  without ``b_O``) and ``"L{l}MLP"`` (the MLP's output without ``b_out``).
+- **Receivers** read it: ``"L{l}H{h}.q"``, ``".k"``, ``".v"`` (separate, as a head can read one sender
+  through its key, K-composition, and another through its query; each through ``ln1``), ``"L{l}MLP"``
+  (through ``ln2``) and ``"logits"`` (through ``ln_final`` and the unembedding).
 
-- **Senders** write to the residual stream: ``"embed"`` (token plus positional embedding, summed,
-  as one node; with ``split_embed=True`` two nodes ``"tok_embed"`` and ``"pos_embed"`` instead),
-  ``"L{l}H{h}"`` (head ``h`` of layer ``l``: its ``z @ W_O``, without the attention bias ``b_O``)
-  and ``"L{l}MLP"`` (MLP ``l``'s output, without its output bias ``b_out``).
-- **Receivers** read the residual stream: ``"L{l}H{h}.q"``, ``"L{l}H{h}.k"``, ``"L{l}H{h}.v"``
-  (that head's query, key and value input, each through the layer's ``ln1``), ``"L{l}MLP"`` (MLP
-  ``l``'s input, through ``ln2``) and ``"logits"`` (the final residual stream, through ``ln_final``
-  and the unembedding).
-
-Every bias (``b_O``, ``b_out``, ``b_Q``/``b_K``/``b_V``, ``b_in``, ``b_U``) is a constant of the model
-and always kept: it is not a node.  Queries, keys and values are separate receivers because a
-head can read one sender through its key (K-composition) and another through its query.
-
-Edges ``"SENDER->RECEIVER"`` join each sender to every receiver downstream of it: the embedding
-feeds every receiver, a layer-``l`` head feeds layer ``l``'s MLP and every receiver of later
-layers, a layer-``l`` MLP feeds every receiver of later layers and the logits.  One layer with two
-heads has 13 edges, two layers with one head 23, two layers with two heads 46.  Edges are listed
-receiver by receiver in topological order (layer by layer: each head's q, k, v, then the MLP,
-finally the logits), and within a receiver by sender in topological order.
+Biases are constants of the model, always kept, not nodes.  Edges ``"SENDER->RECEIVER"`` join each
+sender to every receiver downstream of it (a layer-``l`` head feeds layer ``l``'s MLP and every later
+receiver): one layer with two heads has 13 edges, two layers with one head 23, with two heads 46.  Edges
+are listed receiver by receiver in topological order (per layer each head's q, k, v, then the MLP;
+finally the logits), within a receiver by sender in topological order.
 """
 
 from __future__ import annotations
@@ -82,16 +72,8 @@ def promote_edges(edges: Iterable[str]) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class CircuitGraph:
-    """Senders, receivers and edges of a model (module docstring).
-
-    Attributes:
-        senders: sender nodes in topological order.
-        receivers: receiver nodes in topological order.
-        edges: every ``"SENDER->RECEIVER"`` edge, receiver-major in topological order.
-        n_layers, n_heads: the model's shape.
-        has_mlp: whether the blocks have MLPs (``False`` for attention-only models).
-        split_embed: token and positional embeddings as two senders.
-    """
+    """Senders, receivers (each in topological order) and edges (receiver-major) of a model (module docstring);
+    ``has_mlp`` is ``False`` for attention-only models."""
 
     senders: tuple[str, ...]
     receivers: tuple[str, ...]
@@ -110,9 +92,7 @@ class CircuitGraph:
     @property
     def nodes(self) -> tuple[str, ...]:
         """Every node name once (senders, then receivers not already named; MLP nodes are both)."""
-        seen = dict.fromkeys(self.senders)
-        seen.update(dict.fromkeys(self.receivers))
-        return tuple(seen)
+        return tuple(dict.fromkeys((*self.senders, *self.receivers)))
 
     @property
     def n_edges(self) -> int:
@@ -164,27 +144,24 @@ def build_graph(n_layers: int, n_heads: int, *, has_mlp: bool = True, split_embe
     """The graph of a model of this shape (module docstring)."""
     for name, value in (("n_layers", n_layers), ("n_heads", n_heads)):
         check_int(name, value, low=1)
-    embeds = ("tok_embed", "pos_embed") if split_embed else ("embed",)
-    senders: list[str] = list(embeds)
+    senders = ["tok_embed", "pos_embed"] if split_embed else ["embed"]
     receivers: list[str] = []
     edges: list[str] = []
-    upstream: list[str] = list(embeds)
+
+    def receive(receiver: str) -> None:  # from every sender so far
+        receivers.append(receiver)
+        edges.extend(edge_name(s, receiver) for s in senders)
+
     for layer in range(n_layers):
         heads = [f"L{layer}H{h}" for h in range(n_heads)]
         for head in heads:
             for inp in INPUTS:
-                receivers.append(f"{head}.{inp}")
-                edges += [edge_name(s, f"{head}.{inp}") for s in upstream]
-        upstream += heads
+                receive(f"{head}.{inp}")
         senders += heads
         if has_mlp:
-            mlp = f"L{layer}MLP"
-            receivers.append(mlp)
-            edges += [edge_name(s, mlp) for s in upstream]
-            upstream.append(mlp)
-            senders.append(mlp)
-    receivers.append("logits")
-    edges += [edge_name(s, "logits") for s in upstream]
+            receive(f"L{layer}MLP")
+            senders.append(f"L{layer}MLP")
+    receive("logits")
     return CircuitGraph(tuple(senders), tuple(receivers), tuple(edges), n_layers, n_heads, has_mlp, split_embed)
 
 

@@ -1,34 +1,24 @@
 """Ground-truth circuits that nobody tuned: read off the weights of compiled and weight-built models.
 
-The graph is the discovery methods' (:mod:`~perm_circuits.discovery.graph`): edges ``"S->R"`` from
-senders ``embed``, ``L{l}H{h}``, ``L{l}MLP`` to receivers ``L{l}H{h}.q|.k|.v``, ``L{l}MLP``,
-``logits``, as in path patching (Wang et al., "Interpretability in the Wild", ICLR 2023) and ACDC
-(Conmy et al., NeurIPS 2023).
+On the discovery graph (:mod:`~perm_circuits.discovery.graph`, as in path patching, Wang et al.,
+"Interpretability in the Wild", ICLR 2023, and ACDC, Conmy et al., NeurIPS 2023), :func:`weight_circuit`
+keeps an edge when the sender's write matrix (``W_E``/``W_pos`` rows, ``W_O[l, h]``, ``W_out[l]``) times the
+receiver's read matrix (``W_Q W_K^T``, ``W_K W_Q^T``, ``W_V W_O`` of head ``(l, h)``: a query or key input
+counts only if it can change an attention score, a value input only if it can change the head's output;
+``W_in[l]``, ``W_U``) is not zero, on a path to ``logits`` through such edges:
 
-The rule (:func:`weight_circuit`), from the weights alone:
+- **zero ablation**: every sender's output counts (a component with no input edge still sends its
+  bias-made output);
+- **resample and mean ablation** (same-length corrupted inputs, the given tokens possible at each
+  position): only differences between inputs count: ``embed`` carries those of the token embeddings
+  possible at each position (positions and fixed tokens such as tracr's BOS carry none), a head or MLP
+  one when an input edge does.  Hence the truth depends on the mode (Miller, Chughtai, Saunders,
+  "Transformer Circuit Faithfulness Metrics are not Robust", COLM 2024): a head reading positions only
+  is in the zero circuit, not the resample one.
 
-- **zero ablation.** An edge is in the circuit when the sender's write matrix composed with the
-  receiver's read matrix is not zero (``W_E``/``W_pos`` rows, ``W_O[l, h]`` or ``W_out[l]``, times
-  ``W_Q W_K^T``, ``W_K W_Q^T``, ``W_V W_O`` of head ``(l, h)``, ``W_in[l]`` or ``W_U``: a query or
-  key input counts only if it can change an attention score, a value input only if it can change
-  the head's output), and the edge lies on a path to ``logits`` through such edges (a component
-  with no input edge still sends its bias-made output). Removing such an edge (replacing what it
-  carries by zero) can change what the receiver computes.
-- **resample and mean ablation** (corrupted inputs of the same length, with the given tokens
-  possible at each position). Only what differs between inputs can matter: ``embed`` carries the
-  differences of the token embeddings possible at each position (positional embeddings and a token
-  fixed at a position, like tracr's BOS, are the same in every input); a head or MLP carries a
-  difference when one of its inputs does. An edge is in the circuit when it carries a difference
-  that the receiver reads, on a path to ``logits``. This is why the ground truth depends on the
-  ablation mode (Miller, Chughtai, Saunders, "Transformer Circuit Faithfulness Metrics are not
-  Robust", COLM 2024): e.g. a head that reads positions only is in the zero-ablation circuit and not
-  in the resample one.
-
-Both rules are structural (a non-zero composition could still be functionally idle: zeroing
-tracr ``reverse``'s length head reads as the largest length, right by chance on full-length inputs
-and wrong on shorter ones); on tracr models every weight outside a RASP operation's spaces is
-exactly zero, so the structure is the program's. :func:`tracr_ground_truths` also names the RASP
-variables each edge carries (from tracr's residual labels).
+Both rules are structural: a non-zero composition can still be functionally idle (zeroing tracr
+``reverse``'s length head reads as the largest length, right by chance on full-length inputs). On tracr
+models every weight outside a RASP operation's spaces is exactly zero, so the structure is the program's.
 """
 
 from __future__ import annotations
@@ -40,6 +30,9 @@ from functools import partial
 import torch
 
 from perm_circuits.discovery.graph import graph_edges, head_of, receiver_nodes, sender_nodes, split_edge
+from perm_circuits.discovery.tracr_models import BOS, TRACR_PROGRAMS, build_tracr_model, tracr_available
+from perm_circuits.handbuilt import build_induction_model
+from perm_circuits.systems.birth_model import handbuilt_induction_model
 
 ABLATION_MODES = ("zero", "mean", "resample")
 
@@ -67,11 +60,8 @@ all_edges = graph_edges
 
 @dataclass(frozen=True)
 class GroundTruth:
-    """A circuit known by construction: which model, which edges, under which ablation modes.
-
-    ``carries`` names, per edge, what it carries (RASP variables for tracr models, residual
-    subspaces for weight-built ones) where known.
-    """
+    """A circuit known by construction: which model, which edges, under which ablation modes; ``carries``:
+    per edge, what it carries (RASP variables for tracr models) where known."""
 
     model: str
     edges: AbstractSet
@@ -108,42 +98,27 @@ def _has_mlp(model) -> bool:
     return not getattr(model.cfg, "attn_only", False)
 
 
-def _read_matrices(model) -> dict[str, torch.Tensor]:
-    """Receiver -> effective read matrix ``[d_model, k]``.
-
-    A query input matters through ``W_Q W_K^T`` (what keys it can score), a key input through
-    ``W_K W_Q^T``, a value input through ``W_V W_O`` (what the head can write); an MLP input
-    through ``W_in``, the logits through ``W_U``.
-    """
-    cfg, out = model.cfg, {}
-    W_Q, W_K, W_V, W_O = (w.detach() for w in (model.W_Q, model.W_K, model.W_V, model.W_O))
-    for layer in range(cfg.n_layers):
-        for h in range(cfg.n_heads):
-            out[f"L{layer}H{h}.q"] = W_Q[layer, h] @ W_K[layer, h].T
-            out[f"L{layer}H{h}.k"] = W_K[layer, h] @ W_Q[layer, h].T
-            out[f"L{layer}H{h}.v"] = W_V[layer, h] @ W_O[layer, h]
-        if _has_mlp(model):
-            out[f"L{layer}MLP"] = model.W_in[layer].detach()
-    out["logits"] = model.W_U.detach()
-    return out
-
-
-def _write_matrices(model, varying_tokens) -> dict[str, torch.Tensor]:
-    """Sender -> write rows ``[k, d_model]`` (embed: every embedding row, or only differences)."""
+def _matrices(model, varying_tokens) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Receiver -> read matrix ``[d_model, k]`` and sender -> write rows ``[k, d_model]`` (module docstring;
+    ``embed`` writes every embedding row, or only the differences between the ``varying_tokens``)."""
     cfg = model.cfg
-    W_E, W_pos = model.W_E.detach(), model.W_pos.detach()
+    W_E, W_pos, W_Q, W_K, W_V, W_O = (w.detach() for w in (model.W_E, model.W_pos, model.W_Q, model.W_K, model.W_V,
+                                                            model.W_O))
     if varying_tokens is None:
         embed = torch.cat([W_E, W_pos])
     else:
         diffs = [W_E[list(ids)] - W_E[list(ids)[0]] for ids in varying_tokens if len(ids) > 1]
         embed = torch.cat(diffs) if diffs else torch.zeros(1, cfg.d_model, device=W_E.device)
-    out = {"embed": embed}
+    reads, writes = {"logits": model.W_U.detach()}, {"embed": embed}
     for layer in range(cfg.n_layers):
         for h in range(cfg.n_heads):
-            out[f"L{layer}H{h}"] = model.W_O[layer, h].detach()
+            reads[f"L{layer}H{h}.q"] = W_Q[layer, h] @ W_K[layer, h].T
+            reads[f"L{layer}H{h}.k"] = W_K[layer, h] @ W_Q[layer, h].T
+            reads[f"L{layer}H{h}.v"] = W_V[layer, h] @ W_O[layer, h]
+            writes[f"L{layer}H{h}"] = W_O[layer, h]
         if _has_mlp(model):
-            out[f"L{layer}MLP"] = model.W_out[layer].detach()
-    return out
+            reads[f"L{layer}MLP"], writes[f"L{layer}MLP"] = model.W_in[layer].detach(), model.W_out[layer].detach()
+    return reads, writes
 
 
 def _prune_to_paths(edges: set[str], *, from_embed: bool) -> frozenset:
@@ -161,14 +136,9 @@ def _prune_to_paths(edges: set[str], *, from_embed: bool) -> frozenset:
 
 @torch.no_grad()
 def weight_circuit(model, *, varying_tokens=None, tol: float = 1e-6) -> frozenset:
-    """The circuit a model's weights imply (module docstring): zero ablation, or resample/mean.
-
-    Args:
-        model: a TransformerLens 4 bridge without LayerNorm (``W_Q`` ... ``W_U`` properties).
-        varying_tokens: ``None`` for the zero-ablation circuit; for the resample/mean circuit, per
-            position the token ids that inputs can hold there (one id where the token is fixed).
-        tol: a composition with largest absolute entry at most ``tol`` counts as zero.
-    """
+    """The circuit the weights of a bridge without LayerNorm imply (module docstring): zero ablation when
+    ``varying_tokens`` is ``None``, else resample/mean with, per position, the token ids inputs can hold
+    there (one id where the token is fixed).  A composition with no entry above ``tol`` counts as zero."""
     if getattr(model.cfg, "normalization_type", None) is not None:
         raise ValueError(
             f"weight_circuit needs a model without LayerNorm, got normalization_type={model.cfg.normalization_type!r}"
@@ -181,7 +151,7 @@ def weight_circuit(model, *, varying_tokens=None, tol: float = 1e-6) -> frozense
             if not ids or any(not 0 <= int(i) < model.cfg.d_vocab for i in ids):
                 raise ValueError(f"varying_tokens entries must be non-empty lists of ids in [0, {model.cfg.d_vocab})")
     cfg = model.cfg
-    reads, writes = _read_matrices(model), _write_matrices(model, varying_tokens)
+    reads, writes = _matrices(model, varying_tokens)
     candidates = all_edges(cfg.n_layers, cfg.n_heads, mlp=_has_mlp(model))
     if varying_tokens is None:  # zero ablation: every output counts, biases included
         live = set(sender_nodes(cfg.n_layers, cfg.n_heads, mlp=_has_mlp(model)))
@@ -198,11 +168,11 @@ def weight_circuit(model, *, varying_tokens=None, tol: float = 1e-6) -> frozense
     return _prune_to_paths(edges, from_embed=varying_tokens is not None)
 
 
-def _carried(model, edge: str, labels: list[str], tol: float = 1e-6) -> tuple[str, ...]:
+def _carried(edge: str, labels: list[str], reads: dict, writes: dict, tol: float = 1e-6) -> tuple[str, ...]:
     """Residual labels (tracr variables) that the sender writes and the receiver reads."""
     sender, receiver = split_edge(edge)
-    written = (_write_matrices(model, None)[sender].abs() > tol).any(0)
-    read = (_read_matrices(model)[receiver].abs() > tol).any(1)
+    written = (writes[sender].abs() > tol).any(0)
+    read = (reads[receiver].abs() > tol).any(1)
     names = []
     for index in torch.nonzero(written & read).flatten().tolist():
         name = labels[index].rpartition(":")[0] or labels[index]
@@ -217,28 +187,24 @@ def _weight_truths(name: str, model, varying_tokens,
     """The zero-ablation and the resample/mean :func:`weight_circuit` of ``model``, with what each
     edge carries when the residual ``labels`` are given."""
     out = []
+    reads, writes = _matrices(model, None)
     for modes, tokens, how in (
         (("zero",), None, "non-zero weight compositions on paths to logits"),
         (("mean", "resample"), varying_tokens, "compositions carrying input differences (same-length inputs)"),
     ):
         edges = weight_circuit(model, varying_tokens=tokens)
-        carries = () if labels is None else tuple((e, _carried(model, e, labels)) for e in sorted(edges))
+        carries = () if labels is None else tuple((e, _carried(e, labels, reads, writes)) for e in sorted(edges))
         out.append(GroundTruth(name, edges, modes, model.cfg.n_layers, model.cfg.n_heads, True, how, carries))
     return out[0], out[1]
 
 
 def tracr_ground_truths(tracr_model) -> tuple[GroundTruth, GroundTruth]:
-    """The zero-ablation and the resample/mean circuits of a compiled RASP program.
-
-    ``tracr_model`` is a :class:`~perm_circuits.discovery.tracr_models.TracrModel`. The resample
-    circuit is for inputs of length ``max_seq_len`` (BOS fixed at position 0, any vocabulary token
-    elsewhere): e.g. ``reverse``'s ``length`` and ``opp_idx`` are then the same in every input, and
-    only the aggregating head that copies tokens stays.
+    """The zero-ablation and the resample/mean circuits of a compiled RASP program (a
+    :class:`~perm_circuits.discovery.tracr_models.TracrModel`), the latter for full-length inputs (BOS
+    fixed): e.g. ``reverse``'s ``length`` and ``opp_idx`` are then constant, only the copying head stays.
     """
     bridge = tracr_model.bridge
     table = tracr_model.assembled.input_encoder.encoding_map
-    from perm_circuits.discovery.tracr_models import BOS
-
     varying = [[table[BOS]]] + [[table[t] for t in tracr_model.vocab]] * tracr_model.max_seq_len
     return _weight_truths(f"tracr:{tracr_model.name}", bridge, varying, list(tracr_model.assembled.residual_labels))
 
@@ -253,8 +219,6 @@ def induction_ground_truths(V: int = 5, *, eliminate: bool = True) -> tuple[Grou
     ablation the position-only reads (L0H0.q, L0H0.k, the flag) drop out. Every token 1..V can sit
     at every position.
     """
-    from perm_circuits.handbuilt import build_induction_model
-
     name = f"perm_circuits.handbuilt.build_induction_model(V={V}, eliminate={eliminate})"
     return _weight_truths(name, build_induction_model(V, eliminate=eliminate), [list(range(1, V + 1))] * (2 * V - 1))
 
@@ -294,34 +258,24 @@ def birth_ground_truth() -> GroundTruth:
 
 
 def _induction_entry(eliminate: bool):
-    from perm_circuits.handbuilt import build_induction_model
-
     return build_induction_model(5, eliminate=eliminate), induction_ground_truths(5, eliminate=eliminate)
 
 
 def _birth_entry():
-    from perm_circuits.systems.birth_model import handbuilt_induction_model
-
     return handbuilt_induction_model(), (birth_ground_truth(),)
 
 
 def _tracr_entry(name: str):
-    from perm_circuits.discovery.tracr_models import build_tracr_model
-
     model = build_tracr_model(name)
     return model.bridge, tracr_ground_truths(model)
 
 
 def ground_truth_models(*, include_tracr: bool | None = None) -> dict:
-    """Every model with a ground truth: name -> a function returning ``(bridge, truths)``.
-
-    ``induction`` and ``induction_bare`` (``build_induction_model(5)`` with and without the
-    elimination head), ``birth`` (the Birth model's eq. 8 construction) and, when tracr imports
-    (``include_tracr=None``) or on request, ``tracr:reverse``, ``tracr:frac_prevs``, ``tracr:sort``.
-    Building is deferred: compiling a tracr program takes seconds.
+    """Every model with a ground truth: name -> a function returning ``(bridge, truths)`` (deferred: compiling
+    tracr takes seconds): ``induction`` / ``induction_bare`` (``build_induction_model(5)`` with / without
+    the elimination head), ``birth`` (eq. 8 construction) and, when tracr imports (or on request),
+    ``tracr:reverse``, ``tracr:frac_prevs``, ``tracr:sort``.
     """
-    from perm_circuits.discovery.tracr_models import TRACR_PROGRAMS, tracr_available
-
     if include_tracr is None:
         include_tracr = tracr_available()
     if not isinstance(include_tracr, bool):

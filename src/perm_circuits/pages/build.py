@@ -1,26 +1,10 @@
 """Build the results pages from the committed result tables (``python scripts/build_results.py``).
 
-Inputs, all in the repository:
-
-* ``results/shipped_numbers.json``: :func:`~perm_circuits.pages.numbers.shipped_numbers`,
-  refreshed by ``--recompute``;
-* ``results/study_quotes.json``: numbers the study reports (quoted for comparison, not measured);
-* ``results/capacity_sweep.csv``: the capacity sweep at the cut budget, one row per run;
-* ``results/capacity_full_sweep.csv``: the same grid at the study's full recipe
-  (``sweeps/capacity_full.toml``, ``scripts/capacity_full_table.py``), one row per finished run;
-* ``results/generalisation_sweep.csv``: the generalisation sweep (does recall hold for every repeated x_k), one row per run;
-* ``results/general_recall_numbers.json``: the shipped ``d16h1l2-any`` model's numbers
-  (``scripts/general_recall_numbers.py``);
-* ``results/attention_patterns.csv``: each shipped study model's mean attention pattern per head
-  (:func:`~perm_circuits.pages.attention.attention_table`), refreshed by ``--recompute``;
-* ``docs/templates/results.md``, ``docs/templates/readme_results.md`` and
-  ``docs/templates/general_recall*.md``.
-
-Outputs: ``docs/results.md``, ``docs/general_recall.md``, the section of ``README.md`` between
-:data:`README_BEGIN` and :data:`README_END`, and the SVG figures in ``docs/figures/``
-(:mod:`perm_circuits.pages.figures`; the attention heatmaps: :mod:`perm_circuits.pages.attention`;
-the figures of ``docs/birth.md``, ``docs/forner.md`` and ``docs/factual.md`` from their committed
-tables: :mod:`perm_circuits.pages.paper_figures`).
+Inputs (this module's path constants): the shipped numbers and the attention table (both refreshed by
+``--recompute``), the numbers the study reports (quoted, not measured), the capacity sweeps at the cut
+budget and the full recipe, the generalisation sweep, the ``d16h1l2-any`` model's numbers and the
+templates in ``docs/templates/``.  Outputs: ``docs/results.md``, ``docs/general_recall.md``, the README's
+section between :data:`README_BEGIN` and :data:`README_END`, and the SVG figures in ``docs/figures/``.
 """
 
 from __future__ import annotations
@@ -50,6 +34,7 @@ from perm_circuits.pages.generalisation import (
 )
 from perm_circuits.pages.paper_figures import paper_figures
 from perm_circuits.pages.render import format_value, render, replace_section
+from perm_circuits.sweep.spec import load_spec
 
 __all__ = [
     "CAPACITY_FULL_SPEC",
@@ -107,13 +92,9 @@ def read_numbers(path: str | os.PathLike) -> dict[str, object]:
 
 
 def mode_table(numbers: Mapping[str, object], model: str) -> str:
-    """Markdown: one row per component of ``model``, one column per ablation mode in the table.
-
-    Each cell gives the last-step elimination / recall accuracy with the component ablated in that
-    mode and the role ``judge_roles`` assigns under it; the last column says whether the role is
-    the same in every mode (*robust*) or not (*mode-dependent*).  Modes come from the table's
-    ``settings.modes``, so a mode added to :data:`~perm_circuits.pages.numbers.MODES` shows up here.
-    """
+    """Markdown: one row per component of ``model``, one column per mode of ``settings.modes``: the
+    last-step elimination / recall accuracy with it ablated in that mode and its ``judge_roles`` role;
+    the last column says whether the role is the same in every mode (*robust*) or not."""
     modes = str(numbers["settings.modes"]).split(",")
     prefix = f"{model}.roles.{modes[0]}."
     components = sorted(k[len(prefix):] for k in numbers if k.startswith(prefix))
@@ -139,12 +120,10 @@ def mode_table(numbers: Mapping[str, object], model: str) -> str:
 
 
 def circuit_table(numbers: Mapping[str, object], model: str) -> str:
-    """Markdown: the circuit proposed for each skill of ``model`` and its IOI numbers.
-
-    First table: one row per skill with the nodes, F(M), F(C), faithfulness F(C)/F(M), its error,
-    completeness (logit and relative to |F(M)|, exhaustive or sampled) and each node's minimality
-    (logit, and relative to |F(C)|).  Second table: the faithfulness F(C)/F(M) with everything
-    outside the circuit ablated by each mode of ``settings.modes``.
+    """Markdown: per skill of ``model``, the proposed circuit with F(M), F(C), faithfulness F(C)/F(M), its
+    error, completeness (logit, and relative to |F(M)|; exhaustive or sampled) and each node's minimality
+    (logit, and relative to |F(C)|); then its faithfulness with the outside ablated by each mode of
+    ``settings.modes``.
     """
     modes = str(numbers["settings.modes"]).split(",")
     skills = [s for s in ("elimination", "recall") if f"{model}.circuit.{s}.nodes" in numbers]
@@ -186,8 +165,6 @@ def circuit_table(numbers: Mapping[str, object], model: str) -> str:
 def full_grid_numbers(root: str | os.PathLike) -> dict[str, object]:
     """``capacity_full.*`` from the committed full-recipe table, with every configuration of its spec's grid
     (0 runs where none has finished yet) and ``capacity_full.planned``, the grid's size."""
-    from perm_circuits.sweep.spec import load_spec  # the grid: how many runs the full table will hold
-
     root = Path(root)
     grid = load_spec(root / CAPACITY_FULL_SPEC).runs
     configurations = sorted({(run.config["model"]["d_model"], run.config["model"]["n_heads"],
@@ -207,12 +184,8 @@ def _root(root: str | os.PathLike) -> Path:
 
 
 def build_pages(root: str | os.PathLike, numbers: Mapping[str, object] | None = None) -> dict[Path, str]:
-    """The generated files' text, ``{relative path: text}``, from the committed tables under ``root``.
-
-    ``numbers`` replaces ``results/shipped_numbers.json`` (e.g. a fresh recomputation).  The
-    capacity block and the ``capacity.*`` numbers come from ``results/capacity_sweep.csv``; the ``modes.<model>`` blocks are :func:`mode_table`, the ``circuits.<model>`` blocks
-    :func:`circuit_table`.
-    """
+    """The generated files' text, ``{relative path: text}``, from the committed tables under ``root``;
+    ``numbers`` replaces ``results/shipped_numbers.json`` (e.g. a fresh recomputation)."""
     root = _root(root)
     if numbers is None:
         numbers = read_numbers(root / NUMBERS)

@@ -1,12 +1,9 @@
 """The discovery page, ``docs/discovery.md``: which circuit-discovery method to trust on tiny transformers.
 
-Built from ``results/discovery.csv`` (:func:`perm_circuits.discovery.benchmark.run_benchmark`,
-written by ``scripts/discovery_benchmark.py``) and ``docs/templates/discovery.md`` by
-:func:`discovery_pages`, with one circuit picture per shipped model in ``docs/figures/``
-(:func:`perm_circuits.views.circuit_graph.circuit_graph`).  Every number is a placeholder or a
-generated table cell; every claim word (``recovers`` / ``does not recover``, ``matches`` /
-``covers`` / ``misses``) is computed here by the rules :func:`recovers` and :func:`coverage_word`,
-which the page's test re-derives from the table.
+Built by :func:`discovery_pages` from ``results/discovery.csv``
+(:func:`perm_circuits.discovery.benchmark.run_benchmark`) and ``docs/templates/discovery.md``, with one
+circuit picture per shipped model.  Every claim word is computed by :func:`recovers`, :func:`flip_word`
+and :func:`coverage_word`, rules the page's test re-derives from the table.
 """
 
 from __future__ import annotations
@@ -17,8 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from perm_circuits.discovery.benchmark import ORACLE_BEST
+from perm_circuits.discovery.benchmark import DEFAULT_METHODS, ORACLE_BEST, TRAINED
+from perm_circuits.discovery.scoring import edge_components
 from perm_circuits.pages.render import format_value, render
+from perm_circuits.views.circuit_graph import circuit_graph
+from perm_circuits.views.svg_charts import PALETTE, Series, svg_line_chart
 
 __all__ = [
     "DESCRIBED",
@@ -51,9 +51,8 @@ DISCOVERY_CURVES = Path("results/discovery_curves.csv")
 DISCOVERY_RECALL = Path("results/discovery_recall.csv")
 DISCOVERY_FULL = Path("results/discovery_full.csv")
 
-METHOD_ORDER = ("acdc", "eap", "eap_ig", "node_attribution", "greedy_edges", "mask_pruning", "random_baseline",
-                "exhaustive_oracle")
-SHIPPED = ("d16h1", "d32h1", "d32h2", "d16h1l2-any")
+METHOD_ORDER = DEFAULT_METHODS
+SHIPPED = TRAINED
 
 DESCRIBED = {
     "d16h1": ({"L0H0", "L0MLP"}, frozenset(), "results page, section 5: the head and the MLP at the last position"),
@@ -108,23 +107,15 @@ def coverage_word(covered: float, extra: int) -> str:
     return "misses part of"
 
 
-def _components(edges: str) -> set[str]:
-    out = set()
-    for edge in str(edges).split():
-        sender, receiver = edge.split("->")
-        out.update({sender, receiver.split(".")[0]})
-    return out - {"embed", "logits"}
-
-
 def _found(circuits: pd.Series) -> str:
     """Every component in any of ``circuits`` (space-separated edge lists), sorted, or ``none``."""
-    return ", ".join(sorted(set().union(*[_components(c) for c in circuits.fillna("")]))) or "none"
+    return ", ".join(sorted(set().union(*[edge_components(str(c).split()) for c in circuits.fillna("")]))) or "none"
 
 
 def _coverage(described: set[str], circuits: pd.Series) -> dict[str, object]:
     """``circuits`` against the ``described`` components: ``found`` (:func:`_found`), ``covered`` (mean share
     of the described components in a circuit), ``extra`` (most components beyond them) and ``claim``."""
-    parts = [_components(c) for c in circuits.fillna("")]
+    parts = [edge_components(str(c).split()) for c in circuits.fillna("")]
     covered = sum(len(described & f) / len(described) for f in parts) / len(parts)
     extra = max(len(f - described) for f in parts)
     return {"found": _found(circuits), "covered": covered, "extra": extra, "claim": coverage_word(covered, extra)}
@@ -235,8 +226,6 @@ def discovery_numbers(table: pd.DataFrame) -> dict[str, object]:
 
 
 def _figure(table: pd.DataFrame, model: str) -> tuple[Path, str] | None:
-    from perm_circuits.views.circuit_graph import circuit_graph
-
     rows = table[(table.model == model) & (table.how == "resample") & (table.method == "exhaustive_oracle")]
     if rows.empty:
         return None
@@ -370,8 +359,6 @@ def curves_svg(curves: pd.DataFrame, model: str) -> str:
     method in the method order (the oracle's ranking dashed) and, in black, the best faithfulness any
     circuit of at most ``k`` edges reaches, where the oracle searched; for the table's first mode and
     seed of that model."""
-    from perm_circuits.views.svg_charts import PALETTE, Series, svg_line_chart
-
     rows = curves[curves.model == model]
     if rows.empty:
         raise ValueError(f"no curves for model {model!r}; the table has {sorted(set(curves.model))}")

@@ -1,19 +1,11 @@
 """The docs site's figures, rendered as static SVG from the committed result tables.
 
-``scripts/build_results.py`` writes them into ``docs/figures/`` with the pages' numbers, so a page
-and its pictures always come from the same tables:
-
-* ``phase_cut.svg`` / ``phase_full.svg``: the share of seeds that learn recall (final recall
-  accuracy >= 0.99) over d_model x heads, one panel per dropout (cut budget, study's recipe);
-* ``time_to_recall.svg``: the Kaplan-Meier share of seeds with recall by N training sequences
-  (:mod:`perm_circuits.survival`), both budgets;
-* ``study_dynamics.svg``: the shipped d32h2 recipe's training run (elimination, recall, and the
-  head signals that form first), from ``results/study_dynamics.csv``;
-* ``generalisation.svg``: the share of seeds whose recall generalises to every repeated x_k, over
-  d_model x heads, one panel per layer count and training distribution, from
-  ``results/generalisation_sweep.csv`` (the general recall page).
-
-The seed-paper pages' figures are in :mod:`perm_circuits.pages.paper_figures`.
+``scripts/build_results.py`` writes them into ``docs/figures/`` with the pages' numbers, so a page and its
+pictures come from the same tables: ``phase_cut.svg`` / ``phase_full.svg`` (:func:`phase_svg`, cut budget
+and study's recipe), ``time_to_recall.svg`` (:func:`time_to_recall_svg`, both budgets),
+``study_dynamics.svg`` (:func:`dynamics_svg`, from ``results/study_dynamics.csv``) and
+``generalisation.svg`` (:func:`generalisation_svg`, from ``results/generalisation_sweep.csv``).  The
+seed-paper pages' figures are in :mod:`perm_circuits.pages.paper_figures`.
 """
 
 from __future__ import annotations
@@ -35,36 +27,35 @@ DYNAMICS_SIGNALS: tuple[str, ...] = ("elimination_accuracy", "recall_accuracy", 
 """The study run's signals drawn in ``study_dynamics.svg`` (each rescaled to [0, 1] over the run)."""
 
 
-def phase_svg(frame: pd.DataFrame, title: str, grid: pd.DataFrame | None = None) -> str:
-    """Share of finished seeds learning recall per (d_model, heads), one panel per dropout.
+def _share_panel(title: str, runs: pd.DataFrame, hit: pd.Series, widths: list, heads: list) -> tuple:
+    """A heatmap panel over (heads, d_model): each cell's share of ``runs`` with ``hit``, noted ``hits/runs``."""
+    cells = []
+    for n_heads in heads:
+        row = []
+        for d_model in widths:
+            cell = runs[(runs["d_model"] == d_model) & (runs["n_heads"] == n_heads)]
+            hits = int(hit[cell.index].sum())
+            row.append((hits / len(cell) if len(cell) else math.nan, f"{hits}/{len(cell)}" if len(cell) else "–"))
+        cells.append(row)
+    return title, [f"d{int(d)}" for d in widths], [f"{int(h)} head" + ("s" if h > 1 else "") for h in heads], cells
 
-    The axes are those of ``grid`` (default ``frame``), so a partial table still shows every cell
-    of its grid (grey where no run has finished).
-    """
+
+def phase_svg(frame: pd.DataFrame, title: str, grid: pd.DataFrame | None = None) -> str:
+    """Share of finished seeds learning recall per (d_model, heads), one panel per dropout, on the axes of
+    ``grid`` (default ``frame``: a partial table still shows every cell of its grid, grey where none
+    finished)."""
     done = frame[frame["status"] == "done"]
     axes = frame if grid is None else grid
-    widths = sorted(axes["d_model"].unique())
-    heads = sorted(axes["n_heads"].unique())
-    panels = []
-    for dropout in sorted(axes["dropout"].unique()):
-        cells = []
-        for n_heads in heads:
-            row = []
-            for d_model in widths:
-                runs = done[(done["d_model"] == d_model) & (done["n_heads"] == n_heads) & (done["dropout"] == dropout)]
-                learned = int((runs["recall_accuracy"] >= LEARNED).sum())
-                row.append((learned / len(runs) if len(runs) else math.nan, f"{learned}/{len(runs)}" if len(runs) else "–"))
-            cells.append(row)
-        panels.append((f"dropout {dropout:g}", [f"d{int(d)}" for d in widths], [f"{int(h)} head" + ("s" if h > 1 else "") for h in heads], cells))
+    widths, heads = sorted(axes["d_model"].unique()), sorted(axes["n_heads"].unique())
+    hit = done["recall_accuracy"] >= LEARNED
+    panels = [_share_panel(f"dropout {dropout:g}", done[done["dropout"] == dropout], hit, widths, heads)
+              for dropout in sorted(axes["dropout"].unique())]
     return svg_heatmaps(panels, title=title, x_label="d_model", y_label="heads")
 
 
 def time_to_recall_svg(tables: dict[str, pd.DataFrame]) -> str:
-    """Kaplan-Meier time-to-recall curves of each table (solid: dropout 0, dashed: dropout > 0).
-
-    Only configurations where some seed learns recall are drawn (the others stay at 0 up to their
-    budget and are listed in the pages' tables).
-    """
+    """Kaplan-Meier time-to-recall curves of each table (solid: dropout 0, dashed: dropout > 0), for the
+    configurations where some seed learns recall (the others stay at 0 and are in the pages' tables)."""
     series = []
     colors: dict[tuple[int, int], str] = {}
     for label, frame in tables.items():
@@ -110,21 +101,11 @@ def generalisation_svg(frame: pd.DataFrame) -> str:
     (layers, training distribution); each cell is annotated ``generalising/finished``."""
     ok = generalises(frame)
     done = frame["status"] == "done"
-    widths = sorted(frame["d_model"].unique())
-    heads = sorted(frame["n_heads"].unique())
+    widths, heads = sorted(frame["d_model"].unique()), sorted(frame["n_heads"].unique())
     panels = []
     for (n_layers, sources), group in frame.groupby(["n_layers", "repeat_sources"], sort=True):
-        cells = []
-        for n_heads in heads:
-            row = []
-            for d_model in widths:
-                runs = group[(group["d_model"] == d_model) & (group["n_heads"] == n_heads) & done[group.index]]
-                hits = int(ok[runs.index].sum())
-                row.append((hits / len(runs) if len(runs) else math.nan, f"{hits}/{len(runs)}" if len(runs) else "–"))
-            cells.append(row)
         trained = "x1 only" if str(sources) == "1" else ("every x_k" if str(sources) == "1,2,3,4" else f"x in {sources}")
-        panels.append((f"{int(n_layers)}L, repeats {trained}",
-                       [f"d{int(d)}" for d in widths], [f"{int(h)} head" + ("s" if h > 1 else "") for h in heads], cells))
+        panels.append(_share_panel(f"{int(n_layers)}L, repeats {trained}", group[done[group.index]], ok, widths, heads))
     return svg_heatmaps(panels, title="Seeds whose recall generalises to every repeated x_k (>= 0.99)",
                         x_label="d_model", y_label="heads")
 

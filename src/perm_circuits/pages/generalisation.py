@@ -1,10 +1,9 @@
 """The generalisation section of the results page: does recall hold for *every* repeated x_k?
 
-Rendered from a committed sweep table (``sweeps/generalisation.toml``; one row per run, the sweep's
-row schema).  Each run's ``recall_gen_x{k}`` columns hold its recall accuracy when the last query
-repeats ``x_k``, measured exhaustively over the test permutations and every x order
-(:func:`perm_circuits.evaluate.recall_generalisation`).  A run *generalises* when every one of them
-is at least :data:`GENERALISES`; it has the *x1 shortcut* when it recalls ``x1`` at that level but
+Rendered from a committed sweep table (``sweeps/generalisation.toml``, the sweep's row schema) whose
+``recall_gen_x{k}`` columns hold a run's recall accuracy when the last query repeats ``x_k``, measured
+exhaustively (:func:`perm_circuits.evaluate.recall_generalisation`).  A run *generalises* when all of
+them are at least :data:`GENERALISES`; it has the *x1 shortcut* when it recalls ``x1`` at that level and
 every other ``x_k`` below :data:`SHORTCUT_OTHERS`.
 """
 
@@ -15,6 +14,12 @@ import os
 
 import pandas as pd
 
+from perm_circuits.analysis import ablate_head
+from perm_circuits.analysis.circuits.general_recall import any_circuit_numbers
+from perm_circuits.analysis.circuits.induction_story import induction_story
+from perm_circuits.dynamics import which_first
+from perm_circuits.evaluate import recall_generalisation
+from perm_circuits.models import task_config_of
 from perm_circuits.pages.capacity import RECIPE, check_sweep_frame, column_values, format_number, read_sweep_table
 
 __all__ = ["GENERALISATION_COLUMNS", "GENERALISES", "GROUP", "generalisation_markdown", "generalisation_numbers",
@@ -77,9 +82,8 @@ def generalisation_markdown(frame: pd.DataFrame) -> str:
     """One row per (n_layers, d_model, n_heads, repeat_sources): runs, seeds, how many seeds
     generalise (``k/n``), how many have only the x1 shortcut, the mean recall accuracy per repeated
     ``x_k`` over the done runs with its range, and the mean elimination accuracy."""
-    _check(frame)
+    ok, short = generalises(frame), _shortcut(frame)  # generalises checks the table
     columns = _recall_columns(frame)
-    ok, short = generalises(frame), _shortcut(frame)
     header = ["layers", "d_model", "heads", "trained on repeats of", "runs done", "seeds",
               f"generalise (every x_k >= {GENERALISES:g})", f"x1 shortcut (others < {SHORTCUT_OTHERS:g})",
               *[f"recall x{c.removeprefix('recall_gen_x')}: mean [min, max]" for c in columns], "elimination (mean)"]
@@ -108,19 +112,16 @@ def generalisation_markdown(frame: pd.DataFrame) -> str:
 def generalisation_numbers(frame: pd.DataFrame) -> dict[str, object]:
     """The numbers the results page quotes, as flat ``generalisation.*`` keys.
 
-    Per configuration (``generalisation.d{d}h{h}l{L}.{x1|x1234}.*``): ``done``, ``generalise``
-    (seeds whose recall holds for every x_k), ``shortcut`` (x1 only) and the mean recall per x_k.
-    Totals per layer count and training distribution (``generalisation.l{L}.{x1|x1234}.*``), and
-    the smallest generalising configuration by non-embedding parameters (:func:`parameters`):
-    ``generalisation.smallest`` (e.g. ``"d16h1l2"``) with its share of seeds, or ``"none"``.  When
-    the table has them: how many multi-layer runs the induction story holds in
-    (``generalisation.story.*``), and for every generalising configuration, per ablation mode and
-    component, in how many generalising seeds ablating it drops mean recall below one half
-    (``generalisation.<config>.<sources>.necessary.<how>.<component>``).
+    Per configuration (``d{d}h{h}l{L}.{x1|x1234}.*``): ``done``, ``generalise``, ``shortcut`` and the mean
+    recall per x_k; totals per layer count and training distribution (``l{L}.{x1|x1234}.*``); the smallest
+    generalising configuration by non-embedding :func:`parameters` (``smallest``, e.g. ``"d16h1l2"``, with
+    its share of seeds; ``"none"``).  When the table has them: the multi-layer runs the induction story
+    holds in (``story.*``), and per generalising configuration, ablation mode and component, the
+    generalising seeds where ablating it drops mean recall below one half
+    (``<config>.<sources>.necessary.<how>.<component>``).
     """
-    _check(frame)
+    ok, short = generalises(frame), _shortcut(frame)  # generalises checks the table
     columns = _recall_columns(frame)
-    ok, short = generalises(frame), _shortcut(frame)
     done_all = frame[frame["status"] == "done"]
     out: dict[str, object] = {"generalisation.runs": len(frame), "generalisation.done": len(done_all),
                               "generalisation.seeds": int(frame["seed"].nunique()),
@@ -199,20 +200,12 @@ ANY_HOWS: tuple[str, ...] = ("zero", "mean", "resample")
 
 def any_model_numbers(model, *, prefix: str = "any", n_pair: int = 2000, n_boot: int = 200,
                       hows: tuple[str, ...] = ANY_HOWS) -> dict[str, object]:
-    """The numbers the docs quote about a model with general recall, as flat ``<prefix>.*`` keys.
-
-    * ``recall.x{k}`` / ``elimination``: exhaustive recall per repeated ``x_k`` and elimination
-      (:func:`~perm_circuits.evaluate.recall_generalisation` with ``n=None``);
-    * ``story.*``: the induction story (:func:`~perm_circuits.analysis.circuits.induction_story.induction_story`:
-      scores, Q/K/V composition, path patching A -> B with its CI, ``holds`` and what is missing);
-    * ``ablate.<how>.<component>.x{k}`` / ``.elimination``: exhaustive recall per ``x_k`` with one
-      head of the story ablated, under every mode of ``hows`` (default :data:`ANY_HOWS`).
+    """The numbers the docs quote about a model with general recall, as flat ``<prefix>.*`` keys: exhaustive
+    recall per repeated ``x_k`` and elimination (:func:`~perm_circuits.evaluate.recall_generalisation`,
+    ``n=None``); the induction story (``story.*``,
+    :func:`~perm_circuits.analysis.circuits.induction_story.induction_story`); the same recall with the
+    story's previous-token or induction head ablated (``ablate.<how>.<role>.*``) per mode of ``hows``.
     """
-    from perm_circuits.analysis import ablate_head
-    from perm_circuits.analysis.circuits.induction_story import induction_story
-    from perm_circuits.evaluate import recall_generalisation
-    from perm_circuits.models import task_config_of
-
     task = task_config_of(model)
     out: dict[str, object] = {}
     general = recall_generalisation(model, task_config=task, n=None)
@@ -243,16 +236,11 @@ def any_model_numbers(model, *, prefix: str = "any", n_pair: int = 2000, n_boot:
 
 def dynamics_numbers(records: dict[int, object], signals: dict[str, str], *, target: str = "recall_x2_accuracy",
                      prefix: str = "any.dynamics", threshold: float = 0.5) -> dict[str, object]:
-    """When the parts form, per seed and across seeds.
-
-    For each seed's record and each ``label -> signal`` of ``signals`` (plus ``target``, recall of a
-    repeated x2 by default): the step at which the signal crosses ``threshold`` of its change
-    (:func:`~perm_circuits.dynamics.which_first`; ``<prefix>.seed{s}.{label}``, NaN if it never
-    does), and over the seeds how many cross no later than the target
-    (``<prefix>.{label}.before_target``) out of ``<prefix>.seeds``.
+    """When the parts form: per seed and each ``label -> signal`` of ``signals`` (and ``target``, recall of a
+    repeated x2), the step it crosses ``threshold`` of its change (:func:`~perm_circuits.dynamics.which_first`;
+    ``<prefix>.seed{s}.{label}``, NaN if never); over the seeds, how many cross no later than the target
+    (``<prefix>.{label}.before_target``) of ``<prefix>.seeds``.
     """
-    from perm_circuits.dynamics import which_first
-
     if not records:
         raise ValueError("records is empty: give {seed: DynamicsRecord}")
     out: dict[str, object] = {f"{prefix}.seeds": len(records), f"{prefix}.seed_list": ",".join(map(str, sorted(records)))}
@@ -292,8 +280,6 @@ def general_recall_numbers(model, records: dict[int, object], *, circuit: bool =
     the circuit numbers (``any.circuit.*`` of
     :func:`~perm_circuits.analysis.circuits.general_recall.any_circuit_numbers`, when ``circuit``), and
     :func:`dynamics_numbers` over the generalising seeds' records."""
-    from perm_circuits.analysis.circuits.general_recall import any_circuit_numbers
-
     out = any_model_numbers(model)
     if circuit:
         out.update(any_circuit_numbers(model))

@@ -1,10 +1,8 @@
 """A tiny template language for the results pages: every quoted number is a placeholder.
 
-``{{ key | format }}`` is replaced by ``numbers[key]`` written with ``format`` (see
-:data:`FORMATS`); ``{{> block }}`` is replaced by the text of a named block (a generated
-section such as the capacity tables; an absent block renders as nothing, so a template can
-carry a section whose table does not exist yet).  Nothing else is interpreted: prose stays
-hand-written markdown.  No dependency (jinja is not needed for this).
+``{{ key | format }}`` is ``numbers[key]`` written with ``format`` (:data:`FORMATS`); ``{{> block }}`` the
+text of a named generated block (absent: nothing, so a template can hold a section whose table does not
+exist yet).  Nothing else is interpreted: prose stays hand-written markdown.
 """
 
 from __future__ import annotations
@@ -30,18 +28,10 @@ def _number(value: object, key: str, fmt: str) -> float:
     return check_number(f"{key!r} (format {fmt!r})", value, finite=False)
 
 
-def _fixed(digits: int) -> Callable[[object, str], str]:
+def _decimals(name: str, digits: int, scale: int = 1, suffix: str = "") -> Callable[[object, str], str]:
     def fmt(value: object, key: str) -> str:
-        x = _number(value, key, f"f{digits}")
-        return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
-
-    return fmt
-
-
-def _percent(digits: int) -> Callable[[object, str], str]:
-    def fmt(value: object, key: str) -> str:
-        x = _number(value, key, f"pct{digits}")
-        return "n/a" if math.isnan(x) else f"{100 * x:.{digits}f}%"
+        x = _number(value, key, name)
+        return "n/a" if math.isnan(x) else f"{scale * x:.{digits}f}{suffix}"
 
     return fmt
 
@@ -62,8 +52,8 @@ def _text(value: object, key: str) -> str:
 
 
 FORMATS: dict[str, Callable[[object, str], str]] = {
-    **{f"f{d}": _fixed(d) for d in range(5)},
-    **{f"pct{d}": _percent(d) for d in range(3)},
+    **{f"f{d}": _decimals(f"f{d}", d) for d in range(5)},
+    **{f"pct{d}": _decimals(f"pct{d}", d, 100, "%") for d in range(3)},
     "int": _integer,
     "str": _text,
 }
@@ -88,10 +78,8 @@ def template_keys(template: str) -> list[str]:
 def render(template: str, numbers: Mapping[str, object], blocks: Mapping[str, str] | None = None) -> str:
     """``template`` with every placeholder filled from ``numbers`` and every block from ``blocks``.
 
-    Raises:
-        KeyError: a placeholder names a key that ``numbers`` lacks (the message suggests near keys).
-        ValueError: an unknown format.
-        TypeError: a number format applied to text.
+    KeyError for a key ``numbers`` lacks (suggesting near keys), ValueError for an unknown format,
+    TypeError for a number format applied to text.
     """
     if not isinstance(template, str):
         raise TypeError(f"template must be a str, got {type(template).__name__}")
