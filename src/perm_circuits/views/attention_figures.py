@@ -84,14 +84,19 @@ def attention_heatmaps(
     *,
     n: int = 5000,
 ) -> go.Figure:
-    """Mean attention pattern of every head over a test set (study section 08; the elimination head
-    reads as a uniform accumulator over earlier ``y`` tokens, the recall head as local ``(x, y)`` binding).
+    """Mean attention pattern of every head over a test set (study section 08).
 
-    One subplot per (layer, head): row ``q``, column ``k`` is the mean weight query position ``q``
-    puts on key ``k``, axes labelled by role (``0: x1``).  ``test_set`` defaults to
-    ``make_test_set(task_config_of(model), n)``.  ``repeated``: None averages all sequences,
-    True / False those whose last query repeats (does not repeat) an earlier one, ``"split"`` draws
-    both, a row of subplots each.
+    One subplot per (layer, head): row ``q``, column ``k`` is the mean over sequences of the
+    weight query position ``q`` puts on key position ``k``; axes carry the positions' roles
+    (``0: x1``, ``1: y1``, ...).  The study reads the elimination head as a uniform accumulator
+    over earlier ``y`` tokens and the recall head as local ``(x, y)`` binding.
+
+    Args:
+        test_set: default ``make_test_set(task_config_of(model), n)``.
+        repeated: ``None`` averages all sequences; ``True`` / ``False`` only those whose last
+            query repeats (does not repeat) an earlier one; ``"split"`` draws both, one row of
+            subplots each.
+        n: size of the default test set.
     """
     check_model(model)
     config = model_config_of(model)
@@ -133,8 +138,11 @@ def attention_heatmaps(
 
 
 def sequence_attention(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"]) -> go.Figure:
-    """Attention of every head on one sequence ``[x1, y1, ..., xV]`` (ints, a 1-D tensor or ``[1, seq]``),
-    tokens labelled ``0: x=2``, ``1: y=4``, ..."""
+    """Attention of every head on one sequence, tokens labelled ``0: x=2``, ``1: y=4``, ...
+
+    Args:
+        tokens: one sequence ``[x1, y1, ..., xV]`` (a list of ints, a 1-D tensor or ``[1, seq]``).
+    """
     check_model(model)
     config = model_config_of(model)
     if isinstance(tokens, (list, tuple)):

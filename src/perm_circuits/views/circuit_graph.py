@@ -1,12 +1,16 @@
 """A circuit drawn as a picture: components as nodes, causal edges as arrows, in plain inline SVG.
 
 The graph is the edge graph of circuit discovery (``embed``, ``L{l}H{h}``, ``L{l}MLP`` send;
-``L{l}H{h}.q|.k|.v``, ``L{l}MLP``, ``logits`` receive; an edge is ``"SENDER->RECEIVER"``), drawn as
-ACDC (Conmy et al., NeurIPS 2023) and path patching (Wang et al., ICLR 2023) do, bottom up:
-``embed``, per layer a row of heads (q, k, v ports on their lower edge) and a row with the MLP, then
-``logits``.  Edge width follows ``|score|`` (scaled to the largest drawn), colour its sign (blue
-positive, red negative, grey unscored); components outside the circuit are faint, so every picture
-of one model has the same frame.  No JavaScript or network: it renders in a notebook, a page, an ``.svg``.
+``L{l}H{h}.q|.k|.v``, ``L{l}MLP``, ``logits`` receive; an edge is ``"SENDER->RECEIVER"``), the way
+ACDC (Conmy et al., NeurIPS 2023) and path patching (Wang et al., ICLR 2023) draw circuits. The
+layout follows the forward pass from the bottom up: ``embed``, then per layer a row of heads (each
+with small q, k, v ports on its lower edge where its input edges land) and a row with the MLP, then
+``logits`` on top. An edge's width follows ``|score|`` (scaled to the largest drawn) and its colour
+the score's sign (blue positive, red negative, grey without scores). Components outside the circuit
+are drawn faint, so every picture of one model has the same frame.
+
+The SVG is self-contained (no JavaScript, no fonts or scripts from the network): it renders in a
+notebook (``_repr_html_``), in an HTML page and as an ``.svg`` file.
 """
 
 from __future__ import annotations
@@ -123,13 +127,20 @@ def circuit_graph(
     mlp: bool | None = None,
     title: str = "",
 ) -> CircuitGraph:
-    """Draw a circuit's ``edges`` (module docstring) as inline SVG.
+    """Draw a circuit (module docstring) as inline SVG.
 
-    ``scores``: optional edge -> effect (keys beyond ``edges`` ignored; an unscored edge is thin and
-    grey); ``labels``: optional node -> role, shown as ``"L0H1: eliminator"``.  ``n_layers``,
-    ``n_heads`` and ``mlp`` default to the smallest model that holds ``edges``.  Every component is a
-    ``<g class="node ...">`` (``in-circuit`` or ``idle``), every edge a ``<path class="edge">`` with
-    ``data-edge``, ``data-score`` and ``data-sign``.
+    Args:
+        edges: the circuit's edges, ``"SENDER->RECEIVER"``.
+        scores: optional edge -> effect; widths follow ``|score|``, colours its sign. Keys beyond
+            ``edges`` are ignored; an edge without a score is drawn thin and grey.
+        labels: optional node -> role, shown as ``"L0H1: eliminator"``.
+        n_layers: the model's layers (default: the fewest that hold ``edges``).
+        n_heads: heads per layer (default: the fewest that hold ``edges``).
+        mlp: whether the model has MLPs (default: whether any edge touches one).
+        title: a caption drawn above the graph.
+
+    Every component of the model is a ``<g class="node ...">`` (``in-circuit`` or ``idle``), every
+    edge a ``<path class="edge">`` with ``data-edge``, ``data-score`` and ``data-sign``.
     """
     edges = list(dict.fromkeys(edges))
     if any(not isinstance(e, str) for e in edges):

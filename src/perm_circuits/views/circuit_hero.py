@@ -1,6 +1,9 @@
-"""The first screen of a report page, from :mod:`perm_circuits.analysis.report_data`'s results: each
-skill's discovered circuit (:func:`~perm_circuits.views.circuit_graph.circuit_graph`), side by side,
-then three to five one-line findings.  Inline SVG, no JavaScript: it shows before the rest has loaded.
+"""The first screen of a report page: each skill's discovered circuit as a picture, then the findings.
+
+Renders what :mod:`perm_circuits.analysis.report_data` computed (no computation here): one
+:func:`~perm_circuits.views.circuit_graph.circuit_graph` per skill (edge width by the method's
+score, colour by sign), side by side, and three to five one-line findings, each naming its
+ablation mode.  Inline SVG, no JavaScript: it shows before anything else on the page has loaded.
 """
 
 from __future__ import annotations
@@ -62,8 +65,11 @@ def collapsible_section(title: str, body: str, heading_id: str | None = None) ->
 
 @dataclass(frozen=True)
 class CollapsedViews:
-    """circuitsvis views inside one :func:`collapsible` section: as ``Section("", CollapsedViews(...))``
-    of :func:`~perm_circuits.views.html.html_page`, the page inlines the bundle and mounts every view."""
+    """circuitsvis views (any ``mount_html(div_id)`` view) inside one :func:`collapsible` section.
+
+    Give it to :func:`~perm_circuits.views.html.html_page` as ``Section("", CollapsedViews(...))``:
+    the page then inlines the circuitsvis bundle and mounts every view, collapsed.
+    """
 
     title: str
     views: tuple[Any, ...]

@@ -1,9 +1,12 @@
 """Offline circuitsvis views built from plain tensors and token lists.
 
-Each view function validates its inputs and calls the matching circuitsvis function with its
-``render`` swapped for a recorder: circuitsvis' own argument handling, but none of its HTML (which
-probes the network or loads from a CDN).  The recorded component and props become an
-:class:`OfflineView`, rendered against the bundle of the circuitsvis wheel (:mod:`perm_circuits.views.html`).
+Each view function validates its inputs, then calls the matching circuitsvis
+function with circuitsvis' ``render`` swapped for a recorder, so we keep
+circuitsvis' own argument handling but never build its HTML: its
+``RenderedHTML._repr_html_`` probes ``http://google.com`` and ``str()`` gives
+CDN (unpkg) HTML. The recorded component name and props become an
+``OfflineView``, rendered against the bundle shipped in the circuitsvis wheel
+(see ``perm_circuits.views.html``).
 """
 
 from __future__ import annotations
@@ -39,8 +42,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class OfflineView:
-    """A circuitsvis view that renders with no internet: the React ``component`` (e.g.
-    ``"AttentionHeads"``) with its props as script-safe JSON, and a ``title`` (page heading)."""
+    """A circuitsvis view that renders with no internet.
+
+    Attributes:
+        title: Human-readable title (page heading, ``save`` page title).
+        component: circuitsvis React component, e.g. ``"AttentionHeads"``.
+        props_json: Script-safe JSON of the component's props.
+    """
 
     title: str
     component: str
@@ -143,11 +151,17 @@ def attention_view(
     *,
     mask_upper_tri: bool | None = None,
 ) -> OfflineView:
-    """Attention patterns of several heads over one sequence (``circuitsvis.attention.attention_heads``).
+    """Attention patterns of several heads over one sequence.
 
-    ``pattern[h, q, k]``: the weight query position ``q`` puts on key position ``k`` in head ``h``;
-    one token label per position, optionally one name per head.  ``mask_upper_tri`` greys out the
-    causal upper triangle (circuitsvis' default when None).
+    Wraps ``circuitsvis.attention.attention_heads``.
+
+    Args:
+        pattern: Attention probabilities, ``pattern[h, q, k]`` = weight query
+            position ``q`` puts on key position ``k`` in head ``h``.
+        tokens: One label per position (``len(tokens) == q == k``).
+        head_names: Optional label per head (``len == head``).
+        mask_upper_tri: Grey out the upper triangle (causal); circuitsvis'
+            default when ``None``.
     """
     title = check_str("title", title)
     tokens = _check_tokens(tokens)
@@ -173,8 +187,16 @@ def colored_tokens_view(
     min_value: float | None = None,
     max_value: float | None = None,
 ) -> OfflineView:
-    """Tokens coloured by one value each (``circuitsvis.tokens.colored_tokens``); the colour scale's
-    bounds default to circuitsvis' choice."""
+    """Tokens coloured by one value each.
+
+    Wraps ``circuitsvis.tokens.colored_tokens``.
+
+    Args:
+        tokens: One label per position.
+        values: One value per position (``len(values) == len(tokens)``).
+        min_value: lower colour-scale bound (circuitsvis picks if None).
+        max_value: upper colour-scale bound (circuitsvis picks if None).
+    """
     title = check_str("title", title)
     tokens = _check_tokens(tokens)
     values = _check_real_tensor(values, "values", "pos")
@@ -197,8 +219,16 @@ def neuron_activations_view(
     neuron_labels: list[str] | None = None,
     layer_label: str = "layer",
 ) -> OfflineView:
-    """Per-token activations ``activations[pos, n]`` of a set of neurons, with a neuron picker
-    (``circuitsvis.activations.text_neuron_activations``, one "layer" labelled ``layer_label``)."""
+    """Per-token activations of a set of neurons, with a neuron picker.
+
+    Wraps ``circuitsvis.activations.text_neuron_activations`` (one "layer").
+
+    Args:
+        tokens: One label per position.
+        activations: ``activations[pos, n]`` for neuron ``n``.
+        neuron_labels: Optional label per neuron (``len == neurons``).
+        layer_label: Label of the single layer entry in the picker.
+    """
     title = check_str("title", title)
     tokens = _check_tokens(tokens)
     activations = _check_real_tensor(activations, "activations", "pos neurons")
@@ -216,8 +246,13 @@ def neuron_activations_view(
 
 @no_type_check  # validates its own inputs (lists, numpy, tensors) with precise messages
 def token_labels(tokens: Sequence[int] | Int[Tensor, "pos"]) -> list[str]:
-    """Labels of a permutation-lookup sequence ``x1 y1 x2 y2 ...`` (ids as a list or a 1-D integer
-    tensor): queries at even positions (``"0: x=2"``), answers at odd ones (``"1: y=5"``)."""
+    """Readable labels for a permutation-lookup sequence ``x1 y1 x2 y2 ...``.
+
+    Even positions are queries (``"0: x=2"``), odd positions answers (``"1: y=5"``).
+
+    Args:
+        tokens: Token ids as a list of int or a 1-D integer tensor.
+    """
     if isinstance(tokens, Tensor):
         if tokens.dtype.is_floating_point or tokens.is_complex() or tokens.dtype == torch.bool:
             raise TypeError(f"tokens tensor must have an integer dtype, got {tokens.dtype}")

@@ -1,5 +1,8 @@
-"""The report's comparison page (``index.html``, sections :data:`COMPARISON_SECTIONS`): several models
-side by side, written by :func:`~perm_circuits.views.report.write_report`."""
+"""The report's comparison page (``index.html``): several models side by side.
+
+:func:`~perm_circuits.views.report.write_report` writes it when given several models; its sections
+are :data:`COMPARISON_SECTIONS`.
+"""
 
 from __future__ import annotations
 

@@ -1,10 +1,12 @@
 """The emergence figure: every signal of a training run on one log time axis, normalised.
 
 Each signal of a :class:`~perm_circuits.dynamics.DynamicsRecord` is drawn as its change so far,
-``(v(t) - v_0) / (v_final - v_0)`` (a falling loss rises too), so signals of different units share
-one axis, as in Hoogland et al. 2024 ("The developmental landscape of in-context learning") and
-Olsson et al. 2022.  A marker shows where each first crosses ``threshold`` (the steps
-:func:`~perm_circuits.dynamics.which_first` orders by); flat signals are dashed at 0, unmarked.
+``(v(t) - v_0) / (v_final - v_0)`` (0 at the first recorded step, 1 at the last; a falling loss
+rises too), so signals with different units share one axis, as in Hoogland et al. 2024 ("The
+developmental landscape of in-context learning") and Olsson et al. 2022.  A marker on each curve
+shows the step where it first crosses ``threshold`` (default half of its change):
+:func:`~perm_circuits.dynamics.which_first` orders the signals by the same steps.  Flat signals are
+drawn at 0, dashed, without a marker.
 """
 
 from __future__ import annotations

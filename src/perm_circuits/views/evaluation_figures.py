@@ -54,11 +54,16 @@ def _unique_names(names: Sequence[str]) -> list[str]:
 def step_accuracy(*evaluations: Evaluation, prior: str = "uniform") -> go.Figure:
     """Per-step accuracy vs the Bayesian target accuracy, with MAE vs the posterior (section 06).
 
-    Bars: each :class:`~perm_circuits.evaluate.Evaluation`'s accuracy at steps ``1..V``.  Lines: the
-    exact Bayesian predictor's accuracy (mean probability on the target) with the uniform prior
-    (``StepMetrics.bayes_accuracy``) and the train-split prior (``bayes_accuracy_train``).  Dotted,
-    right axis: each model's mean absolute error against the ``prior`` (``"uniform"`` or ``"train"``)
-    posterior; hover adds the max error and, at the last step, elimination and recall accuracy.
+    Bars: each model's categorical accuracy at steps ``1..V``.  Lines: the accuracy the exact
+    Bayesian predictor reaches (its mean probability on the target), with the uniform prior
+    (``StepMetrics.bayes_accuracy``) and the train-split prior (``bayes_accuracy_train``).
+    Dotted lines on the right axis: each model's mean absolute error against the posterior of
+    ``prior``; hover shows the max error too, and at the last step the elimination and recall
+    (memorization-subgroup) accuracies.
+
+    Args:
+        evaluations: one or more :class:`~perm_circuits.evaluate.Evaluation` (several: compared).
+        prior: which posterior the MAE line measures against: ``"uniform"`` or ``"train"``.
     """
     if not evaluations:
         raise ValueError("step_accuracy needs at least one Evaluation")
@@ -130,14 +135,18 @@ def _bayes_key(evaluation: Evaluation) -> tuple[tuple[float, ...], tuple[float, 
 
 
 def walkthrough(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"] | None = None) -> go.Figure:
-    """The study's five-step walkthrough (section 06) of one sequence ``tokens`` (default
-    :data:`STUDY_SEQUENCE`; ``probe_sequence()`` shows recall vs the trap).
+    """The study's five-step walkthrough (section 06): predicted distribution vs the posterior.
 
-    One subplot per y-prediction step ``k``: the model's P(y = v), ``v = 1..V``, next to the exact
-    Bayesian posterior with the uniform and the train-split prior
-    (:func:`~perm_circuits.posterior.bayes_posterior`).  Ticks mark the target (``✓``), the used
-    values (``✕``) and, at a repeated last query, the recall answer and the elimination trap.  The
-    last target is the uniform posterior's point mass (the unused value, or the earlier ``y``).
+    One subplot per y-prediction step ``k``: the model's P(y = v) for ``v = 1..V`` next to the
+    exact Bayesian posterior with the uniform prior and with the train-split prior
+    (:func:`~perm_circuits.posterior.bayes_posterior`).  Tick labels mark the target (``✓``),
+    the values already used (``✕``), and at a repeated last query the recall answer and the
+    elimination trap.  The last step's target is the uniform posterior's point mass (the
+    unused value, or the earlier ``y`` of a repeated query).
+
+    Args:
+        tokens: one sequence ``[x1, y1, ..., xV]``; default :data:`STUDY_SEQUENCE`
+            ``[2,3, 1,5, 4,4, 3,2, 5]`` (target 1).  ``probe_sequence()`` shows recall vs the trap.
     """
     check_model(model)
     V = model_config_of(model).V
@@ -207,7 +216,10 @@ def probe_distribution(models: Mapping[str, Any]) -> go.Figure:
     """P(y = v) at the last position of the probe ``[2,4, 5,3, 4,5, 3,2, 2]`` per model (section 07).
 
     ``x5 = x1 = 2``: recall answers 4 (orange), elimination's trap is 1, the only unused value
-    (blue); the other values are grey.  ``models``: ``{label: model}`` (V = 5), one bar group each.
+    (blue).  One bar group per model; the other values are grey.
+
+    Args:
+        models: ``{label: model}`` (V = 5 models), drawn in the given order.
     """
     if not isinstance(models, Mapping):
         raise TypeError(f"models must be a dict of name -> model, got {type(models).__name__}")

@@ -1,5 +1,10 @@
-"""Plotly figures for the study's plots ("Can a Tiny Transformer Learn to Remember?"), offline: every
-figure of the ``*_figures`` modules with the house colors, and :func:`write_html`."""
+"""Plotly figures for the study's plots ("Can a Tiny Transformer Learn to Remember?"), offline.
+
+Re-exports every figure of :mod:`~perm_circuits.views.attention_figures`,
+:mod:`~perm_circuits.views.evaluation_figures`, :mod:`~perm_circuits.views.table_figures` and
+:mod:`~perm_circuits.views.training_figures` with the house colors of
+:mod:`~perm_circuits.views.figure_style`, and holds :func:`write_html` (plotly.js inlined: no CDN).
+"""
 
 from __future__ import annotations
 
@@ -57,10 +62,14 @@ __all__ = [
 def write_html(fig: go.Figure, path: str | os.PathLike, *, plotly_js: str = "inline") -> Path:
     """Write ``fig`` as a full HTML page that works offline (written atomically); returns the path.
 
-    ``plotly_js="inline"`` (one standalone file) inlines plotly.js; ``"beside"`` saves it once into
-    the page's folder (:func:`perm_circuits.views.html.write_plotly_js`) and loads it by a relative
-    ``<script src>``, so pages of one folder share one 3.5 MB copy.  Either way plotly.js's CDN
-    addresses (geo traces only) point at a local folder.
+    ``plotly_js="inline"`` (the default: one standalone file you can mail or move) inlines plotly.js
+    (``include_plotlyjs=True``, never ``"cdn"``) and the page has no ``<script src=...>``.
+    ``plotly_js="beside"`` saves plotly.js once into the page's folder
+    (``plotly-<version>.min.js``, :func:`perm_circuits.views.html.write_plotly_js`, kept if already
+    there) and loads it by a relative ``<script src>``: use it when writing several pages into one
+    folder, so they share one 3.5 MB copy.  Either way the CDN addresses inside plotly.js (the
+    default ``topojsonURL``, used only by geo traces, which these figures never draw) point at a
+    local folder so nothing refers to plotly's CDN.
     """
     if not isinstance(fig, go.Figure):
         raise TypeError(f"fig must be a plotly.graph_objects.Figure, got {type(fig).__name__}")

@@ -1,12 +1,20 @@
 """Offline HTML page assembly for circuitsvis views and plotly figures.
 
-Pages work with no internet: the circuitsvis React bundle (``circuitsvis/dist/cdn/iife.js`` of the
-installed wheel) is inlined once; plotly.js (the installed ``plotly`` package) is inlined once or,
-for pages written together, saved once beside them (:func:`write_plotly_js`) and loaded by a
-relative ``<script src>``; no ``<script src>`` or ``<link href>`` names a remote host.  We never call
-circuitsvis' ``RenderedHTML._repr_html_`` (it probes ``http://google.com``), ``str()`` on a
-``RenderedHTML`` (CDN HTML from unpkg) nor ``render_local`` (it re-reads the bundle per view and
-may shell out to ``yarn``).
+Everything produced here works with no internet:
+
+* the circuitsvis React bundle comes from the installed wheel
+  (``circuitsvis/dist/cdn/iife.js``) and is inlined into the page, once;
+* plotly.js comes from the installed ``plotly`` package and is either inlined, once, or -- for
+  pages written together (the report, the sweep report) -- saved once beside them as
+  ``plotly-<version>.min.js`` (:func:`write_plotly_js`) and loaded by a relative
+  ``<script src="plotly-<version>.min.js">``, so a folder of pages holds one 3.5 MB copy;
+* no ``<script src=...>`` or ``<link href=...>`` to a remote host is emitted (a relative local
+  script is fine: it loads over ``file://``).
+
+We never call circuitsvis' ``RenderedHTML._repr_html_`` (it probes
+``http://google.com`` to pick between local and CDN HTML) nor ``str()`` on a
+``RenderedHTML`` (CDN HTML loading from unpkg), nor its ``render_local`` (which
+re-reads the bundle per view and may shell out to ``yarn`` in dev mode).
 """
 
 from __future__ import annotations
@@ -66,7 +74,10 @@ class MountableView(Protocol):
     title: str
 
     def mount_html(self, div_id: str) -> str:
-        """A ``<div>`` plus a script rendering the view into it (the bundle already loaded)."""
+        """Return a ``<div>`` plus a script rendering the view into it.
+
+        The script assumes the circuitsvis bundle is already loaded.
+        """
         ...
 
 
@@ -96,8 +107,15 @@ def _escape_script_text(js: str) -> str:
 
 @lru_cache(maxsize=1)
 def circuitsvis_bundle_js() -> str:
-    """The installed wheel's prebuilt circuitsvis bundle, ready to inline, without its ``sourceMappingURL``
-    (FileNotFoundError when the wheel has none)."""
+    """The prebuilt circuitsvis browser bundle, ready to inline in a ``<script>``.
+
+    Read from the installed wheel (``circuitsvis/dist/cdn/iife.js``); no
+    node/npm/yarn is involved. The ``sourceMappingURL`` comment is dropped so
+    devtools never asks for the (unshipped-in-page) map.
+
+    Raises:
+        FileNotFoundError: if the installed circuitsvis has no prebuilt bundle.
+    """
     bundle = resources.files("circuitsvis").joinpath("dist", "cdn", "iife.js")
     if not bundle.is_file():
         raise FileNotFoundError(
@@ -111,8 +129,9 @@ def circuitsvis_bundle_js() -> str:
 TOPOJSON_LOCAL = "./topojson/"
 """Where inlined plotly.js looks for map data (geo traces only, which we never draw), instead of its CDN."""
 
-# CDN hosts plotly.js names for geo and map traces (never drawn here): pointed at local paths, so a
-# page holds no CDN address at all.
+# Content-delivery hosts that plotly.js names in code paths for geo and map traces (topojson, map
+# styles, icon sprites), which these pages never draw.  The inlined copy points them at local paths,
+# so a page holds no CDN address at all and could not reach one even if such a trace were added.
 _TOPOJSON_CDN = re.compile(r"https://cdn\.plot\.ly/un/")
 _OTHER_CDNS = re.compile(r"https://(?:cdn\.jsdelivr\.net|(?:[a-z]+\.)*cartocdn\.com)/")
 OFFLINE_PLACEHOLDER = "./offline-unavailable/"
@@ -145,9 +164,14 @@ def _plotly_js_text() -> str:
 
 
 def write_plotly_js(folder: str | os.PathLike[str]) -> Path:
-    """Save plotly.js (no CDN address, :func:`offline_plotly`) as ``folder/plotly-<version>.min.js`` and
-    return its path; pages load it with ``html_page(..., include_plotlyjs=path.name)``.  Written
-    atomically, and left alone when it already holds this text: pages written together share one copy.
+    """Save plotly.js (with no CDN address, see :func:`offline_plotly`) once into ``folder``.
+
+    Pages in ``folder`` load it with ``html_page(..., include_plotlyjs=path.name)``.  The file is
+    written atomically (temporary file + rename) and left alone when it already holds exactly
+    this text, so pages written together, or written again, share one copy.
+
+    Returns:
+        The path of the saved file, ``folder/plotly-<version>.min.js``.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -175,16 +199,28 @@ def _plotly_head_script(include_plotlyjs: bool | str) -> str | None:
 
 
 def script_json(value: object) -> str:
-    """``value`` as JSON to embed inside a ``<script>``: ``<``, ``>``, ``&`` as ``\\u`` escapes (so a token
-    like ``</script>`` cannot end the script); NaN/Infinity stay JavaScript's ``NaN``/``Infinity``."""
+    """JSON-encode ``value`` for embedding as a literal inside a ``<script>``.
+
+    ``<``, ``>`` and ``&`` are written as ``\\u`` escapes (they can only occur
+    inside JSON strings), so token text like ``</script>`` cannot end the
+    script. NaN/Infinity stay as the JavaScript literals ``NaN``/``Infinity``.
+    """
     text = json.dumps(value)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def mount_html(div_id: str, component: str, props_json: str, *, title: str = "") -> str:
-    """A ``<div id=div_id>`` and a script rendering the circuitsvis React ``component`` (e.g.
-    ``"AttentionHeads"``) with ``props_json`` (:func:`script_json`) into it; needs the global
-    ``CircuitsVis`` (the bundle) loaded."""
+    """A container ``<div>`` and a classic script rendering ``component`` into it.
+
+    Args:
+        div_id: Unique element id (letters, digits, ``-``, ``_``).
+        component: circuitsvis React component name, e.g. ``"AttentionHeads"``.
+        props_json: Script-safe JSON object of props (see ``script_json``).
+        title: Optional ``title`` attribute of the container.
+
+    Returns:
+        HTML that expects the global ``CircuitsVis`` (the bundle) to be loaded.
+    """
     if not _DIV_ID_RE.match(div_id):
         raise ValueError(f"div_id must match {_DIV_ID_RE.pattern}, got {div_id!r}")
     if not _IDENTIFIER_RE.match(component):
@@ -237,13 +273,23 @@ def html_page(
     *,
     include_plotlyjs: bool | str = False,
 ) -> str:
-    """One offline HTML document titled ``title`` (``<title>`` and ``<h1>``).
+    """Assemble one offline HTML page.
 
-    ``sections``: ``Section``s, views (headed by their title) or raw HTML strings; the circuitsvis
-    bundle is inlined once when a view is present, each view mounted in its own div.
-    ``include_plotlyjs`` (for figures embedded with ``include_plotlyjs=False``): True inlines
-    plotly.js in ``<head>``, False leaves it out, a relative ``.js`` path (e.g. :func:`write_plotly_js`'s
-    file) loads that local file; URLs, absolute paths and ``..`` are refused (ValueError).
+    The circuitsvis bundle is inlined once (only when a view is present) and
+    each view is mounted in its own div; plotly.js is loaded once in ``<head>``
+    (for figures embedded as ``fig.to_html(full_html=False, include_plotlyjs=False)``):
+    inlined when ``include_plotlyjs`` is True, or from a local file beside the page when it is
+    that file's relative path (save it with :func:`write_plotly_js`).
+
+    Args:
+        title: Page ``<title>`` and ``<h1>``.
+        sections: ``Section``s, views (headed by their title) or raw HTML strings.
+        include_plotlyjs: True: inline plotly.js; False: none; a relative ``.js`` path (e.g.
+            ``plotly_js_file_name()``): a ``<script src>`` to that local file.  URLs, absolute
+            paths and ``..`` are refused (ValueError).
+
+    Returns:
+        The full HTML document.
     """
     check_str("title", title)
     if isinstance(sections, (str, Section)) or not isinstance(sections, Sequence):
@@ -264,15 +310,22 @@ def html_page(
 
 
 def remote_resource_refs(page: str) -> list[str]:
-    """The snippets of ``page`` that would fetch from the network on load (empty for an offline page).
+    """Remote fetches a page would make on load, found by scanning its text.
 
-    ``<script|link|img|iframe|source>`` tags whose ``src``/``href`` is ``http(s)://`` or
-    protocol-relative, or any other non-relative script source; ES-module imports from such URLs
-    (circuitsvis' CDN HTML); any mention of unpkg.  URLs inside inlined library code (plotly.js names
-    its CDN for geo traces) and relative local scripts (:func:`local_script_refs`) are not reported.
+    Reports ``<script|link|img|iframe|source>`` tags whose ``src``/``href`` is
+    ``http(s)://`` or protocol-relative, ES-module imports from such URLs (the
+    form circuitsvis' CDN HTML uses) and any mention of the unpkg CDN host. URL strings
+    that merely sit inside inlined library code (plotly.js mentions
+    plotly's CDN for geo/map traces) are not reported; the browser harness
+    is the ground truth for actual requests.  A ``<script src>`` to a relative local file (the
+    shared plotly.js beside the page) is not remote; see :func:`local_script_refs`.
+
+    Returns:
+        The offending snippets; empty for an offline page.
     """
     patterns = (_REMOTE_REF_RE, _REMOTE_IMPORT_RE, _UNPKG_RE)
     found = [m.group(0) for pattern in patterns for m in pattern.finditer(page)]
+    # any other non-relative script source (file:///..., data:, javascript:, an absolute path) too
     found += [
         m.group(0) for m in _SCRIPT_SRC_RE.finditer(page)
         if not _LOCAL_SRC_RE.match(m.group(1)) and not any(m.group(0) in f or f in m.group(0) for f in found)

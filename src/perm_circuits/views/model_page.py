@@ -1,5 +1,8 @@
-"""The per-model report page's content (assembled by :mod:`perm_circuits.views.report`): sample sizes,
-what a page computed, and its sections as HTML."""
+"""The per-model report page's content: sample sizes, what a page computed, and its sections as HTML.
+
+:mod:`perm_circuits.views.report` runs the analyses of one model and assembles its page
+(``_model_page``) from the renderers here.
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,19 @@
 """Notebook outputs that a static documentation site can show offline.
 
-``scripts/build_notebooks.py`` executes the notebooks with :func:`use_site_display` on, so their
-committed outputs render on the docs site (mkdocs-jupyter) with no internet and no library inlined
-per notebook: a plotly figure is stored as the plotly mimetype (JupyterLab and VS Code draw it) plus
-an HTML ``<div>`` with **no** plotly.js; a circuitsvis view as its ``<div>`` and mount script only
-(the site loads plotly.js and the circuitsvis bundle once per page).  Element ids count up from 1 in
-each kernel, so a notebook executed twice stores the same HTML.
+``scripts/build_notebooks.py`` executes the notebooks with :func:`use_site_display` switched on, so
+their committed outputs render on the docs site (mkdocs-jupyter) with no internet and no multi-MB
+library inlined into every notebook:
+
+* a plotly figure is stored as two outputs of one display: the plotly mimetype
+  (``application/vnd.plotly.v1+json``, which JupyterLab and VS Code draw with their own plotly.js)
+  and an HTML ``<div>`` with a ``Plotly.newPlot`` call and **no** plotly.js (the site loads one
+  local copy in each notebook page's ``<head>``);
+* a circuitsvis view (:class:`~perm_circuits.views.circuits.OfflineView`) is stored as its
+  container ``<div>`` and mount script only (the site loads the circuitsvis bundle the same way).
+
+Element ids count up from 1 in each kernel, so a notebook executed twice stores the same HTML.
+Without this switch (an interactive session) figures and views keep their usual, self-contained
+display.
 """
 
 from __future__ import annotations
@@ -41,9 +49,14 @@ class SitePlotlyRenderer(MimetypeRenderer):
 
 
 def use_site_display() -> None:
-    """Store plotly figures and circuitsvis views in the current IPython kernel as the docs site shows
-    them (:class:`SitePlotlyRenderer` as plotly's default renderer, an HTML formatter for
-    :class:`~perm_circuits.views.circuits.OfflineView` without the bundle); RuntimeError outside a kernel.
+    """Store plotly figures and circuitsvis views in the current IPython kernel as the docs site shows them.
+
+    Registers :class:`SitePlotlyRenderer` as plotly's default renderer and an HTML formatter for
+    :class:`~perm_circuits.views.circuits.OfflineView` that writes the mount ``<div>`` and script
+    without the circuitsvis bundle.
+
+    Raises:
+        RuntimeError: not inside an IPython kernel.
     """
     try:
         from IPython import get_ipython

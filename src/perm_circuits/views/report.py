@@ -1,10 +1,20 @@
 """The HTML report: one self-contained, offline page per model, and a comparison page.
 
-:func:`write_report` (``perm-circuits report NAME... --out DIR``) computes each model's analyses with
-:func:`perm_circuits.analysis.report_data.study_report_data` and writes ``DIR/NAME.html`` (the
-sections of :data:`MODEL_SECTIONS`, rendered by :mod:`perm_circuits.views.model_page`); with several
-models also ``DIR/index.html`` side by side (:data:`COMPARISON_SECTIONS`).  Pages inline the
-circuitsvis bundle and share one plotly.js saved beside them: they work with no network.
+:func:`write_report` (``perm-circuits report NAME... --out DIR``) has each model's analyses
+computed by :func:`perm_circuits.analysis.report_data.study_report_data` and writes
+``DIR/NAME.html``: the head-role verdict (its claims, roles under every ablation mode and the
+circuit proposed per skill with its IOI numbers), the evaluation against the exact Bayesian
+posteriors, the study's figures, the memory-probe (Bietti et al. 2023), MLP-flip and
+direct-logit-attribution tables, circuitsvis views of one forward pass over the study's probe and
+walkthrough sequences, and the training provenance (the sections of :data:`MODEL_SECTIONS`).  With
+several models it also writes ``DIR/index.html`` side by side (:data:`COMPARISON_SECTIONS`).
+Pages inline the circuitsvis bundle and share one plotly.js saved beside them
+(:func:`perm_circuits.views.html.write_plotly_js`): they work with no network.
+
+Sample sizes (:func:`write_report`'s ``n``, capped for the head-role verdict and the patching
+sweeps) keep the whole report a few seconds per model.  The sections are rendered by
+:mod:`perm_circuits.views.model_page` and :mod:`perm_circuits.views.comparison_page` with the
+helpers of :mod:`perm_circuits.views.report_html`.
 """
 
 from __future__ import annotations
@@ -155,7 +165,10 @@ def _file_stem(name: str, taken: set[str]) -> str:
 
 
 def _model_page(entry: ModelEntry, n: int, step: Any, plotly_js: bool | str = True) -> str:
-    """Run every analysis of one model and assemble its page (``step(label)`` reports progress)."""
+    """Run every analysis of one model and assemble its page (``step(label)`` reports progress).
+
+    ``plotly_js``: ``html_page``'s ``include_plotlyjs`` (True inlines; a file name loads the shared copy).
+    """
     model = entry.model
     config = model_config_of(model)
     task = task_config_of(model)
@@ -166,7 +179,8 @@ def _model_page(entry: ModelEntry, n: int, step: Any, plotly_js: bool | str = Tr
     def add(title: str, html: str) -> None:
         body[title].append(Section("", html))
 
-    # 1-4. every analysis, computed once (analysis.report_data)
+    # 1-4. every analysis, computed once (analysis.report_data): evaluation, head roles, patching,
+    # FFN / memory probes, MLP flips, direct logit attribution
     data = study_report_data(model, n, n_roles=n_roles, n_patch=n_patch, n_recall=n_recall, n_boot=N_BOOT,
                              repeat_ratio=STUDY_REPEAT_RATIO, step=step, roles=head_roles)
     test_set, evaluation, generalisation, verdict = data.test_set, data.evaluation, data.generalisation, data.verdict
@@ -302,16 +316,31 @@ def write_report(
 ) -> list[Path]:
     """Write one self-contained offline HTML report per model, and a comparison page for several.
 
-    ``models``: pretrained names (``"d16h1"``, ``"d32h1"``, ``"d32h2"``), checkpoint folders
-    (:func:`perm_circuits.models.load_any`) or model objects (or one name), loaded and run on
-    ``device`` (default the CPU).  ``out`` is created, its pages overwritten; a non-empty folder is
-    refused unless an earlier report wrote it (it holds :data:`REPORT_MARKER`) or ``force``.  ``n``:
-    test sequences of the evaluation, attention maps, MLP flips and DLA; the head-role verdict and
-    the patching sweeps use at most :data:`ROLES_MAX_N` / :data:`PATCH_MAX_N` (each page says its
-    sizes).  ``progress``: a tqdm bar on stderr.  Bad arguments raise before anything is written.
+    ``device`` (default the CPU) is where named models are loaded and run.
 
-    Returns ``out/NAME.html`` per model, in order, then ``out/index.html`` for several models (not
-    the shared ``out/plotly-<version>.min.js``).
+    Args:
+        models: pretrained names (``"d16h1"``, ``"d32h1"``, ``"d32h2"``), checkpoint folders
+            (loaded with :func:`perm_circuits.models.load_any`) or model objects; a single name is
+            accepted too.
+        out: output folder (created; existing pages are overwritten).  A non-empty folder is
+            refused unless an earlier report wrote it (it holds :data:`REPORT_MARKER`, which
+            lists the pages written there) or ``force`` is true.
+        n: test sequences of the evaluation (and of the attention maps, MLP flips and DLA); the
+            head-role verdict and the patching sweeps use at most :data:`ROLES_MAX_N` /
+            :data:`PATCH_MAX_N` (each page says which sizes it used).
+        progress: show a tqdm progress bar (on stderr) over models and sections.
+        force: write into a non-empty folder that no report wrote.
+
+    Returns:
+        The written pages: ``out/NAME.html`` per model, in the given order, then
+        ``out/index.html`` (the comparison) when several models are given.  The shared
+        ``out/plotly-<version>.min.js`` they load is written too (not listed).
+
+    Raises:
+        ValueError: an unknown model name or missing/invalid checkpoint, no models, ``n <= 0``,
+            ``out`` an existing file, or a non-empty folder no report wrote (without ``force``):
+            all before anything is written.
+        TypeError: arguments of the wrong type.
     """
     if check_int("n", n) <= 0:
         raise ValueError(f"n must be a positive int (test sequences), got {n}")
@@ -358,7 +387,7 @@ def write_report(
             bar.update(1)
         if several:
             bar.set_postfix_str("comparison page")
-            pages[-1].write_text(comparison_html(entries, plotly_js), encoding="utf-8")
+            (out / INDEX_PAGE).write_text(comparison_html(entries, plotly_js), encoding="utf-8")
             bar.update(1)
         bar.set_postfix_str("done")
         return pages

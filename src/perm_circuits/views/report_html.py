@@ -1,6 +1,8 @@
 """HTML building blocks of the report pages: escaping, headings, notes, tables, figures, the TOC and CSS.
 
-Figures are embedded without plotly.js (the page loads one shared copy), with the local topojson setting.
+The per-model sections (:mod:`perm_circuits.views.model_page`) and the comparison page
+(:mod:`perm_circuits.views.comparison_page`) are written with them.  Figures are embedded without
+plotly.js (the page loads one shared copy) and with the local topojson setting: pages render offline.
 """
 
 from __future__ import annotations

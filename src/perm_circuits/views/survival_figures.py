@@ -1,6 +1,9 @@
-"""The time-to-recall figure: the Kaplan-Meier curves of :func:`perm_circuits.survival.time_to_recall`
-(share of seeds with recall >= 0.99 by N training sequences, log x, censored at the budget): a panel
-per dropout, a step line per configuration ending at its budget, a cross there for censored seeds.
+"""The time-to-recall figure: per configuration, the share of seeds that have learned recall by N samples.
+
+Draws the curves :func:`perm_circuits.survival.time_to_recall` computes (Kaplan-Meier,
+censored at the training budget): one panel per dropout value, one step line per (d_model,
+n_heads), x = training sequences seen (log scale), y = fraction of seeds with recall >= 0.99.
+A line ends at its budget; a cross there marks seeds censored without recall.
 """
 
 from __future__ import annotations

@@ -1,5 +1,10 @@
-"""Small static SVG charts for the docs site's markdown pages (``scripts/build_results.py``): line charts
-and heatmaps, no JavaScript, no CDN; deterministic (same input, same bytes)."""
+"""Small static SVG charts for the docs site: line charts and heatmaps, no JavaScript, no CDN.
+
+The interactive figures are plotly (:mod:`perm_circuits.views.figures`); the documentation pages are
+static markdown, so their figures are plain SVG text written next to the pages by
+``scripts/build_results.py`` from the committed tables.  The output is deterministic (same input,
+same bytes), so a test can compare a committed figure with a fresh rendering.
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,15 @@
-"""Population figures of a sweep table (one row per run, ``perm_circuits.sweep.load_sweep``): what a
-population of seeds says of the study's capacity story and head specialisation.
+"""Population figures from a sweep table (one row per run, see ``perm_circuits.sweep.load_sweep``).
 
-A *configuration* is a grid point without the seed: ``(d_model, n_heads, dropout)`` plus any other
-config axis that varies within those (``n_layers``, ``repeat_ratio``, ``epochs``, ...;
-:func:`config_axes`).  Such axes are never pooled: the phase diagram gets one row of panels per
-combination of them, the other figures name them in each configuration's label.  Failed runs
-(``status != "done"``) never count as seeds.
+The study claims its capacity story and head specialisation hold "across seeds"; these figures
+(:func:`phase_diagram`, :func:`epoch_to_recall`, :func:`roles_frequency`) show what a population of
+seeds says.
+
+A *configuration* is one point of the grid without the seed: ``(d_model, n_heads, dropout)`` plus
+any other config axis that varies within those (``n_layers``, ``repeat_ratio``, ``epochs``, ...).
+When such other axes vary, the figures facet by them instead of pooling different recipes: the
+phase diagram gets one row of panels per combination of the other axes, and the other figures name
+them in each configuration's label.  Failed runs (``status != "done"``) never count as seeds here;
+the phase diagram says how many failed in a cell.
 """
 
 from __future__ import annotations
@@ -80,8 +84,11 @@ def check_frame(frame: object, columns: Sequence[str], name: str = "frame") -> p
 
 
 def config_axes(frame: pd.DataFrame, keys: Sequence[str] = PHASE_KEYS) -> list[str]:
-    """Config columns besides ``keys`` (and the seed) that take several values within one ``keys`` cell
-    (NaN counts as a value); derived ones (``d_head``, ``d_mlp``) are constant within a cell."""
+    """Config columns besides ``keys`` (and the seed) that take several values within one ``keys`` cell.
+
+    Derived columns (``d_head`` = d_model / n_heads, ``d_mlp``) are constant within a cell and so
+    never listed; NaN counts as a value (``early_stop`` may be null).
+    """
     require_columns(frame, list(keys), "frame")
     others = [c for c in CONFIG_AXES if c in frame.columns and c not in keys]
     grouped = frame.groupby(list(keys), dropna=False)
@@ -118,9 +125,12 @@ def _matches(frame: pd.DataFrame, column: str, value: object) -> pd.Series:
 
 
 def phase_cells(frame: pd.DataFrame, threshold: float = 0.99) -> pd.DataFrame:
-    """The phase diagram's numbers, one row per configuration with runs: its columns, ``done``,
-    ``failed``, ``learned`` (done seeds with ``recall_accuracy >= threshold``) and ``share`` =
-    learned / done (NaN when no seed finished)."""
+    """The phase diagram's numbers: one row per configuration with runs.
+
+    Columns: the configuration (``d_model``, ``n_heads``, ``dropout`` and the other varying axes),
+    ``done``, ``failed``, ``learned`` (done seeds with ``recall_accuracy >= threshold``) and
+    ``share`` = learned / done (NaN when no seed finished).
+    """
     threshold = check_fraction(threshold)
     check_frame(frame, ["status", "recall_accuracy", *PHASE_KEYS])
     keys = [*PHASE_KEYS, *config_axes(frame)]
@@ -137,12 +147,19 @@ def phase_cells(frame: pd.DataFrame, threshold: float = 0.99) -> pd.DataFrame:
 
 
 def phase_diagram(frame: pd.DataFrame, threshold: float = 0.99) -> go.Figure:
-    """Share of seeds that learn recall (final ``recall_accuracy >= threshold``, the study's 0.99) over
-    d_model (x) x n_heads (y), one panel per dropout, one row of panels per combination of the other
-    varying axes.
+    """Share of seeds that learn recall over d_model (x) x n_heads (y), one panel per dropout.
 
-    Each cell reads ``k/n`` (k learned of n finished seeds) plus the number of failed runs, if any;
-    a cell with no run is blank, one whose runs all failed says "n failed".
+    A seed learns recall when its final ``recall_accuracy >= threshold`` (only ``status == "done"``
+    rows count).  Each cell is annotated ``k/n`` (k learned out of n finished seeds), plus the
+    number of failed runs when there are any; a cell with no run is blank, and a cell whose runs
+    all failed is blank with "n failed".  When other config axes vary within a (d_model, n_heads,
+    dropout) cell (``n_layers``, ``repeat_ratio``, ``epochs``, ...; see :func:`config_axes`), each
+    combination of them gets its own row of panels rather than being pooled.
+
+    Args:
+        frame: the sweep table (``load_sweep``); needs ``status``, ``recall_accuracy``,
+            ``d_model``, ``n_heads``, ``dropout``.
+        threshold: recall accuracy that counts as learned (the study's 0.99).
     """
     cells = phase_cells(frame, threshold)
     others = config_axes(frame)
@@ -153,9 +170,13 @@ def phase_diagram(frame: pd.DataFrame, threshold: float = 0.99) -> go.Figure:
     x_labels = [_fmt_value(d) for d in d_models]
     y_labels = [_fmt_value(h) for h in heads]
 
-    suffixes = [" | " + ", ".join(f"{axis}={_fmt_value(v)}" for axis, v in combo.items()) if combo else ""
-                for combo in combos]
-    titles = [f"dropout {_fmt_value(p)}{suffix}" for suffix in suffixes for p in dropouts]
+    def combo_title(combo: dict) -> str:
+        return ", ".join(f"{axis}={_fmt_value(value)}" for axis, value in combo.items())
+
+    titles = [
+        f"dropout {_fmt_value(p)}" + (f" | {combo_title(combo)}" if combo else "")
+        for combo in combos for p in dropouts
+    ]
     fig = make_subplots(rows=len(combos), cols=len(dropouts), subplot_titles=titles, horizontal_spacing=0.08,
         vertical_spacing=min(0.15, 0.6 / max(len(combos), 1)))
     for r, combo in enumerate(combos, start=1):
@@ -199,9 +220,10 @@ def phase_diagram(frame: pd.DataFrame, threshold: float = 0.99) -> go.Figure:
 def epoch_to_recall(frame: pd.DataFrame) -> go.Figure:
     """Spread across seeds of ``epoch_recall_99`` (first epoch with recall >= 0.99), per configuration.
 
-    One box per configuration and dropout (a colour each), every seed a point (hover: seed, run id).
-    Finished seeds that never reached 0.99 (NaN) sit on a "never" row above the epochs, neither
-    dropped nor mistaken for late learners; failed runs are left out (the title counts them).
+    One box per configuration and dropout value (one colour per dropout), every seed drawn as a
+    point (hover: seed and run id).  Finished seeds that never reached 0.99 (``epoch_recall_99``
+    NaN) are drawn separately on a "never" row above the epochs, so they are neither dropped nor
+    mistaken for late learners.  Failed runs are left out (the title counts them).
     """
     check_frame(frame, ["status", "epoch_recall_99", "seed", *PHASE_KEYS])
     others = config_axes(frame)
@@ -252,8 +274,11 @@ def _nice_ticks(top: float) -> list[int]:
 
 
 def sweep_modes(frame: pd.DataFrame) -> list[str]:
-    """Ablation modes of a sweep table, in column order: from its ``verdict_<how>`` columns, else from
-    its ``role_<how>_<component>`` ones (component ``L<l>H<h>`` / ``L<l>MLP``)."""
+    """Ablation modes present in a sweep table, discovered from its column names.
+
+    From ``verdict_<how>`` columns when there are any; else from ``role_<how>_<component>``
+    columns (component ``L<l>H<h>`` / ``L<l>MLP``).  In table order.
+    """
     if not isinstance(frame, pd.DataFrame):
         raise TypeError(f"frame must be a pandas DataFrame, got {type(frame).__name__}")
     modes = [m["how"] for c in frame.columns if (m := _VERDICT_RE.match(str(c)))]
@@ -293,10 +318,13 @@ def claim_columns(frame: pd.DataFrame) -> dict[str, dict[str, str]]:
 
 
 def role_counts(frame: pd.DataFrame, how: str | None = None) -> pd.DataFrame:
-    """Tidy counts behind :func:`roles_frequency`, over finished runs: ``how``, ``config`` (label),
-    ``kind`` ("role" or "claim"), ``item`` (component or claim), ``value`` (role or status), ``count``
-    (seeds) and ``seeds`` (finished seeds of the configuration).  A component absent from a
-    configuration (``L0H1`` of a one-head model: NaN role) is not counted."""
+    """Tidy counts behind :func:`roles_frequency`, over finished runs.
+
+    Columns: ``how``, ``config`` (label), ``kind`` ("role" or "claim"), ``item`` (component or
+    claim), ``value`` (role or status), ``count`` (seeds), ``seeds`` (finished seeds of the
+    configuration).  A component absent from a configuration (``L0H1`` of a one-head model:
+    NaN role) is not counted.
+    """
     check_frame(frame, ["status", *PHASE_KEYS])
     modes = sweep_modes(frame)
     if not modes:
@@ -339,12 +367,17 @@ def _ordered_labels(done: pd.DataFrame, others: Sequence[str], *, dropout: bool 
 
 
 def roles_frequency(frame: pd.DataFrame, how: str | None = None) -> go.Figure:
-    """How often each head role and each claim status appears across seeds, per configuration (x).
+    """How often each head role and each claim status appears across seeds, per configuration.
 
-    One panel of stacked bars per component (``L0H0``, ``L0MLP``, ...: its role) and per claim (its
-    status), over finished seeds.  Ablation modes come from the column names (:func:`sweep_modes`):
-    ``how=None`` draws every mode with a dropdown between them (the first shown), so a
-    mode-dependent role is visible; ``how="mean"`` only that mode.
+    One panel per component (``L0H0``, ``L0H1``, ``L0MLP``, ...: stacked bars of its role, counted
+    over finished seeds) and one per claim (stacked bars of its status), with configurations
+    (d_model, n_heads, dropout and other varying axes) along x.  Ablation modes are discovered from
+    the column names (:func:`sweep_modes`), never assumed.  With ``how=None`` every mode is drawn
+    and a dropdown switches between them (the first mode shown), so a role that depends on the
+    ablation mode is visible; with ``how="mean"`` only that mode.
+
+    Raises:
+        ValueError: missing columns, no role columns, an unknown mode, or no finished runs.
     """
     counts = role_counts(frame, how)
     modes = sweep_modes(frame) if how is None else [how]  # a mode with nothing counted still gets its entry

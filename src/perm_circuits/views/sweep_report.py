@@ -1,8 +1,12 @@
 """The sweep report: one offline HTML page summarising a sweep table across seeds.
 
-:func:`write_sweep_report` (``perm-circuits sweep-report DIR --out PAGE.html``) writes the figures of
-:mod:`perm_circuits.views.sweep_figures`, a summary per configuration (:func:`sweep_summary`) and the
-failed runs' errors; the page loads the shared plotly.js saved beside it and needs no network.
+:func:`write_sweep_report` (``perm-circuits sweep-report DIR --out PAGE.html``) takes a sweep table
+(a DataFrame, or a sweep folder read with ``perm_circuits.sweep.load_sweep``) and writes one page
+with the phase diagram, the epoch-to-recall spread and the roles/claims frequencies of
+:mod:`perm_circuits.views.sweep_figures`, a summary table per configuration (:func:`sweep_summary`)
+and the failed runs' errors.  plotly.js is saved once beside the page
+(``plotly-<version>.min.js``, shared with any other page written into the same folder) and the page
+works with no network.
 """
 
 from __future__ import annotations
@@ -50,10 +54,13 @@ pre.pc-error { background: #fff5f5; border-left: 3px solid #e03131; padding: 6px
 
 
 def sweep_summary(frame: pd.DataFrame, threshold: float = 0.99) -> pd.DataFrame:
-    """One row per configuration of a sweep: :func:`~perm_circuits.views.sweep_figures.phase_cells`'s
-    columns (``share`` renamed ``share_learned``), ``median_epoch_recall`` (median ``epoch_recall_99``
-    of the seeds that reached it, NaN when none did) and, per ablation mode of the table,
-    ``verdict_<how>``: the verdicts counted over finished seeds, e.g. ``"fails 2, holds 1"``.
+    """One row per configuration (d_model, n_heads, dropout and other varying axes) of a sweep.
+
+    Columns: the configuration, ``done`` / ``failed`` runs, ``learned`` (done seeds with
+    ``recall_accuracy >= threshold``), ``share_learned`` (learned / done, NaN when none finished),
+    ``median_epoch_recall`` (median ``epoch_recall_99`` over the seeds that reached it, NaN when
+    none did) and, for every ablation mode found in the columns, ``verdict_<how>``: counts of the
+    verdicts over finished seeds, e.g. ``"fails 2, holds 1"``.
     """
     threshold = check_fraction(threshold)
     check_frame(frame, ["status", "recall_accuracy", "epoch_recall_99", *PHASE_KEYS])
@@ -107,7 +114,7 @@ def _figure_html(fig, div_id: str) -> str:
 
 
 def _survival_html(frame: pd.DataFrame) -> str:
-    """The time-to-recall figure (Kaplan-Meier), or why it is absent."""
+    """The time-to-recall figure (Kaplan-Meier share of seeds with recall by N samples), or why it is absent."""
     from perm_circuits.survival import time_to_recall  # the table's analysis; this module only draws
     from perm_circuits.views.survival_figures import time_to_recall_figure
 
@@ -142,12 +149,21 @@ def write_sweep_report(
     title: str | None = None,
     threshold: float = 0.99,
 ) -> Path:
-    """Write the sweep report page ``out`` (``.html``; its folder created, an existing page overwritten
-    only with ``force``) and ``plotly-<version>.min.js`` beside it; returns ``out``.
+    """Write the sweep report page ``out`` (and ``plotly-<version>.min.js`` beside it); returns ``out``.
 
-    ``source``: a sweep table (one row per run) or a sweep folder (``perm_circuits.sweep.load_sweep``).
-    ``title`` defaults to "perm_circuits sweep: <folder name or N runs>"; ``threshold``: the recall
-    accuracy that counts as learned (the study's 0.99).  Bad arguments raise before anything is written.
+    Args:
+        source: a sweep table (DataFrame, one row per run) or a sweep folder, read with
+            ``perm_circuits.sweep.load_sweep``.
+        out: the page path (``.html``); its folder is created.
+        force: overwrite an existing page (otherwise refused).
+        title: page title (default: "perm_circuits sweep: <folder name or N runs>").
+        threshold: recall accuracy that counts as learned (the study's 0.99).
+
+    Raises:
+        ValueError: bad ``out`` (not .html, a folder, existing without ``force``), a missing
+            sweep folder, a table missing required columns or with no finished run: all before
+            anything is written.
+        TypeError: arguments of the wrong type.
     """
     path = _check_out(out, force)
     threshold = check_fraction(threshold)

@@ -155,11 +155,13 @@ def ablation_heatmap(
     y: str = "component",
     title: str | None = None,
 ) -> go.Figure:
-    """An ablation table (:class:`perm_circuits.analysis.interventions.ablation.AblationTable` or its
-    ``to_dataframe()``) as heatmaps: component x ablation mode -> metric, one panel per metric.
+    """An ablation table as heatmaps: component x ablation mode -> metric, one panel per metric.
 
-    The unablated row (``component == "none"``) is left out of the grid and quoted in the panel
-    titles; accuracy panels share one 0..1 color scale.
+    ``table`` is :class:`perm_circuits.analysis.interventions.ablation.AblationTable` (or its tidy
+    ``to_dataframe()``: columns ``component``, ``how``, ``elimination_accuracy``,
+    ``recall_accuracy``, ``early_mae_train``, ``loss``...).  The unablated baseline row
+    (``component == "none"``) is left out of the grid and quoted in the panel title.
+    Accuracy panels share one 0..1 color scale.
     """
     frame = frame_of(table, "table")
     values = [value] if isinstance(value, str) else list(value)
@@ -212,11 +214,13 @@ def patching_heatmap(
 ) -> go.Figure:
     """Activation patching as a heatmap: component (``L0H1``...) x position -> normalised effect.
 
-    ``result``: a :class:`perm_circuits.analysis.study.recall_patching.PatchingSweep` or
-    ``PatchingReport`` (or its ``to_dataframe()``).  x defaults to ``source_position`` when the sweep
-    has one, else ``position`` (labelled by role, ``3: y2``), else ``activation``.  Colors diverge
-    around 0 (1 = the patch restores the full clean behaviour); hover shows the bootstrap CI and the
-    raw logit difference.
+    ``result`` is a :class:`perm_circuits.analysis.study.recall_patching.PatchingSweep` or ``PatchingReport``
+    (or their ``to_dataframe()``: one row per cell with ``activation``, ``layer``, ``head``,
+    ``position``, ``source_position``, ``neurons``, ``mean``, ``ci_low``, ``ci_high``,
+    ``logit_diff``).  The x axis is ``source_position`` when the sweep has one (head x source
+    position), else ``position``, else ``activation``; positions are labelled by role
+    (``3: y2``).  Colors diverge around 0 (1 = the patch restores the full clean behaviour);
+    hover shows the bootstrap CI and the raw logit difference.
     """
     frame = frame_of(result, "result")
     check_str("value", value)
@@ -275,12 +279,16 @@ def ffn_table(
 ) -> go.Figure:
     """FFN neurons as key-value memories (Geva et al. 2021): a plotly Table, one row per neuron.
 
-    ``result``: :class:`perm_circuits.analysis.study.ffn.FFNKeyValueProbe` (or its ``to_dataframe()``).
-    ``columns`` default to those of :data:`FFN_COLUMNS` it has (the value vector's top/bottom token,
-    its agreement with the triggers' targets, the top trigger pattern and its share, recall / trap
-    agreement...); rows of neurons that fire on repeated queries are tinted orange (recall).
-    ``sort_by``: a column sorted descending (NaN last), None keeps neuron order; ``live_only``
-    drops neurons that never fire.
+    ``result`` is :class:`perm_circuits.analysis.study.ffn.FFNKeyValueProbe` (or its
+    ``to_dataframe()``, indexed by ``neuron``).  Default: those of :data:`FFN_COLUMNS` it has: the value
+    vector's top/bottom token, the agreement between the value's top token and the triggers'
+    targets, the top trigger pattern and its share, whether the neuron fires on repeated
+    queries (those rows are tinted orange, the recall color) and its recall / trap agreement.
+
+    Args:
+        columns: which columns to show (any of the frame's).
+        sort_by: a column to sort by, descending (NaN last); ``None`` keeps neuron order.
+        live_only: drop neurons that never fire.
     """
     frame = frame_of(result, "result")
     if "neuron" not in frame.columns and frame.index.name == "neuron":

@@ -1,11 +1,17 @@
 """The "task model" report: one offline HTML page for any :class:`~perm_circuits.tasks.base.Task` and model.
 
 :func:`render_task_report` renders a :class:`~perm_circuits.analysis.report_data.TaskReportData`
-(computed by :func:`~perm_circuits.analysis.report_data.task_report_data`) into
-``OUT/<task name>.html``; :func:`task_report` does both.  The page opens with the discovered circuit
-and three to five findings (:func:`~perm_circuits.views.circuit_hero.circuit_hero`); every section
-below is collapsed: the task and model, the metrics, the test sequences with every head's attention
-(from the hook points ending in ``hook_pattern``; a note without one), the ablation and the analyses.
+(computed by :func:`~perm_circuits.analysis.report_data.task_report_data`; this module computes
+nothing) into ``OUT/<task name>.html``; :func:`task_report` does both in one call.  The page opens
+with the discovered circuit and three to five findings (:func:`~perm_circuits.views.circuit_hero.circuit_hero`);
+every section below is collapsed (``<details>``): the task's settings and the model's size, then the
+data's sections, the test sequences with the attention of every head (plotly heatmaps, and circuitsvis
+views of the first) and the ablation as a table and a heatmap of the change in the primary metric.
+
+Attention comes from every hook point whose name ends in ``hook_pattern``, so a TransformerLens
+bridge and a ``HookedRootModule`` both work; a model without one gets a note instead.  The page
+loads plotly.js from a copy saved beside it and inlines the circuitsvis bundle: it renders with no
+network.
 """
 
 from __future__ import annotations
@@ -227,14 +233,24 @@ def task_report(
     analyses: bool = True,
     page: str | None = None,
 ) -> Path:
-    """:func:`~perm_circuits.analysis.report_data.task_report_data` then :func:`render_task_report`
-    (``out`` checked before any work).
+    """:func:`~perm_circuits.analysis.report_data.task_report_data` then :func:`render_task_report`.
 
-    ``model``: any ``tokens -> logits`` module with TransformerLens hook points, run as
-    ``forward(model, tokens)`` (default ``model(tokens)``; ablation runs the model's own forward) on
-    ``task.test_set(n, seed)``, of which ``n_sequences`` are shown position by position.
-    ``ablation_hows``: the "Ablation" section's modes (of zero, mean, resample, optimal; empty: no
-    section); ``analyses``: the attention scores, patching, attribution and circuit sections.
+    Args:
+        model: any ``tokens -> logits`` module with TransformerLens hook points.
+        task: any :class:`~perm_circuits.tasks.base.Task`.
+        out: output folder (created); a non-empty folder that no report wrote is refused unless
+            ``force`` (as :func:`~perm_circuits.views.report.write_report`), before any work.
+        n: test sequences for the metrics (``task.test_set(n, seed)``).
+        n_sequences: how many of them are shown position by position with their attention.
+        forward: ``forward(model, tokens) -> logits``; default ``model(tokens)``.
+        title: page title; default ``"<model> on <task>"``.
+        ablation_hows: ablation modes of the "Ablation" section (from ``("zero", "mean",
+            "resample", "optimal")``); empty: no ablation section.  Ablation runs the model's own forward.
+        analyses: the attention scores, patching, attribution and circuit sections.
+        page: the page's file name stem (default the task's name): ``out/<page>.html``.
+
+    Returns:
+        The page's path (``plotly-<version>.min.js`` is written beside it).
     """
     n = check_int("n", n, 1)
     n_sequences = check_int("n_sequences", n_sequences, 1)

@@ -107,11 +107,13 @@ def training_curves(
 
 
 def probe_curves(frame: pd.DataFrame, *, title: str = "Memory-recall probes over training") -> go.Figure:
-    """Probe values over training, one line per probe: ``frame`` is wide (an ``epoch`` column or index,
-    one numeric column per probe) or the tidy frame of
-    :class:`perm_circuits.analysis.probes.memory.MemoryProbeTracker` (``epoch``, ``component``, ``map``,
-    ``recall``, optionally ``circuit`` and ``mode``), one line per ``component circuit map`` (plus the
-    mode when a probe has several)."""
+    """Probe values over training: one line per probe.
+
+    ``frame`` is wide (an ``epoch`` column or index and one numeric column per probe) or the
+    tidy frame of :class:`perm_circuits.analysis.probes.memory.MemoryProbeTracker` (columns ``epoch``,
+    ``component``, ``map``, ``recall``, optionally ``circuit`` and ``mode``), which is pivoted to
+    one line per ``component circuit map`` (mode appended when a probe has several).
+    """
     if not isinstance(frame, pd.DataFrame):
         raise TypeError(f"frame must be a pandas DataFrame, got {type(frame).__name__}")
     if frame.empty:
