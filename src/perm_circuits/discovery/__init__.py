@@ -1,11 +1,23 @@
 """Edge-level circuit discovery on TransformerLens 4 models.
 
-The graph (:mod:`~perm_circuits.discovery.graph`), edge interventions in every ablation mode
-(:mod:`~perm_circuits.discovery.interventions`), the methods (each returning a :class:`DiscoveryResult`;
-by name in :data:`METHODS`, run by :func:`discover`), ground truths known by construction
-(:mod:`~perm_circuits.discovery.ground_truth`, :mod:`~perm_circuits.discovery.tracr_models`), scoring
-(:mod:`~perm_circuits.discovery.scoring`) and the benchmark behind the discovery docs page
-(:mod:`~perm_circuits.discovery.benchmark`).
+- :mod:`~perm_circuits.discovery.graph`: the computational graph (edges ``"SENDER->RECEIVER"``
+  between heads, MLPs, embeddings and logits), with the choice of nodes documented there.
+- :mod:`~perm_circuits.discovery.interventions`: runs with any (soft) edge mask, in the ablation
+  modes zero, mean, resample and optimal, exact with LayerNorm; the metric and faithfulness.
+  :func:`edge_hooks` runs the same intervention as TL hooks on the bridge.
+- Methods, each returning a :class:`DiscoveryResult`: :func:`acdc`, :func:`eap`, :func:`eap_ig`,
+  :func:`node_attribution`, :func:`greedy_edges`, :func:`mask_pruning`, :func:`random_baseline`
+  and :func:`exhaustive_oracle`.
+- :func:`discover`: one entry point by method name (what a command line calls).
+- Ground truth and scoring: :mod:`~perm_circuits.discovery.ground_truth` (circuits known by
+  construction, per ablation mode: weight-built and tracr-compiled models),
+  :mod:`~perm_circuits.discovery.tracr_models` (RASP programs compiled with tracr and converted
+  with TransformerLens's own converter; needs the ``[tracr]`` extra) and
+  :mod:`~perm_circuits.discovery.scoring` (ROC / PR AUC, precision and recall at a circuit,
+  faithfulness-curve area, oracle regret).
+- :func:`~perm_circuits.discovery.benchmark.run_benchmark`: every method on every model with a
+  known circuit, under each ablation mode, scored (the table behind the discovery docs page);
+  :func:`~perm_circuits.discovery.benchmark.benchmark_curves`: the faithfulness curves behind its areas.
 """
 
 from __future__ import annotations
@@ -59,10 +71,19 @@ __all__ = [
 
 def discover(model, method: str = "eap", how: str = "resample", task=None, *, n: int = 500, seed: int = 0,
              batch=None, **kwargs) -> DiscoveryResult:
-    """Run one discovery method (a key of :data:`METHODS`) under ablation mode ``how`` on ``batch`` (a
-    :class:`~perm_circuits.tasks.TaskBatch` or tokens), else on ``task.test_set(n, seed=seed + 1234)``
-    (default task: ``PermutationTask(task_config_of(model))``); ``seed`` also seeds the method, ``kwargs``
-    are its options."""
+    """Run one discovery method by name on a model and a task's test set.
+
+    Args:
+        model: a TransformerLens 4 model.
+        method: a key of :data:`METHODS`.
+        how: the ablation mode (``"zero"``, ``"mean"``, ``"resample"``, ``"optimal"``).
+        task: any :class:`~perm_circuits.tasks.Task`; default the model's permutation task
+            (``PermutationTask(task_config_of(model))``).
+        n, seed: the test set (``task.test_set(n, seed=seed + 1234)``) when ``batch`` is not given;
+            ``seed`` also seeds the method.
+        batch: a :class:`~perm_circuits.tasks.TaskBatch` or tokens to use instead of the test set.
+        kwargs: the method's options (``metric``, ``corrupted``, ``n_edges``, ``tau``, ...).
+    """
     if method not in METHODS:
         raise ValueError(f"method must be one of {sorted(METHODS)}, got {method!r}")
     if how not in HOWS:

@@ -1,20 +1,29 @@
 """The discovery benchmark: every method, on every model with a known circuit, under each ablation mode.
 
-Per model, mode and seed (a test batch drawn with that seed, which also seeds the method), every method of
-:data:`~perm_circuits.discovery.METHODS` runs on one shared intervention, scored against that mode's truth:
-``constructed`` (:mod:`~perm_circuits.discovery.ground_truth`; only the modes the construction claims,
-``truth_modes``) or, for trained models, ``oracle`` (the oracle's circuit under that mode on that batch).
+For each model, ablation mode and seed (a test batch drawn with that seed, the method seeded
+with it too), every method of :data:`~perm_circuits.discovery.METHODS` runs on one shared
+:class:`~perm_circuits.discovery.interventions.EdgeIntervention` and is scored against that
+mode's true circuit (:mod:`~perm_circuits.discovery.scoring`):
 
-- ``roc_auc``, ``pr_auc``: every edge ranked by ``|score|`` (Conmy et al. 2023, "Towards Automated Circuit
-  Discovery for Mechanistic Interpretability"; the classes are unbalanced, hence PR too);
-- ``precision``, ``recall``, ``exact`` of the method's circuit, on edges and (``*_heads``) on components,
-  as InterpBench (Gupta et al. 2024) scores them; ``faithfulness``: the circuit's;
-- ``faith_area``: area under faithfulness against the ``k = 0..E`` top-ranked edges kept, over ``E``
-  (Hanna et al. 2024, "Have Faith in Faithfulness");
-- ``oracle_regret``: the oracle's faithfulness (smallest circuit reaching 0.9, size ``k``) minus the
-  method's top ``k`` edges'; ``oracle_search``: exhaustive up to 16 edges or by size, and whether it
-  reached the target (else no regret); graphs over :data:`MAX_ORACLE_EDGES` edges get no oracle;
-- ``wall_time`` (seconds, the method only), ``n_forward`` (forward passes over the batch).
+- ``roc_auc``, ``pr_auc``: ranking every edge by ``|score|`` against the true edges (Conmy et al.
+  2023, "Towards Automated Circuit Discovery for Mechanistic Interpretability", score methods by
+  ROC AUC; the classes are unbalanced, hence also average precision);
+- ``precision``, ``recall``, ``exact`` at the method's own circuit, on edges and (``*_heads``) with
+  q/k/v inputs promoted to whole components, as InterpBench (Gupta et al. 2024) scores them;
+- ``faith_area``: faithfulness against the number of edges kept, adding edges in the method's
+  ranking order (every prefix ``0..E``), its area divided by ``E`` (Hanna et al. 2024, "Have Faith
+  in Faithfulness"); ``faithfulness``: the chosen circuit's;
+- ``oracle_regret``: at the size ``k`` of the oracle's circuit (the smallest reaching
+  faithfulness 0.9), the oracle's faithfulness minus that of the method's top ``k`` edges;
+  ``oracle_search`` says how the oracle searched (exhaustive up to 16 edges, else by size) and
+  whether it reached the target (the regret is left empty when not); graphs of more than
+  :data:`MAX_ORACLE_EDGES` edges get no oracle;
+- ``wall_time`` (seconds, the method only) and ``n_forward`` (forward passes over the batch).
+
+Truth (column ``truth``): ``constructed`` where the circuit is known by construction
+(:mod:`~perm_circuits.discovery.ground_truth`; a mode is scored only when the construction claims
+it, column ``truth_modes``), ``oracle`` for trained models (the exhaustive oracle's circuit under
+that mode on that batch; ``oracle_search`` says whether it was exhaustive or size-limited).
 """
 
 from __future__ import annotations
@@ -206,11 +215,19 @@ def run_benchmark(models: Sequence[str] | None = None, methods: Sequence[str] = 
                   lean: bool = True, progress: bool = True) -> pd.DataFrame:
     """Score every method on every model under each ablation mode and seed (module docstring).
 
-    ``models``: names from :func:`benchmark_models` (default all); ``hows``: among zero, mean, resample (a
-    constructed truth skips a mode it does not claim); per seed, the test batch (seed ``1000 + seed``),
-    the resample pairing and the method's seed; ``n`` sequences per batch.  ``lean``: mask pruning 60
-    steps, the size-limited oracle up to 8 edges within 300,000 connected subsets (6 edges on a 46-edge
-    graph, 8 on a 23-edge one), about an hour on a CPU; ``False``: 300 steps, 3,000,000 subsets.
+    Args:
+        models: names from :func:`benchmark_models` (default: all of them).
+        methods: names from :data:`~perm_circuits.discovery.METHODS`.
+        hows: ablation modes among ``zero``, ``mean``, ``resample``; a constructed truth that does
+            not claim a mode skips it.
+        seeds: one row per seed: the test batch (seed ``1000 + seed``), the resample pairing and the
+            method's own seed.
+        n: sequences per batch.
+        lean: smaller settings (mask pruning 60 steps; the size-limited oracle up to 8 edges within
+            300,000 connected subsets: 6 edges on a 46-edge graph, 8 on a 23-edge one) for a run
+            of about an hour on a CPU; ``False``: 300 steps, 8 edges within 3,000,000 subsets.
+        progress: a tqdm bar over (model, mode, seed).
+
     Returns one row per model x method x mode x seed, columns :data:`BENCHMARK_COLUMNS`.
     """
     rows = []
@@ -288,10 +305,14 @@ def _benchmark_runs(models, methods, hows, seeds, n, *, lean, progress):
 def benchmark_curves(models: Sequence[str] | None = None, methods: Sequence[str] = DEFAULT_METHODS,
                      hows: Sequence[str] = ("resample",), seeds: Sequence[int] = (0,), n: int = 60, *,
                      lean: bool = True, progress: bool = True) -> pd.DataFrame:
-    """The faithfulness curves (:func:`faithfulness_curve`) whose areas are :func:`run_benchmark`'s
-    ``faith_area`` (same arguments, runs and numbers): one row per model x mode x seed x method x ``k``;
-    method :data:`ORACLE_BEST` is the best faithfulness of any circuit of at most ``k`` edges, per size
-    the oracle searched (minus a method's value: the oracle regret at ``k``).
+    """Faithfulness against the number of edges kept, per method: the curves whose areas are
+    :func:`run_benchmark`'s ``faith_area`` (same arguments, same runs, the same numbers).
+
+    Returns one row per model x mode x seed x method x ``k`` (columns ``model``, ``how``, ``seed``,
+    ``method``, ``n_edges_graph``, ``k``, ``faithfulness``): the faithfulness of the method's top
+    ``k`` edges, ``k = 0 .. E``; and, as method :data:`ORACLE_BEST`, the best faithfulness of any
+    circuit of at most ``k`` edges for every size the oracle searched (the oracle regret at size
+    ``k`` is that minus a method's value).
     """
     rows = []
     for job in _benchmark_runs(models, methods, hows, seeds, n, lean=lean, progress=progress):

@@ -1,13 +1,20 @@
-"""The edge intervention as TransformerLens hooks on the bridge itself (one mask, one run).
+"""The same edge intervention as TransformerLens hooks on the bridge itself (one mask, one run).
 
-:func:`edge_hooks` makes ``model(tokens)`` compute
-:meth:`~perm_circuits.discovery.interventions.EdgeIntervention.run`'s run, composable with other hooks.  It
-captures each layer's ``hook_resid_pre`` / ``hook_resid_mid``, the last ``hook_resid_post``, each head's
-output (``attn.hook_z`` times its ``W_O``) and each MLP's (``hook_mlp_out`` minus ``b_out``), and edits each
-receiver's input as path patching does (:mod:`perm_circuits.analysis.interventions.path_patching`), its
-LayerNorm recomputed on ``r - D`` with ``D = sum over senders S of (1 - m_SR) (out_S - abl_S)``: heads
-through ``attn.hook_q/k/v`` (``+ norm(r - D) @ W - norm(r) @ W``; TL 4 native bridges cannot split q/k/v
-inputs), MLPs through ``blocks.{l}.mlp.hook_in`` and the logits through ``unembed.hook_in``.
+:meth:`EdgeIntervention.run <perm_circuits.discovery.interventions.EdgeIntervention.run>` computes
+masked runs in plain PyTorch, batched over masks.  :func:`edge_hooks` builds the TL hook list
+that makes ``model(tokens)`` compute the same run, so the intervention composes with any other
+hooks and can be checked against the bridge for any mask:
+
+- captures, in the run itself: each layer's ``hook_resid_pre`` and ``hook_resid_mid``, the last
+  ``hook_resid_post``, each head's output (``attn.hook_z`` times its ``W_O``) and each MLP's
+  (``hook_mlp_out`` minus ``b_out``);
+- edits each receiver's input as path patching does
+  (:mod:`perm_circuits.analysis.interventions.path_patching`), its LayerNorm recomputed on the modified residual
+  ``r - D`` with ``D = sum over senders S of (1 - m_SR) (out_S - abl_S)``:
+  ``attn.hook_q``/``hook_k``/``hook_v`` of the head (``+ norm(r - D) @ W - norm(r) @ W``; TL 4
+  native bridges cannot enable split q/k/v inputs),
+  ``blocks.{l}.mlp.hook_in`` (the ``ln2`` output, read only by the MLP) and ``unembed.hook_in``
+  (the ``ln_final`` output).
 """
 
 from __future__ import annotations
@@ -24,7 +31,11 @@ __all__ = ["edge_hooks"]
 
 
 def edge_hooks(ei: EdgeIntervention, mask: Float[Tensor, " edge"]) -> HookList:
-    """TL hooks running ``model(ei.tokens)`` with edges weighted by ``mask``: the logits equal ``ei.run(mask)``."""
+    """TL hooks that run ``model(ei.tokens)`` with edges weighted by ``mask`` (module docstring).
+
+    Use inside ``model.hooks(fwd_hooks=edge_hooks(ei, mask))`` on the prepared tokens; the logits
+    equal ``ei.run(mask)``.
+    """
     if not isinstance(ei, EdgeIntervention):
         raise TypeError(f"ei must be an EdgeIntervention, got {type(ei).__name__}")
     if not isinstance(mask, Tensor) or mask.shape != (ei.n_edges,):

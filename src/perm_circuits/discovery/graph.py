@@ -1,21 +1,31 @@
 """The computational graph of a TransformerLens 4 model: sender and receiver nodes, and the edges between them.
 
-The graph edge-level circuit discovery searches (ACDC, Conmy et al. 2023, "Towards Automated Circuit
-Discovery for Mechanistic Interpretability"; edge attribution patching, Syed et al. 2023; auto-circuit),
-positions merged: an edge is a sender's contribution to a receiver's input at every position at once.
+This is the graph that edge-level circuit discovery searches (ACDC, Conmy et al. 2023, "Towards
+Automated Circuit Discovery for Mechanistic Interpretability"; edge attribution patching, Syed et
+al. 2023; the auto-circuit library), with the positions merged: an edge stands for a sender's
+contribution to a receiver's input at every position at once.
 
-- **Senders** write to the residual stream: ``"embed"`` (token plus positional embedding; with
-  ``split_embed=True`` two nodes ``"tok_embed"`` and ``"pos_embed"``), ``"L{l}H{h}"`` (``z @ W_O``,
-  without ``b_O``) and ``"L{l}MLP"`` (the MLP's output without ``b_out``).
-- **Receivers** read it: ``"L{l}H{h}.q"``, ``".k"``, ``".v"`` (separate, as a head can read one sender
-  through its key, K-composition, and another through its query; each through ``ln1``), ``"L{l}MLP"``
-  (through ``ln2``) and ``"logits"`` (through ``ln_final`` and the unembedding).
+Nodes:
 
-Biases are constants of the model, always kept, not nodes.  Edges ``"SENDER->RECEIVER"`` join each
-sender to every receiver downstream of it (a layer-``l`` head feeds layer ``l``'s MLP and every later
-receiver): one layer with two heads has 13 edges, two layers with one head 23, with two heads 46.  Edges
-are listed receiver by receiver in topological order (per layer each head's q, k, v, then the MLP;
-finally the logits), within a receiver by sender in topological order.
+- **Senders** write to the residual stream: ``"embed"`` (token plus positional embedding, summed,
+  as one node; with ``split_embed=True`` two nodes ``"tok_embed"`` and ``"pos_embed"`` instead),
+  ``"L{l}H{h}"`` (head ``h`` of layer ``l``: its ``z @ W_O``, without the attention bias ``b_O``)
+  and ``"L{l}MLP"`` (MLP ``l``'s output, without its output bias ``b_out``).
+- **Receivers** read the residual stream: ``"L{l}H{h}.q"``, ``"L{l}H{h}.k"``, ``"L{l}H{h}.v"``
+  (that head's query, key and value input, each through the layer's ``ln1``), ``"L{l}MLP"`` (MLP
+  ``l``'s input, through ``ln2``) and ``"logits"`` (the final residual stream, through ``ln_final``
+  and the unembedding).
+
+Every bias (``b_O``, ``b_out``, ``b_Q``/``b_K``/``b_V``, ``b_in``, ``b_U``) is a constant of the model
+and always kept: it is not a node.  Queries, keys and values are separate receivers because a
+head can read one sender through its key (K-composition) and another through its query.
+
+Edges ``"SENDER->RECEIVER"`` join each sender to every receiver downstream of it: the embedding
+feeds every receiver, a layer-``l`` head feeds layer ``l``'s MLP and every receiver of later
+layers, a layer-``l`` MLP feeds every receiver of later layers and the logits.  One layer with two
+heads has 13 edges, two layers with one head 23, two layers with two heads 46.  Edges are listed
+receiver by receiver in topological order (layer by layer: each head's q, k, v, then the MLP,
+finally the logits), and within a receiver by sender in topological order.
 """
 
 from __future__ import annotations
@@ -72,8 +82,16 @@ def promote_edges(edges: Iterable[str]) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class CircuitGraph:
-    """Senders, receivers (each in topological order) and edges (receiver-major) of a model (module docstring);
-    ``has_mlp`` is ``False`` for attention-only models."""
+    """Senders, receivers and edges of a model (module docstring).
+
+    Attributes:
+        senders: sender nodes in topological order.
+        receivers: receiver nodes in topological order.
+        edges: every ``"SENDER->RECEIVER"`` edge, receiver-major in topological order.
+        n_layers, n_heads: the model's shape.
+        has_mlp: whether the blocks have MLPs (``False`` for attention-only models).
+        split_embed: token and positional embeddings as two senders.
+    """
 
     senders: tuple[str, ...]
     receivers: tuple[str, ...]

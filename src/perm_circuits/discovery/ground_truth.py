@@ -1,24 +1,34 @@
 """Ground-truth circuits that nobody tuned: read off the weights of compiled and weight-built models.
 
-On the discovery graph (:mod:`~perm_circuits.discovery.graph`, as in path patching, Wang et al.,
-"Interpretability in the Wild", ICLR 2023, and ACDC, Conmy et al., NeurIPS 2023), :func:`weight_circuit`
-keeps an edge when the sender's write matrix (``W_E``/``W_pos`` rows, ``W_O[l, h]``, ``W_out[l]``) times the
-receiver's read matrix (``W_Q W_K^T``, ``W_K W_Q^T``, ``W_V W_O`` of head ``(l, h)``: a query or key input
-counts only if it can change an attention score, a value input only if it can change the head's output;
-``W_in[l]``, ``W_U``) is not zero, on a path to ``logits`` through such edges:
+The graph is the discovery methods' (:mod:`~perm_circuits.discovery.graph`): edges ``"S->R"`` from
+senders ``embed``, ``L{l}H{h}``, ``L{l}MLP`` to receivers ``L{l}H{h}.q|.k|.v``, ``L{l}MLP``,
+``logits``, as in path patching (Wang et al., "Interpretability in the Wild", ICLR 2023) and ACDC
+(Conmy et al., NeurIPS 2023).
 
-- **zero ablation**: every sender's output counts (a component with no input edge still sends its
-  bias-made output);
-- **resample and mean ablation** (same-length corrupted inputs, the given tokens possible at each
-  position): only differences between inputs count: ``embed`` carries those of the token embeddings
-  possible at each position (positions and fixed tokens such as tracr's BOS carry none), a head or MLP
-  one when an input edge does.  Hence the truth depends on the mode (Miller, Chughtai, Saunders,
-  "Transformer Circuit Faithfulness Metrics are not Robust", COLM 2024): a head reading positions only
-  is in the zero circuit, not the resample one.
+The rule (:func:`weight_circuit`), from the weights alone:
 
-Both rules are structural: a non-zero composition can still be functionally idle (zeroing tracr
-``reverse``'s length head reads as the largest length, right by chance on full-length inputs). On tracr
-models every weight outside a RASP operation's spaces is exactly zero, so the structure is the program's.
+- **zero ablation.** An edge is in the circuit when the sender's write matrix composed with the
+  receiver's read matrix is not zero (``W_E``/``W_pos`` rows, ``W_O[l, h]`` or ``W_out[l]``, times
+  ``W_Q W_K^T``, ``W_K W_Q^T``, ``W_V W_O`` of head ``(l, h)``, ``W_in[l]`` or ``W_U``: a query or
+  key input counts only if it can change an attention score, a value input only if it can change
+  the head's output), and the edge lies on a path to ``logits`` through such edges (a component
+  with no input edge still sends its bias-made output). Removing such an edge (replacing what it
+  carries by zero) can change what the receiver computes.
+- **resample and mean ablation** (corrupted inputs of the same length, with the given tokens
+  possible at each position). Only what differs between inputs can matter: ``embed`` carries the
+  differences of the token embeddings possible at each position (positional embeddings and a token
+  fixed at a position, like tracr's BOS, are the same in every input); a head or MLP carries a
+  difference when one of its inputs does. An edge is in the circuit when it carries a difference
+  that the receiver reads, on a path to ``logits``. This is why the ground truth depends on the
+  ablation mode (Miller, Chughtai, Saunders, "Transformer Circuit Faithfulness Metrics are not
+  Robust", COLM 2024): e.g. a head that reads positions only is in the zero-ablation circuit and not
+  in the resample one.
+
+Both rules are structural (a non-zero composition could still be functionally idle: zeroing
+tracr ``reverse``'s length head reads as the largest length, right by chance on full-length inputs
+and wrong on shorter ones); on tracr models every weight outside a RASP operation's spaces is
+exactly zero, so the structure is the program's. :func:`tracr_ground_truths` also names the RASP
+variables each edge carries (from tracr's residual labels).
 """
 
 from __future__ import annotations
@@ -60,8 +70,10 @@ all_edges = graph_edges
 
 @dataclass(frozen=True)
 class GroundTruth:
-    """A circuit known by construction: which model, which edges, under which ablation modes; ``carries``:
-    per edge, what it carries (RASP variables for tracr models) where known."""
+    """A circuit known by construction: which model, which edges, under which ablation modes.
+
+    ``carries`` names, per edge, what it carries (RASP variables for tracr models) where known.
+    """
 
     model: str
     edges: AbstractSet
@@ -136,9 +148,14 @@ def _prune_to_paths(edges: set[str], *, from_embed: bool) -> frozenset:
 
 @torch.no_grad()
 def weight_circuit(model, *, varying_tokens=None, tol: float = 1e-6) -> frozenset:
-    """The circuit the weights of a bridge without LayerNorm imply (module docstring): zero ablation when
-    ``varying_tokens`` is ``None``, else resample/mean with, per position, the token ids inputs can hold
-    there (one id where the token is fixed).  A composition with no entry above ``tol`` counts as zero."""
+    """The circuit a model's weights imply (module docstring): zero ablation, or resample/mean.
+
+    Args:
+        model: a TransformerLens 4 bridge without LayerNorm (``W_Q`` ... ``W_U`` properties).
+        varying_tokens: ``None`` for the zero-ablation circuit; for the resample/mean circuit, per
+            position the token ids that inputs can hold there (one id where the token is fixed).
+        tol: a composition with largest absolute entry at most ``tol`` counts as zero.
+    """
     if getattr(model.cfg, "normalization_type", None) is not None:
         raise ValueError(
             f"weight_circuit needs a model without LayerNorm, got normalization_type={model.cfg.normalization_type!r}"
@@ -199,9 +216,12 @@ def _weight_truths(name: str, model, varying_tokens,
 
 
 def tracr_ground_truths(tracr_model) -> tuple[GroundTruth, GroundTruth]:
-    """The zero-ablation and the resample/mean circuits of a compiled RASP program (a
-    :class:`~perm_circuits.discovery.tracr_models.TracrModel`), the latter for full-length inputs (BOS
-    fixed): e.g. ``reverse``'s ``length`` and ``opp_idx`` are then constant, only the copying head stays.
+    """The zero-ablation and the resample/mean circuits of a compiled RASP program.
+
+    ``tracr_model`` is a :class:`~perm_circuits.discovery.tracr_models.TracrModel`. The resample
+    circuit is for inputs of length ``max_seq_len`` (BOS fixed at position 0, any vocabulary token
+    elsewhere): e.g. ``reverse``'s ``length`` and ``opp_idx`` are then the same in every input, and
+    only the aggregating head that copies tokens stays.
     """
     bridge = tracr_model.bridge
     table = tracr_model.assembled.input_encoder.encoding_map
@@ -271,10 +291,12 @@ def _tracr_entry(name: str):
 
 
 def ground_truth_models(*, include_tracr: bool | None = None) -> dict:
-    """Every model with a ground truth: name -> a function returning ``(bridge, truths)`` (deferred: compiling
-    tracr takes seconds): ``induction`` / ``induction_bare`` (``build_induction_model(5)`` with / without
-    the elimination head), ``birth`` (eq. 8 construction) and, when tracr imports (or on request),
-    ``tracr:reverse``, ``tracr:frac_prevs``, ``tracr:sort``.
+    """Every model with a ground truth: name -> a function returning ``(bridge, truths)``.
+
+    ``induction`` and ``induction_bare`` (``build_induction_model(5)`` with and without the
+    elimination head), ``birth`` (the Birth model's eq. 8 construction) and, when tracr imports
+    (``include_tracr=None``) or on request, ``tracr:reverse``, ``tracr:frac_prevs``, ``tracr:sort``.
+    Building is deferred: compiling a tracr program takes seconds.
     """
     if include_tracr is None:
         include_tracr = tracr_available()

@@ -1,25 +1,46 @@
 """Edge-level interventions: run a model with any set of edges of its :class:`CircuitGraph` ablated.
 
-A mask gives every edge a weight ``m`` (1 keep, 0 ablate; soft values let gradients reach the mask).
-Each receiver ``R`` reads ``biases + sum over senders S upstream of R of m_SR * out_S + (1 - m_SR) * abl_S``,
-``out_S`` the sender's output *in this run* and ``abl_S`` its ablated value: path patching (Wang et al.
-2022, IOI) on every edge at once, as in ACDC (Conmy et al. 2023) and auto-circuit, each receiver's
-LayerNorm recomputed on its own residual stream (exact: every edge kept is the model's run, every edge
-ablated in ``"resample"`` mode the corrupted run).  ``abl_S`` per mode (``how``): ``"zero"`` 0;
-``"mean"`` the sender's output averaged over a reference batch (per position); ``"resample"`` its
-output on a row-paired corrupted batch; ``"optimal"`` a constant per sender and position maximising the
-metric with all of the sender's edges ablated to it (Li & Janson 2024, "Optimal ablation for
-interpretability"; from the mean, ``optimal_steps`` L-BFGS iterations).
+A mask gives every edge a weight ``m`` (1 keep, 0 ablate; values in between are allowed, so
+gradients flow to the mask).  Each receiver ``R`` reads
 
-:meth:`EdgeIntervention.run` computes the run in plain PyTorch on the bridge's own weights, batched
-over masks (:func:`~perm_circuits.discovery.edge_hooks.edge_hooks` is the same run as TL hooks);
-:func:`prepare_edges` checks that it reproduces ``model(tokens)`` (to 1e-4) and raises otherwise.
-Supported: standard positional embeddings, normalisation ``LN``, ``LNPre``, ``RMS``, ``RMSPre`` or none,
-sequential attention and MLP, causal or bidirectional attention, relu / gelu / gelu_new / silu.
+    ``input_R = biases + sum over senders S upstream of R of  m_SR * out_S + (1 - m_SR) * abl_S``
 
-The default metric (higher is better) is the mean log-probability of the target at the loss positions
-(:func:`target_logprob_metric`); faithfulness is ``(metric(mask) - metric(none)) / (metric(all) -
-metric(none))`` (ACDC's and auto-circuit's normalisation).
+where ``out_S`` is the sender's output *in this run* (it changes when edges upstream of ``S`` are
+ablated) and ``abl_S`` its ablated value.  This is path patching (Wang et al. 2022, IOI) applied to
+every edge at once, as in ACDC (Conmy et al. 2023) and auto-circuit: the receiver's LayerNorm is
+recomputed on its own modified residual stream (never frozen), which is exact: with every edge
+kept the run is the model's, and with every edge ablated in ``"resample"`` mode it is the
+corrupted run (both checked by the tests to 1e-5).
+
+Ablated values ``abl_S`` per mode (``how``):
+
+- ``"zero"``: 0;
+- ``"mean"``: the sender's output averaged over a reference batch (per position);
+- ``"resample"``: the sender's output on a corrupted batch, row-paired with the clean one (by
+  default the clean batch with its rows permuted by a seeded permutation);
+- ``"optimal"``: a constant per sender (per position) that maximises the metric when all of the
+  sender's edges are ablated to it (Li & Janson 2024, "Optimal ablation for interpretability"):
+  initialised at the mean, then ``optimal_steps`` L-BFGS iterations on the constant alone, as
+  :mod:`perm_circuits.analysis.interventions.optimal` does for whole components.
+
+Hooks and a batched run: :func:`~perm_circuits.discovery.edge_hooks.edge_hooks` builds the TL
+hook list that runs one mask on the bridge (its module docstring names the hooks).  Discovery,
+though, evaluates thousands of masks (the exhaustive oracle: every subset of 13 edges), batched
+several at a time and differentiated, so :meth:`EdgeIntervention.run` computes the same run in
+plain PyTorch on the bridge's own weights (``W_Q`` ... ``W_U``, the norms' parameters), as
+:func:`perm_circuits.models.fast_forward` does for training, with a leading mask dimension.  The
+tests check it against the hooked bridge for random hard and soft masks, and
+:func:`prepare_edges` checks on the given tokens that it reproduces ``model(tokens)`` (to 1e-4)
+and raises otherwise, so an unsupported architecture fails loudly instead of giving inexact
+edges.  Supported: standard positional embeddings, normalisation ``LN``, ``LNPre``, ``RMS``,
+``RMSPre`` or none, sequential attention and MLP, causal or bidirectional attention, activations
+relu / gelu / gelu_new / silu.
+
+The metric (higher is better) is by default the mean log-probability of the target token at the
+task's loss positions (``TaskBatch.mask``); any callable ``logits [batch, seq, vocab] -> scalar``
+may replace it.  Faithfulness of a mask is ``(metric(mask) - metric(none)) / (metric(all) -
+metric(none))``: 1 for the full model, 0 for the model with every edge ablated (ACDC's and
+auto-circuit's normalisation).
 """
 
 from __future__ import annotations
@@ -48,8 +69,11 @@ _ACTS = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "gelu_new": _GELU
 
 
 def target_logprob_metric(batch: TaskBatch) -> Metric:
-    """Mean log-probability of ``batch.targets`` where ``batch.mask`` > 0, as a callable of logits ``[...,
-    batch, seq, vocab]`` (the metric per leading index; a scalar for one run)."""
+    """Mean log-probability of ``batch.targets`` at the positions where ``batch.mask`` > 0.
+
+    The returned callable takes logits ``[..., batch, seq, vocab]`` and returns the metric over
+    the leading dimensions (a scalar for one run).
+    """
     if not isinstance(batch, TaskBatch):
         raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
     weights = batch.mask.float() / batch.mask.float().sum().clamp_min(1e-12)
@@ -120,10 +144,12 @@ class _Weights:
 
 @dataclass(frozen=True)
 class EdgeIntervention:
-    """A model, a batch and the ablated value of every sender, ready to run any edge mask (built by
-    :func:`prepare_edges`): ``clean[s]`` / ``ablated[s]`` sender ``s``'s clean output and ablated value
-    (``[batch or 1, seq, d_model]``), ``full_metric`` / ``empty_metric`` the metric with every edge kept /
-    ablated."""
+    """A model, a batch and the ablated value of every sender, ready to run any edge mask.
+
+    Build it with :func:`prepare_edges`.  ``clean[s]`` / ``ablated[s]`` are sender ``s``'s output
+    on the clean run and its ablated value (``[batch or 1, seq, d_model]``); ``full_metric`` /
+    ``empty_metric`` the metric with every edge kept / ablated.
+    """
 
     graph: CircuitGraph
     how: str
@@ -150,8 +176,11 @@ class EdgeIntervention:
 
     def run(self, mask: Float[Tensor, "*masks edge"], *,
             retain: dict[str, Tensor] | None = None) -> Float[Tensor, "*masks batch seq vocab"]:
-        """Logits with each edge weighted by ``mask`` (module docstring), one run per mask row; ``retain`` is
-        filled with every sender's output (``"out:S"``) and receiver's input (``"in:R"``), gradients retained."""
+        """Logits with each edge weighted by ``mask`` (module docstring); one run per mask row.
+
+        ``retain``: a dict filled with every sender's output (``"out:S"``) and receiver's input
+        (``"in:R"``), gradients retained, for attribution methods.
+        """
         if not isinstance(mask, Tensor) or mask.shape[-1] != self.n_edges or mask.dim() not in (1, 2):
             raise ValueError(f"mask must be a tensor [edges] or [masks, edges] with {self.n_edges} edges, got "
                              f"{getattr(mask, 'shape', type(mask).__name__)}")
@@ -259,8 +288,10 @@ class EdgeIntervention:
 
     def evaluate(self, masks: Float[Tensor, "masks edge"], *, chunk: int = 64,
                  dedupe: bool = False) -> Float[Tensor, " masks"]:
-        """The metric of every mask row, without gradients, ``chunk`` masks per forward (``dedupe``: see
-        :meth:`_forward`)."""
+        """The metric of every mask row, without gradients, ``chunk`` masks per batched forward.
+
+        ``dedupe``: compute each component once per distinct setting of its cone's edges.
+        """
         out = []
         with torch.no_grad():
             for start in range(0, masks.shape[0], chunk):
@@ -328,14 +359,20 @@ def prepare_edges(
 ) -> EdgeIntervention:
     """Everything an edge-level run needs: the graph, the clean and ablated sender outputs, the metric.
 
-    ``batch``: a :class:`TaskBatch` (its targets and mask give the default metric,
-    :func:`target_logprob_metric`) or tokens ``[batch, seq]`` (then ``metric``, a callable ``logits
-    [batch, seq, vocab] -> scalar``, higher is better, is required).  ``corrupted``: the resample source,
-    row-paired with ``batch``; default ``batch``'s rows permuted by a generator seeded with ``seed``.
-    ``reference``: the batch the mean (and the optimal constant's start) is taken over; default ``batch``.
-    ``split_embed``: token and positional embeddings as two senders.  ``optimal_steps``: L-BFGS iterations
-    of the optimal constant.  ``check``: compare the edge forward with ``model(tokens)`` first
-    (RuntimeError when they differ).
+    Args:
+        model: a TransformerLens 4 model (module docstring lists the supported architectures).
+        batch: the clean batch, a :class:`TaskBatch` (whose targets and mask give the default
+            metric) or tokens ``[batch, seq]`` (then ``metric`` is required).
+        how: ``"zero"``, ``"mean"``, ``"resample"`` or ``"optimal"`` (module docstring).
+        metric: ``logits [batch, seq, vocab] -> scalar``, higher is better; default
+            :func:`target_logprob_metric` of ``batch``.
+        corrupted: the resample source, row-paired with ``batch`` (same shape); default ``batch``
+            with its rows permuted (a generator seeded with ``seed``).
+        reference: the batch the mean (and the optimal constant's start) is taken over; default
+            ``batch``.
+        split_embed: token and positional embeddings as two senders.
+        optimal_steps: L-BFGS iterations of the optimal constant.
+        check: compare the edge forward with ``model(tokens)`` first (RuntimeError when they differ).
     """
     if how not in HOWS:
         raise ValueError(f"how must be one of {HOWS}, got {how!r}")

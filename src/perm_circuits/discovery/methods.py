@@ -28,9 +28,13 @@ CRITERIA = ("kl", "metric")
 
 
 def edge_attribution(ei: EdgeIntervention) -> Tensor:
-    """Edge attribution patching scores ``(abl_S - out_S) . dMetric/dInput_R``, summed over batch and positions,
-    from one forward and one backward on the clean run (the gradient at the receiver's residual input,
-    before its LayerNorm; Syed et al. 2023, "Attribution Patching Outperforms Automated Circuit Discovery")."""
+    """Edge attribution patching scores ``(abl_S - out_S) . dMetric/dInput_R`` summed over batch and positions.
+
+    One forward and one backward on the clean run (every edge kept): the gradient of the metric
+    with respect to each receiver's residual-stream input (before its LayerNorm), dotted with the
+    change the ablation makes to the sender's output (Syed et al. 2023, "Attribution Patching
+    Outperforms Automated Circuit Discovery").
+    """
     retain: dict[str, Tensor] = {}
     mask = ei.ones().requires_grad_(True)  # makes every receiver input part of the graph
     with torch.enable_grad():
@@ -55,12 +59,15 @@ def eap_ig(model=None, batch=None, *, steps: int = 10, how: str | None = None,
            target: float = 0.9, seed: int = 0, chunk: int = 5, **options) -> DiscoveryResult:
     """EAP with integrated gradients along the edge mask (after Hanna et al. 2024, "Have Faith in Faithfulness").
 
-    Every edge's mask goes together from 1 (clean) to 0 (ablated); the score is minus the metric's
-    gradient with respect to the edge's mask averaged at the ``steps`` midpoints ``alpha = (k + 1/2) /
-    steps`` (the scores sum to ``metric(none) - metric(all)`` as ``steps`` grows), ``chunk`` steps per
-    batched pass.  Not Hanna et al.'s exact method (they interpolate the input embeddings, a different
-    path and integral), but like theirs it sees effects that saturate at the clean point (a sharp
-    attention pattern), which plain EAP misses.
+    Every edge's mask goes together from 1 (clean) to 0 (ablated); the gradient of the metric
+    with respect to each edge's mask is averaged at the ``steps`` midpoints ``alpha = (k + 1/2) /
+    steps`` and the score is ``-mean gradient`` (the path integral of the metric's change along
+    the edge; the scores sum to ``metric(none) - metric(all)`` as ``steps`` grows).  This is the
+    mask variant of integrated gradients, not Hanna et al.'s exact method: they interpolate the
+    input embeddings between the clean and corrupted input, a different path with a different
+    integral, so its scores are not theirs.  Like theirs, it captures effects that saturate at the
+    clean point (a sharp attention pattern), which plain EAP misses.  ``chunk`` steps run per
+    batched pass.
     """
     check_int("steps", steps, 1)
     check_int("chunk", chunk, 1)
@@ -82,10 +89,12 @@ def node_attribution(model=None, batch=None, *, how: str | None = None, interven
                      **options) -> DiscoveryResult:
     """Attribution patching on nodes (Nanda 2023, "Attribution Patching"; Kramar et al. 2024, AtP), spread to edges.
 
-    A node's score is the first-order change of the metric when all of it is ablated (a sender's output,
-    or a receiver's whole input): the sum of its edges' :func:`edge_attribution`.  An edge gets
-    ``min(|score(sender)|, |score(receiver)|)`` (the logits count as infinite): it matters only when both
-    its ends do.  Scores are non-negative.
+    A node's score is the first-order change of the metric when the whole node is ablated: for a
+    sender, its output everywhere; for a receiver (a head's query, key or value input, an MLP's
+    input), all of that input.  Both are sums of the edge attributions (the gradient of an ablated
+    sender reaches every receiver through its edges), from one forward and one backward pass.  An
+    edge gets ``min(|score(sender)|, |score(receiver)|)`` (the logits count as infinite): an edge
+    matters only when both its ends do.  Scores are non-negative.
     """
     ei, start = setup(model, batch, intervention, how=how, seed=seed, **options)
     pairs = [split_edge(edge) for edge in ei.graph.edges]
@@ -103,13 +112,15 @@ def acdc(model=None, batch=None, *, tau: float = 0.01, criterion: str = "kl", ho
          intervention: EdgeIntervention | None = None, seed: int = 0, **options) -> DiscoveryResult:
     """ACDC (Conmy et al. 2023, "Towards Automated Circuit Discovery for Mechanistic Interpretability").
 
-    From the full graph, visit the receivers in reverse topological order (logits first) and each one's
-    incoming edges from the latest sender back; ablate the edge and keep it ablated when the divergence
-    from the full model grows by less than ``tau``.  ``criterion``: ``"kl"`` (ACDC's default: KL of the
-    full model's next-token distribution from the circuit's, averaged over the loss positions) or
-    ``"metric"`` (``|1 - faithfulness|``).  Edges into a component with no output left in the circuit are
-    removed without a run (score 0).  Score: the divergence increase when the edge was tested; the
-    circuit is what is left.
+    Start from the full graph; visit the receivers in reverse topological order (logits first)
+    and, for each, its incoming edges from the latest sender back; ablate the edge and keep it
+    ablated when the divergence from the full model grows by less than ``tau``.  ``criterion``:
+    ``"kl"`` (ACDC's default: KL divergence of the full model's next-token distribution from the
+    circuit's, averaged over the loss positions) or ``"metric"`` (``|1 - faithfulness|``).  An edge
+    into a component none of whose outputs is still in the circuit is removed without a run
+    (score 0), as ACDC skips nodes no longer connected to the output.  Score of an edge: the
+    divergence increase measured when it was tested; the circuit is what is left (every kept
+    edge scored ``>= tau``).
     """
     check_number("tau", tau, low=0, finite=False)
     if criterion not in CRITERIA:

@@ -1,14 +1,25 @@
 """The exhaustive oracle: the smallest edge set whose faithfulness reaches a target.
 
-On graphs this small the answer discovery heuristics approximate can be computed: the fewest edges whose
-faithfulness (:mod:`~perm_circuits.discovery.interventions`) is at least ``target``, the most faithful
-such circuit of that size.  **Exhaustive** up to ``max_exhaustive`` (16) edges: all ``2^E`` subsets,
-batched, each component computed once per distinct setting of the edges that can reach it.  **By size**
-otherwise: every *connected* subset (each edge's receiving component is the logits or sends a kept edge;
-a disconnected edge changes nothing) of 0, 1, 2, ... up to ``max_size`` edges, grown breadth-first,
-stopping at the first size reaching the target.  Under resample ablation a subset runs only when every
-kept edge's sender (but the embeddings) also receives a kept edge: a sender whose inputs are all ablated
-outputs its ablated value, so such a subset is as faithful as a smaller one.
+Discovery methods are heuristics; on graphs this small the answer they approximate can be
+computed.  :func:`exhaustive_oracle` finds the smallest circuit (fewest edges) whose faithfulness
+(1 = full model, 0 = every edge ablated; :mod:`~perm_circuits.discovery.interventions`) is at
+least ``target``, the most faithful one among those of that size:
+
+- **exhaustive** when the graph has at most ``max_exhaustive`` (16) edges: every one of the
+  ``2^E`` subsets is run (13 edges: 8,192), batched ``chunk`` masks per forward.  Subsets are
+  enumerated with the edges into the logits varying fastest, and each component (head, MLP,
+  logits) is computed once per distinct setting of the edges that can reach it within a batch
+  (what does not change is memoised), so most of the work is the last components;
+- **by size** otherwise: every *connected* subset of 0, 1, 2, ... edges up to ``max_size``
+  (default 6), stopping at the first size that reaches the target.  Connected: every edge's
+  receiving component is the logits or sends a kept edge itself.  A disconnected edge changes
+  nothing (its receiver's output reaches the logits through no kept edge), so the smallest
+  faithful circuit is always connected, and every connected subset grows from a smaller one by
+  one edge (breadth-first, without repeats).  Under resample ablation a subset is run only when
+  every kept edge's sender (other than the embeddings) also receives a kept edge: a sender whose
+  inputs are all ablated reads exactly the corrupted residual stream, so it outputs its ablated
+  value and its kept edges change nothing (such a subset is as faithful as a smaller one).  The
+  result says when the target was not reached within ``max_size`` or ``max_subsets``.
 
 Scores (for ROC curves): ``1 + |faith(C) - faith(C without e)|`` for the circuit's edges,
 ``g / (1 + g)`` with ``g = |faith(C with e) - faith(C)|`` for the others, so the circuit ranks first.
@@ -118,11 +129,15 @@ def exhaustive_oracle(model=None, batch=None, *, target: float = 0.9, how: str |
                       intervention: EdgeIntervention | None = None, max_exhaustive: int = 16, max_size: int = 6,
                       max_subsets: int = 2_000_000, chunk: int = 64, progress: bool = False, seed: int = 0,
                       **options) -> DiscoveryResult:
-    """The smallest circuit whose faithfulness reaches ``target``: exhaustive up to ``max_exhaustive`` edges,
-    else by size up to ``max_size`` edges within ``max_subsets`` subsets (module docstring).
-    ``result.search`` says which search ran and whether the target was reached (else ``result.circuit`` is
-    the most faithful circuit seen); ``result.best_by_size[k]``: the best faithfulness of any circuit of at
-    most ``k`` edges, for every size searched (the oracle regret's reference)."""
+    """The smallest circuit whose faithfulness reaches ``target`` (module docstring), searched exhaustively
+    when the graph has at most ``max_exhaustive`` edges, else by size up to ``max_size`` edges.
+
+    ``result.search`` says which search ran and whether the target was reached; ``result.circuit``
+    is the smallest faithful circuit (the most faithful of that size), or the most faithful one
+    seen when the target was not reached; ``result.best_by_size[k]`` is the best faithfulness of
+    any circuit of at most ``k`` edges, for every size searched (what a method's top ``k`` edges
+    are measured against for the oracle regret at each size).  ``chunk``: masks per batched forward.
+    """
     check_int("max_exhaustive", max_exhaustive, 0, 25)  # at most 2^24 subsets
     for name, value, low in (("max_size", max_size, 0), ("max_subsets", max_subsets, 1), ("chunk", chunk, 1)):
         check_int(name, value, low=low)

@@ -23,13 +23,22 @@ __all__ = ["DiscoveryResult", "choose_circuit", "flip_each", "prefix_masks", "se
 class DiscoveryResult:
     """One discovery method's answer on one model, batch and ablation mode.
 
-    ``scores``: one float per edge (indexed by edge name, graph order); larger ``abs(score)`` is more
-    important, and attribution methods keep the sign (the metric's estimated change when the edge alone
-    is ablated).  ``circuit``: the chosen edges, ``faithfulness`` theirs (1 = full model, 0 = every edge
-    ablated).  ``wall_time``: the method's seconds (shared set-up excluded unless it ran inside).
-    ``n_forward``: forward passes over the batch (a batched run of ``k`` masks counts ``k``, a backward
-    one more).  ``search``, ``best_by_size``: the exhaustive oracle's only
-    (:func:`~perm_circuits.discovery.oracle.exhaustive_oracle`).
+    Attributes:
+        method: the method's function name (``"eap"``, ``"acdc"``, ...).
+        how: the ablation mode of the edge interventions.
+        scores: one float per edge (indexed by edge name, in the graph's order).  Larger
+            ``abs(score)`` means more important; attribution methods keep the sign (the estimated
+            change of the metric when the edge alone is ablated).
+        circuit: the chosen edge set (method docstrings say how it is chosen).
+        faithfulness: the chosen circuit's faithfulness (1 = full model, 0 = every edge ablated).
+        wall_time: seconds spent by the method (the shared set-up excluded unless it ran inside).
+        n_forward: forward passes of the edge model over the batch made by the method: a batched
+            run of ``k`` masks counts ``k``, a backward pass counts as one more forward.
+        search: how the exhaustive oracle searched (``""`` for the other methods).
+        params: the method's settings.
+        best_by_size: the exhaustive oracle only: entry ``k`` is the best faithfulness of any circuit
+            of at most ``k`` edges, for every size the search covered (``()`` for the other methods).
+            The oracle regret at size ``k`` is this minus a method's top-``k`` faithfulness.
     """
 
     method: str
@@ -61,9 +70,12 @@ class DiscoveryResult:
 
 def setup(model, batch, intervention: EdgeIntervention | None, *, how: str | None = None,
           **options) -> tuple[EdgeIntervention, float]:
-    """The prepared intervention (``intervention``, whose mode ``how`` may only repeat, else
-    :func:`~perm_circuits.discovery.interventions.prepare_edges`, default ``how="resample"``) and the
-    ``time.perf_counter()`` at which the method's own work starts."""
+    """The prepared intervention and the time the method's own work starts (``time.perf_counter()``).
+
+    ``intervention`` when given (then ``model``/``batch`` may be None and ``how``, if given, must be
+    its mode), else :func:`~perm_circuits.discovery.interventions.prepare_edges` with ``how``
+    (default ``"resample"``) and ``options``.
+    """
     if intervention is not None:
         if not isinstance(intervention, EdgeIntervention):
             raise TypeError(f"intervention must be an EdgeIntervention, got {type(intervention).__name__}")
@@ -98,9 +110,12 @@ def prefix_masks(order: Int[Tensor, " edge"] | list[int],
 def choose_circuit(
     ei: EdgeIntervention, scores: Tensor, *, n_edges: int | None, threshold: float | None, target: float
 ) -> tuple[frozenset[str], float, int]:
-    """``(circuit, faithfulness, forward passes used)`` from scores: the top ``n_edges`` by ``abs(score)``,
-    else every edge with ``abs(score) >= threshold``, else the smallest top-``k`` prefix whose faithfulness
-    reaches ``target`` (all prefixes in one batched run; the full graph when none does)."""
+    """The circuit from scores: the top ``n_edges`` by ``abs(score)``, else every edge with
+    ``abs(score) >= threshold``, else the smallest top-``k`` prefix whose faithfulness reaches
+    ``target`` (every prefix is evaluated in one batched run; the full graph when none does).
+
+    Returns ``(circuit, faithfulness, forward passes used)``.
+    """
     if n_edges is not None:
         check_int("n_edges", n_edges, 0, ei.n_edges + 1)
     if threshold is not None:
@@ -124,8 +139,11 @@ def finish(method: str, ei: EdgeIntervention, scores: Tensor, start: float, n_fo
            *, n_edges: int | None = None, threshold: float | None = None, target: float = 0.9,
            keep: Tensor | None = None, faithfulness: float | None = None, search: str = "",
            best_by_size: tuple[float, ...] = ()) -> DiscoveryResult:
-    """Time the method and package its result: the circuit is the 0/1 mask ``keep`` when given (its
-    faithfulness measured, one more forward, unless given), else :func:`choose_circuit` of the scores."""
+    """Time the method and package its result.
+
+    The circuit is the edges of the 0/1 mask ``keep`` when given (its faithfulness measured here,
+    one more forward, unless given), else :func:`choose_circuit` from the scores.
+    """
     if keep is None:
         circuit, faithfulness, used = choose_circuit(ei, scores, n_edges=n_edges, threshold=threshold, target=target)
         n_forward += used

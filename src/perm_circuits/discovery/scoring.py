@@ -1,12 +1,17 @@
 """Scoring a discovery method against a ground-truth circuit: pure functions on edge scores and edge sets.
 
-Ranking metrics (:func:`roc_auc`, as Conmy et al., "Towards Automated Circuit Discovery for Mechanistic
-Interpretability", NeurIPS 2023, score ACDC on tracr and IOI; :func:`average_precision`, since about 6
-of 46 edges are true), the chosen circuit's precision and recall on edges or components
-(:func:`circuit_metrics`, after Gupta, Arcuschin, Kwa, Garriga-Alonso, "InterpBench: Semi-Synthetic
-Transformers for Evaluating Mechanistic Interpretability Techniques", NeurIPS 2024 Datasets and
-Benchmarks), and faithfulness against the number of edges kept (:func:`faithfulness_area`,
-:func:`oracle_regret`; Hanna, Pezzelle, Belinkov, "Have Faith in Faithfulness", COLM 2024).
+- :func:`roc_auc` and :func:`average_precision` rank edges by score against the true edge set
+  (Conmy et al., "Towards Automated Circuit Discovery for Mechanistic Interpretability", NeurIPS
+  2023, score ACDC, SP and HISP by ROC AUC on tracr and IOI; the classes are very unbalanced, about
+  6 true edges of 46, hence also the precision-recall area).
+- :func:`circuit_metrics`: precision, recall and exact recovery of the circuit a method chose, on
+  edges or with edges promoted to components as InterpBench does (Gupta, Arcuschin, Kwa,
+  Garriga-Alonso, "InterpBench: Semi-Synthetic Transformers for Evaluating Mechanistic
+  Interpretability Techniques", NeurIPS 2024 Datasets and Benchmarks): a head (or MLP) is in a
+  circuit when any of its q/k/v inputs or its output edges is.
+- :func:`faithfulness_area` and :func:`oracle_regret`: faithfulness against the number of edges kept
+  (Hanna, Pezzelle, Belinkov, "Have Faith in Faithfulness", COLM 2024, compare EAP and EAP-IG this
+  way), and the gap to the best faithfulness any circuit of that size reaches.
 """
 
 from __future__ import annotations
@@ -63,9 +68,12 @@ def _tied(values: list[tuple[float, bool]], *, descending: bool) -> Iterator[lis
 
 
 def roc_auc(scores: Mapping[str, SupportsFloat], truth: Iterable[str], *, edges=None, absolute: bool = True) -> float:
-    """Area under the ROC curve of ranking edges by score: the probability that a random true edge outscores
-    a random false one, ties counting one half (Mann-Whitney; perfect ranking 1, reversed 0, constant 0.5).
-    ``edges``: the universe (default the keys of ``scores``); ``absolute``: rank by ``|score|``.
+    """Area under the ROC curve of ranking edges by score (ties count one half).
+
+    Equals the probability that a random true edge outscores a random false one, plus half the
+    probability of a tie (Mann-Whitney): a perfect ranking gives 1, the reversed one 0, all scores
+    equal 0.5. ``edges`` is the universe (default: the keys of ``scores``); ``absolute`` ranks by
+    ``|score|`` (effects of either sign count).
     """
     values = _ranked(scores, truth, edges, absolute)
     # midranks for ties, then the Mann-Whitney U of the true edges
@@ -80,9 +88,12 @@ def roc_auc(scores: Mapping[str, SupportsFloat], truth: Iterable[str], *, edges=
 
 def average_precision(scores: Mapping[str, SupportsFloat], truth: Iterable[str], *, edges=None,
                       absolute: bool = True) -> float:
-    """Average precision ``sum_k (R_k - R_{k-1}) P_k`` over the distinct score thresholds from high to low,
-    tied edges entering together (scikit-learn's ``average_precision_score``): perfect ranking 1, a
-    constant score the fraction of true edges."""
+    """Area under the precision-recall curve as average precision, ties grouped.
+
+    ``AP = sum_k (R_k - R_{k-1}) P_k`` over the distinct score thresholds from high to low, all
+    edges tied at a threshold entering together (scikit-learn's ``average_precision_score``). A
+    perfect ranking gives 1; a constant score gives the fraction of true edges.
+    """
     values = _ranked(scores, truth, edges, absolute)
     n_pos = sum(label for _, label in values)
     ap, tp, seen, last_recall = 0.0, 0, 0, 0.0
@@ -135,8 +146,11 @@ class CircuitScore:
 
 
 def circuit_metrics(chosen: Iterable[str], truth: Iterable[str], *, promote_heads: bool = False) -> CircuitScore:
-    """Precision, recall, exact recovery of ``chosen`` against ``truth``, on components with ``promote_heads``
-    (:func:`edge_components`).  An empty choice has precision 0; an empty truth is refused."""
+    """Precision, recall, exact recovery of ``chosen`` against ``truth``.
+
+    With ``promote_heads`` both edge sets become component sets first (:func:`edge_components`).
+    An empty choice has precision 0 (nothing right was chosen); an empty truth is refused.
+    """
     chosen, truth = set(chosen), set(truth)
     if promote_heads:
         chosen, truth = set(edge_components(chosen)), set(edge_components(truth))
@@ -173,9 +187,12 @@ def _points(points, name: str) -> list[tuple[int, float]]:
 
 
 def faithfulness_area(points, *, max_edges: int | None = None) -> float:
-    """Area under faithfulness against edges kept (``points``: ``(n_edges, faithfulness)`` pairs, any order),
-    by trapezoids over the sizes given (nothing extrapolated), divided by ``max_edges`` (default the
-    largest ``n_edges``): a curve that is 1 from 0 to ``max_edges`` has area 1."""
+    """Area under faithfulness against edges kept, by trapezoids, divided by ``max_edges``.
+
+    ``points`` are ``(n_edges, faithfulness)`` pairs (any order); ``max_edges`` defaults to the
+    largest ``n_edges``. The curve is integrated over the sizes given (nothing is extrapolated), so
+    a curve that is 1 from 0 to ``max_edges`` has area 1.
+    """
     pairs = _points(points, "points")
     top = pairs[-1][0] if max_edges is None else max_edges
     if check_int("max_edges", top) < pairs[-1][0] or top <= 0:

@@ -1,10 +1,12 @@
 """Search-based discovery: greedy edge addition and learned hard-concrete edge masks.
 
-:func:`greedy_edges` lifts :func:`perm_circuits.analysis.circuits.criteria.propose_circuit` to edges;
-:func:`mask_pruning` learns a mask over edges with hard-concrete gates and an expected-L0 penalty (Louizos
-et al. 2018, "Learning Sparse Neural Networks through L0 Regularization"; subnetwork probing, Cao et al.
-2021, "Low-Complexity Probing via Finding Subnetworks"; edge pruning, Bhaskar et al. 2024, "Finding
-Transformer Circuits with Edge Pruning").
+- :func:`greedy_edges` lifts the library's greedy node proposer
+  (:func:`perm_circuits.analysis.circuits.criteria.propose_circuit`) to edges: keep the edges that matter
+  alone, grow the circuit greedily until it is faithful, then prune.
+- :func:`mask_pruning` learns a mask over edges with hard-concrete gates and an expected-L0
+  penalty (Louizos et al. 2018, "Learning Sparse Neural Networks through L0 Regularization";
+  subnetwork probing, Cao et al. 2021, "Low-Complexity Probing via Finding Subnetworks"; edge
+  pruning, Bhaskar et al. 2024, "Finding Transformer Circuits with Edge Pruning").
 """
 
 from __future__ import annotations
@@ -29,13 +31,16 @@ def greedy_edges(model=None, batch=None, *, threshold: float = 0.1, tolerance: f
                  **options) -> DiscoveryResult:
     """The greedy proposer of :func:`~perm_circuits.analysis.circuits.criteria.propose_circuit`, on edges.
 
-    1. Start from every edge whose ablation alone moves faithfulness by at least ``threshold`` either way.
-    2. While the error ``|1 - faithfulness|`` exceeds ``tolerance``, add the left-out edge that lowers it
-       most (stop when none does).
-    3. By increasing single-ablation effect, drop an edge when the error stays ``<= tolerance``.
+    1. Candidates: every edge whose ablation alone (from the full model) moves faithfulness by at
+       least ``threshold``, either way; they start the circuit.
+    2. Grow: while the circuit's error ``|1 - faithfulness|`` exceeds ``tolerance``, add the
+       left-out edge that lowers it most (stop when none lowers it).
+    3. Prune: in order of increasing single-ablation effect, drop an edge when the circuit
+       without it still has error ``<= tolerance``.
 
-    Score: the single-ablation effect ``d = |1 - faithfulness(all but e)|`` as ``d / (1 + d)``, plus 1
-    for the circuit's edges.  ``chunk``: masks per batched forward.
+    Score of an edge: its single-ablation effect ``d = |1 - faithfulness(all but e)|`` as
+    ``d / (1 + d)``, plus 1 for the circuit's edges (so they rank first).  Cost: one run per edge,
+    then one per tried circuit (batched ``chunk`` masks per forward).
     """
     for name, value in (("threshold", threshold), ("tolerance", tolerance)):
         check_number(name, value, low=0)
@@ -75,12 +80,14 @@ def mask_pruning(model=None, batch=None, *, steps: int = 300, penalty: float = 0
                  progress: bool = False, **options) -> DiscoveryResult:
     """Learn a sparse edge mask with hard-concrete gates (module docstring).
 
-    Per edge a gate parameter ``log_alpha`` (initialised at 3, nearly always on).  Each of ``steps`` Adam
-    steps (rate ``lr``) samples ``z = clamp(sigmoid((log u - log(1-u) + log_alpha) / beta) * 1.2 - 0.1, 0,
-    1)`` (``u`` uniform from a generator seeded with ``seed``, ``beta = 2/3``), and minimises ``(1 -
-    faithfulness(z)) + penalty * mean_e P(z_e != 0)``: ``penalty`` is what dropping every edge saves,
-    against a faithfulness loss of 1.  Circuit: the edges whose deterministic gate ``clamp(sigmoid(log_alpha)
-    * 1.2 - 0.1, 0, 1)`` exceeds 0.5; score ``sigmoid(log_alpha)``.
+    Each edge has a gate parameter ``log_alpha`` (initialised at 3, nearly always on).  Each of
+    ``steps`` Adam steps (learning rate ``lr``) samples the gates ``z = clamp(sigmoid((log u -
+    log(1-u) + log_alpha) / beta) * (1.1 + 0.1) - 0.1, 0, 1)`` (``u`` uniform from a generator
+    seeded with ``seed``, ``beta = 2/3``), runs the model with mask ``z`` and minimises
+    ``(1 - faithfulness(z)) + penalty * mean_e P(z_e != 0)``: ``penalty`` is what dropping every
+    edge saves, against a faithfulness loss of 1.  The circuit is the edges whose deterministic
+    gate ``clamp(sigmoid(log_alpha) * 1.2 - 0.1, 0, 1)`` exceeds 0.5; the score is ``sigmoid(log_alpha)``
+    (positive, so ranking by ``abs(score)`` ranks by ``log_alpha``).
     """
     check_int("steps", steps, low=1)
     for name, value in (("penalty", penalty), ("lr", lr)):

@@ -1,11 +1,12 @@
 """One discovered circuit per skill: the picture every report opens with.
 
-A *skill* is a slice of the test set and the position where it is scored: for the permutation study's
-models, at the last position, *elimination* (the last query is new: the answer is the one value not yet
-used) and *recall* (it repeats an earlier query: the answer is that query's earlier answer); for any
-other task one skill, ``"task"``, its test set with its own loss mask.  Each skill's circuit is found by
-one edge-level method (ACDC under resample ablation by default), the metric the mean target
-log-probability at the skill's positions.
+A *skill* is a slice of the test set and the position where it is scored.  For the permutation
+study's models there are two, at the last position (the fifth answer): *elimination* (sequences
+whose last query is new: the answer is the one value not yet used) and *recall* (sequences whose
+last query repeats an earlier one: the answer is that query's earlier answer).  For any other
+task there is one skill, ``"task"``: its test set with its own loss mask.  Each skill's circuit
+is found by one edge-level method (:mod:`perm_circuits.discovery`; ACDC under resample ablation by
+default) with the mean target log-probability at the skill's positions as the metric.
 """
 
 from __future__ import annotations
@@ -52,8 +53,11 @@ def discover_skills(
     seed: int = 0,
     max_rows: int = 500,
 ) -> Mapping[str, DiscoveryResult]:
-    """The circuit of each skill of ``batch`` (:func:`skill_batches`, at most ``max_rows`` sequences each)
-    found by ``method`` under ``how``; the resample source is the same rows shifted by one."""
+    """The circuit of each skill of ``batch`` (:func:`skill_batches`) found by ``method`` under ``how``.
+
+    Each skill uses at most ``max_rows`` of its sequences; the resample source is the same slice,
+    rows shifted by one (another sequence of the same skill).
+    """
     if method not in METHODS:
         raise ValueError(f"method must be one of {sorted(METHODS)}, got {method!r}")
     check_int("max_rows", max_rows, low=2)
@@ -70,13 +74,14 @@ def discover_skills(
 def skill_oracle_table(models=TRAINED, hows=("zero", "resample"),
                        seeds=(0, 1, 2, 3, 4), n: int = 300, *, skill: str = "recall", max_size: int = 8,
                        max_subsets: int = 300_000, progress: bool = True):
-    """The exhaustive oracle's circuit of one skill alone (default recall), per shipped model, mode and seed.
+    """The exhaustive oracle's circuit of one skill alone (default: recall), per shipped model, mode and seed.
 
-    Per seed a test batch of ``n`` sequences (seed ``1000 + seed``, as the benchmark), its skill rows
-    scored at the last position (:func:`skill_batches`), the smallest circuit keeping faithfulness 0.9
-    (exhaustive up to 16 edges, else by size up to ``max_size`` edges within ``max_subsets``).  Columns:
-    ``model``, ``skill``, ``how``, ``seed``, ``n_rows``, ``n_edges_graph``, ``circuit`` (space-separated
-    edges), ``n_chosen``, ``faithfulness``, ``search``.
+    Each seed draws a test batch of ``n`` sequences (seed ``1000 + seed``, as the discovery
+    benchmark), keeps the skill's rows scored at the last position (:func:`skill_batches`), and
+    searches the smallest circuit keeping faithfulness 0.9 on them (exhaustive up to 16 edges, else
+    by size up to ``max_size`` edges within ``max_subsets`` subsets; column ``search``).  Returns a
+    table with columns ``model``, ``skill``, ``how``, ``seed``, ``n_rows``, ``n_edges_graph``,
+    ``circuit`` (space-separated edges), ``n_chosen``, ``faithfulness``, ``search``.
     """
     registry = benchmark_models(include_tracr=False)
     unknown = [m for m in models if m not in TRAINED]

@@ -1,13 +1,21 @@
-"""RASP programs compiled with tracr and loaded as TransformerLens bridges: ground truth for discovery.
+"""RASP programs compiled with tracr and loaded as TransformerLens bridges.
 
-tracr (Lindner, Kramár, Farquhar, Rahtz, McGrath, Mikulik, "Tracr: Compiled Transformers as a Laboratory
-for Interpretability", NeurIPS 2023) compiles a RASP program (Weiss, Goldberg, Yahav, "Thinking Like
-Transformers", ICML 2021) into weights whose every residual dimension has a known meaning; ACDC (Conmy et
-al., NeurIPS 2023) scores its search on such models.  The conversion to ``TransformerBridge.boot_native``
-is TransformerLens's own ``transformer_lens.utilities.tracr`` (categorical output, no layer norm).  tracr
-is optional (the ``tracr`` extra, PyPI ``tracr-pypi``): only the builders import it.  A bridge is fed
-tracr's input encoding (BOS first) and read at every position but BOS; shorter inputs run unpadded, one
-length per batch.
+tracr (Lindner, Kramár, Farquhar, Rahtz, McGrath, Mikulik, "Tracr: Compiled Transformers as a
+Laboratory for Interpretability", NeurIPS 2023) compiles a RASP program (Weiss, Goldberg, Yahav,
+"Thinking Like Transformers", ICML 2021) into transformer weights whose every residual dimension
+has a known meaning. Such models are ground truth for circuit discovery: ACDC (Conmy et al.,
+"Towards Automated Circuit Discovery for Mechanistic Interpretability", NeurIPS 2023) scores its
+search on them.
+
+The conversion to a ``TransformerBridge.boot_native`` model is TransformerLens's own
+``transformer_lens.utilities.tracr`` (categorical output, no layer norm); nothing here rewrites
+weights. tracr is an optional dependency (the ``tracr`` extra, PyPI package ``tracr-pypi``):
+importing this module never imports it, the builders do.
+
+A tracr input starts with the compiler's BOS token; a bridge is fed the same token ids (tracr's
+input encoding) and its logits are read at every position but BOS, decoded with tracr's output
+encoding. Sequences shorter than ``max_seq_len`` run unpadded (the bridge has no padding mask),
+one length per batch.
 """
 
 from __future__ import annotations
@@ -56,7 +64,11 @@ def _rasp():
 
 
 def make_reverse_program():
-    """``reverse``: the input read backwards, via a ``length`` sub-program (tracr's ``lib.make_reverse``)."""
+    """``reverse``: the input read backwards, via a ``length`` sub-program (tracr's ``lib.make_reverse``).
+
+    ``length = SelectorWidth(Select(tokens, tokens, TRUE))``, ``opp_idx = length - indices``,
+    ``opp_idx-1 = opp_idx - 1``, ``reverse = Aggregate(Select(indices, opp_idx-1, EQ), tokens)``.
+    """
     rasp = _rasp()
     all_true = rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.TRUE).named("all_true_selector")
     length = rasp.SelectorWidth(all_true).named("length")
@@ -84,7 +96,11 @@ def make_frac_prevs_program(token: str = "x"):
 
 
 def make_sort_program():
-    """``sort``: tokens sorted ascending, for distinct tokens (tracr's ``lib.make_sort_unique``)."""
+    """``sort``: tokens sorted ascending, for distinct tokens (tracr's ``lib.make_sort_unique``).
+
+    ``target_pos = SelectorWidth(Select(tokens, tokens, LT))``, then
+    ``sort = Aggregate(Select(target_pos, indices, EQ), tokens)``.
+    """
     rasp = _rasp()
     smaller = rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.LT).named("smaller")
     target_pos = rasp.SelectorWidth(smaller).named("target_pos")
@@ -108,7 +124,10 @@ TRACR_PROGRAMS: dict[str, _ProgramSpec] = {
 
 
 def tracr_to_bridge(assembled):
-    """A ``TransformerBridge.boot_native`` model (eval mode) with a compiled tracr model's weights."""
+    """A ``TransformerBridge.boot_native`` model (eval mode) with a compiled tracr model's weights.
+
+    Uses ``transformer_lens.utilities.tracr`` (config and state dict) unchanged.
+    """
     from transformer_lens.model_bridge import TransformerBridge
     from transformer_lens.utilities.tracr import (
         make_tracr_transformer_bridge_config,
@@ -163,8 +182,11 @@ class TracrModel:
         return torch.tensor([[table[BOS]] + [table[tok] for tok in seq] for seq in inputs], dtype=torch.long)
 
     def tracr_outputs(self, inputs: list[tuple]) -> list[list]:
-        """tracr's own decoded outputs (BOS dropped), as ``AssembledTransformerModel.apply`` computes them but
-        in one batched call (inputs padded with tracr's ``compiler_pad`` token, which its attention masks).
+        """tracr's own decoded outputs (BOS position dropped), in one batched call.
+
+        The steps of ``AssembledTransformerModel.apply`` (encode, ``forward``, decode) on a batch:
+        inputs of any lengths are padded with tracr's ``compiler_pad`` token to one shape (tracr's
+        compiled attention masks padding), so jax traces the forward once.
         """
         import jax.numpy as jnp
 
@@ -186,7 +208,10 @@ class TracrModel:
 
 
 def build_tracr_model(name: str) -> TracrModel:
-    """Compile one of ``TRACR_PROGRAMS`` and load it as a bridge (seconds on CPU: keep a model needed twice)."""
+    """Compile one of ``TRACR_PROGRAMS`` (``reverse``, ``frac_prevs``, ``sort``) and load it as a bridge.
+
+    Compiling takes a few seconds on CPU; callers that need a model twice keep it.
+    """
     if name not in TRACR_PROGRAMS:
         raise ValueError(f"unknown tracr program {name!r}; expected one of {sorted(TRACR_PROGRAMS)}")
     spec = TRACR_PROGRAMS[name]

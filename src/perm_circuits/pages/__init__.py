@@ -1,5 +1,9 @@
-"""The results pages, generated: numbers measured on the shipped models, docs rendered from templates
-(``python scripts/build_results.py``, ``--recompute`` to re-measure; see ``docs/dev/results_pages.md``).
+"""The results pages, generated: numbers measured on the shipped models, docs rendered from templates.
+
+``python scripts/build_results.py`` renders ``docs/results.md`` and the README's results section
+from the committed tables in ``results/``; ``--recompute`` first refreshes
+``results/shipped_numbers.json`` from the shipped models.  ``tests/test_results_docs.py`` checks
+both steps.  See ``docs/dev/results_pages.md``.
 """
 
 from perm_circuits.pages.build import build_pages, read_numbers, write_numbers, write_pages

@@ -1,10 +1,14 @@
 """The shipped study models' mean attention patterns: a committed table and the docs' heatmaps.
 
-:func:`attention_table` (written by ``scripts/build_results.py --recompute`` to
-``results/attention_patterns.csv``) averages every head's pattern over the results pages' test set, all
-sequences and per last-query group; :func:`attention_figures` renders one SVG heatmap per head from the
-table, with no model run.  The study (section 08) names its heads from these maps: the elimination head
-spreads attention over the earlier ``y`` tokens, the recall head binds ``(x, y)`` pairs.
+:func:`attention_table` measures, for every head of each shipped study model, the attention weight
+each query position puts on each key position, averaged over the results pages' test set
+(``make_test_set(task, n=5000, seed=1234)``, the ``settings.test_*`` of
+:mod:`perm_circuits.pages.numbers`), once over all sequences and once per last-query group (the
+last query repeats an earlier ``x``, or is new).  ``scripts/build_results.py --recompute`` writes
+it to ``results/attention_patterns.csv``; the plain command renders one SVG heatmap per head from
+that table (:func:`attention_figures`) into ``docs/figures/``, with no model run.  The study
+(section 08) reads these maps to name its heads: the elimination head spreads attention over the
+earlier ``y`` tokens, the recall head binds ``(x, y)`` pairs.
 """
 
 from __future__ import annotations
@@ -48,10 +52,12 @@ DIGITS = 4
 
 
 def attention_table(models: Sequence[str] = MODELS) -> pd.DataFrame:
-    """Mean attention pattern of every head of each shipped study model, one row per (head, group, query, key):
-    ``weight`` is the mean post-softmax ``blocks.L.attn.hook_pattern[b, h, query, key]`` over the group's
-    ``n`` sequences of the pages' test set (:mod:`perm_circuits.pages.numbers`), to :data:`DIGITS` decimals;
-    causal cells (``key > query``) are omitted, so each query's row sums to 1 up to rounding.
+    """Mean attention pattern of every head of each shipped study model, one row per (head, group, query, key).
+
+    ``weight`` is the mean over the group's test sequences of ``blocks.L.attn.hook_pattern[b, h,
+    query, key]`` (post-softmax), rounded to :data:`DIGITS` decimals; causal cells (``key >
+    query``) are omitted, so each (model, head, group, query) row sums to 1 up to rounding.
+    ``n`` is the number of sequences averaged.  Deterministic on CPU.
     """
     if isinstance(models, str) or not models:
         raise TypeError(f"models must be a non-empty sequence of shipped model names, got {models!r}")
@@ -120,9 +126,12 @@ def attention_figure_path(model: str, layer: int, head: int) -> Path:
 
 
 def attention_svg(frame: pd.DataFrame, model: str, layer: int, head: int) -> str:
-    """One head's mean attention as an SVG, a panel per group: query rows, key columns (labelled ``x1``,
-    ``y1``, ...), each cell coloured by its weight (white 0 to blue 1) and printed with two decimals;
-    causal cells grey.
+    """One head's mean attention as an SVG: a panel per group (all, new, repeated last query).
+
+    Rows are query positions, columns key positions (labelled by the token they hold, ``x1``,
+    ``y1``, ...); each cell is
+    coloured by the weight (white 0 to blue 1) and prints it with two decimals; causal cells
+    (``key > query``) are grey.
     """
     _check(frame)
     rows = frame[(frame["model"] == model) & (frame["layer"] == layer) & (frame["head"] == head)]

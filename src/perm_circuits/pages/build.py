@@ -1,10 +1,27 @@
 """Build the results pages from the committed result tables (``python scripts/build_results.py``).
 
-Inputs (this module's path constants): the shipped numbers and the attention table (both refreshed by
-``--recompute``), the numbers the study reports (quoted, not measured), the capacity sweeps at the cut
-budget and the full recipe, the generalisation sweep, the ``d16h1l2-any`` model's numbers and the
-templates in ``docs/templates/``.  Outputs: ``docs/results.md``, ``docs/general_recall.md``, the README's
-section between :data:`README_BEGIN` and :data:`README_END`, and the SVG figures in ``docs/figures/``.
+Inputs, all in the repository:
+
+* ``results/shipped_numbers.json``: :func:`~perm_circuits.pages.numbers.shipped_numbers`,
+  refreshed by ``--recompute``;
+* ``results/study_quotes.json``: numbers the study reports (quoted for comparison, not measured);
+* ``results/capacity_sweep.csv``: the capacity sweep at the cut budget, one row per run;
+* ``results/capacity_full_sweep.csv``: the same grid at the study's full recipe
+  (``sweeps/capacity_full.toml``, ``scripts/capacity_full_table.py``), one row per finished run;
+* ``results/generalisation_sweep.csv``: the generalisation sweep (does recall hold for every repeated
+  x_k), one row per run;
+* ``results/general_recall_numbers.json``: the shipped ``d16h1l2-any`` model's numbers
+  (``scripts/general_recall_numbers.py``);
+* ``results/attention_patterns.csv``: each shipped study model's mean attention pattern per head
+  (:func:`~perm_circuits.pages.attention.attention_table`), refreshed by ``--recompute``;
+* ``docs/templates/results.md``, ``docs/templates/readme_results.md`` and
+  ``docs/templates/general_recall*.md``.
+
+Outputs: ``docs/results.md``, ``docs/general_recall.md``, the section of ``README.md`` between
+:data:`README_BEGIN` and :data:`README_END`, and the SVG figures in ``docs/figures/``
+(:mod:`perm_circuits.pages.figures`; the attention heatmaps: :mod:`perm_circuits.pages.attention`;
+the figures of ``docs/birth.md``, ``docs/forner.md`` and ``docs/factual.md`` from their committed
+tables: :mod:`perm_circuits.pages.paper_figures`).
 """
 
 from __future__ import annotations
@@ -92,9 +109,13 @@ def read_numbers(path: str | os.PathLike) -> dict[str, object]:
 
 
 def mode_table(numbers: Mapping[str, object], model: str) -> str:
-    """Markdown: one row per component of ``model``, one column per mode of ``settings.modes``: the
-    last-step elimination / recall accuracy with it ablated in that mode and its ``judge_roles`` role;
-    the last column says whether the role is the same in every mode (*robust*) or not."""
+    """Markdown: one row per component of ``model``, one column per ablation mode in the table.
+
+    Each cell gives the last-step elimination / recall accuracy with the component ablated in that
+    mode and the role ``judge_roles`` assigns under it; the last column says whether the role is
+    the same in every mode (*robust*) or not (*mode-dependent*).  Modes come from the table's
+    ``settings.modes``, so a mode added to :data:`~perm_circuits.pages.numbers.MODES` shows up here.
+    """
     modes = str(numbers["settings.modes"]).split(",")
     prefix = f"{model}.roles.{modes[0]}."
     components = sorted(k[len(prefix):] for k in numbers if k.startswith(prefix))
@@ -120,10 +141,12 @@ def mode_table(numbers: Mapping[str, object], model: str) -> str:
 
 
 def circuit_table(numbers: Mapping[str, object], model: str) -> str:
-    """Markdown: per skill of ``model``, the proposed circuit with F(M), F(C), faithfulness F(C)/F(M), its
-    error, completeness (logit, and relative to |F(M)|; exhaustive or sampled) and each node's minimality
-    (logit, and relative to |F(C)|); then its faithfulness with the outside ablated by each mode of
-    ``settings.modes``.
+    """Markdown: the circuit proposed for each skill of ``model`` and its IOI numbers.
+
+    First table: one row per skill with the nodes, F(M), F(C), faithfulness F(C)/F(M), its error,
+    completeness (logit and relative to |F(M)|, exhaustive or sampled) and each node's minimality
+    (logit, and relative to |F(C)|).  Second table: the faithfulness F(C)/F(M) with everything
+    outside the circuit ablated by each mode of ``settings.modes``.
     """
     modes = str(numbers["settings.modes"]).split(",")
     skills = [s for s in ("elimination", "recall") if f"{model}.circuit.{s}.nodes" in numbers]
@@ -184,8 +207,12 @@ def _root(root: str | os.PathLike) -> Path:
 
 
 def build_pages(root: str | os.PathLike, numbers: Mapping[str, object] | None = None) -> dict[Path, str]:
-    """The generated files' text, ``{relative path: text}``, from the committed tables under ``root``;
-    ``numbers`` replaces ``results/shipped_numbers.json`` (e.g. a fresh recomputation)."""
+    """The generated files' text, ``{relative path: text}``, from the committed tables under ``root``.
+
+    ``numbers`` replaces ``results/shipped_numbers.json`` (e.g. a fresh recomputation).  The
+    capacity block and the ``capacity.*`` numbers come from ``results/capacity_sweep.csv``; the
+    ``modes.<model>`` blocks are :func:`mode_table`, the ``circuits.<model>`` blocks :func:`circuit_table`.
+    """
     root = _root(root)
     if numbers is None:
         numbers = read_numbers(root / NUMBERS)

@@ -112,12 +112,16 @@ def _verdicts(done: pd.DataFrame, how: str) -> str:
 
 
 def capacity_markdown(frame: pd.DataFrame) -> str:
-    """The capacity tables as markdown: one row per (d_model, n_heads, dropout) and any other setting of
-    ``n_layers`` and :data:`RECIPE` that varies (runs of different recipes are never pooled).
+    """The capacity tables as markdown: one row per (d_model, n_heads, dropout).
 
-    Columns: runs done (and failed), seeds, done runs that learn recall (final recall accuracy >=
-    :data:`LEARNED`) as ``k/n``, the median and range of ``epoch_recall_99`` over the runs reaching it, the
-    mean elimination accuracy, and per ablation mode the ``head_roles`` verdict counts; above the table,
+    Any other setting that varies in the table (``n_layers``, ``repeat_ratio``, ``epochs``,
+    ``samples``, ``batch_size``, ``lr``, ``early_stop``) becomes a column of its own and splits the
+    rows, so runs of different recipes are never pooled.
+
+    Columns: runs done (and failed), seeds, how many done runs learn recall (final recall accuracy
+    >= :data:`LEARNED`) as ``k/n``, the median and range of ``epoch_recall_99`` over the runs that
+    reach it, the mean final elimination accuracy, and one column per ablation mode with the
+    ``head_roles`` verdict counts (``holds`` / ``fails`` / ``open``).  A line above the table quotes
     the training recipe (each setting's distinct values).
     """
     check_sweep_frame(frame, CAPACITY_COLUMNS)
@@ -165,17 +169,21 @@ def _role_counts(done: pd.DataFrame, how: str) -> str:
 
 
 def capacity_numbers(frame: pd.DataFrame, prefix: str = "capacity") -> dict[str, object]:
-    """The numbers the results page quotes about the capacity sweep, as flat ``<prefix>.*`` keys.
+    """The numbers the results page quotes about the capacity sweep, as flat ``capacity.*`` keys.
 
-    Per architecture (``d{d_model}h{n_heads}.drop{100 p}.*``): runs ``done``, how many ``learned`` recall
-    (final recall accuracy >= :data:`LEARNED`), those runs' median epoch reaching it, the mean elimination
-    accuracy.  Per dropout and head count (``drop{100 p}.h{n}.*``): totals over every width and the smallest
-    width at which every seed learns; per dropout, the smallest width at which some seed learns
-    (``smallest_learning_width``; NaN when none).  Per ablation mode: verdict counts
-    (``verdict.<how>.<holds|fails|open>``, per head count ``h{n}.verdict.*``), the binding-head claim's
-    statuses per head count (``h{n}.binding_head.<how>.<status>``), runs supporting it
-    (``binding_supported.<how>``), runs with a ``binder`` head (``binder_runs.<how>``), and each head-role
-    combination of the two-head runs that learn recall with its count (``h2.recall.roles.<how>``).
+    Per architecture (``capacity.d{d_model}h{n_heads}.drop{100 p}.*``): runs ``done``, how many
+    ``learned`` recall (final recall accuracy >= :data:`LEARNED`), the median epoch at which those
+    reach it, and the mean elimination accuracy.  Per dropout and head count, the totals over every
+    width (``capacity.drop{100 p}.h{n}.learned`` / ``.done``) and the smallest width at which every
+    seed learns recall (NaN if none); per dropout, the smallest width at which some seed learns it
+    (``capacity.drop{100 p}.smallest_learning_width``, NaN if none).  Per ablation mode: verdict counts
+    (``capacity.verdict.<how>.<holds|fails|open>``, and per head count ``capacity.h{n}.verdict.*``),
+    the binding-head claim's statuses per head count (``capacity.h{n}.binding_head.<how>.<status>``),
+    the runs where the study's binding-head claim
+    is supported (``capacity.binding_supported.<how>``), and the runs where some head has the
+    ``binder`` role (``capacity.binder_runs.<how>``); for the two-head runs that learn recall, each
+    head-role combination and its count (``capacity.h2.recall.roles.<how>``).
+    ``prefix`` replaces ``capacity`` in every key (e.g. ``capacity_full`` for the full-recipe table).
     """
     check_sweep_frame(frame, CAPACITY_COLUMNS)
     done = frame[frame["status"] == "done"]
@@ -246,10 +254,13 @@ def _samples(value: float) -> str:
 
 
 def budget_comparison_markdown(cut: pd.DataFrame, full: pd.DataFrame) -> str:
-    """Markdown: the capacity grid at the cut budget and at the study's recipe, side by side: per (d_model,
-    n_heads, dropout) and budget, finished seeds that learn recall as ``k/n`` and their median training
-    sequences to reach it; from the full-recipe table, the Kaplan-Meier share of seeds with recall by each
-    of :data:`SAMPLE_MARKS` sequences (:func:`perm_circuits.survival.time_to_recall`; ``–`` past a budget).
+    """Markdown: the capacity grid at the cut budget and at the study's recipe, side by side.
+
+    One row per (d_model, n_heads, dropout): at each budget how many finished seeds learn recall
+    (final recall accuracy >= :data:`LEARNED`) as ``k/n``, the median training sequences to reach
+    it (over the seeds that do), and, from the full-recipe table, the Kaplan-Meier share of seeds
+    with recall by each of :data:`SAMPLE_MARKS` sequences (:func:`perm_circuits.survival.time_to_recall`;
+    ``–`` past a configuration's budget).
     """
     check_sweep_frame(cut, CAPACITY_COLUMNS)
     check_sweep_frame(full, CAPACITY_COLUMNS)
@@ -280,28 +291,34 @@ def full_recipe_numbers(
     full: pd.DataFrame, seeds: int = 5, architectures: int = 10,
     configurations: Sequence[tuple[float, float, float]] = (),
 ) -> dict[str, object]:
-    """``capacity_full.*``: :func:`capacity_numbers` of the full-recipe table and the study's two claims judged.
+    """``capacity_full.*``: :func:`capacity_numbers` of the full-recipe table, plus the study's two claims judged.
 
-    ``claim.d16h1_cannot_recall``: ``"fails"`` when a d16h1 (dropout 0) seed learns recall, ``"holds"``
-    once all ``seeds`` finished without, else ``"open"``; ``claim.dropout_prevents_recall`` likewise over
-    the dropout-0.1 runs (``architectures x seeds`` of them).  ``core_hours`` sums the finished runs' wall
-    times (one core each), ``wall_hours_2_workers`` halves it.  Every ``(d_model, n_heads, dropout)`` of
-    ``configurations`` (the grid) and each dropout get ``.done`` / ``.learned`` counts, 0 before any run
-    finished.
+    ``capacity_full.claim.d16h1_cannot_recall`` is ``"holds"`` when all ``seeds`` seeds of d16h1
+    (dropout 0) finished and none learns recall, ``"fails"`` when any seed learns it, ``"open"``
+    otherwise; ``capacity_full.claim.dropout_prevents_recall`` likewise over every dropout-0.1 run
+    of the grid (``"holds"`` only once all ``architectures x seeds`` dropout runs have finished).
+    ``capacity_full.core_hours`` sums the finished rows' own wall times (each run on one core) and
+    ``capacity_full.wall_hours_2_workers`` halves it: the grid's wall time with two workers.
+    Every ``(d_model, n_heads, dropout)`` of ``configurations`` (the grid) gets its ``.done`` and
+    ``.learned`` counts, 0 for one that has no finished run yet, and each dropout value its totals.
     """
     numbers = capacity_numbers(full, prefix="capacity_full")
     for d_model, n_heads, dropout in configurations:
         key = f"capacity_full.d{int(d_model)}h{int(n_heads)}.{_drop_key(dropout)}"
+        numbers.setdefault(f"{key}.done", 0)
+        numbers.setdefault(f"{key}.learned", 0)
         for suffix in ("done", "learned"):
-            numbers.setdefault(f"{key}.{suffix}", 0)
             numbers.setdefault(f"capacity_full.{_drop_key(dropout)}.{suffix}", 0)
         numbers.setdefault(f"capacity_full.{_drop_key(dropout)}.recall_accuracy.max", math.nan)
     done = full[full["status"] == "done"]
     d16 = done[(done["d_model"] == 16) & (done["n_heads"] == 1) & (done["dropout"] == 0)]
-    for claim, runs, needed in (("d16h1_cannot_recall", d16, seeds),
-                                ("dropout_prevents_recall", done[done["dropout"] > 0], architectures * seeds)):
-        learned = int((runs["recall_accuracy"] >= LEARNED).sum())
-        numbers[f"capacity_full.claim.{claim}"] = "fails" if learned else ("holds" if len(runs) >= needed else "open")
+    learned = int((d16["recall_accuracy"] >= LEARNED).sum())
+    numbers["capacity_full.claim.d16h1_cannot_recall"] = (
+        "fails" if learned else ("holds" if len(d16) >= seeds else "open"))
+    dropout = done[done["dropout"] > 0]
+    learned = int((dropout["recall_accuracy"] >= LEARNED).sum())
+    numbers["capacity_full.claim.dropout_prevents_recall"] = (
+        "fails" if learned else ("holds" if len(dropout) >= architectures * seeds else "open"))
     seconds = float(done["wall_seconds"].sum()) if "wall_seconds" in done else math.nan
     numbers["capacity_full.core_hours"] = seconds / 3600  # training + analyses, one core per run
     numbers["capacity_full.wall_hours_2_workers"] = seconds / 3600 / 2

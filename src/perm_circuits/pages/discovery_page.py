@@ -1,9 +1,12 @@
 """The discovery page, ``docs/discovery.md``: which circuit-discovery method to trust on tiny transformers.
 
-Built by :func:`discovery_pages` from ``results/discovery.csv``
-(:func:`perm_circuits.discovery.benchmark.run_benchmark`) and ``docs/templates/discovery.md``, with one
-circuit picture per shipped model.  Every claim word is computed by :func:`recovers`, :func:`flip_word`
-and :func:`coverage_word`, rules the page's test re-derives from the table.
+Built from ``results/discovery.csv`` (:func:`perm_circuits.discovery.benchmark.run_benchmark`,
+written by ``scripts/discovery_benchmark.py``) and ``docs/templates/discovery.md`` by
+:func:`discovery_pages`, with one circuit picture per shipped model in ``docs/figures/``
+(:func:`perm_circuits.views.circuit_graph.circuit_graph`).  Every number is a placeholder or a
+generated table cell; every claim word (``recovers`` / ``does not recover``, ``reproduced`` / ``not
+reproduced``, ``matches`` / ``covers`` / ``misses``) is computed here by the rules :func:`recovers`,
+:func:`flip_word` and :func:`coverage_word`, which the page's test re-derives from the table.
 """
 
 from __future__ import annotations

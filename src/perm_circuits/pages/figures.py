@@ -1,11 +1,19 @@
 """The docs site's figures, rendered as static SVG from the committed result tables.
 
-``scripts/build_results.py`` writes them into ``docs/figures/`` with the pages' numbers, so a page and its
-pictures come from the same tables: ``phase_cut.svg`` / ``phase_full.svg`` (:func:`phase_svg`, cut budget
-and study's recipe), ``time_to_recall.svg`` (:func:`time_to_recall_svg`, both budgets),
-``study_dynamics.svg`` (:func:`dynamics_svg`, from ``results/study_dynamics.csv``) and
-``generalisation.svg`` (:func:`generalisation_svg`, from ``results/generalisation_sweep.csv``).  The
-seed-paper pages' figures are in :mod:`perm_circuits.pages.paper_figures`.
+``scripts/build_results.py`` writes them into ``docs/figures/`` with the pages' numbers, so a page
+and its pictures always come from the same tables:
+
+* ``phase_cut.svg`` / ``phase_full.svg``: the share of seeds that learn recall (final recall
+  accuracy >= 0.99) over d_model x heads, one panel per dropout (cut budget, study's recipe);
+* ``time_to_recall.svg``: the Kaplan-Meier share of seeds with recall by N training sequences
+  (:mod:`perm_circuits.survival`), both budgets;
+* ``study_dynamics.svg``: the shipped d32h2 recipe's training run (elimination, recall, and the
+  head signals that form first), from ``results/study_dynamics.csv``;
+* ``generalisation.svg``: the share of seeds whose recall generalises to every repeated x_k, over
+  d_model x heads, one panel per layer count and training distribution, from
+  ``results/generalisation_sweep.csv`` (the general recall page).
+
+The seed-paper pages' figures are in :mod:`perm_circuits.pages.paper_figures`.
 """
 
 from __future__ import annotations
@@ -41,9 +49,11 @@ def _share_panel(title: str, runs: pd.DataFrame, hit: pd.Series, widths: list, h
 
 
 def phase_svg(frame: pd.DataFrame, title: str, grid: pd.DataFrame | None = None) -> str:
-    """Share of finished seeds learning recall per (d_model, heads), one panel per dropout, on the axes of
-    ``grid`` (default ``frame``: a partial table still shows every cell of its grid, grey where none
-    finished)."""
+    """Share of finished seeds learning recall per (d_model, heads), one panel per dropout.
+
+    The axes are those of ``grid`` (default ``frame``), so a partial table still shows every cell
+    of its grid (grey where no run has finished).
+    """
     done = frame[frame["status"] == "done"]
     axes = frame if grid is None else grid
     widths, heads = sorted(axes["d_model"].unique()), sorted(axes["n_heads"].unique())
@@ -54,8 +64,11 @@ def phase_svg(frame: pd.DataFrame, title: str, grid: pd.DataFrame | None = None)
 
 
 def time_to_recall_svg(tables: dict[str, pd.DataFrame]) -> str:
-    """Kaplan-Meier time-to-recall curves of each table (solid: dropout 0, dashed: dropout > 0), for the
-    configurations where some seed learns recall (the others stay at 0 and are in the pages' tables)."""
+    """Kaplan-Meier time-to-recall curves of each table (solid: dropout 0, dashed: dropout > 0).
+
+    Only configurations where some seed learns recall are drawn (the others stay at 0 up to their
+    budget and are listed in the pages' tables).
+    """
     series = []
     colors: dict[tuple[int, int], str] = {}
     for label, frame in tables.items():

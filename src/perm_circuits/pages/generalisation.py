@@ -1,9 +1,10 @@
 """The generalisation section of the results page: does recall hold for *every* repeated x_k?
 
-Rendered from a committed sweep table (``sweeps/generalisation.toml``, the sweep's row schema) whose
-``recall_gen_x{k}`` columns hold a run's recall accuracy when the last query repeats ``x_k``, measured
-exhaustively (:func:`perm_circuits.evaluate.recall_generalisation`).  A run *generalises* when all of
-them are at least :data:`GENERALISES`; it has the *x1 shortcut* when it recalls ``x1`` at that level and
+Rendered from a committed sweep table (``sweeps/generalisation.toml``; one row per run, the sweep's
+row schema).  Each run's ``recall_gen_x{k}`` columns hold its recall accuracy when the last query
+repeats ``x_k``, measured exhaustively over the test permutations and every x order
+(:func:`perm_circuits.evaluate.recall_generalisation`).  A run *generalises* when every one of them
+is at least :data:`GENERALISES`; it has the *x1 shortcut* when it recalls ``x1`` at that level but
 every other ``x_k`` below :data:`SHORTCUT_OTHERS`.
 """
 
@@ -112,13 +113,15 @@ def generalisation_markdown(frame: pd.DataFrame) -> str:
 def generalisation_numbers(frame: pd.DataFrame) -> dict[str, object]:
     """The numbers the results page quotes, as flat ``generalisation.*`` keys.
 
-    Per configuration (``d{d}h{h}l{L}.{x1|x1234}.*``): ``done``, ``generalise``, ``shortcut`` and the mean
-    recall per x_k; totals per layer count and training distribution (``l{L}.{x1|x1234}.*``); the smallest
-    generalising configuration by non-embedding :func:`parameters` (``smallest``, e.g. ``"d16h1l2"``, with
-    its share of seeds; ``"none"``).  When the table has them: the multi-layer runs the induction story
-    holds in (``story.*``), and per generalising configuration, ablation mode and component, the
-    generalising seeds where ablating it drops mean recall below one half
-    (``<config>.<sources>.necessary.<how>.<component>``).
+    Per configuration (``generalisation.d{d}h{h}l{L}.{x1|x1234}.*``): ``done``, ``generalise``
+    (seeds whose recall holds for every x_k), ``shortcut`` (x1 only) and the mean recall per x_k.
+    Totals per layer count and training distribution (``generalisation.l{L}.{x1|x1234}.*``), and
+    the smallest generalising configuration by non-embedding parameters (:func:`parameters`):
+    ``generalisation.smallest`` (e.g. ``"d16h1l2"``) with its share of seeds, or ``"none"``.  When
+    the table has them: how many multi-layer runs the induction story holds in
+    (``generalisation.story.*``), and for every generalising configuration, per ablation mode and
+    component, in how many generalising seeds ablating it drops mean recall below one half
+    (``generalisation.<config>.<sources>.necessary.<how>.<component>``).
     """
     ok, short = generalises(frame), _shortcut(frame)  # generalises checks the table
     columns = _recall_columns(frame)
@@ -200,11 +203,15 @@ ANY_HOWS: tuple[str, ...] = ("zero", "mean", "resample")
 
 def any_model_numbers(model, *, prefix: str = "any", n_pair: int = 2000, n_boot: int = 200,
                       hows: tuple[str, ...] = ANY_HOWS) -> dict[str, object]:
-    """The numbers the docs quote about a model with general recall, as flat ``<prefix>.*`` keys: exhaustive
-    recall per repeated ``x_k`` and elimination (:func:`~perm_circuits.evaluate.recall_generalisation`,
-    ``n=None``); the induction story (``story.*``,
-    :func:`~perm_circuits.analysis.circuits.induction_story.induction_story`); the same recall with the
-    story's previous-token or induction head ablated (``ablate.<how>.<role>.*``) per mode of ``hows``.
+    """The numbers the docs quote about a model with general recall, as flat ``<prefix>.*`` keys.
+
+    * ``recall.x{k}`` / ``elimination``: exhaustive recall per repeated ``x_k`` and elimination
+      (:func:`~perm_circuits.evaluate.recall_generalisation` with ``n=None``);
+    * ``story.*``: the induction story (:func:`~perm_circuits.analysis.circuits.induction_story.induction_story`:
+      scores, Q/K/V composition, path patching A -> B with its CI, ``holds`` and what is missing);
+    * ``ablate.<how>.<role>.x{k}`` / ``.recall.max`` / ``.elimination``: exhaustive recall per ``x_k``
+      with the story's ``previous`` or ``induction`` head ablated, under every mode of ``hows``
+      (default :data:`ANY_HOWS`).
     """
     task = task_config_of(model)
     out: dict[str, object] = {}
@@ -236,10 +243,13 @@ def any_model_numbers(model, *, prefix: str = "any", n_pair: int = 2000, n_boot:
 
 def dynamics_numbers(records: dict[int, object], signals: dict[str, str], *, target: str = "recall_x2_accuracy",
                      prefix: str = "any.dynamics", threshold: float = 0.5) -> dict[str, object]:
-    """When the parts form: per seed and each ``label -> signal`` of ``signals`` (and ``target``, recall of a
-    repeated x2), the step it crosses ``threshold`` of its change (:func:`~perm_circuits.dynamics.which_first`;
-    ``<prefix>.seed{s}.{label}``, NaN if never); over the seeds, how many cross no later than the target
-    (``<prefix>.{label}.before_target``) of ``<prefix>.seeds``.
+    """When the parts form, per seed and across seeds.
+
+    For each seed's record and each ``label -> signal`` of ``signals`` (plus ``target``, recall of a
+    repeated x2 by default): the step at which the signal crosses ``threshold`` of its change
+    (:func:`~perm_circuits.dynamics.which_first`; ``<prefix>.seed{s}.{label}``, NaN if it never
+    does), and over the seeds how many cross no later than the target
+    (``<prefix>.{label}.before_target``) out of ``<prefix>.seeds``.
     """
     if not records:
         raise ValueError("records is empty: give {seed: DynamicsRecord}")

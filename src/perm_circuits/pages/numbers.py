@@ -1,20 +1,38 @@
 """Every number that ``docs/results.md`` and the README quote, measured on the shipped models.
 
-:func:`shipped_numbers` runs the library's public analyses on ``d16h1``, ``d32h1`` and ``d32h2`` (seed 0) into
-one flat mapping whose keys name the model, the measurement and, where it matters, the ablation mode, e.g.
-``d32h2.mean.L0H0.recall_accuracy`` (last-step recall with L0H0 mean-ablated).  Sample sizes and seeds are
-:data:`SETTINGS` (stored as ``settings.*``): the test set is ``evaluate``'s default and the ablations'
-reference; patching and bootstrap use ``head_roles``' defaults; roles, claims, verdict and circuits (Wang
-et al. 2022 criteria) are read per mode of :data:`MODES` (every ablation mode) from one ``head_roles(...,
-hows=MODES)`` verdict.  "Before the MLP" accuracies come in two conventions: ``*.values`` (argmax over the
-value tokens ``1..V``, as ``mlp_prediction_flips``) and ``*.vocab`` (over the whole vocabulary, as every
-other accuracy in the docs).
+:func:`shipped_numbers` runs the library's public analyses on ``d16h1``, ``d32h1`` and ``d32h2``
+(all trained with seed 0, see ``scripts/train_pretrained.py``) and returns one flat mapping
+``key -> value``.  Keys name what they measure, the model, and where it matters the ablation mode
+and the seeds, e.g. ``d32h2.mean.L0H0.recall_accuracy`` (last-step recall accuracy of d32h2 with
+L0H0 mean-ablated on the fixed test set) or ``d32h2.patch.L0H0.ci_low``.  Fixed settings (stored
+in the mapping too, under ``settings.*``):
+
+* test set: ``make_test_set(task, n=5000, seed=1234)`` -- the set ``evaluate`` uses by default;
+* ablations: every mode of :data:`~perm_circuits.analysis.HOWS` (zero, mean, resample, binding-free,
+  optimal); reference = the test set itself, resample / binding-free seed 0 (``ablation_table``
+  defaults);
+* patching: ``patching_pair(task, n=2000, seed=0)``, 1000 bootstrap resamples seeded with 0 (the
+  ``head_roles`` defaults, so the intervals are those the tool prints);
+* roles and claims: ``head_roles`` once with ``hows=MODES``; each role, claim and the verdict are
+  read per mode from it (``role_by_how``, ``status_by_how``, ``verdict_by_how``), with the
+  decision mode and its reason (``how_reason``);
+* circuits (Wang et al. 2022 criteria): read from the same ``head_roles`` verdict
+  (``verdict.circuits``): for each skill, ``propose_circuit`` under the decision mode (mean), then
+  ``circuit_metrics`` (faithfulness, completeness, minimality per node) and
+  ``faithfulness_by_mode`` under every mode in :data:`MODES`, on the first ``circuit_n`` test
+  sequences.
+
+:data:`MODES` is :data:`~perm_circuits.analysis.HOWS`, so a new ablation mode reaches every table.
+
+The "before the MLP" accuracies come in two conventions, both stored: ``*.values`` takes the
+argmax over the value tokens ``1..V`` only (what ``mlp_prediction_flips`` reports), ``*.vocab``
+over the whole vocabulary (as every other accuracy in the docs).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import einops
 import torch
@@ -172,8 +190,12 @@ def _roles(numbers: Numbers, name: str, model, test_set):
 
 
 def _circuits(numbers: Numbers, name: str, verdict) -> None:
-    """For each skill of ``verdict.circuits`` (the circuit step of :func:`~perm_circuits.analysis.head_roles`):
-    its nodes, IOI metrics and faithfulness per mode; a skill the model lacks has no keys."""
+    """For each skill: the circuit ``head_roles`` proposed, its IOI metrics, its faithfulness per mode.
+
+    Read from ``verdict.circuits`` (one source of truth with the verdict and the report: the
+    circuit step of :func:`~perm_circuits.analysis.head_roles`, on its first ``CIRCUIT_MAX_N``
+    test sequences); a skill the model lacks has no circuit and no keys.
+    """
     for circuit in verdict.circuits:
         prefix = f"{name}.circuit.{circuit.skill}"
         _put(numbers, f"{prefix}.nodes", ", ".join(circuit.nodes))
@@ -245,12 +267,15 @@ def _mlp(numbers: Numbers, name: str, model, test_set) -> None:
 
 
 def _head_output_geometry(numbers: Numbers, name: str, model, test_set, head: int) -> None:
-    """Why zero and mean ablation of one head disagree: where its last-position output ``z_h W_O^h`` sits.
+    """Why zero and mean ablation of one head disagree: where its output sits at the last query.
 
-    Over the test set: the norm of its mean (mean ablation's input), the mean distance of an output from
-    it, the smallest output norm (how near a real output comes to zero ablation's 0), each point projected
-    on the unit vector from the new-query to the repeated-query mean; then the direct logit attribution of
-    the head and the MLP under zero and under mean ablation.
+    The head's output ``z_h W_O^h`` at the last position, over the test set: the norm of its mean
+    (what mean ablation puts in), the mean distance of a sample's output from that mean, the
+    smallest output norm on any sequence (how close a real output ever comes to zero ablation's
+    0), and every point projected on the unit vector from the new-query mean to the
+    repeated-query mean (so the zero vector, the overall mean and the two group means sit on one
+    line).  Then the direct logit attribution of the mean output (its effect on the answer
+    through the unembedding alone) and the MLP's, under zero and under mean ablation.
     """
     prefix = f"{name}.L0H{head}_case"
     _, acts = run_capture(model, test_set.inputs, ["blocks.0.attn.hook_z", "blocks.0.hook_resid_mid"])
@@ -305,9 +330,17 @@ def _test_set_numbers(numbers: Numbers, model, test_set, ev: Evaluation) -> None
         _put(numbers, f"test_set.step{s.step}.bayes_error_train", 1 - s.bayes_accuracy_train)
 
 
+def _across(numbers: Numbers, key: str, pattern: str, models: Sequence[str], reduce: Callable) -> None:
+    values = [numbers[pattern.format(m=m)] for m in models]
+    _put(numbers, key, reduce(values))
+
+
 def shipped_numbers(models: Sequence[str] = MODELS, *, progress: bool = False) -> Numbers:
-    """Every number the results pages quote, measured on the shipped ``models`` (module docstring), as a flat
-    ``{key: float | int | str}`` mapping sorted by key.  Deterministic on CPU; about 30 s on one thread."""
+    """Measure every number the results pages quote on the shipped ``models``; see the module docstring.
+
+    Deterministic on CPU (fixed seeds everywhere).  Takes about 30 s for the three models on one
+    CPU thread.  Returns a flat ``{key: float | int | str}`` mapping, sorted by key.
+    """
     if isinstance(models, str) or not models:
         raise TypeError(f"models must be a non-empty sequence of shipped model names, got {models!r}")
     unknown = [m for m in models if m not in MODELS]
@@ -330,10 +363,14 @@ def shipped_numbers(models: Sequence[str] = MODELS, *, progress: bool = False) -
         if model_config_of(model).n_heads > 1:
             _patch_sources(numbers, name, model)
             _head_output_geometry(numbers, name, model, test_set, head=0)
-    for key, reduce in (("step4.accuracy.min", min), ("step4.accuracy.max", max), ("step3.mae_train.min", min),
-                        ("step4.mae_train.max", max), ("test_loss.min", min), ("test_loss.max", max),
-                        ("dla.mlp_share_min", min), ("recall_accuracy.min", min), ("elimination_accuracy.min", min)):
-        measured = key.removesuffix(f".{reduce.__name__}")  # each model's number, e.g. d16h1.step4.accuracy
-        _put(numbers, f"all.{key}", reduce(numbers[f"{m}.{measured}"] for m in models))
+    _across(numbers, "all.step4.accuracy.min", "{m}.step4.accuracy", models, min)
+    _across(numbers, "all.step4.accuracy.max", "{m}.step4.accuracy", models, max)
+    _across(numbers, "all.step3.mae_train.min", "{m}.step3.mae_train", models, min)
+    _across(numbers, "all.step4.mae_train.max", "{m}.step4.mae_train", models, max)
+    _across(numbers, "all.test_loss.min", "{m}.test_loss", models, min)
+    _across(numbers, "all.test_loss.max", "{m}.test_loss", models, max)
+    _across(numbers, "all.dla.mlp_share_min", "{m}.dla.mlp_share_min", models, min)
+    _across(numbers, "all.recall_accuracy.min", "{m}.recall_accuracy", models, min)
+    _across(numbers, "all.elimination_accuracy.min", "{m}.elimination_accuracy", models, min)
     _put(numbers, "all.recall_gen.x2-4.max", max(numbers[f"{m}.recall_gen.x{k}"] for m in models for k in (2, 3, 4)))
     return dict(sorted(numbers.items()))

@@ -1,15 +1,23 @@
-"""The seed-paper pages' figures (``docs/birth.md``, ``docs/forner.md``, ``docs/factual.md``), as static SVG
-from their committed result tables (nothing is trained or measured here):
+"""The figures of the seed-paper pages (``docs/birth.md``, ``docs/forner.md``, ``docs/factual.md``),
+rendered as static SVG from their committed result tables.
 
-* ``birth_probes.svg`` / ``birth_positions.svg`` (``results/birth_quick/numbers.json``): the memory-recall
-  probes of eq. 9 and the in-context accuracy over training, and W_K1's probe on early vs late positions
-  (Bietti, Cabannes, Bouchacourt, Jegou and Bottou, *Birth of a Transformer: A Memory Viewpoint*, NeurIPS
-  2023, Fig. 3);
-* ``forner_{quick,full}.svg``: the attention order parameter A and the rollout accuracy against alpha,
-  simulation beside the mean-field ODE (Forner et al. 2026, eq. 15 and eq. 18);
-* ``factual_capacity.svg`` / ``factual_trajectory.svg``: facts stored at 99% against trainable parameters
-  (Nichani, Lee and Bietti, *Understanding Factual Recall in Transformers via Associative Memories*, 2024,
-  figure 3 left), and the hallucination experiment's losses.
+``scripts/build_results.py`` writes them into ``docs/figures/`` with the other docs figures (and
+``--check`` fails when one is out of date); nothing is trained or measured here, every point is a
+value of a committed table:
+
+* ``birth_probes.svg`` / ``birth_positions.svg`` (``results/birth_quick/numbers.json``): the
+  memory-recall probes R(W, W*) of eq. 9 and the in-context accuracy of the simplified model over
+  training, and W_K1's probe on the early vs the late half of the positions, one line per seed
+  (Bietti, Cabannes, Bouchacourt, Jegou and Bottou, *Birth of a Transformer: A Memory Viewpoint*,
+  NeurIPS 2023, Fig. 3);
+* ``forner_quick.svg`` / ``forner_full.svg`` (``results/forner_{quick,full}_ode.csv``): the
+  attention order parameter A and the rollout accuracy against alpha, the simulation's seed mean
+  beside the mean-field ODE (Forner et al. 2026, eq. 15 and eq. 18);
+* ``factual_capacity.svg`` (``results/factual_full_capacity.csv``): facts stored at 99% against
+  trainable parameters on log-log axes, per seed, with the least-squares log-log fit and a slope-1
+  line (Nichani, Lee and Bietti, *Understanding Factual Recall in Transformers via Associative
+  Memories*, 2024, figure 3 left); ``factual_trajectory.svg``
+  (``results/factual_full_trajectory.csv``): the hallucination experiment's losses over training.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """A tiny template language for the results pages: every quoted number is a placeholder.
 
-``{{ key | format }}`` is ``numbers[key]`` written with ``format`` (:data:`FORMATS`); ``{{> block }}`` the
-text of a named generated block (absent: nothing, so a template can hold a section whose table does not
-exist yet).  Nothing else is interpreted: prose stays hand-written markdown.
+``{{ key | format }}`` is replaced by ``numbers[key]`` written with ``format`` (see
+:data:`FORMATS`); ``{{> block }}`` is replaced by the text of a named block (a generated
+section such as the capacity tables; an absent block renders as nothing, so a template can
+carry a section whose table does not exist yet).  Nothing else is interpreted: prose stays
+hand-written markdown.  No dependency (jinja is not needed for this).
 """
 
 from __future__ import annotations
@@ -78,8 +80,10 @@ def template_keys(template: str) -> list[str]:
 def render(template: str, numbers: Mapping[str, object], blocks: Mapping[str, str] | None = None) -> str:
     """``template`` with every placeholder filled from ``numbers`` and every block from ``blocks``.
 
-    KeyError for a key ``numbers`` lacks (suggesting near keys), ValueError for an unknown format,
-    TypeError for a number format applied to text.
+    Raises:
+        KeyError: a placeholder names a key that ``numbers`` lacks (the message suggests near keys).
+        ValueError: an unknown format.
+        TypeError: a number format applied to text.
     """
     if not isinstance(template, str):
         raise TypeError(f"template must be a str, got {type(template).__name__}")
