@@ -1,7 +1,9 @@
 """Argument checks shared by every part of the package (standard library only).
 
-Each check returns the checked value, or raises ``TypeError`` for a wrong type and ``ValueError``
-out of range, naming the argument, the bad value and what was expected.  ``bool`` is never an int.
+Each check raises ``TypeError`` for a value of the wrong type and ``ValueError`` for one out of
+range, with a message naming the argument, the bad value and what was expected, and returns the
+checked value.  ``bool`` is never an int.  The analysis-specific checks (layer, head, position
+indices against a model) live in :mod:`perm_circuits.analysis` beside the code that uses them.
 """
 
 from __future__ import annotations

@@ -1,16 +1,20 @@
 """Training: the one :func:`train` of every task and model (which loop runs when: its docstring).
 
-The study's epoch loop: Adam (lr 1e-3, fused) on the cross-entropy of the y positions, 50 epochs x
-100,000 samples in batches of 128, evaluated on the fixed test set every epoch.  Batches are drawn
-vectorized from a seeded ``torch.Generator``; the step runs
-:func:`~perm_circuits.models.fast_forward`.  Same seeds -> bit-identical weights and history on CPU
-for the same torch build and ATen CPU capability (``torch.backends.cpu.get_cpu_capability()``): the
-AVX2 and AVX512 kernels of ``scaled_dot_product_attention``, ``softmax`` and ``log_softmax`` round
-differently in the last bit.  The shipped models were trained with AVX2; on an AVX512 host
-``ATEN_CPU_CAPABILITY=avx2`` (set before Python starts) reproduces their first epoch bit for bit
-(tests/test_reproduce_shipped.py).  Dropout masks come from a second generator seeded with
-:func:`dropout_seed` (never the global RNG).  A checkpoint stores the model, the optimizer state and
-both generators' states, so a resumed run equals an uninterrupted one.
+The study's epoch loop: Adam on the masked next-token loss, evaluated on the fixed test set every
+epoch.  The recipe's defaults are: 50 epochs x 100,000 samples, batch 128, Adam (lr 1e-3),
+cross-entropy on the y positions only.  Batches are drawn vectorized from a seeded
+``torch.Generator``; the step runs :func:`~perm_circuits.models.fast_forward` (plain PyTorch on the
+bridge's own parameters) with fused Adam.  Same seeds -> bit-identical weights and history on CPU,
+for the same torch build and ATen CPU capability (``torch.backends.cpu.get_cpu_capability()``):
+the AVX2 and AVX512 kernels of ``scaled_dot_product_attention``, ``softmax`` and ``log_softmax``
+round differently in the last bit, and training amplifies that.  The shipped pretrained models were
+trained with AVX2 kernels; on an AVX512 host, ``ATEN_CPU_CAPABILITY=avx2`` (set before starting
+Python) reproduces their first epoch bit for bit (tests/test_reproduce_shipped.py).
+With ``ModelConfig.dropout > 0`` the dropout masks come from a second, dedicated generator seeded
+with :func:`dropout_seed` of ``TrainConfig.seed`` (never the global RNG), so dropout runs are just
+as reproducible; evaluation runs in eval mode, without dropout.  A checkpoint stores the model, the
+optimizer state and both generators' states, so resuming gives the same result as an uninterrupted
+run.
 """
 
 from __future__ import annotations
