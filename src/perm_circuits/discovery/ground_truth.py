@@ -42,7 +42,6 @@ import torch
 from perm_circuits.discovery.graph import graph_edges, head_of, receiver_nodes, sender_nodes, split_edge
 from perm_circuits.discovery.tracr_models import BOS, TRACR_PROGRAMS, build_tracr_model, tracr_available
 from perm_circuits.handbuilt import build_induction_model
-from perm_circuits.systems.birth_model import handbuilt_induction_model
 
 ABLATION_MODES = ("zero", "mean", "resample")
 
@@ -282,6 +281,8 @@ def _induction_entry(eliminate: bool):
 
 
 def _birth_entry():
+    from perm_circuits.systems.birth_model import handbuilt_induction_model  # the seed-paper systems load on use
+
     return handbuilt_induction_model(), (birth_ground_truth(),)
 
 
