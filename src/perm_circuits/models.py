@@ -22,6 +22,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from perm_circuits.devices import resolve_device, to_device
 from perm_circuits.tasks.permutation_data import TaskConfig
 
 __all__ = [
+    "ACTIVATIONS",
     "PRESETS",
     "Checkpoint",
     "ModelConfig",
@@ -58,6 +60,13 @@ WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"
 TASK_RECORD = "trained_on"
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": torch.relu,
+    "gelu": torch.nn.functional.gelu,
+    "gelu_new": partial(torch.nn.functional.gelu, approximate="tanh"),
+    "silu": torch.nn.functional.silu,
+}
+"""The MLP activation of each ``ModelConfig.act_fn``, as the bridge computes it."""
 """The config.json key of a checkpoint of a model trained on any registered task (in place of
 ``model`` and ``task``): ``{"task": task.to_dict(), "model": fields, "seed": seed}``, what
 :func:`perm_circuits.tasks.checkpoint.load_task_checkpoint` rebuilds the task and its model from."""
@@ -102,7 +111,7 @@ class ModelConfig:
             )
         if self.resolved_n_ctx < 2 * self.V - 1:
             raise ValueError(f"n_ctx={self.n_ctx} is shorter than the task's 2V-1={2 * self.V - 1}")
-        if self.act_fn not in ("relu", "gelu", "gelu_new", "silu"):
+        if self.act_fn not in ACTIVATIONS:
             raise ValueError(f"act_fn must be relu/gelu/gelu_new/silu, got {self.act_fn!r}")
         if self.normalization_type not in ("LN", "LNPre", "RMS", "RMSPre", None):
             raise ValueError(f"normalization_type must be LN/LNPre/RMS/RMSPre/None, got {self.normalization_type!r}")
@@ -232,9 +241,7 @@ def run_blocks(
     ``norm(x, name)``, ``linear(x, name)`` (the weights under ``name``, e.g. ``blocks.0.attn.q``)
     and, for dropout, ``drop`` (where :func:`fast_forward` says; attention is then explicit)."""
     n_heads, d_head, seq = config.n_heads, config.resolved_d_head, resid.shape[-2]
-    act = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}.get(
-        config.act_fn, lambda x: torch.nn.functional.gelu(x, approximate="tanh")
-    )
+    act = ACTIVATIONS[config.act_fn]
     dropped = drop or (lambda x: x)
     for layer in range(config.n_layers):
         b = f"blocks.{layer}"

@@ -57,6 +57,7 @@ from torch import Tensor
 from perm_circuits.checks import check_int
 from perm_circuits.devices import model_device
 from perm_circuits.discovery.graph import CircuitGraph, circuit_graph_of, head_of
+from perm_circuits.models import ACTIVATIONS
 from perm_circuits.tasks.base import TaskBatch
 
 __all__ = ["HOWS", "EdgeIntervention", "Metric", "prepare_edges", "target_logprob_metric"]
@@ -64,8 +65,7 @@ __all__ = ["HOWS", "EdgeIntervention", "Metric", "prepare_edges", "target_logpro
 HOWS = ("zero", "mean", "resample", "optimal")
 Metric = Callable[[Tensor], Tensor]
 _GELU_TANH = partial(torch.nn.functional.gelu, approximate="tanh")
-_ACTS = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "gelu_new": _GELU_TANH, "gelu_fast": _GELU_TANH,
-         "gelu_pytorch_tanh": _GELU_TANH, "silu": torch.nn.functional.silu}
+_ACTS = {**ACTIVATIONS, "gelu_fast": _GELU_TANH, "gelu_pytorch_tanh": _GELU_TANH}
 
 
 def target_logprob_metric(batch: TaskBatch) -> Metric:

@@ -45,7 +45,7 @@ from torch import Tensor
 from perm_circuits.analysis.interventions.core import OPTIMAL_STEPS, lbfgs_constant, minimise_constant
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import HookList, run_capture
-from perm_circuits.models import model_config_of
+from perm_circuits.models import ACTIVATIONS, model_config_of
 from perm_circuits.tasks.permutation_data import Batch
 
 __all__ = ["OPTIMAL_STEPS", "answer_loss", "optimise_constant", "upstream_hooks"]
@@ -67,8 +67,7 @@ def _downstream(model, w: dict[str, Tensor], layer: int, stage: str, value: Tens
     ``[batch, len(keep), vocab]``, the last layer's queries, MLP and unembedding run there only.
     """
     config = model_config_of(model)
-    act = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}.get(
-        config.act_fn, lambda x: torch.nn.functional.gelu(x, approximate="tanh"))
+    act = ACTIVATIONS[config.act_fn]
 
     def norm(x: Tensor, name: str) -> Tensor:
         if config.normalization_type is None:

@@ -59,22 +59,20 @@ K-composition scores of :mod:`~perm_circuits.analysis.circuits.composition` meas
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
-from functools import partial
 from typing import Any
 
 import pandas as pd
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
-from torch.nn import functional
 
 from perm_circuits.analysis.interventions.checks import (
     check_head, check_index, check_int, check_layer, check_positive_int,
 )
 from perm_circuits.model_shape import is_permutation_model, normalization_of
-from perm_circuits.models import model_config_of
+from perm_circuits.models import ACTIVATIONS, model_config_of
 
 __all__ = [
     "QK_MAPS",
@@ -100,10 +98,6 @@ __all__ = [
 
 MODES = ("argmax", "argmin")
 QK_MAPS = ("x_match", "prev_y", "self_y", "last_to_y1")
-_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "relu": torch.relu, "gelu": functional.gelu, "silu": functional.silu,
-    "gelu_new": partial(functional.gelu, approximate="tanh"),
-}
 
 
 def identity_map(n: int, *, device: torch.device | str | None = None) -> Int[Tensor, "n 2"]:
@@ -424,7 +418,7 @@ def mlp_scores(
     """``MLP(ln2(u)) @ effective_unembed`` (``b_out`` left out) for residual vectors ``inputs``."""
     layer = check_layer(model, layer)
     _check_residual(model, inputs, "inputs")
-    act = _ACTIVATIONS[model_config_of(model).act_fn]
+    act = ACTIVATIONS[model_config_of(model).act_fn]
     with torch.no_grad():
         h = apply_norm(model, inputs, f"blocks.{layer}.ln2")
         post = act(h @ model.W_in.detach()[layer] + model.b_in.detach()[layer])
