@@ -8,7 +8,7 @@ import torch
 from perm_circuits import TaskConfig
 from perm_circuits.posterior import bayes_posterior
 from perm_circuits.tasks.permutation_data import make_batch, make_sequence, split_permutations
-from perm_circuits.posterior import _posterior_from, prior_permutations
+from perm_circuits.tasks.permutation_posterior import _posterior_from, prior_permutations
 
 
 def brute_force(seq: list[int], prior: list[tuple[int, ...]], V: int) -> list[list[float]]:

@@ -23,7 +23,7 @@ from perm_circuits.checks import check_int
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import run_logits
 from perm_circuits.models import model_config_of, task_config_of
-from perm_circuits.posterior import Posterior
+from perm_circuits.tasks.permutation_posterior import Posterior
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig, exhaustive_batch, make_batch, make_test_set, probe_sequence
 from perm_circuits.tasks.runner import TaskEvaluation, measure_task
 from perm_circuits.tasks.base import Task, TaskBatch

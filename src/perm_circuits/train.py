@@ -46,7 +46,7 @@ from perm_circuits.models import (
     resolve_config,
     save_model,
 )
-from perm_circuits.posterior import bayes_posterior
+from perm_circuits.tasks.permutation_posterior import bayes_posterior
 from perm_circuits.devices import resolve_device, to_device
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_batch, make_test_set, probe_sequence
 from perm_circuits.tasks.runner import fit_task, task_model

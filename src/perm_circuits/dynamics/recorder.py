@@ -45,7 +45,7 @@ from perm_circuits.dynamics.llc import LLCConfig, local_learning_coefficient, re
 from perm_circuits.dynamics.record import DynamicsRecord
 from perm_circuits.evaluate import evaluate_logits
 from perm_circuits.models import fast_forward, model_config_of
-from perm_circuits.posterior import bayes_posterior
+from perm_circuits.tasks.permutation_posterior import bayes_posterior
 from perm_circuits.tasks.permutation_data import TaskConfig, make_test_set
 from perm_circuits.tasks.base import log_spaced_steps
 

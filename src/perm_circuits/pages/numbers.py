@@ -55,7 +55,7 @@ from perm_circuits.analysis.study.skill_circuits import CIRCUIT_MAX_N, CIRCUIT_T
 from perm_circuits.evaluate import Evaluation, evaluate, recall_generalisation
 from perm_circuits.hooks import run_capture
 from perm_circuits.models import load_pretrained, model_config_of
-from perm_circuits.posterior import bayes_posterior
+from perm_circuits.tasks.permutation_posterior import bayes_posterior
 from perm_circuits.tasks.permutation_data import make_test_set
 
 __all__ = ["MODELS", "MODES", "Numbers", "SETTINGS", "shipped_numbers"]

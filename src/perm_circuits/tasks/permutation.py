@@ -15,7 +15,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from perm_circuits.posterior import Posterior, bayes_posterior
+from perm_circuits.tasks.permutation_posterior import Posterior, bayes_posterior
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_batch, make_test_set, repeat_source_of
 from perm_circuits.tasks.base import TaskBatch, register_task
 

@@ -14,7 +14,7 @@ from torch import Tensor
 from perm_circuits.evaluate import Evaluation, probe_probabilities, value_probs
 from perm_circuits.hooks import run_logits
 from perm_circuits.models import model_config_of, task_config_of
-from perm_circuits.posterior import bayes_posterior
+from perm_circuits.tasks.permutation_posterior import bayes_posterior
 from perm_circuits.tasks.permutation_data import PROBE_SEQUENCE, make_sequence, validate_tokens
 from perm_circuits.views.figure_style import (
     BAYES_COLOR,

@@ -16,7 +16,7 @@ import torch
 
 from perm_circuits.evaluate import Evaluation, RecallGeneralisation
 from perm_circuits.models import describe, model_config_of
-from perm_circuits.posterior import bayes_posterior
+from perm_circuits.tasks.permutation_posterior import bayes_posterior
 from perm_circuits.tasks.permutation_data import PROBE_SEQUENCE, Batch, TaskConfig, make_sequence
 from perm_circuits.views import figures as F
 from perm_circuits.views.figure_style import format_sequence

@@ -32,7 +32,7 @@ from perm_circuits.devices import model_device
 from perm_circuits.evaluate import evaluate_run
 from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.models import model_config_of
-from perm_circuits.posterior import bayes_posterior
+from perm_circuits.tasks.permutation_posterior import bayes_posterior
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_test_set, validate_tokens
 
 __all__ = ["AblationRow", "AblationTable"]

@@ -14,7 +14,7 @@ from perm_circuits.analysis.study.scores import HeadScores, recall_signal
 from perm_circuits.devices import device_forward
 from perm_circuits.evaluate import evaluate_logits
 from perm_circuits.hooks import HookList
-from perm_circuits.posterior import bayes_posterior
+from perm_circuits.tasks.permutation_posterior import bayes_posterior
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig
 
 __all__ = ["joint_eliminator_rows"]
