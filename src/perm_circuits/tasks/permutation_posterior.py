@@ -56,11 +56,12 @@ def _posterior_from(
     perms: Int[Tensor, "n V"], xs: Int[Tensor, "batch V"], ys: Int[Tensor, "batch Vm1"]
 ) -> tuple[Tensor, Tensor]:
     V = perms.shape[1]
-    values = perms.T[xs - 1]  # [batch, step, n]: values[b, k, p] = p(x_k)
+    values = perms.to(xs.device).T[xs - 1]  # [batch, step, n]: values[b, k, p] = p(x_k)
     consistent = torch.ones_like(values, dtype=torch.float64)  # p agrees with every pair before step k
     consistent[:, 1:] = (values[:, :-1] == ys[:, :, None]).cummin(dim=1).values
     # counts[b, k, v - 1] = #consistent p with p(x_k) = v (sums of 0/1: exact in float64, in any order)
-    counts = torch.zeros(*values.shape[:2], V, dtype=torch.float64).scatter_add_(2, values - 1, consistent)
+    counts = torch.zeros(*values.shape[:2], V, dtype=torch.float64, device=values.device)
+    counts.scatter_add_(2, values - 1, consistent)
     return counts, consistent.sum(dim=2)
 
 
