@@ -66,6 +66,26 @@ def test_console_script_info():
     assert "presets: d16h1" in result.stdout and "transformer-lens" in result.stdout
 
 
+def test_info_names_each_shipped_model_by_the_name_that_loads_it(capsys):
+    """A two-layer shipped model is listed as ``d16h1l2-any`` (what ``evaluate`` takes), not by its shape."""
+    from perm_circuits.models import list_pretrained
+
+    assert main(["info"]) == 0
+    listed = [line.split(":")[0].removeprefix("pretrained ") for line in capsys.readouterr().out.splitlines()
+              if line.startswith("pretrained ")]
+    assert listed == list_pretrained() and "d16h1l2-any" in listed
+
+
+def test_help_names_every_command(capsys):
+    from perm_circuits.cli import COMMANDS
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    description = capsys.readouterr().out.split("positional arguments")[0].split("``perm-circuits``:")[1]
+    assert {word.strip(" .\n") for word in description.split("|")} == set(COMMANDS)
+
+
 def test_resume_flags_and_out_checks(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", "--preset", "d16h1", "--epochs", "1", "--samples", "512", "--checkpoint-every", "1", "--out", str(out), "--quiet"]) == 0

@@ -8,7 +8,7 @@ import torch
 from perm_circuits import TaskConfig
 from perm_circuits.posterior import bayes_posterior
 from perm_circuits.tasks.permutation_data import make_batch, make_sequence, split_permutations
-from perm_circuits.tasks.permutation_posterior import _posterior_from, prior_permutations
+from perm_circuits.tasks.permutation_posterior import CHUNK_ELEMENTS, _posterior_from, prior_permutations
 
 
 def brute_force(seq: list[int], prior: list[tuple[int, ...]], V: int) -> list[list[float]]:
@@ -150,3 +150,28 @@ def test_point_mass_on_the_repeated_answer_for_every_source():
         expected = torch.nn.functional.one_hot(batch.ys.gather(1, batch.repeat_source.clamp(min=0)[:, None])[:, 0] - 1, 5)
         assert torch.equal(last[rep], expected[rep].float())  # y_k of the repeated x_k, whichever k
         assert torch.equal(last[~rep], torch.nn.functional.one_hot(batch.ys[~rep, 4] - 1, 5).float())  # the one unused value
+
+
+@pytest.mark.parametrize("prior", ["uniform", "train"])
+def test_rows_counted_in_chunks_give_the_same_bits(prior, monkeypatch):
+    """V = 8 has 40,320 permutations: the counts go chunk by chunk of rows (a 5,000-row test set at
+    once took tens of GB and was killed), and each row's posterior is the same bits in any chunking."""
+    from perm_circuits.tasks import permutation_posterior
+
+    config = TaskConfig(V=6)
+    inputs = make_batch(config, 50, split="test", seed=3).inputs
+    whole = bayes_posterior(inputs, config, prior)
+    monkeypatch.setattr(permutation_posterior, "CHUNK_ELEMENTS", 720 * 6 * 7)  # 7 rows a chunk, the last one short
+    chunked = bayes_posterior(inputs, config, prior)
+    for field in ("probs", "fallback", "n_consistent"):
+        assert torch.equal(getattr(whole, field), getattr(chunked, field)), field
+    assert whole.n_consistent[:, 0].eq(720 if prior == "uniform" else len(split_permutations(config)[0])).all()
+
+
+def test_largest_vocabulary_posterior_on_a_test_set():
+    config = TaskConfig(V=8)
+    assert 40320 * 8 * 200 > 4 * CHUNK_ELEMENTS  # the batch below spans several chunks
+    posterior = bayes_posterior(make_batch(config, 200, split="test", seed=0).inputs, config, "uniform")
+    assert posterior.probs.shape == (200, 8, 8)
+    assert torch.allclose(posterior.probs.sum(-1), torch.ones(200, 8))
+    assert posterior.n_consistent[:, 0].eq(40320).all() and posterior.n_consistent[:, 1].eq(5040).all()

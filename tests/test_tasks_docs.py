@@ -28,12 +28,14 @@ def test_worked_example_runs_and_states_its_numbers(tmp_path, monkeypatch):
     blocks = _blocks()
     assert len(blocks) == 4  # the fourth ('Analyses on any task') runs in tests/analysis/test_generic.py
     monkeypatch.chdir(tmp_path)
-    module = types.ModuleType("docs_tasks_example")  # the page's code as one module, as a task file is
+    (tmp_path / "previous_token.py").write_text(blocks[1], encoding="utf-8")  # "Save it as previous_token.py"
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "previous_token", raising=False)  # imported afresh, popped afterwards
+    module = types.ModuleType("docs_tasks_example")  # training it: the page's second block, its own script
     monkeypatch.setitem(sys.modules, module.__name__, module)
     namespace = module.__dict__
     try:
-        for block in blocks[1:3]:  # the one-file task, then training it
-            exec(compile(block, str(DOC), "exec"), namespace)
+        exec(compile(blocks[2], str(DOC), "exec"), namespace)
         task = namespace["task"]
         assert TASKS["previous_token"] is type(task)
         assert task_from_dict(task.to_dict()) == task
@@ -57,6 +59,7 @@ def test_worked_example_runs_and_states_its_numbers(tmp_path, monkeypatch):
         assert loaded.task == task and torch.equal(loaded.model(tokens), namespace["model"](tokens))
     finally:
         TASKS.pop("previous_token", None)
+        sys.modules.pop("previous_token", None)
 
 
 def test_study_example_numbers(pretrained):

@@ -1,4 +1,4 @@
-"""``perm-circuits``: train | evaluate | info | report | sweep | sweep-reanalyse | sweep-report.
+"""``perm-circuits``: train | evaluate | info | report | sweep | sweep-reanalyse | sweep-report | discover | reproduce.
 
 Exit codes: 0 success, 2 bad arguments (argparse and validation errors), 1 other failures.
 """
@@ -75,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--device", help="where to train: cpu (default), cuda, cuda:1, mps")
 
     ev = sub.add_parser("evaluate", help="print the per-step evaluation table")
-    ev.add_argument("model", help="pretrained name (d16h1, d32h1, d32h2) or checkpoint folder")
+    ev.add_argument("model", help="pretrained name (d16h1, d32h1, d32h2, d16h1l2-any) or checkpoint folder")
     ev.add_argument("--samples", type=_positive_int, default=5000)
     ev.add_argument("--seed", type=int, default=1234, help="test-set seed")
     ev.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -313,8 +313,9 @@ def _info(args: argparse.Namespace) -> int:
     for name in list_pretrained():
         checkpoint = load_checkpoint(PRETRAINED_DIR / name)
         metrics = checkpoint.metadata.get("metrics", {})
+        shape = describe(checkpoint.model).partition(": ")[2]  # describe names the shape (d16h1l2), not the shipped name
         print(
-            f"pretrained {describe(checkpoint.model)}; seed {checkpoint.metadata.get('seed')}, "
+            f"pretrained {name}: {shape}; seed {checkpoint.metadata.get('seed')}, "
             f"repeat_ratio {checkpoint.task_config.repeat_ratio}, "
             f"elimination {metrics.get('elimination_accuracy', float('nan')):.4f}, "
             f"recall {metrics.get('recall_accuracy', float('nan')):.4f}"

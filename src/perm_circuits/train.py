@@ -466,7 +466,9 @@ def load_resumable(path) -> tuple:
     meta = checkpoint.metadata
     missing = [key for key in ("train_config", "epoch", "history") if key not in meta]
     if missing:
-        raise CheckpointError(f"{path} is not a resumable training checkpoint (metadata lacks {missing})")
+        raise CheckpointError(f"{path} is not a resumable training checkpoint (metadata lacks {missing}): resume from "
+                              "a folder that checkpoint_every writes (perm-circuits train --checkpoint-every N: "
+                              "OUT/checkpoints/epoch_NNNN), not a final checkpoint")
     try:
         saved = TrainConfig.from_dict(meta["train_config"])
     except (TypeError, ValueError) as error:

@@ -130,6 +130,19 @@ def test_enumeration_validation():
         ffn.enumerate_sequences(TASK, repeat_sources=0)
 
 
+def test_enumeration_refuses_a_task_too_large_to_enumerate():
+    """V = 7's test split is 1008 x 7! x 2 sequences: refused before anything is built (the report of a
+    V = 8 model asked for 20 GB here and was killed for memory); V = 6's largest enumeration fits."""
+    from perm_circuits import TaskConfig
+
+    with pytest.raises(ValueError, match=r"V=7 gives 10,160,640 sequences \(1008 permutations x 7! query orders x 2 variants\)"):
+        ffn.enumerate_sequences(TaskConfig(V=7))
+    with pytest.raises(ValueError, match=r"V=8 gives"):
+        ffn.enumerate_sequences(TaskConfig(V=8), split="train", repeat_sources=())
+    assert 720 * 720 * 5 <= ffn.MAX_ENUMERATED  # V = 6, split "all", every repeat source
+    assert len(ffn.enumerate_sequences(TaskConfig(V=6), repeat_sources=())) == 144 * 720
+
+
 # ----------------------------------------------------------------------------- key-value probe
 
 

@@ -207,3 +207,6 @@ def test_device_joins_the_run_id_only_off_the_cpu(tiny):
 
     with pytest.raises(ValueError, match="device must be"):
         SweepSpec.from_dict({**tiny, "fixed": {**tiny["fixed"], "device": 3}})
+    for bogus in ("bogus", "cuda:x"):  # refused with the spec, not stored as failed runs
+        with pytest.raises(ValueError, match=f"device must be a torch device name .*got '{bogus}'"):
+            SweepSpec.from_dict({**tiny, "fixed": {**tiny["fixed"], "device": bogus}})

@@ -96,3 +96,18 @@ def test_trajectory_figure_draws_every_logged_step():
     assert lines["loss"][0][1] == pytest.approx(top, abs=0.1)
     assert (top + height - lines["loss"][-1][1]) / height < 0.02
     assert trajectory["loss"].iloc[-1] < 0.02 * trajectory["loss"].iloc[0]
+
+
+def test_task_example_runs_as_written():
+    """The page's code block runs in a fresh namespace; uniform logits over the answers cost log|A|."""
+    import re
+
+    (block,) = re.findall(r"```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), flags=re.S)
+    lines = block.strip().splitlines()
+    namespace: dict = {}
+    exec(compile("\n".join(lines[:-1]), str(PAGE), "exec"), namespace)
+    metrics = eval(compile(lines[-1].split("#")[0], str(PAGE), "eval"), namespace)
+    assert list(metrics) == ["loss", "fact_accuracy", "relation_only_loss", "subject_only_loss", "kl_to_relation_prior"]
+    assert metrics["loss"] == pytest.approx(math.log(4 * 8))  # R D answers, as the page's "initial loss" row says
+    # a quarter of the mass on the relation's block: -log(1/4) for the relation, KL(uniform over D || uniform over R D)
+    assert metrics["relation_only_loss"] == pytest.approx(math.log(4)) and metrics["kl_to_relation_prior"] == pytest.approx(math.log(4))

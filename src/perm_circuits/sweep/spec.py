@@ -123,6 +123,12 @@ def _resolve(values: dict[str, Any], analysis: dict[str, int]) -> dict[str, Any]
     device = values.pop("device", DEFAULT_DEVICE)
     if not isinstance(device, str) or not device:
         raise ValueError(f"device must be a device name such as 'cpu' or 'cuda', got {device!r}")
+    import torch
+
+    try:  # the name only: whether the device exists is the worker's (a Ray node's GPU, not the driver's) to say
+        torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"device must be a torch device name such as 'cpu', 'cuda' or 'cuda:1', got {device!r}") from None
     model_keys, task_keys = set(_model_keys()), set(_task_keys())
     seed = values.get("seed", 0)
     model = {k: v for k, v in values.items() if k in model_keys}

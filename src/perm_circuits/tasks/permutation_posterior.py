@@ -52,17 +52,26 @@ def prior_permutations(config: TaskConfig, prior: str) -> Int[Tensor, "n V"]:
     raise ValueError(f"prior must be 'uniform' or 'train', got {prior!r}")
 
 
+CHUNK_ELEMENTS = 2**22
+"""Rows of a batch are counted in chunks of at most this many (row, step, permutation) cells: V = 8
+has 40,320 permutations, so a whole 5,000-row test set would take tens of GB at once."""
+
+
 def _posterior_from(
     perms: Int[Tensor, "n V"], xs: Int[Tensor, "batch V"], ys: Int[Tensor, "batch Vm1"]
 ) -> tuple[Tensor, Tensor]:
-    V = perms.shape[1]
-    values = perms.to(xs.device).T[xs - 1]  # [batch, step, n]: values[b, k, p] = p(x_k)
-    consistent = torch.ones_like(values, dtype=torch.float64)  # p agrees with every pair before step k
-    consistent[:, 1:] = (values[:, :-1] == ys[:, :, None]).cummin(dim=1).values
-    # counts[b, k, v - 1] = #consistent p with p(x_k) = v (sums of 0/1: exact in float64, in any order)
-    counts = torch.zeros(*values.shape[:2], V, dtype=torch.float64, device=values.device)
-    counts.scatter_add_(2, values - 1, consistent)
-    return counts, consistent.sum(dim=2)
+    n, V = perms.shape
+    rows = max(1, CHUNK_ELEMENTS // (n * V))  # each row's counts are its own: chunking changes no bit
+    # counts[b, k, v - 1] = #consistent p with p(x_k) = v (sums of 0/1: exact in float64, in any order),
+    # written chunk by chunk into one tensor (nothing else outlives a chunk, so its memory goes back)
+    perms = perms.to(xs.device)
+    counts = torch.zeros(len(xs), V, V, dtype=torch.float64, device=xs.device)
+    for start in range(0, len(xs), rows):
+        values = perms.T[xs[start:start + rows] - 1]  # [rows, step, n]: values[b, k, p] = p(x_k)
+        consistent = torch.ones_like(values, dtype=torch.float64)  # p agrees with every pair before step k
+        consistent[:, 1:] = (values[:, :-1] == ys[start:start + rows, :, None]).cummin(dim=1).values
+        counts[start:start + rows].scatter_add_(2, values - 1, consistent)
+    return counts, counts.sum(dim=2)  # each consistent p has one value p(x_k): the number consistent
 
 
 def bayes_posterior(inputs: Int[Tensor, "batch seq"], config: TaskConfig, prior: str = "uniform") -> Posterior:

@@ -41,6 +41,7 @@ from :mod:`perm_circuits.analysis.probes.mlp_flips`.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -66,6 +67,11 @@ __all__ = [
 ]
 
 
+MAX_ENUMERATED = 3_000_000
+"""The most sequences :func:`enumerate_sequences` builds (every split and source choice of V <= 6 fits;
+V = 7's test split alone is 10 million sequences, whose MLP activations take tens of GB)."""
+
+
 def enumerate_sequences(config: TaskConfig, split: str = "test", repeat_sources: Sequence[int] = (0,)) -> Batch:
     """Every sequence of ``split``'s permutations (``"test"``, ``"train"`` or ``"all"``) x every x
     order, plain and, for each ``s`` in ``repeat_sources``, with the last query replaced by ``x_{s+1}``
@@ -86,6 +92,11 @@ def enumerate_sequences(config: TaskConfig, split: str = "test", repeat_sources:
         raise ValueError(f"repeat_sources has duplicates: {list(repeat_sources)}")
     train, test = split_permutations(config)
     perms = {"train": train, "test": test, "all": torch.cat([train, test])}[split]
+    size = len(perms) * math.factorial(V) * (1 + len(repeat_sources))
+    if size > MAX_ENUMERATED:
+        raise ValueError(f"enumerating the {split} split of V={V} gives {size:,} sequences ({len(perms)} permutations x {V}! "
+                         f"query orders x {1 + len(repeat_sources)} variants), more than {MAX_ENUMERATED:,}: the FFN "
+                         "key-value probe enumerates the task, which fits V <= 6")
     orders = torch.tensor(list(itertools.permutations(range(1, V + 1))), dtype=torch.long, device=perms.device)
     xs = orders.repeat(len(perms), 1)
     variants = [xs] + [torch.cat([xs[:, :-1], xs[:, s : s + 1]], dim=1) for s in repeat_sources]  # last -> x_{s+1}
