@@ -147,3 +147,18 @@ def test_bridge_hooks_compute_the_same_runs(batch, how):
             assert (mine[row] - theirs).abs().max() < 1e-9
         assert (mine[0] - model(batch.tokens)).abs().max() > 1e-3
     assert hook_count(model) == 0
+
+
+def test_faithfulness_is_nan_when_the_runs_agree_up_to_rounding(batch):
+    """A metric averaged over rows does not move when the default resample corruption permutes the rows:
+    the float32 rounding left between the two runs is no denominator (it gave faithfulness ~1e6)."""
+    model = _ln_model(torch.float32)
+
+    def row_mean(logits):
+        return (logits[..., -1, 1] - logits[..., -1, 2]).mean(-1)
+
+    ei = prepare_edges(model, batch.tokens, how="resample", metric=row_mean)
+    assert abs(ei.full_metric - ei.empty_metric) < 1e-5  # the same runs, up to rounding
+    assert torch.isnan(ei.faithfulness(torch.tensor([ei.full_metric, 0.0]))).all()
+    real = prepare_edges(model, batch, how="resample")  # the targets' log-probability does move
+    assert real.faithfulness(torch.tensor([real.full_metric, real.empty_metric])).tolist() == [1.0, 0.0]

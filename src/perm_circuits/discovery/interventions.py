@@ -300,9 +300,11 @@ class EdgeIntervention:
         return torch.cat(out) if out else torch.zeros(0, device=self.device)
 
     def faithfulness(self, metric_values: Tensor) -> Tensor:
-        """``(metric - metric(none)) / (metric(all) - metric(none))`` (nan when the two are equal)."""
+        """``(metric - metric(none)) / (metric(all) - metric(none))`` (nan when the two are equal, up to
+        float rounding: within ``1e-6`` or ``1e-5`` of their size, e.g. a metric averaged over rows under
+        the default resample corruption, which only permutes the rows)."""
         span = self.full_metric - self.empty_metric
-        if abs(span) < 1e-12:
+        if abs(span) <= max(1e-6, 1e-5 * max(abs(self.full_metric), abs(self.empty_metric))):
             return torch.full_like(metric_values, math.nan)
         return (metric_values - self.empty_metric) / span
 
