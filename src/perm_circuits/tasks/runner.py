@@ -45,9 +45,8 @@ def check_fit(model: object, task: object) -> None:
     if not isinstance(task, Task):
         raise TypeError(f"task must implement perm_circuits.tasks.Task, got {type(task).__name__}")
     cfg = getattr(model, "cfg", None)
-    d_vocab = getattr(cfg, "d_vocab_out", None)
-    if not (isinstance(d_vocab, int) and d_vocab > 0):
-        d_vocab = getattr(cfg, "d_vocab", None)
+    # task.d_vocab is the input vocabulary; the output may differ (perm_chain's logits are its N states)
+    d_vocab = getattr(cfg, "d_vocab", None)
     if isinstance(d_vocab, int) and d_vocab > 0 and d_vocab != task.d_vocab:
         raise ValueError(f"the model's vocabulary ({d_vocab}) does not match task {task.name!r} (d_vocab={task.d_vocab})")
     n_ctx = getattr(cfg, "n_ctx", None)
