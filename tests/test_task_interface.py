@@ -236,6 +236,29 @@ def test_a_bridge_whose_output_vocabulary_differs_from_its_input_fits_the_task()
         evaluate(bridge(17), test, task=task)
 
 
+def test_a_full_vocabulary_bridge_is_measured_against_factual_recalls_answer_distribution():
+    """Factual recall's reference is a distribution over its 32 answers (ids 0..31) at EOS; a bridge
+    reading out all 69 tokens is compared with it padded by zeros (it raised a shape error before)."""
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge import TransformerBridge
+
+    from perm_circuits.tasks.factual import FactualRecallTask
+
+    task = FactualRecallTask()
+    model = TransformerBridge.boot_native(TransformerBridgeConfig(
+        d_model=8, d_head=4, n_heads=2, n_layers=1, n_ctx=task.n_ctx, d_vocab=task.d_vocab, d_mlp=16, act_fn="relu",
+        normalization_type="LN", positional_embedding_type="standard", seed=0, tokenizer_prepends_bos=False,
+        model_name="factual")).eval()
+    test = task.test_set(20)
+    result = evaluate(model, test, task=task)
+    probs = model(test.tokens)[:, -1].softmax(-1).detach()
+    answer = task.reference(test)
+    assert answer.shape == (20, 32) and probs.shape == (20, 69)
+    tv = 0.5 * ((probs[:, :32] - answer).abs().sum(-1) + probs[:, 32:].sum(-1))
+    assert result.reference["reference_tv"] == pytest.approx(float(tv.mean()), abs=1e-6)
+    assert result.reference["reference_loss"] == pytest.approx(0.0, abs=1e-6)  # the fact table itself
+
+
 def test_task_eval_errors(pretrained):
     model = pretrained("d32h2")
     with pytest.raises(ValueError, match=r"the model's vocabulary \(6\) does not match task 'permutation' \(d_vocab=5\)"):

@@ -161,11 +161,16 @@ def reference_agreement(
     of the model's softmax), ``reference_max_ae`` (largest error of one probability),
     ``reference_loss`` (the reference's own masked cross-entropy) and ``reference_agreement`` (share
     of positions where the model's top token has the reference's top probability, ties included);
-    ``[batch, vocab]`` is that distribution at the last position only (e.g. factual recall's EOS).
+    ``[batch, vocab]`` is that distribution at the last position only (e.g. factual recall's EOS); one
+    over fewer classes than the logits covers their first ids, the others having probability 0 (factual
+    recall's answers are ids ``0..RD-1``: its own model reads out only those, a full-vocabulary model all).
     Token ids ``[batch, seq]`` give ``reference_agreement`` (model top token = reference token) and
     ``reference_accuracy`` (the reference's accuracy on the targets).
     """
     rows = batch.mask > 0
+    if (reference.ndim == 2 and reference.dtype.is_floating_point and reference.shape[0] == logits.shape[0]
+            and reference.shape[1] < logits.shape[2] and reference.shape != batch.tokens.shape):
+        reference = torch.nn.functional.pad(reference, (0, logits.shape[2] - reference.shape[1]))
     if reference.ndim == 2 and reference.shape == (logits.shape[0], logits.shape[2]) and reference.dtype.is_floating_point:
         if bool(rows[:, :-1].any()):
             raise ValueError("a reference [batch, vocab] is the distribution at the last position only, but the loss "
