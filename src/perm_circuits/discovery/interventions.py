@@ -404,6 +404,12 @@ def prepare_edges(
                 raise ValueError(f"corrupted must be row-paired with batch: shape {tuple(tokens.shape)}, got "
                                  f"{tuple(corrupted_tokens.shape)}")
     reference_tokens = tokens if reference is None else _as_tokens(reference, "reference", tokens).to(device)
+    n_vocab, n_ctx = weights.W_E.shape[0], weights.W_pos.shape[0]
+    for name, ids in (("batch", tokens), ("corrupted", corrupted_tokens), ("reference", reference_tokens)):
+        if ids is not None and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n_vocab):
+            raise ValueError(f"{name} token ids must be in [0, {n_vocab}), got values {int(ids.min())}..{int(ids.max())}")
+        if ids is not None and ids.shape[1] > n_ctx:
+            raise ValueError(f"{name} has {ids.shape[1]} positions, more than the model's n_ctx={n_ctx}")
 
     zeros = {s: torch.zeros(1, tokens.shape[1], weights.W_E.shape[1], dtype=weights.W_E.dtype, device=device)
              for s in graph.senders}
