@@ -90,6 +90,9 @@ def test_circuit_metrics_on_the_factual_task(factual):
     assert [row.faithfulness for row in by_mode.rows] == [1.0, 1.0, 1.0]
     with pytest.raises(ValueError, match="needs the permutation-lookup task"):
         faithfulness_by_mode(model, ["L0H0"], task=task, n=10, hows=("zero", "binding_free"))
+    default = faithfulness_by_mode(model, ["L0H0", "L0MLP"], task=task, n=100)  # it raised: binding_free is a default
+    assert [row.how for row in default.rows] == ["zero", "mean", "resample", "optimal"]
+    assert default.rows[:3] == by_mode.rows
 
 
 def test_circuit_metrics_and_proposal_on_the_induction_task(birth):
