@@ -173,6 +173,8 @@ def test_bad_inputs_raise_clear_errors_before_any_work():
         patch_head(model, clean, clean, lambda logits: logits.sum(), 0, 0)
     with pytest.raises(ValueError, match="hows entries must be in"):
         ablation_table(model, ("zero", "binding_free"), task=TOY_TASK)
+    with pytest.raises(TypeError, match=r"hows must be a non-empty list or tuple of modes .*, got 'zero'"):
+        ablation_table(model, "zero", task=TOY_TASK)  # it was split into letters: "got 'z'"
     assert hook_count(model) == 0
 
 

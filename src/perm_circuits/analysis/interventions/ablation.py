@@ -101,5 +101,5 @@ def ablation_table(
         reference = test_set
     elif not isinstance(reference, TaskBatch):
         raise TypeError(f"reference must be 'test' or a TaskBatch on a task's model, got {type(reference).__name__}")
-    return task_table(model, task, list(TASK_HOWS if hows is None else hows), test_set, reference=reference,
+    return task_table(model, task, list(TASK_HOWS) if hows is None else hows, test_set, reference=reference,
                       resample_seed=seed, positions=positions, hooks=hooks, test_seed=test_seed, progress=progress)
