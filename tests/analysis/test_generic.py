@@ -124,6 +124,15 @@ def test_mean_and_resample_use_the_reference_tokens():
     a = run_logits(model, tokens, ablate_tokens(model, "blocks.0.hook_mlp_out", "resample", reference=reference.tokens, seed=3))
     b = run_logits(model, tokens, ablate_mlp(model, 0, "resample", reference=reference, seed=3))
     assert torch.equal(a, b)
+    # and so do ablate / ablate_head / ablate_mlp on any other model (their annotation refused a tensor)
+    for through_ids, through_batch in (
+        (ablate_head(model, 0, 0, "mean", reference=reference.tokens), hooks),
+        (ablate_mlp(model, 0, "resample", reference=reference.tokens, seed=3),
+         ablate_mlp(model, 0, "resample", reference=reference, seed=3)),
+        (ablate(model, "blocks.0.hook_mlp_out", "optimal", reference=reference.tokens),
+         ablate_tokens(model, "blocks.0.hook_mlp_out", "optimal", reference=reference.tokens)),
+    ):
+        assert torch.equal(run_logits(model, tokens, through_ids), run_logits(model, tokens, through_batch))
     assert hook_count(model) == 0
 
 
