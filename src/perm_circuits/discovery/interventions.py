@@ -79,8 +79,12 @@ def target_logprob_metric(batch: TaskBatch) -> Metric:
     weights = batch.mask.float() / batch.mask.float().sum().clamp_min(1e-12)
     columns = torch.nonzero(weights.sum(0) > 0)[:, 0]  # positions scored in some row
     weights, targets = weights[:, columns], batch.targets[:, columns]
+    top = int(batch.targets[batch.mask > 0].max()) if bool((batch.mask > 0).any()) else -1
 
     def metric(logits: Tensor) -> Tensor:
+        if top >= logits.shape[-1]:
+            raise ValueError(f"the batch's targets under the loss mask reach {top}, outside the logits' "
+                             f"{logits.shape[-1]} classes")
         logits = logits[..., columns, :]
         logits = logits if logits.dtype == torch.float64 else logits.float()
         picked = logits.gather(-1, targets.expand(*logits.shape[:-1])[..., None].long())[..., 0]
