@@ -178,3 +178,21 @@ def test_faithfulness_is_nan_when_the_runs_agree_up_to_rounding(batch):
     assert torch.isnan(ei.faithfulness(torch.tensor([ei.full_metric, 0.0]))).all()
     real = prepare_edges(model, batch, how="resample")  # the targets' log-probability does move
     assert real.faithfulness(torch.tensor([real.full_metric, real.empty_metric])).tolist() == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"gated_mlp": True}, r"do not support gated MLPs"),
+    ({"n_key_value_heads": 1}, r"grouped-query attention \(n_key_value_heads=1, n_heads=2\) is not supported"),
+])
+def test_unsupported_blocks_are_named(extra, message):
+    """A gated MLP or shared keys/values: a ValueError naming it (they were an AttributeError from the
+    bridge's missing b_in / an IndexError)."""
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge import TransformerBridge
+
+    model = TransformerBridge.boot_native(TransformerBridgeConfig(
+        d_model=16, d_head=8, n_heads=2, n_layers=2, n_ctx=9, d_vocab=6, d_mlp=32, act_fn="relu",
+        normalization_type="LN", positional_embedding_type="standard", seed=0, tokenizer_prepends_bos=False,
+        model_name="odd", **extra)).eval()
+    with pytest.raises(ValueError, match=message):
+        prepare_edges(model, PermutationTask(TaskConfig()).test_set(8), how="zero")

@@ -107,6 +107,12 @@ class _Weights:
                              f"{cfg.positional_embedding_type!r}")
         if getattr(cfg, "parallel_attn_mlp", False):
             raise ValueError("edge interventions do not support parallel attention and MLP blocks")
+        if getattr(cfg, "gated_mlp", False):
+            raise ValueError("edge interventions do not support gated MLPs (gated_mlp=True)")
+        n_kv = getattr(cfg, "n_key_value_heads", None)
+        if isinstance(n_kv, int) and n_kv != cfg.n_heads:
+            raise ValueError(f"edge interventions need a key and value per head; grouped-query attention "
+                             f"(n_key_value_heads={n_kv}, n_heads={cfg.n_heads}) is not supported")
         self.norm_type = cfg.normalization_type
         if self.norm_type not in (None, "LN", "LNPre", "RMS", "RMSPre"):
             raise ValueError(f"unsupported normalization_type {self.norm_type!r}")
