@@ -184,6 +184,14 @@ def test_bad_inputs_raise_clear_errors_before_any_work():
         ablation_table(model, ("zero", "binding_free"), task=TOY_TASK)
     with pytest.raises(TypeError, match=r"hows must be a non-empty list or tuple of modes .*, got 'zero'"):
         ablation_table(model, "zero", task=TOY_TASK)  # it was split into letters: "got 'z'"
+    full = TOY_TASK.test_set(10)
+    short = type(full)(full.tokens[:, :4], full.targets[:, :4], full.mask[:, :4])
+    with pytest.raises(ValueError, match=r"reference sequences must have the test set's 6 positions .*, got 4"):
+        ablation_table(model, ("mean",), task=TOY_TASK, n=10, reference=short)  # it failed inside the first run
+    from perm_circuits.analysis import circuit_metrics
+
+    with pytest.raises(ValueError, match=r"reference sequences must have the test set's 6 positions .*, got 4"):
+        circuit_metrics(model, ["L0H0"], task=TOY_TASK, n=10, reference=short)
     assert hook_count(model) == 0
 
 
