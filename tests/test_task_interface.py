@@ -211,6 +211,54 @@ def test_train_task_on_a_bridge_with_fast_forward():
     assert evaluate(model, task=task, n=200).metrics["step1_accuracy"] > 0
 
 
+def test_a_bridge_whose_output_vocabulary_differs_from_its_input_fits_the_task():
+    """perm_chain reads 16 tokens (actions and states) and predicts its N = 8 states: a bridge with
+    d_vocab=16 and d_vocab_out=8 is its shape, and the fit check compares the input vocabulary."""
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge import TransformerBridge
+
+    from perm_circuits.tasks.perm_chain import PermutationChainTask
+
+    task = PermutationChainTask()
+
+    def bridge(d_vocab: int):
+        return TransformerBridge.boot_native(TransformerBridgeConfig(
+            d_model=8, d_head=4, n_heads=2, n_layers=1, n_ctx=task.n_ctx, d_vocab=d_vocab, d_vocab_out=task.N,
+            d_mlp=16, act_fn="relu", normalization_type="LN", positional_embedding_type="standard", seed=0,
+            tokenizer_prepends_bos=False, model_name="chain")).eval()
+
+    model = bridge(task.d_vocab)
+    test = task.test_set(20)
+    result = evaluate(model, test, task=task)
+    assert result.metrics == pytest.approx(task.metrics(model(test.tokens), test))
+    assert 1.5 < result.metrics["loss"] < 3.0  # about log 8 for a fresh model
+    with pytest.raises(ValueError, match=r"the model's vocabulary \(17\) does not match task 'perm_chain'"):
+        evaluate(bridge(17), test, task=task)
+
+
+def test_a_full_vocabulary_bridge_is_measured_against_factual_recalls_answer_distribution():
+    """Factual recall's reference is a distribution over its 32 answers (ids 0..31) at EOS; a bridge
+    reading out all 69 tokens is compared with it padded by zeros (it raised a shape error before)."""
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge import TransformerBridge
+
+    from perm_circuits.tasks.factual import FactualRecallTask
+
+    task = FactualRecallTask()
+    model = TransformerBridge.boot_native(TransformerBridgeConfig(
+        d_model=8, d_head=4, n_heads=2, n_layers=1, n_ctx=task.n_ctx, d_vocab=task.d_vocab, d_mlp=16, act_fn="relu",
+        normalization_type="LN", positional_embedding_type="standard", seed=0, tokenizer_prepends_bos=False,
+        model_name="factual")).eval()
+    test = task.test_set(20)
+    result = evaluate(model, test, task=task)
+    probs = model(test.tokens)[:, -1].softmax(-1).detach()
+    answer = task.reference(test)
+    assert answer.shape == (20, 32) and probs.shape == (20, 69)
+    tv = 0.5 * ((probs[:, :32] - answer).abs().sum(-1) + probs[:, 32:].sum(-1))
+    assert result.reference["reference_tv"] == pytest.approx(float(tv.mean()), abs=1e-6)
+    assert result.reference["reference_loss"] == pytest.approx(0.0, abs=1e-6)  # the fact table itself
+
+
 def test_task_eval_errors(pretrained):
     model = pretrained("d32h2")
     with pytest.raises(ValueError, match=r"the model's vocabulary \(6\) does not match task 'permutation' \(d_vocab=5\)"):

@@ -308,7 +308,8 @@ FLOAT_TOKENS = "tokens must have an integer dtype, got torch.float32"
         (lambda m, b: ablate(m, "ln_final.hook_scale", index=0), ValueError,
          "index is not supported for hook 'ln_final.hook_scale'"),
         (lambda m, b: ablate(m, Z, "mean", reference=float_batch(b)), TypeError, FLOAT_TOKENS),
-        (lambda m, b: ablate(m, Z, "mean", reference=b.inputs), TypeCheckError, "parameter 'reference'"),
+        (lambda m, b: ablate(m, Z, "mean", reference=b.inputs), TypeError,  # token ids: for any other model
+         "reference must be a perm_circuits.tasks.permutation_data.Batch or None, got Tensor"),
         (lambda m, b: ablation_table(m, hows=("zero", "bogus"), test_set=b), ValueError,
          r"how must be one of \('zero', 'mean', 'resample', 'binding_free', 'optimal'\), got 'bogus'"),
         (lambda m, b: ablation_table(m, test_set=b, reference="elsewhere"), ValueError,

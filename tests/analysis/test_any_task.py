@@ -90,6 +90,9 @@ def test_circuit_metrics_on_the_factual_task(factual):
     assert [row.faithfulness for row in by_mode.rows] == [1.0, 1.0, 1.0]
     with pytest.raises(ValueError, match="needs the permutation-lookup task"):
         faithfulness_by_mode(model, ["L0H0"], task=task, n=10, hows=("zero", "binding_free"))
+    default = faithfulness_by_mode(model, ["L0H0", "L0MLP"], task=task, n=100)  # it raised: binding_free is a default
+    assert [row.how for row in default.rows] == ["zero", "mean", "resample", "optimal"]
+    assert default.rows[:3] == by_mode.rows
 
 
 def test_circuit_metrics_and_proposal_on_the_induction_task(birth):
@@ -256,3 +259,33 @@ def test_ov_memory_probe_reads_the_induction_heads_copy_memory(birth):
     induction, previous = ov_memory_probe(model, 0, layer=1), ov_memory_probe(model, 0, layer=0)
     assert (induction.recall, induction.n_pairs) == (1.0, 16)
     assert previous.recall == pytest.approx(previous.chance)
+
+
+def test_targets_outside_the_logits_are_an_error_not_a_clamped_score():
+    """perm_chain's targets are its 8 states; a bridge with 4 output classes cannot score 4..7.  Every
+    target-based metric says so (they clamped the targets to the last class and returned numbers)."""
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge import TransformerBridge
+
+    from perm_circuits.analysis.interventions.activation_patching import patch_head
+    from perm_circuits.discovery import discover
+    from perm_circuits.tasks.perm_chain import PermutationChainTask
+
+    task = PermutationChainTask()
+    model = TransformerBridge.boot_native(TransformerBridgeConfig(
+        d_model=8, d_head=4, n_heads=2, n_layers=2, n_ctx=task.n_ctx, d_vocab=task.d_vocab, d_vocab_out=4, d_mlp=16,
+        act_fn="relu", normalization_type="LN", positional_embedding_type="standard", seed=0,
+        tokenizer_prepends_bos=False, model_name="narrow")).eval()
+    test, corrupted = task.test_set(20), task.test_set(20, seed=3)
+    message = r"targets under the loss mask reach 7, outside the (logits'|unembedding's) 4 classes"
+    for call in (
+        lambda: patch_head(model, test, corrupted, target_logprob(test), 0, 0, n_boot=10),
+        lambda: path_patch(model, (0, 0), (1, 0), "k", (test, corrupted), n_boot=10),
+        lambda: circuit_metrics(model, ["L0H0"], test),
+        lambda: target_logit_attribution(model, test),
+        lambda: ablate_head(model, 0, 0, "optimal", reference=test),
+        lambda: discover(model, "eap", "mean", batch=test),
+    ):
+        with pytest.raises(ValueError, match=message):
+            call()
+    assert hook_count(model) == 0 and all(p.requires_grad for p in model.parameters())

@@ -124,6 +124,15 @@ def test_mean_and_resample_use_the_reference_tokens():
     a = run_logits(model, tokens, ablate_tokens(model, "blocks.0.hook_mlp_out", "resample", reference=reference.tokens, seed=3))
     b = run_logits(model, tokens, ablate_mlp(model, 0, "resample", reference=reference, seed=3))
     assert torch.equal(a, b)
+    # and so do ablate / ablate_head / ablate_mlp on any other model (their annotation refused a tensor)
+    for through_ids, through_batch in (
+        (ablate_head(model, 0, 0, "mean", reference=reference.tokens), hooks),
+        (ablate_mlp(model, 0, "resample", reference=reference.tokens, seed=3),
+         ablate_mlp(model, 0, "resample", reference=reference, seed=3)),
+        (ablate(model, "blocks.0.hook_mlp_out", "optimal", reference=reference.tokens),
+         ablate_tokens(model, "blocks.0.hook_mlp_out", "optimal", reference=reference.tokens)),
+    ):
+        assert torch.equal(run_logits(model, tokens, through_ids), run_logits(model, tokens, through_batch))
     assert hook_count(model) == 0
 
 
@@ -173,6 +182,16 @@ def test_bad_inputs_raise_clear_errors_before_any_work():
         patch_head(model, clean, clean, lambda logits: logits.sum(), 0, 0)
     with pytest.raises(ValueError, match="hows entries must be in"):
         ablation_table(model, ("zero", "binding_free"), task=TOY_TASK)
+    with pytest.raises(TypeError, match=r"hows must be a non-empty list or tuple of modes .*, got 'zero'"):
+        ablation_table(model, "zero", task=TOY_TASK)  # it was split into letters: "got 'z'"
+    full = TOY_TASK.test_set(10)
+    short = type(full)(full.tokens[:, :4], full.targets[:, :4], full.mask[:, :4])
+    with pytest.raises(ValueError, match=r"reference sequences must have the test set's 6 positions .*, got 4"):
+        ablation_table(model, ("mean",), task=TOY_TASK, n=10, reference=short)  # it failed inside the first run
+    from perm_circuits.analysis import circuit_metrics
+
+    with pytest.raises(ValueError, match=r"reference sequences must have the test set's 6 positions .*, got 4"):
+        circuit_metrics(model, ["L0H0"], task=TOY_TASK, n=10, reference=short)
     assert hook_count(model) == 0
 
 

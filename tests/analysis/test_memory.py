@@ -122,6 +122,24 @@ def test_copying_head_ov_probe():
     assert torch.equal(scores.argmax(-1), torch.arange(5))
 
 
+def test_ov_probe_of_a_bridge_with_fewer_outputs_than_inputs_asks_for_targets():
+    """16 input tokens, 8 output classes (perm_chain's shape): no t -> t default, and the error says why."""
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge import TransformerBridge
+
+    model = TransformerBridge.boot_native(TransformerBridgeConfig(
+        d_model=8, d_head=4, n_heads=2, n_layers=1, n_ctx=20, d_vocab=16, d_vocab_out=8, d_mlp=16, act_fn="relu",
+        normalization_type="LN", positional_embedding_type="standard", seed=0, tokenizer_prepends_bos=False,
+        model_name="chain")).eval()
+    with pytest.raises(ValueError, match=r"the default target t -> t needs as many input tokens as outputs, got 16 "
+                                         r"inputs and 8 outputs .*: pass targets="):
+        memory.ov_memory_probe(model, 1)
+    scores = memory.ov_scores(model, 1)
+    probe = memory.ov_memory_probe(model, 1, targets=[(8 + s, s) for s in range(8)])  # state token -> its class
+    assert probe.map == "custom" and probe.n_pairs == 8
+    assert probe.recall == float((scores[8:].argmax(-1) == torch.arange(8)).float().mean())
+
+
 def test_suppressing_head_ov_probe():
     def edit(sd):
         _one_hot_tokens(sd, 8)

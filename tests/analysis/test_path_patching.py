@@ -174,3 +174,32 @@ def test_validation_before_any_forward_and_no_leaks(model):
     with pytest.raises(RuntimeError, match="boom"):
         pp.path_patch(model, (0, 0), (1, 0), "k", n=20, hooks=[("blocks.1.attn.hook_pattern", boom)])
     assert hook_count(model) == 0
+
+
+def _bridge(**extra):
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge import TransformerBridge
+
+    return TransformerBridge.boot_native(TransformerBridgeConfig(
+        d_model=16, d_head=8, n_heads=2, n_layers=2, n_ctx=8, d_vocab=69, d_mlp=32, act_fn="relu",
+        normalization_type="LN", positional_embedding_type="standard", seed=0, tokenizer_prepends_bos=False,
+        model_name="gqa", **extra)).eval()
+
+
+def test_grouped_query_attention_has_query_edges_only():
+    """Heads sharing one key/value (n_key_value_heads=1) have no key or value edge of their own: a
+    ValueError saying so (it was an IndexError from W_K[layer, head]); their query edges still patch."""
+    from perm_circuits.tasks.factual import FactualRecallTask
+
+    model = _bridge(n_key_value_heads=1)
+    task = FactualRecallTask()
+    pair = (task.test_set(20), task.test_set(20, seed=3))
+    for call in (lambda: pp.path_patch(model, (0, 1), (1, 1), "k", pair, n_boot=10),
+                 lambda: pp.path_patching_table(model, pair, n_boot=10)):
+        with pytest.raises(ValueError, match=r"shares keys and values between heads \(n_key_value_heads=1, "
+                                             r"n_heads=2\): no per-head .*k.* edge to patch"):
+            call()
+    table = pp.path_patching_table(model, pair, inputs=("q",), n_boot=10)
+    assert [(e.sender, e.receiver, e.input) for e in table] == [
+        (f"L0H{s}", f"L1H{r}", "q") for s in range(2) for r in range(2)]
+    assert hook_count(model) == 0

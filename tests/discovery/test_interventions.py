@@ -114,6 +114,22 @@ def test_bad_input(batch):
         ei.run(torch.ones(45))
 
 
+def test_token_ids_outside_the_vocabulary_or_context_are_named(batch):
+    """Out-of-vocabulary ids or sequences longer than n_ctx are ValueErrors naming them, before any run
+    (they were an IndexError / a RuntimeError from inside the edge forward)."""
+    model = _ln_model()  # d_vocab 6, n_ctx 9
+
+    def score(logits):
+        return logits[..., -1, 0].mean(-1)
+
+    with pytest.raises(ValueError, match=r"batch token ids must be in \[0, 6\), got values 0\.\.200"):
+        prepare_edges(model, batch.tokens.clamp(max=0) + torch.tensor([[200] + [0] * 8]), how="mean", metric=score)
+    with pytest.raises(ValueError, match=r"batch has 12 positions, more than the model's n_ctx=9"):
+        prepare_edges(model, torch.ones(4, 12, dtype=torch.long), how="zero", metric=score)
+    with pytest.raises(ValueError, match=r"corrupted token ids must be in \[0, 6\), got values -1\.\.-1"):
+        prepare_edges(model, batch, corrupted=torch.full(batch.tokens.shape, -1))
+
+
 def test_split_embeddings_are_exact_too(batch):
     model = _ln_model()
     ei = prepare_edges(model, batch, how="resample", split_embed=True)
@@ -147,3 +163,36 @@ def test_bridge_hooks_compute_the_same_runs(batch, how):
             assert (mine[row] - theirs).abs().max() < 1e-9
         assert (mine[0] - model(batch.tokens)).abs().max() > 1e-3
     assert hook_count(model) == 0
+
+
+def test_faithfulness_is_nan_when_the_runs_agree_up_to_rounding(batch):
+    """A metric averaged over rows does not move when the default resample corruption permutes the rows:
+    the float32 rounding left between the two runs is no denominator (it gave faithfulness ~1e6)."""
+    model = _ln_model(torch.float32)
+
+    def row_mean(logits):
+        return (logits[..., -1, 1] - logits[..., -1, 2]).mean(-1)
+
+    ei = prepare_edges(model, batch.tokens, how="resample", metric=row_mean)
+    assert abs(ei.full_metric - ei.empty_metric) < 1e-5  # the same runs, up to rounding
+    assert torch.isnan(ei.faithfulness(torch.tensor([ei.full_metric, 0.0]))).all()
+    real = prepare_edges(model, batch, how="resample")  # the targets' log-probability does move
+    assert real.faithfulness(torch.tensor([real.full_metric, real.empty_metric])).tolist() == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"gated_mlp": True}, r"do not support gated MLPs"),
+    ({"n_key_value_heads": 1}, r"grouped-query attention \(n_key_value_heads=1, n_heads=2\) is not supported"),
+])
+def test_unsupported_blocks_are_named(extra, message):
+    """A gated MLP or shared keys/values: a ValueError naming it (they were an AttributeError from the
+    bridge's missing b_in / an IndexError)."""
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge import TransformerBridge
+
+    model = TransformerBridge.boot_native(TransformerBridgeConfig(
+        d_model=16, d_head=8, n_heads=2, n_layers=2, n_ctx=9, d_vocab=6, d_mlp=32, act_fn="relu",
+        normalization_type="LN", positional_embedding_type="standard", seed=0, tokenizer_prepends_bos=False,
+        model_name="odd", **extra)).eval()
+    with pytest.raises(ValueError, match=message):
+        prepare_edges(model, PermutationTask(TaskConfig()).test_set(8), how="zero")

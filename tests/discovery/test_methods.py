@@ -178,6 +178,12 @@ def test_result_table_and_discover_by_name(induction):
                             "random_baseline", "exhaustive_oracle"}
     with pytest.raises(ValueError, match="method must be one of"):
         discover(model, "sae", batch=batch)
+    from perm_circuits.tasks.factual import FactualRecallTask
+    from perm_circuits.tasks.runner import default_model
+
+    other = default_model(FactualRecallTask(), d_model=8, n_heads=1)  # no permutation task to default to
+    with pytest.raises(ValueError, match="TransformerBridge is not a permutation-lookup model: pass task= "):
+        discover(other, "eap")
     with pytest.raises(ValueError, match=r"n_edges must be in \[0, 46\], got 99"):
         eap(intervention=ei, n_edges=99)
 

@@ -90,9 +90,14 @@ def discover(model, method: str = "eap", how: str = "resample", task=None, *, n:
         raise ValueError(f"how must be one of {HOWS}, got {how!r}")
     if batch is None:
         if task is None:
+            from perm_circuits.model_shape import is_permutation_model
             from perm_circuits.models import task_config_of
             from perm_circuits.tasks import PermutationTask
 
+            if not is_permutation_model(model):
+                raise ValueError(f"{type(model).__name__} is not a permutation-lookup model: pass task= (its test set "
+                                 "and target log-probability are the default) or batch= (a TaskBatch, or token ids "
+                                 "with metric=)")
             task = PermutationTask(task_config_of(model))
         if not hasattr(task, "test_set"):
             raise TypeError("task must have a test_set(n, seed) method (the Task interface), got "

@@ -79,8 +79,12 @@ def target_logprob_metric(batch: TaskBatch) -> Metric:
     weights = batch.mask.float() / batch.mask.float().sum().clamp_min(1e-12)
     columns = torch.nonzero(weights.sum(0) > 0)[:, 0]  # positions scored in some row
     weights, targets = weights[:, columns], batch.targets[:, columns]
+    top = int(batch.targets[batch.mask > 0].max()) if bool((batch.mask > 0).any()) else -1
 
     def metric(logits: Tensor) -> Tensor:
+        if top >= logits.shape[-1]:
+            raise ValueError(f"the batch's targets under the loss mask reach {top}, outside the logits' "
+                             f"{logits.shape[-1]} classes")
         logits = logits[..., columns, :]
         logits = logits if logits.dtype == torch.float64 else logits.float()
         picked = logits.gather(-1, targets.expand(*logits.shape[:-1])[..., None].long())[..., 0]
@@ -103,6 +107,12 @@ class _Weights:
                              f"{cfg.positional_embedding_type!r}")
         if getattr(cfg, "parallel_attn_mlp", False):
             raise ValueError("edge interventions do not support parallel attention and MLP blocks")
+        if getattr(cfg, "gated_mlp", False):
+            raise ValueError("edge interventions do not support gated MLPs (gated_mlp=True)")
+        n_kv = getattr(cfg, "n_key_value_heads", None)
+        if isinstance(n_kv, int) and n_kv != cfg.n_heads:
+            raise ValueError(f"edge interventions need a key and value per head; grouped-query attention "
+                             f"(n_key_value_heads={n_kv}, n_heads={cfg.n_heads}) is not supported")
         self.norm_type = cfg.normalization_type
         if self.norm_type not in (None, "LN", "LNPre", "RMS", "RMSPre"):
             raise ValueError(f"unsupported normalization_type {self.norm_type!r}")
@@ -300,9 +310,11 @@ class EdgeIntervention:
         return torch.cat(out) if out else torch.zeros(0, device=self.device)
 
     def faithfulness(self, metric_values: Tensor) -> Tensor:
-        """``(metric - metric(none)) / (metric(all) - metric(none))`` (nan when the two are equal)."""
+        """``(metric - metric(none)) / (metric(all) - metric(none))`` (nan when the two are equal, up to
+        float rounding: within ``1e-6`` or ``1e-5`` of their size, e.g. a metric averaged over rows under
+        the default resample corruption, which only permutes the rows)."""
         span = self.full_metric - self.empty_metric
-        if abs(span) < 1e-12:
+        if abs(span) <= max(1e-6, 1e-5 * max(abs(self.full_metric), abs(self.empty_metric))):
             return torch.full_like(metric_values, math.nan)
         return (metric_values - self.empty_metric) / span
 
@@ -402,6 +414,12 @@ def prepare_edges(
                 raise ValueError(f"corrupted must be row-paired with batch: shape {tuple(tokens.shape)}, got "
                                  f"{tuple(corrupted_tokens.shape)}")
     reference_tokens = tokens if reference is None else _as_tokens(reference, "reference", tokens).to(device)
+    n_vocab, n_ctx = weights.W_E.shape[0], weights.W_pos.shape[0]
+    for name, ids in (("batch", tokens), ("corrupted", corrupted_tokens), ("reference", reference_tokens)):
+        if ids is not None and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n_vocab):
+            raise ValueError(f"{name} token ids must be in [0, {n_vocab}), got values {int(ids.min())}..{int(ids.max())}")
+        if ids is not None and ids.shape[1] > n_ctx:
+            raise ValueError(f"{name} has {ids.shape[1]} positions, more than the model's n_ctx={n_ctx}")
 
     zeros = {s: torch.zeros(1, tokens.shape[1], weights.W_E.shape[1], dtype=weights.W_E.dtype, device=device)
              for s in graph.senders}

@@ -45,9 +45,8 @@ def check_fit(model: object, task: object) -> None:
     if not isinstance(task, Task):
         raise TypeError(f"task must implement perm_circuits.tasks.Task, got {type(task).__name__}")
     cfg = getattr(model, "cfg", None)
-    d_vocab = getattr(cfg, "d_vocab_out", None)
-    if not (isinstance(d_vocab, int) and d_vocab > 0):
-        d_vocab = getattr(cfg, "d_vocab", None)
+    # task.d_vocab is the input vocabulary; the output may differ (perm_chain's logits are its N states)
+    d_vocab = getattr(cfg, "d_vocab", None)
     if isinstance(d_vocab, int) and d_vocab > 0 and d_vocab != task.d_vocab:
         raise ValueError(f"the model's vocabulary ({d_vocab}) does not match task {task.name!r} (d_vocab={task.d_vocab})")
     n_ctx = getattr(cfg, "n_ctx", None)
@@ -162,11 +161,16 @@ def reference_agreement(
     of the model's softmax), ``reference_max_ae`` (largest error of one probability),
     ``reference_loss`` (the reference's own masked cross-entropy) and ``reference_agreement`` (share
     of positions where the model's top token has the reference's top probability, ties included);
-    ``[batch, vocab]`` is that distribution at the last position only (e.g. factual recall's EOS).
+    ``[batch, vocab]`` is that distribution at the last position only (e.g. factual recall's EOS); one
+    over fewer classes than the logits covers their first ids, the others having probability 0 (factual
+    recall's answers are ids ``0..RD-1``: its own model reads out only those, a full-vocabulary model all).
     Token ids ``[batch, seq]`` give ``reference_agreement`` (model top token = reference token) and
     ``reference_accuracy`` (the reference's accuracy on the targets).
     """
     rows = batch.mask > 0
+    if (reference.ndim == 2 and reference.dtype.is_floating_point and reference.shape[0] == logits.shape[0]
+            and reference.shape[1] < logits.shape[2] and reference.shape != batch.tokens.shape):
+        reference = torch.nn.functional.pad(reference, (0, logits.shape[2] - reference.shape[1]))
     if reference.ndim == 2 and reference.shape == (logits.shape[0], logits.shape[2]) and reference.dtype.is_floating_point:
         if bool(rows[:, :-1].any()):
             raise ValueError("a reference [batch, vocab] is the distribution at the last position only, but the loss "

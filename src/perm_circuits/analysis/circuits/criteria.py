@@ -89,7 +89,7 @@ from perm_circuits.analysis.circuits.runs import (
     permutation_problem,
     shared_ablations,
 )
-from perm_circuits.analysis.interventions.core import check_how, reference_tokens
+from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, check_how, reference_tokens
 from perm_circuits.analysis.interventions.patching import metric_values
 from perm_circuits.analysis.interventions.ablation_table import components_of
 from perm_circuits.analysis.probes.task_attribution import model_label
@@ -147,7 +147,9 @@ def _general_problem(model, test_set, task, metric, reference, n, seed) -> Circu
     elif not callable(metric):
         raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
     reference = test_set if reference is None else reference
-    reference_tokens(model, reference)
+    if reference_tokens(model, reference).shape[1] != tokens.shape[1]:
+        raise ValueError(f"reference sequences must have the test set's {tokens.shape[1]} positions (the ablations "
+                         f"replace activations position by position), got {reference_tokens(model, reference).shape[1]}")
     reference = reference.to(model_device(model))
     rows = (test_set.mask.sum(1) > 0 if isinstance(test_set, TaskBatch)  # F skips rows without a loss position
             else torch.ones(len(tokens), dtype=torch.bool, device=tokens.device))
@@ -316,7 +318,7 @@ def faithfulness_by_mode(
     *,
     task: Task | None = None,
     metric: Callable[[Tensor], Tensor] | None = None,
-    hows: Sequence[str] = ablation.HOWS,
+    hows: Sequence[str] | None = None,
     n: int = 2000,
     seed: int = 1234,
     task_config: TaskConfig | None = None,
@@ -331,19 +333,22 @@ def faithfulness_by_mode(
     One F(M) and test set; F(C) ablates everything outside the circuit by each mode in turn
     (arguments as in :func:`circuit_metrics`; ``seed`` is the test-set seed, ``ablation_seed`` the
     resample seed; ``ablate_kwargs`` maps a mode to its extra ``ablate`` arguments; on any task one
-    subgroup ``"all"``, no ``binding_free``).  A circuit faithful under
+    subgroup ``"all"``, no ``binding_free``; ``hows=None``: every mode of ``HOWS`` the problem has, all five
+    on the permutation task, ``ANY_TASK_HOWS`` on any other).  A circuit faithful under
     one mode only is a claim about that mode, not the model (d32h2's L0H0 changes role between zero
     and mean ablation).
     """
-    if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:
+    if hows is not None and (isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows):
         raise TypeError(f"hows must be a non-empty sequence of modes, got {hows!r}")
-    hows = [check_how(how, "hows entry") for how in hows]
+    hows = None if hows is None else [check_how(how, "hows entry") for how in hows]
     if ablate_kwargs is not None and (not isinstance(ablate_kwargs, Mapping)
                                       or not all(isinstance(v, Mapping) for v in ablate_kwargs.values())):
         raise TypeError("ablate_kwargs must map a mode to a mapping of extra ablate() arguments")
-    first = "binding_free" if "binding_free" in hows else hows[0]  # _setup refuses it on any task
+    first = "zero" if hows is None else "binding_free" if "binding_free" in hows else hows[0]  # refused on any task
     nodes, problem, hooks = _setup(model, circuit, test_set, first, n, seed, task_config, hooks,
                                    reference, ablation_seed, None, progress, task, metric)
+    if hows is None:
+        hows = list(ANY_TASK_HOWS if problem.general else ablation.HOWS)
     rows, f_model = [], None
     for how in hows:
         extra = (ablate_kwargs or {}).get(how, {})

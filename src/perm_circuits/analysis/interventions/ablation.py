@@ -101,5 +101,8 @@ def ablation_table(
         reference = test_set
     elif not isinstance(reference, TaskBatch):
         raise TypeError(f"reference must be 'test' or a TaskBatch on a task's model, got {type(reference).__name__}")
-    return task_table(model, task, list(TASK_HOWS if hows is None else hows), test_set, reference=reference,
+    if reference.tokens.shape[1] != test_set.tokens.shape[1]:
+        raise ValueError(f"reference sequences must have the test set's {test_set.tokens.shape[1]} positions (the "
+                         f"ablations replace activations position by position), got {reference.tokens.shape[1]}")
+    return task_table(model, task, list(TASK_HOWS) if hows is None else hows, test_set, reference=reference,
                       resample_seed=seed, positions=positions, hooks=hooks, test_seed=test_seed, progress=progress)

@@ -64,10 +64,14 @@ def target_logprob(batch: TaskBatch) -> Metric:
         )
 
     moved: dict[torch.device, tuple[Tensor, Tensor]] = {}  # the targets on each logits' device, moved once
+    top = int(batch.targets[batch.mask > 0].max())  # the largest class scored: the logits must cover it
 
     def metric(logits: Float[Tensor, "batch seq vocab"]) -> Float[Tensor, " batch"]:
         if logits.shape[:2] != batch.tokens.shape:
             raise ValueError(f"logits {tuple(logits.shape)} do not match the batch's tokens {tuple(batch.tokens.shape)}")
+        if top >= logits.shape[-1]:
+            raise ValueError(f"the batch's targets under the loss mask reach {top}, outside the logits' "
+                             f"{logits.shape[-1]} classes")
         if logits.device not in moved:
             moved[logits.device] = (batch.targets.to(logits.device), (batch.mask > 0).to(logits.device))
         on_device, kept = moved[logits.device]

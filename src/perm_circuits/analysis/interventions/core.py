@@ -284,8 +284,12 @@ def next_token_loss(reference: TaskBatch | Tensor) -> Callable[[Tensor], Tensor]
         targets, weights = reference.targets, reference.mask.float()
         if float(weights.sum()) <= 0:
             raise ValueError("the reference batch has no position with mask > 0: no loss to minimise")
+        top = int(targets[weights > 0].max())  # the largest class scored: the logits must cover it
 
         def masked(logits: Tensor) -> Tensor:
+            if top >= logits.shape[-1]:
+                raise ValueError(f"the reference's targets under the loss mask reach {top}, outside the logits' "
+                                 f"{logits.shape[-1]} classes")
             safe = targets.clamp(0, logits.shape[-1] - 1) * (weights > 0)
             logp = logits.float().log_softmax(-1).gather(-1, safe[..., None])[..., 0]
             return -(logp * weights).sum() / weights.sum()

@@ -232,6 +232,17 @@ def check_head_pair(model, name: str, value: object) -> tuple[int, int]:
     return check_layer(model, value[0]), check_head(model, value[1])
 
 
+def _check_shared_kv(model, inputs: Sequence[str]) -> None:
+    """ValueError for a key or value edge into a model whose heads share keys and values (grouped-query
+    attention): a receiver head has no key or value of its own to patch."""
+    cfg = getattr(model, "cfg", None)
+    n_kv, n_heads = getattr(cfg, "n_key_value_heads", None), getattr(cfg, "n_heads", None)
+    shared = [i for i in inputs if i in ("k", "v")]
+    if shared and isinstance(n_kv, int) and isinstance(n_heads, int) and n_kv != n_heads:
+        raise ValueError(f"{type(model).__name__} shares keys and values between heads (n_key_value_heads={n_kv}, "
+                         f"n_heads={n_heads}): no per-head {'/'.join(shared)} edge to patch; use inputs=('q',)")
+
+
 def _check_edge(model, sender: object, receiver: object, input: object) -> tuple[tuple[int, int], tuple[int, int], str]:
     s, r = check_head_pair(model, "sender", sender), check_head_pair(model, "receiver", receiver)
     if s[0] >= r[0]:
@@ -241,6 +252,7 @@ def _check_edge(model, sender: object, receiver: object, input: object) -> tuple
         )
     if input not in INPUTS:
         raise ValueError(f"input must be one of {INPUTS} (the receiver's query, key or value), got {input!r}")
+    _check_shared_kv(model, [input])
     return s, r, input
 
 
@@ -485,6 +497,7 @@ def path_patching_table(
     bad = [i for i in inputs if i not in INPUTS]
     if bad or len(set(inputs)) != len(inputs):
         raise ValueError(f"inputs must be distinct entries of {INPUTS}, got {list(inputs)}")
+    _check_shared_kv(model, inputs)
     shape = model_shape(model)
     if shape.n_layers < 2:
         name = model_config_of(model).name if is_permutation_model(model) else type(model).__name__

@@ -304,7 +304,8 @@ def _token_probe(component: str, circuit: str, scores: Tensor, targets: object, 
     if targets is not None:
         pairs, name = _check_targets(targets, n_in, n_out, scores.device), "custom"
     elif n_in != n_out:
-        raise ValueError(f"custom inputs ({n_in} rows) need explicit targets")
+        raise ValueError(f"the default target t -> t needs as many input tokens as outputs, got {n_in} inputs and "
+                         f"{n_out} outputs (e.g. a model whose d_vocab_out differs from d_vocab): pass targets=")
     else:
         pairs, name = identity_map(n_out, device=scores.device), "copy" if mode == "argmax" else "suppress"
     return MemoryProbe(component, circuit, name, mode, recall_rate(scores, pairs, mode), len(pairs), 1.0 / n_out)
@@ -312,7 +313,7 @@ def _token_probe(component: str, circuit: str, scores: Tensor, targets: object, 
 
 def ov_scores(
     model, head: int, *, layer: int = 0, position: int | None = None
-) -> Float[Tensor, "value value"]:
+) -> Float[Tensor, "token value"]:
     """``ln1(W_E[t] (+ W_pos[p])) @ W_V[h] W_O[h] @ effective_unembed``: value token in, value logits out
     (any other model with ``W_E``, ``W_V``, ``W_O``, ``W_U``: every token in, every output logit out)."""
     layer = check_layer(model, layer)

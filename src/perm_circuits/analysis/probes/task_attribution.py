@@ -123,6 +123,10 @@ def target_logit_attribution(model, batch: TaskBatch) -> TargetAttribution:
     extra = ["ln_final.hook_scale"] if norm is not None else []
     logits, cache = run_capture(model, batch.tokens, [hook for _, hook in names] + extra)
     weights = batch.mask.double()
+    top = int(batch.targets[batch.mask > 0].max()) if bool((batch.mask > 0).any()) else -1
+    if top >= W_U.shape[1]:
+        raise ValueError(f"the batch's targets under the loss mask reach {top}, outside the unembedding's "
+                         f"{W_U.shape[1]} classes")
     targets = batch.targets.clamp(0, W_U.shape[1] - 1) * (batch.mask > 0)
     W = W_U.detach().double()
     direction = W[:, targets] - W.mean(1)[:, None, None]  # [d_model, batch, seq]
