@@ -279,3 +279,12 @@ def test_load_any_names_and_folders(tmp_path, monkeypatch):
         load_any("d64h8")
     with pytest.raises(TypeError, match="name"):
         load_any(3)
+
+
+def test_save_model_refuses_a_task_of_another_v_before_writing(tmp_path):
+    model = build_model("d16h1")  # V = 5
+    with pytest.raises(ValueError, match="task_config has V=7 but the model has V=5"):
+        save_model(model, tmp_path / "ck", task_config=TaskConfig(V=7))
+    assert not (tmp_path / "ck").exists()  # nothing written that load_checkpoint would refuse
+    save_model(model, tmp_path / "ok", task_config=TaskConfig(V=5, repeat_ratio=0.3))
+    assert load_checkpoint(tmp_path / "ok").task_config.repeat_ratio == 0.3
