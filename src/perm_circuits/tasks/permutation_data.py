@@ -221,8 +221,14 @@ def make_batch(
 
     ``Batch.repeat_source`` stores the 0-based index (``k - 1``), -1 where not repeated.
     """
+    if not isinstance(config, TaskConfig):
+        raise TypeError(f"config must be a TaskConfig, got {type(config).__name__}")
     if check_int("n", n) <= 0:
         raise ValueError(f"n must be > 0, got {n}")
+    if seed is not None:
+        check_int("seed", seed)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     ratio = config.repeat_ratio if repeat_ratio is None else repeat_ratio
     _check_ratio("repeat_ratio", ratio)
     if repeat_source is not None and repeat_source != "config":
