@@ -27,7 +27,7 @@ from jaxtyping import Bool, Int
 from torch import Tensor
 
 from perm_circuits._util import dataclass_from_dict
-from perm_circuits.checks import check_int, check_number
+from perm_circuits.checks import check_int, check_number, check_seed
 
 __all__ = ["PROBE_SEQUENCE", "Batch", "TaskConfig", "all_permutations", "exhaustive_batch", "make_batch",
            "make_sequence", "make_test_set", "probe_sequence", "repeat_source_of", "split_permutations",
@@ -226,7 +226,7 @@ def make_batch(
     if check_int("n", n) <= 0:
         raise ValueError(f"n must be > 0, got {n}")
     if seed is not None:
-        check_int("seed", seed)
+        check_seed(seed)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     ratio = config.repeat_ratio if repeat_ratio is None else repeat_ratio
