@@ -1,3 +1,5 @@
+import inspect
+
 import pytest
 import torch
 
@@ -72,6 +74,9 @@ def test_early_stop_needs_convergence():
         ({"batch_size": -1}, "batch_size must be > 0"),
         ({"lr": 0.0}, r"lr must be in \(0, 1\)"),
         ({"checkpoint_every": 2}, "checkpoint_every needs checkpoint_dir"),
+        ({"seed": 2**64}, r"seed must be in \[-2\*\*63, 2\*\*64\) \(a torch generator seed\), got 18446744073709551616"),
+        ({"test_seed": -(2**63) - 1}, r"test_seed must be in \[-2\*\*63, 2\*\*64\)"),
+        ({"early_stop_accuracy": float("nan")}, "early_stop_accuracy must be a number, got nan"),
     ],
 )
 def test_bad_train_config(kwargs, match):
@@ -82,6 +87,9 @@ def test_bad_train_config(kwargs, match):
 def test_wrong_type_in_train_config():
     with pytest.raises(TypeError, match="samples_per_epoch"):
         TrainConfig(samples_per_epoch=1.5)
+    raw = inspect.unwrap(TrainConfig.__init__)  # as a user calls it, without the suite's runtime type checker
+    with pytest.raises(TypeError, match="seed must be an int, got float 1.5"):
+        raw(object.__new__(TrainConfig), seed=1.5)
 
 
 def test_mismatched_task_and_model():

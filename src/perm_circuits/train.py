@@ -34,7 +34,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from perm_circuits._util import dataclass_from_dict
-from perm_circuits.checks import check_int, check_number
+from perm_circuits.checks import check_int, check_number, check_seed
 from perm_circuits.tasks.permutation import Evaluation, evaluate_logits, value_probs
 from perm_circuits.models import (
     CheckpointError,
@@ -102,6 +102,11 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a positive int or None, got {value!r}")
         if self.checkpoint_every is not None and not self.checkpoint_dir:
             raise ValueError("checkpoint_every needs checkpoint_dir")
+        check_seed(self.seed)
+        check_seed(self.test_seed, "test_seed")
+        for name in ("early_stop_accuracy", "early_stop_min_delta"):  # above 1: never stops; NaN: no meaning
+            if math.isnan(check_number(name, getattr(self, name), finite=False)):
+                raise ValueError(f"{name} must be a number, got nan")
 
     @property
     def steps_per_epoch(self) -> int:
