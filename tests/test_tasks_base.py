@@ -306,3 +306,15 @@ def test_a_dataclass_task_inherits_its_test_set_and_dict_round_trip():
         check_sample(2, 0, "train")
     with pytest.raises(ValueError, match=r"split must be one of \('train', 'test'\), got 'val'"):
         chain.sample(2, torch.Generator(), "val")
+
+
+def test_fit_refuses_a_task_whose_tokens_the_model_cannot_embed():
+    from perm_circuits import build_model
+    from perm_circuits.tasks import BigramTriggerTask
+
+    model = build_model("d16h1")  # the permutation task's vocabulary: 6 ids
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=r"task 'bigram_triggers' draws token ids up to \d+ but the model's vocabulary has 6 ids"):
+        fit(model, BigramTriggerTask(), steps=2, batch_size=4, progress=False)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # no step taken
+    assert not model.training

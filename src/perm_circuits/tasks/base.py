@@ -455,6 +455,7 @@ def fit(
     optimizers = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
     opt = optimizers[optimizer](params, lr=lr, weight_decay=weight_decay, **sgd)
     run = forward or (lambda m, tokens: m(tokens))
+    vocab = getattr(getattr(model, "cfg", None), "d_vocab", None)  # a TransformerLens model's vocabulary
     generator = torch.Generator().manual_seed(seed)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))  # the model's device
     losses: list[Tensor] = []  # kept on the model's device: no transfer per step
@@ -465,6 +466,11 @@ def fit(
     try:
         for step in tqdm(range(1, steps + 1), disable=not progress, desc=f"fit {task.name}", leave=False):
             batch = task.sample(batch_size, generator, "train")  # drawn on the CPU: the same batches anywhere
+            if step == 1 and isinstance(vocab, int) and vocab > 0 and int(batch.tokens.max()) >= vocab:
+                raise ValueError(
+                    f"task {task.name!r} draws token ids up to {int(batch.tokens.max())} but the model's vocabulary "
+                    f"has {vocab} ids (cfg.d_vocab): a model built for another task?"
+                )
             tokens, targets, mask = (t.to(device) for t in (batch.tokens, batch.targets, batch.mask))
             loss = masked_cross_entropy(run(model, tokens), targets, mask)
             opt.zero_grad(set_to_none=True)
