@@ -147,3 +147,20 @@ def test_bridge_hooks_compute_the_same_runs(batch, how):
             assert (mine[row] - theirs).abs().max() < 1e-9
         assert (mine[0] - model(batch.tokens)).abs().max() > 1e-3
     assert hook_count(model) == 0
+
+
+def test_tokens_the_model_cannot_embed_are_refused_before_any_run(batch):
+    from perm_circuits.tasks import BigramTriggerTask
+
+    model = _ln_model()  # vocabulary of 6 ids, context of 9 positions
+    other = BigramTriggerTask().sample(2, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"batch has 256 positions but the model's context is n_ctx=9"):
+        prepare_edges(model, other)
+    past = batch.tokens.clone()
+    past[0, 0] = 7
+    with pytest.raises(ValueError, match=r"batch token ids must be in \[0, 6\) \(the model's vocabulary\), got values 1\.\.7"):
+        prepare_edges(model, past, metric=lambda logits: logits.sum())
+    with pytest.raises(ValueError, match=r"corrupted token ids must be in \[0, 6\)"):
+        prepare_edges(model, batch, corrupted=batch.tokens + 10)
+    with pytest.raises(ValueError, match=r"reference token ids must be in \[0, 6\)"):
+        prepare_edges(model, batch, how="mean", reference=batch.tokens - 10)
