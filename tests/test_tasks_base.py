@@ -6,6 +6,7 @@ embedding -> frozen linear -> unembedding model, so the suite stays fast.
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
@@ -318,3 +319,24 @@ def test_fit_refuses_a_task_whose_tokens_the_model_cannot_embed():
         fit(model, BigramTriggerTask(), steps=2, batch_size=4, progress=False)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # no step taken
     assert not model.training
+
+
+def test_masked_cross_entropy_ignores_targets_outside_the_mask():
+    """A TaskBatch's targets may be any value where the mask is 0 (e.g. -1 or past the vocabulary)."""
+    logits = torch.tensor([[[2.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 1.0, 0.0]]])
+    mask = torch.tensor([[1.0, 0.0, 1.0]])
+    expected = masked_cross_entropy(logits, torch.tensor([[0, 0, 1]]), mask)
+    assert masked_cross_entropy(logits, torch.tensor([[0, -1, 1]]), mask) == expected
+    assert masked_cross_entropy(logits, torch.tensor([[0, 99, 1]]), mask) == expected
+    hand = -(torch.log_softmax(logits[0, 0], -1)[0] + torch.log_softmax(logits[0, 2], -1)[1]) / 2
+    assert float(expected) == pytest.approx(float(hand), rel=1e-6)
+
+
+def test_dataclass_task_test_set_checks_its_seed():
+    from perm_circuits.tasks import BigramTriggerTask
+
+    raw = inspect.unwrap(BigramTriggerTask.test_set)  # as a user calls it, without the suite's type checker
+    with pytest.raises(TypeError, match="seed must be an int, got float 1.5"):
+        raw(BigramTriggerTask(), 2, 1.5)
+    with pytest.raises(ValueError, match=r"seed must be in \[-2\*\*63, 2\*\*64\)"):
+        BigramTriggerTask().test_set(2, 2**64)

@@ -20,7 +20,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from perm_circuits.checks import check_int, check_number
+from perm_circuits.checks import check_int, check_number, check_seed
 
 __all__ = ["DEFAULT_MODEL_KEYS", "SPLITS", "TASKS", "DataclassTask", "FitConfig", "FitResult", "StepState", "Task",
            "TaskBatch", "TaskEntry", "check_sample", "fit", "import_module_or_file", "load_object",
@@ -131,7 +131,7 @@ class DataclassTask:
     name: ClassVar[str]
 
     def test_set(self, n: int = 2000, seed: int = 1234) -> TaskBatch:
-        return self.sample(n, torch.Generator().manual_seed(seed), "test")
+        return self.sample(n, torch.Generator().manual_seed(check_seed(seed)), "test")
 
     def to_dict(self) -> dict[str, Any]:
         return {"task": self.name, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}}
@@ -337,7 +337,9 @@ def task_from_dict(data: Mapping[str, Any]) -> Task:
 def masked_cross_entropy(
     logits: Float[Tensor, "batch seq vocab"], targets: Int[Tensor, "batch seq"], mask: Float[Tensor, "batch seq"]
 ) -> Tensor:
-    """Mean next-token cross-entropy over the positions where ``mask`` > 0 (weighted by it)."""
+    """Mean next-token cross-entropy over the positions where ``mask`` > 0 (weighted by it); the
+    targets elsewhere may be any value (:class:`TaskBatch`), so they are never looked up."""
+    targets = torch.where(mask > 0, targets, torch.zeros_like(targets))
     losses = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
     weights = mask.flatten().to(losses.dtype)
     total = weights.sum()
