@@ -256,3 +256,27 @@ def test_ov_memory_probe_reads_the_induction_heads_copy_memory(birth):
     induction, previous = ov_memory_probe(model, 0, layer=1), ov_memory_probe(model, 0, layer=0)
     assert (induction.recall, induction.n_pairs) == (1.0, 16)
     assert previous.recall == pytest.approx(previous.chance)
+
+
+def test_task_batches_a_model_cannot_run_are_refused_before_any_forward(birth):
+    """An empty batch or ids outside the vocabulary are named, not left to the embedding or a reshape."""
+    from perm_circuits.analysis.probes.task_attribution import attention_scores
+    from perm_circuits.tasks import TaskBatch
+
+    model, task = birth  # vocabulary: 16 ids
+    good = task.test_set(4, 0)
+    empty = TaskBatch(good.tokens[:0], good.targets[:0], good.mask[:0])
+    past = TaskBatch(good.tokens + 16, good.targets, good.mask)
+    with pytest.raises(ValueError, match=r"tokens must have shape \[batch >= 1, seq >= 1\], got \(0, 32\)"):
+        evaluate(model, empty, task=task)
+    with pytest.raises(ValueError, match=r"token ids must be \[0, 16\), got values 16\.\."):
+        evaluate(model, past, task=task)
+    with pytest.raises(ValueError, match=r"tokens must have shape \[batch >= 1, seq >= 1\], got \(0, 32\)"):
+        ablation_table(model, ("zero",), test_set=empty, task=task)
+    with pytest.raises(ValueError, match=r"token ids must be \[0, 16\)"):
+        ablation_table(model, ("mean",), test_set=good, task=task, reference=past)
+    with pytest.raises(ValueError, match=r"tokens must have shape \[batch >= 1, seq >= 1\], got \(0, 32\)"):
+        target_logit_attribution(model, empty)
+    with pytest.raises(ValueError, match=r"patterns\['blocks.0'\] must be a \[batch, head, query, key\] tensor, got \(3,\)"):
+        attention_scores({"blocks.0": torch.zeros(3)})
+    assert hook_count(model) == 0
