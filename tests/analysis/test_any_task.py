@@ -280,3 +280,12 @@ def test_task_batches_a_model_cannot_run_are_refused_before_any_forward(birth):
     with pytest.raises(ValueError, match=r"patterns\['blocks.0'\] must be a \[batch, head, query, key\] tensor, got \(3,\)"):
         attention_scores({"blocks.0": torch.zeros(3)})
     assert hook_count(model) == 0
+
+
+def test_task_report_data_refuses_a_task_name():
+    import inspect
+
+    model = build_model(ModelConfig(d_model=16, n_heads=1, n_layers=1, seed=0))
+    raw = inspect.unwrap(task_report_data)  # as a user calls it, without the suite's runtime type checker
+    with pytest.raises(TypeError, match="task must implement perm_circuits.tasks.Task .*got str"):
+        raw(model, "permutation", n=4)
