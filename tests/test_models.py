@@ -125,6 +125,7 @@ def test_save_is_atomic_on_failure(tmp_path):
         ({"n_heads": 1.5}, TypeError, "n_heads"),
         ({"V": 12}, ValueError, r"V must be in \[2, 8\]"),
         ({"act_fn": "tanh"}, ValueError, "act_fn must be"),
+        ({"seed": 2**64}, ValueError, r"seed must be in \[-2\*\*63, 2\*\*64\) \(a torch generator seed\), got 18446744073709551616"),
     ],
 )
 def test_bad_model_config(kwargs, error, match):

@@ -32,7 +32,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from perm_circuits._util import atomic_write, dataclass_from_dict, json_safe
-from perm_circuits.checks import check_int, check_number
+from perm_circuits.checks import check_int, check_number, check_seed
 from perm_circuits.devices import resolve_device, to_device
 from perm_circuits.tasks.permutation_data import TaskConfig
 
@@ -95,8 +95,9 @@ class ModelConfig:
     dropout: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("d_model", "n_heads", "n_layers", "V", "seed"):
+        for name in ("d_model", "n_heads", "n_layers", "V"):
             check_int(name, getattr(self, name))
+        check_seed(self.seed)  # the init seed: one torch.manual_seed takes
         for name in ("d_model", "n_heads", "n_layers"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
