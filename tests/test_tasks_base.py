@@ -340,3 +340,19 @@ def test_dataclass_task_test_set_checks_its_seed():
         raw(BigramTriggerTask(), 2, 1.5)
     with pytest.raises(ValueError, match=r"seed must be in \[-2\*\*63, 2\*\*64\)"):
         BigramTriggerTask().test_set(2, 2**64)
+
+
+def test_seeds_past_torchs_range_are_named():
+    """A seed torch.manual_seed cannot take is refused with its name, not 'Overflow when unpacking long long'."""
+    from perm_circuits import TaskConfig
+    from perm_circuits.tasks import BigramTriggerTask, FactualRecallTask, FitConfig, PermutationChainTask
+
+    for build, name in [
+        (lambda: FitConfig(seed=2**64), "seed"),
+        (lambda: TaskConfig(split_seed=2**64), "split_seed"),
+        (lambda: BigramTriggerTask(chain_seed=2**64), "chain_seed"),
+        (lambda: FactualRecallTask(fact_seed=2**64), "fact_seed"),
+        (lambda: PermutationChainTask(perm_seed=2**64), "perm_seed"),
+    ]:
+        with pytest.raises(ValueError, match=rf"^{name} must be in \[-2\*\*63, 2\*\*64\) \(a torch generator seed\)"):
+            build()

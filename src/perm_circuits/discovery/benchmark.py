@@ -41,7 +41,7 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from perm_circuits.checks import check_int
+from perm_circuits.checks import check_int, check_seed
 from perm_circuits.devices import device_forward
 from perm_circuits.discovery.ground_truth import induction_ground_truths, tracr_ground_truths
 from perm_circuits.discovery.interventions import prepare_edges
@@ -268,7 +268,7 @@ def _benchmark_runs(models, methods, hows, seeds, n, *, lean, progress):
     if not seeds:
         raise ValueError(f"seeds must be a non-empty sequence of ints, got {seeds!r}")
     for s in seeds:
-        check_int("seeds entry", s)
+        check_seed(s, "seeds entry")
     check_int("n", n, low=2)
     truths_of = {name: registry[name].truths() for name in models}
     jobs = [(name, how, seed) for name in models for how in hows if not truths_of[name] or how in truths_of[name]

@@ -54,7 +54,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from perm_circuits.checks import check_int
+from perm_circuits.checks import check_int, check_seed
 from perm_circuits.devices import model_device
 from perm_circuits.discovery.graph import CircuitGraph, circuit_graph_of, head_of
 from perm_circuits.models import ACTIVATIONS
@@ -399,7 +399,7 @@ def prepare_edges(
         metric = target_logprob_metric(batch)
     elif not callable(metric):
         raise TypeError(f"metric must be a callable logits -> scalar tensor, got {type(metric).__name__}")
-    check_int("seed", seed)
+    check_seed(seed)
     check_int("optimal_steps", optimal_steps, low=1)
     graph = circuit_graph_of(model, split_embed=split_embed)
     weights = _Weights(model)

@@ -376,7 +376,7 @@ class FitConfig:
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size"):
             check_int(name, getattr(self, name), low=1)
-        check_int("seed", self.seed)
+        check_seed(self.seed)
         check_number("lr", self.lr, low=0, strict=True, finite=False)
         if self.optimizer not in ("adam", "adamw", "sgd"):
             raise ValueError(f"optimizer must be 'adam', 'adamw' or 'sgd', got {self.optimizer!r}")

@@ -67,7 +67,7 @@ class TaskConfig:
         _check_ratio("train_fraction", self.train_fraction)
         if not 0.0 < self.train_fraction < 1.0:
             raise ValueError(f"train_fraction must be strictly between 0 and 1, got {self.train_fraction}")
-        check_int("split_seed", self.split_seed)
+        check_seed(self.split_seed, "split_seed")
         object.__setattr__(self, "repeat_sources", _check_sources(self.repeat_sources, self.V))
 
     @property
