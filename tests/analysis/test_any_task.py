@@ -282,10 +282,16 @@ def test_task_batches_a_model_cannot_run_are_refused_before_any_forward(birth):
     assert hook_count(model) == 0
 
 
-def test_task_report_data_refuses_a_task_name():
+def test_task_report_data_refuses_a_task_name_and_a_bad_forward():
     import inspect
+
+    from perm_circuits.tasks.runner import measure_task
 
     model = build_model(ModelConfig(d_model=16, n_heads=1, n_layers=1, seed=0))
     raw = inspect.unwrap(task_report_data)  # as a user calls it, without the suite's runtime type checker
     with pytest.raises(TypeError, match="task must implement perm_circuits.tasks.Task .*got str"):
         raw(model, "permutation", n=4)
+    with pytest.raises(TypeError, match=r"forward must be a callable \(model, tokens\) -> logits or None, got int"):
+        raw(model, PermutationTask(TaskConfig()), n=4, forward=3)
+    with pytest.raises(TypeError, match=r"forward must be a callable \(model, tokens\) -> logits or None, got int"):
+        inspect.unwrap(measure_task)(model, PermutationTask(TaskConfig()), n=4, forward=3)  # evaluate(task=)'s

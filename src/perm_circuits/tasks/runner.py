@@ -255,6 +255,8 @@ def measure_task(
     ``forward(model, tokens)`` replaces ``model(tokens)``; ``hooks`` (a TransformerLens hook list, e.g.
     an ablation) run during the model's own forward pass and are always removed afterwards."""
     check_fit(model, task)
+    if forward is not None and not callable(forward):
+        raise TypeError(f"forward must be a callable (model, tokens) -> logits or None, got {type(forward).__name__}")
     if hooks is not None:
         if forward is not None:
             raise ValueError("hooks= need the model's own forward pass; pass forward=None (a custom forward skips hook points)")
