@@ -186,6 +186,10 @@ def test_log_spaced_steps():
     for total, n, first in ((0, 3, 1), (10, 0, 1), (10, 3, 0), (3, 3, 5)):
         with pytest.raises(ValueError, match="need 1 <= first <= total and n >= 1"):
             log_spaced_steps(total, n, first)
+    with pytest.raises(TypeError, match="total must be an int, got bool True"):
+        log_spaced_steps(True)  # returned (True,) before
+    with pytest.raises(TypeError, match="n must be an int, got bool True"):
+        log_spaced_steps(10, True)
 
 
 # ----------------------------------------------------------------------------- fit

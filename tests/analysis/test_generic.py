@@ -173,6 +173,8 @@ def test_bad_inputs_raise_clear_errors_before_any_work():
         patch_head(model, clean, clean, lambda logits: logits.sum(), 0, 0)
     with pytest.raises(ValueError, match="hows entries must be in"):
         ablation_table(model, ("zero", "binding_free"), task=TOY_TASK)
+    with pytest.raises(TypeError, match="layer must be an int, got bool True"):  # the reported layer
+        patch_activation(model, clean, clean, target_logprob(clean), "blocks.0.attn.hook_z", layer=True)
     assert hook_count(model) == 0
 
 

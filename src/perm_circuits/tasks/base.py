@@ -350,6 +350,8 @@ def masked_cross_entropy(
 
 def log_spaced_steps(total: int, n: int = 40, first: int = 1) -> tuple[int, ...]:
     """About ``n`` distinct integer steps from ``first`` to ``total``, spaced evenly in log(step)."""
+    for name, value in (("total", total), ("n", n), ("first", first)):
+        check_int(name, value)
     if total < first or first < 1 or n < 1:
         raise ValueError(f"need 1 <= first <= total and n >= 1, got first={first}, total={total}, n={n}")
     if n == 1:
