@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 
 import pytest
@@ -304,6 +305,11 @@ def with_answer(pair, answer):
          ValueError, r"activation_name must be one of \[.*\], got 'q'"),
         (lambda m, p: recall_patching(m, p, neuron_groups=0), ValueError,
          r"neuron_groups must be in \[1, 32\], got 0"),
+        # a str is truthy: by_position="no" patched per position; the raw functions (no test-suite type checker)
+        (lambda m, p: inspect.unwrap(patch_head_outputs)(m, p, by_position="no"), TypeError,
+         "by_position must be a bool, got str 'no'"),
+        (lambda m, p: inspect.unwrap(patch_mlp)(m, p, by_position="no"), TypeError,
+         "by_position must be a bool, got str 'no'"),
     ],
 )
 def test_validation_errors_come_before_any_forward(no_forward, pair, call, error, match):

@@ -234,5 +234,7 @@ def test_selection_arguments_are_refused_before_the_method_runs(induction, monke
             method(model, batch, threshold=float("nan"))
     with pytest.raises(ValueError, match="chunk must be >= 1, got 0"):
         greedy_edges(model, batch, chunk=0)
+    with pytest.raises(ValueError, match="target must be a number, got nan"):  # else the whole subset search ran
+        exhaustive_oracle(model, batch, target=float("nan"))
     with pytest.raises(ValueError, match=r"n_edges must be in \[0, 46\], got 47"):  # the graph's bound, once known
         eap(intervention=ei, n_edges=47)
