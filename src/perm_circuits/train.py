@@ -379,7 +379,14 @@ def _train_study(
     history = TrainingHistory()
     first_epoch = 1
     if resume_from is not None:
+        asked_model, asked_task = model_config, task_config
         model, model_config, task_config, saved, tensors, meta = load_resumable(resume_from)
+        if isinstance(asked_task, PermutationTask):
+            asked_task = asked_task.config
+        for name, asked, stored in (("task", asked_task, task_config), ("model", asked_model, model_config)):
+            if isinstance(asked, (TaskConfig, ModelConfig)) and asked != stored:  # the checkpoint fixes both
+                raise ValueError(f"resume_from {str(resume_from)!r} trains {name} {stored}, not the {name} passed ({asked}); "
+                                 f"pass none to resume")
         train_config = saved if train_config is None else _resume_config(saved, train_config)
         generator.set_state(tensors["extra.generator"])
         if "extra.dropout_generator" in tensors:
@@ -476,6 +483,11 @@ def load_resumable(path) -> tuple:
         saved = TrainConfig.from_dict(meta["train_config"])
     except (TypeError, ValueError) as error:
         raise CheckpointError(f"invalid train_config in {path}: {error}") from None
+    epoch = meta["epoch"]
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch <= saved.epochs:  # 0: before training
+        raise CheckpointError(f"{path} has metadata epoch {epoch!r}: expected an int in [0, {saved.epochs}] (its train_config's epochs)")
+    if not isinstance(meta["history"], list) or not all(isinstance(row, dict) for row in meta["history"]):
+        raise CheckpointError(f"{path} has an invalid metadata history: expected a list of per-epoch dicts")
     _, tensors = read_checkpoint_files(path)
     state = tensors.get("extra.generator")
     reference = torch.Generator().get_state()
