@@ -157,6 +157,12 @@ def test_register_and_from_dict_errors(registered):
     assert "test_other" not in TASKS
     with pytest.raises(ValueError, match=r"unknown task 'nope'; registered tasks: \[.*'permutation'.*'test_successor'"):
         task_from_dict({"task": "nope"})
+    # checked when registering, not at the first sweep: a bad recipe value, keys given as one string
+    with pytest.raises(ValueError, match=r"fit_defaults \{'steps': 0\}: steps must be >= 1, got 0"):
+        register_task("test_bad_defaults", Successor, fit_defaults={"steps": 0})
+    with pytest.raises(TypeError, match="model_keys must be a list or tuple of field names or None, got str 'K'"):
+        register_task("test_bad_keys", Successor, model=lambda task, seed: None, model_keys="K")
+    assert "test_bad_defaults" not in TASKS and "test_bad_keys" not in TASKS
 
 
 # ----------------------------------------------------------------------------- loss and log spacing

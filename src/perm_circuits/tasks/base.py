@@ -276,6 +276,9 @@ def register_task(
     for label, value in (("model", model), ("forward", forward)):
         if value is not None and not (callable(value) or isinstance(value, str)):
             raise TypeError(f"{label} must be a callable, a 'module:function' string or None, got {value!r}")
+    if model_keys is not None and not isinstance(model_keys, (list, tuple)):  # a str would become its letters
+        raise TypeError(f"model_keys must be a list or tuple of field names or None, got {type(model_keys).__name__} "
+                        f"{model_keys!r}")
     keys = DEFAULT_MODEL_KEYS if model is None and model_keys is None else tuple(model_keys or ())
     if not all(isinstance(key, str) for key in keys):
         raise TypeError(f"model_keys must be strings, got {keys!r}")
@@ -284,6 +287,10 @@ def register_task(
     unknown = sorted(set(fit_defaults or {}) - set(FitConfig.__dataclass_fields__))
     if unknown:
         raise ValueError(f"unknown fit_defaults {unknown}; FitConfig fields: {sorted(FitConfig.__dataclass_fields__)}")
+    try:
+        FitConfig(**(fit_defaults or {}))  # the recipe's own checks, now rather than at the first sweep
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"fit_defaults {dict(fit_defaults or {})!r}: {error}") from None
     if reproduction is not None and (len(reproduction) != 3 or not all(isinstance(x, str) for x in reproduction)):
         raise TypeError(f"reproduction must be (name, 'module', title), got {reproduction!r}")
     TASKS[name] = cls
