@@ -258,6 +258,10 @@ class _Run:
 
 def _benchmark_runs(models, methods, hows, seeds, n, *, lean, progress):
     """Each (model, mode, seed, method)'s result on its shared intervention, after checking every argument."""
+    for kind, given in (("models", models), ("methods", methods), ("hows", hows), ("seeds", seeds)):
+        if isinstance(given, (str, int)):  # a str would be read as its letters
+            raise TypeError(f"{kind} must be a sequence (list or tuple), got {type(given).__name__} {given!r}; "
+                            f"wrap one in a list")
     registry = benchmark_models()
     models = list(registry) if models is None else list(models)
     for kind, given, known in (("models", models, registry), ("methods", methods, METHODS),
