@@ -13,6 +13,7 @@ def test_check_int_returns_the_value_within_bounds():
     assert check_int("n", -7) == -7
     assert check_positive_int("n", 1) == 1
     assert check_seed(-1) == -1
+    assert check_seed(2**64 - 1) == 2**64 - 1 and check_seed(-(2**63)) == -(2**63)  # torch's whole range
 
 
 @pytest.mark.parametrize(
@@ -25,6 +26,8 @@ def test_check_int_returns_the_value_within_bounds():
         (lambda: check_int("n", 2.0, 0), TypeError, "n must be an int, got float 2.0"),
         (lambda: check_positive_int("steps", 0), ValueError, "steps must be >= 1, got 0"),
         (lambda: check_seed("0"), TypeError, "seed must be an int, got str '0'"),
+        (lambda: check_seed(2**64), ValueError, r"seed must be in \[-2\*\*63, 2\*\*64\) \(a torch generator seed\), got 18446744073709551616"),
+        (lambda: check_seed(-(2**63) - 1, "test_seed"), ValueError, r"test_seed must be in \[-2\*\*63, 2\*\*64\)"),
         (lambda: check_fraction(0.0), ValueError, r"threshold must be a number in \(0, 1\], got 0.0"),
         (lambda: check_fraction(True, "share"), TypeError, r"share must be a number, got bool True"),
         (lambda: check_number("lr", True), TypeError, "lr must be a finite number, got bool True"),

@@ -237,6 +237,8 @@ def test_llc_is_deterministic_for_a_fixed_seed(pretrained):
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     with pytest.raises(ValueError, match="LLCConfig.draws must be >= 1, got 0"):
         LLCConfig(draws=0)
+    with pytest.raises(ValueError, match=r"LLCConfig.seed must be in \[-2\*\*63, 2\*\*64\) \(a torch generator seed\)"):
+        LLCConfig(seed=2**64)
 
 
 def test_llc_without_devinterp_names_the_extra(monkeypatch):

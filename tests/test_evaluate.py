@@ -79,6 +79,8 @@ def test_evaluate_rejects_bad_inputs():
 def test_recall_generalisation_shape():
     result = recall_generalisation(build_model("d16h1"), task_config=TaskConfig(), n=100)
     assert len(result.recall) == 4 and list(result.to_dataframe().index) == ["x1", "x2", "x3", "x4"]
+    with pytest.raises(TypeError, match="seed must be an int, got bool True"):
+        recall_generalisation(build_model("d16h1"), task_config=TaskConfig(), n=10, seed=True)
 
 
 @pytest.mark.parametrize("name", ["d16h1", "d32h2"])

@@ -125,6 +125,7 @@ def test_save_is_atomic_on_failure(tmp_path):
         ({"n_heads": 1.5}, TypeError, "n_heads"),
         ({"V": 12}, ValueError, r"V must be in \[2, 8\]"),
         ({"act_fn": "tanh"}, ValueError, "act_fn must be"),
+        ({"seed": 2**64}, ValueError, r"seed must be in \[-2\*\*63, 2\*\*64\) \(a torch generator seed\), got 18446744073709551616"),
     ],
 )
 def test_bad_model_config(kwargs, error, match):
@@ -279,3 +280,12 @@ def test_load_any_names_and_folders(tmp_path, monkeypatch):
         load_any("d64h8")
     with pytest.raises(TypeError, match="name"):
         load_any(3)
+
+
+def test_save_model_refuses_a_task_of_another_v_before_writing(tmp_path):
+    model = build_model("d16h1")  # V = 5
+    with pytest.raises(ValueError, match="task_config has V=7 but the model has V=5"):
+        save_model(model, tmp_path / "ck", task_config=TaskConfig(V=7))
+    assert not (tmp_path / "ck").exists()  # nothing written that load_checkpoint would refuse
+    save_model(model, tmp_path / "ok", task_config=TaskConfig(V=5, repeat_ratio=0.3))
+    assert load_checkpoint(tmp_path / "ok").task_config.repeat_ratio == 0.3

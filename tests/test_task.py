@@ -1,4 +1,5 @@
 import json
+import inspect
 import math
 
 import pytest
@@ -313,3 +314,15 @@ def test_batch_from_queries_rebuilds_a_batch_and_unused_query_finds_the_new_valu
     new = unused_query(batch.xs)
     assert all(v not in row[:4] for v, row in zip(new.tolist(), batch.xs.tolist()))
     assert all(sorted([*row[:4], v]) == [1, 2, 3, 4, 5] for v, row in zip(new.tolist(), batch.xs.tolist()))
+
+
+def test_make_batch_checks_seed_and_config_itself():
+    # the raw function (as a user calls it, without the test suite's runtime type checker)
+    raw = inspect.unwrap(make_batch)
+    with pytest.raises(TypeError, match="seed must be an int, got float 1.5"):
+        raw(TaskConfig(), 3, seed=1.5)
+    with pytest.raises(TypeError, match="config must be a TaskConfig, got dict"):
+        raw({"V": 5}, 3)
+    with pytest.raises(TypeError, match="generator must be a torch.Generator or None, got int"):
+        raw(TaskConfig(), 3, generator=0)
+    assert torch.equal(raw(TaskConfig(), 3, seed=7).inputs, make_batch(TaskConfig(), 3, seed=7).inputs)

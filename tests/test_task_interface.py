@@ -347,3 +347,15 @@ def test_task_report_any_task(tmp_path):
     text = plain.read_text()
     assert "exposes no attention-pattern hook point" in text and ".AttentionHeads, {" not in text
     assert re.search(r"trainable parameters</th>\s*<td>\d+", text)
+
+
+def test_evaluate_refuses_a_taskbatch_of_another_task_clearly():
+    from perm_circuits import load_pretrained
+    from perm_circuits.tasks import BigramTriggerTask
+
+    other = BigramTriggerTask().sample(4, generator=torch.Generator().manual_seed(0))  # even length, ids up to 64
+    with pytest.raises(ValueError, match="odd length 2V-1, got length"):
+        evaluate(load_pretrained("d16h1"), other)
+    odd = TaskBatch(torch.full((2, 9), 7), torch.full((2, 9), 7), torch.ones(2, 9))  # ids past V = 5
+    with pytest.raises(ValueError, match=r"tokens must be in 1\.\.5"):
+        evaluate(load_pretrained("d16h1"), odd)

@@ -6,6 +6,7 @@ embedding -> frozen linear -> unembedding model, so the suite stays fast.
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
@@ -156,6 +157,12 @@ def test_register_and_from_dict_errors(registered):
     assert "test_other" not in TASKS
     with pytest.raises(ValueError, match=r"unknown task 'nope'; registered tasks: \[.*'permutation'.*'test_successor'"):
         task_from_dict({"task": "nope"})
+    # checked when registering, not at the first sweep: a bad recipe value, keys given as one string
+    with pytest.raises(ValueError, match=r"fit_defaults \{'steps': 0\}: steps must be >= 1, got 0"):
+        register_task("test_bad_defaults", Successor, fit_defaults={"steps": 0})
+    with pytest.raises(TypeError, match="model_keys must be a list or tuple of field names or None, got str 'K'"):
+        register_task("test_bad_keys", Successor, model=lambda task, seed: None, model_keys="K")
+    assert "test_bad_defaults" not in TASKS and "test_bad_keys" not in TASKS
 
 
 # ----------------------------------------------------------------------------- loss and log spacing
@@ -185,6 +192,10 @@ def test_log_spaced_steps():
     for total, n, first in ((0, 3, 1), (10, 0, 1), (10, 3, 0), (3, 3, 5)):
         with pytest.raises(ValueError, match="need 1 <= first <= total and n >= 1"):
             log_spaced_steps(total, n, first)
+    with pytest.raises(TypeError, match="total must be an int, got bool True"):
+        log_spaced_steps(True)  # returned (True,) before
+    with pytest.raises(TypeError, match="n must be an int, got bool True"):
+        log_spaced_steps(10, True)
 
 
 # ----------------------------------------------------------------------------- fit
@@ -306,3 +317,52 @@ def test_a_dataclass_task_inherits_its_test_set_and_dict_round_trip():
         check_sample(2, 0, "train")
     with pytest.raises(ValueError, match=r"split must be one of \('train', 'test'\), got 'val'"):
         chain.sample(2, torch.Generator(), "val")
+
+
+def test_fit_refuses_a_task_whose_tokens_the_model_cannot_embed():
+    from perm_circuits import build_model
+    from perm_circuits.tasks import BigramTriggerTask
+
+    model = build_model("d16h1")  # the permutation task's vocabulary: 6 ids
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=r"task 'bigram_triggers' draws token ids up to \d+ but the model's vocabulary has 6 ids"):
+        fit(model, BigramTriggerTask(), steps=2, batch_size=4, progress=False)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # no step taken
+    assert not model.training
+
+
+def test_masked_cross_entropy_ignores_targets_outside_the_mask():
+    """A TaskBatch's targets may be any value where the mask is 0 (e.g. -1 or past the vocabulary)."""
+    logits = torch.tensor([[[2.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 1.0, 0.0]]])
+    mask = torch.tensor([[1.0, 0.0, 1.0]])
+    expected = masked_cross_entropy(logits, torch.tensor([[0, 0, 1]]), mask)
+    assert masked_cross_entropy(logits, torch.tensor([[0, -1, 1]]), mask) == expected
+    assert masked_cross_entropy(logits, torch.tensor([[0, 99, 1]]), mask) == expected
+    hand = -(torch.log_softmax(logits[0, 0], -1)[0] + torch.log_softmax(logits[0, 2], -1)[1]) / 2
+    assert float(expected) == pytest.approx(float(hand), rel=1e-6)
+
+
+def test_dataclass_task_test_set_checks_its_seed():
+    from perm_circuits.tasks import BigramTriggerTask
+
+    raw = inspect.unwrap(BigramTriggerTask.test_set)  # as a user calls it, without the suite's type checker
+    with pytest.raises(TypeError, match="seed must be an int, got float 1.5"):
+        raw(BigramTriggerTask(), 2, 1.5)
+    with pytest.raises(ValueError, match=r"seed must be in \[-2\*\*63, 2\*\*64\)"):
+        BigramTriggerTask().test_set(2, 2**64)
+
+
+def test_seeds_past_torchs_range_are_named():
+    """A seed torch.manual_seed cannot take is refused with its name, not 'Overflow when unpacking long long'."""
+    from perm_circuits import TaskConfig
+    from perm_circuits.tasks import BigramTriggerTask, FactualRecallTask, FitConfig, PermutationChainTask
+
+    for build, name in [
+        (lambda: FitConfig(seed=2**64), "seed"),
+        (lambda: TaskConfig(split_seed=2**64), "split_seed"),
+        (lambda: BigramTriggerTask(chain_seed=2**64), "chain_seed"),
+        (lambda: FactualRecallTask(fact_seed=2**64), "fact_seed"),
+        (lambda: PermutationChainTask(perm_seed=2**64), "perm_seed"),
+    ]:
+        with pytest.raises(ValueError, match=rf"^{name} must be in \[-2\*\*63, 2\*\*64\) \(a torch generator seed\)"):
+            build()

@@ -1,3 +1,5 @@
+import inspect
+
 import pytest
 import torch
 
@@ -72,6 +74,9 @@ def test_early_stop_needs_convergence():
         ({"batch_size": -1}, "batch_size must be > 0"),
         ({"lr": 0.0}, r"lr must be in \(0, 1\)"),
         ({"checkpoint_every": 2}, "checkpoint_every needs checkpoint_dir"),
+        ({"seed": 2**64}, r"seed must be in \[-2\*\*63, 2\*\*64\) \(a torch generator seed\), got 18446744073709551616"),
+        ({"test_seed": -(2**63) - 1}, r"test_seed must be in \[-2\*\*63, 2\*\*64\)"),
+        ({"early_stop_accuracy": float("nan")}, "early_stop_accuracy must be a number, got nan"),
     ],
 )
 def test_bad_train_config(kwargs, match):
@@ -82,6 +87,9 @@ def test_bad_train_config(kwargs, match):
 def test_wrong_type_in_train_config():
     with pytest.raises(TypeError, match="samples_per_epoch"):
         TrainConfig(samples_per_epoch=1.5)
+    raw = inspect.unwrap(TrainConfig.__init__)  # as a user calls it, without the suite's runtime type checker
+    with pytest.raises(TypeError, match="seed must be an int, got float 1.5"):
+        raw(object.__new__(TrainConfig), seed=1.5)
 
 
 def test_mismatched_task_and_model():
@@ -176,3 +184,33 @@ def test_resume_with_dropout_needs_the_dropout_generator_state(tmp_path):
     # dropout 0 never draws a mask: such an old checkpoint still resumes (optimizer state is checked next)
     with pytest.raises(CheckpointError, match="optimizer state"):
         train(resume_from=tmp_path / "plain", progress=False)
+
+
+def test_resume_validates_the_checkpoint_epoch_history_and_conflicting_arguments(tmp_path):
+    import json
+    import shutil
+
+    from perm_circuits.models import CheckpointError
+
+    config = TrainConfig(**{**SMALL.to_dict(), "epochs": 1, "checkpoint_every": 1, "checkpoint_dir": str(tmp_path / "ck")})
+    train("d16h1", TaskConfig(repeat_ratio=0.3), config, progress=False)
+
+    def tampered(name, **changes):
+        folder = tmp_path / name
+        shutil.copytree(tmp_path / "ck" / "epoch_0001", folder)
+        document = json.loads((folder / "config.json").read_text())
+        document["metadata"].update(changes)
+        (folder / "config.json").write_text(json.dumps(document))
+        return folder
+
+    for epoch in ("1", 1.5, -1, 99, True):  # each silently resumed (int("1"), int(1.5), from epoch -1 or past the end)
+        with pytest.raises(CheckpointError, match=rf"has metadata epoch {epoch!r}: expected an int in \[0, 1\]"):
+            train(resume_from=tampered(f"epoch_{epoch}", epoch=epoch), progress=False)
+    with pytest.raises(CheckpointError, match="invalid metadata history: expected a list of per-epoch dicts"):
+        train(resume_from=tampered("history", history="x"), progress=False)
+    with pytest.raises(ValueError, match=r"trains task .* not the task passed .*repeat_ratio=0.5"):
+        train(task=TaskConfig(repeat_ratio=0.5), resume_from=tmp_path / "ck" / "epoch_0001", progress=False)
+    from perm_circuits import ModelConfig
+
+    with pytest.raises(ValueError, match=r"trains model .* not the model passed"):
+        train(ModelConfig(d_model=32, n_heads=1), resume_from=tmp_path / "ck" / "epoch_0001", progress=False)

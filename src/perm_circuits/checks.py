@@ -50,8 +50,10 @@ def check_positive_int(name: str, value: object) -> int:
 
 
 def check_seed(seed: object, name: str = "seed") -> int:
-    """A seed: any int (not a bool)."""
-    return check_int(name, seed)
+    """A seed: an int (not a bool) that ``torch.Generator.manual_seed`` takes, in ``[-2**63, 2**64)``."""
+    if not -(2**63) <= check_int(name, seed) < 2**64:
+        raise ValueError(f"{name} must be in [-2**63, 2**64) (a torch generator seed), got {seed}")
+    return seed
 
 
 def check_fraction(value: object, name: str = "threshold") -> float:

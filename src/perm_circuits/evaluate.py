@@ -19,7 +19,7 @@ import pandas as pd
 from jaxtyping import Float
 from torch import Tensor
 
-from perm_circuits.checks import check_int
+from perm_circuits.checks import check_int, check_seed
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import run_logits
 from perm_circuits.models import model_config_of, task_config_of
@@ -174,6 +174,7 @@ def recall_generalisation(
     """
     if n is not None and check_int("n", n) < 1:
         raise ValueError(f"n must be a positive int or None (exhaustive), got {n!r}")
+    check_seed(seed)
     config = task_config or task_config_of(model)
 
     def accuracy(source: int | None, offset: int) -> tuple[float, int]:

@@ -32,7 +32,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from perm_circuits._util import atomic_write, dataclass_from_dict, json_safe
-from perm_circuits.checks import check_int, check_number
+from perm_circuits.checks import check_int, check_number, check_seed
 from perm_circuits.devices import resolve_device, to_device
 from perm_circuits.tasks.permutation_data import TaskConfig
 
@@ -95,8 +95,9 @@ class ModelConfig:
     dropout: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("d_model", "n_heads", "n_layers", "V", "seed"):
+        for name in ("d_model", "n_heads", "n_layers", "V"):
             check_int(name, getattr(self, name))
+        check_seed(self.seed)  # the init seed: one torch.manual_seed takes
         for name in ("d_model", "n_heads", "n_layers"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -339,6 +340,15 @@ def save_model(
     """
     path = Path(path)
     config = model_config_of(model)
+    if task_config is not None and not isinstance(task_config, TaskConfig):
+        raise TypeError(f"task_config must be a TaskConfig or None, got {type(task_config).__name__}")
+    if task_config is not None and task_config.V != config.V:  # load_checkpoint would refuse the folder
+        raise ValueError(f"task_config has V={task_config.V} but the model has V={config.V}")
+    if extra_tensors is not None and not isinstance(extra_tensors, dict):
+        raise TypeError(f"extra_tensors must be a dict of name -> Tensor, got {type(extra_tensors).__name__}")
+    for key, value in (extra_tensors or {}).items():
+        if not isinstance(key, str) or not isinstance(value, Tensor):
+            raise TypeError(f"extra_tensors must map str names to Tensors, got {key!r}: {type(value).__name__}")
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}  # stored from the CPU
     for key, value in (extra_tensors or {}).items():
         tensors[f"extra.{key}"] = value.detach().cpu().contiguous().clone()

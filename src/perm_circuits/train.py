@@ -34,7 +34,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from perm_circuits._util import dataclass_from_dict
-from perm_circuits.checks import check_int, check_number
+from perm_circuits.checks import check_int, check_number, check_seed
 from perm_circuits.tasks.permutation import Evaluation, evaluate_logits, value_probs
 from perm_circuits.models import (
     CheckpointError,
@@ -102,6 +102,11 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a positive int or None, got {value!r}")
         if self.checkpoint_every is not None and not self.checkpoint_dir:
             raise ValueError("checkpoint_every needs checkpoint_dir")
+        check_seed(self.seed)
+        check_seed(self.test_seed, "test_seed")
+        for name in ("early_stop_accuracy", "early_stop_min_delta"):  # above 1: never stops; NaN: no meaning
+            if math.isnan(check_number(name, getattr(self, name), finite=False)):
+                raise ValueError(f"{name} must be a number, got nan")
 
     @property
     def steps_per_epoch(self) -> int:
@@ -374,7 +379,14 @@ def _train_study(
     history = TrainingHistory()
     first_epoch = 1
     if resume_from is not None:
+        asked_model, asked_task = model_config, task_config
         model, model_config, task_config, saved, tensors, meta = load_resumable(resume_from)
+        if isinstance(asked_task, PermutationTask):
+            asked_task = asked_task.config
+        for name, asked, stored in (("task", asked_task, task_config), ("model", asked_model, model_config)):
+            if isinstance(asked, (TaskConfig, ModelConfig)) and asked != stored:  # the checkpoint fixes both
+                raise ValueError(f"resume_from {str(resume_from)!r} trains {name} {stored}, not the {name} passed ({asked}); "
+                                 f"pass none to resume")
         train_config = saved if train_config is None else _resume_config(saved, train_config)
         generator.set_state(tensors["extra.generator"])
         if "extra.dropout_generator" in tensors:
@@ -473,6 +485,11 @@ def load_resumable(path) -> tuple:
         saved = TrainConfig.from_dict(meta["train_config"])
     except (TypeError, ValueError) as error:
         raise CheckpointError(f"invalid train_config in {path}: {error}") from None
+    epoch = meta["epoch"]
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch <= saved.epochs:  # 0: before training
+        raise CheckpointError(f"{path} has metadata epoch {epoch!r}: expected an int in [0, {saved.epochs}] (its train_config's epochs)")
+    if not isinstance(meta["history"], list) or not all(isinstance(row, dict) for row in meta["history"]):
+        raise CheckpointError(f"{path} has an invalid metadata history: expected a list of per-epoch dicts")
     _, tensors = read_checkpoint_files(path)
     state = tensors.get("extra.generator")
     reference = torch.Generator().get_state()

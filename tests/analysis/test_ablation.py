@@ -317,6 +317,12 @@ FLOAT_TOKENS = "tokens must have an integer dtype, got torch.float32"
         (lambda m, b: ablation_table(m, test_set=float_batch(b)), TypeError, FLOAT_TOKENS),
         (lambda m, b: ablation_table(m, test_set=b, positions=[12]), ValueError,
          r"position 12 out of range: position must be in \[-9, 8\]"),
+        (lambda m, b: reference_activations(m, b, Z), TypeError,  # one name: read as its letters before
+         "hook_names must be a list or tuple of hook point names, got str 'blocks.0.attn.hook_z'"),
+        (lambda m, b: resample_rows(0, 4, 0), ValueError, "n_reference must be >= 1, got 0"),
+        (lambda m, b: resample_rows(5, -1, 0), ValueError, "batch must be >= 0, got -1"),
+        (lambda m, b: ablation_table(m, hows=("resample",), test_set=b, seed=2**64), ValueError,
+         r"seed must be in \[-2\*\*63, 2\*\*64\) \(a torch generator seed\), got 18446744073709551616"),
     ],
 )
 def test_validation_errors_come_before_any_forward(no_forward, batch, call, error, match):

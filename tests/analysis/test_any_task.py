@@ -289,3 +289,42 @@ def test_targets_outside_the_logits_are_an_error_not_a_clamped_score():
         with pytest.raises(ValueError, match=message):
             call()
     assert hook_count(model) == 0 and all(p.requires_grad for p in model.parameters())
+
+
+def test_task_batches_a_model_cannot_run_are_refused_before_any_forward(birth):
+    """An empty batch or ids outside the vocabulary are named, not left to the embedding or a reshape."""
+    from perm_circuits.analysis.probes.task_attribution import attention_scores
+    from perm_circuits.tasks import TaskBatch
+
+    model, task = birth  # vocabulary: 16 ids
+    good = task.test_set(4, 0)
+    empty = TaskBatch(good.tokens[:0], good.targets[:0], good.mask[:0])
+    past = TaskBatch(good.tokens + 16, good.targets, good.mask)
+    with pytest.raises(ValueError, match=r"tokens must have shape \[batch >= 1, seq >= 1\], got \(0, 32\)"):
+        evaluate(model, empty, task=task)
+    with pytest.raises(ValueError, match=r"token ids must be \[0, 16\), got values 16\.\."):
+        evaluate(model, past, task=task)
+    with pytest.raises(ValueError, match=r"tokens must have shape \[batch >= 1, seq >= 1\], got \(0, 32\)"):
+        ablation_table(model, ("zero",), test_set=empty, task=task)
+    with pytest.raises(ValueError, match=r"token ids must be \[0, 16\)"):
+        ablation_table(model, ("mean",), test_set=good, task=task, reference=past)
+    with pytest.raises(ValueError, match=r"tokens must have shape \[batch >= 1, seq >= 1\], got \(0, 32\)"):
+        target_logit_attribution(model, empty)
+    with pytest.raises(ValueError, match=r"patterns\['blocks.0'\] must be a \[batch, head, query, key\] tensor, got \(3,\)"):
+        attention_scores({"blocks.0": torch.zeros(3)})
+    assert hook_count(model) == 0
+
+
+def test_task_report_data_refuses_a_task_name_and_a_bad_forward():
+    import inspect
+
+    from perm_circuits.tasks.runner import measure_task
+
+    model = build_model(ModelConfig(d_model=16, n_heads=1, n_layers=1, seed=0))
+    raw = inspect.unwrap(task_report_data)  # as a user calls it, without the suite's runtime type checker
+    with pytest.raises(TypeError, match="task must implement perm_circuits.tasks.Task .*got str"):
+        raw(model, "permutation", n=4)
+    with pytest.raises(TypeError, match=r"forward must be a callable \(model, tokens\) -> logits or None, got int"):
+        raw(model, PermutationTask(TaskConfig()), n=4, forward=3)
+    with pytest.raises(TypeError, match=r"forward must be a callable \(model, tokens\) -> logits or None, got int"):
+        inspect.unwrap(measure_task)(model, PermutationTask(TaskConfig()), n=4, forward=3)  # evaluate(task=)'s

@@ -192,6 +192,8 @@ def test_bad_inputs_raise_clear_errors_before_any_work():
 
     with pytest.raises(ValueError, match=r"reference sequences must have the test set's 6 positions .*, got 4"):
         circuit_metrics(model, ["L0H0"], task=TOY_TASK, n=10, reference=short)
+    with pytest.raises(TypeError, match="layer must be an int, got bool True"):  # the reported layer
+        patch_activation(model, clean, clean, target_logprob(clean), "blocks.0.attn.hook_z", layer=True)
     assert hook_count(model) == 0
 
 

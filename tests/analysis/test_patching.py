@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 
 import pytest
@@ -304,6 +305,11 @@ def with_answer(pair, answer):
          ValueError, r"activation_name must be one of \[.*\], got 'q'"),
         (lambda m, p: recall_patching(m, p, neuron_groups=0), ValueError,
          r"neuron_groups must be in \[1, 32\], got 0"),
+        # a str is truthy: by_position="no" patched per position; the raw functions (no test-suite type checker)
+        (lambda m, p: inspect.unwrap(patch_head_outputs)(m, p, by_position="no"), TypeError,
+         "by_position must be a bool, got str 'no'"),
+        (lambda m, p: inspect.unwrap(patch_mlp)(m, p, by_position="no"), TypeError,
+         "by_position must be a bool, got str 'no'"),
     ],
 )
 def test_validation_errors_come_before_any_forward(no_forward, pair, call, error, match):
@@ -423,3 +429,16 @@ def test_negative_indices_count_from_the_end(model, pair):
     g = patch_mlp(model, pair, neuron_groups=[[-1, -2]], n_boot=20)
     assert g.cells[0].neurons == (31, 30)
     assert patch_head_sources(model, pair, dest_position=-1, n_boot=20).cells[-1].position == LAST
+
+
+def test_logit_diff_checks_its_indices():
+    logits = torch.zeros(2, 9, 6)
+    ids = torch.tensor([1, 2])
+    with pytest.raises(ValueError, match=r"position 9 out of range: position must be in \[-9, 8\]"):
+        logit_diff(logits, ids, ids, position=9)
+    with pytest.raises(ValueError, match=r"answer ids must be in \[0, 6\) \(the logits' vocabulary\), got values 1\.\.9"):
+        logit_diff(logits, torch.tensor([1, 9]), ids)
+    with pytest.raises(ValueError, match=r"wrong ids must be in \[0, 6\)"):
+        logit_diff(logits, ids, torch.tensor([-1, 2]))
+    logits[:, 3, 1], logits[:, 3, 2] = 4.0, 1.5
+    assert torch.equal(logit_diff(logits, torch.tensor([1, 1]), torch.tensor([2, 2]), position=3), torch.tensor([2.5, 2.5]))

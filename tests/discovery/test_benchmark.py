@@ -77,6 +77,11 @@ def test_bad_arguments_are_refused():
         run_benchmark(["induction"], ["eap"], ["optimal"], progress=False)
     with pytest.raises(ValueError, match="n must be"):
         run_benchmark(["induction"], ["eap"], n=1, progress=False)
+    # one name as a bare str (its letters were looked up: "unknown methods ['e', 'a', 'p']")
+    with pytest.raises(TypeError, match=r"methods must be a sequence \(list or tuple\), got str 'eap'; wrap one in a list"):
+        run_benchmark(["induction"], "eap", progress=False)
+    with pytest.raises(TypeError, match="models must be a sequence .*got str 'induction'"):
+        run_benchmark("induction", ["eap"], progress=False)
 
 
 def test_committed_table_has_the_columns_the_page_reads():

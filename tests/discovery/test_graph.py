@@ -58,6 +58,8 @@ def test_promotion_and_names():
     assert promote_edge("L0H0->L1H0.k") == "L0H0->L1H0"
     assert promote_edge("L0MLP->logits") == "L0MLP->logits"
     assert promote_edges(["L0H0->L1H0.k", "L0H0->L1H0.q", "embed->L1H0.v"]) == {"L0H0->L1H0", "embed->L1H0"}
+    with pytest.raises(TypeError, match=r"edges must be an iterable of 'SENDER->RECEIVER' strings, got the str 'embed->logits'"):
+        promote_edges("embed->logits")  # read as its letters before: "got 'e'"
     assert split_edge("embed->L0MLP") == ("embed", "L0MLP")
     with pytest.raises(ValueError, match="SENDER->RECEIVER"):
         split_edge("embed-L0MLP")

@@ -114,22 +114,6 @@ def test_bad_input(batch):
         ei.run(torch.ones(45))
 
 
-def test_token_ids_outside_the_vocabulary_or_context_are_named(batch):
-    """Out-of-vocabulary ids or sequences longer than n_ctx are ValueErrors naming them, before any run
-    (they were an IndexError / a RuntimeError from inside the edge forward)."""
-    model = _ln_model()  # d_vocab 6, n_ctx 9
-
-    def score(logits):
-        return logits[..., -1, 0].mean(-1)
-
-    with pytest.raises(ValueError, match=r"batch token ids must be in \[0, 6\), got values 0\.\.200"):
-        prepare_edges(model, batch.tokens.clamp(max=0) + torch.tensor([[200] + [0] * 8]), how="mean", metric=score)
-    with pytest.raises(ValueError, match=r"batch has 12 positions, more than the model's n_ctx=9"):
-        prepare_edges(model, torch.ones(4, 12, dtype=torch.long), how="zero", metric=score)
-    with pytest.raises(ValueError, match=r"corrupted token ids must be in \[0, 6\), got values -1\.\.-1"):
-        prepare_edges(model, batch, corrupted=torch.full(batch.tokens.shape, -1))
-
-
 def test_split_embeddings_are_exact_too(batch):
     model = _ln_model()
     ei = prepare_edges(model, batch, how="resample", split_embed=True)
@@ -196,3 +180,20 @@ def test_unsupported_blocks_are_named(extra, message):
         model_name="odd", **extra)).eval()
     with pytest.raises(ValueError, match=message):
         prepare_edges(model, PermutationTask(TaskConfig()).test_set(8), how="zero")
+
+
+def test_tokens_the_model_cannot_embed_are_refused_before_any_run(batch):
+    from perm_circuits.tasks import BigramTriggerTask
+
+    model = _ln_model()  # vocabulary of 6 ids, context of 9 positions
+    other = BigramTriggerTask().sample(2, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"batch has 256 positions but the model's context is n_ctx=9"):
+        prepare_edges(model, other)
+    past = batch.tokens.clone()
+    past[0, 0] = 7
+    with pytest.raises(ValueError, match=r"batch token ids must be in \[0, 6\) \(the model's vocabulary\), got values 1\.\.7"):
+        prepare_edges(model, past, metric=lambda logits: logits.sum())
+    with pytest.raises(ValueError, match=r"corrupted token ids must be in \[0, 6\)"):
+        prepare_edges(model, batch, corrupted=batch.tokens + 10)
+    with pytest.raises(ValueError, match=r"reference token ids must be in \[0, 6\)"):
+        prepare_edges(model, batch, how="mean", reference=batch.tokens - 10)

@@ -220,3 +220,27 @@ def test_oracle_subset_numbers_do_not_overflow_past_63_edges():
     n = 77  # tracr reverse's graph
     mask = _masks_of([(1 << 76) | 1], n)[0]
     assert mask.shape == (77,) and mask[0] == 1 and mask[-1] == 1 and mask.sum() == 2
+
+
+def test_selection_arguments_are_refused_before_the_method_runs(induction, monkeypatch):
+    import perm_circuits.discovery.result as result
+
+    model, batch, ei = induction
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("prepare_edges ran before the arguments were checked")
+
+    monkeypatch.setattr(result, "prepare_edges", no_work)
+    for method in (eap, eap_ig, node_attribution, random_baseline):
+        with pytest.raises(ValueError, match="n_edges must be >= 0, got -1"):
+            method(model, batch, n_edges=-1)
+        with pytest.raises(ValueError, match="target must be a number, got nan"):
+            method(model, batch, target=float("nan"))
+        with pytest.raises(ValueError, match="threshold must be a number, got nan"):
+            method(model, batch, threshold=float("nan"))
+    with pytest.raises(ValueError, match="chunk must be >= 1, got 0"):
+        greedy_edges(model, batch, chunk=0)
+    with pytest.raises(ValueError, match="target must be a number, got nan"):  # else the whole subset search ran
+        exhaustive_oracle(model, batch, target=float("nan"))
+    with pytest.raises(ValueError, match=r"n_edges must be in \[0, 46\], got 47"):  # the graph's bound, once known
+        eap(intervention=ei, n_edges=47)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from perm_circuits.analysis import HOWS, head_roles
 from perm_circuits.sweep import SweepSpec, run_one
 from perm_circuits.sweep.run import VERDICT, first_epoch, roles_columns
@@ -75,3 +77,13 @@ def test_a_row_keeps_its_per_epoch_curves():
     elimination = parse_curve(row["elimination_curve"])
     assert len(recall) == len(elimination) == row["epochs_run"] == 2
     assert recall[-1] == row["recall_accuracy"] and elimination[-1] == row["elimination_accuracy"]
+
+
+def test_analysis_columns_names_bad_analysis_keys_before_measuring(pretrained):
+    from perm_circuits.sweep.run import analysis_columns
+
+    model = pretrained("d16h1")
+    with pytest.raises(ValueError, match=r"analysis has unknown keys \['bogus'\] and lacks \['recall_n', 'n', 'n_pair', 'n_boot'\]"):
+        analysis_columns(model, model.task_config, {"bogus": 1})
+    with pytest.raises(ValueError, match=r"unknown keys \[\] and lacks \['recall_n'\]"):
+        analysis_columns(model, model.task_config, {"roles": 0})

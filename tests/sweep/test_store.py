@@ -70,3 +70,10 @@ def test_summary_table_shares_learning_recall(tmp_path):
     assert table.loc[16, "runs"] == 3 and table.loc[16, "done"] == 2 and table.loc[16, "failed"] == 1
     assert table.loc[16, "learned_recall"] == 0.5 and table.loc[32, "learned_recall"] == 1.0
     assert table.loc[32, "median_epoch_recall_99"] == 3.0
+
+
+def test_summary_table_refuses_what_is_not_a_frame():
+    import inspect
+
+    with pytest.raises(TypeError, match="frame must be a pandas DataFrame \\(load_sweep\\), got list"):
+        inspect.unwrap(summary_table)([{"d_model": 16}])  # as a user calls it, without the suite's type checker

@@ -144,6 +144,11 @@ def task_report_data(
     first ``n_analysis`` test sequences (``n_boot`` bootstrap resamples).  The hook-based sections
     need the model's own forward: with ``forward`` given they are left out (noted).
     """
+    if not isinstance(task, Task):
+        raise TypeError(f"task must implement perm_circuits.tasks.Task (e.g. a registered task's instance), "
+                        f"got {type(task).__name__}")
+    if forward is not None and not callable(forward):
+        raise TypeError(f"forward must be a callable (model, tokens) -> logits or None, got {type(forward).__name__}")
     for name, value, low in (("n", n, 1), ("n_sequences", n_sequences, 1), ("n_analysis", n_analysis, 2),
                              ("n_boot", n_boot, 10)):
         check_int(name, value, low=low)

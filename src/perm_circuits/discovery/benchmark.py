@@ -41,7 +41,7 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from perm_circuits.checks import check_int
+from perm_circuits.checks import check_int, check_seed
 from perm_circuits.devices import device_forward
 from perm_circuits.discovery.ground_truth import induction_ground_truths, tracr_ground_truths
 from perm_circuits.discovery.interventions import prepare_edges
@@ -258,6 +258,10 @@ class _Run:
 
 def _benchmark_runs(models, methods, hows, seeds, n, *, lean, progress):
     """Each (model, mode, seed, method)'s result on its shared intervention, after checking every argument."""
+    for kind, given in (("models", models), ("methods", methods), ("hows", hows), ("seeds", seeds)):
+        if isinstance(given, (str, int)):  # a str would be read as its letters
+            raise TypeError(f"{kind} must be a sequence (list or tuple), got {type(given).__name__} {given!r}; "
+                            f"wrap one in a list")
     registry = benchmark_models()
     models = list(registry) if models is None else list(models)
     for kind, given, known in (("models", models, registry), ("methods", methods, METHODS),
@@ -268,7 +272,7 @@ def _benchmark_runs(models, methods, hows, seeds, n, *, lean, progress):
     if not seeds:
         raise ValueError(f"seeds must be a non-empty sequence of ints, got {seeds!r}")
     for s in seeds:
-        check_int("seeds entry", s)
+        check_seed(s, "seeds entry")
     check_int("n", n, low=2)
     truths_of = {name: registry[name].truths() for name in models}
     jobs = [(name, how, seed) for name in models for how in hows if not truths_of[name] or how in truths_of[name]

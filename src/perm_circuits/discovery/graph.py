@@ -77,6 +77,8 @@ def promote_edge(edge: str) -> str:
 
 def promote_edges(edges: Iterable[str]) -> frozenset[str]:
     """A set of edges at head level (q, k and v of a head merged, as InterpBench scores circuits)."""
+    if isinstance(edges, str):  # one edge would be read as its letters
+        raise TypeError(f"edges must be an iterable of 'SENDER->RECEIVER' strings, got the str {edges!r}; wrap it in a list")
     return frozenset(promote_edge(edge) for edge in edges)
 
 

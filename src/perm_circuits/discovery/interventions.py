@@ -54,7 +54,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from perm_circuits.checks import check_int
+from perm_circuits.checks import check_int, check_seed
 from perm_circuits.devices import model_device
 from perm_circuits.discovery.graph import CircuitGraph, circuit_graph_of, head_of
 from perm_circuits.models import ACTIVATIONS
@@ -356,6 +356,18 @@ def _as_tokens(value, name: str, like: Tensor | None = None) -> Tensor:
     return tokens
 
 
+def _check_embeddable(tokens: Tensor, name: str, weights: _Weights) -> None:
+    """``tokens`` non-empty, no longer than the model's context and with ids its embedding has."""
+    vocab, n_ctx = weights.W_E.shape[0], weights.W_pos.shape[0]
+    if tokens.numel() == 0:
+        raise ValueError(f"{name} must hold at least one token, got shape {tuple(tokens.shape)}")
+    if tokens.shape[1] > n_ctx:
+        raise ValueError(f"{name} has {tokens.shape[1]} positions but the model's context is n_ctx={n_ctx}")
+    low, high = int(tokens.min()), int(tokens.max())
+    if low < 0 or high >= vocab:
+        raise ValueError(f"{name} token ids must be in [0, {vocab}) (the model's vocabulary), got values {low}..{high}")
+
+
 def prepare_edges(
     model,
     batch: TaskBatch | Tensor,
@@ -399,10 +411,11 @@ def prepare_edges(
         metric = target_logprob_metric(batch)
     elif not callable(metric):
         raise TypeError(f"metric must be a callable logits -> scalar tensor, got {type(metric).__name__}")
-    check_int("seed", seed)
+    check_seed(seed)
     check_int("optimal_steps", optimal_steps, low=1)
     graph = circuit_graph_of(model, split_embed=split_embed)
     weights = _Weights(model)
+    _check_embeddable(tokens, "batch", weights)
     corrupted_tokens = None
     if how == "resample":
         if corrupted is None:
@@ -413,13 +426,9 @@ def prepare_edges(
             if corrupted_tokens.shape != tokens.shape:
                 raise ValueError(f"corrupted must be row-paired with batch: shape {tuple(tokens.shape)}, got "
                                  f"{tuple(corrupted_tokens.shape)}")
+            _check_embeddable(corrupted_tokens, "corrupted", weights)
     reference_tokens = tokens if reference is None else _as_tokens(reference, "reference", tokens).to(device)
-    n_vocab, n_ctx = weights.W_E.shape[0], weights.W_pos.shape[0]
-    for name, ids in (("batch", tokens), ("corrupted", corrupted_tokens), ("reference", reference_tokens)):
-        if ids is not None and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n_vocab):
-            raise ValueError(f"{name} token ids must be in [0, {n_vocab}), got values {int(ids.min())}..{int(ids.max())}")
-        if ids is not None and ids.shape[1] > n_ctx:
-            raise ValueError(f"{name} has {ids.shape[1]} positions, more than the model's n_ctx={n_ctx}")
+    _check_embeddable(reference_tokens, "reference", weights)
 
     zeros = {s: torch.zeros(1, tokens.shape[1], weights.W_E.shape[1], dtype=weights.W_E.dtype, device=device)
              for s in graph.senders}

@@ -17,10 +17,10 @@ from collections import defaultdict
 import torch
 from torch import Tensor
 
-from perm_circuits.checks import check_int, check_number
+from perm_circuits.checks import check_int, check_number, check_seed
 from perm_circuits.discovery.graph import head_of, split_edge
 from perm_circuits.discovery.interventions import EdgeIntervention
-from perm_circuits.discovery.result import DiscoveryResult, finish, setup
+from perm_circuits.discovery.result import DiscoveryResult, check_selection, finish, setup
 
 __all__ = ["acdc", "eap", "eap_ig", "edge_attribution", "node_attribution", "random_baseline"]
 
@@ -50,6 +50,7 @@ def eap(model=None, batch=None, *, how: str | None = None, intervention: EdgeInt
         n_edges: int | None = None, threshold: float | None = None, target: float = 0.9, seed: int = 0,
         **options) -> DiscoveryResult:
     """Edge attribution patching (Syed et al. 2023): :func:`edge_attribution`, one forward and one backward."""
+    check_selection(n_edges, threshold, target)
     ei, start = setup(model, batch, intervention, how=how, seed=seed, **options)
     return finish("eap", ei, edge_attribution(ei), start, 2, {}, n_edges=n_edges, threshold=threshold, target=target)
 
@@ -71,6 +72,7 @@ def eap_ig(model=None, batch=None, *, steps: int = 10, how: str | None = None,
     """
     check_int("steps", steps, 1)
     check_int("chunk", chunk, 1)
+    check_selection(n_edges, threshold, target)
     ei, start = setup(model, batch, intervention, how=how, seed=seed, **options)
     alphas = (torch.arange(steps, dtype=torch.float64, device=ei.device) + 0.5) / steps
     total = torch.zeros(ei.n_edges, dtype=torch.float64, device=ei.device)
@@ -96,6 +98,7 @@ def node_attribution(model=None, batch=None, *, how: str | None = None, interven
     edge gets ``min(|score(sender)|, |score(receiver)|)`` (the logits count as infinite): an edge
     matters only when both its ends do.  Scores are non-negative.
     """
+    check_selection(n_edges, threshold, target)
     ei, start = setup(model, batch, intervention, how=how, seed=seed, **options)
     pairs = [split_edge(edge) for edge in ei.graph.edges]
     senders: dict[str, float] = defaultdict(float)
@@ -160,6 +163,8 @@ def random_baseline(model=None, batch=None, *, seed: int = 0, how: str | None = 
                     intervention: EdgeIntervention | None = None, n_edges: int | None = None,
                     threshold: float | None = None, target: float = 0.9, **options) -> DiscoveryResult:
     """Uniform random scores in [0, 1) from a generator seeded with ``seed``: the chance line."""
+    check_seed(seed)
+    check_selection(n_edges, threshold, target)
     ei, start = setup(model, batch, intervention, how=how, seed=seed, **options)
     scores = torch.rand(ei.n_edges, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     scores = scores.to(ei.device)  # drawn on the CPU generator: the same edges anywhere

@@ -33,10 +33,10 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from perm_circuits.checks import check_int, check_number
+from perm_circuits.checks import check_int
 from perm_circuits.discovery.graph import head_of, split_edge
 from perm_circuits.discovery.interventions import EdgeIntervention
-from perm_circuits.discovery.result import DiscoveryResult, finish, flip_each, setup
+from perm_circuits.discovery.result import DiscoveryResult, check_selection, finish, flip_each, setup
 
 __all__ = ["exhaustive_oracle"]
 
@@ -141,7 +141,7 @@ def exhaustive_oracle(model=None, batch=None, *, target: float = 0.9, how: str |
     check_int("max_exhaustive", max_exhaustive, 0, 25)  # at most 2^24 subsets
     for name, value, low in (("max_size", max_size, 0), ("max_subsets", max_subsets, 1), ("chunk", chunk, 1)):
         check_int(name, value, low=low)
-    check_number("target", target, finite=False)
+    check_selection(None, None, target)  # a number, not NaN (no subset reaches NaN: the whole search would run)
     ei, start = setup(model, batch, intervention, how=how, seed=seed, **options)
     n = ei.n_edges
     if n <= max_exhaustive:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ from perm_circuits.discovery.graph import split_edge
 from perm_circuits.discovery.interventions import EdgeIntervention, prepare_edges
 from perm_circuits.tasks.base import TaskBatch
 
-__all__ = ["DiscoveryResult", "choose_circuit", "flip_each", "prefix_masks", "setup"]
+__all__ = ["DiscoveryResult", "check_selection", "choose_circuit", "flip_each", "prefix_masks", "setup"]
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,16 @@ def prefix_masks(order: Int[Tensor, " edge"] | list[int],
     masks = torch.zeros(n + 1, n, device=device)
     masks[:, order] = torch.ones(n + 1, n, device=device).tril(-1)
     return masks
+
+
+def check_selection(n_edges: object, threshold: object, target: object) -> None:
+    """The circuit-selection arguments of :func:`choose_circuit`, checked before a method's work
+    starts (``n_edges``' upper bound, the graph's edge count, is checked once the graph is known)."""
+    if n_edges is not None:
+        check_int("n_edges", n_edges, 0)
+    for name, value in (("threshold", threshold), ("target", target)):
+        if value is not None and math.isnan(check_number(name, value, finite=False)):
+            raise ValueError(f"{name} must be a number, got nan")
 
 
 def choose_circuit(

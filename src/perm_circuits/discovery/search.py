@@ -44,6 +44,7 @@ def greedy_edges(model=None, batch=None, *, threshold: float = 0.1, tolerance: f
     """
     for name, value in (("threshold", threshold), ("tolerance", tolerance)):
         check_number(name, value, low=0)
+    check_int("chunk", chunk, 1)
     ei, start = setup(model, batch, intervention, how=how, seed=seed, **options)
     n = ei.n_edges
     error = lambda masks: (1 - ei.faithfulness(ei.evaluate(masks, chunk=chunk))).abs().double()

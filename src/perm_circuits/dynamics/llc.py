@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 import torch
 
-from perm_circuits.checks import check_int, check_number
+from perm_circuits.checks import check_int, check_number, check_seed
 from perm_circuits.devices import model_device
 from perm_circuits.models import fast_forward, model_config_of, task_config_of
 from perm_circuits.tasks.permutation_data import TaskConfig, make_batch
@@ -76,6 +76,7 @@ class LLCConfig:
     def __post_init__(self) -> None:
         for name, low in (("chains", 1), ("draws", 1), ("batch_size", 1), ("n", 1), ("burnin", 0), ("seed", 0)):
             check_int(f"LLCConfig.{name}", getattr(self, name), low=low)
+        check_seed(self.seed, "LLCConfig.seed")  # one torch.manual_seed takes
         for name, strict in (("lr", True), ("n_beta", True), ("localization", False)):
             check_number(f"LLCConfig.{name}", getattr(self, name), low=0, strict=strict)
 

@@ -39,7 +39,7 @@ import torch
 from perm_circuits.analysis.probes.induction import induction_scores, induction_test_set
 from perm_circuits.analysis.probes.memory import model_memory_probes
 from perm_circuits.analysis.study.scores import STUDY_REPEAT_RATIO, head_scores
-from perm_circuits.checks import check_int
+from perm_circuits.checks import check_int, check_seed
 from perm_circuits.devices import model_device
 from perm_circuits.dynamics.llc import LLCConfig, local_learning_coefficient, require_devinterp
 from perm_circuits.dynamics.record import DynamicsRecord
@@ -120,7 +120,7 @@ class DynamicsRecorder:
         if unknown:
             raise ValueError(f"unknown signal groups {unknown}; choose from {SIGNAL_GROUPS}")
         self.test_n = check_int("test_n", test_n, 1)
-        self.seed = check_int("seed", seed, 0)
+        self.seed = check_seed(check_int("seed", seed, 0))
         if not isinstance(llc, bool):
             raise TypeError(f"llc must be a bool, got {llc!r}")
         if llc_config is not None and not isinstance(llc_config, LLCConfig):

@@ -43,6 +43,8 @@ def summary_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Per config (everything but the seed): runs, done, failed, ``learned_recall`` (share of done runs
     with final ``recall_accuracy >= 0.99``) and their ``median_epoch_recall_99``; task sweeps: the
     mean over done runs of each metric."""
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(f"frame must be a pandas DataFrame (load_sweep), got {type(frame).__name__}")
     if frame.empty:
         return pd.DataFrame()
     if "task" in frame.columns and frame["task"].notna().any():

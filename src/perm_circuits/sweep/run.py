@@ -13,7 +13,7 @@ import torch
 from perm_circuits.analysis import HOWS, head_roles
 from perm_circuits.evaluate import recall_generalisation
 from perm_circuits.models import ModelConfig, save_model
-from perm_circuits.sweep.spec import RunConfig
+from perm_circuits.sweep.spec import ANALYSIS_DEFAULTS, RunConfig
 from perm_circuits.sweep.store import checkpoint_files, guarded_row, versions
 from perm_circuits.tasks.permutation_data import TaskConfig
 from perm_circuits.train import TrainConfig, TrainResult, train
@@ -108,6 +108,14 @@ ANALYSIS_PREFIXES = ("recall_gen_x", "verdict_", "role_", "claim_")
 def analysis_columns(model, task_config: TaskConfig, analysis: dict[str, int]) -> dict[str, Any]:
     """The analysis part of a row from a trained model: recall generalisation (``recall_n`` 0:
     exhaustive) and, unless ``roles`` is 0, :func:`roles_columns`."""
+    if not isinstance(analysis, dict):
+        raise TypeError(f"analysis must be a dict like ANALYSIS_DEFAULTS, got {type(analysis).__name__}")
+    unknown = sorted(set(analysis) - set(ANALYSIS_DEFAULTS))
+    needed = ["recall_n"] + (["n", "n_pair", "n_boot"] if analysis.get("roles", 1) else [])
+    missing = [key for key in needed if key not in analysis]
+    if unknown or missing:
+        raise ValueError(f"analysis has unknown keys {unknown} and lacks {missing}; expected the keys of "
+                         f"ANALYSIS_DEFAULTS {sorted(ANALYSIS_DEFAULTS)}")
     recall_n = analysis["recall_n"] or None
     general = recall_generalisation(model, task_config=task_config, n=recall_n)
     row: dict[str, Any] = {f"recall_gen_x{k}": accuracy for k, accuracy in enumerate(general.recall, start=1)}

@@ -25,7 +25,7 @@ import dataclasses
 import functools
 from typing import Any
 
-from perm_circuits.checks import check_int
+from perm_circuits.checks import check_seed
 from perm_circuits.sweep.store import checkpoint_files, guarded_row
 
 __all__ = ["FIT_DEFAULTS", "is_task_spec", "resolve_task_run", "run_task", "run_task_keeping", "task_keys"]
@@ -75,7 +75,7 @@ def resolve_task_run(values: dict[str, Any]) -> dict[str, Any]:
     entry = _entry(name)
     task_fields = set(_task_fields(name))
     task = entry.cls(**{k: v for k, v in values.items() if k in task_fields})
-    seed = check_int("seed", values.get("seed", 0))
+    seed = check_seed(values.get("seed", 0))
     model_fields = {k: v for k, v in values.items() if k in entry.model_keys}
     defaults = {k: v for k, v in entry.fit_defaults.items() if k != "seed"}
     fit = {**FIT_DEFAULTS, **defaults, **{k: v for k, v in values.items() if k in FIT_DEFAULTS}}

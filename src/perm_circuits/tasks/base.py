@@ -20,7 +20,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from perm_circuits.checks import check_int, check_number
+from perm_circuits.checks import check_int, check_number, check_seed
 
 __all__ = ["DEFAULT_MODEL_KEYS", "SPLITS", "TASKS", "DataclassTask", "FitConfig", "FitResult", "StepState", "Task",
            "TaskBatch", "TaskEntry", "check_sample", "fit", "import_module_or_file", "load_object",
@@ -131,7 +131,7 @@ class DataclassTask:
     name: ClassVar[str]
 
     def test_set(self, n: int = 2000, seed: int = 1234) -> TaskBatch:
-        return self.sample(n, torch.Generator().manual_seed(seed), "test")
+        return self.sample(n, torch.Generator().manual_seed(check_seed(seed)), "test")
 
     def to_dict(self) -> dict[str, Any]:
         return {"task": self.name, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}}
@@ -276,6 +276,9 @@ def register_task(
     for label, value in (("model", model), ("forward", forward)):
         if value is not None and not (callable(value) or isinstance(value, str)):
             raise TypeError(f"{label} must be a callable, a 'module:function' string or None, got {value!r}")
+    if model_keys is not None and not isinstance(model_keys, (list, tuple)):  # a str would become its letters
+        raise TypeError(f"model_keys must be a list or tuple of field names or None, got {type(model_keys).__name__} "
+                        f"{model_keys!r}")
     keys = DEFAULT_MODEL_KEYS if model is None and model_keys is None else tuple(model_keys or ())
     if not all(isinstance(key, str) for key in keys):
         raise TypeError(f"model_keys must be strings, got {keys!r}")
@@ -284,6 +287,10 @@ def register_task(
     unknown = sorted(set(fit_defaults or {}) - set(FitConfig.__dataclass_fields__))
     if unknown:
         raise ValueError(f"unknown fit_defaults {unknown}; FitConfig fields: {sorted(FitConfig.__dataclass_fields__)}")
+    try:
+        FitConfig(**(fit_defaults or {}))  # the recipe's own checks, now rather than at the first sweep
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"fit_defaults {dict(fit_defaults or {})!r}: {error}") from None
     if reproduction is not None and (len(reproduction) != 3 or not all(isinstance(x, str) for x in reproduction)):
         raise TypeError(f"reproduction must be (name, 'module', title), got {reproduction!r}")
     TASKS[name] = cls
@@ -337,7 +344,9 @@ def task_from_dict(data: Mapping[str, Any]) -> Task:
 def masked_cross_entropy(
     logits: Float[Tensor, "batch seq vocab"], targets: Int[Tensor, "batch seq"], mask: Float[Tensor, "batch seq"]
 ) -> Tensor:
-    """Mean next-token cross-entropy over the positions where ``mask`` > 0 (weighted by it)."""
+    """Mean next-token cross-entropy over the positions where ``mask`` > 0 (weighted by it); the
+    targets elsewhere may be any value (:class:`TaskBatch`), so they are never looked up."""
+    targets = torch.where(mask > 0, targets, torch.zeros_like(targets))
     losses = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
     weights = mask.flatten().to(losses.dtype)
     total = weights.sum()
@@ -348,6 +357,8 @@ def masked_cross_entropy(
 
 def log_spaced_steps(total: int, n: int = 40, first: int = 1) -> tuple[int, ...]:
     """About ``n`` distinct integer steps from ``first`` to ``total``, spaced evenly in log(step)."""
+    for name, value in (("total", total), ("n", n), ("first", first)):
+        check_int(name, value)
     if total < first or first < 1 or n < 1:
         raise ValueError(f"need 1 <= first <= total and n >= 1, got first={first}, total={total}, n={n}")
     if n == 1:
@@ -374,7 +385,7 @@ class FitConfig:
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size"):
             check_int(name, getattr(self, name), low=1)
-        check_int("seed", self.seed)
+        check_seed(self.seed)
         check_number("lr", self.lr, low=0, strict=True, finite=False)
         if self.optimizer not in ("adam", "adamw", "sgd"):
             raise ValueError(f"optimizer must be 'adam', 'adamw' or 'sgd', got {self.optimizer!r}")
@@ -455,6 +466,7 @@ def fit(
     optimizers = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
     opt = optimizers[optimizer](params, lr=lr, weight_decay=weight_decay, **sgd)
     run = forward or (lambda m, tokens: m(tokens))
+    vocab = getattr(getattr(model, "cfg", None), "d_vocab", None)  # a TransformerLens model's vocabulary
     generator = torch.Generator().manual_seed(seed)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))  # the model's device
     losses: list[Tensor] = []  # kept on the model's device: no transfer per step
@@ -465,6 +477,11 @@ def fit(
     try:
         for step in tqdm(range(1, steps + 1), disable=not progress, desc=f"fit {task.name}", leave=False):
             batch = task.sample(batch_size, generator, "train")  # drawn on the CPU: the same batches anywhere
+            if step == 1 and isinstance(vocab, int) and vocab > 0 and int(batch.tokens.max()) >= vocab:
+                raise ValueError(
+                    f"task {task.name!r} draws token ids up to {int(batch.tokens.max())} but the model's vocabulary "
+                    f"has {vocab} ids (cfg.d_vocab): a model built for another task?"
+                )
             tokens, targets, mask = (t.to(device) for t in (batch.tokens, batch.targets, batch.mask))
             loss = masked_cross_entropy(run(model, tokens), targets, mask)
             opt.zero_grad(set_to_none=True)

@@ -35,7 +35,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from perm_circuits.checks import check_int, check_number
+from perm_circuits.checks import check_int, check_number, check_seed
 from perm_circuits.tasks.base import DataclassTask, TaskBatch, check_sample, load_object, register_task
 
 __all__ = ["BigramTriggerTask", "build_birth_model", "zipf_bigram_table"]
@@ -86,6 +86,7 @@ class BigramTriggerTask(DataclassTask):
     def __post_init__(self) -> None:
         for field_name, low in (("N", 2), ("T", 2), ("K", None), ("chain_seed", None)):
             check_int(field_name, getattr(self, field_name), low=low)
+        check_seed(self.chain_seed, "chain_seed")
         if not 1 <= self.K <= self.N:
             raise ValueError(f"K must be in [1, N={self.N}], got {self.K}")
         check_number("zipf_exponent", self.zipf_exponent, low=0, finite=False)

@@ -41,7 +41,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from perm_circuits.checks import check_int
+from perm_circuits.checks import check_int, check_seed
 from perm_circuits.tasks.base import DataclassTask, TaskBatch, check_sample, register_task
 
 __all__ = ["FactualRecallTask", "fact_table"]
@@ -83,6 +83,7 @@ class FactualRecallTask(DataclassTask):
     def __post_init__(self) -> None:
         for key, low in (("S", 1), ("R", 1), ("D", 1), ("n_noise", None), ("seq_len", None), ("fact_seed", 0)):
             check_int(key, getattr(self, key), low=low)
+        check_seed(self.fact_seed, "fact_seed")
         if self.seq_len < 3:
             raise ValueError(f"seq_len must be >= 3 (subject, relation, EOS), got {self.seq_len}")
         if self.n_noise < 0 or (self.n_noise == 0 and self.seq_len > 3):

@@ -32,7 +32,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from perm_circuits.checks import check_int
+from perm_circuits.checks import check_int, check_seed
 from perm_circuits.tasks.base import (DataclassTask, TaskBatch, check_sample, load_object, masked_cross_entropy,
                                       register_task)
 
@@ -74,6 +74,7 @@ class PermutationChainTask(DataclassTask):
     def __post_init__(self) -> None:
         for name, low in (("N", 2), ("d_g", 1), ("L", 1), ("perm_seed", 0)):
             check_int(name, getattr(self, name), low)
+        check_seed(self.perm_seed, "perm_seed")
         if self.d_g > math.factorial(min(self.N, 20)):
             raise ValueError(f"d_g must be <= N! = {math.factorial(self.N)} (distinct permutations), got {self.d_g}")
         generator = torch.Generator().manual_seed(self.perm_seed)

@@ -16,7 +16,14 @@ from jaxtyping import Float
 from torch import Tensor
 
 from perm_circuits.tasks.permutation_posterior import Posterior, bayes_posterior
-from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_batch, make_test_set, repeat_source_of
+from perm_circuits.tasks.permutation_data import (
+    Batch,
+    TaskConfig,
+    make_batch,
+    make_test_set,
+    repeat_source_of,
+    validate_tokens,
+)
 from perm_circuits.tasks.base import TaskBatch, register_task
 
 __all__ = ["Evaluation", "PermutationTask", "StepMetrics", "SubgroupMetrics", "as_batch", "as_task_batch", "evaluate_logits",
@@ -43,6 +50,12 @@ def as_batch(batch: TaskBatch) -> Batch:
     if all(name in batch.extras for name in _EXTRAS):
         return Batch(batch.tokens, batch.targets, batch.mask, *(batch.extras[name] for name in _EXTRAS))
     inputs, targets = batch.tokens, batch.targets
+    if inputs.shape[1] % 2 == 0:
+        raise ValueError(
+            f"a permutation-lookup batch has sequences of odd length 2V-1, got length {inputs.shape[1]} "
+            "(a TaskBatch of another task?)"
+        )
+    validate_tokens(inputs, (inputs.shape[1] + 1) // 2)  # ids in 1..V, else the rebuild below indexes out of range
     xs = inputs[:, 0::2]
     ys = targets[:, 0::2]
     V = xs.shape[1]

@@ -27,7 +27,7 @@ from jaxtyping import Bool, Int
 from torch import Tensor
 
 from perm_circuits._util import dataclass_from_dict
-from perm_circuits.checks import check_int, check_number
+from perm_circuits.checks import check_int, check_number, check_seed
 
 __all__ = ["PROBE_SEQUENCE", "Batch", "TaskConfig", "all_permutations", "exhaustive_batch", "make_batch",
            "make_sequence", "make_test_set", "probe_sequence", "repeat_source_of", "split_permutations",
@@ -67,7 +67,7 @@ class TaskConfig:
         _check_ratio("train_fraction", self.train_fraction)
         if not 0.0 < self.train_fraction < 1.0:
             raise ValueError(f"train_fraction must be strictly between 0 and 1, got {self.train_fraction}")
-        check_int("split_seed", self.split_seed)
+        check_seed(self.split_seed, "split_seed")
         object.__setattr__(self, "repeat_sources", _check_sources(self.repeat_sources, self.V))
 
     @property
@@ -221,8 +221,14 @@ def make_batch(
 
     ``Batch.repeat_source`` stores the 0-based index (``k - 1``), -1 where not repeated.
     """
+    if not isinstance(config, TaskConfig):
+        raise TypeError(f"config must be a TaskConfig, got {type(config).__name__}")
     if check_int("n", n) <= 0:
         raise ValueError(f"n must be > 0, got {n}")
+    if seed is not None:
+        check_seed(seed)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     ratio = config.repeat_ratio if repeat_ratio is None else repeat_ratio
     _check_ratio("repeat_ratio", ratio)
     if repeat_source is not None and repeat_source != "config":

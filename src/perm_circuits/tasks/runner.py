@@ -17,7 +17,7 @@ from torch import Tensor
 
 from perm_circuits.checks import check_int
 from perm_circuits.devices import model_device
-from perm_circuits.hooks import check_hooks
+from perm_circuits.hooks import check_hooks, check_token_ids
 from perm_circuits.models import ModelConfig, fast_forward
 from perm_circuits.tasks.base import (FitConfig, FitResult, StepState, Task, TaskBatch, fit, masked_cross_entropy,
                                       task_entry)
@@ -259,6 +259,8 @@ def measure_task(
     ``forward(model, tokens)`` replaces ``model(tokens)``; ``hooks`` (a TransformerLens hook list, e.g.
     an ablation) run during the model's own forward pass and are always removed afterwards."""
     check_fit(model, task)
+    if forward is not None and not callable(forward):
+        raise TypeError(f"forward must be a callable (model, tokens) -> logits or None, got {type(forward).__name__}")
     if hooks is not None:
         if forward is not None:
             raise ValueError("hooks= need the model's own forward pass; pass forward=None (a custom forward skips hook points)")
@@ -268,6 +270,7 @@ def measure_task(
         test_set = task.test_set(n, seed)
     if not isinstance(test_set, TaskBatch):
         raise TypeError(f"test_set must be a TaskBatch (task.test_set(...)), got {type(test_set).__name__}")
+    check_token_ids(test_set.tokens, task.d_vocab)  # non-empty, ids the task (and so the model) has
     test_set = test_set.to(model_device(model))  # once: the forward and the metrics run on the model's device
     with model.hooks(fwd_hooks=hooks) if hooks else nullcontext():  # forward is None under hooks
         logits = task_logits(model, test_set.tokens, forward)

@@ -21,7 +21,7 @@ from perm_circuits.analysis.interventions.core import (
     reference_tokens,
 )
 from perm_circuits.devices import model_device
-from perm_circuits.hooks import HookList, check_hooks
+from perm_circuits.hooks import HookList, check_hooks, check_token_ids
 from perm_circuits.model_shape import model_shape
 from perm_circuits.tasks.base import Task, TaskBatch
 from perm_circuits.tasks.runner import measure_task
@@ -121,6 +121,9 @@ def task_table(
         raise TypeError(f"test_set must be a TaskBatch, got {type(test_set).__name__}")
     if reference is not None and not isinstance(reference, TaskBatch):
         raise TypeError(f"reference must be a TaskBatch or None, got {type(reference).__name__}")
+    check_token_ids(test_set.tokens, shape.d_vocab)  # non-empty, ids the model embeds
+    if reference is not None:
+        check_token_ids(reference.tokens, shape.d_vocab)
     hooks = check_hooks(model, hooks)
     test_set = test_set.to(model_device(model))  # once: every run below stays on the model's device
     reference = None if reference is None else reference.to(model_device(model))

@@ -22,7 +22,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from perm_circuits.analysis.interventions.checks import check_head, check_index_list, check_layer, check_positions
+from perm_circuits.analysis.interventions.checks import check_head, check_index_list, check_int, check_layer, check_positions
 from perm_circuits.analysis.interventions.core import (
     activation_axes,
     check_hook_point,
@@ -132,6 +132,8 @@ def patch_activation(
     ``n_boot`` bootstrap resamples seeded with ``seed``; ``hooks`` are active in all three runs.
     """
     hook_name = check_hook_point(model, hook_name)
+    if layer is not None:
+        check_int("layer", layer)
     pair_tokens(model, clean, corrupted)  # validated as given, then moved once: the three runs stay on the model
     device = model_device(model)
     clean_tokens, corrupted_tokens = pair_tokens(model, clean.to(device), corrupted.to(device))

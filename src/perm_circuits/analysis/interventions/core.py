@@ -202,6 +202,9 @@ def component_sweep(
 def resample_rows(n_reference: int, batch: int, seed: int) -> Tensor:
     """The reference row that replaces each sample's activation under random-pairing resample, drawn
     with ``torch.Generator().manual_seed(seed)`` (the resample seed)."""
+    check_int("n_reference", n_reference, 1)
+    check_int("batch", batch, 0)
+    check_seed(seed)
     return torch.randint(n_reference, (batch,), generator=torch.Generator().manual_seed(seed))
 
 

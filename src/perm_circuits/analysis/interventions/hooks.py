@@ -101,6 +101,9 @@ def reference_activations(
     One forward under ``hooks``; the dict is keyed by the names asked for (aliases included).
     """
     reference = check_reference(reference, model_config_of(model).V)
+    if isinstance(hook_names, str) or not isinstance(hook_names, (list, tuple)):  # a str would be its letters
+        raise TypeError(f"hook_names must be a list or tuple of hook point names, got {type(hook_names).__name__} "
+                        f"{hook_names!r}")
     names = [check_hook_point(model, name) for name in hook_names]
     hooks = check_hooks(model, hooks)
     reference = make_test_set(task_config_of(model)) if reference is None else reference

@@ -87,6 +87,15 @@ def logit_diff(
     position: int = -1,
 ) -> Float[Tensor, " batch"]:
     """``logit(answer) - logit(wrong)`` at ``position``, per sample."""
+    if logits.ndim != 3:
+        raise ValueError(f"logits must be [batch, seq, vocab], got shape {tuple(logits.shape)}")
+    position = check_position(position, logits.shape[1])
+    for name, ids in (("answer", answer), ("wrong", wrong)):
+        if ids.shape != logits.shape[:1]:
+            raise ValueError(f"{name} must be one token id per sequence, shape ({logits.shape[0]},), got {tuple(ids.shape)}")
+        if ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < logits.shape[-1]:
+            raise ValueError(f"{name} ids must be in [0, {logits.shape[-1]}) (the logits' vocabulary), "
+                             f"got values {int(ids.min())}..{int(ids.max())}")
     last = logits[:, position]
     return last.gather(1, answer[:, None])[:, 0] - last.gather(1, wrong[:, None])[:, 0]
 

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from perm_circuits.devices import device_forward, model_device
-from perm_circuits.hooks import run_capture
+from perm_circuits.hooks import check_token_ids, run_capture
 from perm_circuits.model_shape import model_shape
 from perm_circuits.tasks.base import TaskBatch
 
@@ -112,6 +112,7 @@ def target_logit_attribution(model, batch: TaskBatch) -> TargetAttribution:
     needs an unembedding ``W_U`` ``[d_model, n_out]`` and LayerNorm or no normalization."""
     if not isinstance(batch, TaskBatch):
         raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
+    check_token_ids(batch.tokens, model_shape(model).d_vocab)  # non-empty, ids the model embeds
     batch = batch.to(model_device(model))  # the forward and the attribution run on the model's device
     names = component_hooks(model)
     W_U = getattr(model, "W_U", None)
@@ -201,6 +202,12 @@ class AttentionScores:
 
 def attention_scores(patterns: dict[str, Tensor]) -> AttentionScores:
     """Where each head looks, from :func:`attention_patterns` (square patterns only; module docstring)."""
+    if not isinstance(patterns, dict):
+        raise TypeError(f"patterns must be a dict of per-layer patterns (attention_patterns), got {type(patterns).__name__}")
+    for name, pattern in patterns.items():
+        if not isinstance(pattern, Tensor) or pattern.ndim != 4:
+            shape = tuple(pattern.shape) if isinstance(pattern, Tensor) else type(pattern).__name__
+            raise ValueError(f"patterns[{name!r}] must be a [batch, head, query, key] tensor, got {shape}")
     heads, self_s, prev_s, first_s = [], [], [], []
     for index, pattern in enumerate(patterns.values()):
         if pattern.shape[-1] != pattern.shape[-2] or pattern.shape[-1] < 2:

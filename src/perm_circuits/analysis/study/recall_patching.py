@@ -210,6 +210,8 @@ def patch_head_outputs(
     arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap)."""
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
+    if not isinstance(by_position, bool):
+        raise TypeError(f"by_position must be a bool, got {type(by_position).__name__} {by_position!r}")
     layers, heads = _layers(model), _heads(model)
     if by_position:
         rows = [{"layer": l, "head": h, "position": p} for l in layers for h in heads for p in range(seq_len(model))]
@@ -278,6 +280,8 @@ def patch_mlp(
     ``mlp.hook_post`` for each group at every position instead. Other arguments as in
     :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap).
     """
+    if not isinstance(by_position, bool):
+        raise TypeError(f"by_position must be a bool, got {type(by_position).__name__} {by_position!r}")
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task_config=task_config, cache=cache)
     if neuron_groups is not None:

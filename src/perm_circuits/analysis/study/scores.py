@@ -33,7 +33,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from perm_circuits.analysis.interventions.checks import check_index, check_int, check_task_config
+from perm_circuits.analysis.interventions.checks import check_index, check_int, check_seed, check_task_config
 from perm_circuits.checks import check_number
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import check_hooks, run_capture
@@ -124,7 +124,7 @@ def _default_task(model, task_config: TaskConfig | None) -> TaskConfig:
 def resolve_batch(model, test_set: object, task_config: TaskConfig | None, n: int, seed: int) -> tuple[Batch, TaskConfig]:
     config = _default_task(model, task_config)
     check_int("n", n, 1)
-    check_int("seed", seed, 0)
+    check_seed(check_int("seed", seed, 0))
     if test_set is None:
         return make_test_set(config, n=n, seed=seed).to(model_device(model)), config
     if not isinstance(test_set, Batch):
