@@ -257,6 +257,7 @@ def test_a_full_vocabulary_bridge_is_measured_against_factual_recalls_answer_dis
     tv = 0.5 * ((probs[:, :32] - answer).abs().sum(-1) + probs[:, 32:].sum(-1))
     assert result.reference["reference_tv"] == pytest.approx(float(tv.mean()), abs=1e-6)
     assert result.reference["reference_loss"] == pytest.approx(0.0, abs=1e-6)  # the fact table itself
+    assert str(result.reference["reference_loss"]) != "-0.0"  # printed by evaluate: no negative zero
 
 
 def test_task_eval_errors(pretrained):

@@ -87,6 +87,8 @@ def test_seed_seeds_model_and_data(tiny):
         ({"fixed": {"epochs": 0}}, r"epochs must be > 0, got 0"),
         ({"grids": {}}, r"unknown spec section\(s\) \['grids'\]"),
         ({"analysis": {"n_boot": 5}}, r"\[analysis\] n_boot must be >= 10, got 5"),
+        ({}, r"the spec has no \[grid\] or \[fixed\] values"),
+        ({"grid": {}, "analysis": {"n": 100}}, r"the spec has no \[grid\] or \[fixed\] values"),
         ({"fixed": {"checkpoint_dir": "x"}}, r"unknown key\(s\) \['checkpoint_dir'\]"),
     ],
 )

@@ -230,6 +230,9 @@ class SweepSpec:
             check_int(f"[analysis] {key}", value, low=minimum[key])
         if analysis["roles"] not in (0, 1):
             raise ValueError(f"[analysis] roles must be 0 (skip head_roles) or 1, got {analysis['roles']!r}")
+        if not grid and not fixed:  # an empty file is a mistake, not "train the full default recipe once"
+            raise ValueError("the spec has no [grid] or [fixed] values: name at least one (e.g. [fixed] seed = 0 "
+                             "for one run of the defaults)")
 
         runs: dict[str, RunConfig] = {}
         keys = list(grid)

@@ -190,7 +190,7 @@ def reference_agreement(
         return {
             "reference_tv": float(0.5 * error.sum(dim=-1).mean()),
             "reference_max_ae": float(error.max()),
-            "reference_loss": float(-ref.gather(1, target).clamp(min=1e-30).log().mean()),
+            "reference_loss": float(-ref.gather(1, target).clamp(min=1e-30).log().mean()) + 0.0,  # never -0.0
             "reference_agreement": float((ref.gather(1, top) >= best - 1e-6).float().mean()),
         }
     if reference.shape == batch.tokens.shape:
