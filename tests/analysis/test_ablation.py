@@ -312,6 +312,8 @@ FLOAT_TOKENS = "tokens must have an integer dtype, got torch.float32"
          "reference must be a perm_circuits.tasks.permutation_data.Batch or None, got Tensor"),
         (lambda m, b: ablation_table(m, hows=("zero", "bogus"), test_set=b), ValueError,
          r"how must be one of \('zero', 'mean', 'resample', 'binding_free', 'optimal'\), got 'bogus'"),
+        (lambda m, b: ablation_table(m, hows=[], test_set=b), TypeError,  # it gave the baseline row alone
+         r"hows must be a non-empty list or tuple of modes from \('zero', 'mean'"),
         (lambda m, b: ablation_table(m, test_set=b, reference="elsewhere"), ValueError,
          "reference must be 'test', 'binding_free' or a Batch, got 'elsewhere'"),
         (lambda m, b: ablation_table(m, test_set=float_batch(b)), TypeError, FLOAT_TOKENS),

@@ -80,6 +80,8 @@ def ablation_table(
     """
     general = task is not None or isinstance(test_set, TaskBatch) or not is_permutation_model(model)
     if not general:
+        if isinstance(hows, (list, tuple)) and not hows:  # as on a task's model: a table of no mode is a mistake
+            raise TypeError(f"hows must be a non-empty list or tuple of modes from {HOWS}, got {hows!r}")
         return ablation_runs(model, HOWS if hows is None else hows, test_set, reference=reference,
                               positions=positions, task_config=task_config, hooks=hooks, seed=seed)[0]
     if not isinstance(task, Task):
