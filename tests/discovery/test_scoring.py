@@ -116,3 +116,22 @@ def test_faithfulness_area_and_regret():
     assert regret == pytest.approx({1: 0.4, 2: 0.0})
     with pytest.raises(ValueError, match="no value at sizes"):
         oracle_regret([(4, 0.2)], [(1, 0.6)])
+
+
+def test_a_bare_string_is_refused_not_read_as_letters():
+    edge = "L0H0->logits"
+    with pytest.raises(TypeError, match="chosen.*wrap it in a list"):
+        circuit_metrics(edge, [edge])  # was precision 0: the string's letters were the chosen edges
+    with pytest.raises(TypeError, match="truth"):
+        circuit_metrics([edge], edge)
+    with pytest.raises(TypeError, match="truth"):
+        roc_auc({edge: 1.0, "embed->logits": 0.0}, edge)
+    with pytest.raises(TypeError, match="edges"):
+        average_precision({edge: 1.0, "embed->logits": 0.0}, [edge], edges=edge)
+    assert circuit_metrics([edge], [edge]).exact
+
+
+def test_top_edges_refuses_nan():
+    with pytest.raises(ValueError, match="NaN"):
+        top_edges({"a": 1.0, "b": float("nan"), "c": 2.0}, 2)  # was {a, b}: NaN scrambled the sort
+    assert top_edges({"a": 1.0, "b": 0.5, "c": 2.0}, 2) == {"a", "c"}

@@ -36,11 +36,20 @@ __all__ = [
 ]
 
 
+def _edge_set(name: str, edges: Iterable[str]) -> set:
+    """``edges`` as a set, refusing a bare string (it would be read as its letters)."""
+    if isinstance(edges, str):
+        raise TypeError(f"{name} must be an iterable of 'SENDER->RECEIVER' strings, got the str {edges!r}; wrap it in a list")
+    return set(edges)
+
+
 def _ranked(scores: Mapping[str, SupportsFloat], truth: Iterable[str], edges, absolute: bool):
     """(score, is_true) per edge of the universe, after validation."""
     if not isinstance(scores, Mapping) or not scores:
         raise ValueError(f"scores must be a non-empty mapping edge -> score, got {type(scores).__name__}")
-    truth = set(truth)
+    truth = _edge_set("truth", truth)
+    if isinstance(edges, str):
+        _edge_set("edges", edges)  # raises
     universe = list(scores) if edges is None else list(edges)
     missing = [e for e in universe if e not in scores]
     if missing:
@@ -109,6 +118,9 @@ def average_precision(scores: Mapping[str, SupportsFloat], truth: Iterable[str],
 def top_edges(scores: Mapping[str, SupportsFloat], k: int, *, absolute: bool = True) -> frozenset:
     """The ``k`` highest-scoring edges (ties broken by edge name, so the choice is deterministic)."""
     check_int("k", k, 0, len(scores) + 1)
+    nan = [e for e in scores if math.isnan(float(scores[e]))]
+    if nan:  # NaN compares false both ways and would scramble the order
+        raise ValueError(f"scores of {nan[:5]} are NaN")
     key = (lambda e: (-abs(float(scores[e])), e)) if absolute else (lambda e: (-float(scores[e]), e))
     return frozenset(sorted(scores, key=key)[:k])
 
@@ -151,7 +163,7 @@ def circuit_metrics(chosen: Iterable[str], truth: Iterable[str], *, promote_head
     With ``promote_heads`` both edge sets become component sets first (:func:`edge_components`).
     An empty choice has precision 0 (nothing right was chosen); an empty truth is refused.
     """
-    chosen, truth = set(chosen), set(truth)
+    chosen, truth = _edge_set("chosen", chosen), _edge_set("truth", truth)
     if promote_heads:
         chosen, truth = set(edge_components(chosen)), set(edge_components(truth))
     if not truth:
