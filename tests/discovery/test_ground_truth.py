@@ -8,6 +8,7 @@ programs' structure (which operation each layer computes, and which variables it
 from __future__ import annotations
 
 import pytest
+import torch
 
 from perm_circuits.discovery.ground_truth import (
     ABLATION_MODES,
@@ -111,8 +112,31 @@ def test_birth_ground_truth_fits_its_model():
     model = build_birth_model(BirthModelConfig(N=8, T=8, d_model=16))
     assert (model.cfg.n_layers, model.cfg.n_heads, model.cfg.attn_only) == (truth.n_layers, truth.n_heads, True)
     assert truth.edges <= set(all_edges(2, 1, mlp=False))
-    assert len(truth.edges) == 7 and "L0H0->L1H0.k" in truth.edges and "embed->L1H0.k" not in truth.edges
+    assert len(truth.edges) == 5 and "L0H0->L1H0.k" in truth.edges and "embed->L1H0.k" not in truth.edges
     assert truth.modes == ("resample",) and set(truth.modes) <= set(ABLATION_MODES)
+
+
+def test_birth_ground_truth_is_faithful_and_minimal_under_resample():
+    """Every declared edge is needed; the previous-token head's position-only reads are not (resampled
+    inputs have the same positions), so they are not in the resample truth."""
+    from perm_circuits.discovery import prepare_edges
+    from perm_circuits.systems.birth_model import BirthModelConfig, handbuilt_induction_model
+    from perm_circuits.tasks.bigram import BigramTriggerTask
+
+    model = handbuilt_induction_model(BirthModelConfig(N=16, T=32, d_model=128)).eval()
+    ei = prepare_edges(model, BigramTriggerTask(N=16, T=32, K=3).test_set(64), how="resample")
+    truth = birth_ground_truth().edges
+
+    def faith(edges) -> float:
+        mask = torch.tensor([[float(e in edges) for e in ei.graph.edges]])
+        return float(ei.faithfulness(ei.evaluate(mask))[0])
+
+    assert faith(truth) > 0.99
+    for edge in truth:
+        assert faith(truth - {edge}) < 0.5, edge
+    for edge in ("embed->L0H0.q", "embed->L0H0.k"):  # were declared: adding them changes nothing
+        assert edge not in truth
+        assert abs(faith(truth | {edge}) - faith(truth)) < 1e-3
 
 
 needs_tracr = pytest.mark.skipif(

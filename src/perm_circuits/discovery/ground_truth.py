@@ -244,8 +244,9 @@ def induction_ground_truths(V: int = 5, *, eliminate: bool = True) -> tuple[Grou
 
 BIRTH_EDGES = frozenset(
     {
-        "embed->L0H0.q",  # W_Q^1 = I on the positional vector p_t
-        "embed->L0H0.k",  # W_K^1 = beta sum_t p_{t-1} p_t^T: previous-token attention
+        # not "embed->L0H0.q"/"embed->L0H0.k": the previous-token attention (W_Q^1 = I, W_K^1 =
+        # beta sum_t p_{t-1} p_t^T) reads positions only, the same in every resampled input, so under
+        # resample ablation those edges carry nothing (as build_induction_model's L0H0.q/.k)
         "embed->L0H0.v",  # W_V^1 copies the token embedding ...
         "embed->L1H0.q",  # query = the current token's embedding (W_Q^2 = I)
         "L0H0->L1H0.k",  # ... whose image w_1(k) the induction key matches
@@ -261,7 +262,8 @@ def birth_ground_truth() -> GroundTruth:
     Bietti, Cabannes, Bouchacourt, Jegou, Bottou, "Birth of a Transformer: A Memory Viewpoint"
     (NeurIPS 2023), eq. 8: the trainable matrices are set to the associative memories of the
     previous-token head (``W_K^1``) and the induction head (``W_K^2`` reading ``w_1(k)``, ``W_O^2``
-    copying to ``w_U``). Declared by construction (the 7 edges of :data:`BIRTH_EDGES`); its frozen
+    copying to ``w_U``). Declared by construction (the 5 edges of :data:`BIRTH_EDGES`; the previous-token head's
+    query and key read positions only, which resampling leaves unchanged); its frozen
     matrices are random and dense, so other edges carry small cross-talk that the mechanism does not
     use, and the claim is made for resample ablation only.
     """
