@@ -197,3 +197,17 @@ def test_tokens_the_model_cannot_embed_are_refused_before_any_run(batch):
         prepare_edges(model, batch, corrupted=batch.tokens + 10)
     with pytest.raises(ValueError, match=r"reference token ids must be in \[0, 6\)"):
         prepare_edges(model, batch, how="mean", reference=batch.tokens - 10)
+
+
+@pytest.mark.parametrize("unscored", [7, -1])
+def test_metric_ignores_targets_where_the_mask_is_zero(unscored):
+    """TaskBatch allows any target where the mask is 0; a column scored in another row must not read it."""
+    from perm_circuits.discovery.interventions import target_logprob_metric
+    from perm_circuits.tasks import TaskBatch
+
+    tokens = torch.zeros(2, 3, dtype=torch.long)
+    targets = torch.tensor([[0, 0, 2], [0, 0, unscored]])
+    mask = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+    logits = torch.randn(2, 3, 5, generator=torch.Generator().manual_seed(0))
+    value = float(target_logprob_metric(TaskBatch(tokens, targets, mask))(logits))  # was an index RuntimeError
+    assert value == pytest.approx(float(logits[0, 2].log_softmax(-1)[2]), abs=1e-6)

@@ -79,6 +79,8 @@ def target_logprob_metric(batch: TaskBatch) -> Metric:
     weights = batch.mask.float() / batch.mask.float().sum().clamp_min(1e-12)
     columns = torch.nonzero(weights.sum(0) > 0)[:, 0]  # positions scored in some row
     weights, targets = weights[:, columns], batch.targets[:, columns]
+    # a target where the mask is 0 may be any value (TaskBatch): never gather it
+    targets = torch.where(weights != 0, targets, torch.zeros_like(targets))
     top = int(batch.targets[batch.mask > 0].max()) if bool((batch.mask > 0).any()) else -1
 
     def metric(logits: Tensor) -> Tensor:
