@@ -129,6 +129,8 @@ def test_a_bare_string_is_refused_not_read_as_letters():
     with pytest.raises(TypeError, match="edges"):
         average_precision({edge: 1.0, "embed->logits": 0.0}, [edge], edges=edge)
     assert circuit_metrics([edge], [edge]).exact
+    with pytest.raises(TypeError, match="edges"):
+        edge_components(edge)  # was "an edge is 'SENDER->RECEIVER', got 'L'"
 
 
 def test_top_edges_refuses_nan():

@@ -130,7 +130,7 @@ def edge_components(edges: Iterable[str]) -> frozenset:
     q/k/v inputs or its output edges is. ``embed`` and ``logits`` are left out (every circuit has
     them)."""
     out = set()
-    for edge in edges:
+    for edge in _edge_set("edges", edges):
         sender, sep, receiver = edge.partition("->")
         if not sep or not sender or not receiver:
             raise ValueError(f"an edge is 'SENDER->RECEIVER', got {edge!r}")
