@@ -244,3 +244,19 @@ def test_selection_arguments_are_refused_before_the_method_runs(induction, monke
         exhaustive_oracle(model, batch, target=float("nan"))
     with pytest.raises(ValueError, match=r"n_edges must be in \[0, 46\], got 47"):  # the graph's bound, once known
         eap(intervention=ei, n_edges=47)
+
+
+def test_exhaustive_oracle_picks_the_most_faithful_of_the_smallest_size_even_past_faithfulness_4(monkeypatch):
+    """Faithfulness can overshoot 1 by far; among the smallest faithful subsets the most faithful wins."""
+    from perm_circuits.discovery import oracle
+
+    model = load_pretrained("d32h2")  # 13 edges
+    ei = prepare_edges(model, PermutationTask(TaskConfig()).test_set(4), how="resample")
+    weights = torch.zeros(13, dtype=torch.float64)  # faithfulness = sum of the kept edges' weights
+    weights[[12, 11, 10]] = torch.tensor([5.0, 6.0, 0.1], dtype=torch.float64)  # 12 and 11: one batch of subsets
+    monkeypatch.setattr(oracle, "_evaluate", lambda ei, masks, chunk: masks.double() @ weights)
+    edges = ei.graph.edges
+    result = exhaustive_oracle(intervention=ei, target=0.9)
+    assert result.circuit == {edges[11]} and result.faithfulness == 6.0  # was edges[12] (5): both clamped to 4
+    result = exhaustive_oracle(intervention=ei, target=6.05)  # no single edge; of size 2 {11, 12} (11) beats {10, 11}
+    assert result.circuit == {edges[11], edges[12]} and result.faithfulness == 11.0

@@ -72,8 +72,8 @@ def _exhaustive(ei: EdgeIntervention, target: float, chunk: int,
         ok = faith >= target
         if not ok.any():
             continue
-        key = torch.where(ok, sizes.double() * 10.0 - faith.clamp(-4, 4), torch.full_like(faith, float("inf")))
-        i = int(torch.argmin(key))
+        smallest = int(sizes[ok].min())  # the smallest faithful size here, then its most faithful subset
+        i = int(torch.argmax(torch.where(ok & (sizes == smallest), faith, torch.full_like(faith, -float("inf")))))
         if (int(sizes[i]), -float(faith[i])) < (best_size, -best_faith):
             best_number, best_size, best_faith = int(numbers[i]), int(sizes[i]), float(faith[i])
     return (best_number, best_faith, total, f"exhaustive: all {total} subsets of {n} edges",
