@@ -296,3 +296,15 @@ def test_run_assembles_the_reproduction(monkeypatch, tmp_path):
     paths = factual.write_tables(result, tmp_path, "t")
     assert [p.name for p in paths] == ["t.csv", "t_capacity.csv", "t_runs.csv", "t_trajectory.csv"]
     assert len(pd.read_csv(paths[3])) == len(result.numbers["trajectory"])
+
+
+def test_log_log_fit_values_and_refusals():
+    from perm_circuits.systems.factual import log_log_fit
+
+    slope, intercept = log_log_fit(pd.Series([1, 2, 4]), pd.Series([3.0, 6.0, 12.0]))
+    assert slope == pytest.approx(1.0) and intercept == pytest.approx(math.log(3))
+    for x, y in (([2, 2], [1.0, 3.0]),  # one distinct x: was a nan slope with a RuntimeWarning
+                 ([1, float("nan")], [3.0, 6.0]),  # was nan, silently
+                 ([1, 2], [3.0, -1.0])):
+        with pytest.raises(ValueError, match="log-log fit"):
+            log_log_fit(pd.Series(x), pd.Series(y))

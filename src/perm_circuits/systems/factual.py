@@ -218,8 +218,9 @@ class StorageResult:
 
 def log_log_fit(x: pd.Series, y: pd.Series) -> tuple[float, float]:
     """``(slope, intercept)`` of the least-squares line of ``log y`` on ``log x`` (natural logs)."""
-    if (x <= 0).any() or (y <= 0).any() or len(x) < 2:
-        raise ValueError(f"a log-log fit needs at least two positive points, got x={list(x)}, y={list(y)}")
+    if len(x) != len(y) or not ((x > 0).all() and (y > 0).all()) or x.nunique() < 2:
+        raise ValueError(f"a log-log fit needs paired positive points at two or more distinct x, got x={list(x)}, "
+                         f"y={list(y)}")
     lx, ly = x.astype(float).map(math.log), y.astype(float).map(math.log)
     slope = float(((lx - lx.mean()) * (ly - ly.mean())).sum() / ((lx - lx.mean()) ** 2).sum())
     return slope, float(ly.mean() - slope * lx.mean())
@@ -303,7 +304,7 @@ def storage_capacity(
         measured.setdefault((d_model, d_mlp), stored)
     runs_df, cap = pd.DataFrame(runs), pd.DataFrame(capacity)
     ok = cap[cap["facts_stored"] > 0]
-    exponent = log_log_fit(ok["params"], ok["facts_stored"])[0] if len(ok) >= 2 else float("nan")
+    exponent = log_log_fit(ok["params"], ok["facts_stored"])[0] if ok["params"].nunique() >= 2 else float("nan")
     per_param = float((cap["params"] * cap["facts_stored"]).sum() / (cap["params"] ** 2).sum())
     settings = {"R": R, "D": D, "n_noise": n_noise, "seq_len": seq_len, "steps": steps, "lr": lr,
                 "batch_size": batch_size, "subjects": list(subjects), "seeds": list(seeds)}
