@@ -211,3 +211,18 @@ def test_metric_ignores_targets_where_the_mask_is_zero(unscored):
     logits = torch.randn(2, 3, 5, generator=torch.Generator().manual_seed(0))
     value = float(target_logprob_metric(TaskBatch(tokens, targets, mask))(logits))  # was an index RuntimeError
     assert value == pytest.approx(float(logits[0, 2].log_softmax(-1)[2]), abs=1e-6)
+
+
+def test_degenerate_batches_are_refused_before_any_run(batch):
+    """A one-row batch is its own resample source and an all-zero mask scores nothing: both gave
+    full == empty metric, so every faithfulness was nan."""
+    from perm_circuits.tasks import TaskBatch
+
+    model = build_induction_model()
+    with pytest.raises(ValueError, match="at least 2 rows"):
+        prepare_edges(model, batch.subset(torch.arange(1)), how="resample")
+    one = batch.subset(torch.arange(1))
+    assert prepare_edges(model, one, how="resample", corrupted=batch.subset(torch.arange(1, 2)).tokens).n_edges == 46
+    assert prepare_edges(model, one, how="zero").n_edges == 46
+    with pytest.raises(ValueError, match="no position > 0"):
+        prepare_edges(model, TaskBatch(batch.tokens, batch.targets, torch.zeros_like(batch.mask)), how="zero")

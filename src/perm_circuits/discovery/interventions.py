@@ -76,12 +76,14 @@ def target_logprob_metric(batch: TaskBatch) -> Metric:
     """
     if not isinstance(batch, TaskBatch):
         raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
+    if not bool((batch.mask > 0).any()):
+        raise ValueError("batch.mask has no position > 0: no target to score (the metric would be 0 for every run)")
     weights = batch.mask.float() / batch.mask.float().sum().clamp_min(1e-12)
     columns = torch.nonzero(weights.sum(0) > 0)[:, 0]  # positions scored in some row
     weights, targets = weights[:, columns], batch.targets[:, columns]
     # a target where the mask is 0 may be any value (TaskBatch): never gather it
     targets = torch.where(weights != 0, targets, torch.zeros_like(targets))
-    top = int(batch.targets[batch.mask > 0].max()) if bool((batch.mask > 0).any()) else -1
+    top = int(batch.targets[batch.mask > 0].max())
 
     def metric(logits: Tensor) -> Tensor:
         if top >= logits.shape[-1]:
@@ -421,6 +423,9 @@ def prepare_edges(
     corrupted_tokens = None
     if how == "resample":
         if corrupted is None:
+            if tokens.shape[0] < 2:
+                raise ValueError("resample ablation without corrupted= needs a batch of at least 2 rows (one row "
+                                 "would be its own resample source: nothing ablated); got 1 row")
             order = torch.randperm(tokens.shape[0], generator=torch.Generator().manual_seed(seed)).to(device)
             corrupted_tokens = tokens[order]
         else:
