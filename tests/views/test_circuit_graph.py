@@ -122,3 +122,15 @@ def test_graph_renders_in_chromium(graph, tmp_path):
             browser.close()
     assert counts["nodes"] == 8 and counts["edges"] == 8 and counts["drawn"] == 8
     assert counts["width"] > 300
+
+
+def test_nan_score_is_drawn_as_no_score_and_leaves_other_widths_alone():
+    # NaN first: it once became the max |score| (so every edge went full width) and, as
+    # NaN >= 0 is False, a full-width red "negative" edge.
+    scores = {"embed->L0H0.q": float("nan"), "L0H0->L1H0.k": 2.0, "L1H0->logits": 1.0}
+    _, _, edges = _parse(circuit_graph(INDUCTION, scores, n_layers=2, n_heads=2, mlp=True).svg)
+    nan_edge = edges["embed->L0H0.q"]
+    assert nan_edge.get("stroke") == NEUTRAL and nan_edge.get("data-sign") == "none"
+    assert float(nan_edge.get("stroke-width")) == 1.5 and nan_edge.get("data-score") == ""
+    assert float(edges["L0H0->L1H0.k"].get("stroke-width")) == 7.0
+    assert float(edges["L1H0->logits"].get("stroke-width")) == 4.0

@@ -169,8 +169,14 @@ def task_report_data(
         "parameters": sum(p.numel() for p in params),
         "trainable parameters": sum(p.numel() for p in params if p.requires_grad),
     }
-    patterns = attention_patterns(model, shown.tokens, forward)
     notes: dict[str, str] = {}
+    try:
+        patterns = attention_patterns(model, shown.tokens, forward)
+    except RuntimeError:
+        if forward is None:
+            raise
+        patterns = {}  # e.g. a plain-PyTorch training forward that runs no hook point
+        notes["attention"] = "The custom forward given runs no attention hook point: no attention patterns or scores."
     hookable = isinstance(getattr(model, "hook_dict", None), dict) and bool(components_of(model))
     ablation = patching = attribution = circuit = attention = None
     skills: Mapping[str, Any] = {}

@@ -50,8 +50,12 @@ def attention_grid(
     *, vertical_spacing: float = 0.18,
 ) -> go.Figure:
     """Attention heatmaps ``(row, col, trace)`` (0-based) on a ``rows`` x ``cols`` grid in the house style:
-    one 0-1 color axis, keys across, queries down."""
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.12,
+    one 0-1 color axis, keys across, queries down.  The spacings shrink where plotly would refuse them
+    (more than ``1 / (n - 1)``: 10 or more heads across, many layers down)."""
+    horizontal_spacing = 0.12 if cols < 2 or 0.12 <= 1 / (cols - 1) else 0.5 / (cols - 1)
+    if rows > 1 and vertical_spacing > 1 / (rows - 1):
+        vertical_spacing = 0.5 / (rows - 1)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=horizontal_spacing,
                         vertical_spacing=vertical_spacing)
     for row, col, trace in traces:
         fig.add_trace(trace, row=row + 1, col=col + 1)

@@ -16,6 +16,7 @@ notebook (``_repr_html_``), in an HTML page and as an ``.svg`` file.
 from __future__ import annotations
 
 import html
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -132,7 +133,7 @@ def circuit_graph(
     Args:
         edges: the circuit's edges, ``"SENDER->RECEIVER"``.
         scores: optional edge -> effect; widths follow ``|score|``, colours its sign. Keys beyond
-            ``edges`` are ignored; an edge without a score is drawn thin and grey.
+            ``edges`` are ignored; an edge without a score, or with a NaN one, is drawn thin and grey.
         labels: optional node -> role, shown as ``"L0H1: eliminator"``.
         n_layers: the model's layers (default: the fewest that hold ``edges``).
         n_heads: heads per layer (default: the fewest that hold ``edges``).
@@ -162,6 +163,7 @@ def circuit_graph(
     for e in edges:
         if e in scores and (isinstance(scores[e], (str, bytes)) or not isinstance(scores[e], SupportsFloat)):
             raise TypeError(f"score of {e!r} must be a number, got {scores[e]!r}")
+    scores = {e: scores[e] for e in edges if e in scores and not math.isnan(float(scores[e]))}  # NaN: no score (not a red edge)
     texts = {node: node + (f": {labels[node]}" if node in labels else "") for node in nodes}
     box_w = {node: max(_NODE_W, 7 * len(text) + 16) for node, text in texts.items()}
     pos, width, height = _layout(n_layers, n_heads, mlp, max(_COL_W, max(box_w.values()) + 24))

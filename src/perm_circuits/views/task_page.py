@@ -203,7 +203,8 @@ def render_task_report(
                                   f"{title}: attention on test sequence {row}", cell_text=len(labels) <= 12,
                                   vertical_spacing=max(0.18 / len(patterns), 0.04)))
         else:
-            body += html_note("The model exposes no attention-pattern hook point (*hook_pattern): no attention to show.")
+            body += html_note(data.notes.get("attention",
+                "The model exposes no attention-pattern hook point (*hook_pattern): no attention to show."))
         sections.append(collapsible_section(f"Test sequence {row}", body))
     if patterns:
         sections.append(_views_section(patterns, list(data.labels[0])))
