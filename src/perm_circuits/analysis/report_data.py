@@ -142,7 +142,9 @@ def task_report_data(
     (mean and resample draw from ``task.test_set(n, seed + 1)``), ``n_sequences`` of them shown;
     ``analyses``: also patching, attribution, attention scores and the proposed circuit, on the
     first ``n_analysis`` test sequences (``n_boot`` bootstrap resamples).  The hook-based sections
-    need the model's own forward: with ``forward`` given they are left out (noted).
+    need the model's own forward: with ``forward`` given they run ``model(tokens)`` where its logits
+    agree with ``forward``'s within 1e-4 (a plain-PyTorch training forward of the same model), and
+    are left out (noted) where they do not.
     """
     if not isinstance(task, Task):
         raise TypeError(f"task must implement perm_circuits.tasks.Task (e.g. a registered task's instance), "
@@ -161,6 +163,7 @@ def task_report_data(
     evaluation = measure_task(model, task, test_set, forward=forward)
     shown = _first(test_set, n_sequences)
     logits = task_logits(model, shown.tokens, forward)
+    hooked = None if forward is None or _same_function(model, shown.tokens, logits) else forward
     params = list(model.parameters())
     about = {
         "task": task.name,
@@ -168,12 +171,14 @@ def task_report_data(
         "model": f"{evaluation.model_name} ({type(model).__name__})",
         "parameters": sum(p.numel() for p in params),
         "trainable parameters": sum(p.numel() for p in params if p.requires_grad),
+        **({"forward": "a custom forward; the hook-based sections run model(tokens), whose logits agree with it"}
+           if forward is not None and hooked is None else {}),
     }
     notes: dict[str, str] = {}
     try:
-        patterns = attention_patterns(model, shown.tokens, forward)
+        patterns = attention_patterns(model, shown.tokens, hooked)
     except RuntimeError:
-        if forward is None:
+        if hooked is None:
             raise
         patterns = {}  # e.g. a plain-PyTorch training forward that runs no hook point
         notes["attention"] = "The custom forward given runs no attention hook point: no attention patterns or scores."
@@ -184,7 +189,7 @@ def task_report_data(
     if not hookable:
         notes["ablation"] = notes["patching"] = notes["circuit"] = (
             "The model has no blocks.L.attn.hook_z or blocks.L.hook_mlp_out hook point: nothing to intervene on.")
-    elif forward is not None:
+    elif hooked is not None:
         notes["ablation"] = notes["patching"] = notes["circuit"] = (
             "A custom forward was given; interventions run the model's own forward, so they are left out.")
     else:
@@ -209,7 +214,7 @@ def task_report_data(
     if analyses:
         scores = attention_scores(patterns)
         attention = scores if scores.heads else None
-        if forward is None:
+        if hooked is None:
             try:
                 attribution = target_logit_attribution(model, subset)
             except (TypeError, ValueError) as error:
@@ -220,6 +225,15 @@ def task_report_data(
         patterns=patterns, attention=attention, ablation=ablation, ablation_hows=tuple(ablation_hows),
         patching=patching, attribution=attribution, circuit=circuit, notes=notes, skills=skills)
     return replace(data, findings=task_findings(data))
+
+
+def _same_function(model, tokens: Tensor, logits: Tensor) -> bool:
+    """Whether ``model(tokens)`` gives ``logits`` (within 1e-4), the custom forward's logits for ``tokens``."""
+    try:
+        own = task_logits(model, tokens)
+    except (RuntimeError, TypeError, ValueError):  # the model's own call is not a logits forward
+        return False
+    return own.shape == logits.shape and torch.allclose(own, logits, atol=1e-4, rtol=1e-4)
 
 
 # ----------------------------------------------------------------------------- the study's report
