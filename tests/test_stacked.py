@@ -188,3 +188,16 @@ def test_bad_input_is_refused_before_training(members, kwargs, error, match):
     kwargs = {"task_config": TASK, "train_config": SMALL, **kwargs}
     with pytest.raises(error, match=match):
         train_stacked(members, progress=False, **kwargs)
+
+
+def test_tanh_gelu_members_with_an_mlp_width_off_the_simd_width_equal_their_single_runs():
+    # gelu_new's vectorised tanh on the stacked (member, batch, seq, d_mlp) tensor rounded elements at a
+    # member's edge unlike the single run's tensor (d_mlp = 5: members not aligned to the float vector)
+    architecture = ModelConfig(d_model=8, n_heads=1, n_layers=2, d_mlp=5, act_fn="gelu_new")
+    recipe = TrainConfig(epochs=1, samples_per_epoch=200, test_size=40, batch_size=64)
+    stacked = train_stacked([3, 7], TASK, recipe, architecture=architecture, progress=False)
+    for seed, member in zip([3, 7], stacked):
+        single = train(ModelConfig.from_dict({**architecture.to_dict(), "seed": seed}), TASK, _with_seed(recipe, seed),
+                       progress=False)
+        assert _max_diff(member.model, single.model) == 0.0
+        assert member.history.rows == single.history.rows

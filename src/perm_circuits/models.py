@@ -236,13 +236,15 @@ def run_blocks(
     norm: Callable[[Tensor, str], Tensor],
     linear: Callable[[Tensor, str], Tensor],
     drop: Callable[[Tensor], Tensor] | None = None,
+    act: Callable[[Tensor], Tensor] | None = None,
 ) -> Float[Tensor, "*batch seq d_model"]:
     """The residual stream after every block of ``config`` (leading axes: batch): the body of
     :func:`fast_forward` and :func:`perm_circuits.stacked.stacked_forward`, which pass their own
     ``norm(x, name)``, ``linear(x, name)`` (the weights under ``name``, e.g. ``blocks.0.attn.q``)
-    and, for dropout, ``drop`` (where :func:`fast_forward` says; attention is then explicit)."""
+    and, for dropout, ``drop`` (where :func:`fast_forward` says; attention is then explicit); ``act``
+    replaces the MLP activation ``ACTIVATIONS[config.act_fn]`` (the stacked forward applies it per member)."""
     n_heads, d_head, seq = config.n_heads, config.resolved_d_head, resid.shape[-2]
-    act = ACTIVATIONS[config.act_fn]
+    act = act or ACTIVATIONS[config.act_fn]
     dropped = drop or (lambda x: x)
     for layer in range(config.n_layers):
         b = f"blocks.{layer}"

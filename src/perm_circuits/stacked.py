@@ -37,7 +37,7 @@ from torch.optim.adam import adam as adam_update
 from tqdm.auto import tqdm
 
 from perm_circuits.evaluate import Evaluation
-from perm_circuits.models import ModelConfig, build_model, resolve_config, run_blocks
+from perm_circuits.models import ACTIVATIONS, ModelConfig, build_model, resolve_config, run_blocks
 from perm_circuits.tasks.permutation_data import TaskConfig, make_batch
 from perm_circuits.tasks.permutation import PermutationTask
 from perm_circuits.train import (TrainConfig, TrainingHistory, TrainResult, converged, EpochEvaluator, dropout_seed,
@@ -133,7 +133,13 @@ def stacked_forward(
 
     member = torch.arange(members, device=tokens.device)[:, None, None]
     resid = w["embed.weight"][member, tokens] + w["pos_embed.weight"][:, None, :seq]
-    resid = run_blocks(config, resid, norm, linear, drop if p > 0 else None)
+    base_act = ACTIVATIONS[config.act_fn]
+
+    def act(x: Tensor) -> Tensor:  # per member when exact: a vectorised tanh/erf on one long tensor
+        # rounds the elements at a member's edge as no single run's tensor does
+        return torch.stack([base_act(xi) for xi in x.unbind(0)]) if exact else base_act(x)
+
+    resid = run_blocks(config, resid, norm, linear, drop if p > 0 else None, act)
     return linear(norm(resid, "ln_final"), "unembed")  # with the unembedding's bias, as fast_forward adds it
 
 

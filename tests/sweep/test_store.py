@@ -77,3 +77,13 @@ def test_summary_table_refuses_what_is_not_a_frame():
 
     with pytest.raises(TypeError, match="frame must be a pandas DataFrame \\(load_sweep\\), got list"):
         inspect.unwrap(summary_table)([{"d_model": 16}])  # as a user calls it, without the suite's type checker
+
+
+@pytest.mark.parametrize("text", ['{"run_id": "abc", "sta', "[1, 2]", '{"status": "done"}'])
+def test_a_corrupt_row_is_a_value_error_naming_its_file(tmp_path, text):
+    write_row(tmp_path, _row("a" * 16))
+    (tmp_path / "runs" / "bad.json").write_text(text)
+    with pytest.raises(ValueError, match=r"bad\.json.*delete it"):
+        finished_runs(tmp_path)
+    with pytest.raises(ValueError, match=r"bad\.json"):
+        load_sweep(tmp_path)

@@ -18,6 +18,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from perm_circuits.sweep.run import config_columns, run_one, versions
@@ -150,8 +151,18 @@ def run_pool(groups: Sequence[Sequence[RunConfig]], job: Callable[..., list[Row]
              on_running: OnStart, *, workers: int, keep_models: bool) -> None:
     """``job([(run_id, config), ...], keep_models) -> [(row, files), ...]`` per group of runs, each group
     a task of a pool of ``workers`` processes (never plain ``fork``: this process may hold threads).
-    A group whose worker dies gives each of its runs a failed row."""
+    A group whose worker dies gives each of its runs a failed row.  A dead worker breaks the whole
+    pool: the groups that were running then fail, and those not yet started go to a fresh pool."""
     sources = task_modules([run for group in groups for run in group])
+    todo = [tuple(group) for group in groups]
+    while todo:
+        todo = _run_pool_once(todo, job, on_result, on_running, sources, workers=workers, keep_models=keep_models)
+
+
+def _run_pool_once(groups: Sequence[tuple[RunConfig, ...]], job: Callable[..., list[Row]], on_result: OnResult,
+                   on_running: OnStart, sources: Sequence[ModuleSource], *, workers: int,
+                   keep_models: bool) -> list[tuple[RunConfig, ...]]:
+    """:func:`run_pool` on one pool; returns the groups not started when a worker died (else [])."""
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context(), initializer=_init_worker,
                                initargs=(os.getpid(), sources))
     try:
@@ -162,20 +173,34 @@ def run_pool(groups: Sequence[Sequence[RunConfig]], job: Callable[..., list[Row]
         def running() -> int:
             return sum(len(futures[future]) for future in itertools.islice(pending, workers))
 
-        on_running(running())
-        for future in as_completed(futures):
-            del pending[future]
+        def emit(future) -> None:
             try:
                 rows = future.result()
             except Exception:  # noqa: BLE001 - a worker died (killed, out of memory)
                 rows = [(_lost_row(run, traceback.format_exc()), None) for run in futures[future]]
-            on_running(running())
             for row, files in rows:
                 on_result(row, files)
+
+        on_running(running())
+        for future in as_completed(futures):
+            if isinstance(future.exception(), BrokenProcessPool):
+                started = set(itertools.islice(pending, workers))
+                left = []
+                for other in list(pending):
+                    if other in started or (other.done() and other.exception() is None):
+                        emit(other)
+                    else:
+                        left.append(futures[other])
+                pool.shutdown(wait=True, cancel_futures=True)
+                return left
+            del pending[future]
+            on_running(running())
+            emit(future)
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
+    return []
 
 
 def import_ray():

@@ -116,9 +116,23 @@ def clean_stale(out_dir: str | os.PathLike) -> list[Path]:
 
 
 def load_rows(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """Every stored row (skipping temp files), sorted by run id."""
+    """Every stored row (skipping temp files), sorted by run id; a file that is not a JSON row with a
+    ``run_id`` (hand-edited, truncated by a copy) raises a ValueError naming it."""
     paths = sorted((Path(out_dir) / RUNS_DIR).glob("*.json"))
-    return [json.loads(path.read_text(encoding="utf-8")) for path in paths if not path.name.startswith(".")]
+    rows = []
+    for path in paths:
+        if path.name.startswith("."):
+            continue
+        try:
+            row = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ValueError(f"sweep row {str(path)!r} is not valid JSON ({error}); delete it to rerun that run") \
+                from None
+        if not isinstance(row, dict) or not isinstance(row.get("run_id"), str):
+            raise ValueError(f"sweep row {str(path)!r} is not a JSON object with a 'run_id' string; "
+                             "delete it to rerun that run")
+        rows.append(row)
+    return rows
 
 
 def finished_runs(out_dir: str | os.PathLike) -> dict[str, str]:
