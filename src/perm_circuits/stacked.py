@@ -136,8 +136,9 @@ def stacked_forward(
     base_act = ACTIVATIONS[config.act_fn]
 
     def act(x: Tensor) -> Tensor:  # per member when exact: a vectorised tanh/erf on one long tensor
-        # rounds the elements at a member's edge as no single run's tensor does
-        return torch.stack([base_act(xi) for xi in x.unbind(0)]) if exact else base_act(x)
+        # rounds the elements at a member's edge as no single run's tensor does (relu rounds nothing)
+        per_member = exact and config.act_fn != "relu"
+        return torch.stack([base_act(xi) for xi in x.unbind(0)]) if per_member else base_act(x)
 
     resid = run_blocks(config, resid, norm, linear, drop if p > 0 else None, act)
     return linear(norm(resid, "ln_final"), "unembed")  # with the unembedding's bias, as fast_forward adds it
