@@ -135,11 +135,10 @@ def stacked_forward(
     resid = w["embed.weight"][member, tokens] + w["pos_embed.weight"][:, None, :seq]
     base_act = ACTIVATIONS[config.act_fn]
 
-    def act(x: Tensor) -> Tensor:  # per member when exact: a vectorised tanh/erf on one long tensor
-        # rounds the elements at a member's edge as no single run's tensor does (relu rounds nothing)
-        per_member = exact and config.act_fn != "relu"
-        return torch.stack([base_act(xi) for xi in x.unbind(0)]) if per_member else base_act(x)
+    def per_member(x: Tensor) -> Tensor:  # exact: a vectorised tanh/erf on one long tensor rounds the
+        return torch.stack([base_act(xi) for xi in x.unbind(0)])  # elements at a member's edge as no single run does
 
+    act = per_member if exact and config.act_fn != "relu" else None  # relu rounds nothing: one call (run_blocks')
     resid = run_blocks(config, resid, norm, linear, drop if p > 0 else None, act)
     return linear(norm(resid, "ln_final"), "unembed")  # with the unembedding's bias, as fast_forward adds it
 

@@ -37,6 +37,7 @@ from perm_circuits.checks import check_int
 
 __all__ = [
     "CircuitGraph",
+    "check_edges",
     "circuit_graph_of",
     "edge_name",
     "graph_edges",
@@ -77,9 +78,14 @@ def promote_edge(edge: str) -> str:
 
 def promote_edges(edges: Iterable[str]) -> frozenset[str]:
     """A set of edges at head level (q, k and v of a head merged, as InterpBench scores circuits)."""
-    if isinstance(edges, str):  # one edge would be read as its letters
-        raise TypeError(f"edges must be an iterable of 'SENDER->RECEIVER' strings, got the str {edges!r}; wrap it in a list")
-    return frozenset(promote_edge(edge) for edge in edges)
+    return frozenset(promote_edge(edge) for edge in check_edges("edges", edges))
+
+
+def check_edges(name: str, edges: Iterable[str]) -> Iterable[str]:
+    """``edges`` itself, refusing a bare string (it would be read as its letters)."""
+    if isinstance(edges, str):
+        raise TypeError(f"{name} must be an iterable of 'SENDER->RECEIVER' strings, got the str {edges!r}; wrap it in a list")
+    return edges
 
 
 @dataclass(frozen=True)

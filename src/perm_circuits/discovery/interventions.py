@@ -58,7 +58,7 @@ from perm_circuits.checks import check_int, check_seed
 from perm_circuits.devices import model_device
 from perm_circuits.discovery.graph import CircuitGraph, circuit_graph_of, head_of
 from perm_circuits.models import ACTIVATIONS
-from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.base import TaskBatch, check_target_classes
 
 __all__ = ["HOWS", "EdgeIntervention", "Metric", "prepare_edges", "target_logprob_metric"]
 
@@ -83,12 +83,10 @@ def target_logprob_metric(batch: TaskBatch) -> Metric:
     weights, targets = weights[:, columns], batch.targets[:, columns]
     # a target where the mask is 0 may be any value (TaskBatch): never gather it
     targets = torch.where(weights != 0, targets, torch.zeros_like(targets))
-    top = int(batch.targets[batch.mask > 0].max())
+    top = batch.top_target()
 
     def metric(logits: Tensor) -> Tensor:
-        if top >= logits.shape[-1]:
-            raise ValueError(f"the batch's targets under the loss mask reach {top}, outside the logits' "
-                             f"{logits.shape[-1]} classes")
+        check_target_classes(top, logits.shape[-1])
         logits = logits[..., columns, :]
         logits = logits if logits.dtype == torch.float64 else logits.float()
         picked = logits.gather(-1, targets.expand(*logits.shape[:-1])[..., None].long())[..., 0]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import SupportsFloat
 
 from perm_circuits.checks import check_int
+from perm_circuits.discovery.graph import check_edges
 
 __all__ = [
     "CircuitScore",
@@ -36,21 +37,12 @@ __all__ = [
 ]
 
 
-def _edge_set(name: str, edges: Iterable[str]) -> set:
-    """``edges`` as a set, refusing a bare string (it would be read as its letters)."""
-    if isinstance(edges, str):
-        raise TypeError(f"{name} must be an iterable of 'SENDER->RECEIVER' strings, got the str {edges!r}; wrap it in a list")
-    return set(edges)
-
-
 def _ranked(scores: Mapping[str, SupportsFloat], truth: Iterable[str], edges, absolute: bool):
     """(score, is_true) per edge of the universe, after validation."""
     if not isinstance(scores, Mapping) or not scores:
         raise ValueError(f"scores must be a non-empty mapping edge -> score, got {type(scores).__name__}")
-    truth = _edge_set("truth", truth)
-    if isinstance(edges, str):
-        _edge_set("edges", edges)  # raises
-    universe = list(scores) if edges is None else list(edges)
+    truth = set(check_edges("truth", truth))
+    universe = list(scores) if edges is None else list(check_edges("edges", edges))
     missing = [e for e in universe if e not in scores]
     if missing:
         raise ValueError(f"scores lack edges {missing[:5]}{' ...' if len(missing) > 5 else ''}")
@@ -130,7 +122,7 @@ def edge_components(edges: Iterable[str]) -> frozenset:
     q/k/v inputs or its output edges is. ``embed`` and ``logits`` are left out (every circuit has
     them)."""
     out = set()
-    for edge in _edge_set("edges", edges):
+    for edge in check_edges("edges", edges):
         sender, sep, receiver = edge.partition("->")
         if not sep or not sender or not receiver:
             raise ValueError(f"an edge is 'SENDER->RECEIVER', got {edge!r}")
@@ -163,7 +155,7 @@ def circuit_metrics(chosen: Iterable[str], truth: Iterable[str], *, promote_head
     With ``promote_heads`` both edge sets become component sets first (:func:`edge_components`).
     An empty choice has precision 0 (nothing right was chosen); an empty truth is refused.
     """
-    chosen, truth = _edge_set("chosen", chosen), _edge_set("truth", truth)
+    chosen, truth = set(check_edges("chosen", chosen)), set(check_edges("truth", truth))
     if promote_heads:
         chosen, truth = set(edge_components(chosen)), set(edge_components(truth))
     if not truth:

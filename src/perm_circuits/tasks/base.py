@@ -23,7 +23,7 @@ from torch import Tensor
 from perm_circuits.checks import check_int, check_number, check_seed
 
 __all__ = ["DEFAULT_MODEL_KEYS", "SPLITS", "TASKS", "DataclassTask", "FitConfig", "FitResult", "StepState", "Task",
-           "TaskBatch", "TaskEntry", "check_sample", "fit", "import_module_or_file", "load_object",
+           "TaskBatch", "TaskEntry", "check_sample", "check_target_classes", "fit", "import_module_or_file", "load_object",
            "log_spaced_steps", "masked_cross_entropy", "register_task", "task_entries", "task_entry",
            "task_from_dict"]
 
@@ -65,6 +65,11 @@ class TaskBatch:
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
+
+    def top_target(self) -> int:
+        """The largest target under the loss mask (-1 when no position is scored)."""
+        scored = self.targets[self.mask > 0]
+        return int(scored.max()) if scored.numel() else -1
 
     def subset(self, index: Tensor) -> TaskBatch:
         """Rows selected by a boolean mask or an index tensor."""
@@ -329,6 +334,13 @@ def _import_task_modules() -> None:
     package = __name__.rsplit(".", 1)[0]
     for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
         importlib.import_module(f"{package}.{module.name}")
+
+
+def check_target_classes(top: int, n_classes: int, whose: str = "the batch's", classes: str = "logits'") -> None:
+    """ValueError when a scored target (the largest, ``top``: :meth:`TaskBatch.top_target`) is no class of
+    the ``n_classes`` scored (a metric would otherwise clamp it and score the wrong class)."""
+    if top >= n_classes:
+        raise ValueError(f"{whose} targets under the loss mask reach {top}, outside the {classes} {n_classes} classes")
 
 
 def task_from_dict(data: Mapping[str, Any]) -> Task:

@@ -147,9 +147,7 @@ def _general_problem(model, test_set, task, metric, reference, n, seed) -> Circu
     elif not callable(metric):
         raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
     reference = test_set if reference is None else reference
-    if reference_tokens(model, reference).shape[1] != tokens.shape[1]:
-        raise ValueError(f"reference sequences must have the test set's {tokens.shape[1]} positions (the ablations "
-                         f"replace activations position by position), got {reference_tokens(model, reference).shape[1]}")
+    reference_tokens(model, reference, positions=tokens.shape[1])
     reference = reference.to(model_device(model))
     rows = (test_set.mask.sum(1) > 0 if isinstance(test_set, TaskBatch)  # F skips rows without a loss position
             else torch.ones(len(tokens), dtype=torch.bool, device=tokens.device))

@@ -19,7 +19,7 @@ from perm_circuits.checks import check_int
 from perm_circuits.model_shape import is_permutation_model, model_shape
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_data import Batch
-from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.base import TaskBatch, check_target_classes
 
 __all__ = [
     "POSITION_CLASSES",
@@ -187,15 +187,13 @@ def target_logprob_gain(batch: TaskBatch) -> Callable[[Tensor], Tensor]:
     weights = batch.mask.double()
     if not bool((weights.sum(1) > 0).any()):
         raise ValueError("no row of the batch has a position with mask > 0: no target to score")
-    top = int(batch.targets[batch.mask > 0].max())  # the largest class scored: the logits must cover it
+    top = batch.top_target()  # the largest class scored: the logits must cover it
 
     def metric(logits: Float[Tensor, "batch seq vocab"]) -> Float[Tensor, " batch"]:
         if logits.shape[:2] != batch.tokens.shape:
             raise ValueError(f"logits {tuple(logits.shape)} do not match the batch's tokens "
                              f"{tuple(batch.tokens.shape)}")
-        if top >= logits.shape[-1]:
-            raise ValueError(f"the batch's targets under the loss mask reach {top}, outside the logits' "
-                             f"{logits.shape[-1]} classes")
+        check_target_classes(top, logits.shape[-1])
         targets = batch.targets.clamp(0, logits.shape[-1] - 1) * (batch.mask > 0)
         logp = logits.double().log_softmax(-1).gather(-1, targets[..., None])[..., 0]
         return (logp * weights).sum(1) / weights.sum(1) + math.log(logits.shape[-1])

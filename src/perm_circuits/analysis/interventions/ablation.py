@@ -21,7 +21,7 @@ from perm_circuits.analysis.interventions.hooks import (
     resample_rows,
 )
 from perm_circuits.analysis.interventions.permutation_table import AblationRow, AblationTable, ablation_runs
-from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, TASK_HOWS, ablate_tokens
+from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, TASK_HOWS, ablate_tokens, reference_tokens
 from perm_circuits.analysis.interventions.ablation_table import TaskAblationRow, TaskAblationTable, task_table
 from perm_circuits.model_shape import is_permutation_model
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig
@@ -103,8 +103,6 @@ def ablation_table(
         reference = test_set
     elif not isinstance(reference, TaskBatch):
         raise TypeError(f"reference must be 'test' or a TaskBatch on a task's model, got {type(reference).__name__}")
-    if reference.tokens.shape[1] != test_set.tokens.shape[1]:
-        raise ValueError(f"reference sequences must have the test set's {test_set.tokens.shape[1]} positions (the "
-                         f"ablations replace activations position by position), got {reference.tokens.shape[1]}")
+    reference_tokens(model, reference, positions=test_set.tokens.shape[1])
     return task_table(model, task, list(TASK_HOWS) if hows is None else hows, test_set, reference=reference,
                       resample_seed=seed, positions=positions, hooks=hooks, test_seed=test_seed, progress=progress)

@@ -39,7 +39,7 @@ from perm_circuits.analysis.interventions.patching import (
 )
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import check_hooks, run_capture
-from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.base import TaskBatch, check_target_classes
 
 __all__ = ["TaskPatch", "patch_activation", "patch_head", "target_logprob"]
 
@@ -64,14 +64,12 @@ def target_logprob(batch: TaskBatch) -> Metric:
         )
 
     moved: dict[torch.device, tuple[Tensor, Tensor]] = {}  # the targets on each logits' device, moved once
-    top = int(batch.targets[batch.mask > 0].max())  # the largest class scored: the logits must cover it
+    top = batch.top_target()  # the largest class scored: the logits must cover it
 
     def metric(logits: Float[Tensor, "batch seq vocab"]) -> Float[Tensor, " batch"]:
         if logits.shape[:2] != batch.tokens.shape:
             raise ValueError(f"logits {tuple(logits.shape)} do not match the batch's tokens {tuple(batch.tokens.shape)}")
-        if top >= logits.shape[-1]:
-            raise ValueError(f"the batch's targets under the loss mask reach {top}, outside the logits' "
-                             f"{logits.shape[-1]} classes")
+        check_target_classes(top, logits.shape[-1])
         if logits.device not in moved:
             moved[logits.device] = (batch.targets.to(logits.device), (batch.mask > 0).to(logits.device))
         on_device, kept = moved[logits.device]

@@ -31,7 +31,7 @@ from perm_circuits.analysis.interventions.checks import check_index_list, check_
 from perm_circuits.devices import device_forward
 from perm_circuits.hooks import HookList, check_hooks, check_token_ids, run_capture
 from perm_circuits.model_shape import model_shape
-from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.base import TaskBatch, check_target_classes
 
 __all__ = [
     "ANY_TASK_HOWS",
@@ -121,8 +121,9 @@ def check_hook_point(model, hook_name: object) -> str:
     return hook_name
 
 
-def reference_tokens(model, reference: object) -> Tensor | None:
-    """The token ids of a ``reference`` (a :class:`TaskBatch`, a token tensor, or ``None``), validated."""
+def reference_tokens(model, reference: object, positions: int | None = None) -> Tensor | None:
+    """The token ids of a ``reference`` (a :class:`TaskBatch`, a token tensor, or ``None``), validated;
+    with ``positions`` (the test set's), they must have as many (ablations replace position by position)."""
     if reference is None:
         return None
     if isinstance(reference, TaskBatch):
@@ -132,7 +133,11 @@ def reference_tokens(model, reference: object) -> Tensor | None:
             f"reference must be a TaskBatch (task.test_set(...)), an integer token tensor [batch, seq] or None, "
             f"got {type(reference).__name__}"
         )
-    return check_token_ids(reference, model_shape(model).d_vocab)
+    check_token_ids(reference, model_shape(model).d_vocab)
+    if positions is not None and reference.shape[1] != positions:
+        raise ValueError(f"reference sequences must have the test set's {positions} positions (the ablations "
+                         f"replace activations position by position), got {reference.shape[1]}")
+    return reference
 
 
 def declared_size(model, hook_name: str) -> int | None:
@@ -287,12 +292,10 @@ def next_token_loss(reference: TaskBatch | Tensor) -> Callable[[Tensor], Tensor]
         targets, weights = reference.targets, reference.mask.float()
         if float(weights.sum()) <= 0:
             raise ValueError("the reference batch has no position with mask > 0: no loss to minimise")
-        top = int(targets[weights > 0].max())  # the largest class scored: the logits must cover it
+        top = reference.top_target()  # the largest class scored: the logits must cover it
 
         def masked(logits: Tensor) -> Tensor:
-            if top >= logits.shape[-1]:
-                raise ValueError(f"the reference's targets under the loss mask reach {top}, outside the logits' "
-                                 f"{logits.shape[-1]} classes")
+            check_target_classes(top, logits.shape[-1], "the reference's")
             safe = targets.clamp(0, logits.shape[-1] - 1) * (weights > 0)
             logp = logits.float().log_softmax(-1).gather(-1, safe[..., None])[..., 0]
             return -(logp * weights).sum() / weights.sum()

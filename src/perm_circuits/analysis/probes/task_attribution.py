@@ -31,7 +31,7 @@ from torch import Tensor
 from perm_circuits.devices import device_forward, model_device
 from perm_circuits.hooks import check_token_ids, run_capture
 from perm_circuits.model_shape import model_shape
-from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.base import TaskBatch, check_target_classes
 
 __all__ = [
     "AttentionScores",
@@ -124,10 +124,7 @@ def target_logit_attribution(model, batch: TaskBatch) -> TargetAttribution:
     extra = ["ln_final.hook_scale"] if norm is not None else []
     logits, cache = run_capture(model, batch.tokens, [hook for _, hook in names] + extra)
     weights = batch.mask.double()
-    top = int(batch.targets[batch.mask > 0].max()) if bool((batch.mask > 0).any()) else -1
-    if top >= W_U.shape[1]:
-        raise ValueError(f"the batch's targets under the loss mask reach {top}, outside the unembedding's "
-                         f"{W_U.shape[1]} classes")
+    check_target_classes(batch.top_target(), W_U.shape[1], classes="unembedding's")
     targets = batch.targets.clamp(0, W_U.shape[1] - 1) * (batch.mask > 0)
     W = W_U.detach().double()
     direction = W[:, targets] - W.mean(1)[:, None, None]  # [d_model, batch, seq]
