@@ -38,6 +38,25 @@ def _epochs(folder: Path) -> list[int]:
     return sorted(int(p.name.split("_")[1]) for p in folder.iterdir() if p.name.startswith("epoch_") and p.is_dir())
 
 
+def _claim(lock: Path) -> bool:
+    """Own a run folder: a lock file with this pid; a lock whose pid is gone (a killed driver) is taken over."""
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                pid = int(lock.read_text() or 0)
+                os.kill(pid, 0)
+                return pid == os.getpid()
+            except (ValueError, ProcessLookupError):
+                lock.unlink(missing_ok=True)  # stale: its owner died
+                continue
+        with os.fdopen(fd, "w") as handle:
+            handle.write(str(os.getpid()))
+        return True
+    return False
+
+
 def run(config: str, seed: int, out: Path, progress: bool, epochs: int = 50, samples: int = 100_000) -> None:
     import torch
 
@@ -50,6 +69,9 @@ def run(config: str, seed: int, out: Path, progress: bool, epochs: int = 50, sam
         return
     ckpts = folder / "checkpoints"
     ckpts.mkdir(parents=True, exist_ok=True)
+    if not _claim(folder / "owner.lock"):
+        print(f"{folder.name}: another process trains it; skipped", flush=True)
+        return
     recipe = TrainConfig(epochs=epochs, samples_per_epoch=samples, seed=seed, checkpoint_every=1, checkpoint_dir=str(ckpts))
 
     def prune(state) -> None:  # keep KEEP and the newest
