@@ -1,4 +1,4 @@
-"""Train the census of mechanisms (issue: "A census of mechanisms"): >= 20 seeds per configuration at
+"""Train the census of mechanisms: >= 20 seeds per configuration at
 the study's full recipe (50 x 100,000 samples, batch 128, lr 1e-3, repeat ratio 0.3), the full 50
 epochs with no early stopping, keeping resumable checkpoints at log-spaced epochs.
 
