@@ -166,10 +166,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
+    from perm_circuits.outputs import check_writable
+
+    if args.out is not None:
+        check_writable(args.out, folder=True)  # before torch is imported
+
     from perm_circuits.reproduce import check_out, reproduce
 
     if args.out is not None:
-        check_out(args.out, force=args.force)  # before minutes of work
+        check_out(args.out, force=args.force)  # new, empty or a reproduction's: before minutes of work
     result = reproduce(args.name, quick=args.quick, progress=not args.quiet, device=args.device)
     print(result.to_text())
     if args.out is not None:
@@ -179,15 +184,16 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from perm_circuits.outputs import check_writable
+
+    check_writable(args.out, folder=True)  # before torch is imported, and long before training ends
+
     import torch
 
     from perm_circuits.models import CONFIG_FILE, PRESETS, WEIGHTS_FILE, ModelConfig, save_model
     from perm_circuits.tasks.permutation_data import TaskConfig
     from perm_circuits.train import TrainConfig, load_resumable, train
 
-    from perm_circuits.outputs import check_writable
-
-    check_writable(args.out, folder=True)
     if args.record_dynamics is not None and args.resume is not None:
         raise ValueError("--record-dynamics cannot be combined with --resume (the record would miss the steps before the checkpoint)")
     if args.out.is_dir() and not (args.force or _continues(args.resume, args.out)):
@@ -306,14 +312,16 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _discover(args: argparse.Namespace) -> int:
-    from perm_circuits.discovery import discover
     from perm_circuits.outputs import check_new_file
-    from perm_circuits.views.circuit_graph import circuit_graph
 
     if args.out is not None and args.out.suffix.lower() not in (".svg", ".html"):
         raise ValueError(f"--out must end in .svg or .html, got {str(args.out)!r}")
     out = args.out or Path(f"circuit_{Path(args.model).name}_{args.method}_{args.how}.svg")
     check_new_file(out, force=args.force)  # before the discovery's work
+
+    from perm_circuits.discovery import discover
+    from perm_circuits.views.circuit_graph import circuit_graph
+
     model, checkpoint = _load(args)
     task = checkpoint.task if checkpoint is not None else None
     result = discover(model, method=args.method, how=args.how, task=task, n=args.samples, seed=args.seed)
@@ -361,10 +369,13 @@ def _info(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from perm_circuits.outputs import check_writable
+
+    check_writable(args.out, folder=True)  # before loading or computing anything
+
     from perm_circuits.tasks.checkpoint import load_task_checkpoint, task_record
     from perm_circuits.views.report import check_out, write_report
 
-    check_out(check_writable(args.out, folder=True), args.force)  # before loading or computing anything
+    check_out(args.out, args.force)
     _import_modules(args.imports)
     on_tasks = [item for item in args.models if task_record(item) is not None]
     loaded = [(item, load_task_checkpoint(item, device=args.device)) for item in on_tasks]  # every error before writing
@@ -406,15 +417,17 @@ def _import_modules(modules: list[str]) -> None:
 
 def _sweep(args: argparse.Namespace) -> int:
     from perm_circuits.outputs import check_folder, folder_marker, is_marked, mark_folder
-    from perm_circuits.sweep import load_sweep, run_sweep, summary_table
 
     if args.address is not None:
         if args.backend != "ray":
             raise ValueError(f"--address is for --backend ray only (--backend {args.backend})")
-        from perm_circuits.sweep.backends import check_ray_address
+        from perm_circuits.ray_address import check_ray_address
 
         check_ray_address(args.address)  # within seconds, before anything is written
     check_folder(args.out, SWEEP_KIND, force=args.force, owned=_holds_sweep_rows)
+
+    from perm_circuits.sweep import load_sweep, run_sweep, summary_table
+
     _import_modules(args.imports)
     created, marked = not args.out.exists(), is_marked(args.out, SWEEP_KIND)
     mark_folder(args.out, SWEEP_KIND)
@@ -465,13 +478,11 @@ def _sweep_reanalyse(args: argparse.Namespace) -> int:
 
 def _sweep_report(args: argparse.Namespace) -> int:
     from perm_circuits.outputs import check_writable
+
+    check_writable(args.out)  # then the page's own checks (.html, exists, plotly.js beside it) before any reading
+
     from perm_circuits.views.sweep_report import write_sweep_report
 
-    if args.out.suffix.lower() not in (".html", ".htm"):
-        raise ValueError(f"--out must be a page path ending in .html, got {str(args.out)!r}")
-    check_writable(args.out)
-    if args.out.exists() and not args.force:
-        raise ValueError(f"--out {str(args.out)!r} exists; pass --force to overwrite it")
     print(write_sweep_report(args.sweep_dir, args.out, force=args.force, title=args.title))
     return 0
 
