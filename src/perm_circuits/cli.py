@@ -102,13 +102,13 @@ def _parser() -> argparse.ArgumentParser:
     command("info", help="versions, presets and shipped models")
 
     rp = command("report", help="write the HTML report for one or more models",
-                        description="Write one offline HTML page per model into --out. A shipped name or a study "
-                                    "checkpoint gets the study's report (and an index page comparing several); a "
-                                    "checkpoint of a model trained on any other registered task (saved with "
-                                    "perm_circuits.tasks.checkpoint.save_task_model, or a sweep's --keep-models) gets "
-                                    "the task report: its metrics, attention, ablation, patching, attribution and "
-                                    "circuit. A task defined in your own file needs --import FILE.py (the file that "
-                                    "registers it).")
+                 description="Write one offline HTML page per model into --out. A shipped name or a study "
+                             "checkpoint gets the study's report (and an index page comparing several); a "
+                             "checkpoint of a model trained on any other registered task (saved with "
+                             "perm_circuits.tasks.checkpoint.save_task_model, or a sweep's --keep-models) gets "
+                             "the task report: its metrics, attention, ablation, patching, attribution and "
+                             "circuit. A task defined in your own file needs --import FILE.py (the file that "
+                             "registers it).")
     rp.add_argument("models", nargs="+", help="pretrained names or checkpoint folders (of the study's or any registered task)")
     rp.add_argument("--out", type=Path, required=True, help="output folder (new, empty or an earlier report's, unless --force)")
     rp.add_argument("--force", action="store_true", help="write into a non-empty folder that no report wrote")
