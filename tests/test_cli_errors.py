@@ -1,4 +1,4 @@
-"""Issue 26, items 4-5: every CLI error a user can cause ends in one line (exit 2), a closed stdout
+"""Every CLI error a user can cause ends in one line (exit 2), a closed stdout
 (``| head``) ends quietly, ``--debug`` / ``PERM_CIRCUITS_DEBUG=1`` show the traceback, and an
 unreachable Ray address is refused in seconds with nothing written."""
 

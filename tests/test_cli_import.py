@@ -1,4 +1,4 @@
-"""Issue 26, item 4: ``--import FILE.py`` runs exactly the user's file, whatever it is named
+"""``--import FILE.py`` runs exactly the user's file, whatever it is named
 (``yaml.py``, ``ray.py``, a package folder named like a standard module), under a private module
 name, through the CLI where users met it (an installed ``yaml`` was imported instead, and the
 task was then reported as unregistered)."""

@@ -1,4 +1,4 @@
-"""Issue 26, items 2-3: every CLI command that writes checks its output before any work, and never
+"""Every CLI command that writes checks its output before any work, and never
 overwrites what it did not write without --force.  Everything runs through ``perm_circuits.cli.main``
 in this process (a subprocess with torch costs seconds)."""
 
@@ -75,6 +75,8 @@ def test_every_writing_command_refuses_an_impossible_out_at_once(blocked, capsys
         assert "cannot be created" in err or "cannot be written" in err, err
     assert _tree(tmp_path) == before  # nothing written, the blocker untouched
     assert not Path("/proc/perm_circuits_nowhere").exists()
+    assert main(["sweep-reanalyse", "/proc/self", "--quiet"]) == 2  # writes into the sweep folder it is given
+    assert "error: DIR '/proc/self' cannot be written" in capsys.readouterr().err
 
 
 def test_a_full_disk_is_refused_before_training(tmp_path, capsys, monkeypatch):
