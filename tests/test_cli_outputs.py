@@ -102,9 +102,7 @@ def test_train_resume_does_not_overwrite_a_foreign_out(tmp_path, capsys):
     (notes / "thesis.tex").write_text("years of work")
     for out, words in ((other, "already holds a checkpoint"), (notes, "non-empty folder")):
         before = _tree(out)
-        start = time.perf_counter()
         assert main(["train", "--resume", str(checkpoint), "--epochs", "2", "--quiet", "--out", str(out)]) == 2
-        assert time.perf_counter() - start < 1.0
         err = capsys.readouterr().err
         assert words in err and repr(str(out)) in err and "--force" in err
         assert _tree(out) == before
