@@ -19,7 +19,7 @@ from perm_circuits.cli import main
 from perm_circuits.models import PRETRAINED_DIR, CheckpointError, load_checkpoint
 from perm_circuits.sweep import SweepSpec, load_sweep, reanalyse_sweep, run_sweep
 from perm_circuits.tasks import TASKS, task_entry, task_from_dict
-from perm_circuits.tasks.base import import_module_or_file
+from perm_circuits.tasks.base import file_module_name, import_module_or_file
 from perm_circuits.tasks.checkpoint import (
     load_task_checkpoint,
     save_task_model,
@@ -182,6 +182,7 @@ def task_file(tmp_path):
     yield make
     for module, task_name in made:
         sys.modules.pop(module, None)
+        sys.modules.pop(file_module_name(tmp_path / f"{module}.py"), None)  # the name --import FILE.py gives it
         TASKS.pop(task_name, None)
 
 
@@ -202,7 +203,7 @@ def test_report_a_checkpoint_of_the_users_task(tmp_path, task_file, capsys):
     expected = evaluate(result.model, task=task, n=100)
 
     # a fresh session: the task's module is not imported, so its name is unknown until --import runs it
-    sys.modules.pop("user_sum_report")
+    sys.modules.pop(file_module_name(path))  # --import runs the file under a private name
     TASKS.pop("modular_addition_report")
     out = tmp_path / "report"
     assert main(["report", str(saved), "--out", str(out), "--samples", "100"]) == 2
@@ -241,8 +242,9 @@ def test_a_checkpoint_must_name_a_registered_task_and_rebuild_its_model(tmp_path
     document = json.loads((saved / "config.json").read_text())
     document["trained_on"]["task"]["task"] = "no_such_task"
     (saved / "config.json").write_text(json.dumps(document))
-    with pytest.raises(ValueError, match=r"another module of that name is already imported"):
-        import_module_or_file(str(_task_file(tmp_path, "json", "modular_addition_json")))  # never shadows json
+    user_json = import_module_or_file(str(_task_file(tmp_path, "json", "modular_addition_json")))
+    assert user_json is not sys.modules["json"]  # the user's json.py runs, and never shadows the standard json
+    assert TASKS.pop("modular_addition_json") is user_json.ModularAddition
     with pytest.raises(ValueError, match=r"trained on task 'no_such_task', which is not registered; registered tasks: "
                                          r"\[.*'modular_addition'.*\]\. Import the module"):
         load_task_checkpoint(saved)

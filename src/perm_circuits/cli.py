@@ -1,12 +1,18 @@
 """``perm-circuits``: train | evaluate | info | report | sweep | sweep-reanalyse | sweep-report | discover | reproduce.
 
-Exit codes: 0 success, 2 bad arguments (argparse and validation errors), 1 other failures.
+Exit codes: 0 success, 2 an error the user can fix (bad arguments, an output path that cannot be
+written or is someone else's, a file that does not import, a full disk), 1 other failures, 130
+interrupted, 141 stdout closed early (``| head``).  Every error ends in one line on stderr;
+``--debug`` (or ``PERM_CIRCUITS_DEBUG=1``) shows the traceback instead.  Every output path is
+checked before any work (:mod:`perm_circuits.outputs`), and nothing of the user's is overwritten
+without ``--force``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
 import sys
@@ -43,11 +49,22 @@ def _import_flag(parser: argparse.ArgumentParser, what: str) -> None:
                              f"the file defining and registering {what} (repeatable)")
 
 
+DEBUG_ENV = "PERM_CIRCUITS_DEBUG"
+"""Set to 1 (like ``--debug``) to see the traceback of an error instead of its one line."""
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="perm-circuits", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true",
+                        help=f"show the traceback of an error instead of one line (or set {DEBUG_ENV}=1)")
+    common = argparse.ArgumentParser(add_help=False)  # --debug after the command too
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    tr = sub.add_parser("train", help="train a model and save a checkpoint folder")
+    def command(name: str, **options) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **options)
+
+    tr = command("train", help="train a model and save a checkpoint folder")
     tr.add_argument("--preset", choices=["d16h1", "d32h1", "d32h2"], help="architecture preset")
     tr.add_argument("--d-model", type=_positive_int, help="residual width (instead of --preset)")
     tr.add_argument("--heads", type=_positive_int, help="attention heads (with --d-model)")
@@ -74,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--quiet", action="store_true", help="no progress bar")
     tr.add_argument("--device", help="where to train: cpu (default), cuda, cuda:1, mps")
 
-    ev = sub.add_parser("evaluate", help="print the per-step evaluation table")
+    ev = command("evaluate", help="print the per-step evaluation table")
     ev.add_argument("model", help="pretrained name (d16h1, d32h1, d32h2, d16h1l2-any) or checkpoint folder")
     ev.add_argument("--samples", type=_positive_int, default=5000)
     ev.add_argument("--seed", type=int, default=1234, help="test-set seed")
@@ -82,16 +99,16 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--device", help="where to run the model: cpu (default), cuda, ...")
     _import_flag(ev, "the task of your own that a checkpoint was trained on")
 
-    sub.add_parser("info", help="versions, presets and shipped models")
+    command("info", help="versions, presets and shipped models")
 
-    rp = sub.add_parser("report", help="write the HTML report for one or more models",
-                        description="Write one offline HTML page per model into --out. A shipped name or a study "
-                                    "checkpoint gets the study's report (and an index page comparing several); a "
-                                    "checkpoint of a model trained on any other registered task (saved with "
-                                    "perm_circuits.tasks.checkpoint.save_task_model, or a sweep's --keep-models) gets "
-                                    "the task report: its metrics, attention, ablation, patching, attribution and "
-                                    "circuit. A task defined in your own file needs --import FILE.py (the file that "
-                                    "registers it).")
+    rp = command("report", help="write the HTML report for one or more models",
+                 description="Write one offline HTML page per model into --out. A shipped name or a study "
+                             "checkpoint gets the study's report (and an index page comparing several); a "
+                             "checkpoint of a model trained on any other registered task (saved with "
+                             "perm_circuits.tasks.checkpoint.save_task_model, or a sweep's --keep-models) gets "
+                             "the task report: its metrics, attention, ablation, patching, attribution and "
+                             "circuit. A task defined in your own file needs --import FILE.py (the file that "
+                             "registers it).")
     rp.add_argument("models", nargs="+", help="pretrained names or checkpoint folders (of the study's or any registered task)")
     rp.add_argument("--out", type=Path, required=True, help="output folder (new, empty or an earlier report's, unless --force)")
     rp.add_argument("--force", action="store_true", help="write into a non-empty folder that no report wrote")
@@ -101,9 +118,11 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--quiet", action="store_true")
     rp.add_argument("--device", help="where to run the models: cpu (default), cuda, ...")
 
-    sw = sub.add_parser("sweep", help="run a grid of trainings + analyses from a TOML spec, one row per run")
+    sw = command("sweep", help="run a grid of trainings + analyses from a TOML spec, one row per run")
     sw.add_argument("spec", type=Path, help="sweep spec (TOML: [grid] lists, [fixed] scalars)")
-    sw.add_argument("--out", type=Path, required=True, help="sweep folder (runs/<run_id>.json; reruns skip finished runs)")
+    sw.add_argument("--out", type=Path, required=True, help="sweep folder (runs/<run_id>.json; reruns skip finished runs): "
+                    "new, empty or a sweep's, unless --force")
+    sw.add_argument("--force", action="store_true", help="write the sweep into a non-empty folder that is not a sweep's")
     sw.add_argument("--backend", choices=["local", "ray", "serial"], default="local", help="default local (process pool)")
     sw.add_argument("--workers", type=_positive_int, help="processes / local Ray CPUs (default: one per core)")
     sw.add_argument("--address", help="a running Ray cluster, e.g. 10.0.0.1:6379 (default: start a local instance)")
@@ -115,15 +134,15 @@ def _parser() -> argparse.ArgumentParser:
                          "on the CPU; not with --backend ray); auto (default): stacked where some architecture has "
                          "two or more runs to do, except on ray")
     _import_flag(sw, "a task of your own that the spec names")
-    ra = sub.add_parser("sweep-reanalyse", help="recompute a sweep's analysis columns from its kept models")
+    ra = command("sweep-reanalyse", help="recompute a sweep's analysis columns from its kept models")
     ra.add_argument("sweep_dir", type=Path, metavar="DIR", help="sweep folder run with --keep-models")
     ra.add_argument("--quiet", action="store_true", help="no progress bar")
-    sr = sub.add_parser("sweep-report", help="write the offline HTML page of a sweep folder")
+    sr = command("sweep-report", help="write the offline HTML page of a sweep folder")
     sr.add_argument("sweep_dir", type=Path, metavar="DIR", help="sweep output folder")
     sr.add_argument("--out", type=Path, required=True, metavar="PAGE.html", help="page to write")
     sr.add_argument("--force", action="store_true", help="overwrite an existing page")
     sr.add_argument("--title", help="page title")
-    dc = sub.add_parser("discover", help="find a model's circuit with an edge-level method; print it and draw it")
+    dc = command("discover", help="find a model's circuit with an edge-level method; print it and draw it")
     dc.add_argument("model", help="pretrained name or checkpoint folder")
     dc.add_argument("--method", default="eap", help="eap (default), eap_ig, acdc, node_attribution, greedy_edges, "
                     "mask_pruning, random_baseline or exhaustive_oracle")
@@ -131,41 +150,53 @@ def _parser() -> argparse.ArgumentParser:
     dc.add_argument("--samples", type=_positive_int, default=500, help="test sequences (default 500)")
     dc.add_argument("--seed", type=int, default=0)
     dc.add_argument("--out", type=Path, help="write the circuit's picture here (.svg or .html; default "
-                    "circuit_MODEL_METHOD_HOW.svg in the current folder)")
+                    "circuit_MODEL_METHOD_HOW.svg in the current folder); an existing file needs --force")
+    dc.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     dc.add_argument("--device", help="where to run the model: cpu (default), cuda, ...")
     _import_flag(dc, "the task of your own that a checkpoint was trained on")
-    rr = sub.add_parser("reproduce", help="run a seed paper's headline experiment and print paper vs ours")
+    rr = command("reproduce", help="run a seed paper's headline experiment and print paper vs ours")
     rr.add_argument("name", help="a registered reproduction (birth, forner, factual, ...)")
     rr.add_argument("--quick", action="store_true", help="the CPU-sized run (minutes)")
-    rr.add_argument("--out", type=Path, help="also write comparison.csv, numbers.json and an offline HTML page here")
+    rr.add_argument("--out", type=Path, help="also write comparison.csv, numbers.json and an offline HTML page here "
+                    "(a new, empty or earlier reproduction's folder, unless --force)")
+    rr.add_argument("--force", action="store_true", help="write into a non-empty folder no reproduction wrote")
     rr.add_argument("--quiet", action="store_true", help="no progress bar")
     rr.add_argument("--device", help="where the models train and run: cpu (default), cuda, cuda:1, mps")
     return parser
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from perm_circuits.reproduce import reproduce
+    from perm_circuits.outputs import check_writable
 
+    if args.out is not None:
+        check_writable(args.out, folder=True)  # before torch is imported
+
+    from perm_circuits.reproduce import check_out, reproduce
+
+    if args.out is not None:
+        check_out(args.out, force=args.force)  # new, empty or a reproduction's: before minutes of work
     result = reproduce(args.name, quick=args.quick, progress=not args.quiet, device=args.device)
     print(result.to_text())
     if args.out is not None:
-        for path in result.write(args.out):
+        for path in result.write(args.out, force=args.force):
             print(f"wrote {path}")
     return 0
 
 
 def _train(args: argparse.Namespace) -> int:
+    from perm_circuits.outputs import check_writable
+
+    check_writable(args.out, folder=True)  # before torch is imported, and long before training ends
+
     import torch
 
     from perm_circuits.models import CONFIG_FILE, PRESETS, WEIGHTS_FILE, ModelConfig, save_model
     from perm_circuits.tasks.permutation_data import TaskConfig
     from perm_circuits.train import TrainConfig, load_resumable, train
 
-    if args.out.exists() and not args.out.is_dir():
-        raise ValueError(f"--out {str(args.out)!r} exists and is not a folder")
     if args.record_dynamics is not None and args.resume is not None:
         raise ValueError("--record-dynamics cannot be combined with --resume (the record would miss the steps before the checkpoint)")
-    if args.out.is_dir() and not (args.force or args.resume is not None):
+    if args.out.is_dir() and not (args.force or _continues(args.resume, args.out)):
         if (args.out / CONFIG_FILE).exists() or (args.out / WEIGHTS_FILE).exists():
             raise ValueError(
                 f"--out {str(args.out)!r} already holds a checkpoint ({CONFIG_FILE} / {WEIGHTS_FILE}); "
@@ -237,6 +268,15 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _continues(resume: Path | None, out: Path) -> bool:
+    """Whether ``train --resume RESUME --out OUT`` continues the run saved in OUT (RESUME is OUT or a
+    checkpoint inside it, e.g. OUT/checkpoints/epoch_0010): that folder may be rewritten without --force."""
+    if resume is None:
+        return False
+    here, there = resume.resolve(), out.resolve()
+    return here == there or there in here.parents
+
+
 def _load(args: argparse.Namespace):
     """``(model, task checkpoint or None)``: a checkpoint that records its task (a user's task,
     registered by a module of ``--import``) loads with it; anything else as the study's model."""
@@ -272,11 +312,16 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _discover(args: argparse.Namespace) -> int:
-    from perm_circuits.discovery import discover
-    from perm_circuits.views.circuit_graph import circuit_graph
+    from perm_circuits.outputs import check_new_file
 
     if args.out is not None and args.out.suffix.lower() not in (".svg", ".html"):
         raise ValueError(f"--out must end in .svg or .html, got {str(args.out)!r}")
+    out = args.out or Path(f"circuit_{Path(args.model).name}_{args.method}_{args.how}.svg")
+    check_new_file(out, force=args.force)  # before the discovery's work
+
+    from perm_circuits.discovery import discover
+    from perm_circuits.views.circuit_graph import circuit_graph
+
     model, checkpoint = _load(args)
     task = checkpoint.task if checkpoint is not None else None
     result = discover(model, method=args.method, how=args.how, task=task, n=args.samples, seed=args.seed)
@@ -285,7 +330,6 @@ def _discover(args: argparse.Namespace) -> int:
     for edge in result.ranking():
         if edge in result.circuit:
             print(f"  {edge:<22} {result.scores[edge]:+.4f}")
-    out = args.out or Path(f"circuit_{Path(args.model).name}_{result.method}_{result.how}.svg")
     picture = circuit_graph(sorted(result.circuit), scores={e: float(result.scores[e]) for e in result.circuit},
                             n_layers=model.cfg.n_layers, n_heads=model.cfg.n_heads,
                             mlp=not getattr(model.cfg, "attn_only", False),
@@ -324,9 +368,14 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from perm_circuits.tasks.checkpoint import load_task_checkpoint, task_record
-    from perm_circuits.views.report import write_report
+    from perm_circuits.outputs import check_writable
 
+    check_writable(args.out, folder=True)  # before loading or computing anything
+
+    from perm_circuits.tasks.checkpoint import load_task_checkpoint, task_record
+    from perm_circuits.views.report import check_out, write_report
+
+    check_out(args.out, args.force)
     _import_modules(args.imports)
     on_tasks = [item for item in args.models if task_record(item) is not None]
     loaded = [(item, load_task_checkpoint(item, device=args.device)) for item in on_tasks]  # every error before writing
@@ -367,16 +416,31 @@ def _import_modules(modules: list[str]) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
+    from perm_circuits.outputs import check_folder, folder_marker, is_marked, mark_folder
+
+    if args.address is not None:
+        if args.backend != "ray":
+            raise ValueError(f"--address is for --backend ray only (--backend {args.backend})")
+        from perm_circuits.ray_address import check_ray_address
+
+        check_ray_address(args.address)  # within seconds, before anything is written
+    check_folder(args.out, SWEEP_KIND, force=args.force, owned=_holds_sweep_rows)
+
     from perm_circuits.sweep import load_sweep, run_sweep, summary_table
 
     _import_modules(args.imports)
+    created, marked = not args.out.exists(), is_marked(args.out, SWEEP_KIND)
+    mark_folder(args.out, SWEEP_KIND)
     try:
         result = run_sweep(args.spec, args.out, backend=args.backend, workers=args.workers, address=args.address,
                            keep_models=args.keep_models, retry_failed=args.retry_failed, progress=not args.quiet,
                            trainer=args.trainer)
-    except ImportError as error:  # the ray extra is not installed
-        print(f"perm-circuits sweep: error: {error}", file=sys.stderr)
-        return 2
+    except BaseException:
+        if not marked and [p.name for p in args.out.iterdir()] == [folder_marker(SWEEP_KIND)]:
+            (args.out / folder_marker(SWEEP_KIND)).unlink()  # refused before any run: leave nothing behind
+            if created:
+                args.out.rmdir()
+        raise
     table = summary_table(load_sweep(args.out))
     print(f"{result.n_runs} runs in the spec: {result.n_skipped} already stored, {len(result.done)} done now, "
           f"{len(result.failed)} failed now ({args.out})")
@@ -385,15 +449,38 @@ def _sweep(args: argparse.Namespace) -> int:
     return 1 if result.failed else 0
 
 
+SWEEP_KIND = "sweep"
+"""The marker kind of a sweep folder (:func:`perm_circuits.outputs.mark_folder`)."""
+
+
+def _holds_sweep_rows(folder: Path) -> bool:
+    """Whether ``folder`` is a sweep folder of a version that wrote no marker: a row in ``runs/``."""
+    for path in sorted((folder / "runs").glob("*.json"))[:1]:
+        try:
+            row = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            return False
+        return isinstance(row, dict) and row.get("run_id") == path.stem and "status" in row
+    return False
+
+
 def _sweep_reanalyse(args: argparse.Namespace) -> int:
+    from perm_circuits.outputs import check_writable
     from perm_circuits.sweep import reanalyse_sweep
 
+    if not args.sweep_dir.is_dir():
+        raise ValueError(f"DIR {str(args.sweep_dir)!r} is not a sweep folder (no such folder)")
+    check_writable(args.sweep_dir, label="DIR", folder=True)
     done = reanalyse_sweep(args.sweep_dir, progress=not args.quiet)
     print(f"re-analysed {len(done)} runs in {args.sweep_dir}")
     return 0
 
 
 def _sweep_report(args: argparse.Namespace) -> int:
+    from perm_circuits.outputs import check_writable
+
+    check_writable(args.out)  # then the page's own checks (.html, exists, plotly.js beside it) before any reading
+
     from perm_circuits.views.sweep_report import write_sweep_report
 
     print(write_sweep_report(args.sweep_dir, args.out, force=args.force, title=args.title))
@@ -405,15 +492,52 @@ COMMANDS = {"train": _train, "evaluate": _evaluate, "info": _info, "report": _re
             "reproduce": _reproduce}
 
 
+USER_ERRORS = (ValueError, TypeError, OSError, ImportError, RecursionError)
+"""Errors a user can cause and fix (bad values, paths, files, a full disk, nested JSON): exit 2."""
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    if isinstance(error, (ValueError, TypeError)) and text:
+        return text
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _silence_stdout() -> None:
+    """After a BrokenPipeError: point stdout at /dev/null, so the interpreter's last flush is quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real stdout (captured): nothing to silence
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
-    args.argv = argv  # the command line, recorded in a trained checkpoint's metadata
+    args.argv = [a for a in argv if a != "--debug"]  # the command line, recorded in a trained checkpoint's metadata
+    debug = args.debug or os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
     try:
-        return COMMANDS[args.command](args)
-    except (ValueError, TypeError) as error:
-        print(f"perm-circuits {args.command}: error: {error}", file=sys.stderr)
-        return 2
+        code = COMMANDS[args.command](args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return code
+    except BrokenPipeError:  # | head closed stdout: stop quietly, as Unix tools do
+        _silence_stdout()
+        return 141
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"perm-circuits {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # noqa: BLE001 - every error ends in one line (--debug: the traceback)
+        if debug:
+            raise
+        if isinstance(error, USER_ERRORS):
+            print(f"perm-circuits {args.command}: error: {_one_line(error)}", file=sys.stderr)
+            return 2
+        print(f"perm-circuits {args.command}: error: {_one_line(error)} (an unexpected error: run with --debug "
+              "for the traceback, and report it)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import pandas as pd
 
 from perm_circuits.tasks.base import task_entries
 
-__all__ = ["REPRODUCTIONS", "Comparison", "Reproduction", "registered_reproductions", "reproduce"]
+__all__ = ["OUT_KIND", "REPRODUCTIONS", "Comparison", "Reproduction", "check_out", "registered_reproductions", "reproduce"]
 
 def registered_reproductions() -> dict[str, tuple[str, str]]:
     """``name -> (module, title)`` of every registered task's reproduction (its registry entry's
@@ -93,17 +93,21 @@ class Reproduction:
             lines += ["", f"paper-size run: {self.full_command}"]
         return "\n".join(lines)
 
-    def write(self, out: str | Path) -> list[Path]:
+    def write(self, out: str | Path, *, force: bool = False) -> list[Path]:
         """Write ``comparison.csv``, ``numbers.json`` and ``index.html`` (the table and every figure,
-        offline: plotly.js saved beside the page) into ``out``; returns the paths written."""
+        offline: plotly.js saved beside the page) into ``out``; returns the paths written.
+
+        ``out`` must be new, empty or an earlier reproduction's folder (:func:`check_out`), unless
+        ``force``; it is checked before anything is written."""
         import html
         import json
 
         from perm_circuits._util import atomic_write_text
+        from perm_circuits.outputs import mark_folder
         from perm_circuits.views.html import Section, html_page, plotly_js_file_name, write_plotly_js
 
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
+        out = check_out(out, force=force)
+        mark_folder(out, OUT_KIND)
         table = self.to_dataframe().to_html(index=False, escape=True, classes="pc-table")
         sections = [Section("Paper vs ours", table)]
         sections += [Section(name, figure.to_html(full_html=False, include_plotlyjs=False))
@@ -114,8 +118,30 @@ class Reproduction:
         atomic_write_text(written[0], self.to_dataframe().to_csv(index=False))
         atomic_write_text(written[1], json.dumps(dict(self.numbers), indent=2, default=float))
         atomic_write_text(written[2], html_page(self.title, sections, include_plotlyjs=plotly_js_file_name()))
-        written.append(write_plotly_js(out))
+        written.append(write_plotly_js(out, force=force))
         return written
+
+
+OUT_KIND = "reproduce"
+"""The marker kind of a reproduction's ``--out`` folder (:func:`perm_circuits.outputs.mark_folder`)."""
+
+
+def check_out(out: str | Path, *, force: bool = False) -> Path:
+    """``out`` as a Path once it is known that :meth:`Reproduction.write` may write there: writable
+    (:func:`perm_circuits.outputs.check_writable`), and new, empty or holding the marker of an earlier
+    reproduction, or ``force``; a plotly.js copy perm_circuits did not write is refused unless ``force``.
+    ValueError naming ``out`` otherwise, before any work."""
+    from perm_circuits.outputs import check_folder
+    from perm_circuits.views.html import foreign_plotly_js
+
+    if not isinstance(force, bool):
+        raise TypeError(f"force must be a bool, got {type(force).__name__}")
+    path = check_folder(out, OUT_KIND, force=force)
+    foreign = None if force or not path.is_dir() else foreign_plotly_js(path)
+    if foreign is not None:
+        raise ValueError(f"--out {str(foreign)!r} exists and perm_circuits did not write it; move it away, or pass "
+                         "--force to overwrite it")
+    return path
 
 
 def reproduce(name: str, *, quick: bool = False, progress: bool = True, device=None) -> Reproduction:

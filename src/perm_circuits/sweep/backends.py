@@ -21,10 +21,11 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from perm_circuits.ray_address import RAY_CONNECT_TIMEOUT, check_ray_address
 from perm_circuits.sweep.run import config_columns, run_one, versions
 from perm_circuits.sweep.spec import RunConfig
 
-__all__ = ["BACKENDS", "default_workers", "import_task_modules", "run_each", "run_local", "run_one_importing",
+__all__ = ["BACKENDS", "RAY_CONNECT_TIMEOUT", "check_ray_address", "default_workers", "import_task_modules", "run_each", "run_local", "run_one_importing",
            "run_pool", "run_ray", "run_serial", "task_modules"]
 
 BACKENDS = ("local", "ray", "serial")
@@ -222,6 +223,7 @@ def run_ray(runs: Sequence[RunConfig], on_result: OnResult, on_running: OnStart,
     started = False
     if not ray.is_initialized():
         if address:
+            check_ray_address(address)
             ray.init(address=address, log_to_driver=False)
         else:
             ray.init(num_cpus=workers or default_workers(), include_dashboard=False, log_to_driver=False)

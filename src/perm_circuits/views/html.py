@@ -33,9 +33,11 @@ from perm_circuits._util import atomic_write_text
 from perm_circuits.checks import check_str
 
 __all__ = [
+    "PLOTLY_JS_MARKER",
     "MountableView",
     "Section",
     "circuitsvis_bundle_js",
+    "foreign_plotly_js",
     "html_page",
     "local_script_refs",
     "mount_html",
@@ -163,12 +165,43 @@ def _plotly_js_text() -> str:
     return offline_plotly(get_plotlyjs())
 
 
-def write_plotly_js(folder: str | os.PathLike[str]) -> Path:
+PLOTLY_JS_MARKER = "/* perm_circuits: offline copy of plotly.js"
+"""The first line of the plotly.js copy :func:`write_plotly_js` saves: the mark of a copy it may replace."""
+
+
+@lru_cache(maxsize=1)
+def _plotly_js_file_text() -> str:
+    """The saved copy: :data:`PLOTLY_JS_MARKER`, then plotly.js with no CDN address."""
+    from plotly.offline import get_plotlyjs_version
+
+    return f"{PLOTLY_JS_MARKER} {get_plotlyjs_version()}, rewritten by perm_circuits */\n" + _plotly_js_text()
+
+
+def foreign_plotly_js(folder: str | os.PathLike[str]) -> Path | None:
+    """The ``plotly-<version>.min.js`` in ``folder`` when perm_circuits did not write it (it lacks
+    :data:`PLOTLY_JS_MARKER` and is not an earlier unmarked copy of exactly this text); else None."""
+    path = Path(folder) / plotly_js_file_name()
+    if not os.path.lexists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            if handle.read(len(PLOTLY_JS_MARKER)) == PLOTLY_JS_MARKER:
+                return None
+        text = _plotly_js_text()
+        if path.stat().st_size == len(text.encode("utf-8")) and path.read_text(encoding="utf-8") == text:
+            return None
+    except OSError:
+        pass
+    return path
+
+
+def write_plotly_js(folder: str | os.PathLike[str], *, force: bool = False) -> Path:
     """Save plotly.js (with no CDN address, see :func:`offline_plotly`) once into ``folder``.
 
     Pages in ``folder`` load it with ``html_page(..., include_plotlyjs=path.name)``.  The file is
     written atomically (temporary file + rename) and left alone when it already holds exactly
-    this text, so pages written together, or written again, share one copy.
+    this text, so pages written together, or written again, share one copy.  A file of that name
+    that perm_circuits did not write (:func:`foreign_plotly_js`) is refused unless ``force``.
 
     Returns:
         The path of the saved file, ``folder/plotly-<version>.min.js``.
@@ -177,9 +210,12 @@ def write_plotly_js(folder: str | os.PathLike[str]) -> Path:
     if not folder.is_dir():
         raise ValueError(f"folder {str(folder)!r} does not exist or is not a folder")
     path = folder / plotly_js_file_name()
-    text = _plotly_js_text()
+    text = _plotly_js_file_text()
     if path.is_file() and path.stat().st_size == len(text.encode("utf-8")) and path.read_text(encoding="utf-8") == text:
         return path
+    if not force and foreign_plotly_js(folder) is not None:
+        raise ValueError(f"{str(path)!r} exists and perm_circuits did not write it; move it away, or pass "
+                         "force=True (CLI: --force) to overwrite it")
     return atomic_write_text(path, text)
 
 

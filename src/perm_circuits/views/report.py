@@ -40,7 +40,7 @@ from perm_circuits.views import figures as F
 from perm_circuits.views.comparison_page import COMPARISON_SECTIONS, comparison_html
 from perm_circuits.views.circuit_hero import HERO_CSS, collapsible_section, circuit_hero
 from perm_circuits.views.figure_style import is_model
-from perm_circuits.views.html import Section, html_page, write_plotly_js
+from perm_circuits.views.html import Section, foreign_plotly_js, html_page, write_plotly_js
 from perm_circuits.views.model_page import (
     MIN_SECTION_N,
     MODEL_SECTIONS,
@@ -110,7 +110,13 @@ def check_out(out: object, force: object) -> Path:
         raise ValueError(f"out {str(path)!r} exists and is not a folder")
     if not isinstance(force, bool):
         raise TypeError(f"force must be a bool, got {type(force).__name__}")
-    if force or not path.is_dir() or (path / REPORT_MARKER).is_file() or not any(path.iterdir()):
+    if force or not path.is_dir():
+        return path
+    foreign = foreign_plotly_js(path)
+    if foreign is not None:
+        raise ValueError(f"{str(foreign)!r} exists and perm_circuits did not write it; move it away, or pass "
+                         "force=True (CLI: --force) to overwrite it")
+    if (path / REPORT_MARKER).is_file() or not any(path.iterdir()):
         return path
     raise ValueError(
         f"out {str(path)!r} is a non-empty folder that perm-circuits report did not write (no {REPORT_MARKER}); "
@@ -118,11 +124,11 @@ def check_out(out: object, force: object) -> Path:
     )
 
 
-def start_folder(out: Path, pages: list[Path]) -> str:
+def start_folder(out: Path, pages: list[Path], *, force: bool = False) -> str:
     """Create ``out`` with the pages' shared plotly.js, record it and ``pages`` (and the pages of earlier
     reports still there) in the marker, and return plotly.js's file name."""
     out.mkdir(parents=True, exist_ok=True)
-    plotly_js = write_plotly_js(out).name
+    plotly_js = write_plotly_js(out, force=force).name
     files = {plotly_js} | {page.name for page in pages}
     try:
         previous = json.loads((out / REPORT_MARKER).read_text(encoding="utf-8")).get("files", [])
@@ -371,7 +377,7 @@ def write_report(
         for entry in entries:
             entry.page = out / f"{_file_stem(entry.name, taken)}.html"
         pages = [entry.page for entry in entries] + ([out / INDEX_PAGE] if several else [])
-        plotly_js = start_folder(out, pages)
+        plotly_js = start_folder(out, pages, force=force)
         for entry in entries:
             state: dict[str, Any] = {"started": False}
 

@@ -19,7 +19,7 @@ import pandas as pd
 
 from perm_circuits._util import atomic_write_text
 from perm_circuits.checks import check_fraction
-from perm_circuits.views.html import TOPOJSON_LOCAL, Section, html_page, write_plotly_js
+from perm_circuits.views.html import TOPOJSON_LOCAL, Section, foreign_plotly_js, html_page, write_plotly_js
 from perm_circuits.views.sweep_figures import (
     PHASE_KEYS,
     check_frame,
@@ -138,6 +138,10 @@ def _check_out(out: object, force: object) -> Path:
         raise ValueError(f"out {str(path)!r} exists; pass force=True (--force) to overwrite it")
     if path.parent.exists() and not path.parent.is_dir():
         raise ValueError(f"out's folder {str(path.parent)!r} exists and is not a folder")
+    foreign = None if force else foreign_plotly_js(path.parent)
+    if foreign is not None:
+        raise ValueError(f"{str(foreign)!r} exists beside the page and perm_circuits did not write it; move it "
+                         "away, or pass force=True (--force) to overwrite it")
     return path
 
 
@@ -207,6 +211,6 @@ def write_sweep_report(
     )
     sections = [Section("", intro), *(Section(heading, body) for heading, body in zip(SWEEP_SECTIONS, bodies))]
     path.parent.mkdir(parents=True, exist_ok=True)
-    shared = write_plotly_js(path.parent).name
+    shared = write_plotly_js(path.parent, force=force).name
     page = html_page(title if title is not None else f"perm_circuits sweep: {origin}", sections, include_plotlyjs=shared)
     return atomic_write_text(path, page)

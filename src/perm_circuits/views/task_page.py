@@ -214,7 +214,7 @@ def render_task_report(
 
     stem = NAME_RE.sub("_", data.task_name if page is None else page)
     target = path / f"{stem}.html"
-    plotly_js = start_folder(path, [target])
+    plotly_js = start_folder(path, [target], force=force)
     atomic_write_text(target, html_page(title, sections, include_plotlyjs=plotly_js))
     return target
 
