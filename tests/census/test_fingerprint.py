@@ -93,3 +93,8 @@ def test_two_census_rows_rerun_from_scratch_give_the_same_fingerprint(tmp_path):
     kept = sorted(p.name for p in (tmp_path / "a" / "d16h1_s3" / "checkpoints").iterdir())
     assert kept == ["epoch_0001", "epoch_0002"]
     assert (tmp_path / "a" / "d16h1_s3" / "done.json").is_file()
+
+
+def test_task_must_be_the_permutation_task():
+    with pytest.raises(TypeError, match="permutation task"):
+        mechanism_fingerprint(None, task="bigram")

@@ -157,14 +157,15 @@ def _oracle_columns(model, test, hows: Sequence[str], accuracy: Mapping[str, flo
     return out
 
 
-def mechanism_fingerprint(model, *, task_config=None, n: int = 2000, n_circuit: int = 300, n_pair: int = 500,
+def mechanism_fingerprint(model, *, task=None, n: int = 2000, n_circuit: int = 300, n_pair: int = 500,
                           n_boot: int = 100, seed: int = 1234, hows: Sequence[str] | None = None,
                           circuit_hows: Sequence[str] = CIRCUIT_HOWS, name: str | None = None) -> Fingerprint:
     """The mechanism fingerprint of one permutation-study model (module docstring).
 
     Args:
         model: a study bridge (``load_pretrained``, ``load_checkpoint(...).model``, ``build_model``).
-        task_config: the task (default: the model's own, with repeat ratio 0.3 when it has none).
+        task: the permutation task, a ``TaskConfig`` or ``PermutationTask`` (default: the model's own, with
+            repeat ratio 0.3 when it has none).
         n: test sequences for the attention scores, the roles and the accuracies (seed ``seed``).
         n_circuit: at most this many sequences per skill for the oracle circuits.
         n_pair, n_boot: the roles' patching pairs and bootstrap resamples.
@@ -185,6 +186,11 @@ def mechanism_fingerprint(model, *, task_config=None, n: int = 2000, n_circuit: 
     unknown = [h for h in (*hows, *circuit_hows) if h not in HOWS]
     if unknown:
         raise ValueError(f"unknown ablation modes {unknown}; expected some of {list(HOWS)}")
+    if isinstance(task, PermutationTask):
+        task = task.config
+    if task is not None and not isinstance(task, TaskConfig):
+        raise TypeError(f"task must be the permutation task (a TaskConfig or PermutationTask), got {type(task).__name__}")
+    task_config = task
     if task_config is None:
         task_config = task_config_of(model)
         if task_config.repeat_ratio == 0:
