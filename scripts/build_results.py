@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     from perm_circuits.pages import build_pages, shipped_numbers, write_numbers, write_pages
     from perm_circuits.pages.attention import ATTENTION_TABLE, attention_csv, attention_table, write_attention_table
     from perm_circuits.pages.build import NUMBERS
+    from perm_circuits.pages.census_page import census_pages
     from perm_circuits.pages.discovery_page import discovery_pages
 
     stale_tables = []
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {ATTENTION_TABLE} ({len(attention)} rows)")
     if args.check:
         pages = pages if args.recompute else build_pages(ROOT)
-        pages = {**pages, **discovery_pages(ROOT)}
+        pages = {**pages, **discovery_pages(ROOT), **census_pages(ROOT)}
         stale = stale_tables + [str(p) for p, text in pages.items()
                                 if not (ROOT / p).is_file() or (ROOT / p).read_text(encoding="utf-8") != text]
         if stale:
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         print("up to date")
         return 0
     changed = []
-    for path, text in discovery_pages(ROOT).items():  # docs/discovery.md and its figures, from results/discovery.csv
+    for path, text in {**discovery_pages(ROOT), **census_pages(ROOT)}.items():  # docs/discovery.md, docs/census.md, figures
         target = ROOT / path
         if not target.is_file() or target.read_text(encoding="utf-8") != text:
             target.parent.mkdir(parents=True, exist_ok=True)
