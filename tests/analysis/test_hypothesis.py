@@ -123,3 +123,18 @@ def test_replacement_by_rules_keeps_the_metric_composes_and_leaves_no_hook(induc
     with pytest.raises(RuntimeError, match="rule failed"):
         run_logits(model, batch.inputs, hooks + [("blocks.0.attn.hook_z", boom)])
     assert hook_count(model) == 0
+
+
+def test_unnamed_random_needs_the_embedding_named(induction):
+    """Chan et al.'s stricter resampling: unnamed upstream components run on random rows, so the
+    tokens reach a component only through the named embedding."""
+    model, batch = induction
+    claims = {"L0H0": PREV, "L1H0@8": RECALLED, "L1H1@8": YS}
+    named = causal_scrub(model, Hypothesis.of({"embed": Feature.identity(), **claims}), batch, last_accuracy,
+                         n_boot=50, per_claim=False, unnamed="random")
+    assert named.recovery == pytest.approx(1.0) and named.forwards == 11
+    bare = causal_scrub(model, Hypothesis.of(claims), batch, last_accuracy, n_boot=50, per_claim=False,
+                        unnamed="random")
+    assert bare.ci_high < 0.2  # no component may read the tokens: nothing is recovered
+    with pytest.raises(ValueError, match="unnamed must be"):
+        causal_scrub(model, Hypothesis.of(claims), batch, last_accuracy, unnamed="fresh")

@@ -21,11 +21,16 @@ components). For a root row ``r``:
    number of forwards is the number of tree nodes);
 3. the metric of the resulting logits is read against row ``r``'s own targets.
 
-**Approximation against Chan et al.** Inside a named component's subtree the components the
-hypothesis does not name run on that component's source row ``s``, not on a fresh random row: a
-claim covers the whole input of its component except the named upstream components, which are
-claimed separately. Chan et al. resample every unnamed path into every node at random; that needs
-the residual split by path at every named node, which this module does only at the output. Rows
+**Approximation against Chan et al.** With ``unnamed="source"`` (the default), inside a named
+component's subtree the components the hypothesis does not name run on that component's source row
+``s``, not on a fresh random row: a claim covers the whole input of its component except the named
+upstream components, which are claimed separately. With ``unnamed="random"`` they run on a fresh
+random row, as in Chan et al. (a named embedding still reads its own source row): a component then
+reads the input only through the named components
+upstream of it, so a hypothesis must name the embedding (``embed``, at every position a component
+reads) wherever a component reads tokens directly. Either way the intervention is at hook points:
+an unnamed component downstream of a named one inside the same run sees the named one's patched
+value, where Chan et al. would feed it a random input on that path too. Rows
 are drawn from the batch itself (the batch is the data distribution), and the interval is a
 bootstrap over rows with the resampling draws held fixed. The per-claim breakdown scrubs one claim
 at a time: that component is set to its value on an agreeing row, every other activation is the
@@ -128,8 +133,9 @@ def _slices(component: Component, n_layers: int, store: dict[str, Tensor]) -> di
 class _Tree:
     """The treewise values of a hypothesis's named components on one batch."""
 
-    def __init__(self, model, tokens: Tensor, hypothesis: Hypothesis, generator: torch.Generator) -> None:
-        self.model, self.tokens, self.generator = model, tokens, generator
+    def __init__(self, model, tokens: Tensor, hypothesis: Hypothesis, generator: torch.Generator,
+                 unnamed: str = "source") -> None:
+        self.model, self.tokens, self.generator, self.unnamed = model, tokens, generator, unnamed
         self.n_layers = model_shape(model).n_layers
         self.claims = sorted(hypothesis.claims, key=lambda c: c.component.order)
         self.codes = [feature_codes(c.features, tokens) for c in self.claims]
@@ -148,7 +154,10 @@ class _Tree:
         if self.forwards > MAX_TREE_NODES:
             raise ValueError(f"the hypothesis's resampling tree needs more than {MAX_TREE_NODES} forwards; "
                              "name fewer chained components")
-        _, store = run_capture(self.model, self.tokens[source], component.hook_names(self.n_layers), hooks)
+        fresh = self.unnamed == "random" and component.kind != "embed"  # the embedding is the source's input
+        run = source if not fresh else torch.randint(len(self.tokens), source.shape,
+                                                                       generator=self.generator)
+        _, store = run_capture(self.model, self.tokens[run], component.hook_names(self.n_layers), hooks)
         return _slices(component, self.n_layers, store)
 
     def root_hooks(self, rows: Int[Tensor, " n"]) -> HookList:
@@ -163,7 +172,7 @@ def _recovery(scrubbed: Tensor, model: Tensor, random: Tensor) -> float:
     return float("nan") if gap == 0 else float(scrubbed.mean() - random.mean()) / gap
 
 
-def _check(model, hypothesis, batch, metric, n_boot, confidence, seed) -> Tensor:
+def _check(model, hypothesis, batch, metric, n_boot, confidence, seed, unnamed) -> Tensor:
     if not isinstance(hypothesis, Hypothesis):
         raise TypeError(f"hypothesis must be a Hypothesis, got {type(hypothesis).__name__}")
     tokens = batch_tokens(batch)
@@ -175,6 +184,8 @@ def _check(model, hypothesis, batch, metric, n_boot, confidence, seed) -> Tensor
     if not isinstance(confidence, float) or not 0 < confidence < 1:
         raise ValueError(f"confidence must be a float in (0, 1), got {confidence!r}")
     check_seed(seed)
+    if unnamed not in ("source", "random"):
+        raise ValueError(f"unnamed must be 'source' or 'random', got {unnamed!r}")
     return tokens
 
 
@@ -188,15 +199,18 @@ def causal_scrub(
     confidence: float = 0.95,
     seed: int = 0,
     per_claim: bool = True,
+    unnamed: str = "source",
 ) -> ScrubResult:
     """Scrub ``model`` under ``hypothesis`` on ``batch`` and report the recovered fraction of ``metric``.
 
     ``batch`` is the data distribution (tokens, a ``TaskBatch`` or a permutation ``Batch``); rows are
     resampled within it. ``metric(logits, batch)`` returns one value per row (read against the row's
-    own targets), mean-reduced here. Same ``seed``, same result, bit for bit. See the module
-    docstring for the resampling tree and how it approximates Chan et al. 2022.
+    own targets), mean-reduced here. ``unnamed`` says where the components a claim's subtree does
+    not name run: on the claim's source row (``"source"``) or on a random row (``"random"``, Chan
+    et al.'s). Same ``seed``, same result, bit for bit. See the module docstring for the resampling
+    tree and how it approximates Chan et al. 2022.
     """
-    tokens = _check(model, hypothesis, batch, metric, n_boot, confidence, seed)
+    tokens = _check(model, hypothesis, batch, metric, n_boot, confidence, seed, unnamed)
     n = tokens.shape[0]
     generator = torch.Generator().manual_seed(seed)
     rows = torch.arange(n)
@@ -207,7 +221,7 @@ def causal_scrub(
 
     clean = measure(tokens, [])
     random = measure(tokens[shuffled], [])
-    tree = _Tree(model, tokens, hypothesis, generator)
+    tree = _Tree(model, tokens, hypothesis, generator, unnamed)
     scrubbed = measure(tokens[shuffled], tree.root_hooks(rows)) if hypothesis.claims else random
 
     claims: list[ClaimRecovery] = []
