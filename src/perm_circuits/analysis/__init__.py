@@ -111,3 +111,13 @@ __all__ += ["AttentionScores", "TargetAttribution", "TaskReportData", "attention
             "target_logprob_gain", "task_report_data"]
 __all__ += ["ANY_TASK_HOWS", "TASK_HOWS", "TaskAblationRow", "TaskAblationTable", "TaskPatch", "ablate_tokens",
             "patch_activation", "patch_head", "target_logprob"]
+
+# --- hypotheses as objects: causal scrubbing, interchange interventions, replacement by rules (hypothesis)
+from perm_circuits.analysis.hypothesis import (  # noqa: E402
+    ClaimRecovery, Component, Feature, FeatureRule, HighLevelModel, Hypothesis, InterchangeResult, Retention,
+    ScrubResult, TableRule, causal_scrub, fit_table, interchange_accuracy, replace, retention,
+)
+
+__all__ += ["ClaimRecovery", "Component", "Feature", "FeatureRule", "HighLevelModel", "Hypothesis",
+            "InterchangeResult", "Retention", "ScrubResult", "TableRule", "causal_scrub", "fit_table",
+            "interchange_accuracy", "replace", "retention"]
