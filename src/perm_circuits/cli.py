@@ -125,9 +125,11 @@ def _parser() -> argparse.ArgumentParser:
     sr.add_argument("--title", help="page title")
     dc = sub.add_parser("discover", help="find a model's circuit with an edge-level method; print it and draw it")
     dc.add_argument("model", help="pretrained name or checkpoint folder")
-    dc.add_argument("--method", default="eap", help="eap (default), eap_ig, acdc, node_attribution, greedy_edges, "
-                    "mask_pruning, random_baseline or exhaustive_oracle")
-    dc.add_argument("--how", default="resample", help="ablation mode of the edges: zero, mean, resample (default), optimal")
+    from perm_circuits.ablation_modes import mode_help
+    from perm_circuits.discovery.registry import method_help  # the registries load no torch
+
+    dc.add_argument("--method", default="eap", help=f"{method_help('eap')} (or one an --import module registers)")
+    dc.add_argument("--how", default="resample", help=f"ablation mode of the edges: {mode_help('edges', 'resample')}")
     dc.add_argument("--samples", type=_positive_int, default=500, help="test sequences (default 500)")
     dc.add_argument("--seed", type=int, default=0)
     dc.add_argument("--out", type=Path, help="write the circuit's picture here (.svg or .html; default "
@@ -272,11 +274,13 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _discover(args: argparse.Namespace) -> int:
-    from perm_circuits.discovery import discover
+    from perm_circuits.discovery import discover, get_method
     from perm_circuits.views.circuit_graph import circuit_graph
 
     if args.out is not None and args.out.suffix.lower() not in (".svg", ".html"):
         raise ValueError(f"--out must end in .svg or .html, got {str(args.out)!r}")
+    _import_modules(args.imports)  # a module may register a method
+    get_method(args.method)  # an unknown method is refused before the model loads
     model, checkpoint = _load(args)
     task = checkpoint.task if checkpoint is not None else None
     result = discover(model, method=args.method, how=args.how, task=task, n=args.samples, seed=args.seed)
