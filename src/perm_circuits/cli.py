@@ -329,7 +329,7 @@ def _info(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from perm_circuits.tasks.checkpoint import load_task_checkpoint, task_record
-    from perm_circuits.views.report import write_report
+    from perm_circuits.reports import write_report
 
     _import_modules(args.imports)
     on_tasks = [item for item in args.models if task_record(item) is not None]
@@ -340,7 +340,7 @@ def _report(args: argparse.Namespace) -> int:
         paths = write_report(study, args.out, n=args.samples or 5000, progress=not args.quiet, force=args.force,
                              device=args.device)
     if loaded:
-        from perm_circuits.views.task_page import task_report
+        from perm_circuits.reports import task_report
 
         taken = {path.stem.lower() for path in paths}
         for item, checkpoint in loaded:
