@@ -29,7 +29,7 @@ from perm_circuits._util import atomic_write_text
 from perm_circuits.analysis.report_data import StudyReportData
 from perm_circuits.models import model_config_of
 from perm_circuits.views import figures as F
-from perm_circuits.views.comparison_page import COMPARISON_SECTIONS, comparison_html
+from perm_circuits.views.comparison_page import COMPARISON_SECTIONS
 from perm_circuits.views.circuit_hero import HERO_CSS, collapsible_section, circuit_hero
 from perm_circuits.views.html import Section, html_page, write_plotly_js
 from perm_circuits.views.model_page import (
@@ -39,7 +39,6 @@ from perm_circuits.views.model_page import (
     PATCH_MAX_N,
     RECALL_MAX_N,
     ROLES_MAX_N,
-    STUDY_REPEAT_RATIO,
     ModelEntry,
     circuits_table,
     claims_table,
