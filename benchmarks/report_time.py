@@ -33,7 +33,7 @@ def main() -> None:
     args = parser.parse_args()
 
     start = time.perf_counter()
-    from perm_circuits.views.report import write_report
+    from perm_circuits.reports import write_report
 
     print(f"import perm_circuits.views.report: {time.perf_counter() - start:.2f} s")
     folder = Path(tempfile.mkdtemp(prefix="report_time_"))

@@ -25,6 +25,10 @@ with install_import_hook("perm_circuits", "beartype.beartype"):
     import perm_circuits.discovery  # noqa: F401,E402
     import perm_circuits.discovery.ground_truth  # noqa: F401,E402
     import perm_circuits.discovery.scoring  # noqa: F401,E402
+    import perm_circuits.reports  # noqa: F401,E402
+
+    for _name in perm_circuits.discovery.__all__:  # lazy too: load them under the hook
+        getattr(perm_circuits.discovery, _name)
 
     # The package's top-level names load on first use; load them all under the hook so every
     # module they come from is checked, as when `import perm_circuits` loaded them eagerly.

@@ -22,7 +22,8 @@ from perm_circuits.tasks.runner import TaskEvaluation, measure_task, reference_a
 from perm_circuits.tasks import TASKS, FitConfig, PermutationTask, Task, TaskBatch, task_from_dict
 from perm_circuits.tasks.permutation import as_batch, as_task_batch
 from perm_circuits.views.html import local_script_refs, remote_resource_refs
-from perm_circuits.views.task_page import attention_patterns, task_report
+from perm_circuits.analysis.probes.task_attribution import attention_patterns
+from perm_circuits.reports import task_report
 from test_tasks_base import Successor, Tiny
 
 REPEATED = TaskConfig(repeat_ratio=0.3)

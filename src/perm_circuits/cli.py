@@ -144,9 +144,11 @@ def _parser() -> argparse.ArgumentParser:
     sr.add_argument("--title", help="page title")
     dc = command("discover", help="find a model's circuit with an edge-level method; print it and draw it")
     dc.add_argument("model", help="pretrained name or checkpoint folder")
-    dc.add_argument("--method", default="eap", help="eap (default), eap_ig, acdc, node_attribution, greedy_edges, "
-                    "mask_pruning, random_baseline or exhaustive_oracle")
-    dc.add_argument("--how", default="resample", help="ablation mode of the edges: zero, mean, resample (default), optimal")
+    from perm_circuits.ablation_modes import mode_help
+    from perm_circuits.discovery.registry import method_help  # the registries load no torch
+
+    dc.add_argument("--method", default="eap", help=f"{method_help('eap')} (or one an --import module registers)")
+    dc.add_argument("--how", default="resample", help=f"ablation mode of the edges: {mode_help('edges', 'resample')}")
     dc.add_argument("--samples", type=_positive_int, default=500, help="test sequences (default 500)")
     dc.add_argument("--seed", type=int, default=0)
     dc.add_argument("--out", type=Path, help="write the circuit's picture here (.svg or .html; default "
@@ -319,9 +321,11 @@ def _discover(args: argparse.Namespace) -> int:
     out = args.out or Path(f"circuit_{Path(args.model).name}_{args.method}_{args.how}.svg")
     check_new_file(out, force=args.force)  # before the discovery's work
 
-    from perm_circuits.discovery import discover
+    from perm_circuits.discovery import discover, get_method
     from perm_circuits.views.circuit_graph import circuit_graph
 
+    _import_modules(args.imports)  # a module may register a method
+    get_method(args.method)  # an unknown method is refused before the model loads
     model, checkpoint = _load(args)
     task = checkpoint.task if checkpoint is not None else None
     result = discover(model, method=args.method, how=args.how, task=task, n=args.samples, seed=args.seed)
@@ -372,8 +376,9 @@ def _report(args: argparse.Namespace) -> int:
 
     check_writable(args.out, folder=True)  # before loading or computing anything
 
+    from perm_circuits.reports import write_report
     from perm_circuits.tasks.checkpoint import load_task_checkpoint, task_record
-    from perm_circuits.views.report import check_out, write_report
+    from perm_circuits.views.report import check_out
 
     check_out(args.out, args.force)
     _import_modules(args.imports)
@@ -385,7 +390,7 @@ def _report(args: argparse.Namespace) -> int:
         paths = write_report(study, args.out, n=args.samples or 5000, progress=not args.quiet, force=args.force,
                              device=args.device)
     if loaded:
-        from perm_circuits.views.task_page import task_report
+        from perm_circuits.reports import task_report
 
         taken = {path.stem.lower() for path in paths}
         for item, checkpoint in loaded:

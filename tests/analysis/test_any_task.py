@@ -35,7 +35,8 @@ from perm_circuits.hooks import hook_count, run_logits
 from perm_circuits.systems.forner_model import teacher_model
 from perm_circuits.tasks import PermutationTask
 from perm_circuits.views.html import remote_resource_refs
-from perm_circuits.views.task_page import render_task_report, task_report
+from perm_circuits.reports import task_report
+from perm_circuits.views.task_page import render_task_report
 
 
 @pytest.fixture(scope="module")

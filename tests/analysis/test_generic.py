@@ -31,7 +31,7 @@ from perm_circuits.systems.forner_model import FornerConfig, FornerModel, teache
 from perm_circuits.tasks import PermutationTask
 from perm_circuits.tasks.permutation import as_batch
 from perm_circuits.views.html import remote_resource_refs
-from perm_circuits.views.task_page import task_report
+from perm_circuits.reports import task_report
 
 
 class _Attn(nn.Module):

@@ -258,8 +258,9 @@ def test_one_head_per_layer_in_two_layers_gets_the_multi_head_claims():
 
 def test_figures_have_a_panel_or_row_per_head_of_every_layer(induction, batch):
     from perm_circuits.views import figures as F
+    from perm_circuits.analysis import figure_data as D
 
-    attention = F.attention_heatmaps(induction, batch)
+    attention = F.attention_heatmaps(D.mean_attention(induction, batch))
     titles = [a.text for a in attention.layout.annotations]
     assert all(any(name in t for t in titles) for name in ("L0H0", "L0H1", "L1H0", "L1H1"))
     table = ablation_table(induction, hows=("zero",), test_set=batch)
@@ -272,7 +273,7 @@ def test_figures_have_a_panel_or_row_per_head_of_every_layer(induction, batch):
 
 def test_report_of_a_two_layer_checkpoint_renders_offline(induction, tmp_path):
     from perm_circuits.views.html import remote_resource_refs
-    from perm_circuits.views.report import write_report
+    from perm_circuits.reports import write_report
 
     folder = save_model(induction, tmp_path / "induction", task_config_of(induction))
     (page,) = write_report([folder], tmp_path / "report", n=200, progress=False)

@@ -18,6 +18,7 @@ from perm_circuits import ModelConfig, TaskConfig, TrainingHistory, build_model,
 from perm_circuits.evaluate import probe_probabilities
 from perm_circuits.hooks import hook_count
 from perm_circuits.views.html import remote_resource_refs
+from perm_circuits.analysis import figure_data as D
 
 if "perm_circuits.views.figures" not in sys.modules:  # check annotations at runtime, like conftest
     with install_import_hook("perm_circuits.views.figures", "beartype.beartype"):
@@ -60,7 +61,7 @@ def _mean_pattern(model, tokens) -> torch.Tensor:
 
 
 def test_attention_heatmaps_values_and_labels(wide, test_set):
-    fig = F.attention_heatmaps(wide, test_set)
+    fig = F.attention_heatmaps(D.mean_attention(wide, test_set))
     assert isinstance(fig, go.Figure)
     assert len(fig.data) == 2 and [t.name for t in fig.data] == ["L0H0", "L0H1"]
     expected = _mean_pattern(wide, test_set.inputs)
@@ -79,7 +80,7 @@ def test_attention_heatmaps_values_and_labels(wide, test_set):
 
 
 def test_attention_heatmaps_repeated_split(wide, small, test_set):
-    fig = F.attention_heatmaps(wide, test_set, repeated="split")
+    fig = F.attention_heatmaps(D.mean_attention(wide, test_set, repeated="split"))
     assert len(fig.data) == 4
     titles = [a.text for a in fig.layout.annotations]
     n_rep = int(test_set.repeated.sum())
@@ -87,44 +88,44 @@ def test_attention_heatmaps_repeated_split(wide, small, test_set):
     assert f"L0H0: new last query (n={200 - n_rep})" in titles
     expected = _mean_pattern(wide, test_set.inputs[test_set.repeated])
     np.testing.assert_allclose(_z(fig.data[3])[8], expected[1, 8].numpy(), atol=1e-6)
-    only = F.attention_heatmaps(small, test_set, repeated=True)
+    only = F.attention_heatmaps(D.mean_attention(small, test_set, repeated=True))
     assert len(only.data) == 1
 
 
 def test_attention_heatmaps_bad_inputs(small, test_set):
     with pytest.raises(ValueError, match="repeated"):
-        F.attention_heatmaps(small, test_set, repeated="both")
+        F.attention_heatmaps(D.mean_attention(small, test_set, repeated="both"))
     plain = make_test_set(TaskConfig(), n=50)
     with pytest.raises(ValueError, match="no sequences"):
-        F.attention_heatmaps(small, plain, repeated=True)
+        F.attention_heatmaps(D.mean_attention(small, plain, repeated=True))
     with pytest.raises(TypeError):
-        F.attention_heatmaps(small, test_set.inputs)
+        F.attention_heatmaps(D.mean_attention(small, test_set.inputs))
     with pytest.raises(TypeError, match="TransformerBridge"):
-        F.attention_heatmaps("d16h1", test_set)
+        F.attention_heatmaps(D.mean_attention("d16h1", test_set))
     assert hook_count(small) == 0
 
 
 def test_sequence_attention(wide):
-    fig = F.sequence_attention(wide, [2, 4, 5, 3, 4, 5, 3, 2, 2])
+    fig = F.sequence_attention(D.sequence_attention_patterns(wide, [2, 4, 5, 3, 4, 5, 3, 2, 2]))
     assert len(fig.data) == 2
     labels = list(fig.data[0].x)
     assert labels[0] == "0: x=2" and labels[1] == "1: y=4" and labels[8] == "8: x=2"
     expected = _mean_pattern(wide, probe_sequence())
     np.testing.assert_allclose(_z(fig.data[1])[8], expected[1, 8].numpy(), atol=1e-6)
     assert "[2,4, 5,3, 4,5, 3,2, 2]" in fig.layout.title.text
-    same = F.sequence_attention(wide, probe_sequence()[0])
+    same = F.sequence_attention(D.sequence_attention_patterns(wide, probe_sequence()[0]))
     np.testing.assert_allclose(_z(same.data[0])[5, :6], _z(fig.data[0])[5, :6])
 
 
 def test_sequence_attention_bad_inputs(small):
     with pytest.raises(ValueError, match="one sequence"):
-        F.sequence_attention(small, probe_sequence().repeat(2, 1))
+        F.sequence_attention(D.sequence_attention_patterns(small, probe_sequence().repeat(2, 1)))
     with pytest.raises(ValueError, match="length"):
-        F.sequence_attention(small, [2, 4, 5])
+        F.sequence_attention(D.sequence_attention_patterns(small, [2, 4, 5]))
     with pytest.raises(ValueError, match="1..5"):
-        F.sequence_attention(small, [2, 4, 5, 3, 4, 5, 3, 2, 7])
+        F.sequence_attention(D.sequence_attention_patterns(small, [2, 4, 5, 3, 4, 5, 3, 2, 7]))
     with pytest.raises(TypeError):
-        F.sequence_attention(small, torch.ones(9))
+        F.sequence_attention(D.sequence_attention_patterns(small, torch.ones(9)))
     assert hook_count(small) == 0
 
 
@@ -177,7 +178,7 @@ def test_step_accuracy_bad_inputs(evaluations):
 
 
 def test_walkthrough_study_sequence(small):
-    fig = F.walkthrough(small)
+    fig = F.walkthrough(D.walkthrough_distributions(small))
     assert len(fig.data) == 15  # 5 steps x (model, Bayes uniform, Bayes train)
     titles = [a.text for a in fig.layout.annotations]
     assert [t.split("target y=")[1] for t in titles] == ["3", "5", "4", "2", "1"]
@@ -198,7 +199,7 @@ def test_walkthrough_study_sequence(small):
 
 
 def test_walkthrough_probe_marks_recall_and_trap(small):
-    fig = F.walkthrough(small, probe_sequence())
+    fig = F.walkthrough(D.walkthrough_distributions(small, probe_sequence()))
     last = fig.data[12]
     assert list(last.x) == ["y=1<br>trap", "y=2<br>✕ used", "y=3<br>✕ used", "y=4<br>✓ recall", "y=5<br>✕ used"]
     np.testing.assert_allclose(fig.data[13].y, [0, 0, 0, 1, 0], atol=1e-6)  # uniform prior: recall
@@ -207,17 +208,17 @@ def test_walkthrough_probe_marks_recall_and_trap(small):
 
 def test_walkthrough_bad_inputs(small):
     with pytest.raises(ValueError, match="not consistent"):
-        F.walkthrough(small, [2, 3, 2, 4, 1, 5, 3, 2, 5])
+        F.walkthrough(D.walkthrough_distributions(small, [2, 3, 2, 4, 1, 5, 3, 2, 5]))
     with pytest.raises(ValueError, match="length"):
-        F.walkthrough(small, [2, 3, 1])
+        F.walkthrough(D.walkthrough_distributions(small, [2, 3, 1]))
     with pytest.raises(ValueError, match="one sequence"):
-        F.walkthrough(small, probe_sequence().repeat(2, 1))
+        F.walkthrough(D.walkthrough_distributions(small, probe_sequence().repeat(2, 1)))
     with pytest.raises(TypeError):
-        F.walkthrough(small, [2.0, 3, 1, 5, 4, 4, 3, 2, 5])
+        F.walkthrough(D.walkthrough_distributions(small, [2.0, 3, 1, 5, 4, 4, 3, 2, 5]))
 
 
 def test_probe_distribution(small, wide):
-    fig = F.probe_distribution({"d16h1": small, "d32h2": wide})
+    fig = F.probe_distribution(D.probe_distributions({"d16h1": small, "d32h2": wide}))
     assert len(fig.data) == 5
     assert [t.name for t in fig.data][0] == "y=1 (elimination trap)"
     assert fig.data[3].name == "y=4 (recall answer)"
@@ -232,11 +233,11 @@ def test_probe_distribution(small, wide):
 
 def test_probe_distribution_bad_inputs(small):
     with pytest.raises(ValueError, match="empty"):
-        F.probe_distribution({})
+        F.probe_distribution(D.probe_distributions({}))
     with pytest.raises(TypeError):
-        F.probe_distribution([small])
+        F.probe_distribution(D.probe_distributions([small]))
     with pytest.raises(ValueError, match="V=5"):
-        F.probe_distribution({"v4": build_model(ModelConfig(d_model=8, n_heads=1, V=4))})
+        F.probe_distribution(D.probe_distributions({"v4": build_model(ModelConfig(d_model=8, n_heads=1, V=4))}))
 
 
 # ----------------------------------------------------------------------------- heatmaps
@@ -498,7 +499,7 @@ def test_probe_curves_from_memory_tracker(small):
 
 
 def test_write_html_is_offline(tmp_path, small):
-    fig = F.walkthrough(small)
+    fig = F.walkthrough(D.walkthrough_distributions(small))
     path = F.write_html(fig, tmp_path / "walkthrough.html")
     page = path.read_text(encoding="utf-8")
     assert page.startswith("<html>") or page.lstrip().lower().startswith(("<html", "<!doctype"))
@@ -540,7 +541,7 @@ def test_pages_render_in_chromium(tmp_path, wide, test_set):
     from tests.views.browser import open_page, require_chromium
 
     require_chromium()
-    fig = F.attention_heatmaps(wide, test_set)
+    fig = F.attention_heatmaps(D.mean_attention(wide, test_set))
     report = open_page(F.write_html(fig, tmp_path / "attention.html"))
     assert report.ok, report
     assert report.plotly_total == 1

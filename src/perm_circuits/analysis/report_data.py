@@ -43,6 +43,14 @@ from torch import Tensor
 from perm_circuits.analysis.interventions.ablation import ablation_table
 from perm_circuits.analysis.circuits.criteria import circuit_metrics, propose_circuit
 from perm_circuits.analysis.circuits.results import CircuitMetrics
+from perm_circuits.analysis.figure_data import (
+    example_activations,
+    example_sequences,
+    mean_attention,
+    probe_distributions,
+    walkthrough_distributions,
+)
+from perm_circuits.analysis.figure_results import ExampleActivations, MeanAttention, ProbeDistribution, Walkthrough
 from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, TASK_HOWS
 from perm_circuits.analysis.interventions.ablation_table import TaskAblationTable, components_of
 from perm_circuits.analysis.probes.task_attribution import (
@@ -257,6 +265,10 @@ class StudyReportData:
     dla: Any
     skills: Mapping[str, Any] = field(default_factory=dict)
     findings: tuple[str, ...] = ()
+    walkthrough: Walkthrough | None = None
+    probe: ProbeDistribution | None = None
+    attention: MeanAttention | None = None
+    examples: ExampleActivations | None = None
 
 
 SKILL_METHOD, SKILL_HOW, SKILL_ROWS = "acdc", "resample", 300
@@ -301,6 +313,8 @@ def study_report_data(
     repeat_ratio: float,
     step: Callable[[str], None] | None = None,
     roles: Callable[..., Any] | None = None,
+    name: str | None = None,
+    min_attention_n: int = 100,
 ) -> StudyReportData:
     """Every analysis of a study model's report page, computed once.
 
@@ -308,9 +322,13 @@ def study_report_data(
     repeats, so the recall subgroup exists) and the recall generalisation (``n_recall`` per
     position); the head-role verdict on ``n_roles`` sequences (``n_patch`` patching pairs,
     ``n_boot`` resamples); recall patching per head and per head x source position; the FFN
-    probes, MLP flips, memory probes and direct logit attribution.  ``step(label)`` is called before
-    each stage; ``roles`` replaces :func:`~perm_circuits.analysis.study.verdict.head_roles` (same
-    arguments).
+    probes, MLP flips, memory probes and direct logit attribution; the figures' data
+    (:mod:`~perm_circuits.analysis.figure_data`: the walkthrough, the probe distribution under
+    ``name`` (default the model's name; V = 5 models), the mean attention on at least
+    ``min_attention_n`` test sequences, split by last query where both subgroups exist) and one
+    forward pass over the example sequences for the interactive views.  ``step(label)`` is called
+    before each stage; ``roles`` replaces :func:`~perm_circuits.analysis.study.verdict.head_roles`
+    (same arguments).
     """
     from perm_circuits.analysis import (
         direct_logit_attribution,
@@ -350,5 +368,20 @@ def study_report_data(
     from perm_circuits.tasks.permutation import as_task_batch
 
     skills = _skills(model, as_task_batch(test_set), max_rows=SKILL_ROWS)
+    step("figures")
+    walkthrough, probe = None, None
+    if config.V == 5:
+        walkthrough = walkthrough_distributions(model)
+        probe = probe_distributions({name or config.name: model})
+    else:
+        example = example_sequences(task, test_set)
+        if example:
+            walkthrough = walkthrough_distributions(model, example[0][1])
+    attention_set = test_set if n >= min_attention_n else make_test_set(analysis_task, n=min_attention_n)
+    both = bool(attention_set.repeated.any()) and bool((~attention_set.repeated).any())
+    attention = mean_attention(model, attention_set, repeated="split" if both else None)
+    step("views")
+    examples = example_activations(model, task, example_sequences(task, test_set))
     return StudyReportData(task, analysis_task, test_set, evaluation, generalisation, verdict, head_sweep,
-                           source_sweep, ffns, memory, flips, dla, skills, study_findings(evaluation, verdict, skills))
+                           source_sweep, ffns, memory, flips, dla, skills, study_findings(evaluation, verdict, skills),
+                           walkthrough, probe, attention, examples)

@@ -8,7 +8,8 @@
 - Methods, each returning a :class:`DiscoveryResult`: :func:`acdc`, :func:`eap`, :func:`eap_ig`,
   :func:`node_attribution`, :func:`greedy_edges`, :func:`mask_pruning`, :func:`random_baseline`
   and :func:`exhaustive_oracle`.
-- :func:`discover`: one entry point by method name (what a command line calls).
+- :func:`discover`: one entry point by method name (what a command line calls); the names are
+  those of :mod:`~perm_circuits.discovery.registry` (:func:`register_method` adds one).
 - Ground truth and scoring: :mod:`~perm_circuits.discovery.ground_truth` (circuits known by
   construction, per ablation mode: weight-built and tracr-compiled models),
   :mod:`~perm_circuits.discovery.tracr_models` (RASP programs compiled with tracr and converted
@@ -20,24 +21,37 @@
   :func:`~perm_circuits.discovery.benchmark.benchmark_curves`: the faithfulness curves behind its areas.
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING
 
-from perm_circuits.discovery.benchmark import METHODS, benchmark_curves, run_benchmark
-from perm_circuits.discovery.edge_hooks import edge_hooks
-from perm_circuits.discovery.graph import (
-    CircuitGraph,
-    circuit_graph_of,
-    edge_name,
-    head_of,
-    promote_edge,
-    promote_edges,
-    split_edge,
-)
-from perm_circuits.discovery.interventions import HOWS, EdgeIntervention, prepare_edges, target_logprob_metric
-from perm_circuits.discovery.methods import acdc, eap, eap_ig, edge_attribution, node_attribution, random_baseline
-from perm_circuits.discovery.oracle import exhaustive_oracle
-from perm_circuits.discovery.result import DiscoveryResult
-from perm_circuits.discovery.search import greedy_edges, mask_pruning
+from perm_circuits._lazy import attach
+
+# Re-exports, loaded on first use (perm_circuits._lazy): importing the method registry loads no torch.
+if TYPE_CHECKING:
+    from perm_circuits.discovery.benchmark import benchmark_curves, run_benchmark
+    from perm_circuits.discovery.edge_hooks import edge_hooks
+    from perm_circuits.discovery.graph import (
+        CircuitGraph,
+        circuit_graph_of,
+        edge_name,
+        head_of,
+        promote_edge,
+        promote_edges,
+        split_edge,
+    )
+    from perm_circuits.discovery.interventions import HOWS, EdgeIntervention, prepare_edges, target_logprob_metric
+    from perm_circuits.discovery.methods import acdc, eap, eap_ig, edge_attribution, node_attribution, random_baseline
+    from perm_circuits.discovery.oracle import exhaustive_oracle
+    from perm_circuits.discovery.registry import (
+        METHODS,
+        Method,
+        discover,
+        get_method,
+        method_names,
+        register_method,
+        unregister_method,
+    )
+    from perm_circuits.discovery.result import DiscoveryResult
+    from perm_circuits.discovery.search import greedy_edges, mask_pruning
 
 __all__ = [
     "HOWS",
@@ -45,6 +59,7 @@ __all__ = [
     "CircuitGraph",
     "DiscoveryResult",
     "EdgeIntervention",
+    "Method",
     "acdc",
     "benchmark_curves",
     "circuit_graph_of",
@@ -55,52 +70,21 @@ __all__ = [
     "edge_hooks",
     "edge_name",
     "exhaustive_oracle",
+    "get_method",
     "greedy_edges",
     "head_of",
     "mask_pruning",
+    "method_names",
     "node_attribution",
     "prepare_edges",
     "promote_edge",
     "promote_edges",
     "random_baseline",
+    "register_method",
     "run_benchmark",
     "split_edge",
     "target_logprob_metric",
+    "unregister_method",
 ]
 
-
-def discover(model, method: str = "eap", how: str = "resample", task=None, *, n: int = 500, seed: int = 0,
-             batch=None, **kwargs) -> DiscoveryResult:
-    """Run one discovery method by name on a model and a task's test set.
-
-    Args:
-        model: a TransformerLens 4 model.
-        method: a key of :data:`METHODS`.
-        how: the ablation mode (``"zero"``, ``"mean"``, ``"resample"``, ``"optimal"``).
-        task: any :class:`~perm_circuits.tasks.Task`; default the model's permutation task
-            (``PermutationTask(task_config_of(model))``).
-        n, seed: the test set (``task.test_set(n, seed=seed + 1234)``) when ``batch`` is not given;
-            ``seed`` also seeds the method.
-        batch: a :class:`~perm_circuits.tasks.TaskBatch` or tokens to use instead of the test set.
-        kwargs: the method's options (``metric``, ``corrupted``, ``n_edges``, ``tau``, ...).
-    """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {sorted(METHODS)}, got {method!r}")
-    if how not in HOWS:
-        raise ValueError(f"how must be one of {HOWS}, got {how!r}")
-    if batch is None:
-        if task is None:
-            from perm_circuits.model_shape import is_permutation_model
-            from perm_circuits.models import task_config_of
-            from perm_circuits.tasks import PermutationTask
-
-            if not is_permutation_model(model):
-                raise ValueError(f"{type(model).__name__} is not a permutation-lookup model: pass task= (its test set "
-                                 "and target log-probability are the default) or batch= (a TaskBatch, or token ids "
-                                 "with metric=)")
-            task = PermutationTask(task_config_of(model))
-        if not hasattr(task, "test_set"):
-            raise TypeError("task must have a test_set(n, seed) method (the Task interface), got "
-                            f"{type(task).__name__}")
-        batch = task.test_set(n, seed=seed + 1234)
-    return METHODS[method](model, batch, how=how, seed=seed, **kwargs)
+attach(__name__, __file__)

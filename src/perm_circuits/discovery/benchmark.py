@@ -41,15 +41,14 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from perm_circuits.ablation_modes import modes
 from perm_circuits.checks import check_int, check_seed
 from perm_circuits.devices import device_forward
 from perm_circuits.discovery.ground_truth import induction_ground_truths, tracr_ground_truths
 from perm_circuits.discovery.interventions import prepare_edges
-from perm_circuits.discovery.methods import acdc, eap, eap_ig, node_attribution, random_baseline
-from perm_circuits.discovery.oracle import exhaustive_oracle
+from perm_circuits.discovery.registry import METHODS, get_method, method_names
 from perm_circuits.discovery.result import prefix_masks
 from perm_circuits.discovery.scoring import average_precision, circuit_metrics, faithfulness_area, roc_auc
-from perm_circuits.discovery.search import greedy_edges, mask_pruning
 from perm_circuits.discovery.tracr_models import cached_tracr_model, tracr_available
 from perm_circuits.handbuilt import build_induction_model
 from perm_circuits.models import load_pretrained, task_config_of
@@ -68,11 +67,11 @@ BENCHMARK_COLUMNS = (
 )
 """The columns of :func:`run_benchmark`'s table (``results/discovery.csv``), in order."""
 
-METHODS = {f.__name__: f for f in (acdc, eap, eap_ig, node_attribution, greedy_edges, mask_pruning, random_baseline,
-                                   exhaustive_oracle)}
-"""Discovery methods by name (re-exported as ``perm_circuits.discovery.METHODS``)."""
-DEFAULT_METHODS = tuple(METHODS)
-DEFAULT_HOWS = ("zero", "mean", "resample")
+DEFAULT_METHODS = method_names()
+"""The methods registered with the library (:mod:`~perm_circuits.discovery.registry`), in its order: the
+benchmark's default and the docs tables' row order.  :data:`METHODS` (the registry's live view) holds
+methods registered later too; ``methods=None`` runs every one of them."""
+DEFAULT_HOWS = modes("edges", default=True)
 TRAINED = ("d16h1", "d32h1", "d32h2", "d16h1l2-any")
 ORACLE_BEST = "oracle_best"
 """The method name :func:`benchmark_curves` gives the oracle's best faithfulness at each size."""
@@ -205,19 +204,14 @@ def score_result(result, ei, truth, *, oracle=None) -> dict:
     return row
 
 
-def _method_options(method: str, lean: bool) -> dict:
-    return {"mask_pruning": {"steps": 60 if lean else 300},
-            "exhaustive_oracle": {"max_size": 8, "max_subsets": 300_000 if lean else 3_000_000}}.get(method, {})
-
-
-def run_benchmark(models: Sequence[str] | None = None, methods: Sequence[str] = DEFAULT_METHODS,
+def run_benchmark(models: Sequence[str] | None = None, methods: Sequence[str] | None = None,
                   hows: Sequence[str] = DEFAULT_HOWS, seeds: Sequence[int] = (0, 1, 2), n: int = 300, *,
                   lean: bool = True, progress: bool = True) -> pd.DataFrame:
     """Score every method on every model under each ablation mode and seed (module docstring).
 
     Args:
         models: names from :func:`benchmark_models` (default: all of them).
-        methods: names from :data:`~perm_circuits.discovery.METHODS`.
+        methods: names from :data:`~perm_circuits.discovery.METHODS` (default: every registered method).
         hows: ablation modes among ``zero``, ``mean``, ``resample``; a constructed truth that does
             not claim a mode skips it.
         seeds: one row per seed: the test batch (seed ``1000 + seed``), the resample pairing and the
@@ -264,6 +258,7 @@ def _benchmark_runs(models, methods, hows, seeds, n, *, lean, progress):
                             f"wrap one in a list")
     registry = benchmark_models()
     models = list(registry) if models is None else list(models)
+    methods = method_names() if methods is None else methods
     for kind, given, known in (("models", models, registry), ("methods", methods, METHODS),
                                ("hows", hows, DEFAULT_HOWS)):
         unknown = [x for x in given if x not in known]
@@ -287,7 +282,7 @@ def _benchmark_runs(models, methods, hows, seeds, n, *, lean, progress):
         oracle = None
         if ei.n_edges <= MAX_ORACLE_EDGES:
             oracle = METHODS["exhaustive_oracle"](intervention=ei, seed=seed,
-                                                  **_method_options("exhaustive_oracle", lean))
+                                                  **get_method("exhaustive_oracle").benchmark_options(lean))
         elif not truths:
             raise ValueError(f"{name} has {ei.n_edges} edges: too many for the oracle, and no constructed truth")
         oracle_time = time.perf_counter() - start
@@ -302,11 +297,11 @@ def _benchmark_runs(models, methods, hows, seeds, n, *, lean, progress):
                     continue
                 result = oracle
             else:
-                result = METHODS[method](intervention=ei, seed=seed, **_method_options(method, lean))
+                result = METHODS[method](intervention=ei, seed=seed, **get_method(method).benchmark_options(lean))
             yield _Run(name, how, seed, method, ei, result, oracle, oracle_time, frozenset(truth), source, truth_modes)
 
 
-def benchmark_curves(models: Sequence[str] | None = None, methods: Sequence[str] = DEFAULT_METHODS,
+def benchmark_curves(models: Sequence[str] | None = None, methods: Sequence[str] | None = None,
                      hows: Sequence[str] = ("resample",), seeds: Sequence[int] = (0,), n: int = 60, *,
                      lean: bool = True, progress: bool = True) -> pd.DataFrame:
     """Faithfulness against the number of edges kept, per method: the curves whose areas are

@@ -54,6 +54,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from perm_circuits.ablation_modes import modes
 from perm_circuits.checks import check_int, check_seed
 from perm_circuits.devices import model_device
 from perm_circuits.discovery.graph import CircuitGraph, circuit_graph_of, head_of
@@ -62,7 +63,7 @@ from perm_circuits.tasks.base import TaskBatch, check_target_classes
 
 __all__ = ["HOWS", "EdgeIntervention", "Metric", "prepare_edges", "target_logprob_metric"]
 
-HOWS = ("zero", "mean", "resample", "optimal")
+HOWS = modes("edges")  # the edge interventions' ablation modes (perm_circuits.ablation_modes)
 Metric = Callable[[Tensor], Tensor]
 _GELU_TANH = partial(torch.nn.functional.gelu, approximate="tanh")
 _ACTS = {**ACTIVATIONS, "gelu_fast": _GELU_TANH, "gelu_pytorch_tanh": _GELU_TANH}

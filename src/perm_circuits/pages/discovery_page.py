@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from perm_circuits.discovery.benchmark import DEFAULT_METHODS, ORACLE_BEST, TRAINED
+from perm_circuits.discovery.benchmark import DEFAULT_HOWS, DEFAULT_METHODS, ORACLE_BEST, TRAINED
 from perm_circuits.discovery.scoring import edge_components
 from perm_circuits.pages.render import format_value, render
 from perm_circuits.views.circuit_graph import circuit_graph
@@ -142,7 +142,7 @@ def _cell(values: pd.Series, fmt: str = "f2") -> str:
 
 def _summary_block(table: pd.DataFrame, truth: str) -> str:
     part = table[table.truth == truth]
-    hows = [h for h in ("zero", "mean", "resample") if h in set(part.how)]
+    hows = [h for h in DEFAULT_HOWS if h in set(part.how)]
     lines = ["| method | " + " | ".join(f"{h}: ROC AUC / PR AUC" for h in hows)
              + " | recall / precision (edges) | exact (edges / heads) | faithfulness area | oracle regret "
              "| wall time (s) | forward passes |",
@@ -215,7 +215,7 @@ def discovery_numbers(table: pd.DataFrame) -> dict[str, object]:
             set(str(c).split()) == t for c, t in zip(rows.circuit.fillna(""), truths)) / len(rows)
     for model in SHIPPED:
         described, edges, _ = DESCRIBED[model]
-        for how in ("zero", "mean", "resample"):
+        for how in DEFAULT_HOWS:
             rows = table[(table.model == model) & (table.how == how) & (table.method == "exhaustive_oracle")]
             if rows.empty:
                 continue
@@ -287,7 +287,7 @@ def recall_numbers(recall: pd.DataFrame) -> dict[str, object]:
 
 
 def _recall_block(recall: pd.DataFrame, numbers: dict[str, object]) -> str:
-    hows = [h for h in ("zero", "mean", "resample") if h in set(recall.how)]
+    hows = [h for h in DEFAULT_HOWS if h in set(recall.how)]
     lines = ["| model | described components | " + " | ".join(f"recall circuit, {h}: components (seeds reaching 0.9, "
                                                               f"mean edges)" for h in hows) + " | verdict |",
              "|---|---|" + "---|" * len(hows) + "---|"]

@@ -34,14 +34,12 @@ __all__ = [
 
 # --- imported lazily (they pull in the analyses and plotly): name -> module of perm_circuits.views
 _LAZY = {
-    "write_report": "report",  # the HTML report
     "phase_diagram": "sweep_figures",
     "epoch_to_recall": "sweep_figures",
     "roles_frequency": "sweep_figures",
     "sweep_summary": "sweep_report",
     "write_sweep_report": "sweep_report",
-    "task_report": "task_page",  # the generic "task model" page
-    "render_task_report": "task_page",  # the same page from computed analysis.report_data.TaskReportData
+    "render_task_report": "task_page",  # the "task model" page of computed analysis.report_data.TaskReportData
 }
 __all__ += list(_LAZY)
 

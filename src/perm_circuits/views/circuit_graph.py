@@ -44,12 +44,11 @@ class CircuitGraph:
     title: str = ""
 
     def to_html(self) -> str:
-        """A standalone offline HTML page holding the SVG."""
-        title = html.escape(self.title or "circuit")
-        return (
-            "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
-            f"<title>{title}</title></head>\n<body style='margin:16px;background:#fff'>\n{self.svg}\n</body></html>\n"
-        )
+        """A standalone offline HTML page holding the SVG (built by :func:`perm_circuits.views.html.html_page`)."""
+        from perm_circuits.views.html import html_page
+
+        return html_page(self.title or "circuit", [self.svg], heading=False,
+                         css="body { margin: 16px; background: #fff; }")
 
     def save(self, path) -> Path:
         """Write ``.svg`` (the SVG alone) or ``.html`` (a page), atomically; returns the path."""

@@ -1,6 +1,6 @@
 """The report's comparison page (``index.html``): several models side by side.
 
-:func:`~perm_circuits.views.report.write_report` writes it when given several models; its sections
+:func:`~perm_circuits.reports.write_report` writes it when given several models; its sections
 are :data:`COMPARISON_SECTIONS`.
 """
 
@@ -13,7 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from perm_circuits.models import describe, model_config_of
+from perm_circuits.analysis.figure_results import ProbeDistribution
+from perm_circuits.models import describe
 from perm_circuits.views import figures as F
 from perm_circuits.views.html import Section, html_page
 from perm_circuits.views.model_page import ModelEntry
@@ -88,9 +89,9 @@ def comparison_html(entries: Sequence[ModelEntry], plotly_js: bool | str = True)
             add(fig(F.step_accuracy(ev)))
 
     add(h2_html("Probe distribution"))
-    probe_models = {e.name: e.model for e in entries if model_config_of(e.model).V == 5}
-    if probe_models:
-        add(fig(F.probe_distribution(probe_models)))
+    probes = {name: probs for e in entries if e.probe is not None for name, probs in e.probe.probs.items()}
+    if probes:
+        add(fig(F.probe_distribution(ProbeDistribution(probes))))
     else:
         add(html_note("No model has V = 5, for which the study's probe is defined."))
 

@@ -3,19 +3,14 @@ five-step walkthrough (section 06) and the memorization probe (section 07)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
-from jaxtyping import Float, Int
 from plotly.subplots import make_subplots
-from torch import Tensor
 
-from perm_circuits.evaluate import Evaluation, probe_probabilities, value_probs
-from perm_circuits.hooks import run_logits
-from perm_circuits.models import model_config_of, task_config_of
-from perm_circuits.tasks.permutation_posterior import bayes_posterior
-from perm_circuits.tasks.permutation_data import PROBE_SEQUENCE, make_sequence, validate_tokens
+from perm_circuits.analysis.figure_results import STUDY_SEQUENCE, ProbeDistribution, Walkthrough
+from perm_circuits.evaluate import Evaluation
+from perm_circuits.tasks.permutation_data import PROBE_SEQUENCE
 from perm_circuits.views.figure_style import (
     BAYES_COLOR,
     BAYES_TRAIN_COLOR,
@@ -24,23 +19,12 @@ from perm_circuits.views.figure_style import (
     MODEL_PALETTE,
     NEUTRAL_COLORS,
     RECALL_COLOR,
-    check_model,
-    check_str,
+    check_result,
     format_sequence,
     house_style,
 )
 
 __all__ = ["STUDY_SEQUENCE", "probe_distribution", "step_accuracy", "walkthrough"]
-
-STUDY_SEQUENCE: tuple[int, ...] = (2, 3, 1, 5, 4, 4, 3, 2, 5)
-"""Section 06's test sequence ``[2,3, 1,5, 4,4, 3,2, 5]`` (mapping 2->3, 1->5, 4->4, 3->2, 5->1;
-the last target is 1)."""
-
-
-def _value_probs(model, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch step value"]:
-    """P(y = v), v = 1..V, at every y-prediction position of ``model`` on ``tokens``."""
-    return value_probs(run_logits(model, tokens).float(), model_config_of(model).V).cpu()
-
 
 def _unique_names(names: Sequence[str]) -> list[str]:
     seen: dict[str, int] = {}
@@ -134,8 +118,9 @@ def _bayes_key(evaluation: Evaluation) -> tuple[tuple[float, ...], tuple[float, 
     )
 
 
-def walkthrough(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"] | None = None) -> go.Figure:
-    """The study's five-step walkthrough (section 06): predicted distribution vs the posterior.
+def walkthrough(data: Walkthrough) -> go.Figure:
+    """The study's five-step walkthrough (section 06): predicted distribution vs the posterior, from
+    :func:`~perm_circuits.analysis.figure_data.walkthrough_distributions`.
 
     One subplot per y-prediction step ``k``: the model's P(y = v) for ``v = 1..V`` next to the
     exact Bayesian posterior with the uniform prior and with the train-split prior
@@ -143,29 +128,13 @@ def walkthrough(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"] | None 
     the values already used (``✕``), and at a repeated last query the recall answer and the
     elimination trap.  The last step's target is the uniform posterior's point mass (the
     unused value, or the earlier ``y`` of a repeated query).
-
-    Args:
-        tokens: one sequence ``[x1, y1, ..., xV]``; default :data:`STUDY_SEQUENCE`
-            ``[2,3, 1,5, 4,4, 3,2, 5]`` (target 1).  ``probe_sequence()`` shows recall vs the trap.
     """
-    check_model(model)
-    V = model_config_of(model).V
-    task = task_config_of(model)
-    if tokens is None:
-        if V != 5:
-            raise ValueError(f"the study's default sequence is for V=5, model has V={V}: pass tokens")
-        tokens = list(STUDY_SEQUENCE)
-    if isinstance(tokens, Tensor):
-        tokens = validate_tokens(tokens, V)
-        if tokens.shape[0] != 1:
-            raise ValueError(f"tokens must be one sequence, got a batch of {tokens.shape[0]}")
-    seq = make_sequence(tokens if isinstance(tokens, (list, tuple)) else tokens[0], V)  # validated
-    model_probs = _value_probs(model, seq)[0]  # [step, value]
-    uniform = bayes_posterior(seq, task, "uniform")
-    train = bayes_posterior(seq, task, "train")
-    ids = seq[0].tolist()
+    check_result("data", data, Walkthrough, "analysis.figure_data.walkthrough_distributions(model, tokens)")
+    V = data.V
+    model_probs = data.model_probs
+    ids = list(data.tokens)
     xs, ys = ids[0::2], ids[1::2]
-    targets = ys + [int(uniform.probs[0, -1].argmax()) + 1]
+    targets = ys + [int(data.uniform[-1].argmax()) + 1]
     values = list(range(1, V + 1))
 
     titles = []
@@ -181,12 +150,12 @@ def walkthrough(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"] | None 
         notes = {v: "<br>✕ used" for v in used} | ({} if trap is None else {trap: "<br>trap"})
         notes[targets[k]] = f"<br>✓ {'recall' if repeated else 'target'}"  # the target's note wins
         ticks = [f"y={v}{notes.get(v, '')}" for v in values]
-        fallback = bool(train.fallback[0, k])
+        fallback = data.train_fallback[k]
         series = (
             ("model", model_probs[k], MODEL_COLOR, True),
-            ("Bayes, uniform prior", uniform.probs[0, k], BAYES_COLOR, False),
+            ("Bayes, uniform prior", data.uniform[k], BAYES_COLOR, False),
             ("Bayes, train prior" + (" (= uniform: no train permutation fits)" if fallback else ""),
-             train.probs[0, k], BAYES_TRAIN_COLOR, False),
+             data.train[k], BAYES_TRAIN_COLOR, False),
         )
         for name, probs, color, labelled in series:
             group = name.split(" (")[0]
@@ -206,32 +175,21 @@ def walkthrough(model, tokens: Sequence[int] | Int[Tensor, "*batch seq"] | None 
     fig.update_yaxes(range=[0, 1.1], title_text="P(y = v)", row=1, col=1)
     fig.update_xaxes(title_text="value v")
     title = (
-        f"{model_config_of(model).name}: predicted distribution vs exact Bayesian posterior, "
+        f"{data.model_name}: predicted distribution vs exact Bayesian posterior, "
         f"step by step on {format_sequence(ids)}"
     )
     return house_style(fig, title, height=560, width=max(900, 320 * V))
 
 
-def probe_distribution(models: Mapping[str, Any]) -> go.Figure:
-    """P(y = v) at the last position of the probe ``[2,4, 5,3, 4,5, 3,2, 2]`` per model (section 07).
+def probe_distribution(data: ProbeDistribution) -> go.Figure:
+    """P(y = v) at the last position of the probe ``[2,4, 5,3, 4,5, 3,2, 2]`` per model (section 07),
+    from :func:`~perm_circuits.analysis.figure_data.probe_distributions`.
 
     ``x5 = x1 = 2``: recall answers 4 (orange), elimination's trap is 1, the only unused value
-    (blue).  One bar group per model; the other values are grey.
-
-    Args:
-        models: ``{label: model}`` (V = 5 models), drawn in the given order.
+    (blue).  One bar group per model, in the given order; the other values are grey.
     """
-    if not isinstance(models, Mapping):
-        raise TypeError(f"models must be a dict of name -> model, got {type(models).__name__}")
-    if not models:
-        raise ValueError("models is empty")
-    for name, model in models.items():
-        check_str("model name", name)
-        check_model(model)
-        V = model_config_of(model).V
-        if V != 5:
-            raise ValueError(f"the probe is defined for V=5, model {name!r} has V={V}")
-    probs = {name: probe_probabilities(model).tolist() for name, model in models.items()}
+    check_result("data", data, ProbeDistribution, "analysis.figure_data.probe_distributions({name: model})")
+    probs = data.probs
     names = list(probs)
     fig = go.Figure()
     neutral = iter(NEUTRAL_COLORS)

@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 import pandas as pd
 import plotly.graph_objects as go
 
+from perm_circuits.analysis.figure_results import format_sequence  # noqa: F401  (the views import it from here)
 from perm_circuits.checks import check_int, check_str  # noqa: F401  (the views import check_str from here)
 
 __all__ = [
@@ -80,6 +81,13 @@ def is_model(item: object) -> bool:
     return hasattr(item, "cfg") and hasattr(item, "hook_dict") and callable(item)
 
 
+def check_result(name: str, value: object, kind: type, computed_by: str) -> None:
+    """TypeError unless ``value`` is a ``kind`` result (a view draws computed results; ``computed_by``
+    says which analysis computes it)."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be a {kind.__name__} (computed by {computed_by}), got {type(value).__name__}")
+
+
 def check_model(model: object) -> None:
     """TypeError unless ``model`` is a hooked model (:func:`is_model`)."""
     if not is_model(model):
@@ -123,9 +131,3 @@ def position_labels(n_positions: int) -> list[str]:
 def position_label(position: int) -> str:
     """``"2: x2"``: a sequence position and the token role it holds (x at even, y at odd positions)."""
     return f"{position}: {'x' if position % 2 == 0 else 'y'}{position // 2 + 1}"
-
-
-def format_sequence(tokens: Sequence[int]) -> str:
-    """``[2,3, 1,5, 4]``: pairs separated by spaces, as the study writes them."""
-    pairs = [",".join(str(t) for t in tokens[i : i + 2]) for i in range(0, len(tokens), 2)]
-    return "[" + ", ".join(pairs) + "]"

@@ -9,6 +9,7 @@ Re-exports every figure of :mod:`~perm_circuits.views.attention_figures`,
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -27,7 +28,7 @@ from perm_circuits.views.figure_style import (
     Tabular,
     position_labels,
 )
-from perm_circuits.views.html import TOPOJSON_LOCAL, offline_plotly, write_plotly_js
+from perm_circuits.views.html import TOPOJSON_LOCAL, html_page, offline_plotly, write_plotly_js
 from perm_circuits.views.table_figures import FFN_COLUMNS, ablation_heatmap, ffn_table, heatmap, patching_heatmap
 from perm_circuits.views.training_figures import DEFAULT_CURVES, probe_curves, training_curves
 
@@ -60,7 +61,8 @@ __all__ = [
 
 
 def write_html(fig: go.Figure, path: str | os.PathLike, *, plotly_js: str = "inline") -> Path:
-    """Write ``fig`` as a full HTML page that works offline (written atomically); returns the path.
+    """Write ``fig`` as a full HTML page that works offline (written atomically, built by
+    :func:`~perm_circuits.views.html.html_page`, titled by the figure's title); returns the path.
 
     ``plotly_js="inline"`` (the default: one standalone file you can mail or move) inlines plotly.js
     (``include_plotlyjs=True``, never ``"cdn"``) and the page has no ``<script src=...>``.
@@ -83,6 +85,9 @@ def write_html(fig: go.Figure, path: str | os.PathLike, *, plotly_js: str = "inl
     if not path.parent.is_dir():
         raise ValueError(f"folder {str(path.parent)!r} does not exist")
     include: bool | str = True if plotly_js == "inline" else write_plotly_js(path.parent).name
-    page = fig.to_html(full_html=True, include_plotlyjs=include,
-        config={"displaylogo": False, "topojsonURL": TOPOJSON_LOCAL})
+    div = fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False,
+                                                                      "topojsonURL": TOPOJSON_LOCAL})
+    title = fig.layout.title.text or path.stem  # the figure draws its own title: no page heading
+    page = html_page(re.sub(r"<[^>]+>", " ", title), [div], include_plotlyjs=include, heading=False,
+                     css="body { margin: 0; }")
     return atomic_write_text(path, offline_plotly(page))

@@ -308,8 +308,12 @@ def html_page(
     sections: Sequence[SectionLike],
     *,
     include_plotlyjs: bool | str = False,
+    heading: bool = True,
+    css: str | None = None,
 ) -> str:
-    """Assemble one offline HTML page.
+    """Assemble one offline HTML page: every HTML page the library writes is built here (the report,
+    task, comparison, sweep and reproduction pages, a circuitsvis view's page, a figure's page
+    (:func:`perm_circuits.views.figures.write_html`) and the circuit picture's standalone page).
 
     The circuitsvis bundle is inlined once (only when a view is present) and
     each view is mounted in its own div; plotly.js is loaded once in ``<head>``
@@ -323,11 +327,18 @@ def html_page(
         include_plotlyjs: True: inline plotly.js; False: none; a relative ``.js`` path (e.g.
             ``plotly_js_file_name()``): a ``<script src>`` to that local file.  URLs, absolute
             paths and ``..`` are refused (ValueError).
+        heading: open the body with ``<h1>title</h1>`` (False: a page holding one figure or picture
+            that carries its own title).
+        css: the page's style sheet (default the house style: a sans-serif body with a margin).
 
     Returns:
         The full HTML document.
     """
     check_str("title", title)
+    if not isinstance(heading, bool):
+        raise TypeError(f"heading must be a bool, got {type(heading).__name__}")
+    if css is not None and not isinstance(css, str):
+        raise TypeError(f"css must be a str or None, got {type(css).__name__}")
     if isinstance(sections, (str, Section)) or not isinstance(sections, Sequence):
         raise TypeError(f"sections must be a list, got {type(sections).__name__}")
     plotly_script = _plotly_head_script(include_plotlyjs)
@@ -339,9 +350,10 @@ def html_page(
     body = "\n".join(_section_html(s, i) for i, s in enumerate(normalised))
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f"<title>{_html.escape(title)}</title>\n<style>{_PAGE_CSS}</style>\n"
+        f"<title>{_html.escape(title)}</title>\n<style>{_PAGE_CSS if css is None else css}</style>\n"
         + "\n".join(head_scripts)
-        + f"\n</head>\n<body>\n<h1>{_html.escape(title)}</h1>\n{body}\n</body>\n</html>\n"
+        + "\n</head>\n<body>\n" + (f"<h1>{_html.escape(title)}</h1>\n" if heading else "")
+        + f"{body}\n</body>\n</html>\n"
     )
 
 

@@ -1,7 +1,7 @@
 """The per-model report page's content: sample sizes, what a page computed, and its sections as HTML.
 
-:mod:`perm_circuits.views.report` runs the analyses of one model and assembles its page
-(``_model_page``) from the renderers here.
+:func:`perm_circuits.views.report.model_page_html` assembles one model's page from the renderers here
+(the analyses computed by :func:`perm_circuits.reports.write_report`).
 """
 
 from __future__ import annotations
@@ -14,12 +14,10 @@ from typing import Any
 import pandas as pd
 import torch
 
+from perm_circuits.analysis.figure_results import ExampleActivations, ProbeDistribution
 from perm_circuits.evaluate import Evaluation, RecallGeneralisation
 from perm_circuits.models import describe, model_config_of
-from perm_circuits.tasks.permutation_posterior import bayes_posterior
-from perm_circuits.tasks.permutation_data import PROBE_SEQUENCE, Batch, TaskConfig, make_sequence
-from perm_circuits.views import figures as F
-from perm_circuits.views.figure_style import format_sequence
+from perm_circuits.tasks.permutation_data import TaskConfig
 from perm_circuits.views.circuits import (
     OfflineView,
     attention_view,
@@ -78,6 +76,7 @@ class ModelEntry:
     sizes: dict[str, str] = field(default_factory=dict)
     probe_views: list[tuple[str, OfflineView]] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    probe: ProbeDistribution | None = None
 
 
 def evaluation_html(evaluation: Evaluation) -> str:
@@ -190,59 +189,26 @@ def claims_table(verdict: Any) -> str:
     return status_cells(html_table(frame, wide=True))
 
 
-def _last_target(seq: torch.Tensor, task: TaskConfig) -> int:
-    """The last step's correct y: the earlier y of a repeated query, else the unused value."""
-    return int(bayes_posterior(seq, task, "uniform").probs[0, -1].argmax()) + 1
-
-
-def example_sequences(task: TaskConfig, test_set: Batch) -> list[tuple[str, torch.Tensor]]:
-    """The study's probe and walkthrough sequences (V = 5), else one repeated and one new test sequence."""
-    if task.V == 5:
-        return [
-            ("probe " + format_sequence(list(PROBE_SEQUENCE)) + " (recall answers 4, elimination's trap is 1)",
-             make_sequence(list(PROBE_SEQUENCE), 5)),
-            ("walkthrough sequence " + format_sequence(list(F.STUDY_SEQUENCE)) + " (target 1)",
-             make_sequence(list(F.STUDY_SEQUENCE), 5)),
-        ]
-    out = []
-    for label, rows in (("repeated", test_set.repeated), ("new", ~test_set.repeated)):
-        index = torch.nonzero(rows).flatten()
-        if len(index):
-            seq = test_set.inputs[index[:1]]
-            out.append((f"test sequence {format_sequence(seq[0].tolist())} ({label} last query)", seq))
-    return out
-
-
-def model_views(model: Any, task: TaskConfig, test_set: Batch) -> list[tuple[str, OfflineView]]:
-    """circuitsvis views from one forward pass over the example sequences."""
-    config = model_config_of(model)
-    examples = example_sequences(task, test_set)
-    if not examples:
+def model_views(acts: ExampleActivations | None) -> list[tuple[str, OfflineView]]:
+    """circuitsvis views of one forward pass over the example sequences
+    (:func:`~perm_circuits.analysis.figure_data.example_activations`): every layer's attention and
+    P(correct y) per step on each example, the MLP neurons that fire on the first."""
+    if acts is None:
         return []
-    tokens = torch.cat([seq for _, seq in examples])
-    layers = range(config.n_layers)
-    wanted = {f"blocks.{l}.attn.hook_pattern" for l in layers} | {f"blocks.{l}.mlp.hook_post" for l in layers}
-    with torch.no_grad():
-        logits, cache = model.run_with_cache(tokens, names_filter=lambda name: name in wanted)
-    probs = logits[:, 0::2].float().softmax(-1).cpu()
     views: list[tuple[str, OfflineView]] = []
-    for i, (label, seq) in enumerate(examples):
-        ids = seq[0].tolist()
-        labels = token_labels(ids)
-        for layer in layers:
-            pattern = cache[f"blocks.{layer}.attn.hook_pattern"][i].detach().float().cpu()
-            names = [f"L{layer}H{h}" for h in range(config.n_heads)]
+    for label, ids, targets, pattern, correct in zip(acts.labels, acts.tokens, acts.targets, acts.patterns,
+                                                     acts.correct):
+        labels = token_labels(list(ids))
+        for layer in range(pattern.shape[0]):
+            names = [f"L{layer}H{h}" for h in range(pattern.shape[1])]
             title = f"Attention of every head of layer {layer} on the {label}"
-            views.append((title, attention_view(pattern, labels, names, title=title)))
-        targets = ids[1::2] + [_last_target(seq, task)]
-        correct = torch.tensor([float(probs[i, k, t]) for k, t in enumerate(targets)])
+            views.append((title, attention_view(pattern[layer], labels, names, title=title)))
         step_labels = [f"\u00a0{2 * k}: x={ids[2 * k]} → y={t}\u00a0" for k, t in enumerate(targets)]
         title = f"P(correct y) at each prediction position of the {label}"
         views.append((title, colored_tokens_view(step_labels, correct, title=title, min_value=0.0, max_value=1.0)))
-    label = examples[0][0]
-    labels = token_labels(examples[0][1][0].tolist())
-    for layer in layers:
-        post = cache[f"blocks.{layer}.mlp.hook_post"][0].detach().float().cpu()
+    label = acts.labels[0]
+    labels = token_labels(list(acts.tokens[0]))
+    for layer, post in enumerate(acts.mlp_post):
         # neurons that fire somewhere on the sequence, most active first (circuitsvis shows the
         # first one; an all-zero neuron would render as blank tokens)
         peak = post.max(dim=0).values

@@ -1,8 +1,9 @@
-"""The HTML report: one self-contained, offline page per model, and a comparison page.
+"""The HTML report's pages: one self-contained, offline page per model, and a comparison page.
 
-:func:`write_report` (``perm-circuits report NAME... --out DIR``) has each model's analyses
-computed by :func:`perm_circuits.analysis.report_data.study_report_data` and writes
-``DIR/NAME.html``: the head-role verdict (its claims, roles under every ablation mode and the
+:func:`perm_circuits.reports.write_report` (``perm-circuits report NAME... --out DIR``) has each
+model's analyses computed by :func:`perm_circuits.analysis.report_data.study_report_data`, and
+:func:`model_page_html` here renders them into ``DIR/NAME.html`` (views render; they run no model):
+the head-role verdict (its claims, roles under every ablation mode and the
 circuit proposed per skill with its IOI numbers), the evaluation against the exact Bayesian
 posteriors, the study's figures, the memory-probe (Bietti et al. 2023), MLP-flip and
 direct-logit-attribution tables, circuitsvis views of one forward pass over the study's probe and
@@ -11,7 +12,7 @@ several models it also writes ``DIR/index.html`` side by side (:data:`COMPARISON
 Pages inline the circuitsvis bundle and share one plotly.js saved beside them
 (:func:`perm_circuits.views.html.write_plotly_js`): they work with no network.
 
-Sample sizes (:func:`write_report`'s ``n``, capped for the head-role verdict and the patching
+Sample sizes (``write_report``'s ``n``, capped for the head-role verdict and the patching
 sweeps) keep the whole report a few seconds per model.  The sections are rendered by
 :mod:`perm_circuits.views.model_page` and :mod:`perm_circuits.views.comparison_page` with the
 helpers of :mod:`perm_circuits.views.report_html`.
@@ -22,24 +23,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-import torch
-from tqdm import tqdm
 
 from perm_circuits._util import atomic_write_text
-from perm_circuits.analysis import head_roles
-from perm_circuits.analysis.report_data import study_report_data
-from perm_circuits.checks import check_int
-from perm_circuits.models import model_config_of, task_config_of
-from perm_circuits.tasks.permutation_data import make_test_set
+from perm_circuits.analysis.report_data import StudyReportData
+from perm_circuits.models import model_config_of
 from perm_circuits.views import figures as F
-from perm_circuits.views.comparison_page import COMPARISON_SECTIONS, comparison_html
+from perm_circuits.views.comparison_page import COMPARISON_SECTIONS
 from perm_circuits.views.circuit_hero import HERO_CSS, collapsible_section, circuit_hero
-from perm_circuits.views.figure_style import is_model
 from perm_circuits.views.html import Section, foreign_plotly_js, html_page, write_plotly_js
 from perm_circuits.views.model_page import (
     MIN_SECTION_N,
@@ -48,12 +39,10 @@ from perm_circuits.views.model_page import (
     PATCH_MAX_N,
     RECALL_MAX_N,
     ROLES_MAX_N,
-    STUDY_REPEAT_RATIO,
     ModelEntry,
     circuits_table,
     claims_table,
     evaluation_html,
-    example_sequences,
     generalisation_html,
     history_frame,
     model_views,
@@ -84,18 +73,22 @@ __all__ = [
     "PATCH_MAX_N",
     "RECALL_MAX_N",
     "ROLES_MAX_N",
-    "write_report",
+    "check_out",
+    "file_stem",
+    "model_page_html",
+    "start_folder",
 ]
 
 INDEX_PAGE = "index.html"
 """File name of the comparison page (written when several models are given)."""
 
-_MODEL_STEPS = ("evaluate", "head roles", "patching", "FFN and memory", "figures", "views", "write")
+MODEL_STEPS = ("evaluate", "head roles", "patching", "FFN and memory", "circuits", "figures", "views", "write")
+"""The stages of one model's page (the progress bar's steps)."""
 NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 REPORT_MARKER = ".perm-circuits-report.json"
-"""The file :func:`write_report` leaves in its folder (the pages it wrote): such a folder may be rewritten."""
+"""The file ``write_report`` leaves in its folder (the pages it wrote): such a folder may be rewritten."""
 
 
 def check_out(out: object, force: object) -> Path:
@@ -140,28 +133,7 @@ def start_folder(out: Path, pages: list[Path], *, force: bool = False) -> str:
     return plotly_js
 
 
-def _resolve(item: object, index: int, device=None) -> tuple[str, str, Any]:
-    """(name, where it came from, model) of one ``models`` entry; raises before any writing."""
-    from perm_circuits.models import CONFIG_FILE, list_pretrained, load_any
-
-    if isinstance(item, (str, os.PathLike)):
-        text = os.fspath(item)
-        if not isinstance(text, str) or not text:
-            raise ValueError(f"models[{index}] must be a pretrained name or a checkpoint folder, got {item!r}")
-        model = load_any(text, device=device)  # a checkpoint folder wins over a pretrained name
-        folder = Path(text)
-        if text in list_pretrained() and not (folder.is_dir() and (folder / CONFIG_FILE).is_file()):
-            return text, f"pretrained model {text!r} (shipped with perm_circuits)", model
-        folder = folder.resolve()
-        return folder.name, f"checkpoint folder {str(folder)!r}", model
-    if is_model(item):
-        return model_config_of(item).name, "model object passed to write_report", item
-    raise TypeError(
-        f"models[{index}] must be a pretrained name, a checkpoint folder or a model, got {type(item).__name__}"
-    )
-
-
-def _file_stem(name: str, taken: set[str]) -> str:
+def file_stem(name: str, taken: set[str]) -> str:
     stem = NAME_RE.sub("_", name).strip("._") or "model"
     candidate, k = stem, 2
     while candidate.lower() in taken:
@@ -170,14 +142,15 @@ def _file_stem(name: str, taken: set[str]) -> str:
     return candidate
 
 
-def _model_page(entry: ModelEntry, n: int, step: Any, plotly_js: bool | str = True) -> str:
-    """Run every analysis of one model and assemble its page (``step(label)`` reports progress).
+def model_page_html(entry: ModelEntry, data: StudyReportData, n: int, plotly_js: bool | str = True) -> str:
+    """One model's page from its computed analyses (:func:`~perm_circuits.analysis.report_data.study_report_data`
+    on ``n`` test sequences); records on ``entry`` what the comparison page shows.
 
     ``plotly_js``: ``html_page``'s ``include_plotlyjs`` (True inlines; a file name loads the shared copy).
     """
     model = entry.model
     config = model_config_of(model)
-    task = task_config_of(model)
+    task = data.task
     n_roles, n_patch, n_recall = page_sizes(n)
     fig = FigureHTML(NAME_RE.sub("-", entry.name))
     body: dict[str, list[Section]] = {title: [] for title in MODEL_SECTIONS}
@@ -185,12 +158,8 @@ def _model_page(entry: ModelEntry, n: int, step: Any, plotly_js: bool | str = Tr
     def add(title: str, html: str) -> None:
         body[title].append(Section("", html))
 
-    # 1-4. every analysis, computed once (analysis.report_data): evaluation, head roles, patching,
-    # FFN / memory probes, MLP flips, direct logit attribution
-    data = study_report_data(model, n, n_roles=n_roles, n_patch=n_patch, n_recall=n_recall, n_boot=N_BOOT,
-                             repeat_ratio=STUDY_REPEAT_RATIO, step=step, roles=head_roles)
     test_set, evaluation, generalisation, verdict = data.test_set, data.evaluation, data.generalisation, data.verdict
-    entry.evaluation, entry.generalisation, entry.verdict = evaluation, generalisation, verdict
+    entry.evaluation, entry.generalisation, entry.verdict, entry.probe = evaluation, generalisation, verdict, data.probe
     ffn = data.ffns[0]
 
     entry.sizes = {
@@ -205,8 +174,7 @@ def _model_page(entry: ModelEntry, n: int, step: Any, plotly_js: bool | str = Tr
                                + (f", the MLP of each of the {config.n_layers} layers" if config.n_layers > 1 else ""),
     }
 
-    # 5. figures
-    step("figures")
+    # figures
     history = history_frame(getattr(model, "metadata", None) or {})
     smaller = n_roles != n or n_patch != n
     body["Head-role verdict"] += [Section("", html) for html in (
@@ -219,17 +187,13 @@ def _model_page(entry: ModelEntry, n: int, step: Any, plotly_js: bool | str = Tr
     add("Evaluation", evaluation_html(evaluation))
     add("Recall generalisation", generalisation_html(generalisation))
     add("Step accuracy", fig(F.step_accuracy(evaluation)))
-    if config.V == 5:
-        add("Walkthrough", fig(F.walkthrough(model)))
-        add("Probe distribution", fig(F.probe_distribution({entry.name: model})))
+    if data.walkthrough is not None:
+        add("Walkthrough", fig(F.walkthrough(data.walkthrough)))
+    if data.probe is not None:
+        add("Probe distribution", fig(F.probe_distribution(data.probe)))
     else:
-        example = example_sequences(task, test_set)
-        if example:
-            add("Walkthrough", fig(F.walkthrough(model, example[0][1])))
         add("Probe distribution", html_note(f"The study's probe is defined for V = 5; this model has V = {config.V}."))
-    attention_set = test_set if n >= MIN_SECTION_N else make_test_set(data.analysis_task, n=MIN_SECTION_N)
-    both = bool(attention_set.repeated.any()) and bool((~attention_set.repeated).any())
-    add("Attention patterns", fig(F.attention_heatmaps(model, attention_set, repeated="split" if both else None)))
+    add("Attention patterns", fig(F.attention_heatmaps(data.attention)))
     add("Ablation", html_note(
         f"Last-step accuracies with each head / MLP ablated (zero, mean, resample, binding-free, optimal; "
         f"references: the test set), "
@@ -277,9 +241,8 @@ def _model_page(entry: ModelEntry, n: int, step: Any, plotly_js: bool | str = Tr
     else:
         add("Training curves", html_note("No per-epoch training history is stored with this model."))
 
-    # 6. circuitsvis views (one forward over the example sequences)
-    step("views")
-    views = model_views(model, task, test_set)
+    # circuitsvis views (one forward over the example sequences)
+    views = model_views(data.examples)
     entry.probe_views = views[: config.n_layers]  # attention of every layer on the first example
     add("Interactive views", html_note(
         "circuitsvis views of one forward pass (inlined bundle, offline): hover a head's thumbnail to see its "
@@ -290,7 +253,6 @@ def _model_page(entry: ModelEntry, n: int, step: Any, plotly_js: bool | str = Tr
         body["Interactive views"].append(Section("", view))
     add("Training provenance", provenance_html(entry, getattr(model, "metadata", None) or {}, task))
 
-    step("write")
     add("Summary", summary_html(entry, n, smaller))
     roles = {item.component: item.role for item in (*verdict.heads, *verdict.mlps)}
     hero = circuit_hero(data.skills, data.findings, n_layers=config.n_layers, n_heads=config.n_heads, labels=roles)
@@ -309,94 +271,3 @@ def _model_page(entry: ModelEntry, n: int, step: Any, plotly_js: bool | str = Tr
 COLLAPSED = frozenset({"Head-role verdict", "Evaluation", "Recall generalisation", "Memory probes",
                        "MLP prediction flips and direct logit attribution", "Training provenance"})
 """Sections of tables and long sentences, shown collapsed (``<details>``) below the opening circuits."""
-
-
-def write_report(
-    models: Sequence[Any] | str | os.PathLike[str],
-    out: str | os.PathLike[str],
-    *,
-    n: int = 5000,
-    progress: bool = True,
-    force: bool = False,
-    device=None,
-) -> list[Path]:
-    """Write one self-contained offline HTML report per model, and a comparison page for several.
-
-    ``device`` (default the CPU) is where named models are loaded and run.
-
-    Args:
-        models: pretrained names (``"d16h1"``, ``"d32h1"``, ``"d32h2"``), checkpoint folders
-            (loaded with :func:`perm_circuits.models.load_any`) or model objects; a single name is
-            accepted too.
-        out: output folder (created; existing pages are overwritten).  A non-empty folder is
-            refused unless an earlier report wrote it (it holds :data:`REPORT_MARKER`, which
-            lists the pages written there) or ``force`` is true.
-        n: test sequences of the evaluation (and of the attention maps, MLP flips and DLA); the
-            head-role verdict and the patching sweeps use at most :data:`ROLES_MAX_N` /
-            :data:`PATCH_MAX_N` (each page says which sizes it used).
-        progress: show a tqdm progress bar (on stderr) over models and sections.
-        force: write into a non-empty folder that no report wrote.
-
-    Returns:
-        The written pages: ``out/NAME.html`` per model, in the given order, then
-        ``out/index.html`` (the comparison) when several models are given.  The shared
-        ``out/plotly-<version>.min.js`` they load is written too (not listed).
-
-    Raises:
-        ValueError: an unknown model name or missing/invalid checkpoint, no models, ``n <= 0``,
-            ``out`` an existing file, or a non-empty folder no report wrote (without ``force``):
-            all before anything is written.
-        TypeError: arguments of the wrong type.
-    """
-    if check_int("n", n) <= 0:
-        raise ValueError(f"n must be a positive int (test sequences), got {n}")
-    out = check_out(out, force)
-    if not isinstance(progress, bool):
-        raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
-    if isinstance(models, (str, os.PathLike)):
-        models = [models]
-    if not isinstance(models, Sequence):
-        raise TypeError(
-            f"models must be a list of pretrained names, checkpoint folders or models, got {type(models).__name__}"
-        )
-    if len(models) == 0:
-        raise ValueError("models is empty: give at least one pretrained name, checkpoint folder or model")
-    several = len(models) > 1
-    total = len(models) * (1 + len(_MODEL_STEPS)) + (1 if several else 0)
-    bar = tqdm(total=total, desc="report", unit="step", disable=not progress, dynamic_ncols=True)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # these models are tiny: one thread is fastest, and steady on a busy CPU
-    try:
-        entries: list[ModelEntry] = []
-        taken = {INDEX_PAGE.removesuffix(".html")} if several else set()
-        for index, item in enumerate(models):
-            bar.set_postfix_str(f"load {item if isinstance(item, (str, os.PathLike)) else 'model'}")
-            name, source, model = _resolve(item, index, device)
-            entries.append(ModelEntry(name=name, source=source, model=model))
-            bar.update(1)
-        for entry in entries:
-            entry.page = out / f"{_file_stem(entry.name, taken)}.html"
-        pages = [entry.page for entry in entries] + ([out / INDEX_PAGE] if several else [])
-        plotly_js = start_folder(out, pages, force=force)
-        for entry in entries:
-            state: dict[str, Any] = {"started": False}
-
-            def step(label: str, entry: ModelEntry = entry, state: dict = state) -> None:
-                now = time.perf_counter()
-                if state["started"]:
-                    entry.timings[state["label"]] = now - state["since"]
-                    bar.update(1)
-                state.update(started=True, label=label, since=now)
-                bar.set_postfix_str(f"{entry.name}: {label}")
-
-            entry.page.write_text(_model_page(entry, n, step, plotly_js), encoding="utf-8")
-            bar.update(1)
-        if several:
-            bar.set_postfix_str("comparison page")
-            (out / INDEX_PAGE).write_text(comparison_html(entries, plotly_js), encoding="utf-8")
-            bar.update(1)
-        bar.set_postfix_str("done")
-        return pages
-    finally:
-        torch.set_num_threads(threads)
-        bar.close()

@@ -2,7 +2,7 @@
 
 :func:`render_task_report` renders a :class:`~perm_circuits.analysis.report_data.TaskReportData`
 (computed by :func:`~perm_circuits.analysis.report_data.task_report_data`; this module computes
-nothing) into ``OUT/<task name>.html``; :func:`task_report` does both in one call.  The page opens
+nothing) into ``OUT/<task name>.html``; :func:`perm_circuits.reports.task_report` does both in one call.  The page opens
 with the discovered circuit and three to five findings (:func:`~perm_circuits.views.circuit_hero.circuit_hero`);
 every section below is collapsed (``<details>``): the task's settings and the model's size, then the
 data's sections, the test sequences with the attention of every head (plotly heatmaps, and circuitsvis
@@ -18,21 +18,15 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
 from torch import Tensor
 
 from perm_circuits._util import atomic_write_text
-from perm_circuits.analysis.interventions.core import TASK_HOWS
-from perm_circuits.checks import check_int
-from perm_circuits.analysis.report_data import TaskReportData, task_report_data
 from perm_circuits.analysis.interventions.ablation_table import TaskAblationTable
-from perm_circuits.analysis.probes.task_attribution import attention_patterns
-from perm_circuits.tasks.base import Task
+from perm_circuits.analysis.report_data import TaskReportData
 from perm_circuits.views.attention_figures import head_grid
 from perm_circuits.views.circuit_hero import HERO_CSS, CollapsedViews, collapsible_section, circuit_hero
 from perm_circuits.views.circuits import attention_view
@@ -41,7 +35,7 @@ from perm_circuits.views.html import Section, html_page
 from perm_circuits.views.report import NAME_RE, check_out, start_folder
 from perm_circuits.views.report_html import REPORT_CSS, FigureHTML, html_note, html_table, kv_table
 
-__all__ = ["attention_patterns", "render_task_report", "task_ablation_figure", "task_report"]
+__all__ = ["check_title_page", "render_task_report", "task_ablation_figure"]
 
 
 def task_ablation_figure(table: TaskAblationTable, metric: str | None = None):
@@ -160,7 +154,7 @@ def model_shape_of_skills(skills) -> tuple[int, int] | None:
     return max(layers) + 1, max(heads) + 1
 
 
-def _check_title_page(title: object, page: object) -> None:
+def check_title_page(title: object, page: object) -> None:
     if title is not None and not isinstance(title, str):
         raise TypeError(f"title must be a str or None, got {type(title).__name__}")
     if page is not None and (not isinstance(page, str) or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", page)):
@@ -179,7 +173,7 @@ def render_task_report(
     """
     if not isinstance(data, TaskReportData):
         raise TypeError(f"data must be a TaskReportData (analysis.report_data.task_report_data), got {type(data).__name__}")
-    _check_title_page(title, page)
+    check_title_page(title, page)
     path = check_out(out, force)
     evaluation = data.evaluation
     title = title or f"{evaluation.model_name} on {data.task_name}"
@@ -217,46 +211,3 @@ def render_task_report(
     plotly_js = start_folder(path, [target], force=force)
     atomic_write_text(target, html_page(title, sections, include_plotlyjs=plotly_js))
     return target
-
-
-def task_report(
-    model: Any,
-    task: Task,
-    out: str | os.PathLike[str],
-    *,
-    n: int = 500,
-    n_sequences: int = 3,
-    seed: int = 1234,
-    forward: Callable[[Any, Tensor], Tensor] | None = None,
-    title: str | None = None,
-    force: bool = False,
-    ablation_hows: tuple[str, ...] | list[str] = TASK_HOWS,
-    analyses: bool = True,
-    page: str | None = None,
-) -> Path:
-    """:func:`~perm_circuits.analysis.report_data.task_report_data` then :func:`render_task_report`.
-
-    Args:
-        model: any ``tokens -> logits`` module with TransformerLens hook points.
-        task: any :class:`~perm_circuits.tasks.base.Task`.
-        out: output folder (created); a non-empty folder that no report wrote is refused unless
-            ``force`` (as :func:`~perm_circuits.views.report.write_report`), before any work.
-        n: test sequences for the metrics (``task.test_set(n, seed)``).
-        n_sequences: how many of them are shown position by position with their attention.
-        forward: ``forward(model, tokens) -> logits``; default ``model(tokens)``.
-        title: page title; default ``"<model> on <task>"``.
-        ablation_hows: ablation modes of the "Ablation" section (from ``("zero", "mean",
-            "resample", "optimal")``); empty: no ablation section.  Ablation runs the model's own forward.
-        analyses: the attention scores, patching, attribution and circuit sections.
-        page: the page's file name stem (default the task's name): ``out/<page>.html``.
-
-    Returns:
-        The page's path (``plotly-<version>.min.js`` is written beside it).
-    """
-    n = check_int("n", n, 1)
-    n_sequences = check_int("n_sequences", n_sequences, 1)
-    _check_title_page(title, page)
-    check_out(out, force)
-    data = task_report_data(model, task, n=n, n_sequences=n_sequences, seed=seed, forward=forward,
-                            ablation_hows=ablation_hows, analyses=analyses)
-    return render_task_report(data, out, title=title, force=force, page=page)

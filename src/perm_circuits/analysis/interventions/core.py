@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from perm_circuits.ablation_modes import modes
 from perm_circuits.analysis.interventions.checks import check_index_list, check_int, check_positions, check_seed
 from perm_circuits.devices import device_forward
 from perm_circuits.hooks import HookList, check_hooks, check_token_ids, run_capture
@@ -55,13 +56,14 @@ __all__ = [
     "selection",
 ]
 
-HOWS: tuple[str, ...] = ("zero", "mean", "resample", "binding_free", "optimal")
-"""Every ablation mode (``"binding_free"`` needs the permutation-lookup task)."""
+HOWS: tuple[str, ...] = modes("study")
+"""Every ablation mode (``"binding_free"`` needs the permutation-lookup task); the lists come from
+:mod:`perm_circuits.ablation_modes`."""
 
-TASK_HOWS: tuple[str, ...] = ("zero", "mean", "resample")
+TASK_HOWS: tuple[str, ...] = modes("task", default=True)
 """The modes an any-task ablation table runs by default (cheap: no search)."""
 
-ANY_TASK_HOWS: tuple[str, ...] = ("zero", "mean", "resample", "optimal")
+ANY_TASK_HOWS: tuple[str, ...] = modes("task")
 """The modes that work on any task's model."""
 
 PAIRINGS: tuple[str, ...] = ("random", "row")
