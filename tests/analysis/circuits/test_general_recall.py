@@ -109,6 +109,7 @@ def numbers():
     return ac.any_circuit_numbers(load_pretrained("d16h1l2-any"), n=100, n_pair=300)
 
 
+@pytest.mark.slow
 def test_shipped_any_model_circuit(numbers):
     p = "any.circuit"
     for k in range(1, 5):
@@ -139,6 +140,7 @@ def test_shipped_any_model_circuit(numbers):
         assert numbers[f"{p}.abl.{how}.MLP0_all.mean"] < 0.3
 
 
+@pytest.mark.slow
 def test_template_names_only_measured_keys(numbers):
     from pathlib import Path
 

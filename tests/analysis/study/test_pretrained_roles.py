@@ -23,6 +23,8 @@ import pytest
 
 from perm_circuits.analysis.study.verdict import head_roles
 
+pytestmark = pytest.mark.slow  # its shared fixture takes seconds (tests/README.md)
+
 SETTINGS = dict(hows=("mean", "zero"), n_pair=1000, n_boot=200, circuits=False)
 
 

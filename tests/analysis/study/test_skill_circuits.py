@@ -85,6 +85,7 @@ def test_circuits_false_runs_no_circuit_step(monkeypatch, known):
         head_roles(model, circuits=1)
 
 
+@pytest.mark.slow
 def test_d32h2_circuits_under_mean_and_their_mode_dependence():
     """d32h2, ``head_roles(n=2000)``: the whole test set is the circuit step's (CIRCUIT_MAX_N = 2000)."""
     model = load_pretrained("d32h2")
