@@ -61,3 +61,17 @@ def pretrained():
         return cache[name]
 
     return get
+
+
+# ----------------------------------------------------------------------------- shared expensive results
+# Session-scoped: computed once per xdist worker, by whichever test file asks first.  Keep the
+# files that use one of these in one file, or one folder, so --dist loadfile can share it.
+
+
+@pytest.fixture(scope="session")
+def d32h2_roles(pretrained):
+    """``head_roles`` of the shipped d32h2 under every ablation mode (n_pair=1000, n_boot=200, no
+    circuit step): the verdict the study's tests judge (tests/analysis/study/test_pretrained_roles.py)."""
+    from perm_circuits.analysis import head_roles
+
+    return head_roles(pretrained("d32h2"), n_pair=1000, n_boot=200, circuits=False)

@@ -60,6 +60,7 @@ def test_validation_errors_exit_2(tmp_path, capsys):
     assert "neither a pretrained model" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_console_script_info():
     result = subprocess.run([sys.executable, "-m", "perm_circuits.cli", "info"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # its shared fixture takes seconds (tests/README.md)
+
 ROOT = Path(__file__).resolve().parent.parent
 REMOTE_RESOURCE = re.compile(r"<(?:script|link|img|iframe|source)\b[^>]*\b(?:src|href)\s*=\s*[\"']?(?:https?:)?//[^\"'\s>]*",
                              re.IGNORECASE)

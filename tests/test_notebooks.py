@@ -71,6 +71,7 @@ def test_a_plotly_output_holds_no_plotly_js_and_both_formats():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+@pytest.mark.slow
 def test_notebook_executes_and_its_committed_text_outputs_are_current(path):
     fresh = BUILD["execute"](path, timeout=180)  # raises CellExecutionError (with the traceback) if a cell fails
     committed = nbformat.read(path, as_version=4)

@@ -45,6 +45,8 @@ from perm_circuits.pages.build import (
     mode_table,
 )
 
+pytestmark = pytest.mark.slow  # its shared fixture takes seconds (tests/README.md)
+
 ROOT = Path(__file__).resolve().parent.parent
 TINY = Path(__file__).resolve().parent / "data" / "capacity_tiny.csv"
 

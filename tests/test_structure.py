@@ -346,3 +346,75 @@ def test_lazy_names_match_eager_imports():
                    "perm_circuits.tasks True")
     with pytest.raises(subprocess.CalledProcessError):
         _fresh_python("import perm_circuits; perm_circuits.no_such_name")
+
+
+# The tests mirror the package (tests/README.md): a test folder is the subpackage it tests
+# (tests/analysis/circuits/ tests src/perm_circuits/analysis/circuits/), and a test file at the top
+# of tests/ is named after the top-level module it tests (test_<module>.py or
+# test_<module>_<aspect>.py, a leading underscore dropped: test_util.py tests _util.py).  What
+# tests no single package or module is listed here, with why.
+TESTS = ROOT / "tests"
+CROSS_CUTTING_FOLDERS = {
+    "data": "committed tables the tests read (no code)",
+}
+CROSS_CUTTING_FILES = {
+    "test_device_plumbing.py": "every analysis keeps its tensors on the model's device (all packages)",
+    "test_docs.py": "the documentation site builds",
+    "test_entry_moves.py": "every analysis moves its batch to the model's device once (all packages)",
+    "test_notebooks.py": "the notebooks' stored outputs",
+    "test_pretrained.py": "the shipped checkpoints (package data, no module)",
+    "test_readme.py": "the README's example",
+    "test_results_docs.py": "the generated results pages and the README's results section",
+    "test_structure.py": "this file: the package's and the tests' layout",
+}
+
+
+def layout_problems(tests: Path, src: Path, folders=CROSS_CUTTING_FOLDERS, files=CROSS_CUTTING_FILES) -> list[str]:
+    """Test folders without a subpackage and top-level test files without a module, as messages."""
+    problems = []
+    for folder in sorted(p for p in tests.rglob("*") if p.is_dir() and p.name != "__pycache__"):
+        relative = folder.relative_to(tests)
+        if relative.parts[0] in folders or "__pycache__" in relative.parts or not any(folder.rglob("*.py")):
+            continue  # a cross-cutting folder, or no test code (a cache, a tool's output)
+        if not (src / relative / "__init__.py").is_file():
+            problems.append(f"tests/{relative.as_posix()}/ has no package src/perm_circuits/{relative.as_posix()}/")
+        elif not (folder / "__init__.py").is_file():
+            problems.append(f"tests/{relative.as_posix()}/ has no __init__.py (two test files of one name would clash)")
+    modules = {p.stem.lstrip("_") for p in src.glob("*.py") if p.name != "__init__.py"}
+    for path in sorted(tests.glob("test_*.py")):
+        stem = path.stem.removeprefix("test_")
+        if path.name in files:
+            continue
+        if not any(stem == m or stem.startswith(m + "_") for m in modules):
+            problems.append(f"tests/{path.name} is named after no top-level module: move it to the folder "
+                            f"of the package it tests, or name it test_<module>.py")
+    return problems
+
+
+def test_layout_checker_on_a_hand_built_tree(tmp_path):
+    src, tests = tmp_path / "src", tmp_path / "tests"
+    for package in ("", "analysis", "analysis/probes"):
+        (src / package).mkdir(parents=True, exist_ok=True)
+        (src / package / "__init__.py").write_text("")
+    (src / "models.py").write_text("")
+    (src / "_util.py").write_text("")
+    (tests / ".cache" / "x").mkdir(parents=True)
+    for folder in ("analysis", "analysis/probes", "analysis/flat", "data", "nopackage"):
+        (tests / folder).mkdir(parents=True, exist_ok=True)
+        (tests / folder / ("test_x.py" if folder == "nopackage" else "__init__.py")).write_text("")
+    (tests / "analysis" / "probes" / "__init__.py").rename(tests / "analysis" / "probes" / "test_dla.py")
+    for name in ("test_models.py", "test_models_io.py", "test_util.py", "test_docs.py", "test_modelsx.py"):
+        (tests / name).write_text("")
+    assert layout_problems(tests, src, folders={"data": ""}, files={"test_docs.py": ""}) == [
+        "tests/analysis/flat/ has no package src/perm_circuits/analysis/flat/",
+        "tests/analysis/probes/ has no __init__.py (two test files of one name would clash)",
+        "tests/nopackage/ has no package src/perm_circuits/nopackage/",
+        "tests/test_modelsx.py is named after no top-level module: move it to the folder of the package "
+        "it tests, or name it test_<module>.py",
+    ]
+
+
+def test_tests_mirror_the_package():
+    assert layout_problems(TESTS, SRC) == []
+    assert all((TESTS / name).is_file() for name in CROSS_CUTTING_FILES), "a listed cross-cutting file is gone"
+    assert all((TESTS / name).is_dir() for name in CROSS_CUTTING_FOLDERS), "a listed cross-cutting folder is gone"

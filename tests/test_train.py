@@ -32,6 +32,7 @@ def test_same_seed_bit_identical_weights_and_history():
     assert not torch.equal(wa["blocks.0.attn.q.weight"], c.model.state_dict()["blocks.0.attn.q.weight"])
 
 
+@pytest.mark.slow
 def test_learns_elimination_quickly():
     result = train("d32h2", TaskConfig(), TrainConfig(epochs=4, samples_per_epoch=25_600, test_size=1000), progress=False)
     assert result.history.to_dataframe()["test_loss"].iloc[-1] < 1.0  # ln5 = 1.609 at chance

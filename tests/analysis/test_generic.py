@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_tasks_base import Successor
+from tasks.test_base import Successor
 from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint

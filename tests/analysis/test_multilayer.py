@@ -271,6 +271,7 @@ def test_figures_have_a_panel_or_row_per_head_of_every_layer(induction, batch):
     assert {"L1H0", "L1H1"} <= {str(y) for trace in patching.data for y in trace.y}
 
 
+@pytest.mark.slow
 def test_report_of_a_two_layer_checkpoint_renders_offline(induction, tmp_path):
     from perm_circuits.views.html import remote_resource_refs
     from perm_circuits.reports import write_report

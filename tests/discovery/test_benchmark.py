@@ -38,6 +38,7 @@ def test_tiny_benchmark_rows_and_scores(tiny):
     assert set(eap.circuit.split()) and set(eap.true_edges.split()) >= {"L0H0->L1H0.k", "L1H0->logits"}
 
 
+@pytest.mark.slow
 def test_curves_integrate_to_the_tables_areas(tiny):
     curves = benchmark_curves(["induction"], ["eap", "random_baseline"], ["resample"], seeds=(0,), n=32, lean=False,
                               progress=False)
@@ -51,6 +52,7 @@ def test_curves_integrate_to_the_tables_areas(tiny):
     assert row.oracle_size == 5 and eap[5] == pytest.approx(row.oracle_faithfulness - row.oracle_regret)
 
 
+@pytest.mark.slow
 def test_the_bare_induction_model_is_benchmarked_against_its_own_truth():
     """induction_bare (no elimination head): its truth is the induction truth without the elimination
     head's edges, and EAP ranks it first."""

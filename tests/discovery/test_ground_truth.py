@@ -159,6 +159,7 @@ def tracr_truths(tracr_models):
 
 
 @needs_tracr
+@pytest.mark.slow
 def test_reverse_circuits_follow_the_program(tracr_truths):
     zero, resample = tracr_truths["reverse"]
     assert zero.model == "tracr:reverse" and (zero.n_layers, zero.n_heads) == (4, 1)
@@ -177,6 +178,7 @@ def test_reverse_circuits_follow_the_program(tracr_truths):
 
 
 @needs_tracr
+@pytest.mark.slow
 def test_frac_prevs_circuits_follow_the_program(tracr_truths):
     zero, resample = tracr_truths["frac_prevs"]
     assert (zero.n_layers, zero.n_heads) == (2, 1)
@@ -189,6 +191,7 @@ def test_frac_prevs_circuits_follow_the_program(tracr_truths):
 
 
 @needs_tracr
+@pytest.mark.slow
 def test_reverse_mode_dependence_holds_on_the_model(tracr_models, tracr_truths):
     """What the two rules claim, checked by running the bridge: on every length-4 input the
     components outside the resample circuit (length, opp_idx) output the same at each position,

@@ -56,6 +56,7 @@ def induction():
 
 
 @pytest.mark.parametrize("method", [eap, eap_ig, acdc, node_attribution, greedy_edges, mask_pruning, exhaustive_oracle])
+@pytest.mark.slow
 def test_every_method_recovers_the_induction_circuit(induction, method):
     _, _, ei = induction
     options = {"steps": 150} if method is mask_pruning else {}
@@ -135,6 +136,7 @@ def test_eap_ig_is_complete():
     assert result.params == {"steps": 64} and result.n_forward == 2 * 64 + 1
 
 
+@pytest.mark.slow
 def test_oracle_is_the_smallest_faithful_circuit_by_brute_force():
     """13 edges (one layer, two heads): the oracle's circuit reaches the target and no smaller subset does."""
     model = load_pretrained("d32h2")

@@ -24,6 +24,7 @@ def compiled():
 
 
 @pytest.mark.parametrize("name", ["reverse", "frac_prevs", "sort"])
+@pytest.mark.slow
 def test_bridge_equals_tracr_on_whole_domain(compiled, name):
     model = compiled(name)
     assert not model.bridge.training

@@ -13,6 +13,7 @@ from perm_circuits.sweep.run import VERDICT, first_epoch, roles_columns
 from .conftest import TINY
 
 
+@pytest.mark.slow
 def test_roles_columns_equal_head_roles_under_each_mode(pretrained):
     model = pretrained("d32h2")
     sizes = dict(n=300, n_pair=60, n_boot=10)

@@ -46,6 +46,7 @@ def test_bad_task_specs_are_refused_before_anything_runs(tmp_path, spec, message
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_task_sweep_rows_are_the_same_on_the_serial_and_local_backends(tmp_path):
     spec = {"fixed": {**FACTUAL["fixed"]}, "grid": {"seed": [0, 1]}}
     run_sweep(spec, tmp_path / "serial", backend="serial", progress=False)

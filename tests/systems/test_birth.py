@@ -228,6 +228,7 @@ def test_handbuilt_induction_head_solves_the_task_and_ablation_breaks_it(handbui
 TINY = BigramTriggerTask(N=16, T=32, K=3)
 
 
+@pytest.mark.slow
 def test_reduced_training_w_o2_rises_before_w_k1():
     """Direction of the learning-order claim on a tiny simplified model (seed 0, probes every step)."""
     model = build_birth_model(BirthModelConfig(N=16, T=32, d_model=32, seed=0))
@@ -241,6 +242,7 @@ def test_reduced_training_w_o2_rises_before_w_k1():
     assert table["W_O2"].iloc[-1] > 0.9 and table["W_K1"].iloc[-1] > 0.3
 
 
+@pytest.mark.slow
 def test_reduced_training_two_layers_beat_one():
     """Direction of the accuracy claim: a 2-layer transformer learns the in-context rule, 1 layer does not."""
     batch = TINY.test_set(128)

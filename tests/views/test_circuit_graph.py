@@ -90,6 +90,7 @@ def test_save_and_notebook_forms(graph, tmp_path):
 
 
 @pytest.mark.browser
+@pytest.mark.slow
 def test_graph_renders_in_chromium(graph, tmp_path):
     from .browser import CHROMIUM_ARGS, open_page, require_chromium
 

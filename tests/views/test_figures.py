@@ -537,6 +537,7 @@ def test_write_html_bad_inputs(tmp_path):
 
 
 @pytest.mark.browser
+@pytest.mark.slow
 def test_pages_render_in_chromium(tmp_path, wide, test_set):
     from tests.views.browser import open_page, require_chromium
 

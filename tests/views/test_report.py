@@ -34,6 +34,8 @@ from perm_circuits.views.report import (  # noqa: E402
     MODEL_SECTIONS,
 )
 
+pytestmark = pytest.mark.slow  # its shared fixture takes seconds (tests/README.md)
+
 N = 500
 MODEL_FIGURES = 9  # step accuracy, walkthrough, probe, attention, ablation, 2 x patching, FFN, training
 MODEL_VIEWS = 5  # attention on probe / walkthrough, P(correct) on both, MLP neurons on the probe

@@ -12,6 +12,8 @@ import pytest
 from .browser import open_page, require_chromium
 from .test_report import MODEL_FIGURES, MODEL_VIEWS, report_pages  # noqa: F401  (shared, written once)
 
+pytestmark = pytest.mark.slow  # its shared fixture takes seconds (tests/README.md)
+
 pytestmark = pytest.mark.browser
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"

@@ -23,6 +23,7 @@ def _need_chromium() -> None:
     require_chromium()
 
 
+@pytest.mark.slow
 def test_the_task_pages_first_screen_is_the_circuit_picture_and_the_findings(task_pages):  # noqa: F811
     """The bigram-trigger page opens with its discovered circuit and the findings, all inside the first
     1280 x 900 screen; every section below starts collapsed, and its views and figures still render."""

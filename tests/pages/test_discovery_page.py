@@ -28,7 +28,7 @@ from perm_circuits.pages.discovery_page import (
     regret_by_size,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

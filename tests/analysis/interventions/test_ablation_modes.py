@@ -26,7 +26,7 @@ from perm_circuits.hooks import hook_count
 from perm_circuits.analysis import HOWS, ablate_mlp, ablation_table, head_roles, reference_activations
 from perm_circuits.analysis.interventions.ablation import optimal_constant
 from perm_circuits.analysis.interventions.optimal import answer_loss
-from .handbuilt import blank_model
+from ..handbuilt import blank_model
 
 V = 5
 C = 40.0

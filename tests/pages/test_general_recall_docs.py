@@ -29,7 +29,7 @@ from perm_circuits.pages.generalisation import (
 )
 from perm_circuits.pages.render import template_keys
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

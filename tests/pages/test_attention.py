@@ -26,7 +26,7 @@ from perm_circuits.pages.attention import (
     read_attention_table,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NS = "{http://www.w3.org/2000/svg}"
 HEADS = [("d16h1", 0, 0), ("d32h1", 0, 0), ("d32h2", 0, 0), ("d32h2", 0, 1)]
 POSITIONS = 9  # x1 y1 ... x4 y4 x5

@@ -8,7 +8,7 @@ import pandas as pd
 
 from perm_circuits.pages.capacity import budget_comparison_markdown, full_recipe_numbers, load_capacity_table
 
-TINY = Path(__file__).resolve().parent / "data" / "capacity_tiny.csv"
+TINY = Path(__file__).resolve().parents[1] / "data" / "capacity_tiny.csv"
 
 
 def _full(tiny: pd.DataFrame) -> pd.DataFrame:
@@ -63,7 +63,7 @@ def test_the_pages_smallest_width_claim_follows_from_the_committed_tables():
     from perm_circuits.pages.build import full_grid_numbers
     from perm_circuits.pages.capacity import capacity_numbers
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     full = full_grid_numbers(root)["capacity_full.drop0.smallest_learning_width"]
     cut = capacity_numbers(load_capacity_table(root / "results" / "capacity_sweep.csv"))["capacity.drop0.smallest_learning_width"]
     assert full < cut
@@ -98,7 +98,7 @@ def test_the_grid_cost_is_the_rows_own_wall_time():
 
 def test_the_pages_dropout_sentences_hold_in_the_committed_table():
     """The prose under "Dropout prevents recall" reads these facts off the full-recipe table."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     full = load_capacity_table(root / "results" / "capacity_full_sweep.csv")
     done = full[full.status == "done"]
     if len(done) < 100:  # the sentences describe the finished grid

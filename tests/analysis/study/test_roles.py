@@ -36,7 +36,7 @@ from perm_circuits.analysis.study.scores import (  # noqa: E402
     repeat_source_of,
 )
 from perm_circuits.analysis.study.verdict import head_roles, judge_roles  # noqa: E402
-from .handbuilt import blank_model
+from ..handbuilt import blank_model
 
 V = 5
 C, D, M = 40.0, 20.0, 30.0

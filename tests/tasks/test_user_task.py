@@ -118,6 +118,7 @@ def test_train_and_evaluate_the_users_task():
     assert (deep.cfg.d_model, deep.cfg.n_layers, deep.cfg.n_ctx) == (16, 2, 3)
 
 
+@pytest.mark.slow
 def test_sweep_the_users_task_with_identical_rows_on_every_backend(tmp_path, task_file):
     """The task comes from the user's own file, imported as ``--import FILE.py`` does; each backend's
     workers import it too (the local pool's and Ray's, from the file: its folder is not on their path)."""

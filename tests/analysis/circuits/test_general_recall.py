@@ -109,6 +109,7 @@ def numbers():
     return ac.any_circuit_numbers(load_pretrained("d16h1l2-any"), n=100, n_pair=300)
 
 
+@pytest.mark.slow
 def test_shipped_any_model_circuit(numbers):
     p = "any.circuit"
     for k in range(1, 5):
@@ -139,12 +140,13 @@ def test_shipped_any_model_circuit(numbers):
         assert numbers[f"{p}.abl.{how}.MLP0_all.mean"] < 0.3
 
 
+@pytest.mark.slow
 def test_template_names_only_measured_keys(numbers):
     from pathlib import Path
 
     from perm_circuits.pages import render, template_keys
 
-    template = (Path(__file__).parents[2] / "docs" / "templates" / "general_recall_circuit.md").read_text()
+    template = (Path(__file__).resolve().parents[3] / "docs" / "templates" / "general_recall_circuit.md").read_text()
     keys = set(template_keys(template))
     assert keys and keys <= set(numbers), sorted(keys - set(numbers))
     assert "{{" not in render(template, numbers)
@@ -156,7 +158,7 @@ def test_template_prose_quotes_no_hand_typed_result():
     import re
     from pathlib import Path
 
-    text = (Path(__file__).parents[2] / "docs" / "templates" / "general_recall_circuit.md").read_text()
+    text = (Path(__file__).resolve().parents[3] / "docs" / "templates" / "general_recall_circuit.md").read_text()
     prose = re.sub(r"`[^`]*`", " ", re.sub(r"\{\{.*?\}\}", " ", text))
     assert re.findall(r"(?<![\w.])(?:x?\d+(?:[.-]\d+)+|\d+%)", prose) == []
     assert text.startswith("## The circuit of d16h1l2-any\n")

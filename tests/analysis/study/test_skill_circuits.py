@@ -1,6 +1,6 @@
 """The circuits :func:`head_roles` proposes per skill, judged by the IOI criteria (Wang et al. 2022).
 
-On the hand-built model of ``test_circuit.py`` (whose circuit is known exactly: H0 eliminates,
+On the hand-built model of ``tests/analysis/circuits/test_criteria.py`` (whose circuit is known exactly: H0 eliminates,
 H1 + H2 + the MLP recall, H3 is dead, everything at the last position) the verdict proposes the
 known circuits: {H0}@last for elimination, {H0, H1, H2, MLP}@last for recall, with faithfulness 1
 and completeness 0 (exactly under zero ablation; under mean ablation the elimination circuit's
@@ -18,7 +18,7 @@ from perm_circuits import load_pretrained, make_test_set
 from perm_circuits.hooks import hook_count
 from perm_circuits.analysis import SkillCircuit, head_roles
 from perm_circuits.analysis.study import skill_circuits as circuit_step
-from tests.analysis.test_circuit import CIRCUIT, TASK, known_circuit_model
+from ..circuits.test_criteria import CIRCUIT, TASK, known_circuit_model
 
 FAST = dict(n_pair=100, n_boot=20, hows=("zero", "mean"))
 
@@ -85,6 +85,7 @@ def test_circuits_false_runs_no_circuit_step(monkeypatch, known):
         head_roles(model, circuits=1)
 
 
+@pytest.mark.slow
 def test_d32h2_circuits_under_mean_and_their_mode_dependence():
     """d32h2, ``head_roles(n=2000)``: the whole test set is the circuit step's (CIRCUIT_MAX_N = 2000)."""
     model = load_pretrained("d32h2")

@@ -320,6 +320,7 @@ def d32h2():
     return load_pretrained("d32h2")
 
 
+@pytest.mark.slow
 def test_d32h2_proposed_circuits_and_their_numbers(d32h2):
     """Mean ablation, the default test set (n=2000, seed 1234).
 

@@ -40,7 +40,7 @@ from perm_circuits.tasks.permutation_data import make_test_set
 from perm_circuits.train import StepInfo
 from perm_circuits.views.dynamics_figures import emergence_figure
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TASK = TaskConfig(repeat_ratio=0.3)
 TINY = TrainConfig(epochs=2, samples_per_epoch=1280, batch_size=128, test_size=200)  # 10 steps per epoch
 STEPS = (1, 4, 20)

@@ -12,7 +12,7 @@ import torch
 
 from perm_circuits.tasks import TASKS, task_from_dict
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "tasks.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "tasks.md"
 
 
 def _blocks() -> list[str]:

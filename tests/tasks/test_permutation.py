@@ -1,7 +1,7 @@
 """The study's task behind the Task interface (PermutationTask), train/evaluate/report on any task.
 
 Real numbers come from the shipped d32h2 model (seed 0, no ablation) on the repeated task and from
-a toy successor task (tests/test_tasks_base.py) with a tiny ``HookedRootModule``.
+a toy successor task (tests/tasks/test_base.py) with a tiny ``HookedRootModule``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from perm_circuits.tasks.permutation import as_batch, as_task_batch
 from perm_circuits.views.html import local_script_refs, remote_resource_refs
 from perm_circuits.analysis.probes.task_attribution import attention_patterns
 from perm_circuits.reports import task_report
-from test_tasks_base import Successor, Tiny
+from .test_base import Successor, Tiny
 
 REPEATED = TaskConfig(repeat_ratio=0.3)
 

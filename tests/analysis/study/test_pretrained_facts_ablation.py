@@ -51,6 +51,7 @@ ALL = ["d32h2", "d32h1", "d16h1"]
 
 
 @pytest.mark.parametrize("name", ALL)
+@pytest.mark.slow
 def test_every_model_recalls_and_eliminates(measured, name):
     # Contradicts the study for d16h1 (section 07: recall 0.01%): trained without dropout it recalls.
     base = measured(name)["table"].baseline
