@@ -91,10 +91,13 @@ def write_row(out_dir: str | os.PathLike, row: Mapping[str, Any]) -> Path:
 
 
 def write_checkpoint(out_dir: str | os.PathLike, run_id: str, files: Mapping[str, bytes]) -> Path:
-    """Write a run's checkpoint files (from the worker, as bytes) into ``models/<run_id>/`` atomically."""
+    """Write a run's checkpoint files (from the worker, as bytes) into ``models/<run_id>/``, each
+    atomically and the weights first: they carry the whole record, so a kill between the files leaves a
+    checkpoint that loads (:mod:`perm_circuits.checkpoint_io`)."""
     folder = Path(out_dir) / MODELS_DIR / run_id
-    for name, data in files.items():
-        atomic_write(folder / name, lambda tmp, data=data: Path(tmp).write_bytes(data))
+    order = sorted(files, key=lambda name: name != WEIGHTS_FILE)  # the weights (the record) first: see checkpoint_io
+    for name in order:
+        atomic_write(folder / name, lambda tmp, data=files[name]: Path(tmp).write_bytes(data))
     return folder
 
 
