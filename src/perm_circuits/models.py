@@ -32,7 +32,7 @@ from torch import Tensor
 from perm_circuits._util import dataclass_from_dict
 from perm_circuits.checkpoint_io import (CONFIG_FILE, FORMAT_VERSION, WEIGHTS_FILE, CheckpointError,  # noqa: F401
                                          read_checkpoint_files, write_checkpoint_files)
-from perm_circuits.checks import check_int, check_number, check_seed
+from perm_circuits.checks import MAX_PARAMETERS, check_int, check_number, check_seed, check_size
 from perm_circuits.devices import resolve_device, to_device
 from perm_circuits.tasks.permutation_data import TaskConfig
 
@@ -109,6 +109,7 @@ class ModelConfig:
             )
         if self.resolved_n_ctx < 2 * self.V - 1:
             raise ValueError(f"n_ctx={self.n_ctx} is shorter than the task's 2V-1={2 * self.V - 1}")
+        check_size(f"{self.name}'s parameter count", self.n_parameters, MAX_PARAMETERS)  # before any allocation
         if self.act_fn not in ACTIVATIONS:
             raise ValueError(f"act_fn must be relu/gelu/gelu_new/silu, got {self.act_fn!r}")
         if self.normalization_type not in ("LN", "LNPre", "RMS", "RMSPre", None):
@@ -121,6 +122,14 @@ class ModelConfig:
                 f"dropout > 0 needs normalization_type 'LN' or None (the ones fast_forward trains), "
                 f"got {self.normalization_type!r}"
             )
+
+    @property
+    def n_parameters(self) -> int:
+        """The parameter count of the model this config builds, computed without allocating (exact with
+        LayerNorm; a few hundred over with RMS or no normalization): what the size limit checks."""
+        d, attn = self.d_model, self.n_heads * self.resolved_d_head
+        block = 4 * d * attn + 3 * attn + d + 2 * d * self.resolved_d_mlp + self.resolved_d_mlp + d + 4 * d
+        return (self.V + 1) * d + self.resolved_n_ctx * d + self.n_layers * block + 2 * d + d * (self.V + 1)
 
     @property
     def resolved_d_mlp(self) -> int:

@@ -34,7 +34,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from perm_circuits._util import dataclass_from_dict
-from perm_circuits.checks import check_int, check_number, check_seed
+from perm_circuits.checks import MAX_SAMPLES, MAX_SEQUENCES, check_int, check_number, check_seed, check_size
 from perm_circuits.tasks.permutation import Evaluation, evaluate_logits, value_probs
 from perm_circuits.models import (
     CheckpointError,
@@ -94,6 +94,10 @@ class TrainConfig:
             value = getattr(self, name)
             if check_int(name, value) <= 0:
                 raise ValueError(f"{name} must be > 0, got {value}")
+        check_size("samples_per_epoch", self.samples_per_epoch, MAX_SAMPLES)  # before any batch is drawn
+        for name in ("batch_size", "test_size"):
+            check_size(name, getattr(self, name), MAX_SEQUENCES)
+        check_size("epochs", self.epochs, MAX_SAMPLES)
         if not 0 < check_number("lr", self.lr, finite=False) < 1:
             raise ValueError(f"lr must be in (0, 1), got {self.lr!r}")
         for name in ("checkpoint_every", "early_stop_patience"):

@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from perm_circuits._util import atomic_write, atomic_write_text, json_safe
+from perm_circuits._util import atomic_write, atomic_write_text, json_safe, loads_json
 from perm_circuits.models import CONFIG_FILE, WEIGHTS_FILE
 
 __all__ = ["checkpoint_files", "clean_stale", "export_parquet", "finished_runs", "guarded_row", "load_rows",
@@ -127,7 +127,7 @@ def load_rows(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
         if path.name.startswith("."):
             continue
         try:
-            row = json.loads(path.read_text(encoding="utf-8"))
+            row = loads_json(path.read_text(encoding="utf-8"), f"sweep row {str(path)!r}")
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise ValueError(f"sweep row {str(path)!r} is not valid JSON ({error}); delete it to rerun that run") \
                 from None

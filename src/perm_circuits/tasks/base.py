@@ -20,7 +20,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from perm_circuits.checks import check_int, check_number, check_seed
+from perm_circuits.checks import MAX_SEQUENCES, check_int, check_number, check_seed, check_size
 
 __all__ = ["DEFAULT_MODEL_KEYS", "SPLITS", "TASKS", "DataclassTask", "FitConfig", "FitResult", "StepState", "Task",
            "TaskBatch", "TaskEntry", "check_sample", "check_target_classes", "check_task_batch", "fit", "import_module_or_file", "load_object",
@@ -121,7 +121,7 @@ SPLITS = ("train", "test")
 def check_sample(n: object, generator: object, split: object) -> None:
     """The checks of a task's ``sample(n, generator, split)``: ``n >= 1``, a ``torch.Generator``,
     ``split`` one of :data:`SPLITS`."""
-    check_int("n", n, low=1)
+    check_size("n (sequences drawn at once)", check_int("n", n, low=1), MAX_SEQUENCES)
     if not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
     if split not in SPLITS:

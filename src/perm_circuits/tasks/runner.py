@@ -15,7 +15,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from perm_circuits.checks import check_int
+from perm_circuits.checks import MAX_SEQUENCES, check_int, check_size
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import check_hooks, check_token_ids
 from perm_circuits.models import ModelConfig, fast_forward
@@ -266,7 +266,7 @@ def measure_task(
             raise ValueError("hooks= need the model's own forward pass; pass forward=None (a custom forward skips hook points)")
         hooks = check_hooks(model, hooks)
     if test_set is None:
-        check_int("n", n, low=1)
+        check_size("n (test sequences)", check_int("n", n, low=1), MAX_SEQUENCES)
         test_set = check_task_batch(task.test_set(n, seed), task, n, "test_set")
     if not isinstance(test_set, TaskBatch):
         raise TypeError(f"test_set must be a TaskBatch (task.test_set(...)), got {type(test_set).__name__}")
