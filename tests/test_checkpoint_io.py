@@ -1,4 +1,4 @@
-"""A checkpoint is one atomic, verified record (perm_circuits.checkpoint_io; issue 26 item 1)."""
+"""A checkpoint is one atomic, verified record (perm_circuits.checkpoint_io)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Resources bounded before allocation, nested JSON refused by depth (issue 26 item 5):
+"""Resources bounded before allocation, nested JSON refused by depth:
 perm_circuits.checks.check_size and its limits, perm_circuits._util.loads_json."""
 
 from __future__ import annotations

@@ -149,7 +149,10 @@ def test_incomplete_or_undecodable_config_rejected(tmp_path):
         load_model(tmp_path / "ck")
     # must be rejected from the file header, not by allocating
     edit_record(tmp_path / "ck", lambda record: record.update(task=document["task"], model={**document["model"], "d_model": 10**6}))
-    with pytest.raises(CheckpointError, match="embed.weight has shape"):
+    with pytest.raises(CheckpointError, match=r"parameter count 8,000,034,000,000 is over the limit"):
+        load_model(tmp_path / "ck")
+    edit_record(tmp_path / "ck", lambda record: record.update(model={**document["model"], "d_model": 512}))
+    with pytest.raises(CheckpointError, match="embed.weight has shape"):  # a model in bounds, of another shape
         load_model(tmp_path / "ck")
 
 

@@ -1,4 +1,4 @@
-"""One owner per sweep folder (perm_circuits.sweep.lock; issue 26 item 7): a second driver is refused
+"""One owner per sweep folder (perm_circuits.sweep.lock): a second driver is refused
 naming the owner, a killed driver's lock is taken over.  (The end-to-end takeover after SIGKILL is
 tests/sweep/test_sweep.py::test_sigkill_mid_sweep_then_resume_gives_exactly_one_row_per_run.)"""
 

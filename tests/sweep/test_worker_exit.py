@@ -1,4 +1,4 @@
-"""Pool workers exit when their driver dies (issue 26 item 7): SIGKILL the driver of a local pool
+"""Pool workers exit when their driver dies: SIGKILL the driver of a local pool
 whose workers are mid-run; within a few seconds no worker is left computing."""
 
 from __future__ import annotations

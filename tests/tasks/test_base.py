@@ -1,4 +1,4 @@
-"""A task's batches are checked once per sample in training and evaluation (issue 26 item 8):
+"""A task's batches are checked once per sample in training and evaluation:
 tasks.base.check_task_batch, called by fit (every step) and measure_task (the drawn test set)."""
 
 from __future__ import annotations
