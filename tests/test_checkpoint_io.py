@@ -13,7 +13,7 @@ import pytest
 import torch
 from checkpoint_edit import edit_record
 
-from perm_circuits import ModelConfig, TaskConfig, build_model, load_checkpoint, save_model
+from perm_circuits import TaskConfig, build_model, load_checkpoint, save_model
 from perm_circuits.checkpoint_io import RECORD_KEY, read_checkpoint_document
 from perm_circuits.cli import main
 from perm_circuits.models import PRETRAINED_DIR, CheckpointError, list_pretrained, load_model

@@ -10,7 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from perm_circuits.sweep.lock import _start_time
+
+pytestmark = pytest.mark.slow  # a real pool: its forkserver preloads torch and TransformerLens
 
 JOB = """
 import os, time
