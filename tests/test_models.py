@@ -6,6 +6,7 @@ import torch
 from perm_circuits import ModelConfig, TaskConfig, build_model, load_checkpoint, save_model
 from perm_circuits.models import fast_forward, load_model
 from perm_circuits.tasks.permutation_data import make_batch
+from checkpoint_edit import edit_record
 from perm_circuits.models import PRESETS, CheckpointError, model_config_of
 
 
@@ -84,10 +85,12 @@ def test_mismatched_config_rejected(tmp_path):
     document = json.loads(config_path.read_text())
     document["model"]["d_model"] = 32
     config_path.write_text(json.dumps(document))
+    with pytest.raises(CheckpointError, match="model.d_model: saved 16, config.json has 32"):  # an edited config
+        load_model(tmp_path / "ck")
+    edit_record(tmp_path / "ck", lambda record: record["model"].update(d_model=32))  # a crafted record
     with pytest.raises(CheckpointError, match="shape"):
         load_model(tmp_path / "ck")
-    document["model"]["d_model"] = "big"
-    config_path.write_text(json.dumps(document))
+    edit_record(tmp_path / "ck", lambda record: record["model"].update(d_model="big"))
     with pytest.raises(CheckpointError, match="invalid model/task config"):
         load_model(tmp_path / "ck")
     config_path.write_text("{not json")
@@ -137,16 +140,19 @@ def test_incomplete_or_undecodable_config_rejected(tmp_path):
     save_model(build_model("d16h1"), tmp_path / "ck", task_config=TaskConfig(repeat_ratio=0.3))
     config_path = tmp_path / "ck" / "config.json"
     document = json.loads(config_path.read_text())
-    partial = {**document, "task": {}}
-    config_path.write_text(json.dumps(partial))
-    with pytest.raises(CheckpointError, match="missing"):
-        load_model(tmp_path / "ck")
     config_path.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(CheckpointError, match="not valid JSON"):
         load_model(tmp_path / "ck")
-    document["model"]["d_model"] = 10**6  # must be rejected from the file header, not by allocating
     config_path.write_text(json.dumps(document))
-    with pytest.raises(CheckpointError, match="embed.weight has shape"):
+    edit_record(tmp_path / "ck", lambda record: record.update(task={}))
+    with pytest.raises(CheckpointError, match="missing"):
+        load_model(tmp_path / "ck")
+    # must be rejected from the file header, not by allocating
+    edit_record(tmp_path / "ck", lambda record: record.update(task=document["task"], model={**document["model"], "d_model": 10**6}))
+    with pytest.raises(CheckpointError, match=r"parameter count 8,000,034,000,000 is over the limit"):
+        load_model(tmp_path / "ck")
+    edit_record(tmp_path / "ck", lambda record: record.update(model={**document["model"], "d_model": 512}))
+    with pytest.raises(CheckpointError, match="embed.weight has shape"):  # a model in bounds, of another shape
         load_model(tmp_path / "ck")
 
 
@@ -242,13 +248,9 @@ def test_checkpoint_keeps_dropout_and_old_checkpoints_load_as_zero(tmp_path):
     assert load_checkpoint(tmp_path / "ck").model_config.dropout == 0.1
     assert json.loads((tmp_path / "ck" / "config.json").read_text())["model"]["dropout"] == 0.1
     # a checkpoint written before the field existed: dropout reads as 0.0, nothing else is lenient
-    config_path = tmp_path / "ck" / "config.json"
-    document = json.loads(config_path.read_text())
-    del document["model"]["dropout"]
-    config_path.write_text(json.dumps(document))
+    edit_record(tmp_path / "ck", lambda record: record["model"].pop("dropout"))
     assert load_checkpoint(tmp_path / "ck").model_config.dropout == 0.0
-    del document["model"]["act_fn"]
-    config_path.write_text(json.dumps(document))
+    edit_record(tmp_path / "ck", lambda record: record["model"].pop("act_fn"))
     with pytest.raises(CheckpointError, match=r"fields missing: \['act_fn'\]"):
         load_checkpoint(tmp_path / "ck")
 

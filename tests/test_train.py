@@ -188,8 +188,9 @@ def test_resume_with_dropout_needs_the_dropout_generator_state(tmp_path):
 
 
 def test_resume_validates_the_checkpoint_epoch_history_and_conflicting_arguments(tmp_path):
-    import json
     import shutil
+
+    from checkpoint_edit import edit_record
 
     from perm_circuits.models import CheckpointError
 
@@ -199,10 +200,7 @@ def test_resume_validates_the_checkpoint_epoch_history_and_conflicting_arguments
     def tampered(name, **changes):
         folder = tmp_path / name
         shutil.copytree(tmp_path / "ck" / "epoch_0001", folder)
-        document = json.loads((folder / "config.json").read_text())
-        document["metadata"].update(changes)
-        (folder / "config.json").write_text(json.dumps(document))
-        return folder
+        return edit_record(folder, lambda record: record["metadata"].update(changes))
 
     for epoch in ("1", 1.5, -1, 99, True):  # each silently resumed (int("1"), int(1.5), from epoch -1 or past the end)
         with pytest.raises(CheckpointError, match=rf"has metadata epoch {epoch!r}: expected an int in \[0, 1\]"):

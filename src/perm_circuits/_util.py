@@ -4,8 +4,10 @@ sections of text files."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -65,8 +67,9 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> Non
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; a written file gets the mode open(path, "w") gives
         write(tmp)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600 (and some writers, e.g. safetensors, recreate the
+        # file 0600): a written file gets the mode open(path, "w") gives
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -74,6 +77,33 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> Non
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+MAX_JSON_DEPTH = 64
+"""The deepest nesting of arrays and objects :func:`loads_json` reads (a checkpoint's config and a sweep
+row nest at most a few levels; deeper input is hostile or broken and would hit Python's recursion limit)."""
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of arrays/objects in JSON ``text`` (brackets inside strings do not count;
+    no parsing, so no recursion)."""
+    depth = deepest = 0
+    for match in _JSON_BRACKET.finditer(_JSON_STRING.sub("", text)):
+        depth += 1 if match.group() in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def loads_json(text: str, what: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``json.loads(text)``, refusing input nested deeper than ``max_depth`` with a ValueError naming
+    ``what`` (e.g. the file), before parsing.  Invalid JSON raises ``json.JSONDecodeError`` as usual."""
+    depth = json_depth(text)
+    if depth > max_depth:
+        raise ValueError(f"{what} nests JSON {depth} levels deep; at most {max_depth} are read")
+    return json.loads(text)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:

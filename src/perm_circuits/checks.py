@@ -11,8 +11,25 @@ from __future__ import annotations
 import math
 
 __all__ = [
-    "check_fraction", "check_int", "check_number", "check_positive_int", "check_seed", "check_str",
+    "MAX_PARAMETERS", "MAX_SAMPLES", "MAX_SEQUENCES", "check_fraction", "check_int", "check_number",
+    "check_positive_int", "check_seed", "check_size", "check_str",
 ]
+
+MAX_PARAMETERS = 10**9
+"""The most parameters a model may have (4 GB of float32): the tiny transformers here have thousands;
+a config asking for more is a typo or a hostile file, refused before anything is allocated."""
+MAX_SEQUENCES = 10**7
+"""The most sequences drawn into memory at once (a batch, a test set)."""
+MAX_SAMPLES = 10**10
+"""The most training samples per epoch (drawn batch by batch: a bound on time, not memory)."""
+
+
+def check_size(name: str, value: int, limit: int) -> int:
+    """``value`` if it is at most ``limit``, else a ValueError naming the size and the limit (call it
+    before allocating anything of that size)."""
+    if value > limit:
+        raise ValueError(f"{name} {value:,} is over the limit of {limit:,}")
+    return value
 
 
 def check_int(name: str, value: object, low: int | None = None, high: int | None = None) -> int:

@@ -9,15 +9,14 @@ recall has been reported not to form) acts only in :func:`fast_forward` in train
 ``torch.nn.TransformerEncoderLayer`` puts it; the bridge itself, evaluation and every analysis run
 without it.
 
-Checkpoints are a folder with ``model.safetensors`` (the bridge's ``state_dict`` keys) and
-``config.json`` (model and task config, training metadata, the weights' SHA-256), each written
-atomically.  Loading checks the JSON, the hash, every key and shape, and never unpickles.
+Checkpoints are a folder with ``model.safetensors`` (the bridge's ``state_dict`` keys, with the model
+and task config and the training metadata in its header: one atomic, hashed record) and
+``config.json`` (the same record and the weights' SHA-256), see :mod:`perm_circuits.checkpoint_io`.
+Loading checks the record, every hash, key and shape, and never unpickles.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
 from collections.abc import Callable
@@ -28,11 +27,12 @@ from typing import Any
 
 import torch
 from jaxtyping import Float, Int
-from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from perm_circuits._util import atomic_write, dataclass_from_dict, json_safe
-from perm_circuits.checks import check_int, check_number, check_seed
+from perm_circuits._util import dataclass_from_dict
+from perm_circuits.checkpoint_io import (CONFIG_FILE, FORMAT_VERSION, WEIGHTS_FILE, CheckpointError,  # noqa: F401
+                                         read_checkpoint_files, write_checkpoint_files)
+from perm_circuits.checks import MAX_PARAMETERS, check_int, check_number, check_seed, check_size
 from perm_circuits.devices import resolve_device, to_device
 from perm_circuits.tasks.permutation_data import TaskConfig
 
@@ -55,9 +55,6 @@ __all__ = [
     "write_checkpoint_files",
 ]
 
-FORMAT_VERSION = 1
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"
 TASK_RECORD = "trained_on"
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
@@ -112,6 +109,7 @@ class ModelConfig:
             )
         if self.resolved_n_ctx < 2 * self.V - 1:
             raise ValueError(f"n_ctx={self.n_ctx} is shorter than the task's 2V-1={2 * self.V - 1}")
+        check_size(f"{self.name}'s parameter count", self.n_parameters, MAX_PARAMETERS)  # before any allocation
         if self.act_fn not in ACTIVATIONS:
             raise ValueError(f"act_fn must be relu/gelu/gelu_new/silu, got {self.act_fn!r}")
         if self.normalization_type not in ("LN", "LNPre", "RMS", "RMSPre", None):
@@ -124,6 +122,14 @@ class ModelConfig:
                 f"dropout > 0 needs normalization_type 'LN' or None (the ones fast_forward trains), "
                 f"got {self.normalization_type!r}"
             )
+
+    @property
+    def n_parameters(self) -> int:
+        """The parameter count of the model this config builds, computed without allocating (exact with
+        LayerNorm; a few hundred over with RMS or no normalization): what the size limit checks."""
+        d, attn = self.d_model, self.n_heads * self.resolved_d_head
+        block = 4 * d * attn + 3 * attn + d + 2 * d * self.resolved_d_mlp + self.resolved_d_mlp + d + 4 * d
+        return (self.V + 1) * d + self.resolved_n_ctx * d + self.n_layers * block + 2 * d + d * (self.V + 1)
 
     @property
     def resolved_d_mlp(self) -> int:
@@ -323,10 +329,6 @@ class Checkpoint:
     path: Path | None = None
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def save_model(
     model,
     path: str | os.PathLike,
@@ -358,68 +360,6 @@ def save_model(
     return write_checkpoint_files(path, tensors, fields, metadata)
 
 
-def write_checkpoint_files(
-    path: str | os.PathLike, tensors: dict[str, Tensor], fields: dict[str, Any], metadata: dict[str, Any] | None = None
-) -> Path:
-    """Write ``tensors`` to ``path/model.safetensors`` and ``fields`` (what rebuilds the model), the
-    weights' SHA-256 and ``metadata`` to ``path/config.json``, each atomically (the writer of
-    :func:`save_model` and of :func:`perm_circuits.tasks.checkpoint.save_task_model`).  ``metadata``
-    must be a JSON-serializable dict (NaN becomes ``null``), checked before anything is written."""
-    path = Path(path)
-    if metadata is not None and not isinstance(metadata, dict):
-        raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
-    metadata = json_safe(metadata or {})
-    json.dumps(metadata, allow_nan=False)  # fail before writing anything if not serializable
-    json.dumps(fields, allow_nan=False)
-    atomic_write(path / WEIGHTS_FILE, lambda tmp: save_file(tensors, tmp))
-    document = {
-        "format": "perm_circuits.checkpoint",
-        "format_version": FORMAT_VERSION,
-        **fields,
-        "weights_sha256": _sha256(path / WEIGHTS_FILE),
-        "metadata": metadata,
-    }
-    text = json.dumps(document, indent=2, sort_keys=True, allow_nan=False)
-    atomic_write(path / CONFIG_FILE, lambda tmp: Path(tmp).write_text(text + "\n"))
-    return path
-
-
-class CheckpointError(ValueError):
-    """A checkpoint is missing, corrupted or does not match its config."""
-
-
-def read_checkpoint_files(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Tensor]]:
-    """Validated JSON document and tensors of a checkpoint folder (no model built)."""
-    path = Path(path)
-    if not path.is_dir():
-        raise CheckpointError(f"checkpoint folder {str(path)!r} does not exist")
-    for name in (CONFIG_FILE, WEIGHTS_FILE):
-        if not (path / name).is_file():
-            raise CheckpointError(f"checkpoint {str(path)!r} has no {name}")
-    try:
-        document = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise CheckpointError(f"{path / CONFIG_FILE} is not valid JSON: {error}") from None
-    if not isinstance(document, dict) or document.get("format") != "perm_circuits.checkpoint":
-        raise CheckpointError(f"{path / CONFIG_FILE} is not a perm_circuits checkpoint config")
-    if document.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(
-            f"checkpoint format_version {document.get('format_version')!r} is not supported "
-            f"(expected {FORMAT_VERSION})"
-        )
-    actual = _sha256(path / WEIGHTS_FILE)
-    if actual != document.get("weights_sha256"):
-        raise CheckpointError(
-            f"{path / WEIGHTS_FILE} does not match the SHA-256 stored in config.json "
-            f"(stored {document.get('weights_sha256')!r}, file {actual!r}): corrupted or replaced"
-        )
-    try:
-        tensors = load_file(path / WEIGHTS_FILE)
-    except Exception as error:  # safetensors raises its own error types
-        raise CheckpointError(f"cannot read {path / WEIGHTS_FILE}: {error}") from None
-    return document, tensors
-
-
 def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device | None = None) -> Checkpoint:
     """Load and validate a checkpoint folder written by :func:`save_model` (the model on ``device``, default CPU)."""
     document, tensors = read_checkpoint_files(path)
@@ -445,7 +385,9 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device | Non
         "pos_embed.weight": (config.resolved_n_ctx, config.d_model),
         "blocks.0.mlp.in.weight": (config.resolved_d_mlp, config.d_model),
     }.items():
-        if key in tensors and tuple(tensors[key].shape) != shape:
+        if key not in tensors:
+            raise CheckpointError(f"checkpoint {str(path)!r} has no weight {key} (a {config.name} has one)")
+        if tuple(tensors[key].shape) != shape:
             raise CheckpointError(
                 f"{key} has shape {tuple(tensors[key].shape)} but {config.name} expects {shape}"
             )

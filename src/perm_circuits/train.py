@@ -34,7 +34,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from perm_circuits._util import dataclass_from_dict
-from perm_circuits.checks import check_int, check_number, check_seed
+from perm_circuits.checks import MAX_SAMPLES, MAX_SEQUENCES, check_int, check_number, check_seed, check_size
 from perm_circuits.tasks.permutation import Evaluation, evaluate_logits, value_probs
 from perm_circuits.models import (
     CheckpointError,
@@ -94,6 +94,10 @@ class TrainConfig:
             value = getattr(self, name)
             if check_int(name, value) <= 0:
                 raise ValueError(f"{name} must be > 0, got {value}")
+        check_size("samples_per_epoch", self.samples_per_epoch, MAX_SAMPLES)  # before any batch is drawn
+        for name in ("batch_size", "test_size"):
+            check_size(name, getattr(self, name), MAX_SEQUENCES)
+        check_size("epochs", self.epochs, MAX_SAMPLES)
         if not 0 < check_number("lr", self.lr, finite=False) < 1:
             raise ValueError(f"lr must be in (0, 1), got {self.lr!r}")
         for name in ("checkpoint_every", "early_stop_patience"):
@@ -500,14 +504,31 @@ def load_resumable(path) -> tuple:
         raise CheckpointError(f"{path} has dropout={checkpoint.model_config.dropout} but no extra.dropout_generator state")
     if state is not None and (state.dtype != torch.uint8 or state.shape != reference.shape):
         raise CheckpointError(f"{path} has an invalid dropout-generator state (extra.dropout_generator)")
-    for index, param in enumerate(checkpoint.model.parameters()):
-        for name, shape in (("step", None), ("exp_avg", param.shape), ("exp_avg_sq", param.shape)):
+    for name in ("extra.generator", "extra.dropout_generator"):
+        if name in tensors:
+            try:
+                torch.Generator().set_state(tensors[name])
+            except RuntimeError as error:
+                raise CheckpointError(f"{path} has an invalid generator state {name}: {error}") from None
+    parameters = list(checkpoint.model.parameters())
+    for index, param in enumerate(parameters):
+        for name, shape in (("step", torch.Size(())), ("exp_avg", param.shape), ("exp_avg_sq", param.shape)):
             value = tensors.get(f"extra.optim.{index}.{name}")
-            if value is None or (shape is not None and value.shape != shape):
+            if value is None or value.shape != shape or not value.is_floating_point():
                 raise CheckpointError(
                     f"{path} lacks a valid optimizer state extra.optim.{index}.{name} "
-                    f"(expected shape {tuple(shape) if shape is not None else '()'})"
+                    f"(expected a float tensor of shape {tuple(shape)})"
                 )
+            if not torch.isfinite(value).all() or (name != "exp_avg" and (value < 0).any()):
+                raise CheckpointError(f"{path} has a corrupted optimizer state extra.optim.{index}.{name} (NaN, "
+                                      f"infinite{'' if name == 'exp_avg' else ' or negative'} values): resuming would "
+                                      "train a broken model")
+    unknown = sorted(key for key in tensors if key.startswith("extra.optim.")
+                     and not (key.count(".") == 3 and key.split(".")[2].isdigit()
+                              and int(key.split(".")[2]) < len(parameters)
+                              and key.split(".")[3] in ("step", "exp_avg", "exp_avg_sq")))
+    if unknown:
+        raise CheckpointError(f"{path} has optimizer state {unknown[:3]} that belongs to no parameter of its model")
     return checkpoint.model, checkpoint.model_config, checkpoint.task_config, saved, tensors, meta
 
 

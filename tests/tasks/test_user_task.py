@@ -13,6 +13,7 @@ from typing import ClassVar
 
 import pytest
 import torch
+from checkpoint_edit import edit_record
 
 from perm_circuits import FitConfig, TaskBatch, evaluate, register_task, train
 from perm_circuits.cli import main
@@ -240,9 +241,7 @@ def test_a_checkpoint_must_name_a_registered_task_and_rebuild_its_model(tmp_path
         save_task_model(model, tmp_path / "wrong", task, model_fields={"d_model": 32})
     assert not (tmp_path / "wrong").exists()  # nothing written
     saved = save_task_model(model, tmp_path / "ok", task)
-    document = json.loads((saved / "config.json").read_text())
-    document["trained_on"]["task"]["task"] = "no_such_task"
-    (saved / "config.json").write_text(json.dumps(document))
+    edit_record(saved, lambda record: record["trained_on"]["task"].update(task="no_such_task"))
     user_json = import_module_or_file(str(_task_file(tmp_path, "json", "modular_addition_json")))
     assert user_json is not sys.modules["json"]  # the user's json.py runs, and never shadows the standard json
     assert TASKS.pop("modular_addition_json") is user_json.ModularAddition

@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 
 from perm_circuits.checks import check_int
 from perm_circuits.sweep.backends import BACKENDS, default_workers, run_local, run_ray, run_serial
+from perm_circuits.sweep.lock import sweep_lock
 from perm_circuits.sweep.spec import SweepSpec, load_spec
 from perm_circuits.sweep.stacked_runs import TRAINERS, choose_trainer, group_runs, run_groups_local, run_groups_serial
 from perm_circuits.sweep.store import clean_stale, finished_runs, load_sweep, write_checkpoint, write_row, write_spec
@@ -104,7 +105,10 @@ def run_sweep(
         spec: a :class:`SweepSpec`, the spec dict, or a TOML file path; validated (every run's
             configs built) before anything is created or started.
         out_dir: the sweep folder (``runs/<run_id>.json``, ``models/<run_id>/``).  Runs whose
-            row is already there are skipped; so are failed ones unless ``retry_failed``.
+            row is already there are skipped; so are failed ones unless ``retry_failed``.  One
+            driver at a time: ``sweep.lock`` names it while it runs; a second one is refused
+            (:class:`~perm_circuits.sweep.lock.SweepLockedError`, naming the owner's pid and host),
+            a killed driver's lock is taken over (:mod:`perm_circuits.sweep.lock`).
         backend: ``"local"`` (process pool), ``"ray"``, or ``"serial"`` (this process).
         workers: pool size / local Ray CPUs (default: one per core).
         address: a running Ray cluster (``"HEAD_IP:6379"``); default: a local instance.
@@ -135,6 +139,14 @@ def run_sweep(
 
         import_ray()  # a clear error before anything starts
     out_dir.mkdir(parents=True, exist_ok=True)
+    with sweep_lock(out_dir):  # one driver per folder (a second one would run every run again)
+        return _run_locked(spec, out_dir, backend=backend, workers=workers, address=address, keep_models=keep_models,
+                           retry_failed=retry_failed, progress=progress, trainer=trainer)
+
+
+def _run_locked(spec: SweepSpec, out_dir: Path, *, backend: str, workers: int | None, address: str | None,
+                keep_models: bool, retry_failed: bool, progress: bool, trainer: str) -> SweepResult:
+    """:func:`run_sweep` once it owns ``out_dir``."""
     clean_stale(out_dir)
     stored = finished_runs(out_dir)
     todo = [run for run in spec.runs

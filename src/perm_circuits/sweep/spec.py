@@ -24,6 +24,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from perm_circuits._util import without_added_defaults
-from perm_circuits.checks import check_int
+from perm_circuits.checks import check_int, check_size
 from perm_circuits.models import ADDED_FIELDS as MODEL_ADDED_FIELDS
 from perm_circuits.models import ModelConfig
 from perm_circuits.tasks.permutation_data import ADDED_FIELDS as TASK_ADDED_FIELDS
@@ -51,6 +52,10 @@ TRAIN_ALIASES: dict[str, str] = {"samples": "samples_per_epoch", "early_stop": "
 
 TRAIN_EXCLUDED = frozenset({"seed", "checkpoint_every", "checkpoint_dir"})
 """TrainConfig fields a spec cannot set (``seed`` is the shared seed; checkpoints are the sweep's business)."""
+
+MAX_RUNS = 100_000
+"""The most runs one spec's grid may expand to (each trains a model): more is a typo, refused before the
+grid's product is formed."""
 
 ANALYSIS_DEFAULTS: dict[str, int] = {
     "n": 2000,  # head_roles test sequences
@@ -236,6 +241,7 @@ class SweepSpec:
 
         runs: dict[str, RunConfig] = {}
         keys = list(grid)
+        check_size("the grid's number of runs", math.prod(len(grid[k]) for k in keys), MAX_RUNS)  # before expanding
         for combo in itertools.product(*(grid[k] for k in keys)):
             values = {**fixed, **dict(zip(keys, combo))}
             try:

@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from perm_circuits._util import atomic_write, atomic_write_text, json_safe
+from perm_circuits._util import atomic_write, atomic_write_text, json_safe, loads_json
 from perm_circuits.models import CONFIG_FILE, WEIGHTS_FILE
 
 __all__ = ["checkpoint_files", "clean_stale", "export_parquet", "finished_runs", "guarded_row", "load_rows",
@@ -91,10 +91,13 @@ def write_row(out_dir: str | os.PathLike, row: Mapping[str, Any]) -> Path:
 
 
 def write_checkpoint(out_dir: str | os.PathLike, run_id: str, files: Mapping[str, bytes]) -> Path:
-    """Write a run's checkpoint files (from the worker, as bytes) into ``models/<run_id>/`` atomically."""
+    """Write a run's checkpoint files (from the worker, as bytes) into ``models/<run_id>/``, each
+    atomically and the weights first: they carry the whole record, so a kill between the files leaves a
+    checkpoint that loads (:mod:`perm_circuits.checkpoint_io`)."""
     folder = Path(out_dir) / MODELS_DIR / run_id
-    for name, data in files.items():
-        atomic_write(folder / name, lambda tmp, data=data: Path(tmp).write_bytes(data))
+    order = sorted(files, key=lambda name: name != WEIGHTS_FILE)  # the weights (the record) first: see checkpoint_io
+    for name in order:
+        atomic_write(folder / name, lambda tmp, data=files[name]: Path(tmp).write_bytes(data))
     return folder
 
 
@@ -124,7 +127,7 @@ def load_rows(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
         if path.name.startswith("."):
             continue
         try:
-            row = json.loads(path.read_text(encoding="utf-8"))
+            row = loads_json(path.read_text(encoding="utf-8"), f"sweep row {str(path)!r}")
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise ValueError(f"sweep row {str(path)!r} is not valid JSON ({error}); delete it to rerun that run") \
                 from None

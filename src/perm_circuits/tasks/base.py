@@ -21,10 +21,11 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from perm_circuits.checks import check_int, check_number, check_seed
+from perm_circuits.checks import MAX_SEQUENCES, check_int, check_number, check_seed, check_size
 
 __all__ = ["DEFAULT_MODEL_KEYS", "SPLITS", "TASKS", "DataclassTask", "FitConfig", "FitResult", "StepState", "Task",
-           "TaskBatch", "TaskEntry", "check_sample", "check_target_classes", "file_module_name", "fit", "import_module_or_file", "load_object",
+           "TaskBatch", "TaskEntry", "check_sample", "check_target_classes", "check_task_batch", "file_module_name", "fit",
+           "import_module_or_file", "load_object",
            "log_spaced_steps", "masked_cross_entropy", "register_task", "task_entries", "task_entry",
            "task_from_dict"]
 
@@ -122,11 +123,43 @@ SPLITS = ("train", "test")
 def check_sample(n: object, generator: object, split: object) -> None:
     """The checks of a task's ``sample(n, generator, split)``: ``n >= 1``, a ``torch.Generator``,
     ``split`` one of :data:`SPLITS`."""
-    check_int("n", n, low=1)
+    check_size("n (sequences drawn at once)", check_int("n", n, low=1), MAX_SEQUENCES)
     if not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+
+
+def check_task_batch(batch: object, task: Any, n: int | None = None, made_by: str = "sample") -> TaskBatch:
+    """``batch``, the result of ``task.sample(n, ...)`` (or ``task.test_set(n, ...)``: ``made_by``), if
+    it is what training and evaluation assume (ValueError/TypeError naming the task otherwise): a
+    :class:`TaskBatch` (whose own checks give one shape to tokens, targets and mask and integer ids)
+    of ``n`` rows of ``[1, task.n_ctx]`` tokens, token ids and the targets scored (mask > 0) in
+    ``[0, task.d_vocab)``, and a finite, non-negative mask.  Checked once per batch drawn, on the
+    CPU tensors the task made: a few reductions, negligible beside a training step (an
+    out-of-vocabulary target would otherwise fail mid-training with an IndexError, and a NaN
+    mask or a short batch would train silently)."""
+    where = f"task {getattr(task, 'name', type(task).__name__)!r}'s {made_by}({'' if n is None else n}, ...)"
+    if not isinstance(batch, TaskBatch):
+        raise TypeError(f"{where} returned a {type(batch).__name__}, not a TaskBatch")
+    tokens, targets, mask = batch.tokens, batch.targets, batch.mask
+    n_ctx, vocab = task.n_ctx, task.d_vocab
+    if tokens.ndim != 2 or (n is not None and tokens.shape[0] != n) or not 1 <= tokens.shape[1] <= n_ctx:
+        raise ValueError(f"{where} returned tokens of shape {tuple(tokens.shape)}: expected [{'n' if n is None else n}, "
+                         f"1..{n_ctx}] (task.n_ctx {n_ctx})")
+    low, high = (int(v) for v in torch.aminmax(tokens))
+    if low < 0 or high >= vocab:
+        raise ValueError(f"{where} returned token ids {low}..{high}, outside the task's vocabulary [0, {vocab}) "
+                         "(task.d_vocab)")
+    weight_low, weight_high = (float(v) for v in torch.aminmax(mask))  # NaN propagates into both
+    if not (weight_low >= 0 and math.isfinite(weight_high)):
+        raise ValueError(f"{where} returned a mask with NaN, infinite or negative loss weights "
+                         f"(from {weight_low} to {weight_high})")
+    low, high = (int(v) for v in torch.aminmax(torch.where(mask > 0, targets, 0)))  # 0: a valid id, unscored
+    if low < 0 or high >= vocab:
+        raise ValueError(f"{where} returned targets {low}..{high} under the loss mask, outside the task's vocabulary "
+                         f"[0, {vocab}) (task.d_vocab)")
+    return batch
 
 
 class DataclassTask:
@@ -560,6 +593,7 @@ def fit(
     try:
         for step in tqdm(range(1, steps + 1), disable=not progress, desc=f"fit {task.name}", leave=False):
             batch = task.sample(batch_size, generator, "train")  # drawn on the CPU: the same batches anywhere
+            check_task_batch(batch, task, batch_size)
             if step == 1 and isinstance(vocab, int) and vocab > 0 and int(batch.tokens.max()) >= vocab:
                 raise ValueError(
                     f"task {task.name!r} draws token ids up to {int(batch.tokens.max())} but the model's vocabulary "

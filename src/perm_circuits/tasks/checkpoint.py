@@ -8,7 +8,6 @@ task must be registered before loading (``perm-circuits report PATH --import MOD
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -18,8 +17,9 @@ from typing import Any
 import torch
 
 from perm_circuits.checks import check_int
-from perm_circuits.models import (CONFIG_FILE, TASK_RECORD, CheckpointError, load_weights, read_checkpoint_files,
-                                  write_checkpoint_files)
+from perm_circuits.checkpoint_io import check_storable, read_checkpoint_document
+from perm_circuits.models import (CONFIG_FILE, TASK_RECORD, WEIGHTS_FILE, CheckpointError, load_weights,
+                                  read_checkpoint_files, write_checkpoint_files)
 from perm_circuits.tasks.base import DEFAULT_MODEL_KEYS, TASKS, Task, task_entries, task_entry, task_from_dict
 from perm_circuits.tasks.runner import task_logits, task_model
 
@@ -94,6 +94,7 @@ def save_task_model(
     fields, seed = _build_of(model, task, model_fields, seed)
     fresh, forward = task_model(task, seed=seed, **fields)
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
+    check_storable(tensors)  # float32 and finite, as the loader wants (before comparing logits)
     theirs = {key: tuple(value.shape) for key, value in fresh.state_dict().items()}
     rebuild = f"task_model({task.name!r}, seed={seed}, **{fields}) does not rebuild this model"
     if {key: tuple(value.shape) for key, value in tensors.items()} != theirs:
@@ -116,16 +117,15 @@ def save_task_model(
 
 
 def task_record(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The task record in checkpoint folder ``path``'s ``config.json`` (``None``: no such folder, or a
-    study checkpoint).  Reads the JSON only."""
-    config = Path(path) / CONFIG_FILE
-    if not config.is_file():
+    """The task record of checkpoint folder ``path`` (``None``: no such folder, or a study checkpoint):
+    the record in its weights' header, else its ``config.json``.  Reads no tensor."""
+    if not (Path(path) / CONFIG_FILE).is_file() and not (Path(path) / WEIGHTS_FILE).is_file():
         return None
     try:
-        document = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        document = read_checkpoint_document(path)
+    except (OSError, CheckpointError):
         return None  # loading it says what is wrong
-    record = document.get(TASK_RECORD) if isinstance(document, dict) else None
+    record = document.get(TASK_RECORD)
     return record if isinstance(record, dict) else None
 
 

@@ -27,7 +27,7 @@ from jaxtyping import Bool, Int
 from torch import Tensor
 
 from perm_circuits._util import dataclass_from_dict
-from perm_circuits.checks import check_int, check_number, check_seed
+from perm_circuits.checks import MAX_SEQUENCES, check_int, check_number, check_seed, check_size
 
 __all__ = ["PROBE_SEQUENCE", "Batch", "TaskConfig", "all_permutations", "exhaustive_batch", "make_batch",
            "make_sequence", "make_test_set", "probe_sequence", "repeat_source_of", "split_permutations",
@@ -225,6 +225,7 @@ def make_batch(
         raise TypeError(f"config must be a TaskConfig, got {type(config).__name__}")
     if check_int("n", n) <= 0:
         raise ValueError(f"n must be > 0, got {n}")
+    check_size("n (sequences drawn at once)", n, MAX_SEQUENCES)
     if seed is not None:
         check_seed(seed)
     if generator is not None and not isinstance(generator, torch.Generator):

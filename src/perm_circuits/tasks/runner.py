@@ -15,12 +15,12 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from perm_circuits.checks import check_int
+from perm_circuits.checks import MAX_SEQUENCES, check_int, check_size
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import check_hooks, check_token_ids
 from perm_circuits.models import ModelConfig, fast_forward
-from perm_circuits.tasks.base import (FitConfig, FitResult, StepState, Task, TaskBatch, fit, masked_cross_entropy,
-                                      task_entry)
+from perm_circuits.tasks.base import (FitConfig, FitResult, StepState, Task, TaskBatch, check_task_batch, fit,
+                                      masked_cross_entropy, task_entry)
 
 __all__ = ["DEFAULT_MODEL", "TaskEvaluation", "check_fit", "check_model_fields", "default_model", "fit_task",
            "measure_task", "model_name", "reference_agreement", "task_logits", "task_model"]
@@ -266,8 +266,8 @@ def measure_task(
             raise ValueError("hooks= need the model's own forward pass; pass forward=None (a custom forward skips hook points)")
         hooks = check_hooks(model, hooks)
     if test_set is None:
-        check_int("n", n, low=1)
-        test_set = task.test_set(n, seed)
+        check_size("n (test sequences)", check_int("n", n, low=1), MAX_SEQUENCES)
+        test_set = check_task_batch(task.test_set(n, seed), task, n, "test_set")
     if not isinstance(test_set, TaskBatch):
         raise TypeError(f"test_set must be a TaskBatch (task.test_set(...)), got {type(test_set).__name__}")
     check_token_ids(test_set.tokens, task.d_vocab)  # non-empty, ids the task (and so the model) has
