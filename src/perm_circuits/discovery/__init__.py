@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from perm_circuits.discovery.benchmark import METHODS, benchmark_curves, run_benchmark
 from perm_circuits.discovery.edge_hooks import edge_hooks
+from perm_circuits.circuit import Edge, Node
 from perm_circuits.discovery.graph import (
-    CircuitGraph,
+    EdgeGraph,
     circuit_graph_of,
     edge_name,
     head_of,
@@ -42,9 +43,11 @@ from perm_circuits.discovery.search import greedy_edges, mask_pruning
 __all__ = [
     "HOWS",
     "METHODS",
-    "CircuitGraph",
     "DiscoveryResult",
+    "Edge",
+    "EdgeGraph",
     "EdgeIntervention",
+    "Node",
     "acdc",
     "benchmark_curves",
     "circuit_graph_of",
