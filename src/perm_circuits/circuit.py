@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from perm_circuits.checks import check_int
 
-__all__ = ["EMBEDS", "INPUTS", "SPECIAL", "Edge", "Node", "as_edge", "as_node"]
+__all__ = ["EMBEDS", "INPUTS", "SPECIAL", "Edge", "Node", "as_edge", "as_node", "is_component"]
 
 INPUTS: tuple[str, ...] = ("q", "k", "v")
 """A head's three inputs (receivers of the edge graph), in graph order."""
@@ -180,6 +180,16 @@ class Node:
         if not isinstance(other, Node):
             return NotImplemented
         return self._key() < other._key()
+
+
+def is_component(text: object) -> bool:
+    """Whether ``text`` names a head or an MLP exactly (``"L0H1"``, ``"L2MLP"``; not a port, a
+    position class, an embedding or the logits): for reading component names out of column labels."""
+    try:
+        node = Node.parse(text)
+    except (TypeError, ValueError):
+        return False
+    return node.kind is None and node.port is None and node.where == "all" and str(node) == text
 
 
 def as_node(value: object) -> Node:

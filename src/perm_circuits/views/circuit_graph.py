@@ -319,7 +319,7 @@ def circuit_graph(
         if not isinstance(e, (str, Edge)):
             raise TypeError(f"edges must be strings 'SENDER->RECEIVER' or Edges, got {type(e).__name__} {e!r}")
         parsed.append(Edge.parse(e))
-    parsed = list(dict.fromkeys(parsed))
+    parsed = sorted(set(parsed))  # graph order: the picture does not depend on the order of the input
     names = [str(e) for e in parsed]
     layers0, heads0, mlp0 = shape if shape is not None else _infer_shape(parsed)
     n_layers = layers0 if n_layers is None else n_layers
