@@ -10,14 +10,10 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
-import torch
 
 from perm_circuits.circuit import Edge
-from perm_circuits.discovery import eap, prepare_edges
+from perm_circuits.discovery import discover
 from perm_circuits.discovery.graph import graph_edges
-from perm_circuits.handbuilt import build_induction_model
-from perm_circuits.tasks import PermutationTask, TaskBatch
-from perm_circuits.tasks.permutation_data import TaskConfig
 from perm_circuits.views.circuit_graph import circuit_graph
 from perm_circuits.views.circuit_hero import circuit_hero
 
@@ -111,30 +107,25 @@ def test_layout_rows_columns_and_determinism():
     assert boxes["L0H0"][2] < boxes["L0H1"][0]  # side by side, not overlapping
 
 
-def test_legend_and_caption_from_a_discovery_result():
-    model = build_induction_model().to(torch.float64)
-    batch = PermutationTask(TaskConfig(V=5, repeat_ratio=1.0, repeat_sources=(1, 2, 3, 4))).test_set(16)
-    last = torch.zeros_like(batch.mask)
-    last[:, -1] = 1.0
-    result = eap(intervention=prepare_edges(model, TaskBatch(batch.tokens, batch.targets, last), how="resample"),
-                 n_edges=5)
-    assert result.graph is not None and (result.graph.n_layers, result.graph.n_heads, result.graph.has_mlp) == (2, 2, True)
+def test_legend_and_caption_from_a_discovery_result(pretrained):
+    result = discover(pretrained("d32h2"), "eap", "resample", n=32, n_edges=3)
+    assert result.graph is not None and (result.graph.n_layers, result.graph.n_heads, result.graph.has_mlp) == (1, 2, True)
     assert result.metric == "target log-prob"
-    picture = circuit_graph(result, title="induction")
-    assert picture.n_nodes == 8 and picture.n_edges == 5  # the model's whole frame, read from the result's graph
-    assert picture.caption == f"EAP, resample ablation, metric: target log-prob; 5 of 46 edges, faithfulness {result.faithfulness:.2f}"
+    picture = circuit_graph(result, title="d32h2")
+    assert picture.n_nodes == 5 and picture.n_edges == 3  # the model's whole frame, read from the result's graph
+    assert picture.caption == f"EAP, resample ablation, metric: target log-prob; 3 of 13 edges, faithfulness {result.faithfulness:.2f}"
     root = ET.fromstring(picture.svg)
     caption = [t for t in root.iter(f"{SVG}text") if t.get("class") == "caption"]
     assert [t.text for t in caption] == [picture.caption]
     legend = "".join(next(g for g in root.iter(f"{SVG}g") if g.get("class") == "legend").itertext())
     top = max(abs(float(result.scores[e])) for e in result.circuit)
     assert "sign of the edge's score" in legend and "positive" in legend and "negative" in legend
-    assert f"widest = {top:.3g}" in legend
+    assert f"width: |score| (widest {top:.3g})" in legend
     widths = sorted(float(p.get("stroke-width")) for p in root.iter(f"{SVG}path") if p.get("class") == "edge")
     assert widths[-1] == 7.0 and _crossings(picture.svg) == []
     hero = circuit_hero({"recall": result}, ["a finding"])  # no shape given: the result's graph
-    assert "recall: EAP, resample ablation, metric: target log-prob; 5 of 46 edges" in hero
-    assert hero.count("class='node ") == 8
+    assert "recall: EAP, resample ablation, metric: target log-prob; 3 of 13 edges" in hero
+    assert hero.count("class='node ") == 5
 
 
 @pytest.mark.browser

@@ -218,7 +218,7 @@ def _routes(frame: _Frame, edges: list[Edge], left: float, right: float) -> tupl
 
 
 def _frame(nodes: list[Node], texts: Mapping[str, str], n_layers: int, mlp: bool, n_lanes: tuple[int, int],
-           top: float) -> _Frame:
+           top: float, min_width: float) -> _Frame:
     width_of = {str(n): float(max(_NODE_W, 7 * len(texts[str(n)]) + 16)) for n in nodes}
     col_w = max(_COL_W, max(width_of.values()) + 24)
     rows: dict[int, list[Node]] = {}
@@ -228,7 +228,7 @@ def _frame(nodes: list[Node], texts: Mapping[str, str], n_layers: int, mlp: bool
     span = max(len(row) for row in rows.values()) * col_w
     lanes_left = _LANE_GAP + _LANE_STEP * n_lanes[0] if n_lanes[0] else 0
     lanes_right = _LANE_GAP + _LANE_STEP * n_lanes[1] if n_lanes[1] else 0
-    width = max(2 * _MARGIN + lanes_left + lanes_right + span, 440)
+    width = max(2 * _MARGIN + lanes_left + lanes_right + span, 440, min_width)
     centre_x = _MARGIN + lanes_left + (width - 2 * _MARGIN - lanes_left - lanes_right) / 2
     pos, row_of = {}, {}
     for index, row in rows.items():
@@ -242,25 +242,23 @@ def _frame(nodes: list[Node], texts: Mapping[str, str], n_layers: int, mlp: bool
 
 
 def _legend(frame: _Frame, top_score: float, scored: bool) -> list[str]:
-    """Colour (the score's sign) and width (``|score|``) keys, under the graph."""
-    y = frame.legend_y
-    x = _MARGIN
-    parts = [f"<g class='legend' transform='translate({_fmt(x)},{_fmt(y)})'>",
-             "<text x='0' y='10' font-size='11' fill='#333'>colour: sign of the edge's score</text>"]
-    keys = (("positive", POSITIVE), ("negative", NEGATIVE), ("no score", NEUTRAL))
-    for i, (label, colour) in enumerate(keys):
-        kx = 190 + i * 82
-        parts.append(f"<line x1='{kx}' y1='6' x2='{kx + 20}' y2='6' stroke='{colour}' stroke-width='3'/>"
-                     f"<text x='{kx + 25}' y='10' font-size='11' fill='#333'>{label}</text>")
+    """Colour (the score's sign) and width (``|score|``) keys, under the graph (fits 400 px)."""
+    text = "<text x='{x}' y='{y}' font-size='11' fill='#333'>{label}</text>"
+    parts = [f"<g class='legend' transform='translate({_fmt(_MARGIN)},{_fmt(frame.legend_y)})'>",
+             text.format(x=0, y=10, label="colour: sign of the edge's score")]
+    for i, (label, colour) in enumerate((("positive", POSITIVE), ("negative", NEGATIVE), ("no score", NEUTRAL))):
+        kx = 180 + i * 76
+        parts.append(f"<line x1='{kx}' y1='6' x2='{kx + 18}' y2='6' stroke='{colour}' stroke-width='3'/>"
+                     + text.format(x=kx + 22, y=10, label=label))
     if scored:
-        parts.append(f"<text x='0' y='32' font-size='11' fill='#333'>width: |score|, widest = {top_score:.3g}</text>")
+        parts.append(text.format(x=0, y=32, label=f"width: |score| (widest {top_score:.3g})"))
         for i, share in enumerate((0.25, 0.5, 1.0)):
-            kx = 190 + i * 82
+            kx = 180 + i * 76
             stroke = _MIN_WIDTH + (_MAX_WIDTH - _MIN_WIDTH) * share
-            parts.append(f"<line x1='{kx}' y1='28' x2='{kx + 20}' y2='28' stroke='{NEUTRAL}' stroke-width='{stroke:.2f}'/>"
-                         f"<text x='{kx + 25}' y='32' font-size='11' fill='#333'>{top_score * share:.2g}</text>")
+            parts.append(f"<line x1='{kx}' y1='28' x2='{kx + 18}' y2='28' stroke='{NEUTRAL}' stroke-width='{stroke:.2f}'/>"
+                         + text.format(x=kx + 22, y=32, label=f"{top_score * share:.2g}"))
     else:
-        parts.append("<text x='0' y='32' font-size='11' fill='#333'>width: no scores given (every edge thin)</text>")
+        parts.append(text.format(x=0, y=32, label="width: no scores given (every edge thin)"))
     parts.append("</g>")
     return parts
 
@@ -345,9 +343,10 @@ def circuit_graph(
     top = 1.0 * _MARGIN + (22 if title else 0) + (18 if caption else 0) + (8 if title or caption else 0)
 
     # the frame twice: once to know which edges need lanes and where they go, once with room for them
+    min_width = 2 * _MARGIN + max(8.5 * len(title), 6.6 * len(caption))  # the title and caption fit
     lanes = (0, 0)
     for _ in range(2):
-        frame = _frame(nodes, texts, n_layers, mlp, lanes, top)
+        frame = _frame(nodes, texts, n_layers, mlp, lanes, top, min_width)
         left = min(frame.pos[n][0] - frame.width_of[n] / 2 for n in node_names)
         right = max(frame.pos[n][0] + frame.width_of[n] / 2 for n in node_names)
         routes, lanes = _routes(frame, parsed, left, right)
