@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from perm_circuits.checks import check_int
 
@@ -97,7 +98,12 @@ class Node:
         if isinstance(text, Node):
             return text
         if not isinstance(text, str):
-            raise TypeError(f"a node must be a str like 'L0H1@last' or a Node (e.g. 'L0H1', 'L1H0.k', 'embed'), got {type(text).__name__} {text!r}")
+            raise TypeError("a node must be a str like 'L0H1@last' or a Node (e.g. 'L0H1', 'L1H0.k', 'embed'), "
+                            f"got {type(text).__name__} {text!r}")
+        return _parse_node(text)
+
+    @classmethod
+    def _from_name(cls, text: str) -> Node:
         match = _NAME.match(text.strip())
         if match is None:
             raise ValueError(f"bad node {text!r}: expected {_EXPECTED}")
@@ -224,8 +230,7 @@ class Edge:
             return text
         if not isinstance(text, str) or text.count("->") != 1:
             raise ValueError(f"an edge is a string 'SENDER->RECEIVER', got {text!r}")
-        sender, receiver = text.split("->")
-        return cls(Node.parse(sender), Node.parse(receiver))
+        return _parse_edge(text)
 
     @classmethod
     def of(cls, sender: Node | str, receiver: Node | str) -> Edge:
@@ -247,6 +252,17 @@ class Edge:
         if not isinstance(other, Edge):
             return NotImplemented
         return (self.receiver._key(), self.sender._key()) < (other.receiver._key(), other.sender._key())
+
+
+@lru_cache(maxsize=8192)
+def _parse_node(text: str) -> Node:  # Nodes are frozen: one parse per name, shared
+    return Node._from_name(text)
+
+
+@lru_cache(maxsize=8192)
+def _parse_edge(text: str) -> Edge:
+    sender, receiver = text.split("->")
+    return Edge(Node.parse(sender), Node.parse(receiver))
 
 
 def as_edge(value: object) -> Edge:

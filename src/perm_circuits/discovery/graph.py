@@ -111,11 +111,18 @@ class EdgeGraph:
     has_mlp: bool = True
     split_embed: bool = False
     _index: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _pairs: list[tuple[str, str]] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._index.update({edge: i for i, edge in enumerate(self.edges)})
         if len(self._index) != len(self.edges):
             raise ValueError("edges must be distinct")
+        self._pairs.extend(split_edge(edge) for edge in self.edges)  # parsed once: the forward passes ask often
+
+    @property
+    def pairs(self) -> tuple[tuple[str, str], ...]:
+        """``(sender, receiver)`` of every edge, in :attr:`edges`' order."""
+        return tuple(self._pairs)
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -148,19 +155,18 @@ class EdgeGraph:
         """Indices of the edges into ``receiver``, in sender order."""
         if receiver not in self.receivers:
             raise KeyError(f"no receiver {receiver!r}; receivers are {self.receivers}")
-        return tuple(i for i, e in enumerate(self.edges) if split_edge(e)[1] == receiver)
+        return tuple(i for i, (_, r) in enumerate(self._pairs) if r == receiver)
 
     def outgoing(self, sender: str) -> tuple[int, ...]:
         """Indices of the edges out of ``sender``."""
         if sender not in self.senders:
             raise KeyError(f"no sender {sender!r}; senders are {self.senders}")
-        return tuple(i for i, e in enumerate(self.edges) if split_edge(e)[0] == sender)
+        return tuple(i for i, (s, _) in enumerate(self._pairs) if s == sender)
 
     def senders_into(self) -> dict[str, list[tuple[str, int]]]:
         """Per receiver, ``(sender, edge index)`` of each edge into it, in sender order."""
         table: dict[str, list[tuple[str, int]]] = {r: [] for r in self.receivers}
-        for e, edge in enumerate(self.edges):
-            sender, receiver = split_edge(edge)
+        for e, (sender, receiver) in enumerate(self._pairs):
             table[receiver].append((sender, e))
         return table
 
