@@ -95,6 +95,17 @@ def test_the_old_straight_drawing_would_fail_the_check():
     assert bad != svg and ("embed->logits", "L0MLP") in _crossings(bad) and ("embed->logits", "L1MLP") in _crossings(bad)
 
 
+def test_bad_arguments_are_refused_before_drawing():
+    with pytest.raises(TypeError, match="title must be a str, got int 3|parameter 'title'"):
+        circuit_graph(SKIPS, title=3)
+    with pytest.raises(TypeError, match="got the str"):
+        circuit_graph("embed->logits")
+    with pytest.raises(ValueError, match="cannot send"):
+        circuit_graph(["logits->L0H0.q"])
+    with pytest.raises(ValueError, match="not edges of a 1-layer"):
+        circuit_graph(["L0H0->L0H1.q"])  # heads of one layer do not read each other
+
+
 def test_layout_rows_columns_and_determinism():
     first = circuit_graph(SKIPS, {"embed->logits": -1.0, "L0H0->L1H0.k": 2.0}, n_layers=2, n_heads=2, mlp=True)
     assert first.svg == circuit_graph(list(reversed(SKIPS)), {"L0H0->L1H0.k": 2.0, "embed->logits": -1.0},

@@ -301,6 +301,9 @@ def circuit_graph(
     edge a ``<path class="edge">`` with ``data-edge``, ``data-score``, ``data-sign`` and ``data-route``
     (``"direct"`` between neighbouring rows, ``"lane"`` around the rows it skips).
     """
+    for name, value in (("title", title), ("caption", caption)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be a str, got {type(value).__name__} {value!r}")
     shape = None
     if hasattr(edges, "circuit") and hasattr(edges, "scores"):  # a DiscoveryResult
         result = edges
