@@ -334,10 +334,7 @@ def _discover(args: argparse.Namespace) -> int:
     for edge in result.ranking():
         if edge in result.circuit:
             print(f"  {edge:<22} {result.scores[edge]:+.4f}")
-    picture = circuit_graph(sorted(result.circuit), scores={e: float(result.scores[e]) for e in result.circuit},
-                            n_layers=model.cfg.n_layers, n_heads=model.cfg.n_heads,
-                            mlp=not getattr(model.cfg, "attn_only", False),
-                            title=f"{args.model}: {result.method} circuit ({result.how} ablation)")
+    picture = circuit_graph(result, title=f"{args.model}: {result.method} circuit ({result.how} ablation)")
     print(picture.save(out))
     return 0
 

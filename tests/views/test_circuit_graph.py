@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from perm_circuits.views.circuit_graph import NEGATIVE, NEUTRAL, POSITIVE, CircuitGraph, circuit_graph
+from perm_circuits.views.circuit_graph import NEGATIVE, NEUTRAL, POSITIVE, CircuitPicture, circuit_graph
 
 SVG = "{http://www.w3.org/2000/svg}"
 INDUCTION = [
@@ -29,7 +29,7 @@ def _parse(svg: str):
 
 
 @pytest.fixture(scope="module")
-def graph() -> CircuitGraph:
+def graph() -> CircuitPicture:
     return circuit_graph(
         INDUCTION, SCORES, {"L0H0": "previous token", "L1H1": "eliminator"},
         n_layers=2, n_heads=2, mlp=True, title="induction circuit",

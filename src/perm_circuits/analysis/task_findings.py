@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from perm_circuits.circuit import Node
+
 __all__ = ["task_findings"]
 
 
@@ -85,7 +87,7 @@ def _patching(data: Any) -> list[str]:
     if not patches:
         return []
     top = max(patches, key=lambda p: p.effect)
-    name = f"L{top.layer}H{top.head}" if top.head is not None else f"L{top.layer}MLP"
+    name = str(Node(top.layer, top.head))
     return [f"Activation patching (no ablation; activations from another test sequence): {name} restores "
             f"{top.effect:.2f} of the targets' log-probability ({top.confidence:.0%} CI {top.ci_low:.2f} to "
             f"{top.ci_high:.2f}, {top.n} sequences)."]

@@ -27,10 +27,11 @@ from perm_circuits._lazy import attach
 
 # Re-exports, loaded on first use (perm_circuits._lazy): importing the method registry loads no torch.
 if TYPE_CHECKING:
+    from perm_circuits.circuit import Edge, Node
     from perm_circuits.discovery.benchmark import benchmark_curves, run_benchmark
     from perm_circuits.discovery.edge_hooks import edge_hooks
     from perm_circuits.discovery.graph import (
-        CircuitGraph,
+        EdgeGraph,
         circuit_graph_of,
         edge_name,
         head_of,
@@ -56,10 +57,12 @@ if TYPE_CHECKING:
 __all__ = [
     "HOWS",
     "METHODS",
-    "CircuitGraph",
     "DiscoveryResult",
+    "Edge",
+    "EdgeGraph",
     "EdgeIntervention",
     "Method",
+    "Node",
     "acdc",
     "benchmark_curves",
     "circuit_graph_of",

@@ -34,9 +34,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from perm_circuits.checks import check_int
+from perm_circuits.circuit import INPUTS, Edge, Node
 
 __all__ = [
-    "CircuitGraph",
+    "Edge",
+    "EdgeGraph",
+    "Node",
+    "build_graph",
     "check_edges",
     "circuit_graph_of",
     "edge_name",
@@ -49,31 +53,26 @@ __all__ = [
     "split_edge",
 ]
 
-INPUTS = ("q", "k", "v")
+def edge_name(sender: Node | str, receiver: Node | str) -> str:
+    """``"SENDER->RECEIVER"`` (:class:`~perm_circuits.circuit.Edge`'s name; Nodes or names)."""
+    return str(Edge.of(sender, receiver))
 
 
-def edge_name(sender: str, receiver: str) -> str:
-    """``"SENDER->RECEIVER"``."""
-    return f"{sender}->{receiver}"
+def split_edge(edge: Edge | str) -> tuple[str, str]:
+    """``(sender, receiver)`` names of an edge (:meth:`Edge.parse`); ValueError when it is not
+    ``"SENDER->RECEIVER"`` of two component names."""
+    parsed = Edge.parse(edge)
+    return str(parsed.sender), str(parsed.receiver)
 
 
-def split_edge(edge: str) -> tuple[str, str]:
-    """``(sender, receiver)`` of an edge name; ValueError when it is not ``"SENDER->RECEIVER"``."""
-    if not isinstance(edge, str) or edge.count("->") != 1:
-        raise ValueError(f"an edge is a string 'SENDER->RECEIVER', got {edge!r}")
-    sender, receiver = edge.split("->")
-    return sender, receiver
-
-
-def head_of(receiver: str) -> str:
+def head_of(receiver: Node | str) -> str:
     """The component a receiver belongs to: ``"L1H0.k"`` -> ``"L1H0"``; MLPs and logits unchanged."""
-    return receiver.split(".")[0]
+    return str(Node.parse(receiver).owner())
 
 
-def promote_edge(edge: str) -> str:
+def promote_edge(edge: Edge | str) -> str:
     """An edge with its q/k/v receiver promoted to the whole head: ``"L0H0->L1H0.k"`` -> ``"L0H0->L1H0"``."""
-    sender, receiver = split_edge(edge)
-    return edge_name(sender, head_of(receiver))
+    return str(Edge.parse(edge).promoted())
 
 
 def promote_edges(edges: Iterable[str]) -> frozenset[str]:
@@ -89,8 +88,11 @@ def check_edges(name: str, edges: Iterable[str]) -> Iterable[str]:
 
 
 @dataclass(frozen=True)
-class CircuitGraph:
-    """Senders, receivers and edges of a model (module docstring).
+class EdgeGraph:
+    """Senders, receivers and edges of a model (module docstring): what edge-level discovery searches.
+
+    Names are strings (the forms of :mod:`perm_circuits.circuit`); :meth:`node` and :meth:`edge`
+    give the typed values.
 
     Attributes:
         senders: sender nodes in topological order.
@@ -109,11 +111,18 @@ class CircuitGraph:
     has_mlp: bool = True
     split_embed: bool = False
     _index: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _pairs: list[tuple[str, str]] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._index.update({edge: i for i, edge in enumerate(self.edges)})
         if len(self._index) != len(self.edges):
             raise ValueError("edges must be distinct")
+        self._pairs.extend(split_edge(edge) for edge in self.edges)  # parsed once: the forward passes ask often
+
+    @property
+    def pairs(self) -> tuple[tuple[str, str], ...]:
+        """``(sender, receiver)`` of every edge, in :attr:`edges`' order."""
+        return tuple(self._pairs)
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -123,6 +132,17 @@ class CircuitGraph:
     @property
     def n_edges(self) -> int:
         return len(self.edges)
+
+    def node(self, name: Node | str) -> Node:
+        """The typed node of a name (KeyError when the graph has no such sender or receiver)."""
+        text = str(Node.parse(name))
+        if text not in self.senders and text not in self.receivers:
+            raise KeyError(f"no node {text!r} in this graph; nodes are {self.nodes}")
+        return Node.parse(text)
+
+    def edge(self, name: Edge | str) -> Edge:
+        """The typed edge of a name (KeyError when it is not in the graph)."""
+        return Edge.parse(self.edges[self.edge_index(str(Edge.parse(name)))])
 
     def edge_index(self, edge: str) -> int:
         """Position of ``edge`` in :attr:`edges`; KeyError naming the edge when it is not in the graph."""
@@ -135,19 +155,18 @@ class CircuitGraph:
         """Indices of the edges into ``receiver``, in sender order."""
         if receiver not in self.receivers:
             raise KeyError(f"no receiver {receiver!r}; receivers are {self.receivers}")
-        return tuple(i for i, e in enumerate(self.edges) if split_edge(e)[1] == receiver)
+        return tuple(i for i, (_, r) in enumerate(self._pairs) if r == receiver)
 
     def outgoing(self, sender: str) -> tuple[int, ...]:
         """Indices of the edges out of ``sender``."""
         if sender not in self.senders:
             raise KeyError(f"no sender {sender!r}; senders are {self.senders}")
-        return tuple(i for i, e in enumerate(self.edges) if split_edge(e)[0] == sender)
+        return tuple(i for i, (s, _) in enumerate(self._pairs) if s == sender)
 
     def senders_into(self) -> dict[str, list[tuple[str, int]]]:
         """Per receiver, ``(sender, edge index)`` of each edge into it, in sender order."""
         table: dict[str, list[tuple[str, int]]] = {r: [] for r in self.receivers}
-        for e, edge in enumerate(self.edges):
-            sender, receiver = split_edge(edge)
+        for e, (sender, receiver) in enumerate(self._pairs):
             table[receiver].append((sender, e))
         return table
 
@@ -166,29 +185,30 @@ class CircuitGraph:
         return frozenset(e for e, m in zip(self.edges, values) if float(m) > 0.5)
 
 
-def build_graph(n_layers: int, n_heads: int, *, has_mlp: bool = True, split_embed: bool = False) -> CircuitGraph:
+def build_graph(n_layers: int, n_heads: int, *, has_mlp: bool = True, split_embed: bool = False) -> EdgeGraph:
     """The graph of a model of this shape (module docstring)."""
     for name, value in (("n_layers", n_layers), ("n_heads", n_heads)):
         check_int(name, value, low=1)
-    senders = ["tok_embed", "pos_embed"] if split_embed else ["embed"]
-    receivers: list[str] = []
-    edges: list[str] = []
+    senders = [Node.special("tok_embed"), Node.special("pos_embed")] if split_embed else [Node.special("embed")]
+    receivers: list[Node] = []
+    edges: list[Edge] = []
 
-    def receive(receiver: str) -> None:  # from every sender so far
+    def receive(receiver: Node) -> None:  # from every sender so far
         receivers.append(receiver)
-        edges.extend(edge_name(s, receiver) for s in senders)
+        edges.extend(Edge(s, receiver) for s in senders)
 
     for layer in range(n_layers):
-        heads = [f"L{layer}H{h}" for h in range(n_heads)]
+        heads = [Node(layer, h) for h in range(n_heads)]
         for head in heads:
             for inp in INPUTS:
-                receive(f"{head}.{inp}")
+                receive(head.input(inp))
         senders += heads
         if has_mlp:
-            receive(f"L{layer}MLP")
-            senders.append(f"L{layer}MLP")
-    receive("logits")
-    return CircuitGraph(tuple(senders), tuple(receivers), tuple(edges), n_layers, n_heads, has_mlp, split_embed)
+            receive(Node(layer))
+            senders.append(Node(layer))
+    receive(Node.special("logits"))
+    return EdgeGraph(tuple(map(str, senders)), tuple(map(str, receivers)), tuple(map(str, edges)), n_layers, n_heads,
+                     has_mlp, split_embed)
 
 
 def graph_edges(n_layers: int, n_heads: int, *, mlp: bool = True, split_embed: bool = False) -> tuple[str, ...]:
@@ -206,7 +226,7 @@ def receiver_nodes(n_layers: int, n_heads: int, *, mlp: bool = True) -> tuple[st
     return build_graph(n_layers, n_heads, has_mlp=mlp).receivers
 
 
-def circuit_graph_of(model, *, split_embed: bool = False) -> CircuitGraph:
+def circuit_graph_of(model, *, split_embed: bool = False) -> EdgeGraph:
     """The graph of a TransformerLens 4 model (read from ``model.cfg``: layers, heads, ``attn_only``)."""
     if not isinstance(split_embed, bool):
         raise TypeError(f"split_embed must be a bool, got {type(split_embed).__name__}")

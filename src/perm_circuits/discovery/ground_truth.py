@@ -39,6 +39,7 @@ from functools import partial
 
 import torch
 
+from perm_circuits.circuit import Node
 from perm_circuits.discovery.graph import graph_edges, head_of, receiver_nodes, sender_nodes, split_edge
 from perm_circuits.discovery.tracr_models import BOS, TRACR_PROGRAMS, build_tracr_model, tracr_available
 from perm_circuits.handbuilt import build_induction_model
@@ -123,12 +124,12 @@ def _matrices(model, varying_tokens) -> tuple[dict[str, torch.Tensor], dict[str,
     reads, writes = {"logits": model.W_U.detach()}, {"embed": embed}
     for layer in range(cfg.n_layers):
         for h in range(cfg.n_heads):
-            reads[f"L{layer}H{h}.q"] = W_Q[layer, h] @ W_K[layer, h].T
-            reads[f"L{layer}H{h}.k"] = W_K[layer, h] @ W_Q[layer, h].T
-            reads[f"L{layer}H{h}.v"] = W_V[layer, h] @ W_O[layer, h]
-            writes[f"L{layer}H{h}"] = W_O[layer, h]
+            reads[str(Node(layer, h, port="q"))] = W_Q[layer, h] @ W_K[layer, h].T
+            reads[str(Node(layer, h, port="k"))] = W_K[layer, h] @ W_Q[layer, h].T
+            reads[str(Node(layer, h, port="v"))] = W_V[layer, h] @ W_O[layer, h]
+            writes[str(Node(layer, h))] = W_O[layer, h]
         if _has_mlp(model):
-            reads[f"L{layer}MLP"], writes[f"L{layer}MLP"] = model.W_in[layer].detach(), model.W_out[layer].detach()
+            reads[str(Node(layer))], writes[str(Node(layer))] = model.W_in[layer].detach(), model.W_out[layer].detach()
     return reads, writes
 
 

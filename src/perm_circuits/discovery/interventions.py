@@ -1,4 +1,4 @@
-"""Edge-level interventions: run a model with any set of edges of its :class:`CircuitGraph` ablated.
+"""Edge-level interventions: run a model with any set of edges of its :class:`EdgeGraph` ablated.
 
 A mask gives every edge a weight ``m`` (1 keep, 0 ablate; values in between are allowed, so
 gradients flow to the mask).  Each receiver ``R`` reads
@@ -57,7 +57,7 @@ from torch import Tensor
 from perm_circuits.ablation_modes import modes
 from perm_circuits.checks import check_int, check_seed
 from perm_circuits.devices import model_device
-from perm_circuits.discovery.graph import CircuitGraph, circuit_graph_of, head_of
+from perm_circuits.discovery.graph import EdgeGraph, circuit_graph_of, head_of
 from perm_circuits.models import ACTIVATIONS
 from perm_circuits.tasks.base import TaskBatch, check_target_classes
 
@@ -164,7 +164,7 @@ class EdgeIntervention:
     ``empty_metric`` the metric with every edge kept / ablated.
     """
 
-    graph: CircuitGraph
+    graph: EdgeGraph
     how: str
     tokens: Int[Tensor, "batch seq"]
     metric: Metric
@@ -340,7 +340,7 @@ class EdgeIntervention:
         return torch.cat(out)
 
 
-def _cones(graph: CircuitGraph) -> dict[str, list[int]]:
+def _cones(graph: EdgeGraph) -> dict[str, list[int]]:
     """Per component (head, MLP, logits): the edges whose mask can change its output."""
     cones: dict[str, set[int]] = {s: set() for s in graph.senders}
     for receiver, incoming in graph.senders_into().items():

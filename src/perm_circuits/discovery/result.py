@@ -13,11 +13,11 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from perm_circuits.checks import check_int, check_number
-from perm_circuits.discovery.graph import split_edge
+from perm_circuits.discovery.graph import EdgeGraph, split_edge
 from perm_circuits.discovery.interventions import EdgeIntervention, prepare_edges
 from perm_circuits.tasks.base import TaskBatch
 
-__all__ = ["DiscoveryResult", "check_selection", "choose_circuit", "flip_each", "prefix_masks", "setup"]
+__all__ = ["DiscoveryResult", "check_selection", "choose_circuit", "flip_each", "metric_name", "prefix_masks", "setup"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,9 @@ class DiscoveryResult:
         best_by_size: the exhaustive oracle only: entry ``k`` is the best faithfulness of any circuit
             of at most ``k`` edges, for every size the search covered (``()`` for the other methods).
             The oracle regret at size ``k`` is this minus a method's top-``k`` faithfulness.
+        graph: the model's edge graph the method searched (its shape: layers, heads, MLPs), so a
+            view draws the result without being told the model (``None`` only for a result built by hand).
+        metric: the name of the metric the faithfulness is measured with (:func:`metric_name`).
     """
 
     method: str
@@ -52,6 +55,8 @@ class DiscoveryResult:
     search: str = ""
     params: dict[str, Any] = field(default_factory=dict)
     best_by_size: tuple[float, ...] = ()
+    graph: EdgeGraph | None = None
+    metric: str = ""
 
     @property
     def n_edges(self) -> int:
@@ -67,6 +72,19 @@ class DiscoveryResult:
         rows = [(self.method, self.how, edge, *split_edge(str(edge)), float(score), edge in self.circuit)
                 for edge, score in self.scores.items()]
         return pd.DataFrame(rows, columns=["method", "how", "edge", "sender", "receiver", "score", "in_circuit"])
+
+
+def metric_name(metric: object) -> str:
+    """A metric's name for captions: ``"target log-prob"`` for the default
+    (:func:`~perm_circuits.discovery.interventions.target_logprob_metric`), else the callable's
+    ``name`` attribute or ``__name__`` (``"custom metric"`` for a lambda or a nameless callable)."""
+    name = getattr(metric, "name", None)
+    if isinstance(name, str) and name:
+        return name
+    if "target_logprob_metric" in getattr(metric, "__qualname__", ""):
+        return "target log-prob"
+    name = getattr(metric, "__name__", "")
+    return name if name and name != "<lambda>" else "custom metric"
 
 
 def setup(model, batch, intervention: EdgeIntervention | None, *, how: str | None = None,
@@ -165,4 +183,4 @@ def finish(method: str, ei: EdgeIntervention, scores: Tensor, start: float, n_fo
             n_forward += 1
     series = pd.Series(scores.detach().double().cpu().numpy(), index=list(ei.graph.edges), name=method)
     return DiscoveryResult(method, ei.how, series, circuit, float(faithfulness), time.perf_counter() - start,
-                           int(n_forward), search, params, tuple(best_by_size))
+                           int(n_forward), search, params, tuple(best_by_size), ei.graph, metric_name(ei.metric))

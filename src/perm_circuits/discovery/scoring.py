@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import SupportsFloat
 
 from perm_circuits.checks import check_int
+from perm_circuits.circuit import Edge
 from perm_circuits.discovery.graph import check_edges
 
 __all__ = [
@@ -122,12 +123,9 @@ def edge_components(edges: Iterable[str]) -> frozenset:
     q/k/v inputs or its output edges is. ``embed`` and ``logits`` are left out (every circuit has
     them)."""
     out = set()
-    for edge in check_edges("edges", edges):
-        sender, sep, receiver = edge.partition("->")
-        if not sep or not sender or not receiver:
-            raise ValueError(f"an edge is 'SENDER->RECEIVER', got {edge!r}")
-        out.update({sender, receiver.split(".")[0]})
-    return frozenset(out - {"embed", "tok_embed", "pos_embed", "logits"})
+    for edge in map(Edge.parse, check_edges("edges", edges)):
+        out.update({edge.sender, edge.receiver.owner()})
+    return frozenset(str(node) for node in out if node.kind is None)
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ from perm_circuits.analysis import (
 from perm_circuits.analysis.probes.dla import subgroup_masks
 from perm_circuits.analysis.probes.memory import apply_norm
 from perm_circuits.analysis.study.skill_circuits import CIRCUIT_MAX_N, CIRCUIT_TOLERANCE
+from perm_circuits.circuit import Node
 from perm_circuits.evaluate import Evaluation, evaluate, recall_generalisation
 from perm_circuits.hooks import run_capture
 from perm_circuits.models import load_pretrained, model_config_of
@@ -163,7 +164,7 @@ def _roles(numbers: Numbers, name: str, model, test_set):
             _put(numbers, f"{name}.scores.{score.component}.{field}", getattr(score, field))
     for sweep in (verdict.head_patching, verdict.mlp_patching):
         for cell in sweep.cells if sweep is not None else ():
-            component = f"L{cell.layer}H{cell.head}" if cell.head is not None else f"L{cell.layer}MLP"
+            component = str(Node(cell.layer, cell.head))
             for field, value in (("effect", cell.mean), ("ci_low", cell.ci_low), ("ci_high", cell.ci_high)):
                 _put(numbers, f"{name}.patch.{component}.{field}", value)
     items = (*verdict.heads, *verdict.mlps)

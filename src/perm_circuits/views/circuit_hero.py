@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from perm_circuits.views.circuit_graph import circuit_graph
+from perm_circuits.circuit import Edge
+from perm_circuits.views.circuit_graph import circuit_graph, result_caption
 from perm_circuits.views.html import Section
 
 __all__ = ["HERO_CSS", "CollapsedViews", "circuit_hero", "collapsible"]
@@ -28,17 +29,24 @@ details.pc-details > summary > h2 { display: inline-block; margin: 0.4em 0 0.2em
 """
 
 
-def circuit_hero(skills: Mapping[str, Any], findings: Sequence[str], *, n_layers: int, n_heads: int,
-                 labels: Mapping[str, str] | None = None) -> str:
-    """HTML: the circuit of each skill (a ``DiscoveryResult``) and the findings list."""
+def circuit_hero(skills: Mapping[str, Any], findings: Sequence[str], *, n_layers: int | None = None,
+                 n_heads: int | None = None, labels: Mapping[str, str] | None = None) -> str:
+    """HTML: the circuit of each skill (a ``DiscoveryResult``) and the findings list.
+
+    Each picture's caption names the method, the ablation mode and the metric the circuit was found
+    with (:func:`~perm_circuits.views.circuit_graph.result_caption`), so findings measured another way
+    beside it are not read as contradicting it.  The model's shape is the result's graph's;
+    ``n_layers`` / ``n_heads`` are for a result without one.
+    """
     figures = []
     for skill, result in skills.items():
-        edges = sorted(result.circuit)
-        mlp = any("MLP" in edge for edge in result.scores.index)  # the model's graph, not only the kept edges
-        picture = circuit_graph(edges, scores={e: float(result.scores[e]) for e in edges}, labels=labels,
-                                n_layers=n_layers, n_heads=n_heads, mlp=mlp, title=f"{skill}")
-        caption = (f"{html.escape(skill)}: {result.method.upper()}, {html.escape(result.how)} ablation, "
-                   f"{result.n_edges} of {len(result.scores)} edges, faithfulness {result.faithfulness:.2f}")
+        shape: dict[str, Any] = {}
+        if getattr(result, "graph", None) is None:  # the model's graph, not only the kept edges
+            edges = [Edge.parse(e) for e in result.scores.index]
+            shape = {"n_layers": n_layers, "n_heads": n_heads,
+                     "mlp": any(node.is_mlp for e in edges for node in (e.sender, e.receiver))}
+        picture = circuit_graph(result, labels=labels, title=f"{skill}", caption="", **shape)
+        caption = f"{html.escape(skill)}: {html.escape(result_caption(result))}"
         figures.append(f'<figure class="pc-circuit">{picture.svg}<figcaption>{caption}</figcaption></figure>')
     if not figures:
         figures.append("<p>No circuit was discovered for this model.</p>")

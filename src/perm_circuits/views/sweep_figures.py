@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from perm_circuits.checks import check_fraction
+from perm_circuits.circuit import is_component
 from perm_circuits.views.figure_style import (
     ELIMINATION_COLOR,
     MODEL_COLOR,
@@ -65,7 +66,6 @@ _ROLE_PALETTE = (MODEL_COLOR, "#0c8599", RECALL_COLOR, ELIMINATION_COLOR, "#862e
 _VERDICT_RE = re.compile(r"^verdict_(?P<how>.+)$")
 _ROLE_RE = re.compile(r"^role_(?P<rest>.+)$")
 _CLAIM_RE = re.compile(r"^claim_(?P<rest>.+)$")
-_COMPONENT_RE = re.compile(r"^L\d+(?:H\d+|MLP)$")
 
 
 def check_frame(frame: object, columns: Sequence[str], name: str = "frame") -> pd.DataFrame:
@@ -287,7 +287,7 @@ def sweep_modes(frame: pd.DataFrame) -> list[str]:
             m = _ROLE_RE.match(str(column))
             if m and "_" in m["rest"]:
                 how, component = m["rest"].rsplit("_", 1)
-                if _COMPONENT_RE.match(component) and how not in modes:
+                if is_component(component) and how not in modes:
                     modes.append(how)
     return modes
 

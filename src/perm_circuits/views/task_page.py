@@ -27,6 +27,7 @@ from torch import Tensor
 from perm_circuits._util import atomic_write_text
 from perm_circuits.analysis.interventions.ablation_table import TaskAblationTable
 from perm_circuits.analysis.report_data import TaskReportData
+from perm_circuits.circuit import Node
 from perm_circuits.views.attention_figures import head_grid
 from perm_circuits.views.circuit_hero import HERO_CSS, CollapsedViews, collapsible_section, circuit_hero
 from perm_circuits.views.circuits import attention_view
@@ -109,7 +110,7 @@ def _analysis_sections(data: TaskReportData) -> list[Section]:
             "over the shown test sequences (Olsson et al. 2022: a previous-token head has 'previous' near 1)."
         ) + html_table(data.attention.to_dataframe().set_index("head"), digits=3)
     if data.patching is not None:
-        frame = pd.DataFrame([{"component": f"L{p.layer}H{p.head}" if p.head is not None else f"L{p.layer}MLP",
+        frame = pd.DataFrame([{"component": str(Node(p.layer, p.head)),
                                "effect": p.effect, "ci_low": p.ci_low, "ci_high": p.ci_high, "clean": p.clean,
                                "corrupted": p.corrupted, "patched": p.patched} for p in data.patching])
         first = data.patching[0] if data.patching else None

@@ -47,6 +47,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from perm_circuits.analysis.interventions.checks import check_positive_int, check_seed
+from perm_circuits.circuit import Node
 from perm_circuits.models import model_config_of
 
 __all__ = [
@@ -93,7 +94,7 @@ class CompositionScores:
         columns) for a 1-layer model."""
         n_layers, n_heads = self.scores.shape[:2]
         rows = [
-            (f"L{l1}H{h1}", l1, h1, f"L{l2}H{h2}", l2, h2, self.kind, float(self.scores[l1, h1, l2, h2]), self.baseline)
+            (str(Node(l1, h1)), l1, h1, str(Node(l2, h2)), l2, h2, self.kind, float(self.scores[l1, h1, l2, h2]), self.baseline)
             for l1 in range(n_layers)
             for h1 in range(n_heads)
             for l2 in range(l1 + 1, n_layers)

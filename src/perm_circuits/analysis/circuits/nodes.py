@@ -1,6 +1,10 @@
 """Circuit nodes (a head or MLP at a position class) and the metric F of the IOI-style criteria
 (Wang et al. 2022, "Interpretability in the Wild"), defined in full in
 :mod:`perm_circuits.analysis.circuits.criteria`.
+
+The node itself is :class:`perm_circuits.circuit.Node` (re-exported here), the one component type
+of the library; this module adds what a node-level circuit needs: position classes and validation
+against a model (:func:`parse_circuit`).
 """
 
 from __future__ import annotations
@@ -8,14 +12,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
 from perm_circuits.analysis.interventions.checks import check_head, check_layer
-from perm_circuits.checks import check_int
+from perm_circuits.circuit import Node
 from perm_circuits.model_shape import is_permutation_model, model_shape
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_data import Batch
@@ -41,9 +44,6 @@ SUBGROUPS: tuple[str, ...] = ("elimination", "recall")
 
 GENERAL_CLASSES: tuple[str, ...] = ("all", "last", "context")
 """The position classes of any task's sequences (plus ``p{k}``; ``query`` / ``answer`` are the study's)."""
-
-_NODE = re.compile(r"^L(\d+)(?:H(\d+)|(MLP))(?:@(.+))?$")
-
 
 def _positions(where: str, seq_len: int, named: Mapping[str, Iterable[int]], expected: str) -> tuple[int, ...]:
     """The positions of ``all``, ``last``, ``context``, ``p{k}`` or one of ``named`` in ``seq_len`` tokens."""
@@ -72,59 +72,6 @@ def positions_in(where: str, seq_len: int) -> tuple[int, ...]:
                       "(query/answer are the permutation task's)")
 
 
-@dataclass(frozen=True)
-class Node:
-    """Head ``L{layer}H{head}`` (``head`` set) or ``L{layer}MLP`` at position class ``where``
-    (:data:`POSITION_CLASSES` or ``p{k}``), ordered by layer, heads before the MLP, then class (one
-    canonical order).  A negative layer or head counts from the end (:func:`parse_circuit` normalises it).
-    """
-
-    layer: int
-    head: int | None = None
-    where: str = "all"
-
-    def __post_init__(self) -> None:
-        for name, value in (("layer", self.layer), ("head", self.head)):
-            if value is not None:
-                check_int(f"Node {name}", value)
-        if not isinstance(self.where, str):
-            raise TypeError(f"Node where must be a str, got {type(self.where).__name__}")
-
-    def __lt__(self, other: Node) -> bool:  # MLP (head None) after the heads of its layer
-        return self._key() < other._key()
-
-    def _key(self) -> tuple:
-        return (self.layer, self.head if self.head is not None else 1 << 30, self.where)
-
-    @classmethod
-    def parse(cls, text: object) -> Node:
-        """``"L0H1@last"`` / ``"L0MLP@answer"`` / ``"L0H0"`` (class ``all``) -> a Node."""
-        if not isinstance(text, str):
-            raise TypeError(f"a node must be a str like 'L0H1@last' or a Node, got {type(text).__name__} {text!r}")
-        match = _NODE.match(text.strip())
-        if match is None:
-            raise ValueError(f"bad node {text!r}: expected 'L<layer>H<head>[@class]' or 'L<layer>MLP[@class]'")
-        layer, head, _, where = match.groups()
-        return cls(int(layer), int(head) if head is not None else None, where or "all")
-
-    @property
-    def component(self) -> str:
-        """``"L0H1"`` or ``"L0MLP"``."""
-        return f"L{self.layer}H{self.head}" if self.head is not None else f"L{self.layer}MLP"
-
-    @property
-    def name(self) -> str:
-        """``"L0H1@last"``."""
-        return f"{self.component}@{self.where}"
-
-    def __str__(self) -> str:
-        return self.name
-
-    def positions(self, V: int) -> tuple[int, ...]:
-        """The sequence positions this node covers for a task with ``V`` values."""
-        return class_positions(self.where, V)
-
-
 def parse_circuit(model, circuit: Node | str | Iterable, seq_len: int | None = None) -> tuple[Node, ...]:
     """A circuit (a node, a node string, or an iterable of them) validated against ``model``, in
     canonical order; position classes for sequences of ``seq_len`` tokens on any task
@@ -136,7 +83,9 @@ def parse_circuit(model, circuit: Node | str | Iterable, seq_len: int | None = N
         raise TypeError(f"circuit must be a Node, a str or an iterable of them, got {type(circuit).__name__}")
     nodes = []
     for item in items:
-        node = item if isinstance(item, Node) else Node.parse(item)
+        node = Node.parse(item)
+        if node.kind is not None or node.port is not None:
+            raise ValueError(f"a node-level circuit holds heads and MLPs ('L0H1@last', 'L0MLP'), got {str(node)!r}")
         try:
             layer = check_layer(model, node.layer)
             head = check_head(model, node.head) if node.head is not None else None
@@ -146,7 +95,7 @@ def parse_circuit(model, circuit: Node | str | Iterable, seq_len: int | None = N
                 if seq_len is not None:
                     positions_in(node.where, seq_len)
             else:
-                node.positions(model_config_of(model).V)
+                class_positions(node.where, model_config_of(model).V)
         except ValueError as error:
             raise ValueError(f"node {node.name}: {error}") from None
         nodes.append(Node(layer, head, node.where))

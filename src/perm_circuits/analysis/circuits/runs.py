@@ -14,7 +14,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from perm_circuits.analysis.interventions import hooks as ablation
-from perm_circuits.analysis.circuits.nodes import SUBGROUPS, Node, positions_in, skill_logit_diff
+from perm_circuits.analysis.circuits.nodes import SUBGROUPS, Node, class_positions, positions_in, skill_logit_diff
 from perm_circuits.analysis.interventions.core import ablate_tokens, ablation_fn, selection
 from perm_circuits.analysis.interventions.optimal import optimise_constant, upstream_hooks
 from perm_circuits.analysis.interventions.ablation_table import components_of
@@ -82,7 +82,7 @@ class CircuitProblem:
 
     def positions(self, node: Node) -> tuple[int, ...]:
         """The positions node ``node`` covers in this problem's sequences."""
-        return positions_in(node.where, self.seq) if self.general else node.positions(self.V)
+        return positions_in(node.where, self.seq) if self.general else class_positions(node.where, self.V)
 
 
 def permutation_problem(batch: Batch, reference: Batch) -> CircuitProblem:

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from perm_circuits.ablation_modes import modes
 from perm_circuits.analysis.interventions.checks import check_index_list, check_int, check_positions, check_seed
+from perm_circuits.circuit import Node
 from perm_circuits.devices import device_forward
 from perm_circuits.hooks import HookList, check_hooks, check_token_ids, run_capture
 from perm_circuits.model_shape import model_shape
@@ -168,9 +169,9 @@ def components_of(model) -> list[tuple[str, int, int | None]]:
     out: list[tuple[str, int, int | None]] = []
     for layer in range(shape.n_layers):
         if shape.heads(layer) and shape.n_heads:
-            out += [(f"L{layer}H{head}", layer, head) for head in range(shape.n_heads)]
+            out += [(str(Node(layer, head)), layer, head) for head in range(shape.n_heads)]
         if shape.mlp(layer):
-            out.append((f"L{layer}MLP", layer, None))
+            out.append((str(Node(layer)), layer, None))
     return out
 
 

@@ -66,6 +66,7 @@ from perm_circuits.analysis.interventions.patching import (
     patched_values,
 )
 from perm_circuits.analysis.interventions.activation_patching import target_logprob
+from perm_circuits.circuit import Node
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.model_shape import is_permutation_model, model_shape, normalization_of
@@ -209,7 +210,7 @@ class PathPatchingTable:
 
     def get(self, sender: tuple[int, int] | str, receiver: tuple[int, int] | str, input: str) -> PathPatchEffect:
         """The effect of one edge; heads as ``(layer, head)`` or ``"L{l}H{h}"``."""
-        name = lambda head: head if isinstance(head, str) else f"L{head[0]}H{head[1]}"
+        name = lambda head: head if isinstance(head, str) else str(Node(*head))
         for effect in self.effects:
             if (effect.sender, effect.receiver, effect.input) == (name(sender), name(receiver), input):
                 return effect
@@ -381,7 +382,7 @@ def _measure(model, ctx: _Runs, edges: list[tuple[tuple[int, int], tuple[int, in
     fields, table = effect_fields(raw, ctx.values["clean"], ctx.values["corrupted"],
                                   lambda: bootstrap_weights(n, n_boot, seed), confidence, n_boot, idle)
     effects = tuple(
-        PathPatchEffect(sender=f"L{sl}H{sh}", sender_layer=sl, sender_head=sh, receiver=f"L{rl}H{rh}",
+        PathPatchEffect(sender=str(Node(sl, sh)), sender_layer=sl, sender_head=sh, receiver=str(Node(rl, rh)),
                         receiver_layer=rl, receiver_head=rh, input=input, **cell)
         for ((sl, sh), (rl, rh), input), cell in zip(edges, fields)
     )

@@ -34,6 +34,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from perm_circuits.analysis.interventions.checks import check_positive_int, check_seed
+from perm_circuits.circuit import Node
 from perm_circuits.hooks import check_hooks, run_capture
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_data import (
@@ -170,7 +171,7 @@ def induction_scores(
     by_x = [to_x[kept == k].mean(dim=0) for k in range(V - 1)]
 
     heads = tuple(
-        InductionScore(layer=layer, head=head, component=f"L{layer}H{head}",
+        InductionScore(layer=layer, head=head, component=str(Node(layer, head)),
             previous_token=float(previous[layer, head]), induction=float(induction[layer, head]),
             duplicate_token=float(duplicate[layer, head]),
             induction_by_source=tuple(float(values[layer, head]) for values in by_y),

@@ -71,6 +71,7 @@ from torch import Tensor
 from perm_circuits.analysis.interventions.checks import (
     check_head, check_index, check_int, check_layer, check_positive_int,
 )
+from perm_circuits.circuit import Node
 from perm_circuits.model_shape import is_permutation_model, normalization_of
 from perm_circuits.models import ACTIVATIONS, model_config_of
 
@@ -339,7 +340,7 @@ def ov_memory_probe(
     a study model, tokens on any other model (e.g. an induction head's copying memory)."""
     mode = _check_mode(mode)
     scores = ov_scores(model, head, layer=layer, position=position)
-    return _token_probe(f"L{check_layer(model, layer)}H{check_head(model, head)}", "OV", scores, targets, mode)
+    return _token_probe(str(Node(check_layer(model, layer), check_head(model, head))), "OV", scores, targets, mode)
 
 
 def _project(model, x: Tensor, layer: int, head: int, side: str, include_bias: bool) -> Tensor:
@@ -410,7 +411,7 @@ def qk_memory_probe(
             chance = float((1.0 / (pairs[:, 0] + 1).double()).mean())  # query q has the q + 1 keys 0..q
     recall = recall_rate(scores, pairs, allowed=allowed)
     chance = 1.0 / scores.shape[1] if chance is None else chance
-    return MemoryProbe(f"L{layer}H{head}", "QK", target_map, "argmax", recall, len(pairs), chance)
+    return MemoryProbe(str(Node(layer, head)), "QK", target_map, "argmax", recall, len(pairs), chance)
 
 
 def mlp_scores(
@@ -441,7 +442,7 @@ def mlp_memory_probe(
     layer = check_layer(model, layer)
     position = _check_position(model, position)
     scores = mlp_scores(model, _token_inputs(model, position) if inputs is None else inputs, layer=layer)
-    return _token_probe(f"L{layer}MLP", "MLP", scores, targets, mode)
+    return _token_probe(str(Node(layer)), "MLP", scores, targets, mode)
 
 
 @dataclass(frozen=True)

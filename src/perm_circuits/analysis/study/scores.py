@@ -35,6 +35,7 @@ from torch import Tensor
 
 from perm_circuits.analysis.interventions.checks import check_index, check_int, check_seed, check_task_config
 from perm_circuits.checks import check_number
+from perm_circuits.circuit import Node
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import check_hooks, run_capture
 from perm_circuits.models import model_config_of
@@ -171,7 +172,7 @@ def _position_label(position: int) -> str:
 
 
 def label_of(layer: int, head: int | None) -> str:
-    return f"L{layer}MLP" if head is None else f"L{layer}H{head}"
+    return str(Node(layer, head))
 
 
 @dataclass(frozen=True)
