@@ -33,12 +33,13 @@ is in, e.g. ``E[L0:2H+MLP] R[L0:2H+MLP] dup:R``.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+
+from perm_circuits.circuit import Node, is_component
 
 __all__ = ["CLASS_DESCRIPTIONS", "CLASS_ORDER", "MechanismClass", "canonical_circuit", "classify", "mechanism_class",
            "wilson_interval"]
@@ -55,19 +56,16 @@ CLASS_DESCRIPTIONS = {
     "no skill": "neither skill reaches the capability bar",
 }
 
-_COMPONENT = re.compile(r"^L(\d+)(?:H(\d+)|(MLP))$")
-
-
 def _components(circuit: str) -> list[tuple[int, int | None]]:
     """``"L0H1+L0MLP"`` -> ``[(0, 1), (0, None)]``; ``"-"`` -> ``[]``."""
     if circuit in ("-", ""):
         return []
     out = []
     for part in circuit.split("+"):
-        match = _COMPONENT.match(part)
-        if match is None:
+        if not is_component(part):
             raise ValueError(f"not a component: {part!r} in circuit {circuit!r}")
-        out.append((int(match.group(1)), None if match.group(3) else int(match.group(2))))
+        node = Node.parse(part)
+        out.append((node.layer, node.head))
     return out
 
 

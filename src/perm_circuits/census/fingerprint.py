@@ -168,7 +168,8 @@ def mechanism_fingerprint(model, *, task=None, n: int = 2000, n_circuit: int = 3
             repeat ratio 0.3 when it has none).
         n: test sequences for the attention scores, the roles and the accuracies (seed ``seed``).
         n_circuit: at most this many sequences per skill for the oracle circuits.
-        n_pair, n_boot: the roles' patching pairs and bootstrap resamples.
+        n_pair: the roles' patching pairs.
+        n_boot: the roles' bootstrap resamples.
         hows: the roles' ablation modes (default every mode of :data:`~perm_circuits.analysis.HOWS`).
         circuit_hows: the oracle circuits' ablation modes.
         name: the model's name in the record (default ``model.cfg.model_name`` or ``"model"``).

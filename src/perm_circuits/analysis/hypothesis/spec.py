@@ -118,23 +118,29 @@ class Component:
     def parse(text: str) -> Component:
         """``"embed"``, ``"L1H0"`` (output), ``"L1H0.q"``, ``"L0MLP"``, ``"L0MLP.in"``, ``"resid1"``,
         each optionally followed by ``"@position"``."""
-        import re
+        from perm_circuits.circuit import Node
 
         if not isinstance(text, str):
             raise TypeError(f"a component name must be a str, got {type(text).__name__}")
-        match = re.fullmatch(r"(?:(embed)|L(\d+)H(\d+)(?:\.([qkvz]))?|L(\d+)MLP(\.in)?|resid(\d+))(?:@(\d+))?", text)
-        if not match:
-            raise ValueError(f"cannot parse component {text!r}: expected embed, L<l>H<h>[.q|.k|.v|.z], "
-                             "L<l>MLP[.in] or resid<l>, optionally @<position>")
-        embed, hl, hh, part, ml, mlp_in, rl, pos = match.groups()
-        position = None if pos is None else int(pos)
-        if embed:
+        expected = ("expected embed, L<l>H<h>[.q|.k|.v|.z], L<l>MLP[.in] or resid<l>, optionally @<position>")
+        base, at, pos = text.partition("@")
+        if at and not (pos.isascii() and pos.isdigit()):
+            raise ValueError(f"cannot parse component {text!r}: {expected}")
+        position = int(pos) if at else None
+        if base == "embed":
             return Component("embed", 0, None, position)
-        if hl is not None:
-            return Component(part or "z", int(hl), int(hh), position)
-        if ml is not None:
-            return Component("mlp_in" if mlp_in else "mlp", int(ml), None, position)
-        return Component("resid", int(rl), None, position)
+        if base.startswith("resid") and base[5:].isascii() and base[5:].isdigit():
+            return Component("resid", int(base[5:]), None, position)
+        suffix = next((s for s in (".z", ".in") if base.endswith(s)), "")
+        try:  # the one parser of component names (perm_circuits.circuit)
+            node = Node.parse(base[: len(base) - len(suffix)])
+        except ValueError:
+            raise ValueError(f"cannot parse component {text!r}: {expected}") from None
+        if node.is_head and node.where == "all" and not (suffix == ".z" and node.port) and suffix != ".in":
+            return Component(node.port or "z", node.layer, node.head, position)
+        if node.is_mlp and node.where == "all" and node.port is None and suffix != ".z":
+            return Component("mlp_in" if suffix else "mlp", node.layer, None, position)
+        raise ValueError(f"cannot parse component {text!r}: {expected}")
 
     def __str__(self) -> str:
         if self.kind == "embed":
