@@ -54,10 +54,10 @@ __all__ = [
 def ablation_table(
     model,
     hows: Sequence[str] | None = None,
-    test_set: Batch | TaskBatch | None = None,
+    test_set: Batch | TaskBatch | Tensor | None = None,
     *,
     task: Task | None = None,
-    reference: Batch | TaskBatch | str = "test",
+    reference: Batch | TaskBatch | Tensor | str = "test",
     positions: int | Sequence[int] | None = None,
     task_config: TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,

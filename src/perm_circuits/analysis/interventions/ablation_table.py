@@ -110,7 +110,7 @@ def task_table(
     hows: Sequence[str],
     test_set: TaskBatch | Tensor,
     *,
-    reference: TaskBatch | None,
+    reference: TaskBatch | Tensor | None,
     resample_seed: int = 0,
     positions: int | Sequence[int] | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
