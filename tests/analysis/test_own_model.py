@@ -157,3 +157,53 @@ def test_a_wrong_metric_is_refused_before_any_run_but_the_clean_one(own, bad, er
     with pytest.raises(TypeError, match=r"metric must be a callable metric\(logits, batch\) -> tensor of shape "
                                         r"\(batch,\) \(one number per row\), got str"):
         check_metric("logprob")  # what every tool calls first (the test run's type checker refuses it even earlier)
+
+
+def test_head_scores_and_direct_logit_attribution_take_token_ids_a_task_batch_or_a_task(own):
+    from perm_circuits.analysis import direct_logit_attribution, head_scores
+    from perm_circuits.analysis.probes.task_attribution import next_token_batch
+    from perm_circuits.analysis.study.scores import RoleThresholds
+    from perm_circuits.tasks import TaskBatch
+
+    model, clean, _ = own
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(clean)
+    scores = head_scores(model, clean)
+    assert scores.heads == tuple(f"L{layer}H{head}" for layer in range(2) for head in range(4))
+    rows = torch.arange(1, 8)
+    pattern = cache["blocks.1.attn.hook_pattern"][:, 2].double()
+    assert scores.previous_score[6] == pytest.approx(float(pattern[:, rows, rows - 1].mean()), abs=1e-6)
+    batch = next_token_batch(clean)
+    assert head_scores(model, batch) == scores
+    dla = direct_logit_attribution(model, clean)
+    assert sum(dla.values) + dla.remainder == pytest.approx(dla.total, abs=1e-9)
+    out = logits.double()
+    diff = out[:, :-1].gather(-1, clean[:, 1:, None])[..., 0] - out[:, :-1].mean(-1)  # the next token's logit
+    assert dla.total == pytest.approx(float(diff.mean()), abs=1e-5) and dla.n == ROWS
+    last = TaskBatch(clean, clean.roll(-1, 1), torch.zeros(clean.shape).index_fill_(1, torch.tensor([6]), 1.0))
+    assert direct_logit_attribution(model, last).total == pytest.approx(float(diff[:, 6].mean()), abs=1e-5)
+
+    class Copy:  # the smallest Task: its test set is what direct_logit_attribution(task=) measures
+        name, d_vocab, n_ctx, metric_names = "copy", 7, 8, ("accuracy",)
+
+        def sample(self, n, generator, split="train"):
+            return next_token_batch(torch.randint(0, 7, (n, 8), generator=generator))
+
+        def test_set(self, n=2000, seed=1234):
+            return self.sample(n, torch.Generator().manual_seed(seed))
+
+        def metrics(self, logits, batch):
+            return {"accuracy": 0.0}
+
+        def reference(self, batch):
+            return None
+
+        def to_dict(self):
+            return {"task": self.name}
+
+    task = Copy()
+    by_task = direct_logit_attribution(model, task=task, n=16, seed=3)
+    assert by_task == direct_logit_attribution(model, task.test_set(16, seed=3))
+    assert head_scores(model, task=task, n=16, seed=3) == head_scores(model, task.test_set(16, seed=3))
+    with pytest.raises(ValueError, match=r"\['thresholds'\] are the permutation study's options"):
+        head_scores(model, clean, thresholds=RoleThresholds())
