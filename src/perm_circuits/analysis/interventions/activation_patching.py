@@ -135,8 +135,9 @@ def patch_activation(
         check_int("layer", layer)
     pair_tokens(model, clean, corrupted)  # validated as given, then moved once: the three runs stay on the model
     device = model_device(model)
-    clean_tokens, corrupted_tokens = pair_tokens(model, clean.to(device), corrupted.to(device))
-    metric = bind_metric(check_metric(metric), clean.to(device))  # scored against the clean batch in every run
+    clean = clean.to(device)
+    clean_tokens, corrupted_tokens = pair_tokens(model, clean, corrupted.to(device))
+    metric = bind_metric(check_metric(metric), clean)  # scored against the clean batch in every run
     check_patch_options("clean", "corrupted", n_boot, seed, confidence)
     hooks = check_hooks(model, hooks)
     batch = clean_tokens.shape[0]
