@@ -42,6 +42,7 @@ __all__ = [
     "Checkpoint",
     "ModelConfig",
     "build_model",
+    "check_permutation_fit",
     "fast_forward",
     "list_pretrained",
     "load_any",
@@ -74,7 +75,9 @@ class ModelConfig:
     """Architecture of a tiny transformer for a task over ``V`` values.
 
     ``d_mlp`` defaults to ``2 * d_model``, ``d_head`` to ``d_model // n_heads`` and ``n_ctx`` to
-    ``2V - 1``.  ``seed`` seeds the initialization (TransformerLens' scoped, RNG-forking init).
+    ``2V - 1`` (the permutation task's length).  The config is checked against the task it is
+    trained on where it meets it (any task: ``tasks.runner.check_fit``; the permutation task:
+    :func:`check_permutation_fit`), not here: ``ModelConfig(V=6, n_ctx=8)`` fits a task of 8 tokens.  ``seed`` seeds the initialization (TransformerLens' scoped, RNG-forking init).
     ``dropout`` is the drop probability in [0, 1) of training (:func:`fast_forward`); it needs
     LayerNorm or no normalization.
     """
@@ -107,8 +110,6 @@ class ModelConfig:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; pass d_head"
             )
-        if self.resolved_n_ctx < 2 * self.V - 1:
-            raise ValueError(f"n_ctx={self.n_ctx} is shorter than the task's 2V-1={2 * self.V - 1}")
         check_size(f"{self.name}'s parameter count", self.n_parameters, MAX_PARAMETERS)  # before any allocation
         if self.act_fn not in ACTIVATIONS:
             raise ValueError(f"act_fn must be relu/gelu/gelu_new/silu, got {self.act_fn!r}")
@@ -217,21 +218,37 @@ def build_model(config: ModelConfig | str = "d32h2", *, seed: int | None = None,
     return model
 
 
+def check_permutation_fit(config: ModelConfig) -> ModelConfig:
+    """``config`` if it fits the permutation task over its ``V`` values (a context of at least
+    ``2V - 1`` tokens); ValueError otherwise.  Where a model meets the permutation task (the study's
+    training loop, a bridge read as a permutation-lookup model), not in :class:`ModelConfig`."""
+    if config.resolved_n_ctx < 2 * config.V - 1:
+        raise ValueError(f"n_ctx={config.n_ctx} is shorter than the permutation task's 2V-1={2 * config.V - 1}")
+    return config
+
+
+def _config_from_cfg(model) -> ModelConfig:
+    """The ``ModelConfig`` of a bridge's TL config (no task rule checked); TypeError / ValueError when
+    its cfg is not one a ``ModelConfig`` describes."""
+    cfg = getattr(model, "cfg", None)
+    missing = [name for name in ("d_model", "n_heads", "n_layers", "d_vocab") if not hasattr(cfg, name)]
+    if missing:
+        raise TypeError(f"its cfg lacks {missing}")
+    # a bridge without perm_config has no dropout setting: 0.0
+    return ModelConfig(d_model=cfg.d_model, n_heads=cfg.n_heads, n_layers=cfg.n_layers, V=cfg.d_vocab - 1,
+                       d_mlp=cfg.d_mlp, d_head=cfg.d_head, n_ctx=cfg.n_ctx, act_fn=cfg.act_fn,
+                       normalization_type=cfg.normalization_type, seed=cfg.seed or 0)
+
+
 def model_config_of(model) -> ModelConfig:
     """The ``ModelConfig`` a bridge was built from (rebuilt from its TL config if needed)."""
     config = getattr(model, "perm_config", None)
     if isinstance(config, ModelConfig):
         return config
-    cfg = getattr(model, "cfg", None)
-    missing = [name for name in ("d_model", "n_heads", "n_layers", "d_vocab") if not hasattr(cfg, name)]
     hint = ("on any other model use the task-agnostic analyses (ablate/ablate_head with reference=TaskBatch, "
             "patch_head, ablation_table(..., task=task), evaluate(model, task=task); docs/tasks.md 'Analyses on any task')")
-    if missing:
-        raise TypeError(f"{type(model).__name__} is not a permutation-lookup model (its cfg lacks {missing}); {hint}")
-    try:  # a bridge without perm_config has no dropout setting: 0.0
-        return ModelConfig(d_model=cfg.d_model, n_heads=cfg.n_heads, n_layers=cfg.n_layers, V=cfg.d_vocab - 1,
-                           d_mlp=cfg.d_mlp, d_head=cfg.d_head, n_ctx=cfg.n_ctx, act_fn=cfg.act_fn,
-                           normalization_type=cfg.normalization_type, seed=cfg.seed or 0)
+    try:
+        return check_permutation_fit(_config_from_cfg(model))
     except (TypeError, ValueError) as error:
         raise TypeError(f"{type(model).__name__} is not a permutation-lookup model ({error}); {hint}") from error
 
@@ -286,8 +303,20 @@ def fast_forward(
     output (after ``W_O``, before the residual add), MLP hidden activation and MLP output (before the
     residual add) of each layer, in that order, with explicit attention.  In eval mode, or with
     ``dropout == 0``, the result is the bridge's and ``generator`` is unused.
+
+    Any bridge :func:`build_model` builds, whatever task it is trained on, and any ``boot_native``
+    bridge a ``ModelConfig`` describes (its ``cfg``); any other model runs its own forward.
     """
-    config = model_config_of(model)
+    config = getattr(model, "perm_config", None)
+    if not isinstance(config, ModelConfig):
+        try:
+            config = _config_from_cfg(model)
+        except (TypeError, ValueError):
+            return model(tokens)
+        cfg = model.cfg
+        if (getattr(cfg, "attn_only", False) or getattr(cfg, "positional_embedding_type", "standard") != "standard"
+                or not getattr(cfg, "use_attn_scale", True) or getattr(cfg, "attention_dir", "causal") != "causal"):
+            return model(tokens)
     p = config.dropout if model.training else 0.0
     if p > 0 and not isinstance(generator, torch.Generator):
         raise ValueError(

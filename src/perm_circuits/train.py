@@ -40,6 +40,7 @@ from perm_circuits.models import (
     CheckpointError,
     ModelConfig,
     build_model,
+    check_permutation_fit,
     fast_forward,
     load_checkpoint,
     read_checkpoint_files,
@@ -242,6 +243,11 @@ def study_task(task: TaskConfig | PermutationTask | None, V: int) -> TaskConfig:
     return task
 
 
+def _study_model_config(config: ModelConfig | str) -> ModelConfig:
+    """The study's loop's model config, checked against the permutation task it trains on."""
+    return check_permutation_fit(resolve_config(config))
+
+
 def converged(history: TrainingHistory, config: TrainConfig, has_recall: bool) -> bool:
     patience = config.early_stop_patience
     if patience is None or len(history) <= patience:
@@ -400,7 +406,7 @@ def _train_study(
         history = TrainingHistory(tuple(meta["history"]))
         first_epoch = int(meta["epoch"]) + 1
     else:
-        model_config = resolve_config(model_config)
+        model_config = _study_model_config(model_config)
         task_config = study_task(task_config, model_config.V)
         train_config = train_config or TrainConfig()
         model = build_model(model_config)

@@ -178,7 +178,7 @@ def test_bad_inputs_raise_clear_errors_before_any_work():
     clean = TOY_TASK.test_set(10)
     with pytest.raises(ValueError, match="same shape"):
         patch_head(model, clean, clean.tokens[:, :4], target_logprob(clean), 0, 0)
-    with pytest.raises(ValueError, match=r"one number per sequence, shape \(10,\)"):
+    with pytest.raises(ValueError, match=r"one number per row, shape \(10,\) \(batch,\)"):
         patch_head(model, clean, clean, lambda logits: logits.sum(), 0, 0)
     with pytest.raises(ValueError, match="hows entries must be in"):
         ablation_table(model, ("zero", "binding_free"), task=TOY_TASK)

@@ -165,9 +165,14 @@ def test_eap_equals_the_hook_and_autograd_reference_on_every_edge(case, how):
     assert len(expected) == 46 and scale > 0.05  # the scores are not all ~0: the comparison can fail
     assert int((want.abs() > 1e-3 * scale).sum()) >= 7  # and several edges carry a score
 
-    # The same float64 metric given to eap: equal to rounding.
-    metric = lambda logits: logprob_metric(logits, batch)
-    exact = eap(model, batch.tokens, how=how, metric=metric, n_edges=3, **options).scores
+    # The same float64 metric given to eap, per row (the metric convention), its mean over rows
+    # the scalar above: equal to rounding.
+    def metric(logits, batch):
+        logp = logits.log_softmax(-1).gather(-1, batch.targets[..., None].long())[..., 0]
+        weights = batch.mask.to(logp.dtype)
+        return (logp * weights).sum(-1) * len(weights) / weights.sum()
+
+    exact = eap(model, batch, how=how, metric=metric, n_edges=3, **options).scores
     assert list(exact.index) == list(expected)  # the graph's edges, in its order
     got = torch.tensor(exact.values, dtype=torch.float64)
     assert torch.allclose(got, want, rtol=1e-10, atol=1e-12 * scale), float((got - want).abs().max())

@@ -155,7 +155,7 @@ def test_faithfulness_is_nan_when_the_runs_agree_up_to_rounding(batch):
     model = _ln_model(torch.float32)
 
     def row_mean(logits):
-        return (logits[..., -1, 1] - logits[..., -1, 2]).mean(-1)
+        return logits[..., -1, 1] - logits[..., -1, 2]  # per row; the tools take the mean over rows
 
     ei = prepare_edges(model, batch.tokens, how="resample", metric=row_mean)
     assert abs(ei.full_metric - ei.empty_metric) < 1e-5  # the same runs, up to rounding
@@ -192,7 +192,7 @@ def test_tokens_the_model_cannot_embed_are_refused_before_any_run(batch):
     past = batch.tokens.clone()
     past[0, 0] = 7
     with pytest.raises(ValueError, match=r"batch token ids must be in \[0, 6\) \(the model's vocabulary\), got values 1\.\.7"):
-        prepare_edges(model, past, metric=lambda logits: logits.sum())
+        prepare_edges(model, past, metric=lambda logits: logits.sum((-1, -2)))
     with pytest.raises(ValueError, match=r"corrupted token ids must be in \[0, 6\)"):
         prepare_edges(model, batch, corrupted=batch.tokens + 10)
     with pytest.raises(ValueError, match=r"reference token ids must be in \[0, 6\)"):

@@ -37,8 +37,10 @@ edges.  Supported: standard positional embeddings, normalisation ``LN``, ``LNPre
 relu / gelu / gelu_new / silu.
 
 The metric (higher is better) is by default the mean log-probability of the target token at the
-task's loss positions (``TaskBatch.mask``); any callable ``logits [batch, seq, vocab] -> scalar``
-may replace it.  Faithfulness of a mask is ``(metric(mask) - metric(none)) / (metric(all) -
+task's loss positions (``TaskBatch.mask``); any metric of the library's convention
+(:mod:`perm_circuits.metric`: ``metric(logits [batch, seq, vocab], batch) -> [batch]``, one number
+per row, ``batch`` the clean batch as given) may replace it, and a run's metric is its mean over
+rows.  It is checked once on the clean run's logits, before any other run.  Faithfulness of a mask is ``(metric(mask) - metric(none)) / (metric(all) -
 metric(none))``: 1 for the full model, 0 for the model with every edge ablated (ACDC's and
 auto-circuit's normalisation).
 """
@@ -57,6 +59,7 @@ from torch import Tensor
 from perm_circuits.ablation_modes import modes
 from perm_circuits.checks import check_int, check_seed
 from perm_circuits.devices import model_device
+from perm_circuits.metric import bind_metric, check_metric, check_rows, metric_rows, reduce_rows
 from perm_circuits.discovery.graph import EdgeGraph, circuit_graph_of, head_of
 from perm_circuits.models import ACTIVATIONS
 from perm_circuits.tasks.base import TaskBatch, check_target_classes
@@ -391,8 +394,9 @@ def prepare_edges(
         batch: the clean batch, a :class:`TaskBatch` (whose targets and mask give the default
             metric) or tokens ``[batch, seq]`` (then ``metric`` is required).
         how: ``"zero"``, ``"mean"``, ``"resample"`` or ``"optimal"`` (module docstring).
-        metric: ``logits [batch, seq, vocab] -> scalar``, higher is better; default
-            :func:`target_logprob_metric` of ``batch``.
+        metric: ``metric(logits [batch, seq, vocab], batch) -> [batch]``, higher is better, reduced
+            by the mean over rows (:mod:`perm_circuits.metric`); default :func:`target_logprob_metric`
+            of ``batch``.
         corrupted: the resample source, row-paired with ``batch`` (same shape); default ``batch``
             with its rows permuted (a generator seeded with ``seed``).
         reference: the batch the mean (and the optimal constant's start) is taken over; default
@@ -408,12 +412,16 @@ def prepare_edges(
         batch = batch.to(device)  # once: the metric's targets meet the logits on the model's device
     tokens = _as_tokens(batch, "batch").to(device)
     vectorised = metric is None  # the default metric scores every mask of a batched run at once
+    rows = None
     if vectorised:
         if not isinstance(batch, TaskBatch):
-            raise ValueError("metric is required when batch is a tokens tensor (no targets to score)")
+            raise ValueError("metric is required when batch is a tokens tensor (no targets to score): pass "
+                             "metric(logits, batch) -> [batch]")
         metric = target_logprob_metric(batch)
-    elif not callable(metric):
-        raise TypeError(f"metric must be a callable logits -> scalar tensor, got {type(metric).__name__}")
+    else:
+        rows = bind_metric(check_metric(metric), batch if isinstance(batch, TaskBatch) else tokens)
+        n_rows = tokens.shape[0]
+        metric = lambda logits: reduce_rows(check_rows(rows(logits), n_rows, finite=False))  # noqa: E731
     check_seed(seed)
     check_int("optimal_steps", optimal_steps, low=1)
     graph = circuit_graph_of(model, split_embed=split_embed)
@@ -441,6 +449,8 @@ def prepare_edges(
     probe = EdgeIntervention(graph, how, tokens, metric, weights, {}, zeros, math.nan, math.nan, vectorised)
     with torch.no_grad():
         logits, clean = _capture(probe, tokens)
+        if rows is not None:  # a wrong metric is refused on the clean run, before any other
+            metric_rows(rows, logits, tokens.shape[0])
         if check:
             expected = model(tokens[:256])
             if not torch.allclose(logits[:256], expected.to(logits.dtype), atol=1e-4, rtol=1e-4):

@@ -148,7 +148,9 @@ def discover(model, method: str = "eap", how: str = "resample", task=None, *, n:
         n, seed: the test set (``task.test_set(n, seed=seed + 1234)``) when ``batch`` is not given;
             ``seed`` also seeds the method.
         batch: a :class:`~perm_circuits.tasks.TaskBatch` or tokens to use instead of the test set.
-        kwargs: the method's options (``metric``, ``corrupted``, ``n_edges``, ``tau``, ...).
+        kwargs: the method's options (``metric``, ``corrupted``, ``n_edges``, ``tau``, ...);
+            ``metric`` follows the library's convention, ``metric(logits, batch) -> [batch]``
+            (:mod:`perm_circuits.metric`), reduced by the mean over rows.
     """
     from perm_circuits.discovery.interventions import HOWS
 

@@ -1,5 +1,8 @@
 """Offline circuitsvis views and self-contained HTML pages."""
 
+import sys
+import types
+
 from perm_circuits.views.circuits import (
     OfflineView,
     attention_view,
@@ -40,8 +43,26 @@ _LAZY = {
     "sweep_summary": "sweep_report",
     "write_sweep_report": "sweep_report",
     "render_task_report": "task_page",  # the "task model" page of computed analysis.report_data.TaskReportData
+    "circuit_graph": "circuit_graph",  # the function the README names, not its module (below)
 }
 __all__ += list(_LAZY)
+
+
+class _Views(types.ModuleType):
+    """This package, keeping ``circuit_graph`` the function: importing the submodule
+    ``perm_circuits.views.circuit_graph`` would otherwise bind the module over the name (the import
+    system sets ``package.sub``).  The submodule stays importable (``import
+    perm_circuits.views.circuit_graph``, ``from perm_circuits.views.circuit_graph import CircuitGraph``),
+    as :mod:`perm_circuits._lazy` keeps ``perm_circuits.train`` the function."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _FUNCTIONS and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+_FUNCTIONS = frozenset({"circuit_graph"})
+sys.modules[__name__].__class__ = _Views
 
 
 def __getattr__(name: str):

@@ -91,6 +91,7 @@ from perm_circuits.analysis.circuits.runs import (
 )
 from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, check_how, reference_tokens
 from perm_circuits.analysis.interventions.patching import metric_values
+from perm_circuits.metric import bind_metric, check_metric
 from perm_circuits.analysis.interventions.ablation_table import components_of
 from perm_circuits.analysis.probes.task_attribution import model_label
 from perm_circuits.checks import check_number
@@ -142,10 +143,9 @@ def _general_problem(model, test_set, task, metric, reference, n, seed) -> Circu
     tokens = reference_tokens(model, test_set)
     if metric is None:
         if not isinstance(test_set, TaskBatch):
-            raise ValueError("token ids carry no targets: pass metric= (a callable logits -> [batch])")
+            raise ValueError("token ids carry no targets: pass metric= (a callable metric(logits, batch) -> [batch])")
         metric = target_logprob_gain(test_set)
-    elif not callable(metric):
-        raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
+    metric = bind_metric(check_metric(metric), test_set)
     reference = test_set if reference is None else reference
     reference_tokens(model, reference, positions=tokens.shape[1])
     reference = reference.to(model_device(model))
@@ -175,7 +175,10 @@ def _setup(model, circuit, test_set, how, n, seed, task_config, hooks, reference
                              "resample or optimal")
         problem = _general_problem(model, test_set, task, metric, reference, n, seed)
         nodes = parse_circuit(model, circuit, seq_len=problem.seq) if circuit is not None else ()
-        return nodes, problem, check_hooks(model, hooks)
+        hooks = check_hooks(model, hooks)
+        with torch.no_grad(), model.hooks(fwd_hooks=hooks):  # the full model's run first: a wrong metric
+            problem.metric(model(problem.tokens))  # is refused (metric_rows) before any ablated run
+        return nodes, problem, hooks
     nodes = parse_circuit(model, circuit) if circuit is not None else ()
     config = check_task_config(model, task_config)
     for name, batch in (("test_set", test_set), ("reference", reference)):
@@ -256,7 +259,7 @@ def circuit_metrics(
         test_set: the sequences F is averaged over; default
             ``make_test_set(task_config, n, seed)`` (``task_config`` defaults to the model's
             training task: its ``repeat_ratio`` gives the recall subgroup); on any task a TaskBatch
-            (default ``task.test_set(n, seed)``) or token ids (with ``metric(logits) -> [batch]``).
+            (default ``task.test_set(n, seed)``) or token ids (with ``metric(logits, batch) -> [batch]``, :mod:`perm_circuits.metric`).
         seed: the test-set seed.
         hooks: interventions applied in every run (and in the reference runs).
         max_exhaustive: enumerate all ``2^|C|`` subsets up to this many nodes, else sample.

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from torch import Tensor
+
 from perm_circuits.analysis.interventions.checks import check_int, check_layer, check_positions, check_seed  # noqa: F401 (re-exported)
 from perm_circuits.analysis.interventions.hooks import (
     HOWS,
@@ -23,6 +25,7 @@ from perm_circuits.analysis.interventions.hooks import (
 from perm_circuits.analysis.interventions.permutation_table import AblationRow, AblationTable, ablation_runs
 from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, TASK_HOWS, ablate_tokens, reference_tokens
 from perm_circuits.analysis.interventions.ablation_table import TaskAblationRow, TaskAblationTable, task_table
+from perm_circuits.metric import Metric, check_metric
 from perm_circuits.model_shape import is_permutation_model
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig
 from perm_circuits.tasks.base import Task, TaskBatch
@@ -51,10 +54,10 @@ __all__ = [
 def ablation_table(
     model,
     hows: Sequence[str] | None = None,
-    test_set: Batch | TaskBatch | None = None,
+    test_set: Batch | TaskBatch | Tensor | None = None,
     *,
     task: Task | None = None,
-    reference: Batch | TaskBatch | str = "test",
+    reference: Batch | TaskBatch | Tensor | str = "test",
     positions: int | Sequence[int] | None = None,
     task_config: TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
@@ -62,6 +65,7 @@ def ablation_table(
     n: int = 500,
     test_seed: int = 1234,
     progress: bool = False,
+    metric: Metric | None = None,
 ) -> AblationTable | TaskAblationTable:
     """Ablate every head and every MLP under each mode in ``hows`` and evaluate on ``test_set``.
 
@@ -73,36 +77,55 @@ def ablation_table(
       masked loss; ``hows`` defaults to :data:`TASK_HOWS`, any of :data:`ANY_TASK_HOWS` allowed
       (``"optimal"`` minimises the reference's masked loss); ``test_set`` defaults to
       ``task.test_set(n, test_seed)``, ``reference`` is ``"test"`` or a TaskBatch; ``task_config`` is unused.
+    - With ``metric`` (:mod:`perm_circuits.metric`: ``metric(logits, test_set) -> [batch]``, one
+      number per row), any model: a :class:`TaskAblationTable` of that metric's mean over rows
+      (the column ``"metric"``) and the masked loss (nan on token ids); ``test_set`` is a
+      TaskBatch or token ids (default ``task.test_set(n, test_seed)`` when ``task`` is given),
+      ``reference`` ``"test"``, a TaskBatch or token ids.  The metric is checked on the unablated
+      run, before any ablated one.
 
     In both, ``seed`` is the resample seed (which reference row replaces each sample),
     ``positions`` restricts every ablation and ``hooks`` are active in every run (the reference
     runs included).
     """
-    general = task is not None or isinstance(test_set, TaskBatch) or not is_permutation_model(model)
+    general = (task is not None or metric is not None or isinstance(test_set, (TaskBatch, Tensor))
+               or not is_permutation_model(model))
     if not general:
         if isinstance(hows, (list, tuple)) and not hows:  # as on a task's model: a table of no mode is a mistake
             raise TypeError(f"hows must be a non-empty list or tuple of modes from {HOWS}, got {hows!r}")
         return ablation_runs(model, HOWS if hows is None else hows, test_set, reference=reference,
                               positions=positions, task_config=task_config, hooks=hooks, seed=seed)[0]
-    if not isinstance(task, Task):
+    if metric is not None:
+        check_metric(metric)
+        if task is not None and not isinstance(task, Task):
+            raise TypeError(f"task must be a perm_circuits.tasks.Task or None, got {type(task).__name__}")
+    elif not isinstance(task, Task):
         raise TypeError(
             f"ablation_table on {type(model).__name__} needs task= (a perm_circuits.tasks.Task whose metrics "
-            f"are measured), got {type(task).__name__}"
+            f"are measured) or metric= (metric(logits, batch) -> [batch]), got {type(task).__name__}"
         )
     check_int("n", n, 1)
     check_seed(test_seed, "test_seed")
     check_seed(seed)
+    batches = (TaskBatch,) if metric is None else (TaskBatch, Tensor)
+    what = "a TaskBatch" if metric is None else "a TaskBatch or token ids"
     if test_set is None:
+        if task is None:
+            raise ValueError("ablation_table with metric= and no task= needs test_set= (a TaskBatch or token ids "
+                             "[batch, seq])")
         test_set = task.test_set(n, test_seed)
-    if not isinstance(test_set, TaskBatch):
-        raise TypeError(f"test_set must be a TaskBatch (task.test_set(...)) for a task's table, got "
+    if not isinstance(test_set, batches):
+        raise TypeError(f"test_set must be {what} (task.test_set(...)) for a task's table, got "
                         f"{type(test_set).__name__}")
     if isinstance(reference, str):
         if reference != "test":
-            raise ValueError(f"reference must be 'test' or a TaskBatch on a task's model, got {reference!r}")
+            raise ValueError(f"reference must be 'test' or {what} on a task's model, got {reference!r}")
         reference = test_set
-    elif not isinstance(reference, TaskBatch):
-        raise TypeError(f"reference must be 'test' or a TaskBatch on a task's model, got {type(reference).__name__}")
-    reference_tokens(model, reference, positions=test_set.tokens.shape[1])
+    elif not isinstance(reference, batches):
+        raise TypeError(f"reference must be 'test' or {what} on a task's model, got {type(reference).__name__}")
+    tokens = test_set.tokens if isinstance(test_set, TaskBatch) else test_set
+    reference_tokens(model, tokens)
+    reference_tokens(model, reference, positions=tokens.shape[1])
     return task_table(model, task, list(TASK_HOWS) if hows is None else hows, test_set, reference=reference,
-                      resample_seed=seed, positions=positions, hooks=hooks, test_seed=test_seed, progress=progress)
+                      resample_seed=seed, positions=positions, hooks=hooks, test_seed=test_seed, progress=progress,
+                      metric=metric)

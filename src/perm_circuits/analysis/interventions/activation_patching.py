@@ -8,7 +8,9 @@ activation replaced by its value on the clean tokens, and
 
 1 when the patched activation carries everything the pair differs by, 0 when it carries nothing,
 with the paired percentile bootstrap of :mod:`perm_circuits.analysis.interventions.patching`.
-``metric(logits) -> [batch]`` is any per-sequence number, usually :func:`target_logprob`.
+``metric(logits, batch) -> [batch]`` is any per-sequence number (the convention of
+:mod:`perm_circuits.metric`; ``batch`` is the clean batch in all three runs), usually
+:func:`target_logprob` (bound to its batch: ``metric(logits)``).
 """
 
 from __future__ import annotations
@@ -39,11 +41,10 @@ from perm_circuits.analysis.interventions.patching import (
 )
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import check_hooks, run_capture
+from perm_circuits.metric import Metric, bind_metric, check_metric
 from perm_circuits.tasks.base import TaskBatch, check_target_classes
 
 __all__ = ["TaskPatch", "patch_activation", "patch_head", "target_logprob"]
-
-Metric = Callable[[Tensor], Tensor]
 
 
 def target_logprob(batch: TaskBatch) -> Metric:
@@ -134,9 +135,9 @@ def patch_activation(
         check_int("layer", layer)
     pair_tokens(model, clean, corrupted)  # validated as given, then moved once: the three runs stay on the model
     device = model_device(model)
-    clean_tokens, corrupted_tokens = pair_tokens(model, clean.to(device), corrupted.to(device))
-    if not callable(metric):
-        raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
+    clean = clean.to(device)
+    clean_tokens, corrupted_tokens = pair_tokens(model, clean, corrupted.to(device))
+    metric = bind_metric(check_metric(metric), clean)  # scored against the clean batch in every run
     check_patch_options("clean", "corrupted", n_boot, seed, confidence)
     hooks = check_hooks(model, hooks)
     batch = clean_tokens.shape[0]

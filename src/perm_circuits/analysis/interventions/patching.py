@@ -29,6 +29,7 @@ from perm_circuits.analysis.interventions.checks import (
 from perm_circuits.checks import check_number
 from perm_circuits.devices import device_forward, model_device
 from perm_circuits.hooks import HookList, run_capture
+from perm_circuits.metric import metric_rows
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_data import Batch, validate_tokens
 
@@ -272,12 +273,9 @@ def normalised_effects(
 
 
 def metric_values(metric: Callable[[Tensor], Tensor], logits: Tensor, batch: int) -> Float[Tensor, " batch"]:
-    """``metric(logits)`` checked to be one number per sequence (``[batch]``), detached, as float64."""
-    values = metric(logits)
-    if not isinstance(values, Tensor) or values.shape != (batch,):
-        shape = tuple(values.shape) if isinstance(values, Tensor) else type(values).__name__
-        raise ValueError(f"metric(logits) must return one number per sequence, shape ({batch},), got {shape}")
-    return values.detach().double()
+    """``metric(logits)`` (bound to its batch by :func:`~perm_circuits.metric.bind_metric`) checked by
+    :func:`~perm_circuits.metric.metric_rows`: one number per sequence (``[batch]``), detached, as float64."""
+    return metric_rows(metric, logits, batch)
 
 
 def patched_values(

@@ -68,6 +68,7 @@ from perm_circuits.analysis.interventions.patching import (
 from perm_circuits.analysis.interventions.activation_patching import target_logprob
 from perm_circuits.circuit import Node
 from perm_circuits.devices import model_device
+from perm_circuits.metric import bind_metric, check_metric
 from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.model_shape import is_permutation_model, model_shape, normalization_of
 from perm_circuits.models import model_config_of
@@ -403,10 +404,10 @@ def _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corru
         clean, corrupted = pair_tokens(model, *pair)
         if metric is None:
             if not isinstance(pair[0], TaskBatch):
-                raise ValueError("token ids carry no targets: pass metric= (a callable logits -> [batch])")
+                raise ValueError("token ids carry no targets: pass metric= (a callable metric(logits, batch) -> "
+                                 "[batch])")
             metric = target_logprob(pair[0])
-        elif not callable(metric):
-            raise TypeError(f"metric must be a callable logits -> [batch], got {metric!r}")
+        metric = bind_metric(check_metric(metric), pair[0])  # scored against the clean batch in every run
         name = getattr(getattr(model, "cfg", None), "model_name", None)
         runs = _runs(model, clean, corrupted, partial(metric_values, metric, batch=len(clean)), hooks,
                      name if isinstance(name, str) else type(model).__name__)
@@ -461,7 +462,7 @@ def path_patch(
         pair: ``(clean, corrupted, answer, wrong)``; default ``induction_patching_pair(task_config,
             n, seed, corruption=corruption)`` with the model's training task by default.  On any
             task: ``(clean, corrupted)`` TaskBatches or token ids, measured with ``metric``.
-        metric: ``metric(logits) -> [batch]`` for a ``(clean, corrupted)`` pair (default
+        metric: ``metric(logits, batch) -> [batch]`` (:mod:`perm_circuits.metric`; ``batch`` is the clean one) for a ``(clean, corrupted)`` pair (default
             ``target_logprob(clean)`` for a clean TaskBatch), e.g. a logit difference.
         seed: seeds the default pair and the bootstrap resamples.
         hooks: interventions active in every forward (the cached runs and the patched one).

@@ -67,11 +67,18 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from perm_circuits.analysis.probes.memory import effective_unembed
-from perm_circuits.analysis.probes.task_attribution import component_hooks, residual_components
-from perm_circuits.checks import check_number
+from perm_circuits.analysis.probes.task_attribution import (
+    TargetAttribution,
+    component_hooks,
+    residual_components,
+    target_logit_attribution,
+)
+from perm_circuits.checks import check_int, check_number
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import check_hooks
 from perm_circuits.models import model_config_of, task_config_of
+from perm_circuits.model_shape import is_permutation_model
+from perm_circuits.tasks.base import Task, TaskBatch
 from perm_circuits.tasks.permutation_data import Batch, make_test_set, validate_tokens
 
 __all__ = [
@@ -361,14 +368,38 @@ class LogitAttribution:
 
 def direct_logit_attribution(
     model,
-    test_set: Batch | None = None,
+    test_set: Batch | TaskBatch | Tensor | None = None,
     *,
+    task: Task | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
     recall_baseline: str = "elimination",
     tolerance: float = 1e-3,
-) -> LogitAttribution:
-    """:func:`decompose_logit_diff` averaged over :data:`SUBGROUPS`, on ``test_set`` (default the
-    model's fixed 5,000-sample test set)."""
+    n: int = 5000,
+    seed: int = 1234,
+) -> LogitAttribution | TargetAttribution:
+    """Direct logit attribution of every component.
+
+    - On a study bridge with a permutation ``Batch`` (or no test set) and no ``task``:
+      :func:`decompose_logit_diff` averaged over :data:`SUBGROUPS`, on ``test_set`` (default the
+      model's fixed 5,000-sample test set).
+    - Otherwise, any model: a :class:`TargetAttribution`
+      (:func:`~perm_circuits.analysis.probes.task_attribution.target_logit_attribution`) of the
+      targets of a :class:`TaskBatch` ``test_set`` (default ``task.test_set(n, seed)``), or of the
+      next token of plain token ids; ``recall_baseline`` and ``tolerance`` are the study's only.
+    """
+    if task is not None or isinstance(test_set, (TaskBatch, Tensor)) or not is_permutation_model(model):
+        if task is not None and not isinstance(task, Task):
+            raise TypeError(f"task must be a perm_circuits.tasks.Task or None, got {type(task).__name__}")
+        if test_set is None:
+            if task is None:
+                raise ValueError(f"{type(model).__name__} is not a permutation-lookup model: pass task= (its test "
+                                 "set's targets are attributed) or test_set= (a TaskBatch or token ids)")
+            check_int("n", n, 1)
+            test_set = task.test_set(n, seed)
+        if not isinstance(test_set, (TaskBatch, Tensor)):
+            raise TypeError(f"test_set must be a TaskBatch or token ids [batch, seq] on a task's model, got "
+                            f"{type(test_set).__name__}")
+        return target_logit_attribution(model, test_set, hooks)
     recall_baseline, tolerance = _check_options(recall_baseline, tolerance)
     batch = check_batch(model, test_set)  # run_cache checks the hooks before its forward
     dec = _decompose(model, batch, hooks, recall_baseline, tolerance, "the residual_error row of to_dataframe()")

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from perm_circuits.devices import device_forward, model_device
-from perm_circuits.hooks import check_token_ids, run_capture
+from perm_circuits.hooks import check_hooks, check_token_ids, run_capture
 from perm_circuits.model_shape import model_shape
 from perm_circuits.tasks.base import TaskBatch, check_target_classes
 
@@ -39,6 +39,7 @@ __all__ = [
     "attention_patterns",
     "attention_scores",
     "component_hooks",
+    "next_token_batch",
     "residual_components",
     "target_logit_attribution",
 ]
@@ -107,11 +108,25 @@ def residual_components(model, names: list[tuple[str, str]], acts: dict[str, Ten
     return out
 
 
-def target_logit_attribution(model, batch: TaskBatch) -> TargetAttribution:
+def next_token_batch(tokens: Tensor) -> TaskBatch:
+    """Token ids as a :class:`TaskBatch` of a language model's convention: the target at position
+    ``t`` is token ``t + 1``, scored at every position but the last."""
+    if not isinstance(tokens, Tensor) or tokens.ndim != 2 or tokens.shape[1] < 2:
+        shape = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
+        raise ValueError(f"token ids must be [batch, seq] with seq >= 2 (a next token to score), got {shape}")
+    mask = torch.ones(tokens.shape, dtype=torch.float32, device=tokens.device)
+    mask[:, -1] = 0.0
+    return TaskBatch(tokens, tokens.roll(-1, dims=1), mask)
+
+
+def target_logit_attribution(model, batch: TaskBatch | Tensor, hooks: Any = None) -> TargetAttribution:
     """Direct logit attribution of every component to the targets of ``batch`` (module docstring);
-    needs an unembedding ``W_U`` ``[d_model, n_out]`` and LayerNorm or no normalization."""
+    needs an unembedding ``W_U`` ``[d_model, n_out]`` and LayerNorm or no normalization.  Token ids
+    are scored on their next token (:func:`next_token_batch`); ``hooks`` run in the forward pass."""
+    if isinstance(batch, Tensor):
+        batch = next_token_batch(batch)
     if not isinstance(batch, TaskBatch):
-        raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
+        raise TypeError(f"batch must be a TaskBatch or token ids [batch, seq], got {type(batch).__name__}")
     check_token_ids(batch.tokens, model_shape(model).d_vocab)  # non-empty, ids the model embeds
     batch = batch.to(model_device(model))  # the forward and the attribution run on the model's device
     names = component_hooks(model)
@@ -122,7 +137,7 @@ def target_logit_attribution(model, batch: TaskBatch) -> TargetAttribution:
     if norm not in (None, "LN", "LNPre"):
         raise ValueError(f"direct logit attribution handles LayerNorm or no normalization, got {norm!r}")
     extra = ["ln_final.hook_scale"] if norm is not None else []
-    logits, cache = run_capture(model, batch.tokens, [hook for _, hook in names] + extra)
+    logits, cache = run_capture(model, batch.tokens, [hook for _, hook in names] + extra, check_hooks(model, hooks))
     weights = batch.mask.double()
     check_target_classes(batch.top_target(), W_U.shape[1], classes="unembedding's")
     targets = batch.targets.clamp(0, W_U.shape[1] - 1) * (batch.mask > 0)

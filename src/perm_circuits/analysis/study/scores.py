@@ -37,8 +37,11 @@ from perm_circuits.analysis.interventions.checks import check_index, check_int, 
 from perm_circuits.checks import check_number
 from perm_circuits.circuit import Node
 from perm_circuits.devices import model_device
-from perm_circuits.hooks import check_hooks, run_capture
+from perm_circuits.analysis.probes.task_attribution import AttentionScores, attention_patterns, attention_scores
+from perm_circuits.hooks import check_hooks, check_token_ids, run_capture
+from perm_circuits.model_shape import is_permutation_model, model_shape
 from perm_circuits.models import model_config_of
+from perm_circuits.tasks.base import Task, TaskBatch
 from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_test_set, repeat_source_of, validate_tokens
 
 __all__ = [
@@ -413,23 +416,34 @@ def head_score_rows(attention: AttentionBySource, thresholds: RoleThresholds) ->
 
 def head_scores(
     model,
-    test_set: Batch | Tensor | None = None,
+    test_set: Batch | TaskBatch | Tensor | None = None,
     *,
+    task: Task | None = None,
     task_config: TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
     n: int = 5000,
     seed: int = 1234,
     thresholds: RoleThresholds | None = None,
     attention: AttentionBySource | None = None,
-) -> HeadScores:
+) -> HeadScores | AttentionScores:
     """Elimination, binding and duplicate-token attention scores of every head (the study's section
     08 claims; definitions in the module docstring).
+
+    On any task (``task`` given, a :class:`TaskBatch` ``test_set``, or a model that is not a study
+    bridge): the general :class:`~perm_circuits.analysis.probes.task_attribution.AttentionScores`
+    (each head's attention to itself, the previous position and position 0) on ``test_set``
+    (a TaskBatch or token ids; default ``task.test_set(n, seed)``) under ``hooks``; the study's
+    options (``task_config``, ``thresholds``, ``attention``) are refused there.  Token ids on a
+    study bridge keep the study's scores.
 
     Pass ``attention`` (from :func:`attention_by_source`) to reuse a forward pass; otherwise one
     forward over ``test_set`` under ``hooks`` (``task_config``, ``n``, ``seed``: the default test set,
     as in :func:`attention_by_source`; ``seed`` is the test-set seed and nothing else).
     ``thresholds`` only sets which patterns each head matches.
     """
+    if task is not None or isinstance(test_set, TaskBatch) or not is_permutation_model(model):
+        return _task_head_scores(model, test_set, task, hooks, n, seed,
+                                 {"task_config": task_config, "thresholds": thresholds, "attention": attention})
     thresholds = check_thresholds(thresholds)
     if attention is not None:
         if not isinstance(attention, AttentionBySource):
@@ -444,3 +458,26 @@ def head_scores(
     else:
         attention = attention_by_source(model, test_set, task_config=task_config, hooks=hooks, n=n, seed=seed)
     return head_score_rows(attention, thresholds)
+
+
+def _task_head_scores(model, test_set, task, hooks, n: int, seed: int, study_options: dict) -> AttentionScores:
+    """:func:`head_scores` on any task: the general attention scores (validated before the forward)."""
+    given = [name for name, value in study_options.items() if value is not None]
+    if given:
+        raise ValueError(f"{given} are the permutation study's options; on any task head_scores gives "
+                         "attention_scores (self / previous / first position)")
+    if task is not None and not isinstance(task, Task):
+        raise TypeError(f"task must be a perm_circuits.tasks.Task or None, got {type(task).__name__}")
+    if test_set is None:
+        if task is None:
+            raise ValueError(f"{type(model).__name__} is not a permutation-lookup model: pass task= or test_set= "
+                             "(a TaskBatch or token ids)")
+        check_int("n", n, 1)
+        test_set = task.test_set(n, seed)
+    tokens = test_set.tokens if isinstance(test_set, TaskBatch) else test_set
+    if not isinstance(tokens, Tensor):
+        raise TypeError(f"test_set must be a TaskBatch or token ids [batch, seq], got {type(test_set).__name__}")
+    check_token_ids(tokens, model_shape(model).d_vocab)
+    hooks = check_hooks(model, hooks)
+    with model.hooks(fwd_hooks=hooks):
+        return attention_scores(attention_patterns(model, tokens))
