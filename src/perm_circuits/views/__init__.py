@@ -52,7 +52,7 @@ class _Views(types.ModuleType):
     """This package, keeping ``circuit_graph`` the function: importing the submodule
     ``perm_circuits.views.circuit_graph`` would otherwise bind the module over the name (the import
     system sets ``package.sub``).  The submodule stays importable (``import
-    perm_circuits.views.circuit_graph``, ``from perm_circuits.views.circuit_graph import CircuitGraph``),
+    perm_circuits.views.circuit_graph``, ``from perm_circuits.views.circuit_graph import CircuitPicture``),
     as :mod:`perm_circuits._lazy` keeps ``perm_circuits.train`` the function."""
 
     def __setattr__(self, name: str, value: object) -> None:
