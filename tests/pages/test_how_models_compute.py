@@ -10,6 +10,7 @@ import pytest
 
 from perm_circuits.pages.how_models_compute import (
     GOAL,
+    HOW_FIGURE,
     HOW_PAGE,
     MODELS,
     SKILLS,
@@ -39,8 +40,23 @@ def _section(page: str, model: str) -> str:
     return page.split(f"\n## {model}\n", 1)[1].split("\n## ", 1)[0]
 
 
-def test_committed_page_equals_a_fresh_rendering(page):
-    assert (ROOT / HOW_PAGE).read_text(encoding="utf-8") == page, f"{HOW_PAGE} is stale: run python scripts/build_results.py"
+def test_committed_page_and_figure_equal_a_fresh_rendering(page):
+    pages = how_pages(ROOT)
+    assert set(pages) == {HOW_PAGE, HOW_FIGURE}
+    for path, text in pages.items():
+        assert (ROOT / path).read_text(encoding="utf-8") == text, f"{path} is stale: run python scripts/build_results.py"
+    assert f"](figures/{HOW_FIGURE.name})" in page
+
+
+def test_the_figure_has_one_bar_per_meaningful_row_at_its_recovery(table):
+    svg = how_pages(ROOT)[HOW_FIGURE]
+    rows = [r for r in table[table["component"] == "all"].to_dict("records") if informative(r)]
+    bars = re.findall(r'<rect x="250" y="[\d.]+" width="([\d.]+)"[^>]*><title>([^<]+): ([-\d.]+)</title>', svg)
+    assert len(bars) == len(rows) == 23
+    for (width, label, value), r in zip(bars, rows):
+        assert label == f"{r['model']} {r['skill']} {r['hypothesis']}"
+        assert float(value) == pytest.approx(r["recovery"], abs=5e-4)
+        assert float(width) == pytest.approx(420 * min(max(r["recovery"], 0.0), 1.0), abs=0.06)
 
 
 def test_the_page_is_in_the_nav_and_links_are_relative(page):

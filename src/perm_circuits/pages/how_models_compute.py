@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import math
 import os
+from html import escape
 from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["GOAL", "HOW_PAGE", "HOW_TABLE", "MIN_GAP", "MODELS", "OURS", "SKILLS", "best_ours", "claim_losses",
-           "how_pages", "informative", "load_hypotheses", "verdict", "whole"]
+__all__ = ["GOAL", "HOW_FIGURE", "HOW_PAGE", "HOW_TABLE", "MIN_GAP", "MODELS", "OURS", "SKILLS", "best_ours", "claim_losses",
+           "how_pages", "informative", "load_hypotheses", "recovery_svg", "verdict", "whole"]
 
 HOW_TABLE = Path("results/hypotheses.csv")
 HOW_PAGE = Path("docs/how_models_compute.md")
+HOW_FIGURE = Path("docs/figures/how_models_compute_recovery.svg")
 MODELS = ("d16h1", "d32h1", "d32h2", "d16h1l2-any")
 SKILLS = ("elimination", "recall", "recall_any")
 OURS = ("shortcut", "gate", "query")
@@ -128,13 +130,16 @@ def _recovery_block(table: pd.DataFrame, model: str) -> str:
 
 
 def _claims_block(table: pd.DataFrame, model: str) -> str:
-    lines = ["| skill | hypothesis | claims that lose (component: features, 1 - recovery alone) |", "|---|---|---|"]
+    lines = ["| skill | hypothesis | claims that lose (component: features, 1 - recovery alone) | sum of the claims' losses "
+             "| whole hypothesis's loss |", "|---|---|---|---|---|"]
     for skill in SKILLS:
         for r in whole(table, model, skill).to_dict("records"):
-            losses = [c for c in claim_losses(table, model, skill, r["hypothesis"]) if abs(c[2]) >= LOSS_SHOWN]
+            every = claim_losses(table, model, skill, r["hypothesis"])
+            losses = [c for c in every if abs(c[2]) >= LOSS_SHOWN]
             cell = "; ".join(f"`{c}` ({f}): {_r(loss)}" for c, f, loss in losses) or "none"
             note = "" if informative(r) else " _(model near chance: not meaningful)_"
-            lines.append(f"| {skill} | {r['hypothesis']} | {cell}{note} |")
+            lines.append(f"| {skill} | {r['hypothesis']} | {cell}{note} | {_r(sum(c[2] for c in every))} "
+                         f"| {_r(1 - float(r['recovery']))} |")
     return "\n".join(lines)
 
 
@@ -223,6 +228,9 @@ Hypotheses scored on {n:,} test sequences per skill:
 
 ### Which claim loses how much
 
+Each claim scrubbed alone; where the whole hypothesis loses more than the claims' losses add up to, the claims
+interact: a claim that holds on the model's own upstream activations fails once its inputs are scrubbed too.
+
 {_claims_block(table, model)}
 
 ### The study's story against ours
@@ -231,8 +239,50 @@ Hypotheses scored on {n:,} test sequences per skill:
 """
 
 
+_COLORS = {"study": "#868e96", "shortcut": "#1c7ed6", "gate": "#e8590c", "query": "#2f9e44"}
+_FONT = 'font-family="Helvetica, Arial, sans-serif"'
+
+
+def recovery_svg(table: pd.DataFrame) -> str:
+    """Horizontal bars: each hypothesis's whole recovery per model and skill (near-chance rows left out), with
+    its 95% interval and the goal line; bars are clipped to [0, 1], the printed value is the table's."""
+    rows = [r for model in MODELS for skill in SKILLS for r in whole(table, model, skill).to_dict("records")
+            if informative(r)]
+    left, bar_w, right, top, step = 250, 420, 70, 40, 18
+    height = top + step * len(rows) + 40
+    width = left + bar_w + right
+
+    def px(x: float) -> float:
+        return left + bar_w * min(max(float(x), 0.0), 1.0)
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+           'role="img" aria-label="causal-scrubbing recovery per model, skill and hypothesis">',
+           f'<rect width="{width}" height="{height}" fill="white"/>',
+           f'<text x="10" y="22" font-size="15" {_FONT} fill="#212529">Causal-scrubbing recovery (last-step accuracy)</text>']
+    for t in (0.0, 0.25, 0.5, 0.75, 1.0):
+        out.append(f'<line x1="{px(t):.1f}" y1="{top - 4}" x2="{px(t):.1f}" y2="{top + step * len(rows)}" stroke="#e9ecef"/>')
+        out.append(f'<text x="{px(t):.1f}" y="{top + step * len(rows) + 16}" font-size="11" text-anchor="middle" {_FONT} '
+                   f'fill="#495057">{t:g}</text>')
+    for i, r in enumerate(rows):
+        y = top + step * i
+        color = _COLORS.get(r["hypothesis"], "#495057")
+        label = escape(f"{r['model']} {r['skill']} {r['hypothesis']}")
+        out.append(f'<text x="{left - 8}" y="{y + 12}" font-size="11" text-anchor="end" {_FONT} fill="#212529">{label}</text>')
+        out.append(f'<rect x="{left}" y="{y + 3}" width="{px(r["recovery"]) - left:.1f}" height="{step - 6}" '
+                   f'fill="{color}"><title>{label}: {_r(r["recovery"])}</title></rect>')
+        out.append(f'<line x1="{px(r["ci_low"]):.1f}" y1="{y + step / 2}" x2="{px(r["ci_high"]):.1f}" '
+                   f'y2="{y + step / 2}" stroke="#212529"/>')
+        out.append(f'<text x="{left + bar_w + 6}" y="{y + 12}" font-size="11" {_FONT} fill="#212529">{_r(r["recovery"])}</text>')
+    out.append(f'<line x1="{px(GOAL):.1f}" y1="{top - 4}" x2="{px(GOAL):.1f}" y2="{top + step * len(rows)}" '
+               'stroke="#c92a2a" stroke-dasharray="5,3"><title>goal</title></line>')
+    out.append(f'<text x="{px(GOAL):.1f}" y="{top - 8}" font-size="11" text-anchor="middle" {_FONT} fill="#c92a2a">'
+               f'goal {GOAL:g}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
 def how_pages(root: str | os.PathLike) -> dict[Path, str]:
-    """``{path: text}``: ``docs/how_models_compute.md`` from the committed ``results/hypotheses.csv``."""
+    """``{path: text}``: ``docs/how_models_compute.md`` and its figure from the committed ``results/hypotheses.csv``."""
     table = load_hypotheses(root)
     missing = sorted(set(MODELS) - set(table["model"]))
     if missing:
@@ -262,6 +312,8 @@ and is marked not meaningful.
 
 {_overview_block(table)}
 
+![causal-scrubbing recovery per model, skill and hypothesis](figures/{HOW_FIGURE.name})
+
 {sections}
 ## Not measured yet
 
@@ -275,4 +327,4 @@ balancer, under loss rather than accuracy); no number of theirs is quoted here, 
 comparable metric and model. The seed study makes no causal-scrubbing claim; its story is scored above as the
 hypothesis **study**.
 """
-    return {HOW_PAGE: text}
+    return {HOW_PAGE: text, HOW_FIGURE: recovery_svg(table)}
