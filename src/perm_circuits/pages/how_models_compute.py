@@ -49,9 +49,9 @@ _ALGORITHM = {
         "One layer, one attention head, d_model 32, the study's full recipe. The same division of labour as "
         "d16h1: the head gathers the pairs, the MLP produces the answer, and recall is the position-1 shortcut."),
     "d32h2": (
-        "One layer, two heads, d_model 32. L0H0 is a duplicate-token head (it detects that x5 repeats x1), L0H1 "
-        "carries the used y values and y1, and the MLP produces the answer: our reading is that the "
-        "duplicate-token head gates an MLP lookup, switching it from elimination to the y1 answer."),
+        "One layer, two heads, d_model 32. L0H0 is a duplicate-token head (it detects that x5 repeats x1) and the "
+        "MLP produces the answer. Our reading: L0H0 carries only whether x5 repeats x1, L0H1 the used y values "
+        "and y1, and the duplicate-token head gates the MLP lookup between elimination and the y1 answer."),
     "d16h1l2-any": (
         "Two layers, one head each, d_model 16, trained with repeats of any x_k; its recall generalises to every "
         "k ([general recall](general_recall.md)). Our reading: layer 0 at the last position finds which earlier "
@@ -322,9 +322,9 @@ not exist yet: no neuron rule or retention number is reported here.
 
 ## Paper vs ours
 
-Chan et al. 2022 score their hypotheses on other models and tasks (an induction model and a parenthesis
-balancer, under loss rather than accuracy); no number of theirs is quoted here, since none is measured on a
-comparable metric and model. The seed study makes no causal-scrubbing claim; its story is scored above as the
+Chan et al. 2022 score their hypotheses on other models and tasks (among them an induction model and a
+parenthesis balancer) under their own metrics; no number of theirs is quoted here, since none is measured on a
+comparable metric, task and model. The seed study makes no causal-scrubbing claim; its story is scored above as the
 hypothesis **study**.
 """
     return {HOW_PAGE: text, HOW_FIGURE: recovery_svg(table)}
