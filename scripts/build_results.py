@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     from perm_circuits.pages.build import NUMBERS
     from perm_circuits.pages.census_page import census_pages
     from perm_circuits.pages.discovery_page import discovery_pages
+    from perm_circuits.pages.how_models_compute import how_pages
 
     stale_tables = []
     if args.recompute:
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {ATTENTION_TABLE} ({len(attention)} rows)")
     if args.check:
         pages = pages if args.recompute else build_pages(ROOT)
-        pages = {**pages, **discovery_pages(ROOT), **census_pages(ROOT)}
+        pages = {**pages, **discovery_pages(ROOT), **census_pages(ROOT), **how_pages(ROOT)}
         stale = stale_tables + [str(p) for p, text in pages.items()
                                 if not (ROOT / p).is_file() or (ROOT / p).read_text(encoding="utf-8") != text]
         if stale:
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         print("up to date")
         return 0
     changed = []
-    for path, text in {**discovery_pages(ROOT), **census_pages(ROOT)}.items():  # docs/discovery.md, docs/census.md, figures
+    for path, text in {**discovery_pages(ROOT), **census_pages(ROOT), **how_pages(ROOT)}.items():  # docs/discovery.md, docs/census.md, docs/how_models_compute.md, figures
         target = ROOT / path
         if not target.is_file() or target.read_text(encoding="utf-8") != text:
             target.parent.mkdir(parents=True, exist_ok=True)
