@@ -341,3 +341,30 @@ def test_pages_open_with_each_skills_circuit_and_findings(report_pages):
     assert all("ablation" in line for line in findings)
     assert text.index('class="pc-hero"') < text.index('<h2 id=')  # before every section
     assert text.count('<details class="pc-details">') == 6  # the table sections start collapsed
+
+
+def test_the_first_screen_agrees_with_itself(report_pages):
+    """The headline recall circuit is found with the findings' reference (ablated values from the whole
+    test set) and says so in its caption, in one line: on d32h2 it keeps L0H0, which the findings say
+    recall runs through (mean-ablated recall 0%); against the recall rows alone it would grey L0H0 out."""
+    text = (report_pages[1]).read_text(encoding="utf-8")  # d32h2
+    hero = text[text.index('<div class="pc-hero">'):text.index('<ul class="pc-toc">')]
+    captions = re.findall(r"<figcaption>([^<]+)</figcaption>", hero)
+    recall = next(c for c in captions if c.startswith("recall:"))
+    assert "resample ablation (ablated values from the whole test set), metric: " in recall
+    svg = hero[hero.index("recall</text>") if "recall</text>" in hero else 0:]
+    assert re.search(r"L0H0-&gt;|L0H0->", svg), "the recall circuit keeps L0H0 against the test set"
+
+
+def test_the_skill_reference_is_an_argument_and_changes_the_d32h2_recall_circuit(pretrained):
+    from perm_circuits.discovery.skills import discover_skills
+    from perm_circuits.tasks.permutation import PermutationTask
+
+    model = pretrained("d32h2")
+    batch = PermutationTask(model.task_config).test_set(600, seed=1234)
+    by_ref = {ref: discover_skills(model, batch, reference=ref, max_rows=150)["recall"] for ref in ("test", "skill")}
+    assert any(edge.startswith("L0H0->") for edge in by_ref["test"].circuit)
+    assert not any(edge.startswith("L0H0->") for edge in by_ref["skill"].circuit)
+    assert by_ref["test"].params["reference"] == "test" and by_ref["skill"].params["reference"] == "skill"
+    with pytest.raises(ValueError, match="reference must be one of"):
+        discover_skills(model, batch, reference="recall")

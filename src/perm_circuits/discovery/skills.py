@@ -11,6 +11,7 @@ default) with the mean target log-probability at the skill's positions as the me
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 import pandas as pd
@@ -23,7 +24,7 @@ from perm_circuits.discovery.oracle import exhaustive_oracle
 from perm_circuits.discovery.result import DiscoveryResult
 from perm_circuits.tasks.base import TaskBatch
 
-__all__ = ["discover_skills", "skill_batches", "skill_oracle_table"]
+__all__ = ["SKILL_REFERENCES", "discover_skills", "skill_batches", "skill_oracle_table"]
 
 
 def skill_batches(batch: TaskBatch) -> dict[str, TaskBatch]:
@@ -44,6 +45,11 @@ def skill_batches(batch: TaskBatch) -> dict[str, TaskBatch]:
     return out
 
 
+SKILL_REFERENCES = ("test", "skill")
+"""Where a skill's ablated values come from: ``"test"``, the whole test batch (both skills mixed, as the
+task presents them, and as the report's findings ablate); ``"skill"``, the skill's own rows."""
+
+
 def discover_skills(
     model,
     batch: TaskBatch,
@@ -52,22 +58,34 @@ def discover_skills(
     how: str = "resample",
     seed: int = 0,
     max_rows: int = 500,
+    reference: str = "test",
 ) -> Mapping[str, DiscoveryResult]:
     """The circuit of each skill of ``batch`` (:func:`skill_batches`) found by ``method`` under ``how``.
 
-    Each skill uses at most ``max_rows`` of its sequences; the resample source is the same slice,
-    rows shifted by one (another sequence of the same skill).
+    Each skill uses at most ``max_rows`` of its sequences.  ``reference`` (:data:`SKILL_REFERENCES`)
+    says where the ablated values come from: with ``"test"`` (default) the resample source is a seeded
+    draw of rows of the whole ``batch`` and the mean is taken over the whole ``batch``; with ``"skill"``
+    both come from the skill's own rows (the resample source: its rows shifted by one).  The choice
+    changes circuits: a head that only tells the skills apart (d32h2's duplicate-token L0H0) carries
+    nothing within one skill, so it drops out of the recall circuit against the skill's own rows and
+    is kept against the test set.  Each result records it in ``params["reference"]``.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {sorted(METHODS)}, got {method!r}")
+    if reference not in SKILL_REFERENCES:
+        raise ValueError(f"reference must be one of {SKILL_REFERENCES}, got {reference!r}")
     check_int("max_rows", max_rows, low=2)
+    order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(seed)).to(batch.tokens.device)
     out = {}
     for skill, rows in skill_batches(batch).items():
         rows = rows.subset(torch.arange(min(len(rows), max_rows), device=rows.tokens.device))
         if len(rows) < 2:
             continue
-        corrupted = rows.tokens.roll(1, dims=0)
-        out[skill] = METHODS[method](model, rows, how=how, seed=seed, corrupted=corrupted)
+        own = reference == "skill" or skill == "task"
+        options = ({"corrupted": rows.tokens.roll(1, dims=0)} if own else
+                   {"corrupted": batch.tokens[order[: len(rows)]], "reference": batch.tokens})
+        result = METHODS[method](model, rows, how=how, seed=seed, **options)
+        out[skill] = dataclasses.replace(result, params={**result.params, "reference": "skill" if own else "test"})
     return out
 
 

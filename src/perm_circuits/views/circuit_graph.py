@@ -80,9 +80,12 @@ class CircuitPicture:
 
 
 def result_caption(result: Any) -> str:
-    """One line naming what a discovery result measured: method, ablation mode, metric, size, faithfulness."""
+    """One line naming what a discovery result measured: method, ablation mode (and where the ablated values
+    come from, when the result records it), metric, size, faithfulness."""
     metric = f", metric: {result.metric}" if getattr(result, "metric", "") else ""
-    return (f"{result.method.upper()}, {result.how} ablation{metric}; {result.n_edges} of {len(result.scores)} edges, "
+    source = {"test": " (ablated values from the whole test set)",
+              "skill": " (ablated values from the skill's own rows)"}.get(getattr(result, "params", {}).get("reference"), "")
+    return (f"{result.method.upper()}, {result.how} ablation{source}{metric}; {result.n_edges} of {len(result.scores)} edges, "
             f"faithfulness {result.faithfulness:.2f}")
 
 
