@@ -125,8 +125,9 @@ def _parser() -> argparse.ArgumentParser:
     sr.add_argument("--title", help="page title")
     dc = sub.add_parser("discover", help="find a model's circuit with an edge-level method; print it and draw it")
     dc.add_argument("model", help="pretrained name or checkpoint folder")
-    dc.add_argument("--method", default="eap", help="eap (default), eap_ig, acdc, node_attribution, greedy_edges, "
-                    "mask_pruning, random_baseline or exhaustive_oracle")
+    dc.add_argument("--method", default="greedy_edges", help="greedy_edges (default: grows then prunes edges until "
+                    "faithfulness is within 0.1 of 1; the benchmark's smallest faithful circuits on the shipped "
+                    "models), eap, eap_ig, acdc, node_attribution, mask_pruning, random_baseline or exhaustive_oracle")
     dc.add_argument("--how", default="resample", help="ablation mode of the edges: zero, mean, resample (default), optimal")
     dc.add_argument("--samples", type=_positive_int, default=500, help="test sequences (default 500)")
     dc.add_argument("--seed", type=int, default=0)
@@ -282,9 +283,17 @@ def _discover(args: argparse.Namespace) -> int:
     result = discover(model, method=args.method, how=args.how, task=task, n=args.samples, seed=args.seed)
     print(f"{args.model}: {result.method} under {result.how} ablation, {result.n_edges} of {len(result.scores)} edges, "
           f"faithfulness {result.faithfulness:.3f} ({result.wall_time:.2f} s, {result.n_forward} forward passes)")
+    if result.nothing_to_explain:
+        print("  nothing to explain: the full and the fully ablated model have the same metric (empty circuit)")
     for edge in result.ranking():
         if edge in result.circuit:
-            print(f"  {edge:<22} {result.scores[edge]:+.4f}")
+            flag = "  (rounding level)" if edge in result.rounding_level else ""
+            print(f"  {edge:<22} {result.scores[edge]:+.4f}{flag}")
+    if result.rounding_level:
+        from perm_circuits.discovery.result import ROUNDING_LEVEL
+
+        print(f"  {len(result.rounding_level)} of {len(result.scores)} scores are at rounding level (|score| < "
+              f"{ROUNDING_LEVEL:g} x the metric's total change): their order is float noise")
     out = args.out or Path(f"circuit_{Path(args.model).name}_{result.method}_{result.how}.svg")
     picture = circuit_graph(sorted(result.circuit), scores={e: float(result.scores[e]) for e in result.circuit},
                             n_layers=model.cfg.n_layers, n_heads=model.cfg.n_heads,
