@@ -98,12 +98,13 @@ def setup(model, batch, intervention: EdgeIntervention | None, *, how: str | Non
             raise TypeError(f"intervention must be an EdgeIntervention, got {type(intervention).__name__}")
         if how is not None and how != intervention.how:
             raise ValueError(f"how={how!r} but the intervention was prepared with how={intervention.how!r}")
-        return intervention, time.perf_counter()
-    if model is None or batch is None:
-        raise ValueError("give model and batch, or a prepared intervention")
-    if not isinstance(batch, (TaskBatch, Tensor)):
-        raise TypeError(f"batch must be a TaskBatch or tokens tensor, got {type(batch).__name__}")
-    ei = prepare_edges(model, batch, how="resample" if how is None else how, **options)
+        ei = intervention
+    else:
+        if model is None or batch is None:
+            raise ValueError("give model and batch, or a prepared intervention")
+        if not isinstance(batch, (TaskBatch, Tensor)):
+            raise TypeError(f"batch must be a TaskBatch or tokens tensor, got {type(batch).__name__}")
+        ei = prepare_edges(model, batch, how="resample" if how is None else how, **options)
     start = time.perf_counter()
     if ei.nothing_to_explain:
         raise _NothingToExplain(ei, start)
