@@ -144,7 +144,7 @@ def rounding_level(ei: EdgeIntervention, scores: Tensor) -> frozenset[str]:
     """The edges whose attribution ``|score|`` is below :data:`ROUNDING_LEVEL` times the metric's total
     change ``|metric(all) - metric(none)|`` (:class:`DiscoveryResult`'s ``rounding_level``)."""
     floor = ROUNDING_LEVEL * abs(ei.full_metric - ei.empty_metric)
-    return ei.graph.edges_of((scores.abs() < floor).tolist())
+    return ei.graph.edges_of((scores.abs() < floor).double().tolist())
 
 
 def flip_each(mask: Float[Tensor, " edge"]) -> Float[Tensor, "edge edge"]:
