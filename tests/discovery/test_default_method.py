@@ -1,5 +1,5 @@
-"""Issue 27 item 6: the default discovery finds a circuit smaller than the whole graph on every shipped model;
-attribution scores at rounding level are flagged (item 3) in the result and the CLI output."""
+"""The default discovery finds a circuit smaller than the whole graph on every shipped model;
+attribution scores at rounding level are flagged in the result and the CLI output."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 27 item 3: an empty truth (nothing to explain under a mode) is one documented result for every method."""
+"""An empty truth (nothing to explain under a mode) is one documented result for every method."""
 
 from __future__ import annotations
 

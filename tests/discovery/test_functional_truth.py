@@ -1,4 +1,4 @@
-"""Issue 27 item 1: the benchmark's constructed truths checked by intervention on its own batches.
+"""The benchmark's constructed truths checked by intervention on its own batches.
 
 Every functional-truth edge changes the metric (>= 1e-3 of its total change) and the truth alone keeps
 faithfulness >= 0.99; structural edges that do not are reported idle."""

@@ -1,4 +1,4 @@
-"""Issue 27 item 3: mask pruning chooses a circuit that reaches its target (its rounded gates alone did not)."""
+"""Mask pruning chooses a circuit that reaches its target (its rounded gates alone did not)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def zero_d16h1(pretrained):
 
 def test_rounded_gates_miss_the_target_and_the_ranking_reaches_it(zero_d16h1):
     result = mask_pruning(intervention=zero_d16h1, steps=100)
-    # what was returned before issue 27: the rounded gates, faithfulness 0.64 (< 0.9) under zero ablation
+    # what was formerly returned: the rounded gates, faithfulness 0.64 (< 0.9) under zero ablation
     assert result.params["gates_faithfulness"] == pytest.approx(0.637, abs=0.01)
     assert result.params["selection"] == "ranking"
     assert result.params["reached"] is True

@@ -1,4 +1,4 @@
-"""Issue 27 items 1-2: any RASP program of tracr's own library (none the benchmark uses) through one call.
+"""Any RASP program of tracr's own library (none the benchmark uses) through one call.
 
 ``tracr_program`` compiles it, loads the bridge (output label: the program's own), builds its
 ground truths and its batch; the bridge equals tracr on the whole domain; the functional truth is

@@ -75,7 +75,7 @@ DEFAULT_METHOD = "greedy_edges"
 ablation, keeping a circuit within 0.1 of faithfulness 1 (threshold 0.1, tolerance 0.1).  Chosen from the benchmark
 (``results/discovery.csv``, resample ablation, 5 seeds per shipped model): it chose 4.8-6.0 of 8-13 edges on d16h1,
 d32h1, d32h2 (exact oracle circuit 80-100%) and 14.2 of d16h1l2-any's 23, faithfulness 0.92-0.96; EAP at
-faithfulness 0.9, the old default, kept all 13 edges of d32h2 (issue 27)."""
+faithfulness 0.9, the old default, kept all 13 edges of d32h2."""
 
 
 def discover(model, method: str = DEFAULT_METHOD, how: str = "resample", task=None, *, n: int = 500, seed: int = 0,

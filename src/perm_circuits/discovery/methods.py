@@ -101,7 +101,7 @@ def node_attribution(model=None, batch=None, *, how: str | None = None, interven
     edge gets ``min(|score(sender)|, |score(receiver)|)``: an edge matters only when both its ends
     do.  The logits are no node that can be ablated as a whole; what the logits read from one sender
     is that sender's direct path, so the receiver side of ``S->logits`` is that edge's own
-    attribution.  (Scored with the logits counting as infinite, as before issue 27, ``embed->logits``
+    attribution.  (Scored with the logits counting as infinite, as it formerly was, ``embed->logits``
     inherited the embedding's whole score and the method ranked below the random baseline under zero
     ablation: ROC AUC 0.25 on the trained models, 0.33-0.42 on tracr programs.)  Scores are
     non-negative.

@@ -24,7 +24,7 @@ __all__ = ["ROUNDING_LEVEL", "DiscoveryResult", "check_selection", "choose_circu
 
 ROUNDING_LEVEL = 1e-4
 """An attribution score (an estimated change of the metric) with ``|score| < ROUNDING_LEVEL * |metric(all) -
-metric(none)|`` is at rounding level: float32 noise or a structurally zero path, not evidence (issue 27: on a
+metric(none)|`` is at rounding level: float32 noise or a structurally zero path, not evidence (on a
 tracr program 5 of 6 true edges had EAP scores between 1e-5 and 2e-12 of the largest)."""
 
 

@@ -96,7 +96,7 @@ def mask_pruning(model=None, batch=None, *, steps: int = 300, penalty: float = 0
     deterministic gate ``clamp(sigmoid(log_alpha) * 1.2 - 0.1, 0, 1)`` exceeds 0.5 (``"gates"``),
     when its faithfulness reaches ``target``; else the smallest prefix of the ranking that does
     (``"ranking"``).  The training loss is measured on soft masks, and a soft mask of gates near
-    1/2 (each edge half kept) can be faithful while no hard rounding of it is: before issue 27 the
+    1/2 (each edge half kept) can be faithful while no hard rounding of it is: formerly the
     rounded gates alone were returned, with faithfulness 0.000 in 4 of 6 default runs on two small
     tracr programs.  ``params["gates_faithfulness"]`` keeps the rounded gates' faithfulness and
     ``params["reached"]`` says whether the chosen circuit reaches ``target`` (the whole graph is the
