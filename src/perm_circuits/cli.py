@@ -145,9 +145,12 @@ def _parser() -> argparse.ArgumentParser:
     dc = command("discover", help="find a model's circuit with an edge-level method; print it and draw it")
     dc.add_argument("model", help="pretrained name or checkpoint folder")
     from perm_circuits.ablation_modes import mode_help
-    from perm_circuits.discovery.registry import method_help  # the registries load no torch
+    from perm_circuits.discovery.registry import DEFAULT_METHOD, method_help  # the registries load no torch
 
-    dc.add_argument("--method", default="eap", help=f"{method_help('eap')} (or one an --import module registers)")
+    dc.add_argument("--method", default=DEFAULT_METHOD,
+                    help=f"{method_help(DEFAULT_METHOD)} (or one an --import module registers); the default grows "
+                         "then prunes edges until faithfulness is within 0.1 of 1: on the shipped models the "
+                         "benchmark's smallest faithful circuits (see docs/discovery.md)")
     dc.add_argument("--how", default="resample", help=f"ablation mode of the edges: {mode_help('edges', 'resample')}")
     dc.add_argument("--samples", type=_positive_int, default=500, help="test sequences (default 500)")
     dc.add_argument("--seed", type=int, default=0)
@@ -331,9 +334,17 @@ def _discover(args: argparse.Namespace) -> int:
     result = discover(model, method=args.method, how=args.how, task=task, n=args.samples, seed=args.seed)
     print(f"{args.model}: {result.method} under {result.how} ablation, {result.n_edges} of {len(result.scores)} edges, "
           f"faithfulness {result.faithfulness:.3f} ({result.wall_time:.2f} s, {result.n_forward} forward passes)")
+    if result.nothing_to_explain:
+        print("  nothing to explain: the full and the fully ablated model have the same metric (empty circuit)")
     for edge in result.ranking():
         if edge in result.circuit:
-            print(f"  {edge:<22} {result.scores[edge]:+.4f}")
+            flag = "  (rounding level)" if edge in result.rounding_level else ""
+            print(f"  {edge:<22} {result.scores[edge]:+.4f}{flag}")
+    if result.rounding_level:
+        from perm_circuits.discovery.result import ROUNDING_LEVEL
+
+        print(f"  {len(result.rounding_level)} of {len(result.scores)} scores are at rounding level (|score| < "
+              f"{ROUNDING_LEVEL:g} x the metric's total change): their order is float noise")
     picture = circuit_graph(result, title=f"{args.model}: {result.method} circuit ({result.how} ablation)")
     print(picture.save(out))
     return 0

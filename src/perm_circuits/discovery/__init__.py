@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from perm_circuits.discovery.methods import acdc, eap, eap_ig, edge_attribution, node_attribution, random_baseline
     from perm_circuits.discovery.oracle import exhaustive_oracle
     from perm_circuits.discovery.registry import (
+        DEFAULT_METHOD,
         METHODS,
         Method,
         discover,
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HOWS",
     "METHODS",
+    "DEFAULT_METHOD",
     "DiscoveryResult",
     "Edge",
     "EdgeGraph",

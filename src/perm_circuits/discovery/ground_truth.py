@@ -48,15 +48,19 @@ ABLATION_MODES = ("zero", "mean", "resample")
 
 __all__ = [
     "ABLATION_MODES",
+    "FunctionalTruth",
     "GroundTruth",
+    "TracrProgram",
     "all_edges",
     "birth_ground_truth",
     "edge_receiver_node",
+    "functional_truth",
     "ground_truth_models",
     "induction_ground_truths",
     "receiver_nodes",
     "sender_nodes",
     "tracr_ground_truths",
+    "tracr_program",
     "weight_circuit",
 ]
 
@@ -311,3 +315,103 @@ def ground_truth_models(*, include_tracr: bool | None = None) -> dict:
     if include_tracr:
         out.update({f"tracr:{name}": partial(_tracr_entry, name) for name in TRACR_PROGRAMS})
     return out
+
+
+@dataclass(frozen=True)
+class FunctionalTruth:
+    """A ground truth checked by intervention on one batch and ablation mode (:func:`functional_truth`).
+
+    Attributes:
+        edges: the functional truth: the structural truth less its idle edges.
+        idle: structural truth edges whose ablation (from the functional truth, the rest ablated)
+            changes the metric by less than ``eps`` of its total change on this batch: e.g. a query
+            input that the selector ignores, or a length head on inputs of full length.
+        effects: per edge of ``edges``, ``|metric(truth) - metric(truth without e)| / |metric(all) - metric(none)|``.
+        faithfulness: the faithfulness of ``edges`` with every other edge ablated together.
+        how: the ablation mode.
+    """
+
+    edges: frozenset
+    idle: frozenset
+    effects: dict
+    faithfulness: float
+    how: str
+
+    @property
+    def checked(self) -> bool:
+        """Both properties hold: every edge changes the metric (``effects >= eps``, by construction) and
+        the truth alone keeps faithfulness >= 0.99."""
+        return self.faithfulness >= 0.99
+
+
+def functional_truth(intervention, structural, *, eps: float = 1e-3) -> FunctionalTruth:
+    """The functional truth on an intervention's batch and mode, from a structural truth, checked by intervention.
+
+    Start from ``structural`` (e.g. :func:`tracr_ground_truths`' edges for the mode) with every other
+    edge ablated; measure each kept edge's effect (its ablation from that circuit, relative to the
+    metric's total change ``|metric(all) - metric(none)|``); drop the edge with the smallest effect
+    when it is below ``eps``, and repeat until every kept edge's effect is at least ``eps``.
+    Returns the edges, the dropped (idle) ones, the effects and the faithfulness of the result with
+    every non-truth edge ablated together (:attr:`FunctionalTruth.checked`: >= 0.99).  With nothing
+    to explain (:attr:`EdgeIntervention.nothing_to_explain`) the truth is empty, faithfulness 1.
+    """
+    from perm_circuits.checks import check_number
+    from perm_circuits.discovery.interventions import EdgeIntervention
+
+    if not isinstance(intervention, EdgeIntervention):
+        raise TypeError(f"intervention must be an EdgeIntervention, got {type(intervention).__name__}")
+    check_number("eps", eps, low=0)
+    structural = frozenset(structural.edges if isinstance(structural, GroundTruth) else structural)
+    ei, graph = intervention, intervention.graph
+    bad = sorted(e for e in structural if e not in set(graph.edges))
+    if bad:
+        raise ValueError(f"edges {bad} are not edges of the intervention's graph")
+    if ei.nothing_to_explain:
+        return FunctionalTruth(frozenset(), structural, {}, 1.0, ei.how)
+    span = abs(ei.full_metric - ei.empty_metric)
+    keep = torch.zeros(ei.n_edges, device=ei.device)
+    keep[[graph.edge_index(e) for e in structural]] = 1.0
+    while True:
+        kept = torch.nonzero(keep)[:, 0]
+        trials = keep[None].repeat(len(kept) + 1, 1)
+        trials[torch.arange(1, len(kept) + 1), kept] = 0.0
+        values = ei.evaluate(trials, chunk=16).double()
+        effects = (values[1:] - values[0]).abs() / span
+        if not len(kept) or float(effects.min()) >= eps:
+            break
+        keep[kept[int(torch.argmin(effects))]] = 0.0
+    edges = graph.edges_of(keep.tolist())
+    faith = float(ei.faithfulness(values[:1])[0])
+    return FunctionalTruth(edges, structural - edges, {graph.edges[int(e)]: float(v) for e, v in zip(kept, effects)},
+                           faith, ei.how)
+
+
+@dataclass(frozen=True)
+class TracrProgram:
+    """A user's RASP program, compiled (:func:`tracr_program`): the model, its ground truths and a batch.
+
+    ``truths`` maps each ablation mode of :data:`ABLATION_MODES` to its structural
+    :class:`GroundTruth` (:func:`tracr_ground_truths`); ``batch`` is every input of length
+    ``max_seq_len`` (:meth:`~perm_circuits.discovery.tracr_models.TracrModel.batch`).
+    :func:`functional_truth` checks a truth on it by intervention.
+    """
+
+    model: object
+    truths: dict
+    batch: object
+
+    @property
+    def bridge(self):
+        return self.model.bridge
+
+
+def tracr_program(program, vocab, max_seq_len: int, *, name: str | None = None, output_label: str | None = None,
+                  distinct_tokens: bool = False) -> TracrProgram:
+    """Any RASP program in one call: compiled with tracr, loaded as a bridge, with its ground truths per
+    ablation mode and its benchmark batch (arguments: :func:`~perm_circuits.discovery.tracr_models.compile_tracr`)."""
+    from perm_circuits.discovery.tracr_models import compile_tracr
+
+    model = compile_tracr(program, vocab, max_seq_len, name=name, output_label=output_label,
+                          distinct_tokens=distinct_tokens)
+    zero, resample = tracr_ground_truths(model)
+    return TracrProgram(model, {"zero": zero, "mean": resample, "resample": resample}, model.batch())

@@ -319,10 +319,17 @@ class EdgeIntervention:
         """``(metric - metric(none)) / (metric(all) - metric(none))`` (nan when the two are equal, up to
         float rounding: within ``1e-6`` or ``1e-5`` of their size, e.g. a metric averaged over rows under
         the default resample corruption, which only permutes the rows)."""
-        span = self.full_metric - self.empty_metric
-        if abs(span) <= max(1e-6, 1e-5 * max(abs(self.full_metric), abs(self.empty_metric))):
+        if self.nothing_to_explain:
             return torch.full_like(metric_values, math.nan)
-        return (metric_values - self.empty_metric) / span
+        return (metric_values - self.empty_metric) / (self.full_metric - self.empty_metric)
+
+    @property
+    def nothing_to_explain(self) -> bool:
+        """Whether the full and the fully ablated model have the same metric (up to the float rounding
+        of :meth:`faithfulness`): under this mode and batch no edge has anything to explain, and every
+        discovery method returns the empty circuit (:func:`~perm_circuits.discovery.result.explains`)."""
+        span = self.full_metric - self.empty_metric
+        return abs(span) <= max(1e-6, 1e-5 * max(abs(self.full_metric), abs(self.empty_metric)))
 
     def ones(self) -> Tensor:
         return torch.ones(self.n_edges, dtype=self.weights.W_E.dtype, device=self.device)

@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from perm_circuits.checks import check_int
 from perm_circuits.discovery.graph import head_of, split_edge
 from perm_circuits.discovery.interventions import EdgeIntervention
-from perm_circuits.discovery.result import DiscoveryResult, check_selection, finish, flip_each, setup
+from perm_circuits.discovery.result import DiscoveryResult, check_selection, explains, finish, flip_each, setup
 
 __all__ = ["exhaustive_oracle"]
 
@@ -125,6 +125,7 @@ def _by_size(ei: EdgeIntervention, target: float, chunk: int, max_size: int, max
     return done(f"every connected subset of up to {max_size} edges ({seen} subsets); target not reached")
 
 
+@explains
 def exhaustive_oracle(model=None, batch=None, *, target: float = 0.9, how: str | None = None,
                       intervention: EdgeIntervention | None = None, max_exhaustive: int = 16, max_size: int = 6,
                       max_subsets: int = 2_000_000, chunk: int = 64, progress: bool = False, seed: int = 0,

@@ -38,6 +38,7 @@ __all__ = [
     "TracrModel",
     "build_tracr_model",
     "cached_tracr_model",
+    "compile_tracr",
     "make_frac_prevs_program",
     "make_reverse_program",
     "make_sort_program",
@@ -123,11 +124,16 @@ TRACR_PROGRAMS: dict[str, _ProgramSpec] = {
 }
 
 
-def tracr_to_bridge(assembled):
+def tracr_to_bridge(assembled, output_label: str | None = None):
     """A ``TransformerBridge.boot_native`` model (eval mode) with a compiled tracr model's weights.
 
-    Uses ``transformer_lens.utilities.tracr`` (config and state dict) unchanged.
+    Uses ``transformer_lens.utilities.tracr`` (config and state dict) unchanged.  ``output_label``:
+    the RASP label of the program's output (its ``.label``, e.g. ``"reverse"``); by default
+    TransformerLens infers it from the residual labels, which fails when two labels share the
+    output's value set (:func:`compile_tracr` passes the program's own label).
     """
+    if output_label is not None and not isinstance(output_label, str):
+        raise TypeError(f"output_label must be a str (a RASP label), got {type(output_label).__name__}")
     from transformer_lens.model_bridge import TransformerBridge
     from transformer_lens.utilities.tracr import (
         make_tracr_transformer_bridge_config,
@@ -135,7 +141,13 @@ def tracr_to_bridge(assembled):
     )
 
     bridge = TransformerBridge.boot_native(make_tracr_transformer_bridge_config(assembled))
-    result = bridge.load_state_dict(make_tracr_transformer_bridge_state_dict(assembled), strict=False)
+    if output_label is not None:
+        labels = {label.rpartition(":")[0] for label in assembled.residual_labels}
+        if output_label not in labels:
+            raise ValueError(f"output_label {output_label!r} is not a label of the compiled program's residual "
+                             f"stream; its labels: {sorted(labels)}")
+    state = make_tracr_transformer_bridge_state_dict(assembled, output_label)
+    result = bridge.load_state_dict(state, strict=False)
     if result.unexpected_keys:
         raise ValueError(f"tracr state dict has keys the bridge does not: {result.unexpected_keys}")
     bridge.eval()
@@ -199,6 +211,27 @@ class TracrModel:
         decode = self.assembled.output_encoder.decode
         return [list(decode(row.tolist()))[1 : len(seq) + 1] for seq, row in zip(inputs, unembedded)]
 
+    def batch(self, length: int | None = None):
+        """A :class:`~perm_circuits.tasks.base.TaskBatch` of every input of ``length`` (default
+        ``max_seq_len``): BOS-first token ids, targets tracr's own outputs (output-encoding ids) at
+        every position but BOS, which the loss mask leaves out (as it leaves out an output with no
+        encoding, e.g. ``None`` where an aggregate selects nothing).  One length per batch (the bridge has
+        no padding mask): a length-dependent program is tested length by length."""
+        from perm_circuits.tasks.base import TaskBatch
+
+        inputs = self.domain(self.max_seq_len if length is None else length)
+        tokens = self.encode(inputs)
+        table = self.assembled.output_encoder.encoding_map
+        outputs = self.tracr_outputs(inputs)
+        targets = torch.zeros_like(tokens)
+        targets[:, 1:] = torch.tensor([[table.get(v, 0) for v in row] for row in outputs], dtype=torch.long)
+        mask = torch.zeros(tokens.shape, dtype=torch.float32)
+        mask[:, 1:] = torch.tensor([[float(v in table) for v in row] for row in outputs])
+        if not bool(mask.any()):
+            raise ValueError(f"no tracr output of length-{tokens.shape[1] - 1} inputs has an output encoding "
+                             "(nothing to score)")
+        return TaskBatch(tokens, targets, mask)
+
     @torch.no_grad()
     def bridge_outputs(self, inputs: list[tuple]) -> list[list]:
         """The bridge's decoded outputs: argmax of the logits at every position but BOS."""
@@ -215,13 +248,42 @@ def build_tracr_model(name: str) -> TracrModel:
     if name not in TRACR_PROGRAMS:
         raise ValueError(f"unknown tracr program {name!r}; expected one of {sorted(TRACR_PROGRAMS)}")
     spec = TRACR_PROGRAMS[name]
-    program = spec.make()
+    return compile_tracr(spec.make(), spec.vocab, spec.max_seq_len, name=name, distinct_tokens=spec.distinct_tokens)
+
+
+def compile_tracr(program, vocab, max_seq_len: int, *, name: str | None = None, output_label: str | None = None,
+                  distinct_tokens: bool = False) -> TracrModel:
+    """Compile any RASP program with tracr and load it as a bridge: a user's program in one call.
+
+    Args:
+        program: a ``tracr.rasp.rasp`` expression (e.g. from ``tracr.compiler.lib``), categorical output.
+        vocab: its input tokens (any hashable values, not ``"BOS"``).
+        max_seq_len: the longest input (BOS not counted).
+        name: the model's name (default the program's label).
+        output_label: the output's RASP label (default the program's own ``.label``; see
+            :func:`tracr_to_bridge`).
+        distinct_tokens: the program's domain is inputs without repeated tokens (e.g. ``make_sort_unique``).
+
+    The ground truths are :func:`~perm_circuits.discovery.ground_truth.tracr_ground_truths` of the
+    result, a batch over its domain ``TracrModel.batch``
+    (:func:`~perm_circuits.discovery.ground_truth.tracr_program` returns all three).
+    """
+    rasp = _rasp()
+    if not isinstance(program, rasp.RASPExpr):
+        raise TypeError(f"program must be a tracr RASP expression, got {type(program).__name__}")
+    if isinstance(vocab, (str, bytes)) or not hasattr(vocab, "__iter__"):
+        raise TypeError(f"vocab must be a collection of tokens, got {vocab!r}")
+    vocab = tuple(vocab)
+    if not vocab or BOS in vocab or len(set(vocab)) != len(vocab):
+        raise ValueError(f"vocab must hold distinct tokens, at least one, not {BOS!r}; got {vocab!r}")
+    if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len < 1:
+        raise ValueError(f"max_seq_len must be an int >= 1, got {max_seq_len!r}")
     from tracr.compiler import compiling
 
-    assembled = compiling.compile_rasp_to_model(program, vocab=set(spec.vocab), max_seq_len=spec.max_seq_len,
-                                                compiler_bos=BOS)
-    return TracrModel(name, program, assembled, tracr_to_bridge(assembled), spec.vocab, spec.max_seq_len,
-                      spec.distinct_tokens)
+    assembled = compiling.compile_rasp_to_model(program, vocab=set(vocab), max_seq_len=max_seq_len, compiler_bos=BOS)
+    label = program.label if output_label is None else output_label
+    return TracrModel(program.label if name is None else name, program, assembled, tracr_to_bridge(assembled, label),
+                      vocab, max_seq_len, distinct_tokens)
 
 
 @functools.lru_cache(maxsize=None)
