@@ -132,3 +132,14 @@ def test_check_ray_address_parses_and_bounds_its_wait():
     with pytest.raises(ValueError, match=r"cannot reach a Ray cluster .*Connection refused"):
         check_ray_address(f"127.0.0.1:{_closed_port()}", timeout=1.0)
     assert time.perf_counter() - start < 2.0
+
+
+def test_run_sweep_checks_the_ray_address_before_writing(tmp_path):
+    from perm_circuits.sweep import run_sweep
+
+    out = tmp_path / "sweep"
+    address = f"127.0.0.1:{_closed_port()}"
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match="cannot reach a Ray cluster"):
+        run_sweep({"grid": {"seed": [0]}}, out, backend="ray", address=address, progress=False)
+    assert time.perf_counter() - start < 10.0 and not out.exists()

@@ -60,3 +60,14 @@ def test_reproduce_refuses_a_device_it_cannot_use():
 
     with pytest.raises(ValueError, match="not a torch device name"):
         reproduce("birth", quick=True, device="gpu0")
+
+
+def test_a_model_on_the_meta_device_is_refused_by_name():
+    """Shapes without values: evaluate and discover say so, instead of a raw torch error mid-forward."""
+    from perm_circuits import build_model, evaluate
+    from perm_circuits.discovery import discover
+
+    model = build_model("d16h1", device="meta")
+    for run in (lambda: evaluate(model), lambda: discover(model)):
+        with pytest.raises(ValueError, match="weights are on the meta device"):
+            run()

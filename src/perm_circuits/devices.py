@@ -33,8 +33,16 @@ def resolve_device(device: object) -> torch.device:
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
-    """The device of ``model``'s parameters (the CPU for a module without any)."""
+    """The device of ``model``'s parameters (the CPU for a module without any).
+
+    Raises:
+        ValueError: the parameters are on the ``meta`` device (shapes without values: nothing can run).
+    """
     tensor = next(itertools.chain(model.parameters(), model.buffers()), None)
+    if tensor is not None and tensor.device.type == "meta":
+        raise ValueError(f"{type(model).__name__}'s weights are on the meta device (shapes without values): build or "
+                         "load it on a real device ('cpu', 'cuda'), or load its weights first (model.to_empty(...) "
+                         "then load_state_dict)")
     return torch.device("cpu") if tensor is None else tensor.device
 
 

@@ -212,3 +212,15 @@ def test_device_joins_the_run_id_only_off_the_cpu(tiny):
     for bogus in ("bogus", "cuda:x"):  # refused with the spec, not stored as failed runs
         with pytest.raises(ValueError, match=f"device must be a torch device name .*got '{bogus}'"):
             SweepSpec.from_dict({**tiny, "fixed": {**tiny["fixed"], "device": bogus}})
+
+
+def test_a_binary_spec_is_refused_naming_the_file(tmp_path, capsys):
+    from perm_circuits.cli import main
+
+    spec = tmp_path / "spec.toml"
+    spec.write_bytes(b"\x00\x01binary\xff\xfe")
+    with pytest.raises(ValueError, match=r"sweep spec '.*spec\.toml' is not a UTF-8 text file"):
+        SweepSpec.from_toml(spec)
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "spec.toml" in err and "UTF-8" in err and len(err.splitlines()) == 1

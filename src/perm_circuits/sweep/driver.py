@@ -138,6 +138,10 @@ def run_sweep(
         from perm_circuits.sweep.backends import import_ray
 
         import_ray()  # a clear error before anything starts
+        if address is not None:
+            from perm_circuits.ray_address import check_ray_address
+
+            check_ray_address(address)  # an unreachable cluster fails within seconds, before anything is written
     out_dir.mkdir(parents=True, exist_ok=True)
     with sweep_lock(out_dir):  # one driver per folder (a second one would run every run again)
         return _run_locked(spec, out_dir, backend=backend, workers=workers, address=address, keep_models=keep_models,

@@ -262,6 +262,11 @@ class SweepSpec:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as error:
             raise ValueError(f"sweep spec {str(path)!r} is not valid TOML: {error}") from None
+        except UnicodeDecodeError as error:  # a binary file
+            raise ValueError(f"sweep spec {str(path)!r} is not a UTF-8 text file (TOML): {error.reason} at byte "
+                             f"{error.start}") from None
+        except RecursionError:
+            raise ValueError(f"sweep spec {str(path)!r} nests too deeply to be a sweep spec") from None
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
