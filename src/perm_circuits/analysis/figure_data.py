@@ -89,7 +89,7 @@ def mean_attention(model, test_set: Batch | None = None, repeated: bool | str | 
     if not isinstance(test_set, Batch):
         raise TypeError(f"test_set must be a perm_circuits.tasks.permutation_data.Batch, got {type(test_set).__name__}")
     validate_tokens(test_set.inputs, config.V)
-    everything = torch.ones(len(test_set), dtype=torch.bool)
+    everything = torch.ones(len(test_set), dtype=torch.bool, device=test_set.inputs.device)
     groups = {
         None: [("all sequences", everything)],
         True: [("repeated last query", test_set.repeated)],
@@ -109,7 +109,7 @@ def _one_sequence(tokens: Sequence[int] | Tensor, V: int) -> Int[Tensor, "1 seq"
     if isinstance(tokens, (list, tuple)):
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
             raise TypeError(f"tokens must be ints, got {tokens!r}")
-        tokens = torch.tensor(tokens, dtype=torch.long)
+        tokens = torch.tensor(tokens, dtype=torch.long, device="cpu")  # a literal sequence: drawn on the CPU
     seq = validate_tokens(tokens, V)
     if seq.shape[0] != 1:
         raise ValueError(f"tokens must be one sequence, got a batch of {seq.shape[0]}")
@@ -203,7 +203,7 @@ def example_activations(model, task: TaskConfig, examples: Sequence[tuple[str, T
         ids = seq[0].tolist()
         last = int(bayes_posterior(seq, task, "uniform").probs[0, -1].argmax()) + 1
         targets.append(tuple(ids[1::2] + [last]))
-        correct.append(torch.tensor([float(probs[i, k, t]) for k, t in enumerate(targets[-1])]))
+        correct.append(torch.tensor([float(probs[i, k, t]) for k, t in enumerate(targets[-1])], device="cpu"))
         patterns.append(torch.stack([cache[f"blocks.{l}.attn.hook_pattern"][i].detach().float().cpu() for l in layers]))
     mlp_post = tuple(cache[f"blocks.{l}.mlp.hook_post"][0].detach().float().cpu() for l in layers)
     return ExampleActivations(tuple(label for label, _ in examples), tuple(tuple(s[0].tolist()) for _, s in examples),

@@ -374,7 +374,7 @@ def functional_truth(intervention, structural, *, eps: float = 1e-3) -> Function
     while True:
         kept = torch.nonzero(keep)[:, 0]
         trials = keep[None].repeat(len(kept) + 1, 1)
-        trials[torch.arange(1, len(kept) + 1), kept] = 0.0
+        trials[torch.arange(1, len(kept) + 1, device=kept.device), kept] = 0.0
         values = ei.evaluate(trials, chunk=16).double()
         effects = (values[1:] - values[0]).abs() / span
         if not len(kept) or float(effects.min()) >= eps:

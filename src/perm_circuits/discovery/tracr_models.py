@@ -224,9 +224,10 @@ class TracrModel:
         table = self.assembled.output_encoder.encoding_map
         outputs = self.tracr_outputs(inputs)
         targets = torch.zeros_like(tokens)
-        targets[:, 1:] = torch.tensor([[table.get(v, 0) for v in row] for row in outputs], dtype=torch.long)
-        mask = torch.zeros(tokens.shape, dtype=torch.float32)
-        mask[:, 1:] = torch.tensor([[float(v in table) for v in row] for row in outputs])
+        targets[:, 1:] = torch.tensor([[table.get(v, 0) for v in row] for row in outputs], dtype=torch.long,
+                                       device=tokens.device)
+        mask = torch.zeros(tokens.shape, dtype=torch.float32, device=tokens.device)
+        mask[:, 1:] = torch.tensor([[float(v in table) for v in row] for row in outputs], device=tokens.device)
         if not bool(mask.any()):
             raise ValueError(f"no tracr output of length-{tokens.shape[1] - 1} inputs has an output encoding "
                              "(nothing to score)")

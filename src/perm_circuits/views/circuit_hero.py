@@ -21,7 +21,7 @@ __all__ = ["HERO_CSS", "CollapsedViews", "circuit_hero", "collapsible"]
 
 HERO_CSS = """
 .pc-hero { display: flex; flex-wrap: wrap; gap: 18px; align-items: flex-start; }
-.pc-hero figure { margin: 0; border: 1px solid #dee2e6; border-radius: 6px; padding: 6px; }
+.pc-hero figure { margin: 0; border: 1px solid #dee2e6; border-radius: 6px; padding: 6px; width: min-content; }
 .pc-hero figcaption { font-size: 0.9em; color: #495057; text-align: center; }
 .pc-findings li { margin: 4px 0; }
 details.pc-details > summary { cursor: pointer; font-size: 1.15em; font-weight: 600; margin-top: 1.2em; }

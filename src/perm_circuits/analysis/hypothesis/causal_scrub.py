@@ -213,7 +213,7 @@ def causal_scrub(
     tokens = _check(model, hypothesis, batch, metric, n_boot, confidence, seed, unnamed)
     n = tokens.shape[0]
     generator = torch.Generator().manual_seed(seed)
-    rows = torch.arange(n)
+    rows = torch.arange(n, device="cpu")  # row indices, drawn with the CPU generator
     shuffled = torch.randperm(n, generator=generator)
 
     def measure(run_tokens: Tensor, hooks: HookList) -> Tensor:

@@ -105,5 +105,5 @@ def interchange_accuracy(
             row = {var: column[b] for var, column in values.items()}
             row[name] = values[name][s]
             expected.append(int(high_level_model.output(row)))
-        accuracy[name] = float((predicted == torch.tensor(expected)).float().mean())
+        accuracy[name] = float((predicted == torch.tensor(expected, device=predicted.device)).float().mean())
     return InterchangeResult(accuracy, sum(accuracy.values()) / len(accuracy), pairs.shape[0])

@@ -38,7 +38,7 @@ class FeatureRule:
 
     def __call__(self, tokens: Tensor) -> Tensor:
         columns = [f.values(tokens) for f in self.features]
-        return torch.stack([torch.as_tensor(self.fn(*values)) for values in zip(*columns)])
+        return torch.stack([torch.as_tensor(self.fn(*values), device=tokens.device) for values in zip(*columns)])
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def fit_table(model, component: Component | str, features: Feature | tuple[Featu
     groups: dict[tuple, list[int]] = {}
     for row, key in enumerate(keys):
         groups.setdefault(key, []).append(row)
-    table = {key: acts[torch.tensor(rows)].mean(0) for key, rows in groups.items()}
+    table = {key: acts[torch.tensor(rows, device=acts.device)].mean(0) for key, rows in groups.items()}
     return TableRule(features, table, acts.mean(0))
 
 

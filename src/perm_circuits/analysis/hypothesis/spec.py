@@ -60,7 +60,7 @@ class Feature:
     @staticmethod
     def constant() -> Feature:
         """Nothing about the input: every row agrees (a component that reads position only)."""
-        return Feature("nothing", lambda tokens: torch.zeros(tokens.shape[0], dtype=torch.long), batched=True)
+        return Feature("nothing", lambda tokens: torch.zeros(tokens.shape[0], dtype=torch.long, device=tokens.device), batched=True)
 
     @staticmethod
     def token(position: int, name: str | None = None) -> Feature:
@@ -276,7 +276,8 @@ def feature_codes(features: Iterable[Feature], tokens: Int[Tensor, "batch seq"])
     """One integer per row: rows with equal codes agree on every feature (codes in first-seen order)."""
     columns = [f.values(tokens) for f in features]
     table: dict = {}
-    return torch.tensor([table.setdefault(key, len(table)) for key in zip(*columns)], dtype=torch.long)
+    return torch.tensor([table.setdefault(key, len(table)) for key in zip(*columns)], dtype=torch.long,
+                        device=tokens.device)
 
 
 def sample_agreeing(codes: Int[Tensor, " batch"], rows: Int[Tensor, " n"],
