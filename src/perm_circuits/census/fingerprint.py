@@ -208,14 +208,8 @@ def mechanism_fingerprint(model, *, task=None, n: int = 2000, n_circuit: int = 3
         record[f"{score.component}_attention"] = score.attention_role
     record["duplicate_heads"] = "+".join(s.component for s in verdict.scores if "duplicate" in s.patterns) or "-"
     record["eliminator_heads"] = "+".join(s.component for s in verdict.scores if "eliminator" in s.patterns) or "-"
-    for how, holds in verdict.verdict_by_how:
-        record[f"story_{how}"] = {True: "holds", False: "fails", None: "undecided"}[holds]
-    for item in (*verdict.heads, *verdict.mlps):
-        for how, role in item.role_by_how:
-            record[f"role_{how}_{item.component}"] = role
-    for claim in verdict.claims:
-        for how, status in claim.status_by_how:
-            record[f"claim_{how}_{claim.claim}"] = status
+    for key, value in verdict.columns().items():  # the sweep rows' columns; "verdict_<how>" is the story's
+        record[key.replace("verdict_", "story_", 1) if key.startswith("verdict_") else key] = value
     test = PermutationTask(task_config).test_set(n, seed=seed)
     accuracy = {"elimination": record["elimination_accuracy"], "recall": record["recall_accuracy"]}
     record.update(_oracle_columns(model, test, circuit_hows, accuracy, n_circuit, seed=0))

@@ -91,14 +91,7 @@ def roles_columns(model, task_config: TaskConfig, *, n: int, n_pair: int, n_boot
     hows = tuple(HOWS if hows is None else hows)
     verdict = head_roles(model, task_config=task_config, how="mean" if "mean" in hows else hows[0], hows=hows,
                          n=n, n_pair=n_pair, n_boot=n_boot, circuits=False)
-    out: dict[str, Any] = {f"verdict_{how}": VERDICT[holds] for how, holds in verdict.verdict_by_how}
-    for item in (*verdict.heads, *verdict.mlps):
-        for how, role in item.role_by_how:
-            out[f"role_{how}_{item.component}"] = role
-    for claim in verdict.claims:
-        for how, status in claim.status_by_how:
-            out[f"claim_{how}_{claim.claim}"] = status
-    return out
+    return verdict.columns()
 
 
 ANALYSIS_PREFIXES = ("recall_gen_x", "verdict_", "role_", "claim_")

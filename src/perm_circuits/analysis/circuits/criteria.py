@@ -64,7 +64,7 @@ import torch
 from torch import Tensor
 
 from perm_circuits.analysis.interventions import hooks as ablation
-from perm_circuits.analysis.interventions.checks import check_int, check_seed, check_task_config
+from perm_circuits.analysis.interventions.checks import check_int, check_seed, check_task_config, task_test_set
 from perm_circuits.analysis.circuits.nodes import (
     POSITION_CLASSES,
     SUBGROUPS,
@@ -129,16 +129,8 @@ def _ratio(numerator: float, denominator: float) -> float:
 
 def _general_problem(model, test_set, task, metric, reference, n, seed) -> CircuitProblem:
     """Any task's (or bare tokens') problem: F = ``metric`` (default :func:`target_logprob_gain`), one subgroup."""
-    if task is not None and not isinstance(task, Task):
-        raise TypeError(f"task must be a perm_circuits.tasks.Task or None, got {type(task).__name__}")
-    if test_set is None:
-        if task is None:
-            raise ValueError(f"{type(model).__name__} is not a permutation-lookup model: pass task= (its test set "
-                             "and metric are the default) or test_set= (a TaskBatch or token ids) with metric=")
-        test_set = task.test_set(n, seed)
-    if not isinstance(test_set, (TaskBatch, Tensor)):
-        raise TypeError(f"test_set must be a TaskBatch or token ids [batch, seq] on a task's model, got "
-                        f"{type(test_set).__name__}")
+    test_set = task_test_set(model, task, test_set, n, seed, hint="(its test set and metric are the default) or "
+                             "test_set= (a TaskBatch or token ids) with metric=")
     test_set = test_set.to(model_device(model))  # once: every run of the circuit stays on the model's device
     tokens = reference_tokens(model, test_set)
     if metric is None:

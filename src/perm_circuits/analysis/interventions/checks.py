@@ -18,6 +18,7 @@ from torch import Tensor
 from perm_circuits.checks import check_int, check_positive_int, check_seed
 from perm_circuits.model_shape import is_permutation_model, model_shape
 from perm_circuits.models import model_config_of, task_config_of
+from perm_circuits.tasks.base import Task, TaskBatch
 from perm_circuits.tasks.permutation_data import TaskConfig
 
 __all__ = [
@@ -129,3 +130,19 @@ def check_task_config(model, task_config: object) -> TaskConfig:
     if config.V != V:
         raise ValueError(f"task_config has V={config.V} but the model has V={V}")
     return config
+
+
+def task_test_set(model, task: object, test_set: object, n: int, seed: int, *, hint: str) -> TaskBatch | Tensor:
+    """The batch a general tool runs on, on any task's model: ``test_set`` (a :class:`TaskBatch` or token
+    ids ``[batch, seq]``), else ``task.test_set(n, seed)``; ``hint`` ends the message when neither is given."""
+    if task is not None and not isinstance(task, Task):
+        raise TypeError(f"task must be a perm_circuits.tasks.Task or None, got {type(task).__name__}")
+    if test_set is None:
+        if task is None:
+            raise ValueError(f"{type(model).__name__} is not a permutation-lookup model: pass task= {hint}")
+        check_int("n", n, 1)
+        test_set = task.test_set(n, seed)
+    if not isinstance(test_set, (TaskBatch, Tensor)):
+        raise TypeError(f"test_set must be a TaskBatch or token ids [batch, seq] on a task's model, got "
+                        f"{type(test_set).__name__}")
+    return test_set

@@ -66,6 +66,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from perm_circuits.analysis.interventions.checks import task_test_set
 from perm_circuits.analysis.probes.memory import effective_unembed
 from perm_circuits.analysis.probes.task_attribution import (
     TargetAttribution,
@@ -388,17 +389,8 @@ def direct_logit_attribution(
       next token of plain token ids; ``recall_baseline`` and ``tolerance`` are the study's only.
     """
     if task is not None or isinstance(test_set, (TaskBatch, Tensor)) or not is_permutation_model(model):
-        if task is not None and not isinstance(task, Task):
-            raise TypeError(f"task must be a perm_circuits.tasks.Task or None, got {type(task).__name__}")
-        if test_set is None:
-            if task is None:
-                raise ValueError(f"{type(model).__name__} is not a permutation-lookup model: pass task= (its test "
-                                 "set's targets are attributed) or test_set= (a TaskBatch or token ids)")
-            check_int("n", n, 1)
-            test_set = task.test_set(n, seed)
-        if not isinstance(test_set, (TaskBatch, Tensor)):
-            raise TypeError(f"test_set must be a TaskBatch or token ids [batch, seq] on a task's model, got "
-                            f"{type(test_set).__name__}")
+        test_set = task_test_set(model, task, test_set, n, seed,
+                                 hint="(its test set's targets are attributed) or test_set= (a TaskBatch or token ids)")
         return target_logit_attribution(model, test_set, hooks)
     recall_baseline, tolerance = _check_options(recall_baseline, tolerance)
     batch = check_batch(model, test_set)  # run_cache checks the hooks before its forward

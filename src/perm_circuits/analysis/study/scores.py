@@ -33,7 +33,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from perm_circuits.analysis.interventions.checks import check_index, check_int, check_seed, check_task_config
+from perm_circuits.analysis.interventions.checks import check_index, check_int, check_seed, check_task_config, task_test_set
 from perm_circuits.checks import check_number
 from perm_circuits.circuit import Node
 from perm_circuits.devices import model_device
@@ -466,14 +466,7 @@ def _task_head_scores(model, test_set, task, hooks, n: int, seed: int, study_opt
     if given:
         raise ValueError(f"{given} are the permutation study's options; on any task head_scores gives "
                          "attention_scores (self / previous / first position)")
-    if task is not None and not isinstance(task, Task):
-        raise TypeError(f"task must be a perm_circuits.tasks.Task or None, got {type(task).__name__}")
-    if test_set is None:
-        if task is None:
-            raise ValueError(f"{type(model).__name__} is not a permutation-lookup model: pass task= or test_set= "
-                             "(a TaskBatch or token ids)")
-        check_int("n", n, 1)
-        test_set = task.test_set(n, seed)
+    test_set = task_test_set(model, task, test_set, n, seed, hint="or test_set= (a TaskBatch or token ids)")
     tokens = test_set.tokens if isinstance(test_set, TaskBatch) else test_set
     if not isinstance(tokens, Tensor):
         raise TypeError(f"test_set must be a TaskBatch or token ids [batch, seq], got {type(test_set).__name__}")

@@ -121,6 +121,18 @@ class RoleVerdict:
     def heads_with_role(self, role: str) -> list[str]:
         return [h.component for h in self.heads if h.role == role]
 
+    def columns(self) -> dict[str, str]:
+        """The verdict as flat columns (one table row per model): ``verdict_<how>`` (``"holds"``,
+        ``"fails"`` or ``"open"``), ``role_<how>_<component>`` and ``claim_<how>_<claim>`` for every mode judged."""
+        out = {f"verdict_{how}": {True: "holds", False: "fails", None: "open"}[holds] for how, holds in self.verdict_by_how}
+        for item in (*self.heads, *self.mlps):
+            for how, role in item.role_by_how:
+                out[f"role_{how}_{item.component}"] = role
+        for claim in self.claims:
+            for how, status in claim.status_by_how:
+                out[f"claim_{how}_{claim.claim}"] = status
+        return out
+
     def to_dataframe(self) -> pd.DataFrame:
         """One row per head and per MLP: role, scores, ablation and patching numbers.
 
