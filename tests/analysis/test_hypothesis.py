@@ -48,7 +48,7 @@ def test_bad_arguments_are_refused_before_work(induction):
         causal_scrub(model, Hypothesis.of({"L7H0": X5}), batch, last_accuracy)
     with pytest.raises(ValueError, match="head 3 out of range"):
         causal_scrub(model, Hypothesis.of({"L0H3": X5}), batch, last_accuracy)
-    with pytest.raises(ValueError, match="one value per row"):
+    with pytest.raises(ValueError, match=r"one number per row, shape \(400,\) \(batch,\)"):
         causal_scrub(model, Hypothesis(()), batch, lambda logits, b: logits[:, -1].argmax(-1).float().mean())
     with pytest.raises(TypeError, match="hypothesis"):
         causal_scrub(model, {"L1H0": X5}, batch, last_accuracy)

@@ -106,11 +106,11 @@ class ScrubResult:
 
 
 def check_metric_values(values: object, n: int) -> Float[Tensor, " batch"]:
-    """A metric's output as a float ``[n]`` tensor: the convention ``metric(logits, batch) -> per-row values``."""
-    if not isinstance(values, Tensor) or values.shape != (n,):
-        raise ValueError(f"metric must return one value per row, a tensor of shape ({n},), got "
-                         f"{getattr(values, 'shape', type(values).__name__)}")
-    return values.detach().float().cpu()
+    """A metric's output as a float ``[n]`` tensor on the CPU, checked by the library's one metric check
+    (:func:`perm_circuits.metric.check_rows`: ``metric(logits, batch) -> per-row values``, no NaN)."""
+    from perm_circuits.metric import check_rows
+
+    return check_rows(values, n).detach().float().cpu()
 
 
 def _patch(activation: Tensor, hook: Any, index: tuple, value: Tensor) -> Tensor:
