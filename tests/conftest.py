@@ -9,6 +9,10 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("TQDM_DISABLE", "1")
+# Two workers share two cores: one thread each, and the same for what they start (notebook kernels,
+# CLI subprocesses, pool and Ray workers), so no process oversubscribes the cores.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 from jaxtyping import install_import_hook  # noqa: E402
 
@@ -35,10 +39,47 @@ with install_import_hook("perm_circuits", "beartype.beartype"):
     for _name in perm_circuits.__all__:
         getattr(perm_circuits, _name)
 
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+
+# ----------------------------------------------------------------------------- scheduling
+# The README's command runs two workers with --dist loadfile.  xdist would hand files out by their
+# number of tests; a few slow files (notebooks, browsers, Ray) then start last and one worker idles
+# while the other finishes them.  Instead the files go out heaviest first (longest processing time
+# first), weighed by tests/durations.json (regenerate with scripts/test_durations.py).
+
+DURATIONS = Path(__file__).with_name("durations.json")
+DEFAULT_SECONDS = 1.0
+"""Weight of a test file the durations table does not list yet (a new file)."""
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False  # keep the order pytest_collection_modifyitems gives
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    try:
+        weights = json.loads(DURATIONS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    first_seen = {}
+    for index, item in enumerate(items):
+        first_seen.setdefault(item.nodeid.split("::", 1)[0], index)
+
+    def key(pair):
+        index, item = pair
+        path = item.nodeid.split("::", 1)[0]
+        return (-float(weights.get(path, DEFAULT_SECONDS)), first_seen[path], index)
+
+    items[:] = [item for _, item in sorted(enumerate(items), key=key)]
 
 
 @pytest.fixture(scope="session")

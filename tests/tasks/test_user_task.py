@@ -121,8 +121,9 @@ def test_train_and_evaluate_the_users_task():
 
 @pytest.mark.slow
 def test_sweep_the_users_task_with_identical_rows_on_every_backend(tmp_path, task_file):
-    """The task comes from the user's own file, imported as ``--import FILE.py`` does; each backend's
-    workers import it too (the local pool's and Ray's, from the file: its folder is not on their path)."""
+    """The task comes from the user's own file, imported as ``--import FILE.py`` does; the local
+    pool's workers import it too, from the file (its folder is not on their path).  Ray's workers:
+    tests/sweep/test_backends.py::test_ray_runs_a_users_task_from_its_file."""
     module = import_module_or_file(str(task_file("user_sum_sweep", "modular_addition_sweep")))
     spec = {"fixed": {"task": "modular_addition_sweep", "d_model": 16, "steps": 60, "lr": 0.01},
             "grid": {"seed": [0, 1]}}
@@ -139,23 +140,7 @@ def test_sweep_the_users_task_with_identical_rows_on_every_backend(tmp_path, tas
     expected = rows[columns].sort_values("run_id").reset_index(drop=True)
     run_sweep(spec, tmp_path / "local", backend="local", workers=2, progress=False)
     assert load_sweep(tmp_path / "local")[columns].sort_values("run_id").reset_index(drop=True).equals(expected)
-    try:
-        import ray
-    except ImportError:  # the optional extra: the Ray leg runs where it is installed
-        ray = None
-    if ray is not None:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # one small sweep: Ray starts slowly
-        try:
-            remote = run_sweep(spec, tmp_path / "ray", backend="ray", workers=2, keep_models=True, progress=False)
-        finally:
-            ray.shutdown()
-        assert remote.done and not remote.failed
-        again = load_sweep(tmp_path / "ray")
-        assert again[columns].sort_values("run_id").reset_index(drop=True).equals(expected)
-        one = again.iloc[0]  # the kept model records its task and loads back to the row's numbers
-        kept = load_task_checkpoint(tmp_path / "ray" / "models" / one["run_id"])
-        assert kept.task.name == "modular_addition_sweep" and kept.seed == one["seed"]
-        assert evaluate(kept.model, task=kept.task).metrics["accuracy"] == one["accuracy"]
+    # the Ray leg runs in tests/sweep/test_backends.py, inside that file's one Ray session
     # the run's numbers are the one path's: train then evaluate, with the run's seed
     task = module.ModularAddition()
     model = train({"d_model": 16}, task, FitConfig(steps=60, lr=0.01, seed=1), progress=False).model
