@@ -148,7 +148,7 @@ def test_sweep_folders_are_recognised_by_their_marker_or_rows(tmp_path):
     (marked / folder_marker("sweep")).write_text('{"format": "something else"}')  # a name alone is no marker
     with pytest.raises(ValueError, match="did not write"):
         check_folder(marked, "sweep", force=False)
-    from perm_circuits.cli import _holds_sweep_rows
+    from perm_circuits.sweep.store import holds_sweep_rows as _holds_sweep_rows
 
     legacy = tmp_path / "legacy"  # a sweep of a version without the marker: its rows say so
     (legacy / "runs").mkdir(parents=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 __all__ = [
-    "MAX_PARAMETERS", "MAX_SAMPLES", "MAX_SEQUENCES", "check_fraction", "check_int", "check_number",
+    "MAX_PARAMETERS", "MAX_SAMPLES", "MAX_SEQUENCES", "check_bool", "check_fraction", "check_int", "check_number",
     "check_positive_int", "check_seed", "check_size", "check_str",
 ]
 
@@ -84,4 +84,11 @@ def check_str(name: str, value: object) -> str:
     """``value`` if it is a str, else TypeError."""
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, got {type(value).__name__} {value!r}")
+    return value
+
+
+def check_bool(name: str, value: object) -> bool:
+    """``value`` if it is a bool, else TypeError (``1`` or ``"yes"`` is not a flag)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
     return value

@@ -429,7 +429,8 @@ def _import_modules(modules: list[str]) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from perm_circuits.outputs import check_folder, folder_marker, is_marked, mark_folder
+    from perm_circuits.outputs import check_folder
+    from perm_circuits.sweep.store import SWEEP_KIND, holds_sweep_rows
 
     if args.address is not None:
         if args.backend != "ray":
@@ -437,44 +438,20 @@ def _sweep(args: argparse.Namespace) -> int:
         from perm_circuits.ray_address import check_ray_address
 
         check_ray_address(args.address)  # within seconds, before anything is written
-    check_folder(args.out, SWEEP_KIND, force=args.force, owned=_holds_sweep_rows)
+    check_folder(args.out, SWEEP_KIND, force=args.force, owned=holds_sweep_rows)  # before importing the user's modules
 
     from perm_circuits.sweep import load_sweep, run_sweep, summary_table
 
     _import_modules(args.imports)
-    created, marked = not args.out.exists(), is_marked(args.out, SWEEP_KIND)
-    mark_folder(args.out, SWEEP_KIND)
-    try:
-        result = run_sweep(args.spec, args.out, backend=args.backend, workers=args.workers, address=args.address,
-                           keep_models=args.keep_models, retry_failed=args.retry_failed, progress=not args.quiet,
-                           trainer=args.trainer)
-    except BaseException:
-        if not marked and [p.name for p in args.out.iterdir()] == [folder_marker(SWEEP_KIND)]:
-            (args.out / folder_marker(SWEEP_KIND)).unlink()  # refused before any run: leave nothing behind
-            if created:
-                args.out.rmdir()
-        raise
+    result = run_sweep(args.spec, args.out, backend=args.backend, workers=args.workers, address=args.address,
+                       keep_models=args.keep_models, retry_failed=args.retry_failed, progress=not args.quiet,
+                       trainer=args.trainer, force=args.force)
     table = summary_table(load_sweep(args.out))
     print(f"{result.n_runs} runs in the spec: {result.n_skipped} already stored, {len(result.done)} done now, "
           f"{len(result.failed)} failed now ({args.out})")
     if not table.empty:
         print(table.to_markdown(index=False, floatfmt="g"))
     return 1 if result.failed else 0
-
-
-SWEEP_KIND = "sweep"
-"""The marker kind of a sweep folder (:func:`perm_circuits.outputs.mark_folder`)."""
-
-
-def _holds_sweep_rows(folder: Path) -> bool:
-    """Whether ``folder`` is a sweep folder of a version that wrote no marker: a row in ``runs/``."""
-    for path in sorted((folder / "runs").glob("*.json"))[:1]:
-        try:
-            row = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError):
-            return False
-        return isinstance(row, dict) and row.get("run_id") == path.stem and "status" in row
-    return False
 
 
 def _sweep_reanalyse(args: argparse.Namespace) -> int:

@@ -128,5 +128,6 @@ def check_folder(path: object, kind: str, *, force: bool, label: str = "--out",
         return target
     if owned is not None and owned(target):
         return target
+    how = "pass --force" if label.startswith("-") else "pass force=True (CLI: --force)"
     raise ValueError(f"{label} {str(target)!r} is a non-empty folder that perm-circuits {kind} did not write "
-                     f"(no {folder_marker(kind)}); choose another folder, or pass --force to write into it anyway")
+                     f"(no {folder_marker(kind)}); choose another folder, or {how} to write into it anyway")

@@ -11,12 +11,15 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
-from perm_circuits.checks import check_int
+from perm_circuits.checks import check_bool, check_int
+from perm_circuits.outputs import check_folder, folder_marker, is_marked, mark_folder
 from perm_circuits.sweep.backends import BACKENDS, default_workers, run_local, run_ray, run_serial
 from perm_circuits.sweep.lock import sweep_lock
 from perm_circuits.sweep.spec import SweepSpec, load_spec
 from perm_circuits.sweep.stacked_runs import TRAINERS, choose_trainer, group_runs, run_groups_local, run_groups_serial
-from perm_circuits.sweep.store import clean_stale, finished_runs, load_sweep, write_checkpoint, write_row, write_spec
+from perm_circuits.sweep.store import (
+    SWEEP_KIND, clean_stale, finished_runs, holds_sweep_rows, load_sweep, write_checkpoint, write_row, write_spec,
+)
 
 __all__ = ["SweepResult", "run_sweep", "summary_table"]
 
@@ -98,6 +101,7 @@ def run_sweep(
     retry_failed: bool = False,
     progress: bool = True,
     trainer: str = "auto",
+    force: bool = False,
 ) -> SweepResult:
     """Run every run of ``spec`` not yet stored in ``out_dir``; one JSON row per run.
 
@@ -119,6 +123,9 @@ def run_sweep(
             :mod:`perm_circuits.sweep.stacked_runs`); ``"auto"`` (default) stacks where that is
             faster (:func:`~perm_circuits.sweep.stacked_runs.choose_trainer`).  The rows are the
             same bit for bit, so the trainer is not part of the run id.
+        force: write into a non-empty folder that is not a sweep's.  Without it such a folder is
+            refused before anything is written (a sweep folder is recognised by the marker the
+            sweep writes, :func:`perm_circuits.outputs.mark_folder`, or by its rows).
     """
     out_dir = Path(out_dir)
     if backend not in BACKENDS:
@@ -142,10 +149,23 @@ def run_sweep(
             from perm_circuits.ray_address import check_ray_address
 
             check_ray_address(address)  # an unreachable cluster fails within seconds, before anything is written
+    check_bool("force", force)
+    check_folder(out_dir, SWEEP_KIND, force=force, label="out_dir", owned=holds_sweep_rows)
+    created, marked = not out_dir.exists(), is_marked(out_dir, SWEEP_KIND)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with sweep_lock(out_dir):  # one driver per folder (a second one would run every run again)
-        return _run_locked(spec, out_dir, backend=backend, workers=workers, address=address, keep_models=keep_models,
-                           retry_failed=retry_failed, progress=progress, trainer=trainer)
+    try:
+        with sweep_lock(out_dir):  # one driver per folder (a second one would run every run again)
+            mark_folder(out_dir, SWEEP_KIND)
+            return _run_locked(spec, out_dir, backend=backend, workers=workers, address=address,
+                               keep_models=keep_models, retry_failed=retry_failed, progress=progress, trainer=trainer)
+    except BaseException:
+        left = sorted(p.name for p in out_dir.iterdir())
+        if not marked and left == [folder_marker(SWEEP_KIND)]:
+            (out_dir / folder_marker(SWEEP_KIND)).unlink()  # refused before any run: leave nothing behind
+            left = []
+        if created and not left:
+            out_dir.rmdir()
+        raise
 
 
 def _run_locked(spec: SweepSpec, out_dir: Path, *, backend: str, workers: int | None, address: str | None,

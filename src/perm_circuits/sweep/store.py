@@ -30,12 +30,32 @@ import torch
 from perm_circuits._util import atomic_write, atomic_write_text, json_safe, loads_json
 from perm_circuits.models import CONFIG_FILE, WEIGHTS_FILE
 
-__all__ = ["checkpoint_files", "clean_stale", "export_parquet", "finished_runs", "guarded_row", "load_rows",
+__all__ = ["SWEEP_KIND", "checkpoint_files", "clean_stale", "export_parquet", "finished_runs", "guarded_row", "holds_sweep_rows", "load_rows",
            "load_sweep", "versions", "write_checkpoint", "write_row"]
 
 RUNS_DIR = "runs"
 MODELS_DIR = "models"
 TEXT_COLUMNS = ("run_id", "status", "error", "recall_curve", "elimination_curve")
+
+
+SWEEP_KIND = "sweep"
+"""The marker kind of a sweep folder (:func:`perm_circuits.outputs.mark_folder`)."""
+
+
+def holds_sweep_rows(folder: Path) -> bool:
+    """Whether ``folder`` is a sweep's without its marker: one a driver holds (its ``sweep.lock``), or
+    one of a version that wrote no marker (a row in ``runs/``)."""
+    from perm_circuits.sweep.lock import LOCK_FILE
+
+    if (folder / LOCK_FILE).is_file():
+        return True
+    for path in sorted((folder / "runs").glob("*.json"))[:1]:
+        try:
+            row = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            return False
+        return isinstance(row, dict) and row.get("run_id") == path.stem and "status" in row
+    return False
 
 
 def versions() -> dict[str, str]:
