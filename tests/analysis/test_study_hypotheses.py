@@ -26,8 +26,8 @@ def test_features_read_the_sequence():
     assert FEATURES["used"].fn(row) == frozenset({5, 2, 4, 1}) and not FEATURES["repeat1"].fn(row)
     fresh = (1, 5, 3, 2, 4, 4, 2, 1, 5)
     assert FEATURES["answer"].fn(fresh) == 3 and FEATURES["bound"].fn(fresh) == 0
-    assert set(shipped_hypotheses(1, 2)) == {"study", "shortcut", "gate"}
-    assert set(shipped_hypotheses(2, 1)) == {"study", "shortcut", "query"}
+    assert set(shipped_hypotheses(1, 2)) == {"study", "shortcut", "shortcut_x5", "gate"}
+    assert set(shipped_hypotheses(2, 1)) == {"study", "shortcut", "query", "query_slot"}
 
 
 def test_a_committed_row_regenerates(pretrained, table):
