@@ -187,7 +187,7 @@ def test_neuron_numbers_on_the_page_rederive_from_the_tables(neurons, page):
         for layer, g in last.groupby("layer"):
             share = g.loc[~g["explained"], "share"].sum()
             assert f"layer {layer}: {100 * share:.1f}%" in section
-        assert f"<details><summary>Neuron rules at the last step ({model}, {len(last)} neurons)</summary>" in section
+        assert f"<details markdown=\"1\"><summary>Neuron rules at the last step ({model}, {len(last)} neurons)</summary>" in section
         for r in last.to_dict("records"):
             assert (f"| {r['layer']} | {r['neuron']} | {r['rule']} | {r['cells']} | {r['r2']:.3f} | {r['r2_test']:.3f} "
                     f"| {100 * r['share']:.1f}% |") in section

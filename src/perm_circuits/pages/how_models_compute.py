@@ -306,7 +306,7 @@ def _neurons_block(neurons: pd.DataFrame, retention: pd.DataFrame, model: str) -
     for step, g in rows.groupby("step"):
         per_layer = ", ".join(_pct(h.loc[~h["explained"], "share"].sum()) for _, h in g.groupby("layer"))
         lines.append(f"| {int(step)} | {int(g['explained'].sum())} / {len(g)} | {per_layer} |")
-    lines += ["", f"<details><summary>Neuron rules at the last step ({model}, {len(last)} neurons)</summary>", "",
+    lines += ["", f"<details markdown=\"1\"><summary>Neuron rules at the last step ({model}, {len(last)} neurons)</summary>", "",
               "| layer | neuron | rule | table cells | R^2 fit | R^2 held out | output share | explained |",
               "|---|---|---|---|---|---|---|---|"]
     for r in last.to_dict("records"):
