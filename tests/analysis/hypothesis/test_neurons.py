@@ -7,6 +7,7 @@ import torch
 
 from perm_circuits.analysis.hypothesis import Feature, retention
 from perm_circuits.analysis.hypothesis.neurons import fit_neuron_rules, post_hook
+from perm_circuits.analysis.hypothesis.spec import batch_tokens
 from perm_circuits.hooks import hook_count, run_capture, run_logits
 from perm_circuits.tasks.permutation_data import TaskConfig, make_batch
 
@@ -16,7 +17,7 @@ LAST = 8
 @pytest.fixture(scope="module")
 def setting(pretrained):
     model = pretrained("d32h2")
-    tokens = make_batch(TaskConfig(repeat_ratio=0.3), 600, split="test", seed=3).inputs
+    tokens = batch_tokens(make_batch(TaskConfig(repeat_ratio=0.3), 600, split="test", seed=3))
     return model, tokens
 
 

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
+from perm_circuits.analysis.hypothesis.spec import batch_tokens
 from perm_circuits.analysis.study.neuron_rules import (
     QUERY_POSITIONS, exhaustive_sets, fit_model_rules, replacement_retention, step_features,
 )
@@ -55,7 +56,7 @@ def test_the_committed_rules_of_d16h1_regenerate(d16h1, tables):
 def test_the_committed_retention_of_d16h1_regenerates(d16h1, tables):
     model, rules = d16h1
     sets = exhaustive_sets(model, "test")
-    assert [len(sets[k].inputs) for k in ("elimination", "recall")] == [24 * 120, 24 * 120]
+    assert [len(batch_tokens(sets[k])) for k in ("elimination", "recall")] == [24 * 120, 24 * 120]
     fresh = pd.DataFrame(replacement_retention(model, rules, sets))
     committed = tables[1][tables[1]["model"] == "d16h1"].reset_index(drop=True)
     assert fresh[["variant", "metric"]].values.tolist() == committed[["variant", "metric"]].values.tolist()

@@ -146,9 +146,24 @@ def exhaustive_sets(model, split: str) -> dict[str, Any]:
 
     config = task_config_of(model)
     recall = [exhaustive_batch(config, split=split, repeat_source=k - 1) for k in config.repeat_sources]
-    fields = recall[0].__dataclass_fields__
-    joined = type(recall[0])(**{name: torch.cat([getattr(b, name) for b in recall]) for name in fields})
-    return {"elimination": exhaustive_batch(config, split=split), "recall": joined}
+    return {"elimination": exhaustive_batch(config, split=split), "recall": _concat(recall)}
+
+
+def _concat(batches: list) -> Any:
+    """The rows of several batches of one type, in order (tensor fields and ``extras`` tensors joined)."""
+    import dataclasses
+
+    first = batches[0]
+    joined = {}
+    for field in dataclasses.fields(first):
+        values = [getattr(b, field.name) for b in batches]
+        if isinstance(values[0], Tensor):
+            joined[field.name] = torch.cat(values)
+        elif isinstance(values[0], dict) or hasattr(values[0], "keys"):
+            joined[field.name] = {k: torch.cat([v[k] for v in values]) for k in values[0]}
+        else:
+            joined[field.name] = values[0]
+    return type(first)(**joined)
 
 
 def fit_model_rules(model, *, threshold: float = THRESHOLD, max_features: int = 3, rows: int | None = None,
