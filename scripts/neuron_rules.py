@@ -3,8 +3,8 @@
     python scripts/neuron_rules.py [--force] [--out results/neuron_rules.csv] [--retention results/neuron_retention.csv]
 
 For every shipped model (d16h1, d32h1, d32h2, d16h1l2-any), every MLP neuron's activation at every
-step's query position is fitted as a lookup table over at most three features chosen greedily from
-the step's feature library (``perm_circuits.analysis.study.neuron_rules``), on the exhaustive train set
+step's query position (and, below the last layer, at every y position, which later layers read)
+is fitted as a lookup table over at most three features chosen greedily from the position's feature library (``perm_circuits.analysis.study.neuron_rules``), on the exhaustive train set
 (every order of every training permutation, with and without the model's repeats). A rule explains
 its neuron when R^2 >= 0.9 on those rows; the held-out R^2 on the exhaustive test set is recorded
 beside it. The replacement MLP (each neuron's activation its rule's table value, through the model's
@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         tested = held_out_r2(model, rules, torch.cat([batch_tokens(sets["elimination"]), batch_tokens(sets["recall"])]))
         frame = rules.to_dataframe()
         frame.insert(0, "model", name)
-        frame.insert(4, "step", frame["position"] // 2 + 1)
+        frame.insert(4, "step", frame["position"] // 2 + 1)  # step k: query at 2(k - 1), its answer y_k at 2k - 1
+        frame.insert(5, "token", ["query" if p % 2 == 0 else "y" for p in frame["position"]])
         frame["r2_test"] = [tested[(r.layer, r.neuron, r.position)] for r in frame.itertuples()]
         frame["threshold"] = THRESHOLD
         neurons.append(frame)

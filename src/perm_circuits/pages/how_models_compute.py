@@ -93,6 +93,7 @@ def neuron_summary(neurons: pd.DataFrame, model: str) -> dict:
     return {
         "neurons": int(last.shape[0]),
         "rules": int(rows.shape[0]),
+        "y_rules": int((rows["position"] % 2 == 1).sum()),
         "explained": int(explained.shape[0]),
         "last_explained": int(last["explained"].sum()),
         "unexplained_share": {int(layer): float(g.loc[~g["explained"], "share"].sum())
@@ -289,7 +290,8 @@ def keeps(retention: pd.DataFrame, model: str, variant: str) -> bool:
 def _neurons_block(neurons: pd.DataFrame, retention: pd.DataFrame, model: str) -> str:
     info = neuron_summary(neurons, model)
     shares = ", ".join(f"layer {layer}: {_pct(share)}" for layer, share in info["unexplained_share"].items())
-    lines = [f"Each of the {info['neurons']} MLP neurons is fitted at each step's query position ({info['rules']} rules); "
+    where = " and, below the last layer, at each y position" if info["y_rules"] else ""
+    lines = [f"Each of the {info['neurons']} MLP neurons is fitted at each step's query position{where} ({info['rules']} rules); "
              f"{info['explained']} rules explain their neuron (R^2 >= {info['threshold']:g} on the exhaustive train set), "
              f"{info['last_explained']} of {info['neurons']} at the last step. The unexplained neurons carry this much of "
              f"the MLP's output norm at the last step: {shares}. The last step's explained rules have a median R^2 of "
@@ -302,10 +304,13 @@ def _neurons_block(neurons: pd.DataFrame, retention: pd.DataFrame, model: str) -
     rows = neurons[neurons["model"] == model]
     last = rows[rows["position"] == rows["position"].max()].sort_values(["layer", "share"], ascending=[True, False],
                                                                          kind="stable")
-    lines += ["", "| step | rules explained | unexplained share of the output norm (per layer) |", "|---|---|---|"]
-    for step, g in rows.groupby("step"):
-        per_layer = ", ".join(_pct(h.loc[~h["explained"], "share"].sum()) for _, h in g.groupby("layer"))
-        lines.append(f"| {int(step)} | {int(g['explained'].sum())} / {len(g)} | {per_layer} |")
+    lines += ["", "| step | position | rules explained | unexplained share of the output norm (per layer) |",
+              "|---|---|---|---|"]
+    for position, g in rows.groupby("position"):
+        where = "query" if position % 2 == 0 else "y"
+        per_layer = ", ".join(f"layer {layer}: {_pct(h.loc[~h['explained'], 'share'].sum())}" for layer, h in g.groupby("layer"))
+        lines.append(f"| {int(g['step'].iloc[0])} | {int(position)} ({where}) | {int(g['explained'].sum())} / {len(g)} "
+                     f"| {per_layer} |")
     lines += ["", f"<details markdown=\"1\"><summary>Neuron rules at the last step ({model}, {len(last)} neurons)</summary>", "",
               "| layer | neuron | rule | table cells | R^2 fit | R^2 held out | output share | explained |",
               "|---|---|---|---|---|---|---|---|"]
@@ -476,10 +481,12 @@ and is marked not meaningful.
 
 ## Neurons explained: the replacement MLP
 
-Every MLP neuron's activation (after the ReLU) at every step's query position is fitted as a lookup table over at
-most three features, chosen greedily from a named library of the step (the query x, the used y values, "value v is
+Every MLP neuron's activation (after the ReLU) at every step's query position (and, in the two-layer model, each
+layer-0 neuron at every y position, which layer 1 reads) is fitted as a lookup table over at most three features,
+chosen greedily from a named library of the position (the query x, the used y values, "value v is
 unused", whether the query repeats x1, the y bound to the query, the matched slot, the answer set, the previous
-pair, each earlier x_j and y_j; `perm_circuits.analysis.study.neuron_rules`, `scripts/neuron_rules.py`), on the
+pair, each earlier x_j and y_j; at a y position: the y itself, its x, the y values used before it;
+`perm_circuits.analysis.study.neuron_rules`, `scripts/neuron_rules.py`), on the
 exhaustive train set: every order of every training permutation, with and without the model's repeats. A rule
 explains its neuron when its R^2 there is at least {neuron_summary(neurons, MODELS[0])["threshold"]:g}; the rule's
 name lists the features it reads. The replacement MLP sets each neuron to its rule's table value and sends it through
@@ -494,9 +501,9 @@ are in each model's section below (the rule table collapsed).
 {sections}
 ## Not measured yet
 
-The stricter resampling of causal scrubbing (`unnamed="random"`) is not tabulated. In the two-layer model only the
-query positions are replaced by rules: its layer-zero neurons at the y positions, which the layer-one head reads,
-keep their activation in every replacement. The circuit figure with each component's feature labels is not drawn.
+The stricter resampling of causal scrubbing (`unnamed="random"`) is not tabulated. The last layer's neurons at the
+y positions are not fitted (no scored output reads them). The circuit figure with each component's feature labels
+is not drawn.
 
 ## Paper vs ours
 

@@ -10,7 +10,8 @@ import torch
 
 from perm_circuits.analysis.hypothesis.spec import batch_tokens
 from perm_circuits.analysis.study.neuron_rules import (
-    QUERY_POSITIONS, exhaustive_sets, fit_model_rules, replacement_retention, step_features,
+    QUERY_POSITIONS, Y_POSITIONS, exhaustive_sets, fit_model_rules, pair_features, replacement_retention,
+    step_features,
 )
 
 RESULTS = Path(__file__).resolve().parents[3] / "results"
@@ -40,6 +41,11 @@ def test_step_features_read_the_sequence():
     assert [f.name for f in step_features(0)] == ["query x"]
     with pytest.raises(ValueError, match="query position"):
         step_features(3)
+    at5 = {f.name: f.values(row)[0] for f in pair_features(5)}  # y3 = 4, its x3 = 4, used before {5, 2}
+    assert at5["this y"] == (4,) and at5["its x"] == (4,) and at5["used y values"] == (0b10010,)
+    assert at5["previous pair"] == (3 * 8 + 2,) and [f.name for f in pair_features(1)] == ["this y", "its x"]
+    with pytest.raises(ValueError, match="y position"):
+        pair_features(4)
 
 
 def test_the_committed_rules_of_d16h1_regenerate(d16h1, tables):
@@ -76,6 +82,11 @@ def test_what_the_committed_tables_say(tables):
     assert retention[("d16h1l2-any", "rule", "recall_accuracy")] < 0.75
     last = neurons[(neurons["model"] == "d16h1l2-any") & (neurons["layer"] == 1) & (neurons["position"] == 8)]
     assert last.loc[~last["explained"], "share"].sum() > 0.5
+    # the two-layer model's layer-0 neurons are fitted at the y positions too (layer 1 reads them), all explained;
+    # no one-layer model and no last layer has a rule there
+    odd = neurons[neurons["position"] % 2 == 1]
+    assert set(odd["model"]) == {"d16h1l2-any"} and set(odd["layer"]) == {0} and set(odd["position"]) == set(Y_POSITIONS)
+    assert odd["explained"].all() and len(odd) == 32 * len(Y_POSITIONS)
     # every rule reads at most three features, and a rule is explained exactly when R^2 >= the threshold
     assert neurons["n_features"].max() == 3
     assert ((neurons["r2"] >= neurons["threshold"]) == neurons["explained"]).all()

@@ -13,8 +13,9 @@ step, repeated query) and the agreement with the model's own answers at steps 1-
 answer is not yet determined, so accuracy is near chance for the model itself), with the rules in
 place of the neurons.
 
-For the two-layer model, only the query positions are replaced; its layer-0 neurons at the ``y``
-positions, which layer 1 reads, keep their activation.
+In a model of several layers, the neurons of every layer but the last are also fitted at the ``y``
+positions (:func:`pair_features`), since later layers read them there; the last layer's neurons
+at a ``y`` position reach no scored output and are left alone.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ from torch import Tensor
 
 from perm_circuits.analysis.hypothesis import Feature, retention
 from perm_circuits.analysis.hypothesis.neurons import NeuronRules, fit_neuron_rules
+from perm_circuits.model_shape import model_shape
 
-__all__ = ["QUERY_POSITIONS", "THRESHOLD", "VARIANTS", "agreement", "exhaustive_sets", "fit_model_rules",
+__all__ = ["QUERY_POSITIONS", "THRESHOLD", "VARIANTS", "Y_POSITIONS", "agreement", "pair_features", "exhaustive_sets", "fit_model_rules",
            "held_out_r2", "neuron_library", "replacement_retention", "step_accuracy", "step_features"]
 
 QUERY_POSITIONS = (0, 2, 4, 6, 8)
+Y_POSITIONS = (1, 3, 5, 7)
 THRESHOLD = 0.9  # a neuron's rule explains it when R^2 >= this on the fit rows
 VARIANTS = ("keep", "mean", "rule")
 
@@ -82,9 +85,28 @@ def step_features(position: int) -> tuple[Feature, ...]:
     return tuple(out)
 
 
+def pair_features(position: int) -> tuple[Feature, ...]:
+    """The named features of the ``y`` token at odd ``position`` (the answer of pair ``k``, ``position =
+    2k - 1``): the ``y`` itself, its ``x``, the ``y`` values used before it, "value ``v`` was used before",
+    the previous pair, and each earlier ``x_j`` and ``y_j``."""
+    if position not in Y_POSITIONS:
+        raise ValueError(f"position must be a y position {Y_POSITIONS}, got {position!r}")
+    p = position
+    out = [Feature("this y", lambda t: t[:, p], batched=True), Feature("its x", lambda t: t[:, p - 1], batched=True)]
+    if p == 1:
+        return tuple(out)
+    return tuple(out + [
+        Feature("used y values", lambda t: _mask(t[:, 1:p:2]), batched=True),
+        *(Feature(f"value {v} unused", lambda t, v=v: ~(t[:, 1:p:2] == v).any(1), batched=True) for v in range(1, 6)),
+        Feature("previous pair", lambda t: t[:, p - 3] * 8 + t[:, p - 2], batched=True),
+        *(Feature(f"x{j + 1}", lambda t, j=j: t[:, 2 * j], batched=True) for j in range(p // 2)),
+        *(Feature(f"y{j + 1}", lambda t, j=j: t[:, 2 * j + 1], batched=True) for j in range(p // 2)),
+    ])
+
+
 def neuron_library(positions: tuple[int, ...] = QUERY_POSITIONS) -> dict[int, tuple[Feature, ...]]:
-    """``{position: step_features(position)}`` for the query positions given."""
-    return {p: step_features(p) for p in positions}
+    """``{position: features}``: :func:`step_features` at query positions, :func:`pair_features` at ``y`` positions."""
+    return {p: step_features(p) if p in QUERY_POSITIONS else pair_features(p) for p in positions}
 
 
 def _targets(batch: Any) -> Tensor:
@@ -174,7 +196,14 @@ def fit_model_rules(model, *, threshold: float = THRESHOLD, max_features: int = 
     tokens = torch.cat([_tokens(sets["elimination"]), _tokens(sets["recall"])])
     if rows is not None:
         tokens = tokens[torch.randperm(len(tokens), generator=torch.Generator().manual_seed(seed))[:rows]]
-    return fit_neuron_rules(model, tokens, neuron_library(), threshold=threshold, max_features=max_features)
+    rules = fit_neuron_rules(model, tokens, neuron_library(), threshold=threshold, max_features=max_features)
+    n_layers = model_shape(model).n_layers
+    if n_layers == 1:
+        return rules
+    below = fit_neuron_rules(model, tokens, neuron_library(Y_POSITIONS), layers=list(range(n_layers - 1)),
+                             threshold=threshold, max_features=max_features)  # what later layers read
+    order = sorted(rules.rules + below.rules, key=lambda r: (r.layer, r.position, r.neuron))
+    return NeuronRules(tuple(order), rules.threshold, rules.n_fit)
 
 
 def replacement_retention(model, rules: NeuronRules, sets: dict[str, Any] | None = None) -> list[dict]:
