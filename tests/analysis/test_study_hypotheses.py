@@ -26,8 +26,8 @@ def test_features_read_the_sequence():
     assert FEATURES["used"].fn(row) == frozenset({5, 2, 4, 1}) and not FEATURES["repeat1"].fn(row)
     fresh = (1, 5, 3, 2, 4, 4, 2, 1, 5)
     assert FEATURES["answer"].fn(fresh) == 3 and FEATURES["bound"].fn(fresh) == 0
-    assert set(shipped_hypotheses(1, 2)) == {"study", "shortcut", "gate"}
-    assert set(shipped_hypotheses(2, 1)) == {"study", "shortcut", "query"}
+    assert set(shipped_hypotheses(1, 2)) == {"study", "shortcut", "shortcut_x5", "gate"}
+    assert set(shipped_hypotheses(2, 1)) == {"study", "shortcut", "query", "query_slot"}
 
 
 def test_a_committed_row_regenerates(pretrained, table):
@@ -52,3 +52,22 @@ def test_the_table_scores_the_stories_side_by_side(table):
     # the generalising d16h1l2-any: the positional-query story explains elimination, not all of recall
     assert whole.loc[("d16h1l2-any", "elimination", "query"), "recovery"] == 1.0
     assert whole.loc[("d16h1l2-any", "recall_any", "query"), "recovery"] < 0.5
+
+
+def test_a_committed_step_row_regenerates_and_steps_use_their_own_features(pretrained):
+    """Elimination at step 4 (query at position 6): the gate hypothesis written there, scored by the answer
+    being a value not yet used, equals the committed results/hypotheses_steps.csv row."""
+    from perm_circuits.analysis.study.hypotheses import features_at, unused_answer
+
+    row = (1, 5, 3, 2, 4, 4, 2, 1, 5)
+    at6 = features_at(6)
+    assert at6["used"].fn(row) == frozenset({5, 2, 4}) and at6["x5"].fn(row) == 2
+    assert at6["answer"].fn(row) == frozenset({1, 3}) and at6["bound"].fn(row) == 0
+    assert features_at(8) is FEATURES
+    steps = pd.read_csv(TABLE.parent / "hypotheses_steps.csv")
+    committed = steps[(steps.model == "d32h2") & (steps.step == 4) & (steps.hypothesis == "gate")]
+    result = causal_scrub(pretrained("d32h2"), shipped_hypotheses(1, 2, 6)["gate"], skill_batch("elimination", 2000, 0),
+                          unused_answer(6), n_boot=200, seed=0)
+    assert list(committed.component) == list(result.to_dataframe().component)
+    assert committed.recovery.tolist() == pytest.approx(result.to_dataframe().recovery.tolist(), rel=1e-5)
+    assert committed.random_metric.iloc[0] == pytest.approx(result.random_metric, rel=1e-5)

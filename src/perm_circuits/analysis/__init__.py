@@ -116,8 +116,9 @@ __all__ += ["ANY_TASK_HOWS", "TASK_HOWS", "TaskAblationRow", "TaskAblationTable"
 from perm_circuits.analysis.hypothesis import (  # noqa: E402
     ClaimRecovery, Component, Feature, FeatureRule, HighLevelModel, Hypothesis, InterchangeResult, Retention,
     ScrubResult, TableRule, causal_scrub, fit_table, interchange_accuracy, replace, retention,
+    NeuronRule, NeuronRules, fit_neuron_rules,
 )
 
 __all__ += ["ClaimRecovery", "Component", "Feature", "FeatureRule", "HighLevelModel", "Hypothesis",
             "InterchangeResult", "Retention", "ScrubResult", "TableRule", "causal_scrub", "fit_table",
-            "interchange_accuracy", "replace", "retention"]
+            "interchange_accuracy", "replace", "retention", "NeuronRule", "NeuronRules", "fit_neuron_rules"]

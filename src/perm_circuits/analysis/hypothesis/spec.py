@@ -77,6 +77,23 @@ class Feature:
             return [_hashable(row) for row in out.reshape(out.shape[0], -1).tolist()]
         return [_hashable(self.fn(tuple(row))) for row in tokens.tolist()]
 
+    def codes(self, tokens: Int[Tensor, "batch seq"]) -> tuple[Int[Tensor, " batch"], list]:
+        """``(codes, values)``: per row an int, equal where the feature's values are equal, and the
+        distinct values (``values[codes[row]] == self.values(tokens)[row]``). Vectorised for batched features."""
+        if not self.batched:
+            table: dict = {}
+            codes = [table.setdefault(v, len(table)) for v in self.values(tokens)]
+            return torch.tensor(codes, dtype=torch.long), list(table)
+        out = self.fn(tokens)
+        if not isinstance(out, Tensor) or out.ndim == 0 or out.shape[0] != tokens.shape[0]:
+            self.values(tokens)  # raises the one error message
+        flat = out.reshape(out.shape[0], -1).cpu()
+        if flat.shape[1] == 1:  # one column: the fast 1-D unique
+            distinct, codes = torch.unique(flat[:, 0], return_inverse=True)
+            return codes.long(), [_hashable([value]) for value in distinct.tolist()]
+        distinct, codes = torch.unique(flat, dim=0, return_inverse=True)
+        return codes.long(), [_hashable(row) for row in distinct.tolist()]
+
 
 def _hashable(value: Any) -> Any:
     if isinstance(value, list):
