@@ -32,10 +32,10 @@ does not, the run is redone (every method, the oracle included) and its rows rep
 
 (the table is rewritten after every redone run; the previous table is kept as ``<name>_structural.csv``
 the first time, for docs/discovery.md's "what moved").  ``--refresh`` then re-runs every method but
-the oracle on every run of the table with the library's current methods, keeping the oracle's rows
-(its circuit gives the trained models' truth and every row's regret):
+the oracle (or the ``--methods`` given) on every run of the table with the library's current
+methods, keeping the oracle's rows (its circuit gives the trained models' truth and every row's regret):
 
-    python scripts/discovery_benchmark.py --refresh results/discovery.csv
+    python scripts/discovery_benchmark.py --refresh results/discovery.csv --methods node_attribution mask_pruning
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def main() -> None:
                         help="a committed table: re-run every method but the oracle on its runs (module docstring)")
     args = parser.parse_args()
     if args.refresh is not None:
-        refresh(args.refresh, args.models, args.n, lean=not args.full)
+        refresh(args.refresh, args.models, args.n, lean=not args.full, methods=args.methods)
         return
     if args.rescore is not None:
         rescore(args.rescore, args.models or list(ORDER), args.n, lean=not args.full)
@@ -131,7 +131,8 @@ def rescore(path: Path, models: list[str], n: int, *, lean: bool) -> pd.DataFram
     return table
 
 
-def refresh(path: Path, models: list[str] | None, n: int, *, lean: bool) -> pd.DataFrame:
+def refresh(path: Path, models: list[str] | None, n: int, *, lean: bool,
+            methods: list[str] | None = None) -> pd.DataFrame:
     """Re-run every method but the oracle on each run of ``path``'s table (module docstring): the same
     batch, mode and seed, scored against the run's functional truth (constructed) or the oracle's
     committed circuit (trained), the regret against the committed oracle row."""
@@ -165,7 +166,8 @@ def refresh(path: Path, models: list[str] | None, n: int, *, lean: bool) -> pd.D
             else:
                 truth, idle = committed, frozenset()
             moved = 0
-            for index in table.index[at & (table.method != "exhaustive_oracle")]:
+            chosen = table.method.isin(methods or DEFAULT_METHODS) & (table.method != "exhaustive_oracle")
+            for index in table.index[at & chosen]:
                 method = table.at[index, "method"]
                 result = METHODS[method](intervention=ei, seed=int(seed), **get_method(method).benchmark_options(lean))
                 row = score_result(result, ei, truth, oracle=oracle, idle=idle)
