@@ -24,7 +24,9 @@ def test_tiny_benchmark_rows_and_scores(tiny):
     assert list(tiny.columns) == list(BENCHMARK_COLUMNS)
     assert len(tiny) == 2 and set(tiny.method) == {"eap", "random_baseline"}
     eap = tiny[tiny.method == "eap"].iloc[0]
-    assert eap.truth == "constructed" and eap.truth_modes == "mean/resample" and eap.n_true == 7
+    # the functional truth: the elimination head's two edges are idle under resample ablation on this batch
+    assert eap.truth == "constructed" and eap.truth_modes == "mean/resample" and eap.n_true == 5
+    assert set(eap.idle_edges.split()) == {"embed->L1H1.v", "L1H1->logits"}
     assert eap.n_edges_graph == 46
     assert eap.roc_auc > 0.9 and eap.pr_auc > 0.8
     random = tiny[tiny.method == "random_baseline"].iloc[0]

@@ -14,8 +14,13 @@ from perm_circuits.discovery.tracr_models import tracr_available
 
 IDLE = {
     ("induction", "zero"): set(),
+    ("induction", "mean"): set(),  # under mean ablation the elimination head still moves the metric
     ("induction", "resample"): {"L1H1->logits", "embed->L1H1.v"},  # the elimination head, as the oracle finds
+    ("induction_bare", "zero"): set(),
+    ("induction_bare", "mean"): set(),
     ("induction_bare", "resample"): set(),
+    ("tracr:reverse", "mean"): set(),
+    ("tracr:frac_prevs", "mean"): set(),
     ("tracr:reverse", "zero"): {"L0H0->L0MLP", "embed->L0H0.k", "embed->L0H0.q", "embed->L0H0.v", "embed->L3H0.q"},
     ("tracr:reverse", "resample"): set(),
     ("tracr:frac_prevs", "zero"): set(),
@@ -37,13 +42,14 @@ def test_benchmark_truths_checked_by_intervention(name, how):
     assert min(truth.effects.values()) >= 1e-3 and truth.faithfulness >= 0.99
 
 
-def test_sort_has_nothing_to_explain_under_resample():
+@pytest.mark.parametrize("how", ["mean", "resample"])
+def test_sort_has_nothing_to_explain_under_resample_and_mean(how):
     """Every input of tracr sort's domain is a permutation of the same 4 tokens: the output never changes."""
     if not tracr_available():
         pytest.skip("tracr is not installed")
     bench = benchmark_models()["tracr:sort"]
-    model, structural = bench.build(), bench.truths()["resample"]
-    ei = prepare_edges(model, bench.batch(model, 200, 1000), how="resample", seed=0)
+    model, structural = bench.build(), bench.truths()[how]
+    ei = prepare_edges(model, bench.batch(model, 200, 1000), how=how, seed=0)
     truth = functional_truth(ei, structural)
     assert ei.nothing_to_explain and truth.edges == frozenset() and truth.idle == structural and len(structural) == 6
 

@@ -5,6 +5,8 @@
 - :mod:`~perm_circuits.discovery.interventions`: runs with any (soft) edge mask, in the ablation
   modes zero, mean, resample and optimal, exact with LayerNorm; the metric and faithfulness.
   :func:`edge_hooks` runs the same intervention as TL hooks on the bridge.
+  :mod:`~perm_circuits.discovery.padding`: a batch of mixed input lengths (right-padded, each row's
+  length in ``TaskBatch.extras["lengths"]``) runs in every mode, attention masked per row.
 - Methods, each returning a :class:`DiscoveryResult`: :func:`acdc`, :func:`eap`, :func:`eap_ig`,
   :func:`node_attribution`, :func:`greedy_edges`, :func:`mask_pruning`, :func:`random_baseline`
   and :func:`exhaustive_oracle`.

@@ -23,7 +23,13 @@ mode's true circuit (:mod:`~perm_circuits.discovery.scoring`):
 Truth (column ``truth``): ``constructed`` where the circuit is known by construction
 (:mod:`~perm_circuits.discovery.ground_truth`; a mode is scored only when the construction claims
 it, column ``truth_modes``), ``oracle`` for trained models (the exhaustive oracle's circuit under
-that mode on that batch; ``oracle_search`` says whether it was exhaustive or size-limited).
+that mode on that batch; ``oracle_search`` says whether it was exhaustive or size-limited).  A
+constructed truth is scored as its *functional* truth on the row's batch and mode
+(:func:`~perm_circuits.discovery.ground_truth.functional_truth`: the structural truth less the edges
+whose ablation does not change the metric there, checked by intervention); column ``idle_edges``
+names the structural edges left out (e.g. the induction model's elimination head under resample
+ablation, tracr ``reverse``'s length head on full-length inputs under zero ablation).  Under a mode
+with nothing to explain the truth is empty and ``exact`` means the method chose the empty circuit.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from tqdm.auto import tqdm
 from perm_circuits.ablation_modes import modes
 from perm_circuits.checks import check_int, check_seed
 from perm_circuits.devices import device_forward
-from perm_circuits.discovery.ground_truth import induction_ground_truths, tracr_ground_truths
+from perm_circuits.discovery.ground_truth import functional_truth, induction_ground_truths, tracr_ground_truths
 from perm_circuits.discovery.interventions import prepare_edges
 from perm_circuits.discovery.registry import METHODS, get_method, method_names
 from perm_circuits.discovery.result import prefix_masks
@@ -63,7 +69,7 @@ BENCHMARK_COLUMNS = (
     "model", "n_edges_graph", "method", "how", "seed", "n", "truth", "truth_modes", "n_true",
     "roc_auc", "pr_auc", "precision", "recall", "exact", "precision_heads", "recall_heads", "exact_heads",
     "n_chosen", "faithfulness", "faith_area", "oracle_size", "oracle_faithfulness", "oracle_regret",
-    "oracle_search", "wall_time", "n_forward", "circuit", "true_edges",
+    "oracle_search", "wall_time", "n_forward", "circuit", "true_edges", "idle_edges",
 )
 """The columns of :func:`run_benchmark`'s table (``results/discovery.csv``), in order."""
 
@@ -169,10 +175,11 @@ def faithfulness_curve(result, ei) -> Float[Tensor, " k"]:
         return ei.faithfulness(ei.evaluate(masks, chunk=16, dedupe=True)).double()
 
 
-def score_result(result, ei, truth, *, oracle=None) -> dict:
+def score_result(result, ei, truth, *, oracle=None, idle=frozenset()) -> dict:
     """The scores of one :class:`~perm_circuits.discovery.result.DiscoveryResult` (module docstring)
     against the true edge set ``truth``, using its prepared intervention ``ei``; ``oracle``: the
-    exhaustive oracle's result on the same intervention, for the regret."""
+    exhaustive oracle's result on the same intervention, for the regret; ``idle``: the structural
+    truth's edges left out of ``truth`` (column ``idle_edges``)."""
     truth = frozenset(truth)
     scores = {e: float(v) for e, v in result.scores.items()}
     n = ei.n_edges
@@ -188,13 +195,15 @@ def score_result(result, ei, truth, *, oracle=None) -> dict:
         "n_forward": result.n_forward,
         "circuit": " ".join(sorted(result.circuit)),
         "true_edges": " ".join(sorted(truth)),
+        "idle_edges": " ".join(sorted(idle)),
     }
     for suffix, promote in (("", False), ("_heads", True)):
         if truth:
             m = circuit_metrics(result.circuit, truth, promote_heads=promote)
             row.update({f"precision{suffix}": m.precision, f"recall{suffix}": m.recall, f"exact{suffix}": m.exact})
-        else:
-            row.update({f"precision{suffix}": math.nan, f"recall{suffix}": math.nan, f"exact{suffix}": False})
+        else:  # nothing to explain: the right answer is the empty circuit
+            row.update({f"precision{suffix}": math.nan, f"recall{suffix}": math.nan,
+                        f"exact{suffix}": not result.circuit})
     row.update({"oracle_size": math.nan, "oracle_faithfulness": math.nan, "oracle_regret": math.nan,
                 "oracle_search": "" if oracle is None else oracle.search})
     if oracle is not None and "target not reached" not in oracle.search:
@@ -228,7 +237,7 @@ def run_benchmark(models: Sequence[str] | None = None, methods: Sequence[str] | 
     for job in _benchmark_runs(models, methods, hows, seeds, n, lean=lean, progress=progress):
         row = {"model": job.model, "n_edges_graph": job.ei.n_edges, "method": job.method, "how": job.how,
                "seed": job.seed, "n": n, "truth": job.source, "truth_modes": job.truth_modes}
-        row.update(score_result(job.result, job.ei, job.truth, oracle=job.oracle))
+        row.update(score_result(job.result, job.ei, job.truth, oracle=job.oracle, idle=job.idle))
         if job.method == "exhaustive_oracle":
             row["wall_time"] = job.oracle_time
         rows.append(row)
@@ -248,6 +257,7 @@ class _Run:
     truth: frozenset
     source: str
     truth_modes: str
+    idle: frozenset = frozenset()
 
 
 def _benchmark_runs(models, methods, hows, seeds, n, *, lean, progress):
@@ -286,9 +296,11 @@ def _benchmark_runs(models, methods, hows, seeds, n, *, lean, progress):
         elif not truths:
             raise ValueError(f"{name} has {ei.n_edges} edges: too many for the oracle, and no constructed truth")
         oracle_time = time.perf_counter() - start
-        if truths:
-            truth, source = truths[how], "constructed"
-            truth_modes = "/".join(m for m in DEFAULT_HOWS if m in truths and truths[m] == truth)
+        idle = frozenset()
+        if truths:  # the construction's truth, checked by intervention on this batch and mode
+            truth_modes = "/".join(m for m in DEFAULT_HOWS if m in truths and truths[m] == truths[how])
+            checked = functional_truth(ei, truths[how])
+            truth, source, idle = checked.edges, "constructed", checked.idle
         else:
             truth, source, truth_modes = oracle.circuit, "oracle", how
         for method in methods:
@@ -298,7 +310,8 @@ def _benchmark_runs(models, methods, hows, seeds, n, *, lean, progress):
                 result = oracle
             else:
                 result = METHODS[method](intervention=ei, seed=seed, **get_method(method).benchmark_options(lean))
-            yield _Run(name, how, seed, method, ei, result, oracle, oracle_time, frozenset(truth), source, truth_modes)
+            yield _Run(name, how, seed, method, ei, result, oracle, oracle_time, frozenset(truth), source, truth_modes,
+                       idle)
 
 
 def benchmark_curves(models: Sequence[str] | None = None, methods: Sequence[str] | None = None,

@@ -219,18 +219,30 @@ def _weight_truths(name: str, model, varying_tokens,
     return out[0], out[1]
 
 
-def tracr_ground_truths(tracr_model) -> tuple[GroundTruth, GroundTruth]:
+def tracr_ground_truths(tracr_model, *, mixed_lengths: bool = False) -> tuple[GroundTruth, GroundTruth]:
     """The zero-ablation and the resample/mean circuits of a compiled RASP program.
 
     ``tracr_model`` is a :class:`~perm_circuits.discovery.tracr_models.TracrModel`. The resample
     circuit is for inputs of length ``max_seq_len`` (BOS fixed at position 0, any vocabulary token
     elsewhere): e.g. ``reverse``'s ``length`` and ``opp_idx`` are then the same in every input, and
-    only the aggregating head that copies tokens stays.
+    only the aggregating head that copies tokens stays.  ``mixed_lengths``: for a batch of several
+    lengths resampled across them (:mod:`~perm_circuits.discovery.padding`), where a head's
+    attention span itself differs between inputs, so any component can carry a difference: the
+    resample/mean circuit is then the zero-ablation one (every non-zero composition on a path to
+    ``logits``), a superset that :func:`functional_truth` prunes on the batch.
     """
+    if not isinstance(mixed_lengths, bool):
+        raise TypeError(f"mixed_lengths must be a bool, got {mixed_lengths!r}")
     bridge = tracr_model.bridge
     table = tracr_model.assembled.input_encoder.encoding_map
     varying = [[table[BOS]]] + [[table[t] for t in tracr_model.vocab]] * tracr_model.max_seq_len
-    return _weight_truths(f"tracr:{tracr_model.name}", bridge, varying, list(tracr_model.assembled.residual_labels))
+    labels = list(tracr_model.assembled.residual_labels)
+    zero, resample = _weight_truths(f"tracr:{tracr_model.name}", bridge, varying, labels)
+    if mixed_lengths:
+        resample = GroundTruth(resample.model, zero.edges, resample.modes, zero.n_layers, zero.n_heads, zero.mlp,
+                               "non-zero weight compositions on paths to logits (inputs of several lengths)",
+                               zero.carries)
+    return zero, resample
 
 
 def induction_ground_truths(V: int = 5, *, eliminate: bool = True) -> tuple[GroundTruth, GroundTruth]:
@@ -391,8 +403,10 @@ class TracrProgram:
     """A user's RASP program, compiled (:func:`tracr_program`): the model, its ground truths and a batch.
 
     ``truths`` maps each ablation mode of :data:`ABLATION_MODES` to its structural
-    :class:`GroundTruth` (:func:`tracr_ground_truths`); ``batch`` is every input of length
-    ``max_seq_len`` (:meth:`~perm_circuits.discovery.tracr_models.TracrModel.batch`).
+    :class:`GroundTruth` (:func:`tracr_ground_truths`); ``batch`` is every input of the requested
+    lengths, by default of length ``max_seq_len``
+    (:meth:`~perm_circuits.discovery.tracr_models.TracrModel.batch`; several lengths: right-padded,
+    :mod:`~perm_circuits.discovery.padding`).
     :func:`functional_truth` checks a truth on it by intervention.
     """
 
@@ -406,12 +420,15 @@ class TracrProgram:
 
 
 def tracr_program(program, vocab, max_seq_len: int, *, name: str | None = None, output_label: str | None = None,
-                  distinct_tokens: bool = False) -> TracrProgram:
+                  distinct_tokens: bool = False, lengths=None) -> TracrProgram:
     """Any RASP program in one call: compiled with tracr, loaded as a bridge, with its ground truths per
-    ablation mode and its benchmark batch (arguments: :func:`~perm_circuits.discovery.tracr_models.compile_tracr`)."""
+    ablation mode and its benchmark batch (arguments: :func:`~perm_circuits.discovery.tracr_models.compile_tracr`;
+    ``lengths``: the batch's input length, or several lengths in one padded batch, e.g.
+    ``range(1, max_seq_len + 1)`` for the whole domain; default ``max_seq_len``)."""
     from perm_circuits.discovery.tracr_models import compile_tracr
 
     model = compile_tracr(program, vocab, max_seq_len, name=name, output_label=output_label,
                           distinct_tokens=distinct_tokens)
-    zero, resample = tracr_ground_truths(model)
-    return TracrProgram(model, {"zero": zero, "mean": resample, "resample": resample}, model.batch())
+    batch = model.batch(lengths)
+    zero, resample = tracr_ground_truths(model, mixed_lengths="lengths" in batch.extras)
+    return TracrProgram(model, {"zero": zero, "mean": resample, "resample": resample}, batch)

@@ -53,13 +53,14 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from perm_circuits.ablation_modes import modes
 from perm_circuits.checks import check_int, check_seed
 from perm_circuits.devices import model_device
 from perm_circuits.metric import bind_metric, check_metric, check_rows, metric_rows, reduce_rows
+from perm_circuits.discovery import padding
 from perm_circuits.discovery.graph import EdgeGraph, circuit_graph_of, head_of
 from perm_circuits.models import ACTIVATIONS
 from perm_circuits.tasks.base import TaskBatch, check_target_classes
@@ -178,6 +179,7 @@ class EdgeIntervention:
     empty_metric: float
     vectorised_metric: bool
     loss_mask: Float[Tensor, "batch seq"] | None = None
+    key_mask: Bool[Tensor, "batch seq"] | None = None  # mixed lengths: each row's real positions (padding.py)
 
     @property
     def n_edges(self) -> int:
@@ -224,6 +226,7 @@ class EdgeIntervention:
         base = sum(ablated[s] for s in embeds)  # every ablated sender so far, [batch or 1, seq, d]
         bias = torch.zeros(w.W_E.shape[1], dtype=w.W_E.dtype, device=w.W_E.device)
         incoming, cones = graph.senders_into(), _cones(graph)
+        attend = _attention(self.key_mask, seq, w.causal)
 
         def rows(component: str) -> tuple[Tensor, Tensor | None]:
             """Representative mask rows of the component's distinct cone settings, and each row's one."""
@@ -277,7 +280,7 @@ class EdgeIntervention:
                 q = w.norm(read(f"{name}.q", rep), ln1) @ w.W_Q[layer, h] + w.b_Q[layer, h]
                 k = w.norm(read(f"{name}.k", rep), ln1) @ w.W_K[layer, h] + w.b_K[layer, h]
                 v = w.norm(read(f"{name}.v", rep), ln1) @ w.W_V[layer, h] + w.b_V[layer, h]
-                z = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=w.causal, scale=w.scale)
+                z = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=w.scale, **attend)
                 heads.append((name, z @ w.W_O[layer, h], index))
             for name, value, index in heads:
                 emit(name, value, index)
@@ -350,6 +353,16 @@ class EdgeIntervention:
         return torch.cat(out)
 
 
+def _attention(keys: Tensor | None, seq: int, causal: bool) -> dict:
+    """The attention mask arguments: causal or not and, for mixed lengths, no key beyond a row's length."""
+    if keys is None:
+        return {"is_causal": causal}
+    allowed = keys[:, None, :]  # [batch, query, key]
+    if causal:
+        allowed = allowed & torch.ones(seq, seq, dtype=torch.bool, device=keys.device).tril()
+    return {"attn_mask": allowed}
+
+
 def _cones(graph: EdgeGraph) -> dict[str, list[int]]:
     """Per component (head, MLP, logits): the edges whose mask can change its output."""
     cones: dict[str, set[int]] = {s: set() for s in graph.senders}
@@ -411,6 +424,11 @@ def prepare_edges(
         split_embed: token and positional embeddings as two senders.
         optimal_steps: L-BFGS iterations of the optimal constant.
         check: compare the edge forward with ``model(tokens)`` first (RuntimeError when they differ).
+
+    Mixed input lengths (:mod:`~perm_circuits.discovery.padding`): a :class:`TaskBatch` right-padded
+    to one width with each row's real positions in ``extras["lengths"]``; every run (clean,
+    resample source, mean reference) reads only its own rows' real positions, and the check compares
+    each length's rows with the model run unpadded.
     """
     if how not in HOWS:
         raise ValueError(f"how must be one of {HOWS}, got {how!r}")
@@ -434,6 +452,9 @@ def prepare_edges(
     graph = circuit_graph_of(model, split_embed=split_embed)
     weights = _Weights(model)
     _check_embeddable(tokens, "batch", weights)
+    padded = any(padding.batch_lengths(b) is not None for b in (batch, corrupted, reference))
+    keys = padding.keys_of(batch, tokens) if padded else None
+    corrupted_keys = None
     corrupted_tokens = None
     if how == "resample":
         if corrupted is None:
@@ -442,23 +463,28 @@ def prepare_edges(
                                  "would be its own resample source: nothing ablated); got 1 row")
             order = torch.randperm(tokens.shape[0], generator=torch.Generator().manual_seed(seed)).to(device)
             corrupted_tokens = tokens[order]
+            corrupted_keys = None if keys is None else keys[order]
         else:
             corrupted_tokens = _as_tokens(corrupted, "corrupted", tokens).to(device)
             if corrupted_tokens.shape != tokens.shape:
                 raise ValueError(f"corrupted must be row-paired with batch: shape {tuple(tokens.shape)}, got "
                                  f"{tuple(corrupted_tokens.shape)}")
             _check_embeddable(corrupted_tokens, "corrupted", weights)
+            corrupted_keys = padding.keys_of(corrupted, corrupted_tokens) if padded else None
     reference_tokens = tokens if reference is None else _as_tokens(reference, "reference", tokens).to(device)
     _check_embeddable(reference_tokens, "reference", weights)
 
     zeros = {s: torch.zeros(1, tokens.shape[1], weights.W_E.shape[1], dtype=weights.W_E.dtype, device=device)
              for s in graph.senders}
-    probe = EdgeIntervention(graph, how, tokens, metric, weights, {}, zeros, math.nan, math.nan, vectorised)
+    probe = EdgeIntervention(graph, how, tokens, metric, weights, {}, zeros, math.nan, math.nan, vectorised,
+                             key_mask=keys)
     with torch.no_grad():
         logits, clean = _capture(probe, tokens)
         if rows is not None:  # a wrong metric is refused on the clean run, before any other
             metric_rows(rows, logits, tokens.shape[0])
-        if check:
+        if check and padding.batch_lengths(batch) is not None:
+            padding.check_per_length(model, tokens, padding.batch_lengths(batch), logits)
+        elif check:
             expected = model(tokens[:256])
             if not torch.allclose(logits[:256], expected.to(logits.dtype), atol=1e-4, rtol=1e-4):
                 raise RuntimeError("the edge forward does not reproduce model(tokens) for this architecture "
@@ -467,9 +493,12 @@ def prepare_edges(
         if how == "zero":
             ablated = zeros
         elif how == "resample":
-            ablated = _capture(probe, corrupted_tokens)[1]
+            ablated = _capture(replace(probe, key_mask=corrupted_keys), corrupted_tokens)[1]
         else:
-            ablated = {s: v.mean(0, keepdim=True) for s, v in _capture(probe, reference_tokens)[1].items()}
+            source = batch if reference is None else reference
+            reference_keys = padding.keys_of(source, reference_tokens) if padded else None
+            ablated = {s: v.mean(0, keepdim=True)
+                       for s, v in _capture(replace(probe, key_mask=reference_keys), reference_tokens)[1].items()}
     if how == "optimal":
         ablated = _optimal(probe, ablated, optimal_steps)
     done = replace(probe, clean=clean, ablated=ablated)

@@ -14,15 +14,17 @@ importing this module never imports it, the builders do.
 
 A tracr input starts with the compiler's BOS token; a bridge is fed the same token ids (tracr's
 input encoding) and its logits are read at every position but BOS, decoded with tracr's output
-encoding. Sequences shorter than ``max_seq_len`` run unpadded (the bridge has no padding mask),
-one length per batch.
+encoding. A batch of one length runs unpadded; a batch of several lengths (``TracrModel.batch``
+with a list of lengths) is right-padded with tracr's pad token, each row's length in
+``extras["lengths"]``, which the edge interventions read as a key mask
+(:mod:`~perm_circuits.discovery.padding`): every ablation mode then runs across lengths.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,6 +195,16 @@ class TracrModel:
         table = self.assembled.input_encoder.encoding_map
         return torch.tensor([[table[BOS]] + [table[tok] for tok in seq] for seq in inputs], dtype=torch.long)
 
+    def encode_padded(self, inputs: list[tuple]) -> tuple[Int[Tensor, "batch seq"], Int[Tensor, " batch"]]:
+        """Token ids of inputs of any lengths, right-padded with tracr's pad token to the longest, and
+        each row's number of real positions (BOS included): ``extras["lengths"]`` of a padded batch."""
+        self._check(inputs)
+        table = self.assembled.input_encoder.encoding_map
+        width = max(len(seq) for seq in inputs)
+        pad = table[self.assembled.input_encoder.pad_token]
+        rows = [[table[BOS]] + [table[tok] for tok in seq] + [pad] * (width - len(seq)) for seq in inputs]
+        return torch.tensor(rows, dtype=torch.long), torch.tensor([len(seq) + 1 for seq in inputs], dtype=torch.long)
+
     def tracr_outputs(self, inputs: list[tuple]) -> list[list]:
         """tracr's own decoded outputs (BOS position dropped), in one batched call.
 
@@ -211,34 +223,49 @@ class TracrModel:
         decode = self.assembled.output_encoder.decode
         return [list(decode(row.tolist()))[1 : len(seq) + 1] for seq, row in zip(inputs, unembedded)]
 
-    def batch(self, length: int | None = None):
+    def batch(self, length: int | Sequence[int] | None = None):
         """A :class:`~perm_circuits.tasks.base.TaskBatch` of every input of ``length`` (default
-        ``max_seq_len``): BOS-first token ids, targets tracr's own outputs (output-encoding ids) at
+        ``max_seq_len``), or of each of several lengths (a list, e.g. ``range(1, max_seq_len + 1)``:
+        the whole domain): BOS-first token ids, targets tracr's own outputs (output-encoding ids) at
         every position but BOS, which the loss mask leaves out (as it leaves out an output with no
-        encoding, e.g. ``None`` where an aggregate selects nothing).  One length per batch (the bridge has
-        no padding mask): a length-dependent program is tested length by length."""
+        encoding, e.g. ``None`` where an aggregate selects nothing).  Several lengths: right-padded
+        with tracr's pad token, loss mask 0 there, each row's length (BOS included) in
+        ``extras["lengths"]`` (:mod:`~perm_circuits.discovery.padding`)."""
         from perm_circuits.tasks.base import TaskBatch
 
-        inputs = self.domain(self.max_seq_len if length is None else length)
-        tokens = self.encode(inputs)
+        if length is None or isinstance(length, int):
+            lengths, padded = [self.max_seq_len if length is None else length], False
+        elif isinstance(length, (str, bytes)) or not isinstance(length, Sequence) or not length:
+            raise TypeError(f"length must be an int or a non-empty sequence of ints, got {length!r}")
+        else:
+            lengths, padded = sorted(set(length)), True
+        inputs = [word for n in lengths for word in self.domain(n)]
+        tokens, real = self.encode_padded(inputs)
         table = self.assembled.output_encoder.encoding_map
         outputs = self.tracr_outputs(inputs)
+        width = tokens.shape[1] - 1
         targets = torch.zeros_like(tokens)
-        targets[:, 1:] = torch.tensor([[table.get(v, 0) for v in row] for row in outputs], dtype=torch.long,
-                                       device=tokens.device)
-        mask = torch.zeros(tokens.shape, dtype=torch.float32, device=tokens.device)
-        mask[:, 1:] = torch.tensor([[float(v in table) for v in row] for row in outputs], device=tokens.device)
+        targets[:, 1:] = torch.tensor([[table.get(v, 0) for v in row] + [0] * (width - len(row)) for row in outputs],
+                                      dtype=torch.long)
+        mask = torch.zeros(tokens.shape, dtype=torch.float32)
+        mask[:, 1:] = torch.tensor([[float(v in table) for v in row] + [0.0] * (width - len(row)) for row in outputs])
         if not bool(mask.any()):
-            raise ValueError(f"no tracr output of length-{tokens.shape[1] - 1} inputs has an output encoding "
-                             "(nothing to score)")
-        return TaskBatch(tokens, targets, mask)
+            raise ValueError(f"no tracr output of inputs of length {lengths} has an output encoding (nothing to score)")
+        return TaskBatch(tokens, targets, mask, {"lengths": real} if padded else {})
 
     @torch.no_grad()
     def bridge_outputs(self, inputs: list[tuple]) -> list[list]:
-        """The bridge's decoded outputs: argmax of the logits at every position but BOS."""
+        """The bridge's decoded outputs: argmax of the logits at every position but BOS (inputs of
+        several lengths: one unpadded run per length)."""
+        self._check(inputs)
         decode = {index: value for value, index in self.assembled.output_encoder.encoding_map.items()}
-        ids = self.bridge(self.encode(inputs)).argmax(-1)[:, 1:]
-        return [[decode[int(i)] for i in row] for row in ids]
+        out: list = [None] * len(inputs)
+        for n in sorted({len(seq) for seq in inputs}):
+            rows = [i for i, seq in enumerate(inputs) if len(seq) == n]
+            ids = self.bridge(self.encode([inputs[i] for i in rows])).argmax(-1)[:, 1:]
+            for i, row in zip(rows, ids):
+                out[i] = [decode[int(t)] for t in row]
+        return out
 
 
 def build_tracr_model(name: str) -> TracrModel:

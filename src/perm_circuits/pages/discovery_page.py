@@ -30,6 +30,7 @@ __all__ = [
     "DISCOVERY_FULL",
     "DISCOVERY_PAGE",
     "DISCOVERY_RECALL",
+    "DISCOVERY_STRUCTURAL",
     "DISCOVERY_TABLE",
     "DISCOVERY_TEMPLATE",
     "PAPER",
@@ -44,6 +45,7 @@ __all__ = [
     "recall_numbers",
     "recovers",
     "regret_by_size",
+    "truth_moved",
 ]
 
 DISCOVERY_TABLE = Path("results/discovery.csv")
@@ -53,6 +55,10 @@ DISCOVERY_FIGURES = Path("docs/figures")
 DISCOVERY_CURVES = Path("results/discovery_curves.csv")
 DISCOVERY_RECALL = Path("results/discovery_recall.csv")
 DISCOVERY_FULL = Path("results/discovery_full.csv")
+DISCOVERY_STRUCTURAL = {DISCOVERY_TABLE: Path("results/discovery_structural.csv"),
+                        DISCOVERY_FULL: Path("results/discovery_full_structural.csv")}
+"""Each table as it was when scored against the structural truths (before ``scripts/discovery_benchmark.py
+--rescore`` and ``--refresh``): what moved is computed against it."""
 
 METHOD_ORDER = DEFAULT_METHODS
 SHIPPED = TRAINED
@@ -198,6 +204,13 @@ def discovery_numbers(table: pd.DataFrame) -> dict[str, object]:
         numbers[p + "n_forward"] = float(rows.n_forward.mean())
         numbers[p + "claim"] = recovers(numbers[p + "exact"], numbers[p + "roc_auc"])
         numbers[p + "n_true"] = float(rows.n_true.mean())
+    for (model, how), rows in table[table.truth == "constructed"].groupby(["model", "how"]):
+        seeds = rows.drop_duplicates("seed")
+        numbers[f"{key(model)}.{how}.idle_runs"] = sum(bool(_edge_set(x)) for x in seeds.get("idle_edges", []))
+        oracle = rows[rows.method == "exhaustive_oracle"]
+        if len(oracle):
+            numbers[f"{key(model)}.{how}.oracle.is_truth"] = sum(
+                _edge_set(c) == _edge_set(t) for c, t in zip(oracle.circuit, oracle.true_edges)) / len(oracle)
     for method in ("acdc", "mask_pruning"):
         zero = numbers.get(f"tracr_frac_prevs.zero.{method}.claim")
         resample = numbers.get(f"tracr_frac_prevs.resample.{method}.claim")
@@ -226,6 +239,77 @@ def discovery_numbers(table: pd.DataFrame) -> dict[str, object]:
                 numbers[p + "edges_covered"] = sum(len(edges & c) / len(edges) for c in circuits) / len(circuits)
                 numbers[p + "k_composition"] = sum("L0H0->L1H0.k" in c for c in circuits) / len(circuits)
     return numbers
+
+
+def _edge_set(value) -> frozenset:
+    return frozenset(value.split()) if isinstance(value, str) else frozenset()
+
+
+def truth_moved(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    """Per model and mode whose true edges changed in some seed between ``old`` (scored against the
+    structural truths) and ``new`` (the functional ones), per method: the runs that changed, the mean
+    number of true edges, ROC AUC and exact recovery before and now (means over every seed)."""
+    keys = ["model", "how", "seed", "method"]
+    both = old.merge(new, on=keys, suffixes=("_old", "_new"))
+    rows = []
+    for (model, how), part in both.groupby(["model", "how"], sort=False):
+        changed = part[[_edge_set(a) != _edge_set(b) for a, b in zip(part.true_edges_old, part.true_edges_new)]]
+        if changed.empty:
+            continue
+        column = next((c for c in ("idle_edges_new", "idle_edges") if c in part), None)  # absent before rescoring
+        idle = sorted(set().union(*[_edge_set(x) for x in ([] if column is None else part[column])]))
+        for method in [m for m in METHOD_ORDER if m in set(part.method)]:
+            r = part[part.method == method]
+            rows.append({"model": model, "how": how, "method": method, "runs": len(set(changed.seed)),
+                         "seeds": len(r), "n_true_old": float(r.n_true_old.mean()),
+                         "n_true_new": float(r.n_true_new.mean()), "idle": " ".join(idle),
+                         "auc_old": float(r.roc_auc_old.mean()), "auc_new": float(r.roc_auc_new.mean()),
+                         "exact_old": float(r.exact_old.astype(float).mean()),
+                         "exact_new": float(r.exact_new.astype(float).mean())})
+    return pd.DataFrame(rows, columns=["model", "how", "method", "runs", "seeds", "n_true_old", "n_true_new", "idle",
+                                       "auc_old", "auc_new", "exact_old", "exact_new"])
+
+
+def _moved_block(old: pd.DataFrame, new: pd.DataFrame) -> str:
+    moved = truth_moved(old, new)
+    lines = ["| model | mode | runs whose truth moved | true edges: structural -> functional | idle edges | method "
+             "| ROC AUC: before -> now | exact: before -> now |", "|---|---|---|---|---|---|---|---|"]
+    previous = None
+    for r in moved.itertuples():
+        idle = r.idle.replace(" ", ", ") if (r.model, r.how) != previous else "(as above)"
+        previous = (r.model, r.how)
+        lines.append(f"| {r.model} | {r.how} | {r.runs} of {r.seeds} | {format_value(r.n_true_old, 'f1')} -> "
+                     f"{format_value(r.n_true_new, 'f1')} | {idle} | {r.method} "
+                     f"| {format_value(r.auc_old, 'f2')} -> {format_value(r.auc_new, 'f2')} "
+                     f"| {format_value(r.exact_old, 'pct0')} -> {format_value(r.exact_new, 'pct0')} |")
+    return "\n".join(lines) + "\n"
+
+
+def _methods_moved_block(old: pd.DataFrame, new: pd.DataFrame) -> str:
+    """Per method, pooled over every row: ROC AUC, exact recovery, faithfulness and edges chosen, before -> now."""
+    lines = ["| method | ROC AUC: before -> now | exact: before -> now | faithfulness: before -> now "
+             "| edges chosen: before -> now |", "|---|---|---|---|---|"]
+    for method in [m for m in METHOD_ORDER if m in set(new.method)]:
+        a, b = old[old.method == method], new[new.method == method]
+        cells = [f"{format_value(float(x.mean()), fmt)} -> {format_value(float(y.mean()), fmt)}"
+                 for x, y, fmt in ((a.roc_auc, b.roc_auc, "f2"), (a.exact.astype(float), b.exact.astype(float), "pct0"),
+                                   (a.faithfulness, b.faithfulness, "f2"), (a.n_chosen, b.n_chosen, "f1"))]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def moved_numbers(old: pd.DataFrame, new: pd.DataFrame, prefix: str = "moved") -> dict[str, object]:
+    """How many runs (model x mode x seed with a constructed truth) had their truth moved, of how many."""
+    keys = ["model", "how", "seed"]
+    first = lambda t: t[t.truth == "constructed"].drop_duplicates(keys).set_index(keys).true_edges  # noqa: E731
+    a, b = first(old), first(new)
+    shared = a.index.intersection(b.index)
+    changed = sum(_edge_set(a[k]) != _edge_set(b[k]) for k in shared)
+    out: dict[str, object] = {f"{prefix}.runs": changed, f"{prefix}.total": len(shared)}
+    for r in truth_moved(old, new).itertuples():
+        p = f"{prefix}.{key(r.model)}.{r.how}.{r.method}."
+        out.update({p + "auc_old": r.auc_old, p + "exact_old": r.exact_old})
+    return out
 
 
 def _figure(table: pd.DataFrame, model: str) -> tuple[Path, str] | None:
@@ -401,6 +485,15 @@ def discovery_pages(root: str | os.PathLike) -> dict[Path, str]:
     full = pd.read_csv(root / DISCOVERY_FULL) if (root / DISCOVERY_FULL).is_file() else None
     if full is not None:
         numbers.update(full_numbers(table, full))
+    before = {path: pd.read_csv(root / old) for path, old in DISCOVERY_STRUCTURAL.items() if (root / old).is_file()}
+    moved_blocks = {"truth_moved": "", "truth_moved_full": "", "methods_moved": ""}
+    if DISCOVERY_TABLE in before:
+        numbers.update(moved_numbers(before[DISCOVERY_TABLE], table))
+        moved_blocks["truth_moved"] = _moved_block(before[DISCOVERY_TABLE], table)
+        moved_blocks["methods_moved"] = _methods_moved_block(before[DISCOVERY_TABLE], table)
+    if full is not None and DISCOVERY_FULL in before:
+        numbers.update(moved_numbers(before[DISCOVERY_FULL], full, "moved_full"))
+        moved_blocks["truth_moved_full"] = _moved_block(before[DISCOVERY_FULL], full)
     blocks = {
         "summary_constructed": _summary_block(table, "constructed"),
         "summary_oracle": _summary_block(table, "oracle"),
@@ -408,6 +501,7 @@ def discovery_pages(root: str | os.PathLike) -> dict[Path, str]:
         "regret_by_size": "" if curves is None else _regret_block(curves),
         "recall_circuits": "" if recall is None else _recall_block(recall, numbers),
         "lean_vs_full": "" if full is None else _full_block(table, full),
+        **moved_blocks,
     }
     out = {DISCOVERY_PAGE: render((root / DISCOVERY_TEMPLATE).read_text(encoding="utf-8"), numbers, blocks)}
     for model in SHIPPED:
