@@ -5,7 +5,9 @@
 For every shipped model (d16h1, d32h1, d32h2, d16h1l2-any), every MLP neuron's activation at every
 step's query position (and, below the last layer, at every y position, which later layers read)
 is fitted as a lookup table over at most three features chosen greedily from the position's feature library (``perm_circuits.analysis.study.neuron_rules``), on the exhaustive train set
-(every order of every training permutation, with and without the model's repeats). A rule explains
+(every order of every training permutation, with and without the model's repeats); in a model of
+several layers, the last layer's neurons at the last step read the answer set first and two features
+chosen greedily. A rule explains
 its neuron when R^2 >= 0.9 on those rows; the held-out R^2 on the exhaustive test set is recorded
 beside it. The replacement MLP (each neuron's activation its rule's table value, through the model's
 own W_out and b_out) is scored on the exhaustive test set in three variants: unexplained neurons

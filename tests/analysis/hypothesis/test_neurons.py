@@ -107,3 +107,23 @@ def test_bad_arguments_are_refused(setting):
     rules = fit_neuron_rules(model, tokens, good, max_features=1)
     with pytest.raises(ValueError, match="unexplained"):
         rules.hooks(model, tokens, "zero")
+
+
+def test_a_required_feature_is_in_every_rule_and_counts_towards_max_features(setting):
+    """``required`` puts a named feature in every rule of its position before the greedy choice: even the
+    noise feature, which the greedy choice never takes alone; the rule then reads at most one more."""
+    model, tokens = setting
+    noise = Feature("row parity", lambda t: torch.arange(t.shape[0]) % 2, batched=True)
+    library = {LAST: (noise, Feature.token(LAST, "x5"), Feature.token(LAST - 1, "y4"))}
+    one = fit_neuron_rules(model, tokens, library, max_features=1).to_dataframe()
+    forced = fit_neuron_rules(model, tokens, library, max_features=2, required={LAST: ("row parity",)}).to_dataframe()
+    assert not one["features"].str.contains("row parity").any()
+    assert forced["features"].str.contains("row parity").all() and forced["n_features"].max() == 2
+    # the forced rule reads the noise feature and one more: never a worse fit than the free choice of one feature
+    assert (forced["r2"] >= one["r2"] - 1e-9).all()
+    with pytest.raises(ValueError, match="'nope' is not in library"):
+        fit_neuron_rules(model, tokens, library, required={LAST: ("nope",)})
+    with pytest.raises(ValueError, match="position 3"):
+        fit_neuron_rules(model, tokens, library, required={3: ("x5",)})
+    with pytest.raises(ValueError, match="max_features"):
+        fit_neuron_rules(model, tokens, library, max_features=1, required={LAST: ("x5", "y4")})

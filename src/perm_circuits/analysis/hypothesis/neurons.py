@@ -171,13 +171,12 @@ def _joint(codes: Sequence[Tensor]) -> Tensor:
     return torch.unique(out, return_inverse=True)[1]
 
 
-def _greedy(acts: Tensor, codes: list[Tensor], max_features: int, min_gain: float) -> list[tuple[tuple[int, ...], float]]:
-    """Per neuron, the feature indices chosen greedily and the ``R^2`` they reach."""
+def _greedy(acts: Tensor, codes: list[Tensor], max_features: int, min_gain: float,
+            required: tuple[int, ...] = ()) -> list[tuple[tuple[int, ...], float]]:
+    """Per neuron, the feature indices chosen greedily (after the ``required`` ones) and the ``R^2`` they reach."""
     n = acts.shape[1]
     sst = ((acts - acts.mean(0)) ** 2).sum(0)
     sumsq = (acts * acts).sum(0)
-    chosen: list[tuple[int, ...]] = [()] * n
-    best = torch.where(sst > 0, torch.zeros(n, dtype=acts.dtype), torch.ones(n, dtype=acts.dtype))
     cache: dict[tuple[int, ...], Tensor] = {}
 
     def score(combo: tuple[int, ...]) -> Tensor:
@@ -185,7 +184,11 @@ def _greedy(acts: Tensor, codes: list[Tensor], max_features: int, min_gain: floa
             cache[combo] = _r2(acts, _joint([codes[i] for i in combo]), sst, sumsq)
         return cache[combo]
 
-    for _ in range(max_features):
+    start = tuple(sorted(required))
+    chosen: list[tuple[int, ...]] = [start] * n
+    best = score(start) if start else torch.where(sst > 0, torch.zeros(n, dtype=acts.dtype), torch.ones(n, dtype=acts.dtype))
+    best = best.clone()
+    for _ in range(max_features - len(start)):
         grown = False
         for base in sorted(set(chosen)):
             members = [i for i in range(n) if chosen[i] == base and best[i] < 1 - 1e-9]
@@ -212,6 +215,7 @@ def fit_neuron_rules(
     max_features: int = 3,
     threshold: float = 0.9,
     min_gain: float = 0.01,
+    required: Mapping[int, Sequence[str]] | None = None,
 ) -> NeuronRules:
     """Fit every MLP neuron's rule at every position of ``library`` (``{position: features}``) on ``batch``.
 
@@ -219,6 +223,10 @@ def fit_neuron_rules(
     up to ``max_features`` features are chosen greedily from that position's library, each raising
     ``R^2`` by at least ``min_gain``; the rule is the table of mean activations per combination of
     their values. ``threshold`` decides which rules count as explained (:class:`NeuronRules`).
+    ``required`` (``{position: feature names}``) names features of that position's library that every
+    rule there reads before the greedy choice (they count towards ``max_features``): for example the
+    answer a last-layer neuron's output is for, when the features that explain most variance do not
+    determine it.
     """
     tokens = batch_tokens(batch)
     shape = model_shape(model)
@@ -238,6 +246,21 @@ def fit_neuron_rules(
     for name, value in (("threshold", threshold), ("min_gain", min_gain)):
         if not isinstance(value, float) or not 0 <= value <= 1:
             raise ValueError(f"{name} must be a float in [0, 1], got {value!r}")
+    required = {} if required is None else required
+    if not isinstance(required, Mapping):
+        raise TypeError(f"required must be a mapping position -> feature names, got {type(required).__name__}")
+    forced: dict[int, tuple[int, ...]] = {}
+    for position, names in required.items():
+        if position not in library:
+            raise ValueError(f"required position {position!r} is not in the library")
+        known = [f.name for f in library[position]]
+        names = [names] if isinstance(names, str) else list(names)
+        missing = [n for n in names if n not in known]
+        if missing:
+            raise ValueError(f"required feature {missing[0]!r} is not in library[{position}]")
+        if len(set(names)) > max_features:
+            raise ValueError(f"required[{position}] names {len(set(names))} features, more than max_features={max_features}")
+        forced[position] = tuple(sorted({known.index(n) for n in names}))
     _, store = run_capture(model, tokens, [post_hook(l) for l in layers])
     rules = []
     for position, features in sorted(library.items()):
@@ -250,7 +273,8 @@ def fit_neuron_rules(
             norms = model.W_out[layer].detach().double().cpu().norm(dim=-1)
             weight = acts.abs().mean(0) * norms
             shares = weight / weight.sum().clamp_min(1e-30)
-            for neuron, (combo, r2) in enumerate(_greedy(acts, codes, max_features, min_gain)):
+            for neuron, (combo, r2) in enumerate(_greedy(acts, codes, max_features, min_gain,
+                                                                       forced.get(position, ()))):
                 chosen = tuple(features[i] for i in combo)
                 rules.append(NeuronRule(layer, neuron, position, chosen, _table(acts[:, neuron], codes, columns, combo, memo),
                                         float(acts[:, neuron].mean()), r2, float(shares[neuron]), float(acts[:, neuron].mean())))
