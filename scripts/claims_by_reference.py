@@ -5,7 +5,7 @@
 One ``head_roles`` call per model and reference (``"test"``: the ablated values from the whole test set, the
 findings' convention; ``"skill"``: from each skill's own rows), every ablation mode, the findings' test set
 (5,000 sequences, seed 1234), 2,000 patching pairs, 200 bootstrap resamples
-(:func:`perm_circuits.analysis.study.reference.claims_by_reference`).  The census page
+(:func:`perm_circuits.analysis.study.reference_table.claims_by_reference`).  The census page
 (``docs/census.md``, ``python scripts/build_results.py``) renders its section "The claims per reference"
 from this table.  Nothing is overwritten without ``--force``.
 """
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import torch
 
-    from perm_circuits.analysis.study.reference import claims_by_reference
+    from perm_circuits.analysis.study.reference_table import claims_by_reference
     from perm_circuits.models import load_pretrained
 
     torch.set_num_threads(1)
