@@ -92,6 +92,7 @@ from perm_circuits.analysis.circuits.runs import (
 from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, check_how, reference_tokens
 from perm_circuits.analysis.interventions.patching import metric_values
 from perm_circuits.metric import bind_metric, check_metric
+from perm_circuits.analysis.circuits.reference import merge_skill_metrics, reference_label, skill_parts
 from perm_circuits.analysis.interventions.ablation_table import components_of
 from perm_circuits.analysis.probes.task_attribution import model_label
 from perm_circuits.checks import check_number
@@ -234,7 +235,7 @@ def circuit_metrics(
     max_exhaustive: int = 8,
     n_subsets: int = 256,
     subset_seed: int = 0,
-    reference: Batch | TaskBatch | Tensor | None = None,
+    reference: Batch | TaskBatch | Tensor | str | None = None,
     ablation_seed: int = 0,
     ablate_kwargs: Mapping | None = None,
     progress: bool = False,
@@ -257,7 +258,10 @@ def circuit_metrics(
         max_exhaustive: enumerate all ``2^|C|`` subsets up to this many nodes, else sample.
         n_subsets: the sampling budget (about this many subsets K; see the module docstring).
         subset_seed: seeds the random orderings of the sampled subsets.
-        reference: the batch mean / resample ablation draws from (default: the test set).
+        reference: the batch mean / resample ablation draws from, or ``"test"`` (default, the test set) or
+            ``"skill"`` (each subgroup's own rows: on the permutation task the elimination and the recall
+            subgroup are measured separately, each against itself; :mod:`~perm_circuits.analysis.circuits.reference`).
+            Recorded in ``CircuitMetrics.reference`` (``"custom"`` for a batch).
         ablation_seed: the resample seed (which reference row replaces each sample), passed to
             :func:`~perm_circuits.analysis.interventions.ablation.ablate` as its ``seed``.
         ablate_kwargs: extra keyword arguments for every ``ablate`` call (for modes that need
@@ -270,6 +274,18 @@ def circuit_metrics(
     check_int("max_exhaustive", max_exhaustive, 0, 21)
     check_int("n_subsets", n_subsets, 1)
     check_seed(subset_seed, "subset_seed")
+    label = reference_label(reference)
+    reference = None if isinstance(reference, str) else reference
+    if label == "skill" and not (task is not None or metric is not None or isinstance(test_set, (TaskBatch, Tensor))
+                                 or not is_permutation_model(model)):  # the permutation task: each skill alone
+        check_int("n", n, 1)
+        if test_set is None:
+            test_set = make_test_set(check_task_config(model, task_config), n=n, seed=seed)
+        options = dict(how=how, task_config=task_config, hooks=hooks, max_exhaustive=max_exhaustive,
+                       n_subsets=n_subsets, subset_seed=subset_seed, ablation_seed=ablation_seed,
+                       ablate_kwargs=ablate_kwargs, progress=progress)
+        parts = [circuit_metrics(model, circuit, part, reference=part, **options) for part in skill_parts(test_set)]
+        return merge_skill_metrics(*parts)
     nodes, problem, hooks = _setup(model, circuit, test_set, how, n, seed, task_config, hooks,
                                    reference, ablation_seed, ablate_kwargs, progress, task, metric)
     runner = CircuitRunner(model, problem, how, hooks, ablation_seed, ablate_kwargs or {}, progress)
@@ -301,7 +317,7 @@ def circuit_metrics(
     return CircuitMetrics(model_name=model_label(model), how=how, circuit=tuple(node.name for node in nodes),
         n_samples=len(problem.tokens), completeness_method=method, n_subsets_checked=len(masks),
         elimination=groups.get("elimination"), recall=groups.get("recall"),
-        groups=tuple(groups.values()) if problem.general else ())
+        groups=tuple(groups.values()) if problem.general else (), reference=label)
 
 
 def faithfulness_by_mode(

@@ -62,6 +62,7 @@ class CircuitMetrics:
     elimination: SubgroupCircuitMetrics | None = None
     recall: SubgroupCircuitMetrics | None = None
     groups: tuple[SubgroupCircuitMetrics, ...] = ()
+    reference: str = "test"  # where the ablated values came from: "test", "skill" or "custom" (a batch)
 
     @property
     def subgroups(self) -> tuple[SubgroupCircuitMetrics, ...]:
