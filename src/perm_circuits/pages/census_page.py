@@ -173,6 +173,12 @@ def _claims_block(rows: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _carried(rows: pd.DataFrame, column: str) -> str:
+    """``"k of n"`` complete runs whose fingerprint has ``column`` (taken after the column was added)."""
+    k = int(rows[column].notna().sum()) if column in rows.columns else 0
+    return f"{k} of {len(rows)}"
+
+
 def _hypotheses_block(rows: pd.DataFrame) -> str:
     columns = sorted(c for c in rows.columns if c.startswith("hyp_") and not c.endswith(("_ci_low", "_ci_high")))
     if rows.empty or not columns:
@@ -381,14 +387,17 @@ head passes the duplicate-token threshold:
 ## The study's claims per class, mode and reference
 
 Against the test set (`reference="test"`, the default) and against each skill's own rows (`reference="skill"`):
-the seeds of each class per claim status.
+the seeds of each class per claim status.  The per-reference columns were added to the fingerprint after the
+first pass of the census: {_carried(finals, "skill_story_mean")} complete runs carry them (the rows without are
+counted under `test` only).
 
 {_claims_block(finals)}
 
 ## The written hypotheses per class
 
 Causal-scrubbing recovery (Chan et al. 2022) of each hypothesis of `docs/how_models_compute.md`, per skill, over
-the seeds of each class (census-sized: 300 rows, 20 resamples).
+the seeds of each class (census-sized: 300 rows, 20 resamples); {_carried(finals, "hyp_recall_study")} complete runs
+carry them.
 
 {_hypotheses_block(finals)}
 
