@@ -39,3 +39,14 @@ def test_a_batch_is_custom_and_a_bad_name_is_refused(model):
     assert circuit_metrics(model, CIRCUIT, batch, how="zero", reference=batch, max_exhaustive=0).reference == "custom"
     with pytest.raises(ValueError, match="reference must be one of"):
         circuit_metrics(model, CIRCUIT, how="mean", reference="recall")
+
+
+def test_faithfulness_by_mode_takes_the_reference(model):
+    from perm_circuits.analysis.circuits.criteria import faithfulness_by_mode
+
+    test = faithfulness_by_mode(model, CIRCUIT, n=300, hows=["mean", "zero"])
+    skill = faithfulness_by_mode(model, CIRCUIT, n=300, hows=["mean", "zero"], reference="skill")
+    assert (test.reference, skill.reference) == ("test", "skill")
+    assert len(skill.rows) == len(test.rows) == 4
+    assert test.get("mean", "recall").faithfulness < 0.0 < 0.9 < skill.get("mean", "recall").faithfulness
+    assert test.get("zero", "recall").faithfulness == pytest.approx(skill.get("zero", "recall").faithfulness, abs=1e-5)
