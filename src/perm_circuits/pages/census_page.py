@@ -397,7 +397,9 @@ counted under `test` only).
 
 Causal-scrubbing recovery (Chan et al. 2022) of each hypothesis of `docs/how_models_compute.md`, per skill, over
 the seeds of each class (census-sized: 300 rows, 20 resamples); {_carried(finals, "hyp_recall_study")} complete runs
-carry them.
+carry them.  The hypotheses name heads by label, as written for the shipped models: the gate hypothesis says L0H0 is
+the duplicate-token head, so a seed whose duplicate-token head is L0H1 (heads of one layer are interchangeable
+between seeds) scores low on it for that reason alone.
 
 {_hypotheses_block(finals)}
 
