@@ -7,7 +7,9 @@ One row per (source, config, seed, epoch): ``source`` is ``census`` or ``shipped
 ``complete`` say whether the run had finished its 50 epochs when the table was made; ``epoch_recall_99`` /
 ``epoch_elimination_99`` are the run's first epochs at 0.99 (from its history, as far as it ran).
 Resumable: rows already in ``--out`` are kept and not recomputed; the table is written atomically after
-every row.  The census page (``docs/census.md``) is rendered from it by ``python scripts/build_results.py``.
+every row.  ``--reverse`` takes the missing rows from the end, for a second worker writing its own ``--out``.
+Cost: one fingerprint takes 1-5 s on an idle core (``seconds``; the roles twice, once per reference, dominate),
+about 10-40 s on this shared 2-core machine under load.  The census page (``docs/census.md``) is rendered from it by ``python scripts/build_results.py``.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=TABLE)
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--limit", type=int, default=0, help="stop after this many new rows (0: all)")
+    parser.add_argument("--reverse", action="store_true",
+                        help="take the missing rows from the last (a second worker writing another --out)")
     args = parser.parse_args(argv)
     import pandas as pd
     import torch
@@ -67,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     table = pd.read_csv(args.out) if args.out.is_file() else pd.DataFrame(columns=KEYS)
     have = {tuple(row) for row in table[KEYS].astype(str).itertuples(index=False)}
     jobs = [(key, src) for key, src in _jobs(args.census) if tuple(str(key[k]) for k in KEYS) not in have]
+    if args.reverse:
+        jobs = jobs[::-1]
     rows = table.to_dict("records")
     done = 0
     for key, source in tqdm(jobs, disable=args.quiet, desc="fingerprints"):

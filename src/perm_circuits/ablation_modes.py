@@ -21,10 +21,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SCOPES", "AblationMode", "ablation_modes", "get_mode", "mode_help", "modes", "register_mode"]
+__all__ = ["REFERENCES", "SCOPES", "AblationMode", "ablation_modes", "check_reference_name", "get_mode", "mode_help",
+           "modes", "register_mode"]
 
 SCOPES: tuple[str, ...] = ("study", "task", "edges")
 """The tools a mode can be implemented in (module docstring)."""
+
+REFERENCES: tuple[str, ...] = ("test", "skill")
+"""Where the ablated values of a mean / resample / optimal ablation come from, per skill (the permutation
+task's elimination and recall): ``"test"``, the whole test set (both skills mixed, as the task presents them;
+the library's default); ``"skill"``, the skill's own rows (each skill is ablated with its own mean, resampled
+from its own rows).  The choice can change a component's role: a head that only tells the skills apart (a
+repeat detector) carries nothing within one skill, so against the skill's own rows its ablation removes
+nothing.  Roles, claims, circuit criteria, discovery (:func:`~perm_circuits.discovery.skills.discover_skills`)
+and the census fingerprints take it as ``reference=`` and record it."""
+
+
+def check_reference_name(reference: object) -> str:
+    """``reference`` if it is one of :data:`REFERENCES`, else a ValueError naming it."""
+    if not isinstance(reference, str) or reference not in REFERENCES:
+        raise ValueError(f"reference must be one of {REFERENCES}, got {reference!r}")
+    return reference
 
 
 @dataclass(frozen=True)

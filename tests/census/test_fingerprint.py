@@ -14,15 +14,6 @@ from perm_circuits.census import Fingerprint, circuit_components, mechanism_clas
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def induction():
-    from perm_circuits.handbuilt import build_induction_model
-
-    model = build_induction_model()
-    return model, mechanism_fingerprint(model, n=600, n_circuit=100, n_pair=100, n_boot=20, hows=("zero", "mean", "resample"),
-                                        name="induction")
-
-
 def test_the_induction_model_is_what_its_construction_says(induction):
     _, fp = induction
     d = fp.to_dict()

@@ -21,19 +21,23 @@ from perm_circuits.census.fingerprint import (
     mechanism_fingerprint,
     node_oracle,
 )
+from perm_circuits.census.summary import CensusSummary, census_summary, has_fingerprints
 
 __all__ = [
     "CIRCUIT_HOWS",
     "CLASS_DESCRIPTIONS",
     "CLASS_ORDER",
+    "CensusSummary",
     "REFERENCES",
     "SKILL_CAPABLE",
     "Fingerprint",
     "MechanismClass",
     "canonical_circuit",
+    "census_summary",
     "circuit_components",
     "classify",
     "fingerprint_frame",
+    "has_fingerprints",
     "mechanism_class",
     "mechanism_fingerprint",
     "node_oracle",

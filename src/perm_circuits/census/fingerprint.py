@@ -5,9 +5,17 @@ One fingerprint is taken from tools the library already has, on one model of the
 * **attention** (:func:`~perm_circuits.analysis.study.scores.head_scores`, on the fixed test set):
   per head the duplicate-token score (the last query attends to the x it repeats, minus the baseline),
   the y-accumulation (elimination) score, the x -> preceding-y score and the repeated source-y shift;
-* **roles** per ablation mode (:func:`~perm_circuits.analysis.study.verdict.head_roles`, every mode of
-  :data:`~perm_circuits.analysis.HOWS`, the reference being the test set itself: the one reference the
-  roles take today), the story's verdict and every claim's status per mode;
+* **roles** per ablation mode and per reference (:func:`~perm_circuits.analysis.study.verdict.head_roles`,
+  every mode of :data:`~perm_circuits.analysis.HOWS`, once against each reference of
+  :data:`~perm_circuits.ablation_modes.REFERENCES`), the story's verdict and every claim's status per mode:
+  ``role_<how>_<component>``, ``claim_<how>_<claim>``, ``story_<how>`` against the test set (the roles'
+  default), the same names prefixed ``skill_`` against each skill's own rows;
+* **hypotheses**: the causal-scrubbing recovery (Chan et al. 2022) of each written hypothesis of
+  :func:`~perm_circuits.analysis.study.hypotheses.shipped_hypotheses` per skill (elimination, recall),
+  ``hyp_<skill>_<name>`` with its bootstrap interval (``..._ci_low``, ``..._ci_high``).  A census-sized
+  measurement, not the docs' one: ``n_hyp`` rows (300) and ``n_hyp_boot`` resamples (20), where
+  ``scripts/hypotheses.py`` uses 2,000 and 200 (``docs/how_models_compute.md``), to keep a fingerprint
+  under 10 s;
 * **circuits**: per skill (elimination, recall; :func:`~perm_circuits.discovery.skills.skill_batches`)
   the oracle's smallest set of components (heads, MLPs) keeping faithfulness 0.9 when every other
   component's output is ablated (:func:`node_oracle`, exhaustive over component subsets), under
@@ -157,9 +165,31 @@ def _oracle_columns(model, test, hows: Sequence[str], accuracy: Mapping[str, flo
     return out
 
 
+def _hypothesis_columns(model, n: int, n_boot: int, seed: int) -> dict[str, float]:
+    """``hyp_<skill>_<name>`` (+ ``_ci_low``, ``_ci_high``): each written hypothesis's recovery per skill."""
+    from perm_circuits.analysis.hypothesis import causal_scrub
+    from perm_circuits.analysis.study.hypotheses import last_step_accuracy, shipped_hypotheses, skill_batch
+    from perm_circuits.model_shape import model_shape
+    from perm_circuits.models import model_config_of
+
+    shape = model_shape(model)
+    out: dict[str, float] = {}
+    if model_config_of(model).V != 5:  # the hypotheses are written for the study's V = 5 sequences
+        return out
+    for skill in ("elimination", "recall"):
+        batch = skill_batch(skill, n, seed)
+        for label, hypothesis in shipped_hypotheses(shape.n_layers, shape.n_heads).items():
+            result = causal_scrub(model, hypothesis, batch, last_step_accuracy, n_boot=n_boot, seed=seed,
+                                  per_claim=False)
+            key = f"hyp_{skill}_{label}"
+            out[key], out[f"{key}_ci_low"], out[f"{key}_ci_high"] = result.recovery, result.ci_low, result.ci_high
+    return out
+
+
 def mechanism_fingerprint(model, *, task=None, n: int = 2000, n_circuit: int = 300, n_pair: int = 500,
                           n_boot: int = 100, seed: int = 1234, hows: Sequence[str] | None = None,
-                          circuit_hows: Sequence[str] = CIRCUIT_HOWS, name: str | None = None) -> Fingerprint:
+                          circuit_hows: Sequence[str] = CIRCUIT_HOWS, name: str | None = None,
+                          n_hyp: int = 300, n_hyp_boot: int = 20) -> Fingerprint:
     """The mechanism fingerprint of one permutation-study model (module docstring).
 
     Args:
@@ -173,6 +203,8 @@ def mechanism_fingerprint(model, *, task=None, n: int = 2000, n_circuit: int = 3
         hows: the roles' ablation modes (default every mode of :data:`~perm_circuits.analysis.HOWS`).
         circuit_hows: the oracle circuits' ablation modes.
         name: the model's name in the record (default ``model.cfg.model_name`` or ``"model"``).
+        n_hyp: rows per skill for the hypotheses' causal scrubbing (seed 0).
+        n_hyp_boot: its bootstrap resamples.
     """
     from perm_circuits.analysis import HOWS
     from perm_circuits.analysis.study.verdict import head_roles
@@ -181,7 +213,8 @@ def mechanism_fingerprint(model, *, task=None, n: int = 2000, n_circuit: int = 3
     from perm_circuits.tasks.permutation import PermutationTask
     from perm_circuits.tasks.permutation_data import TaskConfig
 
-    for label, value in (("n", n), ("n_circuit", n_circuit), ("n_pair", n_pair), ("n_boot", n_boot)):
+    for label, value in (("n", n), ("n_circuit", n_circuit), ("n_pair", n_pair), ("n_boot", n_boot),
+                         ("n_hyp", n_hyp), ("n_hyp_boot", n_hyp_boot)):
         check_int(label, value, low=2)
     hows = tuple(HOWS if hows is None else hows)
     unknown = [h for h in (*hows, *circuit_hows) if h not in HOWS]
@@ -198,8 +231,9 @@ def mechanism_fingerprint(model, *, task=None, n: int = 2000, n_circuit: int = 3
             task_config = TaskConfig.from_dict({**task_config.to_dict(), "repeat_ratio": 0.3})
     start = time.perf_counter()
     model.eval()
-    verdict = head_roles(model, task_config=task_config, how="mean" if "mean" in hows else hows[0], hows=hows,
-                         n=n, seed=seed, n_pair=n_pair, n_boot=n_boot, circuits=False, induction=False)
+    options = dict(task_config=task_config, how="mean" if "mean" in hows else hows[0], hows=hows, n=n, seed=seed,
+                   n_pair=n_pair, n_boot=n_boot, circuits=False, induction=False)
+    verdict = head_roles(model, **options)  # reference="test"
     record: dict[str, Any] = {"elimination_accuracy": float(verdict.elimination_accuracy),
                               "recall_accuracy": float(verdict.recall_accuracy)}
     for score in verdict.scores:
@@ -210,9 +244,13 @@ def mechanism_fingerprint(model, *, task=None, n: int = 2000, n_circuit: int = 3
     record["eliminator_heads"] = "+".join(s.component for s in verdict.scores if "eliminator" in s.patterns) or "-"
     for key, value in verdict.columns().items():  # the sweep rows' columns; "verdict_<how>" is the story's
         record[key.replace("verdict_", "story_", 1) if key.startswith("verdict_") else key] = value
+    skill_verdict = head_roles(model, reference="skill", **options)
+    for key, value in skill_verdict.columns().items():  # the same columns against each skill's own rows
+        record["skill_" + (key.replace("verdict_", "story_", 1) if key.startswith("verdict_") else key)] = value
     test = PermutationTask(task_config).test_set(n, seed=seed)
     accuracy = {"elimination": record["elimination_accuracy"], "recall": record["recall_accuracy"]}
     record.update(_oracle_columns(model, test, circuit_hows, accuracy, n_circuit, seed=0))
+    record.update(_hypothesis_columns(model, n_hyp, n_hyp_boot, seed=0))
     label = name if name is not None else getattr(getattr(model, "cfg", None), "model_name", None) or "model"
     return Fingerprint(model=str(label), record=tuple(record.items()), seconds=time.perf_counter() - start)
 

@@ -18,6 +18,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from perm_circuits.ablation_modes import REFERENCES
 from perm_circuits.checks import check_int
 from perm_circuits.discovery.benchmark import METHODS, TRAINED, benchmark_models
 from perm_circuits.discovery.oracle import exhaustive_oracle
@@ -45,7 +46,7 @@ def skill_batches(batch: TaskBatch) -> dict[str, TaskBatch]:
     return out
 
 
-SKILL_REFERENCES = ("test", "skill")
+SKILL_REFERENCES = REFERENCES
 """Where a skill's ablated values come from: ``"test"``, the whole test batch (both skills mixed, as the
 task presents them, and as the report's findings ablate); ``"skill"``, the skill's own rows."""
 

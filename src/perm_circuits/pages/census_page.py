@@ -2,8 +2,9 @@
 
 Rendered by :func:`census_pages` from ``results/census_fingerprints.csv`` (``scripts/census_fingerprints.py``
 over the runs of ``scripts/census_train.py``), with one formation figure per configuration in
-``docs/figures/``.  Every number on the page is computed here from the table; ``tests/census`` re-derives
-them.  Classes follow the stated rule of :mod:`perm_circuits.census.classes`.
+``docs/figures/``, and its section on the ablation reference from ``results/claims_by_reference.csv``
+(``scripts/claims_by_reference.py``).  Every number on the page is computed here from the tables;
+``tests/census`` re-derives them.  Classes follow the stated rule of :mod:`perm_circuits.census.classes`.
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ from perm_circuits.census.classes import CLASS_ORDER, classify, mechanism_class,
 from perm_circuits.census.fingerprint import CIRCUIT_HOWS, REFERENCES
 from perm_circuits.views.svg_charts import Series, svg_line_chart
 
-__all__ = ["CENSUS_FIGURES", "CENSUS_PAGE", "CENSUS_TABLE", "PLANNED_SEEDS", "census_pages", "class_counts",
-           "epoch_spread", "final_rows", "formation", "load_census"]
+__all__ = ["CENSUS_FIGURES", "CENSUS_PAGE", "CENSUS_TABLE", "CLAIMS_TABLE", "PLANNED_SEEDS", "ROLE_REFERENCES",
+           "census_pages", "class_counts", "epoch_spread", "final_rows", "formation", "l0h0_by_reference",
+           "load_census"]
 
 CENSUS_TABLE = Path("results/census_fingerprints.csv")
+CLAIMS_TABLE = Path("results/claims_by_reference.csv")
+ROLE_REFERENCES = {"test": "", "skill": "skill_"}
+"""The fingerprint's column prefix of the roles, claims and story against each reference."""
 CENSUS_PAGE = Path("docs/census.md")
 CENSUS_FIGURES = Path("docs/figures")
 PLANNED_SEEDS = 20
@@ -152,19 +157,118 @@ def _claims_block(rows: pd.DataFrame) -> str:
     claims = sorted(c for c in rows.columns if c.startswith("claim_mean_"))
     if rows.empty or not claims:
         return "_No complete run yet._"
-    lines = ["| config | class | claim | status under each mode (seeds) |", "|---|---|---|---|"]
+    lines = ["| config | class | claim | reference | status under each mode (seeds) |", "|---|---|---|---|---|"]
     for (config, name), group in rows.groupby(["config", "class"], sort=True):
         for claim in claims:
             claim_name = claim[len("claim_mean_"):]
-            cells = []
-            for how in HOWS:
-                column = f"claim_{how}_{claim_name}"
-                statuses = group[column].dropna().value_counts() if column in group else pd.Series(dtype=int)
-                if len(statuses):
-                    cells.append(f"{how}: " + ", ".join(f"{s} {k}" for s, k in sorted(statuses.items())))
-            if cells:  # a claim the configuration does not make (d16h1's claims differ from d32h2's) is left out
-                lines.append(f"| {config} | {name} | {claim_name} | {'; '.join(cells)} |")
+            for ref, prefix in ROLE_REFERENCES.items():
+                cells = []
+                for how in HOWS:
+                    column = f"{prefix}claim_{how}_{claim_name}"
+                    statuses = group[column].dropna().value_counts() if column in group else pd.Series(dtype=int)
+                    if len(statuses):
+                        cells.append(f"{how}: " + ", ".join(f"{s} {k}" for s, k in sorted(statuses.items())))
+                if cells:  # a claim the configuration does not make (d16h1's claims differ from d32h2's) is left out
+                    lines.append(f"| {config} | {name} | {claim_name} | {ref} | {'; '.join(cells)} |")
     return "\n".join(lines)
+
+
+def _carried(rows: pd.DataFrame, column: str) -> str:
+    """``"k of n"`` complete runs whose fingerprint has ``column`` (taken after the column was added)."""
+    k = int(rows[column].notna().sum()) if column in rows.columns else 0
+    return f"{k} of {len(rows)}"
+
+
+def _hypotheses_block(rows: pd.DataFrame) -> str:
+    columns = sorted(c for c in rows.columns if c.startswith("hyp_") and not c.endswith(("_ci_low", "_ci_high")))
+    if rows.empty or not columns:
+        return "_The committed fingerprints do not carry the hypotheses' recoveries yet._"
+    lines = ["| config | class | hypothesis | skill | seeds | median recovery | range |", "|---|---|---|---|---|---|---|"]
+    for (config, name), group in rows.groupby(["config", "class"], sort=True):
+        for column in columns:
+            values = group[column].dropna().astype(float)
+            if values.empty:
+                continue
+            skill, hypothesis = column[len("hyp_"):].split("_", 1)
+            lines.append(f"| {config} | {name} | {hypothesis} | {skill} | {len(values)} | {values.median():.2f} | "
+                         f"{values.min():.2f}-{values.max():.2f} |")
+    return "\n".join(lines)
+
+
+def load_claims(root: str | os.PathLike) -> pd.DataFrame | None:
+    """``results/claims_by_reference.csv`` (:data:`CLAIMS_TABLE`), or None when it is not there."""
+    path = Path(root) / CLAIMS_TABLE
+    return pd.read_csv(path, keep_default_na=False, na_values=[""]) if path.is_file() else None
+
+
+def l0h0_by_reference(claims: pd.DataFrame, model: str = "d32h2", component: str = "L0H0") -> pd.DataFrame:
+    """``component``'s rows of the claims table for ``model``: per reference and mode, its ablated accuracies,
+    recall retention and role (the numbers that settle whether recall needs it)."""
+    rows = claims[(claims["model"] == model) & (claims["kind"] == "role") & (claims["name"] == component)]
+    return rows[["reference", "how", "elimination_accuracy", "recall_accuracy", "recall_retention", "patch_effect",
+                 "value"]].reset_index(drop=True)
+
+
+def _reference_claims_block(claims: pd.DataFrame) -> str:
+    rows = claims[claims["kind"] == "claim"]
+    hows = list(dict.fromkeys(rows["how"]))
+    lines = ["| model | claim | reference | " + " | ".join(hows) + " |", "|---|---|---|" + "---|" * len(hows)]
+    changed = []
+    for (model, claim), group in rows.groupby(["model", "name"], sort=True):
+        by_ref = {}
+        for ref in ROLE_REFERENCES:
+            cells = group[group["reference"] == ref].set_index("how")["value"]
+            by_ref[ref] = [cells.get(h, "-") for h in hows]
+            lines.append(f"| {model} | {claim} | {ref} | " + " | ".join(by_ref[ref]) + " |")
+        changed += [f"{model} {claim} under {h} ({a} -> {b})" for h, a, b in zip(hows, by_ref["test"], by_ref["skill"])
+                    if a != b]
+    note = ("Claims whose status changes with the reference (test set -> each skill's own rows): "
+            + "; ".join(changed) + ".") if changed else "No claim's status changes with the reference."
+    return "\n".join(lines) + "\n\n" + note
+
+
+def _roles_changed(claims: pd.DataFrame) -> str:
+    rows = claims[claims["kind"] == "role"]
+    out = []
+    for (model, component, how), group in rows.groupby(["model", "name", "how"], sort=True):
+        roles = group.set_index("reference")["value"]
+        if roles.get("test") != roles.get("skill"):
+            out.append(f"{model} {component} under {how} ({roles.get('test')} -> {roles.get('skill')})")
+    return ("Roles that change with the reference: " + "; ".join(out) + ".") if out else \
+        "No component's role changes with the reference."
+
+
+def _l0h0_block(claims: pd.DataFrame, table: pd.DataFrame) -> str:
+    rows = l0h0_by_reference(claims)
+    if rows.empty:
+        return "_d32h2 is not in the claims table._"
+    lines = ["| reference | mode | elimination | recall | recall retention | patching restores | role |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows.itertuples(index=False):
+        lines.append(f"| {r.reference} | {r.how} | {100 * r.elimination_accuracy:.1f}% | {100 * r.recall_accuracy:.1f}% | "
+                     f"{r.recall_retention:.2f} | {r.patch_effect:.2f} | {r.value} |")
+    shipped = table[(table["source"] == "shipped") & (table["config"] == "d32h2")]
+    circuits = ""
+    if len(shipped):
+        record = shipped.iloc[0]
+        circuits = ("\n\nThe oracle's recall circuit of the shipped d32h2 (smallest component set keeping "
+                    "faithfulness 0.9; census fingerprint): " + "; ".join(
+                        f"{how} / {ref}: `{record[f'circuit_recall_{how}_{ref}']}`"
+                        for how in CIRCUIT_HOWS for ref in ("test", "skill")) + ".")
+    cell = {(r.reference, r.how): r for r in rows.itertuples(index=False)}
+    sentence = ""
+    if ("test", "mean") in cell and ("skill", "mean") in cell:
+        t, k = cell[("test", "mean")], cell[("skill", "mean")]
+        sentence = (f"\n\nMean-ablating L0H0 with its mean over the test set leaves recall at "
+                    f"{100 * t.recall_accuracy:.1f}%; with its mean over the recall rows themselves, at "
+                    f"{100 * k.recall_accuracy:.1f}%.  L0H0 carries \"this query repeats\": the two skills' rows differ in it, "
+                    "the rows of one skill do not.  So recall needs L0H0's *difference from the elimination rows*; "
+                    "within the recall rows it is constant, and a constant can be ablated away.  Both readings are "
+                    "measurements of the same model: against the test set (the findings' convention) L0H0 is "
+                    f"needed for recall; against the skill's own rows it is not (recall retention "
+                    f"{k.recall_retention:.2f}), and its role stays {k.value!r} only because patching its clean output "
+                    f"into a new-query run restores {k.patch_effect:.2f} of recall.")
+    return "\n".join(lines) + sentence + circuits
 
 
 def _spread_block(table: pd.DataFrame) -> str:
@@ -209,6 +313,26 @@ def census_pages(root: str | os.PathLike) -> dict[Path, str]:
         counts = formation(table, config)["n"]
         figures.append(f"![formation of {config}](figures/{path.name})\n\n{config}, seeds at each kept epoch: "
                        + ", ".join(f"epoch {int(e)}: {int(k)}" for e, k in counts.items()) + ".\n")
+    claims = load_claims(root)
+    if claims is None:
+        reference_section = f"_No {CLAIMS_TABLE} yet (python scripts/claims_by_reference.py)._"
+    else:
+        reference_section = f"""A mean, resample or optimal ablation replaces a component's output with values drawn from a reference
+distribution, and the reference is part of the claim (`perm_circuits.ablation_modes.REFERENCES`): `test`, the whole
+test set (both skills mixed, as the task presents them; the findings' convention), or `skill`, each skill's own
+rows.  `head_roles(model, reference=...)` on the findings' test set (5,000 sequences, seed 1234), every mode
+(`{CLAIMS_TABLE}`, `scripts/claims_by_reference.py`); zero and binding-free ablation do not read the reference.
+
+{_reference_claims_block(claims)}
+
+{_roles_changed(claims)}
+
+### d32h2's L0H0 in recall: settled per reference
+
+The findings keep L0H0 in d32h2's recall circuit; its recall circuit against the recall rows themselves drops it.
+Both are right, for different references.  L0H0 ablated, per reference and mode:
+
+{_l0h0_block(claims, table)}"""
     text = f"""# A census of mechanisms
 
 <!-- generated by python scripts/build_results.py from {CENSUS_TABLE}; do not edit -->
@@ -217,9 +341,11 @@ One seed is an anecdote.  The census trains {PLANNED_SEEDS} seeds of each config
 recipe (50 epochs x 100,000 samples, batch 128, lr 1e-3, repeat ratio 0.3) for all 50 epochs, **without early
 stopping**, keeps checkpoints at epochs 1, 2, 4, 8, 16, 32 and 50 (`scripts/census_train.py`), and takes a
 mechanism fingerprint of each (`perm_circuits.census.mechanism_fingerprint`, `scripts/census_fingerprints.py`):
-attention scores per head, roles and the study's claims under every ablation mode, and per skill the oracle's
-smallest component set keeping faithfulness 0.9 under mean and resample ablation, against the skill's own rows
-and against the whole test set.
+attention scores per head, roles and the study's claims under every ablation mode against both references
+(the whole test set, and each skill's own rows), per skill the oracle's smallest component set keeping
+faithfulness 0.9 under mean and resample ablation against both references, and each written hypothesis's
+causal-scrubbing recovery per skill (`perm_circuits.analysis.study.hypotheses`; a census-sized measurement:
+300 rows and 20 bootstrap resamples per skill, where `docs/how_models_compute.md` uses 2,000 and 200).
 
 ## Status of the census
 
@@ -258,9 +384,28 @@ head passes the duplicate-token threshold:
 
 {_duplicate_block(table)}
 
-## The study's claims per class (reference: the test set; the roles take no other reference yet)
+## The study's claims per class, mode and reference
+
+Against the test set (`reference="test"`, the default) and against each skill's own rows (`reference="skill"`):
+the seeds of each class per claim status.  The per-reference columns were added to the fingerprint after the
+first pass of the census: {_carried(finals, "skill_story_mean")} complete runs carry them (the rows without are
+counted under `test` only).
 
 {_claims_block(finals)}
+
+## The written hypotheses per class
+
+Causal-scrubbing recovery (Chan et al. 2022) of each hypothesis of `docs/how_models_compute.md`, per skill, over
+the seeds of each class (census-sized: 300 rows, 20 resamples); {_carried(finals, "hyp_recall_study")} complete runs
+carry them.  The hypotheses name heads by label, as written for the shipped models: the gate hypothesis says L0H0 is
+the duplicate-token head, so a seed whose duplicate-token head is L0H1 (heads of one layer are interchangeable
+between seeds) scores low on it for that reason alone.
+
+{_hypotheses_block(finals)}
+
+## The ablation reference: the shipped models' claims per mode and per reference
+
+{reference_section}
 
 ## Epoch to 99% recall across seeds
 

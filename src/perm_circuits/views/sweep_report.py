@@ -3,7 +3,9 @@
 :func:`write_sweep_report` (``perm-circuits sweep-report DIR --out PAGE.html``) takes a sweep table
 (a DataFrame, or a sweep folder read with ``perm_circuits.sweep.load_sweep``) and writes one page
 with the phase diagram, the epoch-to-recall spread and the roles/claims frequencies of
-:mod:`perm_circuits.views.sweep_figures`, a summary table per configuration (:func:`sweep_summary`)
+:mod:`perm_circuits.views.sweep_figures`, the mechanism classes and their formation when the rows carry
+fingerprints (computed by :mod:`perm_circuits.census.summary`, drawn by
+:mod:`perm_circuits.views.census_figures`), a summary table per configuration (:func:`sweep_summary`)
 and the failed runs' errors.  plotly.js is saved once beside the page
 (``plotly-<version>.min.js``, shared with any other page written into the same folder) and the page
 works with no network.
@@ -40,6 +42,7 @@ SWEEP_SECTIONS: tuple[str, ...] = (
     "Epoch to recall",
     "Time to recall (survival across seeds)",
     "Head roles and claims across seeds",
+    "Mechanism classes (census)",
     "Failed runs",
 )
 """The page's section headings, in order."""
@@ -124,6 +127,21 @@ def _survival_html(frame: pd.DataFrame) -> str:
     return _figure_html(time_to_recall_figure(time_to_recall(frame)), "pc-sweep-survival")
 
 
+def _census_html(frame: pd.DataFrame) -> str:
+    """The class frequencies and formation figure when the rows carry mechanism fingerprints, or why not."""
+    from perm_circuits.census.summary import census_summary  # the rows' analysis; this module only draws
+    from perm_circuits.views.census_figures import census_counts_html, formation_figure
+
+    summary = census_summary(frame)
+    if summary is None:
+        return ("<p>The rows carry no mechanism fingerprints (the circuit columns of "
+                "<code>perm_circuits.census.mechanism_fingerprint</code>): no mechanism classes.</p>")
+    body = census_counts_html(summary)
+    if summary.formation.empty:
+        return body + "<p>The rows hold one epoch per run: no formation figure.</p>"
+    return body + _figure_html(formation_figure(summary), "pc-sweep-census")
+
+
 def _check_out(out: object, force: object) -> Path:
     if not isinstance(out, (str, os.PathLike)):
         raise TypeError(f"out must be a page path (str or Path), got {type(out).__name__}")
@@ -199,6 +217,7 @@ def write_sweep_report(
         _survival_html(frame),
         _figure_html(roles_frequency(frame), "pc-sweep-roles") if sweep_modes(frame) else
         "<p>The table has no head-role columns (role_&lt;how&gt;_&lt;component&gt;).</p>",
+        _census_html(frame),
         _errors_html(frame),
     ]
     n_done, n_failed = int((frame["status"] == "done").sum()), int((frame["status"] == "failed").sum())

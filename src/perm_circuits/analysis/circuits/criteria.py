@@ -92,6 +92,7 @@ from perm_circuits.analysis.circuits.runs import (
 from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, check_how, reference_tokens
 from perm_circuits.analysis.interventions.patching import metric_values
 from perm_circuits.metric import bind_metric, check_metric
+from perm_circuits.analysis.circuits.reference import merge_skill_metrics, reference_label, skill_parts
 from perm_circuits.analysis.interventions.ablation_table import components_of
 from perm_circuits.analysis.probes.task_attribution import model_label
 from perm_circuits.checks import check_number
@@ -234,7 +235,7 @@ def circuit_metrics(
     max_exhaustive: int = 8,
     n_subsets: int = 256,
     subset_seed: int = 0,
-    reference: Batch | TaskBatch | Tensor | None = None,
+    reference: Batch | TaskBatch | Tensor | str | None = None,
     ablation_seed: int = 0,
     ablate_kwargs: Mapping | None = None,
     progress: bool = False,
@@ -257,7 +258,10 @@ def circuit_metrics(
         max_exhaustive: enumerate all ``2^|C|`` subsets up to this many nodes, else sample.
         n_subsets: the sampling budget (about this many subsets K; see the module docstring).
         subset_seed: seeds the random orderings of the sampled subsets.
-        reference: the batch mean / resample ablation draws from (default: the test set).
+        reference: the batch mean / resample ablation draws from, or ``"test"`` (default, the test set) or
+            ``"skill"`` (each subgroup's own rows: on the permutation task the elimination and the recall
+            subgroup are measured separately, each against itself; :mod:`~perm_circuits.analysis.circuits.reference`).
+            Recorded in ``CircuitMetrics.reference`` (``"custom"`` for a batch).
         ablation_seed: the resample seed (which reference row replaces each sample), passed to
             :func:`~perm_circuits.analysis.interventions.ablation.ablate` as its ``seed``.
         ablate_kwargs: extra keyword arguments for every ``ablate`` call (for modes that need
@@ -270,6 +274,18 @@ def circuit_metrics(
     check_int("max_exhaustive", max_exhaustive, 0, 21)
     check_int("n_subsets", n_subsets, 1)
     check_seed(subset_seed, "subset_seed")
+    label = reference_label(reference)
+    reference = None if isinstance(reference, str) else reference
+    if label == "skill" and not (task is not None or metric is not None or isinstance(test_set, (TaskBatch, Tensor))
+                                 or not is_permutation_model(model)):  # the permutation task: each skill alone
+        check_int("n", n, 1)
+        if test_set is None:
+            test_set = make_test_set(check_task_config(model, task_config), n=n, seed=seed)
+        options = dict(how=how, task_config=task_config, hooks=hooks, max_exhaustive=max_exhaustive,
+                       n_subsets=n_subsets, subset_seed=subset_seed, ablation_seed=ablation_seed,
+                       ablate_kwargs=ablate_kwargs, progress=progress)
+        parts = [circuit_metrics(model, circuit, part, reference=part, **options) for part in skill_parts(test_set)]
+        return merge_skill_metrics(*parts)
     nodes, problem, hooks = _setup(model, circuit, test_set, how, n, seed, task_config, hooks,
                                    reference, ablation_seed, ablate_kwargs, progress, task, metric)
     runner = CircuitRunner(model, problem, how, hooks, ablation_seed, ablate_kwargs or {}, progress)
@@ -301,7 +317,7 @@ def circuit_metrics(
     return CircuitMetrics(model_name=model_label(model), how=how, circuit=tuple(node.name for node in nodes),
         n_samples=len(problem.tokens), completeness_method=method, n_subsets_checked=len(masks),
         elimination=groups.get("elimination"), recall=groups.get("recall"),
-        groups=tuple(groups.values()) if problem.general else ())
+        groups=tuple(groups.values()) if problem.general else (), reference=label)
 
 
 def faithfulness_by_mode(
@@ -316,7 +332,7 @@ def faithfulness_by_mode(
     seed: int = 1234,
     task_config: TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
-    reference: Batch | TaskBatch | Tensor | None = None,
+    reference: Batch | TaskBatch | Tensor | str | None = None,
     ablation_seed: int = 0,
     ablate_kwargs: Mapping[str, Mapping] | None = None,
     progress: bool = False,
@@ -329,7 +345,8 @@ def faithfulness_by_mode(
     subgroup ``"all"``, no ``binding_free``; ``hows=None``: every mode of ``HOWS`` the problem has, all five
     on the permutation task, ``ANY_TASK_HOWS`` on any other).  A circuit faithful under
     one mode only is a claim about that mode, not the model (d32h2's L0H0 changes role between zero
-    and mean ablation).
+    and mean ablation).  ``reference``: as in :func:`circuit_metrics` (``"skill"``: each subgroup's rows
+    against themselves), recorded in ``FaithfulnessByMode.reference``.
     """
     if hows is not None and (isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows):
         raise TypeError(f"hows must be a non-empty sequence of modes, got {hows!r}")
@@ -337,6 +354,19 @@ def faithfulness_by_mode(
     if ablate_kwargs is not None and (not isinstance(ablate_kwargs, Mapping)
                                       or not all(isinstance(v, Mapping) for v in ablate_kwargs.values())):
         raise TypeError("ablate_kwargs must map a mode to a mapping of extra ablate() arguments")
+    label = reference_label(reference)
+    reference = None if isinstance(reference, str) else reference
+    if label == "skill" and not (task is not None or metric is not None or isinstance(test_set, (TaskBatch, Tensor))
+                                 or not is_permutation_model(model)):  # the permutation task: each skill alone
+        check_int("n", n, 1)
+        if test_set is None:
+            test_set = make_test_set(check_task_config(model, task_config), n=n, seed=seed)
+        parts = [faithfulness_by_mode(model, circuit, part, hows=hows, task_config=task_config, hooks=hooks,
+                                      reference=part, ablation_seed=ablation_seed, ablate_kwargs=ablate_kwargs,
+                                      progress=progress) for part in skill_parts(test_set)]
+        rows = tuple(row for part, group in zip(parts, ("elimination", "recall")) for row in part.rows
+                     if row.subgroup == group)
+        return FaithfulnessByMode(parts[0].model_name, parts[0].circuit, rows, reference="skill")
     first = "zero" if hows is None else "binding_free" if "binding_free" in hows else hows[0]  # refused on any task
     nodes, problem, hooks = _setup(model, circuit, test_set, first, n, seed, task_config, hooks,
                                    reference, ablation_seed, None, progress, task, metric)
@@ -352,7 +382,8 @@ def faithfulness_by_mode(
             fc = runner.f(circuit_run(runner, nodes), group)
             rows.append(FaithfulnessRow(how=how, subgroup=group, f_model=fm, f_circuit=fc,
                                         faithfulness=_ratio(fc, fm), faithfulness_error=_ratio(abs(fm - fc), abs(fm))))
-    return FaithfulnessByMode(model_name=model_label(model), circuit=tuple(v.name for v in nodes), rows=tuple(rows))
+    return FaithfulnessByMode(model_name=model_label(model), circuit=tuple(v.name for v in nodes), rows=tuple(rows),
+                              reference=label)
 
 
 def propose_circuit(

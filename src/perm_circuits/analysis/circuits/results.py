@@ -62,6 +62,7 @@ class CircuitMetrics:
     elimination: SubgroupCircuitMetrics | None = None
     recall: SubgroupCircuitMetrics | None = None
     groups: tuple[SubgroupCircuitMetrics, ...] = ()
+    reference: str = "test"  # where the ablated values came from: "test", "skill" or "custom" (a batch)
 
     @property
     def subgroups(self) -> tuple[SubgroupCircuitMetrics, ...]:
@@ -116,6 +117,7 @@ class FaithfulnessByMode:
     model_name: str
     circuit: tuple[str, ...]
     rows: tuple[FaithfulnessRow, ...]
+    reference: str = "test"  # where the ablated values came from: "test", "skill" or "custom" (a batch)
 
     def to_dataframe(self) -> pd.DataFrame:
         return pd.DataFrame([{"model": self.model_name, **asdict(row)} for row in self.rows])

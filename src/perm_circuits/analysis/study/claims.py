@@ -65,14 +65,16 @@ class Claim:
 
 @dataclass(frozen=True)
 class ClaimTable:
-    """The claims of one verdict; ``to_dataframe()`` gives one row per claim."""
+    """The claims of one verdict; ``to_dataframe()`` gives one row per claim.  ``reference``: where the
+    ablated values behind them came from (:data:`~perm_circuits.ablation_modes.REFERENCES`)."""
 
     model_name: str
     rows: tuple[Claim, ...]
+    reference: str = "test"
 
     def to_dataframe(self) -> pd.DataFrame:
         return pd.DataFrame([
-            {"model": self.model_name, "claim": c.claim, "status": c.status, "statement": c.statement,
+            {"model": self.model_name, "reference": self.reference, "claim": c.claim, "status": c.status, "statement": c.statement,
              "evidence": c.evidence, "numbers": dict(c.numbers), "robust": c.robust,
              **{f"status_{how}": status for how, status in c.status_by_how}}
             for c in self.rows

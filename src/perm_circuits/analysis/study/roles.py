@@ -141,6 +141,7 @@ class Context:
     recall_present: bool
     elimination_present: bool
     signals: dict[tuple[str, str], float]
+    reference: str = "test"  # where the ablated values came from (perm_circuits.ablation_modes.REFERENCES)
 
     def retention(self, ablated: float, baseline: float) -> float:
         chance = 1 / self.V
@@ -189,8 +190,9 @@ def _measures(ctx: Context, component: str, row: AblationRow, patching: Patching
 
 def _ablation_sentence(ctx: Context, row: AblationRow, signal_retention: float) -> str:
     base = ctx.base
+    against = "" if ctx.reference == "test" or ctx.how in ("zero", "binding_free") else " (each skill's own rows)"
     text = (
-        f"{mode_label(ctx.how).capitalize()}-ablating it: elimination {pct(base.elimination_accuracy)} -> "
+        f"{mode_label(ctx.how).capitalize()}-ablating it{against}: elimination {pct(base.elimination_accuracy)} -> "
         f"{pct(row.elimination_accuracy)}, recall {pct(base.recall_accuracy)} -> {pct(row.recall_accuracy)}, "
         f"steps 1-{ctx.V - 1} MAE {row.early_mae_train - base.early_mae_train:+.3f}, loss {row.loss - base.loss:+.3f}"
     )

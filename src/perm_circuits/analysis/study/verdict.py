@@ -26,6 +26,8 @@ from perm_circuits.analysis.interventions.core import HOWS
 from perm_circuits.analysis.study.claims import Claim, ClaimTable, study_claims
 from perm_circuits.analysis.circuits.induction_story import InductionStory, induction_story
 from perm_circuits.analysis.study.recall_patching import PatchingSweep, patch_head_outputs, patch_mlp
+from perm_circuits.ablation_modes import check_reference_name
+from perm_circuits.analysis.study.reference import REFERENCE_LABELS, skill_reference_runs
 from perm_circuits.checks import check_number
 from perm_circuits.analysis.study.roles import (
     HeadRole, MlpRole, Context, ge, judge_head, judge_mlp, pct, mode_label,
@@ -95,6 +97,7 @@ class RoleVerdict:
     verdict_by_how: tuple[tuple[str, bool | None], ...] = ()
     circuits: tuple[SkillCircuit, ...] = ()
     induction: InductionStory | None = None  # n_layers >= 2 only (analysis/circuits/induction_story.py)
+    reference: str = "test"  # where the ablated values come from (perm_circuits.ablation_modes.REFERENCES)
 
     @property
     def how_reason(self) -> str:
@@ -138,12 +141,12 @@ class RoleVerdict:
 
         Also one ``role_{how}`` column per ablation mode judged, ``robust`` (the same role in
         every mode) and ``disagreeing`` (the modes whose role differs from ``role``, joined by
-        ``", "``).
+        ``", "``), and ``reference`` (where the ablated values came from).
         """
         rows = []
 
         def record_of(item: HeadRole | MlpRole, **extra: object) -> dict:
-            record = {"model": self.model_name, **extra, **asdict(item)}
+            record = {"model": self.model_name, "reference": self.reference, **extra, **asdict(item)}
             record.pop("role_by_how")
             record.update({f"role_{how}": role for how, role in item.role_by_how})
             record["disagreeing"] = ", ".join(item.disagreeing)
@@ -195,7 +198,8 @@ class RoleVerdict:
             f"{self.model_name}: {config.n_layers} layer(s), {config.n_heads} head(s), d_model {config.d_model}; "
             f"{self.n_samples} test sequences ({self.n_repeated} with a repeated last query); decisions use "
             f"{mode_label(self.how)} ablation (chance-corrected retention: destroyed <= {self.thresholds.destroyed}, "
-            f"survives >= {self.thresholds.survives}). Why: {self.how_reason}",
+            f"survives >= {self.thresholds.survives}; ablated values from {REFERENCE_LABELS[self.reference]}). "
+            f"Why: {self.how_reason}",
             f"Baseline: elimination {pct(self.elimination_accuracy)}, recall {pct(self.recall_accuracy)}"
             + (
                 f"; probe [2,4,5,3,4,5,3,2,2]: P(4, recall) = {self.probe[3]:.4f}, P(1, elimination) = {self.probe[0]:.4f}."
@@ -243,12 +247,12 @@ class RoleVerdict:
 def _assess(
     scores: HeadScores, ablation: AblationTable, config: ModelConfig, how: str, t: RoleThresholds,
     head_patching: PatchingSweep | None, mlp_patching: PatchingSweep | None, joint: tuple[AblationRow, ...],
-    signals: dict[tuple[str, str], float],
+    signals: dict[tuple[str, str], float], reference: str = "test",
 ) -> tuple[list[HeadRole], list[MlpRole], list[Claim]]:
     """Roles and claims under one mode ``how`` (the per-mode step of :func:`judge_roles`)."""
     base = ablation.baseline
     ctx = Context(V=config.V, how=how, t=t, base=base, recall_present=ge(base.recall_accuracy, t.incapable),
-        elimination_present=ge(base.elimination_accuracy, t.incapable), signals=signals)
+        elimination_present=ge(base.elimination_accuracy, t.incapable), signals=signals, reference=reference)
     joint_row = next((row for row in joint if row.how == how), None)
     joint_members = set(joint_row.component.split("+")) if joint_row is not None else set()
 
@@ -282,6 +286,7 @@ def judge_roles(
     recall_signals: Mapping[tuple[str, str], float] | None = None,
     probe: Sequence[float] | None = None,
     thresholds: RoleThresholds | None = None,
+    reference: str = "test",
 ) -> RoleVerdict:
     """The verdict from precomputed evidence (the decision step of :func:`head_roles`).
 
@@ -299,8 +304,11 @@ def judge_roles(
             ``("none", "none")``; missing entries count as not measured (an ablation that breaks
             elimination and recall together is then taken to break recall).
         probe: P(y = 1..V) on the study's probe, quoted in the summary.
+        reference: where ``ablation``'s ablated values came from (:data:`~perm_circuits.ablation_modes.REFERENCES`),
+            recorded in the verdict, its roles' sentences and its claims.
     """
     t = check_thresholds(thresholds)
+    check_reference_name(reference)
     for name, value, kind, what in (("scores", scores, HeadScores, "HeadScores"),
                                     ("ablation", ablation, AblationTable, "an AblationTable"),
                                     ("model_config", model_config, ModelConfig, "a ModelConfig")):
@@ -334,7 +342,7 @@ def judge_roles(
     except KeyError as error:
         raise ValueError(f"the ablation table lacks a row the verdict needs: {error}") from None
 
-    judged = {h: _assess(scores, ablation, model_config, h, t, head_patching, mlp_patching, joint, signals)
+    judged = {h: _assess(scores, ablation, model_config, h, t, head_patching, mlp_patching, joint, signals, reference)
               for h in dict.fromkeys([how, *hows])}
     heads, mlps, claims = judged[how]
     modes = hows or [how]
@@ -359,10 +367,10 @@ def judge_roles(
         n_samples=ablation.n_samples, n_repeated=ablation.n_recall, elimination_accuracy=base.elimination_accuracy,
         recall_accuracy=base.recall_accuracy, probe=tuple(float(p) for p in probe) if probe is not None else None,
         recall_signal=float(signals.get(("none", "none"), math.nan)), heads=tuple(heads), mlps=tuple(mlps),
-        claims=ClaimTable(model_config.name, tuple(claims)), story_holds=story, scores=scores, ablation=ablation,
+        claims=ClaimTable(model_config.name, tuple(claims), reference), story_holds=story, scores=scores, ablation=ablation,
         head_patching=head_patching, mlp_patching=mlp_patching, joint=joint,
         recall_signals=tuple((c, h, float(v)) for (c, h), v in signals.items()), hows=tuple(modes),
-        verdict_by_how=verdict_by_how)
+        verdict_by_how=verdict_by_how, reference=reference)
 
 
 def _story(claims: Sequence[Claim]) -> bool | None:
@@ -389,6 +397,7 @@ def head_roles(
     probe: bool = True,
     circuits: bool = True,
     induction: bool = True,
+    reference: str = "test",
 ) -> RoleVerdict:
     """Assign every head and MLP a role and judge the study's story on ``model``.
 
@@ -447,8 +456,15 @@ def head_roles(
             Callers that only need the roles (the sweep) pass False: no circuit forward runs and
             ``circuits`` is empty.  With ``hooks`` tied to the test set's batch size, pass False
             too (the circuit step runs on a sub-batch).
+        reference: where the ablated values come from (:data:`~perm_circuits.ablation_modes.REFERENCES`):
+            ``"test"`` (default), the whole test set; ``"skill"``, each skill's own rows (elimination rows
+            ablated with values from the elimination rows, recall rows from the recall rows;
+            :mod:`~perm_circuits.analysis.study.reference`; the joint eliminator ablation's recall signal is
+            then not measured).  The proposed circuits (step 5) always use the test set.  Recorded in
+            ``RoleVerdict.reference``, its tables and its claims.
     """
     thresholds = check_thresholds(thresholds)
+    check_reference_name(reference)
     if not isinstance(hows, (list, tuple)) or not hows:
         raise TypeError(f"hows must be a non-empty sequence of modes from {HOWS}, got {hows!r}")
     bad = [h for h in hows if h not in HOWS]
@@ -469,20 +485,26 @@ def head_roles(
     model_config = model_config_of(model)
 
     scores = head_scores(model, batch, task_config=config, hooks=hooks, thresholds=thresholds)
-    ablation, single, logits = ablation_runs(model, tuple(hows), batch, task_config=config, hooks=hooks,
-                                              seed=ablation_seed)
-    joint, joint_signals = joint_eliminator_rows(model, scores, batch, config, hows, hooks, single)
+    if reference == "skill":
+        ablation, logits, ordered, joint = skill_reference_runs(model, hows, batch, config, hooks, ablation_seed, scores)
+        joint_signals: dict[tuple[str, str], float] = {}
+    else:
+        ablation, single, logits = ablation_runs(model, tuple(hows), batch, task_config=config, hooks=hooks,
+                                                  seed=ablation_seed)
+        joint, joint_signals = joint_eliminator_rows(model, scores, batch, config, hows, hooks, single)
+        ordered = batch
     head_patching = mlp_patching = None
     signals: dict[tuple[str, str], float] = {}
     if ge(ablation.baseline.recall_accuracy, thresholds.incapable):
         options = dict(hooks=hooks, n=n_pair, seed=pair_seed, n_boot=n_boot, task_config=config)
         head_patching = patch_head_outputs(model, **options)
         mlp_patching = patch_mlp(model, **options)
-        signals = {key: recall_signal(value, batch.inputs) for key, value in logits.items()}
+        signals = {key: recall_signal(value, ordered.inputs) for key, value in logits.items()}
         signals.update(joint_signals)
     probs = probe_probabilities(model, hooks).tolist() if probe and model_config.V == 5 else None
     verdict = judge_roles(scores, ablation, model_config=model_config, how=how, head_patching=head_patching,
-        mlp_patching=mlp_patching, joint=joint, recall_signals=signals, probe=probs, thresholds=thresholds)
+        mlp_patching=mlp_patching, joint=joint, recall_signals=signals, probe=probs, thresholds=thresholds,
+        reference=reference)
     if induction and model_config.n_layers >= 2:
         verdict = replace(verdict, induction=induction_story(model, task_config=config, n=n_pair, n_pair=n_pair,
                                                              pair_seed=pair_seed, n_boot=n_boot, hooks=hooks))

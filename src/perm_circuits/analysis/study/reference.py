@@ -1,0 +1,80 @@
+"""The study's ablations against a per-skill reference: each skill ablated with values from its own rows.
+
+:func:`~perm_circuits.analysis.study.verdict.head_roles` measures every component's ablation on the test set
+with ``reference`` (:data:`~perm_circuits.ablation_modes.REFERENCES`) saying where the ablated values come
+from.  ``"test"`` is :func:`~perm_circuits.analysis.interventions.permutation_table.ablation_runs` on the whole
+test set (the mean over, and the resample source drawn from, both skills mixed).  ``"skill"`` runs it twice,
+once on the elimination rows (the last query is new) and once on the recall rows (it repeats), each its own
+reference, and merges the two tables: elimination accuracy and loss from the first, recall accuracy and loss
+from the second, the steps 1..V-1 MAE, the loss and ``follows_reference`` as the row-weighted mean of both.
+The logits are concatenated (elimination rows first), so the recall signals read both kinds of row as before.
+
+Why it matters (Heimersheim & Nanda 2024 on the choice of the ablation distribution): a component that only
+tells the skills apart, such as a duplicate-token head, has one mean output per skill.  Against the test set,
+mean-ablating it gives each repeated row a blend that mostly looks like "new query", so recall falls; against
+the recall rows themselves, its mean output still says "repeated", and recall survives.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+import torch
+from torch import Tensor
+
+from perm_circuits.analysis.interventions.permutation_table import AblationRow, AblationTable, ablation_runs
+from perm_circuits.analysis.study.joint_ablation import joint_eliminator_rows
+from perm_circuits.analysis.study.scores import HeadScores
+from perm_circuits.hooks import HookList
+from perm_circuits.tasks.permutation_data import Batch, TaskConfig
+
+__all__ = ["REFERENCE_LABELS", "skill_reference_runs"]
+
+REFERENCE_LABELS = {"test": "the test set", "skill": "each skill's own rows"}
+"""How each reference is named in sentences and in ``AblationTable.reference``."""
+
+
+def _weighted(a: float, b: float, na: int, nb: int) -> float:
+    values = [(v, n) for v, n in ((a, na), (b, nb)) if n and not math.isnan(v)]
+    total = sum(n for _, n in values)
+    return sum(v * n for v, n in values) / total if total else math.nan
+
+
+def _merge_row(elim: AblationRow, recall: AblationRow, n_elim: int, n_recall: int) -> AblationRow:
+    return replace(elim, recall_accuracy=recall.recall_accuracy, recall_loss=recall.recall_loss,
+                   early_mae_train=_weighted(elim.early_mae_train, recall.early_mae_train, n_elim, n_recall),
+                   loss=_weighted(elim.loss, recall.loss, n_elim, n_recall),
+                   follows_reference=_weighted(elim.follows_reference, recall.follows_reference, n_elim, n_recall))
+
+
+def skill_reference_runs(
+    model, hows: Sequence[str], batch: Batch, config: TaskConfig, hooks: HookList, seed: int, scores: HeadScores,
+) -> tuple[AblationTable, dict[tuple[str, str], Tensor], Batch, tuple[AblationRow, ...]]:
+    """Every component's ablation under each mode of ``hows`` with each skill's own rows as the reference.
+
+    Returns the merged :class:`AblationTable` (``reference`` = ``"each skill's own rows"``), the logits of
+    every (component, how) on ``ordered`` (the elimination rows of ``batch`` then its recall rows), ``ordered``
+    itself, and the joint ablation rows of the heads sharing the eliminator pattern (each skill's own
+    hooks; their recall signals are not measured under this reference).  Needs both skills in ``batch``.
+    """
+    repeated = batch.repeated.bool()
+    if not bool(repeated.any()) or bool(repeated.all()):
+        raise ValueError("reference='skill' needs both skills in the test set (rows whose last query repeats and "
+                         f"rows whose last query is new); got {int(repeated.sum())} repeated of {len(batch)}")
+    parts = (batch.subset(~repeated), batch.subset(repeated))
+    runs = [ablation_runs(model, tuple(hows), part, task_config=config, hooks=hooks, seed=seed) for part in parts]
+    joints = [joint_eliminator_rows(model, scores, part, config, hows, hooks, single)[0]
+              for part, (_, single, _) in zip(parts, runs)]
+    (t_elim, _, l_elim), (t_recall, _, l_recall) = runs
+    n_elim, n_recall = len(parts[0]), len(parts[1])
+    rows = tuple(_merge_row(a, t_recall.get(a.component, a.how), n_elim, n_recall) for a in t_elim.rows)
+    table = AblationTable(model_name=t_elim.model_name, reference=REFERENCE_LABELS["skill"],
+                          positions=t_elim.positions, n_samples=len(batch), n_recall=n_recall, rows=rows)
+    logits = {key: torch.cat([value, l_recall[key]]) for key, value in l_elim.items()}
+    ordered = Batch(**{name: torch.cat([getattr(parts[0], name), getattr(parts[1], name)])
+                       for name in Batch.__dataclass_fields__})
+    joint = tuple(_merge_row(a, b, n_elim, n_recall) for a, b in zip(*joints)) if all(joints) else ()
+    return table, logits, ordered, joint
+
