@@ -62,6 +62,7 @@ from perm_circuits.devices import model_device
 from perm_circuits.metric import bind_metric, check_metric, check_rows, metric_rows, reduce_rows
 from perm_circuits.discovery.graph import EdgeGraph, circuit_graph_of, head_of
 from perm_circuits.models import ACTIVATIONS
+from perm_circuits.optimal_solver import OPTIMAL_STEPS, lbfgs_constant
 from perm_circuits.tasks.base import TaskBatch, check_target_classes
 
 __all__ = ["HOWS", "EdgeIntervention", "Metric", "prepare_edges", "target_logprob_metric"]
@@ -391,7 +392,7 @@ def prepare_edges(
     reference: TaskBatch | Tensor | None = None,
     split_embed: bool = False,
     seed: int = 0,
-    optimal_steps: int = 20,
+    optimal_steps: int = OPTIMAL_STEPS,
     check: bool = True,
 ) -> EdgeIntervention:
     """Everything an edge-level run needs: the graph, the clean and ablated sender outputs, the metric.
@@ -486,23 +487,19 @@ def _capture(probe: EdgeIntervention, tokens: Tensor) -> tuple[Tensor, dict[str,
 
 
 def _optimal(probe: EdgeIntervention, start: dict[str, Tensor], steps: int) -> dict[str, Tensor]:
-    """Per sender, the constant that maximises the metric with all of its edges ablated to it."""
+    """Per sender, the constant that maximises the metric with all of its edges ablated to it (the
+    library's one solver, :func:`~perm_circuits.optimal_solver.lbfgs_constant`, on the edge forward;
+    the senders in order, each fitted with the earlier ones' constants in place)."""
     graph = probe.graph
     result = dict(start)
     for sender in graph.senders:
         mask = torch.ones(graph.n_edges, device=probe.device)
         mask[list(graph.outgoing(sender))] = 0.0
-        constant = start[sender].clone().requires_grad_(True)
-        optimiser = torch.optim.LBFGS([constant], max_iter=steps, line_search_fn="strong_wolfe")
 
-        def closure() -> Tensor:
-            optimiser.zero_grad()
-            values = dict(result)
-            values[sender] = constant
-            loss = -probe.metric_of(probe._forward(mask[None], probe.tokens, values, None))[0]
-            loss.backward()
-            return loss
+        def loss_of(constant: Tensor, sender: str = sender, mask: Tensor = mask) -> Tensor:
+            values = {**result, sender: constant}
+            return -probe.metric_of(probe._forward(mask[None], probe.tokens, values, None))[0]
 
-        optimiser.step(closure)
-        result[sender] = constant.detach()
+        # the edge forward reads detached copies of the weights: no model parameter to freeze
+        result[sender] = lbfgs_constant(None, loss_of, start[sender], steps)
     return result

@@ -33,6 +33,7 @@ from perm_circuits.circuit import Node
 from perm_circuits.devices import device_forward
 from perm_circuits.hooks import HookList, check_hooks, check_token_ids, run_capture
 from perm_circuits.model_shape import model_shape
+from perm_circuits.optimal_solver import OPTIMAL_STEPS, lbfgs_constant
 from perm_circuits.tasks.base import TaskBatch, check_target_classes
 
 __all__ = [
@@ -68,9 +69,6 @@ ANY_TASK_HOWS: tuple[str, ...] = modes("task")
 """The modes that work on any task's model."""
 
 PAIRINGS: tuple[str, ...] = ("random", "row")
-
-OPTIMAL_STEPS = 20
-"""L-BFGS iterations of the optimal-ablation search."""
 
 _HEAD_SUFFIXES = ("attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_z", "attn.hook_pattern")
 _MLP_SUFFIXES = ("mlp.hook_pre", "mlp.hook_post")
@@ -313,32 +311,6 @@ def next_token_loss(reference: TaskBatch | Tensor) -> Callable[[Tensor], Tensor]
     return shifted
 
 
-def lbfgs_constant(model, loss_of: Callable[[Tensor], Tensor], start: Tensor, steps: int) -> Tensor:
-    """The constant after ``steps`` full-batch L-BFGS iterations (strong-Wolfe line search) on
-    ``loss_of(constant)`` from ``start``, with ``model``'s parameters frozen meanwhile.  Deterministic on CPU."""
-    constant = start.detach().clone().requires_grad_(True)
-    if steps == 0:
-        return constant.detach()
-    params = [p for p in model.parameters() if p.requires_grad]
-    for p in params:
-        p.requires_grad_(False)
-    try:
-        optimiser = torch.optim.LBFGS([constant], lr=1.0, max_iter=steps, line_search_fn="strong_wolfe")
-
-        def closure() -> Tensor:
-            optimiser.zero_grad()
-            value = loss_of(constant)
-            value.backward()
-            return value
-
-        with torch.enable_grad():
-            optimiser.step(closure)
-    finally:
-        for p in params:
-            p.requires_grad_(True)
-    return constant.detach()
-
-
 def minimise_constant(
     model,
     hook_name: str,
@@ -353,7 +325,8 @@ def minimise_constant(
     """The constant ``c`` (shape ``activation.shape[1:]``) minimising ``loss(model(tokens))`` with
     ``where(mask, c, activation)`` at ``hook_name`` (Li & Janson 2024): ``steps`` full-batch L-BFGS
     iterations (strong-Wolfe line search) from the mean of ``activation`` over the batch, the model
-    frozen.  Deterministic on CPU; any model whose forward is differentiable.
+    frozen (:func:`perm_circuits.optimal_solver.lbfgs_constant`, the one solver; this is its
+    objective on the hooked model).  Deterministic on CPU; any model whose forward is differentiable.
     """
 
     def loss_of(constant: Tensor) -> Tensor:
