@@ -273,8 +273,8 @@ def weight_ops(
 
 
 def unembed(
-    w: dict[str, Tensor], resid: Float[Tensor, "*batch seq d_model"], norm: Callable[[Tensor, str], Tensor],
-) -> Float[Tensor, "*batch seq vocab"]:
+    w: dict[str, Tensor], resid: Float[Tensor, "*batch pos d_model"], norm: Callable[[Tensor, str], Tensor],
+) -> Float[Tensor, "*batch pos vocab"]:
     """The logits of the final residual stream: ``ln_final``, then the unembedding (and its bias
     when the weights have one), as the bridge computes them."""
     out = torch.nn.functional.linear(norm(resid, "ln_final"), w["unembed.weight"])
@@ -293,7 +293,7 @@ def run_blocks(
     *,
     layers: range | None = None,
     queries: Int[Tensor, " query"] | None = None,
-) -> Float[Tensor, "*batch seq d_model"]:
+) -> Float[Tensor, "*batch out_seq d_model"]:
     """The residual stream after every block of ``config`` (leading axes: batch): the one body of
     the study's plain-PyTorch forwards, :func:`fast_forward` (training),
     :func:`perm_circuits.stacked.stacked_forward` (stacked training) and the optimal-ablation
@@ -305,7 +305,8 @@ def run_blocks(
     ``layers``: the blocks to run (default all; the optimal-ablation search starts after the
     ablated one).  ``queries`` (no dropout; batch axes ``[batch]`` only): positions at which the
     last block of ``layers`` computes its queries, attention output and MLP; the result then has
-    ``len(queries)`` positions (every earlier position's keys and values are still read, causally)."""
+    ``len(queries)`` positions (``out_seq``; every earlier position's keys and values are still read,
+    causally), else ``seq``."""
     n_heads, d_head, seq = config.n_heads, config.resolved_d_head, resid.shape[-2]
     act = act or ACTIVATIONS[config.act_fn]
     dropped = drop or (lambda x: x)

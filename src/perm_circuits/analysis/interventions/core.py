@@ -32,9 +32,10 @@ from perm_circuits.analysis.interventions.checks import check_index_list, check_
 from perm_circuits.circuit import Node
 from perm_circuits.devices import device_forward
 from perm_circuits.hooks import HookList, check_hooks, check_token_ids, run_capture
+from perm_circuits.metric import pooled_target_logprob, target_logprobs
 from perm_circuits.model_shape import model_shape
 from perm_circuits.optimal_solver import OPTIMAL_STEPS, lbfgs_constant
-from perm_circuits.tasks.base import TaskBatch, check_target_classes
+from perm_circuits.tasks.base import TaskBatch
 
 __all__ = [
     "ANY_TASK_HOWS",
@@ -287,26 +288,23 @@ def ablation_fn(
 
 def next_token_loss(reference: TaskBatch | Tensor) -> Callable[[Tensor], Tensor]:
     """``loss(logits)``: the mask-weighted mean cross-entropy of a TaskBatch's targets (the training
-    loss of any task), or for bare token ids the mean next-token cross-entropy (position ``p``
-    predicts token ``p + 1``)."""
+    loss of any task: minus :func:`perm_circuits.metric.pooled_target_logprob`), or for bare token
+    ids the mean next-token cross-entropy (position ``p`` predicts token ``p + 1``), both from the
+    library's one target log-probability (:func:`perm_circuits.metric.target_logprobs`)."""
     if isinstance(reference, TaskBatch):
-        targets, weights = reference.targets, reference.mask.float()
-        if float(weights.sum()) <= 0:
+        if float(reference.mask.float().sum()) <= 0:
             raise ValueError("the reference batch has no position with mask > 0: no loss to minimise")
-        top = reference.top_target()  # the largest class scored: the logits must cover it
+        pooled = pooled_target_logprob(reference)  # the library's one target log-prob (perm_circuits.metric)
 
         def masked(logits: Tensor) -> Tensor:
-            check_target_classes(top, logits.shape[-1], "the reference's")
-            safe = targets.clamp(0, logits.shape[-1] - 1) * (weights > 0)
-            logp = logits.float().log_softmax(-1).gather(-1, safe[..., None])[..., 0]
-            return -(logp * weights).sum() / weights.sum()
+            return -pooled(logits)
 
         return masked
     tokens = reference
+    scored = torch.ones_like(tokens[:, 1:], dtype=torch.bool)
 
     def shifted(logits: Tensor) -> Tensor:
-        logp = logits[:, :-1].float().log_softmax(-1)
-        return -logp.gather(-1, tokens[:, 1:, None]).mean()
+        return -target_logprobs(logits[:, :-1].float(), tokens[:, 1:], scored).mean()
 
     return shifted
 
