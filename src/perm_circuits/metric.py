@@ -132,13 +132,14 @@ def reduce_rows(values: Float[Tensor, "*runs batch"]) -> Float[Tensor, "*runs"]:
 
 
 def target_logprobs(
-    logits: Float[Tensor, "*runs batch seq vocab"], targets: Int[Tensor, "batch seq"], scored: Tensor,
+    logits: Float[Tensor, "*runs batch seq vocab"], targets: Int[Tensor, "batch seq"], scored: Tensor | None = None,
 ) -> Float[Tensor, "*runs batch seq"]:
     """``log p(target)`` at every position (``logit(target) - logsumexp(logits)``, in the logits'
     dtype); where ``scored`` (bool ``[batch, seq]``) is False the target is never read (a
     :class:`TaskBatch`'s target there may be any value) and the value is meaningless: weight it by 0.
+    ``scored=None``: every target is a class of the logits (a caller that cleaned them once).
     The one computation of a target's log-probability in the library."""
-    safe = torch.where(scored, targets, torch.zeros_like(targets))
+    safe = targets if scored is None else torch.where(scored, targets, torch.zeros_like(targets))
     picked = logits.gather(-1, safe.expand(*logits.shape[:-1])[..., None].long())[..., 0]
     return picked - logits.logsumexp(-1)
 
@@ -200,13 +201,14 @@ def pooled_target_logprob(batch: TaskBatch) -> Callable[[Tensor], Float[Tensor, 
     weights = batch.mask.float() / batch.mask.float().sum().clamp_min(1e-12)
     columns = torch.nonzero(weights.sum(0) > 0)[:, 0]  # positions scored in some row
     weights, targets = weights[:, columns], batch.targets[:, columns]
+    targets = torch.where(weights != 0, targets, torch.zeros_like(targets))  # unscored targets never read
     top = batch.top_target()
 
     def metric(logits: Tensor) -> Tensor:
         check_target_classes(top, logits.shape[-1])
         logits = logits[..., columns, :]
         logits = logits if logits.dtype == torch.float64 else logits.float()
-        return (target_logprobs(logits, targets, weights != 0) * weights).sum((-1, -2))
+        return (target_logprobs(logits, targets) * weights).sum((-1, -2))
 
     return metric
 

@@ -300,11 +300,10 @@ def next_token_loss(reference: TaskBatch | Tensor) -> Callable[[Tensor], Tensor]
             return -pooled(logits)
 
         return masked
-    tokens = reference
-    scored = torch.ones_like(tokens[:, 1:], dtype=torch.bool)
+    tokens = reference  # checked token ids: every next token is a class of the logits
 
     def shifted(logits: Tensor) -> Tensor:
-        return -target_logprobs(logits[:, :-1].float(), tokens[:, 1:], scored).mean()
+        return -target_logprobs(logits[:, :-1].float(), tokens[:, 1:]).mean()
 
     return shifted
 
