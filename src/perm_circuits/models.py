@@ -253,6 +253,36 @@ def model_config_of(model) -> ModelConfig:
         raise TypeError(f"{type(model).__name__} is not a permutation-lookup model ({error}); {hint}") from error
 
 
+def weight_ops(
+    config: ModelConfig, w: dict[str, Tensor],
+) -> tuple[Callable[[Tensor, str], Tensor], Callable[[Tensor, str], Tensor]]:
+    """``norm(x, name)`` and ``linear(x, name)`` on a bridge's ``state_dict`` tensors ``w`` (keys such
+    as ``blocks.0.ln1`` / ``blocks.0.attn.q``), as the bridge computes them: LayerNorm (eps 1e-5) or
+    none, ``x @ W^T + b``.  The weights of :func:`fast_forward` and of the optimal-ablation search
+    (:mod:`perm_circuits.analysis.interventions.optimal`)."""
+
+    def norm(x: Tensor, name: str) -> Tensor:
+        if config.normalization_type is None:
+            return x
+        return torch.nn.functional.layer_norm(x, (config.d_model,), w[f"{name}.weight"], w[f"{name}.bias"], 1e-5)
+
+    def linear(x: Tensor, name: str) -> Tensor:
+        return torch.nn.functional.linear(x, w[f"{name}.weight"], w[f"{name}.bias"])
+
+    return norm, linear
+
+
+def unembed(
+    w: dict[str, Tensor], resid: Float[Tensor, "*batch pos d_model"], norm: Callable[[Tensor, str], Tensor],
+) -> Float[Tensor, "*batch pos vocab"]:
+    """The logits of the final residual stream: ``ln_final``, then the unembedding (and its bias
+    when the weights have one), as the bridge computes them."""
+    out = torch.nn.functional.linear(norm(resid, "ln_final"), w["unembed.weight"])
+    if "unembed.bias" in w:
+        out = out + w["unembed.bias"]
+    return out
+
+
 def run_blocks(
     config: ModelConfig,
     resid: Float[Tensor, "*batch seq d_model"],
@@ -260,25 +290,44 @@ def run_blocks(
     linear: Callable[[Tensor, str], Tensor],
     drop: Callable[[Tensor], Tensor] | None = None,
     act: Callable[[Tensor], Tensor] | None = None,
-) -> Float[Tensor, "*batch seq d_model"]:
-    """The residual stream after every block of ``config`` (leading axes: batch): the body of
-    :func:`fast_forward` and :func:`perm_circuits.stacked.stacked_forward`, which pass their own
+    *,
+    layers: range | None = None,
+    queries: Int[Tensor, " query"] | None = None,
+) -> Float[Tensor, "*batch out_seq d_model"]:
+    """The residual stream after every block of ``config`` (leading axes: batch): the one body of
+    the study's plain-PyTorch forwards, :func:`fast_forward` (training),
+    :func:`perm_circuits.stacked.stacked_forward` (stacked training) and the optimal-ablation
+    search (:mod:`perm_circuits.analysis.interventions.optimal`), which pass their own
     ``norm(x, name)``, ``linear(x, name)`` (the weights under ``name``, e.g. ``blocks.0.attn.q``)
     and, for dropout, ``drop`` (where :func:`fast_forward` says; attention is then explicit); ``act``
-    replaces the MLP activation ``ACTIVATIONS[config.act_fn]`` (the stacked forward applies it per member)."""
+    replaces the MLP activation ``ACTIVATIONS[config.act_fn]`` (the stacked forward applies it per member).
+
+    ``layers``: the blocks to run (default all; the optimal-ablation search starts after the
+    ablated one).  ``queries`` (no dropout; batch axes ``[batch]`` only): positions at which the
+    last block of ``layers`` computes its queries, attention output and MLP; the result then has
+    ``len(queries)`` positions (``out_seq``; every earlier position's keys and values are still read,
+    causally), else ``seq``."""
     n_heads, d_head, seq = config.n_heads, config.resolved_d_head, resid.shape[-2]
     act = act or ACTIVATIONS[config.act_fn]
     dropped = drop or (lambda x: x)
-    for layer in range(config.n_layers):
+    layers = range(config.n_layers) if layers is None else layers
+    for layer in layers:
         b = f"blocks.{layer}"
         h = norm(resid, f"{b}.ln1")
-        q, k, v = (linear(h, f"{b}.attn.{n}").view(-1, seq, n_heads, d_head).transpose(1, 2) for n in "qkv")
-        if drop is None:
-            z = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            scores = (q @ k.transpose(-1, -2)) / math.sqrt(d_head)
-            causal = torch.ones(seq, seq, dtype=torch.bool, device=resid.device).tril()
-            z = drop(torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)) @ v
+        if queries is not None and layer == layers[-1]:  # the last block at the query positions only
+            k, v = (linear(h, f"{b}.attn.{n}").view(-1, seq, n_heads, d_head).transpose(1, 2) for n in "kv")
+            resid, h = resid[..., queries, :], h[..., queries, :]
+            q = linear(h, f"{b}.attn.q").view(-1, len(queries), n_heads, d_head).transpose(1, 2)
+            causal = queries[:, None] >= torch.arange(seq, device=queries.device)[None, :]
+            z = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=causal)
+        else:  # q, k, v made in this order: the backward's sums round as they always have (same seed, same bits)
+            q, k, v = (linear(h, f"{b}.attn.{n}").view(-1, seq, n_heads, d_head).transpose(1, 2) for n in "qkv")
+            if drop is None:
+                z = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                scores = (q @ k.transpose(-1, -2)) / math.sqrt(d_head)
+                causal = torch.ones(seq, seq, dtype=torch.bool, device=resid.device).tril()
+                z = drop(torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)) @ v
         resid = resid + dropped(linear(z.transpose(1, 2).reshape(*resid.shape[:-1], n_heads * d_head), f"{b}.attn.o"))
         resid = resid + dropped(linear(dropped(act(linear(norm(resid, f"{b}.ln2"), f"{b}.mlp.in"))), f"{b}.mlp.out"))
     return resid
@@ -326,25 +375,14 @@ def fast_forward(
     if config.normalization_type not in ("LN", None):
         return model(tokens)
     w = model.state_dict(keep_vars=True) if weights is None else weights
-
-    def norm(x: Tensor, name: str) -> Tensor:
-        if config.normalization_type is None:
-            return x
-        return torch.nn.functional.layer_norm(x, (config.d_model,), w[f"{name}.weight"], w[f"{name}.bias"], 1e-5)
-
-    def linear(x: Tensor, name: str) -> Tensor:
-        return torch.nn.functional.linear(x, w[f"{name}.weight"], w[f"{name}.bias"])
+    norm, linear = weight_ops(config, w)
 
     def drop(x: Tensor) -> Tensor:  # inverted dropout, as torch.nn.Dropout, masks from `generator`
         keep = torch.empty_like(x).bernoulli_(1 - p, generator=generator)
         return x * keep / (1 - p)
 
     resid = w["embed.weight"][tokens] + w["pos_embed.weight"][: tokens.shape[1]]
-    resid = run_blocks(config, resid, norm, linear, drop if p > 0 else None)
-    out = torch.nn.functional.linear(norm(resid, "ln_final"), w["unembed.weight"])
-    if "unembed.bias" in w:
-        out = out + w["unembed.bias"]
-    return out
+    return unembed(w, run_blocks(config, resid, norm, linear, drop if p > 0 else None), norm)
 
 
 @dataclass(frozen=True)

@@ -59,11 +59,13 @@ from torch import Tensor
 from perm_circuits.ablation_modes import modes
 from perm_circuits.checks import check_int, check_seed
 from perm_circuits.devices import model_device
-from perm_circuits.metric import bind_metric, check_metric, check_rows, metric_rows, reduce_rows
 from perm_circuits.discovery import padding
+from perm_circuits.metric import (bind_metric, check_metric, check_rows, kl_to_full, metric_rows, pooled_target_logprob,
+                                  reduce_rows)
 from perm_circuits.discovery.graph import EdgeGraph, circuit_graph_of, head_of
 from perm_circuits.models import ACTIVATIONS
-from perm_circuits.tasks.base import TaskBatch, check_target_classes
+from perm_circuits.optimal_solver import OPTIMAL_STEPS, lbfgs_constant
+from perm_circuits.tasks.base import TaskBatch
 
 __all__ = ["HOWS", "EdgeIntervention", "Metric", "prepare_edges", "target_logprob_metric"]
 
@@ -73,31 +75,10 @@ _GELU_TANH = partial(torch.nn.functional.gelu, approximate="tanh")
 _ACTS = {**ACTIVATIONS, "gelu_fast": _GELU_TANH, "gelu_pytorch_tanh": _GELU_TANH}
 
 
-def target_logprob_metric(batch: TaskBatch) -> Metric:
-    """Mean log-probability of ``batch.targets`` at the positions where ``batch.mask`` > 0.
-
-    The returned callable takes logits ``[..., batch, seq, vocab]`` and returns the metric over
-    the leading dimensions (a scalar for one run).
-    """
-    if not isinstance(batch, TaskBatch):
-        raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
-    if not bool((batch.mask > 0).any()):
-        raise ValueError("batch.mask has no position > 0: no target to score (the metric would be 0 for every run)")
-    weights = batch.mask.float() / batch.mask.float().sum().clamp_min(1e-12)
-    columns = torch.nonzero(weights.sum(0) > 0)[:, 0]  # positions scored in some row
-    weights, targets = weights[:, columns], batch.targets[:, columns]
-    # a target where the mask is 0 may be any value (TaskBatch): never gather it
-    targets = torch.where(weights != 0, targets, torch.zeros_like(targets))
-    top = batch.top_target()
-
-    def metric(logits: Tensor) -> Tensor:
-        check_target_classes(top, logits.shape[-1])
-        logits = logits[..., columns, :]
-        logits = logits if logits.dtype == torch.float64 else logits.float()
-        picked = logits.gather(-1, targets.expand(*logits.shape[:-1])[..., None].long())[..., 0]
-        return ((picked - logits.logsumexp(-1)) * weights).sum((-1, -2))
-
-    return metric
+target_logprob_metric = pooled_target_logprob
+"""Edge discovery's default metric: :func:`perm_circuits.metric.pooled_target_logprob` (the mean
+log-probability of ``batch.targets`` where ``batch.mask`` > 0, over the whole batch; takes logits
+``[..., batch, seq, vocab]`` and returns one number per leading index, a scalar for one run)."""
 
 
 class _Weights:
@@ -340,16 +321,12 @@ class EdgeIntervention:
     def divergence(self, masks: Float[Tensor, "masks edge"], full_logits: Tensor, *, chunk: int = 16) -> Tensor:
         """KL(full model || masked run) per mask, averaged over the loss positions (every position
         when the batch had no loss mask): ACDC's criterion."""
-        weights = torch.ones(self.tokens.shape, device=self.tokens.device) if self.loss_mask is None else self.loss_mask
-        weights = weights / weights.sum().clamp_min(1e-12)
-        full = full_logits.double().log_softmax(-1)
+        kl = kl_to_full(full_logits, self.loss_mask)  # every position when the batch had no loss mask
         out = []
         with torch.no_grad():
             for start in range(0, masks.shape[0], chunk):
                 part = masks[start : start + chunk].to(self.device, self.weights.W_E.dtype)
-                logp = self.run(part).double().log_softmax(-1)
-                kl = (full.exp() * (full - logp)).sum(-1)
-                out.append((kl * weights).sum((-1, -2)))
+                out.append(kl(self.run(part)))
         return torch.cat(out)
 
 
@@ -404,7 +381,7 @@ def prepare_edges(
     reference: TaskBatch | Tensor | None = None,
     split_embed: bool = False,
     seed: int = 0,
-    optimal_steps: int = 20,
+    optimal_steps: int = OPTIMAL_STEPS,
     check: bool = True,
 ) -> EdgeIntervention:
     """Everything an edge-level run needs: the graph, the clean and ablated sender outputs, the metric.
@@ -515,23 +492,19 @@ def _capture(probe: EdgeIntervention, tokens: Tensor) -> tuple[Tensor, dict[str,
 
 
 def _optimal(probe: EdgeIntervention, start: dict[str, Tensor], steps: int) -> dict[str, Tensor]:
-    """Per sender, the constant that maximises the metric with all of its edges ablated to it."""
+    """Per sender, the constant that maximises the metric with all of its edges ablated to it (the
+    library's one solver, :func:`~perm_circuits.optimal_solver.lbfgs_constant`, on the edge forward;
+    the senders in order, each fitted with the earlier ones' constants in place)."""
     graph = probe.graph
     result = dict(start)
     for sender in graph.senders:
         mask = torch.ones(graph.n_edges, device=probe.device)
         mask[list(graph.outgoing(sender))] = 0.0
-        constant = start[sender].clone().requires_grad_(True)
-        optimiser = torch.optim.LBFGS([constant], max_iter=steps, line_search_fn="strong_wolfe")
 
-        def closure() -> Tensor:
-            optimiser.zero_grad()
-            values = dict(result)
-            values[sender] = constant
-            loss = -probe.metric_of(probe._forward(mask[None], probe.tokens, values, None))[0]
-            loss.backward()
-            return loss
+        def loss_of(constant: Tensor, sender: str = sender, mask: Tensor = mask) -> Tensor:
+            values = {**result, sender: constant}
+            return -probe.metric_of(probe._forward(mask[None], probe.tokens, values, None))[0]
 
-        optimiser.step(closure)
-        result[sender] = constant.detach()
+        # the edge forward reads detached copies of the weights: no model parameter to freeze
+        result[sender] = lbfgs_constant(None, loss_of, start[sender], steps)
     return result

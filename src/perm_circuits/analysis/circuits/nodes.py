@@ -22,7 +22,8 @@ from perm_circuits.circuit import Node
 from perm_circuits.model_shape import is_permutation_model, model_shape
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_data import Batch
-from perm_circuits.tasks.base import TaskBatch, check_target_classes
+from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.metric import target_logprob
 
 __all__ = [
     "POSITION_CLASSES",
@@ -131,20 +132,9 @@ def target_logprob_gain(batch: TaskBatch) -> Callable[[Tensor], Tensor]:
     F(M)`` is then the share of the model's gain over chance a circuit keeps: the IOI paper's
     faithfulness (Wang et al. 2022) with log-probability in place of its logit difference.
     """
-    if not isinstance(batch, TaskBatch):
-        raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
-    weights = batch.mask.double()
-    if not bool((weights.sum(1) > 0).any()):
-        raise ValueError("no row of the batch has a position with mask > 0: no target to score")
-    top = batch.top_target()  # the largest class scored: the logits must cover it
+    rows = target_logprob(batch, empty="nan")  # the library's one target log-prob (perm_circuits.metric)
 
     def metric(logits: Float[Tensor, "batch seq vocab"]) -> Float[Tensor, " batch"]:
-        if logits.shape[:2] != batch.tokens.shape:
-            raise ValueError(f"logits {tuple(logits.shape)} do not match the batch's tokens "
-                             f"{tuple(batch.tokens.shape)}")
-        check_target_classes(top, logits.shape[-1])
-        targets = batch.targets.clamp(0, logits.shape[-1] - 1) * (batch.mask > 0)
-        logp = logits.double().log_softmax(-1).gather(-1, targets[..., None])[..., 0]
-        return (logp * weights).sum(1) / weights.sum(1) + math.log(logits.shape[-1])
+        return rows(logits) + math.log(logits.shape[-1])
 
     return metric

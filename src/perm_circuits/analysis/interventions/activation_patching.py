@@ -10,7 +10,7 @@ activation replaced by its value on the clean tokens, and
 with the paired percentile bootstrap of :mod:`perm_circuits.analysis.interventions.patching`.
 ``metric(logits, batch) -> [batch]`` is any per-sequence number (the convention of
 :mod:`perm_circuits.metric`; ``batch`` is the clean batch in all three runs), usually
-:func:`target_logprob` (bound to its batch: ``metric(logits)``).
+:func:`perm_circuits.metric.target_logprob` (bound to its batch: ``metric(logits)``; re-exported here).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from functools import partial
 
 import pandas as pd
 import torch
-from jaxtyping import Float
 from torch import Tensor
 
 from perm_circuits.analysis.interventions.checks import check_head, check_index_list, check_int, check_layer, check_positions
@@ -41,45 +40,10 @@ from perm_circuits.analysis.interventions.patching import (
 )
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import check_hooks, run_capture
-from perm_circuits.metric import Metric, bind_metric, check_metric
-from perm_circuits.tasks.base import TaskBatch, check_target_classes
+from perm_circuits.metric import Metric, bind_metric, check_metric, target_logprob
+from perm_circuits.tasks.base import TaskBatch
 
 __all__ = ["TaskPatch", "patch_activation", "patch_head", "target_logprob"]
-
-
-def target_logprob(batch: TaskBatch) -> Metric:
-    """``metric(logits)``: per sequence, the mask-weighted mean log-probability of ``batch.targets``.
-
-    Use the *clean* batch's targets for both runs, so the metric asks how much of the clean answer
-    a patch restores.  Logits may cover fewer classes than the task's vocabulary (e.g. states
-    only) as long as every target under the mask indexes them.
-    """
-    if not isinstance(batch, TaskBatch):
-        raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
-    weights = batch.mask.double()
-    if bool((weights.sum(1) <= 0).any()):
-        empty = int((weights.sum(1) <= 0).sum())
-        raise ValueError(
-            f"every sequence of the batch needs a position with mask > 0 ({empty} have none); keep the others "
-            "with batch.subset(batch.mask.sum(1) > 0)"
-        )
-
-    moved: dict[torch.device, tuple[Tensor, Tensor]] = {}  # the targets on each logits' device, moved once
-    top = batch.top_target()  # the largest class scored: the logits must cover it
-
-    def metric(logits: Float[Tensor, "batch seq vocab"]) -> Float[Tensor, " batch"]:
-        if logits.shape[:2] != batch.tokens.shape:
-            raise ValueError(f"logits {tuple(logits.shape)} do not match the batch's tokens {tuple(batch.tokens.shape)}")
-        check_target_classes(top, logits.shape[-1])
-        if logits.device not in moved:
-            moved[logits.device] = (batch.targets.to(logits.device), (batch.mask > 0).to(logits.device))
-        on_device, kept = moved[logits.device]
-        targets = on_device.clamp(0, logits.shape[-1] - 1) * kept
-        logp = logits.double().log_softmax(-1).gather(-1, targets[..., None])[..., 0]
-        w = weights.to(logits.device)
-        return (logp * w).sum(1) / w.sum(1)
-
-    return metric
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,10 @@ from perm_circuits.analysis.interventions.checks import check_index_list, check_
 from perm_circuits.circuit import Node
 from perm_circuits.devices import device_forward
 from perm_circuits.hooks import HookList, check_hooks, check_token_ids, run_capture
+from perm_circuits.metric import pooled_target_logprob, target_logprobs
 from perm_circuits.model_shape import model_shape
-from perm_circuits.tasks.base import TaskBatch, check_target_classes
+from perm_circuits.optimal_solver import OPTIMAL_STEPS, lbfgs_constant
+from perm_circuits.tasks.base import TaskBatch
 
 __all__ = [
     "ANY_TASK_HOWS",
@@ -68,9 +70,6 @@ ANY_TASK_HOWS: tuple[str, ...] = modes("task")
 """The modes that work on any task's model."""
 
 PAIRINGS: tuple[str, ...] = ("random", "row")
-
-OPTIMAL_STEPS = 20
-"""L-BFGS iterations of the optimal-ablation search."""
 
 _HEAD_SUFFIXES = ("attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_z", "attn.hook_pattern")
 _MLP_SUFFIXES = ("mlp.hook_pre", "mlp.hook_post")
@@ -289,54 +288,24 @@ def ablation_fn(
 
 def next_token_loss(reference: TaskBatch | Tensor) -> Callable[[Tensor], Tensor]:
     """``loss(logits)``: the mask-weighted mean cross-entropy of a TaskBatch's targets (the training
-    loss of any task), or for bare token ids the mean next-token cross-entropy (position ``p``
-    predicts token ``p + 1``)."""
+    loss of any task: minus :func:`perm_circuits.metric.pooled_target_logprob`), or for bare token
+    ids the mean next-token cross-entropy (position ``p`` predicts token ``p + 1``), both from the
+    library's one target log-probability (:func:`perm_circuits.metric.target_logprobs`)."""
     if isinstance(reference, TaskBatch):
-        targets, weights = reference.targets, reference.mask.float()
-        if float(weights.sum()) <= 0:
+        if float(reference.mask.float().sum()) <= 0:
             raise ValueError("the reference batch has no position with mask > 0: no loss to minimise")
-        top = reference.top_target()  # the largest class scored: the logits must cover it
+        pooled = pooled_target_logprob(reference)  # the library's one target log-prob (perm_circuits.metric)
 
         def masked(logits: Tensor) -> Tensor:
-            check_target_classes(top, logits.shape[-1], "the reference's")
-            safe = targets.clamp(0, logits.shape[-1] - 1) * (weights > 0)
-            logp = logits.float().log_softmax(-1).gather(-1, safe[..., None])[..., 0]
-            return -(logp * weights).sum() / weights.sum()
+            return -pooled(logits)
 
         return masked
-    tokens = reference
+    tokens = reference  # checked token ids: every next token is a class of the logits
 
     def shifted(logits: Tensor) -> Tensor:
-        logp = logits[:, :-1].float().log_softmax(-1)
-        return -logp.gather(-1, tokens[:, 1:, None]).mean()
+        return -target_logprobs(logits[:, :-1].float(), tokens[:, 1:]).mean()
 
     return shifted
-
-
-def lbfgs_constant(model, loss_of: Callable[[Tensor], Tensor], start: Tensor, steps: int) -> Tensor:
-    """The constant after ``steps`` full-batch L-BFGS iterations (strong-Wolfe line search) on
-    ``loss_of(constant)`` from ``start``, with ``model``'s parameters frozen meanwhile.  Deterministic on CPU."""
-    constant = start.detach().clone().requires_grad_(True)
-    if steps == 0:
-        return constant.detach()
-    params = [p for p in model.parameters() if p.requires_grad]
-    for p in params:
-        p.requires_grad_(False)
-    try:
-        optimiser = torch.optim.LBFGS([constant], lr=1.0, max_iter=steps, line_search_fn="strong_wolfe")
-
-        def closure() -> Tensor:
-            optimiser.zero_grad()
-            value = loss_of(constant)
-            value.backward()
-            return value
-
-        with torch.enable_grad():
-            optimiser.step(closure)
-    finally:
-        for p in params:
-            p.requires_grad_(True)
-    return constant.detach()
 
 
 def minimise_constant(
@@ -353,7 +322,8 @@ def minimise_constant(
     """The constant ``c`` (shape ``activation.shape[1:]``) minimising ``loss(model(tokens))`` with
     ``where(mask, c, activation)`` at ``hook_name`` (Li & Janson 2024): ``steps`` full-batch L-BFGS
     iterations (strong-Wolfe line search) from the mean of ``activation`` over the batch, the model
-    frozen.  Deterministic on CPU; any model whose forward is differentiable.
+    frozen (:func:`perm_circuits.optimal_solver.lbfgs_constant`, the one solver; this is its
+    objective on the hooked model).  Deterministic on CPU; any model whose forward is differentiable.
     """
 
     def loss_of(constant: Tensor) -> Tensor:

@@ -42,10 +42,11 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from perm_circuits.analysis.interventions.core import OPTIMAL_STEPS, lbfgs_constant, minimise_constant
+from perm_circuits.analysis.interventions.core import minimise_constant
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import HookList, run_capture
-from perm_circuits.models import ACTIVATIONS, model_config_of
+from perm_circuits.models import ACTIVATIONS, model_config_of, run_blocks, unembed, weight_ops
+from perm_circuits.optimal_solver import OPTIMAL_STEPS, lbfgs_constant
 from perm_circuits.tasks.permutation_data import Batch
 
 __all__ = ["OPTIMAL_STEPS", "answer_loss", "optimise_constant", "upstream_hooks"]
@@ -62,20 +63,15 @@ def answer_loss(logits: Tensor, batch: Batch) -> Tensor:
 def _downstream(model, w: dict[str, Tensor], layer: int, stage: str, value: Tensor, cache: dict[str, Tensor],
                 keep: Tensor | None = None) -> Tensor:
     """Logits from the (replaced) activation ``value`` at ``stage`` of ``layer`` onwards, as the bridge
-    computes them (as :func:`perm_circuits.models.fast_forward`; checked against the bridge in the tests).
+    computes them: the rest of ``layer`` here, then the later blocks and the unembedding with the
+    study's one plain-PyTorch forward (:func:`perm_circuits.models.run_blocks`, as
+    :func:`~perm_circuits.models.fast_forward`; checked against the bridge in the tests).
     ``keep`` (positions, for ``layer`` below the last): only those positions' logits,
     ``[batch, len(keep), vocab]``, the last layer's queries, MLP and unembedding run there only.
     """
     config = model_config_of(model)
     act = ACTIVATIONS[config.act_fn]
-
-    def norm(x: Tensor, name: str) -> Tensor:
-        if config.normalization_type is None:
-            return x
-        return torch.nn.functional.layer_norm(x, (config.d_model,), w[f"{name}.weight"], w[f"{name}.bias"], 1e-5)
-
-    def linear(x: Tensor, name: str) -> Tensor:
-        return torch.nn.functional.linear(x, w[f"{name}.weight"], w[f"{name}.bias"])
+    norm, linear = weight_ops(config, w)
 
     def mlp(resid: Tensor, b: str) -> Tensor:
         return linear(act(linear(norm(resid, f"{b}.ln2"), f"{b}.mlp.in")), f"{b}.mlp.out")
@@ -88,24 +84,8 @@ def _downstream(model, w: dict[str, Tensor], layer: int, stage: str, value: Tens
         resid = cache["resid_mid"] + linear(value, f"{b}.mlp.out")
     else:
         resid = cache["resid_mid"] + value
-    n_heads, d_head = config.n_heads, config.resolved_d_head
-    for later in range(layer + 1, config.n_layers):
-        batch, seq = resid.shape[:2]
-        b = f"blocks.{later}"
-        h = norm(resid, f"{b}.ln1")
-        k, v = (linear(h, f"{b}.attn.{n}").view(batch, seq, n_heads, d_head).transpose(1, 2) for n in "kv")
-        kept = keep is not None and later == config.n_layers - 1  # the last layer: only the kept queries
-        if kept:
-            resid, h = resid[:, keep], h[:, keep]
-        q = linear(h, f"{b}.attn.q").view(batch, -1, n_heads, d_head).transpose(1, 2)
-        causal = (keep[:, None] >= torch.arange(seq, device=keep.device)[None, :]) if kept else None
-        z = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=causal, is_causal=not kept)
-        resid = resid + linear(z.transpose(1, 2).reshape(batch, -1, n_heads * d_head), f"{b}.attn.o")
-        resid = resid + mlp(resid, b)
-    out = torch.nn.functional.linear(norm(resid, "ln_final"), w["unembed.weight"])
-    if "unembed.bias" in w:
-        out = out + w["unembed.bias"]
-    return out
+    resid = run_blocks(config, resid, norm, linear, layers=range(layer + 1, config.n_layers), queries=keep)
+    return unembed(w, resid, norm)
 
 
 def upstream_hooks(model, hook_name: str) -> list[str]:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Float
 from torch import Tensor
 
 from perm_circuits.analysis.interventions.checks import (
@@ -29,7 +29,7 @@ from perm_circuits.analysis.interventions.checks import (
 from perm_circuits.checks import check_number
 from perm_circuits.devices import device_forward, model_device
 from perm_circuits.hooks import HookList, run_capture
-from perm_circuits.metric import metric_rows
+from perm_circuits.metric import logit_diff, metric_rows
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_data import Batch, validate_tokens
 
@@ -79,26 +79,6 @@ ACTIVATIONS: dict[str, str] = {
 
 RUNS = ("clean", "corrupted")
 MIN_DENOMINATOR = 1e-6
-
-
-def logit_diff(
-    logits: Float[Tensor, "batch seq vocab"],
-    answer: Int[Tensor, " batch"],
-    wrong: Int[Tensor, " batch"],
-    position: int = -1,
-) -> Float[Tensor, " batch"]:
-    """``logit(answer) - logit(wrong)`` at ``position``, per sample."""
-    if logits.ndim != 3:
-        raise ValueError(f"logits must be [batch, seq, vocab], got shape {tuple(logits.shape)}")
-    position = check_position(position, logits.shape[1])
-    for name, ids in (("answer", answer), ("wrong", wrong)):
-        if ids.shape != logits.shape[:1]:
-            raise ValueError(f"{name} must be one token id per sequence, shape ({logits.shape[0]},), got {tuple(ids.shape)}")
-        if ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < logits.shape[-1]:
-            raise ValueError(f"{name} ids must be in [0, {logits.shape[-1]}) (the logits' vocabulary), "
-                             f"got values {int(ids.min())}..{int(ids.max())}")
-    last = logits[:, position]
-    return last.gather(1, answer[:, None])[:, 0] - last.gather(1, wrong[:, None])[:, 0]
 
 
 # ----------------------------------------------------------------------------- results
