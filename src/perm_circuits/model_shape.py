@@ -14,14 +14,9 @@ from dataclasses import dataclass
 
 from perm_circuits.models import ModelConfig
 
-__all__ = ["ModelShape", "is_permutation_model", "model_shape", "normalization_of"]
+__all__ = ["ModelShape", "model_shape", "normalization_of"]
 
 _BLOCK_RE = re.compile(r"^blocks\.(\d+)\.")
-
-
-def is_permutation_model(model: object) -> bool:
-    """Whether ``model`` is one of the study's permutation-lookup bridges (it carries ``perm_config``)."""
-    return isinstance(getattr(model, "perm_config", None), ModelConfig)
 
 
 def normalization_of(model: object) -> str | None:
