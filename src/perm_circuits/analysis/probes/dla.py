@@ -211,17 +211,18 @@ def decompose_logit_diff(
     """Direct logit attribution of the logit difference at every y position of ``batch`` under
     ``hooks`` (module docstring: components, baseline, the checks within ``tolerance`` logits)."""
     recall_baseline, tolerance = _check_options(recall_baseline, tolerance)
-    return _decompose(model, batch, hooks, recall_baseline, tolerance, "the residual_error field")
-
-
-def _decompose(model, batch: object, hooks, recall_baseline: str, tolerance: float,
-               where: str) -> LogitDiffDecomposition:
-    """:func:`decompose_logit_diff` on checked options, its warning naming ``where`` the gaps are."""
-    if not isinstance(batch, TaskBatch):
+    if not isinstance(batch, TaskBatch):  # (check_batch would draw the default test set for None)
         raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
+    return _decompose(model, check_batch(model, batch), hooks, recall_baseline, tolerance, "the residual_error field")
+
+
+def _decompose(model, batch: TaskBatch, hooks, recall_baseline: str, tolerance: float,
+               where: str) -> LogitDiffDecomposition:
+    """:func:`decompose_logit_diff` on checked options and a batch from :func:`check_batch` (its
+    callers check; not again here), its warning naming ``where`` the gaps are."""
     config = model_config_of(model)
     V, n_layers = config.V, config.n_layers
-    inputs = validate_tokens(batch.tokens, V)
+    inputs = batch.tokens.long()
 
     components = component_hooks(model)  # embed, pos_embed, per layer its heads (attn.hook_z) and MLP
     names = [hook for _, hook in components] + [f"blocks.{n_layers - 1}.hook_resid_post"] + [
