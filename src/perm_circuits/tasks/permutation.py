@@ -19,7 +19,7 @@ from perm_circuits.tasks.permutation_posterior import Posterior, bayes_posterior
 from perm_circuits.tasks.permutation_data import TaskConfig, make_batch, make_test_set, permutation_batch, validate_tokens
 from perm_circuits.tasks.base import TaskBatch, register_task
 
-__all__ = ["Evaluation", "PermutationTask", "bridge_task", "StepMetrics", "SubgroupMetrics", "evaluate_logits",
+__all__ = ["Evaluation", "PermutationTask", "StepMetrics", "SubgroupMetrics", "evaluate_logits",
            "value_probs"]
 
 @dataclass(frozen=True)
@@ -287,14 +287,4 @@ class PermutationTask:
         return cls(TaskConfig.from_dict(data))
 
 
-def bridge_task(model: object) -> PermutationTask | None:
-    """The permutation task of one of the study's bridges (a model carrying its ``ModelConfig``): the
-    task it was trained on where stored, else the plain task of its V; ``None`` for any other model."""
-    from perm_circuits.models import ModelConfig, task_config_of  # models imports this package
-
-    if not isinstance(getattr(model, "perm_config", None), ModelConfig):
-        return None
-    return PermutationTask(task_config_of(model))
-
-
-register_task(PermutationTask.name, PermutationTask, recognise=bridge_task)
+register_task(PermutationTask.name, PermutationTask, recognise="perm_circuits.models:bridge_task")

@@ -40,10 +40,9 @@ from perm_circuits.devices import model_device
 from perm_circuits.analysis.probes.task_attribution import AttentionScores, attention_patterns, attention_scores
 from perm_circuits.hooks import check_hooks, check_token_ids, run_capture
 from perm_circuits.model_shape import model_shape
-from perm_circuits.models import model_config_of
+from perm_circuits.models import bridge_task, model_config_of
 from perm_circuits.tasks.base import Task, TaskBatch
 from perm_circuits.tasks.permutation_data import TaskConfig, make_test_set, permutation_batch, repeat_source_of, validate_tokens
-from perm_circuits.tasks.permutation import bridge_task
 
 __all__ = [
     "DEFAULT_THRESHOLDS", "AttentionBySource", "HeadScore", "HeadScores", "RoleThresholds", "attention_by_source",

@@ -1,4 +1,4 @@
-"""Issue 25 item 1: ``TaskBatch`` is the only batch, and the general tools get what they need from the
+"""``TaskBatch`` is the only batch, and the general tools get what they need from the
 model's task, never by asking what kind of model it is.
 
 Source checks (no model): no ``Batch`` / ``as_batch`` / ``as_task_batch`` anywhere the project's code,
@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from perm_circuits.models import build_model
+from perm_circuits.models import bridge_task, build_model
 from perm_circuits.tasks import PermutationTask, TaskBatch
 from perm_circuits.tasks.base import model_task, own_analysis
 from perm_circuits.tasks.permutation_data import PERMUTATION_EXTRAS, TaskConfig, make_batch, permutation_batch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "src" / "perm_circuits"
 SCANNED = ("src", "docs", "notebooks", "scripts", "tests")
 SUFFIXES = {".py", ".md", ".ipynb"}
@@ -57,7 +57,7 @@ def _dispatch_sites() -> list[str]:
 
 
 def test_no_model_kind_dispatch_outside_the_permutation_modules():
-    assert _dispatch_sites() == []  # 30 sites in 12 modules before issue 25 item 1
+    assert _dispatch_sites() == []  # 30 sites in 12 modules before the permutation batch became a TaskBatch
 
 
 def test_a_permutation_batch_is_a_task_batch_with_its_fields_in_extras():
@@ -78,6 +78,7 @@ def test_the_model_says_its_task_and_the_task_its_own_analyses():
     task = model_task(bridge)
     assert task == PermutationTask(TaskConfig(V=5))
     assert own_analysis(bridge, "ablation_table").__name__ == "study_ablation_table"
+    assert bridge_task(bridge) == task and bridge_task(torch.nn.Linear(2, 2)) is None
     assert own_analysis(bridge, "no such analysis") is None
     assert task.value_tokens == slice(1, 6) and task.named_positions["answer"] == range(1, 8, 2)
     with pytest.raises(ValueError, match="tokens must be in 1..5"):
