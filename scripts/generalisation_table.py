@@ -97,7 +97,7 @@ def attention_columns(model, task_config) -> dict[str, float]:
     sums: dict[str, float] = {}
     for source in range(V - 1):
         batch = exhaustive_batch(task_config, repeat_source=source)
-        _, acts = run_capture(model, batch.inputs, names)
+        _, acts = run_capture(model, batch.tokens, names)
         x_pos, y_pos = list(range(0, 2 * V - 2, 2)), list(range(1, 2 * V - 2, 2))
         for layer, name in enumerate(names):
             last = acts[name][:, :, -1, :].mean(0)  # [head, key]

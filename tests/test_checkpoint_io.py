@@ -126,7 +126,7 @@ def training_checkpoint(tmp_path_factory):
     model, generator = build_model("d16h1"), torch.Generator().manual_seed(0)
     optimizer = _optimizer(model, config.lr)
     batch = make_batch(task, 64, generator=generator)
-    masked_loss(model(batch.inputs), batch.targets, batch.mask).backward()
+    masked_loss(model(batch.tokens), batch.targets, batch.mask).backward()
     optimizer.step()
     from perm_circuits.train import TrainingHistory
 

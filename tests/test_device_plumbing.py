@@ -194,7 +194,7 @@ def _analyses():
         return patch_activation(model, clean, corrupted, target_logprob(clean), "blocks.1.attn.hook_z", n_boot=50)
 
     def tokens(model):
-        return batches(model)[0].inputs
+        return batches(model)[0].tokens
 
     return {
         **{f"ablation_table[{how}]": (lambda m, how=how: ablations(m, how))
@@ -274,7 +274,7 @@ def test_batches_move_once_and_stay_themselves_where_they_already_are():
     assert meta is not task_batch and meta.tokens.device.type == "meta" and meta.tokens.shape == task_batch.tokens.shape
     assert all(v.device.type == "meta" for v in meta.extras.values())
     moved = batch.to("meta")
-    assert moved.inputs.device.type == moved.repeat_source.device.type == "meta" and moved.V == batch.V
+    assert moved.tokens.device.type == moved.extras["repeat_source"].device.type == "meta" and moved.extras["xs"].shape == batch.extras["xs"].shape
 
 
 def test_device_forward_runs_on_the_model_and_returns_beside_the_tokens(models):

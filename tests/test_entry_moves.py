@@ -1,6 +1,6 @@
 """Every analysis moves its batch to the model's device once, at entry, and loops there.
 
-On the CPU ``Batch.to`` / ``TaskBatch.to`` return the batch itself, so a move that is missing (or
+On the CPU ``TaskBatch.to`` returns the batch itself, so a move that is missing (or
 repeated inside a loop) changes nothing and cannot be seen.  The spy below makes it visible: the
 first ``.to(model's device)`` of a batch returns a *copy* (as a real move to a GPU would), later
 ``.to`` calls on that copy return it unchanged, and a pre-hook on the model's embedding records
@@ -10,25 +10,21 @@ caller's (or its default) batch without moving it first, or moves it again per f
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 import torch
 
 from perm_circuits.devices import model_device
 from perm_circuits.tasks.base import TaskBatch
-from perm_circuits.tasks.permutation_data import Batch
 
 
 def _copy(batch):
-    if isinstance(batch, TaskBatch):
-        return TaskBatch(batch.tokens.clone(), batch.targets.clone(), batch.mask.clone(),
-                         {k: v.clone() for k, v in batch.extras.items()})
-    return Batch(**{f.name: getattr(batch, f.name).clone() for f in dataclasses.fields(batch)})
+    return TaskBatch(batch.tokens.clone(), batch.targets.clone(), batch.mask.clone(),
+                     {k: v.clone() for k, v in batch.extras.items()})
 
 
 def _tokens(batch) -> torch.Tensor:
-    return batch.tokens if isinstance(batch, TaskBatch) else batch.inputs
+    return batch.tokens
 
 
 class MoveSpy:
@@ -38,8 +34,7 @@ class MoveSpy:
         self.device = model_device(model)
         self.events: list[tuple[str, object]] = []
         self.moved: dict[int, object] = {}  # id -> the copy handed out (kept alive: ids stay unique)
-        for cls in (Batch, TaskBatch):
-            monkeypatch.setattr(cls, "to", self._wrap(cls.to))
+        monkeypatch.setattr(TaskBatch, "to", self._wrap(TaskBatch.to))
         # on the embedding: every forward passes its tokens there (``run_with_cache`` included)
         self.handle = model.embed.register_forward_pre_hook(self._forward, with_kwargs=True)
 
@@ -208,9 +203,9 @@ def test_the_spy_catches_a_loop_on_an_unmoved_batch(model, monkeypatch):
     spy = MoveSpy(model, monkeypatch)
     try:
         for _ in range(3):
-            model(batch.inputs)
+            model(batch.tokens)
         moved = batch.to(model_device(model))
-        model(moved.inputs)
+        model(moved.tokens)
         assert moved is not batch and moved.to(model_device(model)) is moved  # a fresh copy, then itself
     finally:
         spy.handle.remove()

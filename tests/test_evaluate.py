@@ -18,7 +18,7 @@ def _oracle_logits(batch, probs):
 def test_bayes_oracle_has_zero_error_and_bayes_accuracy():
     config = TaskConfig(repeat_ratio=0.3)
     batch = make_test_set(config, n=2000)
-    uniform = bayes_posterior(batch.inputs, config).probs
+    uniform = bayes_posterior(batch.tokens, config).probs
     result = evaluate_logits(_oracle_logits(batch, uniform), batch, config)
     for step, expected in zip(result.steps, [1 / 5, 1 / 4, 1 / 3, 1 / 2, 1.0]):
         assert step.mae_uniform < 1e-6 and step.max_ae_uniform < 1e-6
@@ -34,9 +34,9 @@ def test_elimination_only_oracle_fails_memorization():
     """A pure elimination predictor: perfect on new queries, 0% on repeated ones (the study's trap)."""
     config = TaskConfig(repeat_ratio=0.3)
     batch = make_test_set(config, n=1000)
-    probs = bayes_posterior(batch.inputs, config).probs.clone()
+    probs = bayes_posterior(batch.tokens, config).probs.clone()
     used = torch.zeros(len(batch), 5, dtype=torch.bool)
-    used.scatter_(1, batch.ys[:, :4] - 1, True)
+    used.scatter_(1, batch.extras["ys"][:, :4] - 1, True)
     probs[:, 4] = (~used).float()
     result = evaluate_logits(_oracle_logits(batch, probs), batch, config)
     assert result.elimination.accuracy == 1.0 and result.memorization.accuracy == 0.0
@@ -70,7 +70,7 @@ def test_hooks_change_the_evaluation():
 
 def test_evaluate_rejects_bad_inputs():
     model = build_model("d16h1")
-    with pytest.raises(TypeError, match="Batch"):
+    with pytest.raises(TypeError, match="test_set must be a TaskBatch|parameter 'test_set'"):
         evaluate(model, test_set=torch.ones(3, 9, dtype=torch.long))
     with pytest.raises(ValueError, match="unknown hook point"):
         evaluate(model, n=10, hooks=[("blocks.0.hook_nothing", lambda x, hook: x)])
@@ -118,9 +118,9 @@ def test_no_hooks_left_after_a_hook_raises():
 
 def _x1_shortcut_logits(batch, config):
     """The Bayes posterior except at a repeated last query: answer y1 (right only when it repeats x1)."""
-    probs = bayes_posterior(batch.inputs, config).probs.clone()
-    rep = batch.repeated
-    probs[rep, 4] = torch.nn.functional.one_hot(batch.ys[rep, 0] - 1, 5).float()
+    probs = bayes_posterior(batch.tokens, config).probs.clone()
+    rep = batch.extras["repeated"]
+    probs[rep, 4] = torch.nn.functional.one_hot(batch.extras["ys"][rep, 0] - 1, 5).float()
     return _oracle_logits(batch, probs)
 
 
@@ -132,7 +132,7 @@ def test_one_subgroup_per_repeat_source():
     assert list(groups.index) == ["elimination", "memorization", "recall_x1", "recall_x2", "recall_x3", "recall_x4"]
     n = [g.n for g in result.recall_by_source]
     assert sum(n) == result.memorization.n and all(abs(m / 4000 - 0.1) < 0.015 for m in n)
-    assert n == [int((batch.repeat_source == s).sum()) for s in range(4)]
+    assert n == [int((batch.extras["repeat_source"] == s).sum()) for s in range(4)]
     assert result.recall_accuracy_by_source == {1: 1.0, 2: 0.0, 3: 0.0, 4: 0.0}
     assert result.recall_accuracy == pytest.approx(n[0] / sum(n), abs=1e-7)  # every repeated sample
     assert result.elimination.accuracy == 1.0

@@ -18,13 +18,13 @@ def test_presets_shapes_and_eval_mode(name):
     assert model.cfg.d_model == config.d_model and model.cfg.n_heads == config.n_heads
     assert model.cfg.d_mlp == 2 * config.d_model and model.cfg.d_vocab == 6 and model.cfg.n_ctx == 9
     assert model.cfg.act_fn == "relu" and model.cfg.normalization_type == "LN"
-    logits = model(make_batch(TaskConfig(), 3).inputs)
+    logits = model(make_batch(TaskConfig(), 3).tokens)
     assert logits.shape == (3, 9, 6)
 
 
 def test_no_dropout_eval_equals_train_mode():
     model = build_model("d32h2")
-    tokens = make_batch(TaskConfig(), 16).inputs
+    tokens = make_batch(TaskConfig(), 16).tokens
     eval_logits = model(tokens)
     model.train()
     assert torch.equal(model(tokens), eval_logits)
@@ -52,7 +52,7 @@ def test_fast_forward_matches_bridge(config):
         for key in sd:  # non-trivial LayerNorm/bias values so every term is exercised
             sd[key] += 0.05 * torch.randn(sd[key].shape, generator=torch.Generator().manual_seed(len(key)))
         model.load_state_dict(sd)
-    tokens = make_batch(TaskConfig(V=config.V), 32).inputs
+    tokens = make_batch(TaskConfig(V=config.V), 32).tokens
     torch.testing.assert_close(fast_forward(model, tokens), model(tokens), atol=2e-6, rtol=1e-5)
 
 
@@ -61,7 +61,7 @@ def test_save_load_round_trip_identical_logits(tmp_path):
     task = TaskConfig(repeat_ratio=0.3)
     save_model(model, tmp_path / "ck", task_config=task, metadata={"note": "x"})
     checkpoint = load_checkpoint(tmp_path / "ck")
-    tokens = make_batch(task, 64).inputs
+    tokens = make_batch(task, 64).tokens
     assert torch.equal(checkpoint.model(tokens), model(tokens))
     assert checkpoint.task_config == task and checkpoint.metadata == {"note": "x"}
     assert model_config_of(checkpoint.model) == model_config_of(model)
@@ -211,7 +211,7 @@ def _perturbed(config):
 def test_dropout_only_in_train_mode():
     config = ModelConfig(d_model=16, n_heads=2, n_layers=2, dropout=0.3)
     model = _perturbed(config)
-    tokens = make_batch(TaskConfig(), 32).inputs
+    tokens = make_batch(TaskConfig(), 32).tokens
     bridge = model(tokens)
     # eval mode: no dropout, fast_forward is the bridge, the generator is not consumed
     generator = torch.Generator().manual_seed(0)
@@ -235,7 +235,7 @@ def test_dropout_only_in_train_mode():
 def test_dropout_train_path_is_explicit_attention_when_nothing_is_dropped():
     """With p -> 0 the explicit-attention path equals the bridge (checks its attention maths)."""
     model = _perturbed(ModelConfig(d_model=16, n_heads=2, n_layers=2, dropout=1e-12))
-    tokens = make_batch(TaskConfig(), 32).inputs
+    tokens = make_batch(TaskConfig(), 32).tokens
     expected = model(tokens)
     model.train()
     torch.testing.assert_close(

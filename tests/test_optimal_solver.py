@@ -91,7 +91,7 @@ def test_every_optimal_ablation_reaches_the_solver(monkeypatch, pretrained):
     model = pretrained("d32h2")
     batch = make_batch(TaskConfig(V=model.perm_config.V), 40, generator=torch.Generator().manual_seed(0))
     hook = "blocks.0.attn.hook_z"
-    activation = run_capture(model, batch.inputs, [hook], [])[1][hook]
+    activation = run_capture(model, batch.tokens, [hook], [])[1][hook]
     optimal.optimise_constant(model, hook, torch.ones(activation.shape[1:], dtype=torch.bool), batch, [], activation)
     task_batch = PermutationTask(TaskConfig(V=model.perm_config.V)).test_set(40)
     ablate_tokens(model, hook, "optimal", reference=task_batch, index=0, steps=1)

@@ -28,14 +28,14 @@ def brute_force(seq: list[int], prior: list[tuple[int, ...]], V: int) -> list[li
 def test_matches_brute_force(prior):
     config = TaskConfig(repeat_ratio=0.3)
     batch = make_batch(config, 60, split="test", seed=11)
-    post = bayes_posterior(batch.inputs, config, prior)
+    post = bayes_posterior(batch.tokens, config, prior)
     support = (
         list(itertools.permutations(range(1, 6)))
         if prior == "uniform"
         else [tuple(p) for p in split_permutations(config)[0].tolist()]
     )
     for row in range(len(batch)):
-        expected = torch.tensor(brute_force(batch.inputs[row].tolist(), support, 5))
+        expected = torch.tensor(brute_force(batch.tokens[row].tolist(), support, 5))
         torch.testing.assert_close(post.probs[row], expected)
 
 
@@ -43,24 +43,24 @@ def test_sums_to_one_and_known_values():
     config = TaskConfig(repeat_ratio=0.5)
     batch = make_batch(config, 500, seed=2)
     for prior in ("uniform", "train"):
-        post = bayes_posterior(batch.inputs, config, prior)
+        post = bayes_posterior(batch.tokens, config, prior)
         torch.testing.assert_close(post.probs.sum(-1), torch.ones(500, 5))
-    uniform = bayes_posterior(batch.inputs, config).probs
+    uniform = bayes_posterior(batch.tokens, config).probs
     # new x: uniform over the 5 - k unused values
-    new = ~batch.repeated
+    new = ~batch.extras["repeated"]
     for k in range(4):
         assert torch.allclose(uniform[:, k].max(-1).values, torch.tensor(1 / (5 - k)))
-    assert torch.equal(uniform[new, 4].argmax(-1) + 1, batch.ys[new, 4])
+    assert torch.equal(uniform[new, 4].argmax(-1) + 1, batch.extras["ys"][new, 4])
     # repeated x: point mass on the earlier y
-    rep = batch.repeated
-    assert torch.equal(uniform[rep, 4].argmax(-1) + 1, batch.ys[rep, 0])
+    rep = batch.extras["repeated"]
+    assert torch.equal(uniform[rep, 4].argmax(-1) + 1, batch.extras["ys"][rep, 0])
     assert torch.allclose(uniform[rep, 4].max(-1).values, torch.tensor(1.0))
 
 
 def test_train_prior_falls_back_on_test_permutations():
     config = TaskConfig()
     batch = make_batch(config, 200, split="test", seed=0)
-    post = bayes_posterior(batch.inputs, config, "train")
+    post = bayes_posterior(batch.tokens, config, "train")
     assert post.fallback[:, 4].all()  # four pairs pin a test permutation: no train perm consistent
     assert not post.fallback[:, 0].any()
     assert (post.n_consistent[:, 0] == 96).all()
@@ -76,7 +76,7 @@ def test_rejects_inconsistent_or_bad_input():
     with pytest.raises(ValueError, match="not consistent"):
         bayes_posterior(torch.tensor([[1, 2, 3, 2, 4, 5, 5, 1, 4]]), TaskConfig())
     with pytest.raises(ValueError, match="prior"):
-        bayes_posterior(make_batch(TaskConfig(), 2).inputs, TaskConfig(), "empirical")
+        bayes_posterior(make_batch(TaskConfig(), 2).tokens, TaskConfig(), "empirical")
     with pytest.raises(TypeError):
         bayes_posterior(torch.ones(2, 9), TaskConfig())
 
@@ -143,13 +143,13 @@ def test_posterior_is_the_generative_conditional_for_every_repeat_source(V, rati
 def test_point_mass_on_the_repeated_answer_for_every_source():
     config = TaskConfig(repeat_ratio=0.6, repeat_sources=(1, 2, 3, 4))
     batch = make_batch(config, 800, split="test", seed=4)
-    rep = batch.repeated
-    assert set(batch.repeat_source[rep].tolist()) == {0, 1, 2, 3}
+    rep = batch.extras["repeated"]
+    assert set(batch.extras["repeat_source"][rep].tolist()) == {0, 1, 2, 3}
     for prior in ("uniform", "train"):
-        last = bayes_posterior(batch.inputs, config, prior).probs[:, 4]
-        expected = torch.nn.functional.one_hot(batch.ys.gather(1, batch.repeat_source.clamp(min=0)[:, None])[:, 0] - 1, 5)
+        last = bayes_posterior(batch.tokens, config, prior).probs[:, 4]
+        expected = torch.nn.functional.one_hot(batch.extras["ys"].gather(1, batch.extras["repeat_source"].clamp(min=0)[:, None])[:, 0] - 1, 5)
         assert torch.equal(last[rep], expected[rep].float())  # y_k of the repeated x_k, whichever k
-        assert torch.equal(last[~rep], torch.nn.functional.one_hot(batch.ys[~rep, 4] - 1, 5).float())  # the one unused value
+        assert torch.equal(last[~rep], torch.nn.functional.one_hot(batch.extras["ys"][~rep, 4] - 1, 5).float())  # the one unused value
 
 
 @pytest.mark.parametrize("prior", ["uniform", "train"])
@@ -159,7 +159,7 @@ def test_rows_counted_in_chunks_give_the_same_bits(prior, monkeypatch):
     from perm_circuits.tasks import permutation_posterior
 
     config = TaskConfig(V=6)
-    inputs = make_batch(config, 50, split="test", seed=3).inputs
+    inputs = make_batch(config, 50, split="test", seed=3).tokens
     whole = bayes_posterior(inputs, config, prior)
     monkeypatch.setattr(permutation_posterior, "CHUNK_ELEMENTS", 720 * 6 * 7)  # 7 rows a chunk, the last one short
     chunked = bayes_posterior(inputs, config, prior)
@@ -171,7 +171,7 @@ def test_rows_counted_in_chunks_give_the_same_bits(prior, monkeypatch):
 def test_largest_vocabulary_posterior_on_a_test_set():
     config = TaskConfig(V=8)
     assert 40320 * 8 * 200 > 4 * CHUNK_ELEMENTS  # the batch below spans several chunks
-    posterior = bayes_posterior(make_batch(config, 200, split="test", seed=0).inputs, config, "uniform")
+    posterior = bayes_posterior(make_batch(config, 200, split="test", seed=0).tokens, config, "uniform")
     assert posterior.probs.shape == (200, 8, 8)
     assert torch.allclose(posterior.probs.sum(-1), torch.ones(200, 8))
     assert posterior.n_consistent[:, 0].eq(40320).all() and posterior.n_consistent[:, 1].eq(5040).all()

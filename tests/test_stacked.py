@@ -117,7 +117,7 @@ def test_one_member():
 def test_inexact_mode_stays_within_float_tolerance():
     recipe = TrainConfig(epochs=1, samples_per_epoch=20 * 128, test_size=200)
     fast = train_stacked([0, 1], TASK, recipe, architecture="d16h1", exact=False, progress=False)
-    tokens = make_batch(TASK, 256, seed=9).inputs
+    tokens = make_batch(TASK, 256, seed=9).tokens
     for seed, member in enumerate(fast):
         single = _twin("d16h1", seed, TASK, recipe).model
         a, b = _weights(member.model), _weights(single)
@@ -132,7 +132,7 @@ def test_inexact_mode_stays_within_float_tolerance():
 
 def test_stacked_forward_equals_fast_forward_per_member():
     models = [build_model("d32h2", seed=s) for s in (0, 1, 2)]
-    tokens = torch.stack([make_batch(TASK, 64, seed=s).inputs for s in (0, 1, 2)])
+    tokens = torch.stack([make_batch(TASK, 64, seed=s).tokens for s in (0, 1, 2)])
     logits = stacked_forward(models[0].perm_config, stack_weights(models), tokens)
     assert logits.shape == (3, 64, 9, 6)
     for i, model in enumerate(models):
@@ -145,7 +145,7 @@ def test_stacked_forward_adds_the_unembedding_bias_once():
     from perm_circuits.handbuilt import build_induction_model
 
     model = build_induction_model()
-    tokens = make_batch(TaskConfig(repeat_ratio=0.5), 16, seed=0).inputs
+    tokens = make_batch(TaskConfig(repeat_ratio=0.5), 16, seed=0).tokens
     logits = stacked_forward(model.perm_config, stack_weights([model, model]), torch.stack([tokens, tokens]))
     assert model.state_dict()["unembed.bias"][0] == -10.0
     for member in logits:

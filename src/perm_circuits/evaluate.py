@@ -24,7 +24,8 @@ from perm_circuits.devices import model_device
 from perm_circuits.hooks import run_logits
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.tasks.permutation_posterior import Posterior
-from perm_circuits.tasks.permutation_data import Batch, TaskConfig, exhaustive_batch, make_batch, make_test_set, probe_sequence
+from perm_circuits.tasks.permutation_data import (TaskConfig, exhaustive_batch, make_batch, make_test_set, permutation_batch,
+                                                  probe_sequence)
 from perm_circuits.tasks.runner import TaskEvaluation, measure_task
 from perm_circuits.tasks.base import Task, TaskBatch
 from perm_circuits.tasks.permutation import (
@@ -32,8 +33,6 @@ from perm_circuits.tasks.permutation import (
     PermutationTask,
     StepMetrics,
     SubgroupMetrics,
-    as_batch,
-    as_task_batch,
     evaluate_logits,
     value_probs,
 )
@@ -66,7 +65,7 @@ def probe_probabilities(
 
 def evaluate(
     model,
-    test_set: Batch | TaskBatch | None = None,
+    test_set: TaskBatch | None = None,
     *,
     task: Task | TaskConfig | None = None,
     task_config: TaskConfig | PermutationTask | None = None,
@@ -105,15 +104,11 @@ def evaluate(
             raise ValueError("pass task= (any task) or task_config= (the study's evaluation), not both")
         if isinstance(task, TaskConfig):
             task = PermutationTask(task)
-        if isinstance(test_set, Batch):
-            test_set = as_task_batch(test_set)
         return measure_task(model, task, test_set, n=2000 if n is None else n, seed=seed, forward=forward, hooks=hooks)
     if forward is not None:
         raise ValueError("forward= applies to evaluate(model, task=task); the study's evaluation runs the model itself")
     if isinstance(task_config, PermutationTask):  # the Task interface's wrapper of the study's task
         task_config = task_config.config
-    if isinstance(test_set, TaskBatch):
-        test_set = as_batch(test_set)
     if task_config is None:
         try:
             task_config = task_config_of(model)
@@ -121,19 +116,19 @@ def evaluate(
             raise TypeError(f"{error}. evaluate(model, task=task) measures a model of any task") from None
     if test_set is None:
         test_set = make_test_set(task_config, n=5000 if n is None else n, seed=seed)
-    if not isinstance(test_set, Batch):
-        raise TypeError(f"test_set must be a perm_circuits.tasks.permutation_data.Batch, got {type(test_set).__name__}")
-    test_set = test_set.to(model_device(model))  # once: the forward and the posteriors run on the model's device
+    if not isinstance(test_set, TaskBatch):
+        raise TypeError(f"test_set must be a TaskBatch, got {type(test_set).__name__}")
+    test_set = permutation_batch(test_set).to(model_device(model))  # once: the forward and the posteriors run on the model's device
     return evaluate_run(model, test_set, task_config, hooks, probe=probe)[1]
 
 
 def evaluate_run(
-    model, test_set: Batch, config: TaskConfig, hooks: Sequence[tuple[str, Callable]] | None = None, *,
+    model, test_set: TaskBatch, config: TaskConfig, hooks: Sequence[tuple[str, Callable]] | None = None, *,
     posteriors: tuple[Posterior, Posterior] | None = None, probe: bool = False,
 ) -> tuple[Float[Tensor, "batch seq vocab"], Evaluation]:
     """The logits on ``test_set`` under ``hooks`` and their :class:`Evaluation` (:func:`evaluate_logits`, whose
     ``posteriors`` an ablation table caches across its runs); ``probe`` also runs the probe sequence (V = 5)."""
-    logits = run_logits(model, test_set.inputs, hooks)
+    logits = run_logits(model, test_set.tokens, hooks)
     probs = probe_probabilities(model, hooks).tolist() if probe and config.V == 5 else None
     return logits, evaluate_logits(logits, test_set, config, posteriors=posteriors,
                                    model_name=model_config_of(model).name, probe=probs)
@@ -168,7 +163,7 @@ def recall_generalisation(
 ) -> RecallGeneralisation:
     """Measure recall when the repeated query is ``x_k`` for every ``k`` (test permutations).
 
-    Batch ``k`` repeats ``x_k`` in every sample, the same batches whatever the task's
+    The batch ``k`` repeats ``x_k`` in every sample, the same batches whatever the task's
     ``repeat_sources``.  ``n=None``: every test permutation with every order of the queries
     (:func:`~perm_circuits.tasks.permutation_data.exhaustive_batch`; 2,880 per ``k`` for the study's split).
     """
@@ -185,8 +180,8 @@ def recall_generalisation(
             batch = make_batch(config, n, split="test", seed=seed + offset, repeat_ratio=0.0 if source is None else 1.0,
                                repeat_source=source)
         batch = batch.to(model_device(model))  # once, right after it is drawn
-        logits = run_logits(model, batch.inputs, hooks)
-        return float((logits[:, -1].argmax(-1) == batch.ys[:, -1]).float().mean()), len(batch)
+        logits = run_logits(model, batch.tokens, hooks)
+        return float((logits[:, -1].argmax(-1) == batch.extras["ys"][:, -1]).float().mean()), len(batch)
 
     recall, sizes = zip(*(accuracy(source, source) for source in range(config.V - 1)))
     elimination = accuracy(None, -1)[0]

@@ -16,9 +16,8 @@ from perm_circuits.devices import model_device
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from perm_circuits.model_shape import is_permutation_model, model_shape
-from perm_circuits.models import model_config_of
-from perm_circuits.tasks.permutation_data import validate_tokens
+from perm_circuits.model_shape import model_shape
+from perm_circuits.tasks.base import model_task
 
 __all__ = ["HookList", "check_hooks", "check_token_ids", "hook_count", "run_capture", "run_logits"]
 
@@ -73,13 +72,12 @@ def run_logits(
     """Logits of ``model`` on validated ``tokens`` under ``hooks`` (removed afterwards, always).
 
     The forward runs on the model's device; the logits come back on the tokens' device.  The
-    study's bridges check the tokens against the permutation task, any other hooked model against
-    its vocabulary (:func:`~perm_circuits.model_shape.model_shape`), where it declares one.
+    tokens are checked by the model's task (:func:`~perm_circuits.tasks.base.model_task`) where it
+    has a ``check_tokens`` (the permutation task's: ids ``1..V``, length ``2V - 1``), else against
+    the model's vocabulary (:func:`~perm_circuits.model_shape.model_shape`), where it declares one.
     """
-    if is_permutation_model(model):
-        tokens = validate_tokens(tokens, model_config_of(model).V)
-    else:
-        tokens = check_token_ids(tokens, model_shape(model).d_vocab)
+    check_tokens = getattr(model_task(model), "check_tokens", None)
+    tokens = check_tokens(tokens) if check_tokens is not None else check_token_ids(tokens, model_shape(model).d_vocab)
     hooks = check_hooks(model, hooks)
     with torch.no_grad(), model.hooks(fwd_hooks=hooks) if hooks else nullcontext():
         return model(tokens.to(model_device(model))).to(tokens.device)

@@ -14,14 +14,9 @@ from dataclasses import dataclass
 
 from perm_circuits.models import ModelConfig
 
-__all__ = ["ModelShape", "is_permutation_model", "model_shape", "normalization_of"]
+__all__ = ["ModelShape", "model_shape", "normalization_of"]
 
 _BLOCK_RE = re.compile(r"^blocks\.(\d+)\.")
-
-
-def is_permutation_model(model: object) -> bool:
-    """Whether ``model`` is one of the study's permutation-lookup bridges (it carries ``perm_config``)."""
-    return isinstance(getattr(model, "perm_config", None), ModelConfig)
 
 
 def normalization_of(model: object) -> str | None:
@@ -36,7 +31,8 @@ def normalization_of(model: object) -> str | None:
 @dataclass(frozen=True)
 class ModelShape:
     """What the task-agnostic analyses need to know about a hooked model: ``None`` marks a size it does
-    not declare (e.g. ``d_mlp`` of an attention-only model); ``permutation`` marks the study's bridges."""
+    not declare (e.g. ``d_mlp`` of an attention-only model).  It says nothing of the task: that is
+    :func:`~perm_circuits.tasks.base.model_task`'s."""
 
     n_layers: int
     n_heads: int | None
@@ -46,7 +42,6 @@ class ModelShape:
     d_vocab: int | None
     n_ctx: int | None
     hook_names: tuple[str, ...]
-    permutation: bool = False
 
     def has_hook(self, name: str) -> bool:
         return name in self.hook_names
@@ -79,7 +74,7 @@ def model_shape(model: object) -> ModelShape:
     if isinstance(config, ModelConfig):
         return ModelShape(n_layers=config.n_layers, n_heads=config.n_heads, d_head=config.resolved_d_head,
             d_model=config.d_model, d_mlp=config.resolved_d_mlp, d_vocab=config.V + 1, n_ctx=config.n_ctx,
-            hook_names=names, permutation=True)
+            hook_names=names)
     cfg = getattr(model, "cfg", None)
     n_layers = _positive(cfg, "n_layers")
     if n_layers is None:
@@ -88,4 +83,4 @@ def model_shape(model: object) -> ModelShape:
     d_mlp = None if getattr(cfg, "attn_only", False) else _positive(cfg, "d_mlp")
     return ModelShape(n_layers=n_layers, n_heads=_positive(cfg, "n_heads"), d_head=_positive(cfg, "d_head"),
         d_model=_positive(cfg, "d_model"), d_mlp=d_mlp, d_vocab=_positive(cfg, "d_vocab"),
-        n_ctx=_positive(cfg, "n_ctx"), hook_names=names, permutation=False)
+        n_ctx=_positive(cfg, "n_ctx"), hook_names=names)

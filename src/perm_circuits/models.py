@@ -41,6 +41,7 @@ __all__ = [
     "PRESETS",
     "Checkpoint",
     "ModelConfig",
+    "bridge_task",
     "build_model",
     "check_permutation_fit",
     "fast_forward",
@@ -497,6 +498,17 @@ def task_config_of(model) -> TaskConfig:
     """The task a model was trained on (stored on loaded models), else the plain task for its V."""
     config = getattr(model, "task_config", None)
     return config if isinstance(config, TaskConfig) else TaskConfig(V=model_config_of(model).V)
+
+
+def bridge_task(model: object):
+    """The :class:`~perm_circuits.tasks.PermutationTask` of one of the study's bridges (a model carrying
+    its ``ModelConfig``): the task it was trained on where stored, else the plain task of its V;
+    ``None`` for any other model.  The permutation task's ``recognise`` (``tasks.base.model_task``)."""
+    if not isinstance(getattr(model, "perm_config", None), ModelConfig):
+        return None
+    from perm_circuits.tasks.permutation import PermutationTask  # on first use: it loads pandas
+
+    return PermutationTask(task_config_of(model))
 
 
 def list_pretrained() -> list[str]:

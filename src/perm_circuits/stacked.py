@@ -336,7 +336,7 @@ def train_stacked(
             remaining -= n
             inputs, targets, mask = (
                 torch.stack([getattr(b, field) for b in drawn])[member_slots].to(device, non_blocking=True)
-                for field in ("inputs", "targets", "mask")
+                for field in ("tokens", "targets", "mask")
             )
             live_weights = {**optimizer.params, **buffers}
             gens = [dropout_generators[i] for i in live] if config.dropout > 0 else None

@@ -49,7 +49,8 @@ from perm_circuits.models import (
 )
 from perm_circuits.tasks.permutation_posterior import bayes_posterior
 from perm_circuits.devices import resolve_device, to_device
-from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_batch, make_test_set, probe_sequence
+from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.permutation_data import TaskConfig, make_batch, make_test_set, probe_sequence
 from perm_circuits.tasks.runner import fit_task, task_model
 from perm_circuits.tasks.base import FitConfig, FitResult, Task, task_entry
 from perm_circuits.tasks.permutation import PermutationTask
@@ -216,15 +217,15 @@ class EpochEvaluator:
 
     def __init__(self, task_config: TaskConfig, train_config: TrainConfig, name: str, device: torch.device):
         self.config, self.name = task_config, name
-        self.test_set: Batch = make_test_set(task_config, n=train_config.test_size, seed=train_config.test_seed)
-        self.posteriors = (bayes_posterior(self.test_set.inputs, task_config, "uniform"),
-                           bayes_posterior(self.test_set.inputs, task_config, "train"))
-        self.inputs = self.test_set.inputs.to(device)
+        self.test_set: TaskBatch = make_test_set(task_config, n=train_config.test_size, seed=train_config.test_seed)
+        self.posteriors = (bayes_posterior(self.test_set.tokens, task_config, "uniform"),
+                           bayes_posterior(self.test_set.tokens, task_config, "train"))
+        self.tokens = self.test_set.tokens.to(device)
         self.probe = probe_sequence().to(device) if task_config.V == 5 else None
 
     def __call__(self, model, weights: dict[str, Tensor]) -> Evaluation:
         with torch.no_grad():
-            logits = fast_forward(model, self.inputs, weights).cpu()
+            logits = fast_forward(model, self.tokens, weights).cpu()
             probe = None if self.probe is None else (
                 value_probs(fast_forward(model, self.probe, weights).cpu(), self.config.V)[0, -1].tolist())
         return evaluate_logits(logits, self.test_set, self.config, self.posteriors, self.name, probe)
@@ -435,7 +436,7 @@ def _train_study(
             batch = make_batch(task_config, min(train_config.batch_size, remaining), generator=generator)
             remaining -= len(batch)
             # drawn on the CPU (the same batches anywhere), moved once (no-ops on the CPU)
-            inputs, targets, mask = batch.inputs.to(device), batch.targets.to(device), batch.mask.to(device)
+            inputs, targets, mask = batch.tokens.to(device), batch.targets.to(device), batch.mask.to(device)
             logits = fast_forward(model, inputs, weights, generator=dropout_generator)
             loss = masked_loss(logits, targets, mask)
             optimizer.zero_grad(set_to_none=True)

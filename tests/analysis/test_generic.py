@@ -28,8 +28,8 @@ from perm_circuits.evaluate import evaluate
 from perm_circuits.hooks import hook_count, run_capture, run_logits
 from perm_circuits.model_shape import model_shape
 from perm_circuits.systems.forner_model import FornerConfig, FornerModel, teacher_model
-from perm_circuits.tasks import PermutationTask
-from perm_circuits.tasks.permutation import as_batch
+from perm_circuits.tasks import PermutationTask, TaskBatch
+from perm_circuits.tasks.base import model_task
 from perm_circuits.views.html import remote_resource_refs
 from perm_circuits.reports import task_report
 
@@ -92,7 +92,7 @@ TOY_TASK = Successor()
 def test_model_shape_reads_any_hooked_model():
     shape = model_shape(ToyModel())
     assert (shape.n_layers, shape.n_heads, shape.d_head, shape.d_model, shape.d_mlp, shape.d_vocab) == (1, 2, 4, 8, 16, 7)
-    assert shape.heads(0) and shape.mlp(0) and not shape.permutation
+    assert shape.heads(0) and shape.mlp(0) and model_task(ToyModel()) is None  # no task of its own
     forner = model_shape(teacher_model())
     assert (forner.n_layers, forner.n_heads, forner.d_head, forner.d_model) == (1, 1, 8, None)
     with pytest.raises(TypeError, match="must expose TransformerLens hook points"):
@@ -284,7 +284,8 @@ def test_study_bridge_with_a_task_batch_reference_matches_the_batch_reference():
     reference = task.test_set(200, 5)
     tokens = task.test_set(50, 6).tokens
     via_task = run_logits(model, tokens, ablate_head(model, 0, 1, "mean", reference=reference))
-    via_batch = run_logits(model, tokens, ablate_head(model, 0, 1, "mean", reference=as_batch(reference)))
+    via_batch = run_logits(model, tokens, ablate_head(model, 0, 1, "mean", reference=TaskBatch(reference.tokens, reference.targets,
+                                                                                     reference.mask)))
     assert torch.equal(via_task, via_batch)
     table = ablation_table(model, ("zero",), task=task, n=100)
     assert [row.component for row in table.rows] == ["none", "L0H0", "L0H1", "L0MLP"]

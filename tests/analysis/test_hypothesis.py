@@ -83,15 +83,15 @@ def test_identity_everywhere_recovers_one_and_nothing_named_recovers_zero(pretra
 
 def test_interchange_accuracy_finds_the_recall_variable(induction):
     model, batch = induction
-    repeated = torch.nonzero(batch.repeated).flatten()
+    repeated = torch.nonzero(batch.extras["repeated"]).flatten()
     pairs = torch.stack([repeated, repeated.roll(1)], 1)
     high = HighLevelModel({"recalled": RECALLED}, output=lambda values: values["recalled"])
     good = interchange_accuracy(model, high, {"recalled": "L1H0@8"}, pairs, batch=batch)
     wrong = interchange_accuracy(model, high, {"recalled": "L0H1"}, pairs, batch=batch)
     # the source's recalled y always wins: +1 from the induction head against at most 5/8 removed
     assert good.accuracy["recalled"] == 1.0
-    same = float((torch.tensor(RECALLED.values(batch.inputs))[pairs[:, 0]]
-                  == torch.tensor(RECALLED.values(batch.inputs))[pairs[:, 1]]).float().mean())
+    same = float((torch.tensor(RECALLED.values(batch.tokens))[pairs[:, 0]]
+                  == torch.tensor(RECALLED.values(batch.tokens))[pairs[:, 1]]).float().mean())
     assert wrong.overall == pytest.approx(same)  # L0H1 is zero: only pairs that already agree count
     with pytest.raises(ValueError, match="lacks"):
         interchange_accuracy(model, high, {"other": "L1H0"}, pairs, batch=batch)
@@ -105,7 +105,7 @@ def test_replacement_by_rules_keeps_the_metric_composes_and_leaves_no_hook(induc
     assert kept.retention["accuracy"] == pytest.approx(1.0)
     constant = fit_table(model, "L1H0@8", Feature.constant(), batch)
     lost = retention(model, batch, replace(model, "L1H0@8", constant, batch), {"accuracy": last_accuracy})
-    recall = batch.repeated.float().mean().item()
+    recall = batch.extras["repeated"].float().mean().item()
     assert lost.retention["accuracy"] == pytest.approx(1 - recall, abs=0.05)  # the recall rows are lost
     # a function of named features: the induction head's output, written down
     induction_table = fit_table(model, "L1H0@8", RECALLED, batch)
@@ -114,14 +114,14 @@ def test_replacement_by_rules_keeps_the_metric_composes_and_leaves_no_hook(induc
     assert written[0][0] == "blocks.1.attn.hook_z"
     assert retention(model, batch, written + hooks, {"accuracy": last_accuracy}).retention["accuracy"] == 1.0
     combined = hooks + ablate_head(model, layer=1, head=0, how="zero")
-    zeroed = run_logits(model, batch.inputs, combined)
+    zeroed = run_logits(model, batch.tokens, combined)
     assert (last_accuracy(zeroed, batch).mean() < 0.9) and hook_count(model) == 0
 
     def boom(activation, hook):
         raise RuntimeError("rule failed")
 
     with pytest.raises(RuntimeError, match="rule failed"):
-        run_logits(model, batch.inputs, hooks + [("blocks.0.attn.hook_z", boom)])
+        run_logits(model, batch.tokens, hooks + [("blocks.0.attn.hook_z", boom)])
     assert hook_count(model) == 0
 
 

@@ -75,7 +75,7 @@ def _logits(model, tokens, hooks=()):
 
 
 def test_zero_ablation_deletes_the_weights_of_any_head_or_mlp_in_any_layer(deep):
-    tokens = make_test_set(TaskConfig(repeat_ratio=0.3), n=64).inputs
+    tokens = make_test_set(TaskConfig(repeat_ratio=0.3), n=64).tokens
     for layer in (0, 1):
         for head in (0, 1):
             hooks = ablate_head(deep, layer, head, "zero")
@@ -114,11 +114,11 @@ def test_ablation_table_covers_every_head_and_mlp_of_both_layers_under_every_mod
         row = table.get("L0H1", how)
         assert row.loss == pytest.approx(base.loss, abs=1e-6), how
     # without the induction head, x5 = x_k gets the elimination answer for every k, not only k = 1
-    predictions = _logits(induction, batch.inputs, ablate_head(induction, 1, 0))[:, -1].argmax(-1)
-    sources = repeat_source_of(batch.inputs)
-    assert set(sources[batch.repeated].tolist()) == {0, 1, 2, 3}
-    expected = elimination_answers(batch.inputs, V)[:, -1]
-    assert torch.equal(predictions[batch.repeated], expected[batch.repeated])
+    predictions = _logits(induction, batch.tokens, ablate_head(induction, 1, 0))[:, -1].argmax(-1)
+    sources = repeat_source_of(batch.tokens)
+    assert set(sources[batch.extras["repeated"]].tolist()) == {0, 1, 2, 3}
+    expected = elimination_answers(batch.tokens, V)[:, -1]
+    assert torch.equal(predictions[batch.extras["repeated"]], expected[batch.extras["repeated"]])
     assert hook_count(induction) == 0
 
 
@@ -153,7 +153,7 @@ def test_patching_a_layer_one_head_restores_exactly_the_clean_run(induction):
     for layer, head in ((0, 0), (0, 1), (1, 1)):  # their last-position outputs do not depend on x5
         assert heads.get(layer=layer, head=head).mean == pytest.approx(0.0, abs=1e-6)
     # the restored logits are the clean ones: the unembedding reads only what layer 1's heads write
-    clean, corrupted = pair[0].inputs, pair[1].inputs
+    clean, corrupted = pair[0].tokens, pair[1].tokens
     z = {}
 
     def keep(act, hook):

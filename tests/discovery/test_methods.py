@@ -184,7 +184,7 @@ def test_result_table_and_discover_by_name(induction):
     from perm_circuits.tasks.runner import default_model
 
     other = default_model(FactualRecallTask(), d_model=8, n_heads=1)  # no permutation task to default to
-    with pytest.raises(ValueError, match="TransformerBridge is not a permutation-lookup model: pass task= "):
+    with pytest.raises(ValueError, match="TransformerBridge carries no task of its own: pass task= "):
         discover(other, "eap")
     with pytest.raises(ValueError, match=r"n_edges must be in \[0, 46\], got 99"):
         eap(intervention=ei, n_edges=99)

@@ -17,10 +17,9 @@ from transformer_lens.hook_points import HookPoint
 from perm_circuits import TaskConfig, TrainConfig, build_model, evaluate, make_test_set, train
 from perm_circuits.models import fast_forward
 from perm_circuits.posterior import bayes_posterior
-from perm_circuits.tasks.permutation_data import PROBE_SEQUENCE, make_batch
+from perm_circuits.tasks.permutation_data import PERMUTATION_EXTRAS, PROBE_SEQUENCE, make_batch, permutation_batch
 from perm_circuits.tasks.runner import TaskEvaluation, measure_task, reference_agreement
 from perm_circuits.tasks import TASKS, FitConfig, PermutationTask, Task, TaskBatch, task_from_dict
-from perm_circuits.tasks.permutation import as_batch, as_task_batch
 from perm_circuits.views.html import local_script_refs, remote_resource_refs
 from perm_circuits.analysis.probes.task_attribution import attention_patterns
 from perm_circuits.reports import task_report
@@ -72,30 +71,32 @@ def test_permutation_task_samples_exactly_make_batch():
         ours = task.sample(64, torch.Generator().manual_seed(7), split)
         theirs = make_batch(config, 64, split=split, generator=torch.Generator().manual_seed(7))
         assert isinstance(ours, TaskBatch)
-        assert torch.equal(ours.tokens, theirs.inputs) and torch.equal(ours.targets, theirs.targets)
+        assert torch.equal(ours.tokens, theirs.tokens) and torch.equal(ours.targets, theirs.targets)
         assert torch.equal(ours.mask, theirs.mask)
         for name in ("xs", "ys", "perms", "repeated", "repeat_source"):
-            assert torch.equal(ours.extras[name], getattr(theirs, name)), name
+            assert torch.equal(ours.extras[name], theirs.extras[name]), name
     # one generator, consecutive batches: the same stream as make_batch's
     generator_a, generator_b = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
     task.sample(8, generator_a)
     make_batch(config, 8, generator=generator_b)
-    assert torch.equal(task.sample(8, generator_a).tokens, make_batch(config, 8, generator=generator_b).inputs)
+    assert torch.equal(task.sample(8, generator_a).tokens, make_batch(config, 8, generator=generator_b).tokens)
     test = task.test_set(300, seed=5)
-    assert torch.equal(test.tokens, make_test_set(config, n=300, seed=5).inputs)
+    assert torch.equal(test.tokens, make_test_set(config, n=300, seed=5).tokens)
     with pytest.raises(TypeError, match="generator must be a torch.Generator, got int|parameter 'generator'"):
         task.sample(4, 0)
 
 
-def test_as_batch_rebuilds_every_field_from_tokens():
+def test_permutation_batch_rebuilds_every_extra_from_tokens():
     batch = make_batch(REPEATED, 200, seed=3)
-    bare = TaskBatch(batch.inputs, batch.targets, batch.mask)
-    rebuilt = as_batch(bare)
-    for name in batch.__dataclass_fields__:
-        assert torch.equal(getattr(rebuilt, name), getattr(batch, name)), name
-    assert int(batch.repeated.sum()) == 57  # the repeated ones' unrevealed value is filled in too
-    same = as_batch(as_task_batch(batch))
-    assert all(getattr(same, name) is getattr(batch, name) for name in batch.__dataclass_fields__)
+    assert tuple(batch.extras) == PERMUTATION_EXTRAS
+    bare = TaskBatch(batch.tokens, batch.targets, batch.mask)
+    rebuilt = permutation_batch(bare)
+    for name in PERMUTATION_EXTRAS:
+        assert torch.equal(rebuilt.extras[name], batch.extras[name]), name
+    assert int(batch.extras["repeated"].sum()) == 57  # the repeated ones' unrevealed value is filled in too
+    assert permutation_batch(batch) is batch
+    with pytest.raises(ValueError, match="odd length 2V-1"):
+        permutation_batch(TaskBatch(batch.tokens[:, :8], batch.targets[:, :8], batch.mask[:, :8]))
 
 
 def test_permutation_task_dict_round_trip_and_errors():
@@ -270,7 +271,7 @@ def test_task_eval_errors(pretrained):
     with pytest.raises(TypeError, match="task must implement perm_circuits.tasks.Task, got TaskConfig|parameter 'task'"):
         measure_task(model, REPEATED)
     with pytest.raises(TypeError, match="test_set must be a TaskBatch|parameter 'test_set'"):
-        measure_task(model, PermutationTask(REPEATED), make_test_set(REPEATED, n=10))
+        measure_task(model, PermutationTask(REPEATED), make_test_set(REPEATED, n=10).tokens)
     with pytest.raises(ValueError, match=r"n must be >= 1, got 0"):
         evaluate(model, task=PermutationTask(REPEATED), n=0)
     batch = Successor().test_set(4)

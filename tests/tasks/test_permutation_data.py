@@ -29,54 +29,54 @@ def test_split_is_fixed_by_seed():
 def test_every_sample_is_a_valid_permutation_sequence(V):
     config = TaskConfig(V=V)
     batch = make_batch(config, 2000, seed=1)
-    seq = torch.cat([batch.inputs, batch.targets[:, -1:]], dim=1)
+    seq = torch.cat([batch.tokens, batch.targets[:, -1:]], dim=1)
     xs, ys = seq[:, 0::2], seq[:, 1::2]
     assert torch.equal(xs.sort(1).values, torch.arange(1, V + 1).expand_as(xs))
     assert torch.equal(ys.sort(1).values, torch.arange(1, V + 1).expand_as(ys))
-    assert torch.equal(ys, batch.perms.gather(1, xs - 1))
-    assert torch.equal(batch.targets[:, :-1], batch.inputs[:, 1:])
+    assert torch.equal(ys, batch.extras["perms"].gather(1, xs - 1))
+    assert torch.equal(batch.targets[:, :-1], batch.tokens[:, 1:])
     train = {tuple(r) for r in split_permutations(config)[0].tolist()}
-    assert {tuple(r) for r in batch.perms.tolist()} <= train
+    assert {tuple(r) for r in batch.extras["perms"].tolist()} <= train
 
 
 def test_test_split_batches_use_test_permutations():
     config = TaskConfig()
     test = {tuple(r) for r in split_permutations(config)[1].tolist()}
     batch = make_test_set(config, n=500)
-    assert {tuple(r) for r in batch.perms.tolist()} <= test
+    assert {tuple(r) for r in batch.extras["perms"].tolist()} <= test
     assert len(make_test_set(config)) == 5000
 
 
 def test_repeat_ratio_within_two_percent():
     batch = make_batch(TaskConfig(repeat_ratio=0.3), 10_000, seed=7)
-    assert abs(batch.repeated.float().mean().item() - 0.3) < 0.02
-    rep = batch.subset(batch.repeated)
-    assert torch.equal(rep.xs[:, -1], rep.xs[:, 0]) and torch.equal(rep.ys[:, -1], rep.ys[:, 0])
-    assert torch.equal(rep.targets[:, -1], rep.ys[:, 0])
-    assert (rep.repeat_source == 0).all() and (batch.repeat_source[~batch.repeated] == -1).all()
+    assert abs(batch.extras["repeated"].float().mean().item() - 0.3) < 0.02
+    rep = batch.subset(batch.extras["repeated"])
+    assert torch.equal(rep.extras["xs"][:, -1], rep.extras["xs"][:, 0]) and torch.equal(rep.extras["ys"][:, -1], rep.extras["ys"][:, 0])
+    assert torch.equal(rep.targets[:, -1], rep.extras["ys"][:, 0])
+    assert (rep.extras["repeat_source"] == 0).all() and (batch.extras["repeat_source"][~batch.extras["repeated"]] == -1).all()
 
 
 def test_repeat_source_other_queries():
     batch = make_batch(TaskConfig(), 1000, repeat_ratio=1.0, repeat_source=2, seed=3)
-    assert torch.equal(batch.xs[:, -1], batch.xs[:, 2]) and torch.equal(batch.targets[:, -1], batch.ys[:, 2])
+    assert torch.equal(batch.extras["xs"][:, -1], batch.extras["xs"][:, 2]) and torch.equal(batch.targets[:, -1], batch.extras["ys"][:, 2])
     mixed = make_batch(TaskConfig(), 4000, repeat_ratio=1.0, repeat_source=None, seed=3)
-    assert set(mixed.repeat_source.tolist()) == {0, 1, 2, 3}
+    assert set(mixed.extras["repeat_source"].tolist()) == {0, 1, 2, 3}
 
 
 def test_mask_positions():
     batch = make_batch(TaskConfig(), 4)
     assert y_positions(5) == [0, 2, 4, 6, 8]
     assert batch.mask[0].tolist() == [1, 0, 1, 0, 1, 0, 1, 0, 1]
-    assert batch.inputs.shape == (4, 9) and batch.inputs.dtype == torch.long
+    assert batch.tokens.shape == (4, 9) and batch.tokens.dtype == torch.long
 
 
 def test_same_seed_same_batch_and_generator_stream():
     a = make_batch(TaskConfig(repeat_ratio=0.3), 64, seed=5)
     b = make_batch(TaskConfig(repeat_ratio=0.3), 64, seed=5)
-    assert torch.equal(a.inputs, b.inputs) and torch.equal(a.repeated, b.repeated)
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.extras["repeated"], b.extras["repeated"])
     g = torch.Generator().manual_seed(5)
     c, d = make_batch(TaskConfig(), 64, generator=g), make_batch(TaskConfig(), 64, generator=g)
-    assert not torch.equal(c.inputs, d.inputs)
+    assert not torch.equal(c.tokens, d.tokens)
 
 
 def test_probe_sequence():
@@ -144,15 +144,15 @@ def test_permutation_count():
 def _digest(batch) -> str:
     import hashlib
 
-    parts = (batch.inputs, batch.repeated, batch.repeat_source)
+    parts = (batch.tokens, batch.extras["repeated"], batch.extras["repeat_source"])
     return hashlib.sha256(b"".join(t.contiguous().numpy().tobytes() for t in parts)).hexdigest()[:16]
 
 
 def test_default_batches_are_pinned():
     """Seeded batches of the default task (repeat_sources (1,)) never change: pinned before repeat_sources existed."""
     batch = make_batch(TaskConfig(repeat_ratio=0.3), 8, seed=5)
-    assert batch.inputs[:3].tolist() == [[1, 4, 5, 3, 4, 2, 3, 1, 2], [3, 3, 5, 5, 1, 1, 2, 4, 4], [5, 5, 1, 3, 4, 4, 3, 1, 2]]
-    assert batch.inputs[5].tolist() == [5, 3, 1, 1, 3, 2, 2, 5, 5] and batch.repeated.nonzero().flatten().tolist() == [5]
+    assert batch.tokens[:3].tolist() == [[1, 4, 5, 3, 4, 2, 3, 1, 2], [3, 3, 5, 5, 1, 1, 2, 4, 4], [5, 5, 1, 3, 4, 4, 3, 1, 2]]
+    assert batch.tokens[5].tolist() == [5, 3, 1, 1, 3, 2, 2, 5, 5] and batch.extras["repeated"].nonzero().flatten().tolist() == [5]
     assert _digest(make_test_set(TaskConfig(repeat_ratio=0.3))) == "be1dfbe3d312df81"
     g = torch.Generator().manual_seed(11)  # one generator, two draws: the stream position is pinned too
     first = make_batch(TaskConfig(V=4, repeat_ratio=0.5), 500, generator=g)
@@ -169,35 +169,35 @@ def test_repeat_sources_follow_the_definition():
     """P(last query = x_k) = repeat_ratio / 4 for each k in (1, 2, 3, 4); the target is y_k."""
     config = TaskConfig(repeat_ratio=0.4, repeat_sources=(1, 2, 3, 4))
     batch = make_batch(config, 20_000, seed=8)
-    xs, ys = batch.xs, batch.ys
+    xs, ys = batch.extras["xs"], batch.extras["ys"]
     for k in (1, 2, 3, 4):
         hit = xs[:, -1] == xs[:, k - 1]
         assert abs(hit.float().mean().item() - 0.1) < 0.006, k  # 3 binomial sd = 0.0064
         assert torch.equal(batch.targets[hit, -1], ys[hit, k - 1])
-        assert torch.equal(hit, batch.repeat_source == k - 1)
-    assert abs(batch.repeated.float().mean().item() - 0.4) < 0.01
-    new = ~batch.repeated  # a new last query is the one x not seen before
+        assert torch.equal(hit, batch.extras["repeat_source"] == k - 1)
+    assert abs(batch.extras["repeated"].float().mean().item() - 0.4) < 0.01
+    new = ~batch.extras["repeated"]  # a new last query is the one x not seen before
     assert torch.equal(xs[new].sort(1).values, torch.arange(1, 6).expand(int(new.sum()), 5))
-    assert torch.equal(repeat_source_of(batch.inputs), batch.repeat_source)
+    assert torch.equal(repeat_source_of(batch.tokens), batch.extras["repeat_source"])
 
 
 def test_repeat_sources_subset_and_single_source():
     batch = make_batch(TaskConfig(repeat_ratio=1.0, repeat_sources=[4, 2]), 4000, seed=3)
-    counts = torch.bincount(batch.repeat_source, minlength=4).tolist()
+    counts = torch.bincount(batch.extras["repeat_source"], minlength=4).tolist()
     assert counts[0] == counts[2] == 0 and abs(counts[1] / 4000 - 0.5) < 0.03
-    assert torch.equal(batch.xs[:, -1], batch.xs.gather(1, batch.repeat_source[:, None])[:, 0])
-    assert torch.equal(batch.targets[:, -1], batch.ys.gather(1, batch.repeat_source[:, None])[:, 0])
+    assert torch.equal(batch.extras["xs"][:, -1], batch.extras["xs"].gather(1, batch.extras["repeat_source"][:, None])[:, 0])
+    assert torch.equal(batch.targets[:, -1], batch.extras["ys"].gather(1, batch.extras["repeat_source"][:, None])[:, 0])
     # one source draws nothing extra: the same stream as the explicit 0-based repeat_source
     single = make_batch(TaskConfig(repeat_ratio=0.5, repeat_sources=(3,)), 300, seed=4)
     explicit = make_batch(TaskConfig(repeat_ratio=0.5), 300, seed=4, repeat_source=2)
-    assert torch.equal(single.inputs, explicit.inputs) and (single.repeat_source[single.repeated] == 2).all()
+    assert torch.equal(single.tokens, explicit.tokens) and (single.extras["repeat_source"][single.extras["repeated"]] == 2).all()
     # all of 1..V-1 draws exactly like repeat_source=None (uniform over every earlier query)
     every = make_batch(TaskConfig(repeat_ratio=0.5, repeat_sources=(1, 2, 3, 4)), 300, seed=4)
     uniform = make_batch(TaskConfig(repeat_ratio=0.5), 300, seed=4, repeat_source=None)
-    assert torch.equal(every.inputs, uniform.inputs) and torch.equal(every.repeat_source, uniform.repeat_source)
+    assert torch.equal(every.tokens, uniform.tokens) and torch.equal(every.extras["repeat_source"], uniform.extras["repeat_source"])
     # an explicit repeat_source overrides the config's sources
     forced = make_batch(TaskConfig(repeat_ratio=1.0, repeat_sources=(1, 2)), 50, seed=1, repeat_source=3)
-    assert (forced.repeat_source == 3).all()
+    assert (forced.extras["repeat_source"] == 3).all()
 
 
 def test_repeat_source_of_reads_tokens():
@@ -291,15 +291,15 @@ def test_exhaustive_batch_is_every_sequence_once(source):
     batch = exhaustive_batch(config, repeat_source=source)
     test_perms = split_permutations(config)[1]
     assert len(batch) == len(test_perms) * 120
-    assert len({tuple(row) for row in batch.inputs.tolist()}) == len(batch)  # no sequence twice
+    assert len({tuple(row) for row in batch.tokens.tolist()}) == len(batch)  # no sequence twice
     # every sequence is consistent: y = perm(x), and queries 1..4 are distinct
-    assert torch.equal(batch.ys, batch.perms.gather(1, batch.xs - 1))
-    assert all(len(set(row[:4])) == 4 for row in batch.xs.tolist())
+    assert torch.equal(batch.extras["ys"], batch.extras["perms"].gather(1, batch.extras["xs"] - 1))
+    assert all(len(set(row[:4])) == 4 for row in batch.extras["xs"].tolist())
     if source is None:
-        assert not batch.repeated.any() and (batch.repeat_source == -1).all()
-        assert all(len(set(row)) == 5 for row in batch.xs.tolist())
+        assert not batch.extras["repeated"].any() and (batch.extras["repeat_source"] == -1).all()
+        assert all(len(set(row)) == 5 for row in batch.extras["xs"].tolist())
     else:
-        assert batch.repeated.all() and torch.equal(batch.xs[:, -1], batch.xs[:, source])
+        assert batch.extras["repeated"].all() and torch.equal(batch.extras["xs"][:, -1], batch.extras["xs"][:, source])
     with pytest.raises(ValueError, match=r"repeat_source must be in \[0, 3\], got 4"):
         exhaustive_batch(config, repeat_source=4)
 
@@ -308,12 +308,14 @@ def test_batch_from_queries_rebuilds_a_batch_and_unused_query_finds_the_new_valu
     from perm_circuits.tasks.permutation_data import batch_from_queries, unused_query
 
     batch = make_batch(TaskConfig(repeat_ratio=0.5), 200, seed=3)
-    rebuilt = batch_from_queries(batch.xs, batch.perms, batch.repeat_source)
-    for name in ("inputs", "targets", "mask", "xs", "ys", "perms", "repeated", "repeat_source"):
+    rebuilt = batch_from_queries(batch.extras["xs"], batch.extras["perms"], batch.extras["repeat_source"])
+    for name in ("tokens", "targets", "mask"):
         assert torch.equal(getattr(rebuilt, name), getattr(batch, name)), name
-    new = unused_query(batch.xs)
-    assert all(v not in row[:4] for v, row in zip(new.tolist(), batch.xs.tolist()))
-    assert all(sorted([*row[:4], v]) == [1, 2, 3, 4, 5] for v, row in zip(new.tolist(), batch.xs.tolist()))
+    for name in ("xs", "ys", "perms", "repeated", "repeat_source"):
+        assert torch.equal(rebuilt.extras[name], batch.extras[name]), name
+    new = unused_query(batch.extras["xs"])
+    assert all(v not in row[:4] for v, row in zip(new.tolist(), batch.extras["xs"].tolist()))
+    assert all(sorted([*row[:4], v]) == [1, 2, 3, 4, 5] for v, row in zip(new.tolist(), batch.extras["xs"].tolist()))
 
 
 def test_make_batch_checks_seed_and_config_itself():
@@ -325,4 +327,4 @@ def test_make_batch_checks_seed_and_config_itself():
         raw({"V": 5}, 3)
     with pytest.raises(TypeError, match="generator must be a torch.Generator or None, got int"):
         raw(TaskConfig(), 3, generator=0)
-    assert torch.equal(raw(TaskConfig(), 3, seed=7).inputs, make_batch(TaskConfig(), 3, seed=7).inputs)
+    assert torch.equal(raw(TaskConfig(), 3, seed=7).tokens, make_batch(TaskConfig(), 3, seed=7).tokens)

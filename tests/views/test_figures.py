@@ -64,7 +64,7 @@ def test_attention_heatmaps_values_and_labels(wide, test_set):
     fig = F.attention_heatmaps(D.mean_attention(wide, test_set))
     assert isinstance(fig, go.Figure)
     assert len(fig.data) == 2 and [t.name for t in fig.data] == ["L0H0", "L0H1"]
-    expected = _mean_pattern(wide, test_set.inputs)
+    expected = _mean_pattern(wide, test_set.tokens)
     for head, trace in enumerate(fig.data):
         assert list(trace.x) == POSITIONS and list(trace.y) == POSITIONS
         z = _z(trace)
@@ -83,10 +83,10 @@ def test_attention_heatmaps_repeated_split(wide, small, test_set):
     fig = F.attention_heatmaps(D.mean_attention(wide, test_set, repeated="split"))
     assert len(fig.data) == 4
     titles = [a.text for a in fig.layout.annotations]
-    n_rep = int(test_set.repeated.sum())
+    n_rep = int(test_set.extras["repeated"].sum())
     assert f"L0H1: repeated last query (n={n_rep})" in titles
     assert f"L0H0: new last query (n={200 - n_rep})" in titles
-    expected = _mean_pattern(wide, test_set.inputs[test_set.repeated])
+    expected = _mean_pattern(wide, test_set.tokens[test_set.extras["repeated"]])
     np.testing.assert_allclose(_z(fig.data[3])[8], expected[1, 8].numpy(), atol=1e-6)
     only = F.attention_heatmaps(D.mean_attention(small, test_set, repeated=True))
     assert len(only.data) == 1
@@ -99,7 +99,7 @@ def test_attention_heatmaps_bad_inputs(small, test_set):
     with pytest.raises(ValueError, match="no sequences"):
         F.attention_heatmaps(D.mean_attention(small, plain, repeated=True))
     with pytest.raises(TypeError):
-        F.attention_heatmaps(D.mean_attention(small, test_set.inputs))
+        F.attention_heatmaps(D.mean_attention(small, test_set.tokens))
     with pytest.raises(TypeError, match="TransformerBridge"):
         F.attention_heatmaps(D.mean_attention("d16h1", test_set))
     assert hook_count(small) == 0

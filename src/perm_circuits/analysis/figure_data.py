@@ -37,12 +37,13 @@ from perm_circuits.checks import check_int, check_str
 from perm_circuits.evaluate import probe_probabilities, value_probs
 from perm_circuits.hooks import run_capture, run_logits
 from perm_circuits.models import model_config_of, task_config_of
+from perm_circuits.tasks.base import TaskBatch
 from perm_circuits.tasks.permutation_data import (
     PROBE_SEQUENCE,
-    Batch,
     TaskConfig,
     make_sequence,
     make_test_set,
+    permutation_batch,
     validate_tokens,
 )
 from perm_circuits.tasks.permutation_posterior import bayes_posterior
@@ -66,7 +67,7 @@ def attention_patterns_of(model, tokens: Int[Tensor, "batch seq"]) -> Float[Tens
     return torch.stack([store[name].float().cpu() for name in names], dim=1)
 
 
-def mean_attention(model, test_set: Batch | None = None, repeated: bool | str | None = None, *,
+def mean_attention(model, test_set: TaskBatch | None = None, repeated: bool | str | None = None, *,
                    n: int = 5000) -> MeanAttention:
     """Every head's attention pattern averaged over ``test_set`` (study section 08).
 
@@ -86,21 +87,22 @@ def mean_attention(model, test_set: Batch | None = None, repeated: bool | str | 
     if test_set is None:
         check_int("n", n, low=1)
         test_set = make_test_set(task_config_of(model), n=n)
-    if not isinstance(test_set, Batch):
-        raise TypeError(f"test_set must be a perm_circuits.tasks.permutation_data.Batch, got {type(test_set).__name__}")
-    validate_tokens(test_set.inputs, config.V)
-    everything = torch.ones(len(test_set), dtype=torch.bool, device=test_set.inputs.device)
+    if not isinstance(test_set, TaskBatch):
+        raise TypeError(f"test_set must be a TaskBatch, got {type(test_set).__name__}")
+    validate_tokens(test_set.tokens, config.V)
+    test_set = permutation_batch(test_set)
+    everything = torch.ones(len(test_set), dtype=torch.bool, device=test_set.tokens.device)
     groups = {
         None: [("all sequences", everything)],
-        True: [("repeated last query", test_set.repeated)],
-        False: [("new last query", ~test_set.repeated)],
-        "split": [("new last query", ~test_set.repeated), ("repeated last query", test_set.repeated)],
+        True: [("repeated last query", test_set.extras["repeated"])],
+        False: [("new last query", ~test_set.extras["repeated"])],
+        "split": [("new last query", ~test_set.extras["repeated"]), ("repeated last query", test_set.extras["repeated"])],
     }[repeated]
     for label, rows in groups:
         if not bool(rows.any()):
             raise ValueError(f"test_set has no sequences with a {label} (repeated={repeated!r}); "
                              "use a test set drawn with repeat_ratio > 0")
-    patterns = attention_patterns_of(model, test_set.inputs)  # [batch, layer, head, q, k]
+    patterns = attention_patterns_of(model, test_set.tokens)  # [batch, layer, head, q, k]
     return MeanAttention(config.name, len(test_set),
                          tuple((label, int(rows.sum()), patterns[rows].mean(dim=0)) for label, rows in groups))
 
@@ -166,7 +168,7 @@ def probe_distributions(models: Mapping[str, Any]) -> ProbeDistribution:
     return ProbeDistribution({name: tuple(probe_probabilities(model).tolist()) for name, model in models.items()})
 
 
-def example_sequences(task: TaskConfig, test_set: Batch) -> list[tuple[str, Tensor]]:
+def example_sequences(task: TaskConfig, test_set: TaskBatch) -> list[tuple[str, Tensor]]:
     """The study's probe and walkthrough sequences (V = 5), else one repeated and one new test sequence."""
     if task.V == 5:
         return [
@@ -176,10 +178,10 @@ def example_sequences(task: TaskConfig, test_set: Batch) -> list[tuple[str, Tens
              make_sequence(list(STUDY_SEQUENCE), 5)),
         ]
     out = []
-    for label, rows in (("repeated", test_set.repeated), ("new", ~test_set.repeated)):
+    for label, rows in (("repeated", test_set.extras["repeated"]), ("new", ~test_set.extras["repeated"])):
         index = torch.nonzero(rows).flatten()
         if len(index):
-            seq = test_set.inputs[index[:1]]
+            seq = test_set.tokens[index[:1]]
             out.append((f"test sequence {format_sequence(seq[0].tolist())} ({label} last query)", seq))
     return out
 

@@ -59,7 +59,7 @@ from perm_circuits.analysis.probes.task_attribution import (
 from perm_circuits.analysis.interventions.activation_patching import TaskPatch, patch_activation, patch_head, target_logprob
 from perm_circuits.analysis.task_findings import discovered_sentence, task_findings
 from perm_circuits.checks import check_int
-from perm_circuits.tasks.permutation_data import Batch, TaskConfig
+from perm_circuits.tasks.permutation_data import TaskConfig
 from perm_circuits.tasks.runner import TaskEvaluation, measure_task, task_logits
 from perm_circuits.tasks.base import Task, TaskBatch
 
@@ -253,7 +253,7 @@ class StudyReportData:
 
     task: TaskConfig
     analysis_task: TaskConfig
-    test_set: Batch
+    test_set: TaskBatch
     evaluation: Any
     generalisation: Any
     verdict: Any
@@ -365,9 +365,7 @@ def study_report_data(
     flips = tuple(mlp_prediction_flips(model, test_set, layer=layer) for layer in layers)
     dla = direct_logit_attribution(model, test_set)
     step("circuits")
-    from perm_circuits.tasks.permutation import as_task_batch
-
-    skills = _skills(model, as_task_batch(test_set), max_rows=SKILL_ROWS)
+    skills = _skills(model, test_set, max_rows=SKILL_ROWS)
     step("figures")
     walkthrough, probe = None, None
     if config.V == 5:
@@ -378,7 +376,7 @@ def study_report_data(
         if example:
             walkthrough = walkthrough_distributions(model, example[0][1])
     attention_set = test_set if n >= min_attention_n else make_test_set(analysis_task, n=min_attention_n)
-    both = bool(attention_set.repeated.any()) and bool((~attention_set.repeated).any())
+    both = bool(attention_set.extras["repeated"].any()) and bool((~attention_set.extras["repeated"]).any())
     attention = mean_attention(model, attention_set, repeated="split" if both else None)
     step("views")
     examples = example_activations(model, task, example_sequences(task, test_set))

@@ -168,15 +168,13 @@ def discover(model, method: str = DEFAULT_METHOD, how: str = "resample", task=No
         raise ValueError(f"how must be one of {HOWS}, got {how!r}")
     if batch is None:
         if task is None:
-            from perm_circuits.model_shape import is_permutation_model
-            from perm_circuits.models import task_config_of
-            from perm_circuits.tasks import PermutationTask
+            from perm_circuits.tasks.base import model_task
 
-            if not is_permutation_model(model):
-                raise ValueError(f"{type(model).__name__} is not a permutation-lookup model: pass task= (its test set "
+            task = model_task(model)  # the task the model was built for, if it says
+            if task is None:
+                raise ValueError(f"{type(model).__name__} carries no task of its own: pass task= (its test set "
                                  "and target log-probability are the default) or batch= (a TaskBatch, or token ids "
                                  "with metric=)")
-            task = PermutationTask(task_config_of(model))
         if not hasattr(task, "test_set"):
             raise TypeError("task must have a test_set(n, seed) method (the Task interface), got "
                             f"{type(task).__name__}")

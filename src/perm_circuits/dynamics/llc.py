@@ -132,18 +132,18 @@ def local_learning_coefficient(
     model.eval()
     try:
         with torch.no_grad():
-            init_loss = float(masked_loss(fast_forward(model, data.inputs, base), data.targets, data.mask))
+            init_loss = float(masked_loss(fast_forward(model, data.tokens, base), data.targets, data.mask))
         per_chain, chain_means = [], []
         for chain in range(config.chains):
             # on the model's device: SGLD draws its noise next to the weights (the same stream on the CPU)
-            generator = torch.Generator(device=data.inputs.device).manual_seed(_chain_seed(config.seed, chain))
+            generator = torch.Generator(device=data.tokens.device).manual_seed(_chain_seed(config.seed, chain))
             params = [base[k].clone().requires_grad_(True) for k in sampled]
             weights = {**base, **dict(zip(sampled, params))}
             optimizer = sgld(params, lr=config.lr, nbeta=config.n_beta, localization=config.localization)
             losses = []
             for t in range(config.burnin + config.draws):
-                index = torch.randint(config.n, (config.batch_size,), generator=generator, device=data.inputs.device)
-                loss = masked_loss(fast_forward(model, data.inputs[index], weights), data.targets[index], data.mask[index])
+                index = torch.randint(config.n, (config.batch_size,), generator=generator, device=data.tokens.device)
+                loss = masked_loss(fast_forward(model, data.tokens[index], weights), data.targets[index], data.mask[index])
                 grads = torch.autograd.grad(loss, params)
                 for param, grad in zip(params, grads):
                     param.grad = grad

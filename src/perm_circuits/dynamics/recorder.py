@@ -137,7 +137,7 @@ class DynamicsRecorder:
         self._model_name: str | None = None
 
         self._own = make_test_set(task_config, n=test_n, seed=seed)
-        self._posteriors = tuple(bayes_posterior(self._own.inputs, task_config, prior) for prior in ("uniform", "train"))
+        self._posteriors = tuple(bayes_posterior(self._own.tokens, task_config, prior) for prior in ("uniform", "train"))
         self._every = induction_test_set(task_config.V, n=test_n, seed=seed)
         if 0 < task_config.repeat_ratio < 1:
             self._mixed = self._own
@@ -177,7 +177,7 @@ class DynamicsRecorder:
         if "accuracy" in groups or "loss" in groups:
             # the forward on the model's device, the logits back beside the CPU test sets: once per recorded step
             evaluation = evaluate_logits(
-                _logits(model, self._own.inputs), self._own, self.task_config, self._posteriors, config.name
+                _logits(model, self._own.tokens), self._own, self.task_config, self._posteriors, config.name
             )
             if "loss" in groups:
                 values["test_loss"] = evaluation.test_loss
@@ -186,10 +186,10 @@ class DynamicsRecorder:
             if "accuracy" in groups:
                 values["elimination_accuracy"] = evaluation.elimination_accuracy
                 values["recall_accuracy"] = evaluation.recall_accuracy
-                logits = _logits(model, self._every.inputs)
-                correct = logits[:, -1].argmax(-1) == self._every.ys[:, -1]
+                logits = _logits(model, self._every.tokens)
+                correct = logits[:, -1].argmax(-1) == self._every.extras["ys"][:, -1]
                 for k in range(1, config.V):
-                    rows = self._every.repeat_source == k - 1
+                    rows = self._every.extras["repeat_source"] == k - 1
                     values[f"recall_x{k}_accuracy"] = float(correct[rows].float().mean()) if rows.any() else math.nan
         if "memory" in groups:
             view = _WeightsView(model)

@@ -70,9 +70,9 @@ def attention_table(models: Sequence[str] = MODELS) -> pd.DataFrame:
         config = model_config_of(model)
         test_set = make_test_set(model.task_config, n=SETTINGS["test_n"], seed=SETTINGS["test_seed"])
         hooks = [f"blocks.{layer}.attn.hook_pattern" for layer in range(config.n_layers)]
-        _, acts = run_capture(model, test_set.inputs, hooks)
-        masks = {"all": torch.ones(len(test_set), dtype=torch.bool), "new": ~test_set.repeated,
-                 "repeated": test_set.repeated}
+        _, acts = run_capture(model, test_set.tokens, hooks)
+        masks = {"all": torch.ones(len(test_set), dtype=torch.bool), "new": ~test_set.extras["repeated"],
+                 "repeated": test_set.extras["repeated"]}
         for layer, hook in enumerate(hooks):
             pattern = acts[hook].detach().double()  # [batch, head, query, key]
             for group in ATTENTION_GROUPS:

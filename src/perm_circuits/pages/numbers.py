@@ -227,14 +227,14 @@ def _circuits(numbers: Numbers, name: str, verdict) -> None:
 def _lens_accuracy(model, test_set) -> dict[str, dict[str, float]]:
     """Last-step accuracy of the logit lens on ``resid_mid`` (before the MLP), per subgroup and convention."""
     V = model_config_of(model).V
-    _, acts = run_capture(model, test_set.inputs, ["blocks.0.hook_resid_mid"])
+    _, acts = run_capture(model, test_set.tokens, ["blocks.0.hook_resid_mid"])
     with torch.no_grad():
         resid = acts["blocks.0.hook_resid_mid"][:, 0 : 2 * V - 1 : 2]
         logits = apply_norm(model, resid, "ln_final") @ model.W_U.detach() + model.b_U.detach()
     preds = {"vocab": logits.argmax(-1), "values": logits[..., 1 : V + 1].argmax(-1) + 1}
-    masks = subgroup_masks(test_set.inputs)
+    masks = subgroup_masks(test_set.tokens)
     return {
-        convention: {SUBGROUPS[sub]: float((pred == test_set.ys)[mask].double().mean()) for sub, mask in masks.items()}
+        convention: {SUBGROUPS[sub]: float((pred == test_set.extras["ys"])[mask].double().mean()) for sub, mask in masks.items()}
         for convention, pred in preds.items()
     }
 
@@ -279,11 +279,11 @@ def _head_output_geometry(numbers: Numbers, name: str, model, test_set, head: in
     through the unembedding alone) and the MLP's, under zero and under mean ablation.
     """
     prefix = f"{name}.L0H{head}_case"
-    _, acts = run_capture(model, test_set.inputs, ["blocks.0.attn.hook_z", "blocks.0.hook_resid_mid"])
+    _, acts = run_capture(model, test_set.tokens, ["blocks.0.attn.hook_z", "blocks.0.hook_resid_mid"])
     with torch.no_grad():
         z = acts["blocks.0.attn.hook_z"][:, -1, head]  # [batch, d_head]
         out = einops.einsum(z, model.W_O[0, head].detach(), "b e, e m -> b m")
-        repeated = test_set.repeated
+        repeated = test_set.extras["repeated"]
         mean, mean_rep, mean_new = out.mean(0), out[repeated].mean(0), out[~repeated].mean(0)
         deviation = (out - mean).norm(dim=-1)
         axis = (mean_rep - mean_new) / (mean_rep - mean_new).norm()
@@ -322,9 +322,9 @@ def _test_set_numbers(numbers: Numbers, model, test_set, ev: Evaluation) -> None
     task = model.task_config
     _put(numbers, "test_set.n", len(test_set))
     _put(numbers, "test_set.seed", SETTINGS["test_seed"])
-    _put(numbers, "test_set.repeated_share", test_set.repeated.double().mean())
-    posterior = bayes_posterior(test_set.inputs, task, "uniform")
-    p = posterior.probs.gather(-1, (test_set.ys - 1)[..., None])[..., 0]
+    _put(numbers, "test_set.repeated_share", test_set.extras["repeated"].double().mean())
+    posterior = bayes_posterior(test_set.tokens, task, "uniform")
+    p = posterior.probs.gather(-1, (test_set.extras["ys"] - 1)[..., None])[..., 0]
     _put(numbers, "test_set.uniform_posterior_loss", -p.clamp_min(1e-12).log().mean())
     for s in ev.steps:
         _put(numbers, f"test_set.step{s.step}.bayes_accuracy_train", s.bayes_accuracy_train)

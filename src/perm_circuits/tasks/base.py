@@ -26,7 +26,7 @@ from perm_circuits.user_modules import file_module_name, import_module_or_file, 
 __all__ = ["DEFAULT_MODEL_KEYS", "SPLITS", "TASKS", "DataclassTask", "FitConfig", "FitResult", "StepState", "Task",
            "TaskBatch", "TaskEntry", "check_sample", "check_target_classes", "check_task_batch", "file_module_name", "fit",
            "import_module_or_file", "load_object",
-           "log_spaced_steps", "masked_cross_entropy", "register_task", "task_entries", "task_entry",
+           "log_spaced_steps", "masked_cross_entropy", "model_task", "own_analysis", "register_task", "task_entries", "task_entry",
            "task_from_dict"]
 
 
@@ -210,6 +210,10 @@ class TaskEntry:
         fit_defaults: the task's own defaults for the fit recipe (:class:`FitConfig` fields) in a sweep.
         reproduction: ``(name, "module", title)`` of the seed paper's headline experiment, whose
             module defines ``run(quick, progress) -> Reproduction`` (``perm-circuits reproduce NAME``).
+        recognise: ``recognise(model) -> task or None`` (or a ``"module:function"`` string): the task
+            a model of the task's own kind was built for (e.g. a study bridge's permutation task),
+            which :func:`model_task` returns, so that a general tool gets its defaults (metric,
+            tokens, positions) from the task and never asks what kind of model it has.
     """
 
     name: str
@@ -219,6 +223,7 @@ class TaskEntry:
     forward: Callable[..., Any] | str | None = None
     fit_defaults: Mapping[str, Any] = field(default_factory=dict)
     reproduction: tuple[str, str, str] | None = None
+    recognise: Callable[[Any], Any] | str | None = None
 
     def builder(self) -> Builder | None:
         """The model builder, imported if named by a string."""
@@ -244,6 +249,7 @@ def register_task(
     forward: Callable[..., Any] | str | None = None,
     fit_defaults: Mapping[str, Any] | None = None,
     reproduction: tuple[str, str, str] | None = None,
+    recognise: Callable[[Any], Any] | str | None = None,
 ) -> type:
     """Register ``cls`` under ``name``; returns ``cls``.  With only these the task gets
     :func:`task_from_dict`, training, evaluation and sweeps on a default transformer sized from the
@@ -256,7 +262,7 @@ def register_task(
         raise TypeError(f"a task class needs a from_dict classmethod (for task_from_dict), got {cls!r}")
     if name in TASKS and TASKS[name] is not cls:
         raise ValueError(f"task name {name!r} is already registered to {TASKS[name].__name__}")
-    for label, value in (("model", model), ("forward", forward)):
+    for label, value in (("model", model), ("forward", forward), ("recognise", recognise)):
         if value is not None and not (callable(value) or isinstance(value, str)):
             raise TypeError(f"{label} must be a callable, a 'module:function' string or None, got {value!r}")
     if model_keys is not None and not isinstance(model_keys, (list, tuple)):  # a str would become its letters
@@ -277,8 +283,40 @@ def register_task(
     if reproduction is not None and (len(reproduction) != 3 or not all(isinstance(x, str) for x in reproduction)):
         raise TypeError(f"reproduction must be (name, 'module', title), got {reproduction!r}")
     TASKS[name] = cls
-    _ENTRIES[name] = TaskEntry(name, cls, model, keys, forward, dict(fit_defaults or {}), reproduction)
+    _ENTRIES[name] = TaskEntry(name, cls, model, keys, forward, dict(fit_defaults or {}), reproduction, recognise)
     return cls
+
+
+_IMPORTED: list[bool] = []
+
+
+def model_task(model: object) -> Task | None:
+    """The task ``model`` was built for: ``model.task`` where it is a :class:`Task`, else what the first
+    registered task's ``recognise(model)`` (:class:`TaskEntry`) returns, else ``None`` (a tool then
+    needs ``task=`` or ``metric=``).  The general tools read their defaults from it."""
+    own = getattr(model, "task", None)
+    if own is not None and isinstance(own, Task):
+        return own
+    if not _IMPORTED:
+        _import_task_modules()
+        _IMPORTED.append(True)
+    for entry in _ENTRIES.values():
+        if entry.recognise is not None:
+            recognise = load_object(entry.recognise) if isinstance(entry.recognise, str) else entry.recognise
+            task = recognise(model)
+            if task is not None:
+                return task
+    return None
+
+
+def own_analysis(model: object, name: str) -> Callable[..., Any] | None:
+    """The task's own version of the general analysis ``name``, for a model of that task: where the
+    model's task (:func:`model_task`) names one in its ``analyses`` mapping (analysis name ->
+    ``"module:function"``), that function, else ``None``.  A general tool given no ``task=`` or
+    ``metric=`` runs it (the permutation task's: the study's per-subgroup tables); a new task adds
+    a richer analysis with one line of its ``analyses``."""
+    reference = getattr(model_task(model), "analyses", {}).get(name)
+    return None if reference is None else load_object(reference)
 
 
 def task_entry(name: str) -> TaskEntry:

@@ -16,55 +16,11 @@ from jaxtyping import Float
 from torch import Tensor
 
 from perm_circuits.tasks.permutation_posterior import Posterior, bayes_posterior
-from perm_circuits.tasks.permutation_data import (
-    Batch,
-    TaskConfig,
-    make_batch,
-    make_test_set,
-    repeat_source_of,
-    validate_tokens,
-)
+from perm_circuits.tasks.permutation_data import TaskConfig, make_batch, make_test_set, permutation_batch, validate_tokens
 from perm_circuits.tasks.base import TaskBatch, register_task
 
-__all__ = ["Evaluation", "PermutationTask", "StepMetrics", "SubgroupMetrics", "as_batch", "as_task_batch", "evaluate_logits",
+__all__ = ["Evaluation", "PermutationTask", "StepMetrics", "SubgroupMetrics", "evaluate_logits",
            "value_probs"]
-
-_EXTRAS = ("xs", "ys", "perms", "repeated", "repeat_source")
-
-
-def as_task_batch(batch: Batch) -> TaskBatch:
-    """A :class:`~perm_circuits.tasks.permutation_data.Batch` as a :class:`TaskBatch` (its fields kept in ``extras``)."""
-    if not isinstance(batch, Batch):
-        raise TypeError(f"batch must be a perm_circuits.tasks.permutation_data.Batch, got {type(batch).__name__}")
-    return TaskBatch(batch.inputs, batch.targets, batch.mask, {name: getattr(batch, name) for name in _EXTRAS})
-
-
-def as_batch(batch: TaskBatch) -> Batch:
-    """A permutation-lookup :class:`TaskBatch` back as a :class:`~perm_circuits.tasks.permutation_data.Batch`:
-    from ``extras`` where :meth:`PermutationTask.sample` made it, else rebuilt from the tokens (the
-    one unrevealed value of a repeated sequence's permutation is the value left over)."""
-    if isinstance(batch, Batch):
-        return batch
-    if not isinstance(batch, TaskBatch):
-        raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
-    if all(name in batch.extras for name in _EXTRAS):
-        return Batch(batch.tokens, batch.targets, batch.mask, *(batch.extras[name] for name in _EXTRAS))
-    inputs, targets = batch.tokens, batch.targets
-    if inputs.shape[1] % 2 == 0:
-        raise ValueError(
-            f"a permutation-lookup batch has sequences of odd length 2V-1, got length {inputs.shape[1]} "
-            "(a TaskBatch of another task?)"
-        )
-    validate_tokens(inputs, (inputs.shape[1] + 1) // 2)  # ids in 1..V, else the rebuild below indexes out of range
-    xs = inputs[:, 0::2]
-    ys = targets[:, 0::2]
-    V = xs.shape[1]
-    perms = torch.zeros_like(xs).scatter_(1, xs - 1, ys)
-    left = V * (V + 1) // 2 - perms.sum(dim=1)  # the value no revealed pair uses (0 when all revealed)
-    perms = torch.where(perms == 0, left[:, None].expand_as(perms), perms)
-    source = repeat_source_of(inputs)
-    return Batch(inputs, targets, batch.mask, xs, ys, perms, source >= 0, source)
-
 
 @dataclass(frozen=True)
 class StepMetrics:
@@ -191,19 +147,22 @@ def _subgroup(name: str, rows: Tensor, probs, correct, posterior, losses) -> Sub
 
 def evaluate_logits(
     logits: Float[Tensor, "batch seq vocab"],
-    batch: Batch,
+    batch: TaskBatch,
     config: TaskConfig,
     posteriors: tuple[Posterior, Posterior] | None = None,
     model_name: str = "model",
     probe: Sequence[float] | None = None,
 ) -> Evaluation:
-    """Metrics from precomputed logits (``posteriors`` = (uniform, train) may be cached)."""
+    """Metrics from precomputed logits (``posteriors`` = (uniform, train) may be cached) on a
+    permutation-lookup ``batch`` (its extras rebuilt from the tokens where missing)."""
     V = config.V
+    batch = permutation_batch(batch)
+    extras = batch.extras
     if posteriors is None:
-        posteriors = (bayes_posterior(batch.inputs, config, "uniform"), bayes_posterior(batch.inputs, config, "train"))
+        posteriors = (bayes_posterior(batch.tokens, config, "uniform"), bayes_posterior(batch.tokens, config, "train"))
     uniform, train = posteriors[0].probs, posteriors[1].probs
     logits = logits.detach().float()
-    targets = batch.ys  # [batch, V]: the target of each step
+    targets = extras["ys"]  # [batch, V]: the target of each step
     log_probs = logits[:, 0::2].log_softmax(dim=-1)
     losses = -log_probs.gather(2, targets[..., None])[..., 0]  # [batch, step]
     probs = value_probs(logits, V)
@@ -221,12 +180,11 @@ def evaluate_logits(
                 max_ae_train=float(err_t.max()), loss=float(losses[:, k].mean()))
         )
     last = (probs[:, -1], correct[:, -1], uniform[:, -1], losses[:, -1])
-    elimination = _subgroup("elimination", ~batch.repeated, *last)
-    memorization = _subgroup("memorization", batch.repeated, *last)
-    sources = batch.repeat_source[batch.repeated].unique().tolist()  # 0-based, sorted
-    by_source = tuple(
-        _subgroup(f"recall_x{s + 1}", batch.repeated & (batch.repeat_source == s), *last) for s in sources
-    )
+    repeated, repeat_source = extras["repeated"], extras["repeat_source"]
+    elimination = _subgroup("elimination", ~repeated, *last)
+    memorization = _subgroup("memorization", repeated, *last)
+    sources = repeat_source[repeated].unique().tolist()  # 0-based, sorted
+    by_source = tuple(_subgroup(f"recall_x{s + 1}", repeated & (repeat_source == s), *last) for s in sources)
     if elimination is None:
         elimination = SubgroupMetrics("elimination", 0, math.nan, math.nan, math.nan, math.nan)
     return Evaluation(model_name=model_name, steps=tuple(steps), elimination=elimination, memorization=memorization,
@@ -241,6 +199,15 @@ class PermutationTask:
 
     config: TaskConfig = field(default_factory=TaskConfig)
     name: ClassVar[str] = "permutation"
+    analyses: ClassVar[dict[str, str]] = {
+        "ablation_table": "perm_circuits.analysis.interventions.permutation_table:study_ablation_table",
+        "ablate": "perm_circuits.analysis.interventions.hooks:study_ablate",
+        "circuit_problem": "perm_circuits.analysis.circuits.criteria:study_setup",
+        "direct_logit_attribution": "perm_circuits.analysis.probes.dla:study_logit_attribution",
+        "patching_pair": "perm_circuits.analysis.interventions.path_patching:induction_patching_pair",
+    }
+    """The study's own analyses (:func:`~perm_circuits.tasks.base.own_analysis`): what the general
+    tools run on a permutation-lookup model when given no ``task=`` / ``metric=``."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, TaskConfig):
@@ -261,18 +228,18 @@ class PermutationTask:
         return ("elimination_accuracy", "recall_accuracy", *steps, "test_loss")
 
     def sample(self, n: int, generator: torch.Generator, split: str = "train") -> TaskBatch:
-        """``make_batch(config, n, split=split, generator=generator)`` as a TaskBatch."""
+        """``make_batch(config, n, split=split, generator=generator)``."""
         if not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
-        return as_task_batch(make_batch(self.config, n, split=split, generator=generator))
+        return make_batch(self.config, n, split=split, generator=generator)
 
     def test_set(self, n: int = 2000, seed: int = 1234) -> TaskBatch:
-        """``make_test_set(config, n, seed)`` as a TaskBatch."""
-        return as_task_batch(make_test_set(self.config, n=n, seed=seed))
+        """``make_test_set(config, n, seed)``."""
+        return make_test_set(self.config, n=n, seed=seed)
 
     def metrics(self, logits: Float[Tensor, "batch seq vocab"], batch: TaskBatch) -> dict[str, float]:
         """:func:`evaluate_logits`' :attr:`metric_names` (``recall_accuracy`` nan when no last query repeats)."""
-        evaluation = evaluate_logits(logits, as_batch(batch), self.config)
+        evaluation = evaluate_logits(logits, batch, self.config)
         summary = evaluation.summary()
         return {name: float(summary[name]) for name in self.metric_names}
 
@@ -286,6 +253,22 @@ class PermutationTask:
         probs[:, :, 1:] = 1.0 / V
         probs[:, 0::2, 1:] = posterior
         return probs
+
+    @property
+    def value_tokens(self) -> slice:
+        """The tokens that carry values, ``1..V`` (token 0 is unused): what the weight probes read."""
+        return slice(1, self.config.V + 1)
+
+    @property
+    def named_positions(self) -> dict[str, range]:
+        """The position classes of a circuit node beside ``first``/``last``/``p{k}``: ``query`` (every
+        x, ``0, 2, ..., 2V - 2``) and ``answer`` (every revealed y, ``1, 3, ..., 2V - 3``)."""
+        V = self.config.V
+        return {"query": range(0, 2 * V - 1, 2), "answer": range(1, 2 * V - 2, 2)}
+
+    def check_tokens(self, tokens: Tensor) -> Tensor:
+        """Model inputs checked against the task (:func:`~perm_circuits.tasks.permutation_data.validate_tokens`)."""
+        return validate_tokens(tokens, self.config.V)
 
     def token_labels(self, tokens: list[int]) -> list[str]:
         """``["x=2", "y=4", "x=5", ...]`` (for views)."""
@@ -304,4 +287,4 @@ class PermutationTask:
         return cls(TaskConfig.from_dict(data))
 
 
-register_task(PermutationTask.name, PermutationTask)
+register_task(PermutationTask.name, PermutationTask, recognise="perm_circuits.models:bridge_task")

@@ -23,14 +23,15 @@ from functools import lru_cache
 from typing import Literal
 
 import torch
-from jaxtyping import Bool, Int
+from jaxtyping import Int
 from torch import Tensor
 
 from perm_circuits._util import dataclass_from_dict
 from perm_circuits.checks import MAX_SEQUENCES, check_int, check_number, check_seed, check_size
+from perm_circuits.tasks.base import TaskBatch
 
-__all__ = ["PROBE_SEQUENCE", "Batch", "TaskConfig", "all_permutations", "exhaustive_batch", "make_batch",
-           "make_sequence", "make_test_set", "probe_sequence", "repeat_source_of", "split_permutations",
+__all__ = ["PERMUTATION_EXTRAS", "PROBE_SEQUENCE", "TaskConfig", "all_permutations", "exhaustive_batch", "make_batch",
+           "make_sequence", "make_test_set", "permutation_batch", "probe_sequence", "repeat_source_of", "split_permutations",
            "validate_tokens", "y_positions"]
 
 MIN_V, MAX_V = 2, 8
@@ -153,46 +154,12 @@ def y_positions(V: int) -> list[int]:
     return list(range(0, 2 * V - 1, 2))
 
 
-@dataclass(frozen=True)
-class Batch:
-    """A batch of task sequences.
-
-    Attributes:
-        inputs: the first ``2V - 1`` tokens.
-        targets: the next token at every input position.
-        mask: 1.0 at y-prediction positions (loss positions), 0.0 elsewhere.
-        xs, ys: the V queries and their answers (``ys[:, k]`` is the target of step ``k + 1``).
-        perms: the permutation of each sample.
-        repeated: whether the last query repeats an earlier one.
-        repeat_source: index of the repeated earlier query (-1 where not repeated).
-    """
-
-    inputs: Int[Tensor, "batch seq"]
-    targets: Int[Tensor, "batch seq"]
-    mask: Tensor
-    xs: Int[Tensor, "batch V"]
-    ys: Int[Tensor, "batch V"]
-    perms: Int[Tensor, "batch V"]
-    repeated: Bool[Tensor, " batch"]
-    repeat_source: Int[Tensor, " batch"]
-
-    def __len__(self) -> int:
-        return self.inputs.shape[0]
-
-    @property
-    def V(self) -> int:
-        return self.xs.shape[1]
-
-    def subset(self, index: Tensor) -> Batch:
-        """Rows selected by a boolean mask or an index tensor."""
-        return Batch(**{name: getattr(self, name)[index] for name in self.__dataclass_fields__})
-
-    def to(self, device: torch.device | str) -> Batch:
-        """The batch on ``device`` (itself when every tensor is already there)."""
-        moved = {name: getattr(self, name).to(device) for name in self.__dataclass_fields__}
-        if all(moved[name] is getattr(self, name) for name in moved):
-            return self
-        return Batch(**moved)
+PERMUTATION_EXTRAS: tuple[str, ...] = ("xs", "ys", "perms", "repeated", "repeat_source")
+"""What a permutation-lookup :class:`~perm_circuits.tasks.base.TaskBatch` carries in ``extras``, each with
+the batch as first dimension: ``xs``, ``ys`` (``[batch, V]``: the V queries and their answers,
+``ys[:, k]`` the target of step ``k + 1``), ``perms`` (``[batch, V]``: each sample's permutation),
+``repeated`` (``[batch]`` bool: whether the last query repeats an earlier one) and ``repeat_source``
+(``[batch]``: the 0-based index of the repeated earlier query, -1 where not repeated)."""
 
 
 def make_batch(
@@ -204,8 +171,9 @@ def make_batch(
     seed: int | None = None,
     repeat_ratio: float | None = None,
     repeat_source: int | Literal["config"] | None = "config",
-) -> Batch:
-    """Draw ``n`` sequences, vectorized.
+) -> TaskBatch:
+    """Draw ``n`` sequences, vectorized, as a :class:`~perm_circuits.tasks.base.TaskBatch` whose
+    ``extras`` are :data:`PERMUTATION_EXTRAS`.
 
     Args:
         config: the task; its ``repeat_ratio`` is used unless ``repeat_ratio`` overrides it.
@@ -219,7 +187,7 @@ def make_batch(
             batches are unchanged); an int: always that 0-based query (0 = x1); ``None``:
             uniform over all of ``x1..x_{V-1}``.
 
-    ``Batch.repeat_source`` stores the 0-based index (``k - 1``), -1 where not repeated.
+    ``extras["repeat_source"]`` stores the 0-based index (``k - 1``), -1 where not repeated.
     """
     if not isinstance(config, TaskConfig):
         raise TypeError(f"config must be a TaskConfig, got {type(config).__name__}")
@@ -268,15 +236,41 @@ def _pool(config: TaskConfig, split: str) -> Tensor:
 
 def batch_from_queries(
     xs: Int[Tensor, "batch V"], perms: Int[Tensor, "batch V"], repeat_source: Int[Tensor, " batch"]
-) -> Batch:
-    """The batch asking queries ``xs`` of permutations ``perms``; ``repeat_source`` as in :class:`Batch`."""
+) -> TaskBatch:
+    """The batch asking queries ``xs`` of permutations ``perms``; ``repeat_source`` as in
+    :data:`PERMUTATION_EXTRAS`."""
     ys = perms.gather(1, xs - 1)
     seq = torch.stack([xs, ys], dim=2).flatten(1)  # x1 y1 x2 y2 ...
     mask = torch.zeros(seq.shape[1] - 1, device=seq.device)
     mask[0::2] = 1.0
-    return Batch(inputs=seq[:, :-1].contiguous(), targets=seq[:, 1:].contiguous(),
-        mask=mask.expand(len(xs), -1).contiguous(), xs=xs, ys=ys, perms=perms, repeated=repeat_source >= 0,
-        repeat_source=repeat_source)
+    extras = {"xs": xs, "ys": ys, "perms": perms, "repeated": repeat_source >= 0, "repeat_source": repeat_source}
+    return TaskBatch(seq[:, :-1].contiguous(), seq[:, 1:].contiguous(), mask.expand(len(xs), -1).contiguous(), extras)
+
+
+def permutation_batch(batch: TaskBatch) -> TaskBatch:
+    """``batch`` with the :data:`PERMUTATION_EXTRAS` the study's analyses read: itself where
+    :func:`make_batch` made it, else the extras rebuilt from the tokens (the one unrevealed value of
+    a repeated sequence's permutation is the value left over)."""
+    if not isinstance(batch, TaskBatch):
+        raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
+    if all(name in batch.extras for name in PERMUTATION_EXTRAS):
+        return batch
+    inputs, targets = batch.tokens, batch.targets
+    if inputs.shape[1] % 2 == 0:
+        raise ValueError(
+            f"a permutation-lookup batch has sequences of odd length 2V-1, got length {inputs.shape[1]} "
+            "(a TaskBatch of another task?)"
+        )
+    validate_tokens(inputs, (inputs.shape[1] + 1) // 2)  # ids in 1..V, else the rebuild below indexes out of range
+    xs = inputs[:, 0::2]
+    ys = targets[:, 0::2]
+    V = xs.shape[1]
+    perms = torch.zeros_like(xs).scatter_(1, xs - 1, ys)
+    left = V * (V + 1) // 2 - perms.sum(dim=1)  # the value no revealed pair uses (0 when all revealed)
+    perms = torch.where(perms == 0, left[:, None].expand_as(perms), perms)
+    source = repeat_source_of(inputs)
+    extras = {"xs": xs, "ys": ys, "perms": perms, "repeated": source >= 0, "repeat_source": source}
+    return TaskBatch(inputs, targets, batch.mask, {**batch.extras, **extras})
 
 
 def unused_query(xs: Int[Tensor, "batch V"]) -> Int[Tensor, " batch"]:
@@ -287,7 +281,7 @@ def unused_query(xs: Int[Tensor, "batch V"]) -> Int[Tensor, " batch"]:
     return values.expand(len(xs), V)[~seen]
 
 
-def exhaustive_batch(config: TaskConfig, *, split: str = "test", repeat_source: int | None = None) -> Batch:
+def exhaustive_batch(config: TaskConfig, *, split: str = "test", repeat_source: int | None = None) -> TaskBatch:
     """Every sequence of a split (``|split| * V!``): each permutation x every order of the queries;
     with ``repeat_source=j`` (0-based) the last query repeats ``x_{j+1}`` in every sequence."""
     if repeat_source is not None:
@@ -302,14 +296,14 @@ def exhaustive_batch(config: TaskConfig, *, split: str = "test", repeat_source: 
     return batch_from_queries(xs, perms, torch.full((len(xs),), source, dtype=torch.long))
 
 
-def make_test_set(config: TaskConfig, n: int = 5000, seed: int = 1234) -> Batch:
+def make_test_set(config: TaskConfig, n: int = 5000, seed: int = 1234) -> TaskBatch:
     """The fixed evaluation set: ``n`` seeded sequences from the test permutations."""
     return make_batch(config, n, split="test", seed=seed)
 
 
 def repeat_source_of(inputs: Int[Tensor, "batch seq"]) -> Int[Tensor, " batch"]:
     """0-based index of the earlier query the last query repeats, else -1, read from the tokens
-    (equals ``Batch.repeat_source`` on task batches)."""
+    (equals ``extras["repeat_source"]`` on task batches)."""
     last = inputs[:, -1]
     match = inputs[:, 0:-1:2] == last[:, None]
     first = match.int().argmax(dim=1)

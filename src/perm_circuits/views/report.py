@@ -163,7 +163,7 @@ def model_page_html(entry: ModelEntry, data: StudyReportData, n: int, plotly_js:
     ffn = data.ffns[0]
 
     entry.sizes = {
-        "evaluation, MLP flips, DLA": f"{n} test sequences ({int(test_set.repeated.sum())} repeated)",
+        "evaluation, MLP flips, DLA": f"{n} test sequences ({int(test_set.extras['repeated'].sum())} repeated)",
         "attention maps": f"{max(n, MIN_SECTION_N)} test sequences",
         "head-role verdict and its ablation table": f"{verdict.n_samples} test sequences ({verdict.n_repeated} repeated)",
         **({"proposed circuits (IOI criteria)": f"{verdict.circuits[0].metrics.n_samples} test sequences"}

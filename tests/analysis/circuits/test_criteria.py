@@ -146,10 +146,10 @@ def test_skill_logit_diff_exact():
     logits = torch.zeros(4, 9, V + 1)
     for i in range(4):
         logits[i, -1, 1:] = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0])
-    answer = batch.ys[:, -1]
-    unused = torch.tensor([sorted(set(range(1, V + 1)) - set(row[:-1].tolist()))[0] for row in batch.ys])
+    answer = batch.extras["ys"][:, -1]
+    unused = torch.tensor([sorted(set(range(1, V + 1)) - set(row[:-1].tolist()))[0] for row in batch.extras["ys"]])
     rival = torch.where(
-        batch.repeated,
+        batch.extras["repeated"],
         unused.double(),
         torch.tensor([5.0 if a != 5 else 4.0 for a in answer.tolist()], dtype=torch.float64),
     )
@@ -162,7 +162,7 @@ def test_skill_logit_diff_exact():
 def test_model_computes_what_the_construction_says(zero_metrics, batch):
     assert isinstance(zero_metrics, CircuitMetrics) and zero_metrics.circuit == CIRCUIT
     assert zero_metrics.elimination.n + zero_metrics.recall.n == len(batch) == zero_metrics.n_samples
-    assert zero_metrics.recall.n == int(batch.repeated.sum()) > 50
+    assert zero_metrics.recall.n == int(batch.extras["repeated"].sum()) > 50
     assert zero_metrics.elimination.f_model == pytest.approx(E / 4, abs=1e-5)
     assert zero_metrics.recall.f_model == pytest.approx(-E / 4 + 0.8 * R, abs=1e-5)
 
@@ -223,9 +223,9 @@ def test_circuit_equals_explicit_ablate_hooks_at_the_outside_positions(model, ba
         + ablate_head(model, 0, 3, "mean", reference=batch)
         + ablate_mlp(model, 0, "mean", reference=batch, positions=answer)
     )
-    per_row = skill_logit_diff(run_logits(model, batch.inputs, hooks), batch)
-    assert metrics.recall.f_circuit == float(per_row[batch.repeated].mean())
-    assert metrics.elimination.f_circuit == float(per_row[~batch.repeated].mean())
+    per_row = skill_logit_diff(run_logits(model, batch.tokens, hooks), batch)
+    assert metrics.recall.f_circuit == float(per_row[batch.extras["repeated"]].mean())
+    assert metrics.elimination.f_circuit == float(per_row[~batch.extras["repeated"]].mean())
 
 
 def test_sampled_subsets_say_so_and_find_the_same_numbers(model, batch):
@@ -249,7 +249,7 @@ def test_dataframe_and_faithfulness_by_mode(model, batch, zero_metrics):
         assert by_mode.get(how, "elimination").faithfulness_error == 0.0
     # resample: H1's flag comes from a random row, which opens the gate iff that row is repeated
     rows = resample_rows(len(batch), len(batch), 0)
-    opened = float(batch.repeated[rows][batch.repeated].double().mean())
+    opened = float(batch.extras["repeated"][rows][batch.extras["repeated"]].double().mean())
     assert 0.15 < opened < 0.45
     assert by_mode.get("resample", "recall").faithfulness_error == pytest.approx(16 * (1 - opened) / 11, abs=1e-5)
     assert all(math.isfinite(r.faithfulness_error) for r in by_mode.rows)
@@ -278,7 +278,7 @@ def test_propose_circuit_on_the_known_model(model, batch):
         (CIRCUIT, {"how": "median"}, ValueError, r"how must be one of \("),
         (CIRCUIT, {"max_exhaustive": 30}, ValueError, r"max_exhaustive must be in \[0, 20\]"),
         (CIRCUIT, {"n_subsets": 0}, ValueError, r"n_subsets must be >= 1"),
-        (CIRCUIT, {"test_set": "x"}, TypeError, r"test_set must be a perm_circuits.tasks.permutation_data.Batch"
+        (CIRCUIT, {"test_set": "x"}, TypeError, r"test_set must be a TaskBatch"
          r"|parameter 'test_set'"),
     ],
 )

@@ -83,12 +83,12 @@ def test_path_patch_through_mlp_validates_before_work(induction, pair):
 
 def test_value_swap_pair_moves_the_answer_by_changing_two_ys_only(induction):
     clean, corrupted, answer, wrong = ac.value_swap_pair(induction.task_config, n=N, seed=0)
-    diff = clean.inputs != corrupted.inputs
+    diff = clean.tokens != corrupted.tokens
     assert (diff.sum(1) == 2).all() and not diff[:, 0::2].any()  # two y slots, never an x
-    assert torch.equal(answer, clean.ys[:, -1]) and torch.equal(wrong, corrupted.ys[:, -1])
+    assert torch.equal(answer, clean.extras["ys"][:, -1]) and torch.equal(wrong, corrupted.extras["ys"][:, -1])
     assert (answer != wrong).all()
     # the hand-built induction head follows the value: the corrupted run answers wrong
-    logits = induction(corrupted.inputs)[:, -1]
+    logits = induction(corrupted.tokens)[:, -1]
     assert torch.equal(logits.argmax(-1), wrong)
 
 

@@ -71,9 +71,9 @@ def test_zero_head_equals_deleting_its_W_O_columns(model, batch, head):
         w[:, head * d_head : (head + 1) * d_head] = 0
 
     reference = edited(blocks__0__attn__o__weight=cut)
-    ablated = run_logits(model, batch.inputs, ablate_head(model, 0, head))
-    assert torch.allclose(ablated, run_logits(reference, batch.inputs), atol=1e-5)
-    assert not torch.allclose(ablated, run_logits(model, batch.inputs), atol=1e-3)
+    ablated = run_logits(model, batch.tokens, ablate_head(model, 0, head))
+    assert torch.allclose(ablated, run_logits(reference, batch.tokens), atol=1e-5)
+    assert not torch.allclose(ablated, run_logits(model, batch.tokens), atol=1e-3)
     assert hook_count(model) == 0
 
 
@@ -83,9 +83,9 @@ def test_zero_head_at_one_position_only_changes_that_position(model, batch):
     def cut(w):
         w[:, d_head : 2 * d_head] = 0
 
-    plain = run_logits(model, batch.inputs)
-    ablated = run_logits(model, batch.inputs, ablate_head(model, 0, 1, positions=[-1]))
-    without_head = run_logits(edited(blocks__0__attn__o__weight=cut), batch.inputs)
+    plain = run_logits(model, batch.tokens)
+    ablated = run_logits(model, batch.tokens, ablate_head(model, 0, 1, positions=[-1]))
+    without_head = run_logits(edited(blocks__0__attn__o__weight=cut), batch.tokens)
     # 1 layer: the head's output at position p only reaches position p's logits.
     assert torch.equal(ablated[:, :-1], plain[:, :-1])
     assert torch.allclose(ablated[:, -1], without_head[:, -1], atol=1e-5)
@@ -96,8 +96,8 @@ def test_zero_mlp_equals_deleting_it(model, batch):
         w.zero_()
 
     no_mlp = edited(blocks__0__mlp__out__weight=zero, blocks__0__mlp__out__bias=zero)
-    ablated = run_logits(model, batch.inputs, ablate_mlp(model, 0))
-    assert torch.allclose(ablated, run_logits(no_mlp, batch.inputs), atol=1e-5)
+    ablated = run_logits(model, batch.tokens, ablate_mlp(model, 0))
+    assert torch.allclose(ablated, run_logits(no_mlp, batch.tokens), atol=1e-5)
 
 
 def test_zero_neurons_equal_deleting_their_W_out_columns(model, batch):
@@ -106,8 +106,8 @@ def test_zero_neurons_equal_deleting_their_W_out_columns(model, batch):
     def cut(w):
         w[:, neurons] = 0
 
-    ablated = run_logits(model, batch.inputs, ablate_mlp(model, 0, neurons=neurons))
-    assert torch.allclose(ablated, run_logits(edited(blocks__0__mlp__out__weight=cut), batch.inputs), atol=1e-5)
+    ablated = run_logits(model, batch.tokens, ablate_mlp(model, 0, neurons=neurons))
+    assert torch.allclose(ablated, run_logits(edited(blocks__0__mlp__out__weight=cut), batch.tokens), atol=1e-5)
 
 
 # ----------------------------------------------------------------------------- mean
@@ -116,17 +116,17 @@ def test_zero_neurons_equal_deleting_their_W_out_columns(model, batch):
 def test_mean_ablation_of_a_position_constant_activation_is_a_no_op(batch):
     # W_V = 0: every value vector is b_V, so z = sum_s A[d, s] b_V = b_V at every position and sample.
     m = edited(blocks__0__attn__v__weight=lambda w: w.zero_())
-    plain = run_logits(m, batch.inputs)
+    plain = run_logits(m, batch.tokens)
     for head in (0, 1):
         hooks = ablate_head(m, 0, head, "mean", reference=batch)
-        assert torch.allclose(run_logits(m, batch.inputs, hooks), plain, atol=1e-6)
+        assert torch.allclose(run_logits(m, batch.tokens, hooks), plain, atol=1e-6)
 
 
 def test_mean_ablation_writes_the_reference_mean_per_position_and_head(model, batch):
     reference = make_batch(TASK, 200, split="test", seed=11)
     ref_z = reference_activations(model, reference, [Z])[Z]
-    plain_z = capture(model, batch.inputs, [])
-    z = capture(model, batch.inputs, ablate_head(model, 0, 1, "mean", reference=reference, positions=[6, 8]))
+    plain_z = capture(model, batch.tokens, [])
+    z = capture(model, batch.tokens, ablate_head(model, 0, 1, "mean", reference=reference, positions=[6, 8]))
     assert torch.allclose(z[:, [6, 8], 1], ref_z[:, [6, 8], 1].mean(0).expand(len(batch), -1, -1), atol=1e-6)
     assert torch.equal(z[:, :, 0], plain_z[:, :, 0])  # other head untouched
     assert torch.equal(z[:, :6, 1], plain_z[:, :6, 1])  # other positions untouched
@@ -136,7 +136,7 @@ def test_mean_ablation_writes_the_reference_mean_per_position_and_head(model, ba
 def test_default_reference_is_the_models_test_set(model):
     default = ablate_head(model, 0, 0, "mean")
     explicit = ablate_head(model, 0, 0, "mean", reference=make_test_set(TASK))
-    tokens = make_batch(TASK, 50, seed=2).inputs
+    tokens = make_batch(TASK, 50, seed=2).tokens
     assert torch.equal(run_logits(model, tokens, default), run_logits(model, tokens, explicit))
 
 
@@ -146,7 +146,7 @@ def test_default_reference_is_the_models_test_set(model):
 def test_resample_is_deterministic_per_seed(model, batch):
     reference = make_batch(TASK, 100, split="test", seed=5)
     def run(seed):
-        return run_logits(model, batch.inputs, ablate_head(model, 0, 0, "resample", reference=reference, seed=seed))
+        return run_logits(model, batch.tokens, ablate_head(model, 0, 0, "resample", reference=reference, seed=seed))
 
     assert torch.equal(run(0), run(0))
     assert not torch.equal(run(0), run(1))
@@ -155,12 +155,12 @@ def test_resample_is_deterministic_per_seed(model, batch):
 def test_resample_copies_a_real_reference_samples_activation(model, batch):
     one = make_batch(TASK, 1, split="test", seed=9)
     ref_z = reference_activations(model, one, [Z])[Z]
-    z = capture(model, batch.inputs, ablate_head(model, 0, 1, "resample", reference=one))
+    z = capture(model, batch.tokens, ablate_head(model, 0, 1, "resample", reference=one))
     assert torch.allclose(z[:, :, 1], ref_z[:, :, 1].expand(len(batch), -1, -1), atol=0)
 
     reference = make_batch(TASK, 40, split="test", seed=5)
     ref_z = reference_activations(model, reference, [Z])[Z]
-    z = capture(model, batch.inputs, ablate_head(model, 0, 0, "resample", reference=reference, seed=3))
+    z = capture(model, batch.tokens, ablate_head(model, 0, 0, "resample", reference=reference, seed=3))
     # every sample's head-0 output is exactly one reference row's, at all positions at once
     match = (z[:, None, :, 0] == ref_z[None, :, :, 0]).flatten(2).all(-1)  # [batch, ref]
     assert bool(match.any(1).all())
@@ -168,27 +168,27 @@ def test_resample_copies_a_real_reference_samples_activation(model, batch):
 
 def test_row_paired_resample_with_the_batch_itself_is_a_no_op(model, batch):
     hooks = ablate_head(model, 0, 0, "resample", reference=batch, pairing="row")
-    assert torch.equal(run_logits(model, batch.inputs, hooks), run_logits(model, batch.inputs))
+    assert torch.equal(run_logits(model, batch.tokens, hooks), run_logits(model, batch.tokens))
 
 
 def test_binding_free_reference_keeps_queries_and_breaks_answers(batch):
     ref = binding_free_reference(TASK, queries=batch, seed=0)
-    assert torch.equal(ref.xs, batch.xs)
-    assert torch.equal(ref.inputs[:, 0::2], batch.inputs[:, 0::2])  # the same query tokens
-    assert torch.equal(ref.repeated, batch.repeated) and torch.equal(ref.repeat_source, batch.repeat_source)
-    assert torch.equal(ref.ys, ref.perms.gather(1, ref.xs - 1))  # a valid sequence of its permutation
-    assert torch.equal(ref.targets[:, 0::2], ref.ys)
-    same = (ref.perms == batch.perms).all(1).float().mean()
+    assert torch.equal(ref.extras["xs"], batch.extras["xs"])
+    assert torch.equal(ref.tokens[:, 0::2], batch.tokens[:, 0::2])  # the same query tokens
+    assert torch.equal(ref.extras["repeated"], batch.extras["repeated"]) and torch.equal(ref.extras["repeat_source"], batch.extras["repeat_source"])
+    assert torch.equal(ref.extras["ys"], ref.extras["perms"].gather(1, ref.extras["xs"] - 1))  # a valid sequence of its permutation
+    assert torch.equal(ref.targets[:, 0::2], ref.extras["ys"])
+    same = (ref.extras["perms"] == batch.extras["perms"]).all(1).float().mean()
     assert same < 0.15  # independent permutations: 1/24 expected on the test split
     # default: the queries of the fixed test set, row for row
     default = binding_free_reference(TASK)
-    assert torch.equal(default.xs, make_test_set(TASK).xs)
+    assert torch.equal(default.extras["xs"], make_test_set(TASK).extras["xs"])
 
 
 def test_binding_free_row_resample_replaces_by_the_same_queries_activation(model, batch):
     ref = binding_free_reference(TASK, queries=batch, seed=0)
     ref_z = reference_activations(model, ref, [Z])[Z]
-    z = capture(model, batch.inputs, ablate_head(model, 0, 1, "resample", reference=ref, pairing="row"))
+    z = capture(model, batch.tokens, ablate_head(model, 0, 1, "resample", reference=ref, pairing="row"))
     assert torch.equal(z[:, :, 1], ref_z[:, :, 1])
 
 
@@ -216,16 +216,16 @@ def test_ablation_table_matches_evaluate(model, batch):
     row = table.get("L0MLP", "mean")
     ablated = evaluate(model, batch, hooks=ablate_mlp(model, 0, "mean", reference=batch))
     assert row.loss == pytest.approx(ablated.test_loss, abs=1e-6)
-    assert table.n_recall == int(batch.repeated.sum())
+    assert table.n_recall == int(batch.extras["repeated"].sum())
 
 
 def test_follows_reference_counts_answers_taken_from_the_resampled_row(model, batch):
     reference = make_batch(TASK, 80, split="test", seed=4)
     table = ablation_table(model, hows=("zero", "resample"), test_set=batch, reference=reference, seed=2)
     hooks = ablate_head(model, 0, 1, "resample", reference=reference, seed=2)
-    predictions = run_logits(model, batch.inputs, hooks)[:, -1].argmax(-1)
+    predictions = run_logits(model, batch.tokens, hooks)[:, -1].argmax(-1)
     rows = resample_rows(len(reference), len(batch), 2)
-    expected = (predictions == reference.ys[rows, -1]).float().mean()
+    expected = (predictions == reference.extras["ys"][rows, -1]).float().mean()
     assert table.get("L0H1", "resample").follows_reference == pytest.approx(float(expected))
     assert math.isnan(table.get("L0H1", "zero").follows_reference)
 
@@ -245,7 +245,7 @@ def test_ablation_table_binding_free_reference(model, batch):
     row = table.get("L0H0", "resample")
     # row-paired hooks only fit a batch of the reference's size, so not evaluate()'s 1-row probe
     hooks = ablate_head(model, 0, 0, "resample", reference=ref, pairing="row")
-    ablated = evaluate_logits(run_logits(model, batch.inputs, hooks), batch, TASK)
+    ablated = evaluate_logits(run_logits(model, batch.tokens, hooks), batch, TASK)
     assert row.loss == pytest.approx(ablated.test_loss, abs=1e-6)
     assert "binding-free" in table.reference
 
@@ -264,7 +264,7 @@ def no_forward(model, monkeypatch):
 
 def float_batch(batch):
     bad = make_batch(TASK, 4, seed=0)
-    object.__setattr__(bad, "inputs", bad.inputs.float())
+    object.__setattr__(bad, "tokens", bad.tokens.float())
     return bad
 
 
@@ -308,14 +308,14 @@ FLOAT_TOKENS = "tokens must have an integer dtype, got torch.float32"
         (lambda m, b: ablate(m, "ln_final.hook_scale", index=0), ValueError,
          "index is not supported for hook 'ln_final.hook_scale'"),
         (lambda m, b: ablate(m, Z, "mean", reference=float_batch(b)), TypeError, FLOAT_TOKENS),
-        (lambda m, b: ablate(m, Z, "mean", reference=b.inputs), TypeError,  # token ids: for any other model
-         "reference must be a perm_circuits.tasks.permutation_data.Batch or None, got Tensor"),
+        (lambda m, b: ablate(m, Z, "mean", reference=b.tokens), TypeError,  # token ids: for any other model
+         "reference must be a TaskBatch or None, got Tensor"),
         (lambda m, b: ablation_table(m, hows=("zero", "bogus"), test_set=b), ValueError,
          r"how must be one of \('zero', 'mean', 'resample', 'binding_free', 'optimal'\), got 'bogus'"),
         (lambda m, b: ablation_table(m, hows=[], test_set=b), TypeError,  # it gave the baseline row alone
          r"hows must be a non-empty list or tuple of modes from \('zero', 'mean'"),
         (lambda m, b: ablation_table(m, test_set=b, reference="elsewhere"), ValueError,
-         "reference must be 'test', 'binding_free' or a Batch, got 'elsewhere'"),
+         "reference must be 'test', 'binding_free' or a TaskBatch, got 'elsewhere'"),
         (lambda m, b: ablation_table(m, test_set=float_batch(b)), TypeError, FLOAT_TOKENS),
         (lambda m, b: ablation_table(m, test_set=b, positions=[12]), ValueError,
          r"position 12 out of range: position must be in \[-9, 8\]"),
@@ -346,7 +346,7 @@ def test_no_hooks_left_after_an_exception_inside_a_hook(model, batch):
     short = make_batch(TASK, 10, seed=1)
     hooks = ablate_head(model, 0, 0, "resample", reference=short, pairing="row")
     with pytest.raises(ValueError, match="pairing='row'"):
-        run_logits(model, batch.inputs, hooks)
+        run_logits(model, batch.tokens, hooks)
     assert hook_count(model) == 0
 
 
@@ -356,15 +356,15 @@ def test_no_hooks_left_after_an_exception_inside_a_hook(model, batch):
 def test_negative_layers_heads_and_neurons_count_from_the_end(model, batch):
     """Regression: memory/ffn functions accepted negative layers (mlp_prediction_flips defaults to
     layer=-1) but ablate_head / ablate_mlp rejected them.  One rule now: Python-style indices."""
-    plain = run_logits(model, batch.inputs, ablate_head(model, 0, 1))
-    assert torch.equal(run_logits(model, batch.inputs, ablate_head(model, -1, -1)), plain)
+    plain = run_logits(model, batch.tokens, ablate_head(model, 0, 1))
+    assert torch.equal(run_logits(model, batch.tokens, ablate_head(model, -1, -1)), plain)
     hooks = ablate_head(model, -1, 1, "mean", reference=batch)
     assert hooks[0][0] == "blocks.0.attn.hook_z"
-    assert torch.equal(run_logits(model, batch.inputs, hooks),
-                       run_logits(model, batch.inputs, ablate_head(model, 0, 1, "mean", reference=batch)))
+    assert torch.equal(run_logits(model, batch.tokens, hooks),
+                       run_logits(model, batch.tokens, ablate_head(model, 0, 1, "mean", reference=batch)))
     assert ablate_mlp(model, -1)[0][0] == "blocks.0.hook_mlp_out"
-    assert torch.equal(run_logits(model, batch.inputs, ablate_mlp(model, -1, neurons=[-1, 0])),
-                       run_logits(model, batch.inputs, ablate_mlp(model, 0, neurons=[31, 0])))
+    assert torch.equal(run_logits(model, batch.tokens, ablate_mlp(model, -1, neurons=[-1, 0])),
+                       run_logits(model, batch.tokens, ablate_mlp(model, 0, neurons=[31, 0])))
     with pytest.raises(ValueError, match="repeated"):
         ablate_mlp(model, 0, neurons=[31, -1])  # the same neuron twice
     assert hook_count(model) == 0

@@ -153,7 +153,7 @@ def _entropy_per_step(batch) -> float:
     """Closed-form optimal loss: the mean over steps of the entropy of the empirical answer distribution."""
     total = 0.0
     for j in range(V):
-        q = torch.bincount(batch.ys[:, j], minlength=V + 1)[1:].double() / len(batch)
+        q = torch.bincount(batch.extras["ys"][:, j], minlength=V + 1)[1:].double() / len(batch)
         total += float(-(q[q > 0] * q[q > 0].log()).sum())
     return total / V
 
@@ -167,7 +167,7 @@ def test_optimal_constant_reaches_the_closed_form_and_beats_mean_ablation():
 
     def loss_with(hooks) -> float:
         with torch.no_grad(), model.hooks(fwd_hooks=hooks):
-            return float(answer_loss(model(batch.inputs), batch))
+            return float(answer_loss(model(batch.tokens), batch))
 
     optimal = loss_with([(hook, lambda act, hook: constant[None].expand_as(act))])
     mean = loss_with(ablate_mlp(model, 0, "mean", reference=batch))
@@ -176,7 +176,7 @@ def test_optimal_constant_reaches_the_closed_form_and_beats_mean_ablation():
     assert optimal == pytest.approx(closed_form, abs=1e-3)
     assert mean > closed_form + 0.5  # the mean keeps the +5 on value 1
     # the optimum's logits at x positions are the log answer frequencies (up to a constant per position)
-    q = torch.stack([torch.bincount(batch.ys[:, j], minlength=V + 1)[1:].float() / len(batch) for j in range(V)])
+    q = torch.stack([torch.bincount(batch.extras["ys"][:, j], minlength=V + 1)[1:].float() / len(batch) for j in range(V)])
     logits = constant[0::2, ELIM:ELIM + V]
     torch.testing.assert_close(logits.log_softmax(-1), q.log(), atol=2e-3, rtol=0)
     # the table and ablate_mlp agree with it
@@ -198,7 +198,7 @@ def _loss_with(model, batch, hook: str, index: int | None, constant: torch.Tenso
         return act
 
     with torch.no_grad(), model.hooks(fwd_hooks=[(hook, replace)]):
-        return float(answer_loss(model(batch.inputs), batch))
+        return float(answer_loss(model(batch.tokens), batch))
 
 
 def test_optimal_ablation_is_deterministic_and_the_fast_search_matches_the_bridge():
@@ -235,11 +235,11 @@ def test_binding_free_mode_keeps_the_queries_and_pairs_by_row():
     # the eliminator reads the answers, which the binding-free reference redraws: elimination breaks and
     # the prediction is the reference's unused value (its answer exactly on the rows whose last query is new)
     assert row.elimination_accuracy < 0.5
-    assert row.follows_reference == pytest.approx(float((~batch.repeated).float().mean()))
+    assert row.follows_reference == pytest.approx(float((~batch.extras["repeated"]).float().mean()))
     hooks = ablate_mlp(model, 0, "binding_free", reference=batch)
     with pytest.raises(ValueError, match="binding_free ablation pairs by row and needs a batch of the reference's size 200"):
         with torch.no_grad(), model.hooks(fwd_hooks=hooks):
-            model(batch.inputs[:10])
+            model(batch.tokens[:10])
     assert hook_count(model) == 0
 
 

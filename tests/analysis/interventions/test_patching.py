@@ -48,15 +48,15 @@ def pair():
 
 def test_patching_pair_differs_only_in_the_last_query(pair):
     clean, corrupted, answer, wrong = pair
-    assert torch.equal(clean.inputs[:, :-1], corrupted.inputs[:, :-1])
-    assert torch.equal(clean.xs[:, -1], clean.xs[:, 0]) and bool(clean.repeated.all())
-    used = (corrupted.xs[:, :-1, None] == corrupted.xs[:, -1, None, None]).any(1)[:, 0]
+    assert torch.equal(clean.tokens[:, :-1], corrupted.tokens[:, :-1])
+    assert torch.equal(clean.extras["xs"][:, -1], clean.extras["xs"][:, 0]) and bool(clean.extras["repeated"].all())
+    used = (corrupted.extras["xs"][:, :-1, None] == corrupted.extras["xs"][:, -1, None, None]).any(1)[:, 0]
     assert not used.any()  # the corrupted last query is the unused x
-    assert torch.equal(answer, clean.ys[:, 0]) and torch.equal(answer, clean.targets[:, -1])
+    assert torch.equal(answer, clean.extras["ys"][:, 0]) and torch.equal(answer, clean.targets[:, -1])
     assert torch.equal(wrong, corrupted.targets[:, -1])
-    assert not (corrupted.ys[:, :-1] == wrong[:, None]).any()  # the unused y: what elimination answers
+    assert not (corrupted.extras["ys"][:, :-1] == wrong[:, None]).any()  # the unused y: what elimination answers
     assert not (answer == wrong).any()
-    assert torch.equal(corrupted.ys, corrupted.perms.gather(1, corrupted.xs - 1))
+    assert torch.equal(corrupted.extras["ys"], corrupted.extras["perms"].gather(1, corrupted.extras["xs"] - 1))
 
 
 def test_logit_diff(pair):
@@ -111,7 +111,7 @@ def test_pattern_edits_change_z_exactly_and_per_source_edits_add_up(model, pair)
         return fn
 
     names = ["blocks.0.attn.hook_pattern", "blocks.0.attn.hook_v", "blocks.0.attn.hook_z"]
-    run_logits(model, clean.inputs, [(n, grab("clean " + n)) for n in names])
+    run_logits(model, clean.tokens, [(n, grab("clean " + n)) for n in names])
     clean_pattern = store["clean blocks.0.attn.hook_pattern"]
 
     def patched_z(sources):
@@ -121,7 +121,7 @@ def test_pattern_edits_change_z_exactly_and_per_source_edits_add_up(model, pair)
             return out
 
         hooks = [("blocks.0.attn.hook_pattern", patch)] + [(n, grab(n)) for n in names]
-        run_logits(model, corrupted.inputs, hooks)
+        run_logits(model, corrupted.tokens, hooks)
         return store["blocks.0.attn.hook_z"], store["blocks.0.attn.hook_pattern"], store["blocks.0.attn.hook_v"]
 
     z, pattern, v = patched_z(list(range(LAST + 1)))
@@ -139,9 +139,9 @@ def _transformer_lens_sweep(model, pair, tl_function):
     clean, corrupted, answer, wrong = pair
     model.eval()
     with torch.no_grad():
-        _, cache = model.run_with_cache(clean.inputs)
+        _, cache = model.run_with_cache(clean.tokens)
         return tl_function(
-            model, corrupted.inputs, cache, lambda logits: logit_diff(logits, answer, wrong).mean()
+            model, corrupted.tokens, cache, lambda logits: logit_diff(logits, answer, wrong).mean()
         ).double()
 
 
@@ -218,7 +218,7 @@ def test_extra_hooks_apply_in_both_runs(model, pair):
     clean, corrupted, answer, wrong = pair
     hooks = ablate_head(model, 0, 1)
     sweep = patch_head_outputs(model, pair, hooks=hooks)
-    expected = logit_diff(run_logits(model, clean.inputs, hooks), answer, wrong).double().mean()
+    expected = logit_diff(run_logits(model, clean.tokens, hooks), answer, wrong).double().mean()
     assert sweep.clean_logit_diff == pytest.approx(float(expected), abs=1e-6)
     assert sweep.get(head=1).mean == 0.0  # head 1 is zero in the clean run too
     assert hook_count(model) == 0
@@ -320,7 +320,7 @@ def test_validation_errors_come_before_any_forward(no_forward, pair, call, error
 
 def test_float_tokens_raise_type_error(no_forward, pair):
     bad = pair[1].subset(torch.arange(len(pair[1])))
-    object.__setattr__(bad, "inputs", bad.inputs.float())
+    object.__setattr__(bad, "tokens", bad.tokens.float())
     with pytest.raises(TypeError, match="tokens must have an integer dtype, got torch.float32"):
         patch_head_outputs(no_forward, (pair[0], bad, pair[2], pair[3]))
 

@@ -72,14 +72,14 @@ def test_single_edge_and_hook_list(model):
     one = pp.path_patch(model, (0, 0), (-1, 0), "k", n=N, n_boot=100)
     assert len(one) == 1 and one.effects[0].receiver == "L1H0" and one.effects[0].mean == pytest.approx(1.0, abs=1e-6)
     clean, corrupted, answer, wrong = pp.induction_patching_pair(TaskConfig(), n=50, seed=4)
-    _, c = run_capture(model, clean.inputs, ["blocks.0.attn.hook_z"])
-    _, r = run_capture(model, corrupted.inputs, ["blocks.0.attn.hook_z"])
+    _, c = run_capture(model, clean.tokens, ["blocks.0.attn.hook_z"])
+    _, r = run_capture(model, corrupted.tokens, ["blocks.0.attn.hook_z"])
     delta = pp.sender_delta(model, (0, 0), c["blocks.0.attn.hook_z"], r["blocks.0.attn.hook_z"])
     assert delta.shape == (50, 9, model.cfg.d_model)
     hooks = pp.path_patch_hooks(model, (1, 0), "k", delta)
     assert [name for name, _ in hooks] == ["blocks.1.attn.hook_k"]
     with torch.no_grad(), model.hooks(fwd_hooks=hooks):
-        logits = model(corrupted.inputs)
+        logits = model(corrupted.tokens)
     assert torch.allclose(logit_diff(logits, answer, wrong), torch.tensor(10.0), atol=1e-4)
     assert hook_count(model) == 0
 
@@ -87,23 +87,23 @@ def test_single_edge_and_hook_list(model):
 def test_induction_pairs():
     config = TaskConfig(repeat_ratio=0.0, repeat_sources=(1,))  # the pair ignores both: every k, always repeated
     clean, corrupted, answer, wrong = pp.induction_patching_pair(config, n=400, seed=2)
-    k, j = clean.repeat_source, corrupted.repeat_source
+    k, j = clean.extras["repeat_source"], corrupted.extras["repeat_source"]
     assert set(k.tolist()) == {0, 1, 2, 3} and bool((k != j).all()) and bool((j >= 0).all())
-    check_consistent(corrupted.inputs)  # still a permutation's sequence
-    assert torch.equal(repeat_source_of(corrupted.inputs), j)
-    assert torch.equal(corrupted.inputs[:, -1], clean.inputs[:, -1])  # same last query
-    assert torch.equal(corrupted.inputs[:, 1::2], clean.inputs[:, 1::2])  # same ys
-    assert int((corrupted.inputs != clean.inputs).sum(dim=1).max()) == 2  # x_k and x_j swapped
-    assert torch.equal(answer, clean.ys[:, -1]) and torch.equal(wrong, corrupted.ys[:, -1]) and bool((answer != wrong).all())
+    check_consistent(corrupted.tokens)  # still a permutation's sequence
+    assert torch.equal(repeat_source_of(corrupted.tokens), j)
+    assert torch.equal(corrupted.tokens[:, -1], clean.tokens[:, -1])  # same last query
+    assert torch.equal(corrupted.tokens[:, 1::2], clean.tokens[:, 1::2])  # same ys
+    assert int((corrupted.tokens != clean.tokens).sum(dim=1).max()) == 2  # x_k and x_j swapped
+    assert torch.equal(answer, clean.extras["ys"][:, -1]) and torch.equal(wrong, corrupted.extras["ys"][:, -1]) and bool((answer != wrong).all())
     rows = torch.arange(400)
-    assert torch.equal(wrong, clean.ys[rows, j])
+    assert torch.equal(wrong, clean.extras["ys"][rows, j])
     again = pp.induction_patching_pair(config, n=400, seed=2)
-    assert torch.equal(again[1].inputs, corrupted.inputs)
+    assert torch.equal(again[1].tokens, corrupted.tokens)
 
     _, query, _, wrong_q = pp.induction_patching_pair(config, n=400, seed=2, corruption="query")
-    assert torch.equal(query.inputs[:, :-1], clean.inputs[:, :-1]) and torch.equal(wrong_q, wrong)
+    assert torch.equal(query.tokens[:, :-1], clean.tokens[:, :-1]) and torch.equal(wrong_q, wrong)
     _, unused, _, wrong_u = pp.induction_patching_pair(config, n=400, seed=2, corruption="unused")
-    assert bool((repeat_source_of(unused.inputs) == -1).all()) and not bool(unused.repeated.any())
+    assert bool((repeat_source_of(unused.tokens) == -1).all()) and not bool(unused.extras["repeated"].any())
     assert bool((wrong_u != answer).all())
 
 
@@ -116,8 +116,8 @@ def test_layer_norm_edge_equals_the_two_run_procedure():
     clean, corrupted, answer, wrong = pair
     result = pp.path_patch(model, (0, 1), (1, 0), "k", pair, n_boot=50).effects[0]
     names = ["blocks.0.attn.hook_z", "blocks.0.hook_mlp_out", "blocks.1.attn.hook_k"]
-    _, c = run_capture(model, clean.inputs, names)
-    _, r = run_capture(model, corrupted.inputs, names)
+    _, c = run_capture(model, clean.tokens, names)
+    _, r = run_capture(model, corrupted.tokens, names)
 
     def z_sender_clean(z, hook):
         z = z.clone()
@@ -126,7 +126,7 @@ def test_layer_norm_edge_equals_the_two_run_procedure():
 
     freeze_mlp = lambda out, hook: r["blocks.0.hook_mlp_out"]
     _, first = run_capture(
-        model, corrupted.inputs, ["blocks.1.attn.hook_k"],
+        model, corrupted.tokens, ["blocks.1.attn.hook_k"],
         [("blocks.0.attn.hook_z", z_sender_clean), ("blocks.0.hook_mlp_out", freeze_mlp)],
     )
 
@@ -136,7 +136,7 @@ def test_layer_norm_edge_equals_the_two_run_procedure():
         return k
 
     with torch.no_grad(), model.hooks(fwd_hooks=[("blocks.1.attn.hook_k", set_key)]):
-        reference = logit_diff(model(corrupted.inputs), answer, wrong).mean()
+        reference = logit_diff(model(corrupted.tokens), answer, wrong).mean()
     assert not torch.allclose(first["blocks.1.attn.hook_k"], r["blocks.1.attn.hook_k"])  # the edge carries something
     assert result.logit_diff == pytest.approx(float(reference), abs=1e-5)
     assert hook_count(model) == 0

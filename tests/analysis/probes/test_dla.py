@@ -38,7 +38,7 @@ def batch():
 
 
 def _value_logits(model, batch, hooks=None):
-    return run_logits(model, batch.inputs, hooks)[:, 0::2, 1:6].double()
+    return run_logits(model, batch.tokens, hooks)[:, 0::2, 1:6].double()
 
 
 def test_components_sum_to_actual_logit_difference(model, batch):
@@ -59,11 +59,11 @@ def test_components_sum_to_actual_logit_difference(model, batch):
 def test_actual_is_the_documented_logit_difference(model, batch):
     logits = _value_logits(model, batch)
     dec = attribution.decompose_logit_diff(model, batch)
-    target = logits.gather(2, (batch.ys - 1)[..., None])[..., 0]
+    target = logits.gather(2, (batch.extras["ys"] - 1)[..., None])[..., 0]
     mean_others = (logits.sum(-1) - target) / 4
-    repeated = batch.repeated
+    repeated = batch.extras["repeated"]
     expected = target - mean_others
-    elim = attribution.elimination_answers(batch.inputs, 5)[:, -1]
+    elim = attribution.elimination_answers(batch.tokens, 5)[:, -1]
     expected[repeated, -1] = target[repeated, -1] - logits[repeated, -1].gather(1, (elim[repeated] - 1)[:, None])[:, 0]
     torch.testing.assert_close(dec.actual.double(), expected, atol=1e-5, rtol=1e-5)
     assert torch.equal(dec.baseline[repeated, -1], elim[repeated])
@@ -74,7 +74,7 @@ def test_actual_is_the_documented_logit_difference(model, batch):
 
 def test_head_results_match_z_times_W_O(model, batch):
     """TL4 native models have no per-head hook_result: stack_head_results must equal z @ W_O."""
-    _, acts, cache = attribution.run_cache(model, batch.inputs, ["blocks.0.attn.hook_z", "blocks.0.hook_attn_out"])
+    _, acts, cache = attribution.run_cache(model, batch.tokens, ["blocks.0.attn.hook_z", "blocks.0.hook_attn_out"])
     with torch.no_grad():
         heads = cache.stack_head_results(layer=-1)
         mine = torch.einsum("bphd,hdm->hbpm", acts["blocks.0.attn.hook_z"], model.W_O[0])
@@ -93,7 +93,7 @@ def test_exact_under_hooks(model, batch):
     assert dec.contributions[..., dec.components.index("L0H0")].abs().max() == 0.0
     torch.testing.assert_close(dec.contributions.sum(-1), dec.actual, atol=1e-4, rtol=1e-4)
     logits = _value_logits(model, batch, hooks)
-    target = logits.gather(2, (batch.ys - 1)[..., None])[..., 0]
+    target = logits.gather(2, (batch.extras["ys"] - 1)[..., None])[..., 0]
     torch.testing.assert_close(dec.actual[:, 0].double(), target[:, 0] - (logits[:, 0].sum(-1) - target[:, 0]) / 4, atol=1e-5, rtol=1e-5)
     # a hook editing the attention output shows up in that layer's "attn_edit" (the attention total is the
     # cached hook_attn_out); one editing the residual stream itself shows up as "other"; the sum stays exact
@@ -117,8 +117,8 @@ def test_subgroup_summary(model, batch):
     assert list(frame.columns) == list(attribution.SUBGROUPS)
     n = dict(zip(dla.subgroups, dla.n))
     assert n["steps 1-4"] == 4 * len(batch)
-    assert n["last-step recall"] == int(batch.repeated.sum())
-    assert n["last-step elimination"] == int((~batch.repeated).sum())
+    assert n["last-step recall"] == int(batch.extras["repeated"].sum())
+    assert n["last-step elimination"] == int((~batch.extras["repeated"]).sum())
     torch.testing.assert_close(dla.mean.sum(-1), dla.actual, atol=1e-4, rtol=1e-4)
     assert frame.loc["total"].tolist() == pytest.approx(frame.loc["actual"].tolist(), abs=1e-4)
     assert dla.component("L0H1", "last-step recall") == pytest.approx(float(frame.loc["L0H1", "last-step recall"]))
@@ -210,10 +210,10 @@ def test_neuron_ablation_keeps_an_exact_neuron_split(model, batch):
 def _diff(model, batch, hooks):
     """The documented logit difference (mean baseline at steps 1-4, elimination answer at a repeat)."""
     logits = _value_logits(model, batch, hooks)
-    target = logits.gather(2, (batch.ys - 1)[..., None])[..., 0]
+    target = logits.gather(2, (batch.extras["ys"] - 1)[..., None])[..., 0]
     expected = target - (logits.sum(-1) - target) / 4
-    elim = attribution.elimination_answers(batch.inputs, 5)[:, -1]
-    r = batch.repeated
+    elim = attribution.elimination_answers(batch.tokens, 5)[:, -1]
+    r = batch.extras["repeated"]
     expected[r, -1] = target[r, -1] - logits[r, -1].gather(1, (elim[r] - 1)[:, None])[:, 0]
     return expected
 

@@ -98,9 +98,9 @@ def test_previous_token_and_uniform_heads_exact(model):
 
 def test_forced_induction_and_duplicate_heads_exact_and_non_repeated_ignored(model):
     batch = make_test_set(TaskConfig(repeat_ratio=0.5, repeat_sources=(1, 2, 3, 4)), n=400, seed=7)
-    n_rep = int(batch.repeated.sum())
+    n_rep = int(batch.extras["repeated"].sum())
     assert 0 < n_rep < 400
-    scores = induction_scores(model, batch, hooks=forcing_hooks(batch.inputs))
+    scores = induction_scores(model, batch, hooks=forcing_hooks(batch.tokens))
     assert hook_count(model) == 0
     assert scores.n_samples == 400 and scores.n_repeated == n_rep
     induction, duplicate = scores.get(1, 0), scores.get(1, 1)
@@ -111,7 +111,7 @@ def test_forced_induction_and_duplicate_heads_exact_and_non_repeated_ignored(mod
     assert duplicate.duplicate_by_source == pytest.approx((1.0,) * 4, abs=1e-6)
     assert duplicate.induction == pytest.approx(0.0, abs=1e-6)
     # previous-token over all samples: rows 1..7 uniform; row 8 reads 7 only for induction with k = 4
-    k4 = int((batch.repeat_source == 3).sum())
+    k4 = int((batch.extras["repeat_source"] == 3).sum())
     not_repeated = 400 - n_rep
     head_sum = sum(1 / (p + 1) for p in range(1, SEQ - 1))
     assert induction.previous_token == pytest.approx((head_sum + (k4 + not_repeated / SEQ) / 400) / (SEQ - 1), abs=1e-6)
@@ -170,9 +170,9 @@ def test_validation_before_any_forward_and_no_leaks(model):
 
 def test_default_test_set_repeats_every_source():
     batch = induction_test_set(V, n=300, seed=3)
-    assert bool(batch.repeated.all()) and set(batch.repeat_source.tolist()) == {0, 1, 2, 3}
-    assert torch.equal(repeat_source_of(batch.inputs), batch.repeat_source)
-    assert induction_module.induction_test_set(V, n=300, seed=3).inputs.equal(batch.inputs)
+    assert bool(batch.extras["repeated"].all()) and set(batch.extras["repeat_source"].tolist()) == {0, 1, 2, 3}
+    assert torch.equal(repeat_source_of(batch.tokens), batch.extras["repeat_source"])
+    assert induction_module.induction_test_set(V, n=300, seed=3).tokens.equal(batch.tokens)
 
 
 def test_d32h2_duplicate_head_only_matches_x1(pretrained):

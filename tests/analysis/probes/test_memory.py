@@ -298,7 +298,7 @@ def test_apply_norm_matches_the_forward_pass():
     model.load_state_dict(sd)
     names = ["blocks.0.hook_resid_pre", "blocks.0.ln1.hook_out", "blocks.0.hook_resid_mid", "blocks.0.ln2.hook_out",
              "blocks.0.hook_resid_post", "ln_final.hook_out"]
-    _, acts, _ = run_cache(model, make_test_set(TaskConfig(), n=50).inputs, names)
+    _, acts, _ = run_cache(model, make_test_set(TaskConfig(), n=50).tokens, names)
     for source, target, norm in [(0, 1, "blocks.0.ln1"), (2, 3, "blocks.0.ln2"), (4, 5, "ln_final")]:
         torch.testing.assert_close(memory.apply_norm(model, acts[names[source]], norm), acts[names[target]])
 

@@ -92,11 +92,11 @@ def test_enumeration_is_complete():
     batch = ffn.enumerate_sequences(TASK)
     _, test = split_permutations(TASK)
     assert len(batch) == len(test) * 120 * 2 == 5760
-    check_consistent(batch.inputs)
-    assert len(torch.unique(batch.inputs, dim=0)) == 5760
-    assert int(batch.repeated.sum()) == 2880
-    assert torch.equal(batch.xs[batch.repeated, -1], batch.xs[batch.repeated, 0])
-    assert torch.equal(batch.ys, batch.perms.gather(1, batch.xs - 1))
+    check_consistent(batch.tokens)
+    assert len(torch.unique(batch.tokens, dim=0)) == 5760
+    assert int(batch.extras["repeated"].sum()) == 2880
+    assert torch.equal(batch.extras["xs"][batch.extras["repeated"], -1], batch.extras["xs"][batch.extras["repeated"], 0])
+    assert torch.equal(batch.extras["ys"], batch.extras["perms"].gather(1, batch.extras["xs"] - 1))
     assert len(ffn.enumerate_sequences(TASK, repeat_sources=())) == 2880
     assert len(ffn.enumerate_sequences(TASK, split="all", repeat_sources=(0, 3))) == 120 * 120 * 3
 
@@ -110,9 +110,9 @@ def test_triggers_deduplicate_prefixes():
     torch.testing.assert_close(triggers.target_probs.sum(-1), torch.ones(len(triggers)))
     last = triggers.step == 5
     assert ((triggers.target_probs[last] == 0) | (triggers.target_probs[last] == 1)).all()
-    assert torch.equal(triggers.target[last], batch.ys[rows[last], 4])
+    assert torch.equal(triggers.target[last], batch.extras["ys"][rows[last], 4])
     assert (triggers.elimination[last] > 0).all() and (triggers.elimination[~last] == -1).all()
-    assert torch.equal(triggers.repeated, last & batch.repeated[rows])
+    assert torch.equal(triggers.repeated, last & batch.extras["repeated"][rows])
     # step 1: nothing used, the answer is uniform over the 24 test permutations' y of x1
     assert not triggers.used[triggers.step == 1].any()
     frame = triggers.to_dataframe([0, len(triggers) - 1])
@@ -246,23 +246,23 @@ def test_mlp_flips_exact(hand):
     assert list(frame.index) == ["steps 1-4", "last-step elimination", "last-step recall"]
     # before the MLP every position predicts its own query token; the MLP rewrites a last query Q
     # to W (and the repeat neuron's +0.5 on token 2 never beats the query's +1)
-    last_q = batch.xs[:, -1] == Q
-    rep = batch.repeated
+    last_q = batch.extras["xs"][:, -1] == Q
+    rep = batch.extras["repeated"]
     early = flips.get("steps 1-4")
     assert early.n == 4 * 2000 and early.flip_rate == 0.0
-    assert early.accuracy_mid == pytest.approx(float((batch.xs[:, :4] == batch.ys[:, :4]).float().mean()))
+    assert early.accuracy_mid == pytest.approx(float((batch.extras["xs"][:, :4] == batch.extras["ys"][:, :4]).float().mean()))
     elim, recall = flips.get("last-step elimination"), flips.get("last-step recall")
     assert elim.flip_rate == pytest.approx(float(last_q[~rep].float().mean()))
     assert recall.flip_rate == pytest.approx(float(last_q[rep].float().mean()))
     assert elim.accuracy_post == pytest.approx(
-        float(torch.where(last_q, batch.ys[:, -1] == W, batch.xs[:, -1] == batch.ys[:, -1])[~rep].float().mean())
+        float(torch.where(last_q, batch.extras["ys"][:, -1] == W, batch.extras["xs"][:, -1] == batch.extras["ys"][:, -1])[~rep].float().mean())
     )
     # before the MLP a repeated last query predicts itself (x5 = x1): a trap whenever x1 is the unused y
     values = torch.arange(1, TASK.V + 1)
-    unused = (batch.ys[:, :4, None] != values).all(1)  # [batch, V]: the one value no earlier y took
+    unused = (batch.extras["ys"][:, :4, None] != values).all(1)  # [batch, V]: the one value no earlier y took
     assert bool((unused.sum(1) == 1).all())
     elimination = values.expand(len(batch), -1)[unused]
-    expected_trap_mid = float((batch.xs[rep, -1] == elimination[rep]).double().mean())
+    expected_trap_mid = float((batch.extras["xs"][rep, -1] == elimination[rep]).double().mean())
     assert 0.0 < expected_trap_mid < 1.0
     assert recall.trap_mid == pytest.approx(expected_trap_mid, abs=1e-12)
     assert frame["trap_mid"].isna().tolist() == [True, True, False]
@@ -272,7 +272,7 @@ def test_mlp_flips_exact(hand):
 def test_flips_validation(hand):
     with pytest.raises(ValueError, match="layer"):
         ffn.mlp_prediction_flips(hand, layer=2)
-    with pytest.raises(TypeCheckError, match="parameter 'test_set'"):  # a tensor is not a Batch | None
+    with pytest.raises(TypeCheckError, match="parameter 'test_set'"):  # a tensor is not a TaskBatch | None
         ffn.mlp_prediction_flips(hand, test_set=torch.ones(3, 9, dtype=torch.long))
 
 

@@ -140,9 +140,9 @@ def test_d32h2_head_0_reads_the_repeated_query_at_position_0_and_itself(measured
     def grab(activation, hook):
         store["pattern"] = activation
 
-    run_logits(model, clean.inputs, [("blocks.0.attn.hook_pattern", grab)])
+    run_logits(model, clean.tokens, [("blocks.0.attn.hook_pattern", grab)])
     assert store["pattern"][:, 0, 8, 0].mean() > 0.55
-    run_logits(model, corrupted.inputs, [("blocks.0.attn.hook_pattern", grab)])
+    run_logits(model, corrupted.tokens, [("blocks.0.attn.hook_pattern", grab)])
     assert store["pattern"][:, 0, 8, 0].mean() < 0.2
 
 

@@ -217,7 +217,7 @@ def test_duplicate_token_head_score_against_token_count():
     batch = make_test_set(TaskConfig(repeat_ratio=0.3), n=800)
     score = head_scores(model, batch).get(0, 0)
     # new last query: ties (score 0) at x1..x4 and at the y equal to its token, if any
-    new = batch.inputs[~batch.repeated]
+    new = batch.tokens[~batch.extras["repeated"]]
     ties = 4 + (new[:, 1:8:2] == new[:, -1:]).any(dim=1).double()
     assert score.dup_repeated == pytest.approx(1.0, abs=1e-6)
     assert score.dup_baseline == pytest.approx(float((1 / ties).mean()), abs=1e-6)
@@ -229,17 +229,17 @@ def test_attention_by_source_groups_and_dataframe():
     batch = make_test_set(TaskConfig(repeat_ratio=0.3), n=400)
     attention = attention_by_source(model, batch)
     assert isinstance(attention, AttentionBySource)
-    assert attention.n_repeated == int(batch.repeated.sum()) and attention.n_samples == 400
-    assert torch.equal(attention.source, batch.repeat_source)
-    assert torch.equal(repeat_source_of(batch.inputs), batch.repeat_source)
-    torch.testing.assert_close(attention.mean_repeated, attention.patterns[batch.repeated].mean(0))
-    torch.testing.assert_close(attention.mean_not_repeated, attention.patterns[~batch.repeated].mean(0))
+    assert attention.n_repeated == int(batch.extras["repeated"].sum()) and attention.n_samples == 400
+    assert torch.equal(attention.source, batch.extras["repeat_source"])
+    assert torch.equal(repeat_source_of(batch.tokens), batch.extras["repeat_source"])
+    torch.testing.assert_close(attention.mean_repeated, attention.patterns[batch.extras["repeated"]].mean(0))
+    torch.testing.assert_close(attention.mean_not_repeated, attention.patterns[~batch.extras["repeated"]].mean(0))
     frame = attention.to_dataframe()
     assert len(frame) == 2 * 2 * 45  # two groups, two heads, 45 causal (q, k) pairs
     sums = frame.groupby(["group", "head", "query_pos"])["attention"].sum()
     assert sums.to_numpy() == pytest.approx(1.0, abs=1e-5)
     # same numbers from a raw token tensor (repeats read from the tokens)
-    raw = attention_by_source(model, batch.inputs)
+    raw = attention_by_source(model, batch.tokens)
     torch.testing.assert_close(raw.mean_repeated, attention.mean_repeated)
 
 
@@ -273,11 +273,11 @@ def test_validation_before_any_forward():
     counter = [("blocks.0.hook_resid_pre", lambda act, hook: calls.append(1))]
     batch = make_batch(TaskConfig(repeat_ratio=0.3), 20)
     with pytest.raises(TypeError, match="integer dtype"):
-        attention_by_source(model, batch.inputs.float(), hooks=counter)
+        attention_by_source(model, batch.tokens.float(), hooks=counter)
     with pytest.raises(ValueError, match="tokens must be in 1..5"):
-        attention_by_source(model, batch.inputs * 0, hooks=counter)
+        attention_by_source(model, batch.tokens * 0, hooks=counter)
     with pytest.raises(TypeError, match="test_set"):
-        head_roles(model, batch.inputs, hooks=counter)
+        head_roles(model, batch.tokens, hooks=counter)
     with pytest.raises(ValueError, match="how must be one of"):
         head_roles(model, how="median", hooks=counter)
     with pytest.raises(ValueError, match="must be one of hows"):
@@ -464,18 +464,18 @@ def test_judge_validates_its_evidence():
 
 def test_recall_signal_exact():
     batch = make_test_set(TaskConfig(repeat_ratio=0.3), n=300)
-    ys, source = batch.inputs[:, 1::2], repeat_source_of(batch.inputs)
+    ys, source = batch.tokens[:, 1::2], repeat_source_of(batch.tokens)
     rows = torch.arange(len(batch))
     recall_answer = ys[rows, source.clamp_min(0)]
     # +10 on the recall answer, only when the last query repeats: signal 10 (margin 10 vs 0)
     logits = torch.zeros(len(batch), 2 * V - 1, V + 1)
     logits[rows, -1, recall_answer] = 10.0 * (source >= 0).float()
-    assert scores_module.recall_signal(logits, batch.inputs) == pytest.approx(10.0)
+    assert scores_module.recall_signal(logits, batch.tokens) == pytest.approx(10.0)
     # favouring y1 on every sequence is a position bias, not recall: signal 0
     logits = torch.zeros(len(batch), 2 * V - 1, V + 1)
     logits[rows, -1, ys[:, 0]] = 10.0
-    assert scores_module.recall_signal(logits, batch.inputs) == pytest.approx(0.0, abs=1e-9)
-    assert math.isnan(scores_module.recall_signal(logits[~batch.repeated], batch.inputs[~batch.repeated]))
+    assert scores_module.recall_signal(logits, batch.tokens) == pytest.approx(0.0, abs=1e-9)
+    assert math.isnan(scores_module.recall_signal(logits[~batch.extras["repeated"]], batch.tokens[~batch.extras["repeated"]]))
 
 
 @pytest.mark.parametrize("kept, role, division", [(0.9, "eliminator", "supported"), (0.0, "mixed", "contradicted")])

@@ -98,10 +98,9 @@ from perm_circuits.analysis.probes.task_attribution import model_label
 from perm_circuits.checks import check_number
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import HookList, check_hooks
-from perm_circuits.model_shape import is_permutation_model
 from perm_circuits.models import model_config_of
-from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_test_set, validate_tokens
-from perm_circuits.tasks.base import Task, TaskBatch
+from perm_circuits.tasks.permutation_data import TaskConfig, make_test_set, permutation_batch, validate_tokens
+from perm_circuits.tasks.base import Task, TaskBatch, own_analysis
 
 __all__ = [
     "POSITION_CLASSES",
@@ -119,6 +118,7 @@ __all__ = [
     "propose_circuit",
     "shared_ablations",
     "skill_logit_diff",
+    "study_setup",
     "target_logprob_gain",
 ]
 
@@ -149,8 +149,9 @@ def _general_problem(model, test_set, task, metric, reference, n, seed) -> Circu
 
 def _setup(model, circuit, test_set, how, n, seed, task_config, hooks, reference, ablation_seed,
            ablate_kwargs, progress, task=None, metric=None) -> tuple[tuple[Node, ...], CircuitProblem, HookList]:
-    """Validate every shared argument (before any forward); the permutation task's problem for a study
-    bridge with a Batch (or no) test set and no ``task`` / ``metric``, any task's otherwise."""
+    """Validate every shared argument (before any forward); with no ``task`` / ``metric`` and no token-id
+    ``test_set``, the model's task's own problem where it has one (a study bridge's: :func:`study_setup`),
+    any task's otherwise."""
     check_how(how)
     check_int("n", n, 1)
     check_seed(seed)
@@ -160,9 +161,9 @@ def _setup(model, circuit, test_set, how, n, seed, task_config, hooks, reference
                         f"{type(ablate_kwargs).__name__}")
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
-    general = (task is not None or metric is not None or isinstance(test_set, (TaskBatch, Tensor))
-               or not is_permutation_model(model))
-    if general:
+    own = None if task is not None or metric is not None or isinstance(test_set, Tensor) else (
+        own_analysis(model, "circuit_problem"))  # the model's task's own problem (the study's, on its bridges)
+    if own is None:
         if how == "binding_free":
             raise ValueError("how='binding_free' needs the permutation-lookup task; on any task use zero, mean, "
                              "resample or optimal")
@@ -172,17 +173,27 @@ def _setup(model, circuit, test_set, how, n, seed, task_config, hooks, reference
         with torch.no_grad(), model.hooks(fwd_hooks=hooks):  # the full model's run first: a wrong metric
             problem.metric(model(problem.tokens))  # is refused (metric_rows) before any ablated run
         return nodes, problem, hooks
+    return own(model, circuit, test_set, n, seed, task_config, hooks, reference)
+
+
+def study_setup(model, circuit, test_set, n: int, seed: int, task_config, hooks,
+                reference) -> tuple[tuple[Node, ...], CircuitProblem, HookList]:
+    """The permutation task's own circuit problem (``own_analysis(model, "circuit_problem")``): the
+    nodes, :func:`~perm_circuits.analysis.circuits.runs.permutation_problem` on ``test_set`` (default
+    the model's fixed test set), and the checked hooks."""
     nodes = parse_circuit(model, circuit) if circuit is not None else ()
     config = check_task_config(model, task_config)
     for name, batch in (("test_set", test_set), ("reference", reference)):
         if batch is not None:
-            if not isinstance(batch, Batch):
-                raise TypeError(f"{name} must be a perm_circuits.tasks.permutation_data.Batch or None, "
+            if not isinstance(batch, TaskBatch):
+                raise TypeError(f"{name} must be a TaskBatch or None, "
                                 f"got {type(batch).__name__}")
-            validate_tokens(batch.inputs, model_config_of(model).V)
+            validate_tokens(batch.tokens, model_config_of(model).V)
     hooks = check_hooks(model, hooks)
     if test_set is None:
         test_set = make_test_set(config, n=n, seed=seed)
+    test_set = permutation_batch(test_set)
+    reference = None if reference is None else permutation_batch(reference)
     test_set = test_set.to(model_device(model))  # once: every run of the circuit stays on the model's device
     reference = test_set if reference is None else reference.to(model_device(model))
     return nodes, permutation_problem(test_set, reference), hooks
@@ -223,7 +234,7 @@ def _names(nodes: Sequence[Node], mask: int) -> tuple[str, ...]:
 def circuit_metrics(
     model,
     circuit: Node | str | Iterable,
-    test_set: Batch | TaskBatch | Tensor | None = None,
+    test_set: TaskBatch | Tensor | None = None,
     *,
     task: Task | None = None,
     metric: Callable[[Tensor], Tensor] | None = None,
@@ -235,7 +246,7 @@ def circuit_metrics(
     max_exhaustive: int = 8,
     n_subsets: int = 256,
     subset_seed: int = 0,
-    reference: Batch | TaskBatch | Tensor | str | None = None,
+    reference: TaskBatch | Tensor | str | None = None,
     ablation_seed: int = 0,
     ablate_kwargs: Mapping | None = None,
     progress: bool = False,
@@ -323,7 +334,7 @@ def circuit_metrics(
 def faithfulness_by_mode(
     model,
     circuit: Node | str | Iterable,
-    test_set: Batch | TaskBatch | Tensor | None = None,
+    test_set: TaskBatch | Tensor | None = None,
     *,
     task: Task | None = None,
     metric: Callable[[Tensor], Tensor] | None = None,
@@ -332,7 +343,7 @@ def faithfulness_by_mode(
     seed: int = 1234,
     task_config: TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
-    reference: Batch | TaskBatch | Tensor | str | None = None,
+    reference: TaskBatch | Tensor | str | None = None,
     ablation_seed: int = 0,
     ablate_kwargs: Mapping[str, Mapping] | None = None,
     progress: bool = False,
@@ -389,7 +400,7 @@ def faithfulness_by_mode(
 def propose_circuit(
     model,
     skill: str,
-    test_set: Batch | TaskBatch | Tensor | None = None,
+    test_set: TaskBatch | Tensor | None = None,
     *,
     task: Task | None = None,
     metric: Callable[[Tensor], Tensor] | None = None,
@@ -401,7 +412,7 @@ def propose_circuit(
     seed: int = 1234,
     task_config: TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
-    reference: Batch | TaskBatch | Tensor | None = None,
+    reference: TaskBatch | Tensor | None = None,
     ablation_seed: int = 0,
     ablate_kwargs: Mapping | None = None,
     progress: bool = False,

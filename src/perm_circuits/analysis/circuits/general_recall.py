@@ -56,7 +56,7 @@ def _restored(model, pair: PatchingPair, hooks: HookList, clean_logits: Tensor, 
     """The corrupted run under ``hooks``: ``(LD_patched - LD_corrupted) / (LD_clean - LD_corrupted)`` on means."""
     _, corrupted, answer, wrong = pair
     with torch.no_grad(), model.hooks(fwd_hooks=hooks):
-        patched = model(corrupted.inputs)
+        patched = model(corrupted.tokens)
     value, clean, corr = (logit_diff(logits, answer, wrong) for logits in (patched, clean_logits, corr_logits))
     return float((value.mean() - corr.mean()) / (clean.mean() - corr.mean()))
 
@@ -72,13 +72,13 @@ def value_swap_pair(task_config: TaskConfig, n: int = 1000, seed: int = 0) -> Pa
     differ: what carries an answer's *value* to the last position.
     """
     clean, swapped, answer, _ = induction_patching_pair(task_config, n=n, seed=seed, corruption="swap")
-    rows, k = torch.arange(len(clean)), clean.repeat_source
-    j = swapped.repeat_source
-    perms = clean.perms.clone()
-    perms[rows, clean.xs[rows, k] - 1] = clean.ys[rows, j]
-    perms[rows, clean.xs[rows, j] - 1] = clean.ys[rows, k]
-    corrupted = batch_from_queries(clean.xs.clone(), perms, k.clone())
-    return clean, corrupted, answer, corrupted.ys[:, -1].clone()
+    rows, k = torch.arange(len(clean)), clean.extras["repeat_source"]
+    j = swapped.extras["repeat_source"]
+    perms = clean.extras["perms"].clone()
+    perms[rows, clean.extras["xs"][rows, k] - 1] = clean.extras["ys"][rows, j]
+    perms[rows, clean.extras["xs"][rows, j] - 1] = clean.extras["ys"][rows, k]
+    corrupted = batch_from_queries(clean.extras["xs"].clone(), perms, k.clone())
+    return clean, corrupted, answer, corrupted.extras["ys"][:, -1].clone()
 
 
 def path_patch_through_mlp(
@@ -111,14 +111,14 @@ def path_patch_through_mlp(
     clean, corrupted, _, _ = pair
     z = f"blocks.{s_layer}.attn.hook_z"
     mid, out, pre = f"blocks.{mlp_layer}.hook_resid_mid", f"blocks.{mlp_layer}.hook_mlp_out", f"blocks.{r_layer}.hook_resid_pre"
-    clean_logits, clean_cache = run_capture(model, clean.inputs, [z])
-    corr_logits, corr_cache = run_capture(model, corrupted.inputs, [z, out, pre])
+    clean_logits, clean_cache = run_capture(model, clean.tokens, [z])
+    corr_logits, corr_cache = run_capture(model, corrupted.tokens, [z, out, pre])
     delta = sender_delta(model, (s_layer, s_head), clean_cache[z], corr_cache[z])
 
     def add_delta(activation: Tensor, hook) -> Tensor:
         return activation + delta.to(activation.dtype)
 
-    _, patched = run_capture(model, corrupted.inputs, [out], [(mid, add_delta)])
+    _, patched = run_capture(model, corrupted.tokens, [out], [(mid, add_delta)])
     delta_mlp = patched[out] - corr_cache[out]
     carried = delta_mlp + delta if direct else delta_mlp
     change = input_change(model, (r_layer, r_head), input, carried, corr_cache.get(pre))
@@ -130,8 +130,8 @@ def patch_positions(model, hook_name: str, positions: Sequence[int], pair: Patch
     corrupted: the normalised last-position logit difference (1 = the clean run, 0 = the corrupted)."""
     clean, corrupted, _, _ = pair
     positions = list(positions)
-    clean_logits, cache = run_capture(model, clean.inputs, [hook_name])
-    corr_logits, _ = run_capture(model, corrupted.inputs, [])
+    clean_logits, cache = run_capture(model, clean.tokens, [hook_name])
+    corr_logits, _ = run_capture(model, corrupted.tokens, [])
     source = cache[hook_name]
 
     def put(activation: Tensor, hook) -> Tensor:
@@ -153,7 +153,7 @@ def _attention(model, numbers: dict, prefix: str) -> None:
     prev_y = []
     for k in range(V - 1):
         batch = exhaustive_batch(config, split="test", repeat_source=k)
-        _, cache = run_capture(model, batch.inputs, names)
+        _, cache = run_capture(model, batch.tokens, names)
         p0, p1 = cache[names[0]][:, 0], cache[names[1]][:, 0]
         key = f"{prefix}.attn"
         numbers[f"{key}.L0H0_last_to_match.k{k + 1}"] = float(p0[:, last, 2 * k].mean())
@@ -179,8 +179,8 @@ def _variance_shares(model, prefix: str) -> dict[str, float]:
     config = task_config_of(model)
     last = 2 * config.V - 2
     batches = [exhaustive_batch(config, split="test", repeat_source=k) for k in range(config.V - 1)]
-    tokens = torch.cat([b.inputs for b in batches])
-    source = torch.cat([b.repeat_source for b in batches])
+    tokens = torch.cat([b.tokens for b in batches])
+    source = torch.cat([b.extras["repeat_source"] for b in batches])
     _, cache = run_capture(model, tokens, ["blocks.1.attn.hook_k", "blocks.1.attn.hook_q"])
     keys = cache["blocks.1.attn.hook_k"][:, :last, 0]  # [batch, pos, d_head]
     centred = keys - keys.mean((0, 1))
@@ -204,8 +204,8 @@ def _into_last_mlp(model, pair: PatchingPair, key: str) -> dict[str, float]:
     logits' direct paths stay corrupted).  Normalised logit difference as in path patching."""
     clean, corrupted, _, _ = pair
     names = ["blocks.0.attn.hook_z", "blocks.0.hook_mlp_out", "blocks.1.attn.hook_z"]
-    clean_logits, cc = run_capture(model, clean.inputs, names)
-    corr_logits, cx = run_capture(model, corrupted.inputs, names)
+    clean_logits, cc = run_capture(model, clean.tokens, names)
+    corr_logits, cx = run_capture(model, corrupted.tokens, names)
     l0 = sender_delta(model, (0, 0), cc[names[0]], cx[names[0]])
     mlp0 = cc[names[1]] - cx[names[1]]
     l1 = sender_delta(model, (1, 0), cc[names[2]], cx[names[2]])
@@ -266,7 +266,7 @@ def _paths(model, numbers: dict, prefix: str, n: int) -> None:
     numbers.update(_into_last_mlp(model, pairs["swap"], f"{prefix}.path.swap.into_MLP1"))
     clean, corrupted, answer, wrong = pairs["yswap"]
     for k in range(V - 1):
-        rows = clean.repeat_source == k
+        rows = clean.extras["repeat_source"] == k
         sub = (clean.subset(rows), corrupted.subset(rows), answer[rows], wrong[rows])
         for site in ("x", "y"):
             numbers[f"{prefix}.patch.yswap.L0H0_{site}.k{k + 1}"] = patch_positions(

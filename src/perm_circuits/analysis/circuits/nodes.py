@@ -19,11 +19,9 @@ from torch import Tensor
 
 from perm_circuits.analysis.interventions.checks import check_head, check_layer
 from perm_circuits.circuit import Node
-from perm_circuits.model_shape import is_permutation_model, model_shape
-from perm_circuits.models import model_config_of
-from perm_circuits.tasks.permutation_data import Batch
-from perm_circuits.tasks.base import TaskBatch
 from perm_circuits.metric import target_logprob
+from perm_circuits.model_shape import model_shape
+from perm_circuits.tasks.base import TaskBatch, model_task
 
 __all__ = [
     "POSITION_CLASSES",
@@ -76,8 +74,11 @@ def positions_in(where: str, seq_len: int) -> tuple[int, ...]:
 def parse_circuit(model, circuit: Node | str | Iterable, seq_len: int | None = None) -> tuple[Node, ...]:
     """A circuit (a node, a node string, or an iterable of them) validated against ``model``, in
     canonical order; position classes for sequences of ``seq_len`` tokens on any task
-    (:func:`positions_in`), default the permutation task's ``2V - 1`` on a study bridge."""
-    general = seq_len is not None or not is_permutation_model(model)
+    (:func:`positions_in`), default the classes the model's task names (``named_positions``: the
+    permutation task's query/answer in ``2V - 1`` tokens, :func:`class_positions`, on a study bridge)."""
+    task = None if seq_len is not None else model_task(model)
+    named = getattr(task, "named_positions", None)
+    general = named is None
     shape = model_shape(model)
     items = [circuit] if isinstance(circuit, (Node, str)) else circuit
     if not isinstance(items, Iterable) or isinstance(items, Mapping):
@@ -96,7 +97,7 @@ def parse_circuit(model, circuit: Node | str | Iterable, seq_len: int | None = N
                 if seq_len is not None:
                     positions_in(node.where, seq_len)
             else:
-                class_positions(node.where, model_config_of(model).V)
+                _positions(node.where, task.n_ctx, named, f": expected one of {POSITION_CLASSES} or 'p<k>'")
         except ValueError as error:
             raise ValueError(f"node {node.name}: {error}") from None
         nodes.append(Node(layer, head, node.where))
@@ -110,18 +111,19 @@ def parse_circuit(model, circuit: Node | str | Iterable, seq_len: int | None = N
 
 
 def skill_logit_diff(
-    logits: Float[Tensor, "batch seq vocab"], batch: Batch
+    logits: Float[Tensor, "batch seq vocab"], batch: TaskBatch
 ) -> Float[Tensor, " batch"]:
     """F per row at the last position (float64): the answer's margin over the strongest other
     value on elimination rows, ``logit(answer) - logit(unused y)`` on recall (repeated) rows."""
-    V = batch.V
+    V = batch.extras["ys"].shape[1]
     values = logits[:, -1, 1 : V + 1].double()
-    answer = batch.ys[:, -1] - 1
-    seen = (batch.ys[:, : V - 1, None] == torch.arange(1, V + 1, device=batch.ys.device)).any(dim=1)  # [batch, V]
+    answer = batch.extras["ys"][:, -1] - 1
+    ys = batch.extras["ys"]
+    seen = (ys[:, : V - 1, None] == torch.arange(1, V + 1, device=ys.device)).any(dim=1)  # [batch, V]
     unused = (~seen).float().argmax(dim=1)
     own = values.gather(1, answer[:, None])[:, 0]
     others = values.scatter(1, answer[:, None], -math.inf).amax(dim=1)
-    rival = torch.where(batch.repeated, values.gather(1, unused[:, None])[:, 0], others)
+    rival = torch.where(batch.extras["repeated"], values.gather(1, unused[:, None])[:, 0], others)
     return own - rival
 
 

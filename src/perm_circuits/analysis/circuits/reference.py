@@ -28,8 +28,8 @@ def reference_label(reference: object) -> str:
 
 
 def skill_parts(test_set):
-    """``(elimination rows, recall rows)`` of a permutation ``Batch`` (ValueError when a skill has no row)."""
-    repeated = test_set.repeated.bool()
+    """``(elimination rows, recall rows)`` of a permutation batch (ValueError when a skill has no row)."""
+    repeated = test_set.extras["repeated"].bool()
     if not bool(repeated.any()) or bool(repeated.all()):
         raise ValueError("reference='skill' needs both skills in the test set (rows whose last query repeats and "
                          f"rows whose last query is new); got {int(repeated.sum())} repeated of {len(test_set)}")

@@ -20,7 +20,7 @@ from perm_circuits.analysis.interventions.optimal import optimise_constant, upst
 from perm_circuits.analysis.interventions.ablation_table import components_of
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import HookList, run_capture
-from perm_circuits.tasks.permutation_data import Batch
+from perm_circuits.tasks.base import TaskBatch
 
 __all__ = ["CircuitProblem", "CircuitRunner", "circuit_run", "knockout_run", "permutation_problem", "shared_ablations"]
 
@@ -61,7 +61,7 @@ def shared_ablations() -> Iterator[None]:
 class CircuitProblem:
     """What a circuit run measures: the tokens, F per row, the subgroups' row masks, the reference.
 
-    The permutation task (:func:`permutation_problem`): its test Batch, :func:`skill_logit_diff`,
+    The permutation task (:func:`permutation_problem`): its test TaskBatch, :func:`skill_logit_diff`,
     the elimination / recall subgroups, sequences of ``2V - 1`` tokens with its position
     classes.  Any task or tokens (``general``): F any per-row metric, one subgroup ``"all"``, the
     position classes of :func:`positions_in`, ablations through
@@ -85,11 +85,11 @@ class CircuitProblem:
         return positions_in(node.where, self.seq) if self.general else class_positions(node.where, self.V)
 
 
-def permutation_problem(batch: Batch, reference: Batch) -> CircuitProblem:
+def permutation_problem(batch: TaskBatch, reference: TaskBatch) -> CircuitProblem:
     """The permutation task's problem: F = :func:`skill_logit_diff`, subgroups elimination / recall."""
-    masks = {group: (batch.repeated if group == "recall" else ~batch.repeated) for group in SUBGROUPS}
-    return CircuitProblem(batch.inputs, lambda logits: skill_logit_diff(logits, batch), masks, reference, False,
-                          batch.V)
+    masks = {group: (batch.extras["repeated"] if group == "recall" else ~batch.extras["repeated"]) for group in SUBGROUPS}
+    return CircuitProblem(batch.tokens, lambda logits: skill_logit_diff(logits, batch), masks, reference, False,
+                          batch.extras["xs"].shape[1])
 
 
 class CircuitRunner:
@@ -146,7 +146,7 @@ class CircuitRunner:
         if (*base, "acts") not in cache:  # one reference forward for every component (+ optimal's upstream)
             names = [name for _, name, _ in self.components]
             names += [u for name in names for u in upstream_hooks(self.model, name)]
-            cache[(*base, "acts")] = run_capture(self.model, self.reference.inputs, list(dict.fromkeys(names)),
+            cache[(*base, "acts")] = run_capture(self.model, self.reference.tokens, list(dict.fromkeys(names)),
                                                  self.hooks)[1]
         acts = cache[(*base, "acts")]
         index = None if head is None else [head]

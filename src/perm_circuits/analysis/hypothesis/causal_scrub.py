@@ -203,7 +203,7 @@ def causal_scrub(
 ) -> ScrubResult:
     """Scrub ``model`` under ``hypothesis`` on ``batch`` and report the recovered fraction of ``metric``.
 
-    ``batch`` is the data distribution (tokens, a ``TaskBatch`` or a permutation ``Batch``); rows are
+    ``batch`` is the data distribution (tokens or a ``TaskBatch``); rows are
     resampled within it. ``metric(logits, batch)`` returns one value per row (read against the row's
     own targets), mean-reduced here. ``unnamed`` says where the components a claim's subtree does
     not name run: on the claim's source row (``"source"``) or on a random row (``"random"``, Chan

@@ -275,15 +275,13 @@ class Hypothesis:
 
 
 def batch_tokens(batch: Any) -> Int[Tensor, "batch seq"]:
-    """The token ids of a batch: a tensor itself, a ``TaskBatch``'s ``tokens``, a permutation ``Batch``'s ``inputs``."""
+    """The token ids of a batch: a tensor itself or a ``TaskBatch``'s ``tokens``."""
     if isinstance(batch, Tensor):
         tokens = batch
     elif isinstance(getattr(batch, "tokens", None), Tensor):
         tokens = batch.tokens
-    elif isinstance(getattr(batch, "inputs", None), Tensor):
-        tokens = batch.inputs
     else:
-        raise TypeError(f"batch must be a token tensor, a TaskBatch or a permutation Batch, got {type(batch).__name__}")
+        raise TypeError(f"batch must be a token tensor or a TaskBatch, got {type(batch).__name__}")
     if tokens.ndim != 2 or tokens.shape[0] < 2 or tokens.dtype.is_floating_point:
         raise ValueError(f"batch tokens must be integer ids of shape [batch >= 2, seq], got {tuple(tokens.shape)}")
     return tokens

@@ -22,13 +22,12 @@ from perm_circuits.analysis.interventions.hooks import (
     reference_activations,
     resample_rows,
 )
-from perm_circuits.analysis.interventions.permutation_table import AblationRow, AblationTable, ablation_runs
+from perm_circuits.analysis.interventions.permutation_table import AblationRow, AblationTable
 from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, TASK_HOWS, ablate_tokens, reference_tokens
 from perm_circuits.analysis.interventions.ablation_table import TaskAblationRow, TaskAblationTable, task_table
 from perm_circuits.metric import Metric, check_metric
-from perm_circuits.model_shape import is_permutation_model
-from perm_circuits.tasks.permutation_data import Batch, TaskConfig
-from perm_circuits.tasks.base import Task, TaskBatch
+from perm_circuits.tasks.permutation_data import TaskConfig
+from perm_circuits.tasks.base import Task, TaskBatch, own_analysis
 
 __all__ = [
     "ANY_TASK_HOWS",
@@ -54,10 +53,10 @@ __all__ = [
 def ablation_table(
     model,
     hows: Sequence[str] | None = None,
-    test_set: Batch | TaskBatch | Tensor | None = None,
+    test_set: TaskBatch | Tensor | None = None,
     *,
     task: Task | None = None,
-    reference: Batch | TaskBatch | Tensor | str = "test",
+    reference: TaskBatch | Tensor | str = "test",
     positions: int | Sequence[int] | None = None,
     task_config: TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
@@ -69,8 +68,9 @@ def ablation_table(
 ) -> AblationTable | TaskAblationTable:
     """Ablate every head and every MLP under each mode in ``hows`` and evaluate on ``test_set``.
 
-    - A study bridge with no ``task`` (and no TaskBatch ``test_set``): the study's
-      :class:`AblationTable` (:func:`~perm_circuits.analysis.interventions.permutation_table.ablation_runs`
+    - With no ``task`` / ``metric`` (and no token-id ``test_set``), a model whose task has a table
+      of its own (:func:`~perm_circuits.tasks.base.own_analysis`; a study bridge's permutation
+      task): that table, the study's :class:`AblationTable` (:func:`~perm_circuits.analysis.interventions.permutation_table.ablation_runs`
       says what ``test_set`` and ``reference`` default to); ``hows`` defaults to all five :data:`HOWS`;
       ``n``, ``test_seed`` and ``progress`` are unused.
     - Otherwise (``task`` required): a :class:`TaskAblationTable` of the task's own metrics and
@@ -88,13 +88,11 @@ def ablation_table(
     ``positions`` restricts every ablation and ``hooks`` are active in every run (the reference
     runs included).
     """
-    general = (task is not None or metric is not None or isinstance(test_set, (TaskBatch, Tensor))
-               or not is_permutation_model(model))
-    if not general:
-        if isinstance(hows, (list, tuple)) and not hows:  # as on a task's model: a table of no mode is a mistake
-            raise TypeError(f"hows must be a non-empty list or tuple of modes from {HOWS}, got {hows!r}")
-        return ablation_runs(model, HOWS if hows is None else hows, test_set, reference=reference,
-                              positions=positions, task_config=task_config, hooks=hooks, seed=seed)[0]
+    own = None if task is not None or metric is not None or isinstance(test_set, Tensor) else (
+        own_analysis(model, "ablation_table"))  # the model's task's own table (the study's, on its bridges)
+    if own is not None:
+        return own(model, hows, test_set, reference=reference, positions=positions, task_config=task_config,
+                   hooks=hooks, seed=seed)
     if metric is not None:
         check_metric(metric)
         if task is not None and not isinstance(task, Task):

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from perm_circuits.checks import check_int, check_positive_int, check_seed
-from perm_circuits.model_shape import is_permutation_model, model_shape
+from perm_circuits.model_shape import model_shape
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.tasks.base import Task, TaskBatch
 from perm_circuits.tasks.permutation_data import TaskConfig
@@ -49,23 +49,19 @@ def check_index(name: str, value: object, size: int, what: str = "") -> int:
     return value % size
 
 
-def _shape_of(model):
-    return model_config_of(model) if is_permutation_model(model) else model_shape(model)
-
-
 def check_layer(model, layer: object) -> int:
     """A layer index of ``model``; negative layers count from the end (``-1`` = the last layer).
 
     Any hooked model: the study's bridges through their ``ModelConfig``, others through
     :func:`~perm_circuits.model_shape.model_shape`.
     """
-    n_layers = _shape_of(model).n_layers
+    n_layers = model_shape(model).n_layers
     return check_index("layer", layer, n_layers, f"the model has {n_layers} layer(s)")
 
 
 def check_head(model, head: object) -> int:
     """A head index of ``model``; negative heads count from the end."""
-    n_heads = _shape_of(model).n_heads
+    n_heads = model_shape(model).n_heads
     if n_heads is None:
         raise ValueError(f"{type(model).__name__} declares no number of heads (model.cfg.n_heads): cannot index a head")
     return check_index("head", head, n_heads, f"the model has {n_heads} head(s) per layer")

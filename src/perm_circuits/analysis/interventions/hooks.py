@@ -59,10 +59,10 @@ from perm_circuits.analysis.interventions.core import (
 from perm_circuits.analysis.interventions.optimal import optimise_constant
 from perm_circuits.analysis.interventions.references import binding_free_reference
 from perm_circuits.hooks import HookList, check_hooks, run_capture
-from perm_circuits.model_shape import is_permutation_model, model_shape
+from perm_circuits.model_shape import model_shape
 from perm_circuits.models import model_config_of, task_config_of
-from perm_circuits.tasks.base import TaskBatch
-from perm_circuits.tasks.permutation_data import Batch, make_test_set, validate_tokens
+from perm_circuits.tasks.base import TaskBatch, own_analysis
+from perm_circuits.tasks.permutation_data import make_test_set, permutation_batch, validate_tokens
 
 __all__ = [
     "HOWS",
@@ -75,23 +75,25 @@ __all__ = [
     "optimal_constant",
     "reference_activations",
     "resample_rows",
+    "study_ablate",
 ]
 
 
-def check_reference(reference: object, V: int) -> Batch | None:
-    """A permutation :class:`~perm_circuits.tasks.permutation_data.Batch` (or ``None``) with tokens valid for ``V``."""
+def check_reference(reference: object, V: int) -> TaskBatch | None:
+    """A permutation-lookup :class:`TaskBatch` (or ``None``) with tokens valid for ``V``, its extras
+    filled in (:func:`~perm_circuits.tasks.permutation_data.permutation_batch`)."""
     if reference is None:
         return None
-    if not isinstance(reference, Batch):
-        raise TypeError(f"reference must be a perm_circuits.tasks.permutation_data.Batch or None, "
+    if not isinstance(reference, TaskBatch):
+        raise TypeError(f"reference must be a TaskBatch or None, "
                         f"got {type(reference).__name__}")
-    validate_tokens(reference.inputs, V)
-    return reference
+    validate_tokens(reference.tokens, V)
+    return permutation_batch(reference)
 
 
 def reference_activations(
     model,
-    reference: Batch | None,
+    reference: TaskBatch | None,
     hook_names: Sequence[str],
     *,
     hooks: Sequence[tuple[str, Callable]] | None = None,
@@ -107,7 +109,7 @@ def reference_activations(
     names = [check_hook_point(model, name) for name in hook_names]
     hooks = check_hooks(model, hooks)
     reference = make_test_set(task_config_of(model)) if reference is None else reference
-    return run_capture(model, reference.inputs, names, hooks)[1]
+    return run_capture(model, reference.tokens, names, hooks)[1]
 
 
 def _check_selection(model, hook_name: object, index: object,
@@ -127,7 +129,7 @@ def ablate(
     hook_name: str,
     how: str = "zero",
     *,
-    reference: Batch | TaskBatch | Tensor | None = None,
+    reference: TaskBatch | Tensor | None = None,
     index: int | Sequence[int] | None = None,
     positions: int | Sequence[int] | None = None,
     seed: int = 0,
@@ -136,8 +138,9 @@ def ablate(
 ) -> HookList:
     """A one-hook list ablating ``hook_name`` under mode ``how`` (one of :data:`HOWS`).
 
-    Any other hooked model (not one of the study's bridges), or a ``reference`` that is a
-    :class:`~perm_circuits.tasks.base.TaskBatch`, goes to
+    A model whose task has an ``ablate`` of its own (:func:`~perm_circuits.tasks.base.own_analysis`:
+    a study bridge's permutation task, :func:`study_ablate`, every mode of :data:`HOWS`, whose
+    reference is a ``TaskBatch``) gets that; any other hooked model goes to
     :func:`~perm_circuits.analysis.interventions.core.ablate_tokens` (which also takes a token tensor):
     modes ``"zero"``, ``"mean"``, ``"resample"`` and ``"optimal"`` (the constant minimising the
     reference batch's masked next-token loss), with the reference required for all but zero.
@@ -164,9 +167,27 @@ def ablate(
         hooks: interventions applied while the reference activations (and the optimal constant)
             are computed.
     """
-    if not is_permutation_model(model) or isinstance(reference, TaskBatch):
-        return ablate_tokens(model, hook_name, how, reference=reference, index=index, positions=positions,
-                             seed=seed, pairing=pairing, hooks=hooks)
+    own = own_analysis(model, "ablate")  # the model's task's own ablation, if it has one
+    run = ablate_tokens if own is None else own
+    return run(model, hook_name, how, reference=reference, index=index, positions=positions, seed=seed,
+               pairing=pairing, hooks=hooks)
+
+
+def study_ablate(
+    model,
+    hook_name: str,
+    how: str,
+    *,
+    reference: object,
+    index: object,
+    positions: object,
+    seed: object,
+    pairing: object,
+    hooks: object,
+) -> HookList:
+    """The permutation task's own :func:`ablate` (``own_analysis(model, "ablate")``): every mode of
+    :data:`HOWS`, the reference default the model's fixed test set; the arguments are :func:`ablate`'s,
+    checked here (the annotations are loose so that the checks below name them)."""
     hook_name, layout, index_list, position_list = _check_selection(model, hook_name, index, positions)
     how = check_how(how)
     pairing = check_pairing(pairing)
@@ -179,7 +200,7 @@ def ablate(
         reference = make_test_set(task) if reference is None else reference
         if how == "binding_free":
             reference = binding_free_reference(task, seed=seed, queries=reference)
-        activation = run_capture(model, reference.inputs, [hook_name], hooks)[1][hook_name]
+        activation = run_capture(model, reference.tokens, [hook_name], hooks)[1][hook_name]
         if how == "optimal":  # arguments validated above: the search runs directly
             mask = selection(activation.shape, layout, index_list, position_list, activation.device)
             constant = optimise_constant(model, hook_name, mask, reference, hooks, activation)
@@ -191,7 +212,7 @@ def optimal_constant(
     model,
     hook_name: str,
     *,
-    reference: Batch | None = None,
+    reference: TaskBatch | None = None,
     index: int | Sequence[int] | None = None,
     positions: int | Sequence[int] | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
@@ -211,7 +232,7 @@ def optimal_constant(
     reference = check_reference(reference, model_config_of(model).V)
     hooks = check_hooks(model, hooks)
     reference = make_test_set(task_config_of(model)) if reference is None else reference
-    activation = run_capture(model, reference.inputs, [hook_name], hooks)[1][hook_name]
+    activation = run_capture(model, reference.tokens, [hook_name], hooks)[1][hook_name]
     mask = selection(activation.shape, layout, index_list, position_list, activation.device)
     return optimise_constant(model, hook_name, mask, reference, hooks, activation, steps=steps)
 
@@ -222,7 +243,7 @@ def ablate_head(
     head: int,
     how: str = "zero",
     *,
-    reference: Batch | TaskBatch | Tensor | None = None,
+    reference: TaskBatch | Tensor | None = None,
     positions: int | Sequence[int] | None = None,
     seed: int = 0,
     pairing: str = "random",
@@ -246,7 +267,7 @@ def ablate_mlp(
     how: str = "zero",
     *,
     neurons: int | Sequence[int] | None = None,
-    reference: Batch | TaskBatch | Tensor | None = None,
+    reference: TaskBatch | Tensor | None = None,
     positions: int | Sequence[int] | None = None,
     seed: int = 0,
     pairing: str = "random",

@@ -47,17 +47,17 @@ from perm_circuits.devices import model_device
 from perm_circuits.hooks import HookList, run_capture
 from perm_circuits.models import ACTIVATIONS, model_config_of, run_blocks, unembed, weight_ops
 from perm_circuits.optimal_solver import OPTIMAL_STEPS, lbfgs_constant
-from perm_circuits.tasks.permutation_data import Batch
+from perm_circuits.tasks.base import TaskBatch
 
 __all__ = ["OPTIMAL_STEPS", "answer_loss", "optimise_constant", "upstream_hooks"]
 
 _FAST = re.compile(r"^blocks\.(\d+)\.(attn\.hook_z|mlp\.hook_post|hook_mlp_out)$")
 
 
-def answer_loss(logits: Tensor, batch: Batch) -> Tensor:
+def answer_loss(logits: Tensor, batch: TaskBatch) -> Tensor:
     """Mean cross-entropy of the V answers (x positions predict the next y): the task loss."""
     log_probs = logits[:, 0::2].float().log_softmax(dim=-1)
-    return -log_probs.gather(2, batch.ys[..., None]).mean()
+    return -log_probs.gather(2, batch.extras["ys"][..., None]).mean()
 
 
 def _downstream(model, w: dict[str, Tensor], layer: int, stage: str, value: Tensor, cache: dict[str, Tensor],
@@ -108,13 +108,13 @@ def _first_rows(key: Tensor) -> tuple[Tensor, Tensor]:
     return first, count
 
 
-def _distinct_x_rows(reference: Batch) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _distinct_x_rows(reference: TaskBatch) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(row, x position, answer, count) per distinct (prefix, answer) of every x position.
 
     In a causal model without interventions the activations at position ``p`` depend on the
     tokens up to ``p`` only, so rows sharing the prefix and the answer have the same loss term.
     """
-    tokens, answers = reference.inputs, reference.ys
+    tokens, answers = reference.tokens, reference.extras["ys"]
     rows, positions, targets, counts = [], [], [], []
     for j in range(answers.shape[1]):
         first, count = _first_rows(torch.cat([tokens[:, : 2 * j + 1], answers[:, j : j + 1]], dim=1))
@@ -129,7 +129,7 @@ def optimise_constant(
     model,
     hook_name: str,
     mask: Tensor,
-    reference: Batch,
+    reference: TaskBatch,
     hooks: HookList,
     activation: Tensor,
     *,
@@ -149,13 +149,13 @@ def optimise_constant(
         upstream = {name: value.to(device) for name, value in upstream.items()}
     names = upstream_hooks(model, hook_name)
     if not names or hooks:  # the bridge itself
-        return minimise_constant(model, hook_name, mask, reference.inputs, partial(answer_loss, batch=reference), hooks,
+        return minimise_constant(model, hook_name, mask, reference.tokens, partial(answer_loss, batch=reference), hooks,
                                  activation, steps=steps)
     match = _FAST.match(hook_name)
     assert match is not None
     layer, stage = int(match.group(1)), match.group(2)
     if upstream is None or any(name not in upstream for name in names):
-        upstream = run_capture(model, reference.inputs, names, [])[1]
+        upstream = run_capture(model, reference.tokens, names, [])[1]
     cache = {"resid_pre": upstream[names[0]].detach().float()}
     if len(names) == 2:
         cache["resid_mid"] = cache["resid_pre"] + upstream[names[1]].detach().float()
@@ -177,9 +177,9 @@ def optimise_constant(
     else:
         # an earlier layer: whole sequences (later attention reads every position), each
         # distinct (sequence, answers) once, weighted by its count; logits of the x positions only
-        rows, counts = _first_rows(torch.cat([reference.inputs, reference.ys], dim=1))
+        rows, counts = _first_rows(torch.cat([reference.tokens, reference.extras["ys"]], dim=1))
         cache = {key: value[rows] for key, value in cache.items()}
-        captured, answers = captured[rows], reference.ys[rows]
+        captured, answers = captured[rows], reference.extras["ys"][rows]
         weights = counts.float() / (counts.sum() * answers.shape[1])
         keep = torch.arange(0, 2 * answers.shape[1] - 1, 2, device=answers.device)
 

@@ -31,7 +31,8 @@ from perm_circuits.devices import device_forward, model_device
 from perm_circuits.hooks import HookList, run_capture
 from perm_circuits.metric import logit_diff, metric_rows
 from perm_circuits.models import model_config_of
-from perm_circuits.tasks.permutation_data import Batch, validate_tokens
+from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.permutation_data import permutation_batch, validate_tokens
 
 __all__ = [
     "ACTIVATIONS",
@@ -61,7 +62,7 @@ __all__ = [
     "sweep_cells",
 ]
 
-PatchingPair = tuple[Batch, Batch, Tensor, Tensor]
+PatchingPair = tuple[TaskBatch, TaskBatch, Tensor, Tensor]
 """The ``(clean, corrupted, answer, wrong)`` of :func:`~perm_circuits.analysis.study.recall_patching.patching_pair`."""
 
 ACTIVATIONS: dict[str, str] = {
@@ -194,7 +195,7 @@ class PatchingCache:
         missing = [name for name in dict.fromkeys(names) if name not in self.caches["clean"]]
         if missing:
             for run, batch in zip(RUNS, self.pair[:2]):
-                _, store = run_capture(self.model, batch.inputs, missing, self.hooks)
+                _, store = run_capture(self.model, batch.tokens, missing, self.hooks)
                 self.caches[run].update(store)
 
     def bootstrap_weights(self, n_boot: int, seed: int) -> Tensor:
@@ -221,7 +222,7 @@ def patching_cache(model, pair: PatchingPair, hooks: HookList, names: Sequence[s
     clean, corrupted, answer, wrong = pair = tuple(part.to(device) for part in pair)
     caches, diffs = {}, {}
     for run, batch in zip(RUNS, (clean, corrupted)):
-        logits, caches[run] = run_capture(model, batch.inputs, names, hooks)
+        logits, caches[run] = run_capture(model, batch.tokens, names, hooks)
         diffs[run] = logit_diff(logits, answer, wrong).double()
     return PatchingCache(model, pair, hooks, caches, diffs)
 
@@ -413,7 +414,7 @@ def run_patch_sweep(
 
                 yield [(hook_name, patch_hook)]
 
-    tokens = (cache.pair[0] if target == "clean" else cache.pair[1]).inputs
+    tokens = (cache.pair[0] if target == "clean" else cache.pair[1]).tokens
     raw = patched_values(model, tokens, cache.hooks, patches(),
                          lambda logits: logit_diff(logits, answer, wrong).double(), cache.logit_diffs[target])
     fields, sweep = effect_fields(raw, cache.logit_diffs["clean"], cache.logit_diffs["corrupted"],
@@ -487,12 +488,13 @@ def check_pair(model, pair: object) -> PatchingPair:
         raise TypeError("pair must be the (clean, corrupted, answer, wrong) tuple of patching_pair")
     clean, corrupted, answer, wrong = pair
     for name, batch in (("clean", clean), ("corrupted", corrupted)):
-        if not isinstance(batch, Batch):
-            raise TypeError(f"pair's {name} must be a Batch, got {type(batch).__name__}")
-        validate_tokens(batch.inputs, V)
-    if clean.inputs.shape != corrupted.inputs.shape:
+        if not isinstance(batch, TaskBatch):
+            raise TypeError(f"pair's {name} must be a TaskBatch, got {type(batch).__name__}")
+        validate_tokens(batch.tokens, V)
+    clean, corrupted = permutation_batch(clean), permutation_batch(corrupted)
+    if clean.tokens.shape != corrupted.tokens.shape:
         raise ValueError(
-            f"clean {tuple(clean.inputs.shape)} and corrupted {tuple(corrupted.inputs.shape)} shapes differ"
+            f"clean {tuple(clean.tokens.shape)} and corrupted {tuple(corrupted.tokens.shape)} shapes differ"
         )
     for name, tokens in (("answer", answer), ("wrong", wrong)):
         if not isinstance(tokens, Tensor) or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:

@@ -70,9 +70,10 @@ from perm_circuits.circuit import Node
 from perm_circuits.devices import model_device
 from perm_circuits.metric import bind_metric, check_metric
 from perm_circuits.hooks import HookList, check_hooks, run_capture
-from perm_circuits.model_shape import is_permutation_model, model_shape, normalization_of
+from perm_circuits.model_shape import model_shape, normalization_of
 from perm_circuits.models import model_config_of
-from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.base import TaskBatch, own_analysis
+from perm_circuits.tasks.runner import model_name
 from perm_circuits.tasks.permutation_data import TaskConfig, batch_from_queries, make_batch, unused_query
 
 __all__ = [
@@ -128,25 +129,25 @@ def induction_patching_pair(
     if V < 3:
         raise ValueError(f"induction_patching_pair needs V >= 3 (two earlier queries to swap), got V={V}")
     clean = make_batch(task_config, n, split=split, seed=seed, repeat_ratio=1.0, repeat_source=None)
-    rows = torch.arange(n, device=clean.xs.device)
-    k = clean.repeat_source
+    rows = torch.arange(n, device=clean.extras["xs"].device)
+    k = clean.extras["repeat_source"]
     offset = torch.randint(1, V - 1, (n,), generator=torch.Generator().manual_seed(seed + 1))
     j = (k + offset) % (V - 1)
-    xs, perms = clean.xs.clone(), clean.perms.clone()
+    xs, perms = clean.extras["xs"].clone(), clean.extras["perms"].clone()
     if corruption == "swap":
-        xs[rows, k], xs[rows, j] = clean.xs[rows, j], clean.xs[rows, k]
+        xs[rows, k], xs[rows, j] = clean.extras["xs"][rows, j], clean.extras["xs"][rows, k]
         # the permutation that maps each slot's new x to the slot's old y: x_k -> y_j, x_j -> y_k
-        perms[rows, clean.xs[rows, k] - 1] = clean.ys[rows, j]
-        perms[rows, clean.xs[rows, j] - 1] = clean.ys[rows, k]
+        perms[rows, clean.extras["xs"][rows, k] - 1] = clean.extras["ys"][rows, j]
+        perms[rows, clean.extras["xs"][rows, j] - 1] = clean.extras["ys"][rows, k]
         source = j
     elif corruption == "query":
-        xs[:, -1] = clean.xs[rows, j]
+        xs[:, -1] = clean.extras["xs"][rows, j]
         source = j
     else:
-        xs[:, -1] = unused_query(clean.xs)
-        source = torch.full((n,), -1, dtype=torch.long, device=clean.xs.device)
+        xs[:, -1] = unused_query(clean.extras["xs"])
+        source = torch.full((n,), -1, dtype=torch.long, device=clean.extras["xs"].device)
     corrupted = batch_from_queries(xs, perms, source)
-    return clean, corrupted, clean.ys[:, -1].clone(), corrupted.ys[:, -1].clone()
+    return clean, corrupted, clean.extras["ys"][:, -1].clone(), corrupted.extras["ys"][:, -1].clone()
 
 
 # ----------------------------------------------------------------------------- results
@@ -415,16 +416,17 @@ def _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corru
         if metric is not None:
             raise ValueError("metric= is for a (clean, corrupted) pair; the permutation pair's metric is its logit "
                              "difference logit(answer) - logit(wrong)")
-        if pair is None and not is_permutation_model(model):
-            raise ValueError(f"{type(model).__name__} is not a permutation-lookup model: pass pair=(clean, corrupted) "
-                             "TaskBatches or token ids (and metric=)")
+        default_pair = own_analysis(model, "patching_pair")  # the model's task's own pair, if it has one
+        if pair is None and default_pair is None:
+            raise ValueError(f"{type(model).__name__} carries no task with a patching pair of its own: pass "
+                             "pair=(clean, corrupted) TaskBatches or token ids (and metric=)")
         config = check_task_config(model, task_config)
         if pair is None:
-            pair = induction_patching_pair(config, n=n, seed=seed, corruption=corruption)
+            pair = default_pair(config, n=n, seed=seed, corruption=corruption)
         else:
             pair = check_pair(model, pair)
         clean, corrupted, answer, wrong = (part.to(device) for part in pair)
-        runs = _runs(model, clean.inputs, corrupted.inputs, lambda logits: logit_diff(logits, answer, wrong).double(),
+        runs = _runs(model, clean.tokens, corrupted.tokens, lambda logits: logit_diff(logits, answer, wrong).double(),
                      hooks, model_config_of(model).name)
     if normalization_of(model) is not None:  # the receivers' recomputed ln1 must be the model's
         cache = runs.caches["corrupted"]
@@ -502,8 +504,7 @@ def path_patching_table(
     _check_shared_kv(model, inputs)
     shape = model_shape(model)
     if shape.n_layers < 2:
-        name = model_config_of(model).name if is_permutation_model(model) else type(model).__name__
-        raise ValueError(f"path patching needs n_layers >= 2 (a sender before a receiver), {name} has 1")
+        raise ValueError(f"path patching needs n_layers >= 2 (a sender before a receiver), {model_name(model)} has 1")
     if not shape.n_heads:
         raise ValueError(f"{type(model).__name__} declares no number of heads (cfg.n_heads): no edges to patch")
     runs = _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corruption, metric)

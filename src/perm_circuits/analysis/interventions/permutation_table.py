@@ -33,9 +33,10 @@ from perm_circuits.evaluate import evaluate_run
 from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_posterior import bayes_posterior
-from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_test_set, validate_tokens
+from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.permutation_data import TaskConfig, make_test_set, permutation_batch, validate_tokens
 
-__all__ = ["AblationRow", "AblationTable"]
+__all__ = ["AblationRow", "AblationTable", "study_ablation_table"]
 
 
 @dataclass(frozen=True)
@@ -91,12 +92,20 @@ class AblationTable:
         return self.get("none", "none")
 
 
+def study_ablation_table(model, hows: object, test_set: object, **options: object) -> AblationTable:
+    """The permutation task's own ablation table (``own_analysis(model, "ablation_table")``): every
+    mode of ``hows`` (default all five :data:`HOWS`) through :func:`ablation_runs`."""
+    if isinstance(hows, (list, tuple)) and not hows:  # as on a task's model: a table of no mode is a mistake
+        raise TypeError(f"hows must be a non-empty list or tuple of modes from {HOWS}, got {hows!r}")
+    return ablation_runs(model, HOWS if hows is None else hows, test_set, **options)[0]
+
+
 def ablation_runs(
     model,
     hows: Sequence[str],
-    test_set: Batch | None,
+    test_set: TaskBatch | None,
     *,
-    reference: Batch | str = "test",
+    reference: TaskBatch | str = "test",
     positions: int | Sequence[int] | None = None,
     task_config: TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
@@ -115,7 +124,7 @@ def ablation_runs(
             ``repeat_ratio`` there is a memorization subgroup).
         reference: ``"test"`` (mean / resample / optimal over the test set itself, random
             pairing), ``"binding_free"`` (:func:`binding_free_reference` built on the test set's
-            queries, resample paired by row: same queries, independent answers) or a Batch
+            queries, resample paired by row: same queries, independent answers) or a TaskBatch
             (random pairing).  The ``"binding_free"`` mode always uses the binding-free
             reference built on the test set's queries, row-paired, whatever ``reference`` is.
         positions: ablate only at these positions (e.g. ``[-1]``: the last query only, so
@@ -141,10 +150,10 @@ def ablation_runs(
     check_seed(seed)
     if test_set is None:
         test_set = make_test_set(config)
-    if not isinstance(test_set, Batch):
-        raise TypeError(f"test_set must be a perm_circuits.tasks.permutation_data.Batch, got {type(test_set).__name__}")
-    test_set = test_set.to(model_device(model))  # once: every run below stays on the model's device
-    validate_tokens(test_set.inputs, model_config.V)
+    if not isinstance(test_set, TaskBatch):
+        raise TypeError(f"test_set must be a TaskBatch, got {type(test_set).__name__}")
+    validate_tokens(test_set.tokens, model_config.V)
+    test_set = permutation_batch(test_set).to(model_device(model))  # once: every run below stays on the model's device
     position_list = check_positions(positions, 2 * model_config.V - 1)
     pairing = "random"
     if isinstance(reference, str):
@@ -154,7 +163,7 @@ def ablation_runs(
             reference_batch = binding_free_reference(config, seed=seed, queries=test_set)
             label, pairing = "binding-free (same queries, independent answers; row-paired)", "row"
         else:
-            raise ValueError(f"reference must be 'test', 'binding_free' or a Batch, got {reference!r}")
+            raise ValueError(f"reference must be 'test', 'binding_free' or a TaskBatch, got {reference!r}")
     else:
         reference_batch = check_reference(reference, model_config.V).to(model_device(model))
         label = f"batch of {len(reference)}"
@@ -163,19 +172,19 @@ def ablation_runs(
     components = components_of(model)
     names = list(dict.fromkeys(component_hook(layer, head) for _, layer, head in components))
 
-    posteriors = tuple(bayes_posterior(test_set.inputs, config, prior) for prior in ("uniform", "train"))
+    posteriors = tuple(bayes_posterior(test_set.tokens, config, prior) for prior in ("uniform", "train"))
 
-    answers = {"resample": reference_batch.ys[:, -1] if pairing == "row" else
-               reference_batch.ys[resample_rows(len(reference_batch), len(test_set), seed), -1]}
+    answers = {"resample": reference_batch.extras["ys"][:, -1] if pairing == "row" else
+               reference_batch.extras["ys"][resample_rows(len(reference_batch), len(test_set), seed), -1]}
     activations: dict[str, Tensor] = {}
     if any(how in ("mean", "resample", "optimal") for how in hows):
         extra_names = [u for name in names for u in upstream_hooks(model, name)] if "optimal" in hows else []
-        activations = run_capture(model, reference_batch.inputs, list(dict.fromkeys(names + extra_names)), hooks)[1]
+        activations = run_capture(model, reference_batch.tokens, list(dict.fromkeys(names + extra_names)), hooks)[1]
     free: dict[str, Tensor] = {}
     if "binding_free" in hows:
         free_batch = binding_free_reference(config, seed=seed, queries=test_set)
-        free = run_capture(model, free_batch.inputs, names, hooks)[1]
-        answers["binding_free"] = free_batch.ys[:, -1]
+        free = run_capture(model, free_batch.tokens, names, hooks)[1]
+        answers["binding_free"] = free_batch.extras["ys"][:, -1]
 
     def build(hook_name: str, head: int | None, how: str) -> HookList:
         index, activation, constant = None if head is None else [head], activations.get(hook_name), None
@@ -200,5 +209,5 @@ def ablation_runs(
         hook_lists[component, how], all_logits[component, how] = extra, logits
     table = AblationTable(model_name=model_config.name, reference=label,
         positions=tuple(position_list) if position_list is not None else None, n_samples=len(test_set),
-        n_recall=int(test_set.repeated.sum()), rows=tuple(rows))
+        n_recall=int(test_set.extras["repeated"].sum()), rows=tuple(rows))
     return table, hook_lists, all_logits

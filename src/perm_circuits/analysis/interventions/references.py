@@ -7,7 +7,8 @@ import torch
 
 from perm_circuits.analysis.interventions.checks import check_seed
 from perm_circuits.analysis.interventions.core import resample_rows
-from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_batch
+from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.permutation_data import TaskConfig, make_batch, permutation_batch
 
 __all__ = ["binding_free_reference", "resample_rows"]
 
@@ -17,9 +18,9 @@ def binding_free_reference(
     n: int = 5000,
     seed: int = 1234,
     *,
-    queries: Batch | None = None,
+    queries: TaskBatch | None = None,
     split: str = "test",
-) -> Batch:
+) -> TaskBatch:
     """Reference sequences with the queries of one sample and the answers of an independent permutation.
 
     ``seed`` seeds the reference batch (the test-set seed by default, 1234) and, plus one, the
@@ -47,15 +48,17 @@ def binding_free_reference(
     check_seed(seed)
     if queries is None:
         queries = make_batch(task_config, n, split=split, seed=seed)
-    elif not isinstance(queries, Batch):
-        raise TypeError(f"queries must be a Batch or None, got {type(queries).__name__}")
-    elif queries.V != task_config.V:
-        raise ValueError(f"queries have V={queries.V}, task_config has V={task_config.V}")
+    elif not isinstance(queries, TaskBatch):
+        raise TypeError(f"queries must be a TaskBatch or None, got {type(queries).__name__}")
+    elif queries.tokens.shape[1] != task_config.seq_len:
+        raise ValueError(f"queries have V={(queries.tokens.shape[1] + 1) // 2}, task_config has V={task_config.V}")
+    else:
+        queries = permutation_batch(queries)
     answers = make_batch(task_config, len(queries), split=split, seed=seed + 1, repeat_ratio=0.0)
-    perms = answers.perms.to(queries.xs.device)  # beside the queries
-    xs = queries.xs
+    perms = answers.extras["perms"].to(queries.extras["xs"].device)  # beside the queries
+    xs = queries.extras["xs"]
     ys = perms.gather(1, xs - 1)  # y_k = q(x_k)
     seq = torch.stack([xs, ys], dim=2).flatten(1)
-    return Batch(inputs=seq[:, :-1].contiguous(), targets=seq[:, 1:].contiguous(), mask=queries.mask.clone(),
-        xs=xs.clone(), ys=ys, perms=perms.clone(), repeated=queries.repeated.clone(),
-        repeat_source=queries.repeat_source.clone())
+    extras = {"xs": xs.clone(), "ys": ys, "perms": perms.clone(), "repeated": queries.extras["repeated"].clone(),
+              "repeat_source": queries.extras["repeat_source"].clone()}
+    return TaskBatch(seq[:, :-1].contiguous(), seq[:, 1:].contiguous(), queries.mask.clone(), extras)

@@ -78,9 +78,8 @@ from perm_circuits.checks import check_int, check_number
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import check_hooks
 from perm_circuits.models import model_config_of, task_config_of
-from perm_circuits.model_shape import is_permutation_model
-from perm_circuits.tasks.base import Task, TaskBatch
-from perm_circuits.tasks.permutation_data import Batch, make_test_set, validate_tokens
+from perm_circuits.tasks.base import Task, TaskBatch, own_analysis
+from perm_circuits.tasks.permutation_data import make_test_set, permutation_batch, validate_tokens
 
 __all__ = [
     "LogitAttribution",
@@ -91,6 +90,7 @@ __all__ = [
     "elimination_answers",
     "repeated_queries",
     "run_cache",
+    "study_logit_attribution",
     "subgroup_masks",
 ]
 
@@ -132,15 +132,15 @@ def subgroup_masks(inputs: Int[Tensor, "batch seq"]) -> dict[str, Bool[Tensor, "
     return {SUBGROUPS[0]: ~last, SUBGROUPS[1]: last & ~repeated, SUBGROUPS[2]: last & repeated}
 
 
-def check_batch(model, test_set: Batch | None, n: int = 5000, seed: int = 1234) -> Batch:
+def check_batch(model, test_set: TaskBatch | None, n: int = 5000, seed: int = 1234) -> TaskBatch:
     """The batch to measure on: ``test_set`` validated, else the model's fixed test set; on the model's device."""
     V = model_config_of(model).V
     if test_set is None:
         return make_test_set(task_config_of(model), n=n, seed=seed).to(model_device(model))
-    if not isinstance(test_set, Batch):
-        raise TypeError(f"test_set must be a perm_circuits.tasks.permutation_data.Batch, got {type(test_set).__name__}")
-    validate_tokens(test_set.inputs, V)
-    return test_set.to(model_device(model))  # once: the measurement runs on the model's device
+    if not isinstance(test_set, TaskBatch):
+        raise TypeError(f"test_set must be a TaskBatch, got {type(test_set).__name__}")
+    validate_tokens(test_set.tokens, V)
+    return permutation_batch(test_set).to(model_device(model))  # once: the measurement runs on the model's device
 
 
 def run_cache(
@@ -202,7 +202,7 @@ def _check_options(recall_baseline: object, tolerance: object) -> tuple[str, flo
 
 def decompose_logit_diff(
     model,
-    batch: Batch,
+    batch: TaskBatch,
     *,
     hooks: Sequence[tuple[str, Callable]] | None = None,
     recall_baseline: str = "elimination",
@@ -211,17 +211,18 @@ def decompose_logit_diff(
     """Direct logit attribution of the logit difference at every y position of ``batch`` under
     ``hooks`` (module docstring: components, baseline, the checks within ``tolerance`` logits)."""
     recall_baseline, tolerance = _check_options(recall_baseline, tolerance)
-    return _decompose(model, batch, hooks, recall_baseline, tolerance, "the residual_error field")
+    if not isinstance(batch, TaskBatch):  # (check_batch would draw the default test set for None)
+        raise TypeError(f"batch must be a TaskBatch, got {type(batch).__name__}")
+    return _decompose(model, check_batch(model, batch), hooks, recall_baseline, tolerance, "the residual_error field")
 
 
-def _decompose(model, batch: object, hooks, recall_baseline: str, tolerance: float,
+def _decompose(model, batch: TaskBatch, hooks, recall_baseline: str, tolerance: float,
                where: str) -> LogitDiffDecomposition:
-    """:func:`decompose_logit_diff` on checked options, its warning naming ``where`` the gaps are."""
-    if not isinstance(batch, Batch):
-        raise TypeError(f"batch must be a perm_circuits.tasks.permutation_data.Batch, got {type(batch).__name__}")
+    """:func:`decompose_logit_diff` on checked options and a batch from :func:`check_batch` (its
+    callers check; not again here), its warning naming ``where`` the gaps are."""
     config = model_config_of(model)
     V, n_layers = config.V, config.n_layers
-    inputs = validate_tokens(batch.inputs, V)
+    inputs = batch.tokens.long()
 
     components = component_hooks(model)  # embed, pos_embed, per layer its heads (attn.hook_z) and MLP
     names = [hook for _, hook in components] + [f"blocks.{n_layers - 1}.hook_resid_post"] + [
@@ -234,7 +235,7 @@ def _decompose(model, batch: object, hooks, recall_baseline: str, tolerance: flo
 
     ypos = slice(0, 2 * V - 1, 2)
     dtype = torch.float64
-    answer = batch.ys.long()
+    answer = batch.extras["ys"].long()
     elim = elimination_answers(inputs, V)
     repeated = repeated_queries(inputs)
     use_elim = repeated & (elim > 0) if recall_baseline == "elimination" else torch.zeros_like(repeated)
@@ -369,7 +370,7 @@ class LogitAttribution:
 
 def direct_logit_attribution(
     model,
-    test_set: Batch | TaskBatch | Tensor | None = None,
+    test_set: TaskBatch | Tensor | None = None,
     *,
     task: Task | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
@@ -380,18 +381,27 @@ def direct_logit_attribution(
 ) -> LogitAttribution | TargetAttribution:
     """Direct logit attribution of every component.
 
-    - On a study bridge with a permutation ``Batch`` (or no test set) and no ``task``:
-      :func:`decompose_logit_diff` averaged over :data:`SUBGROUPS`, on ``test_set`` (default the
+    - With no ``task`` and no token-id ``test_set``, on a model whose task has an attribution of its
+      own (:func:`~perm_circuits.tasks.base.own_analysis`; a study bridge's permutation task,
+      :func:`study_logit_attribution`): :func:`decompose_logit_diff` averaged over :data:`SUBGROUPS`, on ``test_set`` (default the
       model's fixed 5,000-sample test set).
     - Otherwise, any model: a :class:`TargetAttribution`
       (:func:`~perm_circuits.analysis.probes.task_attribution.target_logit_attribution`) of the
       targets of a :class:`TaskBatch` ``test_set`` (default ``task.test_set(n, seed)``), or of the
       next token of plain token ids; ``recall_baseline`` and ``tolerance`` are the study's only.
     """
-    if task is not None or isinstance(test_set, (TaskBatch, Tensor)) or not is_permutation_model(model):
-        test_set = task_test_set(model, task, test_set, n, seed,
-                                 hint="(its test set's targets are attributed) or test_set= (a TaskBatch or token ids)")
-        return target_logit_attribution(model, test_set, hooks)
+    own = None if task is not None or isinstance(test_set, Tensor) else own_analysis(model, "direct_logit_attribution")
+    if own is not None:  # the model's task's own attribution (the study's, on its bridges)
+        return own(model, test_set, hooks, recall_baseline, tolerance)
+    test_set = task_test_set(model, task, test_set, n, seed,
+                             hint="(its test set's targets are attributed) or test_set= (a TaskBatch or token ids)")
+    return target_logit_attribution(model, test_set, hooks)
+
+
+def study_logit_attribution(model, test_set: object, hooks: object, recall_baseline: object,
+                            tolerance: object) -> LogitAttribution:
+    """The permutation task's own :func:`direct_logit_attribution` (``own_analysis(model,
+    "direct_logit_attribution")``): :func:`decompose_logit_diff` averaged over :data:`SUBGROUPS`."""
     recall_baseline, tolerance = _check_options(recall_baseline, tolerance)
     batch = check_batch(model, test_set)  # run_cache checks the hooks before its forward
     dec = _decompose(model, batch, hooks, recall_baseline, tolerance, "the residual_error row of to_dataframe()")

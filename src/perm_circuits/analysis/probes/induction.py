@@ -37,8 +37,8 @@ from perm_circuits.analysis.interventions.checks import check_positive_int, chec
 from perm_circuits.circuit import Node
 from perm_circuits.hooks import check_hooks, run_capture
 from perm_circuits.models import model_config_of
+from perm_circuits.tasks.base import TaskBatch
 from perm_circuits.tasks.permutation_data import (
-    Batch,
     TaskConfig,
     make_test_set,
     repeat_source_of,
@@ -103,7 +103,7 @@ class InductionScores:
         return iter(self.heads)
 
 
-def induction_test_set(V: int, n: int = 2000, seed: int = 1234) -> Batch:
+def induction_test_set(V: int, n: int = 2000, seed: int = 1234) -> TaskBatch:
     """The default test set: every sequence repeated, the source uniform over ``x1..x_{V-1}``."""
     config = TaskConfig(V=V, repeat_ratio=1.0, repeat_sources=tuple(range(1, V)))
     return make_test_set(config, n=n, seed=seed)
@@ -112,14 +112,14 @@ def induction_test_set(V: int, n: int = 2000, seed: int = 1234) -> Batch:
 def _resolve_tokens(model, test_set: object, n: int, seed: int) -> Int[Tensor, "batch seq"]:
     V = model_config_of(model).V
     if test_set is None:
-        return induction_test_set(V, n=n, seed=seed).inputs
-    if isinstance(test_set, Batch):
-        if test_set.V != V:
-            raise ValueError(f"test_set has V={test_set.V} but the model has V={V}")
-        return validate_tokens(test_set.inputs, V)
+        return induction_test_set(V, n=n, seed=seed).tokens
+    if isinstance(test_set, TaskBatch):
+        if test_set.tokens.shape[1] != 2 * V - 1:
+            raise ValueError(f"test_set has V={(test_set.tokens.shape[1] + 1) // 2} but the model has V={V}")
+        return validate_tokens(test_set.tokens, V)
     if isinstance(test_set, Tensor):
         return validate_tokens(test_set, V)
-    raise TypeError(f"test_set must be a perm_circuits.tasks.permutation_data.Batch, a token tensor or None, "
+    raise TypeError(f"test_set must be a TaskBatch, a token tensor or None, "
                     f"got {type(test_set).__name__}")
 
 
@@ -134,14 +134,14 @@ def _last_query_scores(
 
 def induction_scores(
     model,
-    test_set: Batch | Int[Tensor, "batch seq"] | None = None,
+    test_set: TaskBatch | Int[Tensor, "batch seq"] | None = None,
     *,
     n: int = 2000,
     seed: int = 1234,
     hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> InductionScores:
     """Previous-token, induction and duplicate-token scores of every head (module docstring), read
-    from the patterns under ``hooks`` on ``test_set`` (a Batch or tokens ``[batch, 2V-1]``, some
+    from the patterns under ``hooks`` on ``test_set`` (a TaskBatch or tokens ``[batch, 2V-1]``, some
     last query repeating an earlier one; default :func:`induction_test_set` ``(V, n, seed)``)."""
     check_positive_int("n", n)
     check_seed(seed)

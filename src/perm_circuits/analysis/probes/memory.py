@@ -72,7 +72,8 @@ from perm_circuits.analysis.interventions.checks import (
     check_head, check_index, check_int, check_layer, check_positive_int,
 )
 from perm_circuits.circuit import Node
-from perm_circuits.model_shape import is_permutation_model, normalization_of
+from perm_circuits.model_shape import normalization_of
+from perm_circuits.tasks.base import model_task
 from perm_circuits.models import ACTIVATIONS, model_config_of
 
 __all__ = [
@@ -220,15 +221,16 @@ def memory_recall(
 
 
 def _value_tokens(model) -> slice:
-    """The tokens the weight probes read and score: the values ``1..V`` of a study model, every token otherwise."""
-    return slice(1, model_config_of(model).V + 1) if is_permutation_model(model) else slice(0, None)
+    """The tokens the weight probes read and score: the model's task's ``value_tokens`` (the permutation
+    task's values ``1..V``) where it names them, every token otherwise."""
+    return getattr(model_task(model), "value_tokens", slice(0, None))
 
 
 def _check_position(model, position: object) -> int | None:
     """``None`` (no positional embedding) or a row of ``W_pos`` (negative rows count from the end)."""
     if position is None:
         return None
-    n_ctx = model_config_of(model).resolved_n_ctx if is_permutation_model(model) else int(model.W_pos.shape[0])
+    n_ctx = int(model.W_pos.shape[0])
     return check_index("position", position, n_ctx, f"W_pos has {n_ctx} positions")
 
 

@@ -30,7 +30,7 @@ from perm_circuits.analysis.probes.dla import (
 )
 from perm_circuits.analysis.probes.memory import apply_norm
 from perm_circuits.models import model_config_of
-from perm_circuits.tasks.permutation_data import Batch
+from perm_circuits.tasks.base import TaskBatch
 
 __all__ = ["FlipStats", "MLPFlips", "mlp_prediction_flips"]
 
@@ -81,7 +81,7 @@ def _lens_top1(model, resid: Float[Tensor, "batch step d_model"]) -> Int[Tensor,
 
 def mlp_prediction_flips(
     model,
-    test_set: Batch | None = None,
+    test_set: TaskBatch | None = None,
     *,
     layer: int = -1,
     hooks: Sequence[tuple[str, Callable]] | None = None,
@@ -93,15 +93,15 @@ def mlp_prediction_flips(
     batch = check_batch(model, test_set)  # run_cache checks the hooks before its forward
     V = model_config_of(model).V
     mid_name, post_name = f"blocks.{layer}.hook_resid_mid", f"blocks.{layer}.hook_resid_post"
-    _, acts, _ = run_cache(model, batch.inputs, [mid_name, post_name], hooks)
+    _, acts, _ = run_cache(model, batch.tokens, [mid_name, post_name], hooks)
     ypos = slice(0, 2 * V - 1, 2)
     with torch.no_grad():
         mid = _lens_top1(model, acts[mid_name][:, ypos])
         post = _lens_top1(model, acts[post_name][:, ypos])
-    target = batch.ys
-    repeated = repeated_queries(batch.inputs)
-    used = used_values(batch.inputs, V)
-    elim = elimination_answers(batch.inputs, V)
+    target = batch.extras["ys"]
+    repeated = repeated_queries(batch.tokens)
+    used = used_values(batch.tokens, V)
+    elim = elimination_answers(batch.tokens, V)
 
     def consistent(pred: Tensor) -> Tensor:
         unused = ~used.gather(2, (pred - 1)[..., None])[..., 0]
@@ -112,7 +112,7 @@ def mlp_prediction_flips(
                  broken_rate=ok_mid & ~ok_post, consistent_mid=consistent(mid), consistent_post=consistent(post),
                  trap_mid=mid == elim, trap_post=post == elim)
     stats = []
-    for name, mask in subgroup_masks(batch.inputs).items():
+    for name, mask in subgroup_masks(batch.tokens).items():
         rates = {key: float(x[mask].double().mean()) for key, x in flags.items()}
         if name != SUBGROUPS[2]:  # the trap exists at a repeated last query only
             rates.update(trap_mid=float("nan"), trap_post=float("nan"))

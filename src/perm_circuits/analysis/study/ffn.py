@@ -59,7 +59,8 @@ from perm_circuits.analysis.probes.memory import effective_unembed
 from perm_circuits.analysis.probes.mlp_flips import FlipStats, MLPFlips, mlp_prediction_flips
 from perm_circuits.hooks import check_hooks
 from perm_circuits.models import model_config_of
-from perm_circuits.tasks.permutation_data import Batch, TaskConfig, batch_from_queries, split_permutations
+from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.permutation_data import TaskConfig, batch_from_queries, split_permutations
 
 __all__ = [
     "FFNKeyValueProbe", "FlipStats", "MLPFlips", "NeuronKeyValue", "TriggerSet", "enumerate_sequences",
@@ -72,7 +73,7 @@ MAX_ENUMERATED = 3_000_000
 V = 7's test split alone is 10 million sequences, whose MLP activations take tens of GB)."""
 
 
-def enumerate_sequences(config: TaskConfig, split: str = "test", repeat_sources: Sequence[int] = (0,)) -> Batch:
+def enumerate_sequences(config: TaskConfig, split: str = "test", repeat_sources: Sequence[int] = (0,)) -> TaskBatch:
     """Every sequence of ``split``'s permutations (``"test"``, ``"train"`` or ``"all"``) x every x
     order, plain and, for each ``s`` in ``repeat_sources``, with the last query replaced by ``x_{s+1}``
     (target: its earlier y). The default task (24 test permutations, V=5) gives 24 x 120 x 2 = 5,760.
@@ -154,11 +155,11 @@ class TriggerSet:
         ]).set_index("trigger")
 
 
-def x_position_triggers(batch: Batch) -> tuple[TriggerSet, Int[Tensor, " n"], Int[Tensor, " n"]]:
+def x_position_triggers(batch: TaskBatch) -> tuple[TriggerSet, Int[Tensor, " n"], Int[Tensor, " n"]]:
     """Deduplicate the x-position prefixes of ``batch``: ``(triggers, row, step_index)``, trigger ``i``
     being the prefix ``inputs[row[i], :2*step+1]``."""
-    inputs = batch.inputs
-    V = batch.V
+    inputs = batch.tokens
+    V = batch.extras["xs"].shape[1]
     used = used_values(inputs, V)
     repeated = repeated_queries(inputs)
     elim = elimination_answers(inputs, V)
@@ -169,7 +170,7 @@ def x_position_triggers(batch: Batch) -> tuple[TriggerSet, Int[Tensor, " n"], In
         first = torch.full((len(counts),), len(inputs), dtype=torch.long, device=inputs.device)
         first = first.scatter_reduce(0, inverse, torch.arange(len(inputs), device=inputs.device), reduce="amin")
         answers = torch.zeros(len(counts), V, device=inputs.device).index_put_(
-            (inverse, batch.ys[:, k] - 1), torch.ones(len(inputs), device=inputs.device), accumulate=True
+            (inverse, batch.extras["ys"][:, k] - 1), torch.ones(len(inputs), device=inputs.device), accumulate=True
         )
         parts.append((first, torch.full_like(first, k), counts, answers / counts[:, None]))
     rows, steps, counts, target_probs = (torch.cat(column) for column in zip(*parts))
@@ -338,7 +339,7 @@ def ffn_key_value_probe(
     post_name = f"blocks.{layer}.mlp.hook_post"
     has_scale = "ln_final.hook_scale" in model.hook_dict and config.normalization_type is not None
     names = [post_name, "ln_final.hook_scale"] if has_scale else [post_name]
-    _, acts, _ = run_cache(model, batch.inputs, names, hooks)
+    _, acts, _ = run_cache(model, batch.tokens, names, hooks)
     triggers, rows, steps = x_position_triggers(batch)
     positions = 2 * steps
     act = acts[post_name][rows, positions]  # [n_triggers, d_mlp]

@@ -15,7 +15,8 @@ from perm_circuits.devices import device_forward
 from perm_circuits.evaluate import evaluate_logits
 from perm_circuits.hooks import HookList
 from perm_circuits.tasks.permutation_posterior import bayes_posterior
-from perm_circuits.tasks.permutation_data import Batch, TaskConfig
+from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.permutation_data import TaskConfig
 
 __all__ = ["joint_eliminator_rows"]
 
@@ -23,7 +24,7 @@ __all__ = ["joint_eliminator_rows"]
 def joint_eliminator_rows(
     model,
     scores: HeadScores,
-    batch: Batch,
+    batch: TaskBatch,
     config: TaskConfig,
     hows: Sequence[str],
     hooks: HookList,
@@ -38,7 +39,7 @@ def joint_eliminator_rows(
     group = [s for s in scores.heads if "eliminator" in s.patterns]
     if len(group) < 2:
         return (), {}
-    posteriors = (bayes_posterior(batch.inputs, config, "uniform"), bayes_posterior(batch.inputs, config, "train"))
+    posteriors = (bayes_posterior(batch.tokens, config, "uniform"), bayes_posterior(batch.tokens, config, "train"))
     component = "+".join(s.component for s in group)
     layers = list(dict.fromkeys(s.layer for s in group))  # AblationRow.layer: None when they span layers
     rows, signals = [], {}
@@ -53,8 +54,8 @@ def joint_eliminator_rows(
             for s in group:
                 extra += single[(s.component, how)]
         with torch.no_grad(), model.hooks(fwd_hooks=list(hooks) + extra):
-            logits = device_forward(model, batch.inputs)
-        signals[(component, how)] = recall_signal(logits, batch.inputs)
+            logits = device_forward(model, batch.tokens)
+        signals[(component, how)] = recall_signal(logits, batch.tokens)
         evaluation = evaluate_logits(logits, batch, config, posteriors=posteriors)
         memorization = evaluation.memorization
         rows.append(AblationRow(component=component, how=how, layer=layers[0] if len(layers) == 1 else None, head=None,

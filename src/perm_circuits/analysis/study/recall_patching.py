@@ -57,7 +57,8 @@ from perm_circuits.analysis.interventions.patching import (  # the setters are r
 )
 from perm_circuits.hooks import check_hooks
 from perm_circuits.models import model_config_of
-from perm_circuits.tasks.permutation_data import Batch, TaskConfig, batch_from_queries, make_batch, unused_query
+from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.permutation_data import TaskConfig, batch_from_queries, make_batch, unused_query
 
 __all__ = [
     "ACTIVATIONS", "PatchCell", "PatchingCache", "PatchingReport", "PatchingSweep", "RecallHead", "find_recall_head",
@@ -90,7 +91,7 @@ def _neuron_groups(groups: int | Sequence[Sequence[int]], d_mlp: int) -> list[tu
 
 def patching_pair(
     task_config: TaskConfig, n: int = 2000, seed: int = 0, *, split: str = "test"
-) -> tuple[Batch, Batch, Int[Tensor, " batch"], Int[Tensor, " batch"]]:
+) -> tuple[TaskBatch, TaskBatch, Int[Tensor, " batch"], Int[Tensor, " batch"]]:
     """``(clean, corrupted, answer, wrong)`` for patching recall. ``clean``: ``make_batch(task_config,
     n, split=split, seed=seed, repeat_ratio=1.0, repeat_source=0)``, every last query repeating ``x1``;
     ``corrupted``: the same rows with the last query replaced by the unused x (``repeated`` False);
@@ -100,11 +101,11 @@ def patching_pair(
     if not isinstance(task_config, TaskConfig):
         raise TypeError(f"task_config must be a TaskConfig, got {type(task_config).__name__}")
     clean = make_batch(task_config, n, split=split, seed=seed, repeat_ratio=1.0, repeat_source=0)
-    xs = clean.xs.clone()
-    xs[:, -1] = unused_query(clean.xs)
+    xs = clean.extras["xs"].clone()
+    xs[:, -1] = unused_query(clean.extras["xs"])
     no_source = torch.full((len(clean),), -1, dtype=torch.long, device=xs.device)
-    corrupted = batch_from_queries(xs, clean.perms.clone(), no_source)
-    return clean, corrupted, clean.ys[:, -1].clone(), corrupted.ys[:, -1].clone()
+    corrupted = batch_from_queries(xs, clean.extras["perms"].clone(), no_source)
+    return clean, corrupted, clean.extras["ys"][:, -1].clone(), corrupted.extras["ys"][:, -1].clone()
 
 
 def _unpatched_runs(

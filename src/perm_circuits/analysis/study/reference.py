@@ -28,7 +28,8 @@ from perm_circuits.analysis.interventions.permutation_table import AblationRow, 
 from perm_circuits.analysis.study.joint_ablation import joint_eliminator_rows
 from perm_circuits.analysis.study.scores import HeadScores
 from perm_circuits.hooks import HookList
-from perm_circuits.tasks.permutation_data import Batch, TaskConfig
+from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.permutation_data import TaskConfig
 
 __all__ = ["REFERENCE_LABELS", "skill_reference_runs"]
 
@@ -50,8 +51,8 @@ def _merge_row(elim: AblationRow, recall: AblationRow, n_elim: int, n_recall: in
 
 
 def skill_reference_runs(
-    model, hows: Sequence[str], batch: Batch, config: TaskConfig, hooks: HookList, seed: int, scores: HeadScores,
-) -> tuple[AblationTable, dict[tuple[str, str], Tensor], Batch, tuple[AblationRow, ...]]:
+    model, hows: Sequence[str], batch: TaskBatch, config: TaskConfig, hooks: HookList, seed: int, scores: HeadScores,
+) -> tuple[AblationTable, dict[tuple[str, str], Tensor], TaskBatch, tuple[AblationRow, ...]]:
     """Every component's ablation under each mode of ``hows`` with each skill's own rows as the reference.
 
     Returns the merged :class:`AblationTable` (``reference`` = ``"each skill's own rows"``), the logits of
@@ -59,7 +60,7 @@ def skill_reference_runs(
     itself, and the joint ablation rows of the heads sharing the eliminator pattern (each skill's own
     hooks; their recall signals are not measured under this reference).  Needs both skills in ``batch``.
     """
-    repeated = batch.repeated.bool()
+    repeated = batch.extras["repeated"].bool()
     if not bool(repeated.any()) or bool(repeated.all()):
         raise ValueError("reference='skill' needs both skills in the test set (rows whose last query repeats and "
                          f"rows whose last query is new); got {int(repeated.sum())} repeated of {len(batch)}")
@@ -73,8 +74,7 @@ def skill_reference_runs(
     table = AblationTable(model_name=t_elim.model_name, reference=REFERENCE_LABELS["skill"],
                           positions=t_elim.positions, n_samples=len(batch), n_recall=n_recall, rows=rows)
     logits = {key: torch.cat([value, l_recall[key]]) for key, value in l_elim.items()}
-    ordered = Batch(**{name: torch.cat([getattr(parts[0], name), getattr(parts[1], name)])
-                       for name in Batch.__dataclass_fields__})
+    ordered = batch.subset(torch.cat([(~repeated).nonzero()[:, 0], repeated.nonzero()[:, 0]]))
     joint = tuple(_merge_row(a, b, n_elim, n_recall) for a, b in zip(*joints)) if all(joints) else ()
     return table, logits, ordered, joint
 

@@ -39,10 +39,10 @@ from perm_circuits.circuit import Node
 from perm_circuits.devices import model_device
 from perm_circuits.analysis.probes.task_attribution import AttentionScores, attention_patterns, attention_scores
 from perm_circuits.hooks import check_hooks, check_token_ids, run_capture
-from perm_circuits.model_shape import is_permutation_model, model_shape
-from perm_circuits.models import model_config_of
+from perm_circuits.model_shape import model_shape
+from perm_circuits.models import bridge_task, model_config_of
 from perm_circuits.tasks.base import Task, TaskBatch
-from perm_circuits.tasks.permutation_data import Batch, TaskConfig, make_test_set, repeat_source_of, validate_tokens
+from perm_circuits.tasks.permutation_data import TaskConfig, make_test_set, permutation_batch, repeat_source_of, validate_tokens
 
 __all__ = [
     "DEFAULT_THRESHOLDS", "AttentionBySource", "HeadScore", "HeadScores", "RoleThresholds", "attention_by_source",
@@ -125,24 +125,24 @@ def _default_task(model, task_config: TaskConfig | None) -> TaskConfig:
     return config
 
 
-def resolve_batch(model, test_set: object, task_config: TaskConfig | None, n: int, seed: int) -> tuple[Batch, TaskConfig]:
+def resolve_batch(model, test_set: object, task_config: TaskConfig | None, n: int, seed: int) -> tuple[TaskBatch, TaskConfig]:
     config = _default_task(model, task_config)
     check_int("n", n, 1)
     check_seed(check_int("seed", seed, 0))
     if test_set is None:
         return make_test_set(config, n=n, seed=seed).to(model_device(model)), config
-    if not isinstance(test_set, Batch):
-        raise TypeError(f"test_set must be a perm_circuits.tasks.permutation_data.Batch or None, "
+    if not isinstance(test_set, TaskBatch):
+        raise TypeError(f"test_set must be a TaskBatch or None, "
                         f"got {type(test_set).__name__}")
-    validate_tokens(test_set.inputs, model_config_of(model).V)
-    return test_set.to(model_device(model)), config  # once: every run on it stays on the model's device
+    validate_tokens(test_set.tokens, model_config_of(model).V)
+    return permutation_batch(test_set).to(model_device(model)), config  # once: every run on it stays on the model's device
 
 
 def _resolve_tokens(model, test_set: object, task_config: TaskConfig | None, n: int, seed: int) -> Tensor:
     if isinstance(test_set, Tensor):
         _default_task(model, task_config)
         return validate_tokens(test_set, model_config_of(model).V).to(model_device(model))
-    return resolve_batch(model, test_set, task_config, n, seed)[0].inputs
+    return resolve_batch(model, test_set, task_config, n, seed)[0].tokens
 
 
 def recall_signal(logits: Float[Tensor, "batch seq vocab"], inputs: Int[Tensor, "batch seq"]) -> float:
@@ -233,7 +233,7 @@ class AttentionBySource:
 
 def attention_by_source(
     model,
-    test_set: Batch | Tensor | None = None,
+    test_set: TaskBatch | Tensor | None = None,
     *,
     task_config: TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
@@ -248,7 +248,7 @@ def attention_by_source(
     study's attention maps (section 08).
 
     Args:
-        test_set: a Batch or a token tensor ``[batch, 2V-1]``; default ``make_test_set`` of the
+        test_set: a TaskBatch or a token tensor ``[batch, 2V-1]``; default ``make_test_set`` of the
             model's task (with the study's repeat ratio 0.3 when that task has none), ``n``
             samples, ``seed``.
         task_config: the task of the default test set (default: the model's task).
@@ -416,7 +416,7 @@ def head_score_rows(attention: AttentionBySource, thresholds: RoleThresholds) ->
 
 def head_scores(
     model,
-    test_set: Batch | TaskBatch | Tensor | None = None,
+    test_set: TaskBatch | Tensor | None = None,
     *,
     task: Task | None = None,
     task_config: TaskConfig | None = None,
@@ -441,7 +441,7 @@ def head_scores(
     as in :func:`attention_by_source`; ``seed`` is the test-set seed and nothing else).
     ``thresholds`` only sets which patterns each head matches.
     """
-    if task is not None or isinstance(test_set, TaskBatch) or not is_permutation_model(model):
+    if task is not None or bridge_task(model) is None:
         return _task_head_scores(model, test_set, task, hooks, n, seed,
                                  {"task_config": task_config, "thresholds": thresholds, "attention": attention})
     thresholds = check_thresholds(thresholds)

@@ -17,7 +17,8 @@ from perm_circuits.analysis.circuits.criteria import (
     skill_logit_diff,
 )
 from perm_circuits.hooks import HookList
-from perm_circuits.tasks.permutation_data import Batch, TaskConfig
+from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.permutation_data import TaskConfig
 
 __all__ = ["CIRCUIT_MAX_N", "CIRCUIT_TOLERANCE", "SkillCircuit", "skill_circuits"]
 
@@ -100,7 +101,7 @@ class SkillCircuit:
 
 
 def skill_circuits(
-    model, batch: Batch, config: TaskConfig, how: str, hows: tuple[str, ...], hooks: HookList,
+    model, batch: TaskBatch, config: TaskConfig, how: str, hows: tuple[str, ...], hooks: HookList,
     ablation_seed: int, skills: Sequence[str],
 ) -> tuple[SkillCircuit, ...]:
     """Step 5 of :func:`~perm_circuits.analysis.study.verdict.head_roles`: a circuit per skill in ``skills``.
@@ -110,11 +111,11 @@ def skill_circuits(
     ``how`` and :func:`faithfulness_by_mode` under ``hows`` (skills with the same nodes share one
     measurement).  A skill without rows, or whose model F is exactly 0, gets no circuit.
     """
-    first = torch.arange(CIRCUIT_MAX_N, device=batch.inputs.device)
+    first = torch.arange(CIRCUIT_MAX_N, device=batch.tokens.device)
     sub = batch if len(batch) <= CIRCUIT_MAX_N else batch.subset(first)
     with torch.no_grad(), model.hooks(fwd_hooks=list(hooks)):
-        per_row = skill_logit_diff(model(sub.inputs), sub)
-    f_model = {"elimination": per_row[~sub.repeated], "recall": per_row[sub.repeated]}
+        per_row = skill_logit_diff(model(sub.tokens), sub)
+    f_model = {"elimination": per_row[~sub.extras["repeated"]], "recall": per_row[sub.extras["repeated"]]}
     options = dict(task_config=config, hooks=hooks, ablation_seed=ablation_seed)
     measured: dict[tuple[Node, ...], tuple[CircuitMetrics, FaithfulnessByMode]] = {}
     out = []

@@ -39,7 +39,8 @@ from perm_circuits.analysis.study.skill_circuits import CIRCUIT_MAX_N, CIRCUIT_T
 from perm_circuits.evaluate import probe_probabilities
 from perm_circuits.hooks import check_hooks
 from perm_circuits.models import ModelConfig, model_config_of
-from perm_circuits.tasks.permutation_data import Batch, TaskConfig
+from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.permutation_data import TaskConfig
 
 __all__ = ["CIRCUIT_MAX_N", "CIRCUIT_TOLERANCE", "DECISION_MODE", "MODE_REASONS", "RoleVerdict", "SkillCircuit",
            "head_roles", "judge_roles"]
@@ -381,7 +382,7 @@ def _story(claims: Sequence[Claim]) -> bool | None:
 
 def head_roles(
     model,
-    test_set: Batch | None = None,
+    test_set: TaskBatch | None = None,
     *,
     how: str = DECISION_MODE,
     hows: Sequence[str] = HOWS,
@@ -499,7 +500,7 @@ def head_roles(
         options = dict(hooks=hooks, n=n_pair, seed=pair_seed, n_boot=n_boot, task_config=config)
         head_patching = patch_head_outputs(model, **options)
         mlp_patching = patch_mlp(model, **options)
-        signals = {key: recall_signal(value, ordered.inputs) for key, value in logits.items()}
+        signals = {key: recall_signal(value, ordered.tokens) for key, value in logits.items()}
         signals.update(joint_signals)
     probs = probe_probabilities(model, hooks).tolist() if probe and model_config.V == 5 else None
     verdict = judge_roles(scores, ablation, model_config=model_config, how=how, head_patching=head_patching,
