@@ -287,8 +287,8 @@ def circuit_metrics(
     check_seed(subset_seed, "subset_seed")
     label = reference_label(reference)
     reference = None if isinstance(reference, str) else reference
-    if label == "skill" and not (task is not None or metric is not None or isinstance(test_set, (TaskBatch, Tensor))
-                                 or not is_permutation_model(model)):  # the permutation task: each skill alone
+    if label == "skill" and task is None and metric is None and not isinstance(test_set, Tensor) and (
+            own_analysis(model, "circuit_problem") is not None):  # the permutation task: each skill alone
         check_int("n", n, 1)
         if test_set is None:
             test_set = make_test_set(check_task_config(model, task_config), n=n, seed=seed)
@@ -367,8 +367,8 @@ def faithfulness_by_mode(
         raise TypeError("ablate_kwargs must map a mode to a mapping of extra ablate() arguments")
     label = reference_label(reference)
     reference = None if isinstance(reference, str) else reference
-    if label == "skill" and not (task is not None or metric is not None or isinstance(test_set, (TaskBatch, Tensor))
-                                 or not is_permutation_model(model)):  # the permutation task: each skill alone
+    if label == "skill" and task is None and metric is None and not isinstance(test_set, Tensor) and (
+            own_analysis(model, "circuit_problem") is not None):  # the permutation task: each skill alone
         check_int("n", n, 1)
         if test_set is None:
             test_set = make_test_set(check_task_config(model, task_config), n=n, seed=seed)

@@ -29,6 +29,9 @@ def reference_label(reference: object) -> str:
 
 def skill_parts(test_set):
     """``(elimination rows, recall rows)`` of a permutation batch (ValueError when a skill has no row)."""
+    from perm_circuits.tasks.permutation_data import permutation_batch
+
+    test_set = permutation_batch(test_set)  # the repeat flag, rebuilt from the tokens where it is missing
     repeated = test_set.extras["repeated"].bool()
     if not bool(repeated.any()) or bool(repeated.all()):
         raise ValueError("reference='skill' needs both skills in the test set (rows whose last query repeats and "
