@@ -126,9 +126,11 @@ class RoleVerdict:
         return [h.component for h in self.heads if h.role == role]
 
     def columns(self) -> dict[str, str]:
-        """The verdict as flat columns (one table row per model): ``verdict_<how>`` (``"holds"``,
-        ``"fails"`` or ``"open"``), ``role_<how>_<component>`` and ``claim_<how>_<claim>`` for every mode judged."""
-        out = {f"verdict_{how}": {True: "holds", False: "fails", None: "open"}[holds] for how, holds in self.verdict_by_how}
+        """The verdict as flat columns (one table row per model): ``reference`` (where the ablated values came
+        from: ``"test"``, ``"skill"``, ``"custom"``), ``verdict_<how>`` (``"holds"``, ``"fails"`` or ``"open"``),
+        ``role_<how>_<component>`` and ``claim_<how>_<claim>`` for every mode judged."""
+        out = {"reference": self.reference}
+        out |= {f"verdict_{how}": {True: "holds", False: "fails", None: "open"}[holds] for how, holds in self.verdict_by_how}
         for item in (*self.heads, *self.mlps):
             for how, role in item.role_by_how:
                 out[f"role_{how}_{item.component}"] = role
