@@ -33,8 +33,9 @@ task's elimination and recall): ``"test"``, the whole test set (both skills mixe
 the library's default); ``"skill"``, the skill's own rows (each skill is ablated with its own mean, resampled
 from its own rows).  The choice can change a component's role: a head that only tells the skills apart (a
 repeat detector) carries nothing within one skill, so against the skill's own rows its ablation removes
-nothing.  Roles, claims, circuit criteria, discovery (:func:`~perm_circuits.discovery.skills.discover_skills`)
-and the census fingerprints take it as ``reference=`` and record it."""
+nothing.  Roles, claims, circuit criteria, circuit proposals, discovery
+(:func:`~perm_circuits.discovery.skills.discover_skills`) and the census fingerprints take it as ``reference=``
+and record it (roles and circuit criteria also take a batch of one's own, recorded as ``"custom"``)."""
 
 
 def check_reference_name(reference: object) -> str:

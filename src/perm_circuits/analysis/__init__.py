@@ -52,13 +52,13 @@ __all__ += [
 
 # --- IOI-style circuit evaluation: faithfulness, completeness, minimality (circuit)
 from perm_circuits.analysis.circuits.criteria import (  # noqa: E402
-    CircuitMetrics, FaithfulnessByMode, FaithfulnessRow, Node, NodeMinimality, SubgroupCircuitMetrics,
-    circuit_metrics, faithfulness_by_mode, parse_circuit, propose_circuit,
+    CircuitMetrics, FaithfulnessByMode, FaithfulnessRow, Node, NodeMinimality, ProposedCircuit,
+    SubgroupCircuitMetrics, circuit_metrics, faithfulness_by_mode, parse_circuit, propose_circuit,
 )
 
 __all__ += [
-    "CircuitMetrics", "FaithfulnessByMode", "FaithfulnessRow", "Node", "NodeMinimality", "SubgroupCircuitMetrics",
-    "circuit_metrics", "faithfulness_by_mode", "parse_circuit", "propose_circuit",
+    "CircuitMetrics", "FaithfulnessByMode", "FaithfulnessRow", "Node", "NodeMinimality", "ProposedCircuit",
+    "SubgroupCircuitMetrics", "circuit_metrics", "faithfulness_by_mode", "parse_circuit", "propose_circuit",
 ]
 
 # --- multi-layer circuit scores: previous-token, induction, duplicate-token (induction)

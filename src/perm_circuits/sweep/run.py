@@ -85,7 +85,7 @@ def parse_curve(cell: Any) -> list[float]:
 
 def roles_columns(model, task_config: TaskConfig, *, n: int, n_pair: int, n_boot: int,
                   hows=None) -> dict[str, Any]:
-    """``verdict_<how>``, ``role_<how>_<component>``, ``claim_<how>_<claim>`` for every ablation mode in
+    """``reference``, ``verdict_<how>``, ``role_<how>_<component>``, ``claim_<how>_<claim>`` for every ablation mode in
     ``hows`` (default :data:`~perm_circuits.analysis.HOWS`), from one
     :func:`~perm_circuits.analysis.head_roles` without its circuit step."""
     hows = tuple(HOWS if hows is None else hows)
@@ -94,7 +94,7 @@ def roles_columns(model, task_config: TaskConfig, *, n: int, n_pair: int, n_boot
     return verdict.columns()
 
 
-ANALYSIS_PREFIXES = ("recall_gen_x", "verdict_", "role_", "claim_")
+ANALYSIS_PREFIXES = ("recall_gen_x", "reference", "verdict_", "role_", "claim_")
 """Row columns that :func:`analysis_columns` produces (and a re-analysis replaces)."""
 
 

@@ -79,6 +79,7 @@ from perm_circuits.analysis.circuits.results import (
     FaithfulnessByMode,
     FaithfulnessRow,
     NodeMinimality,
+    ProposedCircuit,
     SubgroupCircuitMetrics,
 )
 from perm_circuits.analysis.circuits.runs import (
@@ -110,6 +111,7 @@ __all__ = [
     "FaithfulnessRow",
     "Node",
     "NodeMinimality",
+    "ProposedCircuit",
     "SubgroupCircuitMetrics",
     "circuit_metrics",
     "faithfulness_by_mode",
@@ -412,11 +414,11 @@ def propose_circuit(
     seed: int = 1234,
     task_config: TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
-    reference: TaskBatch | Tensor | None = None,
+    reference: TaskBatch | Tensor | str | None = None,
     ablation_seed: int = 0,
     ablate_kwargs: Mapping | None = None,
     progress: bool = False,
-) -> tuple[Node, ...]:
+) -> ProposedCircuit:
     """A proposed circuit for ``skill`` (``"elimination"`` or ``"recall"``): F's subgroup of that name.
 
     1. Candidates: every head and MLP at every position class in ``where`` (default: the last
@@ -430,8 +432,10 @@ def propose_circuit(
 
     On any task ``skill`` is ``"all"`` and ``where`` uses ``all``, ``last``, ``context``, ``p{k}``.
     ``seed`` is the test-set seed, ``ablation_seed`` the resample seed; the other arguments as in
-    :func:`circuit_metrics`.  Nodes in canonical order; one forward per
-    candidate plus one per tried circuit.
+    :func:`circuit_metrics`; ``reference`` as there (``"skill"`` on the permutation task: the proposal runs on
+    the ``skill`` rows alone, their own means / resample source).  Returns a :class:`ProposedCircuit`: the
+    nodes in canonical order (equal to their plain tuple), with ``.reference`` (``"test"``, ``"skill"``,
+    ``"custom"`` for a batch).  One forward per candidate plus one per tried circuit.
     """
     if skill not in (*SUBGROUPS, "all"):
         raise ValueError(f"skill must be one of {SUBGROUPS}, got {skill!r} ('all' on any task's model)")
@@ -439,6 +443,14 @@ def propose_circuit(
         raise TypeError(f"where must be a non-empty sequence of position classes, got {where!r}")
     for name, value in (("threshold", threshold), ("tolerance", tolerance)):
         check_number(name, value, low=0, finite=False)
+    label = reference_label(reference)
+    reference = None if isinstance(reference, str) else reference
+    if label == "skill" and skill in SUBGROUPS and task is None and metric is None and not isinstance(
+            test_set, Tensor) and own_analysis(model, "circuit_problem") is not None:  # the skill's rows alone
+        check_int("n", n, 1)
+        if test_set is None:
+            test_set = make_test_set(check_task_config(model, task_config), n=n, seed=seed)
+        test_set = reference = skill_parts(test_set)[SUBGROUPS.index(skill)]
     _, problem, hooks = _setup(model, None, test_set, how, n, seed, task_config, hooks,
                                reference, ablation_seed, ablate_kwargs, progress, task, metric)
     for cls in where:
@@ -470,5 +482,5 @@ def propose_circuit(
         trial = [u for u in circuit if u != v]
         if error(trial) <= tolerance:
             circuit = trial
-    return tuple(sorted(circuit))
+    return ProposedCircuit(sorted(circuit), reference=label)
 

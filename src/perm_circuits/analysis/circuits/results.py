@@ -11,7 +11,10 @@ import pandas as pd
 
 from perm_circuits.analysis.circuits.nodes import SUBGROUPS, Node
 
-__all__ = ["CircuitMetrics", "FaithfulnessByMode", "FaithfulnessRow", "NodeMinimality", "SubgroupCircuitMetrics"]
+__all__ = [
+    "CircuitMetrics", "FaithfulnessByMode", "FaithfulnessRow", "NodeMinimality", "ProposedCircuit",
+    "SubgroupCircuitMetrics",
+]
 
 
 @dataclass(frozen=True)
@@ -127,3 +130,22 @@ class FaithfulnessByMode:
             if row.how == how and row.subgroup == subgroup:
                 return row
         raise KeyError(f"no row for how={how!r}, subgroup={subgroup!r}")
+
+
+class ProposedCircuit(tuple):
+    """Result of :func:`propose_circuit`: its nodes (a tuple of :class:`Node`, canonical order, equal to the
+    plain tuple of the same nodes) and ``reference``, where the ablated values came from while proposing:
+    ``"test"``, ``"skill"`` or ``"custom"`` (a batch)."""
+
+    reference: str
+
+    def __new__(cls, nodes=(), reference: str = "test") -> ProposedCircuit:
+        self = super().__new__(cls, nodes)
+        self.reference = reference
+        return self
+
+    def __repr__(self) -> str:
+        return f"ProposedCircuit({tuple(self)!r}, reference={self.reference!r})"
+
+    def __reduce__(self):
+        return (ProposedCircuit, (tuple(self), self.reference))

@@ -31,10 +31,26 @@ from perm_circuits.hooks import HookList
 from perm_circuits.tasks.base import TaskBatch
 from perm_circuits.tasks.permutation_data import TaskConfig
 
-__all__ = ["REFERENCE_LABELS", "skill_reference_runs"]
+__all__ = ["REFERENCE_LABELS", "skill_reference_runs", "verdict_reference"]
 
-REFERENCE_LABELS = {"test": "the test set", "skill": "each skill's own rows"}
+REFERENCE_LABELS = {"test": "the test set", "skill": "each skill's own rows", "custom": "a batch of one's own"}
 """How each reference is named in sentences and in ``AblationTable.reference``."""
+
+
+def verdict_reference(reference: object, *, batch_allowed: bool = True) -> tuple[str, TaskBatch | None]:
+    """``(label, batch)`` of a roles ``reference``: a name of :data:`~perm_circuits.ablation_modes.REFERENCES`
+    (``batch`` None) or, with ``batch_allowed``, a TaskBatch of one's own (label ``"custom"``); ``"custom"`` is
+    accepted as a label where a result is judged (``batch_allowed=False``).  Anything else: ValueError/TypeError
+    naming it."""
+    from perm_circuits.ablation_modes import check_reference_name
+
+    if isinstance(reference, TaskBatch) and batch_allowed:
+        return "custom", reference
+    if reference == "custom" and not batch_allowed:
+        return "custom", None
+    if not isinstance(reference, str):
+        raise TypeError(f"reference must be a name from REFERENCES or a TaskBatch, got {type(reference).__name__}")
+    return check_reference_name(reference), None
 
 
 def _weighted(a: float, b: float, na: int, nb: int) -> float:

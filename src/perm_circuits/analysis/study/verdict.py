@@ -26,8 +26,7 @@ from perm_circuits.analysis.interventions.core import HOWS
 from perm_circuits.analysis.study.claims import Claim, ClaimTable, study_claims
 from perm_circuits.analysis.circuits.induction_story import InductionStory, induction_story
 from perm_circuits.analysis.study.recall_patching import PatchingSweep, patch_head_outputs, patch_mlp
-from perm_circuits.ablation_modes import check_reference_name
-from perm_circuits.analysis.study.reference import REFERENCE_LABELS, skill_reference_runs
+from perm_circuits.analysis.study.reference import REFERENCE_LABELS, skill_reference_runs, verdict_reference
 from perm_circuits.checks import check_number
 from perm_circuits.analysis.study.roles import (
     HeadRole, MlpRole, Context, ge, judge_head, judge_mlp, pct, mode_label,
@@ -98,7 +97,7 @@ class RoleVerdict:
     verdict_by_how: tuple[tuple[str, bool | None], ...] = ()
     circuits: tuple[SkillCircuit, ...] = ()
     induction: InductionStory | None = None  # n_layers >= 2 only (analysis/circuits/induction_story.py)
-    reference: str = "test"  # where the ablated values come from (perm_circuits.ablation_modes.REFERENCES)
+    reference: str = "test"  # where the ablated values come from (ablation_modes.REFERENCES, "custom": a batch)
 
     @property
     def how_reason(self) -> str:
@@ -126,9 +125,11 @@ class RoleVerdict:
         return [h.component for h in self.heads if h.role == role]
 
     def columns(self) -> dict[str, str]:
-        """The verdict as flat columns (one table row per model): ``verdict_<how>`` (``"holds"``,
-        ``"fails"`` or ``"open"``), ``role_<how>_<component>`` and ``claim_<how>_<claim>`` for every mode judged."""
-        out = {f"verdict_{how}": {True: "holds", False: "fails", None: "open"}[holds] for how, holds in self.verdict_by_how}
+        """The verdict as flat columns (one table row per model): ``reference`` (where the ablated values came
+        from: ``"test"``, ``"skill"``, ``"custom"``), ``verdict_<how>`` (``"holds"``, ``"fails"`` or ``"open"``),
+        ``role_<how>_<component>`` and ``claim_<how>_<claim>`` for every mode judged."""
+        out = {"reference": self.reference}
+        out |= {f"verdict_{how}": {True: "holds", False: "fails", None: "open"}[holds] for how, holds in self.verdict_by_how}
         for item in (*self.heads, *self.mlps):
             for how, role in item.role_by_how:
                 out[f"role_{how}_{item.component}"] = role
@@ -305,11 +306,11 @@ def judge_roles(
             ``("none", "none")``; missing entries count as not measured (an ablation that breaks
             elimination and recall together is then taken to break recall).
         probe: P(y = 1..V) on the study's probe, quoted in the summary.
-        reference: where ``ablation``'s ablated values came from (:data:`~perm_circuits.ablation_modes.REFERENCES`),
-            recorded in the verdict, its roles' sentences and its claims.
+        reference: where ``ablation``'s ablated values came from (:data:`~perm_circuits.ablation_modes.REFERENCES`,
+            or ``"custom"`` for a batch of one's own), recorded in the verdict, its roles' sentences and its claims.
     """
     t = check_thresholds(thresholds)
-    check_reference_name(reference)
+    reference, _ = verdict_reference(reference, batch_allowed=False)
     for name, value, kind, what in (("scores", scores, HeadScores, "HeadScores"),
                                     ("ablation", ablation, AblationTable, "an AblationTable"),
                                     ("model_config", model_config, ModelConfig, "a ModelConfig")):
@@ -398,7 +399,7 @@ def head_roles(
     probe: bool = True,
     circuits: bool = True,
     induction: bool = True,
-    reference: str = "test",
+    reference: str | TaskBatch = "test",
 ) -> RoleVerdict:
     """Assign every head and MLP a role and judge the study's story on ``model``.
 
@@ -461,11 +462,12 @@ def head_roles(
             ``"test"`` (default), the whole test set; ``"skill"``, each skill's own rows (elimination rows
             ablated with values from the elimination rows, recall rows from the recall rows;
             :mod:`~perm_circuits.analysis.study.reference`; the joint eliminator ablation's recall signal is
-            then not measured).  The proposed circuits (step 5) always use the test set.  Recorded in
-            ``RoleVerdict.reference``, its tables and its claims.
+            then not measured); or a TaskBatch of one's own (e.g. a matched counterfactual batch: the mean over,
+            and the resample source drawn from, its rows), recorded as ``"custom"``.  The proposed circuits
+            (step 5) always use the test set.  Recorded in ``RoleVerdict.reference``, its tables and its claims.
     """
     thresholds = check_thresholds(thresholds)
-    check_reference_name(reference)
+    reference, reference_batch = verdict_reference(reference)
     if not isinstance(hows, (list, tuple)) or not hows:
         raise TypeError(f"hows must be a non-empty sequence of modes from {HOWS}, got {hows!r}")
     bad = [h for h in hows if h not in HOWS]
@@ -490,8 +492,9 @@ def head_roles(
         ablation, logits, ordered, joint = skill_reference_runs(model, hows, batch, config, hooks, ablation_seed, scores)
         joint_signals: dict[tuple[str, str], float] = {}
     else:
+        source = "test" if reference_batch is None else reference_batch
         ablation, single, logits = ablation_runs(model, tuple(hows), batch, task_config=config, hooks=hooks,
-                                                  seed=ablation_seed)
+                                                  seed=ablation_seed, reference=source)
         joint, joint_signals = joint_eliminator_rows(model, scores, batch, config, hows, hooks, single)
         ordered = batch
     head_patching = mlp_patching = None
