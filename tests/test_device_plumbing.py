@@ -48,6 +48,8 @@ CPU_SIDE: dict[tuple[str, str], str] = {
     ("tasks/permutation_data.py", "exhaustive_batch"): "the enumerated batch, data side",
     ("tasks/permutation_data.py", "make_sequence"): "one hand-written sequence from Python ints",
     ("discovery/tracr_models.py", "TracrModel.encode"): "token ids from a Python vocabulary, like a task batch",
+    ("discovery/tracr_models.py", "TracrModel.encode_padded"): "padded token ids from a Python vocabulary, data side",
+    ("discovery/tracr_models.py", "TracrModel.batch"): "the program's domain as a batch, data side",
     # training internals that must stay on the CPU
     ("train.py", "_optimizer_tensors"): "optimizer step counts serialised into a CPU checkpoint",
     ("stacked.py", "stacked_forward.drop"): "dropout masks drawn on each member's CPU generator, moved at once",

@@ -1,4 +1,4 @@
-"""The fingerprint's per-reference roles and hypothesis recoveries (issue 29) on the weight-built induction
+"""The fingerprint's per-reference roles and hypothesis recoveries on the weight-built induction
 model, whose mechanism reads content (the previous-token and induction heads), never the skill label."""
 
 from __future__ import annotations

@@ -92,12 +92,12 @@ class DiscoveryResult:
 
 def metric_name(metric: object) -> str:
     """A metric's name for captions: ``"target log-prob"`` for the default
-    (:func:`~perm_circuits.discovery.interventions.target_logprob_metric`), else the callable's
+    (:func:`~perm_circuits.metric.pooled_target_logprob`) and the per-row one, else the callable's
     ``name`` attribute or ``__name__`` (``"custom metric"`` for a lambda or a nameless callable)."""
     name = getattr(metric, "name", None)
     if isinstance(name, str) and name:
         return name
-    if "target_logprob_metric" in getattr(metric, "__qualname__", ""):
+    if "target_logprob" in getattr(metric, "__qualname__", ""):  # perm_circuits.metric's, the default included
         return "target log-prob"
     name = getattr(metric, "__name__", "")
     return name if name and name != "<lambda>" else "custom metric"

@@ -1,4 +1,4 @@
-"""The ablation reference as an argument of the roles and claims (issue 28 item 3): ``reference="test"``
+"""The ablation reference as an argument of the roles and claims: ``reference="test"``
 (the whole test set) vs ``"skill"`` (each skill's own rows), on the shipped d32h2."""
 
 from __future__ import annotations

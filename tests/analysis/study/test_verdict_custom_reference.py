@@ -1,5 +1,5 @@
 """head_roles(reference=<a TaskBatch>): a batch of one's own as the ablation reference, recorded as "custom"
-(issue 28 item 3), on the shipped d32h2."""
+on the shipped d32h2."""
 
 from __future__ import annotations
 

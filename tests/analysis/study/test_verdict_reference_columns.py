@@ -1,4 +1,4 @@
-"""RoleVerdict.columns() (the sweep / census row of a verdict) carries the verdict's reference (issue 28 item 3),
+"""RoleVerdict.columns() (the sweep / census row of a verdict) carries the verdict's reference,
 on the shipped d32h2 under mean ablation."""
 
 from __future__ import annotations

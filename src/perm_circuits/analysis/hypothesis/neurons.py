@@ -98,13 +98,13 @@ class NeuronRules:
         width = 1 + max(r.neuron for r in self.rules)
         out: dict[tuple[int, int], Tensor] = {}
         for (layer, position, features), rules in groups.items():
-            target = out.setdefault((layer, position), torch.full((tokens.shape[0], width), float("nan")))
+            target = out.setdefault((layer, position), torch.full((tokens.shape[0], width), float("nan"), device=tokens.device))
             coded = [f.codes(tokens) for f in features]
-            index = _joint([c for c, _ in coded]) if features else torch.zeros(tokens.shape[0], dtype=torch.long)
-            first = torch.full((int(index.max()) + 1,), len(index), dtype=torch.long).scatter_reduce_(
-                0, index, torch.arange(len(index)), "amin").tolist()
+            index = _joint([c for c, _ in coded]) if features else torch.zeros(tokens.shape[0], dtype=torch.long, device=tokens.device)
+            first = torch.full((int(index.max()) + 1,), len(index), dtype=torch.long, device=index.device).scatter_reduce_(
+                0, index, torch.arange(len(index), device=index.device), "amin").tolist()
             keys = [tuple(values[int(c[row])] for c, values in coded) for row in first]
-            table = torch.tensor([[r.table.get(key, r.default) for r in rules] for key in keys])
+            table = torch.tensor([[r.table.get(key, r.default) for r in rules] for key in keys], device=tokens.device)
             target[:, [r.neuron for r in rules]] = table[index]
         return out
 
@@ -156,7 +156,7 @@ def _r2(acts: Tensor, codes: Tensor, sst: Tensor, sumsq: Tensor) -> Tensor:
     """``R^2`` per neuron of the group-mean table of ``codes`` (dense ints ``0..G-1``): the residual sum of
     squares is ``sum a^2 - sum_g S_g^2 / n_g`` (``S_g`` a group's sum)."""
     groups = int(codes.max()) + 1
-    sums = torch.zeros(groups, acts.shape[1], dtype=acts.dtype).index_add_(0, codes, acts)
+    sums = torch.zeros(groups, acts.shape[1], dtype=acts.dtype, device=acts.device).index_add_(0, codes, acts)
     counts = torch.bincount(codes, minlength=groups).to(acts.dtype)
     sse = (sumsq - (sums * sums / counts[:, None]).sum(0)).clamp_min(0)
     return torch.where(sst > 0, 1 - sse / sst.clamp_min(1e-30), torch.ones_like(sst))
@@ -186,7 +186,7 @@ def _greedy(acts: Tensor, codes: list[Tensor], max_features: int, min_gain: floa
 
     start = tuple(sorted(required))
     chosen: list[tuple[int, ...]] = [start] * n
-    best = score(start) if start else torch.where(sst > 0, torch.zeros(n, dtype=acts.dtype), torch.ones(n, dtype=acts.dtype))
+    best = score(start) if start else torch.where(sst > 0, torch.zeros(n, dtype=acts.dtype, device=acts.device), torch.ones(n, dtype=acts.dtype, device=acts.device))
     best = best.clone()
     for _ in range(max_features - len(start)):
         grown = False
@@ -288,11 +288,11 @@ def _table(acts: Tensor, codes: list[Tensor], columns: list[list], combo: tuple[
         return {(): float(acts.mean())}
     if combo not in memo:
         joint = _joint([codes[i] for i in combo])
-        first = torch.full((int(joint.max()) + 1,), len(joint), dtype=torch.long).scatter_reduce_(
-            0, joint, torch.arange(len(joint)), "amin")
+        first = torch.full((int(joint.max()) + 1,), len(joint), dtype=torch.long, device=joint.device).scatter_reduce_(
+            0, joint, torch.arange(len(joint), device=joint.device), "amin")
         keys = [tuple(columns[i][int(codes[i][row])] for i in combo) for row in first.tolist()]
         memo[combo] = keys, joint
     keys, joint = memo[combo]
-    sums = torch.zeros(len(keys), dtype=acts.dtype).index_add_(0, joint, acts)
+    sums = torch.zeros(len(keys), dtype=acts.dtype, device=acts.device).index_add_(0, joint, acts)
     means = (sums / torch.bincount(joint, minlength=len(keys)).to(acts.dtype)).tolist()
     return dict(zip(keys, means))

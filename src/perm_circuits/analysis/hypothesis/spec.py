@@ -83,7 +83,7 @@ class Feature:
         if not self.batched:
             table: dict = {}
             codes = [table.setdefault(v, len(table)) for v in self.values(tokens)]
-            return torch.tensor(codes, dtype=torch.long), list(table)
+            return torch.tensor(codes, dtype=torch.long, device=tokens.device), list(table)
         out = self.fn(tokens)
         if not isinstance(out, Tensor) or out.ndim == 0 or out.shape[0] != tokens.shape[0]:
             self.values(tokens)  # raises the one error message

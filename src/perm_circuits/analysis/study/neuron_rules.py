@@ -47,7 +47,7 @@ VARIANTS = ("keep", "mean", "rule")
 def _mask(ys: Tensor) -> Tensor:
     """The set of values in each row of ``ys`` as a bitmask (bit ``v - 1`` for value ``v``)."""
     if ys.shape[1] == 0:
-        return torch.zeros(ys.shape[0], dtype=torch.long)
+        return torch.zeros(ys.shape[0], dtype=torch.long, device=ys.device)
     return (1 << (ys - 1)).sum(1)
 
 
