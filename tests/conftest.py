@@ -1,43 +1,26 @@
 """Test set-up: runtime shape/type checking of perm_circuits with jaxtyping + beartype.
 
-The import hook must be installed before anything imports perm_circuits, which is why it lives
-at the top of the root conftest.
+The import hook must be installed before anything imports perm_circuits: ``pytest_configure``
+installs it before any test module is collected, in every process that runs tests (a plain run,
+or each xdist worker).  The xdist controller runs no test, so it skips the hook and its imports
+(seconds of the suite's start).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 # Two workers share two cores: one thread each, and the same for what they start (notebook kernels,
 # CLI subprocesses, pool and Ray workers), so no process oversubscribes the cores.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
-
-from jaxtyping import install_import_hook  # noqa: E402
-
-with install_import_hook("perm_circuits", "beartype.beartype"):
-    import perm_circuits  # noqa: F401,E402
-    import perm_circuits.evaluate  # noqa: F401,E402
-    import perm_circuits.posterior  # noqa: F401,E402
-    import perm_circuits.tasks.permutation_data  # noqa: F401,E402
-    import perm_circuits.train  # noqa: F401,E402
-    import perm_circuits.analysis  # noqa: F401,E402
-    import perm_circuits.views  # noqa: F401,E402
-    import perm_circuits.views.figures  # noqa: F401,E402
-    import perm_circuits.views.circuit_graph  # noqa: F401,E402
-    import perm_circuits.discovery  # noqa: F401,E402
-    import perm_circuits.discovery.ground_truth  # noqa: F401,E402
-    import perm_circuits.discovery.scoring  # noqa: F401,E402
-    import perm_circuits.reports  # noqa: F401,E402
-
-    for _name in perm_circuits.discovery.__all__:  # lazy too: load them under the hook
-        getattr(perm_circuits.discovery, _name)
-
-    # The package's top-level names load on first use; load them all under the hook so every
-    # module they come from is checked, as when `import perm_circuits` loaded them eagerly.
-    for _name in perm_circuits.__all__:
-        getattr(perm_circuits, _name)
+# Cache bytecode even where the environment says not to (PYTHONDONTWRITEBYTECODE): every worker,
+# notebook kernel and CLI subprocess imports the package, and compiling its sources (and the type
+# checker's rewritten modules) each time costs seconds per process.  __pycache__ is git-ignored.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -46,6 +29,33 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+
+def _install_type_checks() -> None:
+    """Import perm_circuits (every module the tests reach) under jaxtyping's beartype import hook."""
+    from jaxtyping import install_import_hook
+
+    with install_import_hook("perm_circuits", "beartype.beartype"):
+        import perm_circuits
+        import perm_circuits.analysis  # noqa: F401
+        import perm_circuits.discovery
+        import perm_circuits.discovery.ground_truth  # noqa: F401
+        import perm_circuits.discovery.scoring  # noqa: F401
+        import perm_circuits.evaluate  # noqa: F401
+        import perm_circuits.posterior  # noqa: F401
+        import perm_circuits.reports  # noqa: F401
+        import perm_circuits.tasks.permutation_data  # noqa: F401
+        import perm_circuits.train  # noqa: F401
+        import perm_circuits.views  # noqa: F401
+        import perm_circuits.views.circuit_graph  # noqa: F401
+        import perm_circuits.views.figures  # noqa: F401
+
+        for name in perm_circuits.discovery.__all__:  # lazy too: load them under the hook
+            getattr(perm_circuits.discovery, name)
+        # The package's top-level names load on first use; load them all under the hook so every
+        # module they come from is checked, as when `import perm_circuits` loaded them eagerly.
+        for name in perm_circuits.__all__:
+            getattr(perm_circuits, name)
 
 
 # ----------------------------------------------------------------------------- scheduling
@@ -62,6 +72,9 @@ DEFAULT_SECONDS = 1.0
 def pytest_configure(config):
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False  # keep the order pytest_collection_modifyitems gives
+    xdist_controller = bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+    if not xdist_controller:
+        _install_type_checks()
 
 
 @pytest.hookimpl(trylast=True)
