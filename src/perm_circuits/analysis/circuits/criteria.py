@@ -93,7 +93,7 @@ from perm_circuits.analysis.circuits.runs import (
 from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, check_how, reference_tokens
 from perm_circuits.analysis.interventions.patching import metric_values
 from perm_circuits.metric import bind_metric, check_metric
-from perm_circuits.analysis.circuits.reference import merge_skill_metrics, reference_label, skill_parts
+from perm_circuits.analysis.circuits.reference import merge_skill_metrics, reference_label, skill_parts, skill_split
 from perm_circuits.analysis.interventions.ablation_table import components_of
 from perm_circuits.analysis.probes.task_attribution import model_label
 from perm_circuits.checks import check_number
@@ -289,15 +289,12 @@ def circuit_metrics(
     check_seed(subset_seed, "subset_seed")
     label = reference_label(reference)
     reference = None if isinstance(reference, str) else reference
-    if label == "skill" and task is None and metric is None and not isinstance(test_set, Tensor) and (
-            own_analysis(model, "circuit_problem") is not None):  # the permutation task: each skill alone
-        check_int("n", n, 1)
-        if test_set is None:
-            test_set = make_test_set(check_task_config(model, task_config), n=n, seed=seed)
+    skills = skill_split(model, label, test_set, task=task, metric=metric, task_config=task_config, n=n, seed=seed)
+    if skills is not None:  # the permutation task: each skill against its own rows
         options = dict(how=how, task_config=task_config, hooks=hooks, max_exhaustive=max_exhaustive,
                        n_subsets=n_subsets, subset_seed=subset_seed, ablation_seed=ablation_seed,
                        ablate_kwargs=ablate_kwargs, progress=progress)
-        parts = [circuit_metrics(model, circuit, part, reference=part, **options) for part in skill_parts(test_set)]
+        parts = [circuit_metrics(model, circuit, part, reference=part, **options) for part in skills]
         return merge_skill_metrics(*parts)
     nodes, problem, hooks = _setup(model, circuit, test_set, how, n, seed, task_config, hooks,
                                    reference, ablation_seed, ablate_kwargs, progress, task, metric)
@@ -369,14 +366,11 @@ def faithfulness_by_mode(
         raise TypeError("ablate_kwargs must map a mode to a mapping of extra ablate() arguments")
     label = reference_label(reference)
     reference = None if isinstance(reference, str) else reference
-    if label == "skill" and task is None and metric is None and not isinstance(test_set, Tensor) and (
-            own_analysis(model, "circuit_problem") is not None):  # the permutation task: each skill alone
-        check_int("n", n, 1)
-        if test_set is None:
-            test_set = make_test_set(check_task_config(model, task_config), n=n, seed=seed)
+    skills = skill_split(model, label, test_set, task=task, metric=metric, task_config=task_config, n=n, seed=seed)
+    if skills is not None:  # the permutation task: each skill against its own rows
         parts = [faithfulness_by_mode(model, circuit, part, hows=hows, task_config=task_config, hooks=hooks,
                                       reference=part, ablation_seed=ablation_seed, ablate_kwargs=ablate_kwargs,
-                                      progress=progress) for part in skill_parts(test_set)]
+                                      progress=progress) for part in skills]
         rows = tuple(row for part, group in zip(parts, ("elimination", "recall")) for row in part.rows
                      if row.subgroup == group)
         return FaithfulnessByMode(parts[0].model_name, parts[0].circuit, rows, reference="skill")

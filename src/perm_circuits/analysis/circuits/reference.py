@@ -14,7 +14,7 @@ from dataclasses import replace
 from perm_circuits.ablation_modes import check_reference_name
 from perm_circuits.analysis.circuits.results import CircuitMetrics
 
-__all__ = ["merge_skill_metrics", "reference_label", "skill_parts"]
+__all__ = ["merge_skill_metrics", "reference_label", "skill_parts", "skill_split"]
 
 
 def reference_label(reference: object) -> str:
@@ -44,3 +44,23 @@ def merge_skill_metrics(elimination: CircuitMetrics, recall: CircuitMetrics) -> 
     second, ``reference = "skill"``."""
     return replace(elimination, n_samples=elimination.n_samples + recall.n_samples, recall=recall.recall,
                    reference="skill")
+
+
+def skill_split(model, label: str, test_set, *, task, metric, task_config, n: int, seed: int):
+    """``(elimination rows, recall rows)`` of the test set when ``label`` is ``"skill"`` and the model's
+    own task measures each skill (the permutation task, with no ``task=`` / ``metric=`` / token ids
+    overriding it); ``None`` otherwise (the reference is then the test set or the given batch)."""
+    from torch import Tensor
+
+    from perm_circuits.analysis.interventions.checks import check_int, check_task_config
+    from perm_circuits.tasks.base import own_analysis
+    from perm_circuits.tasks.permutation_data import make_test_set
+
+    if label != "skill" or task is not None or metric is not None or isinstance(test_set, Tensor):
+        return None
+    if own_analysis(model, "circuit_problem") is None:
+        return None
+    check_int("n", n, 1)
+    if test_set is None:
+        test_set = make_test_set(check_task_config(model, task_config), n=n, seed=seed)
+    return skill_parts(test_set)
