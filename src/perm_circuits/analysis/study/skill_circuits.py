@@ -102,21 +102,23 @@ class SkillCircuit:
 
 def skill_circuits(
     model, batch: TaskBatch, config: TaskConfig, how: str, hows: tuple[str, ...], hooks: HookList,
-    ablation_seed: int, skills: Sequence[str],
+    ablation_seed: int, skills: Sequence[str], reference: str | TaskBatch = "test",
 ) -> tuple[SkillCircuit, ...]:
     """Step 5 of :func:`~perm_circuits.analysis.study.verdict.head_roles`: a circuit per skill in ``skills``.
 
     Proposed with :func:`propose_circuit` under ``how`` on the first :data:`CIRCUIT_MAX_N` rows of
     ``batch`` (tolerance :data:`CIRCUIT_TOLERANCE`), measured with :func:`circuit_metrics` under
     ``how`` and :func:`faithfulness_by_mode` under ``hows`` (skills with the same nodes share one
-    measurement).  A skill without rows, or whose model F is exactly 0, gets no circuit.
+    measurement).  A skill without rows, or whose model F is exactly 0, gets no circuit.  ``reference``
+    (``"test"``, ``"skill"`` or a batch) is the verdict's: every proposal and measurement draws its
+    ablated values from it (:mod:`~perm_circuits.analysis.circuits.reference`).
     """
     first = torch.arange(CIRCUIT_MAX_N, device=batch.tokens.device)
     sub = batch if len(batch) <= CIRCUIT_MAX_N else batch.subset(first)
     with torch.no_grad(), model.hooks(fwd_hooks=list(hooks)):
         per_row = skill_logit_diff(model(sub.tokens), sub)
     f_model = {"elimination": per_row[~sub.extras["repeated"]], "recall": per_row[sub.extras["repeated"]]}
-    options = dict(task_config=config, hooks=hooks, ablation_seed=ablation_seed)
+    options = dict(task_config=config, hooks=hooks, ablation_seed=ablation_seed, reference=reference)
     measured: dict[tuple[Node, ...], tuple[CircuitMetrics, FaithfulnessByMode]] = {}
     out = []
     with shared_ablations():  # each component's ablation is built once for every skill and measurement

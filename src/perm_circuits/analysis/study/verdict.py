@@ -464,7 +464,7 @@ def head_roles(
             :mod:`~perm_circuits.analysis.study.reference`; the joint eliminator ablation's recall signal is
             then not measured); or a TaskBatch of one's own (e.g. a matched counterfactual batch: the mean over,
             and the resample source drawn from, its rows), recorded as ``"custom"``.  The proposed circuits
-            (step 5) always use the test set.  Recorded in ``RoleVerdict.reference``, its tables and its claims.
+            (step 5) draw from the same reference.  Recorded in ``RoleVerdict.reference``, its tables and its claims.
     """
     thresholds = check_thresholds(thresholds)
     reference, reference_batch = verdict_reference(reference)
@@ -515,5 +515,6 @@ def head_roles(
     if not circuits:
         return verdict
     skills = ("elimination", "recall") if head_patching is not None else ("elimination",)
+    source = reference if reference_batch is None else reference_batch
     return replace(verdict, circuits=skill_circuits(model, batch, config, how, tuple(hows), hooks, ablation_seed,
-                                                      skills))
+                                                      skills, source))
