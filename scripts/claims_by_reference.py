@@ -26,8 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=["d16h1", "d32h1", "d32h2"])
     parser.add_argument("--force", action="store_true", help="overwrite --out")
     args = parser.parse_args(argv)
-    if args.out.exists() and not args.force:
-        print(f"error: {args.out} exists (pass --force to overwrite)", file=sys.stderr)
+    from perm_circuits.outputs import check_new_file
+
+    try:  # before any work: an existing table (without --force) or an unwritable path
+        check_new_file(args.out, force=args.force)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     import torch
 

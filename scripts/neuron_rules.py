@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     from perm_circuits.analysis.study.neuron_rules import (
         THRESHOLD, exhaustive_sets, fit_model_rules, held_out_r2, replacement_retention,
     )
+    from perm_circuits.outputs import check_new_file
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/neuron_rules.csv")
@@ -41,9 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="overwrite existing tables")
     args = parser.parse_args(argv)
     outs = [Path(args.out), Path(args.retention)]
-    existing = [str(p) for p in outs if p.exists()]
-    if existing and not args.force:
-        print(f"error: {existing[0]} exists; pass --force to overwrite it", file=sys.stderr)
+    try:  # before any work: an existing table (without --force) or an unwritable path
+        for path, label in zip(outs, ("--out", "--retention")):
+            check_new_file(path, force=args.force, label=label)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     torch.set_num_threads(1)
     neurons, kept = [], []
