@@ -29,6 +29,7 @@ import torch
 
 from perm_circuits._util import atomic_write, atomic_write_text, json_safe, loads_json
 from perm_circuits.models import CONFIG_FILE, WEIGHTS_FILE
+from perm_circuits.sweep.lock import LOCK_FILE
 
 __all__ = ["SWEEP_KIND", "checkpoint_files", "clean_stale", "export_parquet", "finished_runs", "guarded_row", "holds_sweep_rows", "load_rows",
            "load_sweep", "versions", "write_checkpoint", "write_row"]
@@ -45,8 +46,6 @@ SWEEP_KIND = "sweep"
 def holds_sweep_rows(folder: Path) -> bool:
     """Whether ``folder`` is a sweep's without its marker: one a driver holds (its ``sweep.lock``), or
     one of a version that wrote no marker (a row in ``runs/``)."""
-    from perm_circuits.sweep.lock import LOCK_FILE
-
     if (folder / LOCK_FILE).is_file():
         return True
     for path in sorted((folder / "runs").glob("*.json"))[:1]:

@@ -488,11 +488,11 @@ def head_roles(
     model_config = model_config_of(model)
 
     scores = head_scores(model, batch, task_config=config, hooks=hooks, thresholds=thresholds)
+    source = reference if reference_batch is None else reference_batch  # what every ablation below draws from
     if reference == "skill":
         ablation, logits, ordered, joint = skill_reference_runs(model, hows, batch, config, hooks, ablation_seed, scores)
         joint_signals: dict[tuple[str, str], float] = {}
     else:
-        source = "test" if reference_batch is None else reference_batch
         ablation, single, logits = ablation_runs(model, tuple(hows), batch, task_config=config, hooks=hooks,
                                                   seed=ablation_seed, reference=source)
         joint, joint_signals = joint_eliminator_rows(model, scores, batch, config, hows, hooks, single)
@@ -515,6 +515,5 @@ def head_roles(
     if not circuits:
         return verdict
     skills = ("elimination", "recall") if head_patching is not None else ("elimination",)
-    source = reference if reference_batch is None else reference_batch
     return replace(verdict, circuits=skill_circuits(model, batch, config, how, tuple(hows), hooks, ablation_seed,
                                                       skills, source))
