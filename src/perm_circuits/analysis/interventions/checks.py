@@ -19,6 +19,7 @@ from perm_circuits.checks import check_int, check_positive_int, check_seed
 from perm_circuits.model_shape import model_shape
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.tasks.base import Task, TaskBatch
+from perm_circuits.tasks.permutation import PermutationTask
 from perm_circuits.tasks.permutation_data import TaskConfig
 
 __all__ = [
@@ -116,15 +117,21 @@ def check_neurons(model, neurons: int | Sequence[int] | Tensor | None) -> list[i
     return check_index_list("neurons", neurons, model_config_of(model).resolved_d_mlp)
 
 
-def check_task_config(model, task_config: object) -> TaskConfig:
-    """``task_config`` (default: the task the model was trained on, ``task_config_of(model)``),
-    checked to be a :class:`~perm_circuits.tasks.permutation_data.TaskConfig` with the model's ``V``."""
-    if task_config is not None and not isinstance(task_config, TaskConfig):
-        raise TypeError(f"task_config must be a TaskConfig or None, got {type(task_config).__name__}")
-    config = task_config if task_config is not None else task_config_of(model)
+def check_task_config(model, task: object, name: str = "task_config") -> TaskConfig:
+    """The permutation task's settings a study analysis runs on: ``task`` (a
+    :class:`~perm_circuits.tasks.PermutationTask` or its
+    :class:`~perm_circuits.tasks.permutation_data.TaskConfig`; default: the task the model was trained
+    on, ``task_config_of(model)``), checked to have the model's ``V``.  ``name`` is the argument the
+    caller's user passed (``task=`` in the public tools)."""
+    if isinstance(task, PermutationTask):
+        task = task.config
+    if task is not None and not isinstance(task, TaskConfig):
+        raise TypeError(f"{name} must be a PermutationTask, a TaskConfig or None on a permutation-lookup model, "
+                        f"got {type(task).__name__}")
+    config = task if task is not None else task_config_of(model)
     V = model_config_of(model).V
     if config.V != V:
-        raise ValueError(f"task_config has V={config.V} but the model has V={V}")
+        raise ValueError(f"{name} has V={config.V} but the model has V={V}")
     return config
 
 
