@@ -23,6 +23,7 @@ text outputs (``text/plain`` and stdout) equal the committed ones, except in cel
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import os
 import sys
@@ -30,6 +31,7 @@ import tempfile
 from pathlib import Path
 
 import nbformat
+from jupyter_client import KernelManager
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,21 +45,53 @@ TIMEOUT = 600
 """Seconds one cell may run."""
 
 
-def execute(path: str | os.PathLike, *, timeout: int = TIMEOUT) -> nbformat.NotebookNode:
-    """``path`` executed top to bottom in a fresh kernel with the site display on, then :func:`normalise`d.
+RESET = ("import os\n"
+         "os.chdir({folder!r})\n"
+         "%reset -f\n"
+         "import torch as _torch\n"
+         "_torch.manual_seed(67280421310721)  # a fresh process's default seed\n"
+         "del _torch")
+"""First cell on a shared kernel: an empty namespace, the notebook's own working folder, and torch's
+global generator as a fresh process has it (so a notebook runs as it would in a fresh kernel)."""
+
+
+def execute(path: str | os.PathLike, *, timeout: int = TIMEOUT, kernel=None) -> nbformat.NotebookNode:
+    """``path`` executed top to bottom with the site display on, then :func:`normalise`d.
+
+    By default in a fresh kernel.  ``kernel`` (a started ``jupyter_client.KernelManager``, see
+    :func:`shared_kernel`) runs it on that kernel instead, after a :data:`RESET` cell: the tests
+    execute every notebook on one kernel so that each does not pay the kernel's start and the
+    library's import again.
 
     Raises:
         nbclient.exceptions.CellExecutionError: a cell raised (its traceback is in the message).
     """
     notebook = nbformat.read(path, as_version=4)
     run = copy.deepcopy(notebook)
-    run.cells.insert(0, nbformat.v4.new_code_cell(SETUP))
     with tempfile.TemporaryDirectory(prefix="notebook-") as folder:
+        setup = [SETUP] if kernel is None else [RESET.format(folder=folder), SETUP]
+        for index, source in enumerate(setup):
+            run.cells.insert(index, nbformat.v4.new_code_cell(source))
         client = NotebookClient(run, timeout=timeout, kernel_name="python3", record_timing=False,
-                                resources={"metadata": {"path": folder}})
-        client.execute()
-    run.cells.pop(0)
+                                resources={"metadata": {"path": folder}}, km=kernel)
+        try:
+            client.execute()
+        finally:
+            if kernel is not None and client.kc is not None:
+                client.kc.stop_channels()
+    del run.cells[: len(setup)]
     return normalise(run)
+
+
+@contextlib.contextmanager
+def shared_kernel():
+    """A started python3 kernel for :func:`execute`'s ``kernel``, shut down on exit."""
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel()
+    try:
+        yield manager
+    finally:
+        manager.shutdown_kernel(now=True)
 
 
 def _clean_text(text: str) -> str:

@@ -2,7 +2,8 @@
 
 ``scripts/build_notebooks.py`` executes each notebook once and stores it normalised.  Here each
 notebook is executed once more, the same way (nbclient, the same setup cell, the same
-normalisation), and:
+normalisation) except that the notebooks share one kernel, reset before each (an empty namespace,
+a fresh working folder, torch's default seed), and:
 
 * no cell raises (the notebooks carry their own ``assert`` cells on the numbers they show);
 * every fresh text output (``text/plain`` results and stdout) equals the committed one, except in
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 
 from perm_circuits.views.html import remote_resource_refs
 
@@ -70,10 +72,19 @@ def test_a_plotly_output_holds_no_plotly_js_and_both_formats():
         assert isinstance(traces, list) and traces and all(t["type"] == "scatter" for t in traces)
 
 
+@pytest.fixture(scope="module")
+def kernel():
+    """One kernel for every notebook of this module (each starts from an empty namespace, its own
+    folder and a fresh process's torch seed: ``build_notebooks.RESET``): a kernel's start and the
+    library's import cost about 7 s each time."""
+    with BUILD["shared_kernel"]() as manager:
+        yield manager
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 @pytest.mark.slow
-def test_notebook_executes_and_its_committed_text_outputs_are_current(path):
-    fresh = BUILD["execute"](path, timeout=180)  # raises CellExecutionError (with the traceback) if a cell fails
+def test_notebook_executes_and_its_committed_text_outputs_are_current(path, kernel):
+    fresh = BUILD["execute"](path, timeout=180, kernel=kernel)  # raises CellExecutionError (with the traceback) if a cell fails
     committed = nbformat.read(path, as_version=4)
     assert [c.source for c in fresh.cells] == [c.source for c in committed.cells]
     errors = [o for c in fresh.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
@@ -105,3 +116,19 @@ def test_text_outputs_skip_cells_tagged_nondeterministic():
     assert normal.cells[2].outputs[0].execution_count == 3
     # stdout chunks are merged however the kernel flushed them
     assert BUILD["text_outputs"](normal)[2:] == [(3, "stdout", "3\n4\n")]
+
+
+def test_a_shared_kernel_starts_each_notebook_afresh(kernel, tmp_path):
+    """What one notebook leaves behind (a name, a working folder, torch's generator state) is gone
+    for the next, as in a fresh kernel."""
+    first, second = tmp_path / "first.ipynb", tmp_path / "second.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import os, torch\nleft_behind = 1\nopen('x.txt', 'w').close()\ntorch.manual_seed(5)\nprint(os.listdir('.'))")]),
+        first)
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import os, torch\nprint('left_behind' in globals(), os.listdir('.'), torch.randint(10**6, (1,)).item())")]),
+        second)
+    assert BUILD["text_outputs"](BUILD["execute"](first, timeout=60, kernel=kernel)) == [(0, "stdout", "['x.txt']\n")]
+    fresh = BUILD["text_outputs"](BUILD["execute"](second, timeout=60, kernel=kernel))
+    value = torch.randint(10**6, (1,), generator=torch.Generator().manual_seed(67280421310721)).item()
+    assert fresh == [(0, "stdout", f"False [] {value}\n")]
