@@ -61,12 +61,43 @@ def _install_type_checks() -> None:
 # ----------------------------------------------------------------------------- scheduling
 # The README's command runs two workers with --dist loadfile.  xdist would hand files out by their
 # number of tests; a few slow files (notebooks, browsers, Ray) then start last and one worker idles
-# while the other finishes them.  Instead the files go out heaviest first (longest processing time
-# first), weighed by tests/durations.json (regenerate with scripts/test_durations.py).
+# while the other finishes them.  Instead the work units go out heaviest first (longest processing
+# time first), weighed by tests/durations.json (regenerate with scripts/test_durations.py).
+#
+# A work unit is one test file, except for the files of a SHARED group: they use one per-process
+# cache (a session fixture, an lru_cache) and go to one worker together, so the cached work is
+# done once per run instead of once per worker that happens to get one of the files.
 
 DURATIONS = Path(__file__).with_name("durations.json")
 DEFAULT_SECONDS = 1.0
 """Weight of a test file the durations table does not list yet (a new file)."""
+SHARED = {
+    # test_report's session fixture `report_pages` (two models' report pages), imported by the browser test
+    "report pages": ("tests/views/test_report.py", "tests/views/test_report_browser.py"),
+    # perm_circuits.discovery.tracr_models.cached_tracr_model: the compiled tracr programs (seconds each)
+    "tracr programs": ("tests/discovery/test_tracr.py", "tests/discovery/test_ground_truth.py",
+                       "tests/analysis/test_hypothesis_tracr.py"),
+}
+_UNIT_OF = {path: group for group, paths in SHARED.items() for path in paths}
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its file, or its file's :data:`SHARED` group."""
+    path = nodeid.split("::", 1)[0]
+    return _UNIT_OF.get(path, path)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with :func:`work_unit` as the unit (other modes: xdist's own scheduler)."""
+    if config.getoption("dist", None) != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedCacheScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return SharedCacheScheduling(config, log)
 
 
 def pytest_configure(config):
@@ -79,18 +110,26 @@ def pytest_configure(config):
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
+    """Heaviest work unit first (its files heaviest first), each unit's tests contiguous."""
     try:
         weights = json.loads(DURATIONS.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
-    first_seen = {}
+    file_weight, unit_weight, first_seen = {}, {}, {}
     for index, item in enumerate(items):
-        first_seen.setdefault(item.nodeid.split("::", 1)[0], index)
+        path = item.nodeid.split("::", 1)[0]
+        if path not in file_weight:
+            file_weight[path] = float(weights.get(path, DEFAULT_SECONDS))
+            unit = work_unit(item.nodeid)
+            unit_weight[unit] = unit_weight.get(unit, 0.0) + file_weight[path]
+            first_seen.setdefault(unit, index)
+            first_seen[path] = index
 
     def key(pair):
         index, item = pair
         path = item.nodeid.split("::", 1)[0]
-        return (-float(weights.get(path, DEFAULT_SECONDS)), first_seen[path], index)
+        unit = work_unit(item.nodeid)
+        return (-unit_weight[unit], first_seen[unit], -file_weight[path], first_seen[path], index)
 
     items[:] = [item for _, item in sorted(enumerate(items), key=key)]
 
