@@ -22,7 +22,9 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
+import ast  # noqa: E402
 import json  # noqa: E402
+import re  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -31,11 +33,53 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 
+SHAPE_ANNOTATION = re.compile(r"\b(Float|Int|Bool|Shaped|Num|Real|Integer|UInt|Inexact|Complex)\[")
+"""An annotation that is a jaxtyping array type."""
+typechecker = None
+"""The hook's checker, ``conftest.typechecker`` (beartype): named through this module so that the
+instrumented bytecode cache (tagged by the checker's name) is not shared with a plain jaxtyping hook."""
+
+
+def _checked_closures_only_with_shapes() -> None:
+    """Let jaxtyping's import hook leave alone functions defined inside other functions (hooks,
+    callbacks) unless one of their annotations is an array shape.  The hook decorates every
+    ``def``; a closure is then decorated again each time its enclosing function runs (beartype
+    compiles a new wrapper each time), which made compute-heavy tests about twice as slow as
+    unchecked.  Every module-level function and method stays checked, and so do the closures that
+    carry shapes (two in src/)."""
+    from jaxtyping import _import_hook
+
+    transformer = _import_hook.JaxtypingTransformer
+    if getattr(transformer, "_perm_circuits_closures", False):
+        return
+    decorate = transformer.visit_FunctionDef
+
+    def visit_FunctionDef(self, node):
+        nested = any(isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) for parent in self._parents)
+        annotations = [a.annotation for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs,
+                                              node.args.vararg, node.args.kwarg) if a is not None and a.annotation]
+        if node.returns is not None:
+            annotations.append(node.returns)
+        if nested and not any(SHAPE_ANNOTATION.search(ast.unparse(a)) for a in annotations):
+            self._parents.append(node)
+            self.generic_visit(node)
+            self._parents.pop()
+            return node
+        return decorate(self, node)
+
+    transformer.visit_FunctionDef = visit_FunctionDef
+    transformer._perm_circuits_closures = True
+
+
 def _install_type_checks() -> None:
     """Import perm_circuits (every module the tests reach) under jaxtyping's beartype import hook."""
+    global typechecker
+    import beartype
     from jaxtyping import install_import_hook
 
-    with install_import_hook("perm_circuits", "beartype.beartype"):
+    typechecker = beartype.beartype
+    _checked_closures_only_with_shapes()
+    with install_import_hook("perm_circuits", "conftest.typechecker"):
         import perm_circuits
         import perm_circuits.analysis  # noqa: F401
         import perm_circuits.discovery
