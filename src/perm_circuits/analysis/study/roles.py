@@ -194,7 +194,8 @@ def _ablation_sentence(ctx: Context, row: AblationRow, signal_retention: float) 
     text = (
         f"{mode_label(ctx.how).capitalize()}-ablating it{against}: elimination {pct(base['elimination_accuracy'])} -> "
         f"{pct(row['elimination_accuracy'])}, recall {pct(base['recall_accuracy'])} -> {pct(row['recall_accuracy'])}, "
-        f"steps 1-{ctx.V - 1} MAE {row['early_mae_train'] - base['early_mae_train']:+.3f}, loss {row.test_loss - base.test_loss:+.3f}"
+        f"steps 1-{ctx.V - 1} MAE {row['early_mae_train'] - base['early_mae_train']:+.3f}, "
+        f"loss {row.test_loss - base.test_loss:+.3f}"
     )
     if not math.isnan(signal_retention):
         text += f", recall signal kept {num(signal_retention)}"
