@@ -122,8 +122,11 @@ def _analyses():
             lambda m: ablation_table(m, hows=("zero", "mean", "resample"), test_set=_batch(m)), 1),
         "ablation_table[study, reference]": (
             lambda m: ablation_table(m, hows=("mean",), test_set=_batch(m), reference=_batch(m, seed=4)), 2),
-        "ablation_table[any task]": (
+        "ablation_table[study, task=]": (
             lambda m: ablation_table(m, ("zero", "mean"), _task_batch(m), task=task(m),
+                                     reference=_task_batch(m, 32, 6)), 2),
+        "ablation_table[metric=]": (  # the any-task path
+            lambda m: ablation_table(m, ("zero", "mean"), _task_batch(m), metric=lambda logits, batch: logits[:, -1, 0],
                                      reference=_task_batch(m, 32, 6)), 2),
         "patch_activation": (patch, 2),
         "patch_head_outputs": (lambda m: patch_head_outputs(m, n=32, n_boot=20), 2),

@@ -27,7 +27,8 @@ from perm_circuits.analysis.circuits.criteria import (
 )
 from perm_circuits.analysis.interventions.path_patching import path_patch, path_patching_table
 from perm_circuits.analysis.report_data import task_report_data
-from perm_circuits.analysis.interventions.ablation_table import TaskAblationTable
+from perm_circuits.analysis.interventions.ablation_table import AblationTable
+from perm_circuits.analysis.interventions.permutation_table import ABLATION_METRICS
 from perm_circuits.analysis.probes.task_attribution import target_logit_attribution
 from perm_circuits.analysis.interventions.activation_patching import target_logprob
 from perm_circuits.evaluate import evaluate
@@ -127,8 +128,9 @@ def test_study_bridge_given_a_task_uses_the_task_path():
     task = PermutationTask(TaskConfig())
     metrics = circuit_metrics(model, ["L0H0", "L0H1", "L0MLP"], task=task, n=50, how="zero")
     assert [g.subgroup for g in metrics.subgroups] == ["all"] and metrics.subgroup("all").faithfulness == 1.0
-    table = ablation_table(model, ("zero",), task=task, n=50)
-    assert isinstance(table, TaskAblationTable) and [r.component for r in table.rows] == ["none", "L0H0", "L0H1", "L0MLP"]
+    table = ablation_table(model, ("zero",), task=task, n=50)  # the study's own table, with task's settings
+    assert isinstance(table, AblationTable) and [r.component for r in table.rows] == ["none", "L0H0", "L0H1", "L0MLP"]
+    assert table.task == "permutation" and table.metric_names == ABLATION_METRICS
 
 
 # ----------------------------------------------------------------------------- path patching
@@ -210,7 +212,9 @@ def test_ablation_modules_have_no_cycle_and_the_core_needs_no_task():
     assert not core & {"perm_circuits.tasks.permutation_data", "perm_circuits.models", "perm_circuits.evaluate", "perm_circuits.posterior",
                      "perm_circuits.tasks.permutation_posterior"}
     assert not any(m.startswith("perm_circuits.analysis.") and m != "perm_circuits.analysis.interventions.checks" for m in core)
-    layers = ["core", "hooks", "permutation_table", "ablation_table", "ablation"]
+    # the one ablation table is defined task-free; the study's fills it
+    assert not any("permutation" in m for m in imports("ablation_table"))
+    layers = ["core", "hooks", "ablation_table", "permutation_table", "ablation"]
     for i, name in enumerate(layers):  # each imports only the layers before it
         later = {f"perm_circuits.analysis.interventions.{m}" for m in layers[i:]}
         assert not imports(name) & later, name

@@ -94,25 +94,25 @@ def test_ablation_table_covers_every_head_and_mlp_of_both_layers_under_every_mod
     assert [r.component for r in table.rows] == ["none"] + [c for c in COMPONENTS for _ in HOWS]
     assert {(r.layer, r.head) for r in table.rows if r.component == "L1H1"} == {(1, 1)}
     base = table.baseline
-    assert base.elimination_accuracy == 1.0 and base.recall_accuracy == 1.0
+    assert base["elimination_accuracy"] == 1.0 and base["recall_accuracy"] == 1.0
     # the induction head carries recall: without it every repeated query gets the elimination answer
     for how in ("zero", "mean", "optimal"):
         row = table.get("L1H0", how)
-        assert (row.recall_accuracy, row.elimination_accuracy) == (0.0, 1.0), how
+        assert (row["recall_accuracy"], row["elimination_accuracy"]) == (0.0, 1.0), how
     # so does the previous-token head it reads ...
     for how in ("zero", "mean", "optimal"):
-        assert table.get("L0H0", how).recall_accuracy == 0.0, how
+        assert table.get("L0H0", how)["recall_accuracy"] == 0.0, how
     # ... but it only carries the queries' tokens, which the binding-free reference keeps: no change at all
-    assert table.get("L0H0", "binding_free").loss == pytest.approx(base.loss, abs=1e-6)
-    assert table.get("L0H0", "binding_free").recall_accuracy == 1.0
+    assert table.get("L0H0", "binding_free").test_loss == pytest.approx(base.test_loss, abs=1e-6)
+    assert table.get("L0H0", "binding_free")["recall_accuracy"] == 1.0
     # the elimination head in layer 1: elimination goes, recall stays
     for how in ("zero", "mean", "optimal"):
         row = table.get("L1H1", how)
-        assert (row.elimination_accuracy, row.recall_accuracy) == (0.0, 1.0), how
+        assert (row["elimination_accuracy"], row["recall_accuracy"]) == (0.0, 1.0), how
     # L0H1 has no weights: every mode leaves the model exactly as it is
     for how in HOWS:
         row = table.get("L0H1", how)
-        assert row.loss == pytest.approx(base.loss, abs=1e-6), how
+        assert row.test_loss == pytest.approx(base.test_loss, abs=1e-6), how
     # without the induction head, x5 = x_k gets the elimination answer for every k, not only k = 1
     predictions = _logits(induction, batch.tokens, ablate_head(induction, 1, 0))[:, -1].argmax(-1)
     sources = repeat_source_of(batch.tokens)

@@ -49,7 +49,7 @@ def _mean(model, tokens, scored, hooks=()):
 def test_ablation_table_takes_the_metric(own):
     model, clean, _ = own
     table = ablation_table(model, ["zero", "mean"], clean, metric=metric)
-    assert table.metric_names == ("metric",) and table.n == ROWS
+    assert table.metric_names == ("metric",) and table.n_samples == ROWS
     assert table.baseline.metrics["metric"] == pytest.approx(_mean(model, clean, clean), abs=1e-6)
 
     def zero_head(z, hook):

@@ -317,12 +317,12 @@ def test_ablation_heatmap_from_frame():
 def test_ablation_heatmap_from_analysis(small, test_set, task):
     from perm_circuits.analysis.interventions.ablation import ablation_table
 
-    table = ablation_table(small, ["zero"], test_set, task_config=task)
+    table = ablation_table(small, ["zero"], test_set, task=task)
     fig = F.ablation_heatmap(table)
     frame = table.to_dataframe()
     row = frame[(frame.component == "L0H0") & (frame.how == "zero")].iloc[0]
     trace = fig.data[1]
-    assert _z(trace)[list(trace.y).index("L0H0"), 0] == pytest.approx(row.recall_accuracy)
+    assert _z(trace)[list(trace.y).index("L0H0"), 0] == pytest.approx(row["recall_accuracy"])
     assert fig.layout.title.text.startswith("d16h1")
 
 

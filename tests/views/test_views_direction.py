@@ -27,7 +27,7 @@ RUNNERS = ("analysis", "discovery", "evaluate", "train", "models", "hooks", "sta
 ALLOWED: dict[str, frozenset[str] | None] = {
     "perm_circuits.analysis.figure_results": None,  # results only: every name
     "perm_circuits.analysis.report_data": frozenset({"StudyReportData", "TaskReportData"}),
-    "perm_circuits.analysis.interventions.ablation_table": frozenset({"TaskAblationTable"}),
+    "perm_circuits.analysis.interventions.ablation_table": frozenset({"AblationTable"}),
     "perm_circuits.evaluate": frozenset({"Evaluation", "RecallGeneralisation"}),
     "perm_circuits.train": frozenset({"TrainingHistory"}),
     "perm_circuits.models": frozenset({"describe", "model_config_of"}),  # read the config, run nothing

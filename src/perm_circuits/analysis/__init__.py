@@ -96,7 +96,7 @@ __all__ += ["InductionStory", "induction_story", "judge_induction_story"]
 # --- any task, any hooked model: the any-task ablation table and activation patching over task tokens
 from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS  # noqa: E402
 from perm_circuits.analysis.interventions.ablation_table import (  # noqa: E402
-    TASK_HOWS, TaskAblationRow, TaskAblationTable, ablate_tokens,
+    TASK_HOWS, ablate_tokens,
 )
 from perm_circuits.analysis.interventions.activation_patching import (  # noqa: E402
     TaskPatch, patch_activation, patch_head, target_logprob,
@@ -109,7 +109,7 @@ from perm_circuits.analysis.probes.task_attribution import (  # noqa: E402
 
 __all__ += ["AttentionScores", "TargetAttribution", "TaskReportData", "attention_scores", "target_logit_attribution",
             "target_logprob_gain", "task_report_data"]
-__all__ += ["ANY_TASK_HOWS", "TASK_HOWS", "TaskAblationRow", "TaskAblationTable", "TaskPatch", "ablate_tokens",
+__all__ += ["ANY_TASK_HOWS", "TASK_HOWS", "TaskPatch", "ablate_tokens",
             "patch_activation", "patch_head", "target_logprob"]
 
 # --- hypotheses as objects: causal scrubbing, interchange interventions, replacement by rules (hypothesis)

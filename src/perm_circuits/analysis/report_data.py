@@ -52,7 +52,7 @@ from perm_circuits.analysis.figure_data import (
 )
 from perm_circuits.analysis.figure_results import ExampleActivations, MeanAttention, ProbeDistribution, Walkthrough
 from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, TASK_HOWS
-from perm_circuits.analysis.interventions.ablation_table import TaskAblationTable, components_of
+from perm_circuits.analysis.interventions.ablation_table import AblationTable, components_of
 from perm_circuits.analysis.probes.task_attribution import (
     AttentionScores, TargetAttribution, attention_patterns, attention_scores, target_logit_attribution,
 )
@@ -79,7 +79,7 @@ class TaskReportData:
     labels: tuple[tuple[str, ...], ...]
     patterns: dict[str, Tensor]
     attention: AttentionScores | None
-    ablation: TaskAblationTable | None
+    ablation: AblationTable | None
     ablation_hows: tuple[str, ...]
     patching: tuple[TaskPatch, ...] | None
     attribution: TargetAttribution | None

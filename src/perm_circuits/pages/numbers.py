@@ -155,10 +155,10 @@ def _roles(numbers: Numbers, name: str, model, test_set):
     )
     for row in verdict.ablation.rows:
         prefix = f"{name}.baseline" if row.component == "none" else f"{name}.{row.how}.{row.component}"
-        _put(numbers, f"{prefix}.elimination_accuracy", row.elimination_accuracy)
-        _put(numbers, f"{prefix}.recall_accuracy", row.recall_accuracy)
+        _put(numbers, f"{prefix}.elimination_accuracy", row["elimination_accuracy"])
+        _put(numbers, f"{prefix}.recall_accuracy", row["recall_accuracy"])
         if row.how in ("resample", "binding_free"):
-            _put(numbers, f"{prefix}.follows_reference", row.follows_reference)
+            _put(numbers, f"{prefix}.follows_reference", row["follows_reference"])
     for score in verdict.scores:
         for field in ("elim_y_mass", "elim_entropy", "x_prev_y", "y_self", "dup_repeated", "dup_baseline"):
             _put(numbers, f"{name}.scores.{score.component}.{field}", getattr(score, field))

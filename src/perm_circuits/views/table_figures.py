@@ -149,7 +149,7 @@ def heatmap(
 
 def ablation_heatmap(
     table: Tabular | pd.DataFrame,
-    value: str | Sequence[str] = ("elimination_accuracy", "recall_accuracy"),
+    value: str | Sequence[str] | None = None,
     *,
     x: str = "how",
     y: str = "component",
@@ -158,12 +158,19 @@ def ablation_heatmap(
     """An ablation table as heatmaps: component x ablation mode -> metric, one panel per metric.
 
     ``table`` is :class:`perm_circuits.analysis.interventions.ablation.AblationTable` (or its tidy
-    ``to_dataframe()``: columns ``component``, ``how``, ``elimination_accuracy``,
-    ``recall_accuracy``, ``early_mae_train``, ``loss``...).  The unablated baseline row
+    ``to_dataframe()``: columns ``component``, ``how``, ``layer``, ``head``, the table's metrics
+    (the study's ``elimination_accuracy``, ``recall_accuracy``, ``early_mae_train``...), ``test_loss``
+    and ``delta_<metric>``).  ``value``: the columns to draw; default the table's metrics whose
+    name has ``"accuracy"`` (else its :attr:`~perm_circuits.analysis.interventions.ablation.AblationTable.primary_metric`),
+    on a bare frame ``("elimination_accuracy", "recall_accuracy")``.  The unablated baseline row
     (``component == "none"``) is left out of the grid and quoted in the panel title.
     Accuracy panels share one 0..1 color scale.
     """
     frame = frame_of(table, "table")
+    if value is None:
+        names = getattr(table, "metric_names", None)
+        value = ([m for m in names if "accuracy" in m] or [table.primary_metric] if names
+                 else ("elimination_accuracy", "recall_accuracy"))
     values = [value] if isinstance(value, str) else list(value)
     if not values or not all(isinstance(v, str) for v in values):
         raise TypeError(f"value must be a column name or a list of them, got {value!r}")

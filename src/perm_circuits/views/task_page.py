@@ -25,7 +25,7 @@ import plotly.graph_objects as go
 from torch import Tensor
 
 from perm_circuits._util import atomic_write_text
-from perm_circuits.analysis.interventions.ablation_table import TaskAblationTable
+from perm_circuits.analysis.interventions.ablation_table import AblationTable
 from perm_circuits.analysis.report_data import TaskReportData
 from perm_circuits.circuit import Node
 from perm_circuits.views.attention_figures import head_grid
@@ -39,13 +39,13 @@ from perm_circuits.views.report_html import REPORT_CSS, FigureHTML, html_note, h
 __all__ = ["check_title_page", "render_task_report", "task_ablation_figure"]
 
 
-def task_ablation_figure(table: TaskAblationTable, metric: str | None = None):
+def task_ablation_figure(table: AblationTable, metric: str | None = None):
     """Heatmap: component x ablation mode, coloured by the change in ``metric`` vs the unablated model.
 
-    ``metric`` defaults to the table's :attr:`~TaskAblationTable.primary_metric`.
+    ``metric`` defaults to the table's :attr:`~AblationTable.primary_metric`.
     """
-    if not isinstance(table, TaskAblationTable):
-        raise TypeError(f"table must be a TaskAblationTable, got {type(table).__name__}")
+    if not isinstance(table, AblationTable):
+        raise TypeError(f"table must be an AblationTable, got {type(table).__name__}")
     metric = table.primary_metric if metric is None else metric
     if metric not in table.metric_names:
         raise ValueError(f"metric must be one of {table.metric_names}, got {metric!r}")

@@ -202,20 +202,20 @@ def test_ablation_table_matches_evaluate(model, batch):
     assert not frame.duplicated(["component", "how"]).any()
     assert set(frame.component) == {"none", "L0H0", "L0H1", "L0MLP"}
     base, plain = table.baseline, evaluate(model, batch)
-    assert base.recall_accuracy == plain.recall_accuracy
-    assert base.elimination_accuracy == plain.elimination_accuracy
-    assert base.early_mae_train == plain.early_mae_train
-    assert base.loss == plain.test_loss
+    assert base["recall_accuracy"] == plain.recall_accuracy
+    assert base["elimination_accuracy"] == plain.elimination_accuracy
+    assert base["early_mae_train"] == plain.early_mae_train
+    assert base.test_loss == plain.test_loss
     row = table.get("L0H1", "zero")
     ablated = evaluate(model, batch, hooks=ablate_head(model, 0, 1))
-    assert (row.recall_accuracy, row.loss, row.early_mae_train) == (
+    assert (row["recall_accuracy"], row.test_loss, row["early_mae_train"]) == (
         ablated.recall_accuracy,
         ablated.test_loss,
         ablated.early_mae_train,
     )
     row = table.get("L0MLP", "mean")
     ablated = evaluate(model, batch, hooks=ablate_mlp(model, 0, "mean", reference=batch))
-    assert row.loss == pytest.approx(ablated.test_loss, abs=1e-6)
+    assert row.test_loss == pytest.approx(ablated.test_loss, abs=1e-6)
     assert table.n_recall == int(batch.extras["repeated"].sum())
 
 
@@ -226,17 +226,17 @@ def test_follows_reference_counts_answers_taken_from_the_resampled_row(model, ba
     predictions = run_logits(model, batch.tokens, hooks)[:, -1].argmax(-1)
     rows = resample_rows(len(reference), len(batch), 2)
     expected = (predictions == reference.extras["ys"][rows, -1]).float().mean()
-    assert table.get("L0H1", "resample").follows_reference == pytest.approx(float(expected))
-    assert math.isnan(table.get("L0H1", "zero").follows_reference)
+    assert table.get("L0H1", "resample")["follows_reference"] == pytest.approx(float(expected))
+    assert math.isnan(table.get("L0H1", "zero")["follows_reference"])
 
 
 def test_ablation_table_at_the_last_position_leaves_earlier_steps_alone(model, batch):
     table = ablation_table(model, hows=("zero",), test_set=batch, positions=[-1])
     assert table.positions == (8,)
     for row in table.rows:
-        assert row.early_mae_train == table.baseline.early_mae_train
+        assert row["early_mae_train"] == table.baseline["early_mae_train"]
     ablated = evaluate(model, batch, hooks=ablate_head(model, 0, 0, positions=[8]))
-    assert table.get("L0H0", "zero").recall_accuracy == ablated.recall_accuracy
+    assert table.get("L0H0", "zero")["recall_accuracy"] == ablated.recall_accuracy
 
 
 def test_ablation_table_binding_free_reference(model, batch):
@@ -246,7 +246,7 @@ def test_ablation_table_binding_free_reference(model, batch):
     # row-paired hooks only fit a batch of the reference's size, so not evaluate()'s 1-row probe
     hooks = ablate_head(model, 0, 0, "resample", reference=ref, pairing="row")
     ablated = evaluate_logits(run_logits(model, batch.tokens, hooks), batch, TASK)
-    assert row.loss == pytest.approx(ablated.test_loss, abs=1e-6)
+    assert row.test_loss == pytest.approx(ablated.test_loss, abs=1e-6)
     assert "binding-free" in table.reference
 
 

@@ -82,11 +82,11 @@ def test_zero_and_mean_ablation_disagree_on_a_constant_bias_head(bias_verdict):
     assert v.elimination_accuracy == 1.0 and v.recall_accuracy == 0.0
     table = v.ablation
     # zero ablation removes the constant: token 0 (logit 0) beats or ties every value (logits <= 0)
-    assert table.get("L0H1", "zero").elimination_accuracy == 0.0
-    assert table.get("L0H1", "zero").loss > table.baseline.loss + 0.3
+    assert table.get("L0H1", "zero")["elimination_accuracy"] == 0.0
+    assert table.get("L0H1", "zero").test_loss > table.baseline.test_loss + 0.3
     for how in ("mean", "resample", "binding_free", "optimal"):
         row = table.get("L0H1", how)
-        assert row.elimination_accuracy == 1.0 and row.loss == pytest.approx(table.baseline.loss, abs=1e-5), how
+        assert row["elimination_accuracy"] == 1.0 and row.test_loss == pytest.approx(table.baseline.test_loss, abs=1e-5), how
     h0, h1 = v.heads
     assert h1.role == "unused" and h1.causal_role == "none"
     assert h1.role_by_how == (("zero", "other"), ("mean", "unused"), ("resample", "unused"),
@@ -181,8 +181,8 @@ def test_optimal_constant_reaches_the_closed_form_and_beats_mean_ablation():
     torch.testing.assert_close(logits.log_softmax(-1), q.log(), atol=2e-3, rtol=0)
     # the table and ablate_mlp agree with it
     table = ablation_table(model, hows=("mean", "optimal"), test_set=batch)
-    assert table.get("L0MLP", "optimal").loss == pytest.approx(optimal, abs=1e-5)
-    assert table.get("L0MLP", "optimal").loss <= table.get("L0MLP", "mean").loss
+    assert table.get("L0MLP", "optimal").test_loss == pytest.approx(optimal, abs=1e-5)
+    assert table.get("L0MLP", "optimal").test_loss <= table.get("L0MLP", "mean").test_loss
     via_ablate = loss_with(ablate_mlp(model, 0, "optimal", reference=batch))
     assert via_ablate == pytest.approx(optimal, abs=1e-6)
 
@@ -234,8 +234,8 @@ def test_binding_free_mode_keeps_the_queries_and_pairs_by_row():
     row = table.get("L0H0", "binding_free")
     # the eliminator reads the answers, which the binding-free reference redraws: elimination breaks and
     # the prediction is the reference's unused value (its answer exactly on the rows whose last query is new)
-    assert row.elimination_accuracy < 0.5
-    assert row.follows_reference == pytest.approx(float((~batch.extras["repeated"]).float().mean()))
+    assert row["elimination_accuracy"] < 0.5
+    assert row["follows_reference"] == pytest.approx(float((~batch.extras["repeated"]).float().mean()))
     hooks = ablate_mlp(model, 0, "binding_free", reference=batch)
     with pytest.raises(ValueError, match="binding_free ablation pairs by row and needs a batch of the reference's size 200"):
         with torch.no_grad(), model.hooks(fwd_hooks=hooks):

@@ -113,8 +113,8 @@ def test_l0h0_role_depends_on_the_ablation_mode(d32h2_roles):
     }
     for how, (elimination, recall) in expected.items():
         row = table.get("L0H0", how)
-        assert row.elimination_accuracy == pytest.approx(elimination, abs=0.002), how
-        assert row.recall_accuracy == pytest.approx(recall, abs=0.002), how
+        assert row["elimination_accuracy"] == pytest.approx(elimination, abs=0.002), how
+        assert row["recall_accuracy"] == pytest.approx(recall, abs=0.002), how
     h0 = d32h2_roles.heads[0]
     assert h0.role == "duplicate/recall" and h0.role_by_how == ROLES
     assert h0.robust is False and h0.disagreeing == ("zero", "resample", "optimal")
@@ -130,5 +130,5 @@ def test_other_components_and_the_verdict_are_robust(d32h2_roles):
     # the optimal constant never does worse than the mean on the test set it was fitted on
     for component in ("L0H0", "L0H1", "L0MLP"):
         optimal, mean = d32h2_roles.ablation.get(component, "optimal"), d32h2_roles.ablation.get(component, "mean")
-        assert optimal.loss < mean.loss, component
-    assert d32h2_roles.ablation.get("L0H1", "optimal").loss == pytest.approx(1.69, abs=0.02)
+        assert optimal.test_loss < mean.test_loss, component
+    assert d32h2_roles.ablation.get("L0H1", "optimal").test_loss == pytest.approx(1.69, abs=0.02)

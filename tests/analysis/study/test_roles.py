@@ -25,6 +25,7 @@ with install_import_hook("perm_circuits.analysis.study.scores", "beartype.bearty
     from perm_circuits.analysis.study import scores as scores_module  # noqa: E402
 
 from perm_circuits.analysis.interventions.ablation import AblationRow, AblationTable  # noqa: E402
+from perm_circuits.analysis.interventions.permutation_table import study_table  # noqa: E402
 
 from perm_circuits.analysis.study.scores import (  # noqa: E402
     AttentionBySource,
@@ -343,7 +344,7 @@ def test_verdict_accumulators_in_two_layers_are_ablated_jointly_across_layers():
     # one layer's accumulator suffices; ablating both layers' (the optimal constants searched layer by
     # layer, layer 1's with layer 0's in place) destroys elimination
     for how in ("mean", "optimal"):
-        assert next(row for row in v.joint if row.how == how).elimination_accuracy < 0.3, how
+        assert next(row for row in v.joint if row.how == how)["elimination_accuracy"] < 0.3, how
     assert all(h.causal_role == "elimination (redundant)" and h.role == "eliminator" for h in v.heads)
     assert all(role == "eliminator" for h in v.heads for _, role in h.role_by_how)
     assert hook_count(model) == 0
@@ -394,14 +395,13 @@ def _score(layer: int, head: int, patterns: tuple[str, ...], **values: float) ->
 def _row(component: str, elim: float, recall: float, how: str = "mean", mae: float = 0.01, loss: float = 0.96) -> AblationRow:
     layer = None if component == "none" else 0
     head = int(component[-1]) if component.startswith("L0H") else None
-    return AblationRow(component=component, how=how, layer=layer, head=head, elimination_accuracy=elim,
-                       recall_accuracy=recall, early_mae_train=mae, loss=loss, elimination_loss=0.0, recall_loss=0.0)
+    metrics = {"elimination_accuracy": elim, "recall_accuracy": recall, "early_mae_train": mae,
+               "elimination_loss": 0.0, "recall_loss": 0.0, "follows_reference": math.nan}
+    return AblationRow(component=component, how=how, layer=layer, head=head, metrics=metrics, test_loss=loss)
 
 
 def _table(rows: list[AblationRow]) -> AblationTable:
-    known = dict(model_name="synthetic", reference="test set", n_samples=1000, n_recall=300, rows=tuple(rows))
-    # any other (optional) field of the table, e.g. ``positions``, stays None
-    return AblationTable(**{f.name: known.get(f.name) for f in dataclasses.fields(AblationTable)})
+    return study_table("synthetic", rows, reference="test set", positions=None, n_samples=1000, n_recall=300, seed=0)
 
 
 def head_score_rows(*heads: HeadScore) -> HeadScores:

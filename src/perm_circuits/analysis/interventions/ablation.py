@@ -1,7 +1,8 @@
 """Ablation on every model (Wang et al. 2022, "Interpretability in the Wild"; Chan et al. 2022 on
 resample ablation; Li & Janson 2024, "Optimal ablation for interpretability"): the hook builders of
 :mod:`.hooks` and :mod:`.core`, and :func:`ablation_table`, which runs the permutation study's table
-(:mod:`.permutation_table`) or any task's (:mod:`.ablation_table`).
+(:mod:`.permutation_table`) or any task's (:mod:`.ablation_table`), both as the one
+:class:`AblationTable`.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ from perm_circuits.analysis.interventions.hooks import (
     reference_activations,
     resample_rows,
 )
-from perm_circuits.analysis.interventions.permutation_table import AblationRow, AblationTable
 from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, TASK_HOWS, ablate_tokens, reference_tokens
-from perm_circuits.analysis.interventions.ablation_table import TaskAblationRow, TaskAblationTable, task_table
+from perm_circuits.analysis.interventions.ablation_table import AblationRow, AblationTable, task_table
 from perm_circuits.metric import Metric, check_metric
+from perm_circuits.tasks.permutation import PermutationTask
 from perm_circuits.tasks.permutation_data import TaskConfig
-from perm_circuits.tasks.base import Task, TaskBatch, own_analysis
+from perm_circuits.tasks.base import Task, TaskBatch, model_task, own_analysis
 
 __all__ = [
     "ANY_TASK_HOWS",
@@ -36,8 +37,6 @@ __all__ = [
     "TASK_HOWS",
     "AblationRow",
     "AblationTable",
-    "TaskAblationRow",
-    "TaskAblationTable",
     "ablate",
     "ablate_head",
     "ablate_mlp",
@@ -55,44 +54,53 @@ def ablation_table(
     hows: Sequence[str] | None = None,
     test_set: TaskBatch | Tensor | None = None,
     *,
-    task: Task | None = None,
+    task: Task | TaskConfig | None = None,
     reference: TaskBatch | Tensor | str = "test",
     positions: int | Sequence[int] | None = None,
-    task_config: TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
     seed: int = 0,
     n: int = 500,
     test_seed: int = 1234,
     progress: bool = False,
     metric: Metric | None = None,
-) -> AblationTable | TaskAblationTable:
-    """Ablate every head and every MLP under each mode in ``hows`` and evaluate on ``test_set``.
+) -> AblationTable:
+    """Ablate every head and every MLP under each mode in ``hows`` and evaluate on ``test_set``: one
+    :class:`AblationTable` (a row per component and mode after the unablated ``"none"`` baseline, each
+    with the task's metrics and the masked loss) on every model.
 
-    - With no ``task`` / ``metric`` (and no token-id ``test_set``), a model whose task has a table
-      of its own (:func:`~perm_circuits.tasks.base.own_analysis`; a study bridge's permutation
-      task): that table, the study's :class:`AblationTable` (:func:`~perm_circuits.analysis.interventions.permutation_table.ablation_runs`
-      says what ``test_set`` and ``reference`` default to); ``hows`` defaults to all five :data:`HOWS`;
+    - A model whose task has a table of its own (:func:`~perm_circuits.tasks.base.own_analysis`;
+      a study bridge's permutation task), given no ``metric`` and no token-id ``test_set``, with
+      ``task`` None (the model's own task) or, on a permutation-lookup model, a
+      :class:`~perm_circuits.tasks.PermutationTask` or its ``TaskConfig`` (the study's task with
+      those settings): that task's table; the study's has the metrics of
+      :data:`~perm_circuits.analysis.interventions.permutation_table.ABLATION_METRICS`
+      (:func:`~perm_circuits.analysis.interventions.permutation_table.ablation_runs` says what
+      ``test_set`` and ``reference`` default to); ``hows`` defaults to all five :data:`HOWS`;
       ``n``, ``test_seed`` and ``progress`` are unused.
-    - Otherwise (``task`` required): a :class:`TaskAblationTable` of the task's own metrics and
+    - Otherwise (``task`` required): the task's own metrics (:attr:`Task.metric_names`) and
       masked loss; ``hows`` defaults to :data:`TASK_HOWS`, any of :data:`ANY_TASK_HOWS` allowed
       (``"optimal"`` minimises the reference's masked loss); ``test_set`` defaults to
-      ``task.test_set(n, test_seed)``, ``reference`` is ``"test"`` or a TaskBatch; ``task_config`` is unused.
+      ``task.test_set(n, test_seed)``, ``reference`` is ``"test"`` or a TaskBatch.
     - With ``metric`` (:mod:`perm_circuits.metric`: ``metric(logits, test_set) -> [batch]``, one
-      number per row), any model: a :class:`TaskAblationTable` of that metric's mean over rows
-      (the column ``"metric"``) and the masked loss (nan on token ids); ``test_set`` is a
-      TaskBatch or token ids (default ``task.test_set(n, test_seed)`` when ``task`` is given),
-      ``reference`` ``"test"``, a TaskBatch or token ids.  The metric is checked on the unablated
-      run, before any ablated one.
+      number per row), any model: that metric's mean over rows (the metric ``"metric"``) and the
+      masked loss (nan on token ids); ``test_set`` is a TaskBatch or token ids (default
+      ``task.test_set(n, test_seed)`` when ``task`` is given), ``reference`` ``"test"``, a TaskBatch
+      or token ids.  The metric is checked on the unablated run, before any ablated one.
 
-    In both, ``seed`` is the resample seed (which reference row replaces each sample),
-    ``positions`` restricts every ablation and ``hooks`` are active in every run (the reference
-    runs included).
+    In all, ``seed`` is the resample seed (which reference row replaces each sample; the table's
+    ``seed``), ``positions`` restricts every ablation and ``hooks`` are active in every run (the
+    reference runs included).
     """
-    own = None if task is not None or metric is not None or isinstance(test_set, Tensor) else (
-        own_analysis(model, "ablation_table"))  # the model's task's own table (the study's, on its bridges)
+    own = None
+    if metric is None and not isinstance(test_set, Tensor) and (
+            task is None or (isinstance(task, (PermutationTask, TaskConfig))
+                             and isinstance(model_task(model), PermutationTask))):
+        own = own_analysis(model, "ablation_table")  # the model's task's own table (the study's, on its bridges)
     if own is not None:
-        return own(model, hows, test_set, reference=reference, positions=positions, task_config=task_config,
-                   hooks=hooks, seed=seed)
+        return own(model, hows, test_set, task=task, reference=reference, positions=positions, hooks=hooks, seed=seed)
+    if isinstance(task, TaskConfig):
+        raise TypeError(f"task is a TaskConfig (the permutation task's settings), but {type(model).__name__} is not "
+                        "a permutation-lookup model; pass a perm_circuits.tasks.Task or metric=")
     if metric is not None:
         check_metric(metric)
         if task is not None and not isinstance(task, Task):
@@ -125,5 +133,4 @@ def ablation_table(
     reference_tokens(model, tokens)
     reference_tokens(model, reference, positions=tokens.shape[1])
     return task_table(model, task, list(TASK_HOWS) if hows is None else hows, test_set, reference=reference,
-                      resample_seed=seed, positions=positions, hooks=hooks, test_seed=test_seed, progress=progress,
-                      metric=metric)
+                      resample_seed=seed, positions=positions, hooks=hooks, progress=progress, metric=metric)

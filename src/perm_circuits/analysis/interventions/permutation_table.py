@@ -1,4 +1,6 @@
-"""The permutation study's ablation table: every head and MLP under every mode, on one test set.
+"""The permutation study's ablation table: every head and MLP under every mode, on one test set, as
+the one :class:`~perm_circuits.analysis.interventions.ablation_table.AblationTable` with the
+permutation task's metrics (:data:`ABLATION_METRICS`).
 
 The any-task loop (:func:`~perm_circuits.analysis.interventions.core.component_sweep`) with the study's
 hooks (zero / mean / resample / binding_free / optimal; Wang et al. 2022; Chan et al. 2022; Li & Janson
@@ -9,12 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-import pandas as pd
 from torch import Tensor
 
 from perm_circuits.analysis.interventions.checks import check_positions, check_seed, check_task_config
+from perm_circuits.analysis.interventions.ablation_table import AblationRow, AblationTable
 from perm_circuits.analysis.interventions.hooks import check_reference
 from perm_circuits.analysis.interventions.core import (
     HOWS,
@@ -30,74 +32,60 @@ from perm_circuits.analysis.interventions.optimal import optimise_constant, upst
 from perm_circuits.analysis.interventions.references import binding_free_reference
 from perm_circuits.devices import model_device
 from perm_circuits.evaluate import evaluate_run
+from perm_circuits.tasks.permutation import PermutationTask
 from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.permutation_posterior import bayes_posterior
 from perm_circuits.tasks.base import TaskBatch
 from perm_circuits.tasks.permutation_data import TaskConfig, make_test_set, permutation_batch, validate_tokens
 
-__all__ = ["AblationRow", "AblationTable", "study_ablation_table"]
+if TYPE_CHECKING:
+    from perm_circuits.tasks.permutation import Evaluation
+
+__all__ = ["ABLATION_METRICS", "study_ablation_table"]
+
+ABLATION_METRICS: tuple[str, ...] = (
+    "elimination_accuracy", "recall_accuracy", "early_mae_train", "elimination_loss", "recall_loss",
+    "follows_reference",
+)
+"""The permutation task's metrics in its :class:`~perm_circuits.analysis.interventions.ablation_table.AblationTable`
+rows: ``recall_accuracy`` is the last-step accuracy on the memorization subgroup (the last query
+repeats ``x1``; nan without such rows), ``elimination_accuracy`` the last-step accuracy on the
+others, ``early_mae_train`` the mean over steps ``1..V-1`` of the MAE against the train-prior
+posterior, ``elimination_loss`` / ``recall_loss`` the last-step cross-entropy of each subgroup
+(the row's ``test_loss`` is the mean cross-entropy over all steps and samples).  ``follows_reference``
+(resample and binding_free only, else nan): the share of samples whose last-step prediction is the
+last-step target of the reference sample that replaced the activation; 1 means the component's
+output decides the answer and carries it from the reference."""
 
 
-@dataclass(frozen=True)
-class AblationRow:
-    """Metrics of the model on the test set with one component ablated.
-
-    ``component`` is ``"none"`` (baseline), ``"L{layer}H{head}"`` or ``"L{layer}MLP"``;
-    ``recall_accuracy`` is the last-step accuracy on the memorization subgroup (the last query
-    repeats ``x1``; nan without such rows), ``elimination_accuracy`` the last-step accuracy on
-    the others, ``early_mae_train`` the mean over steps ``1..V-1`` of the MAE against the
-    train-prior posterior, ``loss`` the mean cross-entropy over all steps and samples.
-    ``follows_reference`` (resample and binding_free only, else nan): the share of samples whose last-step
-    prediction is the last-step target of the reference sample that replaced the activation;
-    1 means the component's output decides the answer and carries it from the reference.
-    """
-
-    component: str
-    how: str
-    layer: int | None
-    head: int | None
-    elimination_accuracy: float
-    recall_accuracy: float
-    early_mae_train: float
-    loss: float
-    elimination_loss: float
-    recall_loss: float
-    follows_reference: float = math.nan
+def study_row(component: str, how: str, layer: int | None, head: int | None, evaluation: Evaluation,
+              follows_reference: float = math.nan) -> AblationRow:
+    """The permutation task's :class:`AblationRow` (:data:`ABLATION_METRICS`) from one run's evaluation."""
+    memorization = evaluation.memorization
+    metrics = {"elimination_accuracy": evaluation.elimination.accuracy, "recall_accuracy": evaluation.recall_accuracy,
+               "early_mae_train": evaluation.early_mae_train, "elimination_loss": evaluation.elimination.loss,
+               "recall_loss": memorization.loss if memorization is not None else math.nan,
+               "follows_reference": follows_reference}
+    return AblationRow(component, how, layer, head, metrics, evaluation.test_loss)
 
 
-@dataclass(frozen=True)
-class AblationTable:
-    """Result of :func:`ablation_table`: one row per (component, how), plus the baseline."""
-
-    model_name: str
-    reference: str
-    positions: tuple[int, ...] | None
-    n_samples: int
-    n_recall: int
-    rows: tuple[AblationRow, ...]
-
-    def to_dataframe(self) -> pd.DataFrame:
-        """Tidy: one row per (component, how), columns as in :class:`AblationRow`."""
-        return pd.DataFrame([asdict(row) for row in self.rows])
-
-    def get(self, component: str, how: str) -> AblationRow:
-        for row in self.rows:
-            if row.component == component and row.how == how:
-                return row
-        raise KeyError(f"no row for component={component!r}, how={how!r}")
-
-    @property
-    def baseline(self) -> AblationRow:
-        return self.get("none", "none")
+def study_table(model_name: str, rows: Sequence[AblationRow], *, reference: str, positions: tuple[int, ...] | None,
+                n_samples: int, n_recall: int, seed: int) -> AblationTable:
+    """The permutation task's :class:`AblationTable` of ``rows`` (:data:`ABLATION_METRICS`)."""
+    return AblationTable(task=PermutationTask.name, model_name=model_name, metric_names=ABLATION_METRICS,
+                         rows=tuple(rows), n_samples=n_samples, seed=seed, reference=reference,
+                         positions=positions, n_recall=n_recall)
 
 
-def study_ablation_table(model, hows: object, test_set: object, **options: object) -> AblationTable:
+def study_ablation_table(model, hows: object, test_set: object, *, task: object = None,
+                         **options: object) -> AblationTable:
     """The permutation task's own ablation table (``own_analysis(model, "ablation_table")``): every
-    mode of ``hows`` (default all five :data:`HOWS`) through :func:`ablation_runs`."""
+    mode of ``hows`` (default all five :data:`HOWS`) through :func:`ablation_runs`, on ``task`` (a
+    :class:`~perm_circuits.tasks.PermutationTask` or its ``TaskConfig``; default the model's own)."""
     if isinstance(hows, (list, tuple)) and not hows:  # as on a task's model: a table of no mode is a mistake
         raise TypeError(f"hows must be a non-empty list or tuple of modes from {HOWS}, got {hows!r}")
-    return ablation_runs(model, HOWS if hows is None else hows, test_set, **options)[0]
+    return ablation_runs(model, HOWS if hows is None else hows, test_set, config=task, **options)[0]
 
 
 def ablation_runs(
@@ -107,7 +95,7 @@ def ablation_runs(
     *,
     reference: TaskBatch | str = "test",
     positions: int | Sequence[int] | None = None,
-    task_config: TaskConfig | None = None,
+    config: PermutationTask | TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
     seed: int = 0,
 ) -> tuple[AblationTable, dict[tuple[str, str], HookList], dict[tuple[str, str], Tensor]]:
@@ -120,8 +108,10 @@ def ablation_runs(
 
     Args:
         hows: modes among :data:`HOWS` (``"zero"``, ``"mean"``, ``"resample"``, ``"binding_free"``, ``"optimal"``).
-        test_set: default ``make_test_set(task_config)`` (the model's training task, so with its
+        test_set: default ``make_test_set(config)`` (the model's training task, so with its
             ``repeat_ratio`` there is a memorization subgroup).
+        config: the permutation task's settings (a ``PermutationTask`` or its ``TaskConfig``;
+            default the model's own), named ``task`` in messages (the public ``task=``).
         reference: ``"test"`` (mean / resample / optimal over the test set itself, random
             pairing), ``"binding_free"`` (:func:`binding_free_reference` built on the test set's
             queries, resample paired by row: same queries, independent answers) or a TaskBatch
@@ -142,7 +132,7 @@ def ablation_runs(
     baseline): the head-role verdict reuses them (recall signals, joint ablations) instead of
     rebuilding every ablation, optimal constants included.
     """
-    config = check_task_config(model, task_config)
+    config = check_task_config(model, config, name="task")
     model_config = model_config_of(model)
     if isinstance(hows, str) or not isinstance(hows, (list, tuple)):
         raise TypeError(f"hows must be a sequence of modes from {HOWS}, got {hows!r}")
@@ -202,12 +192,9 @@ def ablation_runs(
     rows, hook_lists, all_logits = [], {}, {}
     for component, how, layer, head, extra, (logits, evaluation) in runs:
         follows = float((logits[:, -1].argmax(-1) == answers[how]).float().mean()) if how in answers else math.nan
-        recall_loss = evaluation.memorization.loss if evaluation.memorization is not None else math.nan
-        rows.append(AblationRow(component, how, layer, head, evaluation.elimination.accuracy,
-                                evaluation.recall_accuracy, evaluation.early_mae_train, evaluation.test_loss,
-                                evaluation.elimination.loss, recall_loss, follows))
+        rows.append(study_row(component, how, layer, head, evaluation, follows))
         hook_lists[component, how], all_logits[component, how] = extra, logits
-    table = AblationTable(model_name=model_config.name, reference=label,
-        positions=tuple(position_list) if position_list is not None else None, n_samples=len(test_set),
-        n_recall=int(test_set.extras["repeated"].sum()), rows=tuple(rows))
+    table = study_table(model_config.name, rows, reference=label,
+                        positions=tuple(position_list) if position_list is not None else None,
+                        n_samples=len(test_set), n_recall=int(test_set.extras["repeated"].sum()), seed=seed)
     return table, hook_lists, all_logits

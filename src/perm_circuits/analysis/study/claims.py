@@ -127,7 +127,7 @@ def single_head(config: ModelConfig) -> bool:
 
 def _capability_claims(ctx: Context, config: ModelConfig, name: str) -> list[Claim]:
     t, base = ctx.t, ctx.base
-    e_acc, r_acc = base.elimination_accuracy, base.recall_accuracy
+    e_acc, r_acc = base["elimination_accuracy"], base["recall_accuracy"]
     status, evidence = _capability(ctx, e_acc, "Elimination", f"{name} does not eliminate")
     claims = [_claim("eliminates",
         "The model eliminates: at the last step it answers the one unused value (study sections 07, 10: 100%).", status,
@@ -181,7 +181,7 @@ def _eliminator_claim(ctx: Context, heads: list[HeadRole], scores: dict[str, Hea
     if not ctx.elimination_present:
         return judged("inconclusive",
             f"{', '.join(h.component for h in pattern)} has the eliminator pattern, but the model does not eliminate "
-            f"(accuracy {pct(ctx.base.elimination_accuracy)}).", numbers)
+            f"(accuracy {pct(ctx.base['elimination_accuracy'])}).", numbers)
 
     def strongest(h: HeadRole) -> float:
         values = [v for v in (h.elimination_retention, h.joint_elimination_retention) if not math.isnan(v)]
@@ -310,8 +310,8 @@ def _ffn_claim(ctx: Context, mlps: list[MlpRole]) -> Claim:
     }
     base = ctx.base
     text = (
-        f"{mode_label(ctx.how).capitalize()}-ablating {mlp.component}: recall {pct(base.recall_accuracy)} -> "
-        f"{pct(mlp.recall_accuracy)}, elimination {pct(base.elimination_accuracy)} -> {pct(mlp.elimination_accuracy)}"
+        f"{mode_label(ctx.how).capitalize()}-ablating {mlp.component}: recall {pct(base['recall_accuracy'])} -> "
+        f"{pct(mlp.recall_accuracy)}, elimination {pct(base['elimination_accuracy'])} -> {pct(mlp.elimination_accuracy)}"
     )
     if not math.isnan(mlp.recall_signal_retention):
         text += f", recall signal kept {num(mlp.recall_signal_retention)}"
@@ -319,7 +319,7 @@ def _ffn_claim(ctx: Context, mlps: list[MlpRole]) -> Claim:
         text += f"; patching its clean output restores {num(mlp.patch_effect)} of recall"
     if not ctx.recall_present:
         return judged("inconclusive",
-            f"The model does not recall (recall {pct(base.recall_accuracy)}): there is no recall to complete.",
+            f"The model does not recall (recall {pct(base['recall_accuracy'])}): there is no recall to complete.",
             numbers)
     if mlp.role == "completes recall":
         return judged("supported", text + ".", numbers)
@@ -346,7 +346,7 @@ def _lookup_claim(ctx: Context, heads: list[HeadRole], scores: dict[str, HeadSco
         return judged("inconclusive", "No repeated sequences in the test set.", numbers)
     if not ctx.recall_present:
         return judged("inconclusive",
-            f"The model does not recall (recall {pct(ctx.base.recall_accuracy)}), so there is no lookup to "
+            f"The model does not recall (recall {pct(ctx.base['recall_accuracy'])}), so there is no lookup to "
             f"locate (largest duplicate-token rise: {best.component} {score.duplicate_score:+.2f}).", numbers)
     dup_text = (
         f"{best.component}: the last query puts {num(score.dup_repeated)} of its attention on the x it repeats, vs "

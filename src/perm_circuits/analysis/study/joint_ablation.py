@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 import torch
 
 from perm_circuits.analysis.interventions.hooks import ablate
-from perm_circuits.analysis.interventions.permutation_table import AblationRow
+from perm_circuits.analysis.interventions.ablation_table import AblationRow
+from perm_circuits.analysis.interventions.permutation_table import study_row
 from perm_circuits.analysis.study.scores import HeadScores, recall_signal
 from perm_circuits.devices import device_forward
 from perm_circuits.evaluate import evaluate_logits
@@ -57,10 +57,5 @@ def joint_eliminator_rows(
             logits = device_forward(model, batch.tokens)
         signals[(component, how)] = recall_signal(logits, batch.tokens)
         evaluation = evaluate_logits(logits, batch, config, posteriors=posteriors)
-        memorization = evaluation.memorization
-        rows.append(AblationRow(component=component, how=how, layer=layers[0] if len(layers) == 1 else None, head=None,
-            elimination_accuracy=evaluation.elimination.accuracy, recall_accuracy=evaluation.recall_accuracy,
-            early_mae_train=evaluation.early_mae_train, loss=evaluation.test_loss,
-            elimination_loss=evaluation.elimination.loss,
-            recall_loss=memorization.loss if memorization is not None else math.nan))
+        rows.append(study_row(component, how, layers[0] if len(layers) == 1 else None, None, evaluation))
     return tuple(rows), signals

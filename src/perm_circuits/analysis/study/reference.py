@@ -24,7 +24,8 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from perm_circuits.analysis.interventions.permutation_table import AblationRow, AblationTable, ablation_runs
+from perm_circuits.analysis.interventions.ablation_table import AblationRow, AblationTable
+from perm_circuits.analysis.interventions.permutation_table import ablation_runs, study_table
 from perm_circuits.analysis.study.joint_ablation import joint_eliminator_rows
 from perm_circuits.analysis.study.scores import HeadScores
 from perm_circuits.hooks import HookList
@@ -60,10 +61,10 @@ def _weighted(a: float, b: float, na: int, nb: int) -> float:
 
 
 def _merge_row(elim: AblationRow, recall: AblationRow, n_elim: int, n_recall: int) -> AblationRow:
-    return replace(elim, recall_accuracy=recall.recall_accuracy, recall_loss=recall.recall_loss,
-                   early_mae_train=_weighted(elim.early_mae_train, recall.early_mae_train, n_elim, n_recall),
-                   loss=_weighted(elim.loss, recall.loss, n_elim, n_recall),
-                   follows_reference=_weighted(elim.follows_reference, recall.follows_reference, n_elim, n_recall))
+    metrics = {**elim.metrics, "recall_accuracy": recall["recall_accuracy"], "recall_loss": recall["recall_loss"],
+               **{name: _weighted(elim[name], recall[name], n_elim, n_recall)
+                  for name in ("early_mae_train", "follows_reference")}}
+    return replace(elim, metrics=metrics, test_loss=_weighted(elim.test_loss, recall.test_loss, n_elim, n_recall))
 
 
 def skill_reference_runs(
@@ -81,14 +82,14 @@ def skill_reference_runs(
         raise ValueError("reference='skill' needs both skills in the test set (rows whose last query repeats and "
                          f"rows whose last query is new); got {int(repeated.sum())} repeated of {len(batch)}")
     parts = (batch.subset(~repeated), batch.subset(repeated))
-    runs = [ablation_runs(model, tuple(hows), part, task_config=config, hooks=hooks, seed=seed) for part in parts]
+    runs = [ablation_runs(model, tuple(hows), part, config=config, hooks=hooks, seed=seed) for part in parts]
     joints = [joint_eliminator_rows(model, scores, part, config, hows, hooks, single)[0]
               for part, (_, single, _) in zip(parts, runs)]
     (t_elim, _, l_elim), (t_recall, _, l_recall) = runs
     n_elim, n_recall = len(parts[0]), len(parts[1])
     rows = tuple(_merge_row(a, t_recall.get(a.component, a.how), n_elim, n_recall) for a in t_elim.rows)
-    table = AblationTable(model_name=t_elim.model_name, reference=REFERENCE_LABELS["skill"],
-                          positions=t_elim.positions, n_samples=len(batch), n_recall=n_recall, rows=rows)
+    table = study_table(t_elim.model_name, rows, reference=REFERENCE_LABELS["skill"], positions=t_elim.positions,
+                        n_samples=len(batch), n_recall=n_recall, seed=seed)
     logits = {key: torch.cat([value, l_recall[key]]) for key, value in l_elim.items()}
     ordered = batch.subset(torch.cat([(~repeated).nonzero()[:, 0], repeated.nonzero()[:, 0]]))
     joint = tuple(_merge_row(a, b, n_elim, n_recall) for a, b in zip(*joints)) if all(joints) else ()

@@ -51,9 +51,9 @@ def claims_by_reference(models: dict, *, hows: Sequence[str] | None = None, refe
                 chance = 1 / verdict.model_config.V
                 retention = (lambda a, b: (a - chance) / (b - chance) if b >= 0.5 else math.nan)
                 rows.append({"model": name, "reference": ref, "how": how, "kind": "role", "name": component,
-                             "value": role, "elimination_accuracy": row.elimination_accuracy,
-                             "recall_accuracy": row.recall_accuracy,
-                             "elimination_retention": retention(row.elimination_accuracy, base.elimination_accuracy),
-                             "recall_retention": retention(row.recall_accuracy, base.recall_accuracy),
+                             "value": role, "elimination_accuracy": row["elimination_accuracy"],
+                             "recall_accuracy": row["recall_accuracy"],
+                             "elimination_retention": retention(row["elimination_accuracy"], base["elimination_accuracy"]),
+                             "recall_retention": retention(row["recall_accuracy"], base["recall_accuracy"]),
                              "patch_effect": item.patch_effect, **settings})
     return pd.DataFrame(rows, columns=list(CLAIM_COLUMNS))

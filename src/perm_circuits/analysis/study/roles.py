@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from perm_circuits.analysis.interventions.permutation_table import AblationRow
+from perm_circuits.analysis.interventions.ablation_table import AblationRow
 from perm_circuits.analysis.study.recall_patching import PatchingSweep
 from perm_circuits.analysis.study.scores import HeadScore, RoleThresholds, label_of
 
@@ -179,10 +179,10 @@ def _measures(ctx: Context, component: str, row: AblationRow, patching: Patching
     patching effect (mean, CI; nan where the model does not recall)."""
     base = ctx.base
     return (
-        ctx.retention(row.elimination_accuracy, base.elimination_accuracy),
-        ctx.retention(row.recall_accuracy, base.recall_accuracy) if ctx.recall_present else math.nan,
-        row.early_mae_train - base.early_mae_train,
-        row.loss - base.loss,
+        ctx.retention(row["elimination_accuracy"], base["elimination_accuracy"]),
+        ctx.retention(row["recall_accuracy"], base["recall_accuracy"]) if ctx.recall_present else math.nan,
+        row["early_mae_train"] - base["early_mae_train"],
+        row.test_loss - base.test_loss,
         ctx.signal_retention(component),
         _effect(patching, **where) if ctx.recall_present else (math.nan,) * 3,
     )
@@ -192,9 +192,10 @@ def _ablation_sentence(ctx: Context, row: AblationRow, signal_retention: float) 
     base = ctx.base
     against = "" if ctx.reference == "test" or ctx.how in ("zero", "binding_free") else " (each skill's own rows)"
     text = (
-        f"{mode_label(ctx.how).capitalize()}-ablating it{against}: elimination {pct(base.elimination_accuracy)} -> "
-        f"{pct(row.elimination_accuracy)}, recall {pct(base.recall_accuracy)} -> {pct(row.recall_accuracy)}, "
-        f"steps 1-{ctx.V - 1} MAE {row.early_mae_train - base.early_mae_train:+.3f}, loss {row.loss - base.loss:+.3f}"
+        f"{mode_label(ctx.how).capitalize()}-ablating it{against}: elimination {pct(base['elimination_accuracy'])} -> "
+        f"{pct(row['elimination_accuracy'])}, recall {pct(base['recall_accuracy'])} -> {pct(row['recall_accuracy'])}, "
+        f"steps 1-{ctx.V - 1} MAE {row['early_mae_train'] - base['early_mae_train']:+.3f}, "
+        f"loss {row.test_loss - base.test_loss:+.3f}"
     )
     if not math.isnan(signal_retention):
         text += f", recall signal kept {num(signal_retention)}"
@@ -246,7 +247,7 @@ def judge_head(
     t, base = ctx.t, ctx.base
     e_ret, r_ret, mae_up, loss_up, signal_ret, (effect, low, high) = _measures(
         ctx, score.component, row, patching, layer=score.layer, head=score.head)
-    joint_ret = math.nan if joint is None else ctx.retention(joint.elimination_accuracy, base.elimination_accuracy)
+    joint_ret = math.nan if joint is None else ctx.retention(joint["elimination_accuracy"], base["elimination_accuracy"])
     needs_elim = ctx.harms_elimination(e_ret, mae_up)
     redundant = not needs_elim and lt(joint_ret, t.survives) and not explained
     needs_recall, note = _recall_needed(ctx, r_ret, needs_elim or redundant, signal_ret, effect)
@@ -266,13 +267,13 @@ def judge_head(
     if joint is not None:
         parts.append(
             f"Ablating every head with the eliminator pattern together ({joint.component}): elimination "
-            f"{pct(joint.elimination_accuracy)}"
+            f"{pct(joint['elimination_accuracy'])}"
             + (f", which {explained} alone already breaks." if explained and not needs_elim else ".")
         )
     parts.append(f"Causally needed for: {causal}.")
     return HeadRole(layer=score.layer, head=score.head, component=score.component, role=role,
-        attention_role=score.attention_role, causal_role=causal, elimination_accuracy=row.elimination_accuracy,
-        recall_accuracy=row.recall_accuracy, elimination_retention=e_ret, recall_retention=r_ret,
+        attention_role=score.attention_role, causal_role=causal, elimination_accuracy=row["elimination_accuracy"],
+        recall_accuracy=row["recall_accuracy"], elimination_retention=e_ret, recall_retention=r_ret,
         early_mae_increase=mae_up, loss_increase=loss_up, patch_effect=effect, patch_ci_low=low, patch_ci_high=high,
         joint_elimination_retention=joint_ret, recall_signal_retention=signal_ret, reason=" ".join(filter(None, parts)))
 
@@ -292,7 +293,7 @@ def judge_mlp(ctx: Context, layer: int, row: AblationRow, patching: PatchingSwee
         role = "unused" if loss_up < t.loss_increase else "minor"
     reason = " ".join(filter(None, [_ablation_sentence(ctx, row, signal_ret) + ".", note,
                                     _patch_sentence(effect, low, high)]))
-    return MlpRole(layer=layer, component=component, role=role, elimination_accuracy=row.elimination_accuracy,
-        recall_accuracy=row.recall_accuracy, elimination_retention=e_ret, recall_retention=r_ret,
+    return MlpRole(layer=layer, component=component, role=role, elimination_accuracy=row["elimination_accuracy"],
+        recall_accuracy=row["recall_accuracy"], elimination_retention=e_ret, recall_retention=r_ret,
         early_mae_increase=mae_up, loss_increase=loss_up, patch_effect=effect, patch_ci_low=low, patch_ci_high=high,
         recall_signal_retention=signal_ret, reason=reason)

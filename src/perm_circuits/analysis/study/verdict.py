@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field, replace
 import pandas as pd
 
 from perm_circuits.analysis.interventions.checks import check_int
-from perm_circuits.analysis.interventions.permutation_table import AblationRow, AblationTable, ablation_runs
+from perm_circuits.analysis.interventions.ablation_table import AblationRow, AblationTable
+from perm_circuits.analysis.interventions.permutation_table import ABLATION_METRICS, ablation_runs
 from perm_circuits.analysis.study.joint_ablation import joint_eliminator_rows
 from perm_circuits.analysis.interventions.core import HOWS
 from perm_circuits.analysis.study.claims import Claim, ClaimTable, study_claims
@@ -253,15 +254,15 @@ def _assess(
 ) -> tuple[list[HeadRole], list[MlpRole], list[Claim]]:
     """Roles and claims under one mode ``how`` (the per-mode step of :func:`judge_roles`)."""
     base = ablation.baseline
-    ctx = Context(V=config.V, how=how, t=t, base=base, recall_present=ge(base.recall_accuracy, t.incapable),
-        elimination_present=ge(base.elimination_accuracy, t.incapable), signals=signals, reference=reference)
+    ctx = Context(V=config.V, how=how, t=t, base=base, recall_present=ge(base["recall_accuracy"], t.incapable),
+        elimination_present=ge(base["elimination_accuracy"], t.incapable), signals=signals, reference=reference)
     joint_row = next((row for row in joint if row.how == how), None)
     joint_members = set(joint_row.component.split("+")) if joint_row is not None else set()
 
     def breaks_elimination(component: str) -> bool:
         row = ablation.get(component, how)
-        return ctx.harms_elimination(ctx.retention(row.elimination_accuracy, base.elimination_accuracy),
-                                     row.early_mae_train - base.early_mae_train)
+        return ctx.harms_elimination(ctx.retention(row["elimination_accuracy"], base["elimination_accuracy"]),
+                                     row["early_mae_train"] - base["early_mae_train"])
 
     alone = [c for c in joint_members if breaks_elimination(c)]
     heads = [
@@ -295,7 +296,8 @@ def judge_roles(
     Args:
         scores: :func:`head_scores` of the model (its ``thresholds`` are not reused; pass
             ``thresholds`` here).
-        ablation: an :class:`~perm_circuits.analysis.interventions.ablation.AblationTable` with a ``"none"``
+        ablation: the permutation task's :class:`~perm_circuits.analysis.interventions.ablation.AblationTable`
+            (:data:`~perm_circuits.analysis.interventions.permutation_table.ABLATION_METRICS`) with a ``"none"``
             baseline and a row per head (``"L{l}H{h}"``) and MLP (``"L{l}MLP"``) under ``how``;
             every other mode in it is judged too, for ``Claim.status_by_how``.
         head_patching: per-head recall patching (``patch_head_outputs``); None = not measured.
@@ -316,6 +318,10 @@ def judge_roles(
                                     ("model_config", model_config, ModelConfig, "a ModelConfig")):
         if not isinstance(value, kind):
             raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
+    missing = [m for m in ABLATION_METRICS if m not in ablation.metric_names]
+    if missing:
+        raise ValueError(f"ablation must be the permutation task's table (metrics {list(ABLATION_METRICS)}); "
+                         f"the {ablation.task!r} table lacks {missing}")
     if how not in HOWS:
         raise ValueError(f"how must be one of {HOWS}, got {how!r}")
     for sweep, label in ((head_patching, "head_patching"), (mlp_patching, "mlp_patching")):
@@ -366,8 +372,8 @@ def judge_roles(
     story = _story(claims)
     base = ablation.baseline
     return RoleVerdict(model_name=model_config.name, model_config=model_config, how=how, thresholds=t,
-        n_samples=ablation.n_samples, n_repeated=ablation.n_recall, elimination_accuracy=base.elimination_accuracy,
-        recall_accuracy=base.recall_accuracy, probe=tuple(float(p) for p in probe) if probe is not None else None,
+        n_samples=ablation.n_samples, n_repeated=ablation.n_recall, elimination_accuracy=base["elimination_accuracy"],
+        recall_accuracy=base["recall_accuracy"], probe=tuple(float(p) for p in probe) if probe is not None else None,
         recall_signal=float(signals.get(("none", "none"), math.nan)), heads=tuple(heads), mlps=tuple(mlps),
         claims=ClaimTable(model_config.name, tuple(claims), reference), story_holds=story, scores=scores, ablation=ablation,
         head_patching=head_patching, mlp_patching=mlp_patching, joint=joint,
@@ -493,13 +499,13 @@ def head_roles(
         ablation, logits, ordered, joint = skill_reference_runs(model, hows, batch, config, hooks, ablation_seed, scores)
         joint_signals: dict[tuple[str, str], float] = {}
     else:
-        ablation, single, logits = ablation_runs(model, tuple(hows), batch, task_config=config, hooks=hooks,
+        ablation, single, logits = ablation_runs(model, tuple(hows), batch, config=config, hooks=hooks,
                                                   seed=ablation_seed, reference=source)
         joint, joint_signals = joint_eliminator_rows(model, scores, batch, config, hows, hooks, single)
         ordered = batch
     head_patching = mlp_patching = None
     signals: dict[tuple[str, str], float] = {}
-    if ge(ablation.baseline.recall_accuracy, thresholds.incapable):
+    if ge(ablation.baseline["recall_accuracy"], thresholds.incapable):
         options = dict(hooks=hooks, n=n_pair, seed=pair_seed, n_boot=n_boot, task_config=config)
         head_patching = patch_head_outputs(model, **options)
         mlp_patching = patch_mlp(model, **options)
