@@ -365,7 +365,9 @@ CROSS_CUTTING_FILES = {
     "test_pretrained.py": "the shipped checkpoints (package data, no module)",
     "test_readme.py": "the README's example",
     "test_results_docs.py": "the generated results pages and the README's results section",
+    "test_scheduling.py": "the suite's own scheduling (tests/conftest.py)",
     "test_structure.py": "this file: the package's and the tests' layout",
+    "test_type_checks.py": "the suite's run-time type checks (tests/conftest.py)",
 }
 
 
