@@ -201,7 +201,7 @@ class DynamicsRecorder:
                 for name in _INDUCTION_FIELDS:
                     values[f"{score.component}.{name}"] = getattr(score, name)
         if "head_scores" in groups:
-            for score in head_scores(model, self._mixed, task_config=self.task_config):
+            for score in head_scores(model, self._mixed, task=self.task_config):
                 for name in _HEAD_SCORE_FIELDS:
                     values[f"{score.component}.{name}"] = getattr(score, name)
         return values

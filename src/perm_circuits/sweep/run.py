@@ -89,7 +89,7 @@ def roles_columns(model, task_config: TaskConfig, *, n: int, n_pair: int, n_boot
     ``hows`` (default :data:`~perm_circuits.analysis.HOWS`), from one
     :func:`~perm_circuits.analysis.head_roles` without its circuit step."""
     hows = tuple(HOWS if hows is None else hows)
-    verdict = head_roles(model, task_config=task_config, how="mean" if "mean" in hows else hows[0], hows=hows,
+    verdict = head_roles(model, task=task_config, how="mean" if "mean" in hows else hows[0], hows=hows,
                          n=n, n_pair=n_pair, n_boot=n_boot, circuits=False)
     return verdict.columns()
 
