@@ -138,7 +138,7 @@ def trained_row(row: dict[str, Any], result: TrainResult, run_id: str, config: d
         return None
     metadata = {"run_id": run_id, "sweep_config": config, "epochs_run": result.epochs_run,
                 "metrics": result.evaluation.summary(), "history": list(result.history.rows)}
-    return checkpoint_files(functools.partial(save_model, result.model, task_config=result.task_config,
+    return checkpoint_files(functools.partial(save_model, result.model, task=result.task_config,
                                               metadata=metadata))
 
 
