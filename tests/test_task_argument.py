@@ -188,3 +188,31 @@ def test_the_package_check_names_task_without_the_type_hook(no_forward, name, mo
             "patching_pair": lambda m: module.patching_pair("x")}[name]
     with pytest.raises(TypeError, match=r"^task must be .*got str$"):
         call(no_forward)
+
+
+# ----------------------------------------------------------------------------- the routing rule
+
+
+def test_resolve_task_routes_each_spelling(study):
+    from perm_circuits.analysis.interventions.checks import resolve_task, study_config
+    from perm_circuits.tasks.bigram import BigramTriggerTask
+
+    model, config = study
+    other = type(config).from_dict({**config.to_dict(), "repeat_ratio": 0.6})
+    bigram = BigramTriggerTask(N=16, T=32)
+    assert resolve_task(model, None) == (None, None)  # the study's own analysis on the stored task
+    assert resolve_task(model, other) == (None, other)
+    assert resolve_task(model, PermutationTask(other)) == (None, other)
+    assert resolve_task(model, other, general=True) == (PermutationTask(other), None)  # metric= / token ids
+    assert resolve_task(model, None, general=True) == (PermutationTask(config), None)  # the model's own task
+    assert resolve_task(model, bigram) == (bigram, None)  # another task: the general path
+    with pytest.raises(ValueError, match="task has V=4 but the model has V=5"):
+        resolve_task(model, type(config)(V=4))
+    with pytest.raises(TypeError, match="task must be a perm_circuits.tasks.Task .* got dict"):
+        resolve_task(model, {"V": 5})
+    plain = torch.nn.Linear(2, 2)  # no task of its own: a TaskConfig is its PermutationTask, general path
+    assert resolve_task(plain, other) == (PermutationTask(other), None)
+    assert resolve_task(plain, None) == (None, None)
+    assert study_config(PermutationTask(other)) is other and study_config(other) is other
+    with pytest.raises(TypeError, match="task must be a PermutationTask or a TaskConfig, got int"):
+        study_config(5)
