@@ -51,7 +51,7 @@ def story_columns(model, task_config) -> dict[str, object]:
     """The induction story of a multi-layer model (scores + K-composition + path patching, with CI)."""
     from perm_circuits.analysis.circuits.induction_story import induction_story
 
-    story = induction_story(model, task_config=task_config, n=2000, n_pair=2000, n_boot=200)
+    story = induction_story(model, task=task_config, n=2000, n_pair=2000, n_boot=200)
     return {
         "story_holds": bool(story.holds), "story_previous_head": story.previous_head,
         "story_induction_head": story.induction_head, "story_previous_token": story.previous_token,

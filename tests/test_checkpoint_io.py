@@ -29,7 +29,7 @@ def _same(a, b) -> bool:
 
 def test_config_lives_in_the_weights_header_and_an_edit_is_refused_with_the_diff(tmp_path):
     model = build_model("d16h1", seed=3)
-    save_model(model, tmp_path / "ck", task_config=TaskConfig(repeat_ratio=0.3), metadata={"note": "x"})
+    save_model(model, tmp_path / "ck", task=TaskConfig(repeat_ratio=0.3), metadata={"note": "x"})
     document = read_checkpoint_document(tmp_path / "ck")  # from the header
     assert document["model"]["d_model"] == 16 and document["task"]["repeat_ratio"] == 0.3
     config = tmp_path / "ck" / "config.json"

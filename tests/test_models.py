@@ -59,7 +59,7 @@ def test_fast_forward_matches_bridge(config):
 def test_save_load_round_trip_identical_logits(tmp_path):
     model = build_model("d32h2", seed=5)
     task = TaskConfig(repeat_ratio=0.3)
-    save_model(model, tmp_path / "ck", task_config=task, metadata={"note": "x"})
+    save_model(model, tmp_path / "ck", task=task, metadata={"note": "x"})
     checkpoint = load_checkpoint(tmp_path / "ck")
     tokens = make_batch(task, 64).tokens
     assert torch.equal(checkpoint.model(tokens), model(tokens))
@@ -137,7 +137,7 @@ def test_bad_model_config(kwargs, error, match):
 
 
 def test_incomplete_or_undecodable_config_rejected(tmp_path):
-    save_model(build_model("d16h1"), tmp_path / "ck", task_config=TaskConfig(repeat_ratio=0.3))
+    save_model(build_model("d16h1"), tmp_path / "ck", task=TaskConfig(repeat_ratio=0.3))
     config_path = tmp_path / "ck" / "config.json"
     document = json.loads(config_path.read_text())
     config_path.write_bytes(b"\xff\xfe\x00garbage")
@@ -158,7 +158,7 @@ def test_incomplete_or_undecodable_config_rejected(tmp_path):
 
 def test_saving_a_loaded_model_keeps_its_task(tmp_path):
     model = build_model("d16h1")
-    save_model(model, tmp_path / "a", task_config=TaskConfig(repeat_ratio=0.3))
+    save_model(model, tmp_path / "a", task=TaskConfig(repeat_ratio=0.3))
     again = load_model(tmp_path / "a")
     save_model(again, tmp_path / "b")
     assert load_checkpoint(tmp_path / "b").task_config.repeat_ratio == 0.3
@@ -286,8 +286,8 @@ def test_load_any_names_and_folders(tmp_path, monkeypatch):
 
 def test_save_model_refuses_a_task_of_another_v_before_writing(tmp_path):
     model = build_model("d16h1")  # V = 5
-    with pytest.raises(ValueError, match="task_config has V=7 but the model has V=5"):
-        save_model(model, tmp_path / "ck", task_config=TaskConfig(V=7))
+    with pytest.raises(ValueError, match="task has V=7 but the model has V=5"):
+        save_model(model, tmp_path / "ck", task=TaskConfig(V=7))
     assert not (tmp_path / "ck").exists()  # nothing written that load_checkpoint would refuse
-    save_model(model, tmp_path / "ok", task_config=TaskConfig(V=5, repeat_ratio=0.3))
+    save_model(model, tmp_path / "ok", task=TaskConfig(V=5, repeat_ratio=0.3))
     assert load_checkpoint(tmp_path / "ok").task_config.repeat_ratio == 0.3

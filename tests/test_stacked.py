@@ -176,7 +176,7 @@ SMALL = TrainConfig(epochs=1, samples_per_epoch=128, test_size=100)
         ([0, 1], {"train_config": [SMALL, TrainConfig(epochs=1, samples_per_epoch=128, test_size=100, lr=1e-2)]},
          ValueError, r"recipe.*lr"),
         ([0, 1], {"train_config": [SMALL]}, ValueError, "one per member"),
-        ([0, 1], {"task_config": TaskConfig(V=4)}, ValueError, "does not match"),
+        ([0, 1], {"task": TaskConfig(V=4)}, ValueError, "does not match"),
         ([0], {"train_config": TrainConfig(checkpoint_every=1, checkpoint_dir="x")}, ValueError, "checkpoint"),
         ([0, 1.5], {}, TypeError, "member 1"),
         ([True], {}, TypeError, "bool"),
@@ -185,7 +185,7 @@ SMALL = TrainConfig(epochs=1, samples_per_epoch=128, test_size=100)
     ],
 )
 def test_bad_input_is_refused_before_training(members, kwargs, error, match):
-    kwargs = {"task_config": TASK, "train_config": SMALL, **kwargs}
+    kwargs = {"task": TASK, "train_config": SMALL, **kwargs}
     with pytest.raises(error, match=match):
         train_stacked(members, progress=False, **kwargs)
 

@@ -263,7 +263,7 @@ def _train(args: argparse.Namespace) -> int:
         "history": list(result.history.rows),
         "versions": _versions(),
     }
-    save_model(result.model, args.out, task_config=result.task_config, metadata=metadata)
+    save_model(result.model, args.out, task=result.task_config, metadata=metadata)
     if recorders:
         from perm_circuits.dynamics import save_dynamics
 

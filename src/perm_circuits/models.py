@@ -400,22 +400,22 @@ class Checkpoint:
 def save_model(
     model,
     path: str | os.PathLike,
-    task_config: TaskConfig | None = None,
+    task: TaskConfig | None = None,
     metadata: dict[str, Any] | None = None,
     extra_tensors: dict[str, Tensor] | None = None,
 ) -> Path:
     """Write ``model.safetensors`` + ``config.json`` into folder ``path`` (:func:`write_checkpoint_files`).
 
-    The task defaults to the one the model carries (:func:`task_config_of`); ``metadata`` is e.g.
+    ``task`` (the permutation task's TaskConfig) defaults to the one the model carries (:func:`task_config_of`); ``metadata`` is e.g.
     training config, command, metrics; ``extra_tensors`` (optimizer state, RNG state) are stored in
     the same safetensors file under an ``extra.`` prefix.
     """
     path = Path(path)
     config = model_config_of(model)
-    if task_config is not None and not isinstance(task_config, TaskConfig):
-        raise TypeError(f"task_config must be a TaskConfig or None, got {type(task_config).__name__}")
-    if task_config is not None and task_config.V != config.V:  # load_checkpoint would refuse the folder
-        raise ValueError(f"task_config has V={task_config.V} but the model has V={config.V}")
+    if task is not None and not isinstance(task, TaskConfig):
+        raise TypeError(f"task must be a TaskConfig or None, got {type(task).__name__}")
+    if task is not None and task.V != config.V:  # load_checkpoint would refuse the folder
+        raise ValueError(f"task has V={task.V} but the model has V={config.V}")
     if extra_tensors is not None and not isinstance(extra_tensors, dict):
         raise TypeError(f"extra_tensors must be a dict of name -> Tensor, got {type(extra_tensors).__name__}")
     for key, value in (extra_tensors or {}).items():
@@ -424,7 +424,7 @@ def save_model(
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}  # stored from the CPU
     for key, value in (extra_tensors or {}).items():
         tensors[f"extra.{key}"] = value.detach().cpu().contiguous().clone()
-    fields = {"model": config.to_dict(), "task": (task_config or task_config_of(model)).to_dict()}
+    fields = {"model": config.to_dict(), "task": (task or task_config_of(model)).to_dict()}
     return write_checkpoint_files(path, tensors, fields, metadata)
 
 

@@ -274,7 +274,7 @@ class _Member:
 
 def train_stacked(
     members: Sequence[ModelConfig | str | int],
-    task_config: TaskConfig | PermutationTask | None = None,
+    task: TaskConfig | PermutationTask | None = None,
     train_config: TrainConfig | Sequence[TrainConfig] | None = None,
     *,
     architecture: ModelConfig | str = "d32h2",
@@ -284,7 +284,7 @@ def train_stacked(
 ) -> list[TrainResult]:
     """Train K models of one architecture as one stacked computation; one ``TrainResult`` per member.
 
-    Member ``i`` is the twin of ``train(model_config_i, task_config, train_config_i)`` (module
+    Member ``i`` is the twin of ``train(model_config_i, task, train_config_i)`` (module
     docstring; bit for bit on CPU with ``exact``, the default there).
 
     Args:
@@ -292,7 +292,7 @@ def train_stacked(
             ``train_config``'s ``seed``), or an int seed ``s``: ``architecture`` with ``seed=s`` and
             the data stream of ``seed=s``, as the sweep and ``perm-circuits train --seed`` seed a
             run.  Members must share every model field but ``seed``.
-        task_config: the data (default: the plain task for the members' V).
+        task: the data (a TaskConfig or PermutationTask; default: the plain task for the members' V).
         train_config: the recipe (default: the study's), or one per member differing in ``seed``
             only.  Checkpointing is not supported (``checkpoint_every`` must be None).
         device: where weights, optimiser state and every step live (default CPU); batches are drawn
@@ -300,7 +300,7 @@ def train_stacked(
     """
     start = time.perf_counter()
     model_configs, train_configs = _resolve_members(members, architecture, train_config)
-    task_config = study_task(task_config, model_configs[0].V)
+    task_config = study_task(task, model_configs[0].V)
     device = torch.device(device) if device is not None else torch.device("cpu")
     if exact is None:
         exact = device.type == "cpu"

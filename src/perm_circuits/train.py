@@ -238,7 +238,7 @@ def study_task(task: TaskConfig | PermutationTask | None, V: int) -> TaskConfig:
         task = task.config
     task = TaskConfig(V=V) if task is None else task
     if not isinstance(task, TaskConfig):
-        raise TypeError(f"task_config must be a TaskConfig or PermutationTask, got {type(task).__name__}")
+        raise TypeError(f"task must be a TaskConfig or PermutationTask, got {type(task).__name__}")
     if task.V != V:
         raise ValueError(f"task V={task.V} does not match model V={V}")
     return task
@@ -550,4 +550,4 @@ def save_training_checkpoint(
         extra["dropout_generator"] = dropout_generator.get_state()
     metadata = {"epoch": epoch, "train_config": train_config.to_dict(), "history": list(history.rows)}
     model.task_config = task_config
-    return save_model(model, path, task_config=task_config, metadata=metadata, extra_tensors=extra)
+    return save_model(model, path, task=task_config, metadata=metadata, extra_tensors=extra)

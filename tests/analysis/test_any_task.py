@@ -126,7 +126,14 @@ def test_circuit_metrics_on_tokens_with_a_metric_equals_the_task_default(forner)
 def test_study_bridge_given_a_task_uses_the_task_path():
     model = build_model(ModelConfig(d_model=16, n_heads=2, n_layers=1, seed=0))
     task = PermutationTask(TaskConfig())
-    metrics = circuit_metrics(model, ["L0H0", "L0H1", "L0MLP"], task=task, n=50, how="zero")
+    nodes = ["L0H0", "L0H1", "L0MLP"]
+    # issue 25: on a study bridge a PermutationTask (or its TaskConfig) means the study's own problem ...
+    study = circuit_metrics(model, nodes, task=task, n=50, how="zero")
+    assert [g.subgroup for g in study.subgroups] == ["elimination", "recall"]
+    assert study.elimination.f_model == circuit_metrics(model, nodes, n=50, how="zero").elimination.f_model
+    # ... and metric= keeps forcing the general path
+    batch = task.test_set(50, 1234)
+    metrics = circuit_metrics(model, nodes, batch, task=task, metric=target_logprob_gain(batch), how="zero")
     assert [g.subgroup for g in metrics.subgroups] == ["all"] and metrics.subgroup("all").faithfulness == 1.0
     table = ablation_table(model, ("zero",), task=task, n=50)  # the study's own table, with task's settings
     assert isinstance(table, AblationTable) and [r.component for r in table.rows] == ["none", "L0H0", "L0H1", "L0MLP"]

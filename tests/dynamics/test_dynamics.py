@@ -129,7 +129,7 @@ def test_recorder_rejects_bad_inputs():
         DynamicsRecorder(TASK, (1,), signals=("accuracy", "attention"))
     with pytest.raises(ValueError, match="test_n must be >= 1, got 0"):
         DynamicsRecorder(TASK, (1,), test_n=0)
-    with pytest.raises(TypeError, match="task_config"):  # beartype's check at test time, ours otherwise
+    with pytest.raises(TypeError, match="task"):  # beartype's check at test time, ours otherwise
         DynamicsRecorder({"V": 5}, (1,))
     with pytest.raises(TypeError, match="step_callbacks"):
         train("d16h1", TASK, TINY, step_callbacks=[3], progress=False)

@@ -19,7 +19,7 @@ def test_roles_columns_equal_head_roles_under_each_mode(pretrained):
     sizes = dict(n=300, n_pair=60, n_boot=10)
     columns = roles_columns(model, model.task_config, **sizes)
     for how in HOWS:
-        verdict = head_roles(model, task_config=model.task_config, how=how, circuits=False, **sizes)
+        verdict = head_roles(model, task=model.task_config, how=how, circuits=False, **sizes)
         assert columns[f"verdict_{how}"] == VERDICT[verdict.story_holds]
         for component in ("L0H0", "L0H1", "L0MLP"):
             assert columns[f"role_{how}_{component}"] == verdict.role(component)

@@ -234,7 +234,7 @@ def test_shipped_and_new_checkpoints_keep_repeat_sources(tmp_path):
     assert "repeat_sources" not in stored  # written before the field existed
     assert load_checkpoint(PRETRAINED_DIR / "d16h1").task_config == TaskConfig(repeat_ratio=0.3)
     task = TaskConfig(repeat_ratio=0.3, repeat_sources=(1, 2, 3, 4))
-    save_model(build_model("d16h1"), tmp_path / "ck", task_config=task)
+    save_model(build_model("d16h1"), tmp_path / "ck", task=task)
     assert json.loads((tmp_path / "ck" / "config.json").read_text())["task"]["repeat_sources"] == [1, 2, 3, 4]
     assert load_checkpoint(tmp_path / "ck").task_config == task
 

@@ -352,7 +352,7 @@ def study_report_data(
     evaluation = evaluate(model, test_set, task_config=analysis_task)
     generalisation = recall_generalisation(model, task_config=task, n=n_recall)
     step("head roles")
-    verdict = (roles or head_roles)(model, task_config=task, n=n_roles, n_pair=n_patch, n_boot=n_boot)
+    verdict = (roles or head_roles)(model, task=task, n=n_roles, n_pair=n_patch, n_boot=n_boot)
     step("patching")
     head_sweep = verdict.head_patching
     if head_sweep is None:
@@ -360,7 +360,7 @@ def study_report_data(
     source_sweep = patch_head_sources(model, n=n_patch, n_boot=n_boot)
     step("FFN and memory")
     layers = range(config.n_layers)
-    ffns = tuple(ffn_key_value_probe(model, layer=layer, task_config=task) for layer in layers)
+    ffns = tuple(ffn_key_value_probe(model, layer=layer, task=task) for layer in layers)
     memory = model_memory_probes(model)
     flips = tuple(mlp_prediction_flips(model, test_set, layer=layer) for layer in layers)
     dla = direct_logit_attribution(model, test_set)

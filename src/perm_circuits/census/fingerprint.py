@@ -231,7 +231,7 @@ def mechanism_fingerprint(model, *, task=None, n: int = 2000, n_circuit: int = 3
             task_config = TaskConfig.from_dict({**task_config.to_dict(), "repeat_ratio": 0.3})
     start = time.perf_counter()
     model.eval()
-    options = dict(task_config=task_config, how="mean" if "mean" in hows else hows[0], hows=hows, n=n, seed=seed,
+    options = dict(task=task_config, how="mean" if "mean" in hows else hows[0], hows=hows, n=n, seed=seed,
                    n_pair=n_pair, n_boot=n_boot, circuits=False, induction=False)
     verdict = head_roles(model, **options)  # reference="test"
     record: dict[str, Any] = {"elimination_accuracy": float(verdict.elimination_accuracy),

@@ -26,6 +26,7 @@ import torch
 from perm_circuits.checks import check_int, check_number, check_seed
 from perm_circuits.devices import model_device
 from perm_circuits.models import fast_forward, model_config_of, task_config_of
+from perm_circuits.tasks.permutation import PermutationTask
 from perm_circuits.tasks.permutation_data import TaskConfig, make_batch
 from perm_circuits.train import masked_loss
 
@@ -106,18 +107,20 @@ def _chain_seed(seed: int, chain: int) -> int:
 
 
 def local_learning_coefficient(
-    model, task_config: TaskConfig | None = None, config: LLCConfig | None = None
+    model, task: TaskConfig | PermutationTask | None = None, config: LLCConfig | None = None
 ) -> LLCEstimate:
     """Estimate the LLC of ``model`` (a bridge that :func:`fast_forward` runs) at its current weights
-    on the training loss of ``task_config`` (default the model's own) with ``config``'s SGLD
+    on the training loss of ``task`` (a TaskConfig or its PermutationTask; default the model's own) with ``config``'s SGLD
     settings; ImportError naming ``pip install -e ".[dynamics]"`` without devinterp."""
     config = LLCConfig() if config is None else config
     if not isinstance(config, LLCConfig):
         raise TypeError(f"config must be an LLCConfig or None, got {type(config).__name__}")
     model_config = model_config_of(model)
-    task_config = task_config_of(model) if task_config is None else task_config
+    task_config = task_config_of(model) if task is None else task
+    if isinstance(task_config, PermutationTask):
+        task_config = task_config.config
     if not isinstance(task_config, TaskConfig):
-        raise TypeError(f"task_config must be a TaskConfig or None, got {type(task_config).__name__}")
+        raise TypeError(f"task must be a TaskConfig, a PermutationTask or None, got {type(task).__name__}")
     if task_config.V != model_config.V:
         raise ValueError(f"task V={task_config.V} does not match model V={model_config.V}")
     sgld = require_devinterp()

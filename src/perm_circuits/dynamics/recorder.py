@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from perm_circuits.analysis.interventions.checks import study_config
 from perm_circuits.analysis.probes.induction import induction_scores, induction_test_set
 from perm_circuits.analysis.probes.memory import model_memory_probes
 from perm_circuits.analysis.study.scores import STUDY_REPEAT_RATIO, head_scores
@@ -45,6 +46,7 @@ from perm_circuits.dynamics.llc import LLCConfig, local_learning_coefficient, re
 from perm_circuits.dynamics.record import DynamicsRecord
 from perm_circuits.evaluate import evaluate_logits
 from perm_circuits.models import fast_forward, model_config_of
+from perm_circuits.tasks.permutation import PermutationTask
 from perm_circuits.tasks.permutation_posterior import bayes_posterior
 from perm_circuits.tasks.permutation_data import TaskConfig, make_test_set
 from perm_circuits.tasks.base import log_spaced_steps
@@ -97,7 +99,7 @@ class DynamicsRecorder:
 
     def __init__(
         self,
-        task_config: TaskConfig,
+        task: TaskConfig | PermutationTask,
         steps: Sequence[int],
         *,
         signals: Sequence[str] = SIGNAL_GROUPS,
@@ -106,8 +108,7 @@ class DynamicsRecorder:
         llc: bool = False,
         llc_config: LLCConfig | None = None,
     ):
-        if not isinstance(task_config, TaskConfig):
-            raise TypeError(f"task_config must be a TaskConfig, got {type(task_config).__name__}")
+        task_config = study_config(task)
         if isinstance(steps, (str, bytes)) or not isinstance(steps, Sequence) or not steps:
             raise ValueError(f"steps must be a non-empty sequence of positive ints, got {steps!r}")
         for step in steps:
@@ -201,7 +202,7 @@ class DynamicsRecorder:
                 for name in _INDUCTION_FIELDS:
                     values[f"{score.component}.{name}"] = getattr(score, name)
         if "head_scores" in groups:
-            for score in head_scores(model, self._mixed, task_config=self.task_config):
+            for score in head_scores(model, self._mixed, task=self.task_config):
                 for name in _HEAD_SCORE_FIELDS:
                     values[f"{score.component}.{name}"] = getattr(score, name)
         return values

@@ -221,7 +221,7 @@ def any_model_numbers(model, *, prefix: str = "any", n_pair: int = 2000, n_boot:
     out[f"{prefix}.recall.min"] = min(general.recall)
     out[f"{prefix}.elimination"] = general.elimination
     out[f"{prefix}.recall.n_per_source"] = general.n_per_source
-    story = induction_story(model, task_config=task, n_pair=n_pair, n_boot=n_boot)
+    story = induction_story(model, task=task, n_pair=n_pair, n_boot=n_boot)
     out[f"{prefix}.story.holds"] = "holds" if story.holds else "does not hold"
     out[f"{prefix}.story.missing"] = "; ".join(story.missing) or "nothing"
     for name in ("previous_head", "induction_head", "previous_token", "induction", "k_composition", "q_composition",

@@ -83,13 +83,13 @@ def parse_curve(cell: Any) -> list[float]:
     return [float(value) for value in str(cell).split(",")]
 
 
-def roles_columns(model, task_config: TaskConfig, *, n: int, n_pair: int, n_boot: int,
+def roles_columns(model, task: TaskConfig, *, n: int, n_pair: int, n_boot: int,
                   hows=None) -> dict[str, Any]:
     """``reference``, ``verdict_<how>``, ``role_<how>_<component>``, ``claim_<how>_<claim>`` for every ablation mode in
     ``hows`` (default :data:`~perm_circuits.analysis.HOWS`), from one
     :func:`~perm_circuits.analysis.head_roles` without its circuit step."""
     hows = tuple(HOWS if hows is None else hows)
-    verdict = head_roles(model, task_config=task_config, how="mean" if "mean" in hows else hows[0], hows=hows,
+    verdict = head_roles(model, task=task, how="mean" if "mean" in hows else hows[0], hows=hows,
                          n=n, n_pair=n_pair, n_boot=n_boot, circuits=False)
     return verdict.columns()
 
@@ -98,7 +98,7 @@ ANALYSIS_PREFIXES = ("recall_gen_x", "reference", "verdict_", "role_", "claim_")
 """Row columns that :func:`analysis_columns` produces (and a re-analysis replaces)."""
 
 
-def analysis_columns(model, task_config: TaskConfig, analysis: dict[str, int]) -> dict[str, Any]:
+def analysis_columns(model, task: TaskConfig, analysis: dict[str, int]) -> dict[str, Any]:
     """The analysis part of a row from a trained model: recall generalisation (``recall_n`` 0:
     exhaustive) and, unless ``roles`` is 0, :func:`roles_columns`."""
     if not isinstance(analysis, dict):
@@ -110,10 +110,10 @@ def analysis_columns(model, task_config: TaskConfig, analysis: dict[str, int]) -
         raise ValueError(f"analysis has unknown keys {unknown} and lacks {missing}; expected the keys of "
                          f"ANALYSIS_DEFAULTS {sorted(ANALYSIS_DEFAULTS)}")
     recall_n = analysis["recall_n"] or None
-    general = recall_generalisation(model, task_config=task_config, n=recall_n)
+    general = recall_generalisation(model, task_config=task, n=recall_n)
     row: dict[str, Any] = {f"recall_gen_x{k}": accuracy for k, accuracy in enumerate(general.recall, start=1)}
     if analysis.get("roles", 1):
-        row.update(roles_columns(model, task_config, n=analysis["n"], n_pair=analysis["n_pair"], n_boot=analysis["n_boot"]))
+        row.update(roles_columns(model, task, n=analysis["n"], n_pair=analysis["n_pair"], n_boot=analysis["n_boot"]))
     return row
 
 
@@ -138,7 +138,7 @@ def trained_row(row: dict[str, Any], result: TrainResult, run_id: str, config: d
         return None
     metadata = {"run_id": run_id, "sweep_config": config, "epochs_run": result.epochs_run,
                 "metrics": result.evaluation.summary(), "history": list(result.history.rows)}
-    return checkpoint_files(functools.partial(save_model, result.model, task_config=result.task_config,
+    return checkpoint_files(functools.partial(save_model, result.model, task=result.task_config,
                                               metadata=metadata))
 
 

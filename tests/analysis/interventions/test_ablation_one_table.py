@@ -1,4 +1,4 @@
-"""One ablation table on every model : the study's table and any task's are one
+"""One ablation table on every model: the study's table and any task's are one
 :class:`AblationTable` of :class:`AblationRow`, with one ``to_dataframe()`` convention; ``task=`` (a
 ``PermutationTask`` or its ``TaskConfig``) on a study model is the study's table; ``metric=`` still
 takes the any-task path; the old second type and ``task_config=`` are gone."""

@@ -379,33 +379,33 @@ def test_task_config_builds_the_default_pair(model):
     from the model's stored task."""
     other = TaskConfig(repeat_ratio=0.3, split_seed=7)
     explicit = patch_head_outputs(model, patching_pair(other, n=200, seed=3), seed=3, n_boot=20)
-    via_config = patch_head_outputs(model, n=200, seed=3, n_boot=20, task_config=other)
+    via_config = patch_head_outputs(model, n=200, seed=3, n_boot=20, task=other)
     stored = patch_head_outputs(model, n=200, seed=3, n_boot=20)
     assert [c.logit_diff for c in via_config.cells] == [c.logit_diff for c in explicit.cells]
     assert [c.mean for c in via_config.cells] == [c.mean for c in explicit.cells]
     assert via_config.clean_logit_diff != stored.clean_logit_diff  # another split: other pairs
     for fn in (patch_head_patterns, patch_attn_out, patch_mlp, patch_residual, patch_head_sources):
-        sweep = fn(model, n=200, seed=3, n_boot=20, task_config=other)
+        sweep = fn(model, n=200, seed=3, n_boot=20, task=other)
         assert sweep.clean_logit_diff == explicit.clean_logit_diff, fn
-    report = recall_patching(model, n=200, seed=3, n_boot=20, neuron_groups=None, task_config=other)
+    report = recall_patching(model, n=200, seed=3, n_boot=20, neuron_groups=None, task=other)
     assert report.clean_logit_diff == explicit.clean_logit_diff
-    found = find_recall_head(model, n=200, seed=3, n_boot=20, task_config=other)
+    found = find_recall_head(model, n=200, seed=3, n_boot=20, task=other)
     assert found.sweep.clean_logit_diff == explicit.clean_logit_diff
 
 
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        (lambda m: patch_head_outputs(m, task_config=TaskConfig(V=4)), ValueError,
-         "task_config has V=4 but the model has V=5"),
+        (lambda m: patch_head_outputs(m, task=TaskConfig(V=4)), ValueError,
+         "task has V=4 but the model has V=5"),
         # a str is not a TaskConfig | None: the runtime type check (conftest's import hook) stops it
-        (lambda m: patch_mlp(m, task_config="task"), TypeCheckError, "parameter 'task_config'"),
-        (lambda m: find_recall_head(m, task_config=TaskConfig(V=6)), ValueError,
-         "task_config has V=6 but the model has V=5"),
-        (lambda m: recall_patching(m, task_config=TaskConfig(V=4)), ValueError,
-         "task_config has V=4 but the model has V=5"),
-        (lambda m: patch_attn_out(m, task_config=TaskConfig(V=4)), ValueError,
-         "task_config has V=4 but the model has V=5"),
+        (lambda m: patch_mlp(m, task="task"), TypeCheckError, "parameter 'task'"),
+        (lambda m: find_recall_head(m, task=TaskConfig(V=6)), ValueError,
+         "task has V=6 but the model has V=5"),
+        (lambda m: recall_patching(m, task=TaskConfig(V=4)), ValueError,
+         "task has V=4 but the model has V=5"),
+        (lambda m: patch_attn_out(m, task=TaskConfig(V=4)), ValueError,
+         "task has V=4 but the model has V=5"),
         (lambda m: find_recall_head(m, seed=1.5), TypeCheckError, "parameter 'seed'"),
         # a bool passes the ``int`` annotation and reaches the package's own seed check
         (lambda m: find_recall_head(m, seed=True), TypeError, "seed must be an int, got bool True"),

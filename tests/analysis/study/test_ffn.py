@@ -202,7 +202,7 @@ def test_probe_validation_before_work_and_no_leak():
         ({"top_k": 0}, ValueError, "top_k must be >= 1, got 0"),
         ({"repeat_sources": (4,)}, ValueError, r"repeat source 4 out of range \[0, 3\]"),
         ({"split": "val"}, ValueError, "split must be 'train', 'test' or 'all', got 'val'"),
-        ({"task_config": TaskConfig(V=4)}, ValueError, "task_config has V=4 but the model has V=5"),
+        ({"task": TaskConfig(V=4)}, ValueError, "task has V=4 but the model has V=5"),
         ({"hooks": [("blocks.0.hook_nope", print)]}, ValueError, r"hooks\[0\] names unknown hook point 'blocks.0.hook_nope'"),
     ]:
         with pytest.raises(error, match=match) as info:
@@ -221,7 +221,7 @@ def test_probe_validation_before_work_and_no_leak():
 
 def test_random_model_probe_values():
     """The seeded, untrained d16h1: measured numbers, and the summaries recomputed from the table."""
-    probe = ffn.ffn_key_value_probe(build_model("d16h1"), task_config=TASK)
+    probe = ffn.ffn_key_value_probe(build_model("d16h1"), task=TASK)
     frame = probe.to_dataframe()
     assert frame.shape[0] == 32 and probe.n_sequences == 5760
     assert frame["live"].all() and len(probe.live) == 32  # every neuron fires on some trigger
@@ -280,8 +280,8 @@ def test_negative_layer_and_neurons_count_from_the_end(hand):
     """One index rule for the package: layer=-1 (mlp_prediction_flips' default) is the last layer,
     here layer 0, in every analysis; negative neurons count from d_mlp."""
     assert ffn.mlp_prediction_flips(hand, make_batch(TASK, 200, seed=1)).layer == 0
-    a = ffn.ffn_key_value_probe(hand, layer=-1, neurons=[-8, -1], top_k=5, task_config=TASK)
-    b = ffn.ffn_key_value_probe(hand, layer=0, neurons=[0, 7], top_k=5, task_config=TASK)
+    a = ffn.ffn_key_value_probe(hand, layer=-1, neurons=[-8, -1], top_k=5, task=TASK)
+    b = ffn.ffn_key_value_probe(hand, layer=0, neurons=[0, 7], top_k=5, task=TASK)
     assert [n.neuron for n in a.neurons] == [0, 7]
     assert a.to_dataframe().equals(b.to_dataframe())
     for kwargs, error, match in [
@@ -291,5 +291,5 @@ def test_negative_layer_and_neurons_count_from_the_end(hand):
         ({"neurons": 3}, TypeCheckError, "parameter 'neurons'"),  # an int is not Sequence[int] | None
     ]:
         with pytest.raises(error, match=match) as info:
-            ffn.ffn_key_value_probe(hand, task_config=TASK, **kwargs)
+            ffn.ffn_key_value_probe(hand, task=TASK, **kwargs)
         assert type(info.value) is error, kwargs

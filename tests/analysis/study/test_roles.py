@@ -501,7 +501,7 @@ def test_judge_uses_the_recall_signal_when_both_capabilities_fall(kept, role, di
 
 
 def test_head_roles_builds_patching_pairs_from_its_task_config(monkeypatch):
-    """Regression: head_roles(task_config=...) built its patching pairs from the model's stored task,
+    """Regression: head_roles(task=...) built its patching pairs from the model's stored task,
     because the patching functions had no task_config; it is now passed through."""
     from perm_circuits.analysis.study import recall_patching as patching
 
@@ -517,10 +517,10 @@ def test_head_roles_builds_patching_pairs_from_its_task_config(monkeypatch):
     model.task_config = TaskConfig(repeat_ratio=0.3)  # the stored task: split_seed 0
     task = TaskConfig(repeat_ratio=0.3, split_seed=7, train_fraction=0.5)
     small = dict(n=200, n_pair=100, n_boot=20)
-    verdict = head_roles(model, how="zero", hows=("zero",), task_config=task, probe=False, **small)
+    verdict = head_roles(model, how="zero", hows=("zero",), task=task, probe=False, **small)
     assert verdict.head_patching is not None and verdict.mlp_patching is not None  # the model recalls
     assert len(seen) == 2 and all(t == task for t in seen)
-    expected = patching.patch_head_outputs(model, n=small["n_pair"], n_boot=small["n_boot"], task_config=task)
+    expected = patching.patch_head_outputs(model, n=small["n_pair"], n_boot=small["n_boot"], task=task)
     assert [c.logit_diff for c in verdict.head_patching.cells] == [c.logit_diff for c in expected.cells]
 
 

@@ -64,7 +64,7 @@ import torch
 from torch import Tensor
 
 from perm_circuits.analysis.interventions import hooks as ablation
-from perm_circuits.analysis.interventions.checks import check_int, check_seed, check_task_config, task_test_set
+from perm_circuits.analysis.interventions.checks import check_int, check_seed, check_task_config, resolve_task, task_test_set
 from perm_circuits.analysis.circuits.nodes import (
     POSITION_CLASSES,
     SUBGROUPS,
@@ -149,7 +149,7 @@ def _general_problem(model, test_set, task, metric, reference, n, seed) -> Circu
     return CircuitProblem(tokens, partial(metric_values, metric, batch=len(tokens)), {"all": rows}, reference, True)
 
 
-def _setup(model, circuit, test_set, how, n, seed, task_config, hooks, reference, ablation_seed,
+def _setup(model, circuit, test_set, how, n, seed, config, hooks, reference, ablation_seed,
            ablate_kwargs, progress, task=None, metric=None) -> tuple[tuple[Node, ...], CircuitProblem, HookList]:
     """Validate every shared argument (before any forward); with no ``task`` / ``metric`` and no token-id
     ``test_set``, the model's task's own problem where it has one (a study bridge's: :func:`study_setup`),
@@ -175,16 +175,16 @@ def _setup(model, circuit, test_set, how, n, seed, task_config, hooks, reference
         with torch.no_grad(), model.hooks(fwd_hooks=hooks):  # the full model's run first: a wrong metric
             problem.metric(model(problem.tokens))  # is refused (metric_rows) before any ablated run
         return nodes, problem, hooks
-    return own(model, circuit, test_set, n, seed, task_config, hooks, reference)
+    return own(model, circuit, test_set, n, seed, config, hooks, reference)
 
 
-def study_setup(model, circuit, test_set, n: int, seed: int, task_config, hooks,
+def study_setup(model, circuit, test_set, n: int, seed: int, config: TaskConfig | None, hooks,
                 reference) -> tuple[tuple[Node, ...], CircuitProblem, HookList]:
     """The permutation task's own circuit problem (``own_analysis(model, "circuit_problem")``): the
     nodes, :func:`~perm_circuits.analysis.circuits.runs.permutation_problem` on ``test_set`` (default
     the model's fixed test set), and the checked hooks."""
     nodes = parse_circuit(model, circuit) if circuit is not None else ()
-    config = check_task_config(model, task_config)
+    config = check_task_config(model, config, "task")
     for name, batch in (("test_set", test_set), ("reference", reference)):
         if batch is not None:
             if not isinstance(batch, TaskBatch):
@@ -238,12 +238,11 @@ def circuit_metrics(
     circuit: Node | str | Iterable,
     test_set: TaskBatch | Tensor | None = None,
     *,
-    task: Task | None = None,
+    task: Task | TaskConfig | None = None,
     metric: Callable[[Tensor], Tensor] | None = None,
     how: str = "mean",
     n: int = 2000,
     seed: int = 1234,
-    task_config: TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
     max_exhaustive: int = 8,
     n_subsets: int = 256,
@@ -262,10 +261,14 @@ def circuit_metrics(
     ``last``, ``context``, ``p{k}`` and the ablation modes zero, mean, resample, optimal.
 
     Args:
-        test_set: the sequences F is averaged over; default
-            ``make_test_set(task_config, n, seed)`` (``task_config`` defaults to the model's
-            training task: its ``repeat_ratio`` gives the recall subgroup); on any task a TaskBatch
-            (default ``task.test_set(n, seed)``) or token ids (with ``metric(logits, batch) -> [batch]``, :mod:`perm_circuits.metric`).
+        test_set: the sequences F is averaged over; default ``task``'s test set of ``n`` rows
+            (``seed``); on any task a TaskBatch or token ids (with ``metric(logits, batch) -> [batch]``,
+            :mod:`perm_circuits.metric`).
+        task: which task (default: the model's own, ``tasks.base.model_task``).  On a
+            permutation-lookup model a :class:`~perm_circuits.tasks.PermutationTask` or its bare
+            ``TaskConfig`` both mean the study's problem on those settings (its ``repeat_ratio`` gives the
+            recall subgroup); any other :class:`~perm_circuits.tasks.Task` (or ``metric=`` / token ids)
+            takes the general path.
         seed: the test-set seed.
         hooks: interventions applied in every run (and in the reference runs).
         max_exhaustive: enumerate all ``2^|C|`` subsets up to this many nodes, else sample.
@@ -287,16 +290,17 @@ def circuit_metrics(
     check_int("max_exhaustive", max_exhaustive, 0, 21)
     check_int("n_subsets", n_subsets, 1)
     check_seed(subset_seed, "subset_seed")
+    task, config = resolve_task(model, task, general=metric is not None or isinstance(test_set, Tensor))
     label = reference_label(reference)
     reference = None if isinstance(reference, str) else reference
-    skills = skill_split(model, label, test_set, task=task, metric=metric, task_config=task_config, n=n, seed=seed)
+    skills = skill_split(model, label, test_set, task=task, metric=metric, config=config, n=n, seed=seed)
     if skills is not None:  # the permutation task: each skill against its own rows
-        options = dict(how=how, task_config=task_config, hooks=hooks, max_exhaustive=max_exhaustive,
+        options = dict(how=how, task=config, hooks=hooks, max_exhaustive=max_exhaustive,
                        n_subsets=n_subsets, subset_seed=subset_seed, ablation_seed=ablation_seed,
                        ablate_kwargs=ablate_kwargs, progress=progress)
         parts = [circuit_metrics(model, circuit, part, reference=part, **options) for part in skills]
         return merge_skill_metrics(*parts)
-    nodes, problem, hooks = _setup(model, circuit, test_set, how, n, seed, task_config, hooks,
+    nodes, problem, hooks = _setup(model, circuit, test_set, how, n, seed, config, hooks,
                                    reference, ablation_seed, ablate_kwargs, progress, task, metric)
     runner = CircuitRunner(model, problem, how, hooks, ablation_seed, ablate_kwargs or {}, progress)
     method, masks, pairs = _subsets(len(nodes), max_exhaustive, n_subsets, subset_seed)
@@ -335,12 +339,11 @@ def faithfulness_by_mode(
     circuit: Node | str | Iterable,
     test_set: TaskBatch | Tensor | None = None,
     *,
-    task: Task | None = None,
+    task: Task | TaskConfig | None = None,
     metric: Callable[[Tensor], Tensor] | None = None,
     hows: Sequence[str] | None = None,
     n: int = 2000,
     seed: int = 1234,
-    task_config: TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
     reference: TaskBatch | Tensor | str | None = None,
     ablation_seed: int = 0,
@@ -364,18 +367,19 @@ def faithfulness_by_mode(
     if ablate_kwargs is not None and (not isinstance(ablate_kwargs, Mapping)
                                       or not all(isinstance(v, Mapping) for v in ablate_kwargs.values())):
         raise TypeError("ablate_kwargs must map a mode to a mapping of extra ablate() arguments")
+    task, config = resolve_task(model, task, general=metric is not None or isinstance(test_set, Tensor))
     label = reference_label(reference)
     reference = None if isinstance(reference, str) else reference
-    skills = skill_split(model, label, test_set, task=task, metric=metric, task_config=task_config, n=n, seed=seed)
+    skills = skill_split(model, label, test_set, task=task, metric=metric, config=config, n=n, seed=seed)
     if skills is not None:  # the permutation task: each skill against its own rows
-        parts = [faithfulness_by_mode(model, circuit, part, hows=hows, task_config=task_config, hooks=hooks,
+        parts = [faithfulness_by_mode(model, circuit, part, hows=hows, task=config, hooks=hooks,
                                       reference=part, ablation_seed=ablation_seed, ablate_kwargs=ablate_kwargs,
                                       progress=progress) for part in skills]
         rows = tuple(row for part, group in zip(parts, ("elimination", "recall")) for row in part.rows
                      if row.subgroup == group)
         return FaithfulnessByMode(parts[0].model_name, parts[0].circuit, rows, reference="skill")
     first = "zero" if hows is None else "binding_free" if "binding_free" in hows else hows[0]  # refused on any task
-    nodes, problem, hooks = _setup(model, circuit, test_set, first, n, seed, task_config, hooks,
+    nodes, problem, hooks = _setup(model, circuit, test_set, first, n, seed, config, hooks,
                                    reference, ablation_seed, None, progress, task, metric)
     if hows is None:
         hows = list(ANY_TASK_HOWS if problem.general else ablation.HOWS)
@@ -398,7 +402,7 @@ def propose_circuit(
     skill: str,
     test_set: TaskBatch | Tensor | None = None,
     *,
-    task: Task | None = None,
+    task: Task | TaskConfig | None = None,
     metric: Callable[[Tensor], Tensor] | None = None,
     how: str = "mean",
     where: Sequence[str] = ("context", "last"),
@@ -406,7 +410,6 @@ def propose_circuit(
     tolerance: float = 0.1,
     n: int = 2000,
     seed: int = 1234,
-    task_config: TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
     reference: TaskBatch | Tensor | str | None = None,
     ablation_seed: int = 0,
@@ -437,15 +440,16 @@ def propose_circuit(
         raise TypeError(f"where must be a non-empty sequence of position classes, got {where!r}")
     for name, value in (("threshold", threshold), ("tolerance", tolerance)):
         check_number(name, value, low=0, finite=False)
+    task, config = resolve_task(model, task, general=metric is not None or isinstance(test_set, Tensor))
     label = reference_label(reference)
     reference = None if isinstance(reference, str) else reference
     if label == "skill" and skill in SUBGROUPS and task is None and metric is None and not isinstance(
             test_set, Tensor) and own_analysis(model, "circuit_problem") is not None:  # the skill's rows alone
         check_int("n", n, 1)
         if test_set is None:
-            test_set = make_test_set(check_task_config(model, task_config), n=n, seed=seed)
+            test_set = make_test_set(check_task_config(model, config, "task"), n=n, seed=seed)
         test_set = reference = skill_parts(test_set)[SUBGROUPS.index(skill)]
-    _, problem, hooks = _setup(model, None, test_set, how, n, seed, task_config, hooks,
+    _, problem, hooks = _setup(model, None, test_set, how, n, seed, config, hooks,
                                reference, ablation_seed, ablate_kwargs, progress, task, metric)
     for cls in where:
         problem.positions(Node(0, None, cls))

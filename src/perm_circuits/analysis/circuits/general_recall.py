@@ -43,6 +43,7 @@ from perm_circuits.analysis.interventions.path_patching import (
 from perm_circuits.evaluate import recall_generalisation
 from perm_circuits.hooks import HookList, run_capture
 from perm_circuits.models import model_config_of, task_config_of
+from perm_circuits.tasks.permutation import PermutationTask
 from perm_circuits.tasks.permutation_data import TaskConfig, batch_from_queries, exhaustive_batch
 
 __all__ = ["ABLATION_MODES", "any_circuit_numbers", "patch_positions", "path_patch_through_mlp", "value_swap_pair"]
@@ -61,17 +62,17 @@ def _restored(model, pair: PatchingPair, hooks: HookList, clean_logits: Tensor, 
     return float((value.mean() - corr.mean()) / (clean.mean() - corr.mean()))
 
 
-def value_swap_pair(task_config: TaskConfig, n: int = 1000, seed: int = 0) -> PatchingPair:
+def value_swap_pair(task: PermutationTask | TaskConfig, n: int = 1000, seed: int = 0) -> PatchingPair:
     """The swap pair's twin for the *value* side: exchange the answers ``y_k`` and ``y_j`` instead of the queries.
 
     ``clean`` and ``j`` are those of
     :func:`~perm_circuits.analysis.interventions.path_patching.induction_patching_pair` (same
-    ``task_config``, ``n``, ``seed``); the corrupted row keeps every x (the last query still repeats
+    ``task``, ``n``, ``seed``; a PermutationTask or its bare TaskConfig); the corrupted row keeps every x (the last query still repeats
     ``x_k``) and has ``y_k`` and ``y_j`` exchanged in the context (the permutation changed to match),
     so its answer is the clean ``y_j`` (``wrong``); ``answer`` is ``y_k``.  Only the two y tokens
     differ: what carries an answer's *value* to the last position.
     """
-    clean, swapped, answer, _ = induction_patching_pair(task_config, n=n, seed=seed, corruption="swap")
+    clean, swapped, answer, _ = induction_patching_pair(task, n=n, seed=seed, corruption="swap")
     rows, k = torch.arange(len(clean)), clean.extras["repeat_source"]
     j = swapped.extras["repeat_source"]
     perms = clean.extras["perms"].clone()

@@ -49,6 +49,7 @@ from perm_circuits.analysis.interventions.path_patching import (
 )
 from perm_circuits.hooks import check_hooks
 from perm_circuits.models import model_config_of
+from perm_circuits.tasks.permutation import PermutationTask
 from perm_circuits.tasks.permutation_data import TaskConfig
 
 __all__ = ["PATH_MIN", "SCORE_MIN", "InductionStory", "induction_story", "judge_induction_story"]
@@ -169,7 +170,7 @@ def judge_induction_story(
 def induction_story(
     model,
     *,
-    task_config: TaskConfig | None = None,
+    task: PermutationTask | TaskConfig | None = None,
     n: int = 2000,
     seed: int = 1234,
     n_pair: int = 2000,
@@ -181,8 +182,8 @@ def induction_story(
 
     (a) ``induction_scores`` on ``induction_test_set(V, n, seed)``; (b) ``composition_scores``
     (weights only: ``hooks`` do not apply); (c) ``path_patching_table`` on
-    ``induction_patching_pair(task, n_pair, pair_seed)`` (``task``: ``task_config``, default the
-    model's) with ``n_boot`` resamples.  ``hooks`` run in every forward.  Needs ``n_layers >= 2``.
+    ``induction_patching_pair(task, n_pair, pair_seed)`` (``task``: a PermutationTask or its bare
+    TaskConfig, the same either way; default the model's) with ``n_boot`` resamples.  ``hooks`` run in every forward.  Needs ``n_layers >= 2``.
     """
     config = model_config_of(model)
     if config.n_layers < 2:
@@ -191,9 +192,9 @@ def induction_story(
     check_seed(seed)
     check_int("n_pair", n_pair, 2)
     check_seed(pair_seed, "pair_seed")
-    task = check_task_config(model, task_config)
+    task = check_task_config(model, task, "task")
     hooks = check_hooks(model, hooks)
     scores = induction_scores(model, induction_test_set(config.V, n=n, seed=seed), hooks=hooks)
     composition = {kind: composition_scores(model, kind) for kind in KINDS}
-    paths = path_patching_table(model, task_config=task, n=n_pair, seed=pair_seed, n_boot=n_boot, hooks=hooks)
+    paths = path_patching_table(model, task=task, n=n_pair, seed=pair_seed, n_boot=n_boot, hooks=hooks)
     return judge_induction_story(scores, composition, paths)

@@ -46,10 +46,10 @@ def merge_skill_metrics(elimination: CircuitMetrics, recall: CircuitMetrics) -> 
                    reference="skill")
 
 
-def skill_split(model, label: str, test_set, *, task, metric, task_config, n: int, seed: int):
+def skill_split(model, label: str, test_set, *, task, metric, config, n: int, seed: int):
     """``(elimination rows, recall rows)`` of the test set when ``label`` is ``"skill"`` and the model's
     own task measures each skill (the permutation task, with no ``task=`` / ``metric=`` / token ids
-    overriding it); ``None`` otherwise (the reference is then the test set or the given batch)."""
+    overriding it; ``config``: the study's settings, default the model's); ``None`` otherwise (the reference is then the test set or the given batch)."""
     from torch import Tensor
 
     from perm_circuits.analysis.interventions.checks import check_int, check_task_config
@@ -62,5 +62,5 @@ def skill_split(model, label: str, test_set, *, task, metric, task_config, n: in
         return None
     check_int("n", n, 1)
     if test_set is None:
-        test_set = make_test_set(check_task_config(model, task_config), n=n, seed=seed)
+        test_set = make_test_set(check_task_config(model, config, "task"), n=n, seed=seed)
     return skill_parts(test_set)

@@ -18,7 +18,7 @@ from torch import Tensor
 from perm_circuits.checks import check_int, check_positive_int, check_seed
 from perm_circuits.model_shape import model_shape
 from perm_circuits.models import model_config_of, task_config_of
-from perm_circuits.tasks.base import Task, TaskBatch
+from perm_circuits.tasks.base import Task, TaskBatch, model_task
 from perm_circuits.tasks.permutation import PermutationTask
 from perm_circuits.tasks.permutation_data import TaskConfig
 
@@ -34,7 +34,9 @@ __all__ = [
     "check_positive_int",
     "check_seed",
     "check_task_config",
+    "resolve_task",
     "seq_len",
+    "study_config",
 ]
 
 
@@ -133,6 +135,40 @@ def check_task_config(model, task: object, name: str = "task_config") -> TaskCon
     if config.V != V:
         raise ValueError(f"{name} has V={config.V} but the model has V={V}")
     return config
+
+
+def study_config(task: object, name: str = "task") -> TaskConfig:
+    """The permutation task's settings from ``task`` (a :class:`~perm_circuits.tasks.PermutationTask` or
+    its bare :class:`~perm_circuits.tasks.permutation_data.TaskConfig`, the same either way), for the
+    study's builders that take no model (the patching pairs, the binding-free reference)."""
+    if isinstance(task, PermutationTask):
+        return task.config
+    if not isinstance(task, TaskConfig):
+        raise TypeError(f"{name} must be a PermutationTask or a TaskConfig, got {type(task).__name__}")
+    return task
+
+
+def resolve_task(model, task: object, *, general: bool = False, name: str = "task") -> tuple[Task | None, TaskConfig | None]:
+    """Which path ``task=`` of a public tool takes (the one way to say which task; issue 25):
+    ``(None, config)`` where the model's own analysis runs (the study's, on a permutation-lookup model):
+    ``task`` is ``None`` or, on such a model, a :class:`~perm_circuits.tasks.PermutationTask` or a bare
+    :class:`~perm_circuits.tasks.permutation_data.TaskConfig` (``config``: its checked settings, ``None``
+    for the model's stored task).  ``(task, None)`` for the general path: any other
+    :class:`~perm_circuits.tasks.Task`, or any task when ``general`` (the caller was given ``metric=`` or
+    token ids), where a bare ``TaskConfig`` becomes its ``PermutationTask`` and ``None`` the model's own
+    task (``model_task(model)``, ``None`` where it has none).  Anything else: ``TypeError`` naming ``name``."""
+    if task is not None and not isinstance(task, (Task, TaskConfig)):
+        raise TypeError(f"{name} must be a perm_circuits.tasks.Task (a PermutationTask or a TaskConfig on a "
+                        f"permutation-lookup model) or None, got {type(task).__name__}")
+    own = model_task(model)
+    study = isinstance(own, PermutationTask)
+    if not general and (task is None or (study and isinstance(task, (PermutationTask, TaskConfig)))):
+        return None, None if task is None else check_task_config(model, task, name)
+    if task is None:
+        return own, None
+    if isinstance(task, (PermutationTask, TaskConfig)) and study:
+        return PermutationTask(check_task_config(model, task, name)), None
+    return (PermutationTask(task) if isinstance(task, TaskConfig) else task), None
 
 
 def task_test_set(model, task: object, test_set: object, n: int, seed: int, *, hint: str) -> TaskBatch | Tensor:

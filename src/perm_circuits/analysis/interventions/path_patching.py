@@ -52,6 +52,8 @@ from perm_circuits.analysis.interventions.checks import (
     check_layer,
     check_positive_int,
     check_task_config,
+    resolve_task,
+    study_config,
 )
 from perm_circuits.analysis.interventions.core import pair_tokens
 from perm_circuits.analysis.interventions.patching import (
@@ -73,6 +75,7 @@ from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.model_shape import model_shape, normalization_of
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.base import TaskBatch, own_analysis
+from perm_circuits.tasks.permutation import PermutationTask
 from perm_circuits.tasks.runner import model_name
 from perm_circuits.tasks.permutation_data import TaskConfig, batch_from_queries, make_batch, unused_query
 
@@ -101,13 +104,14 @@ SIGNIFICANT_EFFECT = 0.5
 
 
 def induction_patching_pair(
-    task_config: TaskConfig, n: int = 2000, seed: int = 0, *, corruption: str = "swap", split: str = "test"
+    task: PermutationTask | TaskConfig, n: int = 2000, seed: int = 0, *, corruption: str = "swap", split: str = "test"
 ) -> PatchingPair:
     """Clean/corrupted batches for the induction question, with the answer and wrong tokens.
 
-    ``clean = make_batch(task_config, n, split=split, seed=seed, repeat_ratio=1.0,
+    ``task``: a PermutationTask or its bare TaskConfig (the same either way).
+    ``clean = make_batch(task, n, split=split, seed=seed, repeat_ratio=1.0,
     repeat_source=None)``: every last query repeats an earlier ``x_k``, ``k`` uniform over
-    ``1..V-1`` (general recall, whatever ``task_config.repeat_sources`` says); ``answer = y_k``.
+    ``1..V-1`` (general recall, whatever ``task.repeat_sources`` says); ``answer = y_k``.
     Per row another earlier query ``j != k`` is drawn uniformly (generator seeded with
     ``seed + 1``) and ``corruption`` builds the corrupted row: ``"swap"`` exchanges ``x_k`` and
     ``x_j`` in the context, ``"query"`` sets the last query to ``x_j`` (both: ``wrong = y_j``),
@@ -120,8 +124,7 @@ def induction_patching_pair(
     every head-to-head path is exactly 0 (the effect enters the induction head's query from the
     embedding).
     """
-    if not isinstance(task_config, TaskConfig):
-        raise TypeError(f"task_config must be a TaskConfig, got {type(task_config).__name__}")
+    task_config = study_config(task)
     check_positive_int("n", n)
     if corruption not in CORRUPTIONS:
         raise ValueError(f"corruption must be one of {CORRUPTIONS}, got {corruption!r}")
@@ -391,10 +394,11 @@ def _measure(model, ctx: _Runs, edges: list[tuple[tuple[int, int], tuple[int, in
     return PathPatchingTable(model_name=ctx.model_name, effects=effects, **table)
 
 
-def _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corruption, metric) -> _Runs:
+def _prepare(model, pair, task, n, seed, n_boot, confidence, hooks, corruption, metric) -> _Runs:
     """Validate the shared arguments (before any forward) and run the clean and corrupted inputs once."""
     check_patch_options("clean", "corrupted", n_boot, seed, confidence)
     check_positive_int("n", n)
+    resolve_task(model, task)  # a wrong type is refused on either branch
     if corruption not in CORRUPTIONS:
         raise ValueError(f"corruption must be one of {CORRUPTIONS}, got {corruption!r}")
     hooks = check_hooks(model, hooks)
@@ -420,7 +424,7 @@ def _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corru
         if pair is None and default_pair is None:
             raise ValueError(f"{type(model).__name__} carries no task with a patching pair of its own: pass "
                              "pair=(clean, corrupted) TaskBatches or token ids (and metric=)")
-        config = check_task_config(model, task_config)
+        config = check_task_config(model, task, "task")
         if pair is None:
             pair = default_pair(config, n=n, seed=seed, corruption=corruption)
         else:
@@ -445,7 +449,7 @@ def path_patch(
     pair: PatchingPair | tuple[TaskBatch | Tensor, TaskBatch | Tensor] | None = None,
     *,
     metric: Callable[[Tensor], Tensor] | None = None,
-    task_config: TaskConfig | None = None,
+    task: PermutationTask | TaskConfig | None = None,
     corruption: str = "swap",
     n: int = 2000,
     seed: int = 0,
@@ -461,9 +465,11 @@ def path_patch(
         receiver: ``(layer, head)`` of the head whose input gets it.
         input: ``"q"``, ``"k"`` or ``"v"``: which input of the receiver gets the sender's
             clean-minus-corrupted output.
-        pair: ``(clean, corrupted, answer, wrong)``; default ``induction_patching_pair(task_config,
-            n, seed, corruption=corruption)`` with the model's training task by default.  On any
-            task: ``(clean, corrupted)`` TaskBatches or token ids, measured with ``metric``.
+        pair: ``(clean, corrupted, answer, wrong)``; default ``induction_patching_pair(task,
+            n, seed, corruption=corruption)``.  On any task: ``(clean, corrupted)`` TaskBatches or
+            token ids, measured with ``metric``.
+        task: the study's task of the default pair (a :class:`~perm_circuits.tasks.PermutationTask`
+            or its bare ``TaskConfig``, the same either way; default the model's training task).
         metric: ``metric(logits, batch) -> [batch]`` (:mod:`perm_circuits.metric`; ``batch`` is the clean one) for a ``(clean, corrupted)`` pair (default
             ``target_logprob(clean)`` for a clean TaskBatch), e.g. a logit difference.
         seed: seeds the default pair and the bootstrap resamples.
@@ -472,7 +478,7 @@ def path_patch(
     Everything is validated before any forward; no hooks are left on the model.
     """
     edge = _check_edge(model, sender, receiver, input)
-    runs = _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corruption, metric)
+    runs = _prepare(model, pair, task, n, seed, n_boot, confidence, hooks, corruption, metric)
     return _measure(model, runs, [edge], n_boot, seed, confidence)
 
 
@@ -482,7 +488,7 @@ def path_patching_table(
     *,
     inputs: Sequence[str] = INPUTS,
     metric: Callable[[Tensor], Tensor] | None = None,
-    task_config: TaskConfig | None = None,
+    task: PermutationTask | TaskConfig | None = None,
     corruption: str = "swap",
     n: int = 2000,
     seed: int = 0,
@@ -507,7 +513,7 @@ def path_patching_table(
         raise ValueError(f"path patching needs n_layers >= 2 (a sender before a receiver), {model_name(model)} has 1")
     if not shape.n_heads:
         raise ValueError(f"{type(model).__name__} declares no number of heads (cfg.n_heads): no edges to patch")
-    runs = _prepare(model, pair, task_config, n, seed, n_boot, confidence, hooks, corruption, metric)
+    runs = _prepare(model, pair, task, n, seed, n_boot, confidence, hooks, corruption, metric)
     heads = [(layer, head) for layer in range(shape.n_layers) for head in range(shape.n_heads) if shape.heads(layer)]
     edges = [(s, r, i) for s in heads for r in heads if s[0] < r[0] for i in inputs]
     return _measure(model, runs, edges, n_boot, seed, confidence)

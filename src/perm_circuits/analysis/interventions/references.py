@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import torch
 
-from perm_circuits.analysis.interventions.checks import check_seed
+from perm_circuits.analysis.interventions.checks import check_seed, study_config
 from perm_circuits.analysis.interventions.core import resample_rows
 from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.permutation import PermutationTask
 from perm_circuits.tasks.permutation_data import TaskConfig, make_batch, permutation_batch
 
 __all__ = ["binding_free_reference", "resample_rows"]
 
 
 def binding_free_reference(
-    task_config: TaskConfig,
+    task: PermutationTask | TaskConfig,
     n: int = 5000,
     seed: int = 1234,
     *,
@@ -23,6 +24,9 @@ def binding_free_reference(
 ) -> TaskBatch:
     """Reference sequences with the queries of one sample and the answers of an independent permutation.
 
+    ``task``: the permutation task (a :class:`~perm_circuits.tasks.PermutationTask` or its bare
+    ``TaskConfig``, the same either way).
+
     ``seed`` seeds the reference batch (the test-set seed by default, 1234) and, plus one, the
     independent permutations.  The analogue of the IOI paper's "ABC" reference (Wang et al. 2022,
     section 3), which keeps a prompt's template but destroys the information the circuit uses:
@@ -30,8 +34,8 @@ def binding_free_reference(
 
     - queries: ``xs`` (including ``x_V = x_1`` on repeated rows), ``repeated`` and
       ``repeat_source`` are copied from ``queries``, by default
-      ``make_batch(task_config, n, split=split, seed=seed)`` (for the default ``n`` and ``seed``
-      exactly the fixed test set ``make_test_set(task_config)``, row for row; ``n`` is ignored
+      ``make_batch(task, n, split=split, seed=seed)`` (for the default ``n`` and ``seed``
+      exactly the fixed test set ``make_test_set(task)``, row for row; ``n`` is ignored
       when ``queries`` is given);
     - answers: an independent permutation ``q`` per row from the same split, ``y_k = q(x_k)``;
       ``perms`` holds ``q``.
@@ -43,15 +47,14 @@ def binding_free_reference(
     No token-level reference can lack a binding of its own (every sequence of distinct (x, y)
     pairs fits some permutation); what it lacks is the *sample's* binding.
     """
-    if not isinstance(task_config, TaskConfig):
-        raise TypeError(f"task_config must be a TaskConfig, got {type(task_config).__name__}")
+    task_config = study_config(task)
     check_seed(seed)
     if queries is None:
         queries = make_batch(task_config, n, split=split, seed=seed)
     elif not isinstance(queries, TaskBatch):
         raise TypeError(f"queries must be a TaskBatch or None, got {type(queries).__name__}")
     elif queries.tokens.shape[1] != task_config.seq_len:
-        raise ValueError(f"queries have V={(queries.tokens.shape[1] + 1) // 2}, task_config has V={task_config.V}")
+        raise ValueError(f"queries have V={(queries.tokens.shape[1] + 1) // 2}, task has V={task_config.V}")
     else:
         queries = permutation_batch(queries)
     answers = make_batch(task_config, len(queries), split=split, seed=seed + 1, repeat_ratio=0.0)

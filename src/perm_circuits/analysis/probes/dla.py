@@ -66,7 +66,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from perm_circuits.analysis.interventions.checks import task_test_set
+from perm_circuits.analysis.interventions.checks import resolve_task, task_test_set
 from perm_circuits.analysis.probes.memory import effective_unembed
 from perm_circuits.analysis.probes.task_attribution import (
     TargetAttribution,
@@ -79,7 +79,7 @@ from perm_circuits.devices import model_device
 from perm_circuits.hooks import check_hooks
 from perm_circuits.models import model_config_of, task_config_of
 from perm_circuits.tasks.base import Task, TaskBatch, own_analysis
-from perm_circuits.tasks.permutation_data import make_test_set, permutation_batch, validate_tokens
+from perm_circuits.tasks.permutation_data import TaskConfig, make_test_set, permutation_batch, validate_tokens
 
 __all__ = [
     "LogitAttribution",
@@ -372,7 +372,7 @@ def direct_logit_attribution(
     model,
     test_set: TaskBatch | Tensor | None = None,
     *,
-    task: Task | None = None,
+    task: Task | TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
     recall_baseline: str = "elimination",
     tolerance: float = 1e-3,
@@ -384,14 +384,20 @@ def direct_logit_attribution(
     - With no ``task`` and no token-id ``test_set``, on a model whose task has an attribution of its
       own (:func:`~perm_circuits.tasks.base.own_analysis`; a study bridge's permutation task,
       :func:`study_logit_attribution`): :func:`decompose_logit_diff` averaged over :data:`SUBGROUPS`, on ``test_set`` (default the
-      model's fixed 5,000-sample test set).
+      model's fixed 5,000-sample test set).  On a study bridge ``task`` = a
+      :class:`~perm_circuits.tasks.PermutationTask` or its bare ``TaskConfig`` (the same either way) takes
+      this path too, on ``make_test_set(task, n, seed)`` by default.
     - Otherwise, any model: a :class:`TargetAttribution`
       (:func:`~perm_circuits.analysis.probes.task_attribution.target_logit_attribution`) of the
       targets of a :class:`TaskBatch` ``test_set`` (default ``task.test_set(n, seed)``), or of the
       next token of plain token ids; ``recall_baseline`` and ``tolerance`` are the study's only.
     """
+    task, config = resolve_task(model, task, general=isinstance(test_set, Tensor))
     own = None if task is not None or isinstance(test_set, Tensor) else own_analysis(model, "direct_logit_attribution")
     if own is not None:  # the model's task's own attribution (the study's, on its bridges)
+        if test_set is None and config is not None:
+            check_int("n", n, 1)
+            test_set = make_test_set(config, n=n, seed=seed)
         return own(model, test_set, hooks, recall_baseline, tolerance)
     test_set = task_test_set(model, task, test_set, n, seed,
                              hint="(its test set's targets are attributed) or test_set= (a TaskBatch or token ids)")

@@ -60,6 +60,7 @@ from perm_circuits.analysis.probes.mlp_flips import FlipStats, MLPFlips, mlp_pre
 from perm_circuits.hooks import check_hooks
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.permutation import PermutationTask
 from perm_circuits.tasks.permutation_data import TaskConfig, batch_from_queries, split_permutations
 
 __all__ = [
@@ -309,7 +310,7 @@ def ffn_key_value_probe(
     top_k: int = 25,
     split: str = "test",
     repeat_sources: Sequence[int] = (0,),
-    task_config: TaskConfig | None = None,
+    task: PermutationTask | TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
 ) -> FFNKeyValueProbe:
     """Geva et al. (2021) key-value probing of the MLP of ``layer`` on the enumerated task.
@@ -321,7 +322,8 @@ def ffn_key_value_probe(
         top_k: top triggers per neuron (Geva et al. use 25).
         split: permutations to enumerate (``"test"``, ``"train"`` or ``"all"``).
         repeat_sources: which earlier x the repeated variants repeat (``()``: none).
-        task_config: default the model's training task.
+        task: the permutation task enumerated (a PermutationTask or its bare TaskConfig, the same
+            either way); default the model's training task.
         hooks: an intervention hook list applied during the forward pass.
     """
     config = model_config_of(model)
@@ -332,7 +334,7 @@ def ffn_key_value_probe(
     if selected is None:
         selected = list(range(config.resolved_d_mlp))
     top_k = check_positive_int("top_k", top_k)
-    task = check_task_config(model, task_config)
+    task = check_task_config(model, task, "task")
     check_hooks(model, hooks)
     batch = enumerate_sequences(task, split, repeat_sources)
 

@@ -23,8 +23,9 @@ runs: the default clean -> corrupted is "denoising" (what a patch restores; larg
 corrupted -> clean is "noising" (what the clean run loses; *small* = important, 0 = all of the
 recall lost); :meth:`PatchingSweep.best` follows that direction.
 
-Pairs and seeds: every function builds its default pair with ``patching_pair(task_config, n,
-seed)``, where ``task_config`` defaults to the model's training task (``task_config_of(model)``)
+Pairs and seeds: every function builds its default pair with ``patching_pair(task, n,
+seed)``, where ``task`` (a PermutationTask or its bare TaskConfig, the same either way) defaults to
+the model's training task (``task_config_of(model)``)
 and is ignored when ``pair`` is given; ``seed`` seeds both that pair and the bootstrap resamples.
 Layer, head and position indices follow the package's rule (negative values count from the end,
 see :mod:`perm_circuits.analysis.interventions.checks`).
@@ -48,7 +49,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from perm_circuits.analysis.interventions.checks import (
-    check_index_list, check_int, check_position, check_positions, check_task_config, seq_len,
+    check_index_list, check_int, check_position, check_positions, check_task_config, seq_len, study_config,
 )
 from perm_circuits.analysis.interventions.patching import (  # the setters are re-exported for callers of generic_patch
     ACTIVATIONS, MIN_DENOMINATOR, PatchCell, PatchingCache, PatchingPair, PatchingSweep, check_pair,
@@ -58,6 +59,7 @@ from perm_circuits.analysis.interventions.patching import (  # the setters are r
 from perm_circuits.hooks import check_hooks
 from perm_circuits.models import model_config_of
 from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.permutation import PermutationTask
 from perm_circuits.tasks.permutation_data import TaskConfig, batch_from_queries, make_batch, unused_query
 
 __all__ = [
@@ -90,17 +92,17 @@ def _neuron_groups(groups: int | Sequence[Sequence[int]], d_mlp: int) -> list[tu
 
 
 def patching_pair(
-    task_config: TaskConfig, n: int = 2000, seed: int = 0, *, split: str = "test"
+    task: PermutationTask | TaskConfig, n: int = 2000, seed: int = 0, *, split: str = "test"
 ) -> tuple[TaskBatch, TaskBatch, Int[Tensor, " batch"], Int[Tensor, " batch"]]:
-    """``(clean, corrupted, answer, wrong)`` for patching recall. ``clean``: ``make_batch(task_config,
+    """``(clean, corrupted, answer, wrong)`` for patching recall on ``task`` (a PermutationTask or its
+    TaskConfig). ``clean``: ``make_batch(task,
     n, split=split, seed=seed, repeat_ratio=1.0, repeat_source=0)``, every last query repeating ``x1``;
     ``corrupted``: the same rows with the last query replaced by the unused x (``repeated`` False);
     ``answer`` = ``y1`` (recall) and ``wrong`` = the unused y (elimination) always differ. ``seed``
     seeds the clean batch; the corrupted one is derived from it, with no randomness.
     """
-    if not isinstance(task_config, TaskConfig):
-        raise TypeError(f"task_config must be a TaskConfig, got {type(task_config).__name__}")
-    clean = make_batch(task_config, n, split=split, seed=seed, repeat_ratio=1.0, repeat_source=0)
+    config = study_config(task)
+    clean = make_batch(config, n, split=split, seed=seed, repeat_ratio=1.0, repeat_source=0)
     xs = clean.extras["xs"].clone()
     xs[:, -1] = unused_query(clean.extras["xs"])
     no_source = torch.full((len(clean),), -1, dtype=torch.long, device=xs.device)
@@ -166,7 +168,7 @@ def generic_patch(
     seed: int = 0,
     n_boot: int = 1000,
     confidence: float = 0.95,
-    task_config: TaskConfig | None = None,
+    task: PermutationTask | TaskConfig | None = None,
     cache: PatchingCache | None = None,
 ) -> PatchingSweep:
     """Patch ``activation_name`` from the ``source`` run into the ``target`` run, once per cell.
@@ -181,7 +183,7 @@ def generic_patch(
     target's own (any position before the last) reuses the unpatched target run exactly;
     ``"resid_mid"`` is patched through ``hook_attn_out``. ``cache`` (from :func:`patching_cache`)
     reuses the unpatched runs of an earlier sweep of the same model, and its ``pair``, ``hooks``,
-    ``n`` and ``task_config``.
+    ``n`` and ``task``.
     """
     if cache is not None and not isinstance(cache, PatchingCache):
         raise TypeError(f"cache must be a PatchingCache from patching_cache(...), got {type(cache).__name__}")
@@ -190,7 +192,7 @@ def generic_patch(
     if activation_name not in ACTIVATIONS:
         raise ValueError(f"activation_name must be one of {sorted(ACTIVATIONS)}, got {activation_name!r}")
     check_patch_options(source, target, n_boot, seed, confidence)
-    config = check_task_config(model, task_config)
+    config = check_task_config(model, task, "task")
     index_rows = sweep_cells(model, index_axes, index_rows)
     names = sorted({ACTIVATIONS[activation_name].format(layer=row["layer"]) for row in index_rows})
     if cache is None:
@@ -204,13 +206,13 @@ def generic_patch(
 def patch_head_outputs(
     model, pair: PatchingPair | None = None, *, by_position: bool = False,
     hooks: Sequence[tuple[str, Callable]] | None = None, source: str = "clean", target: str = "corrupted",
-    n: int = 2000, seed: int = 0, n_boot: int = 1000, confidence: float = 0.95, task_config: TaskConfig | None = None,
+    n: int = 2000, seed: int = 0, n_boot: int = 1000, confidence: float = 0.95, task: PermutationTask | TaskConfig | None = None,
     cache: PatchingCache | None = None,
 ) -> PatchingSweep:
     """Patch each head's ``hook_z`` (its whole output), at all positions or per position; other
     arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap)."""
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
-                   task_config=task_config, cache=cache)
+                   task=task, cache=cache)
     if not isinstance(by_position, bool):
         raise TypeError(f"by_position must be a bool, got {type(by_position).__name__} {by_position!r}")
     layers, heads = _layers(model), _heads(model)
@@ -225,7 +227,7 @@ def patch_head_outputs(
 def patch_head_sources(
     model, pair: PatchingPair | None = None, *, component: str = "pattern", dest_position: int = -1,
     hooks: Sequence[tuple[str, Callable]] | None = None, source: str = "clean", target: str = "corrupted",
-    n: int = 2000, seed: int = 0, n_boot: int = 1000, confidence: float = 0.95, task_config: TaskConfig | None = None,
+    n: int = 2000, seed: int = 0, n_boot: int = 1000, confidence: float = 0.95, task: PermutationTask | TaskConfig | None = None,
     cache: PatchingCache | None = None,
 ) -> PatchingSweep:
     """Per head and source position: one attention weight (``"pattern"``) or one value vector (``"value"``).
@@ -240,7 +242,7 @@ def patch_head_sources(
     default pair and the bootstrap).
     """
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
-                   task_config=task_config, cache=cache)
+                   task=task, cache=cache)
     if component not in ("pattern", "value"):
         raise ValueError(f"component must be 'pattern' or 'value', got {component!r}")
     dest = check_position(dest_position, seq_len(model), "dest_position")
@@ -272,7 +274,7 @@ def patch_mlp(
     neuron_groups: int | Sequence[Sequence[int]] | None = None,
     by_position: bool = False,
     hooks: Sequence[tuple[str, Callable]] | None = None, source: str = "clean", target: str = "corrupted",
-    n: int = 2000, seed: int = 0, n_boot: int = 1000, confidence: float = 0.95, task_config: TaskConfig | None = None,
+    n: int = 2000, seed: int = 0, n_boot: int = 1000, confidence: float = 0.95, task: PermutationTask | TaskConfig | None = None,
     cache: PatchingCache | None = None,
 ) -> PatchingSweep:
     """Patch the MLP output (``hook_mlp_out``, all positions or per position), or neuron groups.
@@ -284,7 +286,7 @@ def patch_mlp(
     if not isinstance(by_position, bool):
         raise TypeError(f"by_position must be a bool, got {type(by_position).__name__} {by_position!r}")
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
-                   task_config=task_config, cache=cache)
+                   task=task, cache=cache)
     if neuron_groups is not None:
         groups = _neuron_groups(neuron_groups, model_config_of(model).resolved_d_mlp)
         rows = [{"layer": l, "neurons": g} for l in _layers(model) for g in groups]
@@ -301,7 +303,7 @@ def patch_mlp(
 def patch_residual(
     model, pair: PatchingPair | None = None, *, site: str = "resid_pre", positions: int | Sequence[int] | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None, source: str = "clean", target: str = "corrupted",
-    n: int = 2000, seed: int = 0, n_boot: int = 1000, confidence: float = 0.95, task_config: TaskConfig | None = None,
+    n: int = 2000, seed: int = 0, n_boot: int = 1000, confidence: float = 0.95, task: PermutationTask | TaskConfig | None = None,
     cache: PatchingCache | None = None,
 ) -> PatchingSweep:
     """Patch the residual stream (``site`` = resid_pre / resid_mid / resid_post) per layer and position.
@@ -310,7 +312,7 @@ def patch_residual(
     (``seed`` seeds the default pair and the bootstrap).
     """
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
-                   task_config=task_config, cache=cache)
+                   task=task, cache=cache)
     if site not in ("resid_pre", "resid_mid", "resid_post"):
         raise ValueError(f"site must be resid_pre, resid_mid or resid_post, got {site!r}")
     chosen = check_positions(positions, seq_len(model)) or list(range(seq_len(model)))
@@ -327,7 +329,7 @@ def find_recall_head(
     seed: int = 0,
     n_boot: int = 1000,
     confidence: float = 0.95,
-    task_config: TaskConfig | None = None,
+    task: PermutationTask | TaskConfig | None = None,
 ) -> RecallHead:
     """The head whose clean output (``hook_z``, all positions) restores the most recall.
 
@@ -342,7 +344,7 @@ def find_recall_head(
     """
     check_patch_options("clean", "corrupted", n_boot, seed, confidence)
     names = [ACTIVATIONS["z"].format(layer=layer) for layer in _layers(model)]
-    ctx = _unpatched_runs(model, pair, hooks, names, n, seed, check_task_config(model, task_config))
+    ctx = _unpatched_runs(model, pair, hooks, names, n, seed, check_task_config(model, task, "task"))
     clean, corrupted = float(ctx.logit_diffs["clean"].mean()), float(ctx.logit_diffs["corrupted"].mean())
     if not abs(clean - corrupted) >= MIN_DENOMINATOR:
         raise ValueError(
@@ -370,7 +372,7 @@ def recall_patching(
     seed: int = 0,
     n_boot: int = 1000,
     confidence: float = 0.95,
-    task_config: TaskConfig | None = None,
+    task: PermutationTask | TaskConfig | None = None,
 ) -> PatchingReport:
     """Every sweep on one pair, sharing the two cached runs.
 
@@ -380,7 +382,7 @@ def recall_patching(
     resid_post. Arguments as in :func:`generic_patch` (``seed`` seeds the default pair and the bootstrap).
     """
     check_patch_options(source, target, n_boot, seed, confidence)
-    config = check_task_config(model, task_config)
+    config = check_task_config(model, task, "task")
     d_mlp = model_config_of(model).resolved_d_mlp
     groups = None if neuron_groups is None else _neuron_groups(neuron_groups, d_mlp)
     names = [

@@ -33,7 +33,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from perm_circuits.analysis.interventions.checks import check_index, check_int, check_seed, check_task_config, task_test_set
+from perm_circuits.analysis.interventions.checks import check_index, check_int, check_seed, check_task_config, resolve_task, task_test_set
 from perm_circuits.checks import check_number
 from perm_circuits.circuit import Node
 from perm_circuits.devices import model_device
@@ -42,6 +42,7 @@ from perm_circuits.hooks import check_hooks, check_token_ids, run_capture
 from perm_circuits.model_shape import model_shape
 from perm_circuits.models import bridge_task, model_config_of
 from perm_circuits.tasks.base import Task, TaskBatch
+from perm_circuits.tasks.permutation import PermutationTask
 from perm_circuits.tasks.permutation_data import TaskConfig, make_test_set, permutation_batch, repeat_source_of, validate_tokens
 
 __all__ = [
@@ -118,15 +119,17 @@ def check_thresholds(thresholds: object) -> RoleThresholds:
     return thresholds
 
 
-def _default_task(model, task_config: TaskConfig | None) -> TaskConfig:
-    config = check_task_config(model, task_config)
+def _default_task(model, task: object) -> TaskConfig:
+    config = check_task_config(model, task, "task")
     if config.repeat_ratio == 0:
         config = replace(config, repeat_ratio=STUDY_REPEAT_RATIO)
     return config
 
 
-def resolve_batch(model, test_set: object, task_config: TaskConfig | None, n: int, seed: int) -> tuple[TaskBatch, TaskConfig]:
-    config = _default_task(model, task_config)
+def resolve_batch(model, test_set: object, task: object, n: int, seed: int) -> tuple[TaskBatch, TaskConfig]:
+    """The study's batch and task settings: ``test_set`` (a TaskBatch) or ``make_test_set`` of ``task``
+    (a PermutationTask or TaskConfig, default the model's; with the study's repeat ratio where it has none)."""
+    config = _default_task(model, task)
     check_int("n", n, 1)
     check_seed(check_int("seed", seed, 0))
     if test_set is None:
@@ -138,11 +141,11 @@ def resolve_batch(model, test_set: object, task_config: TaskConfig | None, n: in
     return permutation_batch(test_set).to(model_device(model)), config  # once: every run on it stays on the model's device
 
 
-def _resolve_tokens(model, test_set: object, task_config: TaskConfig | None, n: int, seed: int) -> Tensor:
+def _resolve_tokens(model, test_set: object, task: object, n: int, seed: int) -> Tensor:
     if isinstance(test_set, Tensor):
-        _default_task(model, task_config)
+        _default_task(model, task)
         return validate_tokens(test_set, model_config_of(model).V).to(model_device(model))
-    return resolve_batch(model, test_set, task_config, n, seed)[0].tokens
+    return resolve_batch(model, test_set, task, n, seed)[0].tokens
 
 
 def recall_signal(logits: Float[Tensor, "batch seq vocab"], inputs: Int[Tensor, "batch seq"]) -> float:
@@ -235,7 +238,7 @@ def attention_by_source(
     model,
     test_set: TaskBatch | Tensor | None = None,
     *,
-    task_config: TaskConfig | None = None,
+    task: PermutationTask | TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
     n: int = 5000,
     seed: int = 1234,
@@ -251,13 +254,14 @@ def attention_by_source(
         test_set: a TaskBatch or a token tensor ``[batch, 2V-1]``; default ``make_test_set`` of the
             model's task (with the study's repeat ratio 0.3 when that task has none), ``n``
             samples, ``seed``.
-        task_config: the task of the default test set (default: the model's task).
+        task: the study's task of the default test set (a PermutationTask or its TaskConfig; default:
+            the model's task).
         hooks: a TransformerLens hook list applied during the forward pass.
         n: size of the default test set (unused when ``test_set`` is given).
         seed: the seed of the default test set only (``make_test_set(task, n=n, seed=seed)``);
             unused when ``test_set`` is given.  Nothing else here is random.
     """
-    tokens = _resolve_tokens(model, test_set, task_config, n, seed)
+    tokens = _resolve_tokens(model, test_set, task, n, seed)
     hooks = check_hooks(model, hooks)
     config = model_config_of(model)
     names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(config.n_layers)]
@@ -418,8 +422,7 @@ def head_scores(
     model,
     test_set: TaskBatch | Tensor | None = None,
     *,
-    task: Task | None = None,
-    task_config: TaskConfig | None = None,
+    task: Task | TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
     n: int = 5000,
     seed: int = 1234,
@@ -429,21 +432,24 @@ def head_scores(
     """Elimination, binding and duplicate-token attention scores of every head (the study's section
     08 claims; definitions in the module docstring).
 
-    On any task (``task`` given, a :class:`TaskBatch` ``test_set``, or a model that is not a study
-    bridge): the general :class:`~perm_circuits.analysis.probes.task_attribution.AttentionScores`
+    ``task``: which task (default the model's own).  On a study bridge a
+    :class:`~perm_circuits.tasks.PermutationTask` or its bare ``TaskConfig`` both mean the study's scores
+    on that task's default test set.  On any other task (a non-permutation ``task``, or a model that is
+    not a study bridge): the general :class:`~perm_circuits.analysis.probes.task_attribution.AttentionScores`
     (each head's attention to itself, the previous position and position 0) on ``test_set``
     (a TaskBatch or token ids; default ``task.test_set(n, seed)``) under ``hooks``; the study's
-    options (``task_config``, ``thresholds``, ``attention``) are refused there.  Token ids on a
+    options (``thresholds``, ``attention``) are refused there.  Token ids on a
     study bridge keep the study's scores.
 
     Pass ``attention`` (from :func:`attention_by_source`) to reuse a forward pass; otherwise one
-    forward over ``test_set`` under ``hooks`` (``task_config``, ``n``, ``seed``: the default test set,
+    forward over ``test_set`` under ``hooks`` (``task``, ``n``, ``seed``: the default test set,
     as in :func:`attention_by_source`; ``seed`` is the test-set seed and nothing else).
     ``thresholds`` only sets which patterns each head matches.
     """
+    task, config = resolve_task(model, task)
     if task is not None or bridge_task(model) is None:
         return _task_head_scores(model, test_set, task, hooks, n, seed,
-                                 {"task_config": task_config, "thresholds": thresholds, "attention": attention})
+                                 {"thresholds": thresholds, "attention": attention})
     thresholds = check_thresholds(thresholds)
     if attention is not None:
         if not isinstance(attention, AttentionBySource):
@@ -456,7 +462,7 @@ def head_scores(
                 f"the model {expected} and V={config.V}"
             )
     else:
-        attention = attention_by_source(model, test_set, task_config=task_config, hooks=hooks, n=n, seed=seed)
+        attention = attention_by_source(model, test_set, task=config, hooks=hooks, n=n, seed=seed)
     return head_score_rows(attention, thresholds)
 
 

@@ -118,7 +118,7 @@ def skill_circuits(
     with torch.no_grad(), model.hooks(fwd_hooks=list(hooks)):
         per_row = skill_logit_diff(model(sub.tokens), sub)
     f_model = {"elimination": per_row[~sub.extras["repeated"]], "recall": per_row[sub.extras["repeated"]]}
-    options = dict(task_config=config, hooks=hooks, ablation_seed=ablation_seed, reference=reference)
+    options = dict(task=config, hooks=hooks, ablation_seed=ablation_seed, reference=reference)
     measured: dict[tuple[Node, ...], tuple[CircuitMetrics, FaithfulnessByMode]] = {}
     out = []
     with shared_ablations():  # each component's ablation is built once for every skill and measurement

@@ -40,6 +40,7 @@ from perm_circuits.evaluate import probe_probabilities
 from perm_circuits.hooks import check_hooks
 from perm_circuits.models import ModelConfig, model_config_of
 from perm_circuits.tasks.base import TaskBatch
+from perm_circuits.tasks.permutation import PermutationTask
 from perm_circuits.tasks.permutation_data import TaskConfig
 
 __all__ = ["CIRCUIT_MAX_N", "CIRCUIT_TOLERANCE", "DECISION_MODE", "MODE_REASONS", "RoleVerdict", "SkillCircuit",
@@ -393,7 +394,7 @@ def head_roles(
     *,
     how: str = DECISION_MODE,
     hows: Sequence[str] = HOWS,
-    task_config: TaskConfig | None = None,
+    task: PermutationTask | TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
     n: int = 5000,
     seed: int = 1234,
@@ -442,12 +443,13 @@ def head_roles(
     zero-ablating it removes elimination, mean-ablating it removes recall).
 
     Args:
-        test_set: default ``make_test_set(task, n=n, seed=seed)`` of ``task_config`` (default:
+        test_set: default ``make_test_set(task, n=n, seed=seed)`` of ``task`` (default:
             the model's task), with the study's repeat ratio 0.3 when the task has none.
         how: the ablation mode the decisions use; must be in ``hows``.
         hows: the ablation modes measured and judged (default :data:`HOWS`, all five).
-        task_config: the task of the default test set *and* of the patching pairs (default:
-            ``task_config_of(model)``); must have the model's V.
+        task: the study's task (a :class:`~perm_circuits.tasks.PermutationTask` or its bare
+            ``TaskConfig``, the same either way) of the default test set *and* of the patching pairs
+            (default: ``task_config_of(model)``); must have the model's V.
         seed: the seed of the default test set only (``make_test_set(task, n=n, seed=seed)``);
             unused when ``test_set`` is given.  The other measurements have their own seeds.
         pair_seed: the seed of the patching pairs (``patching_pair(task, n_pair, pair_seed)``)
@@ -489,11 +491,11 @@ def head_roles(
     for name, value, minimum in (("n_pair", n_pair, 2), ("pair_seed", pair_seed, 0), ("n_boot", n_boot, 10),
                                  ("ablation_seed", ablation_seed, 0)):
         check_int(name, value, minimum)
-    batch, config = resolve_batch(model, test_set, task_config, n, seed)
+    batch, config = resolve_batch(model, test_set, task, n, seed)
     hooks = check_hooks(model, hooks)
     model_config = model_config_of(model)
 
-    scores = head_scores(model, batch, task_config=config, hooks=hooks, thresholds=thresholds)
+    scores = head_scores(model, batch, task=config, hooks=hooks, thresholds=thresholds)
     source = reference if reference_batch is None else reference_batch  # what every ablation below draws from
     if reference == "skill":
         ablation, logits, ordered, joint = skill_reference_runs(model, hows, batch, config, hooks, ablation_seed, scores)
@@ -506,7 +508,7 @@ def head_roles(
     head_patching = mlp_patching = None
     signals: dict[tuple[str, str], float] = {}
     if ge(ablation.baseline["recall_accuracy"], thresholds.incapable):
-        options = dict(hooks=hooks, n=n_pair, seed=pair_seed, n_boot=n_boot, task_config=config)
+        options = dict(hooks=hooks, n=n_pair, seed=pair_seed, n_boot=n_boot, task=config)
         head_patching = patch_head_outputs(model, **options)
         mlp_patching = patch_mlp(model, **options)
         signals = {key: recall_signal(value, ordered.tokens) for key, value in logits.items()}
@@ -516,7 +518,7 @@ def head_roles(
         mlp_patching=mlp_patching, joint=joint, recall_signals=signals, probe=probs, thresholds=thresholds,
         reference=reference)
     if induction and model_config.n_layers >= 2:
-        verdict = replace(verdict, induction=induction_story(model, task_config=config, n=n_pair, n_pair=n_pair,
+        verdict = replace(verdict, induction=induction_story(model, task=config, n=n_pair, n_pair=n_pair,
                                                              pair_seed=pair_seed, n_boot=n_boot, hooks=hooks))
     if not circuits:
         return verdict
