@@ -366,6 +366,7 @@ CROSS_CUTTING_FILES = {
     "test_readme.py": "the README's example",
     "test_results_docs.py": "the generated results pages and the README's results section",
     "test_structure.py": "this file: the package's and the tests' layout",
+    "test_validation_boundary.py": "checks at the public boundary only, private helpers trust their callers (many packages)",
 }
 
 
