@@ -288,3 +288,32 @@ def test_attention_figures_check_the_table_once_and_attention_svg_keeps_its_head
     assert len(figures) == 1 and next(iter(figures.values())) == attention_svg(frame, "m", 0, 0)
     with pytest.raises(ValueError, match=r"^the attention table has no rows for m L0H1$"):
         attention_svg(frame, "m", 0, 1)
+
+
+def test_birth_probes_check_the_model_once_and_match_the_single_probes(monkeypatch):
+    from perm_circuits.systems import birth_probes as probes_module
+    from perm_circuits.systems.birth_model import BirthModelConfig, FullModelConfig, build_birth_model, build_full_model
+
+    model = build_birth_model(BirthModelConfig(N=8, T=8, d_model=16, seed=3))
+    reads = []
+    matrices = probes_module._matrices
+    monkeypatch.setattr(probes_module, "_matrices", lambda m: reads.append(1) or matrices(m))
+    probes = probes_module.birth_probes(model, frequent=[0, 1, 2])
+    assert len(reads) == 1
+    expected = {
+        "W_O2": probes_module.wo2_recall(model), "W_K2": probes_module.wk2_recall(model),
+        "W_K2_frequent": probes_module.wk2_recall(model, [0, 1, 2]), "W_K1": probes_module.wk1_recall(model),
+        "W_K1_window": probes_module.wk1_recall(model, window=4), "W_K1_early": probes_module.wk1_recall(model, queries=(1, 4)),
+        "W_K1_late": probes_module.wk1_recall(model, queries=(4, 8)),
+    }
+    assert {name: getattr(probes, name) for name in expected} == expected  # bit for bit
+    with pytest.raises(ValueError, match=r"^window must be an int in \[2, T=8\], got 9$"):
+        probes_module.birth_probes(model, window=9)
+    with pytest.raises(ValueError, match=r"^tokens must be a non-empty list of token ids in \[0, 7\], got \[8\]$"):
+        probes_module.birth_probes(model, frequent=[8])
+    tiny = build_birth_model(BirthModelConfig(N=8, T=3, d_model=16))
+    with pytest.raises(ValueError, match=r"^queries must be \(a, b\) ints with 0 <= a < b <= 3, got \(1, 1\)$"):
+        probes_module.birth_probes(tiny, window=2)  # the early half of a 3-token context holds no query
+    two_heads = build_full_model(FullModelConfig(N=8, T=8, d_model=16, n_heads=2))
+    with pytest.raises(ValueError, match=r"^the Birth probes need the simplified model .*n_heads=2"):
+        probes_module.birth_probes(two_heads)
