@@ -317,3 +317,19 @@ def test_birth_probes_check_the_model_once_and_match_the_single_probes(monkeypat
     two_heads = build_full_model(FullModelConfig(N=8, T=8, d_model=16, n_heads=2))
     with pytest.raises(ValueError, match=r"^the Birth probes need the simplified model .*n_heads=2"):
         probes_module.birth_probes(two_heads)
+
+
+def test_study_dynamics_checks_its_record_once_and_orders_it_at_each_level():
+    from perm_circuits.dynamics import DynamicsRecord, emergence
+    from perm_circuits.dynamics.study import MATCH_ATTENTION, MATCH_PROBE, RECALL, study_dynamics
+
+    signals = (RECALL, MATCH_PROBE, MATCH_ATTENTION)
+    with pytest.raises(ValueError, match=r"^record has no recorded step$"):
+        study_dynamics(DynamicsRecord(steps=(), signals=signals, values=()))
+    record = DynamicsRecord(steps=(0, 10, 20, 40), signals=signals,
+                            values=((0.1, 0.0, 0.0), (0.2, 0.6, 0.1), (0.9, 1.0, 0.5), (1.0, 1.0, 1.0)))
+    answer = study_dynamics(record)
+    rows = answer.to_dataframe().set_index("signal")
+    assert rows.loc[MATCH_PROBE, ["step_10", "step_50", "step_90"]].tolist() == [10, 10, 20]
+    assert rows.loc[RECALL, ["step_10", "step_50", "step_90"]].tolist() == [10, 20, 40]
+    assert emergence.which_first(record, [RECALL], 0.5).step_of(RECALL) == 20  # the public order agrees
