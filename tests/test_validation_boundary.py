@@ -333,3 +333,16 @@ def test_study_dynamics_checks_its_record_once_and_orders_it_at_each_level():
     assert rows.loc[MATCH_PROBE, ["step_10", "step_50", "step_90"]].tolist() == [10, 10, 20]
     assert rows.loc[RECALL, ["step_10", "step_50", "step_90"]].tolist() == [10, 20, 40]
     assert emergence.which_first(record, [RECALL], 0.5).step_of(RECALL) == 20  # the public order agrees
+
+
+def test_a_discovery_method_refuses_a_bad_batch_once_in_prepare_edges_before_any_forward(model, batch, monkeypatch):
+    from perm_circuits.discovery import interventions
+    from perm_circuits.discovery.methods import eap
+
+    with _NoForward(model, monkeypatch, (interventions, "_capture")):
+        with pytest.raises(TypeError, match=r"batch"):  # prepare_edges' message (or the test run's type checker's)
+            eap(model, [[0, 1, 2]], how="zero")
+        with pytest.raises(TypeError, match=r"^batch must be a TaskBatch or integer tokens \[batch, seq\], got Tensor$"):
+            eap(model, batch.tokens.float(), how="zero", metric=lambda logits, b: logits[:, -1, 0])
+        with pytest.raises(ValueError, match=r"^give model and batch, or a prepared intervention$"):
+            eap(model, None, how="zero")
