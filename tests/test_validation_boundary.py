@@ -346,3 +346,17 @@ def test_a_discovery_method_refuses_a_bad_batch_once_in_prepare_edges_before_any
             eap(model, batch.tokens.float(), how="zero", metric=lambda logits, b: logits[:, -1, 0])
         with pytest.raises(ValueError, match=r"^give model and batch, or a prepared intervention$"):
             eap(model, None, how="zero")
+
+
+def test_node_oracle_refuses_a_bad_batch_target_or_mode_before_any_forward(model, batch, monkeypatch):
+    from perm_circuits.census import node_oracle
+
+    with _NoForward(model, monkeypatch):
+        with pytest.raises(TypeError, match=r"^batch must be a TaskBatch \(its targets and mask give the metric\), got Tensor$"):
+            node_oracle(model, batch.tokens, how="mean")
+        with pytest.raises(ValueError, match=r"^target must be a faithfulness to reach \(a number\), got nan$"):
+            node_oracle(model, batch, how="mean", target=float("nan"))
+        with pytest.raises(ValueError, match=r"how"):
+            node_oracle(model, batch, how="bogus")
+    circuit, faith = node_oracle(model, batch, how="zero", target=2.0)
+    assert circuit == "none" and faith <= 1.0 + 1e-9
