@@ -162,6 +162,17 @@ def batch(model):
     return task.test_set(16, seed=0)
 
 
+def test_the_forward_tripwire_fires(model, batch, monkeypatch):
+    from perm_circuits.discovery import interventions
+
+    with _NoForward(model, monkeypatch, (interventions, "_capture")):
+        with pytest.raises(AssertionError, match="a forward pass ran"):
+            model(batch.tokens)
+        with pytest.raises(AssertionError, match="a forward pass ran"):
+            interventions.prepare_edges(model, batch, how="zero")  # good arguments: reaches the edge forward
+    assert model(batch.tokens[:2]).shape[:2] == batch.tokens[:2].shape  # the hook is gone afterwards
+
+
 def test_prepare_edges_refuses_bad_metric_and_seed_arguments_before_any_forward(model, batch, monkeypatch):
     from perm_circuits.discovery import interventions
 
