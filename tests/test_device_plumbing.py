@@ -52,7 +52,7 @@ CPU_SIDE: dict[tuple[str, str], str] = {
     ("discovery/tracr_models.py", "TracrModel.batch"): "the program's domain as a batch, data side",
     # training internals that must stay on the CPU
     ("train.py", "_optimizer_tensors"): "optimizer step counts serialised into a CPU checkpoint",
-    ("stacked.py", "stacked_forward.drop"): "dropout masks drawn on each member's CPU generator, moved at once",
+    ("stacked.py", "_forward.drop"): "dropout masks drawn on each member's CPU generator, moved at once",
     ("stacked.py", "train_stacked"): "member -> data-stream slots indexing the CPU-drawn batches before their move",
 }
 

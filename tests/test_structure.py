@@ -368,6 +368,7 @@ CROSS_CUTTING_FILES = {
     "test_scheduling.py": "the suite's own scheduling (tests/conftest.py)",
     "test_structure.py": "this file: the package's and the tests' layout",
     "test_type_checks.py": "the suite's run-time type checks (tests/conftest.py)",
+    "test_validation_boundary.py": "checks at the public boundary only, private helpers trust their callers (many packages)",
 }
 
 

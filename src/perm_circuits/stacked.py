@@ -100,11 +100,19 @@ def stacked_forward(
     per member in ``fast_forward``'s order and moved to the weights' device.
     """
     _check_forward_config(config)
+    if dropout_generators is not None and len(dropout_generators) != tokens.shape[0]:
+        raise ValueError(f"dropout_generators must hold one generator per member ({tokens.shape[0]}), got "
+                         f"{len(dropout_generators)}")
+    return _forward(config, weights, tokens, dropout_generators, exact)
+
+
+def _forward(config: ModelConfig, weights: dict[str, Tensor], tokens: Int[Tensor, "member batch seq"],
+             dropout_generators: Sequence[torch.Generator] | None, exact: bool) -> Float[Tensor, "member batch seq vocab"]:
+    """:func:`stacked_forward` without its checks: :func:`train_stacked` checked the config once
+    (``_resolve_members``) and draws one generator per live member itself."""
     w = weights
     members, batch, seq = tokens.shape
     p = config.dropout if dropout_generators is not None else 0.0
-    if dropout_generators is not None and len(dropout_generators) != members:
-        raise ValueError(f"dropout_generators must hold one generator per member ({members}), got {len(dropout_generators)}")
 
     def norm(x: Tensor, name: str) -> Tensor:
         if config.normalization_type is None:
@@ -340,7 +348,7 @@ def train_stacked(
             )
             live_weights = {**optimizer.params, **buffers}
             gens = [dropout_generators[i] for i in live] if config.dropout > 0 else None
-            losses = stacked_loss(stacked_forward(config, live_weights, inputs, dropout_generators=gens, exact=exact),
+            losses = stacked_loss(_forward(config, live_weights, inputs, gens, exact),
                                   targets, mask)
             losses.sum().backward()
             optimizer.step()

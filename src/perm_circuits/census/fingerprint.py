@@ -82,7 +82,11 @@ def circuit_components(edges: Iterable[str]) -> str:
     return "+".join(sorted(out)) or "-"
 
 
-def node_oracle(model, batch, *, how: str, target: float = 0.9, corrupted=None,
+ORACLE_TARGET = 0.9
+"""The faithfulness the fingerprint's oracle circuits reach (:func:`node_oracle`'s default ``target``)."""
+
+
+def node_oracle(model, batch, *, how: str, target: float = ORACLE_TARGET, corrupted=None,
                 reference=None) -> tuple[str, float]:
     """The smallest set of components (heads, MLPs) whose outputs, kept while every other component's
     output is ablated under ``how`` (``attn.hook_z`` of the head, ``hook_mlp_out``), reaches faithfulness
@@ -95,6 +99,19 @@ def node_oracle(model, batch, *, how: str, target: float = 0.9, corrupted=None,
     joined by "+", or "-" for none; faithfulness)``, or ``("none", best faithfulness)`` when no subset
     reaches ``target``.
     """
+    from perm_circuits.checks import check_number
+    from perm_circuits.tasks.base import TaskBatch
+
+    if not isinstance(batch, TaskBatch):
+        raise TypeError(f"batch must be a TaskBatch (its targets and mask give the metric), got {type(batch).__name__}")
+    if math.isnan(check_number("target", target, finite=False)):
+        raise ValueError("target must be a faithfulness to reach (a number), got nan")
+    return _node_oracle(model, batch, how=how, target=target, corrupted=corrupted, reference=reference)
+
+
+def _node_oracle(model, batch, *, how: str, target: float, corrupted, reference) -> tuple[str, float]:
+    """:func:`node_oracle` of checked ``batch`` and ``target`` (``how``, ``corrupted`` and ``reference``
+    are checked by ``ablate_tokens`` before any forward pass)."""
     import itertools
 
     import torch
@@ -157,11 +174,12 @@ def _oracle_columns(model, test, hows: Sequence[str], accuracy: Mapping[str, flo
                 if not capable:
                     out[f"circuit_{key}"], out[f"faith_{key}"] = "absent", math.nan
                     continue
-                options = {}
+                options = {"corrupted": None, "reference": None}
                 if ref == "test":  # the resample source and the mean's rows from the whole test set
                     options = {"corrupted": test.tokens[order[: len(part)]].to(part.tokens.device),
                                "reference": test.tokens}
-                out[f"circuit_{key}"], out[f"faith_{key}"] = node_oracle(model, part, how=how, **options)
+                out[f"circuit_{key}"], out[f"faith_{key}"] = _node_oracle(model, part, how=how, target=ORACLE_TARGET,
+                                                                          **options)
     return out
 
 

@@ -60,7 +60,7 @@ from perm_circuits.ablation_modes import modes
 from perm_circuits.checks import check_int, check_seed
 from perm_circuits.devices import model_device
 from perm_circuits.discovery import padding
-from perm_circuits.metric import (bind_metric, check_metric, check_rows, kl_to_full, metric_rows, pooled_target_logprob,
+from perm_circuits.metric import (bind_metric, check_rows, kl_to_full, metric_rows, pooled_target_logprob,
                                   reduce_rows)
 from perm_circuits.discovery.graph import EdgeGraph, circuit_graph_of, head_of
 from perm_circuits.models import ACTIVATIONS
@@ -421,7 +421,7 @@ def prepare_edges(
                              "metric(logits, batch) -> [batch]")
         metric = target_logprob_metric(batch)
     else:
-        rows = bind_metric(check_metric(metric), batch if isinstance(batch, TaskBatch) else tokens)
+        rows = bind_metric(metric, batch if isinstance(batch, TaskBatch) else tokens)  # bind_metric checks it
         n_rows = tokens.shape[0]
         metric = lambda logits: reduce_rows(check_rows(rows(logits), n_rows, finite=False))  # noqa: E731
     check_seed(seed)
@@ -448,8 +448,10 @@ def prepare_edges(
                                  f"{tuple(corrupted_tokens.shape)}")
             _check_embeddable(corrupted_tokens, "corrupted", weights)
             corrupted_keys = padding.keys_of(corrupted, corrupted_tokens) if padded else None
-    reference_tokens = tokens if reference is None else _as_tokens(reference, "reference", tokens).to(device)
-    _check_embeddable(reference_tokens, "reference", weights)
+    reference_tokens = tokens  # checked above
+    if reference is not None:
+        reference_tokens = _as_tokens(reference, "reference", tokens).to(device)
+        _check_embeddable(reference_tokens, "reference", weights)
 
     zeros = {s: torch.zeros(1, tokens.shape[1], weights.W_E.shape[1], dtype=weights.W_E.dtype, device=device)
              for s in graph.senders}

@@ -17,7 +17,6 @@ from torch import Tensor
 from perm_circuits.checks import check_int, check_number
 from perm_circuits.discovery.graph import EdgeGraph, split_edge
 from perm_circuits.discovery.interventions import EdgeIntervention, prepare_edges
-from perm_circuits.tasks.base import TaskBatch
 
 __all__ = ["ROUNDING_LEVEL", "DiscoveryResult", "check_selection", "choose_circuit", "explains", "flip_each",
            "metric_name", "prefix_masks", "rounding_level", "setup"]
@@ -120,9 +119,8 @@ def setup(model, batch, intervention: EdgeIntervention | None, *, how: str | Non
     else:
         if model is None or batch is None:
             raise ValueError("give model and batch, or a prepared intervention")
-        if not isinstance(batch, (TaskBatch, Tensor)):
-            raise TypeError(f"batch must be a TaskBatch or tokens tensor, got {type(batch).__name__}")
-        ei = prepare_edges(model, batch, how="resample" if how is None else how, **options)
+        ei = prepare_edges(  # checks batch (and the rest) before any forward pass
+            model, batch, how="resample" if how is None else how, **options)
     start = time.perf_counter()
     if ei.nothing_to_explain:
         raise _NothingToExplain(ei, start)

@@ -122,8 +122,13 @@ def edge_components(edges: Iterable[str]) -> frozenset:
     """Heads and MLPs an edge set touches (InterpBench's node view): a head is in when any of its
     q/k/v inputs or its output edges is. ``embed`` and ``logits`` are left out (every circuit has
     them)."""
+    return _components(check_edges("edges", edges))
+
+
+def _components(edges: Iterable[str]) -> frozenset:
+    """:func:`edge_components` of checked edges."""
     out = set()
-    for edge in map(Edge.parse, check_edges("edges", edges)):
+    for edge in map(Edge.parse, edges):
         out.update({edge.sender, edge.receiver.owner()})
     return frozenset(str(node) for node in out if node.kind is None)
 
@@ -155,7 +160,7 @@ def circuit_metrics(chosen: Iterable[str], truth: Iterable[str], *, promote_head
     """
     chosen, truth = set(check_edges("chosen", chosen)), set(check_edges("truth", truth))
     if promote_heads:
-        chosen, truth = set(edge_components(chosen)), set(edge_components(truth))
+        chosen, truth = set(_components(chosen)), set(_components(truth))  # checked above
     if not truth:
         raise ValueError("the true circuit is empty")
     correct = len(chosen & truth)

@@ -134,7 +134,12 @@ def which_first(record: DynamicsRecord, signals: Sequence[str] | None = None, th
     normalised change (module docstring)."""
     record = check_record(record)
     threshold = check_fraction(threshold)
-    names = check_signals(record, signals)
+    return crossing_order(record, check_signals(record, signals), threshold)
+
+
+def crossing_order(record: DynamicsRecord, names: Sequence[str], threshold: float) -> WhichFirst:
+    """:func:`which_first` of arguments its caller checked (``check_record``, ``check_signals``,
+    ``check_fraction``): for a caller that orders one record at several thresholds."""
     found = []
     for name in names:
         norm, first, last, status = normalised(record.series(name).tolist())

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from perm_circuits._util import atomic_write_text, replace_section
-from perm_circuits.dynamics.emergence import which_first
+from perm_circuits.dynamics.emergence import check_record, crossing_order
 from perm_circuits.dynamics.record import DynamicsRecord
 
 __all__ = [
@@ -197,14 +197,13 @@ class StudyDynamics:
 def study_dynamics(record: DynamicsRecord, epochs: pd.DataFrame | None = None) -> StudyDynamics:
     """The answer to the study's dynamics questions from a record of the d32h2 recipe
     (``epochs``: the per-epoch comparison table written by ``scripts/study_dynamics.py``)."""
-    if not isinstance(record, DynamicsRecord):
-        raise TypeError(f"record must be a DynamicsRecord, got {type(record).__name__}")
+    check_record(record)  # a DynamicsRecord with at least one step
     needed = [RECALL, MATCH_PROBE, MATCH_ATTENTION]
     missing = [s for s in needed if s not in record.signals]
     if missing:
         raise ValueError(f"the record lacks {missing}: record the accuracy, memory and head_scores groups")
     names = tuple(s for s in TABLE_SIGNALS if s in record.signals)
-    orders = {level: which_first(record, names, level) for level in LEVELS}
+    orders = {level: crossing_order(record, names, level) for level in LEVELS}  # checked above: names, LEVELS
     crossings = {level: {c.signal: c.step for c in order.crossings} for level, order in orders.items()}
     table = []
     for name in names:

@@ -134,9 +134,18 @@ def attention_svg(frame: pd.DataFrame, model: str, layer: int, head: int) -> str
     (``key > query``) are grey.
     """
     _check(frame)
-    rows = frame[(frame["model"] == model) & (frame["layer"] == layer) & (frame["head"] == head)]
+    rows = _head_rows(frame, model, layer, head)
     if rows.empty:
         raise ValueError(f"the attention table has no rows for {model} L{layer}H{head}")
+    return _svg(rows, model, layer, head)
+
+
+def _head_rows(frame: pd.DataFrame, model: str, layer: int, head: int) -> pd.DataFrame:
+    return frame[(frame["model"] == model) & (frame["layer"] == layer) & (frame["head"] == head)]
+
+
+def _svg(rows: pd.DataFrame, model: str, layer: int, head: int) -> str:
+    """:func:`attention_svg` of one head's rows of a checked table (at least one row)."""
     positions = int(rows["query"].max()) + 1
     labels = [position_label(p).split(": ")[1] for p in range(positions)]  # "x1", "y1", ...
     panels = []
@@ -157,4 +166,5 @@ def attention_figures(frame: pd.DataFrame) -> dict[Path, str]:
     """Every head's heatmap of the table, ``{path under the repository: SVG text}``."""
     _check(frame)
     heads = frame[["model", "layer", "head"]].drop_duplicates().itertuples(index=False)
-    return {attention_figure_path(m, int(l), int(h)): attention_svg(frame, m, int(l), int(h)) for m, l, h in heads}
+    return {attention_figure_path(m, int(l), int(h)): _svg(_head_rows(frame, m, int(l), int(h)), m, int(l), int(h))
+            for m, l, h in heads}  # the table checked once, each head's rows taken from it

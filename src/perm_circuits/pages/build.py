@@ -213,7 +213,11 @@ def build_pages(root: str | os.PathLike, numbers: Mapping[str, object] | None = 
     capacity block and the ``capacity.*`` numbers come from ``results/capacity_sweep.csv``; the
     ``modes.<model>`` blocks are :func:`mode_table`, the ``circuits.<model>`` blocks :func:`circuit_table`.
     """
-    root = _root(root)
+    return _build(_root(root), numbers)
+
+
+def _build(root: Path, numbers: Mapping[str, object] | None) -> dict[Path, str]:
+    """:func:`build_pages` of a checked repository root."""
     if numbers is None:
         numbers = read_numbers(root / NUMBERS)
     quotes = read_numbers(root / STUDY_QUOTES)
@@ -256,7 +260,7 @@ def write_pages(root: str | os.PathLike, numbers: Mapping[str, object] | None = 
     """Write :func:`build_pages` to disk; returns the files whose text changed."""
     root = _root(root)
     changed = []
-    for path, text in build_pages(root, numbers).items():
+    for path, text in _build(root, numbers).items():  # root checked above
         target = root / path
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.is_file() or target.read_text(encoding="utf-8") != text:

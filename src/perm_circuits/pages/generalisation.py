@@ -36,15 +36,17 @@ GENERALISES = 0.99
 
 
 def _recall_columns(frame: pd.DataFrame) -> list[str]:
-    columns = sorted((c for c in frame.columns if c.startswith("recall_gen_x")), key=lambda c: int(c.removeprefix("recall_gen_x")))
+    """The ``recall_gen_x<k>`` columns in ``k`` order (``frame`` checked by :func:`_check`)."""
+    return sorted((c for c in frame.columns if c.startswith("recall_gen_x")), key=lambda c: int(c.removeprefix("recall_gen_x")))
+
+
+def _check(frame: object) -> list[str]:
+    """The one check of a generalisation table; returns its recall columns."""
+    check_sweep_frame(frame, GENERALISATION_COLUMNS)
+    columns = _recall_columns(frame)
     if not columns:
         raise ValueError(f"sweep table has no recall_gen_x<k> columns; it has {list(frame.columns)}")
     return columns
-
-
-def _check(frame: object) -> None:
-    check_sweep_frame(frame, GENERALISATION_COLUMNS)
-    _recall_columns(frame)
 
 
 def load_generalisation_table(path: str | os.PathLike) -> pd.DataFrame:
@@ -56,8 +58,7 @@ def load_generalisation_table(path: str | os.PathLike) -> pd.DataFrame:
 
 def generalises(frame: pd.DataFrame) -> pd.Series:
     """Per row: True when every ``recall_gen_x{k}`` is >= :data:`GENERALISES` (failed runs: False)."""
-    _check(frame)
-    columns = _recall_columns(frame)
+    columns = _check(frame)
     return (frame[columns] >= GENERALISES).all(axis=1) & (frame["status"] == "done")
 
 

@@ -50,16 +50,22 @@ def _entry(name: str):
         raise ValueError(f"task {name!r} cannot be swept; sweepable tasks: {names}") from None
 
 
-def _task_fields(name: str) -> list[str]:
-    cls = _entry(name).cls
-    if not dataclasses.is_dataclass(cls):
-        raise ValueError(f"task {name!r} cannot be swept: its class {cls.__name__} is not a dataclass of its settings")
-    return [f.name for f in dataclasses.fields(cls) if f.init]
+def _sweepable(name: str):
+    """The registry entry of task ``name`` and its settings' field names; ValueError (naming the
+    sweepable tasks) when it is not registered or its class is not a dataclass of its settings."""
+    entry = _entry(name)
+    if not dataclasses.is_dataclass(entry.cls):
+        raise ValueError(f"task {name!r} cannot be swept: its class {entry.cls.__name__} is not a dataclass of its settings")
+    return entry, [f.name for f in dataclasses.fields(entry.cls) if f.init]
+
+
+def _keys(entry, fields: list[str]) -> list[str]:
+    return sorted({"task", "seed", *fields, *entry.model_keys, *FIT_DEFAULTS})
 
 
 def task_keys(name: str) -> list[str]:
     """Every key a spec of task ``name`` may hold."""
-    return sorted({"task", "seed", *_task_fields(name), *_entry(name).model_keys, *FIT_DEFAULTS})
+    return _keys(*_sweepable(name))
 
 
 def resolve_task_run(values: dict[str, Any]) -> dict[str, Any]:
@@ -68,12 +74,12 @@ def resolve_task_run(values: dict[str, Any]) -> dict[str, Any]:
     from perm_circuits.tasks.runner import check_model_fields
 
     name = values["task"]
-    allowed = set(task_keys(name))
+    entry, fields = _sweepable(name)  # the task is checked once
+    allowed = set(_keys(entry, fields))
     bad = sorted(set(values) - allowed)
     if bad:
         raise ValueError(f"unknown key(s) {bad} for task {name!r}; allowed keys: {sorted(allowed)}")
-    entry = _entry(name)
-    task_fields = set(_task_fields(name))
+    task_fields = set(fields)
     task = entry.cls(**{k: v for k, v in values.items() if k in task_fields})
     seed = check_seed(values.get("seed", 0))
     model_fields = {k: v for k, v in values.items() if k in entry.model_keys}

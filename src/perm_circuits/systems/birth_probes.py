@@ -61,7 +61,10 @@ def _matrices(model) -> dict[str, Tensor]:
 
 def wo2_recall(model) -> float:
     """R of ``W_O^2`` for ``w_E(k) W_V^2 -> w_U(k)`` (module docstring)."""
-    m = _matrices(model)
+    return _wo2(_matrices(model))
+
+
+def _wo2(m: dict[str, Tensor]) -> float:
     inputs = m["W_E"] @ m["W_V"][1]
     pairs = identity_map(inputs.shape[0], device=inputs.device)
     return memory_recall(m["W_O"][1], inputs, m["W_U"].T.contiguous(), pairs)
@@ -70,10 +73,13 @@ def wo2_recall(model) -> float:
 def wk2_recall(model, tokens: Sequence[int] | None = None) -> float:
     """R of ``W_Q^2 W_K^2ᵀ`` for query ``w_E(k)`` -> key ``w_E(k) W_V^1 W_O^1`` (module docstring),
     over all tokens or only the queries ``tokens`` (every token stays a candidate key)."""
-    m = _matrices(model)
+    return _wk2(_matrices(model), tokens)
+
+
+def _wk2(m: dict[str, Tensor], tokens: Sequence[int] | None) -> float:
     keys = m["W_E"] @ m["W_V"][0] @ m["W_O"][0]
     pairs = identity_map(keys.shape[0], device=keys.device)
-    if tokens is not None:
+    if tokens is not None:  # the user's query tokens (wk2_recall's or birth_probes' frequent=): checked here, once
         index = torch.as_tensor(list(tokens), dtype=torch.long, device=keys.device)
         if index.numel() == 0 or index.min() < 0 or index.max() >= keys.shape[0]:
             raise ValueError(f"tokens must be a non-empty list of token ids in [0, {keys.shape[0] - 1}], got {tokens!r}")
@@ -88,18 +94,33 @@ def wk1_recall(model, *, window: int | None = None, queries: tuple[int, int] | N
     ``queries=(a, b)``: score only the queries ``max(a, 1) <= t < b`` of the window (default all).
     """
     m = _matrices(model)
+    c = _check_window(m, window)
+    return _wk1(m, c, *_check_queries(c, queries))
+
+
+def _check_window(m: dict[str, Tensor], window: int | None) -> int:
+    """The window's size: ``window``, default the context ``T``; ValueError outside ``[2, T]``."""
     T = m["W_pos"].shape[0]
     c = T if window is None else window
     if not 2 <= check_int("window", c) <= T:
         raise ValueError(f"window must be an int in [2, T={T}], got {window!r}")
+    return c
+
+
+def _check_queries(c: int, queries: tuple[int, int] | None) -> tuple[int, int]:
+    """``queries`` (default ``(1, c)``) if they hold a query position ``1 <= t < c``; ValueError otherwise."""
     a, b = (1, c) if queries is None else queries
     if not (isinstance(a, int) and isinstance(b, int)) or not 0 <= a < b <= c:
         raise ValueError(f"queries must be (a, b) ints with 0 <= a < b <= {c}, got {queries!r}")
-    a = max(a, 1)
-    if a >= b:
+    if max(a, 1) >= b:
         raise ValueError(f"queries {queries!r} contain no position >= 1 (position 0 has no previous token)")
+    return a, b
+
+
+def _wk1(m: dict[str, Tensor], c: int, a: int, b: int) -> float:
+    """:func:`wk1_recall` over the window ``0 .. c-1`` and the queries ``max(a, 1) <= t < b`` (checked)."""
     P = m["W_pos"][:c]
-    positions = torch.arange(a, b, device=P.device)
+    positions = torch.arange(max(a, 1), b, device=P.device)
     targets = torch.stack([torch.arange(len(positions), device=P.device), positions - 1], dim=1)
     return memory_recall(m["W_Q"][0] @ m["W_K"][0].T, P[positions], P, targets)
 
@@ -133,15 +154,17 @@ def birth_probes(model, *, step: int = 0, window: int | None = None,
     T, N = model.cfg.n_ctx, model.cfg.d_vocab
     window = T // 2 if window is None else window
     frequent = range(max(1, N // 2)) if frequent is None else frequent
-    return BirthProbes(
+    m = _matrices(model)  # the model checked (and its matrices read) once for the seven probes
+    full = m["W_pos"].shape[0]
+    return BirthProbes(  # each probe as its public function computes it, in the same order
         step=step,
-        W_O2=wo2_recall(model),
-        W_K2=wk2_recall(model),
-        W_K2_frequent=wk2_recall(model, frequent),
-        W_K1=wk1_recall(model),
-        W_K1_window=wk1_recall(model, window=window),
-        W_K1_early=wk1_recall(model, queries=(1, T // 2)),
-        W_K1_late=wk1_recall(model, queries=(T // 2, T)),
+        W_O2=_wo2(m),
+        W_K2=_wk2(m, None),
+        W_K2_frequent=_wk2(m, frequent),
+        W_K1=_wk1(m, full, 1, full),
+        W_K1_window=_wk1(m, (c := _check_window(m, window)), *_check_queries(c, None)),
+        W_K1_early=_wk1(m, full, *_check_queries(full, (1, T // 2))),
+        W_K1_late=_wk1(m, full, *_check_queries(full, (T // 2, T))),
     )
 
 

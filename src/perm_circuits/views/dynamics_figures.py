@@ -15,8 +15,7 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from perm_circuits.checks import check_fraction
-from perm_circuits.dynamics.emergence import check_record, check_signals, normalised, which_first
+from perm_circuits.dynamics.emergence import normalised, which_first
 from perm_circuits.dynamics.record import DynamicsRecord
 from perm_circuits.views.figure_style import ELIMINATION_COLOR, MODEL_PALETTE, RECALL_COLOR, check_str, house_style
 
@@ -36,12 +35,10 @@ def emergence_figure(
     normalised to [0, 1] between its first and last value, with a marker at its crossing of
     ``threshold``.  Traces: the lines first (``name`` = signal, one per signal, in order), then
     one marker trace per crossing signal (``name`` = ``"{signal} crosses"``)."""
-    record = check_record(record)
-    names = check_signals(record, signals)
-    threshold = check_fraction(threshold)
     if title is not None:
         check_str("title", title)
-    order = which_first(record, names, threshold)
+    order = which_first(record, signals, threshold)  # checks record, signals and threshold (once)
+    names, threshold = record.signals if signals is None else tuple(signals), float(threshold)
     fig = go.Figure()
     colors = {}
     for index, name in enumerate(names):

@@ -65,9 +65,8 @@ def sweep_summary(frame: pd.DataFrame, threshold: float = 0.99) -> pd.DataFrame:
     none did) and, for every ablation mode found in the columns, ``verdict_<how>``: counts of the
     verdicts over finished seeds, e.g. ``"fails 2, holds 1"``.
     """
-    threshold = check_fraction(threshold)
     check_frame(frame, ["status", "recall_accuracy", "epoch_recall_99", *PHASE_KEYS])
-    cells = phase_cells(frame, threshold).rename(columns={"share": "share_learned"})
+    cells = phase_cells(frame, threshold).rename(columns={"share": "share_learned"})  # phase_cells checks threshold
     keys = [*PHASE_KEYS, *config_axes(frame)]
     done = frame[frame["status"] == "done"]
     medians = done.groupby(keys, dropna=False)["epoch_recall_99"].median().rename("median_epoch_recall")
