@@ -367,6 +367,7 @@ CROSS_CUTTING_FILES = {
     "test_results_docs.py": "the generated results pages and the README's results section",
     "test_scheduling.py": "the suite's own scheduling (tests/conftest.py)",
     "test_structure.py": "this file: the package's and the tests' layout",
+    "test_task_argument.py": "task= is the one way to say which task (every public signature, all packages)",
     "test_type_checks.py": "the suite's run-time type checks (tests/conftest.py)",
     "test_validation_boundary.py": "checks at the public boundary only, private helpers trust their callers (many packages)",
 }

@@ -1,4 +1,4 @@
-"""``task=`` is the one way to say which task (issue 25, item 1): no public function or class takes a
+"""``task=`` is the one way to say which task: no public function or class takes a
 ``task_config`` argument, and on a study model ``task=PermutationTask(cfg)``, ``task=cfg`` and the
 default give the same numbers (the study's own analysis on those settings); a wrong task type is a
 TypeError naming ``task``, raised before any forward pass."""
@@ -34,10 +34,8 @@ RECORDS = {
 PENDING = {
     "perm_circuits.evaluate.evaluate",
     "perm_circuits.evaluate.recall_generalisation",
-    "perm_circuits.analysis.interventions.ablation.ablation_table",
 }
-"""Expected to be fixed by the other two engineers of issue 25 (one evaluation result, one ablation
-table): they still take ``task_config=`` on this branch.  Remove each name once its change is merged."""
+"""Still taking ``task_config=`` until the one evaluation result lands; remove them then."""
 
 
 def _public_callables():

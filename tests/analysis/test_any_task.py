@@ -127,7 +127,7 @@ def test_study_bridge_given_a_task_uses_the_task_path():
     model = build_model(ModelConfig(d_model=16, n_heads=2, n_layers=1, seed=0))
     task = PermutationTask(TaskConfig())
     nodes = ["L0H0", "L0H1", "L0MLP"]
-    # issue 25: on a study bridge a PermutationTask (or its TaskConfig) means the study's own problem ...
+    # on a study bridge a PermutationTask (or its TaskConfig) means the study's own problem ...
     study = circuit_metrics(model, nodes, task=task, n=50, how="zero")
     assert [g.subgroup for g in study.subgroups] == ["elimination", "recall"]
     assert study.elimination.f_model == circuit_metrics(model, nodes, n=50, how="zero").elimination.f_model

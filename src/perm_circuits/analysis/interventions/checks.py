@@ -149,7 +149,7 @@ def study_config(task: object, name: str = "task") -> TaskConfig:
 
 
 def resolve_task(model, task: object, *, general: bool = False, name: str = "task") -> tuple[Task | None, TaskConfig | None]:
-    """Which path ``task=`` of a public tool takes (the one way to say which task; issue 25):
+    """Which path ``task=`` of a public tool takes (the one way to say which task):
     ``(None, config)`` where the model's own analysis runs (the study's, on a permutation-lookup model):
     ``task`` is ``None`` or, on such a model, a :class:`~perm_circuits.tasks.PermutationTask` or a bare
     :class:`~perm_circuits.tasks.permutation_data.TaskConfig` (``config``: its checked settings, ``None``
