@@ -92,7 +92,7 @@ from perm_circuits.analysis.circuits.runs import (
 )
 from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, check_how, reference_tokens
 from perm_circuits.analysis.interventions.patching import metric_values
-from perm_circuits.metric import bind_metric, check_metric
+from perm_circuits.metric import bind_metric
 from perm_circuits.analysis.circuits.reference import merge_skill_metrics, reference_label, skill_parts, skill_split
 from perm_circuits.analysis.interventions.ablation_table import components_of
 from perm_circuits.analysis.probes.task_attribution import model_label
@@ -140,7 +140,7 @@ def _general_problem(model, test_set, task, metric, reference, n, seed) -> Circu
         if not isinstance(test_set, TaskBatch):
             raise ValueError("token ids carry no targets: pass metric= (a callable metric(logits, batch) -> [batch])")
         metric = target_logprob_gain(test_set)
-    metric = bind_metric(check_metric(metric), test_set)
+    metric = bind_metric(metric, test_set)
     reference = test_set if reference is None else reference
     reference_tokens(model, reference, positions=tokens.shape[1])
     reference = reference.to(model_device(model))

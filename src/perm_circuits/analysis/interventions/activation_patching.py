@@ -40,7 +40,7 @@ from perm_circuits.analysis.interventions.patching import (
 )
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import check_hooks, run_capture
-from perm_circuits.metric import Metric, bind_metric, check_metric, target_logprob
+from perm_circuits.metric import Metric, bind_metric, target_logprob
 from perm_circuits.tasks.base import TaskBatch
 
 __all__ = ["TaskPatch", "patch_activation", "patch_head", "target_logprob"]
@@ -101,7 +101,7 @@ def patch_activation(
     device = model_device(model)
     clean = clean.to(device)
     clean_tokens, corrupted_tokens = pair_tokens(model, clean, corrupted.to(device))
-    metric = bind_metric(check_metric(metric), clean)  # scored against the clean batch in every run
+    metric = bind_metric(metric, clean)  # scored against the clean batch in every run
     check_patch_options("clean", "corrupted", n_boot, seed, confidence)
     hooks = check_hooks(model, hooks)
     batch = clean_tokens.shape[0]

@@ -70,7 +70,7 @@ from perm_circuits.analysis.interventions.patching import (
 from perm_circuits.analysis.interventions.activation_patching import target_logprob
 from perm_circuits.circuit import Node
 from perm_circuits.devices import model_device
-from perm_circuits.metric import bind_metric, check_metric
+from perm_circuits.metric import bind_metric
 from perm_circuits.hooks import HookList, check_hooks, run_capture
 from perm_circuits.model_shape import model_shape, normalization_of
 from perm_circuits.models import model_config_of
@@ -412,7 +412,7 @@ def _prepare(model, pair, task, n, seed, n_boot, confidence, hooks, corruption, 
                 raise ValueError("token ids carry no targets: pass metric= (a callable metric(logits, batch) -> "
                                  "[batch])")
             metric = target_logprob(pair[0])
-        metric = bind_metric(check_metric(metric), pair[0])  # scored against the clean batch in every run
+        metric = bind_metric(metric, pair[0])  # scored against the clean batch in every run
         name = getattr(getattr(model, "cfg", None), "model_name", None)
         runs = _runs(model, clean, corrupted, partial(metric_values, metric, batch=len(clean)), hooks,
                      name if isinstance(name, str) else type(model).__name__)
