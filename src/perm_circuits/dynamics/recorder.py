@@ -184,8 +184,8 @@ class DynamicsRecorder:
                 if train_loss is not None:
                     values["train_loss"] = float(train_loss)
             if "accuracy" in groups:
-                values["elimination_accuracy"] = evaluation.elimination_accuracy
-                values["recall_accuracy"] = evaluation.recall_accuracy
+                values["elimination_accuracy"] = evaluation.metrics["elimination_accuracy"]
+                values["recall_accuracy"] = evaluation.metrics["recall_accuracy"]
                 logits = _logits(model, self._every.tokens)
                 correct = logits[:, -1].argmax(-1) == self._every.extras["ys"][:, -1]
                 for k in range(1, config.V):

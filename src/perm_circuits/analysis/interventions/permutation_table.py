@@ -202,10 +202,11 @@ def ablation_runs(
     rows, hook_lists, all_logits = [], {}, {}
     for component, how, layer, head, extra, (logits, evaluation) in runs:
         follows = float((logits[:, -1].argmax(-1) == answers[how]).float().mean()) if how in answers else math.nan
-        recall_loss = evaluation.memorization.loss if evaluation.memorization is not None else math.nan
-        rows.append(AblationRow(component, how, layer, head, evaluation.elimination.accuracy,
-                                evaluation.recall_accuracy, evaluation.early_mae_train, evaluation.test_loss,
-                                evaluation.elimination.loss, recall_loss, follows))
+        detail = evaluation.detail
+        recall_loss = detail.memorization.loss if detail.memorization is not None else math.nan
+        rows.append(AblationRow(component, how, layer, head, detail.elimination.accuracy,
+                                detail.recall_accuracy, detail.early_mae_train, evaluation.test_loss,
+                                detail.elimination.loss, recall_loss, follows))
         hook_lists[component, how], all_logits[component, how] = extra, logits
     table = AblationTable(model_name=model_config.name, reference=label,
         positions=tuple(position_list) if position_list is not None else None, n_samples=len(test_set),

@@ -57,10 +57,11 @@ def joint_eliminator_rows(
             logits = device_forward(model, batch.tokens)
         signals[(component, how)] = recall_signal(logits, batch.tokens)
         evaluation = evaluate_logits(logits, batch, config, posteriors=posteriors)
-        memorization = evaluation.memorization
+        detail = evaluation.detail
+        memorization = detail.memorization
         rows.append(AblationRow(component=component, how=how, layer=layers[0] if len(layers) == 1 else None, head=None,
-            elimination_accuracy=evaluation.elimination.accuracy, recall_accuracy=evaluation.recall_accuracy,
-            early_mae_train=evaluation.early_mae_train, loss=evaluation.test_loss,
-            elimination_loss=evaluation.elimination.loss,
+            elimination_accuracy=detail.elimination.accuracy, recall_accuracy=detail.recall_accuracy,
+            early_mae_train=detail.early_mae_train, loss=evaluation.test_loss,
+            elimination_loss=detail.elimination.loss,
             recall_loss=memorization.loss if memorization is not None else math.nan))
     return tuple(rows), signals
