@@ -107,6 +107,8 @@ def evaluate(
         raise TypeError(f"forward must be a callable (model, tokens) -> logits or None, got {type(forward).__name__}")
     if hooks is not None and forward is not None:
         raise ValueError("hooks= need the model's own forward pass; pass forward=None (a custom forward skips hook points)")
+    if n is not None:
+        check_int("n", n, low=1)
     if isinstance(task, TaskConfig):
         task = PermutationTask(task)
     study = bridge_task(model)  # the study's task of one of its bridges, else None
