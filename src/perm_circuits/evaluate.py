@@ -133,10 +133,11 @@ def evaluate(
 def evaluate_run(
     model, test_set: TaskBatch, config: TaskConfig, hooks: Sequence[tuple[str, Callable]] | None = None, *,
     posteriors: tuple[Posterior, Posterior] | None = None, probe: bool = False, forward: Callable | None = None,
+    reference: bool = True,
 ) -> tuple[Float[Tensor, "batch seq vocab"], Evaluation]:
     """The logits on ``test_set`` under ``hooks`` (or from ``forward(model, tokens)``) and their
     :class:`Evaluation` (:func:`evaluate_logits`, whose ``posteriors`` an ablation table caches across
-    its runs); ``probe`` also runs the probe sequence (V = 5)."""
+    its runs, and whose ``reference`` it turns off); ``probe`` also runs the probe sequence (V = 5)."""
     if forward is None:
         logits = run_logits(model, test_set.tokens, hooks)
         probs = probe_probabilities(model, hooks).tolist() if probe and config.V == 5 else None
@@ -145,7 +146,7 @@ def evaluate_run(
         probs = (value_probs(task_logits(model, probe_sequence().to(test_set.tokens.device), forward), config.V)[0, -1]
                  .tolist() if probe and config.V == 5 else None)
     return logits, evaluate_logits(logits, test_set, config, posteriors=posteriors,
-                                   model_name=model_config_of(model).name, probe=probs)
+                                   model_name=model_config_of(model).name, probe=probs, reference=reference)
 
 
 @dataclass(frozen=True)

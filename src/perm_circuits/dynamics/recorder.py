@@ -177,8 +177,8 @@ class DynamicsRecorder:
         if "accuracy" in groups or "loss" in groups:
             # the forward on the model's device, the logits back beside the CPU test sets: once per recorded step
             evaluation = evaluate_logits(
-                _logits(model, self._own.tokens), self._own, self.task_config, self._posteriors, config.name
-            )
+                _logits(model, self._own.tokens), self._own, self.task_config, self._posteriors, config.name,
+                reference=False)
             if "loss" in groups:
                 values["test_loss"] = evaluation.test_loss
                 if train_loss is not None:

@@ -53,7 +53,8 @@ class Evaluation:
         model_name: the model's preset name (``"d32h2"``), else its class name.
         metrics: the task's metrics, ``Task.metric_names`` in order.
         test_loss: next-token cross-entropy over the test set's scored positions.
-        reference: :func:`reference_agreement` against ``Task.reference`` (empty: the task has none).
+        reference: :func:`reference_agreement` against ``Task.reference`` (empty: the task has none, or
+            an internal run did not measure it, e.g. one row of the study's ablation table).
         n_samples: test sequences.
         detail: the task's own breakdown (an :class:`EvaluationDetail`; ``None``: the task has
             none).  The permutation task's holds the per-step metrics, the last-step subgroups

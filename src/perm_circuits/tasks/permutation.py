@@ -162,11 +162,14 @@ def evaluate_logits(
     posteriors: tuple[Posterior, Posterior] | None = None,
     model_name: str = "model",
     probe: Sequence[float] | None = None,
+    reference: bool = True,
 ) -> Evaluation:
     """The permutation task's :class:`~perm_circuits.tasks.evaluation.Evaluation` from precomputed
     logits (``posteriors`` = (uniform, train) may be cached) on a permutation-lookup ``batch`` (its
     extras rebuilt from the tokens where missing): the task's metrics, the mean loss of the y steps,
-    the agreement with the uniform-prior posterior and the :class:`PermutationDetail`."""
+    the agreement with the uniform-prior posterior (``reference=False``: not measured, an empty
+    mapping; the runs of an ablation table and of the training dynamics read the detail only, and
+    the agreement would double the cost of a call) and the :class:`PermutationDetail`."""
     V = config.V
     batch = permutation_batch(batch)
     extras = batch.extras
@@ -206,7 +209,7 @@ def evaluate_logits(
     metrics = {"elimination_accuracy": detail.elimination_accuracy, "recall_accuracy": detail.recall_accuracy,
                **{f"step{s.step}_accuracy": s.accuracy for s in detail.steps}, "test_loss": test_loss}
     return Evaluation(task=task.name, model_name=model_name, metrics=metrics, test_loss=test_loss,
-        reference=reference_agreement(logits, batch, reference_probs(uniform, batch.tokens.shape[1])),
+        reference=reference_agreement(logits, batch, reference_probs(uniform, batch.tokens.shape[1])) if reference else {},
         n_samples=len(batch), task_dict=task.to_dict(), detail=detail)
 
 
@@ -257,7 +260,7 @@ class PermutationTask:
 
     def metrics(self, logits: Float[Tensor, "batch seq vocab"], batch: TaskBatch) -> dict[str, float]:
         """:func:`evaluate_logits`' :attr:`metric_names` (``recall_accuracy`` nan when no last query repeats)."""
-        return dict(evaluate_logits(logits, batch, self.config).metrics)
+        return dict(evaluate_logits(logits, batch, self.config, reference=False).metrics)
 
     def reference(self, batch: TaskBatch) -> Float[Tensor, "batch seq vocab"]:
         """The exact Bayesian posterior (uniform prior over all permutations) over the vocabulary at
@@ -268,7 +271,7 @@ class PermutationTask:
     def evaluation_detail(self, logits: Float[Tensor, "batch seq vocab"], batch: TaskBatch) -> PermutationDetail:
         """The :class:`PermutationDetail` of ``logits`` on ``batch`` (no probe): the ``detail`` the runner
         attaches to this task's :class:`~perm_circuits.tasks.evaluation.Evaluation` on any model."""
-        return evaluate_logits(logits, batch, self.config).detail
+        return evaluate_logits(logits, batch, self.config, reference=False).detail
 
     @property
     def value_tokens(self) -> slice:

@@ -198,7 +198,7 @@ def ablation_runs(
         return [(hook_name, ablation_fn(how, "pos", index, position_list, activation, seed, pairing, constant))]
 
     runs = component_sweep(components, hows, build, lambda extra: evaluate_run(model, test_set, config, hooks + extra,
-                                                                               posteriors=posteriors))
+                                                                               posteriors=posteriors, reference=False))
     rows, hook_lists, all_logits = [], {}, {}
     for component, how, layer, head, extra, (logits, evaluation) in runs:
         follows = float((logits[:, -1].argmax(-1) == answers[how]).float().mean()) if how in answers else math.nan
