@@ -1,6 +1,8 @@
 """The one evaluation: :func:`evaluate` measures any model on any task (``task=``:
-:func:`perm_circuits.tasks.runner.measure_task`), and the study's permutation-lookup models by
-default, per y-prediction step ``1..V`` of a fixed test set: accuracy, the Bayesian predictor's
+:func:`perm_circuits.tasks.runner.measure_task`) and returns one result type,
+:class:`~perm_circuits.tasks.evaluation.Evaluation`.  The study's permutation-lookup models are
+measured by default, and the permutation task's ``detail`` (:class:`PermutationDetail`) holds, per
+y-prediction step ``1..V`` of a fixed test set: accuracy, the Bayesian predictor's
 accuracy (its mean probability on the target), mean and max absolute error against each posterior
 (:mod:`perm_circuits.posterior`: uniform and train-split prior) and the loss.  The last step is split
 into the elimination subgroup (a new query) and the memorization subgroup (a repeated query, where
