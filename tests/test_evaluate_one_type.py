@@ -18,7 +18,7 @@ import pytest
 from perm_circuits import TaskConfig, evaluate, recall_generalisation
 from perm_circuits.evaluate import PermutationDetail
 from perm_circuits.tasks import PermutationTask
-from perm_circuits.tasks.evaluation import FRAME_COLUMNS, Evaluation
+from perm_circuits.tasks.evaluation import FRAME_COLUMNS, Evaluation, EvaluationDetail
 from perm_circuits.tasks.runner import default_model
 from tasks.test_base import Successor
 
@@ -45,7 +45,7 @@ def test_one_type_for_the_study_and_a_users_task(study, user):
     assert type(ev) is type(theirs) is Evaluation
     assert (ev.task, ev.model_name, ev.n_samples) == ("permutation", "d16h1", N)
     assert (theirs.task, theirs.n_samples, theirs.task_dict) == ("test_successor", N, task.to_dict())
-    assert isinstance(ev.detail, PermutationDetail) and theirs.detail is None
+    assert isinstance(ev.detail, PermutationDetail) and isinstance(ev.detail, EvaluationDetail) and theirs.detail is None
     assert list(ev.metrics) == list(PermutationTask(TaskConfig(repeat_ratio=0.3)).metric_names)
     assert list(theirs.metrics) == ["accuracy"]
     # the shipped d16h1 on its own repeated task: last step right on every row; the fresh model guesses

@@ -69,7 +69,7 @@ class Evaluation:
     reference: Mapping[str, float] = field(default_factory=dict)
     n_samples: int = 0
     task_dict: Mapping[str, Any] = field(default_factory=dict)
-    detail: Any = None
+    detail: EvaluationDetail | None = None
 
     def summary(self) -> dict[str, float]:
         """Flat dict of headline numbers (training history, checkpoint metadata, sweep rows): the
