@@ -78,7 +78,7 @@ def ablation_columns(model, task_config) -> dict[str, float]:
             parts = [(f"L{layer}H{h}", ablate_head(model, layer, h, how)) for h in range(config.n_heads)]
             parts.append((f"L{layer}MLP", ablate_mlp(model, layer, how)))
             for name, hooks in parts:
-                result = recall_generalisation(model, task_config=task_config, n=None, hooks=hooks)
+                result = recall_generalisation(model, task=task_config, n=None, hooks=hooks)
                 out[f"abl_{how}_{name}_recall"] = sum(result.recall) / len(result.recall)
                 out[f"abl_{how}_{name}_elim"] = result.elimination
     return out
@@ -126,7 +126,7 @@ def table(sweep_dir: Path, progress: bool = True) -> pd.DataFrame:
                 raise FileNotFoundError(f"run {row['run_id']} has no kept model at {folder}: run the sweep with --keep-models")
             checkpoint = load_checkpoint(folder)
             model = checkpoint.model
-            general = recall_generalisation(model, task_config=checkpoint.task_config, n=None)
+            general = recall_generalisation(model, task=checkpoint.task_config, n=None)
             out.update({f"recall_gen_x{k}": acc for k, acc in enumerate(general.recall, start=1)})
             out["recall_gen_n"] = general.n_per_source
             out["elimination_exhaustive"] = general.elimination

@@ -143,7 +143,7 @@ def _analyses():
         "attention_by_source": (lambda m: attention_by_source(m, _batch(m)), 1),
         "head_scores": (lambda m: head_scores(m, _batch(m)), 1),
         "evaluate[study]": (lambda m: evaluate(m, _batch(m), probe=False), 1),
-        "evaluate[task]": (lambda m: evaluate(m, _task_batch(m), task=task(m)), 1),
+        "evaluate[task]": (lambda m: evaluate(m, _task_batch(m), task=task(m), probe=False), 1),  # the study path
         "measure_task": (lambda m: measure_task(m, task(m), _task_batch(m)), 1),
         # the edge engine runs its own forward from the weights; the model's forward runs once, as a check
         "prepare_edges": (lambda m: prepare_edges(m, _task_batch(m, 32, 7), how="mean"), 1),

@@ -31,13 +31,6 @@ RECORDS = {
 }
 """Record types whose *field* is named ``task_config`` (the shared convention keeps record fields)."""
 
-PENDING = {
-    "perm_circuits.evaluate.evaluate",
-    "perm_circuits.evaluate.recall_generalisation",
-}
-"""Still taking ``task_config=`` until the one evaluation result lands; remove them then."""
-
-
 def _public_callables():
     modules = [perm_circuits] + [importlib.import_module(info.name)
                                  for info in pkgutil.walk_packages(perm_circuits.__path__, "perm_circuits.")]
@@ -62,7 +55,7 @@ def test_no_public_signature_takes_task_config():
             continue
         if "task_config" in parameters:
             offenders.add(qualname)
-    assert offenders - RECORDS - PENDING == set()
+    assert offenders - RECORDS == set()
     assert RECORDS <= offenders  # the exemptions name real records, not stale names
 
 

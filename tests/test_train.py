@@ -36,7 +36,7 @@ def test_same_seed_bit_identical_weights_and_history():
 def test_learns_elimination_quickly():
     result = train("d32h2", TaskConfig(), TrainConfig(epochs=4, samples_per_epoch=25_600, test_size=1000), progress=False)
     assert result.history.to_dataframe()["test_loss"].iloc[-1] < 1.0  # ln5 = 1.609 at chance
-    assert result.evaluation.elimination_accuracy > 0.95
+    assert result.evaluation.metrics["elimination_accuracy"] > 0.95
     assert not result.model.training
 
 

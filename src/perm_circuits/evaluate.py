@@ -1,6 +1,8 @@
 """The one evaluation: :func:`evaluate` measures any model on any task (``task=``:
-:func:`perm_circuits.tasks.runner.measure_task`), and the study's permutation-lookup models by
-default, per y-prediction step ``1..V`` of a fixed test set: accuracy, the Bayesian predictor's
+:func:`perm_circuits.tasks.runner.measure_task`) and returns one result type,
+:class:`~perm_circuits.tasks.evaluation.Evaluation`.  The study's permutation-lookup models are
+measured by default, and the permutation task's ``detail`` (:class:`PermutationDetail`) holds, per
+y-prediction step ``1..V`` of a fixed test set: accuracy, the Bayesian predictor's
 accuracy (its mean probability on the target), mean and max absolute error against each posterior
 (:mod:`perm_circuits.posterior`: uniform and train-split prior) and the loss.  The last step is split
 into the elimination subgroup (a new query) and the memorization subgroup (a repeated query, where
@@ -22,14 +24,15 @@ from torch import Tensor
 from perm_circuits.checks import check_int, check_seed
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import run_logits
-from perm_circuits.models import model_config_of, task_config_of
+from perm_circuits.models import bridge_task, model_config_of, task_config_of
 from perm_circuits.tasks.permutation_posterior import Posterior
 from perm_circuits.tasks.permutation_data import (TaskConfig, exhaustive_batch, make_batch, make_test_set, permutation_batch,
                                                   probe_sequence)
-from perm_circuits.tasks.runner import TaskEvaluation, measure_task
-from perm_circuits.tasks.base import Task, TaskBatch
+from perm_circuits.tasks.runner import measure_task, task_logits
+from perm_circuits.tasks.base import Task, TaskBatch, model_task
+from perm_circuits.tasks.evaluation import Evaluation
 from perm_circuits.tasks.permutation import (
-    Evaluation,
+    PermutationDetail,
     PermutationTask,
     StepMetrics,
     SubgroupMetrics,
@@ -39,10 +42,10 @@ from perm_circuits.tasks.permutation import (
 
 __all__ = [
     "Evaluation",
+    "PermutationDetail",
     "RecallGeneralisation",
     "StepMetrics",
     "SubgroupMetrics",
-    "TaskEvaluation",
     "evaluate",
     "evaluate_logits",
     "evaluate_run",
@@ -68,70 +71,84 @@ def evaluate(
     test_set: TaskBatch | None = None,
     *,
     task: Task | TaskConfig | None = None,
-    task_config: TaskConfig | PermutationTask | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
     n: int | None = None,
     seed: int = 1234,
     probe: bool = True,
     forward: Callable | None = None,
-) -> Evaluation | TaskEvaluation:
-    """Evaluate ``model``: the one evaluation of every task and model.
+) -> Evaluation:
+    """Evaluate ``model`` on a task: the one evaluation of every task and model, one result type
+    (:class:`Evaluation`: the task's metrics, the test loss, the agreement with the task's
+    reference, and the task's own ``detail``).
 
-    * ``evaluate(model)`` (or ``task_config=``) on a permutation-lookup model: the study's
-      per-step :class:`Evaluation` against the Bayesian posteriors.
-    * ``evaluate(model, task=task)``: any model (a bridge, a ``HookedRootModule``, any
-      ``tokens -> logits`` module) on any registered :class:`~perm_circuits.tasks.Task`
-      (a ``TaskConfig`` means its ``PermutationTask``): a :class:`TaskEvaluation` with the task's
-      own metrics, the masked test loss and the agreement with the task's reference.
+    * On one of the study's permutation-lookup models (default task: the one stored with the model;
+      ``task=`` a :class:`~perm_circuits.tasks.PermutationTask` or its ``TaskConfig``): the study's
+      evaluation, whose ``detail`` (:class:`~perm_circuits.tasks.permutation.PermutationDetail`)
+      holds the per-step metrics against the Bayesian posteriors, the last-step subgroups and the
+      probe; ``str()`` renders its tables.
+    * Any other model (a bridge, a ``HookedRootModule``, any ``tokens -> logits`` module) on any
+      registered :class:`~perm_circuits.tasks.Task` (default: the task the model carries,
+      ``tasks.base.model_task``), measured by :func:`~perm_circuits.tasks.runner.measure_task`.
 
     Args:
         test_set: default: the task's fixed test set of ``n`` samples drawn with ``seed`` (the
             study's: from the test permutations, with the model's training ``repeat_ratio`` and
             ``repeat_sources``).
-        task_config: the study's task; default: the one stored with the model.  A
-            :class:`~perm_circuits.tasks.PermutationTask` (and a ``TaskBatch`` from it) is
-            unwrapped: the same :class:`Evaluation`.
+        task: the task; a ``TaskConfig`` means its ``PermutationTask``.
         hooks: a TransformerLens hook list active during the forward pass (always removed
             afterwards, also after an exception).
-        n: test-set size; default 5000 for the study's evaluation, 2000 with ``task=``.
-        probe: also run the study's probe sequence (a batch of one) under ``hooks``; turn off
-            for hooks tied to the test set's batch size (row-paired resampling).
-        forward: with ``task=``: ``forward(model, tokens) -> logits`` instead of ``model(tokens)``
-            (not with ``hooks``).
+        n: test-set size; default 5000 for the study's evaluation, 2000 for any other.
+        probe: the study's evaluation also runs its probe sequence (a batch of one) under ``hooks``;
+            turn off for hooks tied to the test set's batch size (row-paired resampling).
+        forward: ``forward(model, tokens) -> logits`` instead of ``model(tokens)`` (not with
+            ``hooks``).
     """
-    if task is not None:
-        if task_config is not None:
-            raise ValueError("pass task= (any task) or task_config= (the study's evaluation), not both")
-        if isinstance(task, TaskConfig):
-            task = PermutationTask(task)
+    if task is not None and not isinstance(task, (Task, TaskConfig)):
+        raise TypeError(f"task must be a perm_circuits.tasks.Task, a TaskConfig or None, got {type(task).__name__}")
+    if forward is not None and not callable(forward):
+        raise TypeError(f"forward must be a callable (model, tokens) -> logits or None, got {type(forward).__name__}")
+    if hooks is not None and forward is not None:
+        raise ValueError("hooks= need the model's own forward pass; pass forward=None (a custom forward skips hook points)")
+    if n is not None:
+        check_int("n", n, low=1)
+    if isinstance(task, TaskConfig):
+        task = PermutationTask(task)
+    study = bridge_task(model)  # the study's task of one of its bridges, else None
+    if task is None:
+        task = study if study is not None else model_task(model)
+        if task is None:
+            raise TypeError(f"{type(model).__name__} carries no task: evaluate(model, task=task) measures a model of "
+                            "any task")
+    if study is None or not isinstance(task, PermutationTask):
         return measure_task(model, task, test_set, n=2000 if n is None else n, seed=seed, forward=forward, hooks=hooks)
-    if forward is not None:
-        raise ValueError("forward= applies to evaluate(model, task=task); the study's evaluation runs the model itself")
-    if isinstance(task_config, PermutationTask):  # the Task interface's wrapper of the study's task
-        task_config = task_config.config
-    if task_config is None:
-        try:
-            task_config = task_config_of(model)
-        except TypeError as error:
-            raise TypeError(f"{error}. evaluate(model, task=task) measures a model of any task") from None
+    config = task.config
+    if config.V != study.config.V:
+        raise ValueError(f"task has V={config.V} but the model has V={study.config.V}")
     if test_set is None:
-        test_set = make_test_set(task_config, n=5000 if n is None else n, seed=seed)
+        test_set = make_test_set(config, n=5000 if n is None else n, seed=seed)
     if not isinstance(test_set, TaskBatch):
         raise TypeError(f"test_set must be a TaskBatch, got {type(test_set).__name__}")
     test_set = permutation_batch(test_set).to(model_device(model))  # once: the forward and the posteriors run on the model's device
-    return evaluate_run(model, test_set, task_config, hooks, probe=probe)[1]
+    return evaluate_run(model, test_set, config, hooks, probe=probe, forward=forward)[1]
 
 
 def evaluate_run(
     model, test_set: TaskBatch, config: TaskConfig, hooks: Sequence[tuple[str, Callable]] | None = None, *,
-    posteriors: tuple[Posterior, Posterior] | None = None, probe: bool = False,
+    posteriors: tuple[Posterior, Posterior] | None = None, probe: bool = False, forward: Callable | None = None,
+    reference: bool = True,
 ) -> tuple[Float[Tensor, "batch seq vocab"], Evaluation]:
-    """The logits on ``test_set`` under ``hooks`` and their :class:`Evaluation` (:func:`evaluate_logits`, whose
-    ``posteriors`` an ablation table caches across its runs); ``probe`` also runs the probe sequence (V = 5)."""
-    logits = run_logits(model, test_set.tokens, hooks)
-    probs = probe_probabilities(model, hooks).tolist() if probe and config.V == 5 else None
+    """The logits on ``test_set`` under ``hooks`` (or from ``forward(model, tokens)``) and their
+    :class:`Evaluation` (:func:`evaluate_logits`, whose ``posteriors`` an ablation table caches across
+    its runs, and whose ``reference`` it turns off); ``probe`` also runs the probe sequence (V = 5)."""
+    if forward is None:
+        logits = run_logits(model, test_set.tokens, hooks)
+        probs = probe_probabilities(model, hooks).tolist() if probe and config.V == 5 else None
+    else:
+        logits = task_logits(model, test_set.tokens, forward)
+        probs = (value_probs(task_logits(model, probe_sequence().to(test_set.tokens.device), forward), config.V)[0, -1]
+                 .tolist() if probe and config.V == 5 else None)
     return logits, evaluate_logits(logits, test_set, config, posteriors=posteriors,
-                                   model_name=model_config_of(model).name, probe=probs)
+                                   model_name=model_config_of(model).name, probe=probs, reference=reference)
 
 
 @dataclass(frozen=True)
@@ -156,21 +173,28 @@ class RecallGeneralisation:
 def recall_generalisation(
     model,
     *,
-    task_config: TaskConfig | None = None,
+    task: PermutationTask | TaskConfig | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
     n: int | None = 2000,
     seed: int = 99,
 ) -> RecallGeneralisation:
-    """Measure recall when the repeated query is ``x_k`` for every ``k`` (test permutations).
+    """Measure recall when the repeated query is ``x_k`` for every ``k`` (test permutations) on one of
+    the study's permutation-lookup models.
 
     The batch ``k`` repeats ``x_k`` in every sample, the same batches whatever the task's
-    ``repeat_sources``.  ``n=None``: every test permutation with every order of the queries
+    ``repeat_sources``.  ``task``: a :class:`~perm_circuits.tasks.PermutationTask` or its
+    ``TaskConfig`` (its split; default: the task stored with the model).  ``n=None``: every test
+    permutation with every order of the queries
     (:func:`~perm_circuits.tasks.permutation_data.exhaustive_batch`; 2,880 per ``k`` for the study's split).
     """
+    if isinstance(task, PermutationTask):
+        task = task.config
+    if task is not None and not isinstance(task, TaskConfig):
+        raise TypeError(f"task must be a PermutationTask, a TaskConfig or None, got {type(task).__name__}")
     if n is not None and check_int("n", n) < 1:
         raise ValueError(f"n must be a positive int or None (exhaustive), got {n!r}")
     check_seed(seed)
-    config = task_config or task_config_of(model)
+    config = task or task_config_of(model)
 
     def accuracy(source: int | None, offset: int) -> tuple[float, int]:
         """Last-step accuracy on a fresh batch repeating ``x_{source+1}`` (None: no repeat), and its size."""

@@ -35,7 +35,8 @@ from tqdm.auto import tqdm
 
 from perm_circuits._util import dataclass_from_dict
 from perm_circuits.checks import MAX_SAMPLES, MAX_SEQUENCES, check_int, check_number, check_seed, check_size
-from perm_circuits.tasks.permutation import Evaluation, evaluate_logits, value_probs
+from perm_circuits.tasks.evaluation import Evaluation
+from perm_circuits.tasks.permutation import evaluate_logits, value_probs
 from perm_circuits.models import (
     CheckpointError,
     ModelConfig,

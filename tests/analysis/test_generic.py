@@ -173,8 +173,8 @@ def test_bad_inputs_raise_clear_errors_before_any_work():
         ablate_head(model, 0, 0, "mean", reference=TOY_TASK.test_set(10), positions=9)
     with pytest.raises(ValueError, match="hooks= need the model's own forward"):
         evaluate(model, task=TOY_TASK, hooks=ablate_head(model, 0, 0), forward=lambda m, t: m(t))
-    with pytest.raises(TypeError, match="not a permutation-lookup model"):
-        evaluate(teacher_model())
+    with pytest.raises(TypeError, match="carries no task: evaluate\\(model, task=task\\)"):
+        evaluate(model)  # neither a study bridge nor a model carrying its task (the Forner teacher does)
     clean = TOY_TASK.test_set(10)
     with pytest.raises(ValueError, match="same shape"):
         patch_head(model, clean, clean.tokens[:, :4], target_logprob(clean), 0, 0)

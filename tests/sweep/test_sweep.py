@@ -68,9 +68,9 @@ def test_a_kept_checkpoint_reproduces_its_row(grown):
     row = load_sweep(out).iloc[2]
     model = load_model(out / "models" / row["run_id"])
     result = evaluate(model, make_test_set(model.task_config, n=300, seed=1234))
-    assert [s.accuracy for s in result.steps] == [row[f"step{k}_accuracy"] for k in range(1, 6)]
+    assert [s.accuracy for s in result.detail.steps] == [row[f"step{k}_accuracy"] for k in range(1, 6)]
     assert result.test_loss == pytest.approx(row["test_loss"], abs=1e-5)  # training evaluates with fast_forward
-    assert result.recall_accuracy == row["recall_accuracy"]
+    assert result.metrics["recall_accuracy"] == row["recall_accuracy"]
 
 
 def test_reanalysing_kept_models_reproduces_the_analysis_columns(grown, tmp_path):

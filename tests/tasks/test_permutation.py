@@ -18,7 +18,8 @@ from perm_circuits import TaskConfig, TrainConfig, build_model, evaluate, make_t
 from perm_circuits.models import fast_forward
 from perm_circuits.posterior import bayes_posterior
 from perm_circuits.tasks.permutation_data import PERMUTATION_EXTRAS, PROBE_SEQUENCE, make_batch, permutation_batch
-from perm_circuits.tasks.runner import TaskEvaluation, measure_task, reference_agreement
+from perm_circuits.tasks.evaluation import Evaluation, reference_agreement
+from perm_circuits.tasks.runner import measure_task
 from perm_circuits.tasks import TASKS, FitConfig, PermutationTask, Task, TaskBatch, task_from_dict
 from perm_circuits.views.html import local_script_refs, remote_resource_refs
 from perm_circuits.analysis.probes.task_attribution import attention_patterns
@@ -123,7 +124,7 @@ def test_permutation_metrics_and_reference(pretrained):
     metrics = task.metrics(logits, test)
     assert list(metrics) == list(task.metric_names) == [
         "elimination_accuracy", "recall_accuracy", *(f"step{k}_accuracy" for k in range(1, 6)), "test_loss"]
-    reference = evaluate(model, make_test_set(REPEATED, n=500), task_config=REPEATED)
+    reference = evaluate(model, make_test_set(REPEATED, n=500), task=REPEATED)
     assert metrics == {name: value for name, value in reference.summary().items() if name in metrics}
     assert metrics["elimination_accuracy"] == metrics["recall_accuracy"] == metrics["step5_accuracy"] == 1.0
     assert metrics["test_loss"] == pytest.approx(1.0154, abs=1e-4)
@@ -156,16 +157,22 @@ def test_evaluate_task_on_the_study(pretrained):
     model = pretrained("d32h2")
     task = PermutationTask(REPEATED)
     result = evaluate(model, task=task, n=500)
-    assert isinstance(result, TaskEvaluation)
+    assert isinstance(result, Evaluation)
     assert (result.task, result.model_name, result.n_samples) == ("permutation", "d32h2", 500)
-    study = evaluate(model, make_test_set(REPEATED, n=500), task_config=REPEATED)
-    assert result.test_loss == pytest.approx(study.test_loss, abs=1e-6)
+    study = evaluate(model, make_test_set(REPEATED, n=500), task=REPEATED)
+    assert result == study  # the task, its TaskConfig: the study's evaluation (probe included)
+    # the generic runner on the same batch: the same metrics, reference and per-step detail (no probe),
+    # and the masked cross-entropy as its loss
+    generic = measure_task(model, task, task.test_set(500))
+    assert generic.metrics == result.metrics and generic.reference == result.reference
+    assert generic.detail.steps == result.detail.steps and generic.detail.probe is None
+    assert generic.test_loss == pytest.approx(result.test_loss, abs=1e-6)
     # the study's evaluate accepts the task and its TaskBatch too: the same evaluation
-    assert evaluate(model, task.test_set(500), task_config=task).summary() == study.summary()
-    assert result.metrics["step1_accuracy"] == study.steps[0].accuracy == pytest.approx(0.136)
+    assert evaluate(model, task.test_set(500), task=task).summary() == study.summary()
+    assert result.metrics["step1_accuracy"] == study.detail.steps[0].accuracy == pytest.approx(0.136)
     # total variation vs the exact posterior: half the summed absolute errors over the 5 values
     # (evaluate's MAE is their mean) plus the mass on the unused token 0
-    tv_values = 2.5 * sum(step.mae_uniform for step in study.steps) / 5
+    tv_values = 2.5 * sum(step.mae_uniform for step in study.detail.steps) / 5
     assert tv_values <= result.reference["reference_tv"] < tv_values + 1e-3
     assert result.reference["reference_tv"] == pytest.approx(0.0421, abs=1e-4)
     assert result.reference["reference_loss"] == pytest.approx(0.9575, abs=1e-4)
@@ -174,8 +181,9 @@ def test_evaluate_task_on_the_study(pretrained):
     frame = result.to_dataframe()
     assert frame.loc["test_loss", "kind"] == "loss" and frame.loc["reference_tv", "kind"] == "reference"
     assert frame.loc["elimination_accuracy", "value"] == 1.0 and list(frame.index).count("test_loss") == 1
-    assert set(result.summary()) == {*task.metric_names, *result.reference}
-    assert "d32h2 on permutation: 500 test sequences" in str(result)
+    assert frame.loc["step1_mae_train", "kind"] == "detail" and list(frame.columns) == ["value", "kind"]
+    assert set(task.metric_names) <= set(result.summary()) and "probe_p4" in result.summary()
+    assert "## d32h2: 500 test samples" in str(result)
 
 
 def test_train_and_evaluate_any_task_on_a_hooked_root_module():
@@ -264,8 +272,10 @@ def test_a_full_vocabulary_bridge_is_measured_against_factual_recalls_answer_dis
 
 def test_task_eval_errors(pretrained):
     model = pretrained("d32h2")
-    with pytest.raises(ValueError, match=r"the model's vocabulary \(6\) does not match task 'permutation' \(d_vocab=5\)"):
+    with pytest.raises(ValueError, match=r"task has V=4 but the model has V=5"):
         evaluate(model, task=PermutationTask(TaskConfig(V=4)))
+    with pytest.raises(ValueError, match=r"the model's vocabulary \(6\) does not match task 'permutation' \(d_vocab=5\)"):
+        measure_task(model, PermutationTask(TaskConfig(V=4)))
     with pytest.raises(ValueError, match="vocabulary"):
         train(model, PermutationTask(TaskConfig(V=4)), FitConfig(steps=1))
     with pytest.raises(TypeError, match="task must implement perm_circuits.tasks.Task, got TaskConfig|parameter 'task'"):
@@ -287,9 +297,7 @@ def test_a_task_config_means_its_permutation_task(pretrained):
     # the study's evaluation is unchanged by task=: a TaskConfig means its PermutationTask
     model = pretrained("d16h1")
     study = evaluate(model, task=REPEATED, n=200)
-    assert isinstance(study, TaskEvaluation) and study.summary() == evaluate(model, task=PermutationTask(REPEATED), n=200).summary()
-    with pytest.raises(ValueError, match="not both"):
-        evaluate(model, task=REPEATED, task_config=REPEATED)
+    assert isinstance(study, Evaluation) and study.summary() == evaluate(model, task=PermutationTask(REPEATED), n=200).summary()
     with pytest.raises(TypeError, match="train task 'test_successor' with a FitConfig"):
         train("d16h1", task, TrainConfig(epochs=1))
     with pytest.raises(TypeError, match="the study's loop builds its model from a ModelConfig"):

@@ -26,7 +26,7 @@ from perm_circuits.tasks.checkpoint import (
     save_task_model,
     task_record,
 )
-from perm_circuits.tasks.runner import TaskEvaluation
+from perm_circuits.tasks.evaluation import Evaluation
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def test_train_and_evaluate_the_users_task():
     # the untrained model's loss is near log 8 (a uniform guess over the vocabulary); training cuts it 20-fold
     assert result.losses[0] == pytest.approx(math.log(8), abs=0.3) and result.losses[-1] < 0.15
     evaluation = evaluate(model, task=task, n=500)
-    assert isinstance(evaluation, TaskEvaluation) and evaluation.n_samples == 500
+    assert isinstance(evaluation, Evaluation) and evaluation.n_samples == 500 and evaluation.detail is None
     # chance is 1/7; the exact reference (the answer itself) agrees with the model wherever it is right
     assert evaluation.metrics["accuracy"] > 0.9
     assert evaluation.reference == {"reference_agreement": evaluation.metrics["accuracy"], "reference_accuracy": 1.0}

@@ -45,7 +45,7 @@ def test_set(task):
 
 @pytest.fixture(scope="module")
 def evaluations(small, wide, test_set, task):
-    return evaluate(small, test_set, task_config=task), evaluate(wide, test_set, task_config=task)
+    return evaluate(small, test_set, task=task), evaluate(wide, test_set, task=task)
 
 
 def _z(trace) -> np.ndarray:
@@ -138,18 +138,19 @@ def test_step_accuracy_one_model(evaluations):
     assert len(fig.data) == 4
     bars, mae, bayes, bayes_train = fig.data
     assert isinstance(bars, go.Bar) and bars.name == "d16h1 accuracy"
-    assert list(bars.y) == [s.accuracy for s in evaluation.steps]
-    assert list(mae.y) == [s.mae_uniform for s in evaluation.steps]
+    steps = evaluation.detail.steps
+    assert list(bars.y) == [s.accuracy for s in steps]
+    assert list(mae.y) == [s.mae_uniform for s in steps]
     assert mae.yaxis == "y2"  # secondary axis
-    assert list(bayes.y) == [s.bayes_accuracy for s in evaluation.steps]
-    assert list(bayes_train.y) == [s.bayes_accuracy_train for s in evaluation.steps]
+    assert list(bayes.y) == [s.bayes_accuracy for s in steps]
+    assert list(bayes_train.y) == [s.bayes_accuracy_train for s in steps]
     assert bayes.y[-1] == pytest.approx(1.0) and bayes.y[0] == pytest.approx(0.2, abs=1e-6)
     assert "recall" in bars.customdata[-1] and "elimination" in bars.customdata[-1]
     assert fig.layout.yaxis.title.text == "accuracy"
     assert fig.layout.yaxis2.title.text == "MAE vs uniform-prior posterior"
     assert fig.layout.xaxis.title.text == "y-prediction step"
     train = F.step_accuracy(evaluation, prior="train")
-    assert list(train.data[1].y) == [s.mae_train for s in evaluation.steps]
+    assert list(train.data[1].y) == [s.mae_train for s in steps]
 
 
 def test_step_accuracy_compares_models(evaluations):

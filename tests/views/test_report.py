@@ -171,11 +171,11 @@ def test_evaluation_table_numbers(report_pages):
     result = evaluate(model, make_test_set(model.task_config, n=N))
     text = _text(report_pages[0])
     assert f"{N} test samples, test loss {result.test_loss:.4f}" in text
-    for step in result.steps:
+    for step in result.detail.steps:
         assert f"<td>{100 * step.accuracy:.2f}%</td>" in text
         assert f"<td>{step.mae_uniform:.6f}</td>" in text
-    assert f"<td>{100 * result.elimination_accuracy:.2f}%</td>" in text
-    probs = ", ".join(f"p({v})={p:.4f}" for v, p in enumerate(result.probe, start=1))
+    assert f"<td>{100 * result.metrics['elimination_accuracy']:.2f}%</td>" in text
+    probs = ", ".join(f"p({v})={p:.4f}" for v, p in enumerate(result.detail.probe, start=1))
     assert probs in text
 
 

@@ -28,7 +28,7 @@ ALLOWED: dict[str, frozenset[str] | None] = {
     "perm_circuits.analysis.figure_results": None,  # results only: every name
     "perm_circuits.analysis.report_data": frozenset({"StudyReportData", "TaskReportData"}),
     "perm_circuits.analysis.interventions.ablation_table": frozenset({"AblationTable"}),
-    "perm_circuits.evaluate": frozenset({"Evaluation", "RecallGeneralisation"}),
+    "perm_circuits.evaluate": frozenset({"Evaluation", "PermutationDetail", "RecallGeneralisation"}),
     "perm_circuits.train": frozenset({"TrainingHistory"}),
     "perm_circuits.models": frozenset({"describe", "model_config_of"}),  # read the config, run nothing
     "perm_circuits.discovery.graph": frozenset({"graph_edges", "sender_nodes"}),  # edge names

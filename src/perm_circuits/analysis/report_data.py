@@ -60,7 +60,8 @@ from perm_circuits.analysis.interventions.activation_patching import TaskPatch, 
 from perm_circuits.analysis.task_findings import discovered_sentence, task_findings
 from perm_circuits.checks import check_int
 from perm_circuits.tasks.permutation_data import TaskConfig
-from perm_circuits.tasks.runner import TaskEvaluation, measure_task, task_logits
+from perm_circuits.tasks.evaluation import Evaluation
+from perm_circuits.tasks.runner import measure_task, task_logits
 from perm_circuits.tasks.base import Task, TaskBatch
 
 __all__ = ["StudyReportData", "TaskReportData", "sequence_table", "study_report_data", "task_report_data", "token_labels"]
@@ -72,7 +73,7 @@ class TaskReportData:
 
     task_name: str
     about: dict[str, Any]
-    evaluation: TaskEvaluation
+    evaluation: Evaluation
     n: int
     seed: int
     sequences: tuple[pd.DataFrame, ...]
@@ -254,7 +255,7 @@ class StudyReportData:
     task: TaskConfig
     analysis_task: TaskConfig
     test_set: TaskBatch
-    evaluation: Any
+    evaluation: Evaluation
     generalisation: Any
     verdict: Any
     head_sweep: Any
@@ -289,8 +290,8 @@ def _pct(value: float) -> str:
 
 def study_findings(evaluation: Any, verdict: Any, skills: Mapping[str, Any]) -> tuple[str, ...]:
     """Three to five one-line findings from the numbers, each naming its ablation mode (or none)."""
-    lines = [f"Accuracy at the last step (no ablation): elimination {_pct(evaluation.elimination_accuracy)}, "
-             f"recall {_pct(evaluation.recall_accuracy)}."]
+    lines = [f"Accuracy at the last step (no ablation): elimination {_pct(evaluation.metrics['elimination_accuracy'])}, "
+             f"recall {_pct(evaluation.metrics['recall_accuracy'])}."]
     lines += [f"{skill.capitalize()} {discovered_sentence(result)}" for skill, result in skills.items()]
     roles = [f"{item.component} {item.role}" for item in (*verdict.heads, *verdict.mlps)]
     changing = [item.component for item in (*verdict.heads, *verdict.mlps) if not item.robust]
@@ -349,8 +350,8 @@ def study_report_data(
     analysis_task = task if task.repeat_ratio > 0 else replace(task, repeat_ratio=repeat_ratio)
     step("evaluate")
     test_set = make_test_set(analysis_task, n=n)
-    evaluation = evaluate(model, test_set, task_config=analysis_task)
-    generalisation = recall_generalisation(model, task_config=task, n=n_recall)
+    evaluation = evaluate(model, test_set, task=analysis_task)
+    generalisation = recall_generalisation(model, task=task, n=n_recall)
     step("head roles")
     verdict = (roles or head_roles)(model, task=task, n=n_roles, n_pair=n_patch, n_boot=n_boot)
     step("patching")

@@ -178,15 +178,15 @@ class DynamicsRecorder:
         if "accuracy" in groups or "loss" in groups:
             # the forward on the model's device, the logits back beside the CPU test sets: once per recorded step
             evaluation = evaluate_logits(
-                _logits(model, self._own.tokens), self._own, self.task_config, self._posteriors, config.name
-            )
+                _logits(model, self._own.tokens), self._own, self.task_config, self._posteriors, config.name,
+                reference=False)
             if "loss" in groups:
                 values["test_loss"] = evaluation.test_loss
                 if train_loss is not None:
                     values["train_loss"] = float(train_loss)
             if "accuracy" in groups:
-                values["elimination_accuracy"] = evaluation.elimination_accuracy
-                values["recall_accuracy"] = evaluation.recall_accuracy
+                values["elimination_accuracy"] = evaluation.metrics["elimination_accuracy"]
+                values["recall_accuracy"] = evaluation.metrics["recall_accuracy"]
                 logits = _logits(model, self._every.tokens)
                 correct = logits[:, -1].argmax(-1) == self._every.extras["ys"][:, -1]
                 for k in range(1, config.V):

@@ -216,7 +216,7 @@ def any_model_numbers(model, *, prefix: str = "any", n_pair: int = 2000, n_boot:
     """
     task = task_config_of(model)
     out: dict[str, object] = {}
-    general = recall_generalisation(model, task_config=task, n=None)
+    general = recall_generalisation(model, task=task, n=None)
     for k, value in enumerate(general.recall, start=1):
         out[f"{prefix}.recall.x{k}"] = value
     out[f"{prefix}.recall.min"] = min(general.recall)
@@ -233,7 +233,7 @@ def any_model_numbers(model, *, prefix: str = "any", n_pair: int = 2000, n_boot:
         for role, component in (("previous", story.previous_head), ("induction", story.induction_head)):
             layer, head = int(component[1]), int(component[3:])
             hooks = ablate_head(model, layer, head, how)
-            ablated = recall_generalisation(model, task_config=task, n=None, hooks=hooks)
+            ablated = recall_generalisation(model, task=task, n=None, hooks=hooks)
             key = f"{prefix}.ablate.{how}.{role}"
             for k, value in enumerate(ablated.recall, start=1):
                 out[f"{key}.x{k}"] = value

@@ -101,14 +101,15 @@ def _put(numbers: Numbers, key: str, value: object) -> None:
 
 def _evaluation(numbers: Numbers, name: str, model, test_set) -> Evaluation:
     ev = evaluate(model, test_set)
+    detail = ev.detail
     for field in ("elimination_accuracy", "recall_accuracy", "test_loss", "early_mae_train"):
-        _put(numbers, f"{name}.{field}", getattr(ev, field))
-    for v, p in enumerate(ev.probe or (), start=1):
+        _put(numbers, f"{name}.{field}", ev.summary()[field])
+    for v, p in enumerate(detail.probe or (), start=1):
         _put(numbers, f"{name}.probe_p{v}", p)
-    for s in ev.steps:
+    for s in detail.steps:
         for field in ("accuracy", "mae_uniform", "mae_train"):
             _put(numbers, f"{name}.step{s.step}.{field}", getattr(s, field))
-    early = ev.steps[:-1]
+    early = detail.steps[:-1]
     _put(numbers, f"{name}.steps1-4.mae_uniform.min", min(s.mae_uniform for s in early))
     _put(numbers, f"{name}.steps1-4.mae_uniform.max", max(s.mae_uniform for s in early))
     gen = recall_generalisation(model)
@@ -326,7 +327,7 @@ def _test_set_numbers(numbers: Numbers, model, test_set, ev: Evaluation) -> None
     posterior = bayes_posterior(test_set.tokens, task, "uniform")
     p = posterior.probs.gather(-1, (test_set.extras["ys"] - 1)[..., None])[..., 0]
     _put(numbers, "test_set.uniform_posterior_loss", -p.clamp_min(1e-12).log().mean())
-    for s in ev.steps:
+    for s in ev.detail.steps:
         _put(numbers, f"test_set.step{s.step}.bayes_accuracy_train", s.bayes_accuracy_train)
         _put(numbers, f"test_set.step{s.step}.bayes_error_train", 1 - s.bayes_accuracy_train)
 

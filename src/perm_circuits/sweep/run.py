@@ -110,7 +110,7 @@ def analysis_columns(model, task: TaskConfig, analysis: dict[str, int]) -> dict[
         raise ValueError(f"analysis has unknown keys {unknown} and lacks {missing}; expected the keys of "
                          f"ANALYSIS_DEFAULTS {sorted(ANALYSIS_DEFAULTS)}")
     recall_n = analysis["recall_n"] or None
-    general = recall_generalisation(model, task_config=task, n=recall_n)
+    general = recall_generalisation(model, task=task, n=recall_n)
     row: dict[str, Any] = {f"recall_gen_x{k}": accuracy for k, accuracy in enumerate(general.recall, start=1)}
     if analysis.get("roles", 1):
         row.update(roles_columns(model, task, n=analysis["n"], n_pair=analysis["n_pair"], n_boot=analysis["n_boot"]))
@@ -125,9 +125,9 @@ def trained_row(row: dict[str, Any], result: TrainResult, run_id: str, config: d
     metrics: dict[str, Any] = {
         "epochs_run": result.epochs_run,
         "test_loss": evaluation.test_loss,
-        "elimination_accuracy": evaluation.elimination_accuracy,
-        "recall_accuracy": evaluation.recall_accuracy,
-        **{f"step{step.step}_accuracy": step.accuracy for step in evaluation.steps},
+        "elimination_accuracy": evaluation.metrics["elimination_accuracy"],
+        "recall_accuracy": evaluation.metrics["recall_accuracy"],
+        **{f"step{step.step}_accuracy": step.accuracy for step in evaluation.detail.steps},
         **{name: p for name, p in evaluation.summary().items() if name.startswith("probe_p")},
         "epoch_recall_99": first_epoch(history, "recall_accuracy"),
         "epoch_elimination_99": first_epoch(history, "elimination_accuracy"),

@@ -18,9 +18,10 @@ from torch import Tensor
 from perm_circuits.tasks.permutation_posterior import Posterior, bayes_posterior
 from perm_circuits.tasks.permutation_data import TaskConfig, make_batch, make_test_set, permutation_batch, validate_tokens
 from perm_circuits.tasks.base import TaskBatch, register_task
+from perm_circuits.tasks.evaluation import Evaluation, reference_agreement
 
-__all__ = ["Evaluation", "PermutationTask", "StepMetrics", "SubgroupMetrics", "evaluate_logits",
-           "value_probs"]
+__all__ = ["PermutationDetail", "PermutationTask", "StepMetrics", "SubgroupMetrics", "evaluate_logits",
+           "reference_probs", "value_probs"]
 
 @dataclass(frozen=True)
 class StepMetrics:
@@ -51,16 +52,16 @@ class SubgroupMetrics:
 
 
 @dataclass(frozen=True)
-class Evaluation:
-    """Result of :func:`evaluate`; ``str()`` renders the study's tables."""
+class PermutationDetail:
+    """The permutation task's breakdown of an :class:`~perm_circuits.tasks.evaluation.Evaluation`
+    (its ``detail``): the study's per-step metrics against the Bayesian posteriors, the last step by
+    subgroup and the probe.  ``str(evaluation)`` renders its tables; ``evaluation.summary()`` gives its
+    headline keys (those of the shipped checkpoints and the training history)."""
 
-    model_name: str
     steps: tuple[StepMetrics, ...]
     elimination: SubgroupMetrics
     memorization: SubgroupMetrics | None
-    test_loss: float
     probe: tuple[float, ...] | None
-    n_samples: int
     recall_by_source: tuple[SubgroupMetrics, ...] = ()
     """One subgroup ``recall_x{k}`` per earlier query ``x_k`` that some last query of the test set
     repeats (sorted by ``k``); together they are the memorization subgroup."""
@@ -85,8 +86,8 @@ class Evaluation:
         """Mean over steps ``1..V-1`` of the MAE against the train-prior posterior."""
         return sum(s.mae_train for s in self.steps[:-1]) / (len(self.steps) - 1)
 
-    def to_dataframe(self) -> pd.DataFrame:
-        """One row per step."""
+    def step_dataframe(self) -> pd.DataFrame:
+        """One row per y-prediction step (index ``step``; the :class:`StepMetrics` fields)."""
         return pd.DataFrame([asdict(s) for s in self.steps]).set_index("step")
 
     def subgroup_dataframe(self) -> pd.DataFrame:
@@ -95,11 +96,12 @@ class Evaluation:
         rows = [asdict(g) for g in groups if g is not None]
         return pd.DataFrame(rows).set_index("name")
 
-    def summary(self) -> dict[str, float]:
-        """Flat dict of headline numbers (training history, checkpoint metadata); ``recall_x{k}_accuracy``
-        only where some repeated query is not ``x1`` (the study's keys stay those of the shipped checkpoints)."""
+    def summary(self, evaluation: Evaluation) -> dict[str, float]:
+        """Flat dict of headline numbers (training history, checkpoint metadata, sweep rows): ``test_loss``
+        (the evaluation's), then the detail's; ``recall_x{k}_accuracy`` only where some repeated query is
+        not ``x1`` (the study's keys stay those of the shipped checkpoints)."""
         out: dict[str, float] = {
-            "test_loss": self.test_loss,
+            "test_loss": evaluation.test_loss,
             "elimination_accuracy": self.elimination.accuracy,
             "recall_accuracy": self.recall_accuracy,
             "early_mae_train": self.early_mae_train,
@@ -112,12 +114,13 @@ class Evaluation:
         out.update({f"probe_p{value}": p for value, p in enumerate(self.probe or (), start=1)})
         return out
 
-    def to_markdown(self) -> str:
-        steps = self.to_dataframe()
+    def to_markdown(self, evaluation: Evaluation) -> str:
+        """The study's tables: per step, by last-step subgroup, and the probe."""
+        steps = self.step_dataframe()
         pct = ["accuracy", "bayes_accuracy", "bayes_accuracy_train"]
         steps[pct] = steps[pct].map(lambda v: f"{100 * v:.2f}%")
-        lines = [f"## {self.model_name}: {self.n_samples} test samples, test loss {self.test_loss:.4f}", "",
-                 steps.to_markdown(floatfmt=".6f"), "",
+        lines = [f"## {evaluation.model_name}: {evaluation.n_samples} test samples, test loss {evaluation.test_loss:.4f}",
+                 "", steps.to_markdown(floatfmt=".6f"), "",
                  "Last step by subgroup (errors vs the uniform-prior posterior):", ""]
         groups = self.subgroup_dataframe()
         groups["accuracy"] = groups["accuracy"].map(lambda v: f"{100 * v:.2f}%")
@@ -126,9 +129,6 @@ class Evaluation:
             probs = ", ".join(f"p({v})={p:.4f}" for v, p in enumerate(self.probe, start=1))
             lines += ["", f"Probe [2,4,5,3,4,5,3,2,2] (recall 4, elimination 1): {probs}"]
         return "\n".join(lines)
-
-    def __str__(self) -> str:
-        return self.to_markdown()
 
 
 def value_probs(logits: Float[Tensor, "batch seq vocab"], V: int) -> Float[Tensor, "batch step value"]:
@@ -145,6 +145,16 @@ def _subgroup(name: str, rows: Tensor, probs, correct, posterior, losses) -> Sub
         max_ae=float(err.max()), loss=float(losses[rows].mean()))
 
 
+def reference_probs(posterior: Float[Tensor, "batch step value"], seq: int) -> Float[Tensor, "batch seq vocab"]:
+    """The task's reference over the vocabulary ``0..V`` from the uniform-prior ``posterior`` of its y steps:
+    the posterior at every y-prediction position, uniform over the values at x positions (no loss)."""
+    n, _, V = posterior.shape
+    probs = torch.zeros(n, seq, V + 1, device=posterior.device)
+    probs[:, :, 1:] = 1.0 / V
+    probs[:, 0::2, 1:] = posterior
+    return probs
+
+
 def evaluate_logits(
     logits: Float[Tensor, "batch seq vocab"],
     batch: TaskBatch,
@@ -152,9 +162,14 @@ def evaluate_logits(
     posteriors: tuple[Posterior, Posterior] | None = None,
     model_name: str = "model",
     probe: Sequence[float] | None = None,
+    reference: bool = True,
 ) -> Evaluation:
-    """Metrics from precomputed logits (``posteriors`` = (uniform, train) may be cached) on a
-    permutation-lookup ``batch`` (its extras rebuilt from the tokens where missing)."""
+    """The permutation task's :class:`~perm_circuits.tasks.evaluation.Evaluation` from precomputed
+    logits (``posteriors`` = (uniform, train) may be cached) on a permutation-lookup ``batch`` (its
+    extras rebuilt from the tokens where missing): the task's metrics, the mean loss of the y steps,
+    the agreement with the uniform-prior posterior (``reference=False``: not measured, an empty
+    mapping; the runs of an ablation table and of the training dynamics read the detail only, and
+    the agreement would double the cost of a call) and the :class:`PermutationDetail`."""
     V = config.V
     batch = permutation_batch(batch)
     extras = batch.extras
@@ -187,9 +202,15 @@ def evaluate_logits(
     by_source = tuple(_subgroup(f"recall_x{s + 1}", repeated & (repeat_source == s), *last) for s in sources)
     if elimination is None:
         elimination = SubgroupMetrics("elimination", 0, math.nan, math.nan, math.nan, math.nan)
-    return Evaluation(model_name=model_name, steps=tuple(steps), elimination=elimination, memorization=memorization,
-        test_loss=float(losses.mean()), probe=tuple(float(p) for p in probe) if probe is not None else None,
-        n_samples=len(batch), recall_by_source=by_source)
+    detail = PermutationDetail(steps=tuple(steps), elimination=elimination, memorization=memorization,
+        probe=tuple(float(p) for p in probe) if probe is not None else None, recall_by_source=by_source)
+    task = PermutationTask(config)
+    test_loss = float(losses.mean())
+    metrics = {"elimination_accuracy": detail.elimination_accuracy, "recall_accuracy": detail.recall_accuracy,
+               **{f"step{s.step}_accuracy": s.accuracy for s in detail.steps}, "test_loss": test_loss}
+    return Evaluation(task=task.name, model_name=model_name, metrics=metrics, test_loss=test_loss,
+        reference=reference_agreement(logits, batch, reference_probs(uniform, batch.tokens.shape[1])) if reference else {},
+        n_samples=len(batch), task_dict=task.to_dict(), detail=detail)
 
 
 @dataclass(frozen=True)
@@ -239,20 +260,18 @@ class PermutationTask:
 
     def metrics(self, logits: Float[Tensor, "batch seq vocab"], batch: TaskBatch) -> dict[str, float]:
         """:func:`evaluate_logits`' :attr:`metric_names` (``recall_accuracy`` nan when no last query repeats)."""
-        evaluation = evaluate_logits(logits, batch, self.config)
-        summary = evaluation.summary()
-        return {name: float(summary[name]) for name in self.metric_names}
+        return dict(evaluate_logits(logits, batch, self.config, reference=False).metrics)
 
     def reference(self, batch: TaskBatch) -> Float[Tensor, "batch seq vocab"]:
         """The exact Bayesian posterior (uniform prior over all permutations) over the vocabulary at
         every y-prediction position; uniform over the values at x positions (no loss)."""
         posterior = bayes_posterior(batch.tokens, self.config, "uniform").probs  # [batch, step, value]
-        n, seq = batch.tokens.shape
-        V = self.config.V
-        probs = torch.zeros(n, seq, V + 1, device=posterior.device)
-        probs[:, :, 1:] = 1.0 / V
-        probs[:, 0::2, 1:] = posterior
-        return probs
+        return reference_probs(posterior, batch.tokens.shape[1])
+
+    def evaluation_detail(self, logits: Float[Tensor, "batch seq vocab"], batch: TaskBatch) -> PermutationDetail:
+        """The :class:`PermutationDetail` of ``logits`` on ``batch`` (no probe): the ``detail`` the runner
+        attaches to this task's :class:`~perm_circuits.tasks.evaluation.Evaluation` on any model."""
+        return evaluate_logits(logits, batch, self.config, reference=False).detail
 
     @property
     def value_tokens(self) -> slice:

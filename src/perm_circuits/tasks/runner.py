@@ -4,15 +4,12 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from typing import Any
 
-import pandas as pd
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Int
 from torch import Tensor
 
 from perm_circuits.checks import MAX_SEQUENCES, check_int, check_size
@@ -21,9 +18,10 @@ from perm_circuits.hooks import check_hooks, check_token_ids
 from perm_circuits.models import ModelConfig, fast_forward
 from perm_circuits.tasks.base import (FitConfig, FitResult, StepState, Task, TaskBatch, check_task_batch, fit,
                                       masked_cross_entropy, task_entry)
+from perm_circuits.tasks.evaluation import Evaluation, reference_agreement
 
-__all__ = ["DEFAULT_MODEL", "TaskEvaluation", "check_fit", "check_model_fields", "default_model", "fit_task",
-           "measure_task", "model_name", "reference_agreement", "task_logits", "task_model"]
+__all__ = ["DEFAULT_MODEL", "check_fit", "check_model_fields", "default_model", "fit_task",
+           "measure_task", "model_name", "task_logits", "task_model"]
 
 Forward = Callable[[torch.nn.Module, Tensor], Tensor]
 
@@ -152,99 +150,6 @@ def task_logits(model: torch.nn.Module, tokens: Int[Tensor, "batch seq"], forwar
     return logits.detach().float()
 
 
-def reference_agreement(
-    logits: Float[Tensor, "batch seq vocab"], batch: TaskBatch, reference: Tensor
-) -> dict[str, float]:
-    """How close the model is to a task's reference, over the positions where ``batch.mask`` > 0.
-
-    A distribution ``[batch, seq, vocab]`` gives ``reference_tv`` (mean total variation ½ Σ|p − q|
-    of the model's softmax), ``reference_max_ae`` (largest error of one probability),
-    ``reference_loss`` (the reference's own masked cross-entropy) and ``reference_agreement`` (share
-    of positions where the model's top token has the reference's top probability, ties included);
-    ``[batch, vocab]`` is that distribution at the last position only (e.g. factual recall's EOS); one
-    over fewer classes than the logits covers their first ids, the others having probability 0 (factual
-    recall's answers are ids ``0..RD-1``: its own model reads out only those, a full-vocabulary model all).
-    Token ids ``[batch, seq]`` give ``reference_agreement`` (model top token = reference token) and
-    ``reference_accuracy`` (the reference's accuracy on the targets).
-    """
-    rows = batch.mask > 0
-    if (reference.ndim == 2 and reference.dtype.is_floating_point and reference.shape[0] == logits.shape[0]
-            and reference.shape[1] < logits.shape[2] and reference.shape != batch.tokens.shape):
-        reference = torch.nn.functional.pad(reference, (0, logits.shape[2] - reference.shape[1]))
-    if reference.ndim == 2 and reference.shape == (logits.shape[0], logits.shape[2]) and reference.dtype.is_floating_point:
-        if bool(rows[:, :-1].any()):
-            raise ValueError("a reference [batch, vocab] is the distribution at the last position only, but the loss "
-                             "mask selects earlier positions too")
-        full = torch.zeros(logits.shape, dtype=reference.dtype, device=logits.device)
-        full[:, -1] = reference
-        reference = full
-    if reference.shape == logits.shape:
-        if not reference.dtype.is_floating_point:
-            raise TypeError(f"a reference distribution must be a float tensor, got {reference.dtype}")
-        probs = logits.softmax(dim=-1)[rows]
-        ref = reference.float()[rows]
-        error = (probs - ref).abs()
-        top = probs.argmax(dim=-1, keepdim=True)
-        best = ref.max(dim=-1, keepdim=True).values
-        target = batch.targets[rows][:, None]
-        return {
-            "reference_tv": float(0.5 * error.sum(dim=-1).mean()),
-            "reference_max_ae": float(error.max()),
-            "reference_loss": float(-ref.gather(1, target).clamp(min=1e-30).log().mean()) + 0.0,  # never -0.0
-            "reference_agreement": float((ref.gather(1, top) >= best - 1e-6).float().mean()),
-        }
-    if reference.shape == batch.tokens.shape:
-        if reference.dtype.is_floating_point or reference.dtype == torch.bool:
-            raise TypeError(f"a reference answer must be an integer tensor of token ids, got {reference.dtype}")
-        answer = reference[rows]
-        return {
-            "reference_agreement": float((logits.argmax(dim=-1)[rows] == answer).float().mean()),
-            "reference_accuracy": float((answer == batch.targets[rows]).float().mean()),
-        }
-    raise ValueError(
-        f"a task reference must be a distribution {tuple(logits.shape)} or token ids {tuple(batch.tokens.shape)}, "
-        f"got shape {tuple(reference.shape)}"
-    )
-
-
-@dataclass(frozen=True)
-class TaskEvaluation:
-    """A model measured on a task's test set (``evaluate(model, task=task)``).
-
-    Attributes:
-        task: the task's name; ``task_dict`` its full settings (:meth:`Task.to_dict`).
-        model_name: the model's preset name, else its class name.
-        metrics: the task's metrics, :attr:`Task.metric_names` in order.
-        test_loss: masked next-token cross-entropy on the test set.
-        reference: :func:`reference_agreement` against :meth:`Task.reference` (empty: no reference).
-        n_samples: test sequences.
-    """
-
-    task: str
-    model_name: str
-    metrics: Mapping[str, float]
-    test_loss: float
-    reference: Mapping[str, float] = field(default_factory=dict)
-    n_samples: int = 0
-    task_dict: Mapping[str, Any] = field(default_factory=dict)
-
-    def summary(self) -> dict[str, float]:
-        """Flat dict: the task's metrics, ``test_loss``, then the reference agreement."""
-        return {**self.metrics, "test_loss": self.test_loss, **self.reference}
-
-    def to_dataframe(self) -> pd.DataFrame:
-        """One row per number: ``metric``, ``value``, ``kind`` (``"task"``, ``"loss"`` or ``"reference"``)."""
-        rows = [{"metric": k, "value": v, "kind": "task"} for k, v in self.metrics.items() if k != "test_loss"]
-        rows.append({"metric": "test_loss", "value": self.test_loss, "kind": "loss"})
-        rows += [{"metric": k, "value": v, "kind": "reference"} for k, v in self.reference.items()]
-        return pd.DataFrame(rows, columns=["metric", "value", "kind"]).set_index("metric")
-
-    def __str__(self) -> str:
-        lines = [f"{self.model_name} on {self.task}: {self.n_samples} test sequences"]
-        lines += [f"  {k}: {'nan' if math.isnan(v) else f'{v:.4f}'}" for k, v in self.summary().items()]
-        return "\n".join(lines)
-
-
 def measure_task(
     model: torch.nn.Module,
     task: Task,
@@ -254,10 +159,13 @@ def measure_task(
     seed: int = 1234,
     forward: Forward | None = None,
     hooks: Sequence[tuple[str, Callable]] | None = None,
-) -> TaskEvaluation:
-    """:class:`TaskEvaluation` of ``model`` on ``test_set`` (default ``task.test_set(n, seed)``).
-    ``forward(model, tokens)`` replaces ``model(tokens)``; ``hooks`` (a TransformerLens hook list, e.g.
-    an ablation) run during the model's own forward pass and are always removed afterwards."""
+) -> Evaluation:
+    """The :class:`~perm_circuits.tasks.evaluation.Evaluation` of ``model`` on ``test_set`` (default
+    ``task.test_set(n, seed)``): ``task.metrics``, the masked cross-entropy, the agreement with
+    ``task.reference`` and, where the task has one, its ``evaluation_detail(logits, batch)`` (the
+    permutation task's per-step breakdown).  ``forward(model, tokens)`` replaces ``model(tokens)``;
+    ``hooks`` (a TransformerLens hook list, e.g. an ablation) run during the model's own forward pass
+    and are always removed afterwards."""
     check_fit(model, task)
     if forward is not None and not callable(forward):
         raise TypeError(f"forward must be a callable (model, tokens) -> logits or None, got {type(forward).__name__}")
@@ -281,7 +189,9 @@ def measure_task(
     test_loss = float(masked_cross_entropy(logits, test_set.targets, test_set.mask))
     reference = task.reference(test_set)
     agreement = {} if reference is None else reference_agreement(logits, test_set, reference)
-    return TaskEvaluation(task=task.name, model_name=model_name(model),
+    own_detail = getattr(task, "evaluation_detail", None)
+    return Evaluation(task=task.name, model_name=model_name(model),
         metrics={name: float(metrics[name]) for name in task.metric_names}, test_loss=test_loss, reference=agreement,
-        n_samples=len(test_set), task_dict=task.to_dict())
+        n_samples=len(test_set), task_dict=task.to_dict(),
+        detail=own_detail(logits, test_set) if callable(own_detail) else None)
 

@@ -61,12 +61,13 @@ def comparison_html(entries: Sequence[ModelEntry], plotly_js: bool | str = True)
     columns: dict[str, dict[str, object]] = {}
     for e in entries:
         ev, verdict, gen = e.evaluation, e.verdict, e.generalisation
+        recall, probe = ev.metrics["recall_accuracy"], ev.detail.probe
         columns[e.name] = {
             "parameters": str(sum(p.numel() for p in e.model.parameters())),
             "test loss": cell(ev.test_loss),
-            "elimination accuracy": f"{100 * ev.elimination_accuracy:.2f}%",
-            "recall accuracy": "–" if math.isnan(ev.recall_accuracy) else f"{100 * ev.recall_accuracy:.2f}%",
-            "probe P(4) recall / P(1) trap": f"{ev.probe[3]:.4f} / {ev.probe[0]:.4f}" if ev.probe else "–",
+            "elimination accuracy": f"{100 * ev.metrics['elimination_accuracy']:.2f}%",
+            "recall accuracy": "–" if math.isnan(recall) else f"{100 * recall:.2f}%",
+            "probe P(4) recall / P(1) trap": f"{probe[3]:.4f} / {probe[0]:.4f}" if probe else "–",
             "recall when the last query repeats x1 / x2 / ...": " / ".join(f"{100 * a:.0f}%" for a in gen.recall),
             "study's story holds": {True: "yes", False: "no", None: "undecided"}[verdict.story_holds],
             **{f"role of {item.component}": item.role for item in (*verdict.heads, *verdict.mlps)},
@@ -82,7 +83,7 @@ def comparison_html(entries: Sequence[ModelEntry], plotly_js: bool | str = True)
 
     add(h2_html("Step accuracy"))
     evaluations = [e.evaluation for e in entries]
-    if len({len(ev.steps) for ev in evaluations}) == 1:
+    if len({len(ev.detail.steps) for ev in evaluations}) == 1:
         add(fig(F.step_accuracy(*evaluations)))
     else:
         for ev in evaluations:

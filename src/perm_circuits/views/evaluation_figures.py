@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from perm_circuits.analysis.figure_results import STUDY_SEQUENCE, ProbeDistribution, Walkthrough
-from perm_circuits.evaluate import Evaluation
+from perm_circuits.evaluate import Evaluation, PermutationDetail
 from perm_circuits.tasks.permutation_data import PROBE_SEQUENCE
 from perm_circuits.views.figure_style import (
     BAYES_COLOR,
@@ -46,7 +46,8 @@ def step_accuracy(*evaluations: Evaluation, prior: str = "uniform") -> go.Figure
     (memorization-subgroup) accuracies.
 
     Args:
-        evaluations: one or more :class:`~perm_circuits.evaluate.Evaluation` (several: compared).
+        evaluations: one or more :class:`~perm_circuits.evaluate.Evaluation` of the permutation task
+            (their ``detail`` a :class:`~perm_circuits.evaluate.PermutationDetail`; several: compared).
         prior: which posterior the MAE line measures against: ``"uniform"`` or ``"train"``.
     """
     if not evaluations:
@@ -55,21 +56,25 @@ def step_accuracy(*evaluations: Evaluation, prior: str = "uniform") -> go.Figure
         if not isinstance(evaluation, Evaluation):
             raise TypeError(f"evaluations[{index}] must be a perm_circuits.evaluate.Evaluation, "
                             f"got {type(evaluation).__name__}")
+        if not isinstance(evaluation.detail, PermutationDetail):
+            raise ValueError(f"evaluations[{index}] is an evaluation on task {evaluation.task!r}: step_accuracy draws "
+                             "the permutation task's per-step breakdown")
     if prior not in ("uniform", "train"):
         raise ValueError(f"prior must be 'uniform' or 'train', got {prior!r}")
-    n_steps = {len(e.steps) for e in evaluations}
+    n_steps = {len(e.detail.steps) for e in evaluations}
     if len(n_steps) != 1:
         raise ValueError(f"evaluations have different numbers of steps {sorted(n_steps)}")
     names = _unique_names([e.model_name for e in evaluations])
-    steps = [s.step for s in evaluations[0].steps]
+    steps = [s.step for s in evaluations[0].detail.steps]
     x = [f"step {k}<br>({k - 1} pairs seen)" for k in steps]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     for index, (name, evaluation) in enumerate(zip(names, evaluations)):
         color = MODEL_PALETTE[index % len(MODEL_PALETTE)] if len(evaluations) > 1 else MODEL_COLOR
-        accuracy = [s.accuracy for s in evaluation.steps]
-        last = f"<br>last step: elimination {evaluation.elimination_accuracy:.2%}"
-        if evaluation.memorization is not None:
-            last += f", recall {evaluation.recall_accuracy:.2%}"
+        detail = evaluation.detail
+        accuracy = [s.accuracy for s in detail.steps]
+        last = f"<br>last step: elimination {detail.elimination_accuracy:.2%}"
+        if detail.memorization is not None:
+            last += f", recall {detail.recall_accuracy:.2%}"
         extra = [""] * (len(steps) - 1) + [last]
         fig.add_trace(
             go.Bar(x=x, y=accuracy, name=f"{name} accuracy", marker_color=color, text=[f"{a:.1%}" for a in accuracy],
@@ -77,8 +82,8 @@ def step_accuracy(*evaluations: Evaluation, prior: str = "uniform") -> go.Figure
                 hovertemplate=f"{name}<br>%{{x}}<br>accuracy %{{y:.2%}}%{{customdata}}<extra></extra>"),
             secondary_y=False,
         )
-        mae = [s.mae_uniform if prior == "uniform" else s.mae_train for s in evaluation.steps]
-        max_ae = [s.max_ae_uniform if prior == "uniform" else s.max_ae_train for s in evaluation.steps]
+        mae = [s.mae_uniform if prior == "uniform" else s.mae_train for s in detail.steps]
+        max_ae = [s.max_ae_uniform if prior == "uniform" else s.max_ae_train for s in detail.steps]
         fig.add_trace(
             go.Scatter(x=x, y=mae, name=f"{name} MAE vs {prior}-prior posterior", mode="lines+markers",
                 line={"color": color, "dash": "dot"}, marker={"symbol": "diamond", "size": 9}, customdata=max_ae,
@@ -93,8 +98,8 @@ def step_accuracy(*evaluations: Evaluation, prior: str = "uniform") -> go.Figure
             continue
         suffix = "" if len(set(keys)) == 1 else f" ({name} test set)"
         for values, label, color, dash in (
-            ([s.bayes_accuracy for s in evaluation.steps], "uniform prior", BAYES_COLOR, "dash"),
-            ([s.bayes_accuracy_train for s in evaluation.steps], "train prior", BAYES_TRAIN_COLOR, "dashdot"),
+            ([s.bayes_accuracy for s in evaluation.detail.steps], "uniform prior", BAYES_COLOR, "dash"),
+            ([s.bayes_accuracy_train for s in evaluation.detail.steps], "train prior", BAYES_TRAIN_COLOR, "dashdot"),
         ):
             fig.add_trace(
                 go.Scatter(x=x, y=values, name=f"Bayesian target, {label}{suffix}", mode="lines+markers",
@@ -113,8 +118,8 @@ def step_accuracy(*evaluations: Evaluation, prior: str = "uniform") -> go.Figure
 
 def _bayes_key(evaluation: Evaluation) -> tuple[tuple[float, ...], tuple[float, ...]]:
     return (
-        tuple(round(s.bayes_accuracy, 9) for s in evaluation.steps),
-        tuple(round(s.bayes_accuracy_train, 9) for s in evaluation.steps),
+        tuple(round(s.bayes_accuracy, 9) for s in evaluation.detail.steps),
+        tuple(round(s.bayes_accuracy_train, 9) for s in evaluation.detail.steps),
     )
 
 

@@ -80,11 +80,13 @@ class ModelEntry:
 
 
 def evaluation_html(evaluation: Evaluation) -> str:
-    """``Evaluation.to_markdown()`` as HTML tables."""
-    steps = evaluation.to_dataframe()
+    """``Evaluation.to_markdown()`` of the study's evaluation as HTML tables (its ``detail``, a
+    :class:`~perm_circuits.tasks.permutation.PermutationDetail`)."""
+    detail = evaluation.detail
+    steps = detail.step_dataframe()
     pct = ["accuracy", "bayes_accuracy", "bayes_accuracy_train"]
     steps[pct] = steps[pct].map(lambda v: f"{100 * v:.2f}%")
-    groups = evaluation.subgroup_dataframe()
+    groups = detail.subgroup_dataframe()
     groups["accuracy"] = groups["accuracy"].map(lambda v: "–" if math.isnan(v) else f"{100 * v:.2f}%")
     out = [
         f"<p><b>{esc(evaluation.model_name)}: {evaluation.n_samples} test samples, "
@@ -94,8 +96,8 @@ def evaluation_html(evaluation: Evaluation) -> str:
         "<h3>Last step by subgroup (errors vs the uniform-prior posterior)</h3>",
         html_table(groups, digits=6),
     ]
-    if evaluation.probe is not None:
-        probs = ", ".join(f"p({v})={p:.4f}" for v, p in enumerate(evaluation.probe, start=1))
+    if detail.probe is not None:
+        probs = ", ".join(f"p({v})={p:.4f}" for v, p in enumerate(detail.probe, start=1))
         out.append(f"<p>Probe [2,4,5,3,4,5,3,2,2] (recall 4, elimination 1): {esc(probs)}</p>")
     return "\n".join(out) + "\n"
 
@@ -266,13 +268,13 @@ def provenance_html(entry: ModelEntry, metadata: dict, task: TaskConfig) -> str:
 def summary_html(entry: ModelEntry, n: int, smaller: bool) -> str:
     evaluation, verdict = entry.evaluation, entry.verdict
     assert evaluation is not None and verdict is not None
-    probe = evaluation.probe
+    probe = evaluation.detail.probe
     facts = {
         "model": describe(entry.model),
         "source": entry.source,
         "test loss": evaluation.test_loss,
-        "elimination accuracy (last step, new query)": evaluation.elimination_accuracy,
-        "recall accuracy (last step, repeated query)": evaluation.recall_accuracy,
+        "elimination accuracy (last step, new query)": evaluation.metrics["elimination_accuracy"],
+        "recall accuracy (last step, repeated query)": evaluation.metrics["recall_accuracy"],
     }
     if probe is not None:
         facts["probe P(4) recall / P(1) trap"] = f"{probe[3]:.4f} / {probe[0]:.4f}"

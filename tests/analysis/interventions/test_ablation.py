@@ -202,16 +202,16 @@ def test_ablation_table_matches_evaluate(model, batch):
     assert not frame.duplicated(["component", "how"]).any()
     assert set(frame.component) == {"none", "L0H0", "L0H1", "L0MLP"}
     base, plain = table.baseline, evaluate(model, batch)
-    assert base["recall_accuracy"] == plain.recall_accuracy
-    assert base["elimination_accuracy"] == plain.elimination_accuracy
-    assert base["early_mae_train"] == plain.early_mae_train
+    assert base["recall_accuracy"] == plain.metrics["recall_accuracy"]
+    assert base["elimination_accuracy"] == plain.metrics["elimination_accuracy"]
+    assert base["early_mae_train"] == plain.detail.early_mae_train
     assert base.test_loss == plain.test_loss
     row = table.get("L0H1", "zero")
     ablated = evaluate(model, batch, hooks=ablate_head(model, 0, 1))
     assert (row["recall_accuracy"], row.test_loss, row["early_mae_train"]) == (
-        ablated.recall_accuracy,
+        ablated.metrics["recall_accuracy"],
         ablated.test_loss,
-        ablated.early_mae_train,
+        ablated.detail.early_mae_train,
     )
     row = table.get("L0MLP", "mean")
     ablated = evaluate(model, batch, hooks=ablate_mlp(model, 0, "mean", reference=batch))
@@ -236,7 +236,7 @@ def test_ablation_table_at_the_last_position_leaves_earlier_steps_alone(model, b
     for row in table.rows:
         assert row["early_mae_train"] == table.baseline["early_mae_train"]
     ablated = evaluate(model, batch, hooks=ablate_head(model, 0, 0, positions=[8]))
-    assert table.get("L0H0", "zero")["recall_accuracy"] == ablated.recall_accuracy
+    assert table.get("L0H0", "zero")["recall_accuracy"] == ablated.metrics["recall_accuracy"]
 
 
 def test_ablation_table_binding_free_reference(model, batch):

@@ -40,7 +40,7 @@ from perm_circuits.tasks.base import TaskBatch
 from perm_circuits.tasks.permutation_data import TaskConfig, make_test_set, permutation_batch, validate_tokens
 
 if TYPE_CHECKING:
-    from perm_circuits.tasks.permutation import Evaluation
+    from perm_circuits.tasks.evaluation import Evaluation
 
 __all__ = ["ABLATION_METRICS", "study_ablation_table"]
 
@@ -62,9 +62,10 @@ output decides the answer and carries it from the reference."""
 def study_row(component: str, how: str, layer: int | None, head: int | None, evaluation: Evaluation,
               follows_reference: float = math.nan) -> AblationRow:
     """The permutation task's :class:`AblationRow` (:data:`ABLATION_METRICS`) from one run's evaluation."""
-    memorization = evaluation.memorization
-    metrics = {"elimination_accuracy": evaluation.elimination.accuracy, "recall_accuracy": evaluation.recall_accuracy,
-               "early_mae_train": evaluation.early_mae_train, "elimination_loss": evaluation.elimination.loss,
+    detail = evaluation.detail
+    memorization = detail.memorization
+    metrics = {"elimination_accuracy": detail.elimination.accuracy, "recall_accuracy": detail.recall_accuracy,
+               "early_mae_train": detail.early_mae_train, "elimination_loss": detail.elimination.loss,
                "recall_loss": memorization.loss if memorization is not None else math.nan,
                "follows_reference": follows_reference}
     return AblationRow(component, how, layer, head, metrics, evaluation.test_loss)
@@ -188,7 +189,7 @@ def ablation_runs(
         return [(hook_name, ablation_fn(how, "pos", index, position_list, activation, seed, pairing, constant))]
 
     runs = component_sweep(components, hows, build, lambda extra: evaluate_run(model, test_set, config, hooks + extra,
-                                                                               posteriors=posteriors))
+                                                                               posteriors=posteriors, reference=False))
     rows, hook_lists, all_logits = [], {}, {}
     for component, how, layer, head, extra, (logits, evaluation) in runs:
         follows = float((logits[:, -1].argmax(-1) == answers[how]).float().mean()) if how in answers else math.nan

@@ -56,6 +56,6 @@ def joint_eliminator_rows(
         with torch.no_grad(), model.hooks(fwd_hooks=list(hooks) + extra):
             logits = device_forward(model, batch.tokens)
         signals[(component, how)] = recall_signal(logits, batch.tokens)
-        evaluation = evaluate_logits(logits, batch, config, posteriors=posteriors)
+        evaluation = evaluate_logits(logits, batch, config, posteriors=posteriors, reference=False)
         rows.append(study_row(component, how, layers[0] if len(layers) == 1 else None, None, evaluation))
     return tuple(rows), signals
