@@ -103,7 +103,7 @@ def pipelines(preset: str, batch_size: int, task: TaskConfig):
 
     def project_step():
         batch = make_batch(task, batch_size, generator=generator)
-        loss = masked_loss(fast_forward(project, batch.inputs, weights), batch.targets, batch.mask)
+        loss = masked_loss(fast_forward(project, batch.tokens, weights), batch.targets, batch.mask)
         project_opt.zero_grad(set_to_none=True)
         loss.backward()
         project_opt.step()
@@ -114,7 +114,7 @@ def pipelines(preset: str, batch_size: int, task: TaskConfig):
 
     def bridge_step():
         batch = make_batch(task, batch_size, generator=generator)
-        loss = masked_loss(bridge(batch.inputs), batch.targets, batch.mask)
+        loss = masked_loss(bridge(batch.tokens), batch.targets, batch.mask)
         bridge_opt.zero_grad(set_to_none=True)
         loss.backward()
         bridge_opt.step()
@@ -125,7 +125,7 @@ def pipelines(preset: str, batch_size: int, task: TaskConfig):
 
     def plain_step():
         batch = make_batch(task, batch_size, generator=generator)
-        loss = masked_loss(plain(batch.inputs), batch.targets, batch.mask)
+        loss = masked_loss(plain(batch.tokens), batch.targets, batch.mask)
         plain_opt.zero_grad(set_to_none=True)
         loss.backward()
         plain_opt.step()
@@ -167,8 +167,8 @@ def end_to_end(batch_size: int = 128, lr: float = 1e-3) -> float:
     for preset in ("d16h1", "d32h2"):
         config = TrainConfig(batch_size=batch_size, lr=lr, early_stop_patience=3)
         result = train(preset, task, config, progress=False)
-        table = evaluate(result.model, task_config=task)
-        print(f"  {preset}: {result.epochs_run} epochs, elimination {table.elimination_accuracy:.4f}, recall {table.recall_accuracy:.4f}")
+        table = evaluate(result.model, task=task)
+        print(f"  {preset}: {result.epochs_run} epochs, elimination {table.metrics['elimination_accuracy']:.4f}, recall {table.metrics['recall_accuracy']:.4f}")
     return time.perf_counter() - start
 
 
