@@ -66,13 +66,22 @@ def test_mkdocs_build_strict(site):
     assert "plotly.min.js" not in (site / "results" / "index.html").read_text(encoding="utf-8")
 
 
-@pytest.mark.browser
-@pytest.mark.parametrize("name", ["02_dissect_recall", "03_dynamics"])
-def test_notebook_pages_render_offline_in_chromium(site, name):
-    """The committed plotly figures and circuitsvis views draw in a browser that may not reach the network."""
-    from tests.views.browser import open_page, require_chromium
+@pytest.fixture(scope="module")
+def browser():
+    """Chromium, launched once for the notebook pages (each in a fresh browser context)."""
+    from tests.views.browser import one_browser, require_chromium
 
     require_chromium()
+    with one_browser() as launched:
+        yield launched
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("name", ["02_dissect_recall", "03_dynamics"])
+def test_notebook_pages_render_offline_in_chromium(site, browser, name):
+    """The committed plotly figures and circuitsvis views draw in a browser that may not reach the network."""
+    from tests.views.browser import open_page
+
     report = open_page(site / "notebooks" / name / "index.html", timeout_s=30)
     assert not report.remote_requests and not report.console_errors and not report.page_errors, report
     assert report.plotly_total >= 1 and report.plotly_rendered == report.plotly_total, report

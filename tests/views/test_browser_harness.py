@@ -14,14 +14,17 @@ from perm_circuits.views import (
     token_labels,
 )
 
-from .browser import open_page, require_chromium
+from .browser import one_browser, open_page, require_chromium
 
 pytestmark = pytest.mark.browser
 
 
-@pytest.fixture(autouse=True)
-def _need_chromium() -> None:
+@pytest.fixture(scope="module", autouse=True)
+def _need_chromium():
+    """Chromium, launched once for the module's pages (each page in a fresh browser context)."""
     require_chromium()
+    with one_browser():
+        yield
 
 
 TOKENS = token_labels([2, 5, 1, 3, 4, 2])

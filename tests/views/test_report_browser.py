@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .browser import open_page, require_chromium
+from .browser import one_browser, open_page, require_chromium
 from .test_report import MODEL_FIGURES, MODEL_VIEWS, report_pages  # noqa: F401  (shared, written once)
 
 pytestmark = pytest.mark.slow  # its shared fixture takes seconds (tests/README.md)
@@ -24,9 +24,12 @@ EXPECTED = {  # page -> (circuitsvis views, plotly figures)
 }
 
 
-@pytest.fixture(autouse=True)
-def _need_chromium() -> None:
+@pytest.fixture(scope="module", autouse=True)
+def _need_chromium():
+    """Chromium, launched once for the module's pages (each page in a fresh browser context)."""
     require_chromium()
+    with one_browser():
+        yield
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
