@@ -48,7 +48,7 @@ def eval_seconds(result: TrainResult, task: TaskConfig, repeats: int = 3) -> flo
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        evaluate(result.model, task_config=task)
+        evaluate(result.model, task=task)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
