@@ -1,6 +1,8 @@
 """Time the full analysis suite on the 5,000-sample test set (target < 10 s on a 2-core CPU).
 
-    python benchmarks/analysis_suite.py [d32h2 d16h1 ...]
+    python benchmarks/analysis_suite.py [d32h2 d16h1 ...] [--n 5000]
+
+``--n`` shrinks the test set (and recall patching's pairs) for a quick check; the target is for 5,000.
 
 Runs every analysis a researcher would run on a shipped model — evaluation, recall generalisation,
 ablation table (all five modes: zero/mean/resample/binding-free/optimal), recall patching, head scores,
@@ -15,7 +17,7 @@ The baseline, timed side by side, is one plain-PyTorch forward pass of the same 
 
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 
 import torch
@@ -35,12 +37,12 @@ from perm_circuits.analysis import (
 from perm_circuits.analysis.study.verdict import CIRCUIT_MAX_N
 
 
-def suite(model, test_set) -> dict[str, float]:
+def suite(model, test_set, n: int = 5000) -> dict[str, float]:
     steps = {
         "evaluate": lambda: evaluate(model, test_set),
         "recall_generalisation": lambda: recall_generalisation(model),
         "ablation_table": lambda: ablation_table(model, test_set=test_set),
-        "recall_patching": lambda: recall_patching(model, n=5000),
+        "recall_patching": lambda: recall_patching(model, n=n),
         "head_scores": lambda: head_scores(model, test_set),
         "head_roles": lambda: head_roles(model, test_set),
         "head_roles (3 modes, baseline)": lambda: head_roles(model, test_set, hows=("zero", "mean", "resample"),
@@ -59,19 +61,23 @@ def suite(model, test_set) -> dict[str, float]:
     return times
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", default=["d32h2", "d16h1"])
+    parser.add_argument("--n", type=int, default=5000, help="test sequences (default 5000)")
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    for name in sys.argv[1:] or ["d32h2", "d16h1"]:
+    for name in args.models:
         model = load_pretrained(name)
-        test_set = make_test_set(model.task_config)
+        test_set = make_test_set(model.task_config, n=args.n)
         with torch.no_grad():
-            fast_forward(model, test_set.inputs)
+            fast_forward(model, test_set.tokens)
             start = time.perf_counter()
             for _ in range(10):
-                fast_forward(model, test_set.inputs)
+                fast_forward(model, test_set.tokens)
             plain = (time.perf_counter() - start) / 10
-        suite(model, make_test_set(model.task_config, n=200))  # warm-up (lazy imports, caches)
-        times = suite(model, test_set)
+        suite(model, make_test_set(model.task_config, n=min(200, args.n)), n=min(200, args.n))  # warm-up (lazy imports, caches)
+        times = suite(model, test_set, n=args.n)
         baseline = times.pop("head_roles (3 modes, baseline)")
         roles_only = times.pop("head_roles (no circuits)")
         total = sum(times.values())

@@ -1,6 +1,8 @@
 """Time ``causal_scrub`` of a 3-claim hypothesis on d32h2, 2,000 rows, 200 bootstrap resamples (target < 10 s).
 
-    python benchmarks/causal_scrub.py [repeats]
+    python benchmarks/causal_scrub.py [repeats] [rows]
+
+``rows`` (default 2,000) shrinks the batch for a quick check; the target is for 2,000.
 
 The hypothesis is the "gate" story's three head/MLP claims at the last position (L0H0 <- x5
 repeats x1; L0H1 <- used ys, y1; L0MLP <- answer), the batch 2,000 test sequences with repeats,
@@ -26,18 +28,20 @@ def accuracy(logits, batch):
     return (logits[:, -1].argmax(-1) == batch.targets[:, -1]).float()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     torch.set_num_threads(1)
-    repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    repeats = int(argv[0]) if len(argv) > 0 else 3
+    rows = int(argv[1]) if len(argv) > 1 else 2000
     model = load_pretrained("d32h2")
-    batch = make_batch(TaskConfig(repeat_ratio=0.3), 2000, split="test", seed=0)
+    batch = make_batch(TaskConfig(repeat_ratio=0.3), rows, split="test", seed=0)
     f = FEATURES
     hypothesis = Hypothesis.of({"L0H0@8": f["repeat1"], "L0H1@8": (f["used"], f["y1"]), "L0MLP@8": f["answer"]})
     causal_scrub(model, hypothesis, batch, accuracy, n_boot=200)  # warm-up
     for _ in range(repeats):
         with torch.no_grad():
             start = time.perf_counter()
-            model(batch.inputs)
+            model(batch.tokens)
             forward = time.perf_counter() - start
         start = time.perf_counter()
         result = causal_scrub(model, hypothesis, batch, accuracy, n_boot=200)

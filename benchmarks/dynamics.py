@@ -36,12 +36,12 @@ def _time(task, config, llc: bool | None):
     return (time.perf_counter() - start, time.process_time() - cpu), result
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--llc", action="store_true", help="also time a run with the LLC on")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     task = TaskConfig(repeat_ratio=0.3)
     config = TrainConfig(epochs=args.epochs)

@@ -30,7 +30,8 @@ def cpu_seconds(n_layers: int, d_model: int, n_heads: int) -> float:
     return time.process_time() - start
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     torch.set_num_threads(1)
     d_model, n_heads = (int(argv[0]), int(argv[1])) if len(argv) >= 2 else (32, 2)
     one = cpu_seconds(1, d_model, n_heads)
@@ -40,4 +41,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

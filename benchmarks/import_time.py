@@ -26,10 +26,10 @@ def median_seconds(code: str, runs: int) -> float:
     return statistics.median(times)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     bare = median_seconds("pass", args.runs)
     package = median_seconds("import perm_circuits", args.runs)
     first_use = median_seconds("import perm_circuits; perm_circuits.load_pretrained", args.runs)

@@ -25,12 +25,12 @@ from pathlib import Path
 MODELS = ["d16h1", "d32h2"]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=5000, help="n test sequences (default 5000)")
     parser.add_argument("--rounds", type=int, default=1, help="repetitions of each measurement")
     parser.add_argument("--no-cli", action="store_true", help="skip the end-to-end CLI timing")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     start = time.perf_counter()
     from perm_circuits.reports import write_report

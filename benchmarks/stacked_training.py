@@ -79,7 +79,7 @@ def measure(preset: str, ks: list[int], samples: int, rounds: int, test_size: in
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="d32h2", choices=sorted(PRESETS))
     parser.add_argument("--k", type=int, nargs="+", default=[5, 10, 20])
@@ -89,7 +89,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--no-exact", action="store_true", help="the faster, not bit-for-bit stacked arithmetic")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     device = torch.device(args.device)
     exact = False if args.no_exact else None
     for threads in args.threads:

@@ -73,14 +73,14 @@ def timed(label: str, spec: dict, out: Path, backend: str, warm: bool = False) -
     return seconds
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=6)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--samples", type=int, default=10_000)
     parser.add_argument("--no-ray", action="store_true")
     parser.add_argument("--cold", action="store_true", help="also time local and Ray with their start-up")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     grid = spec(args.runs, args.epochs, args.samples)
     n = len(grid["grid"]["n_heads"]) * len(grid["grid"]["seed"])
     print(f"{n} runs: d_model 16, n_heads 1/2, {args.epochs} epochs x {args.samples} samples; "

@@ -48,19 +48,19 @@ def eval_seconds(result: TrainResult, task: TaskConfig, repeats: int = 3) -> flo
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        evaluate(result.model, task_config=task)
+        evaluate(result.model, task=task)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="d32h2")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--samples", type=int, default=100_000)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)  # a sweep worker runs one torch thread
     print(f"load average before: {os.getloadavg()[0]:.2f}")
 

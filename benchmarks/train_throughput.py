@@ -172,7 +172,7 @@ def end_to_end(batch_size: int = 128, lr: float = 1e-3) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="d32h2", choices=sorted(PRESETS))
     parser.add_argument("--batch-size", type=int, default=128)
@@ -182,7 +182,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-3, help="learning rate for --e2e")
     parser.add_argument("--e2e", action="store_true", help="also time the from-scratch reproduction")
     parser.add_argument("--e2e-only", action="store_true", help="only the from-scratch reproduction")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
     if args.e2e_only:

@@ -358,6 +358,7 @@ CROSS_CUTTING_FOLDERS = {
     "data": "committed tables the tests read (no code)",
 }
 CROSS_CUTTING_FILES = {
+    "test_benchmarks.py": "the scripts in benchmarks/ still import, run and use the current API (no package)",
     "test_device_plumbing.py": "every analysis keeps its tensors on the model's device (all packages)",
     "test_docs.py": "the documentation site builds",
     "test_entry_moves.py": "every analysis moves its batch to the model's device once (all packages)",
