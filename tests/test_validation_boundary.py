@@ -20,12 +20,11 @@ import torch
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "perm_circuits"
 
-AREA = (
-    "discovery", "sweep", "census", "dynamics", "systems", "views", "pages",
-    "train.py", "stacked.py", "checkpoint_io.py", "outputs.py", "cli.py", "metric.py", "checks.py",
-    "reports.py", "reproduce.py", "user_modules.py",
-)
-"""Where the rule is enforced (analysis/, evaluate.py and tasks/ keep their own checks)."""
+AREA = tuple(sorted(
+    path.name for path in PACKAGE.iterdir()
+    if path.suffix == ".py" or (path.is_dir() and next(path.rglob("*.py"), None) is not None)
+))
+"""Where the rule is enforced: every module and subpackage of the package."""
 
 # (file relative to the package, function qualname) -> the user path that reaches its check (none is a re-check).
 ALLOWED = {
@@ -41,6 +40,29 @@ ALLOWED = {
         "train_stacked(members, ...) (public): its members' architecture, checked once before any model is built",
     ("views/table_figures.py", "_heatmap_trace"):
         "heatmap, ablation_heatmap and patching_heatmap (public) pass a user's frame and column names here",
+    ("analysis/circuits/criteria.py", "_setup"):
+        "circuit_metrics, faithfulness_by_mode and propose_circuit (public) share their argument checks here "
+        "(how, n, the seeds, hooks), run before the full model's first forward",
+    ("analysis/interventions/path_patching.py", "_prepare"):
+        "path_patch and path_patching_table (public) share their argument checks here (options, n, task, "
+        "corruption, hooks, the pair), run before the clean and corrupted forwards",
+    ("analysis/probes/memory.py", "_token_probe"):
+        "ov_memory_probe and mlp_memory_probe(targets=) (public): a user's targets, checked against the token "
+        "map's size, known once the map (a weight product, no forward) is computed",
+    ("analysis/study/recall_patching.py", "_unpatched_runs"):
+        "generic_patch (every sweep built on it), find_recall_head and recall_patching (public): a user's pair "
+        "and hooks, checked once before the two unpatched runs",
+    ("analysis/study/scores.py", "_default_task"):
+        "attention_by_source, the study's head_scores and its token scores (public): a user's task=, checked "
+        "against the model's V",
+    ("analysis/study/scores.py", "_task_head_scores"):
+        "head_scores(task=any Task, or token ids) (public): the general path's test set and hooks, checked "
+        "before its one forward",
+    ("tasks/checkpoint.py", "_build_of"):
+        "save_task_model(model_fields=, seed=) (public): the seed a user passes (or the model's cfg carries)",
+    ("tasks/runner.py", "_default_config"):
+        "default_model, task_model and check_model_fields (public; the CLI's train --task): a user's "
+        "d_model, n_heads, n_layers and seed",
 }
 
 
