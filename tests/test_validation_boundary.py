@@ -393,3 +393,94 @@ def test_node_oracle_refuses_a_bad_batch_target_or_mode_before_any_forward(model
             node_oracle(model, batch, how="bogus")
     circuit, faith = node_oracle(model, batch, how="zero", target=2.0)
     assert circuit == "none" and faith <= 1.0 + 1e-9
+
+
+def _metric(logits, batch):
+    return logits[:, -1, 0]
+
+
+# (label, call(model, batch), exception, message): each refused before any forward pass.  A TypeError's
+# message names the argument only: the test run's type checker may refuse it first, by its annotation.
+ANALYSIS_REFUSALS = [
+    ("head_roles how", lambda m, b: _api("head_roles")(m, how="bogus"), ValueError,
+     r"^how must be one of \('zero', 'mean', 'resample', 'binding_free', 'optimal'\), got 'bogus'$"),
+    ("head_roles n", lambda m, b: _api("head_roles")(m, n=0), ValueError, r"^n must be >= 1, got 0$"),
+    ("head_roles thresholds", lambda m, b: _api("head_roles")(m, thresholds=3), TypeError,
+     r"thresholds"),
+    ("ablation_table hows", lambda m, b: _api("ablation_table")(m, ["bogus"]), ValueError, r"got 'bogus'$"),
+    ("ablation_table n (the study's table, where n is unused)", lambda m, b: _api("ablation_table")(m, n=0),
+     ValueError, r"^n must be >= 1, got 0$"),
+    ("ablation_table metric", lambda m, b: _api("ablation_table")(m, test_set=b.tokens, metric=3), TypeError,
+     r"metric"),
+    ("ablation_table positions", lambda m, b: _api("ablation_table")(m, positions=99), ValueError,
+     r"^position 99 out of range"),
+    ("circuit_metrics how", lambda m, b: _api("circuit_metrics")(m, ["L0H0"], how="bogus"), ValueError,
+     r"got 'bogus'$"),
+    ("circuit_metrics n_subsets", lambda m, b: _api("circuit_metrics")(m, ["L0H0"], n_subsets=0), ValueError,
+     r"^n_subsets must be >= 1, got 0$"),
+    ("circuit_metrics metric", lambda m, b: _api("circuit_metrics")(m, ["L0H0"], b.tokens, metric="x"), TypeError,
+     r"metric"),
+    ("circuit_metrics node", lambda m, b: _api("circuit_metrics")(m, ["L9H9"], b.tokens, metric=_metric),
+     ValueError, r"^node L9H9@all: layer 9 out of range"),
+    ("faithfulness_by_mode hows", lambda m, b: _api("faithfulness_by_mode")(m, ["L0H0"], hows=["zero", "bogus"]),
+     ValueError, r"^hows entry must be one of .*got 'bogus'$"),
+    ("propose_circuit skill", lambda m, b: _api("propose_circuit")(m, "bogus"), ValueError,
+     r"^skill must be one of \('elimination', 'recall'\), got 'bogus'"),
+    ("patch_head layer", lambda m, b: _api("patch_head")(m, b, b, _metric, 5, 0), ValueError,
+     r"^layer 5 out of range"),
+    ("patch_head metric", lambda m, b: _api("patch_head")(m, b, b, 3, 0, 0), TypeError,
+     r"metric"),
+    ("patch_head pair", lambda m, b: _api("patch_head")(m, b.tokens, b.tokens[:, :-1], _metric, 0, 0), ValueError,
+     r"^clean and corrupted tokens must have the same shape, got \(16, 9\) and \(16, 8\)$"),
+    ("patch_head n_boot", lambda m, b: _api("patch_head")(m, b, b, _metric, 0, 0, n_boot=0), ValueError,
+     r"^n_boot must be >= 10, got 0$"),
+    ("path_patch sender", lambda m, b: _api("path_patch")(m, (5, 0), (0, 0), "q"), ValueError,
+     r"^layer 5 out of range"),
+    ("evaluate task", lambda m, b: _api("evaluate")(m, task="perm"), TypeError,
+     r"task"),
+    ("evaluate n", lambda m, b: _api("evaluate")(m, n=0), ValueError, r"^n must be >= 1, got 0$"),
+    ("evaluate forward", lambda m, b: _api("evaluate")(m, forward=3), TypeError,
+     r"forward"),
+    ("head_scores thresholds", lambda m, b: _api("head_scores")(m, thresholds=3), TypeError,
+     r"thresholds"),
+    ("head_scores tokens", lambda m, b: _api("head_scores")(m, b.tokens + 100), ValueError,
+     r"^tokens must be in 1\.\.5 \(0 is unused\), found 103$"),
+    ("head_scores task", lambda m, b: _api("head_scores")(m, task=3), TypeError, r"task"),
+    ("ov_memory_probe targets", lambda m, b: _api("ov_memory_probe")(m, 0, targets=[(0, 99)]), ValueError,
+     r"^targets has output index 99 outside \[0, 4\]$"),
+    ("model_memory_probes layer", lambda m, b: _api("model_memory_probes")(m, layer=5), ValueError,
+     r"^layer 5 out of range"),
+]
+
+
+def _api(name: str):
+    import perm_circuits
+    from perm_circuits.analysis.interventions import path_patching
+    from perm_circuits.analysis.probes import memory
+
+    return next(getattr(owner, name) for owner in (perm_circuits, path_patching, memory) if hasattr(owner, name))
+
+
+@pytest.mark.parametrize("label, call, error, message", ANALYSIS_REFUSALS, ids=[r[0] for r in ANALYSIS_REFUSALS])
+def test_public_analysis_functions_refuse_bad_arguments_before_any_forward(model, batch, monkeypatch, label, call,
+                                                                         error, message):
+    with _NoForward(model, monkeypatch):
+        with pytest.raises(error, match=message):
+            call(model, batch)
+
+
+def test_the_memory_probes_check_once_and_agree_with_the_public_probes(model):
+    """model_memory_probes runs the probes' unchecked cores: the same numbers as each public probe."""
+    from perm_circuits.analysis.probes import memory
+
+    probes = memory.model_memory_probes(model)
+    assert len(probes.probes) == 2 + 4 + 2  # one head: OV copy/suppress, four QK maps; the MLP's two
+    assert probes.probes[0] == memory.ov_memory_probe(model, 0, mode="argmax")
+    assert probes.get("L0H0", "x_match") == memory.qk_memory_probe(model, 0, "x_match").recall
+    assert probes.get("L0MLP", "suppress") == memory.mlp_memory_probe(model, mode="argmin").recall
+    scores = memory.ov_scores(model, 0)
+    custom = memory.ov_memory_probe(model, 0, targets=[(0, 0), (1, 1)])
+    assert (custom.map, custom.n_pairs) == ("custom", 2)
+    assert custom.recall == memory.recall_rate(scores, [(0, 0), (1, 1)])
+    with pytest.raises(ValueError, match=r"^mode must be one of \('argmax', 'argmin'\), got 'x'$"):
+        memory.memory_recall(torch.eye(2), torch.eye(2), torch.eye(2), [(0, 0)], mode="x")  # recall_rate's check

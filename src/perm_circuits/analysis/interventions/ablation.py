@@ -76,7 +76,7 @@ def ablation_table(
       :data:`~perm_circuits.analysis.interventions.permutation_table.ABLATION_METRICS`
       (:func:`~perm_circuits.analysis.interventions.permutation_table.ablation_runs` says what
       ``test_set`` and ``reference`` default to); ``hows`` defaults to all five :data:`HOWS`;
-      ``n``, ``test_seed`` and ``progress`` are unused.
+      ``n``, ``test_seed`` and ``progress`` are unused (``n`` and ``test_seed`` still checked).
     - Otherwise (``task`` required): the task's own metrics (:attr:`Task.metric_names`) and
       masked loss; ``hows`` defaults to :data:`TASK_HOWS`, any of :data:`ANY_TASK_HOWS` allowed
       (``"optimal"`` minimises the reference's masked loss); ``test_set`` defaults to
@@ -91,6 +91,8 @@ def ablation_table(
     ``seed``), ``positions`` restricts every ablation and ``hooks`` are active in every run (the
     reference runs included).
     """
+    check_int("n", n, 1)  # on every path (unused by a task's own table, but a bad value is refused, not ignored)
+    check_seed(test_seed, "test_seed")
     own = None
     if metric is None and not isinstance(test_set, Tensor) and (
             task is None or (isinstance(task, (PermutationTask, TaskConfig))
@@ -110,8 +112,6 @@ def ablation_table(
             f"ablation_table on {type(model).__name__} needs task= (a perm_circuits.tasks.Task whose metrics "
             f"are measured) or metric= (metric(logits, batch) -> [batch]), got {type(task).__name__}"
         )
-    check_int("n", n, 1)
-    check_seed(test_seed, "test_seed")
     check_seed(seed)
     batches = (TaskBatch,) if metric is None else (TaskBatch, Tensor)
     what = "a TaskBatch" if metric is None else "a TaskBatch or token ids"
