@@ -24,8 +24,8 @@ from perm_circuits.analysis.interventions.hooks import (
     resample_rows,
 )
 from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, TASK_HOWS, ablate_tokens, reference_tokens
-from perm_circuits.analysis.interventions.ablation_table import AblationRow, AblationTable, task_table
-from perm_circuits.metric import Metric, check_metric
+from perm_circuits.analysis.interventions.ablation_table import AblationRow, AblationTable, _task_table
+from perm_circuits.metric import Metric
 from perm_circuits.tasks.permutation import PermutationTask
 from perm_circuits.tasks.permutation_data import TaskConfig
 from perm_circuits.tasks.base import Task, TaskBatch, model_task, own_analysis
@@ -103,8 +103,7 @@ def ablation_table(
     if isinstance(task, TaskConfig):
         raise TypeError(f"task is a TaskConfig (the permutation task's settings), but {type(model).__name__} is not "
                         "a permutation-lookup model; pass a perm_circuits.tasks.Task or metric=")
-    if metric is not None:
-        check_metric(metric)
+    if metric is not None:  # the metric itself is checked (bind_metric) before the table's first forward
         if task is not None and not isinstance(task, Task):
             raise TypeError(f"task must be a perm_circuits.tasks.Task or None, got {type(task).__name__}")
     elif not isinstance(task, Task):
@@ -132,5 +131,5 @@ def ablation_table(
     tokens = test_set.tokens if isinstance(test_set, TaskBatch) else test_set
     reference_tokens(model, tokens)
     reference_tokens(model, reference, positions=tokens.shape[1])
-    return task_table(model, task, list(TASK_HOWS) if hows is None else hows, test_set, reference=reference,
-                      resample_seed=seed, positions=positions, hooks=hooks, progress=progress, metric=metric)
+    return _task_table(model, task, list(TASK_HOWS) if hows is None else hows, test_set, reference, seed, positions,
+                       hooks, progress, metric)  # task_table's work: its checks of the batches, task and seed ran here
