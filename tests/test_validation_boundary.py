@@ -63,6 +63,9 @@ ALLOWED = {
         "before its one forward",
     ("tasks/checkpoint.py", "_build_of"):
         "save_task_model(model_fields=, seed=) (public): the seed a user passes (or the model's cfg carries)",
+    ("tasks/runner.py", "_entry_fields"):
+        "task_model and check_model_fields (public; the CLI's train --task): a user's task and its model "
+        "fields' names, checked once before a model is built",
     ("tasks/runner.py", "_default_config"):
         "default_model, task_model and check_model_fields (public; the CLI's train --task): a user's "
         "d_model, n_heads, n_layers and seed",
@@ -487,3 +490,30 @@ def test_the_memory_probes_check_once_and_agree_with_the_public_probes(model):
     assert custom.recall == memory.recall_rate(scores, [(0, 0), (1, 1)])
     with pytest.raises(ValueError, match=r"^mode must be one of \('argmax', 'argmin'\), got 'x'$"):
         memory.memory_recall(torch.eye(2), torch.eye(2), torch.eye(2), [(0, 0)], mode="x")  # recall_rate's check
+
+
+def test_task_models_check_the_task_once_before_any_model_is_built(monkeypatch):
+    from perm_circuits.tasks import runner
+    from perm_circuits.tasks import PermutationTask  # no model builder of its own: the default transformer
+
+    built = []
+    def boot(config):
+        built.append(config)
+        model = torch.nn.Identity()
+        model.booted = config
+        return model
+
+    monkeypatch.setattr(runner, "_boot", boot)
+    for make in (runner.task_model, runner.default_model, runner.check_model_fields):
+        with pytest.raises(TypeError, match=r"task"):  # _check_task's message (or the test run's type checker's)
+            make("permutation")
+    with pytest.raises(ValueError, match=r"^unknown model field\(s\) \['width'\] for task '"):
+        runner.task_model(PermutationTask(), width=3)
+    with pytest.raises(ValueError, match=r"^d_model=30 is not divisible by n_heads=4$"):
+        runner.task_model(PermutationTask(), d_model=30, n_heads=4)
+    assert built == []
+    model, forward = runner.task_model(PermutationTask(), seed=3, d_model=16, n_heads=2)
+    assert forward is None and model.booted == built[0]
+    assert (model.booted["d_head"], model.booted["seed"], model.booted["n_layers"]) == (8, 3, 1)
+    assert model.task_build == {"seed": 3, "model": {"d_model": 16, "n_heads": 2, "n_layers": 1}}
+    assert runner.default_model(PermutationTask(), seed=3, d_model=16, n_heads=2).booted == built[0]
