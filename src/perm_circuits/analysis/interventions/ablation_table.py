@@ -180,8 +180,9 @@ def _tokens_of(batch: TaskBatch | Tensor) -> Tensor:
     return batch.tokens if isinstance(batch, TaskBatch) else batch
 
 
-def _task_table(model, task: Task | None, hows: object, test_set: TaskBatch | Tensor, reference: TaskBatch | Tensor | None,
-                resample_seed: int, positions: object, hooks: object, progress: bool, metric: object) -> AblationTable:
+def _task_table(model, task: Task | None, hows: object, test_set: TaskBatch | Tensor,
+                reference: TaskBatch | Tensor | None, resample_seed: int, positions: object, hooks: object,
+                progress: bool, metric: object) -> AblationTable:
     """:func:`task_table` after the checks of its batches, task and seed (also ``ablation_table``'s, which
     checked them itself); ``hows``, ``positions``, ``hooks`` and ``metric`` (in ``bind_metric``) are checked
     here for both, before any forward."""
