@@ -1,7 +1,7 @@
 """Validation at the boundary (docs/dev/architecture.md, "Validation"): public functions and CLI
 commands check their input once; private helpers trust their callers.
 
-The mechanical half reads the source with ``ast``: in the packages and modules below, a private
+The mechanical half reads the source with ``ast``: in every module of the package, a private
 function (a ``_name``, or any function of a ``_Private`` class) calls no validator (``check_*`` or
 ``_check*``) unless it is one itself (named ``_check*``), a CLI command's handler (``cli.COMMANDS``),
 or listed in :data:`ALLOWED` with the user path that reaches it.  The behavioural half: a bad
@@ -137,6 +137,11 @@ def test_private_helpers_call_no_validator_outside_the_allowlist():
     )
     stale = sorted(set(ALLOWED) - set(found))
     assert not stale, f"ALLOWED entries that no longer validate (remove them): {stale}"
+
+
+def test_the_scan_reads_every_module_of_the_package():
+    assert sorted(_files()) == sorted(PACKAGE.rglob("*.py"))
+    assert {"analysis", "tasks", "evaluate.py", "metric.py", "hooks.py", "models.py", "circuit.py"} <= set(AREA)
 
 
 def test_the_scan_sees_a_private_validator_call(tmp_path, monkeypatch):
