@@ -46,9 +46,6 @@ ALLOWED = {
     ("analysis/interventions/path_patching.py", "_prepare"):
         "path_patch and path_patching_table (public) share their argument checks here (options, n, task, "
         "corruption, hooks, the pair), run before the clean and corrupted forwards",
-    ("analysis/interventions/ablation_table.py", "_task_table"):
-        "ablation_table and task_table (public) share their hows, positions and hooks checks here, after each "
-        "checked its batches, task and seed itself, before the table's first forward",
     ("analysis/probes/memory.py", "_token_probe"):
         "ov_memory_probe and mlp_memory_probe(targets=) (public): a user's targets, checked against the token "
         "map's size, known once the map (a weight product, no forward) is computed",

@@ -24,7 +24,7 @@ from perm_circuits.analysis.interventions.hooks import (
     resample_rows,
 )
 from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, TASK_HOWS, ablate_tokens, reference_tokens
-from perm_circuits.analysis.interventions.ablation_table import AblationRow, AblationTable, _task_table
+from perm_circuits.analysis.interventions.ablation_table import AblationRow, AblationTable, shared_task_table
 from perm_circuits.metric import Metric
 from perm_circuits.tasks.permutation import PermutationTask
 from perm_circuits.tasks.permutation_data import TaskConfig
@@ -131,5 +131,5 @@ def ablation_table(
     tokens = test_set.tokens if isinstance(test_set, TaskBatch) else test_set
     reference_tokens(model, tokens)
     reference_tokens(model, reference, positions=tokens.shape[1])
-    return _task_table(model, task, list(TASK_HOWS) if hows is None else hows, test_set, reference, seed, positions,
-                       hooks, progress, metric)  # task_table's work: its checks of the batches, task and seed ran here
+    return shared_task_table(model, task, list(TASK_HOWS) if hows is None else hows, test_set, reference, seed,
+                             positions, hooks, progress, metric)  # task_table's own checks ran here

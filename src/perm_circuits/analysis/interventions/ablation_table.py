@@ -173,19 +173,19 @@ def task_table(
     check_token_ids(_tokens_of(test_set), d_vocab)  # non-empty, ids the model embeds
     if reference is not None:
         check_token_ids(_tokens_of(reference), d_vocab)
-    return _task_table(model, task, hows, test_set, reference, resample_seed, positions, hooks, progress, metric)
+    return shared_task_table(model, task, hows, test_set, reference, resample_seed, positions, hooks, progress, metric)
 
 
 def _tokens_of(batch: TaskBatch | Tensor) -> Tensor:
     return batch.tokens if isinstance(batch, TaskBatch) else batch
 
 
-def _task_table(model, task: Task | None, hows: object, test_set: TaskBatch | Tensor,
-                reference: TaskBatch | Tensor | None, resample_seed: int, positions: object, hooks: object,
-                progress: bool, metric: object) -> AblationTable:
-    """:func:`task_table` after the checks of its batches, task and seed (also ``ablation_table``'s, which
-    checked them itself); ``hows``, ``positions``, ``hooks`` and ``metric`` (in ``bind_metric``) are checked
-    here for both, before any forward."""
+def shared_task_table(model, task: Task | None, hows: object, test_set: TaskBatch | Tensor,
+                      reference: TaskBatch | Tensor | None, resample_seed: int, positions: object, hooks: object,
+                      progress: bool, metric: object) -> AblationTable:
+    """:func:`task_table` after the checks of its batches, task and seed, which ``task_table`` and
+    ``ablation_table`` each ran themselves (internal: not in ``__all__``); ``hows``, ``positions``, ``hooks``
+    and ``metric`` (in ``bind_metric``) are checked here for both, before any forward."""
     shape = model_shape(model)
     if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:
         raise TypeError(f"hows must be a non-empty list or tuple of modes from {ANY_TASK_HOWS}, got {hows!r}")
