@@ -41,8 +41,8 @@ ALLOWED = {
     ("views/table_figures.py", "_heatmap_trace"):
         "heatmap, ablation_heatmap and patching_heatmap (public) pass a user's frame and column names here",
     ("analysis/circuits/criteria.py", "_setup"):
-        "circuit_metrics, faithfulness_by_mode and propose_circuit (public) share their argument checks here "
-        "(how, n, the seeds, hooks), run before the full model's first forward",
+        "circuit_metrics, faithfulness_by_mode and propose_circuit (public): a user's hooks (and on any task "
+        "the test set, reference and metric) checked where the problem is built, before its first forward",
     ("analysis/interventions/path_patching.py", "_prepare"):
         "path_patch and path_patching_table (public) share their argument checks here (options, n, task, "
         "corruption, hooks, the pair), run before the clean and corrupted forwards",
@@ -519,3 +519,21 @@ def test_task_models_check_the_task_once_before_any_model_is_built(monkeypatch):
     assert (model.booted["d_head"], model.booted["seed"], model.booted["n_layers"]) == (8, 3, 1)
     assert model.task_build == {"seed": 3, "model": {"d_model": 16, "n_heads": 2, "n_layers": 1}}
     assert runner.default_model(PermutationTask(), seed=3, d_model=16, n_heads=2).booted == built[0]
+
+
+def test_the_circuit_criteria_check_their_options_once_across_the_skill_split(model, monkeypatch):
+    """reference="skill" measures each skill's rows in turn: the options are checked once, before the split."""
+    from perm_circuits.analysis.circuits import criteria
+
+    calls = []
+    check = criteria._check_options
+    monkeypatch.setattr(criteria, "_check_options", lambda *args: calls.append(args) or check(*args))
+    metrics = criteria.circuit_metrics(model, ["L0H0"], n=64, reference="skill", how="zero")
+    assert len(calls) == 1 and metrics.reference == "skill"
+    assert metrics.elimination.n + metrics.recall.n == metrics.n_samples == 64
+    by_mode = criteria.faithfulness_by_mode(model, ["L0H0"], n=64, reference="skill", hows=["zero"])
+    assert len(calls) == 2 and [row.subgroup for row in by_mode.rows] == ["elimination", "recall"]
+    assert by_mode.rows[0].faithfulness == metrics.elimination.faithfulness
+    with _NoForward(model, monkeypatch):
+        with pytest.raises(ValueError, match=r"^ablation_seed must be in \[-2\*\*63, 2\*\*64\)"):
+            criteria.circuit_metrics(model, ["L0H0"], reference="skill", ablation_seed=2**70)
