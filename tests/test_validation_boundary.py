@@ -1,7 +1,7 @@
 """Validation at the boundary (docs/dev/architecture.md, "Validation"): public functions and CLI
 commands check their input once; private helpers trust their callers.
 
-The mechanical half reads the source with ``ast``: in the packages and modules below, a private
+The mechanical half reads the source with ``ast``: in every module of the package, a private
 function (a ``_name``, or any function of a ``_Private`` class) calls no validator (``check_*`` or
 ``_check*``) unless it is one itself (named ``_check*``), a CLI command's handler (``cli.COMMANDS``),
 or listed in :data:`ALLOWED` with the user path that reaches it.  The behavioural half: a bad
@@ -20,12 +20,11 @@ import torch
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "perm_circuits"
 
-AREA = (
-    "discovery", "sweep", "census", "dynamics", "systems", "views", "pages",
-    "train.py", "stacked.py", "checkpoint_io.py", "outputs.py", "cli.py", "metric.py", "checks.py",
-    "reports.py", "reproduce.py", "user_modules.py",
-)
-"""Where the rule is enforced (analysis/, evaluate.py and tasks/ keep their own checks)."""
+AREA = tuple(sorted(
+    path.name for path in PACKAGE.iterdir()
+    if path.suffix == ".py" or (path.is_dir() and next(path.rglob("*.py"), None) is not None)
+))
+"""Where the rule is enforced: every module and subpackage of the package."""
 
 # (file relative to the package, function qualname) -> the user path that reaches its check (none is a re-check).
 ALLOWED = {
@@ -41,6 +40,32 @@ ALLOWED = {
         "train_stacked(members, ...) (public): its members' architecture, checked once before any model is built",
     ("views/table_figures.py", "_heatmap_trace"):
         "heatmap, ablation_heatmap and patching_heatmap (public) pass a user's frame and column names here",
+    ("analysis/circuits/criteria.py", "_setup"):
+        "circuit_metrics, faithfulness_by_mode and propose_circuit (public): a user's hooks (and on any task "
+        "the test set, reference and metric) checked where the problem is built, before its first forward",
+    ("analysis/interventions/path_patching.py", "_prepare"):
+        "path_patch and path_patching_table (public) share their argument checks here (options, n, task, "
+        "corruption, hooks, the pair), run before the clean and corrupted forwards",
+    ("analysis/probes/memory.py", "_token_probe"):
+        "ov_memory_probe and mlp_memory_probe(targets=) (public): a user's targets, checked against the token "
+        "map's size, known once the map (a weight product, no forward) is computed",
+    ("analysis/study/recall_patching.py", "_unpatched_runs"):
+        "generic_patch (every sweep built on it), find_recall_head and recall_patching (public): a user's pair "
+        "and hooks, checked once before the two unpatched runs",
+    ("analysis/study/scores.py", "_default_task"):
+        "attention_by_source, the study's head_scores and its token scores (public): a user's task=, checked "
+        "against the model's V",
+    ("analysis/study/scores.py", "_task_head_scores"):
+        "head_scores(task=any Task, or token ids) (public): the general path's test set and hooks, checked "
+        "before its one forward",
+    ("tasks/checkpoint.py", "_build_of"):
+        "save_task_model(model_fields=, seed=) (public): the seed a user passes (or the model's cfg carries)",
+    ("tasks/runner.py", "_entry_fields"):
+        "task_model and check_model_fields (public; the CLI's train --task): a user's task and its model "
+        "fields' names, checked once before a model is built",
+    ("tasks/runner.py", "_default_config"):
+        "default_model, task_model and check_model_fields (public; the CLI's train --task): a user's "
+        "d_model, n_heads, n_layers and seed",
 }
 
 
@@ -109,6 +134,11 @@ def test_private_helpers_call_no_validator_outside_the_allowlist():
     )
     stale = sorted(set(ALLOWED) - set(found))
     assert not stale, f"ALLOWED entries that no longer validate (remove them): {stale}"
+
+
+def test_the_scan_reads_every_module_of_the_package():
+    assert sorted(_files()) == sorted(PACKAGE.rglob("*.py"))
+    assert {"analysis", "tasks", "evaluate.py", "metric.py", "hooks.py", "models.py", "circuit.py"} <= set(AREA)
 
 
 def test_the_scan_sees_a_private_validator_call(tmp_path, monkeypatch):
@@ -371,3 +401,139 @@ def test_node_oracle_refuses_a_bad_batch_target_or_mode_before_any_forward(model
             node_oracle(model, batch, how="bogus")
     circuit, faith = node_oracle(model, batch, how="zero", target=2.0)
     assert circuit == "none" and faith <= 1.0 + 1e-9
+
+
+def _metric(logits, batch):
+    return logits[:, -1, 0]
+
+
+# (label, call(model, batch), exception, message): each refused before any forward pass.  A TypeError's
+# message names the argument only: the test run's type checker may refuse it first, by its annotation.
+ANALYSIS_REFUSALS = [
+    ("head_roles how", lambda m, b: _api("head_roles")(m, how="bogus"), ValueError,
+     r"^how must be one of \('zero', 'mean', 'resample', 'binding_free', 'optimal'\), got 'bogus'$"),
+    ("head_roles n", lambda m, b: _api("head_roles")(m, n=0), ValueError, r"^n must be >= 1, got 0$"),
+    ("head_roles thresholds", lambda m, b: _api("head_roles")(m, thresholds=3), TypeError,
+     r"thresholds"),
+    ("ablation_table hows", lambda m, b: _api("ablation_table")(m, ["bogus"]), ValueError, r"got 'bogus'$"),
+    ("ablation_table n (the study's table, where n is unused)", lambda m, b: _api("ablation_table")(m, n=0),
+     ValueError, r"^n must be >= 1, got 0$"),
+    ("ablation_table metric", lambda m, b: _api("ablation_table")(m, test_set=b.tokens, metric=3), TypeError,
+     r"metric"),
+    ("ablation_table positions", lambda m, b: _api("ablation_table")(m, positions=99), ValueError,
+     r"^position 99 out of range"),
+    ("circuit_metrics how", lambda m, b: _api("circuit_metrics")(m, ["L0H0"], how="bogus"), ValueError,
+     r"got 'bogus'$"),
+    ("circuit_metrics n_subsets", lambda m, b: _api("circuit_metrics")(m, ["L0H0"], n_subsets=0), ValueError,
+     r"^n_subsets must be >= 1, got 0$"),
+    ("circuit_metrics metric", lambda m, b: _api("circuit_metrics")(m, ["L0H0"], b.tokens, metric="x"), TypeError,
+     r"metric"),
+    ("circuit_metrics node", lambda m, b: _api("circuit_metrics")(m, ["L9H9"], b.tokens, metric=_metric),
+     ValueError, r"^node L9H9@all: layer 9 out of range"),
+    ("faithfulness_by_mode hows", lambda m, b: _api("faithfulness_by_mode")(m, ["L0H0"], hows=["zero", "bogus"]),
+     ValueError, r"^hows entry must be one of .*got 'bogus'$"),
+    ("propose_circuit skill", lambda m, b: _api("propose_circuit")(m, "bogus"), ValueError,
+     r"^skill must be one of \('elimination', 'recall'\), got 'bogus'"),
+    ("patch_head layer", lambda m, b: _api("patch_head")(m, b, b, _metric, 5, 0), ValueError,
+     r"^layer 5 out of range"),
+    ("patch_head metric", lambda m, b: _api("patch_head")(m, b, b, 3, 0, 0), TypeError,
+     r"metric"),
+    ("patch_head pair", lambda m, b: _api("patch_head")(m, b.tokens, b.tokens[:, :-1], _metric, 0, 0), ValueError,
+     r"^clean and corrupted tokens must have the same shape, got \(16, 9\) and \(16, 8\)$"),
+    ("patch_head n_boot", lambda m, b: _api("patch_head")(m, b, b, _metric, 0, 0, n_boot=0), ValueError,
+     r"^n_boot must be >= 10, got 0$"),
+    ("path_patch sender", lambda m, b: _api("path_patch")(m, (5, 0), (0, 0), "q"), ValueError,
+     r"^layer 5 out of range"),
+    ("evaluate task", lambda m, b: _api("evaluate")(m, task="perm"), TypeError,
+     r"task"),
+    ("evaluate n", lambda m, b: _api("evaluate")(m, n=0), ValueError, r"^n must be >= 1, got 0$"),
+    ("evaluate forward", lambda m, b: _api("evaluate")(m, forward=3), TypeError,
+     r"forward"),
+    ("head_scores thresholds", lambda m, b: _api("head_scores")(m, thresholds=3), TypeError,
+     r"thresholds"),
+    ("head_scores tokens", lambda m, b: _api("head_scores")(m, b.tokens + 100), ValueError,
+     r"^tokens must be in 1\.\.5 \(0 is unused\), found 103$"),
+    ("head_scores task", lambda m, b: _api("head_scores")(m, task=3), TypeError, r"task"),
+    ("ov_memory_probe targets", lambda m, b: _api("ov_memory_probe")(m, 0, targets=[(0, 99)]), ValueError,
+     r"^targets has output index 99 outside \[0, 4\]$"),
+    ("model_memory_probes layer", lambda m, b: _api("model_memory_probes")(m, layer=5), ValueError,
+     r"^layer 5 out of range"),
+]
+
+
+def _api(name: str):
+    import perm_circuits
+    from perm_circuits.analysis.interventions import path_patching
+    from perm_circuits.analysis.probes import memory
+
+    return next(getattr(owner, name) for owner in (perm_circuits, path_patching, memory) if hasattr(owner, name))
+
+
+@pytest.mark.parametrize("label, call, error, message", ANALYSIS_REFUSALS, ids=[r[0] for r in ANALYSIS_REFUSALS])
+def test_public_analysis_functions_refuse_bad_arguments_before_any_forward(model, batch, monkeypatch, label, call,
+                                                                         error, message):
+    with _NoForward(model, monkeypatch):
+        with pytest.raises(error, match=message):
+            call(model, batch)
+
+
+def test_the_memory_probes_check_once_and_agree_with_the_public_probes(model):
+    """model_memory_probes runs the probes' unchecked cores: the same numbers as each public probe."""
+    from perm_circuits.analysis.probes import memory
+
+    probes = memory.model_memory_probes(model)
+    assert len(probes.probes) == 2 + 4 + 2  # one head: OV copy/suppress, four QK maps; the MLP's two
+    assert probes.probes[0] == memory.ov_memory_probe(model, 0, mode="argmax")
+    assert probes.get("L0H0", "x_match") == memory.qk_memory_probe(model, 0, "x_match").recall
+    assert probes.get("L0MLP", "suppress") == memory.mlp_memory_probe(model, mode="argmin").recall
+    scores = memory.ov_scores(model, 0)
+    custom = memory.ov_memory_probe(model, 0, targets=[(0, 0), (1, 1)])
+    assert (custom.map, custom.n_pairs) == ("custom", 2)
+    assert custom.recall == memory.recall_rate(scores, [(0, 0), (1, 1)])
+    with pytest.raises(ValueError, match=r"^mode must be one of \('argmax', 'argmin'\), got 'x'$"):
+        memory.memory_recall(torch.eye(2), torch.eye(2), torch.eye(2), [(0, 0)], mode="x")  # recall_rate's check
+
+
+def test_task_models_check_the_task_once_before_any_model_is_built(monkeypatch):
+    from perm_circuits.tasks import runner
+    from perm_circuits.tasks import PermutationTask  # no model builder of its own: the default transformer
+
+    built = []
+    def boot(config):
+        built.append(config)
+        model = torch.nn.Identity()
+        model.booted = config
+        return model
+
+    monkeypatch.setattr(runner, "_boot", boot)
+    for make in (runner.task_model, runner.default_model, runner.check_model_fields):
+        with pytest.raises(TypeError, match=r"task"):  # _check_task's message (or the test run's type checker's)
+            make("permutation")
+    with pytest.raises(ValueError, match=r"^unknown model field\(s\) \['width'\] for task '"):
+        runner.task_model(PermutationTask(), width=3)
+    with pytest.raises(ValueError, match=r"^d_model=30 is not divisible by n_heads=4$"):
+        runner.task_model(PermutationTask(), d_model=30, n_heads=4)
+    assert built == []
+    model, forward = runner.task_model(PermutationTask(), seed=3, d_model=16, n_heads=2)
+    assert forward is None and model.booted == built[0]
+    assert (model.booted["d_head"], model.booted["seed"], model.booted["n_layers"]) == (8, 3, 1)
+    assert model.task_build == {"seed": 3, "model": {"d_model": 16, "n_heads": 2, "n_layers": 1}}
+    assert runner.default_model(PermutationTask(), seed=3, d_model=16, n_heads=2).booted == built[0]
+
+
+def test_the_circuit_criteria_check_their_options_once_across_the_skill_split(model, monkeypatch):
+    """reference="skill" measures each skill's rows in turn: the options are checked once, before the split."""
+    from perm_circuits.analysis.circuits import criteria
+
+    calls = []
+    check = criteria._check_options
+    monkeypatch.setattr(criteria, "_check_options", lambda *args: calls.append(args) or check(*args))
+    metrics = criteria.circuit_metrics(model, ["L0H0"], n=64, reference="skill", how="zero")
+    assert len(calls) == 1 and metrics.reference == "skill"
+    assert metrics.elimination.n + metrics.recall.n == metrics.n_samples == 64
+    by_mode = criteria.faithfulness_by_mode(model, ["L0H0"], n=64, reference="skill", hows=["zero"])
+    assert len(calls) == 2 and [row.subgroup for row in by_mode.rows] == ["elimination", "recall"]
+    assert by_mode.rows[0].faithfulness == metrics.elimination.faithfulness
+    with _NoForward(model, monkeypatch):
+        with pytest.raises(ValueError, match=r"^ablation_seed must be in \[-2\*\*63, 2\*\*64\)"):
+            criteria.circuit_metrics(model, ["L0H0"], reference="skill", ablation_seed=2**70)

@@ -53,8 +53,7 @@ def check_fit(model: object, task: object) -> None:
 
 
 def _default_config(task: Task, *, seed: int, d_model: int, n_heads: int, n_layers: int) -> dict[str, Any]:
-    if not isinstance(task, Task):
-        raise TypeError(f"task must implement perm_circuits.tasks.Task, got {type(task).__name__}")
+    """The default transformer's config for a checked ``task``; the fields checked here (for every caller)."""
     for name, value in (("seed", seed), ("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers)):
         check_int(name, value, low=0 if name == "seed" else 1)
     if d_model % n_heads:
@@ -68,7 +67,17 @@ def _default_config(task: Task, *, seed: int, d_model: int, n_heads: int, n_laye
 def default_model(task: Task, *, seed: int = 0, d_model: int = 32, n_heads: int = 2, n_layers: int = 1):
     """A fresh, seeded ``boot_native`` transformer sized from ``task`` (the study's block: LayerNorm,
     a ReLU MLP of width ``2 d_model``), in eval mode."""
-    config = _default_config(task, seed=seed, d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+    _check_task(task)
+    return _boot(_default_config(task, seed=seed, d_model=d_model, n_heads=n_heads, n_layers=n_layers))
+
+
+def _check_task(task: object) -> Task:
+    if not isinstance(task, Task):
+        raise TypeError(f"task must implement perm_circuits.tasks.Task, got {type(task).__name__}")
+    return task
+
+
+def _boot(config: dict[str, Any]):
     from transformer_lens.config import TransformerBridgeConfig
     from transformer_lens.model_bridge import TransformerBridge
 
@@ -78,9 +87,7 @@ def default_model(task: Task, *, seed: int = 0, d_model: int = 32, n_heads: int 
 
 
 def _entry_fields(task: Task, fields: Mapping[str, Any]):
-    if not isinstance(task, Task):
-        raise TypeError(f"task must implement perm_circuits.tasks.Task, got {type(task).__name__}")
-    entry = task_entry(task.name)
+    entry = task_entry(_check_task(task).name)
     bad = sorted(set(fields) - set(entry.model_keys))
     if bad:
         raise ValueError(f"unknown model field(s) {bad} for task {task.name!r}; allowed: {list(entry.model_keys)}")
@@ -97,7 +104,7 @@ def task_model(task: Task, *, seed: int = 0, **fields: Any) -> tuple[torch.nn.Mo
     :func:`~perm_circuits.tasks.checkpoint.save_task_model` records."""
     entry, builder, fields = _entry_fields(task, fields)
     if builder is None:
-        model, forward = default_model(task, seed=seed, **fields), None
+        model, forward = _boot(_default_config(task, seed=seed, **fields)), None  # task checked above
     else:
         model, forward = builder(task, seed=seed, **fields), entry.forward_fn()
     model.task_build = {"seed": seed, "model": dict(fields)}  # what rebuilds it (tasks.checkpoint)

@@ -149,12 +149,9 @@ def _general_problem(model, test_set, task, metric, reference, n, seed) -> Circu
     return CircuitProblem(tokens, partial(metric_values, metric, batch=len(tokens)), {"all": rows}, reference, True)
 
 
-def _setup(model, circuit, test_set, how, n, seed, config, hooks, reference, ablation_seed,
-           ablate_kwargs, progress, task=None, metric=None) -> tuple[tuple[Node, ...], CircuitProblem, HookList]:
-    """Validate every shared argument (before any forward); with no ``task`` / ``metric`` and no token-id
-    ``test_set``, the model's task's own problem where it has one (a study bridge's: :func:`study_setup`),
-    any task's otherwise."""
-    check_how(how)
+def _check_options(n, seed, ablation_seed, ablate_kwargs, progress) -> None:
+    """The options :func:`circuit_metrics`, :func:`faithfulness_by_mode` and :func:`propose_circuit` share,
+    checked once by each before any test set is drawn (the mode: ``check_how`` by each)."""
     check_int("n", n, 1)
     check_seed(seed)
     check_seed(ablation_seed, "ablation_seed")
@@ -163,6 +160,14 @@ def _setup(model, circuit, test_set, how, n, seed, config, hooks, reference, abl
                         f"{type(ablate_kwargs).__name__}")
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
+
+
+def _setup(model, circuit, test_set, how, n, seed, config, hooks, reference, task=None,
+           metric=None) -> tuple[tuple[Node, ...], CircuitProblem, HookList]:
+    """The nodes, the problem and the checked hooks (before any ablated forward), for options
+    :func:`_check_options` checked: with no ``task`` / ``metric`` and no token-id ``test_set``, the
+    model's task's own problem where it has one (a study bridge's: :func:`study_setup`), any task's
+    otherwise."""
     own = None if task is not None or metric is not None or isinstance(test_set, Tensor) else (
         own_analysis(model, "circuit_problem"))  # the model's task's own problem (the study's, on its bridges)
     if own is None:
@@ -287,21 +292,28 @@ def circuit_metrics(
     Cost: one forward per distinct run, ``2^(|C|+1)`` at most when exhaustive, plus one
     reference forward per ablated component.
     """
+    check_how(how)
     check_int("max_exhaustive", max_exhaustive, 0, 21)
     check_int("n_subsets", n_subsets, 1)
     check_seed(subset_seed, "subset_seed")
+    _check_options(n, seed, ablation_seed, ablate_kwargs, progress)
     task, config = resolve_task(model, task, general=metric is not None or isinstance(test_set, Tensor))
     label = reference_label(reference)
     reference = None if isinstance(reference, str) else reference
     skills = skill_split(model, label, test_set, task=task, metric=metric, config=config, n=n, seed=seed)
-    if skills is not None:  # the permutation task: each skill against its own rows
-        options = dict(how=how, task=config, hooks=hooks, max_exhaustive=max_exhaustive,
-                       n_subsets=n_subsets, subset_seed=subset_seed, ablation_seed=ablation_seed,
-                       ablate_kwargs=ablate_kwargs, progress=progress)
-        parts = [circuit_metrics(model, circuit, part, reference=part, **options) for part in skills]
+    options = (how, max_exhaustive, n_subsets, subset_seed, ablation_seed, ablate_kwargs, progress)
+    if skills is not None:  # the permutation task: each skill against its own rows (checked once, above)
+        parts = [_circuit_metrics(model, *_setup(model, circuit, part, how, n, seed, config, hooks, part), *options,
+                                  "custom") for part in skills]
         return merge_skill_metrics(*parts)
-    nodes, problem, hooks = _setup(model, circuit, test_set, how, n, seed, config, hooks,
-                                   reference, ablation_seed, ablate_kwargs, progress, task, metric)
+    return _circuit_metrics(model, *_setup(model, circuit, test_set, how, n, seed, config, hooks, reference, task,
+                                           metric), *options, label)
+
+
+def _circuit_metrics(model, nodes: tuple[Node, ...], problem: CircuitProblem, hooks: HookList, how: str,
+                     max_exhaustive: int, n_subsets: int, subset_seed: int, ablation_seed: int,
+                     ablate_kwargs: Mapping | None, progress: bool, label: str) -> CircuitMetrics:
+    """:func:`circuit_metrics` of one checked problem (one test set, or one skill's rows)."""
     runner = CircuitRunner(model, problem, how, hooks, ablation_seed, ablate_kwargs or {}, progress)
     method, masks, pairs = _subsets(len(nodes), max_exhaustive, n_subsets, subset_seed)
     runs_c = {mask: circuit_run(runner, [v for i, v in enumerate(nodes) if not mask & (1 << i)])  # C \ K
@@ -367,20 +379,27 @@ def faithfulness_by_mode(
     if ablate_kwargs is not None and (not isinstance(ablate_kwargs, Mapping)
                                       or not all(isinstance(v, Mapping) for v in ablate_kwargs.values())):
         raise TypeError("ablate_kwargs must map a mode to a mapping of extra ablate() arguments")
+    _check_options(n, seed, ablation_seed, None, progress)
     task, config = resolve_task(model, task, general=metric is not None or isinstance(test_set, Tensor))
     label = reference_label(reference)
     reference = None if isinstance(reference, str) else reference
     skills = skill_split(model, label, test_set, task=task, metric=metric, config=config, n=n, seed=seed)
-    if skills is not None:  # the permutation task: each skill against its own rows
-        parts = [faithfulness_by_mode(model, circuit, part, hows=hows, task=config, hooks=hooks,
-                                      reference=part, ablation_seed=ablation_seed, ablate_kwargs=ablate_kwargs,
-                                      progress=progress) for part in skills]
+    first = "zero" if hows is None else "binding_free" if "binding_free" in hows else hows[0]  # refused on any task
+    options = (hows, ablation_seed, ablate_kwargs, progress)
+    if skills is not None:  # the permutation task: each skill against its own rows (checked once, above)
+        parts = [_faithfulness_by_mode(model, *_setup(model, circuit, part, first, n, seed, config, hooks, part),
+                                       *options, "custom") for part in skills]
         rows = tuple(row for part, group in zip(parts, ("elimination", "recall")) for row in part.rows
                      if row.subgroup == group)
         return FaithfulnessByMode(parts[0].model_name, parts[0].circuit, rows, reference="skill")
-    first = "zero" if hows is None else "binding_free" if "binding_free" in hows else hows[0]  # refused on any task
-    nodes, problem, hooks = _setup(model, circuit, test_set, first, n, seed, config, hooks,
-                                   reference, ablation_seed, None, progress, task, metric)
+    return _faithfulness_by_mode(model, *_setup(model, circuit, test_set, first, n, seed, config, hooks, reference,
+                                                task, metric), *options, label)
+
+
+def _faithfulness_by_mode(model, nodes: tuple[Node, ...], problem: CircuitProblem, hooks: HookList,
+                          hows: list[str] | None, ablation_seed: int, ablate_kwargs: Mapping | None, progress: bool,
+                          label: str) -> FaithfulnessByMode:
+    """:func:`faithfulness_by_mode` of one checked problem (one test set, or one skill's rows)."""
     if hows is None:
         hows = list(ANY_TASK_HOWS if problem.general else ablation.HOWS)
     rows, f_model = [], None
@@ -440,17 +459,17 @@ def propose_circuit(
         raise TypeError(f"where must be a non-empty sequence of position classes, got {where!r}")
     for name, value in (("threshold", threshold), ("tolerance", tolerance)):
         check_number(name, value, low=0, finite=False)
+    check_how(how)
+    _check_options(n, seed, ablation_seed, ablate_kwargs, progress)
     task, config = resolve_task(model, task, general=metric is not None or isinstance(test_set, Tensor))
     label = reference_label(reference)
     reference = None if isinstance(reference, str) else reference
     if label == "skill" and skill in SUBGROUPS and task is None and metric is None and not isinstance(
             test_set, Tensor) and own_analysis(model, "circuit_problem") is not None:  # the skill's rows alone
-        check_int("n", n, 1)
         if test_set is None:
             test_set = make_test_set(check_task_config(model, config, "task"), n=n, seed=seed)
         test_set = reference = skill_parts(test_set)[SUBGROUPS.index(skill)]
-    _, problem, hooks = _setup(model, None, test_set, how, n, seed, config, hooks,
-                               reference, ablation_seed, ablate_kwargs, progress, task, metric)
+    _, problem, hooks = _setup(model, None, test_set, how, n, seed, config, hooks, reference, task, metric)
     for cls in where:
         problem.positions(Node(0, None, cls))
     if skill not in problem.masks:

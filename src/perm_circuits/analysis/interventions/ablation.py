@@ -24,8 +24,8 @@ from perm_circuits.analysis.interventions.hooks import (
     resample_rows,
 )
 from perm_circuits.analysis.interventions.core import ANY_TASK_HOWS, TASK_HOWS, ablate_tokens, reference_tokens
-from perm_circuits.analysis.interventions.ablation_table import AblationRow, AblationTable, task_table
-from perm_circuits.metric import Metric, check_metric
+from perm_circuits.analysis.interventions.ablation_table import AblationRow, AblationTable, shared_task_table
+from perm_circuits.metric import Metric
 from perm_circuits.tasks.permutation import PermutationTask
 from perm_circuits.tasks.permutation_data import TaskConfig
 from perm_circuits.tasks.base import Task, TaskBatch, model_task, own_analysis
@@ -76,7 +76,7 @@ def ablation_table(
       :data:`~perm_circuits.analysis.interventions.permutation_table.ABLATION_METRICS`
       (:func:`~perm_circuits.analysis.interventions.permutation_table.ablation_runs` says what
       ``test_set`` and ``reference`` default to); ``hows`` defaults to all five :data:`HOWS`;
-      ``n``, ``test_seed`` and ``progress`` are unused.
+      ``n``, ``test_seed`` and ``progress`` are unused (``n`` and ``test_seed`` still checked).
     - Otherwise (``task`` required): the task's own metrics (:attr:`Task.metric_names`) and
       masked loss; ``hows`` defaults to :data:`TASK_HOWS`, any of :data:`ANY_TASK_HOWS` allowed
       (``"optimal"`` minimises the reference's masked loss); ``test_set`` defaults to
@@ -91,6 +91,8 @@ def ablation_table(
     ``seed``), ``positions`` restricts every ablation and ``hooks`` are active in every run (the
     reference runs included).
     """
+    check_int("n", n, 1)  # on every path (unused by a task's own table, but a bad value is refused, not ignored)
+    check_seed(test_seed, "test_seed")
     own = None
     if metric is None and not isinstance(test_set, Tensor) and (
             task is None or (isinstance(task, (PermutationTask, TaskConfig))
@@ -101,8 +103,7 @@ def ablation_table(
     if isinstance(task, TaskConfig):
         raise TypeError(f"task is a TaskConfig (the permutation task's settings), but {type(model).__name__} is not "
                         "a permutation-lookup model; pass a perm_circuits.tasks.Task or metric=")
-    if metric is not None:
-        check_metric(metric)
+    if metric is not None:  # the metric itself is checked (bind_metric) before the table's first forward
         if task is not None and not isinstance(task, Task):
             raise TypeError(f"task must be a perm_circuits.tasks.Task or None, got {type(task).__name__}")
     elif not isinstance(task, Task):
@@ -110,8 +111,6 @@ def ablation_table(
             f"ablation_table on {type(model).__name__} needs task= (a perm_circuits.tasks.Task whose metrics "
             f"are measured) or metric= (metric(logits, batch) -> [batch]), got {type(task).__name__}"
         )
-    check_int("n", n, 1)
-    check_seed(test_seed, "test_seed")
     check_seed(seed)
     batches = (TaskBatch,) if metric is None else (TaskBatch, Tensor)
     what = "a TaskBatch" if metric is None else "a TaskBatch or token ids"
@@ -132,5 +131,5 @@ def ablation_table(
     tokens = test_set.tokens if isinstance(test_set, TaskBatch) else test_set
     reference_tokens(model, tokens)
     reference_tokens(model, reference, positions=tokens.shape[1])
-    return task_table(model, task, list(TASK_HOWS) if hows is None else hows, test_set, reference=reference,
-                      resample_seed=seed, positions=positions, hooks=hooks, progress=progress, metric=metric)
+    return shared_task_table(model, task, list(TASK_HOWS) if hows is None else hows, test_set, reference, seed,
+                             positions, hooks, progress, metric)  # task_table's own checks ran here

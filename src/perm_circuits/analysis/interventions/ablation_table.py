@@ -28,7 +28,7 @@ from perm_circuits.analysis.interventions.core import (
 )
 from perm_circuits.devices import model_device
 from perm_circuits.hooks import HookList, check_hooks, check_token_ids
-from perm_circuits.metric import Metric, bind_metric, check_metric, metric_rows, reduce_rows
+from perm_circuits.metric import Metric, bind_metric, metric_rows, reduce_rows
 from perm_circuits.model_shape import model_shape
 from perm_circuits.tasks.base import Task, TaskBatch, masked_cross_entropy
 from perm_circuits.tasks.runner import measure_task, model_name
@@ -160,12 +160,6 @@ def task_table(
     Most callers want :func:`~perm_circuits.analysis.interventions.ablation.ablation_table`, which builds
     the defaults.
     """
-    shape = model_shape(model)
-    if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:
-        raise TypeError(f"hows must be a non-empty list or tuple of modes from {ANY_TASK_HOWS}, got {hows!r}")
-    for how in hows:
-        if how not in ANY_TASK_HOWS:
-            raise ValueError(f"hows entries must be in {ANY_TASK_HOWS} on a task's model, got {how!r}")
     check_seed(resample_seed, "resample_seed")
     if metric is None and not isinstance(task, Task):
         raise TypeError(f"task must be a perm_circuits.tasks.Task (or pass metric=), got {type(task).__name__}")
@@ -175,13 +169,31 @@ def task_table(
         raise TypeError(f"test_set must be {what}, got {type(test_set).__name__}")
     if reference is not None and not isinstance(reference, allowed):
         raise TypeError(f"reference must be {what} or None, got {type(reference).__name__}")
-    tokens_of = lambda batch: batch.tokens if isinstance(batch, TaskBatch) else batch  # noqa: E731
-    check_token_ids(tokens_of(test_set), shape.d_vocab)  # non-empty, ids the model embeds
-    position_list = check_positions(positions, tokens_of(test_set).shape[1])
+    d_vocab = model_shape(model).d_vocab
+    check_token_ids(_tokens_of(test_set), d_vocab)  # non-empty, ids the model embeds
     if reference is not None:
-        check_token_ids(tokens_of(reference), shape.d_vocab)
-    if metric is not None:
-        check_metric(metric)
+        check_token_ids(_tokens_of(reference), d_vocab)
+    return shared_task_table(model, task, hows, test_set, reference, resample_seed, positions, hooks, progress, metric)
+
+
+def _tokens_of(batch: TaskBatch | Tensor) -> Tensor:
+    return batch.tokens if isinstance(batch, TaskBatch) else batch
+
+
+def shared_task_table(model, task: Task | None, hows: object, test_set: TaskBatch | Tensor,
+                      reference: TaskBatch | Tensor | None, resample_seed: int, positions: object, hooks: object,
+                      progress: bool, metric: object) -> AblationTable:
+    """:func:`task_table` after the checks of its batches, task and seed, which ``task_table`` and
+    ``ablation_table`` each ran themselves (internal: not in ``__all__``); ``hows``, ``positions``, ``hooks``
+    and ``metric`` (in ``bind_metric``) are checked here for both, before any forward."""
+    shape = model_shape(model)
+    if isinstance(hows, str) or not isinstance(hows, (list, tuple)) or not hows:
+        raise TypeError(f"hows must be a non-empty list or tuple of modes from {ANY_TASK_HOWS}, got {hows!r}")
+    for how in hows:
+        if how not in ANY_TASK_HOWS:
+            raise ValueError(f"hows entries must be in {ANY_TASK_HOWS} on a task's model, got {how!r}")
+    tokens_of = _tokens_of
+    position_list = check_positions(positions, tokens_of(test_set).shape[1])
     hooks = check_hooks(model, hooks)
     label = "test set" if reference is None or reference is test_set else f"batch of {len(tokens_of(reference))}"
     test_set = test_set.to(model_device(model))  # once: every run below stays on the model's device

@@ -97,10 +97,11 @@ def patch_activation(
     hook_name = check_hook_point(model, hook_name)
     if layer is not None:
         check_int("layer", layer)
-    pair_tokens(model, clean, corrupted)  # validated as given, then moved once: the three runs stay on the model
+    pair_tokens(model, clean, corrupted)  # checked once as given, then moved once: the three runs stay on the model
     device = model_device(model)
-    clean = clean.to(device)
-    clean_tokens, corrupted_tokens = pair_tokens(model, clean, corrupted.to(device))
+    clean, corrupted = clean.to(device), corrupted.to(device)
+    clean_tokens, corrupted_tokens = (part.tokens if isinstance(part, TaskBatch) else part
+                                      for part in (clean, corrupted))
     metric = bind_metric(metric, clean)  # scored against the clean batch in every run
     check_patch_options("clean", "corrupted", n_boot, seed, confidence)
     hooks = check_hooks(model, hooks)

@@ -80,7 +80,7 @@ def check_position(position: object, size: int, name: str = "position") -> int:
     return check_index(name, position, size, f"sequences have {size} positions")
 
 
-def _distinct_indices(name: str, value: object, check_one: Callable[[object], int]) -> list[int] | None:
+def _check_distinct_indices(name: str, value: object, check_one: Callable[[object], int]) -> list[int] | None:
     """``None``, or the int / non-empty sequence (or 1-D integer tensor) ``value`` as distinct checked indices."""
     if value is None:
         return None
@@ -104,14 +104,14 @@ def check_positions(positions: object, size: int, name: str = "positions") -> li
 
     Negative positions count from the end; the result holds the normalised positions.
     """
-    return _distinct_indices(name, positions, lambda p: check_position(p, size, "position"))
+    return _check_distinct_indices(name, positions, lambda p: check_position(p, size, "position"))
 
 
 def check_index_list(name: str, value: object, size: int) -> list[int] | None:
     """``None`` (everything), an int, or a non-empty sequence (or 1-D integer tensor) of distinct
     indices into an axis of ``size`` entries (negative indices count from the end)."""
     what = f"the axis has {size} entries"
-    return _distinct_indices(name, value, lambda i: check_index(f"{name} entry", i, size, what))
+    return _check_distinct_indices(name, value, lambda i: check_index(f"{name} entry", i, size, what))
 
 
 def check_neurons(model, neurons: int | Sequence[int] | Tensor | None) -> list[int] | None:

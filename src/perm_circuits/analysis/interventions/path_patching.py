@@ -404,9 +404,9 @@ def _prepare(model, pair, task, n, seed, n_boot, confidence, hooks, corruption, 
     hooks = check_hooks(model, hooks)
     device = model_device(model)
     if isinstance(pair, tuple) and len(pair) == 2:  # any task: (clean, corrupted) TaskBatches or token ids
-        pair_tokens(model, *pair)  # validated where the caller made them, then moved once for every edge
+        pair_tokens(model, *pair)  # checked once where the caller made them, then moved once for every edge
         pair = tuple(batch.to(device) for batch in pair)
-        clean, corrupted = pair_tokens(model, *pair)
+        clean, corrupted = (batch.tokens if isinstance(batch, TaskBatch) else batch for batch in pair)
         if metric is None:
             if not isinstance(pair[0], TaskBatch):
                 raise ValueError("token ids carry no targets: pass metric= (a callable metric(logits, batch) -> "

@@ -104,7 +104,10 @@ QK_MAPS = ("x_match", "prev_y", "self_y", "last_to_y1")
 
 def identity_map(n: int, *, device: torch.device | str | None = None) -> Int[Tensor, "n 2"]:
     """The target map ``{(i, i)}`` for ``i = 0..n-1`` (a copying memory), on ``device`` (default the CPU)."""
-    n = check_positive_int("n", n)
+    return _identity_map(check_positive_int("n", n), device)
+
+
+def _identity_map(n: int, device: torch.device | str | None) -> Int[Tensor, "n 2"]:
     index = torch.arange(n, device=device)
     return torch.stack([index, index], dim=1)
 
@@ -177,6 +180,12 @@ def recall_rate(
             raise ValueError(f"allowed has shape {tuple(allowed.shape)}, scores {tuple(scores.shape)}")
         if not allowed[pairs[:, 0], pairs[:, 1]].all():
             raise ValueError("a target pair is masked out by allowed")
+    return _recall_rate(scores, pairs, mode, allowed)
+
+
+def _recall_rate(scores: Float[Tensor, "n_in n_out"], pairs: Int[Tensor, "m 2"], mode: str,
+                 allowed: Bool[Tensor, "n_in n_out"] | None = None) -> float:
+    """:func:`recall_rate` of checked ``scores``, ``pairs``, ``mode`` and ``allowed`` (the probes' own maps)."""
     signed = scores if mode == "argmax" else -scores
     rows = signed[pairs[:, 0]]
     if allowed is not None:
@@ -197,6 +206,11 @@ def recall_scores(
     for x, name, dim in ((inputs, "inputs", 0), (outputs, "outputs", 1)):
         if x.shape[1] != W_hat.shape[dim]:
             raise ValueError(f"{name} have dim {x.shape[1]} but W_hat is [{W_hat.shape[0]}, {W_hat.shape[1]}]")
+    return _recall_scores(W_hat, inputs, outputs)
+
+
+def _recall_scores(W_hat: Float[Tensor, "d_in d_out"], inputs: Float[Tensor, "n_in d_in"],
+                   outputs: Float[Tensor, "n_out d_out"]) -> Float[Tensor, "n_in n_out"]:
     return inputs @ W_hat @ outputs.T
 
 
@@ -214,9 +228,8 @@ def memory_recall(
     ``u_i``) and is read against the output embeddings ``outputs`` (rows ``v_j``); ``targets`` is
     the target map M as ``(i, j)`` index pairs (e.g. :func:`identity_map`); ``mode`` ``"argmax"``
     (the input retrieves its target) or ``"argmin"`` (suppresses it); ``allowed`` an optional
-    candidate mask ``[n_in, n_out]``.
+    candidate mask ``[n_in, n_out]`` (all four checked by :func:`recall_rate`).
     """
-    mode = _check_mode(mode)
     return recall_rate(recall_scores(W_hat, inputs, outputs), targets, mode, allowed)
 
 
@@ -310,8 +323,8 @@ def _token_probe(component: str, circuit: str, scores: Tensor, targets: object, 
         raise ValueError(f"the default target t -> t needs as many input tokens as outputs, got {n_in} inputs and "
                          f"{n_out} outputs (e.g. a model whose d_vocab_out differs from d_vocab): pass targets=")
     else:
-        pairs, name = identity_map(n_out, device=scores.device), "copy" if mode == "argmax" else "suppress"
-    return MemoryProbe(component, circuit, name, mode, recall_rate(scores, pairs, mode), len(pairs), 1.0 / n_out)
+        pairs, name = _identity_map(n_out, scores.device), "copy" if mode == "argmax" else "suppress"
+    return MemoryProbe(component, circuit, name, mode, _recall_rate(scores, pairs, mode), len(pairs), 1.0 / n_out)
 
 
 def ov_scores(
@@ -321,11 +334,14 @@ def ov_scores(
     (any other model with ``W_E``, ``W_V``, ``W_O``, ``W_U``: every token in, every output logit out)."""
     layer = check_layer(model, layer)
     head = check_head(model, head)
-    position = _check_position(model, position)
+    return _ov_scores(model, layer, head, _check_position(model, position))
+
+
+def _ov_scores(model, layer: int, head: int, position: int | None) -> Float[Tensor, "token value"]:
     with torch.no_grad():
         u = apply_norm(model, _token_inputs(model, position), f"blocks.{layer}.ln1")
         W_OV = model.W_V.detach()[layer, head] @ model.W_O.detach()[layer, head]
-        return recall_scores(W_OV, u, effective_unembed(model).T.contiguous())
+        return _recall_scores(W_OV, u, effective_unembed(model).T.contiguous())
 
 
 def ov_memory_probe(
@@ -341,8 +357,14 @@ def ov_memory_probe(
     argmin: suppressing).  Rows and columns are value token minus one (row ``t-1`` is token ``t``) on
     a study model, tokens on any other model (e.g. an induction head's copying memory)."""
     mode = _check_mode(mode)
-    scores = ov_scores(model, head, layer=layer, position=position)
-    return _token_probe(str(Node(check_layer(model, layer), check_head(model, head))), "OV", scores, targets, mode)
+    layer = check_layer(model, layer)
+    head = check_head(model, head)
+    return _ov_probe(model, layer, head, _check_position(model, position), mode, targets)
+
+
+def _ov_probe(model, layer: int, head: int, position: int | None, mode: str, targets: object = None) -> MemoryProbe:
+    scores = _ov_scores(model, layer, head, position)
+    return _token_probe(str(Node(layer, head)), "OV", scores, targets, mode)
 
 
 def _project(model, x: Tensor, layer: int, head: int, side: str, include_bias: bool) -> Tensor:
@@ -366,6 +388,11 @@ def qk_scores(
     head = check_head(model, head)
     _check_residual(model, queries, "queries")
     _check_residual(model, keys, "keys")
+    return _qk_scores(model, layer, head, queries, keys, include_bias)
+
+
+def _qk_scores(model, layer: int, head: int, queries: Float[Tensor, "n_q d_model"], keys: Float[Tensor, "n_k d_model"],
+               include_bias: bool) -> Float[Tensor, "n_q n_k"]:
     with torch.no_grad():
         q = _project(model, queries, layer, head, "Q", include_bias)
         k = _project(model, keys, layer, head, "K", include_bias)
@@ -393,13 +420,17 @@ def qk_memory_probe(
         raise ValueError(f"target_map must be one of {QK_MAPS}, got {target_map!r}")
     layer = check_layer(model, layer)
     head = check_head(model, head)
+    return _qk_probe(model, layer, head, target_map, include_bias)
+
+
+def _qk_probe(model, layer: int, head: int, target_map: str, include_bias: bool) -> MemoryProbe:
     V = model_config_of(model).V
     n_ctx = 2 * V - 1
     allowed = chance = None
     if target_map == "x_match":
         E, P = model.W_E.detach()[1 : V + 1], model.W_pos.detach()
-        scores = qk_scores(model, head, E + P[n_ctx - 1], E + P[0], layer=layer, include_bias=include_bias)
-        pairs = identity_map(V, device=scores.device)
+        scores = _qk_scores(model, layer, head, E + P[n_ctx - 1], E + P[0], include_bias)
+        pairs = _identity_map(V, scores.device)
     else:
         token_scores = _positional_qk(model, head, layer, include_bias)
         causal = torch.ones(n_ctx, n_ctx, device=token_scores.device).tril().bool()
@@ -411,7 +442,7 @@ def qk_memory_probe(
             first, shift = (2, 1) if target_map == "prev_y" else (1, 0)
             pairs = torch.tensor([[q, q - shift] for q in range(first, n_ctx, 2)], device=token_scores.device)
             chance = float((1.0 / (pairs[:, 0] + 1).double()).mean())  # query q has the q + 1 keys 0..q
-    recall = recall_rate(scores, pairs, allowed=allowed)
+    recall = _recall_rate(scores, pairs, "argmax", allowed)
     chance = 1.0 / scores.shape[1] if chance is None else chance
     return MemoryProbe(str(Node(layer, head)), "QK", target_map, "argmax", recall, len(pairs), chance)
 
@@ -421,7 +452,10 @@ def mlp_scores(
 ) -> Float[Tensor, "n value"]:
     """``MLP(ln2(u)) @ effective_unembed`` (``b_out`` left out) for residual vectors ``inputs``."""
     layer = check_layer(model, layer)
-    _check_residual(model, inputs, "inputs")
+    return _mlp_scores(model, _check_residual(model, inputs, "inputs"), layer)
+
+
+def _mlp_scores(model, inputs: Float[Tensor, "n d_model"], layer: int) -> Float[Tensor, "n value"]:
     act = ACTIVATIONS[model_config_of(model).act_fn]
     with torch.no_grad():
         h = apply_norm(model, inputs, f"blocks.{layer}.ln2")
@@ -443,7 +477,14 @@ def mlp_memory_probe(
     mode = _check_mode(mode)
     layer = check_layer(model, layer)
     position = _check_position(model, position)
-    scores = mlp_scores(model, _token_inputs(model, position) if inputs is None else inputs, layer=layer)
+    if inputs is not None:
+        _check_residual(model, inputs, "inputs")
+    return _mlp_probe(model, layer, position, mode, inputs, targets)
+
+
+def _mlp_probe(model, layer: int, position: int | None, mode: str, inputs: Tensor | None = None,
+               targets: object = None) -> MemoryProbe:
+    scores = _mlp_scores(model, _token_inputs(model, position) if inputs is None else inputs, layer)
     return _token_probe(str(Node(layer)), "MLP", scores, targets, mode)
 
 
@@ -476,11 +517,11 @@ def model_memory_probes(
     layers = range(config.n_layers) if layer is None else [check_layer(model, layer)]
     position = _check_position(model, position)
     probes: list[MemoryProbe] = []
-    for index in layers:
+    for index in layers:  # checked once here; the probes' unchecked cores run per layer and head
         for head in range(config.n_heads):
-            probes += [ov_memory_probe(model, head, layer=index, position=position, mode=mode) for mode in MODES]
-            probes += [qk_memory_probe(model, head, name, layer=index, include_bias=include_bias) for name in QK_MAPS]
-        probes += [mlp_memory_probe(model, layer=index, position=position, mode=mode) for mode in MODES]
+            probes += [_ov_probe(model, index, head, position, mode) for mode in MODES]
+            probes += [_qk_probe(model, index, head, name, include_bias) for name in QK_MAPS]
+        probes += [_mlp_probe(model, index, position, mode) for mode in MODES]
     return MemoryProbes(config.name, tuple(probes))
 
 

@@ -77,7 +77,7 @@ def _heads(model) -> range:
     return range(model_config_of(model).n_heads)
 
 
-def _neuron_groups(groups: int | Sequence[Sequence[int]], d_mlp: int) -> list[tuple[int, ...]]:
+def _check_neuron_groups(groups: int | Sequence[Sequence[int]], d_mlp: int) -> list[tuple[int, ...]]:
     if isinstance(groups, int) and not isinstance(groups, bool):
         size = check_int("neuron_groups", groups, 1, d_mlp + 1)
         return [tuple(range(start, min(start + size, d_mlp))) for start in range(0, d_mlp, size)]
@@ -288,7 +288,7 @@ def patch_mlp(
     options = dict(hooks=hooks, source=source, target=target, n=n, seed=seed, n_boot=n_boot, confidence=confidence,
                    task=task, cache=cache)
     if neuron_groups is not None:
-        groups = _neuron_groups(neuron_groups, model_config_of(model).resolved_d_mlp)
+        groups = _check_neuron_groups(neuron_groups, model_config_of(model).resolved_d_mlp)
         rows = [{"layer": l, "neurons": g} for l in _layers(model) for g in groups]
         return generic_patch(model, pair, patch_setter=set_neurons, activation_name="post", index_rows=rows,
                              label="mlp_neurons", **options)
@@ -384,7 +384,7 @@ def recall_patching(
     check_patch_options(source, target, n_boot, seed, confidence)
     config = check_task_config(model, task, "task")
     d_mlp = model_config_of(model).resolved_d_mlp
-    groups = None if neuron_groups is None else _neuron_groups(neuron_groups, d_mlp)
+    groups = None if neuron_groups is None else _check_neuron_groups(neuron_groups, d_mlp)
     names = [
         ACTIVATIONS[kind].format(layer=layer)
         for layer in _layers(model)

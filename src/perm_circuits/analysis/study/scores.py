@@ -473,9 +473,7 @@ def _task_head_scores(model, test_set, task, hooks, n: int, seed: int, study_opt
         raise ValueError(f"{given} are the permutation study's options; on any task head_scores gives "
                          "attention_scores (self / previous / first position)")
     test_set = task_test_set(model, task, test_set, n, seed, hint="or test_set= (a TaskBatch or token ids)")
-    tokens = test_set.tokens if isinstance(test_set, TaskBatch) else test_set
-    if not isinstance(tokens, Tensor):
-        raise TypeError(f"test_set must be a TaskBatch or token ids [batch, seq], got {type(test_set).__name__}")
+    tokens = test_set.tokens if isinstance(test_set, TaskBatch) else test_set  # task_test_set checked the type
     check_token_ids(tokens, model_shape(model).d_vocab)
     hooks = check_hooks(model, hooks)
     with model.hooks(fwd_hooks=hooks):
