@@ -137,6 +137,7 @@ def test_the_second_table_type_and_task_config_are_gone():
     pattern = re.compile("|".join(old) + r"|ablation_table\([^)]*task_config=")
     here = Path(__file__).resolve()
     files = [p for folder in ("src", "tests", "docs", "scripts", "notebooks") for p in (ROOT / folder).rglob("*")
-             if p.suffix in (".py", ".md", ".ipynb") and p.resolve() != here]
+             if p.suffix in (".py", ".md", ".ipynb") and p.resolve() != here
+             and p.name != "test_benchmarks.py"]  # it names the retired spellings to scan benchmarks/ for them
     offenders = [str(p.relative_to(ROOT)) for p in files + [ROOT / "README.md"] if pattern.search(p.read_text("utf-8"))]
     assert not offenders
