@@ -306,11 +306,10 @@ def _evaluate(args: argparse.Namespace) -> int:
 
         print(json.dumps(json_safe(result.summary()), indent=2, allow_nan=False))
         return 0
-    if checkpoint is not None:
-        print(result)
+    print(result)
+    if checkpoint is not None:  # a task's checkpoint: its metrics are the whole result
         return 0
-    print(result.to_markdown())
-    general = recall_generalisation(model)
+    general = recall_generalisation(model)  # the study's models: also recall beyond x1
     cells = ", ".join(f"x{k}: {100 * a:.1f}%" for k, a in enumerate(general.recall, start=1))
     print(f"\nRecall generalisation (last query repeats x_k): {cells}")
     return 0
