@@ -28,3 +28,28 @@ def test_skill_oracle_table_refuses_bad_arguments():
         skill_oracle_table(["d16h1"], skill="copy", progress=False)
     with pytest.raises(ValueError, match="n must be"):
         skill_oracle_table(["d16h1"], n=1, progress=False)
+
+
+def test_a_reference_batch_of_ones_own_is_the_mean_and_the_resample_pool(pretrained):
+    """``reference=<the test batch itself>`` draws the same rows as ``"test"`` (one seeded draw over
+    the same rows), so the circuits are the same, recorded as ``"custom"``; a smaller batch of one's
+    own is cycled through and gives its own scores; a batch of another length is refused first."""
+    from perm_circuits.discovery.skills import discover_skills
+    from perm_circuits.tasks.permutation import PermutationTask
+
+    model = pretrained("d16h1")
+    batch = PermutationTask(model.task_config).test_set(200, seed=3)
+    options = dict(method="eap", max_rows=60)
+    test = discover_skills(model, batch, **options)
+    same = discover_skills(model, batch, reference=batch, **options)
+    assert set(same) == set(test) == {"elimination", "recall"}
+    for skill in test:
+        assert same[skill].params["reference"] == "custom" and test[skill].params["reference"] == "test"
+        assert same[skill].scores.equals(test[skill].scores)
+    few = discover_skills(model, batch, reference=batch.tokens[:7], **options)  # fewer rows than a skill has
+    assert few["elimination"].params["reference"] == "custom"
+    assert not few["elimination"].scores.equals(test["elimination"].scores)
+    with pytest.raises(ValueError, match=r"token ids \[rows >= 2, 9\]"):
+        discover_skills(model, batch, reference=batch.tokens[:, :5], **options)
+    with pytest.raises(TypeError, match="reference must be one of"):
+        discover_skills(model, batch, reference=3, **options)

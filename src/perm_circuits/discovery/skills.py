@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 import torch
+from torch import Tensor
 from tqdm.auto import tqdm
 
 from perm_circuits.ablation_modes import REFERENCES
@@ -59,35 +60,56 @@ def discover_skills(
     how: str = "resample",
     seed: int = 0,
     max_rows: int = 500,
-    reference: str = "test",
+    reference: str | TaskBatch | Tensor = "test",
 ) -> Mapping[str, DiscoveryResult]:
     """The circuit of each skill of ``batch`` (:func:`skill_batches`) found by ``method`` under ``how``.
 
-    Each skill uses at most ``max_rows`` of its sequences.  ``reference`` (:data:`SKILL_REFERENCES`)
-    says where the ablated values come from: with ``"test"`` (default) the resample source is a seeded
-    draw of rows of the whole ``batch`` and the mean is taken over the whole ``batch``; with ``"skill"``
-    both come from the skill's own rows (the resample source: its rows shifted by one).  The choice
-    changes circuits: a head that only tells the skills apart (d32h2's duplicate-token L0H0) carries
-    nothing within one skill, so it drops out of the recall circuit against the skill's own rows and
-    is kept against the test set.  Each result records it in ``params["reference"]``.
+    Each skill uses at most ``max_rows`` of its sequences.  ``reference`` says where the ablated
+    values come from: with ``"test"`` (default) the resample source is a seeded draw of rows of the
+    whole ``batch`` and the mean is taken over the whole ``batch``; with ``"skill"`` both come from the
+    skill's own rows (the resample source: its rows shifted by one); a batch of one's own (a
+    :class:`TaskBatch` or token ids ``[rows, seq]`` of ``batch``'s length, at least two rows) is the
+    mean and the resample pool (a seeded draw of its rows, cycled when a skill has more rows), for
+    every skill.  The choice changes circuits: a head that only tells the skills apart (d32h2's
+    duplicate-token L0H0) carries nothing within one skill, so it drops out of the recall circuit
+    against the skill's own rows and is kept against the test set.  Each result records it in
+    ``params["reference"]`` (``"test"``, ``"skill"`` or ``"custom"``).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {sorted(METHODS)}, got {method!r}")
-    if reference not in SKILL_REFERENCES:
-        raise ValueError(f"reference must be one of {SKILL_REFERENCES}, got {reference!r}")
+    pool = _reference_pool(reference, batch) if not isinstance(reference, str) else None
+    if pool is None and reference not in SKILL_REFERENCES:
+        raise ValueError(f"reference must be one of {SKILL_REFERENCES} or a batch, got {reference!r}")
     check_int("max_rows", max_rows, low=2)
-    order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(seed)).to(batch.tokens.device)
+    if pool is None:
+        pool, label = batch.tokens, "test"
+    else:
+        pool, label = pool.to(batch.tokens.device), "custom"
+    order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed)).to(batch.tokens.device)
     out = {}
     for skill, rows in skill_batches(batch).items():
         rows = rows.subset(torch.arange(min(len(rows), max_rows), device=rows.tokens.device))
         if len(rows) < 2:
             continue
-        own = reference == "skill" or skill == "task"
+        own = label != "custom" and (reference == "skill" or skill == "task")
+        drawn = order[torch.arange(len(rows), device=order.device) % len(order)]  # the first rows of the draw
         options = ({"corrupted": rows.tokens.roll(1, dims=0)} if own else
-                   {"corrupted": batch.tokens[order[: len(rows)]], "reference": batch.tokens})
+                   {"corrupted": pool[drawn], "reference": pool})
         result = METHODS[method](model, rows, how=how, seed=seed, **options)
-        out[skill] = dataclasses.replace(result, params={**result.params, "reference": "skill" if own else "test"})
+        out[skill] = dataclasses.replace(result, params={**result.params, "reference": "skill" if own else label})
     return out
+
+
+def _reference_pool(reference: TaskBatch | Tensor, batch: TaskBatch) -> Tensor:
+    """The token ids of a batch given as ``reference``, checked against ``batch``."""
+    tokens = reference.tokens if isinstance(reference, TaskBatch) else reference
+    if not isinstance(tokens, Tensor):
+        raise TypeError(f"reference must be one of {SKILL_REFERENCES}, a TaskBatch or token ids, got "
+                        f"{type(reference).__name__}")
+    if tokens.dim() != 2 or tokens.shape[1] != batch.tokens.shape[1] or len(tokens) < 2 or tokens.is_floating_point():
+        raise ValueError(f"a reference batch needs integer token ids [rows >= 2, {batch.tokens.shape[1]}] (the "
+                         f"batch's length), got {tuple(tokens.shape)} {tokens.dtype}")
+    return tokens
 
 
 def skill_oracle_table(models=TRAINED, hows=("zero", "resample"),
