@@ -118,9 +118,10 @@ DEFAULT_SECONDS = 1.0
 SHARED = {
     # test_report's session fixture `report_pages` (two models' report pages), imported by the browser test
     "report pages": ("tests/views/test_report.py", "tests/views/test_report_browser.py"),
-    # perm_circuits.discovery.tracr_models.cached_tracr_model: the compiled tracr programs (seconds each)
+    # perm_circuits.discovery.tracr_models.cached_tracr_model: the compiled tracr programs (seconds each),
+    # and the first conversion's imports (about 5 s once per process: transformer_lens.utilities.tracr)
     "tracr programs": ("tests/discovery/test_tracr.py", "tests/discovery/test_ground_truth.py",
-                       "tests/analysis/test_hypothesis_tracr.py"),
+                       "tests/analysis/test_hypothesis_tracr.py", "tests/discovery/test_tracr_programs.py"),
 }
 _UNIT_OF = {path: group for group, paths in SHARED.items() for path in paths}
 
