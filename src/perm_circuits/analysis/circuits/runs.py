@@ -137,6 +137,9 @@ class CircuitRunner:
         """:meth:`_ablate` through the active :func:`shared_ablations` cache (what ``ablate`` does, once)."""
         hooks = tuple((name, id(fn)) for name, fn in self.hooks)
         base = (id(self.model), id(self.reference), hooks, self.ablation_seed)
+        # The key names objects by id: keep them alive as long as the cache, or a reference batch freed
+        # after one skill could hand its address, and so its cached means, to the next skill's rows.
+        cache.setdefault("alive", {})[base] = (self.model, self.reference, tuple(fn for _, fn in self.hooks))
         key = (*base, hook_name, self.how, head)
         if key in cache:
             return cache[key]
