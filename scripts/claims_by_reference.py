@@ -26,12 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=["d16h1", "d32h1", "d32h2"])
     parser.add_argument("--force", action="store_true", help="overwrite --out")
     args = parser.parse_args(argv)
-    from perm_circuits.outputs import check_new_file
+    from perm_circuits.outputs import refuse_outputs
 
-    try:  # before any work: an existing table (without --force) or an unwritable path
-        check_new_file(args.out, force=args.force)
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
+    if refuse_outputs({"--out": args.out}, force=args.force):  # before any work
         return 2
     import torch
 

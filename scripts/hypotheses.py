@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from perm_circuits import load_pretrained
     from perm_circuits.analysis.study.hypotheses import SKILLS, score_hypotheses, score_steps
-    from perm_circuits.outputs import check_new_file
+    from perm_circuits.outputs import refuse_outputs
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=2000)
@@ -37,11 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="overwrite an existing table")
     args = parser.parse_args(argv)
     out, steps_out = Path(args.out), Path(args.steps_out)
-    try:  # before any work: an existing table (without --force) or an unwritable path
-        for path, label in ((out, "--out"), (steps_out, "--steps-out")):
-            check_new_file(path, force=args.force, label=label)
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
+    if refuse_outputs({"--out": out, "--steps-out": steps_out}, force=args.force):  # before any work
         return 2
     torch.set_num_threads(1)
     rows, steps = [], []

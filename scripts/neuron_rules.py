@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     from perm_circuits.analysis.study.neuron_rules import (
         THRESHOLD, exhaustive_sets, fit_model_rules, held_out_r2, replacement_retention,
     )
-    from perm_circuits.outputs import check_new_file
+    from perm_circuits.outputs import refuse_outputs
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/neuron_rules.csv")
@@ -42,11 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="overwrite existing tables")
     args = parser.parse_args(argv)
     outs = [Path(args.out), Path(args.retention)]
-    try:  # before any work: an existing table (without --force) or an unwritable path
-        for path, label in zip(outs, ("--out", "--retention")):
-            check_new_file(path, force=args.force, label=label)
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
+    if refuse_outputs(dict(zip(("--out", "--retention"), outs)), force=args.force):  # before any work
         return 2
     torch.set_num_threads(1)
     neurons, kept = [], []

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 __all__ = ["MIN_FREE_BYTES", "check_folder", "check_new_file", "check_writable", "folder_marker", "free_bytes",
-           "is_marked", "mark_folder", "nearest_existing"]
+           "is_marked", "mark_folder", "nearest_existing", "refuse_outputs"]
 
 MIN_FREE_BYTES = 1 << 20
 """A target whose file system has less free space than this (1 MiB) counts as full."""
@@ -93,6 +94,19 @@ def check_new_file(path: object, *, force: bool, label: str = "--out") -> Path:
     if target.exists() and not force:
         raise ValueError(f"{label} {str(target)!r} exists; pass --force to overwrite it, or choose another path")
     return target
+
+
+def refuse_outputs(outputs: Mapping[str, object], *, force: bool) -> bool:
+    """A script's check of its output files before any work: :func:`check_new_file` of each
+    ``{label: path}``; the first refusal is printed as one ``error:`` line on stderr and gives
+    ``True`` (the script then exits 2), else ``False``."""
+    try:
+        for label, path in outputs.items():
+            check_new_file(path, force=force, label=label)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return True
+    return False
 
 
 def folder_marker(kind: str) -> str:
