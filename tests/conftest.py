@@ -179,6 +179,23 @@ def pytest_collection_modifyitems(config, items):
     items[:] = [item for _, item in sorted(enumerate(items), key=key)]
 
 
+# ----------------------------------------------------------------------------- the project's text files
+
+PROJECT_FOLDERS = ("src", "docs", "notebooks", "scripts", "tests")
+
+
+def project_files(*skip: str, suffixes=(".py", ".md", ".ipynb")):
+    """Every source, doc, notebook, script and test file of the project (and the README), sorted, but
+    the files named in ``skip``: what a scan for a retired name reads (it skips itself, and
+    tests/test_benchmarks.py, which names the retired spellings to look for them in benchmarks/)."""
+    root = Path(__file__).resolve().parent.parent
+    for folder in PROJECT_FOLDERS:
+        for path in sorted((root / folder).rglob("*")):
+            if path.suffix in suffixes and path.is_file() and path.name not in skip:
+                yield path
+    yield root / "README.md"
+
+
 @pytest.fixture(scope="session")
 def task():
     from perm_circuits import TaskConfig

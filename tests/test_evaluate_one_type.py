@@ -21,6 +21,7 @@ from perm_circuits.tasks import PermutationTask
 from perm_circuits.tasks.evaluation import FRAME_COLUMNS, Evaluation, EvaluationDetail
 from perm_circuits.tasks.runner import default_model
 from tasks.test_base import Successor
+from conftest import project_files
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 300
@@ -124,19 +125,11 @@ def test_a_model_carrying_its_task_needs_no_task_argument(user):
 OLD_CALL = re.compile(r"\b(?:evaluate|recall_generalisation)\((?:[^()]|\([^()]*\))*?\btask_config=", re.S)
 
 
-def _files():
-    for folder in ("src", "docs", "notebooks", "scripts", "tests"):
-        for path in sorted((ROOT / folder).rglob("*")):
-            if path.suffix in {".py", ".md", ".ipynb"} and path.is_file() and path.name not in (Path(__file__).name, "test_benchmarks.py"):
-                yield path
-    yield ROOT / "README.md"
-
-
 def test_no_second_evaluation_type_and_no_task_config_argument():
     assert "task_config" not in inspect.signature(evaluate).parameters
     assert "task_config" not in inspect.signature(recall_generalisation).parameters
     hits = []
-    for path in _files():
+    for path in project_files(Path(__file__).name, "test_benchmarks.py"):
         text = path.read_text(errors="replace")
         if path.suffix == ".ipynb":  # the cells' source, not their stored outputs
             cells = json.loads(text)["cells"]

@@ -21,26 +21,16 @@ from perm_circuits.tasks import PermutationTask, TaskBatch
 from perm_circuits.tasks.base import model_task, own_analysis
 from perm_circuits.tasks.permutation_data import PERMUTATION_EXTRAS, TaskConfig, make_batch, permutation_batch
 
+from conftest import project_files  # tests/ is on the path (pytest rootdir, no __init__)
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "src" / "perm_circuits"
-SCANNED = ("src", "docs", "notebooks", "scripts", "tests")
-SUFFIXES = {".py", ".md", ".ipynb"}
-SCANNERS = {Path(__file__).name, "test_benchmarks.py"}
-"""Files that name the retired spellings in order to look for them."""
 OLD_BATCH = re.compile(r"(?<![\w.])(Batch|as_batch|as_task_batch)\b(?!\s+\d)")  # "Batch 512" is prose on a size
-
-
-def _files():
-    for folder in SCANNED:
-        for path in sorted((ROOT / folder).rglob("*")):
-            if path.suffix in SUFFIXES and path.is_file() and path.name not in SCANNERS:
-                yield path
-    yield ROOT / "README.md"
 
 
 def test_no_second_batch_type_is_named_anywhere():
     hits = [f"{path.relative_to(ROOT)}:{number}: {line.strip()[:80]}"
-            for path in _files()
+            for path in project_files(Path(__file__).name, "test_benchmarks.py")
             for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1)
             if OLD_BATCH.search(line)]
     assert hits == []

@@ -22,6 +22,8 @@ from perm_circuits.systems.forner_model import teacher_model
 from perm_circuits.tasks import PermutationTask
 from perm_circuits.tasks.permutation_data import make_test_set
 
+from conftest import project_files  # tests/ is on the path (pytest rootdir, no __init__)
+
 ROOT = Path(__file__).resolve().parents[3]
 HOWS = ("zero", "mean")
 
@@ -135,9 +137,5 @@ def test_the_second_table_type_and_task_config_are_gone():
     old = ["Task" + "AblationTable", "Task" + "AblationRow"]
     assert not any(hasattr(analysis, name) for name in old)
     pattern = re.compile("|".join(old) + r"|ablation_table\([^)]*task_config=")
-    here = Path(__file__).resolve()
-    files = [p for folder in ("src", "tests", "docs", "scripts", "notebooks") for p in (ROOT / folder).rglob("*")
-             if p.suffix in (".py", ".md", ".ipynb") and p.resolve() != here
-             and p.name != "test_benchmarks.py"]  # it names the retired spellings to scan benchmarks/ for them
-    offenders = [str(p.relative_to(ROOT)) for p in files + [ROOT / "README.md"] if pattern.search(p.read_text("utf-8"))]
+    offenders = [str(p.relative_to(ROOT)) for p in project_files(Path(__file__).name, "test_benchmarks.py") if pattern.search(p.read_text("utf-8"))]
     assert not offenders
